@@ -1,0 +1,1 @@
+"""Scan and Snap (Tian et al., 2023): 1-layer transformer dynamics, Y/Z reparameterisation."""
