@@ -15,93 +15,93 @@ import ml_collections
 
 
 class ConfigError(ValueError):
-  """A config field is unknown or outside its allowed range."""
+    """A config field is unknown or outside its allowed range."""
 
 
 def flatten(cfg: Any, prefix: str = "") -> dict[str, Any]:
-  """{'a.b': value} for every leaf of a (nested) ConfigDict or dict."""
-  items = cfg.items() if hasattr(cfg, "items") else []
-  flat = {}
-  for key, value in items:
-    path = f"{prefix}{key}"
-    if isinstance(value, (dict, ml_collections.ConfigDict)) and len(value):
-      flat.update(flatten(value, path + "."))
-    else:
-      flat[path] = value
-  return flat
+    """{'a.b': value} for every leaf of a (nested) ConfigDict or dict."""
+    items = cfg.items() if hasattr(cfg, "items") else []
+    flat = {}
+    for key, value in items:
+        path = f"{prefix}{key}"
+        if isinstance(value, (dict, ml_collections.ConfigDict)) and len(value):
+            flat.update(flatten(value, path + "."))
+        else:
+            flat[path] = value
+    return flat
 
 
 def check_known_fields(cfg: Any, reference: Any, *, free: Iterable[str] = ()) -> None:
-  """Raise ConfigError for the first field of `cfg` that `reference` does not have.
+    """Raise ConfigError for the first field of `cfg` that `reference` does not have.
 
-  Fields under a prefix in `free` (e.g. "sweep") may hold any keys; their values are checked
-  by the package's own rules.
-  """
-  known = flatten(reference)
-  known_groups = {k.rsplit(".", i)[0] for k in known for i in range(1, k.count(".") + 1)}
-  free = tuple(free)
-  for path in flatten(cfg):
-    if path in known or path.startswith(tuple(f + "." for f in free)) or path in free:
-      continue
-    if path in known_groups:  # an emptied group, e.g. sweep = {}
-      continue
-    close = difflib.get_close_matches(path, list(known), n=1)
-    hint = f" Did you mean config.{close[0]}?" if close else ""
-    raise ConfigError(f"config.{path} is not a known field.{hint}")
+    Fields under a prefix in `free` (e.g. "sweep") may hold any keys; their values are checked
+    by the package's own rules.
+    """
+    known = flatten(reference)
+    known_groups = {k.rsplit(".", i)[0] for k in known for i in range(1, k.count(".") + 1)}
+    free = tuple(free)
+    for path in flatten(cfg):
+        if path in known or path.startswith(tuple(f + "." for f in free)) or path in free:
+            continue
+        if path in known_groups:  # an emptied group, e.g. sweep = {}
+            continue
+        close = difflib.get_close_matches(path, list(known), n=1)
+        hint = f" Did you mean config.{close[0]}?" if close else ""
+        raise ConfigError(f"config.{path} is not a known field.{hint}")
 
 
 def require(ok: bool, field: str, value: Any, allowed: str) -> None:
-  """Raise `config.<field> = <value>: must be <allowed>.` unless ok."""
-  if not ok:
-    raise ConfigError(f"config.{field} = {value!r}: must be {allowed}.")
+    """Raise `config.<field> = <value>: must be <allowed>.` unless ok."""
+    if not ok:
+        raise ConfigError(f"config.{field} = {value!r}: must be {allowed}.")
 
 
 def require_number(cfg: Any, field: str, *, low: float | None = None,
-                   high: float | None = None, low_open: bool = False,
-                   high_open: bool = False, integer: bool = False) -> None:
-  """Check that config field `field` (dotted path) is a finite number in the given range."""
-  value = get(cfg, field)
-  interval = _describe_interval(low, high, low_open, high_open, integer)
-  is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
-  ok = is_number and math.isfinite(value) and (not integer or float(value).is_integer())
-  if ok and low is not None:
-    ok = value > low if low_open else value >= low
-  if ok and high is not None:
-    ok = value < high if high_open else value <= high
-  require(ok, field, value, interval)
+                                      high: float | None = None, low_open: bool = False,
+                                      high_open: bool = False, integer: bool = False) -> None:
+    """Check that config field `field` (dotted path) is a finite number in the given range."""
+    value = get(cfg, field)
+    interval = _describe_interval(low, high, low_open, high_open, integer)
+    is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    ok = is_number and math.isfinite(value) and (not integer or float(value).is_integer())
+    if ok and low is not None:
+        ok = value > low if low_open else value >= low
+    if ok and high is not None:
+        ok = value < high if high_open else value <= high
+    require(ok, field, value, interval)
 
 
 def require_choice(cfg: Any, field: str, choices: Sequence[Any]) -> None:
-  value = get(cfg, field)
-  require(value in choices, field, value, "one of " + ", ".join(repr(c) for c in choices))
+    value = get(cfg, field)
+    require(value in choices, field, value, "one of " + ", ".join(repr(c) for c in choices))
 
 
 def get(cfg: Any, field: str) -> Any:
-  value = cfg
-  for part in field.split("."):
-    value = value[part]
-  return value
+    value = cfg
+    for part in field.split("."):
+        value = value[part]
+    return value
 
 
 def check_sweep(sweep: Any, rules: dict[str, Callable[[float], bool]],
-                allowed: dict[str, str]) -> None:
-  """Check a sweep {field: [values]}: known sweepable fields, non-empty lists, values in range."""
-  for field, values in flatten(sweep).items():
-    require(field in rules, f"sweep.{field}", values,
-            "a sweepable field: one of " + ", ".join(sorted(rules)))
-    values = list(values) if isinstance(values, (list, tuple)) else [values]
-    require(len(values) > 0, f"sweep.{field}", values, "a non-empty list")
-    for v in values:
-      require(rules[field](v), f"sweep.{field}", v, allowed[field])
+                                allowed: dict[str, str]) -> None:
+    """Check a sweep {field: [values]}: known sweepable fields, non-empty lists, values in range."""
+    for field, values in flatten(sweep).items():
+        require(field in rules, f"sweep.{field}", values,
+                        "a sweepable field: one of " + ", ".join(sorted(rules)))
+        values = list(values) if isinstance(values, (list, tuple)) else [values]
+        require(len(values) > 0, f"sweep.{field}", values, "a non-empty list")
+        for v in values:
+            require(rules[field](v), f"sweep.{field}", v, allowed[field])
 
 
 def _describe_interval(low, high, low_open, high_open, integer) -> str:
-  kind = "an integer" if integer else "a number"
-  if low is not None and high is not None:
-    left, right = "(" if low_open else "[", ")" if high_open else "]"
-    return f"{kind} in {left}{low}, {high}{right}"
-  if low is not None:
-    return f"{kind} {'>' if low_open else '>='} {low}"
-  if high is not None:
-    return f"{kind} {'<' if high_open else '<='} {high}"
-  return f"a finite {kind[2:] if integer else 'number'}"
+    kind = "an integer" if integer else "a number"
+    if low is not None and high is not None:
+        left, right = "(" if low_open else "[", ")" if high_open else "]"
+        return f"{kind} in {left}{low}, {high}{right}"
+    if low is not None:
+        return f"{kind} {'>' if low_open else '>='} {low}"
+    if high is not None:
+        return f"{kind} {'<' if high_open else '<='} {high}"
+    return f"a finite {kind[2:] if integer else 'number'}"

@@ -1,10 +1,10 @@
 """A run's workdir: the only file I/O of the library.
 
-    <workdir>/config.json     the resolved config
-    <workdir>/metrics.jsonl   one JSON object per run per logged step (pandas.read_json(lines=True))
-    <workdir>/arrays.npz      loss curves, snapshots (attention maps, Z rows), final values
-    <workdir>/summary.json    the paper's claims: statement, measured value, expected, verdict
-    <workdir>/figures/*.png   paper-style plots
+        <workdir>/config.json     the resolved config
+        <workdir>/metrics.jsonl   one JSON object per run per logged step (pandas.read_json(lines=True))
+        <workdir>/arrays.npz      loss curves, snapshots (attention maps, Z rows), final values
+        <workdir>/summary.json    the paper's claims: statement, measured value, expected, verdict
+        <workdir>/figures/*.png   paper-style plots
 """
 
 from __future__ import annotations
@@ -21,105 +21,105 @@ import numpy as np
 
 @dataclasses.dataclass
 class Claim:
-  """One claim of a paper (or of its notes), checked against a measurement."""
-  claim: str
-  measured: Any
-  expected: Any
-  passed: bool
-  source: str = ""
+    """One claim of a paper (or of its notes), checked against a measurement."""
+    claim: str
+    measured: Any
+    expected: Any
+    passed: bool
+    source: str = ""
 
-  @property
-  def verdict(self) -> str:
-    return "reproduced" if self.passed else "NOT reproduced"
+    @property
+    def verdict(self) -> str:
+        return "reproduced" if self.passed else "NOT reproduced"
 
 
 class Workdir:
-  """Creates and writes the files of one experiment run."""
+    """Creates and writes the files of one experiment run."""
 
-  def __init__(self, path: str | pathlib.Path):
-    self.path = pathlib.Path(path)
-    (self.path / "figures").mkdir(parents=True, exist_ok=True)
+    def __init__(self, path: str | pathlib.Path):
+        self.path = pathlib.Path(path)
+        (self.path / "figures").mkdir(parents=True, exist_ok=True)
 
-  @classmethod
-  def new(cls, name: str, root: str | pathlib.Path = "runs") -> "Workdir":
-    """runs/<name>/<UTC time>/ (a suffix keeps two runs in the same second apart)."""
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
-    path = pathlib.Path(root) / name / stamp
-    suffix = 1
-    while path.exists():
-      path, suffix = pathlib.Path(root) / name / f"{stamp}-{suffix}", suffix + 1
-    return cls(path)
+    @classmethod
+    def new(cls, name: str, root: str | pathlib.Path = "runs") -> "Workdir":
+        """runs/<name>/<UTC time>/ (a suffix keeps two runs in the same second apart)."""
+        stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
+        path = pathlib.Path(root) / name / stamp
+        suffix = 1
+        while path.exists():
+            path, suffix = pathlib.Path(root) / name / f"{stamp}-{suffix}", suffix + 1
+        return cls(path)
 
-  def write_config(self, config: Any) -> None:
-    data = config.to_dict() if hasattr(config, "to_dict") else dict(config)
-    self._write_json("config.json", data)
+    def write_config(self, config: Any) -> None:
+        data = config.to_dict() if hasattr(config, "to_dict") else dict(config)
+        self._write_json("config.json", data)
 
-  def append_metrics(self, rows: list[dict[str, Any]]) -> None:
-    with open(self.path / "metrics.jsonl", "a") as f:
-      for row in rows:
-        f.write(json.dumps(_jsonable(row)) + "\n")
+    def append_metrics(self, rows: list[dict[str, Any]]) -> None:
+        with open(self.path / "metrics.jsonl", "a") as f:
+            for row in rows:
+                f.write(json.dumps(_jsonable(row)) + "\n")
 
-  def save_arrays(self, **arrays: Any) -> None:
-    """Write arrays.npz, keeping arrays saved earlier under other names."""
-    file = self.path / "arrays.npz"
-    merged = dict(np.load(file)) if file.exists() else {}
-    merged.update({k: np.asarray(v) for k, v in arrays.items()})
-    np.savez_compressed(file, **merged)
+    def save_arrays(self, **arrays: Any) -> None:
+        """Write arrays.npz, keeping arrays saved earlier under other names."""
+        file = self.path / "arrays.npz"
+        merged = dict(np.load(file)) if file.exists() else {}
+        merged.update({k: np.asarray(v) for k, v in arrays.items()})
+        np.savez_compressed(file, **merged)
 
-  def write_summary(self, claims: list[Claim], **extra: Any) -> dict[str, Any]:
-    summary = {
-        "claims": [dict(dataclasses.asdict(c), verdict=c.verdict) for c in claims],
-        "reproduced": sum(c.passed for c in claims),
-        "total": len(claims),
-        **extra,
-    }
-    self._write_json("summary.json", summary)
-    return summary
+    def write_summary(self, claims: list[Claim], **extra: Any) -> dict[str, Any]:
+        summary = {
+                "claims": [dict(dataclasses.asdict(c), verdict=c.verdict) for c in claims],
+                "reproduced": sum(c.passed for c in claims),
+                "total": len(claims),
+                **extra,
+        }
+        self._write_json("summary.json", summary)
+        return summary
 
-  def figure_path(self, name: str) -> pathlib.Path:
-    return self.path / "figures" / f"{name}.png"
+    def figure_path(self, name: str) -> pathlib.Path:
+        return self.path / "figures" / f"{name}.png"
 
-  def _write_json(self, name: str, data: Any) -> None:
-    with open(self.path / name, "w") as f:
-      json.dump(_jsonable(data), f, indent=2)
-      f.write("\n")
+    def _write_json(self, name: str, data: Any) -> None:
+        with open(self.path / name, "w") as f:
+            json.dump(_jsonable(data), f, indent=2)
+            f.write("\n")
 
 
 def format_claims(claims: list[Claim]) -> str:
-  """A terminal table: verdict, claim, measured vs expected."""
-  lines = []
-  for c in claims:
-    mark = "ok " if c.passed else "NO "
-    lines.append(f"  [{mark}] {c.claim}\n         measured {_short(c.measured)}; "
-                 f"expected {_short(c.expected)}")
-  passed = sum(c.passed for c in claims)
-  lines.append(f"  {passed}/{len(claims)} claims reproduced")
-  return "\n".join(lines)
+    """A terminal table: verdict, claim, measured vs expected."""
+    lines = []
+    for c in claims:
+        mark = "ok " if c.passed else "NO "
+        lines.append(f"  [{mark}] {c.claim}\n         measured {_short(c.measured)}; "
+                                  f"expected {_short(c.expected)}")
+    passed = sum(c.passed for c in claims)
+    lines.append(f"  {passed}/{len(claims)} claims reproduced")
+    return "\n".join(lines)
 
 
 def _short(value: Any) -> str:
-  if isinstance(value, float):
-    return f"{value:.4g}"
-  if isinstance(value, (list, tuple)):
-    return "[" + ", ".join(_short(v) for v in value) + "]"
-  if isinstance(value, dict):
-    return "{" + ", ".join(f"{k}: {_short(v)}" for k, v in value.items()) + "}"
-  return str(value)
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_short(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {_short(v)}" for k, v in value.items()) + "}"
+    return str(value)
 
 
 def _jsonable(value: Any) -> Any:
-  """numpy scalars/arrays to Python; NaN/inf to None so the files stay valid JSON."""
-  if isinstance(value, dict):
-    return {str(k): _jsonable(v) for k, v in value.items()}
-  if isinstance(value, (list, tuple)):
-    return [_jsonable(v) for v in value]
-  if isinstance(value, np.ndarray):
-    return _jsonable(value.tolist())
-  if isinstance(value, (np.bool_, bool)):
-    return bool(value)
-  if isinstance(value, (np.integer,)):
-    return int(value)
-  if isinstance(value, (np.floating, float)):
-    value = float(value)
-    return value if math.isfinite(value) else None
-  return value
+    """numpy scalars/arrays to Python; NaN/inf to None so the files stay valid JSON."""
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return _jsonable(value.tolist())
+    if isinstance(value, (np.bool_, bool)):
+        return bool(value)
+    if isinstance(value, (np.integer,)):
+        return int(value)
+    if isinstance(value, (np.floating, float)):
+        value = float(value)
+        return value if math.isfinite(value) else None
+    return value

@@ -22,58 +22,58 @@ from landscape import training
 
 @dataclasses.dataclass(frozen=True)
 class Grid:
-  """Named axes of swept values, times seeds; runs are ordered axis-major, seeds last."""
-  axes: dict[str, np.ndarray]
-  seeds: np.ndarray
+    """Named axes of swept values, times seeds; runs are ordered axis-major, seeds last."""
+    axes: dict[str, np.ndarray]
+    seeds: np.ndarray
 
-  @classmethod
-  def make(cls, axes: Mapping[str, Sequence[float]], seeds: Sequence[int]) -> "Grid":
-    return cls({k: np.asarray(v, np.float64).reshape(-1) for k, v in axes.items()},
-               np.asarray(seeds, np.int64).reshape(-1))
+    @classmethod
+    def make(cls, axes: Mapping[str, Sequence[float]], seeds: Sequence[int]) -> "Grid":
+        return cls({k: np.asarray(v, np.float64).reshape(-1) for k, v in axes.items()},
+                              np.asarray(seeds, np.int64).reshape(-1))
 
-  @property
-  def shape(self) -> tuple[int, ...]:
-    return tuple(len(v) for v in self.axes.values()) + (len(self.seeds),)
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(len(v) for v in self.axes.values()) + (len(self.seeds),)
 
-  @property
-  def size(self) -> int:
-    return int(np.prod(self.shape))
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape))
 
-  def flat(self) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    """(hparams {name: (R,)}, seeds (R,)) for every cell and seed."""
-    cells = list(itertools.product(*self.axes.values())) or [()]
-    hparams = {k: np.repeat([c[i] for c in cells], len(self.seeds))
-               for i, k in enumerate(self.axes)}
-    return hparams, np.tile(self.seeds, len(cells))
+    def flat(self) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        """(hparams {name: (R,)}, seeds (R,)) for every cell and seed."""
+        cells = list(itertools.product(*self.axes.values())) or [()]
+        hparams = {k: np.repeat([c[i] for c in cells], len(self.seeds))
+                              for i, k in enumerate(self.axes)}
+        return hparams, np.tile(self.seeds, len(cells))
 
-  def unflatten(self, x: np.ndarray) -> np.ndarray:
-    """(R, ...) -> (*axes, seeds, ...)."""
-    x = np.asarray(x)
-    return x.reshape(self.shape + x.shape[1:])
+    def unflatten(self, x: np.ndarray) -> np.ndarray:
+        """(R, ...) -> (*axes, seeds, ...)."""
+        x = np.asarray(x)
+        return x.reshape(self.shape + x.shape[1:])
 
 
 def run_axis_sharding(devices: Sequence[jax.Device] | None = None) -> NamedSharding:
-  """Shards the leading (run) axis of every array over a 1-D mesh of `devices` (default: all)."""
-  mesh = Mesh(np.asarray(devices if devices is not None else jax.devices()), ("runs",))
-  return NamedSharding(mesh, PartitionSpec("runs"))
+    """Shards the leading (run) axis of every array over a 1-D mesh of `devices` (default: all)."""
+    mesh = Mesh(np.asarray(devices if devices is not None else jax.devices()), ("runs",))
+    return NamedSharding(mesh, PartitionSpec("runs"))
 
 
 def run(problem: training.Problem, optim, base_hparams: Mapping[str, float], grid: Grid, *,
-        devices: Sequence[jax.Device] | None = None, dtype=np.float32,
-        **train_kwargs: Any) -> training.RunResult:
-  """Train every cell of `grid` (and every seed) as one program, sharded over `devices`.
+                devices: Sequence[jax.Device] | None = None, dtype=np.float32,
+                **train_kwargs: Any) -> training.RunResult:
+    """Train every cell of `grid` (and every seed) as one program, sharded over `devices`.
 
-  `base_hparams` gives every traced number; the grid's axes override some of them per cell.
-  The result has R = grid.size runs in grid order (use `grid.unflatten`); `train` pads R to a
-  multiple of the device count and drops the padding.
-  """
-  unknown = set(grid.axes) - set(base_hparams)
-  if unknown:
-    raise ValueError(f"sweep axes {sorted(unknown)} are not hyperparameters of this problem "
-                     f"(known: {sorted(base_hparams)}).")
-  swept, seeds = grid.flat()
-  hparams = {k: np.asarray(swept.get(k, np.full(len(seeds), v)), dtype)
-             for k, v in base_hparams.items()}
-  sharding = run_axis_sharding(devices)
-  return training.train(problem, optim, hparams, seeds,
-                        sharding=sharding if sharding.mesh.size > 1 else None, **train_kwargs)
+    `base_hparams` gives every traced number; the grid's axes override some of them per cell.
+    The result has R = grid.size runs in grid order (use `grid.unflatten`); `train` pads R to a
+    multiple of the device count and drops the padding.
+    """
+    unknown = set(grid.axes) - set(base_hparams)
+    if unknown:
+        raise ValueError(f"sweep axes {sorted(unknown)} are not hyperparameters of this problem "
+                                          f"(known: {sorted(base_hparams)}).")
+    swept, seeds = grid.flat()
+    hparams = {k: np.asarray(swept.get(k, np.full(len(seeds), v)), dtype)
+                          for k, v in base_hparams.items()}
+    sharding = run_axis_sharding(devices)
+    return training.train(problem, optim, hparams, seeds,
+                                                sharding=sharding if sharding.mesh.size > 1 else None, **train_kwargs)

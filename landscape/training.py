@@ -37,265 +37,268 @@ SCHEDULES = ("constant", "warmup_cosine")
 
 @dataclasses.dataclass(frozen=True)
 class Problem:
-  """What a paper package hands the engine.
+    """What a paper package hands the engine.
 
-  init: (key, hparams) -> params, for one run.
-  loss: (params, key, hparams) -> (scalar loss, dict of scalar metrics); samples its batch from key.
-  learning_rates: hparams -> a pytree that is a prefix of params (e.g. {"Y": lr_y, "Z": lr_z}).
-  snapshot: (params, hparams) -> dict of arrays recorded every `log_every` steps (attention maps,
-    entropies, ...). Scalars among them also go to metrics.jsonl.
-  """
-  init: Callable[[jax.Array, HParams], Params]
-  loss: Callable[[Params, jax.Array, HParams], tuple[jax.Array, dict[str, jax.Array]]]
-  learning_rates: Callable[[HParams], Any]
-  snapshot: Callable[[Params, HParams], dict[str, jax.Array]] = lambda params, hparams: {}
+    init: (key, hparams) -> params, for one run.
+    loss: (params, key, hparams) -> (scalar loss, dict of scalar metrics); samples its batch from key.
+    learning_rates: hparams -> a pytree that is a prefix of params (e.g. {"Y": lr_y, "Z": lr_z}).
+    snapshot: (params, hparams) -> dict of arrays recorded every `log_every` steps (attention maps,
+        entropies, ...). Scalars among them also go to metrics.jsonl.
+    """
+    init: Callable[[jax.Array, HParams], Params]
+    loss: Callable[[Params, jax.Array, HParams], tuple[jax.Array, dict[str, jax.Array]]]
+    learning_rates: Callable[[HParams], Any]
+    snapshot: Callable[[Params, HParams], dict[str, jax.Array]] = lambda params, hparams: {}
 
 
 # ----------------------------------------------------------------------------- optimizers
 
 
 def default_optim_config() -> ml_collections.ConfigDict:
-  """Every optimizer field, with PyTorch's defaults. Learning rates belong to the package."""
-  return ml_collections.ConfigDict(dict(
-      name="sgd",             # sgd | adam | adamw
-      momentum=0.0,           # SGD heavy ball, PyTorch semantics (dampening 0)
-      nesterov=False,
-      weight_decay=0.0,       # sgd/adam: L2 added to the gradient; adamw: decoupled
-      b1=0.9, b2=0.999, eps=1e-8,
-      schedule="constant",    # constant | warmup_cosine (multiplies every group's lr)
-      warmup_steps=0,
-      final_lr_fraction=0.0,  # warmup_cosine: lr at the last step / peak lr
-  ))
+    """Every optimizer field, with PyTorch's defaults. Learning rates belong to the package."""
+    return ml_collections.ConfigDict(dict(
+            name="sgd",             # sgd | adam | adamw
+            momentum=0.0,           # SGD heavy ball, PyTorch semantics (dampening 0)
+            nesterov=False,
+            weight_decay=0.0,       # sgd/adam: L2 added to the gradient; adamw: decoupled
+            b1=0.9, b2=0.999, eps=1e-8,
+            schedule="constant",    # constant | warmup_cosine (multiplies every group's lr)
+            warmup_steps=0,
+            final_lr_fraction=0.0,  # warmup_cosine: lr at the last step / peak lr
+    ))
 
 
 def validate_optim(cfg: ml_collections.ConfigDict, prefix: str = "optim") -> None:
-  o = cfg[prefix]
-  config_lib.require_choice(cfg, f"{prefix}.name", OPTIMIZERS)
-  config_lib.require_choice(cfg, f"{prefix}.schedule", SCHEDULES)
-  config_lib.require_number(cfg, f"{prefix}.momentum", low=0, high=1, high_open=True)
-  config_lib.require_number(cfg, f"{prefix}.weight_decay", low=0)
-  config_lib.require_number(cfg, f"{prefix}.b1", low=0, high=1, high_open=True)
-  config_lib.require_number(cfg, f"{prefix}.b2", low=0, high=1, high_open=True)
-  config_lib.require_number(cfg, f"{prefix}.eps", low=0, low_open=True)
-  config_lib.require_number(cfg, f"{prefix}.warmup_steps", low=0, integer=True)
-  config_lib.require_number(cfg, f"{prefix}.final_lr_fraction", low=0, high=1)
-  if o.nesterov:
-    config_lib.require(o.name == "sgd" and o.momentum > 0, f"{prefix}.nesterov", o.nesterov,
-                       "False unless optim.name is 'sgd' with momentum > 0")
+    o = cfg[prefix]
+    config_lib.require_choice(cfg, f"{prefix}.name", OPTIMIZERS)
+    config_lib.require_choice(cfg, f"{prefix}.schedule", SCHEDULES)
+    config_lib.require_number(cfg, f"{prefix}.momentum", low=0, high=1, high_open=True)
+    config_lib.require_number(cfg, f"{prefix}.weight_decay", low=0)
+    config_lib.require_number(cfg, f"{prefix}.b1", low=0, high=1, high_open=True)
+    config_lib.require_number(cfg, f"{prefix}.b2", low=0, high=1, high_open=True)
+    config_lib.require_number(cfg, f"{prefix}.eps", low=0, low_open=True)
+    config_lib.require_number(cfg, f"{prefix}.warmup_steps", low=0, integer=True)
+    config_lib.require_number(cfg, f"{prefix}.final_lr_fraction", low=0, high=1)
+    if o.nesterov:
+        config_lib.require(o.name == "sgd" and o.momentum > 0, f"{prefix}.nesterov", o.nesterov,
+                                              "False unless optim.name is 'sgd' with momentum > 0")
 
 
 def direction(optim: ml_collections.ConfigDict) -> optax.GradientTransformation:
-  """The optimizer without its learning rate (updates are -lr * schedule * direction)."""
-  decay = [optax.add_decayed_weights(optim.weight_decay)] if optim.weight_decay else []
-  if optim.name == "sgd":
-    trace = [optax.trace(decay=optim.momentum, nesterov=optim.nesterov)] if optim.momentum else []
-    return optax.chain(*decay, *trace)
-  adam = optax.scale_by_adam(b1=optim.b1, b2=optim.b2, eps=optim.eps)
-  if optim.name == "adam":  # PyTorch Adam: weight decay is an L2 term in the gradient
-    return optax.chain(*decay, adam)
-  return optax.chain(adam, *decay)  # AdamW: decoupled decay, scaled by lr as in PyTorch
+    """The optimizer without its learning rate (updates are -lr * schedule * direction)."""
+    decay = [optax.add_decayed_weights(optim.weight_decay)] if optim.weight_decay else []
+    if optim.name == "sgd":
+        trace = [optax.trace(decay=optim.momentum, nesterov=optim.nesterov)] if optim.momentum else []
+        return optax.chain(*decay, *trace)
+    adam = optax.scale_by_adam(b1=optim.b1, b2=optim.b2, eps=optim.eps)
+    if optim.name == "adam":  # PyTorch Adam: weight decay is an L2 term in the gradient
+        return optax.chain(*decay, adam)
+    return optax.chain(adam, *decay)  # AdamW: decoupled decay, scaled by lr as in PyTorch
 
 
 def schedule(optim: ml_collections.ConfigDict, num_steps: int) -> optax.Schedule:
-  """Multiplier of every learning rate at a step (1 at the peak)."""
-  if optim.schedule == "constant":
-    return lambda step: jnp.ones((), jnp.float32)
-  return optax.warmup_cosine_decay_schedule(
-      init_value=0.0, peak_value=1.0, warmup_steps=optim.warmup_steps,
-      decay_steps=max(num_steps, optim.warmup_steps + 1), end_value=optim.final_lr_fraction)
+    """Multiplier of every learning rate at a step (1 at the peak)."""
+    if optim.schedule == "constant":
+        return lambda step: jnp.ones((), jnp.float32)
+    return optax.warmup_cosine_decay_schedule(
+            init_value=0.0, peak_value=1.0, warmup_steps=optim.warmup_steps,
+            decay_steps=max(num_steps, optim.warmup_steps + 1), end_value=optim.final_lr_fraction)
 
 
 # ----------------------------------------------------------------------------- runs
 
 
 class TrainState(NamedTuple):
-  params: Params
-  opt_state: optax.OptState
-  key: jax.Array
+    params: Params
+    opt_state: optax.OptState
+    key: jax.Array
 
 
 class NonFiniteLossError(FloatingPointError):
-  """A run's loss became NaN or infinite; the records up to that chunk were written."""
+    """A run's loss became NaN or infinite; the records up to that chunk were written."""
 
 
 @dataclasses.dataclass
 class RunResult:
-  """What `train` returns; every array has the run axis R first."""
-  hparams: dict[str, np.ndarray]
-  seeds: np.ndarray
-  losses: np.ndarray                   # (R, steps): batch loss at each step, before its update
-  metrics: dict[str, np.ndarray]       # (R, steps) each: the loss function's scalar metrics
-  snapshot_steps: np.ndarray           # (S,): 0, log_every, ..., num_steps
-  snapshots: dict[str, np.ndarray]     # (R, S, ...) each
-  final_params: Params                 # pytree of (R, ...) arrays
-  first_nonfinite_step: np.ndarray     # (R,): -1 where the loss stayed finite
-  compile_seconds: float
-  run_seconds: float
+    """What `train` returns; every array has the run axis R first."""
+    hparams: dict[str, np.ndarray]
+    seeds: np.ndarray
+    losses: np.ndarray                   # (R, steps): batch loss at each step, before its update
+    metrics: dict[str, np.ndarray]       # (R, steps) each: the loss function's scalar metrics
+    snapshot_steps: np.ndarray           # (S,): 0, log_every, ..., num_steps
+    snapshots: dict[str, np.ndarray]     # (R, S, ...) each
+    final_params: Params                 # pytree of (R, ...) arrays
+    first_nonfinite_step: np.ndarray     # (R,): -1 where the loss stayed finite
+    compile_seconds: float
+    run_seconds: float
 
-  @property
-  def num_runs(self) -> int:
-    return len(self.seeds)
+    @property
+    def num_runs(self) -> int:
+        return len(self.seeds)
 
 
 def train(problem: Problem, optim: ml_collections.ConfigDict, hparams: dict[str, Any],
-          seeds: Any, *, num_steps: int, log_every: int, chunk_steps: int | None = None,
-          sharding: jax.sharding.Sharding | None = None, on_nonfinite: str = "stop",
-          progress: Callable[[str], None] | None = print, workdir=None) -> RunResult:
-  """Train R runs at once (R = len(seeds)); hparams maps names to arrays of shape (R,).
+                    seeds: Any, *, num_steps: int, log_every: int, chunk_steps: int | None = None,
+                    sharding: jax.sharding.Sharding | None = None, on_nonfinite: str = "stop",
+                    progress: Callable[[str], None] | None = print, workdir=None,
+          record_tags: dict[str, Any] | None = None) -> RunResult:
+    """Train R runs at once (R = len(seeds)); hparams maps names to arrays of shape (R,).
 
-  The run's key is `jax.random.key(seed)`, split into an init key and a data key, so runs with the
-  same seed share initial weights and batches across a grid (common random numbers).
-  `log_every` is the snapshot cadence; `chunk_steps` (a multiple of it) the cadence of progress
-  output, non-finite checks and streamed records. `on_nonfinite`: "stop" raises
-  `NonFiniteLossError` naming the step (after writing the records so far to `workdir`); "mark"
-  carries on and reports the first bad step per run in the result.
-  """
-  if num_steps % log_every:
-    raise ValueError(f"num_steps = {num_steps} must be a multiple of log_every = {log_every}.")
-  if on_nonfinite not in ("stop", "mark"):
-    raise ValueError(f"on_nonfinite = {on_nonfinite!r}: must be 'stop' or 'mark'.")
-  snaps_per_chunk = _snapshots_per_chunk(num_steps // log_every, log_every, chunk_steps)
-  chunk_len = snaps_per_chunk * log_every
-  seeds = np.asarray(seeds, np.int64)
-  num_runs = len(seeds)
-  hparams = {k: np.asarray(v) for k, v in hparams.items()}
-  if sharding is not None:  # pad R to a multiple of the device count; copies are dropped below
-    pad = -num_runs % len(sharding.device_set)
-    hparams = {k: np.concatenate([v, np.repeat(v[-1:], pad)]) for k, v in hparams.items()}
-    seeds = np.concatenate([seeds, np.repeat(seeds[-1:], pad)])
-  put = (lambda x: jax.device_put(x, sharding)) if sharding is not None else (lambda x: x)
-  seeds_dev, hparams = put(jnp.asarray(seeds, jnp.uint32)), put(jax.tree.map(jnp.asarray, hparams))
+    The run's key is `jax.random.key(seed)`, split into an init key and a data key, so runs with the
+    same seed share initial weights and batches across a grid (common random numbers).
+    `log_every` is the snapshot cadence; `chunk_steps` (a multiple of it) the cadence of progress
+    output, non-finite checks and streamed records. `on_nonfinite`: "stop" raises
+    `NonFiniteLossError` naming the step (after writing the records so far to `workdir`); "mark"
+    carries on and reports the first bad step per run in the result. `record_tags` are extra
+    columns for every metrics.jsonl row (e.g. the structural sweep cell).
+    """
+    if num_steps % log_every:
+        raise ValueError(f"num_steps = {num_steps} must be a multiple of log_every = {log_every}.")
+    if on_nonfinite not in ("stop", "mark"):
+        raise ValueError(f"on_nonfinite = {on_nonfinite!r}: must be 'stop' or 'mark'.")
+    snaps_per_chunk = _snapshots_per_chunk(num_steps // log_every, log_every, chunk_steps)
+    chunk_len = snaps_per_chunk * log_every
+    seeds = np.asarray(seeds, np.int64)
+    num_runs = len(seeds)
+    hparams = {k: np.asarray(v) for k, v in hparams.items()}
+    if sharding is not None:  # pad R to a multiple of the device count; copies are dropped below
+        pad = -num_runs % len(sharding.device_set)
+        hparams = {k: np.concatenate([v, np.repeat(v[-1:], pad)]) for k, v in hparams.items()}
+        seeds = np.concatenate([seeds, np.repeat(seeds[-1:], pad)])
+    put = (lambda x: jax.device_put(x, sharding)) if sharding is not None else (lambda x: x)
+    seeds_dev, hparams = put(jnp.asarray(seeds, jnp.uint32)), put(jax.tree.map(jnp.asarray, hparams))
 
-  opt = direction(optim)
-  lr_multiplier = schedule(optim, num_steps)
+    opt = direction(optim)
+    lr_multiplier = schedule(optim, num_steps)
 
-  def init_one(seed, hp):
-    init_key, data_key = jax.random.split(jax.random.key(seed))
-    params = problem.init(init_key, hp)
-    return TrainState(params, opt.init(params), data_key)
+    def init_one(seed, hp):
+        init_key, data_key = jax.random.split(jax.random.key(seed))
+        params = problem.init(init_key, hp)
+        return TrainState(params, opt.init(params), data_key)
 
-  def step_one(state, step, hp):
-    key, batch_key = jax.random.split(state.key)
-    (loss, metrics), grads = jax.value_and_grad(problem.loss, has_aux=True)(
-        state.params, batch_key, hp)
-    updates, opt_state = opt.update(grads, state.opt_state, state.params)
-    scale = -lr_multiplier(step)
-    updates = jax.tree.map(
-        lambda lr, group: jax.tree.map(lambda u: (scale * lr * u).astype(u.dtype), group),
-        problem.learning_rates(hp), updates)
-    return TrainState(optax.apply_updates(state.params, updates), opt_state, key), (loss, metrics)
+    def step_one(state, step, hp):
+        key, batch_key = jax.random.split(state.key)
+        (loss, metrics), grads = jax.value_and_grad(problem.loss, has_aux=True)(
+                state.params, batch_key, hp)
+        updates, opt_state = opt.update(grads, state.opt_state, state.params)
+        scale = -lr_multiplier(step)
+        updates = jax.tree.map(
+                lambda lr, group: jax.tree.map(lambda u: (scale * lr * u).astype(u.dtype), group),
+                problem.learning_rates(hp), updates)
+        return TrainState(optax.apply_updates(state.params, updates), opt_state, key), (loss, metrics)
 
-  def chunk_one(state, first_step, hp):
-    def between_snapshots(state, start):
-      state, (loss, metrics) = jax.lax.scan(
-          lambda s, t: step_one(s, t, hp), state, start + jnp.arange(log_every))
-      return state, (loss, metrics, problem.snapshot(state.params, hp))
-    starts = first_step + log_every * jnp.arange(snaps_per_chunk)
-    state, (loss, metrics, snaps) = jax.lax.scan(between_snapshots, state, starts)
-    flat = lambda x: x.reshape((chunk_len,) + x.shape[2:])
-    return state, flat(loss), jax.tree.map(flat, metrics), snaps
+    def chunk_one(state, first_step, hp):
+        def between_snapshots(state, start):
+            state, (loss, metrics) = jax.lax.scan(
+                    lambda s, t: step_one(s, t, hp), state, start + jnp.arange(log_every))
+            return state, (loss, metrics, problem.snapshot(state.params, hp))
+        starts = first_step + log_every * jnp.arange(snaps_per_chunk)
+        state, (loss, metrics, snaps) = jax.lax.scan(between_snapshots, state, starts)
+        flat = lambda x: x.reshape((chunk_len,) + x.shape[2:])
+        return state, flat(loss), jax.tree.map(flat, metrics), snaps
 
-  t_start = time.perf_counter()
-  state = jax.jit(jax.vmap(init_one))(seeds_dev, hparams)
-  first_snapshot = jax.jit(jax.vmap(problem.snapshot))(state.params, hparams)
-  chunk = jax.jit(jax.vmap(chunk_one, in_axes=(0, None, 0)), donate_argnums=0)
-  chunk = chunk.lower(state, jnp.int32(0), hparams).compile()
-  compile_seconds = time.perf_counter() - t_start
+    t_start = time.perf_counter()
+    state = jax.jit(jax.vmap(init_one))(seeds_dev, hparams)
+    first_snapshot = jax.jit(jax.vmap(problem.snapshot))(state.params, hparams)
+    chunk = jax.jit(jax.vmap(chunk_one, in_axes=(0, None, 0)), donate_argnums=0)
+    chunk = chunk.lower(state, jnp.int32(0), hparams).compile()
+    compile_seconds = time.perf_counter() - t_start
 
-  losses, metrics, snaps = [], [], [jax.tree.map(lambda x: np.asarray(x)[:, None], first_snapshot)]
-  first_bad = np.full(len(seeds), -1)
-  recorder = _Recorder(workdir, hparams, seeds, log_every, num_runs) if workdir else None
-  if recorder:
-    recorder.write_rows(0, None, snaps[0])
-  t_run = time.perf_counter()
-  for first_step in range(0, num_steps, chunk_len):
-    state, loss, chunk_metrics, chunk_snaps = chunk(state, jnp.int32(first_step), hparams)
-    loss = np.asarray(loss)
-    losses.append(loss)
-    metrics.append(jax.tree.map(np.asarray, chunk_metrics))
-    snaps.append(jax.tree.map(np.asarray, chunk_snaps))
-    bad = ~np.isfinite(loss)
-    newly_bad = bad.any(axis=1) & (first_bad < 0)
-    first_bad[newly_bad] = first_step + bad[newly_bad].argmax(axis=1)
-    done = first_step + chunk_len
+    losses, metrics, snaps = [], [], [jax.tree.map(lambda x: np.asarray(x)[:, None], first_snapshot)]
+    first_bad = np.full(len(seeds), -1)
+    recorder = (_Recorder(workdir, hparams, seeds, log_every, num_runs, record_tags or {})
+                if workdir else None)
     if recorder:
-      recorder.write_rows(first_step, loss, snaps[-1])
-    if progress:
-      progress(_progress_line(done, num_steps, loss, first_bad, time.perf_counter() - t_run))
-    if on_nonfinite == "stop" and newly_bad.any():
-      run = int(np.flatnonzero(newly_bad)[0])
-      where = "" if workdir is None else f"; records up to step {done} are in {workdir.path}"
-      setting = ", ".join(f"{k}={float(v[run]):g}" for k, v in hparams.items())
-      if recorder:
-        recorder.save_partial(losses, snaps)
-      raise NonFiniteLossError(
-          f"The loss became non-finite at step {first_bad[run]} in run {run} "
-          f"(seed {seeds[run]}{', ' + setting if setting else ''}){where}.")
-  jax.block_until_ready(state)
-  run_seconds = time.perf_counter() - t_run
+        recorder.write_rows(0, None, snaps[0])
+    t_run = time.perf_counter()
+    for first_step in range(0, num_steps, chunk_len):
+        state, loss, chunk_metrics, chunk_snaps = chunk(state, jnp.int32(first_step), hparams)
+        loss = np.asarray(loss)
+        losses.append(loss)
+        metrics.append(jax.tree.map(np.asarray, chunk_metrics))
+        snaps.append(jax.tree.map(np.asarray, chunk_snaps))
+        bad = ~np.isfinite(loss)
+        newly_bad = bad.any(axis=1) & (first_bad < 0)
+        first_bad[newly_bad] = first_step + bad[newly_bad].argmax(axis=1)
+        done = first_step + chunk_len
+        if recorder:
+            recorder.write_rows(first_step, loss, snaps[-1])
+        if progress:
+            progress(_progress_line(done, num_steps, loss, first_bad, time.perf_counter() - t_run))
+        if on_nonfinite == "stop" and newly_bad.any():
+            run = int(np.flatnonzero(newly_bad)[0])
+            where = "" if workdir is None else f"; records up to step {done} are in {workdir.path}"
+            setting = ", ".join(f"{k}={float(v[run]):g}" for k, v in hparams.items())
+            if recorder:
+                recorder.save_partial(losses, snaps)
+            raise NonFiniteLossError(
+                    f"The loss became non-finite at step {first_bad[run]} in run {run} "
+                    f"(seed {seeds[run]}{', ' + setting if setting else ''}){where}.")
+    jax.block_until_ready(state)
+    run_seconds = time.perf_counter() - t_run
 
-  real = lambda x: np.asarray(x)[:num_runs]
-  return RunResult(
-      hparams={k: real(v) for k, v in hparams.items()},
-      seeds=real(seeds),
-      losses=real(np.concatenate(losses, axis=1)),
-      metrics={k: real(np.concatenate([m[k] for m in metrics], axis=1)) for k in metrics[0]},
-      snapshot_steps=np.arange(0, num_steps + 1, log_every),
-      snapshots={k: real(np.concatenate([s[k] for s in snaps], axis=1)) for k in snaps[0]},
-      final_params=jax.tree.map(real, state.params),
-      first_nonfinite_step=real(first_bad),
-      compile_seconds=compile_seconds,
-      run_seconds=run_seconds,
-  )
+    real = lambda x: np.asarray(x)[:num_runs]
+    return RunResult(
+            hparams={k: real(v) for k, v in hparams.items()},
+            seeds=real(seeds),
+            losses=real(np.concatenate(losses, axis=1)),
+            metrics={k: real(np.concatenate([m[k] for m in metrics], axis=1)) for k in metrics[0]},
+            snapshot_steps=np.arange(0, num_steps + 1, log_every),
+            snapshots={k: real(np.concatenate([s[k] for s in snaps], axis=1)) for k in snaps[0]},
+            final_params=jax.tree.map(real, state.params),
+            first_nonfinite_step=real(first_bad),
+            compile_seconds=compile_seconds,
+            run_seconds=run_seconds,
+    )
 
 
 def _snapshots_per_chunk(num_snapshots: int, log_every: int, chunk_steps: int | None) -> int:
-  """Snapshots per compiled chunk: a divisor of num_snapshots, about chunk_steps / log_every."""
-  if chunk_steps is None:  # about ten progress lines per run
-    target = max(1, round(num_snapshots / 10))
-  else:
-    if chunk_steps % log_every:
-      raise ValueError(f"chunk_steps = {chunk_steps} must be a multiple of log_every = {log_every}.")
-    target = chunk_steps // log_every
-  divisors = [d for d in range(1, num_snapshots + 1) if num_snapshots % d == 0]
-  return min(divisors, key=lambda d: (abs(d - target), d))
+    """Snapshots per compiled chunk: a divisor of num_snapshots, about chunk_steps / log_every."""
+    if chunk_steps is None:  # about ten progress lines per run
+        target = max(1, round(num_snapshots / 10))
+    else:
+        if chunk_steps % log_every:
+            raise ValueError(f"chunk_steps = {chunk_steps} must be a multiple of log_every = {log_every}.")
+        target = chunk_steps // log_every
+    divisors = [d for d in range(1, num_snapshots + 1) if num_snapshots % d == 0]
+    return min(divisors, key=lambda d: (abs(d - target), d))
 
 
 def _progress_line(done, num_steps, loss, first_bad, seconds) -> str:
-  last = loss[:, -1]
-  finite = last[np.isfinite(last)]
-  spread = (f"loss {finite.mean():.4g} (min {finite.min():.3g}, max {finite.max():.3g})"
-            if finite.size else "loss non-finite in every run")
-  bad = int((first_bad >= 0).sum())
-  return (f"step {done:>{len(str(num_steps))}}/{num_steps} | {loss.shape[0]} runs | {spread}"
-          f"{f' | {bad} runs non-finite' if bad else ''} | {seconds:.2f} s")
+    last = loss[:, -1]
+    finite = last[np.isfinite(last)]
+    spread = (f"loss {finite.mean():.4g} (min {finite.min():.3g}, max {finite.max():.3g})"
+                        if finite.size else "loss non-finite in every run")
+    bad = int((first_bad >= 0).sum())
+    return (f"step {done:>{len(str(num_steps))}}/{num_steps} | {loss.shape[0]} runs | {spread}"
+                    f"{f' | {bad} runs non-finite' if bad else ''} | {seconds:.2f} s")
 
 
 class _Recorder:
-  """Streams metrics.jsonl rows (one per run per snapshot step) while a run goes on."""
+    """Streams metrics.jsonl rows (one per run per snapshot step) while a run goes on."""
 
-  def __init__(self, workdir, hparams, seeds, log_every, num_runs):
-    self.workdir, self.log_every = workdir, log_every
-    self.hparams = {k: np.asarray(v)[:num_runs] for k, v in hparams.items()}
-    self.seeds = seeds[:num_runs]
+    def __init__(self, workdir, hparams, seeds, log_every, num_runs, tags):
+        self.workdir, self.log_every, self.tags = workdir, log_every, tags
+        self.hparams = {k: np.asarray(v)[:num_runs] for k, v in hparams.items()}
+        self.seeds = seeds[:num_runs]
 
-  def write_rows(self, first_step, loss, snaps):
-    scalars = {k: v for k, v in snaps.items() if np.ndim(v) == 2}  # (R, S)
-    num_snaps = next(iter(snaps.values())).shape[1] if snaps else (
-        1 if loss is None else loss.shape[1] // self.log_every)
-    rows = []
-    for s in range(num_snaps):
-      step = first_step + (0 if loss is None else (s + 1) * self.log_every)
-      for r, seed in enumerate(self.seeds):
-        row = {"step": int(step), "run": r, "seed": int(seed)}
-        row.update({k: float(v[r]) for k, v in self.hparams.items()})
-        if loss is not None:  # batch loss of the last step before this snapshot
-          row["loss"] = float(loss[r, (s + 1) * self.log_every - 1])
-        row.update({k: float(v[r, s]) for k, v in scalars.items()})
-        rows.append(row)
-    self.workdir.append_metrics(rows)
+    def write_rows(self, first_step, loss, snaps):
+        scalars = {k: v for k, v in snaps.items() if np.ndim(v) == 2}  # (R, S)
+        num_snaps = next(iter(snaps.values())).shape[1] if snaps else (
+                1 if loss is None else loss.shape[1] // self.log_every)
+        rows = []
+        for s in range(num_snaps):
+            step = first_step + (0 if loss is None else (s + 1) * self.log_every)
+            for r, seed in enumerate(self.seeds):
+                row = {"step": int(step), "run": r, "seed": int(seed), **self.tags}
+                row.update({k: float(v[r]) for k, v in self.hparams.items()})
+                if loss is not None:  # batch loss of the last step before this snapshot
+                    row["loss"] = float(loss[r, (s + 1) * self.log_every - 1])
+                row.update({k: float(v[r, s]) for k, v in scalars.items()})
+                rows.append(row)
+        self.workdir.append_metrics(rows)
 
-  def save_partial(self, losses, snaps):
-    self.workdir.save_arrays(
-        losses=np.concatenate(losses, axis=1),
-        **{f"snapshot_{k}": np.concatenate([s[k] for s in snaps], axis=1) for k in snaps[0]})
+    def save_partial(self, losses, snaps):
+        self.workdir.save_arrays(
+                losses=np.concatenate(losses, axis=1),
+                **{f"snapshot_{k}": np.concatenate([s[k] for s in snaps], axis=1) for k in snaps[0]})

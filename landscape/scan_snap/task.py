@@ -16,99 +16,99 @@ import numpy as np
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class SequenceClasses:
-  """K sequence classes over a vocabulary of M token ids.
+    """K sequence classes over a vocabulary of M token ids.
 
-  class_probs[n, l] = P(l | n); support[n] lists the tokens with P > 0 and support_cdf[n] their
-  cumulative probabilities (sampling is an inverse CDF over the support, notes §3.2 tip).
-  """
-  class_probs: np.ndarray     # (K, M)
-  last_token: np.ndarray      # (K,) psi(n), the query token of class n
-  next_token: np.ndarray      # (K,) the label of class n
-  seq_len: int                # L: L-1 contextual tokens + the last token; label outside
-  support: np.ndarray         # (K, S)
-  support_cdf: np.ndarray     # (K, S)
+    class_probs[n, l] = P(l | n); support[n] lists the tokens with P > 0 and support_cdf[n] their
+    cumulative probabilities (sampling is an inverse CDF over the support, notes §3.2 tip).
+    """
+    class_probs: np.ndarray     # (K, M)
+    last_token: np.ndarray      # (K,) psi(n), the query token of class n
+    next_token: np.ndarray      # (K,) the label of class n
+    seq_len: int                # L: L-1 contextual tokens + the last token; label outside
+    support: np.ndarray         # (K, S)
+    support_cdf: np.ndarray     # (K, S)
 
-  @property
-  def num_classes(self) -> int:
-    return self.class_probs.shape[0]
+    @property
+    def num_classes(self) -> int:
+        return self.class_probs.shape[0]
 
-  @property
-  def num_tokens(self) -> int:
-    return self.class_probs.shape[1]
+    @property
+    def num_tokens(self) -> int:
+        return self.class_probs.shape[1]
 
-  @property
-  def is_distinct(self) -> np.ndarray:
-    """(K, M): token l is distinct to class n (it occurs in n only)."""
-    in_support = self.class_probs > 0
-    return in_support & (in_support.sum(axis=0) == 1)
+    @property
+    def is_distinct(self) -> np.ndarray:
+        """(K, M): token l is distinct to class n (it occurs in n only)."""
+        in_support = self.class_probs > 0
+        return in_support & (in_support.sum(axis=0) == 1)
 
-  @property
-  def is_common(self) -> np.ndarray:
-    """(M,): token l occurs in several classes."""
-    return (self.class_probs > 0).sum(axis=0) > 1
+    @property
+    def is_common(self) -> np.ndarray:
+        """(M,): token l occurs in several classes."""
+        return (self.class_probs > 0).sum(axis=0) > 1
 
-  def sample(self, key: jax.Array, batch_size: int):
-    """(context_BT int32 with T = L-1, query_B, label_B, class_B); classes uniform."""
-    class_key, token_key = jax.random.split(key)
-    class_B = jax.random.randint(class_key, (batch_size,), 0, self.num_classes)
-    u_BT = jax.random.uniform(token_key, (batch_size, self.seq_len - 1))
-    cdf_BS = jnp.asarray(self.support_cdf)[class_B]
-    slot_BT = (u_BT[:, :, None] >= cdf_BS[:, None, :-1]).sum(-1)  # S is small: compare all
-    context_BT = jnp.take_along_axis(jnp.asarray(self.support)[class_B], slot_BT, axis=1)
-    return (context_BT.astype(jnp.int32), jnp.asarray(self.last_token)[class_B],
-            jnp.asarray(self.next_token)[class_B], class_B)
+    def sample(self, key: jax.Array, batch_size: int):
+        """(context_BT int32 with T = L-1, query_B, label_B, class_B); classes uniform."""
+        class_key, token_key = jax.random.split(key)
+        class_B = jax.random.randint(class_key, (batch_size,), 0, self.num_classes)
+        u_BT = jax.random.uniform(token_key, (batch_size, self.seq_len - 1))
+        cdf_BS = jnp.asarray(self.support_cdf)[class_B]
+        slot_BT = (u_BT[:, :, None] >= cdf_BS[:, None, :-1]).sum(-1)  # S is small: compare all
+        context_BT = jnp.take_along_axis(jnp.asarray(self.support)[class_B], slot_BT, axis=1)
+        return (context_BT.astype(jnp.int32), jnp.asarray(self.last_token)[class_B],
+                        jnp.asarray(self.next_token)[class_B], class_B)
 
 
 def sequence_classes(*, num_last: int, num_next_per_last: int, num_common: int,
-                     num_common_per_last: int, num_distinct_per_next: int,
-                     common_unnormalized_prob: float, distinct_unnormalized_min: float,
-                     distinct_unnormalized_max: float, seq_len: int) -> SequenceClasses:
-  """The authors' Dataset2 (notes §2.2); Syn-Small is num_last=2, num_next_per_last=1 (M = 34)."""
-  K = num_last * num_next_per_last
-  local_offset = num_common
-  distinct_offset = local_offset + num_last * num_common_per_last
-  last_offset = distinct_offset + K * num_distinct_per_next
-  next_offset = last_offset + num_last
-  M = next_offset + K
-  distinct_weights = np.linspace(distinct_unnormalized_min, distinct_unnormalized_max,
-                                 num_distinct_per_next)
-  probs = np.zeros((K, M))
-  supports = []
-  for n in range(K):
-    m = n // num_next_per_last
-    common = list(range(num_common))
-    local = list(range(local_offset + m * num_common_per_last,
-                       local_offset + (m + 1) * num_common_per_last))
-    distinct = list(range(distinct_offset + n * num_distinct_per_next,
-                          distinct_offset + (n + 1) * num_distinct_per_next))
-    probs[n, common + local] = common_unnormalized_prob
-    probs[n, distinct] = distinct_weights
-    supports.append(common + local + distinct)
-  probs /= probs.sum(axis=1, keepdims=True)
-  support = np.asarray(supports)
-  cdf = np.cumsum(np.take_along_axis(probs, support, axis=1), axis=1)
-  cdf[:, -1] = 1.0
-  return SequenceClasses(
-      class_probs=probs,
-      last_token=last_offset + np.arange(K) // num_next_per_last,
-      next_token=next_offset + np.arange(K),
-      seq_len=seq_len, support=support, support_cdf=cdf)
+                                          num_common_per_last: int, num_distinct_per_next: int,
+                                          common_unnormalized_prob: float, distinct_unnormalized_min: float,
+                                          distinct_unnormalized_max: float, seq_len: int) -> SequenceClasses:
+    """The authors' Dataset2 (notes §2.2); Syn-Small is num_last=2, num_next_per_last=1 (M = 34)."""
+    K = num_last * num_next_per_last
+    local_offset = num_common
+    distinct_offset = local_offset + num_last * num_common_per_last
+    last_offset = distinct_offset + K * num_distinct_per_next
+    next_offset = last_offset + num_last
+    M = next_offset + K
+    distinct_weights = np.linspace(distinct_unnormalized_min, distinct_unnormalized_max,
+                                                                  num_distinct_per_next)
+    probs = np.zeros((K, M))
+    supports = []
+    for n in range(K):
+        m = n // num_next_per_last
+        common = list(range(num_common))
+        local = list(range(local_offset + m * num_common_per_last,
+                                              local_offset + (m + 1) * num_common_per_last))
+        distinct = list(range(distinct_offset + n * num_distinct_per_next,
+                                                    distinct_offset + (n + 1) * num_distinct_per_next))
+        probs[n, common + local] = common_unnormalized_prob
+        probs[n, distinct] = distinct_weights
+        supports.append(common + local + distinct)
+    probs /= probs.sum(axis=1, keepdims=True)
+    support = np.asarray(supports)
+    cdf = np.cumsum(np.take_along_axis(probs, support, axis=1), axis=1)
+    cdf[:, -1] = 1.0
+    return SequenceClasses(
+            class_probs=probs,
+            last_token=last_offset + np.arange(K) // num_next_per_last,
+            next_token=next_offset + np.arange(K),
+            seq_len=seq_len, support=support, support_cdf=cdf)
 
 
 def attention_weights(Z: jax.Array, task: SequenceClasses) -> jax.Array:
-  """c_n (K, M), Eq. (5): the long-sequence attention of class n from row psi(n) of Z.
+    """c_n (K, M), Eq. (5): the long-sequence attention of class n from row psi(n) of Z.
 
-  c_{l|n} = P(l|n) exp(z_{psi(n) l}) / sum_l' P(l'|n) exp(z_{psi(n) l'}). This is what Figs. 4-6 plot.
-  """
-  probs = jnp.asarray(task.class_probs, Z.dtype)
-  logits = jnp.where(probs > 0, jnp.log(jnp.where(probs > 0, probs, 1.0)) + Z[task.last_token],
-                     -jnp.inf)
-  return jax.nn.softmax(logits, axis=-1)
+    c_{l|n} = P(l|n) exp(z_{psi(n) l}) / sum_l' P(l'|n) exp(z_{psi(n) l'}). This is what Figs. 4-6 plot.
+    """
+    probs = jnp.asarray(task.class_probs, Z.dtype)
+    logits = jnp.where(probs > 0, jnp.log(jnp.where(probs > 0, probs, 1.0)) + Z[task.last_token],
+                                          -jnp.inf)
+    return jax.nn.softmax(logits, axis=-1)
 
 
 def distinct_entropy(c_KM: jax.Array, task: SequenceClasses) -> jax.Array:
-  """(K,) entropy in nats of c_n restricted to n's distinct tokens and renormalised (notes §5.6)."""
-  mask = jnp.asarray(task.is_distinct)
-  mass = jnp.where(mask, c_KM, 0.0)
-  p = mass / mass.sum(axis=-1, keepdims=True)
-  return -jnp.sum(jnp.where(mask & (p > 0), p * jnp.log(jnp.where(p > 0, p, 1.0)), 0.0), axis=-1)
+    """(K,) entropy in nats of c_n restricted to n's distinct tokens and renormalised (notes §5.6)."""
+    mask = jnp.asarray(task.is_distinct)
+    mass = jnp.where(mask, c_KM, 0.0)
+    p = mass / mass.sum(axis=-1, keepdims=True)
+    return -jnp.sum(jnp.where(mask & (p > 0), p * jnp.log(jnp.where(p > 0, p, 1.0)), 0.0), axis=-1)

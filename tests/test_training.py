@@ -1,0 +1,155 @@
+"""The shared training engine: optimizer semantics, vmapped runs, chunking, non-finite losses."""
+
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from landscape import records, training
+
+
+def quadratic_problem(dim=3):
+    """loss = 0.5 |A w - b|^2 + noise-free; two parameter groups 'u' and 'v'; batch = a key-dependent b."""
+    A = jnp.asarray(np.random.default_rng(0).normal(size=(dim, 2 * dim)))
+
+    def loss(params, key, hp):
+        b = jax.random.normal(key, (dim,), A.dtype)
+        w = jnp.concatenate([params["u"], params["v"]])
+        return 0.5 * jnp.sum((A @ w - b) ** 2), {"w_norm": jnp.linalg.norm(w)}
+
+    return training.Problem(
+        init=lambda key, hp: {"u": jax.random.normal(key, (dim,), jnp.float64),
+                              "v": jnp.ones((dim,), jnp.float64)},
+        loss=loss,
+        learning_rates=lambda hp: {"u": hp["lr"], "v": hp["lr"] * hp["ratio"]},
+        snapshot=lambda params, hp: {"u": params["u"], "u0": params["u"][0]}), A
+
+
+def optim(**kw):
+    cfg = training.default_optim_config()
+    cfg.update(kw)
+    return cfg
+
+
+def reference_run(problem, make_tx, lr_u, lr_v, seed, num_steps):
+    """The same run written out step by step with a plain optax optimizer per group."""
+    init_key, key = jax.random.split(jax.random.key(seed))
+    params = problem.init(init_key, None)
+    txs = {"u": make_tx(lr_u), "v": make_tx(lr_v)}
+    states = {k: txs[k].init(params[k]) for k in params}
+    losses = []
+    for _ in range(num_steps):
+        key, batch_key = jax.random.split(key)
+        (loss, _), grads = jax.value_and_grad(problem.loss, has_aux=True)(params, batch_key, None)
+        losses.append(float(loss))
+        for k in params:
+            updates, states[k] = txs[k].update(grads[k], states[k], params[k])
+            params[k] = optax.apply_updates(params[k], updates)
+    return np.asarray(losses), params
+
+
+@pytest.mark.parametrize("name, make_tx, cfg", [
+    ("sgd", lambda lr: optax.sgd(lr), optim(name="sgd")),
+    ("momentum", lambda lr: optax.sgd(lr, momentum=0.9), optim(name="sgd", momentum=0.9)),
+    ("nesterov", lambda lr: optax.sgd(lr, momentum=0.9, nesterov=True),
+     optim(name="sgd", momentum=0.9, nesterov=True)),
+    ("adam", lambda lr: optax.adam(lr), optim(name="adam")),
+    ("adamw", lambda lr: optax.adamw(lr, weight_decay=0.1), optim(name="adamw", weight_decay=0.1)),
+])
+def test_optimizers_match_optax_per_group(name, make_tx, cfg):
+    problem, _ = quadratic_problem()
+    result = training.train(problem, cfg, {"lr": [0.01], "ratio": [3.0]}, [5], num_steps=12,
+                            log_every=3, progress=None)
+    losses, params = reference_run(problem, make_tx, 0.01, 0.03, 5, 12)
+    np.testing.assert_allclose(result.losses[0], losses, rtol=1e-12)
+    for k in params:
+        np.testing.assert_allclose(result.final_params[k][0], params[k], rtol=1e-12)
+
+
+def test_sgd_momentum_is_pytorch_heavy_ball():
+    """PyTorch: v <- mu v + g; p <- p - lr v (first step v = g), with L2 weight decay in g."""
+    problem, _ = quadratic_problem()
+    lr, mu, wd = 0.02, 0.9, 0.01
+    result = training.train(problem, optim(name="sgd", momentum=mu, weight_decay=wd),
+                            {"lr": [lr], "ratio": [1.0]}, [1], num_steps=5, log_every=5,
+                            progress=None)
+    init_key, key = jax.random.split(jax.random.key(1))
+    p = problem.init(init_key, None)
+    v = jax.tree.map(jnp.zeros_like, p)
+    for _ in range(5):
+        key, batch_key = jax.random.split(key)
+        g = jax.grad(lambda q: problem.loss(q, batch_key, None)[0])(p)
+        g = jax.tree.map(lambda gi, pi: gi + wd * pi, g, p)
+        v = jax.tree.map(lambda vi, gi: mu * vi + gi, v, g)
+        p = jax.tree.map(lambda pi, vi: pi - lr * vi, p, v)
+    np.testing.assert_allclose(result.final_params["u"][0], p["u"], rtol=1e-12)
+
+
+def test_warmup_cosine_schedule_multiplier():
+    cfg = optim(schedule="warmup_cosine", warmup_steps=10, final_lr_fraction=0.1)
+    s = training.schedule(cfg, 110)
+    assert float(s(0)) == 0.0
+    assert float(s(5)) == pytest.approx(0.5)
+    assert float(s(10)) == pytest.approx(1.0)
+    assert float(s(60)) == pytest.approx(0.55)          # half-way down the cosine: (1 + 0.1) / 2
+    assert float(s(110)) == pytest.approx(0.1)
+
+
+def test_vmapped_runs_equal_single_runs_and_chunking_does_not_matter():
+    problem, _ = quadratic_problem()
+    hp = {"lr": [0.01, 0.02, 0.05], "ratio": [1.0, 2.0, 0.5]}
+    together = training.train(problem, optim(momentum=0.9), hp, [0, 1, 2], num_steps=20,
+                              log_every=2, chunk_steps=4, progress=None)
+    for r in range(3):
+        alone = training.train(problem, optim(momentum=0.9),
+                               {k: [v[r]] for k, v in hp.items()}, [r], num_steps=20,
+                               log_every=2, chunk_steps=20, progress=None)
+        np.testing.assert_allclose(together.losses[r], alone.losses[0], rtol=1e-12)
+        np.testing.assert_allclose(together.snapshots["u"][r], alone.snapshots["u"][0], rtol=1e-12)
+    assert together.snapshots["u"].shape == (3, 11, 3)
+    np.testing.assert_array_equal(together.snapshot_steps, np.arange(0, 21, 2))
+    assert together.metrics["w_norm"].shape == (3, 20)
+
+
+def test_same_seed_same_numbers_and_common_random_numbers_across_grid():
+    problem, _ = quadratic_problem()
+    run = lambda: training.train(problem, optim(), {"lr": [0.01, 0.03], "ratio": [1.0, 1.0]},
+                                 [7, 7], num_steps=6, log_every=2, progress=None)
+    a, b = run(), run()
+    np.testing.assert_array_equal(a.losses, b.losses)
+    assert a.losses[0, 0] == a.losses[1, 0]  # same seed: same init and first batch at any lr
+    assert a.losses[0, -1] != a.losses[1, -1]
+
+
+def test_nonfinite_loss_stops_names_the_step_and_keeps_records(tmp_path):
+    problem, _ = quadratic_problem()
+    workdir = records.Workdir(tmp_path)
+    hp = {"lr": [0.01, 50.0], "ratio": [1.0, 1.0]}  # lr 50 diverges
+    with pytest.raises(training.NonFiniteLossError, match=r"non-finite at step \d+ in run 1"):
+        training.train(problem, optim(), hp, [0, 1], num_steps=400, log_every=10, chunk_steps=10,
+                       progress=None, workdir=workdir)
+    rows = [json.loads(line) for line in open(tmp_path / "metrics.jsonl")]
+    assert rows[0]["step"] == 0 and rows[-1]["step"] >= 10
+    assert {r["run"] for r in rows} == {0, 1} and rows[-1]["lr"] in (0.01, 50.0)
+    saved = np.load(tmp_path / "arrays.npz")
+    assert saved["losses"].shape[0] == 2 and not np.isfinite(saved["losses"][1]).all()
+
+
+def test_nonfinite_mark_mode_reports_first_bad_step():
+    problem, _ = quadratic_problem()
+    result = training.train(problem, optim(), {"lr": [0.01, 50.0], "ratio": [1.0, 1.0]}, [0, 1],
+                            num_steps=400, log_every=10, progress=None, on_nonfinite="mark")
+    assert result.first_nonfinite_step[0] == -1
+    bad = result.first_nonfinite_step[1]
+    assert bad > 0 and np.isfinite(result.losses[1, :bad]).all()
+    assert not np.isfinite(result.losses[1, bad])
+
+
+def test_bad_arguments_are_named():
+    problem, _ = quadratic_problem()
+    with pytest.raises(ValueError, match="multiple of log_every"):
+        training.train(problem, optim(), {"lr": [0.1], "ratio": [1.0]}, [0], num_steps=10,
+                       log_every=3, progress=None)
