@@ -89,7 +89,7 @@ def direction(optim: ml_collections.ConfigDict) -> optax.GradientTransformation:
     decay = [optax.add_decayed_weights(optim.weight_decay)] if optim.weight_decay else []
     if optim.name == "sgd":
         trace = [optax.trace(decay=optim.momentum, nesterov=optim.nesterov)] if optim.momentum else []
-        return optax.chain(*decay, *trace)
+        return optax.chain(*decay, *trace) if decay or trace else optax.identity()
     adam = optax.scale_by_adam(b1=optim.b1, b2=optim.b2, eps=optim.eps)
     if optim.name == "adam":  # PyTorch Adam: weight decay is an L2 term in the gradient
         return optax.chain(*decay, adam)
@@ -197,10 +197,15 @@ def train(problem: Problem, optim: ml_collections.ConfigDict, hparams: dict[str,
         flat = lambda x: x.reshape((chunk_len,) + x.shape[2:])
         return state, flat(loss), jax.tree.map(flat, metrics), snaps
 
+    # Every input and output has the run axis first: pin it to the sharding (if any) so the
+    # compiled chunk keeps runs spread over devices from one call to the next.
+    pinned = {} if sharding is None else dict(out_shardings=sharding)
     t_start = time.perf_counter()
-    state = jax.jit(jax.vmap(init_one))(seeds_dev, hparams)
-    first_snapshot = jax.jit(jax.vmap(problem.snapshot))(state.params, hparams)
-    chunk = jax.jit(jax.vmap(chunk_one, in_axes=(0, None, 0)), donate_argnums=0)
+    state = jax.jit(jax.vmap(init_one), **pinned)(seeds_dev, hparams)
+    first_snapshot = jax.jit(jax.vmap(problem.snapshot), **pinned)(state.params, hparams)
+    if sharding is not None:
+        pinned["in_shardings"] = (sharding, None, sharding)
+    chunk = jax.jit(jax.vmap(chunk_one, in_axes=(0, None, 0)), donate_argnums=0, **pinned)
     chunk = chunk.lower(state, jnp.int32(0), hparams).compile()
     compile_seconds = time.perf_counter() - t_start
 
