@@ -5,9 +5,12 @@
     python -m experiments.scan_snap --config=configs/syn_small.py --config.optim.lr_z=0.5
 """
 
+import logging
+
 from absl import app, flags
 from ml_collections import config_flags
 
+from landscape import config as config_lib
 from landscape import records
 from landscape.scan_snap import experiment
 
@@ -18,8 +21,12 @@ flags.mark_flags_as_required(["config"])
 
 def main(argv):
     del argv
+    logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)  # no "no TPU" notice
     cfg = _CONFIG.value
-    experiment.validate(cfg)  # before anything compiles or any folder is made
+    try:
+        experiment.validate(cfg)  # before anything compiles or any folder is made
+    except config_lib.ConfigError as error:
+        raise app.UsageError(str(error)) from None
     workdir = records.Workdir(_WORKDIR.value) if _WORKDIR.value else records.Workdir.new(cfg.name)
     experiment.run(cfg, workdir)
 

@@ -73,6 +73,7 @@ class Workdir:
                 "total": len(claims),
                 **extra,
         }
+        summary = _jsonable(summary)
         self._write_json("summary.json", summary)
         return summary
 

@@ -1,0 +1,120 @@
+"""Scan & Snap experiments end to end: notes §7.4 acceptance, Figs. 5, 6 structure, theory figures."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from configs import scan_snap_theory, syn_medium, syn_small
+from landscape import config as config_lib
+from landscape import records
+from landscape.scan_snap import experiment
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def run(cfg, tmp_path):
+    summary = experiment.run(cfg, records.Workdir(tmp_path), progress=None)
+    failed = [c for c in summary["claims"] if c["verdict"] != "reproduced"]
+    return summary, failed
+
+
+def test_syn_small_acceptance_over_ten_seeds(tmp_path):
+    """notes §7.4: every acceptance check, Fig. 4 left and right, seeds 2..11 (seed-robust)."""
+    cfg = syn_small.get_config()
+    cfg.num_seeds = 10
+    summary, failed = run(cfg, tmp_path)
+    assert not failed, failed
+    assert summary["total"] == 9      # every check of §7.4 and T12 was made
+    measured = {c["claim"][:12]: c["measured"] for c in summary["claims"]}
+    entropy = measured["eta_Y = 10: "]
+    assert 1.90 < entropy["eta_Y=1"] < 1.97 and 2.05 < entropy["eta_Y=10"] < 2.12  # notes 1.93, 2.08
+
+    rows = [json.loads(line) for line in open(tmp_path / "metrics.jsonl")]
+    assert len(rows) == 20 * 51                         # 20 runs x snapshots at 0, 2, ..., 100
+    assert {"step", "run", "seed", "optim.lr_z", "optim.lr_y_over_lr_z", "loss",
+            "distinct_entropy", "population_loss"} <= set(rows[-1])
+    arrays = np.load(tmp_path / "arrays.npz")
+    assert arrays["losses"].shape == (20, 100)
+    assert arrays["snapshot_attention"].shape == (20, 51, 2, 34)
+    assert (tmp_path / "figures" / "attention.png").stat().st_size > 10_000
+    assert json.load(open(tmp_path / "config.json"))["data"]["seq_len"] == 128
+
+
+def test_fig5_adam_steers_attention(tmp_path):
+    """notes §5.5: at Adam lr 0.5 the argmax distinct token is 14-16, not the top one."""
+    cfg = syn_small.get_config("fig5_adam")
+    cfg.num_seeds = 3
+    summary, failed = run(cfg, tmp_path)
+    assert not failed and summary["total"] == 3, failed
+
+
+def test_fig6_structure_on_the_ci_grid(tmp_path):
+    """notes §7.3 CI grid: K in {2, 6}, eta_Z in {0.5, 3}, ratio in {1, 2, 10}, 3 seeds."""
+    summary, failed = run(syn_medium.get_config("quick"), tmp_path)
+    assert not failed, failed
+    assert summary["total"] == 3 and summary["timing"]["runs"] == 2 * 2 * 3 * 3
+    assert (tmp_path / "figures" / "entropy_vs_ratio.png").exists()
+
+
+@pytest.mark.slow
+def test_fig6_structure_on_the_paper_grid(tmp_path):
+    """The full 640-run sweep (about 35 s on 2 cores): all of Fig. 6's structure."""
+    summary, failed = run(syn_medium.get_config(), tmp_path)
+    assert not failed and summary["total"] == 7, failed
+
+
+def test_theory_figures(tmp_path):
+    summary, failed = run(scan_snap_theory.get_config(), tmp_path)
+    assert not failed and summary["total"] == 4, failed
+    for name in ("fig3_growth_factor", "fig8_h_star_vs_h", "fig9_B_fixed_ratio"):
+        assert (tmp_path / "figures" / f"{name}.png").exists()
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("optim.lr_z", -1.0, r"config.optim.lr_z = -1.0: must be a number > 0"),
+    ("train.batch_size", 0, r"config.train.batch_size = 0: must be an integer >= 1"),
+    ("data.num_distinct_per_next", 0, r"config.data.num_distinct_per_next = 0: must be an integer >= 1"),
+    ("optim.momentum", 1.0, r"config.optim.momentum = 1.0: must be a number in \[0, 1\)"),
+    ("train.log_every", 3, r"config.train.log_every = 3: must be a divisor of train.num_steps = 100"),
+    ("model.init", "normal", r"config.model.init = 'normal': must be one of 'zeros', 'uniform'"),
+    ("data.seq_len", 1, r"config.data.seq_len = 1: must be an integer >= 2"),
+])
+def test_bad_configs_get_one_clear_sentence(field, value, message):
+    cfg = syn_small.get_config()
+    group, name = field.split(".")
+    cfg[group][name] = value
+    with pytest.raises(config_lib.ConfigError, match=message):
+        experiment.validate(cfg)
+
+
+def test_unknown_fields_and_bad_sweeps():
+    cfg = syn_small.get_config()
+    cfg.optim.lr_y = 3.0
+    with pytest.raises(config_lib.ConfigError, match=r"config.optim.lr_y is not a known field. "
+                                                     r"Did you mean config.optim.lr_z\?"):
+        experiment.validate(cfg)
+    cfg = syn_small.get_config()
+    cfg.sweep = {"optim": {"lr_z": [1.0, -2.0]}}
+    with pytest.raises(config_lib.ConfigError, match=r"sweep.optim.lr_z = -2.0: must be a number > 0"):
+        experiment.validate(cfg)
+    cfg.sweep = {"optim": {"momentum": [0.0, 0.9]}}
+    with pytest.raises(config_lib.ConfigError, match=r"must be a sweepable field: one of"):
+        experiment.validate(cfg)
+    cfg.sweep = {"optim": {"lr_z": []}}
+    with pytest.raises(config_lib.ConfigError, match=r"must be a non-empty list"):
+        experiment.validate(cfg)
+
+
+def test_cli_runs_and_rejects_bad_overrides(tmp_path):
+    cli = [sys.executable, "-m", "experiments.scan_snap", "--config=configs/syn_small.py:fig4_left"]
+    ok = subprocess.run(cli + [f"--workdir={tmp_path}"], cwd=ROOT, capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stderr
+    assert "claims reproduced" in ok.stdout and (tmp_path / "summary.json").exists()
+    bad = subprocess.run(cli + ["--config.optim.lr_z=-0.5", f"--workdir={tmp_path}/bad"], cwd=ROOT,
+                         capture_output=True, text=True)
+    assert bad.returncode != 0 and "config.optim.lr_z = -0.5: must be a number > 0" in bad.stderr
+    assert not (tmp_path / "bad").exists()
