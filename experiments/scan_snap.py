@@ -11,7 +11,7 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from landscape import config as config_lib
-from landscape import records
+from landscape import records, training
 from landscape.scan_snap import experiment
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file (configs/*.py[:variant]).")
@@ -28,7 +28,10 @@ def main(argv):
     except config_lib.ConfigError as error:
         raise app.UsageError(str(error)) from None
     workdir = records.Workdir(_WORKDIR.value) if _WORKDIR.value else records.Workdir.new(cfg.name)
-    experiment.run(cfg, workdir)
+    try:
+        experiment.run(cfg, workdir)
+    except training.NonFiniteLossError as error:
+        raise SystemExit(f"Stopped: {error}") from None
 
 
 if __name__ == "__main__":

@@ -1,0 +1,117 @@
+"""Times the hot paths and writes JSON: python -m experiments.benchmark [--only=scan_snap] [--out=f].
+
+Scan & Snap (issue targets on 2 CPU cores, against the authors' PyTorch code):
+  syn_small_single_run   100 steps, batch 128, L = 128, one run: run time after compilation
+                         (target <= 0.3 s; PyTorch 3.5 s)
+  seeds_vmap             10 seeds as one vmapped program vs 10 single runs
+  syn_medium_sweep       the 640-run Fig. 6 grid, one compiled program per K, wall time with
+                         compilation (target <= 60 s; PyTorch ~25 min), against the same runs one by
+                         one (measured on `--one_by_one` runs per K and extrapolated to 160)
+"""
+
+import json
+import os
+import pathlib
+import platform
+import time
+
+import jax
+import numpy as np
+from absl import app, flags
+
+from configs import syn_medium, syn_small
+from landscape import training
+from landscape.scan_snap import experiment
+
+_OUT = flags.DEFINE_string("out", None, "JSON output (default runs/benchmark/<time>.json).")
+_ONLY = flags.DEFINE_list("only", ["scan_snap"], "Which benchmarks to run.")
+_ONE_BY_ONE = flags.DEFINE_integer("one_by_one", 4, "Single runs per K timed for the comparison.")
+_REPEATS = flags.DEFINE_integer("repeats", 3, "Timed repeats (the best is reported).")
+
+
+def _train(cfg, seeds, lr_z=None, ratio=None, chunk_steps=None):
+    """Train cfg's problem for the given seeds (and optional per-run learning rates)."""
+    task = experiment.make_task(cfg)
+    R = len(seeds)
+    hparams = {"optim.lr_z": np.full(R, cfg.optim.lr_z if lr_z is None else lr_z, np.float32),
+               "optim.lr_y_over_lr_z": np.full(R, cfg.optim.lr_y_over_lr_z if ratio is None
+                                               else ratio, np.float32)}
+    return training.train(experiment.make_problem(cfg, task), cfg.optim, hparams, seeds,
+                          num_steps=cfg.train.num_steps, log_every=cfg.train.log_every,
+                          chunk_steps=chunk_steps or cfg.train.num_steps, progress=None)
+
+
+def _best_run_seconds(fn, repeats):
+    """Best run time over repeats; each call compiles first (not counted) and runs."""
+    results = [fn() for _ in range(repeats)]
+    return min(r.run_seconds for r in results), results[0].compile_seconds
+
+
+def bench_scan_snap(repeats, one_by_one):
+    out = {}
+    cfg = syn_small.get_config("fig4_left")
+    single, compile_s = _best_run_seconds(lambda: _train(cfg, [2]), repeats)
+    out["syn_small_single_run"] = dict(
+        run_seconds=single, ms_per_step=1e3 * single / cfg.train.num_steps,
+        compile_seconds=compile_s, target_seconds=0.3, pytorch_seconds=3.5,
+        note="100 steps with c_n snapshots every 2 steps, one compiled chunk")
+
+    ten, _ = _best_run_seconds(lambda: _train(cfg, list(range(10))), repeats)
+    out["seeds_vmap"] = dict(
+        ten_seeds_vmapped_seconds=ten, ten_single_runs_seconds=10 * single,
+        speedup=10 * single / ten,
+        note="ratio of 10 single runs to one vmapped program of 10 seeds (run time only)")
+
+    medium = syn_medium.get_config()
+    t0 = time.perf_counter()
+    per_k = {}
+    for fields in experiment.structural_cells(medium):
+        _, _, result = experiment.train_group(medium, fields, progress=None)
+        per_k[fields["data.num_last"]] = dict(compile_seconds=result.compile_seconds,
+                                              run_seconds=result.run_seconds,
+                                              runs=result.num_runs)
+    sweep_wall = time.perf_counter() - t0
+
+    one_by_one_total = 0.0
+    for num_last, info in per_k.items():
+        cell = experiment.with_fields(medium, {"data.num_last": num_last})
+        # Single runs over the grid; only their run time counts (a loop over one cached
+        # executable would pay one compilation per K, added once below).
+        singles = [_train(cell, [1 + i], lr_z=[0.5, 1.0, 2.0, 3.0][i % 4],
+                          ratio=[1.0, 2.0, 5.0, 10.0][i // 4 % 4]) for i in range(one_by_one)]
+        info["single_run_seconds"] = float(np.median([r.run_seconds for r in singles]))
+        info["one_by_one_estimate_seconds"] = (singles[0].compile_seconds +
+                                               info["runs"] * info["single_run_seconds"])
+        one_by_one_total += info["one_by_one_estimate_seconds"]
+    out["syn_medium_sweep"] = dict(
+        wall_seconds_with_compilation=sweep_wall, runs=sum(v["runs"] for v in per_k.values()),
+        programs=len(per_k), per_num_last=per_k, target_seconds=60, pytorch_seconds=25 * 60,
+        one_by_one_estimate_seconds=one_by_one_total,
+        speedup_vs_one_by_one=one_by_one_total / sweep_wall,
+        note="one-by-one = one compile per K + 160 x the median single-run time "
+             f"(measured on {one_by_one} runs per K)")
+    return out
+
+
+BENCHMARKS = {"scan_snap": bench_scan_snap}
+
+
+def main(argv):
+    del argv
+    report = {"device": str(jax.devices()[0]), "num_devices": jax.device_count(),
+              "cpu_count": os.cpu_count(), "jax": jax.__version__,
+              "python": platform.python_version()}
+    for name in _ONLY.value:
+        if name not in BENCHMARKS:
+            raise app.UsageError(f"--only={name}: must be one of {', '.join(BENCHMARKS)}.")
+        report[name] = BENCHMARKS[name](_REPEATS.value, _ONE_BY_ONE.value)
+    text = json.dumps(report, indent=2)
+    print(text)
+    out = pathlib.Path(_OUT.value or f"runs/benchmark/{time.strftime('%Y%m%d-%H%M%S')}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text + "\n")
+    print(f"written to {out}")
+
+
+if __name__ == "__main__":
+    app.run(main)
