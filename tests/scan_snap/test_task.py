@@ -62,3 +62,11 @@ def test_distinct_entropy_at_zero_is_the_notes_reference():
     np.testing.assert_allclose(h, 2.1513, atol=5e-5)
     one_hot = jnp.zeros((6, 79)).at[:, t.support[:, -1]].set(1.0)   # all mass on one token
     np.testing.assert_allclose(task_lib.distinct_entropy(one_hot, t), 0.0, atol=1e-12)
+
+
+def test_theory_c_n_agrees_with_the_jax_attention_weights():
+    from landscape.scan_snap import theory
+    t = syn_medium(3)
+    Z = np.random.default_rng(1).normal(size=(79, 79))
+    np.testing.assert_allclose(theory.c_n(Z, t.class_probs, t.last_token),
+                               task_lib.attention_weights(jnp.asarray(Z), t), rtol=1e-12)
