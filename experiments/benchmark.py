@@ -20,6 +20,7 @@ import numpy as np
 from absl import app, flags
 
 from configs import syn_medium, syn_small
+from landscape import config as config_lib
 from landscape import training
 from landscape.scan_snap import experiment
 
@@ -74,7 +75,7 @@ def bench_scan_snap(repeats, one_by_one):
 
     one_by_one_total = 0.0
     for num_last, info in per_k.items():
-        cell = experiment.with_fields(medium, {"data.num_last": num_last})
+        cell = config_lib.with_fields(medium, {"data.num_last": num_last})
         # Single runs over the grid; only their run time counts (a loop over one cached
         # executable would pay one compilation per K, added once below).
         singles = [_train(cell, [1 + i], lr_z=[0.5, 1.0, 2.0, 3.0][i % 4],

@@ -8,6 +8,7 @@ fields whose value is outside the allowed range, naming the field and the range.
 from __future__ import annotations
 
 import difflib
+import itertools
 import math
 from typing import Any, Callable, Iterable, Sequence
 
@@ -105,3 +106,27 @@ def _describe_interval(low, high, low_open, high_open, integer) -> str:
     if high is not None:
         return f"{kind} {'<' if high_open else '<='} {high}"
     return f"a finite {kind[2:] if integer else 'number'}"
+
+
+def with_fields(cfg: ml_collections.ConfigDict, fields: dict[str, Any]) -> ml_collections.ConfigDict:
+    """A copy of cfg with dotted fields replaced, e.g. {"data.num_last": 3}."""
+    cfg = ml_collections.ConfigDict(cfg.to_dict())
+    for path, value in fields.items():
+        group, _, name = path.rpartition(".")
+        (get(cfg, group) if group else cfg)[name] = value
+    return cfg
+
+
+def structural_cells(cfg: ml_collections.ConfigDict, traced: Sequence[str]) -> list[dict[str, Any]]:
+    """The programs a config needs: its `variants` (a list of nested override dicts, if any) times
+    the product of its sweep's axes that are not `traced` (those change shapes or code, so each
+    value compiles its own program). Each cell is a {dotted field: value} dict."""
+    axes = {k: list(v) for k, v in flatten(cfg.get("sweep", {})).items() if k not in traced}
+    variants = [flatten(v) for v in cfg.get("variants", None) or [{}]]
+    return [dict(variant, **dict(zip(axes, values)))
+            for variant in variants for values in itertools.product(*axes.values())]
+
+
+def traced_axes(cfg: ml_collections.ConfigDict, traced: Sequence[str]) -> dict[str, list]:
+    """The sweep's axes over traced numbers: vmapped within one program."""
+    return {k: list(v) for k, v in flatten(cfg.get("sweep", {})).items() if k in traced}

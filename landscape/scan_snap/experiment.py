@@ -8,7 +8,6 @@ per value.
 
 from __future__ import annotations
 
-import itertools
 import math
 from typing import Any
 
@@ -151,24 +150,14 @@ def make_problem(cfg, task: task_lib.SequenceClasses) -> training.Problem:
 
 def structural_cells(cfg) -> list[dict[str, Any]]:
     """The product of the sweep's structural (non-traced) axes: one compiled program each."""
-    axes = {k: list(v) for k, v in config_lib.flatten(cfg.sweep).items() if k not in TRACED}
-    return [dict(zip(axes, values)) for values in itertools.product(*axes.values())]
-
-
-def with_fields(cfg, fields: dict[str, Any]):
-    cfg = ml_collections.ConfigDict(cfg.to_dict())
-    for path, value in fields.items():
-        group, name = path.rsplit(".", 1)
-        config_lib.get(cfg, group)[name] = value
-    return cfg
+    return config_lib.structural_cells(cfg, TRACED)
 
 
 def train_group(cfg, fields: dict[str, Any], workdir=None, progress=print):
     """Train one structural cell: every traced-sweep value x seed as one sharded program."""
-    cell_cfg = with_fields(cfg, fields)
+    cell_cfg = config_lib.with_fields(cfg, fields)
     task = make_task(cell_cfg)
-    grid = sweeps.Grid.make({k: v for k, v in config_lib.flatten(cfg.sweep).items()
-                             if k in TRACED},
+    grid = sweeps.Grid.make(config_lib.traced_axes(cfg, TRACED),
                             np.arange(cfg.seed, cfg.seed + cfg.num_seeds))
     base = {k: config_lib.get(cfg, k) for k in TRACED}
     result = sweeps.run(
@@ -186,13 +175,13 @@ def run(cfg, workdir: records.Workdir, progress=print) -> dict[str, Any]:
     workdir.write_config(cfg)
     if cfg.experiment == "theory":
         return run_theory(cfg, workdir, progress)
-    groups = []
-    for i, fields in enumerate(structural_cells(cfg)):
+    groups, cells = [], structural_cells(cfg)
+    for i, fields in enumerate(cells):
         if fields and progress:
             progress("structural cell " + ", ".join(f"{k}={v}" for k, v in fields.items()))
         task, grid, result = train_group(cfg, fields, workdir, progress)
         groups.append((fields, task, grid, result))
-        prefix = f"cell{i}_" if len(structural_cells(cfg)) > 1 else ""
+        prefix = f"cell{i}_" if len(cells) > 1 else ""
         workdir.save_arrays(**_arrays(result, task, prefix))
     figures = _figures(cfg, groups, workdir)
     claims = CLAIMS[cfg.claims](cfg, groups)
