@@ -505,3 +505,7 @@ def run_theory(cfg, workdir, progress=print) -> dict[str, Any]:
         progress(records.format_claims(claims))
         progress(f"records: {workdir.path}")
     return summary
+
+
+def needs_x64(cfg) -> bool:
+    return cfg.experiment == "theory" or cfg.train.dtype == "float64"
