@@ -1,0 +1,70 @@
+"""Associative recall (incremental learning, seed 001): experiments E1-E6 of
+notes/assoc_recall.md §7.1, on the simplified model (Eqs. 9a-e) with k = |R| = 4 unless noted.
+
+    python -m experiments.recall --config=configs/recall.py                # Fig. 1 (E4)
+    python -m experiments.recall --config=configs/recall.py:first_jump     # E1
+
+Variants (`--config=configs/recall.py:<variant>`), with the CPU time on 2 cores:
+  fig1         E4, Fig. 1: SGD + momentum 0.9, lr 1, batch 64, 3000 steps, beta(0) = 0.02 x
+               (1, .5, .25, .1), w(0) = 0, exact collision sampler, 5 seeds (~15 s)
+  first_jump   E1: gradient flow from I_1 for eps in {0.2 ... 0.001} as one program: plateau
+               length ~ 1/eps, jump width, conservation law, invariant manifold (~20 s)
+  ei_tail      E1: the exponential-integral tail after the jump, t up to 1e12 (~10 s)
+  later_jumps  E2: I_h with c = c1 = 6 for h = 2, 3, 4 at eps = 1e-3 (~10 s)
+  stages       E3: beta(0) = eps x shape, 5 shapes x 4 scales: order of activation, jump times
+               against the vanishing-init recursion, collapse onto the step function (~40 s)
+  dp_vs_ce     E5: Fig. 1 with the DP loss (lr 1) and with CE (lr 0.3) (~20 s)
+  ablations    E6: token-level SGD, k = |R| = 3: simplified, no A2, no A0, no A3 (~60 s)
+"""
+
+from landscape.recall.experiment import default_config
+
+VARIANTS = ("fig1", "first_jump", "ei_tail", "later_jumps", "stages", "dp_vs_ce", "ablations")
+
+
+def get_config(variant: str = "fig1"):
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown variant {variant!r}: one of {', '.join(VARIANTS)}")
+    c = default_config()
+    c.name = f"recall_{variant}"
+    c.claims = variant
+    if variant in ("fig1", "dp_vs_ce"):
+        c.experiment = "sgd"
+        c.num_seeds = 5 if variant == "fig1" else 3
+        c.init.update(kind="shape", eps=0.02, beta_shape=[1.0, 0.5, 0.25, 0.1])
+        c.optim.update(name="sgd", momentum=0.9, lr=1.0)
+        c.train.update(batch_size=64, num_steps=3000, log_every=10, sampler="collisions")
+        if variant == "dp_vs_ce":
+            c.variants = [{"model": {"loss": "dp"}, "optim": {"lr": 1.0}},
+                          {"model": {"loss": "ce"}, "optim": {"lr": 0.3}}]
+    elif variant == "ablations":
+        c.experiment = "sgd"
+        c.task.update(k=3, num_responses=3)
+        c.model.num_heads = 3
+        c.init.update(kind="shape", eps=0.01, beta_shape=[1.0, 0.5, 0.2])
+        c.optim.update(name="sgd", momentum=0.9, lr=1.0)
+        c.train.update(batch_size=32, num_steps=1500, log_every=10, sampler="tokens")
+        c.variants = [{}, {"model": {"exact_query": False}},
+                      {"model": {"window": False}, "init": {"eps": 0.3}, "optim": {"lr": 2.0}},
+                      {"model": {"response_only": False}}]
+    else:
+        c.experiment = "flow"
+        if variant == "first_jump":
+            c.init.kind = "first_jump"
+            c.sweep = {"init": {"eps": [0.2, 0.1, 0.05, 0.02, 0.01, 0.005, 0.002, 0.001]}}
+            c.flow.update(tau_max=250.0, num_saves=8000)
+        elif variant == "ei_tail":
+            c.init.update(kind="first_jump", eps=0.05)
+            c.flow.update(log_time=True, t_max=1e12, num_saves=3000)
+        elif variant == "later_jumps":
+            c.init.update(kind="later_jump", eps=1e-3, big=6.0)
+            c.sweep = {"init": {"stage": [2, 3, 4]}}
+            c.flow.update(tau_max=100.0, num_saves=8000)
+        elif variant == "stages":
+            c.init.kind = "shape"
+            c.sweep = {"init": {"beta_shape": [[1.0, 0.8, 0.6, 0.4], [0.4, 1.0, 0.6, 0.8],
+                                               [1.0, 0.5, 0.25, 0.1], [0.7, 1.0, 0.3, 0.5],
+                                               [1.0, 0.9, 0.2, 0.15]],
+                                "eps": [0.2, 0.05, 0.01, 5e-4]}}
+            c.flow.update(tau_max=300.0, num_saves=8000)
+    return c

@@ -1,0 +1,159 @@
+"""Dynamics of the recall model: initialisations of the theory, gradient flow on the exact
+population loss, SGD/GD problems for the training engine, and readouts (jump times, order).
+
+Time conventions: gradient flow time t; rescaled time tau = eps * t (notes §4.8); an SGD run with
+learning rate eta and momentum mu covers t ~ eta * steps / (1 - mu) of flow time (notes C16).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from landscape import gradient_flow, training
+from landscape.recall import model as model_lib
+from landscape.recall import task as task_lib
+
+
+# ----------------------------------------------------------------------------- initialisations
+
+
+def init_first_jump(model: model_lib.RecallModel, eps) -> dict:
+    """I_1 (notes §2.3): beta_1 = eps, every other beta 0, every w 0."""
+    beta = jnp.zeros(model.num_heads).at[0].set(eps)
+    return model_lib.init_params(model, beta)
+
+
+def init_later_jump(model: model_lib.RecallModel, eps, stage: int, big) -> dict:
+    """I_h (notes §2.3): heads < h macroscopic (beta = big, w^i = big e_i), beta_h = eps, rest 0."""
+    heads = jnp.arange(model.num_heads)
+    beta = jnp.where(heads < stage - 1, big, jnp.where(heads == stage - 1, eps, 0.0))
+    w = jnp.where((heads < stage - 1)[:, None], big * jnp.eye(model.num_heads, model.k), 0.0)
+    return model_lib.init_params(model, beta, w)
+
+
+def init_shape(model: model_lib.RecallModel, eps, beta_shape, key=None, w_noise=0.0) -> dict:
+    """beta(0) = eps * shape (a vector) and w(0) = eps * w_noise * N(0, 1) (notes §4.7)."""
+    beta = eps * jnp.asarray(beta_shape)
+    window = model.k if model.window else task_lib.sequence_length(model.k)
+    w = jnp.zeros((model.num_heads, window))
+    if key is not None:
+        w = eps * w_noise * jax.random.normal(key, w.shape)
+    return model_lib.init_params(model, beta, w)
+
+
+# ----------------------------------------------------------------------------- gradient flow
+
+
+def population_flow(model: model_lib.RecallModel, params0, save_times,
+                    settings: gradient_flow.FlowSettings = gradient_flow.FlowSettings()):
+    """Gradient flow on the exact DP population loss for a batch of runs (leading axis R).
+
+    save_times: (R, S) times per run. Returns (params (R, S, ...), loss (R, S), ok (R,)).
+    """
+    loss_fn = functools.partial(model_lib.population_loss, model=model)
+    run = jax.jit(jax.vmap(lambda p, ts: gradient_flow.gradient_flow(loss_fn, p, ts, settings)))
+    params, ok = run(params0, save_times)
+    loss = jax.jit(jax.vmap(jax.vmap(loss_fn)))(params)
+    return jax.tree.map(np.asarray, params), np.asarray(loss), np.asarray(ok)
+
+
+# ----------------------------------------------------------------------------- SGD / GD problems
+
+
+def sgd_problem(model: model_lib.RecallModel, *, batch_size: int, sampler: str, init_fn,
+                eval_size: int = 512) -> training.Problem:
+    """The recall task for the training engine: fresh batches each step.
+
+    sampler: "collisions" (exact fast sampler of notes §1; simplified model only), "tokens" (the
+    token-level process) or "population" (no sampling: full-batch GD on the exact loss).
+    hparams: "optim.lr" and the initialisation scale "init.eps".
+    Snapshots: the exact population DP loss where a closed form exists (else the loss on a fixed
+    evaluation set of `eval_size` token sequences), beta, layer-1 attention and 1^T w^h.
+    """
+    closed_form = has_closed_form(model)
+    dp = dataclasses.replace(model, loss="dp")
+    eval_tokens = eval_target = None
+    if not closed_form:
+        eval_tokens, eval_target = task_lib.sample_tokens(
+            jax.random.key(12345), model.k, model.num_responses, eval_size)
+
+    def loss(params, key, hp):
+        if sampler == "population":
+            return model_lib.population_loss(params, model), {}
+        if sampler == "collisions":
+            y = task_lib.sample_collisions(key, model.k, model.num_responses, batch_size)
+            return model_lib.loss_collisions(params, y, model), {}
+        tokens, target = task_lib.sample_tokens(key, model.k, model.num_responses, batch_size)
+        return model_lib.loss_tokens(params, tokens, target, model), {}
+
+    def snapshot(params, hp):
+        eval_loss = (model_lib.population_loss(params, dp) if closed_form else
+                     model_lib.loss_tokens(params, eval_tokens, eval_target, dp))
+        out = {"eval_loss": eval_loss, "w_sum": params["w"].sum(axis=-1),
+               "attention": model_lib.layer1_attention(params, model)}
+        if "beta" in params:
+            out["beta"] = params["beta"]
+        return out
+
+    return training.Problem(init=init_fn, loss=loss,
+                            learning_rates=lambda hp: hp["optim.lr"], snapshot=snapshot)
+
+
+def has_closed_form(model: model_lib.RecallModel) -> bool:
+    """The population loss has the closed form of notes §3 for the simplified model (A0-A3)."""
+    return model.window and model.exact_query and model.response_only and model.qk == "beta"
+
+
+# ----------------------------------------------------------------------------- readouts
+
+
+def crossing_times(times: np.ndarray, values: np.ndarray, thresholds) -> np.ndarray:
+    """First time each run's decreasing curve goes below each threshold (linear interpolation).
+
+    times, values: (R, S); thresholds: (J,). Returns (R, J), NaN where never crossed.
+    """
+    times, values = np.atleast_2d(times), np.atleast_2d(values)
+    out = np.full((values.shape[0], len(thresholds)), np.nan)
+    for r in range(values.shape[0]):
+        for j, level in enumerate(thresholds):
+            below = np.flatnonzero(values[r] < level)
+            if below.size == 0:
+                continue
+            i = below[0]
+            if i == 0:
+                out[r, j] = times[r, 0]
+                continue
+            v0, v1 = values[r, i - 1], values[r, i]
+            out[r, j] = times[r, i - 1] + (v0 - level) / (v0 - v1) * (times[r, i] - times[r, i - 1])
+    return out
+
+
+def jump_times(times, losses, levels) -> np.ndarray:
+    """(R, len(levels)-1): time the loss crosses the midpoint of consecutive plateau levels."""
+    levels = np.asarray(levels)
+    return crossing_times(times, losses, (levels[:-1] + levels[1:]) / 2)
+
+
+def activation_order(times, beta, threshold: float) -> list[list[int]]:
+    """Per run, the heads (0-based) in the order their |beta| first exceeds `threshold`."""
+    orders = []
+    for r in range(beta.shape[0]):
+        first = {}
+        for h in range(beta.shape[-1]):
+            above = np.flatnonzero(np.abs(beta[r, :, h]) > threshold)
+            if above.size:
+                first[h] = times[r, above[0]] if np.ndim(times) == 2 else times[above[0]]
+        orders.append(sorted(first, key=first.get))
+    return orders
+
+
+def focus_logit(w: np.ndarray) -> np.ndarray:
+    """alpha_h = w^h_h - mean of w^h over the other offsets (notes §4.1); w (..., H, k)."""
+    H, k = w.shape[-2:]
+    own = np.stack([w[..., h, h] for h in range(H)], axis=-1)
+    return own - (w.sum(axis=-1) - own) / (k - 1)
