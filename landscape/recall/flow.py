@@ -54,12 +54,21 @@ def population_flow(model: model_lib.RecallModel, params0, save_times,
     """Gradient flow on the exact DP population loss for a batch of runs (leading axis R).
 
     save_times: (R, S) times per run. Returns (params (R, S, ...), loss (R, S), ok (R,)).
+    The compiled program is cached per (model, settings): later calls with the same shapes run
+    without compiling.
     """
-    loss_fn = functools.partial(model_lib.population_loss, model=model)
-    run = jax.jit(jax.vmap(lambda p, ts: gradient_flow.gradient_flow(loss_fn, p, ts, settings)))
-    params, ok = run(params0, save_times)
-    loss = jax.jit(jax.vmap(jax.vmap(loss_fn)))(params)
+    params, loss, ok = _compiled_flow(model, settings)(params0, save_times)
     return jax.tree.map(np.asarray, params), np.asarray(loss), np.asarray(ok)
+
+
+@functools.lru_cache(maxsize=16)
+def _compiled_flow(model: model_lib.RecallModel, settings: gradient_flow.FlowSettings):
+    loss_fn = functools.partial(model_lib.population_loss, model=model)
+
+    def one_run(params0, save_times):
+        params, ok = gradient_flow.gradient_flow(loss_fn, params0, save_times, settings)
+        return params, jax.vmap(loss_fn)(params), ok
+    return jax.jit(jax.vmap(one_run))
 
 
 # ----------------------------------------------------------------------------- SGD / GD problems
