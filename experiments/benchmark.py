@@ -25,7 +25,7 @@ from landscape import training
 from landscape.scan_snap import experiment
 
 _OUT = flags.DEFINE_string("out", None, "JSON output (default runs/benchmark/<time>.json).")
-_ONLY = flags.DEFINE_list("only", ["scan_snap"], "Which benchmarks to run.")
+_ONLY = flags.DEFINE_list("only", ["scan_snap", "recall"], "Which benchmarks to run.")
 _ONE_BY_ONE = flags.DEFINE_integer("one_by_one", 4, "Single runs per K timed for the comparison.")
 _REPEATS = flags.DEFINE_integer("repeats", 3, "Timed repeats (the best is reported).")
 
@@ -94,7 +94,50 @@ def bench_scan_snap(repeats, one_by_one):
     return out
 
 
-BENCHMARKS = {"scan_snap": bench_scan_snap}
+def bench_recall(repeats, one_by_one):
+    """Gradient flow on the recall model (k = 4, 20 parameters) and the E3 grid as one program."""
+    jax.config.update("jax_enable_x64", True)
+    from configs import recall
+    from landscape.recall import experiment as recall_experiment
+    from landscape.recall import flow
+    model = recall_experiment.model_of(recall.get_config("fig1"))
+    params0 = jax.tree.map(lambda x: x[None], flow.init_shape(model, 0.02, [1, .5, .25, .1]))
+    ts = np.linspace(0.0, 250.0 / 0.02, 4000)[None]
+    t0 = time.perf_counter()
+    flow.population_flow(model, params0, ts)
+    first = time.perf_counter() - t0
+    runs = []
+    for _ in range(max(repeats, 3)):
+        t0 = time.perf_counter()
+        flow.population_flow(model, params0, ts)
+        runs.append(time.perf_counter() - t0)
+    cfg = recall.get_config("stages")
+    t0 = time.perf_counter()
+    recall_experiment.run_flow(cfg, progress=None)
+    grid_wall = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    recall_experiment.run_flow(cfg, progress=None)
+    grid_cached = time.perf_counter() - t0
+    fig1 = recall.get_config("fig1")
+    single, compile_s = _best_run_seconds(
+        lambda: recall_experiment.run_sgd(fig1, {}, None, progress=None)["result"], repeats)
+    return {
+        "gradient_flow_single_run": dict(
+            seconds_after_compilation=min(runs), first_call_seconds=first,
+            note="eps = 0.02, beta(0) shape (1, .5, .25, .1): all three jumps, tau in [0, 250], "
+                 "4000 saves, Dopri8 rtol 1e-10"),
+        "gradient_flow_stages_grid": dict(
+            runs=20, wall_seconds_with_compilation=grid_wall, wall_seconds_cached=grid_cached,
+            note="E3: 5 beta shapes x 4 eps as one vmapped program, 8000 saves per run"),
+        "sgd_fig1": dict(
+            run_seconds=single, compile_seconds=compile_s, seeds=fig1.num_seeds,
+            steps=fig1.train.num_steps,
+            ms_per_step=1e3 * single / fig1.train.num_steps,
+            note="5 seeds vmapped, batch 64 collision vectors, float64"),
+    }
+
+
+BENCHMARKS = {"scan_snap": bench_scan_snap, "recall": bench_recall}
 
 
 def main(argv):

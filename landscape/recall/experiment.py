@@ -479,12 +479,17 @@ def _stagewise(loss_RS: np.ndarray, levels: np.ndarray, tol: float) -> np.ndarra
                      for l in loss_RS])
 
 
+def _label(group, default: str) -> str:
+    """The overrides that define a program, e.g. 'model.loss=ce, optim.lr=0.3'."""
+    return ", ".join(f"{k}={v}" for k, v in group["fields"].items()) or default
+
+
 def claims_fig1(cfg, groups) -> list[records.Claim]:
     """E4 (Fig. 1, notes §5): SGD with momentum shows the plateaus, the order and the time map."""
     out = []
     for g in groups:
         c, res = g["cfg"], g["result"]
-        label = ", ".join(f"{k}={v}" for k, v in g["fields"].items()) or "SGD"
+        label = _label(g, "SGD")
         L = _levels(c)
         loss = res.snapshots["eval_loss"]                        # (R, S) exact population loss
         dwell = _stagewise(loss, L, 0.01)
@@ -557,7 +562,7 @@ def claims_ablations(cfg, groups) -> list[records.Claim]:
     out = []
     for g in groups:
         c, res = g["cfg"], g["result"]
-        label = ", ".join(f"{k}={v}" for k, v in g["fields"].items()) or "simplified model"
+        label = _label(g, "simplified model")
         L = _levels(c)
         dwell = _stagewise(res.snapshots["eval_loss"], L, 0.03)
         stagewise = bool((dwell[:, 1:] >= 0.03).all()) if L.size > 2 else True
