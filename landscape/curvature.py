@@ -2,7 +2,14 @@
 
 Results keep the parameter names, so `H.block("e")` or `H.block("b", "e")` reads like the paper.
 A name selects every leaf whose path equals it or starts with it + "/" ("layer0" selects all of
-layer 0's leaves), concatenated in leaf order.
+layer 0's leaves), concatenated in leaf order; a list of names selects all of them, in list order
+(`H.block(["b", "e"])` is the joint (b, e) block).
+
+A point may name a focus block in `point.meta["focus_blocks"]` (e.g. ["b", "e"], the alpha block
+of Thm 2 in Attention with Markov). `describe()` then reports that block's spectrum, the size of
+everything outside it, and `meta["focus_prediction"]` beside them; and the verdict of a Hessian
+that is PSD, positive definite on the focus block and zero elsewhere is "local minimum", with
+`meta["flat_argument"]` saying why the flat directions cannot descend (a Hessian alone cannot).
 
 Eigenvalue tolerance, used by every verdict and count: |λ| <= tol counts as zero. By default
 tol = max(1e-9, 100 * eps(dtype)) * max|λ|, relative to the largest eigenvalue in magnitude;
@@ -26,338 +33,366 @@ from landscape.point import Point, param_names
 Names = list[tuple[str, slice, tuple]]
 
 
-def _select(names: Names, name: str) -> np.ndarray:
-  """Flat indices of the leaves called `name` or lying under `name/`, in leaf order."""
-  chosen = [np.arange(s.start, s.stop) for leaf, s, _ in names
-            if leaf == name or leaf.startswith(name + "/")]
-  if not chosen:
-    available = ", ".join(leaf for leaf, _, _ in names)
-    raise KeyError(f"no parameter named {name!r}; available: {available}")
-  return np.concatenate(chosen)
+def _select(names: Names, name) -> np.ndarray:
+    """Flat indices of the leaves called `name` or lying under `name/`, in leaf order; a list of
+    names gives the concatenation of each one's indices."""
+    if not isinstance(name, str):
+        return np.concatenate([_select(names, n) for n in name])
+    chosen = [np.arange(s.start, s.stop) for leaf, s, _ in names
+                        if leaf == name or leaf.startswith(name + "/")]
+    if not chosen:
+        available = ", ".join(leaf for leaf, _, _ in names)
+        raise KeyError(f"no parameter named {name!r}; available: {available}")
+    return np.concatenate(chosen)
 
 
 def _default_tol(eigenvalues: np.ndarray, dtype) -> float:
-  relative = max(1e-9, 100 * float(np.finfo(dtype).eps))
-  return relative * float(np.max(np.abs(eigenvalues), initial=0.0))
+    relative = max(1e-9, 100 * float(np.finfo(dtype).eps))
+    return relative * float(np.max(np.abs(eigenvalues), initial=0.0))
 
 
 def _verdict(eigenvalues: np.ndarray, tol: float) -> str:
-  negative = int(np.sum(eigenvalues < -tol))
-  positive = int(np.sum(eigenvalues > tol))
-  zero = eigenvalues.size - negative - positive
-  zero_modes = f"{zero} zero mode{'s' * (zero != 1)}"
-  if negative and positive:
-    return f"saddle ({negative} negative eigenvalue{'s' * (negative != 1)})"
-  if negative:
+    negative = int(np.sum(eigenvalues < -tol))
+    positive = int(np.sum(eigenvalues > tol))
+    zero = eigenvalues.size - negative - positive
+    zero_modes = f"{zero} zero mode{'s' * (zero != 1)}"
+    if negative and positive:
+        return f"saddle ({negative} negative eigenvalue{'s' * (negative != 1)})"
+    if negative:
+        if zero:
+            return f"degenerate maximum candidate (negative semi-definite with {zero_modes})"
+        return "local maximum (negative definite)"
     if zero:
-      return f"degenerate maximum candidate (negative semi-definite with {zero_modes})"
-    return "local maximum (negative definite)"
-  if zero:
-    return f"degenerate minimum candidate (positive semi-definite with {zero_modes})"
-  return "local minimum (positive definite)"
+        return f"degenerate minimum candidate (positive semi-definite with {zero_modes})"
+    return "local minimum (positive definite)"
 
 
 def _name_width(names: Names) -> int:
-  return max([len("name")] + [len(leaf) for leaf, _, _ in names]) + 2
+    return max([len("name")] + [len(leaf) for leaf, _, _ in names]) + 2
 
 
 def _numbers(values) -> str:
-  return "  ".join(f"{v: .6g}" for v in values)
+    return "  ".join(f"{v: .6g}" for v in values)
 
 
 def _header(kind: str, gradient: Gradient, dtype) -> list[str]:
-  point = gradient.point
-  loss_line = f"  loss           {gradient.loss:.12g}"
-  expected = point.meta.get("expected_loss")
-  if expected is not None:
-    loss_line += f"   (expected {expected:.12g}, difference {gradient.loss - expected:.2e})"
-  return [f"{kind} at {point.name or '<unnamed point>'}  (D = {gradient.vector.size}, {dtype})",
-          loss_line, f"  gradient norm  {gradient.norm:.3e}"]
+    point = gradient.point
+    loss_line = f"  loss           {gradient.loss:.12g}"
+    expected = point.meta.get("expected_loss")
+    if expected is not None:
+        loss_line += f"   (expected {expected:.12g}, difference {gradient.loss - expected:.2e})"
+    return [f"{kind} at {point.name or '<unnamed point>'}  (D = {gradient.vector.size}, {dtype})",
+                    loss_line, f"  gradient norm  {gradient.norm:.3e}"]
 
 
 def _spectrum_lines(values: np.ndarray, tol: float, label: str) -> list[str]:
-  negative = int(np.sum(values < -tol))
-  positive = int(np.sum(values > tol))
-  lines = [f"{label}: min {values[0]:.6g}, max {values[-1]:.6g}; negative {negative}, "
-           f"zero {values.size - negative - positive}, positive {positive}  "
-           f"(|λ| <= tol = {tol:.3g} counts as zero)"]
-  if values.size <= 10:
-    return lines + [f"  all       {_numbers(values)}"]
-  return lines + [f"  smallest  {_numbers(values[:5])}", f"  largest   {_numbers(values[-5:])}"]
+    negative = int(np.sum(values < -tol))
+    positive = int(np.sum(values > tol))
+    lines = [f"{label}: min {values[0]:.6g}, max {values[-1]:.6g}; negative {negative}, "
+                      f"zero {values.size - negative - positive}, positive {positive}  "
+                      f"(|λ| <= tol = {tol:.3g} counts as zero)"]
+    if values.size <= 10:
+        return lines + [f"  all       {_numbers(values)}"]
+    return lines + [f"  smallest  {_numbers(values[:5])}", f"  largest   {_numbers(values[-5:])}"]
 
 
 def _verdict_lines(measured: str, point: Point) -> list[str]:
-  lines = [f"verdict (measured)   {measured}"]
-  if "prediction" in point.meta:
-    lines.append(f"prediction (theory)  {point.meta['prediction']}")
-  return lines
+    lines = [f"verdict (measured)   {measured}"]
+    if "prediction" in point.meta:
+        lines.append(f"prediction (theory)  {point.meta['prediction']}")
+    return lines
 
 
 def _flat_loss(point: Point) -> tuple[jax.Array, Callable[[jax.Array], jax.Array]]:
-  """The raveled params and the loss as a function of the raveled params."""
-  flat, unravel = ravel_pytree(point.params)
-  return flat, lambda x: point.loss_fn(unravel(x))
+    """The raveled params and the loss as a function of the raveled params."""
+    flat, unravel = ravel_pytree(point.params)
+    return flat, lambda x: point.loss_fn(unravel(x))
 
 
 @dataclasses.dataclass(frozen=True, eq=False, repr=False)
 class Gradient:
-  """The gradient of the population loss at a point, labelled by parameter names."""
-  point: Point
-  tree: Any
-  vector: np.ndarray
-  names: Names
-  loss: float
+    """The gradient of the population loss at a point, labelled by parameter names."""
+    point: Point
+    tree: Any
+    vector: np.ndarray
+    names: Names
+    loss: float
 
-  @property
-  def norm(self) -> float:
-    return float(np.linalg.norm(self.vector))
+    @property
+    def norm(self) -> float:
+        return float(np.linalg.norm(self.vector))
 
-  def block(self, name: str) -> np.ndarray:
-    return self.vector[_select(self.names, name)]
+    def block(self, name: str) -> np.ndarray:
+        return self.vector[_select(self.names, name)]
 
-  def block_norms(self) -> dict[str, float]:
-    return {leaf: float(np.linalg.norm(self.vector[s])) for leaf, s, _ in self.names}
+    def block_norms(self) -> dict[str, float]:
+        return {leaf: float(np.linalg.norm(self.vector[s])) for leaf, s, _ in self.names}
 
-  def describe(self) -> str:
-    width = _name_width(self.names)
-    lines = _header("Gradient", self, self.vector.dtype)
-    lines += ["", f"  {'name':<{width}}{'shape':<14}{'norm':>12}"]
-    for (leaf, _, shape), norm in zip(self.names, self.block_norms().values()):
-      lines.append(f"  {leaf:<{width}}{str(shape):<14}{norm:>12.4e}")
-    return "\n".join(lines)
+    def describe(self) -> str:
+        width = _name_width(self.names)
+        lines = _header("Gradient", self, self.vector.dtype)
+        lines += ["", f"  {'name':<{width}}{'shape':<14}{'norm':>12}"]
+        for (leaf, _, shape), norm in zip(self.names, self.block_norms().values()):
+            lines.append(f"  {leaf:<{width}}{str(shape):<14}{norm:>12.4e}")
+        return "\n".join(lines)
 
-  def __repr__(self) -> str:
-    return f"Gradient({self.point.name!r}, D={self.vector.size}, norm={self.norm:.3e})"
+    def __repr__(self) -> str:
+        return f"Gradient({self.point.name!r}, D={self.vector.size}, norm={self.norm:.3e})"
 
 
 def gradient_at(point: Point) -> Gradient:
-  """The exact gradient of `point.loss_fn` at `point.params`."""
-  loss, tree = jax.jit(jax.value_and_grad(point.loss_fn))(point.params)
-  vector = np.asarray(ravel_pytree(tree)[0])
-  return Gradient(point, tree, vector, param_names(point.params), float(loss))
+    """The exact gradient of `point.loss_fn` at `point.params`."""
+    loss, tree = jax.jit(jax.value_and_grad(point.loss_fn))(point.params)
+    vector = np.asarray(ravel_pytree(tree)[0])
+    return Gradient(point, tree, vector, param_names(point.params), float(loss))
 
 
 def hvp(point: Point) -> Callable[[Any], Any]:
-  """v -> H v at the point (forward-over-reverse, jitted); v is a pytree shaped like the params."""
-  grad_fn = jax.grad(point.loss_fn)
+    """v -> H v at the point (forward-over-reverse, jitted); v is a pytree shaped like the params."""
+    grad_fn = jax.grad(point.loss_fn)
 
-  @jax.jit
-  def hessian_vector_product(params, tangent):
-    return jax.jvp(grad_fn, (params,), (tangent,))[1]
+    @jax.jit
+    def hessian_vector_product(params, tangent):
+        return jax.jvp(grad_fn, (params,), (tangent,))[1]
 
-  return functools.partial(hessian_vector_product, point.params)
+    return functools.partial(hessian_vector_product, point.params)
 
 
 @dataclasses.dataclass(frozen=True, eq=False, repr=False)
 class Hessian:
-  """The dense Hessian at a point (symmetrised), with named blocks and a cached spectrum."""
-  matrix: np.ndarray
-  names: Names
-  point: Point
-  gradient: Gradient
+    """The dense Hessian at a point (symmetrised), with named blocks and a cached spectrum."""
+    matrix: np.ndarray
+    names: Names
+    point: Point
+    gradient: Gradient
 
-  def block(self, a: str, b: str | None = None) -> np.ndarray:
-    """The (a, b) block; b defaults to a."""
-    rows = _select(self.names, a)
-    cols = rows if b is None else _select(self.names, b)
-    return self.matrix[np.ix_(rows, cols)]
+    def block(self, a, b=None) -> np.ndarray:
+        """The (a, b) block; b defaults to a; each may be a name or a list of names."""
+        rows = _select(self.names, a)
+        cols = rows if b is None else _select(self.names, b)
+        return self.matrix[np.ix_(rows, cols)]
 
-  @functools.cached_property
-  def _eigh(self) -> tuple[np.ndarray, np.ndarray]:
-    return np.linalg.eigh(self.matrix)
+    @functools.cached_property
+    def _eigh(self) -> tuple[np.ndarray, np.ndarray]:
+        return np.linalg.eigh(self.matrix)
 
-  @property
-  def eigenvalues(self) -> np.ndarray:
-    """Ascending."""
-    return self._eigh[0]
+    @property
+    def eigenvalues(self) -> np.ndarray:
+        """Ascending."""
+        return self._eigh[0]
 
-  @property
-  def eigenvectors(self) -> np.ndarray:
-    """Columns, in the order of `eigenvalues`."""
-    return self._eigh[1]
+    @property
+    def eigenvectors(self) -> np.ndarray:
+        """Columns, in the order of `eigenvalues`."""
+        return self._eigh[1]
 
-  def tolerance(self, tol: float | None = None) -> float:
-    """`tol` if given, else the default relative tolerance (module docstring)."""
-    return _default_tol(self.eigenvalues, self.matrix.dtype) if tol is None else tol
+    def tolerance(self, tol: float | None = None) -> float:
+        """`tol` if given, else the default relative tolerance (module docstring)."""
+        return _default_tol(self.eigenvalues, self.matrix.dtype) if tol is None else tol
 
-  def num_negative(self, tol: float | None = None) -> int:
-    return int(np.sum(self.eigenvalues < -self.tolerance(tol)))
+    def num_negative(self, tol: float | None = None) -> int:
+        return int(np.sum(self.eigenvalues < -self.tolerance(tol)))
 
-  def num_zero(self, tol: float | None = None) -> int:
-    return int(np.sum(np.abs(self.eigenvalues) <= self.tolerance(tol)))
+    def num_zero(self, tol: float | None = None) -> int:
+        return int(np.sum(np.abs(self.eigenvalues) <= self.tolerance(tol)))
 
-  def verdict(self, tol: float | None = None) -> str:
-    return _verdict(self.eigenvalues, self.tolerance(tol))
+    def verdict(self, tol: float | None = None) -> str:
+        tol = self.tolerance(tol)
+        focus = self.focus_report(tol)
+        if focus and self.num_negative(tol) == 0 and focus["min"] > tol and focus["outside"] <= tol:
+            return (f"local minimum (PSD: positive definite on {', '.join(focus['names'])}, zero "
+                    f"elsewhere; {self.point.meta.get('flat_argument', 'flat directions unchecked')})")
+        return _verdict(self.eigenvalues, tol)
 
-  def describe(self, tol: float | None = None) -> str:
-    """Loss, gradient norm, per-block eigenvalues and norms, spectrum, verdict and prediction."""
-    tol = self.tolerance(tol)
-    width = _name_width(self.names)
-    lines = _header("Hessian", self.gradient, self.matrix.dtype)
-    lines += ["", "diagonal blocks",
-              f"  {'name':<{width}}{'shape':<14}{'λ_min':>13}{'λ_max':>13}{'‖·‖_F':>13}"]
-    for leaf, s, shape in self.names:
-      block = self.matrix[s, s]
-      block_eigenvalues = np.linalg.eigvalsh(block)
-      lines.append(f"  {leaf:<{width}}{str(shape):<14}{block_eigenvalues[0]:>13.5g}"
-                   f"{block_eigenvalues[-1]:>13.5g}{np.linalg.norm(block):>13.5g}")
-    coupled = [(a, b, np.linalg.norm(self.matrix[sa, sb]))
-               for (a, sa, _), (b, sb, _) in itertools.combinations(self.names, 2)]
-    coupled = [(a, b, norm) for a, b, norm in coupled if norm > tol]
-    lines += ["", "off-diagonal blocks with ‖·‖_F > tol"]
-    lines += [f"  {a} × {b}: {norm:.5g}" for a, b, norm in coupled] or ["  none"]
-    lines += [""] + _spectrum_lines(self.eigenvalues, tol, "spectrum")
-    lines += [""] + _verdict_lines(self.verdict(tol), self.point)
-    return "\n".join(lines)
+    def focus_report(self, tol: float | None = None) -> dict | None:
+        """Spectrum of the focus block and the largest |entry| outside it (None without focus)."""
+        names = self.point.meta.get("focus_blocks")
+        if not names:
+            return None
+        inside = _select(self.names, list(names))
+        outside = np.setdiff1d(np.arange(self.matrix.shape[0]), inside)
+        eigenvalues = np.linalg.eigvalsh(self.matrix[np.ix_(inside, inside)])
+        rest = np.abs(self.matrix[outside]).max() if outside.size else 0.0
+        return {"names": list(names), "eigenvalues": eigenvalues, "min": eigenvalues[0],
+                "outside": float(rest)}
 
-  def __repr__(self) -> str:
-    return f"Hessian({self.point.name!r}, D={self.matrix.shape[0]}, dtype={self.matrix.dtype})"
+    def describe(self, tol: float | None = None) -> str:
+        """Loss, gradient norm, per-block eigenvalues and norms, spectrum, verdict and prediction."""
+        tol = self.tolerance(tol)
+        width = _name_width(self.names)
+        lines = _header("Hessian", self.gradient, self.matrix.dtype)
+        lines += ["", "diagonal blocks",
+                            f"  {'name':<{width}}{'shape':<14}{'λ_min':>13}{'λ_max':>13}{'‖·‖_F':>13}"]
+        for leaf, s, shape in self.names:
+            block = self.matrix[s, s]
+            block_eigenvalues = np.linalg.eigvalsh(block)
+            lines.append(f"  {leaf:<{width}}{str(shape):<14}{block_eigenvalues[0]:>13.5g}"
+                                      f"{block_eigenvalues[-1]:>13.5g}{np.linalg.norm(block):>13.5g}")
+        coupled = [(a, b, np.linalg.norm(self.matrix[sa, sb]))
+                              for (a, sa, _), (b, sb, _) in itertools.combinations(self.names, 2)]
+        coupled = [(a, b, norm) for a, b, norm in coupled if norm > tol]
+        lines += ["", "off-diagonal blocks with ‖·‖_F > tol"]
+        lines += [f"  {a} × {b}: {norm:.5g}" for a, b, norm in coupled] or ["  none"]
+        focus = self.focus_report(tol)
+        if focus:
+            lines += ["", f"focus block ({', '.join(focus['names'])})",
+                      f"  eigenvalues  {_numbers(focus['eigenvalues'])}"]
+            if "focus_prediction" in self.point.meta:
+                lines.append(f"  predicted    {_numbers(self.point.meta['focus_prediction'])}")
+            lines.append(f"  max |H| outside the focus block (rows and columns): "
+                         f"{focus['outside']:.3g}")
+        lines += [""] + _spectrum_lines(self.eigenvalues, tol, "spectrum")
+        lines += [""] + _verdict_lines(self.verdict(tol), self.point)
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return f"Hessian({self.point.name!r}, D={self.matrix.shape[0]}, dtype={self.matrix.dtype})"
 
 
 def _dense_hessian(loss_of_flat, flat: jax.Array, columns_per_batch: int) -> np.ndarray:
-  """H as forward-over-reverse columns (what jax.hessian computes), a batch of columns at a time."""
-  def hessian(x):
-    grad_fn = jax.grad(loss_of_flat)
-    column = lambda e: jax.jvp(grad_fn, (x,), (e,))[1]
-    return jax.lax.map(column, jnp.eye(x.size, dtype=x.dtype), batch_size=columns_per_batch)
+    """H as forward-over-reverse columns (what jax.hessian computes), a batch of columns at a time."""
+    def hessian(x):
+        grad_fn = jax.grad(loss_of_flat)
+        column = lambda e: jax.jvp(grad_fn, (x,), (e,))[1]
+        return jax.lax.map(column, jnp.eye(x.size, dtype=x.dtype), batch_size=columns_per_batch)
 
-  matrix = np.asarray(jax.jit(hessian)(flat))
-  return 0.5 * (matrix + matrix.T)
+    matrix = np.asarray(jax.jit(hessian)(flat))
+    return 0.5 * (matrix + matrix.T)
 
 
 def hessian_at(point: Point, method: str = "dense", *, num_iters: int = 100,
-               key: jax.Array | None = None, max_dense_dim: int = 6000,
-               columns_per_batch: int = 256) -> Hessian | Spectrum:
-  """The exact Hessian of the population loss at `point`.
+                              key: jax.Array | None = None, max_dense_dim: int = 6000,
+                              columns_per_batch: int = 256) -> Hessian | Spectrum:
+    """The exact Hessian of the population loss at `point`.
 
-  method="dense": the (D, D) matrix in the params' dtype, for D <= max_dense_dim; its columns are
-  computed `columns_per_batch` at a time (lower it if memory runs out).
-  method="lanczos": a `Spectrum` from `num_iters` Lanczos steps (see `lanczos_spectrum`).
-  """
-  if method == "lanczos":
-    return lanczos_spectrum(point, num_iters, key)
-  if method != "dense":
-    raise ValueError(f"method={method!r}: must be 'dense' or 'lanczos'.")
-  dim = point.num_params
-  if dim > max_dense_dim:
-    raise ValueError(
-        f"{point.name or 'The point'} has D = {dim} parameters, above max_dense_dim = "
-        f"{max_dense_dim} for a dense D x D Hessian; use hessian_at(point, method='lanczos') for "
-        f"its spectrum (or hvp(point) for products), or raise max_dense_dim.")
-  flat, loss_of_flat = _flat_loss(point)
-  matrix = _dense_hessian(loss_of_flat, flat, columns_per_batch)
-  return Hessian(matrix, param_names(point.params), point, gradient_at(point))
+    method="dense": the (D, D) matrix in the params' dtype, for D <= max_dense_dim; its columns are
+    computed `columns_per_batch` at a time (lower it if memory runs out).
+    method="lanczos": a `Spectrum` from `num_iters` Lanczos steps (see `lanczos_spectrum`).
+    """
+    if method == "lanczos":
+        return lanczos_spectrum(point, num_iters, key)
+    if method != "dense":
+        raise ValueError(f"method={method!r}: must be 'dense' or 'lanczos'.")
+    dim = point.num_params
+    if dim > max_dense_dim:
+        raise ValueError(
+                f"{point.name or 'The point'} has D = {dim} parameters, above max_dense_dim = "
+                f"{max_dense_dim} for a dense D x D Hessian; use hessian_at(point, method='lanczos') for "
+                f"its spectrum (or hvp(point) for products), or raise max_dense_dim.")
+    flat, loss_of_flat = _flat_loss(point)
+    matrix = _dense_hessian(loss_of_flat, flat, columns_per_batch)
+    return Hessian(matrix, param_names(point.params), point, gradient_at(point))
 
 
 def lanczos(matvec: Callable[[jax.Array], jax.Array], dim: int, num_iters: int,
-            key: jax.Array, dtype) -> tuple[jax.Array, jax.Array]:
-  """Lanczos tridiagonalisation of a symmetric operator, with full reorthogonalisation.
+                        key: jax.Array, dtype) -> tuple[jax.Array, jax.Array]:
+    """Lanczos tridiagonalisation of a symmetric operator, with full reorthogonalisation.
 
-  Returns T's diagonal `alphas` (num_iters,) and off-diagonal `betas` (num_iters - 1,), where
-  T = V^T A V and V's orthonormal columns span the Krylov space of a random start vector (the
-  first column). If the Krylov space is exhausted early, the next vector is a fresh random one
-  orthogonal to V and that beta is 0, so T's eigenvalues stay eigenvalues of A. Jittable with
-  `dim` and `num_iters` static; keeps V in memory (num_iters * dim numbers).
-  """
-  if not 1 <= num_iters <= dim:
-    raise ValueError(f"num_iters = {num_iters}: must be between 1 and dim = {dim}.")
-  dot = functools.partial(jnp.matmul, precision=jax.lax.Precision.HIGHEST)
-  eps = jnp.finfo(dtype).eps
+    Returns T's diagonal `alphas` (num_iters,) and off-diagonal `betas` (num_iters - 1,), where
+    T = V^T A V and V's orthonormal columns span the Krylov space of a random start vector (the
+    first column). If the Krylov space is exhausted early, the next vector is a fresh random one
+    orthogonal to V and that beta is 0, so T's eigenvalues stay eigenvalues of A. Jittable with
+    `dim` and `num_iters` static; keeps V in memory (num_iters * dim numbers).
+    """
+    if not 1 <= num_iters <= dim:
+        raise ValueError(f"num_iters = {num_iters}: must be between 1 and dim = {dim}.")
+    dot = functools.partial(jnp.matmul, precision=jax.lax.Precision.HIGHEST)
+    eps = jnp.finfo(dtype).eps
 
-  def orthogonalise(basis, w):
-    w = w - dot(basis.T, dot(basis, w))  # twice: one pass loses orthogonality in rounding
-    return w - dot(basis.T, dot(basis, w))
+    def orthogonalise(basis, w):
+        w = w - dot(basis.T, dot(basis, w))  # twice: one pass loses orthogonality in rounding
+        return w - dot(basis.T, dot(basis, w))
 
-  def fresh_direction(basis, i):
-    w = jax.random.normal(jax.random.fold_in(restart_key, i), (dim,), dtype)
-    w = orthogonalise(basis, w)
-    return w / jnp.linalg.norm(w)
+    def fresh_direction(basis, i):
+        w = jax.random.normal(jax.random.fold_in(restart_key, i), (dim,), dtype)
+        w = orthogonalise(basis, w)
+        return w / jnp.linalg.norm(w)
 
-  def step(i, state):
-    basis, alphas, betas = state
-    v = basis[i]
-    av = matvec(v)
-    w = orthogonalise(basis, av)  # rows after i are still zero
-    beta = jnp.linalg.norm(w)
-    exhausted = beta <= 100 * eps * jnp.linalg.norm(av)
-    next_v = jax.lax.cond(exhausted, fresh_direction, lambda *_: w / beta, basis, i)
-    basis = basis.at[i + 1].set(next_v, mode="drop")
-    alphas = alphas.at[i].set(dot(v, av))
-    betas = betas.at[i].set(jnp.where(exhausted, 0, beta))
-    return basis, alphas, betas
+    def step(i, state):
+        basis, alphas, betas = state
+        v = basis[i]
+        av = matvec(v)
+        w = orthogonalise(basis, av)  # rows after i are still zero
+        beta = jnp.linalg.norm(w)
+        exhausted = beta <= 100 * eps * jnp.linalg.norm(av)
+        next_v = jax.lax.cond(exhausted, fresh_direction, lambda *_: w / beta, basis, i)
+        basis = basis.at[i + 1].set(next_v, mode="drop")
+        alphas = alphas.at[i].set(dot(v, av))
+        betas = betas.at[i].set(jnp.where(exhausted, 0, beta))
+        return basis, alphas, betas
 
-  start_key, restart_key = jax.random.split(key)
-  start = jax.random.normal(start_key, (dim,), dtype)
-  basis = jnp.zeros((num_iters, dim), dtype).at[0].set(start / jnp.linalg.norm(start))
-  state = (basis, jnp.zeros(num_iters, dtype), jnp.zeros(num_iters, dtype))
-  _, alphas, betas = jax.lax.fori_loop(0, num_iters, step, state)
-  return alphas, betas[:-1]
+    start_key, restart_key = jax.random.split(key)
+    start = jax.random.normal(start_key, (dim,), dtype)
+    basis = jnp.zeros((num_iters, dim), dtype).at[0].set(start / jnp.linalg.norm(start))
+    state = (basis, jnp.zeros(num_iters, dtype), jnp.zeros(num_iters, dtype))
+    _, alphas, betas = jax.lax.fori_loop(0, num_iters, step, state)
+    return alphas, betas[:-1]
 
 
 @dataclasses.dataclass(frozen=True, eq=False, repr=False)
 class Spectrum:
-  """Lanczos estimate of the Hessian spectrum at a point.
+    """Lanczos estimate of the Hessian spectrum at a point.
 
-  `ritz_values` (ascending) lie inside [λ_min, λ_max] and the extreme ones converge first;
-  `weights` (squared first components of the Ritz vectors, summing to 1) make the spectral
-  density estimate sum_j weights[j] * delta(λ - ritz_values[j]).
-  """
-  point: Point
-  ritz_values: np.ndarray
-  weights: np.ndarray
-  gradient: Gradient
+    `ritz_values` (ascending) lie inside [λ_min, λ_max] and the extreme ones converge first;
+    `weights` (squared first components of the Ritz vectors, summing to 1) make the spectral
+    density estimate sum_j weights[j] * delta(λ - ritz_values[j]).
+    """
+    point: Point
+    ritz_values: np.ndarray
+    weights: np.ndarray
+    gradient: Gradient
 
-  @property
-  def min(self) -> float:
-    return float(self.ritz_values[0])
+    @property
+    def min(self) -> float:
+        return float(self.ritz_values[0])
 
-  @property
-  def max(self) -> float:
-    return float(self.ritz_values[-1])
+    @property
+    def max(self) -> float:
+        return float(self.ritz_values[-1])
 
-  def tolerance(self, tol: float | None = None) -> float:
-    """`tol` if given, else the default relative tolerance (module docstring)."""
-    return _default_tol(self.ritz_values, self.ritz_values.dtype) if tol is None else tol
+    def tolerance(self, tol: float | None = None) -> float:
+        """`tol` if given, else the default relative tolerance (module docstring)."""
+        return _default_tol(self.ritz_values, self.ritz_values.dtype) if tol is None else tol
 
-  def verdict(self, tol: float | None = None) -> str:
-    """What the Ritz values prove: negative curvature if one is below -tol, else nothing."""
-    tol = self.tolerance(tol)
-    smallest = f"Lanczos: smallest Ritz value λ_min={self.min:.6g}"
-    if self.min < -tol:
-      consequence = "saddle" if self.max > tol else "not a minimum"
-      return f"{smallest}; negative curvature found → {consequence}"
-    return (f"{smallest}; no negative Ritz value below -{tol:.3g} found "
-            f"(not a proof of a minimum)")
+    def verdict(self, tol: float | None = None) -> str:
+        """What the Ritz values prove: negative curvature if one is below -tol, else nothing."""
+        tol = self.tolerance(tol)
+        smallest = f"Lanczos: smallest Ritz value λ_min={self.min:.6g}"
+        if self.min < -tol:
+            consequence = "saddle" if self.max > tol else "not a minimum"
+            return f"{smallest}; negative curvature found → {consequence}"
+        return (f"{smallest}; no negative Ritz value below -{tol:.3g} found "
+                        f"(not a proof of a minimum)")
 
-  def describe(self, tol: float | None = None) -> str:
-    tol = self.tolerance(tol)
-    lines = _header("Hessian spectrum (Lanczos)", self.gradient, self.ritz_values.dtype)
-    lines += [f"  iterations     {self.ritz_values.size}", ""]
-    lines += _spectrum_lines(self.ritz_values, tol, "Ritz values")
-    lines += [""] + _verdict_lines(self.verdict(tol), self.point)
-    return "\n".join(lines)
+    def describe(self, tol: float | None = None) -> str:
+        tol = self.tolerance(tol)
+        lines = _header("Hessian spectrum (Lanczos)", self.gradient, self.ritz_values.dtype)
+        lines += [f"  iterations     {self.ritz_values.size}", ""]
+        lines += _spectrum_lines(self.ritz_values, tol, "Ritz values")
+        lines += [""] + _verdict_lines(self.verdict(tol), self.point)
+        return "\n".join(lines)
 
-  def __repr__(self) -> str:
-    return (f"Spectrum({self.point.name!r}, D={self.gradient.vector.size}, "
-            f"iterations={self.ritz_values.size}, min={self.min:.4g}, max={self.max:.4g})")
+    def __repr__(self) -> str:
+        return (f"Spectrum({self.point.name!r}, D={self.gradient.vector.size}, "
+                        f"iterations={self.ritz_values.size}, min={self.min:.4g}, max={self.max:.4g})")
 
 
 def lanczos_spectrum(point: Point, num_iters: int = 100, key: jax.Array | None = None) -> Spectrum:
-  """Ritz values of the Hessian at `point` from Lanczos on exact HVPs; no D x D matrix is formed.
+    """Ritz values of the Hessian at `point` from Lanczos on exact HVPs; no D x D matrix is formed.
 
-  num_iters is capped at D; key defaults to jax.random.key(0), so repeated calls agree.
-  """
-  flat, loss_of_flat = _flat_loss(point)
-  num_iters = min(num_iters, flat.size)
-  key = jax.random.key(0) if key is None else key
+    num_iters is capped at D; key defaults to jax.random.key(0), so repeated calls agree.
+    """
+    flat, loss_of_flat = _flat_loss(point)
+    num_iters = min(num_iters, flat.size)
+    key = jax.random.key(0) if key is None else key
 
-  @jax.jit
-  def tridiagonal(x, key):
-    grad_fn = jax.grad(loss_of_flat)
-    matvec = lambda v: jax.jvp(grad_fn, (x,), (v,))[1]
-    return lanczos(matvec, x.size, num_iters, key, x.dtype)
+    @jax.jit
+    def tridiagonal(x, key):
+        grad_fn = jax.grad(loss_of_flat)
+        matvec = lambda v: jax.jvp(grad_fn, (x,), (v,))[1]
+        return lanczos(matvec, x.size, num_iters, key, x.dtype)
 
-  alphas, betas = (np.asarray(a) for a in tridiagonal(flat, key))
-  ritz_values, ritz_vectors = np.linalg.eigh(np.diag(alphas) + np.diag(betas, 1)
-                                             + np.diag(betas, -1))
-  return Spectrum(point, ritz_values, ritz_vectors[0] ** 2, gradient_at(point))
+    alphas, betas = (np.asarray(a) for a in tridiagonal(flat, key))
+    ritz_values, ritz_vectors = np.linalg.eigh(np.diag(alphas) + np.diag(betas, 1)
+                                                                                          + np.diag(betas, -1))
+    return Spectrum(point, ritz_values, ritz_vectors[0] ** 2, gradient_at(point))
