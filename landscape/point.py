@@ -52,3 +52,30 @@ def param_names(params) -> list[tuple[str, slice, tuple]]:
         entries.append((name, slice(offset, offset + size), tuple(np.shape(leaf))))
         offset += size
     return entries
+
+
+def restrict(point: Point, names) -> Point:
+    """The same loss as a function of the named blocks only, every other parameter held fixed.
+
+    `names` are block names as in `param_names` (a name also selects the leaves under it). The
+    restricted point's params are {name: array} for each selected leaf, so
+    `hessian_at(restrict(point, ["b", "e"]))` is the (b, e) block of the Hessian, computed
+    without the rest: what a paper-size model (D in the thousands, costly losses) can afford.
+    """
+    names = [names] if isinstance(names, str) else list(names)
+    flat, treedef = jax.tree_util.tree_flatten(point.params)
+    leaf_names = [name for name, _, _ in param_names(point.params)]
+    chosen = [i for i, leaf in enumerate(leaf_names)
+              if any(leaf == n or leaf.startswith(n + "/") for n in names)]
+    if not chosen:
+        raise KeyError(f"no parameter named {names}; available: {', '.join(leaf_names)}")
+
+    def loss_fn(sub):
+        leaves = list(flat)
+        for i in chosen:
+            leaves[i] = sub[leaf_names[i]]
+        return point.loss_fn(jax.tree_util.tree_unflatten(treedef, leaves))
+
+    meta = {k: v for k, v in point.meta.items() if k != "focus_blocks"}
+    return Point({leaf_names[i]: flat[i] for i in chosen}, loss_fn,
+                 name=f"{point.name} restricted to {', '.join(names)}", meta=meta)

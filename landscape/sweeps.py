@@ -22,17 +22,28 @@ from landscape import training
 
 @dataclasses.dataclass(frozen=True)
 class Grid:
-    """Named axes of swept values, times seeds; runs are ordered axis-major, seeds last."""
+    """Named axes of swept values, times seeds; runs are ordered axis-major, seeds last.
+
+    zipped=True pairs the axes instead of taking their product (all of one length: the points
+    (p, q) = (0.5, 0.8), (0.2, 0.3) rather than four combinations); the grid then has one axis.
+    """
     axes: dict[str, np.ndarray]
     seeds: np.ndarray
+    zipped: bool = False
 
     @classmethod
-    def make(cls, axes: Mapping[str, Sequence[float]], seeds: Sequence[int]) -> "Grid":
-        return cls({k: np.asarray(v, np.float64).reshape(-1) for k, v in axes.items()},
-                              np.asarray(seeds, np.int64).reshape(-1))
+    def make(cls, axes: Mapping[str, Sequence[float]], seeds: Sequence[int],
+             zipped: bool = False) -> "Grid":
+        axes = {k: np.asarray(v, np.float64).reshape(-1) for k, v in axes.items()}
+        if zipped and len({len(v) for v in axes.values()}) > 1:
+            raise ValueError("zipped sweep axes must have equal lengths; got "
+                             + ", ".join(f"{k}: {len(v)}" for k, v in axes.items()))
+        return cls(axes, np.asarray(seeds, np.int64).reshape(-1), zipped)
 
     @property
     def shape(self) -> tuple[int, ...]:
+        if self.zipped:
+            return (len(next(iter(self.axes.values()))) if self.axes else 1, len(self.seeds))
         return tuple(len(v) for v in self.axes.values()) + (len(self.seeds),)
 
     @property
@@ -41,7 +52,8 @@ class Grid:
 
     def flat(self) -> tuple[dict[str, np.ndarray], np.ndarray]:
         """(hparams {name: (R,)}, seeds (R,)) for every cell and seed."""
-        cells = list(itertools.product(*self.axes.values())) or [()]
+        cells = (list(zip(*self.axes.values())) if self.zipped
+                 else list(itertools.product(*self.axes.values()))) or [()]
         hparams = {k: np.repeat([c[i] for c in cells], len(self.seeds))
                               for i, k in enumerate(self.axes)}
         return hparams, np.tile(self.seeds, len(cells))

@@ -44,11 +44,14 @@ class Problem:
     learning_rates: hparams -> a pytree that is a prefix of params (e.g. {"Y": lr_y, "Z": lr_z}).
     snapshot: (params, hparams) -> dict of arrays recorded every `log_every` steps (attention maps,
         entropies, ...). Scalars among them also go to metrics.jsonl.
+    weight_decay_mask: params -> pytree of bools, the leaves weight decay applies to (default all),
+        e.g. only Linear weights, as GPT-2 codebases do.
     """
     init: Callable[[jax.Array, HParams], Params]
     loss: Callable[[Params, jax.Array, HParams], tuple[jax.Array, dict[str, jax.Array]]]
     learning_rates: Callable[[HParams], Any]
     snapshot: Callable[[Params, HParams], dict[str, jax.Array]] = lambda params, hparams: {}
+    weight_decay_mask: Callable[[Params], Any] | None = None
 
 
 # ----------------------------------------------------------------------------- optimizers
@@ -64,6 +67,7 @@ def default_optim_config() -> ml_collections.ConfigDict:
             b1=0.9, b2=0.999, eps=1e-8,
             schedule="constant",    # constant | warmup_cosine (multiplies every group's lr)
             warmup_steps=0,
+            initial_lr_fraction=0.0,  # warmup_cosine: lr at step 0 / peak lr
             final_lr_fraction=0.0,  # warmup_cosine: lr at the last step / peak lr
     ))
 
@@ -78,15 +82,18 @@ def validate_optim(cfg: ml_collections.ConfigDict, prefix: str = "optim") -> Non
     config_lib.require_number(cfg, f"{prefix}.b2", low=0, high=1, high_open=True)
     config_lib.require_number(cfg, f"{prefix}.eps", low=0, low_open=True)
     config_lib.require_number(cfg, f"{prefix}.warmup_steps", low=0, integer=True)
+    config_lib.require_number(cfg, f"{prefix}.initial_lr_fraction", low=0, high=1)
     config_lib.require_number(cfg, f"{prefix}.final_lr_fraction", low=0, high=1)
     if o.nesterov:
         config_lib.require(o.name == "sgd" and o.momentum > 0, f"{prefix}.nesterov", o.nesterov,
                                               "False unless optim.name is 'sgd' with momentum > 0")
 
 
-def direction(optim: ml_collections.ConfigDict) -> optax.GradientTransformation:
+def direction(optim: ml_collections.ConfigDict,
+              decay_mask: Callable[[Params], Any] | None = None) -> optax.GradientTransformation:
     """The optimizer without its learning rate (updates are -lr * schedule * direction)."""
-    decay = [optax.add_decayed_weights(optim.weight_decay)] if optim.weight_decay else []
+    decay = ([optax.add_decayed_weights(optim.weight_decay, mask=decay_mask)]
+             if optim.weight_decay else [])
     if optim.name == "sgd":
         trace = [optax.trace(decay=optim.momentum, nesterov=optim.nesterov)] if optim.momentum else []
         return optax.chain(*decay, *trace) if decay or trace else optax.identity()
@@ -101,7 +108,7 @@ def schedule(optim: ml_collections.ConfigDict, num_steps: int) -> optax.Schedule
     if optim.schedule == "constant":
         return lambda step: jnp.ones((), jnp.float32)
     return optax.warmup_cosine_decay_schedule(
-            init_value=0.0, peak_value=1.0, warmup_steps=optim.warmup_steps,
+            init_value=optim.initial_lr_fraction, peak_value=1.0, warmup_steps=optim.warmup_steps,
             decay_steps=max(num_steps, optim.warmup_steps + 1), end_value=optim.final_lr_fraction)
 
 
@@ -168,7 +175,7 @@ def train(problem: Problem, optim: ml_collections.ConfigDict, hparams: dict[str,
     put = (lambda x: jax.device_put(x, sharding)) if sharding is not None else (lambda x: x)
     seeds_dev, hparams = put(jnp.asarray(seeds, jnp.uint32)), put(jax.tree.map(jnp.asarray, hparams))
 
-    opt = direction(optim)
+    opt = direction(optim, problem.weight_decay_mask)
     lr_multiplier = schedule(optim, num_steps)
 
     def init_one(seed, hp):

@@ -202,3 +202,20 @@ def test_joint_blocks_and_focus_verdict():
     saddle = hessian_at(Point(params, lambda p: loss(p) - p["y"][0] ** 2,
                               meta={"focus_blocks": ["b", "x"]}))
     assert saddle.verdict().startswith("saddle (1 negative")
+
+
+def test_restrict_gives_the_block_of_the_full_hessian():
+    from landscape.point import restrict
+    rng = np.random.default_rng(3)
+    A = rng.normal(size=(6, 6))
+    A = A @ A.T
+    def loss(p):
+        v = jnp.concatenate([p["u"], p["w"]["x"], jnp.atleast_1d(p["b"])])
+        return 0.5 * v @ A @ v + jnp.sin(v).sum()
+    params = {"u": jnp.asarray(rng.normal(size=2)), "w": {"x": jnp.asarray(rng.normal(size=3))},
+              "b": jnp.asarray(0.3)}
+    full = hessian_at(Point(params, loss))
+    sub = hessian_at(restrict(Point(params, loss), ["b", "w"]))
+    np.testing.assert_allclose(sub.block(["b", "w"]), full.block(["b", "w"]), atol=1e-12)
+    with pytest.raises(KeyError, match="no parameter named"):
+        restrict(Point(params, loss), ["nope"])

@@ -6,6 +6,7 @@ import sys
 import textwrap
 
 import numpy as np
+import pytest
 
 from landscape import sweeps
 
@@ -47,3 +48,13 @@ def test_sharded_sweep_gives_the_same_numbers(tmp_path):
         outputs[devices] = np.load(out)
     assert outputs[1].shape == (6, 20 + 11)
     np.testing.assert_allclose(outputs[4], outputs[1], rtol=1e-5, atol=1e-7)
+
+
+def test_zipped_grid_pairs_the_axes():
+    grid = sweeps.Grid.make({"p": [0.5, 0.2], "q": [0.8, 0.3]}, seeds=[0, 1, 2], zipped=True)
+    hp, seeds = grid.flat()
+    assert grid.shape == (2, 3) and grid.size == 6
+    np.testing.assert_array_equal(hp["p"], [0.5] * 3 + [0.2] * 3)
+    np.testing.assert_array_equal(hp["q"], [0.8] * 3 + [0.3] * 3)
+    with pytest.raises(ValueError, match="equal lengths"):
+        sweeps.Grid.make({"p": [0.5, 0.2], "q": [0.8]}, seeds=[0], zipped=True)

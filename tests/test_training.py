@@ -153,3 +153,20 @@ def test_bad_arguments_are_named():
     with pytest.raises(ValueError, match="multiple of log_every"):
         training.train(problem, optim(), {"lr": [0.1], "ratio": [1.0]}, [0], num_steps=10,
                        log_every=3, progress=None)
+
+
+def test_weight_decay_mask_and_initial_lr_fraction():
+    """Decay applies only where the mask says (AdamW on Linear weights only, GPT-2 style)."""
+    problem, _ = quadratic_problem()
+    masked = training.Problem(init=problem.init, loss=lambda p, k, hp: (0.0 * sum(
+        jnp.sum(x) for x in jax.tree.leaves(p)), {}), learning_rates=problem.learning_rates,
+        weight_decay_mask=lambda p: {"u": True, "v": False})
+    cfg = optim(name="adamw", weight_decay=0.5)
+    result = training.train(masked, cfg, {"lr": [0.1], "ratio": [1.0]}, [0], num_steps=4,
+                            log_every=4, progress=None)
+    init = masked.init(jax.random.split(jax.random.key(0))[0], None)
+    np.testing.assert_allclose(result.final_params["v"][0], init["v"], rtol=1e-12)  # no decay
+    np.testing.assert_allclose(result.final_params["u"][0], init["u"] * (1 - 0.05) ** 4, rtol=1e-9)
+    s = training.schedule(optim(schedule="warmup_cosine", warmup_steps=10,
+                                initial_lr_fraction=0.01, final_lr_fraction=0.2), 110)
+    assert float(s(0)) == pytest.approx(0.01) and float(s(110)) == pytest.approx(0.2)
