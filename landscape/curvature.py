@@ -250,11 +250,15 @@ class Hessian:
 
 
 def _dense_hessian(loss_of_flat, flat: jax.Array, columns_per_batch: int) -> np.ndarray:
-    """H as forward-over-reverse columns (what jax.hessian computes), a batch of columns at a time."""
+    """H column by column as the linearised gradient map applied to the unit vectors (the
+    forward-over-reverse product of jax.hessian, with the primal pass done once), in batches of
+    `columns_per_batch` columns."""
     def hessian(x):
-        grad_fn = jax.grad(loss_of_flat)
-        column = lambda e: jax.jvp(grad_fn, (x,), (e,))[1]
-        return jax.lax.map(column, jnp.eye(x.size, dtype=x.dtype), batch_size=columns_per_batch)
+        _, linear_grad = jax.linearize(jax.grad(loss_of_flat), x)
+        basis = jnp.eye(x.size, dtype=x.dtype)
+        if x.size <= columns_per_batch:
+            return jax.vmap(linear_grad)(basis)
+        return jax.lax.map(linear_grad, basis, batch_size=columns_per_batch)
 
     matrix = np.asarray(jax.jit(hessian)(flat))
     return 0.5 * (matrix + matrix.T)

@@ -77,6 +77,12 @@ class Workdir:
         self._write_json("summary.json", summary)
         return summary
 
+    def write_text(self, name: str, text: str) -> pathlib.Path:
+        """A plain-text report next to the records (e.g. Hessian descriptions)."""
+        path = self.path / name
+        path.write_text(text + "\n")
+        return path
+
     def figure_path(self, name: str) -> pathlib.Path:
         return self.path / "figures" / f"{name}.png"
 

@@ -1,0 +1,72 @@
+"""Attention with Markov (Makkuva et al., seeds 003/004): notes/markov.md §8, §11.
+
+    python -m experiments.markov --config=configs/markov.py                 # Fig. 3, theory model
+    python -m experiments.markov --config=configs/markov.py:fig3_gpt        # Fig. 3, GPT-2 model
+    python -m experiments.markov --config=configs/markov.py:landscape       # Thms 1-3, Hessians
+
+CPU-sized settings (notes §11.3): d = 4, N = 128, batch 16, AdamW(0.9, 0.95) lr 1e-3, wd 1e-3 on
+Linear weights, 2% warm-up from lr/100 then cosine to lr/5. The paper's N = 1024 and 8000 steps
+are one override away (--config.model.seq_len=1024 --config.train.num_steps=8000).
+"theory" is the no-LayerNorm ReLU model the theorems analyse; "gpt" the GPT-2 blocks the paper
+trained (pre-LN + final LN, GELU). The notes' pilot found the trap depends on LayerNorm: every
+experiment can run both, and summary.json says which claims each reproduces.
+
+Variants (`--config=configs/markov.py:<variant>`), with CPU times on 2 cores:
+  fig3 / fig3_gpt   tied vs untied at (p, q) = (0.5, 0.8) and (0.2, 0.3), 5 seeds (~1 min)
+  fig4 / fig4_gpt   tied vs untied over p, q in {0.2, 0.4, 0.6, 0.8}, 3 seeds (~3 min)
+  fig4_paper        the issue's grid: 7 x 7 = 49 cells x 5 seeds x tied/untied, 8000 steps
+                    (one program per tying; tens of minutes)
+  fig1 / fig1_gpt   depth 1 vs 2, tied, (0.5, 0.8), 3 seeds (~1 min)
+  fig5              S = 5, p in {0.3, 0.6, 0.9}, tied vs untied, d = 8 (~2 min)
+  appendix_d        tied (0.2, 0.3): the rank-one structure of the learned minimum (~30 s)
+  landscape         exact Hessians at theta_pi / theta_star against the closed forms (~20 s)
+"""
+
+from landscape.markov.experiment import default_config
+
+VARIANTS = ("fig3", "fig3_gpt", "fig4", "fig4_gpt", "fig4_paper", "fig1", "fig1_gpt", "fig5",
+            "appendix_d", "landscape")
+TIED_UNTIED = [{"model": {"tied": True}}, {"model": {"tied": False}}]
+GPT2 = {"family": "gpt", "layer_norm": True, "activation": "gelu"}
+
+
+def get_config(variant: str = "fig3"):
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown variant {variant!r}: one of {', '.join(VARIANTS)}")
+    c = default_config()
+    c.name = f"markov_{variant}"
+    c.claims = variant.split("_gpt")[0].replace("_paper", "")
+    if variant.endswith("_gpt"):
+        c.model.update(GPT2)
+    if variant.startswith("fig3"):
+        c.num_seeds = 5
+        c.sweep = {"chain": {"p": [0.5, 0.2], "q": [0.8, 0.3]}}
+        c.sweep_zip = True
+        c.variants = TIED_UNTIED
+    elif variant.startswith("fig4"):
+        c.num_seeds = 3
+        c.sweep = {"chain": {"p": [0.2, 0.4, 0.6, 0.8], "q": [0.2, 0.4, 0.6, 0.8]}}
+        c.variants = TIED_UNTIED
+        c.train.update(num_steps=1000, log_every=100)
+        if variant == "fig4_paper":
+            grid = [0.1, 0.2, 0.35, 0.5, 0.65, 0.8, 0.9]
+            c.num_seeds = 5
+            c.sweep = {"chain": {"p": grid, "q": grid}}
+            c.train.update(num_steps=8000, log_every=500)
+    elif variant.startswith("fig1"):
+        c.num_seeds = 3
+        c.variants = [{"model": {"num_layers": 1}}, {"model": {"num_layers": 2}}]
+    elif variant == "fig5":
+        c.num_seeds = 3
+        c.chain.num_states = 5
+        c.model.d = 8
+        c.sweep = {"chain": {"p": [0.3, 0.6, 0.9]}}
+        c.variants = TIED_UNTIED
+        c.train.update(num_steps=2000, log_every=100)
+    elif variant == "appendix_d":
+        c.num_seeds = 3
+        c.chain.update(p=0.2, q=0.3)
+        c.train.update(num_steps=2000, log_every=100)
+    elif variant == "landscape":
+        c.experiment = "landscape"
+    return c

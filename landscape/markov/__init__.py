@@ -1,0 +1,14 @@
+"""Attention with Markov (Makkuva et al.): single-layer transformers on Markov chains.
+
+task.py        binary and S-state chains, samplers, exact enumeration, soft targets
+model.py       the theory model (no LayerNorm) and the GPT-2 model, one attention for both
+points.py      theta_pi (Thm 2 / Thm 3, multi-state), theta_star (Thm 1) as Points
+theory.py      closed forms: losses, information, alpha block and spectra, App. D
+experiment.py  configs -> compiled sweeps -> records, figures and claims (Figs. 1, 3, 4, 5, App. D)
+"""
+
+from landscape.markov import model, points, task, theory
+from landscape.markov.model import MarkovModel
+from landscape.markov.points import theta_pi, theta_star
+
+__all__ = ["model", "points", "task", "theory", "MarkovModel", "theta_pi", "theta_star"]

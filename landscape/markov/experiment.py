@@ -1,0 +1,533 @@
+"""Attention with Markov experiments (notes/markov.md §8, §11): configs -> compiled sweeps ->
+records, figures and checked claims.
+
+experiment = "train": single- or multi-layer transformers (the theory model without LayerNorm, or
+the GPT-2 model of the experiments) on fresh Markov sequences; p, q and the learning rate are
+traced, so a (p, q) grid x seeds is one program per model variant (tied / untied, depth, family).
+experiment = "landscape": exact Hessians at the constructed points against the closed forms.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from landscape import config as config_lib
+from landscape import curvature, plotting, records, sweeps, training
+from landscape.markov import model as model_lib
+from landscape.markov import points, task, theory
+
+TRACED = ("chain.p", "chain.q", "optim.lr")
+CLAIM_SETS = ("fig1", "fig3", "fig4", "fig5", "appendix_d", "landscape", "none")
+
+
+def default_config() -> ml_collections.ConfigDict:
+    """Every field a Markov config may set; defaults are the notes' CPU-sized Fig. 3 setting."""
+    c = ml_collections.ConfigDict()
+    c.name = "markov"
+    c.experiment = "train"                # train | landscape
+    c.seed = 0
+    c.num_seeds = 1
+    c.chain = dict(num_states=2, p=0.5, q=0.8, initial="stationary")   # q unused when S > 2
+    c.model = dict(family="theory", d=4, seq_len=128, num_layers=1, num_heads=1, mlp_width=0,
+                   tied=True, activation="relu", layer_norm=False)      # mlp_width 0 = 4d
+    c.optim = training.default_optim_config()
+    # Table 2 / the authors' OneCycle: AdamW(0.9, 0.95), wd 1e-3 on Linear weights only, 2%
+    # linear warm-up from lr/100, cosine to lr/5 (notes §3.3)
+    c.optim.update(name="adamw", b1=0.9, b2=0.95, weight_decay=1e-3, schedule="warmup_cosine",
+                   initial_lr_fraction=0.01, final_lr_fraction=0.2)
+    c.optim.lr = 1e-3
+    c.train = dict(batch_size=16, num_steps=1000, log_every=50, warmup_fraction=0.02,
+                   targets="hard",        # hard: sampled next tokens (as trained); soft: P[x_n]
+                   eval_sequences=64, dtype="float32", on_nonfinite="stop")
+    c.sweep = ml_collections.ConfigDict()
+    c.sweep_zip = False                   # pair the traced axes instead of their product
+    c.variants = []
+    c.landscape = dict(points=[[0.5, 0.8], [0.2, 0.3], [0.9, 0.9], [0.3, 0.6]], d=4, seq_len=8,
+                       multistate_p=[0.5, 0.85], multistate_states=5, multistate_seq_len=4)
+    c.claims = "none"
+    return c
+
+
+def validate(cfg) -> None:
+    config_lib.check_known_fields(cfg, default_config(), free=("sweep", "variants"))
+    for fields in config_lib.structural_cells(cfg, TRACED):
+        _validate_cell(config_lib.with_fields(cfg, fields))
+
+
+def _validate_cell(cfg) -> None:
+    r, choice = config_lib.require_number, config_lib.require_choice
+    choice(cfg, "experiment", ("train", "landscape"))
+    choice(cfg, "claims", CLAIM_SETS)
+    r(cfg, "seed", low=0, integer=True)
+    r(cfg, "num_seeds", low=1, integer=True)
+    r(cfg, "chain.num_states", low=2, integer=True)
+    r(cfg, "chain.p", low=0, high=1, low_open=True, high_open=True)
+    r(cfg, "chain.q", low=0, high=1, low_open=True, high_open=True)
+    choice(cfg, "chain.initial", ("stationary", "uniform"))
+    choice(cfg, "model.family", ("theory", "gpt"))
+    choice(cfg, "model.activation", ("relu", "gelu"))
+    r(cfg, "model.d", low=1, integer=True)
+    r(cfg, "model.seq_len", low=2, integer=True)
+    r(cfg, "model.num_layers", low=1, integer=True)
+    r(cfg, "model.num_heads", low=1, integer=True)
+    r(cfg, "model.mlp_width", low=0, integer=True)
+    config_lib.require(not (cfg.model.family == "theory" and cfg.model.layer_norm),
+                       "model.layer_norm", True, "False for the theory model (notes §3.1 has no "
+                       "LayerNorm); use model.family = 'gpt' for the GPT-2 blocks")
+    if cfg.experiment == "train":
+        training.validate_optim(cfg)
+        r(cfg, "optim.lr", low=0, low_open=True)
+        r(cfg, "train.batch_size", low=1, integer=True)
+        r(cfg, "train.num_steps", low=1, integer=True)
+        r(cfg, "train.log_every", low=1, high=cfg.train.num_steps, integer=True)
+        config_lib.require(cfg.train.num_steps % cfg.train.log_every == 0, "train.log_every",
+                           cfg.train.log_every,
+                           f"a divisor of train.num_steps = {cfg.train.num_steps}")
+        r(cfg, "train.warmup_fraction", low=0, high=1)
+        r(cfg, "train.eval_sequences", low=1, integer=True)
+        choice(cfg, "train.targets", ("hard", "soft"))
+        choice(cfg, "train.dtype", ("float32", "float64"))
+    in_unit = lambda v: isinstance(v, (int, float)) and 0 < v < 1
+    positive = lambda v: isinstance(v, (int, float)) and math.isfinite(v) and v > 0
+    traced = {k: v for k, v in config_lib.flatten(cfg.get("sweep", {})).items() if k in TRACED}
+    config_lib.check_sweep(traced, {"chain.p": in_unit, "chain.q": in_unit, "optim.lr": positive},
+                           {"chain.p": "a number in (0, 1)", "chain.q": "a number in (0, 1)",
+                            "optim.lr": "a number > 0"})
+
+
+def needs_x64(cfg) -> bool:
+    return cfg.experiment == "landscape" or cfg.train.dtype == "float64"
+
+
+def model_of(cfg) -> model_lib.MarkovModel:
+    fields = dict(cfg.model)
+    fields["mlp_width"] = fields["mlp_width"] or None
+    return model_lib.MarkovModel(num_states=cfg.chain.num_states, **fields)
+
+
+# ----------------------------------------------------------------------------- training problem
+
+
+def _kernel(cfg, hp):
+    if cfg.chain.num_states == 2:
+        return task.binary_kernel(hp["chain.p"], hp["chain.q"])
+    return task.symmetric_kernel(cfg.chain.num_states, hp["chain.p"])
+
+
+def _init_law(cfg, kernel):
+    S = cfg.chain.num_states
+    return task.stationary(kernel) if cfg.chain.initial == "stationary" else jnp.ones(S) / S
+
+
+def _decay_mask(params):
+    """Weight decay on Linear weights only (W_*, an untied head), as the authors' AdamW."""
+    def decayed(path, _):
+        name = jax.tree_util.keystr(path, simple=True, separator="/").split("/")[-1]
+        return name.startswith("W_") or name in ("a", "A", "lm_head")
+    return jax.tree_util.tree_map_with_path(decayed, params)
+
+
+def make_problem(cfg) -> training.Problem:
+    model = model_of(cfg)
+    dtype = jnp.dtype(cfg.train.dtype)
+    B, N, E = cfg.train.batch_size, cfg.model.seq_len, cfg.train.eval_sequences
+    eval_key = jax.random.key(10_000 + cfg.seed)       # one test set per (p, q): common numbers
+
+    def loss(params, key, hp):
+        kernel = _kernel(cfg, hp)
+        # the sequential sampler: faster than the associative scan on CPU (notes on task.sample)
+        x = task.sample_sequential(key, kernel, _init_law(cfg, kernel), B, N + 1)
+        log_probs = model_lib.log_probs(params, x[:, :N], model)
+        if cfg.train.targets == "hard":
+            return -jnp.take_along_axis(log_probs, x[:, 1:, None], axis=-1).mean(), {}
+        return task.population_cross_entropy(log_probs, jnp.full(B, 1.0 / B),
+                                             task.soft_targets(x[:, :N], kernel)), {}
+
+    def snapshot(params, hp):
+        kernel = _kernel(cfg, hp)
+        x = task.sample_sequential(eval_key, kernel, _init_law(cfg, kernel), E, N)
+        log_probs = model_lib.log_probs(params, x, model)
+        out = {"test_loss": task.population_cross_entropy(
+            log_probs, jnp.full(E, 1.0 / E), task.soft_targets(x, kernel))}
+        if cfg.chain.num_states == 2:       # mean predicted P(x_{n+1} = 1 | x_n = 0 or 1), Fig. 3/4
+            prob_one = jnp.exp(log_probs[..., 1])
+            for state in (0, 1):
+                mask = x == state
+                out[f"f{state}"] = jnp.sum(prob_one * mask) / jnp.maximum(mask.sum(), 1)
+        return out
+
+    return training.Problem(
+        init=lambda key, hp: jax.tree.map(lambda a: a.astype(dtype),
+                                          model_lib.init_params(key, model)),
+        loss=loss, learning_rates=lambda hp: hp["optim.lr"], snapshot=snapshot,
+        weight_decay_mask=_decay_mask)
+
+
+def train_group(cfg, fields, workdir=None, progress=print):
+    cell = config_lib.with_fields(cfg, fields)
+    cell.optim.warmup_steps = int(round(cell.train.warmup_fraction * cell.train.num_steps))
+    grid = sweeps.Grid.make(config_lib.traced_axes(cfg, TRACED),
+                            np.arange(cfg.seed, cfg.seed + cfg.num_seeds), zipped=cfg.sweep_zip)
+    base = {k: config_lib.get(cell, k) for k in TRACED}
+    result = sweeps.run(make_problem(cell), cell.optim, base, grid,
+                        dtype=np.dtype(cell.train.dtype), num_steps=cell.train.num_steps,
+                        log_every=cell.train.log_every, on_nonfinite=cell.train.on_nonfinite,
+                        progress=progress, workdir=workdir,
+                        record_tags={k: str(v) for k, v in fields.items()})
+    return dict(fields=fields, cfg=cell, grid=grid, result=result)
+
+
+def run(cfg, workdir: records.Workdir, progress=print) -> dict[str, Any]:
+    validate(cfg)
+    workdir.write_config(cfg)
+    if cfg.experiment == "landscape":
+        return run_landscape(cfg, workdir, progress)
+    groups, cells = [], config_lib.structural_cells(cfg, TRACED)
+    for i, fields in enumerate(cells):
+        if fields and progress:
+            progress("program " + ", ".join(f"{k}={v}" for k, v in fields.items()))
+        group = train_group(cfg, fields, workdir, progress)
+        groups.append(group)
+        res = group["result"]
+        prefix = f"cell{i}_" if len(cells) > 1 else ""
+        workdir.save_arrays(**{prefix + k: v for k, v in {
+            "losses": res.losses, "seeds": res.seeds, "snapshot_steps": res.snapshot_steps,
+            **{k.replace(".", "_"): v for k, v in res.hparams.items()},
+            **{f"snapshot_{k}": v for k, v in res.snapshots.items()}}.items()})
+    claims = CLAIMS[cfg.claims](cfg, groups)
+    figures = [str(p) for p in _figures(cfg, groups, workdir)]
+    summary = workdir.write_summary(
+        claims, figures=figures, runs=_run_table(groups),
+        seconds={"compile": sum(g["result"].compile_seconds for g in groups),
+                 "run": sum(g["result"].run_seconds for g in groups)})
+    if progress:
+        progress(records.format_claims(claims))
+        progress(f"records: {workdir.path}")
+    return summary
+
+
+# ----------------------------------------------------------------------------- outcomes per run
+
+
+def _references(cfg, p, q):
+    """(unigram loss, bigram loss) of the chain of a run."""
+    S = cfg.chain.num_states
+    if S == 2:
+        return float(theory.unigram_loss(p, q)), float(theory.entropy_rate(p, q))
+    return float(theory.symmetric_unigram_loss(S)), float(theory.symmetric_entropy_rate(S, p))
+
+
+def outcomes(group) -> list[dict[str, Any]]:
+    """Per run: p, q, seed, final test loss, f0, f1, and whether it is stuck at the unigram.
+
+    Stuck (notes §12.7): |L - H(pi)| < I/4 (and |f0 - f1| < 0.02 for S = 2), with I the gap
+    between the unigram and bigram losses; escaped: |L - L*| < I/4.
+    """
+    cfg, res = group["cfg"], group["result"]
+    rows = []
+    for r in range(res.num_runs):
+        p, q = float(res.hparams["chain.p"][r]), float(res.hparams["chain.q"][r])
+        unigram, bigram = _references(cfg, p, q)
+        gap = unigram - bigram
+        loss = float(res.snapshots["test_loss"][r, -1])
+        row = {"p": p, "q": q, "seed": int(res.seeds[r]), "loss": loss,
+               "unigram": unigram, "bigram": bigram}
+        flat = True
+        if "f0" in res.snapshots:
+            row.update(f0=float(res.snapshots["f0"][r, -1]), f1=float(res.snapshots["f1"][r, -1]))
+            flat = abs(row["f0"] - row["f1"]) < 0.02
+        row["stuck"] = bool(abs(loss - unigram) < gap / 4 and flat) if gap > 1e-3 else False
+        row["escaped"] = bool(abs(loss - bigram) < gap / 4) if gap > 1e-3 else True
+        rows.append(row)
+    return rows
+
+
+def _run_table(groups):
+    return [dict(program=", ".join(f"{k}={v}" for k, v in g["fields"].items()) or "base",
+                 **row) for g in groups for row in outcomes(g)]
+
+
+def _label(group):
+    fields = group["fields"]
+    cfg = group["cfg"]
+    fam = "GPT-2 (LN)" if cfg.model.layer_norm else cfg.model.family
+    return (f"{fam}, {'tied' if cfg.model.tied else 'untied'}, {cfg.model.num_layers} layer"
+            + ("s" if cfg.model.num_layers > 1 else "")
+            + (f" ({', '.join(f'{k}={v}' for k, v in fields.items())})" if fields else ""))
+
+
+# ----------------------------------------------------------------------------- claims
+
+
+def _claim(claim, measured, expected, passed, source):
+    return records.Claim(claim, measured, expected, bool(passed), source)
+
+
+def _at(rows, p, q):
+    return [r for r in rows if np.isclose(r["p"], p) and np.isclose(r["q"], q)]
+
+
+def claims_fig3(cfg, groups) -> list[records.Claim]:
+    """Fig. 3 (a-d): tied stuck at the unigram for (0.5, 0.8), untied at the bigram; both at the
+    bigram for (0.2, 0.3) (notes §8, §11.2)."""
+    out = []
+    for g in groups:
+        rows, label, tied = outcomes(g), _label(g), g["cfg"].model.tied
+        for p, q in {(r["p"], r["q"]) for r in rows}:
+            runs = _at(rows, p, q)
+            pi1 = p / (p + q)
+            measured = {"final loss": [round(r["loss"], 4) for r in runs],
+                        "f0": [round(r["f0"], 3) for r in runs],
+                        "f1": [round(r["f1"], 3) for r in runs]}
+            unigram, bigram = runs[0]["unigram"], runs[0]["bigram"]
+            if tied and p + q > 1:
+                ok = all(r["stuck"] and abs(r["f0"] - pi1) < 0.01 for r in runs)
+                expected = (f"stuck at H(pi) = {unigram:.4f}, f0 = f1 = pi_1 = {pi1:.4f} "
+                            "in every run")
+            else:
+                ok = all(r["escaped"] and abs(r["f0"] - p) < 0.02 and abs(r["f1"] - (1 - q)) < 0.02
+                         for r in runs)
+                expected = (f"entropy rate {bigram:.4f}, f0 = p = {p:g}, f1 = 1 - q = {1 - q:g} in "
+                            "every run")
+            out.append(_claim(f"{label}, (p, q) = ({p:g}, {q:g}): "
+                              + ("the unigram trap" if tied and p + q > 1 else "the bigram"),
+                              measured, expected, ok, "Fig. 3, notes §8"))
+    return out
+
+
+def claims_fig4(cfg, groups) -> list[records.Claim]:
+    """Fig. 4: tied models get stuck only when p + q > 1; untied never (notes §8)."""
+    out = []
+    for g in groups:
+        rows, label = outcomes(g), _label(g)
+        cells = sorted({(r["p"], r["q"]) for r in rows})
+        stuck = {c: np.mean([r["stuck"] for r in _at(rows, *c)]) for c in cells}
+        below = [c for c in cells if sum(c) < 1]
+        above = [c for c in cells if sum(c) > 1]
+        if g["cfg"].model.tied:
+            out.append(_claim(f"{label}: no stuck run where p + q < 1",
+                              {f"{p:g},{q:g}": stuck[(p, q)] for p, q in below if stuck[(p, q)]}
+                              or "none stuck", "none stuck",
+                              all(stuck[c] == 0 for c in below), "Fig. 4"))
+            share = float(np.mean([stuck[c] > 0 for c in above])) if above else 0.0
+            out.append(_claim(f"{label}: stuck runs where p + q > 1 (the demarcation along "
+                              "p + q = 1)", {"cells with a stuck run": share,
+                                             "stuck fraction per cell": {
+                                                 f"{p:g},{q:g}": stuck[(p, q)] for p, q in above}},
+                              ">= half of the p + q > 1 cells have stuck runs", share >= 0.5,
+                              "Fig. 4"))
+        else:
+            total = float(np.mean([r["stuck"] for r in rows]))
+            out.append(_claim(f"{label}: no run is stuck anywhere", total, "0", total == 0,
+                              "Fig. 4"))
+    return out
+
+
+def claims_fig1(cfg, groups) -> list[records.Claim]:
+    """Fig. 1: at (0.5, 0.8) a 1-layer tied model stays at the unigram; depth >= 2 escapes after a
+    plateau at H(pi) (notes §8; §11.4 expects each model family to miss one half)."""
+    out = []
+    for g in groups:
+        rows, label = outcomes(g), _label(g)
+        layers = g["cfg"].model.num_layers
+        res = g["result"]
+        unigram = rows[0]["unigram"]
+        if layers == 1:
+            ok = all(r["stuck"] for r in rows)
+            expected = "stuck at H(pi) in every run"
+        else:
+            early = res.snapshots["test_loss"][:, : max(2, res.snapshots["test_loss"].shape[1] // 5)]
+            plateau = np.abs(early - unigram).min(axis=1) < (unigram - rows[0]["bigram"]) / 4
+            ok = all(r["escaped"] for r in rows) and plateau.all()
+            expected = "a plateau near H(pi), then the entropy rate, in every run"
+        out.append(_claim(f"{label}, (0.5, 0.8): " + ("trapped" if layers == 1 else "escapes"),
+                          {"final loss": [round(r["loss"], 4) for r in rows],
+                           "stuck": [r["stuck"] for r in rows]}, expected, ok, "Fig. 1"))
+    return out
+
+
+def claims_fig5(cfg, groups) -> list[records.Claim]:
+    """Fig. 5 (S = 5): tied stuck at log 5 for p above the threshold (S-1)/S = 0.8 (the notes'
+    derivation, §6.8), the bigram below it; untied always the bigram."""
+    out = []
+    threshold = theory.multistate_threshold(cfg.chain.num_states)
+    for g in groups:
+        rows, label, tied = outcomes(g), _label(g), g["cfg"].model.tied
+        for p in sorted({r["p"] for r in rows}):
+            runs = [r for r in rows if np.isclose(r["p"], p)]
+            trapped = tied and p > threshold
+            ok = all(r["stuck"] if trapped else r["escaped"] for r in runs)
+            out.append(_claim(f"{label}, S = {cfg.chain.num_states}, p = {p:g}: "
+                              + ("trapped at log S" if trapped else "the bigram"),
+                              [round(r["loss"], 4) for r in runs],
+                              (f"log S = {runs[0]['unigram']:.4f}" if trapped else
+                               f"entropy rate {runs[0]['bigram']:.4f}") + " (within I/4)",
+                              ok, "Fig. 5 (004), notes §6.8"))
+    return out
+
+
+def claims_appendix_d(cfg, groups) -> list[records.Claim]:
+    """App. D: the learned global minimum at (0.2, 0.3), tied, has the rank-one structure, and the
+    formula evaluated on the fitted scalars predicts p and 1 - q (notes §6.6)."""
+    out = []
+    for g in groups:
+        res, c = g["result"], g["cfg"]
+        for r in range(res.num_runs):
+            params = jax.tree.map(lambda x: np.asarray(x[r], np.float64), res.final_params)
+            fit = fit_appendix_d(params, c)
+            p, q = float(res.hparams["chain.p"][r]), float(res.hparams["chain.q"][r])
+            probs = 1 / (1 + np.exp(-np.asarray(fit["formula_logits"])))
+            out.append(_claim(
+                f"{_label(g)}, seed {int(res.seeds[r])}: e and p_n share one sign pattern v, "
+                "W_1 is rank one, W_2 ~ W_1^T, and the App. D formula gives p and 1 - q",
+                {k: (round(v, 3) if isinstance(v, float) else v) for k, v in fit.items()
+                 if k != "formula_logits"} | {"formula f(0), f(1)": np.round(probs[::-1], 3)
+                                               .tolist()},
+                f"|cos(e, p_n)| > 0.95, sigma_2/sigma_1(W_1) < 0.1, f(0) ~ {p:g}, f(1) ~ {1 - q:g}",
+                fit["cos_e_p"] > 0.95 and fit["rank_one"] < 0.1 and abs(probs[1] - p) < 0.05
+                and abs(probs[0] - (1 - q)) < 0.05, "App. D, notes §6.6"))
+    return out
+
+
+def fit_appendix_d(params, cfg) -> dict[str, Any]:
+    """Fit App. D's scalars (e, p, w_1, b, beta) to trained tied theory-model weights."""
+    d = cfg.model.d
+    r = cfg.model.mlp_width or 4 * d
+    e = params["e"]
+    v = np.sign(e)
+    pos = params["pos"].mean(axis=0)
+    block = params["blocks"][0]
+    W1, W2 = block["W_1"], block["W_2"]
+    u, s, vt = np.linalg.svd(W1)
+    w = np.sign(u[:, 0]) * np.sign(vt[0] @ v)
+    w1 = s[0] / np.sqrt(r * d)
+    e_scalar, p_scalar = float(e @ v / d), float(pos @ v / d)
+    beta = int(np.sum(w > 0))
+    logits = theory.appendix_d_logits(e_scalar, p_scalar, w1, float(params["b"]), beta, d, r)
+    return {"e": e_scalar, "p": p_scalar, "w1": float(w1), "b": float(params["b"]), "beta": beta,
+            "cos_e_p": float(abs(e @ pos) / (np.linalg.norm(e) * np.linalg.norm(pos) + 1e-12)),
+            "rank_one": float(s[1] / s[0]),
+            "W2_vs_W1T": float(np.linalg.norm(W2 - W1.T) / np.linalg.norm(W1)),
+            "formula_logits": [float(x) for x in logits]}
+
+
+CLAIMS = {"fig1": claims_fig1, "fig3": claims_fig3, "fig4": claims_fig4, "fig5": claims_fig5,
+          "appendix_d": claims_appendix_d, "none": lambda cfg, groups: []}
+
+
+# ----------------------------------------------------------------------------- landscape
+
+
+def run_landscape(cfg, workdir, progress=print) -> dict[str, Any]:
+    """Exact Hessians at theta_pi (tied and untied) and theta_star for each (p, q), against
+    §6.5 (binary) and §6.8 (multi-state); the describe() reports go to hessians.txt."""
+    ls = cfg.landscape
+    claims, reports = [], []
+    for p, q in ls.points:
+        for tied in (True, False):
+            point = points.theta_pi(p, q, d=ls.d, seq_len=ls.seq_len, tied=tied)
+            H = curvature.hessian_at(point)
+            reports.append(H.describe())
+            focus = H.focus_report()
+            predicted = np.sort(point.meta["focus_prediction"])
+            ok = np.allclose(focus["eigenvalues"], predicted, atol=1e-10) and focus["outside"] < 1e-10
+            verdict = H.verdict()
+            expected_verdict = ("local minimum" if tied and p + q > 1 else "saddle")
+            claims.append(_claim(
+                f"theta_pi ({'tied' if tied else 'untied'}, p={p:g}, q={q:g}): alpha-block "
+                f"eigenvalues and verdict", {"alpha eigenvalues": np.round(focus["eigenvalues"], 6)
+                                             .tolist(), "verdict": verdict.split(" (")[0]},
+                {"alpha eigenvalues": np.round(predicted, 6).tolist(), "verdict": expected_verdict},
+                ok and verdict.startswith(expected_verdict), "Thms 2-3, notes §6.5"))
+        star = points.theta_star(p, q, d=ls.d, seq_len=ls.seq_len)
+        g = curvature.gradient_at(star)
+        claims.append(_claim(f"theta_star (p={p:g}, q={q:g}): loss = entropy rate, gradient 0",
+                             {"loss - L*": star.loss() - star.meta["expected_loss"],
+                              "gradient norm": g.norm}, "both < 1e-10",
+                             abs(star.loss() - star.meta["expected_loss"]) < 1e-10 and g.norm < 1e-10,
+                             "Thm 1, notes §6.1"))
+    for p in ls.multistate_p:
+        point = points.theta_pi(p, d=2, seq_len=ls.multistate_seq_len,
+                                num_states=ls.multistate_states)
+        H = curvature.hessian_at(point)
+        reports.append(H.describe())
+        focus = H.focus_report()
+        predicted = np.sort(point.meta["focus_prediction"])
+        claims.append(_claim(f"multi-state unigram point (S={ls.multistate_states}, p={p:g}): "
+                             "(b, E) eigenvalues (the notes' derivation)",
+                             np.round(focus["eigenvalues"], 6).tolist(),
+                             np.round(predicted, 6).tolist(),
+                             np.allclose(focus["eigenvalues"], predicted, atol=1e-10), "notes §6.8"))
+    workdir.write_text("hessians.txt", "\n\n".join(reports))
+    summary = workdir.write_summary(claims)
+    if progress:
+        progress(records.format_claims(claims))
+        progress(f"records: {workdir.path} (Hessian reports in hessians.txt)")
+    return summary
+
+
+# ----------------------------------------------------------------------------- figures
+
+
+def _figures(cfg, groups, workdir):
+    paths = [plot_losses(groups, workdir.figure_path("test_loss"))]
+    if cfg.claims == "fig4":
+        paths.append(plot_grid(groups, workdir.figure_path("fig4_heatmaps")))
+    return paths
+
+
+def plot_losses(groups, path):
+    """Test loss against iteration per program, unigram and bigram levels dashed (Figs. 1, 3, 5)."""
+    cells = [(g, c) for g in groups for c in _cells_of(g)]
+    fig, axes = plotting.subplots(1, len(cells), width=3.6, height=2.9)
+    for ax, (g, (p, q, runs)) in zip(axes[0], cells):
+        res = g["result"]
+        plotting.mean_and_band(ax, res.snapshot_steps, res.snapshots["test_loss"][runs],
+                               label="test loss")
+        unigram, bigram = _references(g["cfg"], p, q)
+        ax.axhline(unigram, color="tab:red", linestyle="--", linewidth=1, label="unigram H(pi)")
+        ax.axhline(bigram, color="tab:green", linestyle="--", linewidth=1, label="entropy rate")
+        ax.set(xlabel="iteration", title=f"{_label(g)}\np={p:g}" + (f", q={q:g}" if
+                                                                     g["cfg"].chain.num_states == 2
+                                                                     else ""))
+        ax.title.set_fontsize(7)
+    axes[0, 0].set_ylabel("test loss (nats)")
+    axes[0, -1].legend(fontsize=6)
+    return plotting.save(fig, path)
+
+
+def _cells_of(group):
+    res = group["result"]
+    keys = sorted({(float(p), float(q)) for p, q in zip(res.hparams["chain.p"],
+                                                         res.hparams["chain.q"])})
+    return [(p, q, np.flatnonzero(np.isclose(res.hparams["chain.p"], p)
+                                  & np.isclose(res.hparams["chain.q"], q))) for p, q in keys]
+
+
+def plot_grid(groups, path):
+    """Fig. 4: mean predicted P(1 | x_n = 0) and the stuck fraction over the (p, q) grid."""
+    fig, axes = plotting.subplots(2, len(groups), width=3.8, height=3.2)
+    for j, g in enumerate(groups):
+        rows = outcomes(g)
+        ps = sorted({r["p"] for r in rows})
+        qs = sorted({r["q"] for r in rows})
+        f0 = np.array([[np.mean([r["f0"] for r in _at(rows, p, q)]) for q in qs] for p in ps])
+        stuck = np.array([[np.mean([r["stuck"] for r in _at(rows, p, q)]) for q in qs] for p in ps])
+        for i, (values, title) in enumerate([(f0, "mean predicted P(1 | 0)"),
+                                             (stuck, "fraction of stuck runs")]):
+            plotting.heatmap(axes[i, j], values, row_labels=[f"{p:g}" for p in ps],
+                             col_labels=[f"{q:g}" for q in qs], title=f"{_label(g)}\n{title}",
+                             vmin=0, vmax=1, cmap="viridis")
+            axes[i, j].title.set_fontsize(7)
+            for a in range(len(ps)):
+                for b in range(len(qs)):
+                    axes[i, j].text(b, a, f"{values[a, b]:.2f}", ha="center", va="center",
+                                    fontsize=6, color="w")
+            axes[i, j].set(xlabel="q", ylabel="p")
+    return plotting.save(fig, path)

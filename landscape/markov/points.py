@@ -1,0 +1,178 @@
+"""The constructed points of Attention with Markov (notes/markov.md §6), as `Point`s.
+
+    theta_pi(p, q)        the unigram point of Thm 2 (tied: a local minimum for p + q > 1) and
+                          Thm 3 (untied: a saddle); S > 2: the multi-state unigram point (§6.8)
+    theta_star(p, q)      a global minimum of Thm 1 (B.1 for p + q <= 1, B.2 for p + q > 1)
+
+Each point's loss is the population loss of the theory model (no LayerNorm): exact, by
+enumerating all S^N sequences with soft targets, when S^N is at most 2^16; otherwise Monte Carlo
+on a fixed sample of sequences with soft targets (common random numbers across points).
+Its `meta` carries the closed-form prediction, the alpha block as the focus block of the Hessian
+report, and the loss the theory predicts.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from landscape.markov import model as model_lib
+from landscape.markov import task, theory
+from landscape.point import Point
+
+EXACT_LIMIT = 2 ** 16
+
+_FLAT_ARGUMENT = ("with e = a = 0 the prediction is sigma(b) whatever the other blocks are, so "
+                  "L(alpha_pi, beta) = H(pi) for every beta, and alpha_pi stays a strict local "
+                  "minimum of L(., beta) for beta near beta_pi (notes §6.2)")
+
+
+def population_loss_fn(model: model_lib.MarkovModel, kernel, init, *, population: str = "auto",
+                       num_sequences: int = 256, key=None):
+    """params -> population cross-entropy with soft targets (notes §4), exact or Monte Carlo."""
+    size = model.num_states ** model.seq_len
+    if population == "auto":
+        population = "exact" if size <= EXACT_LIMIT else "mc"
+    if population == "exact":
+        x, weights, targets = task.exact_population(model.num_states, model.seq_len, kernel, init)
+    elif population == "mc":
+        key = jax.random.key(0) if key is None else key
+        x, weights, targets = task.monte_carlo_population(key, kernel, init, num_sequences,
+                                                          model.seq_len)
+    else:
+        raise ValueError(f"population = {population!r}: must be 'auto', 'exact' or 'mc'.")
+    return lambda params: task.population_cross_entropy(
+        model_lib.log_probs(params, x, model), weights, targets)
+
+
+def _chain(p, q, num_states):
+    if num_states == 2:
+        task.validate_chain(p=p, q=q)
+        kernel = task.binary_kernel(p, q)
+    else:
+        if q is not None:
+            raise ValueError(f"q = {q}: the {num_states}-state symmetric chain has one switching "
+                             "probability p; leave q out.")
+        task.validate_chain(p=p, num_states=num_states)
+        kernel = task.symmetric_kernel(num_states, p)
+    return kernel, task.stationary(kernel)
+
+
+def _theory_model(family, num_states, d, seq_len, num_layers, num_heads, mlp_width, tied):
+    if family != "theory":
+        raise ValueError(
+            f"family = {family!r}: theta_pi and theta_star are the points of Theorems 1-3, which "
+            "cover the theory model only (no LayerNorm; notes §3.1). With LayerNorm the point "
+            "p_n = 0 is degenerate (LN of a zero vector), and no theorem says what it is; use "
+            "family='theory', or build a Point by hand and label it 'not covered by the theorems'.")
+    return model_lib.MarkovModel(family="theory", num_states=num_states, d=d, seq_len=seq_len,
+                                 num_layers=num_layers, num_heads=num_heads, mlp_width=mlp_width,
+                                 tied=tied, activation="relu", layer_norm=False)
+
+
+def _zeros(model, dtype):
+    shapes = model_lib.param_shapes(model)
+    return jax.tree.map(lambda s: jnp.zeros(s, dtype), shapes,
+                        is_leaf=lambda s: isinstance(s, tuple))
+
+
+def theta_pi(p, q=None, *, d: int = 4, seq_len: int = 10, num_states: int = 2,
+             num_layers: int = 1, num_heads: int = 1, mlp_width: int | None = None,
+             tied: bool = True, pos=None, rest: str = "zero", key=None, family: str = "theory",
+             population: str = "auto", num_sequences: int = 256) -> Point:
+    """The unigram point of Thm 2 (tied) / Thm 3 (untied) (Eq. 11, notes §6.2-6.5, §6.8).
+
+    e = a = 0 (E = A = 0 for S > 2), W_O = 0, W_2 = 0, b = log(p/q) (b = log pi for S > 2).
+    The blocks the theorem leaves arbitrary are 0 by default; `pos` may be an (N, d) array of
+    positional vectors p_n or "random" (N(0, 1) entries, from `key`), and rest="random" draws
+    W_Q, W_K, W_V, W_1 from N(0, 1/d). The theorem holds for every choice; only u = mean p_n
+    and Cov(p_n) enter the alpha block (Eq. 12).
+    """
+    model = _theory_model(family, num_states, d, seq_len, num_layers, num_heads, mlp_width, tied)
+    kernel, init = _chain(p, q, num_states)
+    dtype = jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
+    params = _zeros(model, dtype)
+    key = jax.random.key(0) if key is None else key
+    pos_key, rest_key = jax.random.split(key)
+    if isinstance(pos, str):
+        if pos != "random":
+            raise ValueError(f"pos = {pos!r}: must be an (N, d) array, 'random' or None.")
+        pos = jax.random.normal(pos_key, (seq_len, d), dtype)
+    if pos is not None:
+        params["pos"] = jnp.asarray(pos, dtype)
+    if rest == "random":
+        for layer, block in enumerate(params["blocks"]):
+            keys = jax.random.split(jax.random.fold_in(rest_key, layer), 4)
+            for k, name in zip(keys, ("W_Q", "W_K", "W_V", "W_1")):
+                block[name] = jax.random.normal(k, block[name].shape, dtype) / np.sqrt(d)
+    elif rest != "zero":
+        raise ValueError(f"rest = {rest!r}: must be 'zero' or 'random'.")
+    if num_states == 2:
+        params["b"] = jnp.asarray(theory.theta_pi_logit(p, q), dtype)
+        focus = ["b", "e"] if tied else ["b", "a", "e"]
+        pos_np = np.asarray(params["pos"])
+        predicted = np.linalg.eigvalsh(np.asarray(theory.alpha_block(p, q, d, pos=pos_np,
+                                                                     tied=tied)))
+        prediction = theory.theta_pi_verdict(p, q, pos=pos_np, tied=tied)
+        expected = float(theory.unigram_loss(p, q))
+        label = f"p={p:g}, q={q:g}"
+    else:
+        params["b"] = jnp.log(init).astype(dtype)
+        focus = ["b", "E"] if tied else ["b", "A", "E"]
+        predicted = np.sort(np.asarray(theory.multistate_unigram_eigenvalues(num_states, p,
+                                                                            tied=tied, d=d)))
+        threshold = theory.multistate_threshold(num_states)
+        prediction = (f"{'tied' if tied else 'untied'} multi-state unigram point: " + (
+            f"local-minimum candidate iff p > (S-1)/S = {threshold:g} (here p = {p:g}: "
+            f"{'yes' if p > threshold else 'no, a saddle'}; notes §6.8)" if tied else
+            "a saddle whenever p != (S-1)/S (notes §6.8)"))
+        expected = float(np.log(num_states))
+        label = f"S={num_states}, p={p:g}"
+    loss_fn = population_loss_fn(model, kernel, init, population=population,
+                                 num_sequences=num_sequences, key=jax.random.fold_in(key, 7))
+    meta = {"prediction": prediction, "expected_loss": expected, "focus_blocks": focus,
+            "focus_prediction": predicted, "flat_argument": _FLAT_ARGUMENT, "model": model,
+            "p": p, "q": q}
+    name = f"theta_pi ({'tied' if tied else 'untied'}, {label}, d={d}, N={seq_len})"
+    return Point(params, loss_fn, name=name, meta=meta)
+
+
+def theta_star(p, q, *, d: int = 4, seq_len: int = 10, num_layers: int = 1, num_heads: int = 1,
+               mlp_width: int | None = None, tied: bool = True, paper_w_star: bool = False,
+               family: str = "theory", population: str = "auto", num_sequences: int = 256,
+               key=None) -> Point:
+    """A global minimum of Thm 1 that outputs the bigram kernel (notes §6.1).
+
+    p + q <= 1: B.1 (e = a = 1 sqrt(log((1-p)(1-q)/(pq))/d), p_n = 0, b = log(p/(1-p))).
+    p + q > 1: B.2 with the d*r-corrected w_star (e = a = 1, p_n = -1/2, W_1 = w 1 1^T,
+    W_2 = -W_1^T, b = log(p/(1-p)) + d/2); `paper_w_star=True` uses the paper's d^2 version,
+    which outputs the wrong kernel unless r = d (erratum, notes §6.9, C12).
+    """
+    model = _theory_model(family, 2, d, seq_len, num_layers, num_heads, mlp_width, tied)
+    kernel, init = _chain(p, q, 2)
+    dtype = jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
+    params = _zeros(model, dtype)
+    r = model.mlp_width or 4 * d
+    if p + q <= 1:
+        e_i, b = theory.theta_star_b1(p, q, d)
+        construction = "B.1"
+        params["e"] = jnp.full((d,), e_i, dtype)
+    else:
+        w, b = theory.theta_star_b2(p, q, d, r, paper=paper_w_star)
+        construction = "B.2" + (" (paper's w_star)" if paper_w_star else "")
+        params["e"] = jnp.ones((d,), dtype)
+        params["pos"] = jnp.full((seq_len, d), -0.5, dtype)
+        for block in params["blocks"]:
+            block["W_1"] = jnp.full((r, d), w, dtype)
+            block["W_2"] = -block["W_1"].T
+    params["b"] = jnp.asarray(b, dtype)
+    if not tied:
+        params["a"] = params["e"]
+    loss_fn = population_loss_fn(model, kernel, init, population=population,
+                                 num_sequences=num_sequences, key=key)
+    meta = {"prediction": f"global minimum (Thm 1, {construction}): outputs the bigram kernel, "
+                          "L = entropy rate, gradient 0",
+            "expected_loss": float(theory.entropy_rate(p, q)), "model": model, "p": p, "q": q}
+    name = f"theta_star ({construction}, {'tied' if tied else 'untied'}, p={p:g}, q={q:g}, d={d})"
+    return Point(params, loss_fn, name=name, meta=meta)

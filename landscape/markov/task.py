@@ -1,0 +1,225 @@
+"""First-order Markov chains: kernels, samplers and population measures (notes/markov.md §2, §4).
+
+Rows of a kernel are the current state: P[i, j] = P(x_{n+1} = j | x_n = i). Everything here is
+jit/vmap-able with p, q traced (sweeps vmap over a (p, q) grid); the integer arguments (number of
+states, lengths, batch sizes) are static. Value checks run only on concrete inputs.
+
+Contents:
+  kernels:     validate_chain, binary_kernel (§2.1), symmetric_kernel (§2.2), stationary
+  samplers:    sample (associative scan over per-position maps), sample_sequential (lax.scan)
+  population:  enumerate_sequences, sequence_probs, soft_targets (§4), exact_population,
+               monte_carlo_population, binary_log_probs, population_cross_entropy (§4, §7)
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+# --------------------------------------------------------------------------------------------------
+# Kernels (notes §2)
+# --------------------------------------------------------------------------------------------------
+
+
+def _concrete(value) -> np.ndarray | None:
+    """value as a NumPy array, or None when it is traced (no checks on traced sweep values)."""
+    if value is None or isinstance(value, jax.core.Tracer):
+        return None
+    return np.asarray(value, dtype=np.float64)
+
+
+def _float(value) -> jax.Array:
+    """value as a jnp array of a float dtype (keeps float32/float64, promotes integers)."""
+    value = jnp.asarray(value)
+    return value if jnp.issubdtype(value.dtype, jnp.floating) else value.astype(float)
+
+
+def validate_chain(p=None, q=None, num_states=None) -> None:
+    """One ValueError sentence naming the bad field: p, q in (0, 1), S >= 2 (notes §2.1, §2.2).
+
+    p alone with num_states is the symmetric chain's switching probability (§2.2). Arrays (a grid
+    about to be vmapped) are checked elementwise; traced values are skipped.
+    """
+    if num_states is not None and (int(num_states) != num_states or num_states < 2):
+        raise ValueError(f"num_states = {num_states!r}: must be an integer >= 2 "
+                         "(the number of chain states).")
+    if q is None and num_states is not None:
+        meaning = {"p": "the probability of leaving the current state"}
+    else:
+        meaning = {"p": "the switching probability 0 -> 1", "q": "the switching probability 1 -> 0"}
+    for name, value in (("p", p), ("q", q)):
+        arr = _concrete(value)
+        if arr is None:
+            continue
+        bad = ~((arr > 0.0) & (arr < 1.0))
+        if np.any(bad):
+            shown = arr[bad].flat[0] if arr.ndim else arr.item()
+            raise ValueError(f"{name} = {shown:g}: must be in (0, 1) ({meaning[name]}).")
+
+
+def binary_kernel(p, q) -> jax.Array:
+    """(2, 2) P(p, q) = [[1-p, p], [q, 1-q]] (notes §2.1)."""
+    validate_chain(p=p, q=q)
+    return _binary_kernel(_float(p), _float(q))
+
+
+@jax.jit
+def _binary_kernel(p, q):
+    return jnp.stack([jnp.stack([1.0 - p, p]), jnp.stack([q, 1.0 - q])])
+
+
+def symmetric_kernel(num_states: int, p) -> jax.Array:
+    """(S, S): stay with 1 - p, else switch to one of the S - 1 other states uniformly (§2.2)."""
+    validate_chain(p=p, num_states=num_states)
+    return _symmetric_kernel(int(num_states), _float(p))
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _symmetric_kernel(num_states, p):
+    eye_SS = jnp.eye(num_states, dtype=p.dtype)
+    return (1.0 - p) * eye_SS + p / (num_states - 1) * (1.0 - eye_SS)
+
+
+@jax.jit
+def stationary(kernel) -> jax.Array:
+    """(S,) pi with pi P = pi, sum pi = 1, for an irreducible kernel (notes §2.1).
+
+    pi (I - P + 1 1^T) = 1^T, and I - P + 1 1^T is nonsingular for an irreducible chain, so one
+    linear solve gives pi exactly (to rounding) and differentiably. Binary: (q, p)/(p + q);
+    symmetric: uniform.
+    """
+    kernel = jnp.asarray(kernel)
+    num_states = kernel.shape[-1]
+    eye_SS = jnp.eye(num_states, dtype=kernel.dtype)
+    system_SS = (eye_SS - kernel + 1.0).T
+    return jnp.linalg.solve(system_SS, jnp.ones(num_states, kernel.dtype))
+
+
+# --------------------------------------------------------------------------------------------------
+# Samplers (notes §2.1: x_1 ~ init, then inverse CDF against the current state's row)
+# --------------------------------------------------------------------------------------------------
+
+
+def _draws(key, kernel, init, batch_size, length):
+    """Shared by both samplers: (uniforms_BN, x1_B, thresholds_S(S-1)) (inverse-CDF cut points)."""
+    kernel = jnp.asarray(kernel)
+    init = stationary(kernel) if init is None else jnp.asarray(init, kernel.dtype)
+    num_states = kernel.shape[-1]
+    u_BN = jax.random.uniform(key, (batch_size, length), kernel.dtype)
+    cuts_SC = jnp.cumsum(kernel, axis=1)[:, :num_states - 1]      # last cut (~1) never needed
+    cuts_C = jnp.cumsum(init)[:num_states - 1]
+    x1_B = jnp.sum(u_BN[:, 0, None] >= cuts_C, axis=-1).astype(jnp.int32)
+    return u_BN, x1_B, cuts_SC
+
+
+@functools.partial(jax.jit, static_argnames=("batch_size", "length"))
+def sample(key, kernel, init=None, batch_size: int = 16, length: int = 1024) -> jax.Array:
+    """x (B, length) int32: x_1 ~ init (None: the stationary law), x_{n+1} ~ P[x_n] (notes §2.1).
+
+    Position n >= 2 applies the map f_n: s -> #{cuts of row s <= u_n} (inverse CDF of the uniform
+    u_n against row s). Maps S -> S (int arrays of length S) compose associatively, and x_1 is the
+    constant map, so a prefix scan of compositions holds x_n in every entry: O(log N) depth.
+    Identical sequences to `sample_sequential` for the same key.
+    """
+    u_BN, x1_B, cuts_SC = _draws(key, kernel, init, batch_size, length)
+    num_states = cuts_SC.shape[0]
+    maps_BNS = jnp.sum(u_BN[:, :, None, None] >= cuts_SC, axis=-1).astype(jnp.int32)
+    first_BS = jnp.broadcast_to(x1_B[:, None], (batch_size, num_states))
+    maps_BNS = maps_BNS.at[:, 0, :].set(first_BS)
+
+    def then(earlier, later):                                   # (later o earlier)[s]
+        return jnp.take_along_axis(later, earlier, axis=-1)
+
+    return jax.lax.associative_scan(then, maps_BNS, axis=1)[:, :, 0]
+
+
+@functools.partial(jax.jit, static_argnames=("batch_size", "length"))
+def sample_sequential(key, kernel, init=None, batch_size: int = 16,
+                      length: int = 1024) -> jax.Array:
+    """The same chain (same uniforms, same comparisons) as `sample`, by a length-N lax.scan."""
+    u_BN, x1_B, cuts_SC = _draws(key, kernel, init, batch_size, length)
+
+    def step(x_B, u_B):
+        x_B = jnp.sum(u_B[:, None] >= cuts_SC[x_B], axis=-1).astype(jnp.int32)
+        return x_B, x_B
+
+    _, rest_NB = jax.lax.scan(step, x1_B, u_BN[:, 1:].T)
+    return jnp.concatenate([x1_B[:, None], rest_NB.T], axis=1)
+
+
+# --------------------------------------------------------------------------------------------------
+# Population measures (notes §4, §7 "population-loss engine")
+# --------------------------------------------------------------------------------------------------
+
+
+def enumerate_sequences(num_states: int, length: int, max_sequences: int = 2**16) -> np.ndarray:
+    """(S^N, N) int32: every sequence, lexicographic (first position most significant) (§4)."""
+    validate_chain(num_states=num_states)
+    if int(length) != length or length < 1:
+        raise ValueError(f"length = {length!r}: must be an integer >= 1 (the sequence length N).")
+    count = int(num_states) ** int(length)
+    if count > max_sequences:
+        raise ValueError(f"N = {length} with S = {num_states} gives {count} sequences, above the "
+                         f"exact-enumeration limit of {max_sequences}; use the Monte-Carlo "
+                         "population loss (markov.task.monte_carlo_population).")
+    digits = np.unravel_index(np.arange(count), (int(num_states),) * int(length))
+    return np.stack(digits, axis=1).astype(np.int32)
+
+
+@jax.jit
+def sequence_probs(x_MN, kernel, init=None) -> jax.Array:
+    """(M,) init[x_1] prod_n P[x_n, x_{n+1}] (notes §7; init None: the stationary law)."""
+    kernel = jnp.asarray(kernel)
+    init = stationary(kernel) if init is None else jnp.asarray(init, kernel.dtype)
+    x_MN = jnp.asarray(x_MN)
+    steps_MN1 = kernel[x_MN[:, :-1], x_MN[:, 1:]]
+    return init[x_MN[:, 0]] * jnp.prod(steps_MN1, axis=1)
+
+
+@jax.jit
+def soft_targets(x_MN, kernel) -> jax.Array:
+    """(M, N, S) t_n = P[x_n, :], the law of x_{n+1} given x_n (notes §4, low-variance form)."""
+    return jnp.asarray(kernel)[jnp.asarray(x_MN)]
+
+
+def exact_population(num_states: int, length: int, kernel, init=None):
+    """(x_MN, weights_M, targets_MNS): all S^N sequences with their probabilities (notes §4, §7).
+
+    With soft targets, the weighted CE over this measure is the exact population loss.
+    """
+    if jnp.shape(kernel)[-1] != num_states:
+        raise ValueError(f"num_states = {num_states}: the kernel has {jnp.shape(kernel)[-1]} "
+                         "states.")
+    x_MN = enumerate_sequences(num_states, length)
+    return x_MN, sequence_probs(x_MN, kernel, init), soft_targets(x_MN, kernel)
+
+
+def monte_carlo_population(key, kernel, init, num_sequences: int, length: int):
+    """(x_MN, weights_M = 1/M, targets_MNS): M sampled sequences with soft targets (notes §7).
+
+    Unbiased for the population loss and lower variance than hard targets; the same structure as
+    `exact_population`, so losses need not care which measure they get.
+    """
+    x_MN = sample(key, kernel, init, batch_size=num_sequences, length=length)
+    weights_M = jnp.full((num_sequences,), 1.0 / num_sequences, jnp.asarray(kernel).dtype)
+    return x_MN, weights_M, soft_targets(x_MN, kernel)
+
+
+def binary_log_probs(logits_MN) -> jax.Array:
+    """(M, N, 2) log(1 - f), log f for f = sigma(logit) (the theory model's head, notes §3.1)."""
+    return jnp.stack([jax.nn.log_sigmoid(-logits_MN), jax.nn.log_sigmoid(logits_MN)], axis=-1)
+
+
+@jax.jit
+def population_cross_entropy(log_probs_MNS, weights_M, targets_MNS) -> jax.Array:
+    """(1/N) sum_n sum_m w_m CE(t_mn, probs_mn) (notes §4 Eq. 1, soft-target form).
+
+    Entries with target 0 contribute 0 even where the log-probability is -inf.
+    """
+    num_positions = log_probs_MNS.shape[1]
+    terms_MNS = jnp.where(targets_MNS > 0, targets_MNS * log_probs_MNS, 0.0)
+    ce_M = -jnp.sum(terms_MNS, axis=(1, 2))
+    return jnp.sum(weights_M * ce_M) / num_positions
