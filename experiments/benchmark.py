@@ -25,7 +25,8 @@ from landscape import training
 from landscape.scan_snap import experiment
 
 _OUT = flags.DEFINE_string("out", None, "JSON output (default runs/benchmark/<time>.json).")
-_ONLY = flags.DEFINE_list("only", ["scan_snap", "recall"], "Which benchmarks to run.")
+_ONLY = flags.DEFINE_list("only", ["scan_snap", "recall", "markov"], "Which benchmarks to run.")
+_ALLOCATOR = flags.DEFINE_bool("tune_allocator", True, "Apply experiments.cli.tune_allocator().")
 _ONE_BY_ONE = flags.DEFINE_integer("one_by_one", 4, "Single runs per K timed for the comparison.")
 _REPEATS = flags.DEFINE_integer("repeats", 3, "Timed repeats (the best is reported).")
 
@@ -137,12 +138,60 @@ def bench_recall(repeats, one_by_one):
     }
 
 
-BENCHMARKS = {"scan_snap": bench_scan_snap, "recall": bench_recall}
+def bench_markov(repeats, one_by_one):
+    """Attention with Markov: training steps at the authors' default and the small size, and the
+    exact Hessian at theta_pi (issue targets: <= 20 ms; <= 0.5 ms per step per run vmapped;
+    seconds)."""
+    from configs import markov
+    from landscape.markov import experiment as markov_experiment
+    out = {}
+
+    def step_time(cfg, runs, steps):
+        cfg.train.update(num_steps=steps, log_every=steps)
+        cfg.num_seeds = runs
+        timings = [markov_experiment.train_group(cfg, {}, progress=None)["result"]
+                   for _ in range(repeats)]
+        best = min(t.run_seconds for t in timings)
+        return 1e3 * best / steps, timings[0].compile_seconds
+
+    gpt = markov.get_config("fig3_gpt")
+    gpt.sweep, gpt.variants = {}, []
+    gpt.model.update(d=8, seq_len=1024)
+    ms, compile_s = step_time(gpt, 1, 50)
+    out["authors_default_step"] = dict(
+        ms_per_step=ms, compile_seconds=compile_s, target_ms=20, pytorch_ms=82,
+        note="GPT-2 blocks with LN + GELU, 1 layer, d = 8, N = 1024, batch 16, AdamW, sampling "
+             "included, one run")
+    small = markov.get_config("fig3")
+    small.sweep, small.variants = {}, []
+    for runs in (1, 40):
+        ms, compile_s = step_time(small, runs, 200)
+        out[f"small_size_{runs}_runs"] = dict(
+            ms_per_step=ms, ms_per_step_per_run=ms / runs, compile_seconds=compile_s,
+            target_ms_per_step_per_run=0.5, pytorch_ms=6.8,
+            note="theory model, d = 4, N = 128, batch 16, sampling included")
+    per_run = out["small_size_40_runs"]["ms_per_step_per_run"]
+    out["fig4_grid_estimate"] = dict(
+        runs=49 * 5 * 2, steps=8000, minutes=49 * 5 * 2 * 8000 * per_run / 1e3 / 60,
+        target_minutes=30, note="7 x 7 cells x 5 seeds x tied/untied at the 40-run rate")
+    jax.config.update("jax_enable_x64", True)
+    import landscape
+    t0 = time.perf_counter()
+    landscape.hessian_at(landscape.markov.theta_pi(p=0.5, q=0.8))
+    out["hessian_at_theta_pi"] = dict(seconds=time.perf_counter() - t0,
+                                      note="exact, d = 4, N = 10 (1024 sequences), D = 237, "
+                                           "compilation included")
+    return out
+
+
+BENCHMARKS = {"scan_snap": bench_scan_snap, "recall": bench_recall, "markov": bench_markov}
 
 
 def main(argv):
     del argv
-    report = {"device": str(jax.devices()[0]), "num_devices": jax.device_count(),
+    from experiments import cli
+    tuned = cli.tune_allocator() if _ALLOCATOR.value else False
+    report = {"allocator_tuned": tuned,"device": str(jax.devices()[0]), "num_devices": jax.device_count(),
               "cpu_count": os.cpu_count(), "jax": jax.__version__,
               "python": platform.python_version()}
     for name in _ONLY.value:

@@ -4,6 +4,7 @@ A paper's CLI is `cli.run(experiment)`, where `experiment` is the paper's experi
 `validate(cfg)`, `run(cfg, workdir)` and `needs_x64(cfg)`.
 """
 
+import ctypes
 import logging
 
 import jax
@@ -18,9 +19,27 @@ _WORKDIR = flags.DEFINE_string("workdir", None, "Output folder (default runs/<na
 flags.mark_flags_as_required(["config"])
 
 
+def tune_allocator() -> bool:
+    """Keep glibc from returning XLA's large temporaries to the OS after every step.
+
+    By default each large buffer is a fresh mmap, so every training step page-faults its
+    temporaries in again (~80k faults per GPT step at N = 1024); serving them from a heap that is
+    never trimmed halves such steps on CPU. Process-wide, so only entry points call it.
+    Returns False where glibc's mallopt is unavailable (nothing changes then).
+    """
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return False
+    M_TRIM_THRESHOLD, M_MMAP_MAX, M_ARENA_MAX = -1, -4, -8
+    return all(libc.mallopt(option, value) == 1 for option, value in
+               ((M_MMAP_MAX, 0), (M_TRIM_THRESHOLD, 2 ** 30), (M_ARENA_MAX, 1)))
+
+
 def run(experiment) -> None:
     def main(argv):
         del argv
+        tune_allocator()
         logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)  # no "no TPU" notice
         cfg = _CONFIG.value
         if experiment.needs_x64(cfg):

@@ -1,0 +1,360 @@
+"""Theory and GPT-2 transformers for Markov chains (notes/markov.md §3.1, §3.2, §3.5, §6.8).
+
+Both families run the same causal self-attention and the same block (`_block`); they differ
+only in the embedding, the LayerNorms and the head. Parameters are plain nested dicts whose
+key paths are the Hessian block names ("b", "e", "pos", "blocks/0/W_Q", ...).
+
+Orientation (notes §3.1, = PyTorch nn.Linear.weight, = Table 1): every matrix acts on column
+vectors from the left, W x. With H heads of width m = d / H:
+  W_Q, W_K, W_V (H m, d)   rows h m .. (h+1) m - 1 belong to head h
+  W_O (d, H m)             columns likewise
+  W_1 (r, d), W_2 (d, r)   FF: z = y + W_2 act(W_1 y)
+Token tables are (S, d) with row s the embedding of state s; positions are (N, d), row n = p_n.
+
+theory, S = 2 (notes §3.1 uni-embedding): {"b": (), "e": (d,), ["a": (d,) untied],
+  "pos": (N, d), "blocks": [...]}; x_n = x_n e + p_n, logit_n = <a, z_n> + b (a = e if tied).
+theory, S > 2 (notes §6.8): {"b": (S,), "E": (S, d), ["A": (S, d) untied], "pos", "blocks"};
+  x_n = E[x_n] + p_n, logits_n = E z_n + b (A z_n + b untied).
+gpt (notes §3.2): {"wte": (S, d), "wpe": (N, d), "blocks": [{["ln_1": (d,)], "W_Q", "W_K",
+  "W_V", "W_O", ["ln_2": (d,)], "W_1", "W_2"}], ["ln_f": (d,)], "head_bias": (S,),
+  ["lm_head": (S, d) untied]}; the LN gains exist only when layer_norm is True.
+A block is {"W_Q", "W_K", "W_V", "W_O", "W_1", "W_2"} (+ "ln_1", "ln_2" in the GPT-2 model).
+
+The forward pass mixes values on the lower-triangular tile pairs only (`_causal_mix`, exact);
+`attention_weights` builds the full (B, H, N, N) matrix for plots. Tokens x_BN are ints in
+0..S-1 (not checked: a gather clamps), of length <= seq_len (positions p_1..p_len are used).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+FAMILIES = ("theory", "gpt")
+ACTIVATIONS = ("relu", "gelu")
+INIT_STD = 0.02          # GPT-2 init, notes §3.2 (the §11.4 pilot uses it for both families)
+LN_EPS = 1e-5            # PyTorch LayerNorm default, notes §3.2
+_PROJECTIONS = ("W_O", "W_2")          # GPT-2 c_proj weights: std 0.02 / sqrt(2 layers)
+_BIASES = ("b", "head_bias")
+_GAINS = ("ln_1", "ln_2", "ln_f")
+
+
+@dataclasses.dataclass(frozen=True)
+class MarkovModel:
+    """Static switches (notes §3.1, §3.2, §12.1-12.3); hashable, so a static jit argument.
+
+    family       "theory": no LN, reduced uni-embedding and sigmoid head for S = 2 (§3.1);
+                 "gpt": wte/wpe, softmax head with bias, optional pre-LN (§3.2).
+    num_states   S; the theory model with S > 2 is the (E, b) model of §6.8.
+    num_heads    H; heads split d, m = d / H per head, softmax scale 1/sqrt(m) (§6.9).
+    mlp_width    r; None means 4 d (Table 1).
+    tied         head = token embedding (a = e, lm_head = wte); False adds "a" / "A" / "lm_head".
+    layer_norm   gpt only: pre-LN blocks + final LN (GPT-2); False is 'Markov-Simple' (§3.2).
+    """
+    family: str = "theory"
+    num_states: int = 2
+    d: int = 4
+    seq_len: int = 1024
+    num_layers: int = 1
+    num_heads: int = 1
+    mlp_width: int | None = None
+    tied: bool = True
+    activation: str = "relu"
+    layer_norm: bool = False
+
+    def __post_init__(self):
+        if self.family not in FAMILIES:
+            raise ValueError(f"family = {self.family!r}: must be one of {FAMILIES}.")
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"activation = {self.activation!r}: must be one of {ACTIVATIONS}.")
+        for field, low in (("num_states", 2), ("d", 1), ("seq_len", 1), ("num_layers", 1),
+                           ("num_heads", 1)):
+            value = getattr(self, field)
+            if not isinstance(value, (int, np.integer)) or value < low:
+                raise ValueError(f"{field} = {value!r}: must be an integer >= {low}.")
+        if self.d % self.num_heads:
+            raise ValueError(f"num_heads = {self.num_heads}: must divide d = {self.d} (heads "
+                             "split d, m = d / H, notes §3.2), in both families.")
+        if self.mlp_width is None:
+            object.__setattr__(self, "mlp_width", 4 * self.d)
+        if not isinstance(self.mlp_width, (int, np.integer)) or self.mlp_width < 1:
+            raise ValueError(f"mlp_width = {self.mlp_width!r}: must be an integer >= 1 "
+                             "(or None for 4 d).")
+        if self.family == "theory" and self.layer_norm:
+            raise ValueError("layer_norm = True: the theory model has no LayerNorm (notes §3.1); "
+                             "use family = 'gpt' for pre-LN blocks.")
+
+    @property
+    def head_dim(self) -> int:
+        """m = d / H."""
+        return self.d // self.num_heads
+
+    @property
+    def reduced(self) -> bool:
+        """The S = 2 theory model: uni-embedding e and scalar sigmoid head (notes §3.1)."""
+        return self.family == "theory" and self.num_states == 2
+
+
+def _block_shapes(model: MarkovModel) -> dict:
+    d, r = model.d, model.mlp_width
+    block = {"W_Q": (d, d), "W_K": (d, d), "W_V": (d, d), "W_O": (d, d),
+             "W_1": (r, d), "W_2": (d, r)}
+    if model.layer_norm:
+        block.update(ln_1=(d,), ln_2=(d,))
+    return block
+
+
+def param_shapes(model: MarkovModel) -> dict:
+    """Nested dict of shape tuples, the layout of the module docstring (leaves are tuples)."""
+    S, d, N = model.num_states, model.d, model.seq_len
+    blocks = [_block_shapes(model) for _ in range(model.num_layers)]
+    if model.reduced:
+        shapes = {"b": (), "e": (d,), "pos": (N, d), "blocks": blocks}
+        if not model.tied:
+            shapes["a"] = (d,)
+    elif model.family == "theory":
+        shapes = {"b": (S,), "E": (S, d), "pos": (N, d), "blocks": blocks}
+        if not model.tied:
+            shapes["A"] = (S, d)
+    else:
+        shapes = {"wte": (S, d), "wpe": (N, d), "blocks": blocks, "head_bias": (S,)}
+        if model.layer_norm:
+            shapes["ln_f"] = (d,)
+        if not model.tied:
+            shapes["lm_head"] = (S, d)
+    return shapes
+
+
+def _is_shape(node) -> bool:
+    return isinstance(node, tuple) and all(isinstance(n, int) for n in node)
+
+
+def num_params(model: MarkovModel) -> int:
+    """Number of scalars; gpt, d = 4, N = 1024, 1 layer: 4310 tied, 4318 untied (notes §3.2)."""
+    leaves = jax.tree_util.tree_leaves(param_shapes(model), is_leaf=_is_shape)
+    return sum(math.prod(shape) for shape in leaves)
+
+
+@functools.partial(jax.jit, static_argnames=("model", "dtype"))
+def init_params(key: jax.Array, model: MarkovModel, dtype=jnp.float32) -> dict:
+    """GPT-2 init (notes §3.2) for both families: weights and embeddings N(0, 0.02^2), W_O and W_2
+    N(0, (0.02 / sqrt(2 layers))^2), biases 0, LN gains 1.
+
+    One normal draw of all weights, cut into leaves in `ravel_pytree` order (one cheap compile
+    per model; a draw per leaf compiles for seconds).
+    """
+    paths_shapes, treedef = jax.tree_util.tree_flatten_with_path(param_shapes(model),
+                                                                 is_leaf=_is_shape)
+    names = [path[-1].key for path, _ in paths_shapes]
+    drawn = [name not in _BIASES + _GAINS for name in names]
+    total = sum(math.prod(shape) for (_, shape), draw in zip(paths_shapes, drawn) if draw)
+    normal = jax.random.normal(key, (total,), dtype)
+    projection_std = INIT_STD / math.sqrt(2 * model.num_layers)
+    leaves, offset = [], 0
+    for name, draw, (_, shape) in zip(names, drawn, paths_shapes):
+        if not draw:
+            leaves.append((jnp.zeros if name in _BIASES else jnp.ones)(shape, dtype))
+            continue
+        size = math.prod(shape)
+        std = projection_std if name in _PROJECTIONS else INIT_STD
+        leaves.append(std * normal[offset:offset + size].reshape(shape))
+        offset += size
+    return jax.tree_util.tree_unflatten(treedef, leaves)
+
+
+def _layer_norm(x_BND: jax.Array, gain_D: jax.Array) -> jax.Array:
+    """Gain-only LayerNorm, eps 1e-5, biased variance (PyTorch, notes §3.2)."""
+    mean_BN1 = jnp.mean(x_BND, axis=-1, keepdims=True)
+    centred_BND = x_BND - mean_BN1
+    var_BN1 = jnp.mean(centred_BND ** 2, axis=-1, keepdims=True)
+    return centred_BND * jax.lax.rsqrt(var_BN1 + LN_EPS) * gain_D
+
+
+def _activation(h, model: MarkovModel):
+    if model.activation == "relu":
+        return jax.nn.relu(h)
+    return jax.nn.gelu(h, approximate=False)      # PyTorch nn.GELU() is the exact erf form
+
+
+def _tile(N: int) -> int:
+    """Tile of the block-causal attention: N itself up to 32, then 32 up to N = 256, else 64
+    (the fastest on the 2-core CPU for N = 128 and N = 1024)."""
+    return N if N <= 32 else (32 if N <= 256 else 64)
+
+
+def _causal_mix(q_BNHM: jax.Array, k_BNHM: jax.Array, v_BNHM: jax.Array) -> jax.Array:
+    """(B, N, H, m) sum_{i<=n} att_{n,i} v_i with att_{n,.} = softmax_i(<q_n, k_i> / sqrt(m)).
+
+    Exactly the causal attention of notes §3.1 (scale inside the softmax, §6.9), computed on the
+    K (K+1) / 2 lower-triangular (query tile, key tile) pairs only, about half of the N x N
+    work, and normalised after mixing. The stabilising row max is exact and gradient-free, so
+    the result is the plain softmax to rounding and is jvp/vjp/vmap-able (Hessians included).
+    """
+    B, N, H, m = q_BNHM.shape
+    T = _tile(N)
+    K = -(-N // T)
+    if K == 1:             # one tile: the plain masked softmax (cheaper to compile and to Hessian)
+        scores_BHNI = jnp.einsum("bnhm,bihm->bhni", q_BNHM, k_BNHM) / math.sqrt(m)
+        scores_BHNI = jnp.where(np.tri(N, dtype=bool), scores_BHNI, -jnp.inf)
+        return jnp.einsum("bhni,bihm->bnhm", jax.nn.softmax(scores_BHNI, axis=-1), v_BNHM)
+    if K * T > N:          # padded keys lie after every real query, so the causal mask hides them
+        pad = ((0, 0), (0, K * T - N), (0, 0), (0, 0))
+        q_BNHM, k_BNHM, v_BNHM = (jnp.pad(t, pad) for t in (q_BNHM, k_BNHM, v_BNHM))
+    row_P, col_P = np.tril_indices(K)
+    tiles = lambda t_BNHM: t_BNHM.reshape(B, K, T, H, m)
+    q_BPTHM = tiles(q_BNHM)[:, row_P]
+    k_BPUHM = tiles(k_BNHM)[:, col_P]
+    v_BPUHM = tiles(v_BNHM)[:, col_P]
+    scores_BPHTU = jnp.einsum("bpthm,bpuhm->bphtu", q_BPTHM, k_BPUHM) / math.sqrt(m)
+    causal_PTU = np.where((row_P == col_P)[:, None, None], np.tri(T, dtype=bool), True)
+    scores_BPHTU = jnp.where(causal_PTU[:, None], scores_BPHTU, -jnp.inf)
+    # Exact row max over all key tiles of the row (gathered through a dense (K, K) layout).
+    rowmax_BPHT = jax.lax.stop_gradient(jnp.max(scores_BPHTU, axis=-1))
+    rowmax_BKKHT = jnp.full((B, K, K, H, T), -jnp.inf, rowmax_BPHT.dtype)
+    rowmax_BKHT = jnp.max(rowmax_BKKHT.at[:, row_P, col_P].set(rowmax_BPHT), axis=2)
+    weights_BPHTU = jnp.exp(scores_BPHTU - rowmax_BKHT[:, row_P, :, :, None])
+    to_row_PK = jnp.asarray(np.eye(K)[row_P], weights_BPHTU.dtype)
+    total_BKHT = jnp.einsum("bpht,pk->bkht", jnp.sum(weights_BPHTU, axis=-1), to_row_PK)
+    mixed_BPTHM = jnp.einsum("bphtu,bpuhm->bpthm", weights_BPHTU, v_BPUHM)
+    mixed_BKTHM = jnp.einsum("bpthm,pk->bkthm", mixed_BPTHM, to_row_PK)
+    mixed_BKTHM = mixed_BKTHM / jnp.moveaxis(total_BKHT, 2, 3)[..., None]
+    return mixed_BKTHM.reshape(B, K * T, H, m)[:, :N]
+
+
+def _heads(block, x_BND: jax.Array, model: MarkovModel):
+    """(q, k, v) (B, N, H, m): W_Q x, W_K x, W_V x split into heads (rows h m .. (h+1) m - 1)."""
+    B, N, _ = x_BND.shape
+    split = lambda w: (x_BND @ w.T).reshape(B, N, model.num_heads, model.head_dim)
+    return split(block["W_Q"]), split(block["W_K"]), split(block["W_V"])
+
+
+def _attention_matrix(block, x_BND: jax.Array, model: MarkovModel) -> jax.Array:
+    """(B, H, N, N) att_{n,i}, the full matrix (plots only; training uses `_causal_mix`)."""
+    q_BNHM, k_BNHM, _ = _heads(block, x_BND, model)
+    N = x_BND.shape[1]
+    scores_BHNN = jnp.einsum("bnhm,bihm->bhni", q_BNHM, k_BNHM) / math.sqrt(model.head_dim)
+    scores_BHNN = jnp.where(np.tri(N, dtype=bool), scores_BHNN, -jnp.inf)
+    return jax.nn.softmax(scores_BHNN, axis=-1)
+
+
+def _attention(block, x_BND: jax.Array, model: MarkovModel) -> jax.Array:
+    """(B, N, d) W_O sum_i att_{n,i} W_V x_i, heads concatenated (notes §3.1 Attention)."""
+    B, N, _ = x_BND.shape
+    mixed_BNHM = _causal_mix(*_heads(block, x_BND, model))
+    return mixed_BNHM.reshape(B, N, model.d) @ block["W_O"].T
+
+
+def _block(block, x_BND: jax.Array, model: MarkovModel):
+    """One block, shared by both families: y = x + Attn(LN_1 x), z = y + W_2 act(W_1 LN_2 y)
+    (notes §3.1; the LNs are the identity unless layer_norm, notes §3.2).
+
+    Returns (z, attention output, y).
+    """
+    h_BND = _layer_norm(x_BND, block["ln_1"]) if model.layer_norm else x_BND
+    attended_BND = _attention(block, h_BND, model)
+    y_BND = x_BND + attended_BND
+    h_BND = _layer_norm(y_BND, block["ln_2"]) if model.layer_norm else y_BND
+    z_BND = y_BND + _activation(h_BND @ block["W_1"].T, model) @ block["W_2"].T
+    return z_BND, attended_BND, y_BND
+
+
+def _check_tokens(x_BN, model: MarkovModel) -> None:
+    if x_BN.ndim != 2:
+        raise ValueError(f"x_BN has shape {x_BN.shape}: expected (batch, length).")
+    if x_BN.shape[1] > model.seq_len:
+        raise ValueError(f"x_BN has length {x_BN.shape[1]}: at most seq_len = {model.seq_len}.")
+
+
+def _embed(params, x_BN: jax.Array, model: MarkovModel) -> jax.Array:
+    """x_BND: x_n e + p_n (theory S = 2), E[x_n] + p_n (theory S > 2), wte[x_n] + wpe[n] (gpt)."""
+    N = x_BN.shape[1]
+    if model.reduced:
+        e_D = params["e"]
+        return x_BN[..., None].astype(e_D.dtype) * e_D + params["pos"][:N]
+    if model.family == "theory":
+        return params["E"][x_BN] + params["pos"][:N]
+    return params["wte"][x_BN] + params["wpe"][:N]
+
+
+def _residual_stream(params, x_BN, model: MarkovModel, num_blocks: int | None = None):
+    """The residual stream (B, N, d) after the first `num_blocks` blocks (default: all)."""
+    _check_tokens(x_BN, model)
+    z_BND = _embed(params, x_BN, model)
+    for block in params["blocks"][:num_blocks]:
+        z_BND = _block(block, z_BND, model)[0]
+    return z_BND
+
+
+def _head(params, z_BND: jax.Array, model: MarkovModel) -> jax.Array:
+    """Logit (B, N) for the reduced theory model, logits (B, N, S) otherwise."""
+    if model.reduced:
+        a_D = params["e"] if model.tied else params["a"]
+        return z_BND @ a_D + params["b"]
+    if model.family == "theory":
+        head_SD = params["E"] if model.tied else params["A"]
+        return z_BND @ head_SD.T + params["b"]
+    if model.layer_norm:
+        z_BND = _layer_norm(z_BND, params["ln_f"])
+    head_SD = params["wte"] if model.tied else params["lm_head"]
+    return z_BND @ head_SD.T + params["head_bias"]
+
+
+_jit = functools.partial(jax.jit, static_argnames="model")
+_jit_layer = functools.partial(jax.jit, static_argnames=("model", "layer"))
+
+
+@_jit
+def log_probs(params, x_BN: jax.Array, model: MarkovModel) -> jax.Array:
+    """(B, N, S) log P(x_{n+1} = s | x_1^n) at every position n (notes §3.1 Prediction).
+
+    Reduced theory model: [log sigmoid(-logit), log sigmoid(logit)] = [log P(0), log P(1)].
+    """
+    z_BND = _residual_stream(params, x_BN, model)
+    if model.reduced:
+        logit_BN = _head(params, z_BND, model)
+        return jnp.stack([jax.nn.log_sigmoid(-logit_BN), jax.nn.log_sigmoid(logit_BN)], axis=-1)
+    return jax.nn.log_softmax(_head(params, z_BND, model), axis=-1)
+
+
+@_jit
+def logit_binary(params, x_BN: jax.Array, model: MarkovModel) -> jax.Array:
+    """(B, N) logit_n = <a, z_n> + b (theory, notes §3.1); logit_1 - logit_0 for gpt (S = 2)."""
+    if model.num_states != 2:
+        raise ValueError(f"num_states = {model.num_states}: logit_binary needs a binary model "
+                         "(num_states = 2).")
+    z_BND = _residual_stream(params, x_BN, model)
+    if model.reduced:
+        return _head(params, z_BND, model)
+    logits_BNS = _head(params, z_BND, model)
+    return logits_BNS[..., 1] - logits_BNS[..., 0]
+
+
+def _check_layer(layer: int, model: MarkovModel) -> None:
+    if not 0 <= layer < model.num_layers:
+        raise ValueError(f"layer = {layer!r}: must be in 0..{model.num_layers - 1} "
+                         f"(num_layers = {model.num_layers}).")
+
+
+@_jit_layer
+def attention_weights(params, x_BN: jax.Array, model: MarkovModel, layer: int = 0):
+    """(B, H, N, N) att_{n,i} of block `layer`, zero for i > n (notes §3.1; Fig. R2 of §8)."""
+    _check_layer(layer, model)
+    x_BND = _residual_stream(params, x_BN, model, num_blocks=layer)
+    block = params["blocks"][layer]
+    h_BND = _layer_norm(x_BND, block["ln_1"]) if model.layer_norm else x_BND
+    return _attention_matrix(block, h_BND, model)
+
+
+@_jit_layer
+def attention_ratio(params, x_BN: jax.Array, model: MarkovModel, layer: int = 0):
+    """(B, N) ||W_O sum_i att_{n,i} W_V x_i|| / ||y_n|| in block `layer` (notes §6.6, §8 Fig. 3:
+    about 0.01 at the learned (0.2, 0.3) solution)."""
+    _check_layer(layer, model)
+    x_BND = _residual_stream(params, x_BN, model, num_blocks=layer)
+    _, attended_BND, y_BND = _block(params["blocks"][layer], x_BND, model)
+    return jnp.linalg.norm(attended_BND, axis=-1) / jnp.linalg.norm(y_BND, axis=-1)

@@ -1,0 +1,82 @@
+"""Markov experiments end to end at CI size (notes §11.3): the theorems' claims on the theory
+model; the GPT-2 model's outcomes are recorded, not asserted (they differ from the paper)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from configs import markov
+from landscape import config as config_lib
+from landscape import records
+from landscape.markov import experiment
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def run(cfg, tmp_path):
+    summary = experiment.run(cfg, records.Workdir(tmp_path), progress=None)
+    return summary, [c for c in summary["claims"] if c["verdict"] != "reproduced"]
+
+
+def test_fig3_theory_model_tied_trap_and_untied_bigram(tmp_path):
+    cfg = markov.get_config("fig3")
+    cfg.num_seeds = 2
+    summary, failed = run(cfg, tmp_path)
+    assert not failed and summary["total"] == 4, failed
+    runs = {(r["program"], r["p"]): r for r in summary["runs"]}
+    tied = runs[("model.tied=True", 0.5)]
+    assert tied["stuck"] and abs(tied["f0"] - 0.3846) < 0.01 and abs(tied["loss"] - 0.6663) < 0.005
+    untied = runs[("model.tied=False", 0.5)]
+    assert untied["escaped"] and abs(untied["f0"] - 0.5) < 0.02 and abs(untied["f1"] - 0.2) < 0.02
+    rows = [json.loads(line) for line in open(tmp_path / "metrics.jsonl")]
+    assert {"test_loss", "f0", "f1", "chain.p", "chain.q", "model.tied"} <= set(rows[-1])
+
+
+def test_fig5_multistate_threshold(tmp_path):
+    cfg = markov.get_config("fig5")
+    cfg.num_seeds = 1
+    cfg.sweep = {"chain": {"p": [0.6, 0.9]}}
+    cfg.train.update(num_steps=1000, log_every=100)
+    summary, failed = run(cfg, tmp_path)
+    assert not failed and summary["total"] == 4, failed
+
+
+def test_landscape_experiment(tmp_path):
+    cfg = markov.get_config("landscape")
+    cfg.landscape.points = [[0.5, 0.8]]
+    cfg.landscape.multistate_p = [0.85]
+    summary, failed = run(cfg, tmp_path)
+    assert not failed and summary["total"] == 4, failed
+    assert "local minimum (PSD" in (tmp_path / "hessians.txt").read_text()
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("chain.p", 1.0, r"config.chain.p = 1.0: must be a number in \(0, 1\)"),
+    ("chain.num_states", 1, r"config.chain.num_states = 1: must be an integer >= 2"),
+    ("model.layer_norm", True, r"config.model.layer_norm = True: must be False for the theory"),
+    ("train.batch_size", 0, r"config.train.batch_size = 0: must be an integer >= 1"),
+])
+def test_bad_configs(field, value, message):
+    cfg = markov.get_config("fig3")
+    group, name = field.split(".")
+    cfg[group][name] = value
+    with pytest.raises(config_lib.ConfigError, match=message):
+        experiment.validate(cfg)
+
+
+def test_sweep_values_are_checked():
+    cfg = markov.get_config("fig4")
+    cfg.sweep = {"chain": {"p": [0.2, 1.5]}}
+    with pytest.raises(config_lib.ConfigError, match=r"sweep.chain.p = 1.5: must be a number in"):
+        experiment.validate(cfg)
+
+
+def test_cli_rejects_bad_p(tmp_path):
+    bad = subprocess.run([sys.executable, "-m", "experiments.markov",
+                          "--config=configs/markov.py", "--config.chain.p=0",
+                          f"--workdir={tmp_path}/bad"], cwd=ROOT, capture_output=True, text=True)
+    assert bad.returncode != 0 and "config.chain.p = 0" in bad.stderr
+    assert not (tmp_path / "bad").exists()
