@@ -308,8 +308,8 @@ def claims_fig4(cfg, groups) -> list[records.Claim]:
         rows, label = outcomes(g), _label(g)
         cells = sorted({(r["p"], r["q"]) for r in rows})
         stuck = {c: np.mean([r["stuck"] for r in _at(rows, *c)]) for c in cells}
-        below = [c for c in cells if sum(c) < 1]
-        above = [c for c in cells if sum(c) > 1]
+        below = [c for c in cells if sum(c) < 1 - 1e-9]   # p + q = 1: unigram = bigram, skip
+        above = [c for c in cells if sum(c) > 1 + 1e-9]
         if g["cfg"].model.tied:
             out.append(_claim(f"{label}: no stuck run where p + q < 1",
                               {f"{p:g},{q:g}": stuck[(p, q)] for p, q in below if stuck[(p, q)]}
@@ -528,6 +528,6 @@ def plot_grid(groups, path):
             for a in range(len(ps)):
                 for b in range(len(qs)):
                     axes[i, j].text(b, a, f"{values[a, b]:.2f}", ha="center", va="center",
-                                    fontsize=6, color="w")
+                                    fontsize=6, color="k" if values[a, b] > 0.6 else "w")
             axes[i, j].set(xlabel="q", ylabel="p")
     return plotting.save(fig, path)
