@@ -31,8 +31,8 @@ def heatmap(ax, values: np.ndarray, *, row_labels: Sequence[str], col_labels: Se
                                         interpolation="nearest")
     ax.set_yticks(range(len(row_labels)), row_labels)
     step = max(1, len(col_labels) // 10)
-    ax.set_xticks(range(0, len(col_labels), step), [col_labels[i] for i in
-                                                                                                    range(0, len(col_labels), step)])
+    ticks = range(0, len(col_labels), step)
+    ax.set_xticks(ticks, [col_labels[i] for i in ticks])
     for x in separators:
         ax.axvline(x, color="white", linestyle="--", linewidth=1.2)
     ax.set_title(title)

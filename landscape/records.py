@@ -33,6 +33,11 @@ class Claim:
         return "reproduced" if self.passed else "NOT reproduced"
 
 
+def claim(statement: str, measured: Any, expected: Any, passed, source: str = "") -> Claim:
+    """A Claim with `passed` coerced to a Python bool (numpy bools are common here)."""
+    return Claim(statement, measured, expected, bool(passed), source)
+
+
 class Workdir:
     """Creates and writes the files of one experiment run."""
 

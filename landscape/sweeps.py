@@ -88,4 +88,5 @@ def run(problem: training.Problem, optim, base_hparams: Mapping[str, float], gri
                           for k, v in base_hparams.items()}
     sharding = run_axis_sharding(devices)
     return training.train(problem, optim, hparams, seeds,
-                                                sharding=sharding if sharding.mesh.size > 1 else None, **train_kwargs)
+                          sharding=sharding if sharding.mesh.size > 1 else None,
+                          **train_kwargs)

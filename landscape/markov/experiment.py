@@ -265,10 +265,6 @@ def _label(group):
 # ----------------------------------------------------------------------------- claims
 
 
-def _claim(claim, measured, expected, passed, source):
-    return records.Claim(claim, measured, expected, bool(passed), source)
-
-
 def _at(rows, p, q):
     return [r for r in rows if np.isclose(r["p"], p) and np.isclose(r["q"], q)]
 
@@ -295,7 +291,7 @@ def claims_fig3(cfg, groups) -> list[records.Claim]:
                          for r in runs)
                 expected = (f"entropy rate {bigram:.4f}, f0 = p = {p:g}, f1 = 1 - q = {1 - q:g} in "
                             "every run")
-            out.append(_claim(f"{label}, (p, q) = ({p:g}, {q:g}): "
+            out.append(records.claim(f"{label}, (p, q) = ({p:g}, {q:g}): "
                               + ("the unigram trap" if tied and p + q > 1 else "the bigram"),
                               measured, expected, ok, "Fig. 3, notes §8"))
     return out
@@ -311,12 +307,12 @@ def claims_fig4(cfg, groups) -> list[records.Claim]:
         below = [c for c in cells if sum(c) < 1 - 1e-9]   # p + q = 1: unigram = bigram, skip
         above = [c for c in cells if sum(c) > 1 + 1e-9]
         if g["cfg"].model.tied:
-            out.append(_claim(f"{label}: no stuck run where p + q < 1",
+            out.append(records.claim(f"{label}: no stuck run where p + q < 1",
                               {f"{p:g},{q:g}": stuck[(p, q)] for p, q in below if stuck[(p, q)]}
                               or "none stuck", "none stuck",
                               all(stuck[c] == 0 for c in below), "Fig. 4"))
             share = float(np.mean([stuck[c] > 0 for c in above])) if above else 0.0
-            out.append(_claim(f"{label}: stuck runs where p + q > 1 (the demarcation along "
+            out.append(records.claim(f"{label}: stuck runs where p + q > 1 (the demarcation along "
                               "p + q = 1)", {"cells with a stuck run": share,
                                              "stuck fraction per cell": {
                                                  f"{p:g},{q:g}": stuck[(p, q)] for p, q in above}},
@@ -324,7 +320,7 @@ def claims_fig4(cfg, groups) -> list[records.Claim]:
                               "Fig. 4"))
         else:
             total = float(np.mean([r["stuck"] for r in rows]))
-            out.append(_claim(f"{label}: no run is stuck anywhere", total, "0", total == 0,
+            out.append(records.claim(f"{label}: no run is stuck anywhere", total, "0", total == 0,
                               "Fig. 4"))
     return out
 
@@ -346,7 +342,7 @@ def claims_fig1(cfg, groups) -> list[records.Claim]:
             plateau = np.abs(early - unigram).min(axis=1) < (unigram - rows[0]["bigram"]) / 4
             ok = all(r["escaped"] for r in rows) and plateau.all()
             expected = "a plateau near H(pi), then the entropy rate, in every run"
-        out.append(_claim(f"{label}, (0.5, 0.8): " + ("trapped" if layers == 1 else "escapes"),
+        out.append(records.claim(f"{label}, (0.5, 0.8): " + ("trapped" if layers == 1 else "escapes"),
                           {"final loss": [round(r["loss"], 4) for r in rows],
                            "stuck": [r["stuck"] for r in rows]}, expected, ok, "Fig. 1"))
     return out
@@ -363,7 +359,7 @@ def claims_fig5(cfg, groups) -> list[records.Claim]:
             runs = [r for r in rows if np.isclose(r["p"], p)]
             trapped = tied and p > threshold
             ok = all(r["stuck"] if trapped else r["escaped"] for r in runs)
-            out.append(_claim(f"{label}, S = {cfg.chain.num_states}, p = {p:g}: "
+            out.append(records.claim(f"{label}, S = {cfg.chain.num_states}, p = {p:g}: "
                               + ("trapped at log S" if trapped else "the bigram"),
                               [round(r["loss"], 4) for r in runs],
                               (f"log S = {runs[0]['unigram']:.4f}" if trapped else
@@ -383,7 +379,7 @@ def claims_appendix_d(cfg, groups) -> list[records.Claim]:
             fit = fit_appendix_d(params, c)
             p, q = float(res.hparams["chain.p"][r]), float(res.hparams["chain.q"][r])
             probs = 1 / (1 + np.exp(-np.asarray(fit["formula_logits"])))
-            out.append(_claim(
+            out.append(records.claim(
                 f"{_label(g)}, seed {int(res.seeds[r])}: e and p_n share one sign pattern v, "
                 "W_1 is rank one, W_2 ~ W_1^T, and the App. D formula gives p and 1 - q",
                 {k: (round(v, 3) if isinstance(v, float) else v) for k, v in fit.items()
@@ -439,7 +435,7 @@ def run_landscape(cfg, workdir, progress=print) -> dict[str, Any]:
             ok = np.allclose(focus["eigenvalues"], predicted, atol=1e-10) and focus["outside"] < 1e-10
             verdict = H.verdict()
             expected_verdict = ("local minimum" if tied and p + q > 1 else "saddle")
-            claims.append(_claim(
+            claims.append(records.claim(
                 f"theta_pi ({'tied' if tied else 'untied'}, p={p:g}, q={q:g}): alpha-block "
                 f"eigenvalues and verdict", {"alpha eigenvalues": np.round(focus["eigenvalues"], 6)
                                              .tolist(), "verdict": verdict.split(" (")[0]},
@@ -447,7 +443,7 @@ def run_landscape(cfg, workdir, progress=print) -> dict[str, Any]:
                 ok and verdict.startswith(expected_verdict), "Thms 2-3, notes §6.5"))
         star = points.theta_star(p, q, d=ls.d, seq_len=ls.seq_len)
         g = curvature.gradient_at(star)
-        claims.append(_claim(f"theta_star (p={p:g}, q={q:g}): loss = entropy rate, gradient 0",
+        claims.append(records.claim(f"theta_star (p={p:g}, q={q:g}): loss = entropy rate, gradient 0",
                              {"loss - L*": star.loss() - star.meta["expected_loss"],
                               "gradient norm": g.norm}, "both < 1e-10",
                              abs(star.loss() - star.meta["expected_loss"]) < 1e-10 and g.norm < 1e-10,
@@ -459,7 +455,7 @@ def run_landscape(cfg, workdir, progress=print) -> dict[str, Any]:
         reports.append(H.describe())
         focus = H.focus_report()
         predicted = np.sort(point.meta["focus_prediction"])
-        claims.append(_claim(f"multi-state unigram point (S={ls.multistate_states}, p={p:g}): "
+        claims.append(records.claim(f"multi-state unigram point (S={ls.multistate_states}, p={p:g}): "
                              "(b, E) eigenvalues (the notes' derivation)",
                              np.round(focus["eigenvalues"], 6).tolist(),
                              np.round(predicted, 6).tolist(),

@@ -1,7 +1,8 @@
 """Scan & Snap experiments: configs -> compiled sweeps -> records, figures and checked claims.
 
 `run(config, workdir)` is what `python -m experiments.scan_snap` calls. A config's `sweep` mirrors
-the config's nesting and holds lists of values, e.g. `sweep.optim.lr_z = [0.5, 1.0]`. Fields in `TRACED` (learning rates) are vmapped in one program;
+the config's nesting and holds lists of values, e.g. `sweep.optim.lr_z = [0.5, 1.0]`. Fields in
+`TRACED` (learning rates) are vmapped in one program;
 any other field (e.g. `data.num_last`, which changes M) is a structural axis: one compiled program
 per value.
 """
@@ -212,10 +213,6 @@ def _arrays(result: training.RunResult, task, prefix: str) -> dict[str, np.ndarr
 # ----------------------------------------------------------------------------- claims
 
 
-def _claim(claim, measured, expected, passed, source):
-    return records.Claim(claim, measured, expected, bool(passed), source)
-
-
 def _cells(grid, result):
     """[(traced values dict, run indices)] for each traced-sweep cell (seeds pooled)."""
     hp = {k: np.asarray(v) for k, v in result.hparams.items()}
@@ -231,7 +228,7 @@ def claims_fig4(cfg, groups) -> list[records.Claim]:
     out = []
     src = "notes §7.4"
     ln_m = math.log(task.num_tokens)
-    out.append(_claim(f"loss at step 0 equals ln M = {ln_m:.4f} (softmax over all M ids)",
+    out.append(records.claim(f"loss at step 0 equals ln M = {ln_m:.4f} (softmax over all M ids)",
                       float(np.abs(result.losses[:, 0] - ln_m).max()), "< 1e-4",
                       np.abs(result.losses[:, 0] - ln_m).max() < 1e-4, src))
     by_ratio = {cell["optim.lr_y_over_lr_z"]: runs for cell, runs in _cells(grid, result)
@@ -243,34 +240,34 @@ def claims_fig4(cfg, groups) -> list[records.Claim]:
     if 1.0 in by_ratio:
         runs = by_ratio[1.0]
         loss = result.losses[runs]
-        out.append(_claim("eta_Y = eta_Z = 1: batch loss < 0.05 at step 10 and < 1e-3 at step 30",
+        out.append(records.claim("eta_Y = eta_Z = 1: batch loss < 0.05 at step 10 and < 1e-3 at step 30",
                           [float(loss[:, 10].max()), float(loss[:, 30].max())], "[< 0.05, < 1e-3]",
                           loss[:, 10].max() < 0.05 and loss[:, 30].max() < 1e-3, src))
         c0 = attention[runs, 0]                               # class 0, (runs, M)
-        out.append(_claim("final c_0: every common token < 0.05 (common tokens suppressed, Thm 2)",
+        out.append(records.claim("final c_0: every common token < 0.05 (common tokens suppressed, Thm 2)",
                           float(c0[:, common].max()), "< 0.05", c0[:, common].max() < 0.05, src))
         steps = np.diff(c0[:, distinct], axis=1)
-        out.append(_claim("final c_0 on distinct tokens 10..19 increases with P(l|n) (scan, Thm 3)",
+        out.append(records.claim("final c_0 on distinct tokens 10..19 increases with P(l|n) (scan, Thm 3)",
                           float(steps.min()), ">= -1e-3 (ties within 1e-3)", steps.min() >= -1e-3,
                           src))
         top = c0[:, np.flatnonzero(distinct)[-1]]
-        out.append(_claim("final c_0 of the most frequent distinct token > 0.14",
+        out.append(records.claim("final c_0 of the most frequent distinct token > 0.14",
                           float(top.min()), "> 0.14", top.min() > 0.14, src))
-        out.append(_claim("distinct entropy of final c (mean over classes) < 2.0 (init 2.151)",
+        out.append(records.claim("distinct entropy of final c (mean over classes) < 2.0 (init 2.151)",
                           float(entropy[runs].max()), "< 2.0", entropy[runs].max() < 2.0, src))
         if cfg.optim.name == "sgd" and cfg.model.init == "zeros":
             rows = max(float(np.abs(result.final_params[p][runs].sum(-1)).max()) for p in "YZ")
-            out.append(_claim("row sums of Y and Z stay 0 from zero init under SGD (Lemma 1 invariant)",
+            out.append(records.claim("row sums of Y and Z stay 0 from zero init under SGD (Lemma 1 invariant)",
                               rows, "< 1e-4", rows < 1e-4, "notes §3.3, T2"))
     if 1.0 in by_ratio and 10.0 in by_ratio:
         left, right = by_ratio[1.0], by_ratio[10.0]
-        out.append(_claim("eta_Y = 10: higher distinct entropy than eta_Y = 1 (denser attention)",
+        out.append(records.claim("eta_Y = 10: higher distinct entropy than eta_Y = 1 (denser attention)",
                           {"eta_Y=1": float(entropy[left].mean()),
                            "eta_Y=10": float(entropy[right].mean())},
                           "eta_Y=10 > eta_Y=1 (notes: 2.08 vs 1.93)",
                           entropy[right].min() > entropy[left].max(), "Fig. 4, notes §7.4, T12"))
         first = lambda runs: (result.losses[runs] < 1e-2).argmax(axis=1)
-        out.append(_claim("eta_Y = 10 converges faster: first step with batch loss < 1e-2",
+        out.append(records.claim("eta_Y = 10 converges faster: first step with batch loss < 1e-2",
                           {"eta_Y=1": first(left).tolist(), "eta_Y=10": first(right).tolist()},
                           "eta_Y=10 at <= 5, eta_Y=1 later (notes: 3-4 vs 11)",
                           first(right).max() <= 5 and first(right).max() < first(left).min(),
@@ -287,18 +284,18 @@ def claims_fig5(cfg, groups) -> list[records.Claim]:
     out = []
     if 0.5 in by_lr:
         argmax = int(np.argmax(by_lr[0.5]))
-        out.append(_claim("Adam lr 0.5: the most attended distinct token is not the most frequent "
+        out.append(records.claim("Adam lr 0.5: the most attended distinct token is not the most frequent "
                           "one; it lies in tokens 14-16",
                           int(distinct[argmax]), "14, 15 or 16", 4 <= argmax <= 6,
                           "Fig. 5, notes §5.5"))
     lrs = sorted(by_lr)
     if len(lrs) > 1:
         gaps = [float(np.abs(by_lr[a] - by_lr[b]).sum()) for a, b in zip(lrs, lrs[1:])]
-        out.append(_claim("different Adam learning rates give different distinct-token patterns "
+        out.append(records.claim("different Adam learning rates give different distinct-token patterns "
                           "(L1 distance of neighbouring lr's final c_0 on distinct tokens)",
                           gaps, "each > 0.1", min(gaps) > 0.1, "Fig. 5"))
     rows = float(np.abs(result.final_params["Z"].sum(-1)).max())
-    out.append(_claim("the zero row-sum invariant does not hold under Adam", rows, "> 1e-3",
+    out.append(records.claim("the zero row-sum invariant does not hold under Adam", rows, "> 1e-3",
                       rows > 1e-3, "notes §3.3, T2"))
     return out
 
@@ -326,7 +323,7 @@ def claims_fig6(cfg, groups) -> list[records.Claim]:
         fmt = lambda a: np.round(a, 3).tolist()
         if K >= 6:
             falls = bool(np.all(np.diff(mean, axis=0) < 0))
-            out.append(_claim(f"K={K}: entropy falls strictly with eta_Z at every ratio",
+            out.append(records.claim(f"K={K}: entropy falls strictly with eta_Z at every ratio",
                               fmt(mean), "decreasing down each column (lr_z rows)", falls, src))
         if K >= 6 and 2.0 in ratio and len(ratio) > 1:
             rows = lr >= 1
@@ -334,12 +331,12 @@ def claims_fig6(cfg, groups) -> list[records.Claim]:
                 at_min = [ratio[i] for i in mean[rows].argmin(axis=1)]
                 higher = 10.0 not in ratio or bool(np.all(mean[rows, ratio.index(10.0)]
                                                            > mean[rows, ratio.index(2.0)]))
-                out.append(_claim(f"K={K}, eta_Z >= 1: the minimum over ratios is at ratio 2 and "
+                out.append(records.claim(f"K={K}, eta_Z >= 1: the minimum over ratios is at ratio 2 and "
                                   "ratio 10 lies above it (U shape)",
                                   at_min, "all 2.0", all(r == 2.0 for r in at_min) and higher, src))
         if K == 2 and 1.0 in ratio and 10.0 in ratio:
             up = mean[:, ratio.index(10.0)] - mean[:, ratio.index(1.0)]
-            out.append(_claim("K=2: entropy at ratio 10 is above ratio 1 (every eta_Z)",
+            out.append(records.claim("K=2: entropy at ratio 10 is above ratio 1 (every eta_Z)",
                               fmt(up), "all > 0", bool(np.all(up > 0)), src))
     return out
 
@@ -449,7 +446,7 @@ def run_theory(cfg, workdir, progress=print) -> dict[str, Any]:
     figures.append(str(plotting.save(fig, workdir.figure_path("fig3_growth_factor"))))
     order = sorted(th.fig3_eta_y)
     late_sorted = [late[list(th.fig3_eta_y).index(e)] for e in order]
-    claims.append(_claim(f"Fig. 3: at t = {th.t_max:g} a smaller eta_Y gives a larger growth factor",
+    claims.append(records.claim(f"Fig. 3: at t = {th.t_max:g} a smaller eta_Y gives a larger growth factor",
                          late_sorted, "decreasing in eta_Y",
                          bool(np.all(np.diff(late_sorted) < 0)), "Thm 4, notes §4.3/T8"))
 
@@ -469,7 +466,7 @@ def run_theory(cfg, workdir, progress=print) -> dict[str, Any]:
                    title="gap and its bound $2\\eta_Y/M$ (dotted)")
     axes[0, 0].legend(fontsize=7)
     figures.append(str(plotting.save(fig, workdir.figure_path("fig8_h_star_vs_h"))))
-    claims.append(_claim("Fig. 8 / Lemma 7: 0 <= h*(s) - h(s) <= 2 eta_Y / M",
+    claims.append(records.claim("Fig. 8 / Lemma 7: 0 <= h*(s) - h(s) <= 2 eta_Y / M",
                          [g[:2] for g in gaps], "min >= 0 and max <= 2 eta_Y/M",
                          all(lo >= 0 and hi <= b for lo, hi, b in gaps), "Lemma 7, notes T4"))
 
@@ -492,10 +489,10 @@ def run_theory(cfg, workdir, progress=print) -> dict[str, Any]:
                title=f"Fig. 9: $\\eta_Y/\\eta_Z$={ratio:g}, $B_n(t_0)$={at_t0[0]:.4f}")
         ax.legend(fontsize=7)
     figures.append(str(plotting.save(fig, workdir.figure_path("fig9_B_fixed_ratio"))))
-    claims.append(_claim("Fig. 9: B_n(t0) does not depend on eta_Z at a fixed ratio eta_Y/eta_Z",
+    claims.append(records.claim("Fig. 9: B_n(t0) does not depend on eta_Z at a fixed ratio eta_Y/eta_Z",
                          spread, "spread < 1e-12 per ratio", max(spread) < 1e-12,
                          "Thm 4, notes §4.3/T7"))
-    claims.append(_claim("Lemma 9: the exact crossing e^{Mh} = (M-1)Mh lies within 1% of t0",
+    claims.append(records.claim("Lemma 9: the exact crossing e^{Mh} = (M-1)Mh lies within 1% of t0",
                          [theory.transition_time_exact(M, K, e) / theory.t0(M, K, e)
                           for e in th.fig3_eta_y], "ratio in [0.99, 1.01]",
                          all(abs(theory.transition_time_exact(M, K, e) / theory.t0(M, K, e) - 1)
