@@ -1,7 +1,7 @@
 """k-gram estimators (notes/ngrams.md §4.1, §4.4, §4.6-4.7): hand counts, smoothing, MC losses.
 
-The Monte-Carlo tests draw tasks P with NumPy's exact Dirichlet sampler (JAX's float64 gamma sampler
-takes ~10 s for 2^16 x 25 rows on CPU) and roll out sequences with task.sample_sequences (§2.2).
+The Monte-Carlo tests draw tasks and sequences with the package's own sampler (task.sample_tasks,
+task.sample_sequences; notes §2.2).
 """
 
 import functools
@@ -173,10 +173,9 @@ NUM_MC = 2**17
 
 @functools.lru_cache(maxsize=2)
 def _mc_sample(num_states, order_n, seq_len, alpha, seed):
-    rng = np.random.default_rng(seed)
-    P_BCS = rng.dirichlet(np.full(num_states, alpha), size=(NUM_MC, num_states ** (order_n - 1)))
-    return task.sample_sequences(jax.random.PRNGKey(seed), jnp.asarray(P_BCS), num_states,
-                                 order_n, seq_len)
+    task_key, sequence_key = jax.random.split(jax.random.PRNGKey(seed))
+    P_BCS = task.sample_tasks(task_key, num_states, order_n, alpha, NUM_MC)
+    return task.sample_sequences(sequence_key, P_BCS, num_states, order_n, seq_len)
 
 
 @pytest.mark.parametrize("num_states, alpha, refs", [
