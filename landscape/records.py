@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import datetime
 import json
@@ -81,6 +82,19 @@ class Workdir:
         summary = _jsonable(summary)
         self._write_json("summary.json", summary)
         return summary
+
+    def save_table(self, name: str, rows: list[dict[str, Any]]) -> pathlib.Path:
+        """<name>.csv, one row per dict (columns: the union of keys, in first-seen order), for
+        `pandas.read_csv`; nested values are written as JSON."""
+        columns = list(dict.fromkeys(key for row in rows for key in row))
+        path = self.path / f"{name}.csv"
+        with open(path, "w", newline="") as f:
+            writer = csv.DictWriter(f, columns)
+            writer.writeheader()
+            for row in rows:
+                writer.writerow({k: (json.dumps(_jsonable(v)) if isinstance(v, (dict, list, tuple))
+                                     else _jsonable(v)) for k, v in row.items()})
+        return path
 
     def write_text(self, name: str, text: str) -> pathlib.Path:
         """A plain-text report next to the records (e.g. Hessian descriptions)."""

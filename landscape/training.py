@@ -46,12 +46,15 @@ class Problem:
         entropies, ...). Scalars among them also go to metrics.jsonl.
     weight_decay_mask: params -> pytree of bools, the leaves weight decay applies to (default all),
         e.g. only Linear weights, as GPT-2 codebases do.
+    log_grad_norm: record the minibatch gradient's global L2 norm at every step as the metric
+        "grad_norm" (before the optimizer), e.g. for plateau/jump diagnostics.
     """
     init: Callable[[jax.Array, HParams], Params]
     loss: Callable[[Params, jax.Array, HParams], tuple[jax.Array, dict[str, jax.Array]]]
     learning_rates: Callable[[HParams], Any]
     snapshot: Callable[[Params, HParams], dict[str, jax.Array]] = lambda params, hparams: {}
     weight_decay_mask: Callable[[Params], Any] | None = None
+    log_grad_norm: bool = False
 
 
 # ----------------------------------------------------------------------------- optimizers
@@ -187,6 +190,8 @@ def train(problem: Problem, optim: ml_collections.ConfigDict, hparams: dict[str,
         key, batch_key = jax.random.split(state.key)
         (loss, metrics), grads = jax.value_and_grad(problem.loss, has_aux=True)(
                 state.params, batch_key, hp)
+        if problem.log_grad_norm:
+            metrics = {**metrics, "grad_norm": optax.global_norm(grads)}
         updates, opt_state = opt.update(grads, state.opt_state, state.params)
         scale = -lr_multiplier(step)
         updates = jax.tree.map(

@@ -170,3 +170,20 @@ def test_weight_decay_mask_and_initial_lr_fraction():
     s = training.schedule(optim(schedule="warmup_cosine", warmup_steps=10,
                                 initial_lr_fraction=0.01, final_lr_fraction=0.2), 110)
     assert float(s(0)) == pytest.approx(0.01) and float(s(110)) == pytest.approx(0.2)
+
+
+def test_log_grad_norm_records_the_minibatch_gradient_norm():
+    problem, A = quadratic_problem()
+    problem = training.Problem(problem.init, problem.loss, problem.learning_rates,
+                               problem.snapshot, log_grad_norm=True)
+    result = training.train(problem, optim(), {"lr": [0.01], "ratio": [1.0]}, [4], num_steps=3,
+                            log_every=1, progress=None)
+    _, ref_params = reference_run(problem, lambda lr: optax.sgd(lr), 0.01, 0.01, 4, 2)
+    # step 2's gradient, recomputed by hand from the reference parameters and step 2's batch
+    init_key, key = jax.random.split(jax.random.key(4))
+    for _ in range(3):
+        key, batch_key = jax.random.split(key)
+    b = jax.random.normal(batch_key, (3,), A.dtype)
+    w = jnp.concatenate([ref_params["u"], ref_params["v"]])
+    expected = float(jnp.linalg.norm(A.T @ (A @ w - b)))
+    np.testing.assert_allclose(result.metrics["grad_norm"][0, 2], expected, rtol=1e-10)
