@@ -191,7 +191,7 @@ def train(problem: Problem, optim: ml_collections.ConfigDict, hparams: dict[str,
         (loss, metrics), grads = jax.value_and_grad(problem.loss, has_aux=True)(
                 state.params, batch_key, hp)
         if problem.log_grad_norm:
-            metrics = {**metrics, "grad_norm": optax.global_norm(grads)}
+            metrics = {**metrics, "grad_norm": optax.tree.norm(grads)}
         updates, opt_state = opt.update(grads, state.opt_state, state.params)
         scale = -lr_multiplier(step)
         updates = jax.tree.map(
