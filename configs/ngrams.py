@@ -1,0 +1,77 @@
+"""In-context n-grams (Varre et al., seed 000): notes/ngrams.md §5, §7.
+
+    python -m experiments.ngrams --config=configs/ngrams.py                 # Fig. 3 (default)
+    python -m experiments.ngrams --config=configs/ngrams.py:fig4
+    python -m experiments.ngrams --config=configs/ngrams.py:stationarity    # Thm 4.2, C7/C8
+
+Each figure has a CPU-sized variant and, where it differs, a `_paper` one with the paper's
+settings (notes §5 and the settings the notes recover by matching the figures' lines):
+  fig3 / fig3_paper   simplified transformer, S=5, n=3, T=32, alpha=.5, 2 heads, Adam 1e-2,
+                      2^14 steps as the paper; 4096 / 2^16 test sequences
+  fig5 / fig5_paper   fig3 for seeds 1..5 as one vmapped program (order of head formation)
+  fig4 / fig4_paper   attention-only transformer, S=3, n=3, T=32, alpha=1, one-hot vs learned
+                      embeddings (two programs), AdamW 5e-3 wd 1e-4, 2048 / 4096 steps
+  fig1 / fig1_paper   simplified, S=3, n=4, T=128, alpha=.5, 3 heads (the 4-gram staircase)
+  fig6 / fig6_paper   simplified, S=5, n=3, T=128, alpha=.5: gradient norm along training
+  fig7 / fig7_paper   transformer with MLPs, S=5, n=3, T=64, alpha=1: gradient norm, a single
+                      (unigram) plateau; 4096 / 12288 steps
+  stationarity        ||grad L(theta_*^k(c))|| against T and c (S=3, n=3, alpha=1), the loss at
+                      theta_*^k against the k-gram estimators (notes §4.7 C7, C8)
+  smoke               fig3 for 1536 steps with 2048 test sequences (the CI check of notes §7)
+"""
+
+from landscape.ngrams.experiment import default_config
+
+FIGURES = ("fig1", "fig3", "fig4", "fig5", "fig6", "fig7")
+VARIANTS = FIGURES + tuple(f + "_paper" for f in FIGURES) + ("stationarity", "smoke")
+
+
+def get_config(variant: str = "fig3"):
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown variant {variant!r}: one of {', '.join(VARIANTS)}")
+    c = default_config()
+    c.name = f"ngrams_{variant}"
+    paper = variant.endswith("_paper")
+    figure = variant.removesuffix("_paper")
+    if figure in ("fig3", "fig5", "smoke"):
+        c.train.num_steps = 16384
+        if paper:
+            c.train.update(test_sequences=2 ** 16, log_every=128)
+        if figure == "fig5":
+            c.seed, c.num_seeds = 1, 5
+            c.claims = "staircase,heads"
+        if figure == "smoke":
+            c.train.update(num_steps=1536, test_sequences=2048)
+            c.claims = "heads"
+    elif figure == "fig4":
+        c.task.update(num_states=3, seq_len=32, alpha=1.0)
+        c.model.update(kind="transformer")
+        c.optim.update(name="adamw", weight_decay=1e-4)
+        c.optim.lr = 5e-3
+        c.train.update(num_steps=4096 if paper else 2048, log_every=32)
+        if paper:
+            c.train.test_sequences = 2 ** 16
+        c.variants = [{"model": {"embedding": "one_hot"}}, {"model": {"embedding": "learned"}}]
+        c.analysis.update(flat_window=128, min_plateau=160, flat_tol=0.008)
+    elif figure == "fig1":
+        c.task.update(num_states=3, order_n=4, seq_len=128, alpha=0.5)
+        c.model.update(num_heads=3)
+        c.train.update(num_steps=8192, log_every=64, test_sequences=2048 if not paper else 2 ** 14)
+        c.claims = "staircase,heads"
+    elif figure == "fig6":
+        c.task.update(seq_len=128)
+        c.train.update(num_steps=16384 if paper else 6144, log_every=64,
+                       test_sequences=2048 if not paper else 2 ** 14)
+        c.claims = "staircase,grad_norm"
+    elif figure == "fig7":
+        c.task.update(num_states=5, seq_len=64, alpha=1.0)
+        c.model.update(kind="transformer", mlp=True)
+        c.optim.update(name="adamw", weight_decay=1e-4)
+        c.optim.lr = 5e-3
+        c.train.update(num_steps=12288 if paper else 4096, log_every=64, test_sequences=2048,
+                       attention_maps=False)
+        c.claims = "single_plateau,grad_norm"
+    elif figure == "stationarity":
+        c.experiment = "stationarity"
+        c.claims = ""
+    return c

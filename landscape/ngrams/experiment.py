@@ -1,0 +1,651 @@
+"""In-context n-gram experiments (notes/ngrams.md §5, §7): configs -> compiled runs -> records,
+figures and checked claims.
+
+experiment = "train": a model of `model.py` on fresh per-sequence n-gram tasks (Figs 1, 3-7).
+  Seeds and learning rates are traced, so seeds x lr is one vmapped program; `variants` (one-hot
+  vs learned embeddings, ...) compile one program each. Every `log_every` steps a snapshot holds
+  the loss on a fixed test set, the first-layer attention maps, each head's mean attention on
+  offsets -1, -2, -3 and parameter norms; every step logs the minibatch gradient norm.
+experiment = "stationarity": Theorem 4.2's study at the constructions theta_*^k(c) (notes C7, C8).
+
+The dashed lines are in-context estimator losses on a large Monte-Carlo set: add-alpha k-gram
+estimators (the authors' lines, with the code's far-end lags, and contiguous ones), the same with
+the best add-beta smoothing, and the Bayes n-gram predictor (notes §4.1).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from landscape import config as config_lib
+from landscape import plotting, records, sweeps, training
+from landscape.ngrams import estimators, task
+from landscape.ngrams import model as model_lib
+
+TRACED = ("optim.lr",)
+CLAIM_SETS = ("staircase", "heads", "grad_norm", "single_plateau")
+OFFSETS = (1, 2, 3)
+BETA_GRID = (0.0,) + tuple(float(b) for b in np.logspace(-3, 2, 21))
+
+
+def default_config() -> ml_collections.ConfigDict:
+    """Every field an n-gram config may set; defaults are Fig. 3's setting (notes §5)."""
+    c = ml_collections.ConfigDict()
+    c.name = "ngrams"
+    c.experiment = "train"                 # train | stationarity
+    c.seed = 0                             # runs use seeds seed, ..., seed + num_seeds - 1
+    c.num_seeds = 1
+    c.task = dict(num_states=5, order_n=3, seq_len=32, alpha=0.5, init="uniform")
+    c.model = dict(kind="simplified", num_heads=2, head_dim=0, learn_value=True,
+                   embedding="one_hot", mlp=False, readout_init="", init_scale=1.0)
+    #              head_dim 0: (heads + 1) S; readout_init "": the kind's default
+    c.optim = training.default_optim_config()
+    c.optim.update(name="adam")            # paper §5: Adam, constant lr, no weight decay
+    c.optim.lr = 0.01
+    c.train = dict(batch_size=128, num_steps=8192, log_every=64, test_sequences=4096,
+                   test_seed=2 ** 20, floor=1e-8, dtype="float32", on_nonfinite="stop",
+                   attention_maps=True)
+    c.lines = dict(num_sequences=16384, seed=2 ** 21)
+    c.stationarity = dict(ks=[1, 2, 3], cs=[2.0, 4.0, 8.0, 16.0], seq_lens=[32, 64, 128, 256, 512],
+                          num_states=3, order_n=3, alpha=1.0, num_sequences=16384, log_c0=4.0,
+                          seed=0)
+    c.analysis = dict(flat_window=256, flat_tol=0.01, min_plateau=384, line_tol=0.02,
+                      head_threshold=0.4, spike_ratio=3.0)
+    c.figure = dict(highlight_steps=[])    # [] picks: start, mid-plateau, end
+    c.sweep = ml_collections.ConfigDict()
+    c.variants = []
+    c.claims = "staircase,heads,grad_norm"
+    return c
+
+
+# ----------------------------------------------------------------------------- validation
+
+
+def validate(cfg) -> None:
+    config_lib.check_known_fields(cfg, default_config(), free=("sweep", "variants"))
+    for fields in config_lib.structural_cells(cfg, TRACED):
+        _validate_cell(config_lib.with_fields(cfg, fields))
+
+
+def _task_error(error: ValueError, prefix: str) -> config_lib.ConfigError:
+    return config_lib.ConfigError(f"config.{prefix}: {error}")
+
+
+def _validate_cell(cfg) -> None:
+    r, choice = config_lib.require_number, config_lib.require_choice
+    choice(cfg, "experiment", ("train", "stationarity"))
+    r(cfg, "seed", low=0, integer=True)
+    r(cfg, "num_seeds", low=1, integer=True)
+    if cfg.experiment == "stationarity":
+        s = cfg.stationarity
+        try:
+            task.validate_task(s.num_states, s.order_n, min(s.seq_lens), s.alpha)
+        except ValueError as error:
+            raise _task_error(error, "stationarity") from None
+        for k in s.ks:
+            config_lib.require(isinstance(k, int) and 1 <= k <= s.order_n, "stationarity.ks", k,
+                               f"integers k with 1 <= k <= order_n = {s.order_n}")
+        for value in s.cs:
+            config_lib.require(isinstance(value, (int, float)) and value > 0, "stationarity.cs",
+                               value, "numbers c > 0")
+        r(cfg, "stationarity.num_sequences", low=4, integer=True)
+        return
+    try:
+        task.validate_task(cfg.task.num_states, cfg.task.order_n, cfg.task.seq_len,
+                           cfg.task.alpha)
+    except ValueError as error:
+        raise _task_error(error, "task") from None
+    choice(cfg, "task.init", task.INITS)
+    choice(cfg, "model.kind", ("simplified", "transformer", "disentangled"))
+    choice(cfg, "model.embedding", ("one_hot", "learned"))
+    choice(cfg, "model.readout_init", ("", "random", "zero"))
+    r(cfg, "model.num_heads", low=1, integer=True)
+    r(cfg, "model.head_dim", low=0, integer=True)
+    r(cfg, "model.init_scale", low=0, low_open=True)
+    training.validate_optim(cfg)
+    r(cfg, "optim.lr", low=0, low_open=True)
+    r(cfg, "train.batch_size", low=1, integer=True)
+    r(cfg, "train.num_steps", low=1, integer=True)
+    r(cfg, "train.log_every", low=1, high=cfg.train.num_steps, integer=True)
+    config_lib.require(cfg.train.num_steps % cfg.train.log_every == 0, "train.log_every",
+                       cfg.train.log_every, f"a divisor of train.num_steps = {cfg.train.num_steps}")
+    r(cfg, "train.test_sequences", low=1, integer=True)
+    r(cfg, "train.floor", low=0)
+    choice(cfg, "train.dtype", ("float32", "float64"))
+    r(cfg, "lines.num_sequences", low=1, integer=True)
+    for name in [n for n in cfg.claims.split(",") if n]:
+        config_lib.require(name in CLAIM_SETS, "claims", cfg.claims,
+                           f"a comma-separated list drawn from {', '.join(CLAIM_SETS)}")
+    positive = lambda v: isinstance(v, (int, float)) and math.isfinite(v) and v > 0
+    traced = {k: v for k, v in config_lib.flatten(cfg.get("sweep", {})).items() if k in TRACED}
+    config_lib.check_sweep(traced, {"optim.lr": positive}, {"optim.lr": "a number > 0"})
+    try:
+        model_of(cfg)
+    except ValueError as error:
+        raise config_lib.ConfigError(f"config.model: {error}") from None
+
+
+def needs_x64(cfg) -> bool:
+    return cfg.experiment == "stationarity" or cfg.train.dtype == "float64"
+
+
+def model_of(cfg) -> model_lib.NgramModel:
+    m = cfg.model
+    fields = dict(kind=m.kind, num_states=cfg.task.num_states, seq_len=cfg.task.seq_len,
+                  num_heads=m.num_heads, init_scale=m.init_scale)
+    if m.kind == "simplified":
+        fields.update(head_dim=m.head_dim or None, learn_value=m.learn_value)
+    else:
+        fields.update(embedding=m.embedding, mlp=m.mlp, readout_init=m.readout_init or None)
+    return model_lib.NgramModel(**fields)
+
+
+# ----------------------------------------------------------------------------- training problem
+
+
+def test_set(cfg):
+    """(x_ET, target_ES): the fixed held-out set, the same for every seed and program."""
+    t = cfg.task
+    x, target, _ = task.sample(jax.random.key(cfg.train.test_seed), t.num_states, t.order_n,
+                               t.seq_len, t.alpha, cfg.train.test_sequences, t.init)
+    return x, target
+
+
+def _block_norms(params, model) -> dict[str, jax.Array]:
+    """Fig. 6's companion norms: ||A1^h|| / sqrt(T) per head and ||Q2^T K2|| / sqrt(d)."""
+    if model.kind != "simplified":
+        return {"param_norm": optax_global_norm(params)}
+    out = {f"norm_A1_h{h + 1}": jnp.linalg.norm(params["A1"][h]) / math.sqrt(model.seq_len)
+           for h in range(model.num_heads)}
+    qk = params["Q2"].T @ params["K2"]
+    out["norm_QK"] = jnp.linalg.norm(qk) / math.sqrt(model.width)
+    return out
+
+
+def optax_global_norm(params) -> jax.Array:
+    return jnp.sqrt(sum(jnp.sum(leaf ** 2) for leaf in jax.tree_util.tree_leaves(params)))
+
+
+def make_problem(cfg) -> training.Problem:
+    model, t = model_of(cfg), cfg.task
+    dtype = jnp.dtype(cfg.train.dtype)
+    B, floor = cfg.train.batch_size, cfg.train.floor
+    x_test, y_test = test_set(cfg)
+    y_test = y_test.astype(dtype)
+    map_x = x_test[:256]                   # input-dependent maps: averaged over 256 test sequences
+
+    def loss(params, key, hp):
+        x, target, _ = task.sample(key, t.num_states, t.order_n, t.seq_len, t.alpha, B, t.init)
+        probs = model_lib.probs(params, x, model)
+        return jnp.mean(estimators.cross_entropy(probs, target.astype(probs.dtype), floor)), {}
+
+    def test_loss(params):
+        probs = model_lib.probs(params, x_test, model)
+        return jnp.mean(estimators.cross_entropy(probs, y_test, floor))
+
+    def snapshot(params, hp):
+        value, grads = jax.value_and_grad(test_loss)(params)
+        # the test-set gradient: a population-gradient estimate with a low noise floor (Thm 4.2)
+        out = {"test_loss": value, "test_grad_norm": optax_global_norm(grads)}
+        att = model_lib.layer1_attention(params, model, map_x)
+        offsets = model_lib.head_offset_attention(att, OFFSETS)          # (heads, offsets)
+        out["head_offsets"] = offsets
+        for h in range(offsets.shape[0]):
+            for j, o in enumerate(OFFSETS):
+                out[f"head{h + 1}_lag{o}"] = offsets[h, j]
+        if cfg.train.attention_maps:
+            out["attention"] = att if att.ndim == 3 else att[0]           # first test sequence
+        out.update(_block_norms(params, model))
+        return out
+
+    return training.Problem(
+        init=lambda key, hp: jax.tree.map(lambda a: a.astype(dtype),
+                                          model_lib.init_params(key, model)),
+        loss=loss, learning_rates=lambda hp: hp["optim.lr"], snapshot=snapshot,
+        log_grad_norm=True)
+
+
+def train_group(cfg, fields, workdir=None, progress=print) -> dict[str, Any]:
+    cell = config_lib.with_fields(cfg, fields)
+    grid = sweeps.Grid.make(config_lib.traced_axes(cfg, TRACED),
+                            np.arange(cfg.seed, cfg.seed + cfg.num_seeds))
+    base = {k: config_lib.get(cell, k) for k in TRACED}
+    result = sweeps.run(make_problem(cell), cell.optim, base, grid,
+                        dtype=np.dtype(cell.train.dtype), num_steps=cell.train.num_steps,
+                        log_every=cell.train.log_every, on_nonfinite=cell.train.on_nonfinite,
+                        progress=progress, workdir=workdir,
+                        record_tags={k: str(v) for k, v in fields.items()})
+    return dict(fields=fields, cfg=cell, grid=grid, result=result)
+
+
+# ----------------------------------------------------------------------------- estimator lines
+
+
+class Lines:
+    """Estimator losses on `lines.num_sequences` fresh sequences (notes §4.1 table).
+
+    `base` holds the figures' lines: "uniform" (log S); per k < n "k-gram +alpha" (add-alpha,
+    lags 1..k-1, keys with a full n-1 history: the authors' counting, notes §4.1 [code]),
+    "k-gram +alpha (far lags)" (the authors' dashed lines, lags n-k+1..n-1) and "k-gram opt"
+    (Def. 2.1's counts with the best add-beta over BETA_GRID); "bayes" (the Bayes n-gram
+    predictor) and "n-gram opt". `for_lags(lags)` gives the +alpha and opt losses of the estimator
+    that reads any set of past offsets (App. F.2's N-history), e.g. the offsets a model's heads
+    attend to.
+    """
+
+    def __init__(self, cfg):
+        t = cfg.task
+        self.num_states, self.order_n, self.alpha = t.num_states, t.order_n, t.alpha
+        self.floor = cfg.train.floor
+        self.x, y, _ = task.sample(jax.random.key(cfg.lines.seed), t.num_states, t.order_n,
+                                   t.seq_len, t.alpha, cfg.lines.num_sequences, t.init)
+        self.y = y.astype(jnp.float32)
+        self._cache = {}
+        S, n = self.num_states, self.order_n
+        self.base = {"uniform": math.log(S)}
+        for k in range(1, n + 1):
+            name, lags = f"{k}-gram", tuple(range(1, k))
+            if k == n:
+                self.base["bayes"] = self.for_lags(lags)["+alpha"]
+            else:
+                self.base[f"{name} +alpha"] = self.for_lags(lags)["+alpha"]
+                if k > 1:
+                    self.base[f"{name} +alpha (far lags)"] = self.for_lags(
+                        tuple(range(n - k + 1, n)))["+alpha"]
+            self.base[f"{name} opt"] = self.for_lags(lags)["opt"]
+
+    def _loss(self, probs) -> float:
+        return float(jnp.mean(estimators.cross_entropy(probs, self.y, self.floor)))
+
+    def for_lags(self, lags) -> dict[str, float]:
+        """{"+alpha", "opt"} losses of the estimator reading the offsets `lags` (() = unigram)."""
+        lags = tuple(sorted(lags))
+        if lags not in self._cache:
+            S, n = self.num_states, self.order_n
+            k = len(lags) + 1
+            smoothed = estimators.smoothed_estimate(
+                self.x, S, k, self.alpha, lags=lags or None, min_position=n if lags else None)
+            counts, matches = estimators.kgram_counts(self.x, S, k, lags=lags or None)
+            best = min(self._loss(estimators._normalise(counts, matches, beta, S))
+                       for beta in BETA_GRID)
+            self._cache[lags] = {"+alpha": self._loss(smoothed), "opt": best}
+        return self._cache[lags]
+
+
+# ----------------------------------------------------------------------------- analysis
+
+
+def plateaus(steps: np.ndarray, loss: np.ndarray, window: int, tol: float,
+             min_length: int) -> list[dict[str, float]]:
+    """Maximal stretches where the test loss moves less than `tol` within +-window/2 steps, of
+    at least `min_length` steps: [{"start", "end", "level"}] (level = median loss)."""
+    half = max(1, int(round(window / 2 / (steps[1] - steps[0]))))
+    flat = np.array([np.ptp(loss[max(0, j - half):j + half + 1]) < tol for j in range(len(loss))])
+    out, j = [], 0
+    while j < len(flat):
+        if not flat[j]:
+            j += 1
+            continue
+        end = j
+        while end + 1 < len(flat) and flat[end + 1]:
+            end += 1
+        if steps[end] - steps[j] >= min_length:
+            out.append(dict(start=int(steps[j]), end=int(steps[end]),
+                            level=float(np.median(loss[j:end + 1]))))
+        j = end + 1
+    return out
+
+
+def _stage(plateau, steps, offsets_SHL, threshold, lines: Lines) -> dict[str, Any]:
+    """What the heads implement mid-plateau, and the matching estimator's losses.
+
+    The history read is the set of offsets -l some head attends to with weight > threshold; the
+    plateau is compared with the +alpha and best-smoothed estimators of exactly that history.
+    """
+    j = int(np.argmin(np.abs(steps - (plateau["start"] + plateau["end"]) / 2)))
+    lags = tuple(int(lag) for i, lag in enumerate(OFFSETS[:offsets_SHL.shape[-1]])
+                 if lag < lines.order_n and offsets_SHL[j, :, i].max() > threshold)
+    refs = lines.for_lags(lags)
+    name, value = min(refs.items(), key=lambda kv: abs(plateau["level"] - kv[1]))
+    return dict(lags=list(lags), k=len(lags) + 1, line=name, line_value=round(value, 4),
+                distance=round(abs(plateau["level"] - value), 4),
+                lines={k: round(v, 4) for k, v in refs.items()})
+
+
+def run_analysis(group, lines: Lines) -> list[dict[str, Any]]:
+    """Per run: plateaus with the history their heads read and that estimator's loss, the step
+    each offset's head forms, and the mean minibatch gradient norm per log interval."""
+    cfg, res = group["cfg"], group["result"]
+    a, n = cfg.analysis, cfg.task.order_n
+    steps = res.snapshot_steps
+    rows = []
+    for r in range(res.num_runs):
+        loss = res.snapshots["test_loss"][r]
+        offsets = res.snapshots["head_offsets"][r]                       # (snaps, heads, lags)
+        found = plateaus(steps, loss, a.flat_window, a.flat_tol, a.min_plateau)
+        for p in found:
+            p.update(_stage(p, steps, offsets, a.head_threshold, lines))
+        formed = {}
+        for j, lag in enumerate(OFFSETS[:n - 1]):
+            hit = np.flatnonzero(offsets[:, :, j].max(axis=1) > a.head_threshold)
+            formed[f"lag{lag}"] = int(steps[hit[0]]) if hit.size else None
+        grad = res.metrics["grad_norm"][r].reshape(len(steps) - 1, -1).mean(axis=1)
+        rows.append(dict(seed=int(res.seeds[r]), lr=float(res.hparams["optim.lr"][r]),
+                         final_loss=float(loss[-1]), plateaus=found, head_formed=formed,
+                         grad_norm_per_snapshot=grad))
+    return rows
+
+
+def _jump(steps, loss, after: int) -> int:
+    """Index j (snapshot) of the largest test-loss drop loss[j-1] - loss[j] after step `after`."""
+    drops = np.where(steps[1:] > after, loss[:-1] - loss[1:], -np.inf)
+    return int(np.argmax(drops)) + 1
+
+
+# ----------------------------------------------------------------------------- claims
+
+
+def claims_staircase(cfg, group, lines, rows) -> list[records.Claim]:
+    """Figs 1/3/4/6: every sub-n-gram plateau sits at the loss of the k-gram estimator whose
+    history the heads read mid-plateau, and the histories grow along training (notes §7: within
+    ~0.01-0.02 of the lines)."""
+    tol, n, out = cfg.analysis.line_tol, cfg.task.order_n, []
+    for row in rows:
+        sub = [p for p in row["plateaus"] if p["k"] < n]
+        measured = [dict(steps=f"{p['start']}-{p['end']}", level=round(p["level"], 4),
+                         heads_read=[-lag for lag in p["lags"]], nearest=p["line"],
+                         line=p["line_value"], distance=p["distance"]) for p in sub]
+        orders = [p["k"] for p in sub]
+        ok = bool(sub) and all(p["distance"] <= tol for p in sub) and orders == sorted(orders)
+        out.append(records.claim(
+            f"{_label(group)}, seed {row['seed']}: sub-n-gram plateaus sit at the loss of the "
+            "estimator of the history the heads read", measured or "no sub-n-gram plateau found",
+            f"each within {tol} of that estimator's +alpha or best-smoothed loss; k increasing",
+            ok, "Figs 1, 3, 4, 6; notes §7"))
+        final = row["final_loss"]
+        out.append(records.claim(
+            f"{_label(group)}, seed {row['seed']}: final test loss against the n-gram (Bayes) "
+            "line", dict(final=round(final, 4), bayes=round(lines.base["bayes"], 4),
+                         gap=round(final - lines.base["bayes"], 4)),
+            "at or above the Bayes loss (no predictor beats it)",
+            final >= lines.base["bayes"] - 0.01, "notes §4.1"))
+    return out
+
+
+def claims_heads(cfg, group, lines, rows) -> list[records.Claim]:
+    """Figs 3-5: the previous-token (-1) head forms before any (-2) head (notes §5 Fig. 5)."""
+    n = cfg.task.order_n
+    if n < 3:
+        return []
+    first = [r["head_formed"] for r in rows]
+    before = [f["lag1"] is not None and (f["lag2"] is None or f["lag1"] < f["lag2"])
+              for f in first]
+    escaped = sum(f["lag2"] is not None for f in first)
+    need = max(1, math.ceil(0.8 * len(rows)))
+    return [records.claim(
+        f"{_label(group)}: the (-1) head forms before the (-2) head "
+        f"(attention > {cfg.analysis.head_threshold})",
+        dict(first_step_per_seed=first, seeds_in_order=int(sum(before)),
+             seeds_with_a_minus2_head=escaped),
+        f"in >= {need} of {len(rows)} seeds", sum(before) >= need, "Figs 3, 5; notes §5")]
+
+
+def claims_grad_norm(cfg, group, lines, rows) -> list[records.Claim]:
+    """Figs 6-7: the gradient norm is small on the plateau before the largest jump and spikes at
+    the jump (paper: ~10x on an EMA of minibatch norms). Measured on the test-set gradient (a
+    population-gradient estimate); the minibatch norm, whose noise floor hides the plateau at
+    small T, is reported beside it."""
+    res, steps, out = group["result"], group["result"].snapshot_steps, []
+    n = cfg.task.order_n
+    for r, row in enumerate(rows):
+        loss, test_grad = res.snapshots["test_loss"][r], res.snapshots["test_grad_norm"][r]
+        batch_grad = row["grad_norm_per_snapshot"]
+        before = [p for p in row["plateaus"] if p["k"] < n]
+        label = f"{_label(group)}, seed {row['seed']}: gradient norm small on the plateau, " \
+                "spiking at the jump"
+        if not before:
+            out.append(records.claim(label, "no sub-n-gram plateau found",
+                                     "a plateau, then a jump", False, "Figs 6, 7"))
+            continue
+        plateau = max(before, key=lambda p: p["end"] - p["start"])
+        j = _jump(steps, loss, plateau["end"] - cfg.analysis.flat_window)
+        on = (steps >= plateau["start"]) & (steps <= plateau["end"])
+        near = slice(max(0, j - 4), min(len(steps), j + 5))
+        level, peak = float(np.median(test_grad[on])), float(test_grad[near].max())
+        on_b = on[1:]
+        near_b = slice(max(0, j - 5), min(len(batch_grad), j + 4))
+        batch_ratio = float(batch_grad[near_b].max() / np.median(batch_grad[on_b]))
+        ratio = peak / level
+        out.append(records.claim(label, dict(
+            plateau_steps=f"{plateau['start']}-{plateau['end']}", jump_step=int(steps[j]),
+            test_grad_norm_plateau=round(level, 4), test_grad_norm_peak=round(peak, 4),
+            ratio=round(ratio, 2), minibatch_ratio=round(batch_ratio, 2)),
+            f"peak / plateau >= {cfg.analysis.spike_ratio} (test-set gradient)",
+            ratio >= cfg.analysis.spike_ratio, "Figs 6, 7 (notes §5)"))
+    return out
+
+
+def claims_single_plateau(cfg, group, lines, rows) -> list[records.Claim]:
+    """Fig. 7 (MLP variant): one intermediate plateau only, at the unigram level."""
+    out = []
+    for row in rows:
+        middle = [p for p in row["plateaus"] if p["k"] < cfg.task.order_n]
+        ok = len(middle) == 1 and middle[0]["k"] == 1 and middle[0]["distance"] <= \
+            cfg.analysis.line_tol
+        out.append(records.claim(
+            f"{_label(group)}, seed {row['seed']}: a single intermediate plateau, the unigram",
+            [dict(steps=f"{p['start']}-{p['end']}", level=round(p["level"], 4),
+                  nearest=p["line"], distance=p["distance"]) for p in middle] or "none",
+            f"one plateau within {cfg.analysis.line_tol} of a unigram line", ok, "Fig. 7"))
+    return out
+
+
+CLAIMS = {"staircase": claims_staircase, "heads": claims_heads, "grad_norm": claims_grad_norm,
+          "single_plateau": claims_single_plateau}
+
+
+def _label(group) -> str:
+    cfg = group["cfg"]
+    m = cfg.model
+    kind = m.kind if m.kind == "simplified" else f"{m.kind} ({m.embedding}{', MLP' if m.mlp else ''})"
+    t = cfg.task
+    return f"{kind}, S={t.num_states}, n={t.order_n}, T={t.seq_len}"
+
+
+# ----------------------------------------------------------------------------- run
+
+
+def run(cfg, workdir: records.Workdir, progress=print) -> dict[str, Any]:
+    validate(cfg)
+    workdir.write_config(cfg)
+    if cfg.experiment == "stationarity":
+        return run_stationarity(cfg, workdir, progress)
+    lines = Lines(cfg)
+    if progress:
+        progress("estimator lines: " + ", ".join(f"{k} {v:.4f}" for k, v in lines.base.items()))
+    groups, claims, table = [], [], []
+    cells = config_lib.structural_cells(cfg, TRACED)
+    for i, fields in enumerate(cells):
+        if fields and progress:
+            progress("program " + ", ".join(f"{k}={v}" for k, v in fields.items()))
+        group = train_group(cfg, fields, workdir, progress)
+        groups.append(group)
+        res = group["result"]
+        rows = run_analysis(group, lines)
+        group["rows"] = rows
+        for name in [c for c in cfg.claims.split(",") if c]:
+            claims += CLAIMS[name](group["cfg"], group, lines, rows)
+        table += [dict(program=_label(group), **{k: v for k, v in row.items()
+                                                 if k != "grad_norm_per_snapshot"})
+                  for row in rows]
+        prefix = f"cell{i}_" if len(cells) > 1 else ""
+        workdir.save_arrays(**{prefix + k: v for k, v in {
+            "losses": res.losses, "seeds": res.seeds, "snapshot_steps": res.snapshot_steps,
+            "grad_norm": res.metrics["grad_norm"], "lr": res.hparams["optim.lr"],
+            **{f"snapshot_{k}": v for k, v in res.snapshots.items()}}.items()})
+    figures = [str(p) for p in figures_train(cfg, groups, lines, workdir)]
+    summary = workdir.write_summary(
+        claims, figures=figures, lines=lines.base, runs=table,
+        seconds={"compile": sum(g["result"].compile_seconds for g in groups),
+                 "run": sum(g["result"].run_seconds for g in groups)})
+    if progress:
+        progress(records.format_claims(claims))
+        progress(f"records: {workdir.path}")
+    return summary
+
+
+def run_stationarity(cfg, workdir, progress=print) -> dict[str, Any]:
+    from landscape.ngrams import stationarity
+    s = cfg.stationarity
+    rows = stationarity.study(list(s.ks), list(s.cs), list(s.seq_lens),
+                              num_states=s.num_states, order_n=s.order_n, alpha=s.alpha,
+                              num_sequences=s.num_sequences, seed=s.seed, log_c0=s.log_c0)
+    text = stationarity.table(rows)
+    workdir.write_text("stationarity.txt", text)
+    workdir.save_table("stationarity", rows)
+    figures = [str(stationarity.plot(rows, workdir.figure_path("grad_norm_vs_T"))),
+               str(stationarity.plot_loss_vs_c(rows, workdir.figure_path("loss_vs_c")))]
+    claims = stationarity.claims(rows) if hasattr(stationarity, "claims") else []
+    summary = workdir.write_summary(claims, figures=figures, rows=rows)
+    if progress:
+        progress(text)
+        if claims:
+            progress(records.format_claims(claims))
+        progress(f"records: {workdir.path}")
+    return summary
+
+
+# ----------------------------------------------------------------------------- figures
+
+
+def _highlights(cfg, group) -> list[int]:
+    """Steps shown in the attention panels: the config's, else start / mid-plateau / end."""
+    steps = group["result"].snapshot_steps
+    if cfg.figure.highlight_steps:
+        return [int(steps[np.argmin(np.abs(steps - s))]) for s in cfg.figure.highlight_steps]
+    middle = group["rows"][0]["plateaus"]
+    chosen = [int(steps[min(2, len(steps) - 1)])]
+    chosen += [int(steps[np.argmin(np.abs(steps - (p["start"] + p["end"]) / 2))]) for p in middle]
+    chosen.append(int(steps[-1]))
+    return sorted(set(chosen))
+
+
+def figures_train(cfg, groups, lines, workdir) -> list:
+    paths = []
+    for i, g in enumerate(groups):
+        suffix = f"_{i}" if len(groups) > 1 else ""
+        paths.append(plot_loss(g, lines, workdir.figure_path(f"test_loss{suffix}")))
+        if cfg.train.attention_maps:
+            paths.append(plot_attention(g, workdir.figure_path(f"attention{suffix}")))
+        if g["result"].num_runs > 1 and cfg.train.attention_maps:
+            paths.append(plot_seeds(g, workdir.figure_path(f"heads_by_seed{suffix}")))
+        paths.append(plot_grad_norm(g, lines, workdir.figure_path(f"grad_norm{suffix}")))
+    return paths
+
+
+_LINE_COLORS = ("tab:gray", "tab:red", "tab:orange", "tab:green", "tab:blue")
+
+
+def _draw_lines(ax, lines: Lines, n: int):
+    """k-gram lines: add-alpha dashed, best smoothing dotted; the Bayes n-gram dashed."""
+    for k in range(1, n + 1):
+        color = _LINE_COLORS[k % len(_LINE_COLORS)]
+        names = [("bayes", "--")] if k == n else [(f"{k}-gram +alpha", "--")]
+        for name, style in names + [(f"{k}-gram opt", ":")]:
+            value = lines.base[name]
+            ax.axhline(value, color=color, linestyle=style, linewidth=0.9,
+                       label=f"{name} {value:.3f}")
+
+
+def plot_loss(group, lines, path):
+    """Test loss against step (every seed), the estimator lines dashed (add-alpha, the authors'
+    lines) and dotted (best smoothing), the highlighted steps marked (Figs 1, 3a, 4a/c)."""
+    cfg, res = group["cfg"], group["result"]
+    fig, axes = plotting.subplots(1, 1, width=6.0, height=3.8)
+    ax = axes[0, 0]
+    for r in range(res.num_runs):
+        ax.plot(res.snapshot_steps, res.snapshots["test_loss"][r], linewidth=1.1,
+                label=f"seed {res.seeds[r]}" if res.num_runs > 1 else "test loss")
+    _draw_lines(ax, lines, cfg.task.order_n)
+    for s in _highlights(cfg, group):
+        j = int(np.flatnonzero(res.snapshot_steps == s)[0])
+        ax.plot(s, res.snapshots["test_loss"][0, j], "o", color="k", markersize=4)
+    low = min(lines.base["bayes"], res.snapshots["test_loss"].min()) - 0.02
+    high = max(res.snapshots["test_loss"][:, 1:].max(), lines.base["uniform"]) + 0.02
+    ax.set(xlabel="step", ylabel="test loss (nats)", ylim=(low, high), title=_label(group))
+    ax.legend(fontsize=6, ncol=2)
+    return plotting.save(fig, path)
+
+
+def plot_attention(group, path):
+    """First-layer attention of each head (rows) at the highlighted steps (columns): Fig 3b/4b."""
+    cfg, res = group["cfg"], group["result"]
+    chosen = _highlights(cfg, group)
+    att = res.snapshots["attention"][0]                                   # (snaps, heads, T, T)
+    heads = att.shape[1]
+    fig, axes = plotting.subplots(heads, len(chosen), width=2.6, height=2.4)
+    for c, s in enumerate(chosen):
+        j = int(np.flatnonzero(res.snapshot_steps == s)[0])
+        for h in range(heads):
+            ax = axes[h, c]
+            ax.imshow(att[j, h], cmap="viridis", vmin=0, vmax=1, interpolation="nearest")
+            lags = res.snapshots["head_offsets"][0, j, h]
+            ax.set_title(f"step {s}, head {h + 1}\n-1: {lags[0]:.2f}  -2: {lags[1]:.2f}",
+                         fontsize=7)
+            ax.set(xlabel="key position", ylabel="query position")
+    fig.suptitle(f"{_label(group)}: layer-1 attention (seed {res.seeds[0]})", fontsize=8)
+    return plotting.save(fig, path)
+
+
+def plot_seeds(group, path):
+    """Fig. 5: each seed's heads (columns) at the middle of its longest intermediate plateau,
+    and each head's attention on offsets -1 / -2 along training."""
+    res, rows = group["result"], group["rows"]
+    heads = res.snapshots["attention"].shape[2]
+    fig, axes = plotting.subplots(res.num_runs, heads + 1, width=2.5, height=2.2)
+    for r, row in enumerate(rows):
+        middle = [p for p in row["plateaus"] if p["k"] < group["cfg"].task.order_n]
+        mid = (max(middle, key=lambda p: p["end"] - p["start"]) if middle else None)
+        step = (mid["start"] + mid["end"]) / 2 if mid else res.snapshot_steps[-1] / 2
+        j = int(np.argmin(np.abs(res.snapshot_steps - step)))
+        for h in range(heads):
+            axes[r, h].imshow(res.snapshots["attention"][r, j, h], cmap="viridis", vmin=0, vmax=1,
+                              interpolation="nearest")
+            axes[r, h].set_title(f"seed {row['seed']}, head {h + 1}, step "
+                                 f"{res.snapshot_steps[j]}", fontsize=7)
+            axes[r, h].axis("off")
+        ax = axes[r, heads]
+        for h in range(heads):
+            for lag, style in ((1, "-"), (2, "--")):
+                ax.plot(res.snapshot_steps, res.snapshots["head_offsets"][r, :, h, lag - 1],
+                        style, linewidth=1, label=f"head {h + 1}, -{lag}")
+        ax.set(ylim=(0, 1), xlabel="step", ylabel="attention on offset")
+        if r == 0:
+            ax.legend(fontsize=5)
+    return plotting.save(fig, path)
+
+
+def plot_grad_norm(group, lines, path):
+    """Figs 6-7: test loss (left) and mean minibatch gradient norm per interval (right)."""
+    res, rows = group["result"], group["rows"]
+    fig, axes = plotting.subplots(1, 1, width=6.0, height=3.6)
+    ax = axes[0, 0]
+    ax.plot(res.snapshot_steps, res.snapshots["test_loss"][0], color="tab:blue", label="test loss")
+    _draw_lines(ax, lines, group["cfg"].task.order_n)
+    ax.set(xlabel="step", ylabel="test loss (nats)", title=_label(group))
+    twin = ax.twinx()
+    twin.plot(res.snapshot_steps[1:], rows[0]["grad_norm_per_snapshot"], color="tab:purple",
+              linewidth=0.9, alpha=0.6, label="minibatch gradient norm (mean per interval)")
+    twin.plot(res.snapshot_steps, res.snapshots["test_grad_norm"][0], color="tab:red",
+              linewidth=1.1, label="test-set gradient norm")
+    twin.set_ylabel("gradient norm")
+    twin.legend(fontsize=6, loc="center right")
+    twin.spines["right"].set_visible(True)
+    ax.legend(fontsize=6, loc="upper right")
+    return plotting.save(fig, path)
