@@ -46,12 +46,16 @@ class Problem:
         entropies, ...). Scalars among them also go to metrics.jsonl.
     weight_decay_mask: params -> pytree of bools, the leaves weight decay applies to (default all),
         e.g. only Linear weights, as GPT-2 codebases do.
+    runs_per_group: at most this many runs are vmapped together (None: all); more runs go
+        through a loop over groups of them, which keeps a memory-bound step's temporaries in cache
+        (runs are independent, so the results are the same).
     """
     init: Callable[[jax.Array, HParams], Params]
     loss: Callable[[Params, jax.Array, HParams], tuple[jax.Array, dict[str, jax.Array]]]
     learning_rates: Callable[[HParams], Any]
     snapshot: Callable[[Params, HParams], dict[str, jax.Array]] = lambda params, hparams: {}
     weight_decay_mask: Callable[[Params], Any] | None = None
+    runs_per_group: int | None = None
 
 
 # ----------------------------------------------------------------------------- optimizers
@@ -212,7 +216,9 @@ def train(problem: Problem, optim: ml_collections.ConfigDict, hparams: dict[str,
     first_snapshot = jax.jit(jax.vmap(problem.snapshot), **pinned)(state.params, hparams)
     if sharding is not None:
         pinned["in_shardings"] = (sharding, None, sharding)
-    chunk = jax.jit(jax.vmap(chunk_one, in_axes=(0, None, 0)), donate_argnums=0, **pinned)
+    chunk = jax.jit(_grouped(jax.vmap(chunk_one, in_axes=(0, None, 0)),
+                             problem.runs_per_group if sharding is None else None),
+                    donate_argnums=0, **pinned)
     chunk = chunk.lower(state, jnp.int32(0), hparams).compile()
     compile_seconds = time.perf_counter() - t_start
 
@@ -262,6 +268,29 @@ def train(problem: Problem, optim: ml_collections.ConfigDict, hparams: dict[str,
             compile_seconds=compile_seconds,
             run_seconds=run_seconds,
     )
+
+
+def _grouped(vmapped, runs_per_group: int | None):
+    """vmapped(state, step, hparams) over at most runs_per_group runs at a time: a lax.map over
+    groups (the last group padded with copies of the first run, dropped after)."""
+    if runs_per_group is None:
+        return vmapped
+
+    def grouped(state, first_step, hparams):
+        num_runs = jax.tree.leaves(state)[0].shape[0]
+        if num_runs <= runs_per_group:
+            return vmapped(state, first_step, hparams)
+        num_groups = -(-num_runs // runs_per_group)
+        pad = num_groups * runs_per_group - num_runs
+
+        runs = np.concatenate([np.arange(num_runs), np.zeros(pad, int)])
+        split = lambda x: x[runs].reshape((num_groups, runs_per_group) + x.shape[1:])
+
+        out = jax.lax.map(lambda group: vmapped(group[0], first_step, group[1]),
+                          jax.tree.map(split, (state, hparams)))
+        return jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:])[:num_runs], out)
+
+    return grouped
 
 
 def _snapshots_per_chunk(num_snapshots: int, log_every: int, chunk_steps: int | None) -> int:
