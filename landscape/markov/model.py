@@ -182,9 +182,14 @@ def _activation(h, model: MarkovModel):
 
 
 def _tile(N: int) -> int:
-    """Tile of the block-causal attention: N itself up to 32, then 32 up to N = 256, else 64
+    """Tile of the block-causal attention: N itself up to 32, then 64 up to N = 256, else 128
     (the fastest on the 2-core CPU for N = 128 and N = 1024)."""
-    return N if N <= 32 else (32 if N <= 256 else 64)
+    return N if N <= 32 else (64 if N <= 256 else 128)
+
+
+# Above this many tile-pair scores, `_causal_mix` loops over chunks of the batch with at most
+# this many scores each (or one sequence), so that a chunk's scores stay in cache (2 MiB).
+_SCORES_IN_CACHE = 2 ** 19
 
 
 def _causal_mix(q_BNHM: jax.Array, k_BNHM: jax.Array, v_BNHM: jax.Array) -> jax.Array:
@@ -194,6 +199,8 @@ def _causal_mix(q_BNHM: jax.Array, k_BNHM: jax.Array, v_BNHM: jax.Array) -> jax.
     K (K+1) / 2 lower-triangular (query tile, key tile) pairs only, about half of the N x N
     work, and normalised after mixing. The stabilising row max is exact and gradient-free, so
     the result is the plain softmax to rounding and is jvp/vjp/vmap-able (Hessians included).
+    Long sequences go through a loop over chunks of the batch, each rematerialised in the
+    backward pass, so that one chunk's scores stay in cache (memory-bound on CPU).
     """
     B, N, H, m = q_BNHM.shape
     T = _tile(N)
@@ -205,25 +212,43 @@ def _causal_mix(q_BNHM: jax.Array, k_BNHM: jax.Array, v_BNHM: jax.Array) -> jax.
     if K * T > N:          # padded keys lie after every real query, so the causal mask hides them
         pad = ((0, 0), (0, K * T - N), (0, 0), (0, 0))
         q_BNHM, k_BNHM, v_BNHM = (jnp.pad(t, pad) for t in (q_BNHM, k_BNHM, v_BNHM))
+    # (B, H, K, T, m): heads before tiles, so every product below is a plain batched matmul.
+    q_BHKTM, k_BHKTM, v_BHKTM = (jnp.moveaxis(t.reshape(B, K, T, H, m), 3, 1)
+                                 for t in (q_BNHM, k_BNHM, v_BNHM))
+    scores_per_sequence = H * K * (K + 1) // 2 * T * T
+    if B * scores_per_sequence <= _SCORES_IN_CACHE:
+        mixed_BHKTM = _tile_pairs_mix(q_BHKTM, k_BHKTM, v_BHKTM)
+    else:                  # chunks of C sequences (C the largest divisor of B that fits)
+        C = max(c for c in range(1, B + 1)
+                if B % c == 0 and (c == 1 or c * scores_per_sequence <= _SCORES_IN_CACHE))
+        split = lambda t_BHKTM: t_BHKTM.reshape((B // C, C) + t_BHKTM.shape[1:])
+        mix = jax.checkpoint(lambda qkv: _tile_pairs_mix(*qkv))
+        mixed_LCHKTM = jax.lax.map(mix, (split(q_BHKTM), split(k_BHKTM), split(v_BHKTM)))
+        mixed_BHKTM = mixed_LCHKTM.reshape((B,) + mixed_LCHKTM.shape[2:])
+    return jnp.moveaxis(mixed_BHKTM, 1, 3).reshape(B, K * T, H, m)[:, :N]
+
+
+def _tile_pairs_mix(q_BHKTM: jax.Array, k_BHKTM: jax.Array, v_BHKTM: jax.Array) -> jax.Array:
+    """(B, H, K, T, m) causal attention of `_causal_mix` on tiles, over the lower-triangular
+    (query tile, key tile) pairs P."""
+    B, H, K, T, m = q_BHKTM.shape
     row_P, col_P = np.tril_indices(K)
-    tiles = lambda t_BNHM: t_BNHM.reshape(B, K, T, H, m)
-    q_BPTHM = tiles(q_BNHM)[:, row_P]
-    k_BPUHM = tiles(k_BNHM)[:, col_P]
-    v_BPUHM = tiles(v_BNHM)[:, col_P]
-    scores_BPHTU = jnp.einsum("bpthm,bpuhm->bphtu", q_BPTHM, k_BPUHM) / math.sqrt(m)
+    q_BHPTM = q_BHKTM[:, :, row_P] / math.sqrt(m)
+    k_BHPUM = k_BHKTM[:, :, col_P]
+    v_BHPUM = v_BHKTM[:, :, col_P]
+    scores_BHPTU = jnp.einsum("bhptm,bhpum->bhptu", q_BHPTM, k_BHPUM)
     causal_PTU = np.where((row_P == col_P)[:, None, None], np.tri(T, dtype=bool), True)
-    scores_BPHTU = jnp.where(causal_PTU[:, None], scores_BPHTU, -jnp.inf)
+    scores_BHPTU = jnp.where(causal_PTU, scores_BHPTU, -jnp.inf)
     # Exact row max over all key tiles of the row (gathered through a dense (K, K) layout).
-    rowmax_BPHT = jax.lax.stop_gradient(jnp.max(scores_BPHTU, axis=-1))
-    rowmax_BKKHT = jnp.full((B, K, K, H, T), -jnp.inf, rowmax_BPHT.dtype)
-    rowmax_BKHT = jnp.max(rowmax_BKKHT.at[:, row_P, col_P].set(rowmax_BPHT), axis=2)
-    weights_BPHTU = jnp.exp(scores_BPHTU - rowmax_BKHT[:, row_P, :, :, None])
-    to_row_PK = jnp.asarray(np.eye(K)[row_P], weights_BPHTU.dtype)
-    total_BKHT = jnp.einsum("bpht,pk->bkht", jnp.sum(weights_BPHTU, axis=-1), to_row_PK)
-    mixed_BPTHM = jnp.einsum("bphtu,bpuhm->bpthm", weights_BPHTU, v_BPUHM)
-    mixed_BKTHM = jnp.einsum("bpthm,pk->bkthm", mixed_BPTHM, to_row_PK)
-    mixed_BKTHM = mixed_BKTHM / jnp.moveaxis(total_BKHT, 2, 3)[..., None]
-    return mixed_BKTHM.reshape(B, K * T, H, m)[:, :N]
+    rowmax_BHPT = jax.lax.stop_gradient(jnp.max(scores_BHPTU, axis=-1))
+    rowmax_BHKKT = jnp.full((B, H, K, K, T), -jnp.inf, rowmax_BHPT.dtype)
+    rowmax_BHKT = jnp.max(rowmax_BHKKT.at[:, :, row_P, col_P].set(rowmax_BHPT), axis=3)
+    weights_BHPTU = jnp.exp(scores_BHPTU - rowmax_BHKT[:, :, row_P, :, None])
+    to_row_PK = jnp.asarray(np.eye(K)[row_P], weights_BHPTU.dtype)
+    total_BHKT = jnp.einsum("bhpt,pk->bhkt", jnp.sum(weights_BHPTU, axis=-1), to_row_PK)
+    mixed_BHPTM = jnp.einsum("bhptu,bhpum->bhptm", weights_BHPTU, v_BHPUM)
+    mixed_BHKTM = jnp.einsum("bhptm,pk->bhktm", mixed_BHPTM, to_row_PK)
+    return mixed_BHKTM / total_BHKT[..., None]
 
 
 def _heads(block, x_BND: jax.Array, model: MarkovModel):

@@ -155,6 +155,24 @@ def test_block_causal_attention_equals_full_softmax(length):
     np.testing.assert_allclose(jax.jit(M._causal_mix)(q, k, v), expected, rtol=0, atol=1e-12)
 
 
+@pytest.mark.parametrize("scores_in_cache", [2 ** 19, 1])
+def test_block_causal_attention_gradient_equals_full_softmax(scores_in_cache, monkeypatch):
+    """The gradient of `_causal_mix` (N = 300: padded tiles; in one go, or looped over single
+    sequences with rematerialisation) equals that of the full masked softmax."""
+    monkeypatch.setattr(M, "_SCORES_IN_CACHE", scores_in_cache)
+    rng = np.random.default_rng(3)
+    q, k, v, g = (3.0 * rng.normal(size=(2, 300, 2, 3)) for _ in range(4))
+
+    def full(q, k, v):
+        scores = jnp.einsum("bnhm,bihm->bhni", q, k) / math.sqrt(3)
+        scores = jnp.where(np.tri(300, dtype=bool), scores, -jnp.inf)
+        return jnp.einsum("bhni,bihm->bnhm", jax.nn.softmax(scores, axis=-1), v)
+
+    grad = lambda mix: jax.jit(jax.grad(lambda *qkv: jnp.sum(mix(*qkv) * g), argnums=(0, 1, 2)))
+    for got, expected in zip(grad(M._causal_mix)(q, k, v), grad(full)(q, k, v)):
+        np.testing.assert_allclose(got, expected, rtol=0, atol=1e-11)
+
+
 def test_attention_weights_and_ratio():
     """attention_weights of layer 1 is the causal softmax of its input; attention_ratio of layer 0
     is ||W_O att W_V x|| / ||x + W_O att W_V x||, rebuilt in numpy (theory, 2 heads)."""
