@@ -5,9 +5,15 @@ task.py          the per-sequence Dirichlet n-gram sampler (uniform or stationar
 estimators.py    the k-gram estimators of Def. 2.1, the padded variant, add-alpha / Bayes, losses
 model.py         the simplified disentangled transformer (§3.2), the attention-only transformer
                  with one-hot or learned embeddings and its MLP variant (§3.3), Def. 2.2's model
+points.py        the constructions theta_*^k(c) (§4.4), Eq. 30's bigram point, random init, as
+                 Points on a fixed Monte-Carlo population loss; unbiased gradient norms
+stationarity.py  Theorem 4.2's study: ||grad L(theta_*^k(c))|| against T and c, tables, plots
 experiment.py    configs -> compiled runs (seeds x lr vmapped) -> records, figures, claims
 """
 
-from landscape.ngrams import estimators, model, task
+from landscape.ngrams import estimators, model, points, stationarity, task
+from landscape.ngrams.points import (bigram_point_all_heads, random_point, theta_star,
+                                     unigram_point)
 
-__all__ = ["estimators", "model", "task"]
+__all__ = ["estimators", "model", "points", "stationarity", "task", "theta_star",
+           "unigram_point", "bigram_point_all_heads", "random_point"]

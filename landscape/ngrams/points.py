@@ -1,0 +1,414 @@
+"""The constructed points of "Sub-n-grams are near-stationary points" (notes/ngrams.md §4.4), as
+`Point`s of the simplified disentangled transformer (§3.2), plus the unbiased gradient norm (C7).
+
+    population_set(S, n, T, alpha, B, seed)   a fixed Monte-Carlo set (x_BT, target_BS): the same
+                                              seed gives the same set (common random numbers)
+    population_loss(model, x_BT, target_BS)   params -> mean soft-target CE (§2.1, floor 1e-8)
+    theta_star(k, c, ...)                     theta_*^k(c) of §4.4 (Def. A.2), exactly
+    unigram_point(...)                        theta_*^1: heads off, Q2 = K2 = 0 (an exact critical
+                                              point, a strict saddle; §4.6 caveat 4)
+    bigram_point_all_heads(c, ...)            App. F Eq. 30: every head on the (-1)-token
+    random_point(seed, ...)                   the authors' initialisation (model.init_params)
+    gradient_norms(point)                     unbiased / plain / noise-floor gradient norms, total
+                                              and per block (notes §4.7 C7)
+
+Positions are 0-based (p, q in 0..T-1), heads h = 1..m are stored at A1[h - 1] / V1[h - 1], and
+r1 has blocks 0..m (block 0 = the one-hot token, block h = head h), as in model.py. Every point's
+`meta` carries the model, the Monte-Carlo set (x_BT, target_BS) and the floor, so gradient_norms
+and the study reuse exactly the set the point's loss is judged by.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from landscape.ngrams import estimators, task
+from landscape.ngrams import model as model_lib
+from landscape.point import Point
+
+BLOCKS = ("A1", "V1", "Q2", "K2")
+
+
+# --------------------------------------------------------------------------------------------------
+# Monte-Carlo population (notes §2.1, §2.2)
+# --------------------------------------------------------------------------------------------------
+
+
+def _dtype():
+    return jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+SAMPLE_BLOCK = 4096     # population sets are drawn in blocks of this many sequences
+
+
+def population_set(num_states: int, order_n: int, seq_len: int, alpha, num_sequences: int,
+                   seed: int = 0, init: str = "uniform"):
+    """(x_BT int32, target_BS float64): a fixed Monte-Carlo sample of the in-context n-gram task.
+
+    Each sequence has its own Dirichlet(alpha) n-gram task (task.sample, notes §2.2); the target is
+    the soft label p_tau(x_{T+1} = . | x^T). The same arguments give the same set, so points
+    compared on one set share their Monte-Carlo error (common random numbers). Sequences are
+    drawn in blocks of SAMPLE_BLOCK with keys fold_in(PRNGKey(seed), block), so a smaller set is
+    a prefix of a larger one with the same seed, and the sampler compiles once per (S, n, T).
+    Results are cached (the arrays are immutable).
+    """
+    task.validate_task(num_states, order_n, seq_len, alpha)
+    if not _is_int(num_sequences) or num_sequences < 2:
+        raise ValueError(f"num_sequences = {num_sequences!r}: must be an integer >= 2 "
+                         "(the Monte-Carlo set is split into two halves for gradient_norms).")
+    if init not in task.INITS:
+        raise ValueError(f"init = {init!r}: must be one of {task.INITS} "
+                         "(how the first n-1 tokens are drawn).")
+    return _population_set(int(num_states), int(order_n), int(seq_len), float(alpha),
+                           int(num_sequences), int(seed), init, _dtype())
+
+
+@functools.lru_cache(maxsize=8)
+def _population_set(num_states, order_n, seq_len, alpha, num_sequences, seed, init, dtype):
+    key = jax.random.PRNGKey(seed)
+    xs, ys = [], []
+    for block in range(-(-num_sequences // SAMPLE_BLOCK)):
+        x_BT, target_BS, _ = task.sample(jax.random.fold_in(key, block), num_states, order_n,
+                                         seq_len, alpha, SAMPLE_BLOCK, init)
+        xs.append(x_BT)
+        ys.append(target_BS)
+    x_BT = jnp.concatenate(xs)[:num_sequences]
+    target_BS = jnp.concatenate(ys)[:num_sequences].astype(dtype)
+    return x_BT, target_BS
+
+
+def _mean_ce(params, x_BT, target_BS, model, floor):
+    probs_BS = model_lib.probs(params, x_BT, model)
+    return jnp.mean(estimators.cross_entropy(probs_BS, target_BS, floor))
+
+
+def population_loss(model: model_lib.NgramModel, x_BT, target_BS, floor: float = 1e-8):
+    """params -> mean over the set of -sum_s y_s log(p_theta(x^T)[s] + floor) (notes §2.1).
+
+    floor = 1e-8 is the authors' code; floor = 0 is the exact CE of the theory (infinite when a
+    token with y_s > 0 is absent from the context, since the simplified model gives it p_s = 0).
+    """
+    if not floor >= 0:
+        raise ValueError(f"floor = {floor!r}: must be >= 0 (added to p inside the log).")
+    x_BT = jnp.asarray(x_BT)
+    target_BS = jnp.asarray(target_BS)
+    return functools.partial(_mean_ce, x_BT=x_BT, target_BS=target_BS, model=model, floor=floor)
+
+
+# --------------------------------------------------------------------------------------------------
+# Constructions (notes §4.4)
+# --------------------------------------------------------------------------------------------------
+
+
+def _validate(num_states, order_n, seq_len, alpha, num_heads, k=None, c=None):
+    task.validate_task(num_states, order_n, seq_len, alpha)
+    if num_heads is None:
+        num_heads = order_n - 1
+    if not _is_int(num_heads) or num_heads < 1:
+        raise ValueError(f"num_heads = {num_heads!r}: must be an integer >= 1 "
+                         "(the first-layer heads m; the theory uses m = order_n - 1).")
+    if k is not None:
+        if not _is_int(k) or not 1 <= k <= order_n:
+            raise ValueError(f"k = {k!r}: a construction needs 1 <= k <= order_n = {order_n} "
+                             "(theta_*^k implements the in-context k-gram estimator).")
+        if num_heads < k - 1:
+            raise ValueError(f"num_heads = {num_heads}: theta_*^{k} needs k - 1 = {k - 1} "
+                             "first-layer heads (one per history offset 1..k-1).")
+    if c is not None and not (isinstance(c, (int, float, np.integer, np.floating))
+                              and not isinstance(c, bool) and 0 < c < math.inf):
+        raise ValueError(f"c = {c!r}: must be a finite number > 0 "
+                         "(the scale of the attention logits).")
+    return num_heads
+
+
+def construction_params(k: int, c, model: model_lib.NgramModel, dtype=None) -> dict:
+    """theta_*^k(c) of notes §4.4 for `model` (0-based positions; c may be traced).
+
+    Head h = 1..k-1 (A1[h-1], V1[h-1]): A1[p, q] = c iff (p >= h and q = p - h) or (p < h and
+    q = 0), else 0; V1 = I. Heads h >= k: A1 = 0 (arbitrary in the paper), V1 = 0.
+    Q2[hS + j, (h-1)S + j] = sqrt(c), K2[hS + j, hS + j] = sqrt(c) for h = 1..k-1, all other
+    entries 0 (so Q2^T K2 = c sum_j sum_h s_j^(h-1) s_j^(h)^T, Eqs. 6, 8c). k = 1: every head off
+    and Q2 = K2 = 0, the unigram point.
+    """
+    dtype = _dtype() if dtype is None else dtype
+    S, T, m = model.num_states, model.seq_len, model.num_heads
+    if not model.learn_value:
+        raise ValueError("learn_value = False: the constructions set V1 = 0 on inactive heads, so "
+                         "the model must learn V1 (learn_value=True).")
+    if model.head_dim < (k - 1) * S + S:
+        raise ValueError(f"head_dim = {model.head_dim}: theta_*^{k} needs head_dim >= k S = "
+                         f"{k * S} (rows hS + j, h <= k - 1).")
+    pattern = np.zeros((m, T, T))
+    for h in range(1, k):
+        p = np.arange(T)
+        pattern[h - 1, p, np.where(p >= h, p - h, 0)] = 1.0
+    value = np.zeros((m, S, S))
+    value[:k - 1] = np.eye(S)
+    q2 = np.zeros((model.head_dim, model.width))
+    k2 = np.zeros((model.head_dim, model.width))
+    for h in range(1, k):
+        for j in range(S):
+            q2[h * S + j, (h - 1) * S + j] = 1.0
+            k2[h * S + j, h * S + j] = 1.0
+    c = jnp.asarray(c, dtype)
+    root = jnp.sqrt(c)
+    return {"A1": c * jnp.asarray(pattern, dtype), "V1": jnp.asarray(value, dtype),
+            "Q2": root * jnp.asarray(q2, dtype), "K2": root * jnp.asarray(k2, dtype)}
+
+
+def bigram_all_heads_params(c, model: model_lib.NgramModel, dtype=None) -> dict:
+    """App. F Eq. 30 (notes §4.4): every head on the (-1)-token, V1 = sqrt(c) I,
+    Q2^T = sqrt(c) sum_j sum_h s_j^0 s_j^h^T (i.e. Q2[hS + j, j] = sqrt(c)) and
+    K2 = sqrt(c) sum_j sum_h s_j^h s_j^h^T (K2[hS + j, hS + j] = sqrt(c)), h = 1..m.
+
+    Score <K2 r1[i], Q2 r1[T]> = c sum_h <e_{x_T}, block h of r1[i]> -> m c^(3/2) 1{x_{i-1} = x_T}
+    (position 0's previous token is itself).
+    """
+    dtype = _dtype() if dtype is None else dtype
+    S, T, m = model.num_states, model.seq_len, model.num_heads
+    if model.head_dim < model.width:
+        raise ValueError(f"head_dim = {model.head_dim}: Eq. 30 needs head_dim >= (m + 1) S = "
+                         f"{model.width}.")
+    p = np.arange(T)
+    pattern = np.zeros((m, T, T))
+    pattern[:, p, np.maximum(p - 1, 0)] = 1.0
+    q2 = np.zeros((model.head_dim, model.width))
+    k2 = np.zeros((model.head_dim, model.width))
+    for h in range(1, m + 1):
+        for j in range(S):
+            q2[h * S + j, j] = 1.0
+            k2[h * S + j, h * S + j] = 1.0
+    c = jnp.asarray(c, dtype)
+    root = jnp.sqrt(c)
+    return {"A1": c * jnp.asarray(pattern, dtype),
+            "V1": root * jnp.broadcast_to(jnp.eye(S, dtype=dtype), (m, S, S)),
+            "Q2": root * jnp.asarray(q2, dtype), "K2": root * jnp.asarray(k2, dtype)}
+
+
+def _population_point(params, model, name, meta, *, num_states, order_n, seq_len, alpha,
+                      num_sequences, seed, init, floor):
+    x_BT, target_BS = population_set(num_states, order_n, seq_len, alpha, num_sequences, seed,
+                                     init)
+    meta = dict(meta, model=model, x_BT=x_BT, target_BS=target_BS, floor=floor,
+                task=dict(num_states=num_states, order_n=order_n, seq_len=seq_len, alpha=alpha,
+                          num_sequences=num_sequences, seed=seed, init=init))
+    return Point(params, population_loss(model, x_BT, target_BS, floor), name=name, meta=meta)
+
+
+def saddle_spectrum(point: Point) -> np.ndarray:
+    """Predicted Hessian eigenvalues of the (Q2, K2) block at a point with Q2 = K2 = 0 (§4.6.4).
+
+    L = f(W), W = Q2^T K2, so the second-order term is <G, dQ2^T dK2> with G = dL/dW at W = 0:
+    the (Q2, K2) block is d_h copies of [[0, G], [G^T, 0]], eigenvalues +-sigma_i(G), each d_h
+    times (ascending, length 2 d_h width). Every other Hessian entry is 0.
+    """
+    model = point.meta["model"]
+    x_BT, target_BS = point.meta["x_BT"], point.meta["target_BS"]
+    params = point.params
+
+    def loss_of_w(w):
+        r1_BTX = model_lib.simplified_residual(params, x_BT, model)
+        scores_BT = jnp.einsum("btx,xy,by->bt", r1_BTX, w.T, r1_BTX[:, -1])
+        a2_BT = jax.nn.softmax(scores_BT, axis=-1)
+        probs_BS = jnp.einsum("bt,bts->bs", a2_BT,
+                              jax.nn.one_hot(x_BT, model.num_states, dtype=a2_BT.dtype))
+        return jnp.mean(estimators.cross_entropy(probs_BS, target_BS, point.meta["floor"]))
+
+    # score = <K2 r1[i], Q2 r1[T]> = r1[T]^T Q2^T K2 r1[i] = r1[T]^T W r1[i]
+    w0 = jnp.zeros((model.width, model.width), params["Q2"].dtype)
+    G = np.asarray(jax.jit(jax.grad(loss_of_w))(w0))
+    sigma = np.linalg.svd(G, compute_uv=False)
+    return np.sort(np.repeat(np.concatenate([sigma, -sigma]), model.head_dim))
+
+
+def theta_star(k: int, c, *, num_states: int, order_n: int, seq_len: int, alpha,
+               num_heads: int | None = None, num_sequences: int = 8192, seed: int = 0,
+               init: str = "uniform", floor: float = 1e-8) -> Point:
+    """theta_*^k(c) of notes §4.4 (Def. A.2, Eqs. 8a-c), judged on population_set(..., seed).
+
+    The simplified model with m = num_heads (default n - 1) heads, learned V1 and
+    d_h = (m + 1) S; the entries are those of `construction_params`. As c -> inf the model
+    outputs the *padded* k-gram estimator (estimators.padded_kgram_estimate, notes §4.4 [ours]),
+    which differs from Def. 2.1 by O(1/T). Theorem 4.2: near-stationary as T, c -> inf together.
+    """
+    num_heads = _validate(num_states, order_n, seq_len, alpha, num_heads, k, c)
+    model = model_lib.NgramModel(kind="simplified", num_states=num_states, seq_len=seq_len,
+                                 num_heads=num_heads, learn_value=True)
+    params = construction_params(k, c, model)
+    meta = {"k": k, "c": float(c), "estimator": (
+        f"padded {k}-gram MLE (estimators.padded_kgram_estimate) as c -> inf; Def. 2.1 up to "
+        "O(1/T)" if k > 1 else "unigram MLE (estimators.kgram_estimate with k = 1), for every c")}
+    if k == 1:
+        meta["prediction"] = (
+            "exactly stationary for every T and c (Q2 = K2 = 0: the score is 0, so the output is "
+            "the unigram MLE and every gradient block vanishes; notes §4.6 caveat 4, C5); strict "
+            "saddle: the Hessian is zero outside the (Q2, K2) block, which has the symmetric "
+            "spectrum +-sigma_i(dL/d(Q2^T K2)), each d_h times (C9)")
+        meta["focus_blocks"] = ["Q2", "K2"]
+        name = f"theta_star^1 (unigram, c={float(c):g}, S={num_states}, n={order_n}, T={seq_len})"
+    else:
+        meta["prediction"] = (
+            f"near-stationary as T, c -> inf (Thm 4.2): ||grad L|| = O(sqrt(c) E||p_tau(.|suffix) "
+            f"- p_{k}||) + O(T sqrt(c) e^-c); inactive heads h >= {k} have exactly zero A1, V1 "
+            "gradients (C6); at fixed T the norm grows with c once zero counts dominate (§4.6)")
+        name = f"theta_star^{k} (c={float(c):g}, S={num_states}, n={order_n}, T={seq_len})"
+    point = _population_point(params, model, name, meta, num_states=num_states, order_n=order_n,
+                              seq_len=seq_len, alpha=alpha, num_sequences=num_sequences,
+                              seed=seed, init=init, floor=floor)
+    if k == 1:
+        point.meta["focus_prediction"] = saddle_spectrum(point)
+    return point
+
+
+def unigram_point(c=1.0, *, num_states: int, order_n: int, seq_len: int, alpha,
+                  num_heads: int | None = None, num_sequences: int = 8192, seed: int = 0,
+                  init: str = "uniform", floor: float = 1e-8) -> Point:
+    """theta_*^1 (every head off, Q2 = K2 = 0): the unigram point, exactly stationary (C5) and a
+    strict saddle (C9). Every parameter is 0 whatever c is (k = 1 has no active head and no c-scaled
+    entry); c only labels the point, for symmetry with theta_star.
+    """
+    return theta_star(1, c, num_states=num_states, order_n=order_n, seq_len=seq_len,
+                      alpha=alpha, num_heads=num_heads, num_sequences=num_sequences, seed=seed,
+                      init=init, floor=floor)
+
+
+def bigram_point_all_heads(c, *, num_states: int, order_n: int, seq_len: int, alpha,
+                           num_heads: int | None = None, num_sequences: int = 8192,
+                           seed: int = 0, init: str = "uniform", floor: float = 1e-8) -> Point:
+    """App. F Eq. 30: every first-layer head attends to the (-1)-token (Fig. 3's bigram plateau).
+
+    Parameters in `bigram_all_heads_params`; as c -> inf the model outputs the padded bigram
+    estimator, like theta_*^2 (notes §4.4).
+    """
+    num_heads = _validate(num_states, order_n, seq_len, alpha, num_heads, c=c)
+    model = model_lib.NgramModel(kind="simplified", num_states=num_states, seq_len=seq_len,
+                                 num_heads=num_heads, learn_value=True)
+    meta = {"k": 2, "c": float(c),
+            "estimator": "padded bigram MLE (estimators.padded_kgram_estimate, k = 2) as c -> inf",
+            "prediction": (f"near-stationary as T, c -> inf like theta_*^2 (App. F, Eq. 30): "
+                           f"every head on the (-1)-token, score {num_heads} c^(3/2) "
+                           "1{x_(i-1) = x_T}")}
+    name = f"bigram, all heads on -1 (c={float(c):g}, S={num_states}, n={order_n}, T={seq_len})"
+    return _population_point(bigram_all_heads_params(c, model), model, name, meta,
+                             num_states=num_states, order_n=order_n, seq_len=seq_len, alpha=alpha,
+                             num_sequences=num_sequences, seed=seed, init=init, floor=floor)
+
+
+def random_point(seed: int = 0, *, num_states: int, order_n: int, seq_len: int, alpha,
+                 num_heads: int | None = None, num_sequences: int = 8192, data_seed: int = 0,
+                 init: str = "uniform", floor: float = 1e-8) -> Point:
+    """The authors' initialisation (model.init_params with jax.random.PRNGKey(seed)): A1 = 0,
+    V1 ~ N(0, 1/S), Q2, K2 ~ N(0, 1/((m+1) S)); the set is population_set(..., data_seed)."""
+    num_heads = _validate(num_states, order_n, seq_len, alpha, num_heads)
+    model = model_lib.NgramModel(kind="simplified", num_states=num_states, seq_len=seq_len,
+                                 num_heads=num_heads, learn_value=True)
+    params = model_lib.init_params(jax.random.PRNGKey(seed), model, _dtype())
+    meta = {"prediction": "random initialisation: not a critical point (reference gradient norm "
+                          "0.06-0.18 at S=3, n=3, alpha=1; notes §4.7 C7)", "seed": seed}
+    name = f"random init (seed {seed}, S={num_states}, n={order_n}, T={seq_len})"
+    return _population_point(params, model, name, meta, num_states=num_states, order_n=order_n,
+                             seq_len=seq_len, alpha=alpha, num_sequences=num_sequences,
+                             seed=data_seed, init=init, floor=floor)
+
+
+# --------------------------------------------------------------------------------------------------
+# Unbiased population-gradient norm (notes §4.7 C7)
+# --------------------------------------------------------------------------------------------------
+
+
+def _chunked_grad(params, x_BT, target_BS, model, floor, chunk_size):
+    """Gradient of the mean CE over the rows of x_BT, accumulated over chunks (bounded memory)."""
+    B = x_BT.shape[0]
+    chunk = min(chunk_size, B)
+    num_chunks = -(-B // chunk)
+    pad = num_chunks * chunk - B
+    weight_B = jnp.concatenate([jnp.ones(B, target_BS.dtype), jnp.zeros(pad, target_BS.dtype)])
+    x_NCT = jnp.pad(x_BT, ((0, pad), (0, 0))).reshape(num_chunks, chunk, -1)
+    y_NCS = jnp.pad(target_BS, ((0, pad), (0, 0))).reshape(num_chunks, chunk, -1)
+    w_NC = weight_B.reshape(num_chunks, chunk)
+
+    def chunk_loss(params, x_CT, y_CS, w_C):
+        probs_CS = model_lib.probs(params, x_CT, model)
+        return jnp.sum(w_C * estimators.cross_entropy(probs_CS, y_CS, floor)) / B
+
+    def body(total, inputs):
+        loss, grad = jax.value_and_grad(chunk_loss)(params, *inputs)
+        return jax.tree.map(jnp.add, total, (loss, grad)), None
+
+    zero = (jnp.zeros((), target_BS.dtype), jax.tree.map(jnp.zeros_like, params))
+    (loss, grad), _ = jax.lax.scan(body, zero, (x_NCT, y_NCS, w_NC))
+    return loss, grad
+
+
+def _block_vectors(tree) -> dict:
+    """{block name: flat vector}: "total", each top-level block, and "A1/head h", "V1/head h"."""
+    out = {"total": jnp.concatenate([jnp.ravel(tree[name]) for name in sorted(tree)])}
+    for name in BLOCKS:
+        if name not in tree:
+            continue
+        out[name] = jnp.ravel(tree[name])
+        if name in ("A1", "V1"):
+            for h in range(tree[name].shape[0]):
+                out[f"{name}/head{h + 1}"] = jnp.ravel(tree[name][h])
+    return out
+
+
+@functools.partial(jax.jit, static_argnames=("model", "floor", "chunk_size"))
+def _gradient_statistics(params, x_BT, target_BS, *, model, floor, chunk_size):
+    half = x_BT.shape[0] // 2
+    loss_a, grad_a = _chunked_grad(params, x_BT[:half], target_BS[:half], model, floor,
+                                   chunk_size)
+    loss_b, grad_b = _chunked_grad(params, x_BT[half:2 * half], target_BS[half:2 * half], model,
+                                   floor, chunk_size)
+    blocks_a, blocks_b = _block_vectors(grad_a), _block_vectors(grad_b)
+    stats = {"loss": 0.5 * (loss_a + loss_b)}
+    for name in blocks_a:
+        ga, gb = blocks_a[name], blocks_b[name]
+        inner = jnp.vdot(ga, gb)
+        suffix = "" if name == "total" else f"/{name}"
+        stats["unbiased" + suffix] = jnp.sign(inner) * jnp.sqrt(jnp.abs(inner))
+        stats["plain" + suffix] = jnp.linalg.norm(0.5 * (ga + gb))
+        stats["noise" + suffix] = 0.5 * jnp.linalg.norm(ga - gb)
+    return stats
+
+
+def gradient_statistics(params, model: model_lib.NgramModel, x_BT, target_BS,
+                        floor: float = 1e-8, chunk_size: int = 2048) -> dict:
+    """`gradient_norms` for explicit (params, model, set): jitted once per (model, set shape,
+    floor), so a sweep over c (params traced) compiles once."""
+    stats = _gradient_statistics(params, jnp.asarray(x_BT), jnp.asarray(target_BS), model=model,
+                                 floor=float(floor), chunk_size=int(chunk_size))
+    return {name: float(value) for name, value in stats.items()}
+
+
+def gradient_norms(point: Point, chunk_size: int = 2048) -> dict:
+    """Population-gradient norms at a point built here, on its own Monte-Carlo set (notes C7).
+
+    The set is split into two independent halves A, B (first and second half; a last odd
+    sequence is dropped) with gradients g_A, g_B of the mean CE on each. For the whole parameter
+    vector ("unbiased", "plain", "noise") and for every block ("unbiased/A1", ...,
+    "unbiased/V1/head2", ... with heads numbered 1..m):
+      unbiased  sign(<g_A, g_B>) sqrt(|<g_A, g_B>|): E<g_A, g_B> = ||grad L||^2, so this is an
+                unbiased-in-square estimate of the population-gradient norm; negative values mean
+                "below the noise floor";
+      plain     ||g||, g = (g_A + g_B)/2 the full-set gradient (biased upwards by the MC noise);
+      noise     ||g_A - g_B|| / 2, whose square estimates E||g - grad L||^2: the norm one would
+                measure at an exactly stationary point (the noise floor of `plain`).
+    Plus "loss", the mean CE over both halves. All values are floats.
+    """
+    meta = point.meta
+    missing = [key for key in ("model", "x_BT", "target_BS", "floor") if key not in meta]
+    if missing:
+        raise ValueError(f"point.meta lacks {missing}: gradient_norms needs a point built by "
+                         "landscape.ngrams.points (or use gradient_statistics).")
+    return gradient_statistics(point.params, meta["model"], meta["x_BT"], meta["target_BS"],
+                               meta["floor"], chunk_size)
