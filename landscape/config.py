@@ -130,3 +130,22 @@ def structural_cells(cfg: ml_collections.ConfigDict, traced: Sequence[str]) -> l
 def traced_axes(cfg: ml_collections.ConfigDict, traced: Sequence[str]) -> dict[str, list]:
     """The sweep's axes over traced numbers: vmapped within one program."""
     return {k: list(v) for k, v in flatten(cfg.get("sweep", {})).items() if k in traced}
+
+
+def require_training_steps(cfg: Any) -> None:
+    """train.batch_size, train.num_steps >= 1 and train.log_every dividing num_steps: the
+    schedule fields every training experiment shares."""
+    require_number(cfg, "train.batch_size", low=1, integer=True)
+    require_number(cfg, "train.num_steps", low=1, integer=True)
+    require_number(cfg, "train.log_every", low=1, high=cfg.train.num_steps, integer=True)
+    require(cfg.train.num_steps % cfg.train.log_every == 0, "train.log_every", cfg.train.log_every,
+            f"a divisor of train.num_steps = {cfg.train.num_steps}")
+
+
+def validate_cells(cfg: ml_collections.ConfigDict, reference: ml_collections.ConfigDict,
+                   traced: Sequence[str], validate_cell: Callable[[Any], None]) -> None:
+    """Unknown fields against `reference` (sweep and variants are free-form), then
+    `validate_cell` on every structural cell (each program's resolved config)."""
+    check_known_fields(cfg, reference, free=("sweep", "variants"))
+    for fields in structural_cells(cfg, traced):
+        validate_cell(with_fields(cfg, fields))

@@ -55,9 +55,7 @@ def default_config() -> ml_collections.ConfigDict:
 
 
 def validate(cfg) -> None:
-    config_lib.check_known_fields(cfg, default_config(), free=("sweep", "variants"))
-    for fields in config_lib.structural_cells(cfg, TRACED):
-        _validate_cell(config_lib.with_fields(cfg, fields))
+    config_lib.validate_cells(cfg, default_config(), TRACED, _validate_cell)
 
 
 def _validate_cell(cfg) -> None:
@@ -83,12 +81,7 @@ def _validate_cell(cfg) -> None:
     if cfg.experiment == "train":
         training.validate_optim(cfg)
         r(cfg, "optim.lr", low=0, low_open=True)
-        r(cfg, "train.batch_size", low=1, integer=True)
-        r(cfg, "train.num_steps", low=1, integer=True)
-        r(cfg, "train.log_every", low=1, high=cfg.train.num_steps, integer=True)
-        config_lib.require(cfg.train.num_steps % cfg.train.log_every == 0, "train.log_every",
-                           cfg.train.log_every,
-                           f"a divisor of train.num_steps = {cfg.train.num_steps}")
+        config_lib.require_training_steps(cfg)
         r(cfg, "train.warmup_fraction", low=0, high=1)
         r(cfg, "train.eval_sequences", low=1, integer=True)
         choice(cfg, "train.targets", ("hard", "soft"))

@@ -68,9 +68,7 @@ def default_config() -> ml_collections.ConfigDict:
 
 
 def validate(cfg) -> None:
-    config_lib.check_known_fields(cfg, default_config(), free=("sweep", "variants"))
-    for fields in config_lib.structural_cells(cfg, TRACED):
-        _validate_cell(config_lib.with_fields(cfg, fields))
+    config_lib.validate_cells(cfg, default_config(), TRACED, _validate_cell)
 
 
 def _task_error(error: ValueError, prefix: str) -> config_lib.ConfigError:
@@ -110,11 +108,7 @@ def _validate_cell(cfg) -> None:
     r(cfg, "model.init_scale", low=0, low_open=True)
     training.validate_optim(cfg)
     r(cfg, "optim.lr", low=0, low_open=True)
-    r(cfg, "train.batch_size", low=1, integer=True)
-    r(cfg, "train.num_steps", low=1, integer=True)
-    r(cfg, "train.log_every", low=1, high=cfg.train.num_steps, integer=True)
-    config_lib.require(cfg.train.num_steps % cfg.train.log_every == 0, "train.log_every",
-                       cfg.train.log_every, f"a divisor of train.num_steps = {cfg.train.num_steps}")
+    config_lib.require_training_steps(cfg)
     r(cfg, "train.test_sequences", low=1, integer=True)
     r(cfg, "train.floor", low=0)
     choice(cfg, "train.dtype", ("float32", "float64"))

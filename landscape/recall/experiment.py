@@ -111,12 +111,7 @@ def _validate_cell(cfg, fields) -> None:
     else:
         training.validate_optim(cfg)
         r(cfg, "optim.lr", low=0, low_open=True)
-        r(cfg, "train.batch_size", low=1, integer=True)
-        r(cfg, "train.num_steps", low=1, integer=True)
-        r(cfg, "train.log_every", low=1, high=cfg.train.num_steps, integer=True)
-        config_lib.require(cfg.train.num_steps % cfg.train.log_every == 0, "train.log_every",
-                           cfg.train.log_every, f"a divisor of train.num_steps = "
-                           f"{cfg.train.num_steps}")
+        config_lib.require_training_steps(cfg)
         choice(cfg, "train.sampler", ("collisions", "tokens", "population"))
         if cfg.train.sampler != "tokens":
             config_lib.require(flow.has_closed_form(model_of(cfg)), "train.sampler",

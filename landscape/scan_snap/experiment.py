@@ -79,11 +79,7 @@ def validate(cfg: ml_collections.ConfigDict) -> None:
     training.validate_optim(cfg)
     r(cfg, "optim.lr_z", low=0, low_open=True)
     r(cfg, "optim.lr_y_over_lr_z", low=0, low_open=True)
-    r(cfg, "train.batch_size", low=1, integer=True)
-    r(cfg, "train.num_steps", low=1, integer=True)
-    r(cfg, "train.log_every", low=1, high=cfg.train.num_steps, integer=True)
-    config_lib.require(cfg.train.num_steps % cfg.train.log_every == 0, "train.log_every",
-                       cfg.train.log_every, f"a divisor of train.num_steps = {cfg.train.num_steps}")
+    config_lib.require_training_steps(cfg)
     r(cfg, "train.chunk_steps", low=0, integer=True)
     config_lib.require_choice(cfg, "train.dtype", ("float32", "float64"))
     config_lib.require_choice(cfg, "train.on_nonfinite", ("stop", "mark"))
