@@ -303,12 +303,13 @@ def plateaus(steps: np.ndarray, loss: np.ndarray, window: int, tol: float,
 
 
 def _stage(plateau, steps, offsets_SHL, threshold, lines: Lines) -> dict[str, Any]:
-    """What the heads implement mid-plateau, and the matching estimator's losses.
+    """What the heads implement at the end of a plateau, and the matching estimator's losses.
 
-    The history read is the set of offsets -l some head attends to with weight > threshold; the
-    plateau is compared with the +alpha and best-smoothed estimators of exactly that history.
+    The history read is the set of offsets -l some head attends to with weight > threshold (at
+    the plateau's last snapshot, where its heads are most formed); the plateau is compared with
+    the +alpha and best-smoothed estimators of exactly that history.
     """
-    j = int(np.argmin(np.abs(steps - (plateau["start"] + plateau["end"]) / 2)))
+    j = int(np.flatnonzero(steps == plateau["end"])[0])
     lags = tuple(int(lag) for i, lag in enumerate(OFFSETS[:offsets_SHL.shape[-1]])
                  if lag < lines.order_n and offsets_SHL[j, :, i].max() > threshold)
     refs = lines.for_lags(lags)
@@ -353,7 +354,7 @@ def _jump(steps, loss, after: int) -> int:
 
 def claims_staircase(cfg, group, lines, rows) -> list[records.Claim]:
     """Figs 1/3/4/6: every sub-n-gram plateau sits at the loss of the k-gram estimator whose
-    history the heads read mid-plateau, and the histories grow along training (notes §7: within
+    history the heads read at its end, and the histories grow along training (notes §7: within
     ~0.01-0.02 of the lines)."""
     tol, n, out = cfg.analysis.line_tol, cfg.task.order_n, []
     for row in rows:
