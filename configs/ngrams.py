@@ -14,7 +14,7 @@ settings (notes §5 and the settings the notes recover by matching the figures' 
   fig1 / fig1_paper   simplified, S=3, n=4, T=128, alpha=.5, 3 heads (the 4-gram staircase)
   fig6 / fig6_paper   simplified, S=5, n=3, T=128, alpha=.5: gradient norm along training
   fig7 / fig7_paper   transformer with MLPs, S=5, n=3, T=64, alpha=1: gradient norm, a single
-                      (unigram) plateau; 8192 / 12288 steps
+                      (unigram) plateau; 4096 / 12288 steps
   stationarity        ||grad L(theta_*^k(c))|| against T and c (S=3, n=3, alpha=1), the loss at
                       theta_*^k against the k-gram estimators (notes §4.7 C7, C8)
   smoke               fig3 for 1536 steps with 2048 test sequences (the CI check of notes §7)
@@ -71,7 +71,7 @@ def get_config(variant: str = "fig3"):
         c.model.update(kind="transformer", mlp=True)
         c.optim.update(name="adamw", weight_decay=1e-4)
         c.optim.lr = 5e-3
-        c.train.update(num_steps=12288 if paper else 8192, log_every=64, test_sequences=2048,
+        c.train.update(num_steps=12288 if paper else 4096, log_every=64, test_sequences=2048,
                        attention_maps=False)
         c.claims = "single_plateau,grad_norm"
     elif figure == "stationarity":
