@@ -86,7 +86,8 @@ def run(problem: training.Problem, optim, base_hparams: Mapping[str, float], gri
     swept, seeds = grid.flat()
     hparams = {k: np.asarray(swept.get(k, np.full(len(seeds), v)), dtype)
                           for k, v in base_hparams.items()}
-    sharding = run_axis_sharding(devices)
+    devices = list(jax.devices() if devices is None else devices)
+    sharding = run_axis_sharding(devices[:grid.size])  # no device holds only padding
     return training.train(problem, optim, hparams, seeds,
                           sharding=sharding if sharding.mesh.size > 1 else None,
                           **train_kwargs)

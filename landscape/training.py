@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import optax
+from jax.sharding import PartitionSpec as P
 
 from landscape import config as config_lib
 
@@ -221,8 +222,8 @@ def train(problem: Problem, optim: ml_collections.ConfigDict, hparams: dict[str,
     first_snapshot = jax.jit(jax.vmap(problem.snapshot), **pinned)(state.params, hparams)
     if sharding is not None:
         pinned["in_shardings"] = (sharding, None, sharding)
-    chunk = jax.jit(_grouped(jax.vmap(chunk_one, in_axes=(0, None, 0)),
-                             problem.runs_per_group if sharding is None else None),
+    chunk = jax.jit(_per_device(_grouped(jax.vmap(chunk_one, in_axes=(0, None, 0)),
+                                         problem.runs_per_group), sharding),
                     donate_argnums=0, **pinned)
     chunk = chunk.lower(state, jnp.int32(0), hparams).compile()
     compile_seconds = time.perf_counter() - t_start
@@ -273,6 +274,16 @@ def train(problem: Problem, optim: ml_collections.ConfigDict, hparams: dict[str,
             compile_seconds=compile_seconds,
             run_seconds=run_seconds,
     )
+
+
+def _per_device(chunk, sharding: jax.sharding.Sharding | None):
+    """chunk(state, step, hparams) on each device's own runs (a shard_map over the run axis), so
+    that groups of runs apply per device and devices never talk to each other; other shardings
+    are left to the partitioner."""
+    if not isinstance(sharding, jax.sharding.NamedSharding):
+        return chunk
+    runs = sharding.spec
+    return jax.shard_map(chunk, mesh=sharding.mesh, in_specs=(runs, P(), runs), out_specs=runs)
 
 
 def _grouped(vmapped, runs_per_group: int | None):

@@ -11,9 +11,13 @@ import pytest
 from landscape import sweeps
 
 SWEEP = textwrap.dedent("""
-    import sys, numpy as np, jax
+    import dataclasses, sys, numpy as np, jax
     from configs import syn_small
     from landscape.scan_snap import experiment
+    if sys.argv[2] != "None":                 # groups of runs within each device's runs
+        make_problem = experiment.make_problem
+        experiment.make_problem = lambda *a: dataclasses.replace(make_problem(*a),
+                                                                 runs_per_group=int(sys.argv[2]))
     cfg = syn_small.get_config("fig4")
     cfg.num_seeds = 3                      # 2 ratios x 3 seeds = 6 runs: padded to 8 on 4 devices
     cfg.train.num_steps = 20
@@ -34,16 +38,18 @@ def test_grid_order_and_unflatten():
     assert cube[1, 2, 0] == 10  # a=2, b=30, seed 0
 
 
-def test_sharded_sweep_gives_the_same_numbers(tmp_path):
-    """One CPU device vs four forced host devices (XLA_FLAGS) with padding: same losses."""
+@pytest.mark.parametrize("runs_per_group", [None, 1])
+def test_sharded_sweep_gives_the_same_numbers(tmp_path, runs_per_group):
+    """One CPU device vs four forced host devices (XLA_FLAGS) with padding: same losses, also
+    with groups of runs (a loop over groups on each device)."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     outputs = {}
     for devices in (1, 4):
         env = dict(os.environ, PYTHONPATH=root,
                    XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
         out = tmp_path / f"{devices}.npy"
-        proc = subprocess.run([sys.executable, "-c", SWEEP, str(out)], cwd=root, env=env,
-                              capture_output=True, text=True, check=True)
+        proc = subprocess.run([sys.executable, "-c", SWEEP, str(out), str(runs_per_group)],
+                              cwd=root, env=env, capture_output=True, text=True, check=True)
         assert proc.stdout.strip().splitlines()[-1] == str(devices)
         outputs[devices] = np.load(out)
     assert outputs[1].shape == (6, 20 + 11)
