@@ -17,6 +17,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from landscape import config as config_lib
 from landscape import training
 
 
@@ -91,3 +92,15 @@ def run(problem: training.Problem, optim, base_hparams: Mapping[str, float], gri
     return training.train(problem, optim, hparams, seeds,
                           sharding=sharding if sharding.mesh.size > 1 else None,
                           **train_kwargs)
+
+
+def run_cell(problem: training.Problem, cell, traced: Sequence[str], grid: Grid, *,
+             fields: Mapping[str, Any], workdir=None, progress=print) -> training.RunResult:
+    """`run` for one structural cell of an experiment config: the traced fields' values in `cell`
+    are the base hyperparameters, and `cell.optim` / `cell.train` (dtype, num_steps, log_every,
+    on_nonfinite) set the run; metrics rows are tagged with the cell's `fields`."""
+    base = {k: config_lib.get(cell, k) for k in traced}
+    return run(problem, cell.optim, base, grid, dtype=np.dtype(cell.train.dtype),
+               num_steps=cell.train.num_steps, log_every=cell.train.log_every,
+               on_nonfinite=cell.train.on_nonfinite, progress=progress, workdir=workdir,
+               record_tags={k: str(v) for k, v in fields.items()})

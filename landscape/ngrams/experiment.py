@@ -215,12 +215,8 @@ def train_group(cfg, fields, workdir=None, progress=print) -> dict[str, Any]:
     cell = config_lib.with_fields(cfg, fields)
     grid = sweeps.Grid.make(config_lib.traced_axes(cfg, TRACED),
                             np.arange(cfg.seed, cfg.seed + cfg.num_seeds))
-    base = {k: config_lib.get(cell, k) for k in TRACED}
-    result = sweeps.run(make_problem(cell), cell.optim, base, grid,
-                        dtype=np.dtype(cell.train.dtype), num_steps=cell.train.num_steps,
-                        log_every=cell.train.log_every, on_nonfinite=cell.train.on_nonfinite,
-                        progress=progress, workdir=workdir,
-                        record_tags={k: str(v) for k, v in fields.items()})
+    result = sweeps.run_cell(make_problem(cell), cell, TRACED, grid, fields=fields,
+                             workdir=workdir, progress=progress)
     return dict(fields=fields, cfg=cell, grid=grid, result=result)
 
 
