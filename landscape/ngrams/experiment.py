@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
+import optax
 
 from landscape import config as config_lib
 from landscape import plotting, records, sweeps, training
@@ -154,16 +155,12 @@ def test_set(cfg):
 def _block_norms(params, model) -> dict[str, jax.Array]:
     """Fig. 6's companion norms: ||A1^h|| / sqrt(T) per head and ||Q2^T K2|| / sqrt(d)."""
     if model.kind != "simplified":
-        return {"param_norm": optax_global_norm(params)}
+        return {"param_norm": optax.tree.norm(params)}
     out = {f"norm_A1_h{h + 1}": jnp.linalg.norm(params["A1"][h]) / math.sqrt(model.seq_len)
            for h in range(model.num_heads)}
     qk = params["Q2"].T @ params["K2"]
     out["norm_QK"] = jnp.linalg.norm(qk) / math.sqrt(model.width)
     return out
-
-
-def optax_global_norm(params) -> jax.Array:
-    return jnp.sqrt(sum(jnp.sum(leaf ** 2) for leaf in jax.tree_util.tree_leaves(params)))
 
 
 def make_problem(cfg) -> training.Problem:
