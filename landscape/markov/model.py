@@ -195,17 +195,15 @@ _SCORES_IN_CACHE = 2 ** 19
 def _causal_mix(q_BNHM: jax.Array, k_BNHM: jax.Array, v_BNHM: jax.Array) -> jax.Array:
     """(B, N, H, m) sum_{i<=n} att_{n,i} v_i with att_{n,.} = softmax_i(<q_n, k_i> / sqrt(m)).
 
-    Exactly the causal attention of notes §3.1 (scale inside the softmax, §6.9), computed on the
-    K (K+1) / 2 lower-triangular (query tile, key tile) pairs only, about half of the N x N
-    work, and normalised after mixing. The stabilising row max is exact and gradient-free, so
-    the result is the plain softmax to rounding and is jvp/vjp/vmap-able (Hessians included).
-    Long sequences go through a loop over chunks of the batch, each rematerialised in the
-    backward pass, so that one chunk's scores stay in cache (memory-bound on CPU).
+    Exactly the causal attention of notes §3.1 (scale inside the softmax, §6.9). Up to one tile
+    it is the plain masked softmax (differentiated by JAX: cheap to compile and to Hessian).
+    Longer sequences go through `_tiled_attention`: the K (K+1) / 2 lower-triangular (query tile,
+    key tile) pairs only, about half of the N x N work, with a hand-written backward pass.
     """
     B, N, H, m = q_BNHM.shape
     T = _tile(N)
     K = -(-N // T)
-    if K == 1:             # one tile: the plain masked softmax (cheaper to compile and to Hessian)
+    if K == 1:
         scores_BHNI = jnp.einsum("bnhm,bihm->bhni", q_BNHM, k_BNHM) / math.sqrt(m)
         scores_BHNI = jnp.where(np.tri(N, dtype=bool), scores_BHNI, -jnp.inf)
         return jnp.einsum("bhni,bihm->bnhm", jax.nn.softmax(scores_BHNI, axis=-1), v_BNHM)
@@ -214,41 +212,97 @@ def _causal_mix(q_BNHM: jax.Array, k_BNHM: jax.Array, v_BNHM: jax.Array) -> jax.
         q_BNHM, k_BNHM, v_BNHM = (jnp.pad(t, pad) for t in (q_BNHM, k_BNHM, v_BNHM))
     # (B, H, K, T, m): heads before tiles, so every product below is a plain batched matmul.
     q_BHKTM, k_BHKTM, v_BHKTM = (jnp.moveaxis(t.reshape(B, K, T, H, m), 3, 1)
-                                 for t in (q_BNHM, k_BNHM, v_BNHM))
-    scores_per_sequence = H * K * (K + 1) // 2 * T * T
-    if B * scores_per_sequence <= _SCORES_IN_CACHE:
-        mixed_BHKTM = _tile_pairs_mix(q_BHKTM, k_BHKTM, v_BHKTM)
-    else:                  # chunks of C sequences (C the largest divisor of B that fits)
-        C = max(c for c in range(1, B + 1)
-                if B % c == 0 and (c == 1 or c * scores_per_sequence <= _SCORES_IN_CACHE))
-        split = lambda t_BHKTM: t_BHKTM.reshape((B // C, C) + t_BHKTM.shape[1:])
-        mix = jax.checkpoint(lambda qkv: _tile_pairs_mix(*qkv))
-        mixed_LCHKTM = jax.lax.map(mix, (split(q_BHKTM), split(k_BHKTM), split(v_BHKTM)))
-        mixed_BHKTM = mixed_LCHKTM.reshape((B,) + mixed_LCHKTM.shape[2:])
+                                 for t in (q_BNHM / math.sqrt(m), k_BNHM, v_BNHM))
+    mixed_BHKTM = _tiled_attention(q_BHKTM, k_BHKTM, v_BHKTM)
     return jnp.moveaxis(mixed_BHKTM, 1, 3).reshape(B, K * T, H, m)[:, :N]
 
 
-def _tile_pairs_mix(q_BHKTM: jax.Array, k_BHKTM: jax.Array, v_BHKTM: jax.Array) -> jax.Array:
-    """(B, H, K, T, m) causal attention of `_causal_mix` on tiles, over the lower-triangular
-    (query tile, key tile) pairs P."""
-    B, H, K, T, m = q_BHKTM.shape
+def _in_chunks(fn, *arrays_B):
+    """fn over the batch, in one go or (when its scores overflow `_SCORES_IN_CACHE`) as a loop
+    over chunks of C sequences, C the largest divisor of B that fits (at least 1)."""
+    B, H, K, T, _ = arrays_B[0].shape
+    scores_per_sequence = H * K * (K + 1) // 2 * T * T
+    if B * scores_per_sequence <= _SCORES_IN_CACHE:
+        return fn(*arrays_B)
+    C = max(c for c in range(1, B + 1)
+            if B % c == 0 and (c == 1 or c * scores_per_sequence <= _SCORES_IN_CACHE))
+    split = lambda t: t.reshape((B // C, C) + t.shape[1:])
+    out = jax.lax.map(lambda chunk: fn(*chunk), tuple(split(t) for t in arrays_B))
+    return jax.tree.map(lambda t: t.reshape((B,) + t.shape[2:]), out)
+
+
+def _tile_pairs(K: int, T: int):
+    """Lower-triangular tile pairs P: query tile row_P, key tile col_P, causal mask (P, T, T)
+    inside each pair, and one-hot (P, K) maps that sum pairs into query / key tiles."""
     row_P, col_P = np.tril_indices(K)
-    q_BHPTM = q_BHKTM[:, :, row_P] / math.sqrt(m)
-    k_BHPUM = k_BHKTM[:, :, col_P]
-    v_BHPUM = v_BHKTM[:, :, col_P]
-    scores_BHPTU = jnp.einsum("bhptm,bhpum->bhptu", q_BHPTM, k_BHPUM)
     causal_PTU = np.where((row_P == col_P)[:, None, None], np.tri(T, dtype=bool), True)
-    scores_BHPTU = jnp.where(causal_PTU, scores_BHPTU, -jnp.inf)
+    return row_P, col_P, causal_PTU, np.eye(K)[row_P], np.eye(K)[col_P]
+
+
+def _tile_scores(q_BHKTM, k_BHKTM):
+    """Masked scores (B, H, P, T, U) of every tile pair (q already scaled by 1/sqrt(m))."""
+    K, T = q_BHKTM.shape[2:4]
+    row_P, col_P, causal_PTU, _, _ = _tile_pairs(K, T)
+    scores_BHPTU = jnp.einsum("bhptm,bhpum->bhptu", q_BHKTM[:, :, row_P], k_BHKTM[:, :, col_P])
+    return jnp.where(causal_PTU, scores_BHPTU, -jnp.inf)
+
+
+def _tiled_forward(q_BHKTM, k_BHKTM, v_BHKTM):
+    """(mixed (B, H, K, T, m), log-sum-exp of every row's scores (B, H, K, T))."""
+    B, H, K, T, _ = q_BHKTM.shape
+    row_P, col_P, _, to_row_PK, _ = _tile_pairs(K, T)
+    scores_BHPTU = _tile_scores(q_BHKTM, k_BHKTM)
     # Exact row max over all key tiles of the row (gathered through a dense (K, K) layout).
-    rowmax_BHPT = jax.lax.stop_gradient(jnp.max(scores_BHPTU, axis=-1))
-    rowmax_BHKKT = jnp.full((B, H, K, K, T), -jnp.inf, rowmax_BHPT.dtype)
-    rowmax_BHKT = jnp.max(rowmax_BHKKT.at[:, :, row_P, col_P].set(rowmax_BHPT), axis=3)
+    rowmax_BHKKT = jnp.full((B, H, K, K, T), -jnp.inf, scores_BHPTU.dtype)
+    rowmax_BHKT = jnp.max(rowmax_BHKKT.at[:, :, row_P, col_P].set(jnp.max(scores_BHPTU, -1)), 3)
     weights_BHPTU = jnp.exp(scores_BHPTU - rowmax_BHKT[:, :, row_P, :, None])
-    to_row_PK = jnp.asarray(np.eye(K)[row_P], weights_BHPTU.dtype)
+    to_row_PK = jnp.asarray(to_row_PK, weights_BHPTU.dtype)
     total_BHKT = jnp.einsum("bhpt,pk->bhkt", jnp.sum(weights_BHPTU, axis=-1), to_row_PK)
-    mixed_BHPTM = jnp.einsum("bhptu,bhpum->bhptm", weights_BHPTU, v_BHPUM)
+    mixed_BHPTM = jnp.einsum("bhptu,bhpum->bhptm", weights_BHPTU, v_BHKTM[:, :, col_P])
     mixed_BHKTM = jnp.einsum("bhptm,pk->bhktm", mixed_BHPTM, to_row_PK)
-    return mixed_BHKTM / total_BHKT[..., None]
+    return mixed_BHKTM / total_BHKT[..., None], rowmax_BHKT + jnp.log(total_BHKT)
+
+
+def _tiled_backward(q_BHKTM, k_BHKTM, v_BHKTM, mixed_BHKTM, lse_BHKT, dmixed_BHKTM):
+    """(dq, dk, dv) of `_tiled_forward`'s mixed output: att = exp(scores - lse) recomputed per
+    pair; d scores = att (d att - <dmixed_n, mixed_n>). Every product contracts the minor axis
+    of the (T, U) tile (dk and dv are formed transposed): XLA's CPU matmuls are 5-10x slower
+    when a (T, U) operand is contracted over T."""
+    K, T = q_BHKTM.shape[2:4]
+    row_P, col_P, _, to_row_PK, to_col_PK = _tile_pairs(K, T)
+    q_BHPTM, k_BHPUM, v_BHPUM = q_BHKTM[:, :, row_P], k_BHKTM[:, :, col_P], v_BHKTM[:, :, col_P]
+    dmixed_BHPTM = dmixed_BHKTM[:, :, row_P]
+    att_BHPTU = jnp.exp(_tile_scores(q_BHKTM, k_BHKTM) - lse_BHKT[:, :, row_P, :, None])
+    datt_BHPTU = jnp.einsum("bhptm,bhpum->bhptu", dmixed_BHPTM, v_BHPUM)
+    delta_BHKT = jnp.sum(dmixed_BHKTM * mixed_BHKTM, axis=-1)
+    dscores_BHPTU = att_BHPTU * (datt_BHPTU - delta_BHKT[:, :, row_P, :, None])
+    transposed = lambda t_BHPTM: jnp.swapaxes(t_BHPTM, -1, -2)
+    dq_BHPTM = jnp.einsum("bhptu,bhpum->bhptm", dscores_BHPTU, k_BHPUM)
+    dk_BHPMU = jnp.einsum("bhpmt,bhptu->bhpmu", transposed(q_BHPTM), dscores_BHPTU)
+    dv_BHPMU = jnp.einsum("bhpmt,bhptu->bhpmu", transposed(dmixed_BHPTM), att_BHPTU)
+    to_row_PK, to_col_PK = (jnp.asarray(t, att_BHPTU.dtype) for t in (to_row_PK, to_col_PK))
+    to_key_tiles = lambda d_BHPMU: transposed(jnp.einsum("bhpmu,pk->bhkmu", d_BHPMU, to_col_PK))
+    return (jnp.einsum("bhptm,pk->bhktm", dq_BHPTM, to_row_PK), to_key_tiles(dk_BHPMU),
+            to_key_tiles(dv_BHPMU))
+
+
+@jax.custom_vjp
+def _tiled_attention(q_BHKTM, k_BHKTM, v_BHKTM):
+    """Causal attention on (B, H, K, T, m) tiles, q pre-scaled (flash-style: the backward pass
+    keeps only the output and each row's log-sum-exp, and recomputes the weights)."""
+    return _in_chunks(_tiled_forward, q_BHKTM, k_BHKTM, v_BHKTM)[0]
+
+
+def _tiled_attention_fwd(q_BHKTM, k_BHKTM, v_BHKTM):
+    mixed_BHKTM, lse_BHKT = _in_chunks(_tiled_forward, q_BHKTM, k_BHKTM, v_BHKTM)
+    return mixed_BHKTM, (q_BHKTM, k_BHKTM, v_BHKTM, mixed_BHKTM, lse_BHKT)
+
+
+def _tiled_attention_bwd(saved, dmixed_BHKTM):
+    return _in_chunks(_tiled_backward, *saved, dmixed_BHKTM)
+
+
+_tiled_attention.defvjp(_tiled_attention_fwd, _tiled_attention_bwd)
 
 
 def _heads(block, x_BND: jax.Array, model: MarkovModel):

@@ -155,21 +155,34 @@ def test_block_causal_attention_equals_full_softmax(length):
     np.testing.assert_allclose(jax.jit(M._causal_mix)(q, k, v), expected, rtol=0, atol=1e-12)
 
 
+def _full_mix(q, k, v):
+    N, m = q.shape[1], q.shape[-1]
+    scores = jnp.einsum("bnhm,bihm->bhni", q, k) / math.sqrt(m)
+    scores = jnp.where(np.tri(N, dtype=bool), scores, -jnp.inf)
+    return jnp.einsum("bhni,bihm->bnhm", jax.nn.softmax(scores, axis=-1), v)
+
+
 @pytest.mark.parametrize("scores_in_cache", [2 ** 19, 1])
 def test_block_causal_attention_gradient_equals_full_softmax(scores_in_cache, monkeypatch):
-    """The gradient of `_causal_mix` (N = 300: padded tiles; in one go, or looped over single
-    sequences with rematerialisation) equals that of the full masked softmax."""
+    """The hand-written backward pass of `_causal_mix` (N = 300: padded tiles; in one go, or
+    looped over single sequences) equals JAX's gradient of the full masked softmax."""
     monkeypatch.setattr(M, "_SCORES_IN_CACHE", scores_in_cache)
     rng = np.random.default_rng(3)
     q, k, v, g = (3.0 * rng.normal(size=(2, 300, 2, 3)) for _ in range(4))
-
-    def full(q, k, v):
-        scores = jnp.einsum("bnhm,bihm->bhni", q, k) / math.sqrt(3)
-        scores = jnp.where(np.tri(300, dtype=bool), scores, -jnp.inf)
-        return jnp.einsum("bhni,bihm->bnhm", jax.nn.softmax(scores, axis=-1), v)
-
     grad = lambda mix: jax.jit(jax.grad(lambda *qkv: jnp.sum(mix(*qkv) * g), argnums=(0, 1, 2)))
-    for got, expected in zip(grad(M._causal_mix)(q, k, v), grad(full)(q, k, v)):
+    for got, expected in zip(grad(M._causal_mix)(q, k, v), grad(_full_mix)(q, k, v)):
+        np.testing.assert_allclose(got, expected, rtol=0, atol=1e-11)
+
+
+def test_block_causal_attention_hessian_vector_product():
+    """Forward-over-reverse (the HVPs behind Lanczos spectra at N = 1024) goes through the
+    custom backward pass and equals the full softmax's, in every argument."""
+    rng = np.random.default_rng(4)
+    q, k, v, g, dq, dk, dv = (rng.normal(size=(2, 100, 1, 4)) for _ in range(7))
+    loss = lambda mix: lambda *qkv: jnp.sum(jnp.sin(mix(*qkv)) * g)
+    hvp = lambda mix: jax.jvp(jax.grad(loss(mix), argnums=(0, 1, 2)), (q, k, v), (dq, dk, dv))[1]
+    for got, expected in zip(hvp(M._causal_mix), hvp(_full_mix)):
+        assert np.max(np.abs(expected)) > 1e-2
         np.testing.assert_allclose(got, expected, rtol=0, atol=1e-11)
 
 
