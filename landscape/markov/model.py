@@ -167,12 +167,40 @@ def init_params(key: jax.Array, model: MarkovModel, dtype=jnp.float32) -> dict:
     return jax.tree_util.tree_unflatten(treedef, leaves)
 
 
+def _mean_last(x_BND: jax.Array) -> jax.Array:
+    """Mean over a short last axis, keepdims: a sum of its slices, which XLA fuses into the
+    surrounding elementwise loop (its CPU reduce over a minor axis of 4-16 is several times
+    slower)."""
+    D = x_BND.shape[-1]
+    if D > 32:
+        return jnp.mean(x_BND, axis=-1, keepdims=True)
+    return functools.reduce(jnp.add, [x_BND[..., i:i + 1] for i in range(D)]) / D
+
+
+@jax.custom_vjp
 def _layer_norm(x_BND: jax.Array, gain_D: jax.Array) -> jax.Array:
     """Gain-only LayerNorm, eps 1e-5, biased variance (PyTorch, notes §3.2)."""
-    mean_BN1 = jnp.mean(x_BND, axis=-1, keepdims=True)
-    centred_BND = x_BND - mean_BN1
-    var_BN1 = jnp.mean(centred_BND ** 2, axis=-1, keepdims=True)
-    return centred_BND * jax.lax.rsqrt(var_BN1 + LN_EPS) * gain_D
+    return _layer_norm_fwd(x_BND, gain_D)[0]
+
+
+def _layer_norm_fwd(x_BND, gain_D):
+    centred_BND = x_BND - _mean_last(x_BND)
+    inv_std_BN1 = jax.lax.rsqrt(_mean_last(centred_BND * centred_BND) + LN_EPS)
+    normed_BND = centred_BND * inv_std_BN1
+    return normed_BND * gain_D, (normed_BND, inv_std_BN1, gain_D)
+
+
+def _layer_norm_bwd(saved, dout_BND):
+    """dx = (g - mean(g) - x_hat mean(g x_hat)) / std with g = dout * gain (x_hat: normed x)."""
+    normed_BND, inv_std_BN1, gain_D = saved
+    dnormed_BND = dout_BND * gain_D
+    dx_BND = inv_std_BN1 * (dnormed_BND - _mean_last(dnormed_BND)
+                            - normed_BND * _mean_last(dnormed_BND * normed_BND))
+    dgain_D = jnp.sum(dout_BND * normed_BND, axis=tuple(range(dout_BND.ndim - 1)))
+    return dx_BND, dgain_D
+
+
+_layer_norm.defvjp(_layer_norm_fwd, _layer_norm_bwd)
 
 
 def _activation(h, model: MarkovModel):
@@ -240,27 +268,33 @@ def _tile_pairs(K: int, T: int):
 
 
 def _tile_scores(q_BHKTM, k_BHKTM):
-    """Masked scores (B, H, P, T, U) of every tile pair (q already scaled by 1/sqrt(m))."""
+    """Unmasked scores (B, H, P, T, U) of every tile pair (q already scaled by 1/sqrt(m)).
+    Callers mask inside their own expression, so that XLA fuses the mask into each consumer
+    instead of writing a masked copy."""
     K, T = q_BHKTM.shape[2:4]
-    row_P, col_P, causal_PTU, _, _ = _tile_pairs(K, T)
-    scores_BHPTU = jnp.einsum("bhptm,bhpum->bhptu", q_BHKTM[:, :, row_P], k_BHKTM[:, :, col_P])
-    return jnp.where(causal_PTU, scores_BHPTU, -jnp.inf)
+    row_P, col_P, _, _, _ = _tile_pairs(K, T)
+    return jnp.einsum("bhptm,bhpum->bhptu", q_BHKTM[:, :, row_P], k_BHKTM[:, :, col_P])
 
 
 def _tiled_forward(q_BHKTM, k_BHKTM, v_BHKTM):
     """(mixed (B, H, K, T, m), log-sum-exp of every row's scores (B, H, K, T))."""
-    B, H, K, T, _ = q_BHKTM.shape
-    row_P, col_P, _, to_row_PK, _ = _tile_pairs(K, T)
+    B, H, K, T, m = q_BHKTM.shape
+    row_P, col_P, causal_PTU, to_row_PK, _ = _tile_pairs(K, T)
     scores_BHPTU = _tile_scores(q_BHKTM, k_BHKTM)
     # Exact row max over all key tiles of the row (gathered through a dense (K, K) layout).
+    pair_max_BHPT = jnp.max(jnp.where(causal_PTU, scores_BHPTU, -jnp.inf), axis=-1)
     rowmax_BHKKT = jnp.full((B, H, K, K, T), -jnp.inf, scores_BHPTU.dtype)
-    rowmax_BHKT = jnp.max(rowmax_BHKKT.at[:, :, row_P, col_P].set(jnp.max(scores_BHPTU, -1)), 3)
-    weights_BHPTU = jnp.exp(scores_BHPTU - rowmax_BHKT[:, :, row_P, :, None])
-    to_row_PK = jnp.asarray(to_row_PK, weights_BHPTU.dtype)
-    total_BHKT = jnp.einsum("bhpt,pk->bhkt", jnp.sum(weights_BHPTU, axis=-1), to_row_PK)
-    mixed_BHPTM = jnp.einsum("bhptu,bhpum->bhptm", weights_BHPTU, v_BHKTM[:, :, col_P])
-    mixed_BHKTM = jnp.einsum("bhptm,pk->bhktm", mixed_BHPTM, to_row_PK)
-    return mixed_BHKTM / total_BHKT[..., None], rowmax_BHKT + jnp.log(total_BHKT)
+    rowmax_BHKT = jnp.max(rowmax_BHKKT.at[:, :, row_P, col_P].set(pair_max_BHPT), axis=3)
+    weights_BHPTU = jnp.where(causal_PTU,
+                              jnp.exp(scores_BHPTU - rowmax_BHKT[:, :, row_P, :, None]), 0)
+    # Values with a column of ones: one product gives the mixed values and the row totals.
+    ones_BHKT1 = jnp.ones((B, H, K, T, 1), v_BHKTM.dtype)
+    v1_BHPUM = jnp.concatenate([v_BHKTM, ones_BHKT1], axis=-1)[:, :, col_P]
+    mixed_BHPTM = jnp.einsum("bhptu,bhpum->bhptm", weights_BHPTU, v1_BHPUM)
+    mixed_BHKTM = jnp.einsum("bhptm,pk->bhktm", mixed_BHPTM,
+                             jnp.asarray(to_row_PK, weights_BHPTU.dtype))
+    total_BHKT = mixed_BHKTM[..., m]
+    return mixed_BHKTM[..., :m] / total_BHKT[..., None], rowmax_BHKT + jnp.log(total_BHKT)
 
 
 def _tiled_backward(q_BHKTM, k_BHKTM, v_BHKTM, mixed_BHKTM, lse_BHKT, dmixed_BHKTM):
@@ -269,10 +303,11 @@ def _tiled_backward(q_BHKTM, k_BHKTM, v_BHKTM, mixed_BHKTM, lse_BHKT, dmixed_BHK
     of the (T, U) tile (dk and dv are formed transposed): XLA's CPU matmuls are 5-10x slower
     when a (T, U) operand is contracted over T."""
     K, T = q_BHKTM.shape[2:4]
-    row_P, col_P, _, to_row_PK, to_col_PK = _tile_pairs(K, T)
+    row_P, col_P, causal_PTU, to_row_PK, to_col_PK = _tile_pairs(K, T)
     q_BHPTM, k_BHPUM, v_BHPUM = q_BHKTM[:, :, row_P], k_BHKTM[:, :, col_P], v_BHKTM[:, :, col_P]
     dmixed_BHPTM = dmixed_BHKTM[:, :, row_P]
-    att_BHPTU = jnp.exp(_tile_scores(q_BHKTM, k_BHKTM) - lse_BHKT[:, :, row_P, :, None])
+    att_BHPTU = jnp.where(causal_PTU, jnp.exp(_tile_scores(q_BHKTM, k_BHKTM)
+                                              - lse_BHKT[:, :, row_P, :, None]), 0)
     datt_BHPTU = jnp.einsum("bhptm,bhpum->bhptu", dmixed_BHPTM, v_BHPUM)
     delta_BHKT = jnp.sum(dmixed_BHKTM * mixed_BHKTM, axis=-1)
     dscores_BHPTU = att_BHPTU * (datt_BHPTU - delta_BHKT[:, :, row_P, :, None])

@@ -186,6 +186,31 @@ def test_block_causal_attention_hessian_vector_product():
         np.testing.assert_allclose(got, expected, rtol=0, atol=1e-11)
 
 
+@pytest.mark.parametrize("d", [8, 40])
+def test_layer_norm_and_its_hand_written_derivatives(d):
+    """`_layer_norm` (slice sums for short axes, custom backward) is PyTorch's gain-only
+    LayerNorm in numpy; its gradient and forward-over-reverse products equal JAX's derivatives
+    of the textbook formula."""
+    rng = np.random.default_rng(d)
+    x, w, dx = (2.0 * rng.normal(size=(3, 5, d)) for _ in range(3))
+    gain, dgain = rng.normal(size=d), rng.normal(size=d)
+    centred = x - x.mean(-1, keepdims=True)
+    expected = centred / np.sqrt((centred ** 2).mean(-1, keepdims=True) + M.LN_EPS) * gain
+    np.testing.assert_allclose(M._layer_norm(x, gain), expected, rtol=0, atol=1e-12)
+
+    def textbook(x, gain):
+        centred = x - jnp.mean(x, -1, keepdims=True)
+        return centred / jnp.sqrt(jnp.mean(centred ** 2, -1, keepdims=True) + M.LN_EPS) * gain
+
+    loss = lambda ln: lambda x, gain: jnp.sum(jnp.sin(ln(x, gain)) * w)
+    grad = lambda ln: jax.grad(loss(ln), argnums=(0, 1))
+    hvp = lambda ln: jax.jvp(grad(ln), (x, gain), (dx, dgain))[1]
+    for got, want in [*zip(grad(M._layer_norm)(x, gain), grad(textbook)(x, gain)),
+                      *zip(hvp(M._layer_norm), hvp(textbook))]:
+        assert np.max(np.abs(want)) > 1e-2
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-11)
+
+
 def test_attention_weights_and_ratio():
     """attention_weights of layer 1 is the causal softmax of its input; attention_ratio of layer 0
     is ||W_O att W_V x|| / ||x + W_O att W_V x||, rebuilt in numpy (theory, 2 heads)."""
