@@ -78,7 +78,8 @@ def run(problem: training.Problem, optim, base_hparams: Mapping[str, float], gri
 
     `base_hparams` gives every traced number; the grid's axes override some of them per cell.
     The result has R = grid.size runs in grid order (use `grid.unflatten`); `train` pads R to a
-    multiple of the device count and drops the padding.
+    multiple of the device count and drops the padding. A single run of a problem with a
+    `batch_size` splits its batch over the devices instead (`training.batch_devices`).
     """
     unknown = set(grid.axes) - set(base_hparams)
     if unknown:
@@ -88,10 +89,12 @@ def run(problem: training.Problem, optim, base_hparams: Mapping[str, float], gri
     hparams = {k: np.asarray(swept.get(k, np.full(len(seeds), v)), dtype)
                           for k, v in base_hparams.items()}
     devices = list(jax.devices() if devices is None else devices)
+    if grid.size == 1:     # one run: its batch over the devices, where the problem allows it
+        split = training.batch_devices(problem, devices)
+        return training.train(problem, optim, hparams, seeds,
+                              batch_over=split if len(split) > 1 else None, **train_kwargs)
     sharding = run_axis_sharding(devices[:grid.size])  # no device holds only padding
-    return training.train(problem, optim, hparams, seeds,
-                          sharding=sharding if sharding.mesh.size > 1 else None,
-                          **train_kwargs)
+    return training.train(problem, optim, hparams, seeds, sharding=sharding, **train_kwargs)
 
 
 def run_cell(problem: training.Problem, cell, traced: Sequence[str], grid: Grid, *,

@@ -16,6 +16,8 @@ learning rates and no re-initialisation per grid cell.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import time
 from typing import Any, Callable, NamedTuple
@@ -25,7 +27,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import optax
-from jax.sharding import PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from landscape import config as config_lib
 
@@ -52,6 +54,11 @@ class Problem:
     runs_per_group: at most this many runs are vmapped together (None: all); more runs go
         through a loop over groups of them, which keeps a memory-bound step's temporaries in cache
         (runs are independent, so the results are the same).
+    batch_size: set when the loss is a mean over `batch_size` examples that it passes through
+        `batch_share`: then a single run may split its batch over devices (`sweeps.run` does so
+        when it has one run and several devices). Each device draws the whole batch from the same
+        key and keeps its share, and the loss, metrics and gradients are averaged over devices:
+        the same numbers as on one device, up to rounding.
     """
     init: Callable[[jax.Array, HParams], Params]
     loss: Callable[[Params, jax.Array, HParams], tuple[jax.Array, dict[str, jax.Array]]]
@@ -60,6 +67,42 @@ class Problem:
     weight_decay_mask: Callable[[Params], Any] | None = None
     log_grad_norm: bool = False
     runs_per_group: int | None = None
+    batch_size: int | None = None
+
+
+# ----------------------------------------------------------------------------- batch splitting
+
+BATCH_AXIS = "batch"
+_batch_shares = contextvars.ContextVar("batch_shares", default=1)
+
+
+def batch_share(x_B: jax.Array) -> jax.Array:
+    """This device's share of a batch (its leading axis) while `train` splits one run's batch over
+    devices (see `Problem.batch_size`); x_B itself otherwise. Shares are equal and contiguous."""
+    shares = _batch_shares.get()
+    if shares == 1:
+        return x_B
+    size = x_B.shape[0] // shares
+    return jax.lax.dynamic_slice_in_dim(x_B, jax.lax.axis_index(BATCH_AXIS) * size, size)
+
+
+@contextlib.contextmanager
+def _splitting_batch(shares: int):
+    token = _batch_shares.set(shares)
+    try:
+        yield
+    finally:
+        _batch_shares.reset(token)
+
+
+def batch_devices(problem: Problem, devices) -> list:
+    """The devices a single run of `problem` splits its batch over: the most of `devices` whose
+    count divides `problem.batch_size` (one device, i.e. no split, without a batch_size)."""
+    devices = list(devices)
+    if problem.batch_size is None:
+        return devices[:1]
+    count = max(c for c in range(1, len(devices) + 1) if problem.batch_size % c == 0)
+    return devices[:count]
 
 
 # ----------------------------------------------------------------------------- optimizers
@@ -154,7 +197,8 @@ class RunResult:
 
 def train(problem: Problem, optim: ml_collections.ConfigDict, hparams: dict[str, Any],
                     seeds: Any, *, num_steps: int, log_every: int, chunk_steps: int | None = None,
-                    sharding: jax.sharding.Sharding | None = None, on_nonfinite: str = "stop",
+                    sharding: jax.sharding.Sharding | None = None,
+                    batch_over: list | None = None, on_nonfinite: str = "stop",
                     progress: Callable[[str], None] | None = print, workdir=None,
           record_tags: dict[str, Any] | None = None) -> RunResult:
     """Train R runs at once (R = len(seeds)); hparams maps names to arrays of shape (R,).
@@ -165,7 +209,9 @@ def train(problem: Problem, optim: ml_collections.ConfigDict, hparams: dict[str,
     output, non-finite checks and streamed records. `on_nonfinite`: "stop" raises
     `NonFiniteLossError` naming the step (after writing the records so far to `workdir`); "mark"
     carries on and reports the first bad step per run in the result. `record_tags` are extra
-    columns for every metrics.jsonl row (e.g. the structural sweep cell).
+    columns for every metrics.jsonl row (e.g. the structural sweep cell). `sharding` spreads
+    the runs over devices; `batch_over` (devices, for a single run of a problem with a
+    `batch_size`; see `batch_devices`) splits each step's batch over them instead.
     """
     if num_steps % log_every:
         raise ValueError(f"num_steps = {num_steps} must be a multiple of log_every = {log_every}.")
@@ -175,8 +221,18 @@ def train(problem: Problem, optim: ml_collections.ConfigDict, hparams: dict[str,
     chunk_len = snaps_per_chunk * log_every
     seeds = np.asarray(seeds, np.int64)
     num_runs = len(seeds)
+    shares = 1
+    if batch_over is not None and len(batch_over) > 1:
+        if sharding is not None or num_runs != 1 or problem.batch_size is None:
+            raise ValueError("batch_over splits the batch of a single run of a problem with a "
+                             "batch_size, without a run sharding.")
+        shares = len(batch_over)
+        if problem.batch_size % shares:
+            raise ValueError(f"batch_size = {problem.batch_size} does not split over "
+                             f"{shares} devices.")
+        sharding = NamedSharding(Mesh(np.asarray(batch_over), (BATCH_AXIS,)), P())
     hparams = {k: np.asarray(v) for k, v in hparams.items()}
-    if sharding is not None:  # pad R to a multiple of the device count; copies are dropped below
+    if shares == 1 and sharding is not None:  # pad R to a multiple of the device count
         pad = -num_runs % len(sharding.device_set)
         hparams = {k: np.concatenate([v, np.repeat(v[-1:], pad)]) for k, v in hparams.items()}
         seeds = np.concatenate([seeds, np.repeat(seeds[-1:], pad)])
@@ -193,8 +249,11 @@ def train(problem: Problem, optim: ml_collections.ConfigDict, hparams: dict[str,
 
     def step_one(state, step, hp):
         key, batch_key = jax.random.split(state.key)
-        (loss, metrics), grads = jax.value_and_grad(problem.loss, has_aux=True)(
-                state.params, batch_key, hp)
+        with _splitting_batch(shares):
+            (loss, metrics), grads = jax.value_and_grad(problem.loss, has_aux=True)(
+                    state.params, batch_key, hp)
+        if shares > 1:      # each device's loss is the mean over its share: average the shares
+            loss, metrics, grads = jax.lax.pmean((loss, metrics, grads), BATCH_AXIS)
         if problem.log_grad_norm:
             metrics = {**metrics, "grad_norm": optax.tree.norm(grads)}
         updates, opt_state = opt.update(grads, state.opt_state, state.params)
@@ -223,7 +282,7 @@ def train(problem: Problem, optim: ml_collections.ConfigDict, hparams: dict[str,
     if sharding is not None:
         pinned["in_shardings"] = (sharding, None, sharding)
     chunk = jax.jit(_per_device(_grouped(jax.vmap(chunk_one, in_axes=(0, None, 0)),
-                                         problem.runs_per_group), sharding),
+                                         problem.runs_per_group), sharding, shares > 1),
                     donate_argnums=0, **pinned)
     chunk = chunk.lower(state, jnp.int32(0), hparams).compile()
     compile_seconds = time.perf_counter() - t_start
@@ -276,12 +335,17 @@ def train(problem: Problem, optim: ml_collections.ConfigDict, hparams: dict[str,
     )
 
 
-def _per_device(chunk, sharding: jax.sharding.Sharding | None):
+def _per_device(chunk, sharding: jax.sharding.Sharding | None, split_batch: bool = False):
     """chunk(state, step, hparams) on each device's own runs (a shard_map over the run axis), so
     that groups of runs apply per device and devices never talk to each other; other shardings
-    are left to the partitioner."""
+    are left to the partitioner. With split_batch, every device holds the same (single) run and
+    its step averages the devices' shares of the batch (check_vma off: the gradient of a share
+    is that device's own, averaged explicitly in step_one)."""
     if not isinstance(sharding, jax.sharding.NamedSharding):
         return chunk
+    if split_batch:
+        return jax.shard_map(chunk, mesh=sharding.mesh, in_specs=(P(), P(), P()),
+                             out_specs=P(), check_vma=False)
     runs = sharding.spec
     return jax.shard_map(chunk, mesh=sharding.mesh, in_specs=(runs, P(), runs), out_specs=runs)
 

@@ -8,7 +8,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from landscape import sweeps
+from landscape import sweeps, training
 
 SWEEP = textwrap.dedent("""
     import dataclasses, sys, numpy as np, jax
@@ -54,6 +54,48 @@ def test_sharded_sweep_gives_the_same_numbers(tmp_path, runs_per_group):
         outputs[devices] = np.load(out)
     assert outputs[1].shape == (6, 20 + 11)
     np.testing.assert_allclose(outputs[4], outputs[1], rtol=1e-5, atol=1e-7)
+
+
+SINGLE_RUN = textwrap.dedent("""
+    import sys, numpy as np, jax
+    from configs import markov
+    from landscape.markov import experiment
+    cfg = markov.get_config("fig3_gpt")
+    cfg.sweep, cfg.variants, cfg.num_seeds = {}, [], 1
+    cfg.model.update(d=8, seq_len=48)      # 2 attention tiles
+    cfg.train.update(num_steps=30, log_every=10, targets=sys.argv[2])
+    result = experiment.train_group(cfg, {}, progress=None)["result"]
+    flat = np.concatenate([np.ravel(x) for x in jax.tree.leaves(result.final_params)])
+    np.save(sys.argv[1], np.concatenate([result.losses[0], result.snapshots["test_loss"][0], flat]))
+    print(len(jax.devices()))
+""")
+
+
+@pytest.mark.parametrize("targets", ["hard", "soft"])
+def test_single_run_splits_its_batch_over_devices(tmp_path, targets):
+    """One Markov run (batch 16) on one device vs split over two forced host devices (8
+    sequences each, gradients averaged): the same losses and final weights, up to rounding."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    outputs = {}
+    for devices in (1, 2):
+        env = dict(os.environ, PYTHONPATH=root,
+                   XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
+        out = tmp_path / f"{devices}.npy"
+        proc = subprocess.run([sys.executable, "-c", SINGLE_RUN, str(out), targets],
+                              cwd=root, env=env, capture_output=True, text=True, check=True)
+        assert proc.stdout.strip().splitlines()[-1] == str(devices)
+        outputs[devices] = np.load(out)
+    assert outputs[1][0] > outputs[1][29] + 0.01          # it trains
+    np.testing.assert_allclose(outputs[2], outputs[1], rtol=1e-5, atol=1e-6)
+
+
+def test_batch_devices_divide_the_batch():
+    problem = lambda batch_size: training.Problem(init=None, loss=None, learning_rates=None,
+                                                  batch_size=batch_size)
+    assert training.batch_devices(problem(None), range(4)) == [0]
+    assert training.batch_devices(problem(16), range(2)) == [0, 1]
+    assert training.batch_devices(problem(6), range(4)) == [0, 1, 2]
+    assert training.batch_devices(problem(7), range(2)) == [0]
 
 
 def test_zipped_grid_pairs_the_axes():
