@@ -59,7 +59,9 @@ def test_sharded_sweep_gives_the_same_numbers(tmp_path, runs_per_group):
 SINGLE_RUN = textwrap.dedent("""
     import sys, numpy as np, jax
     from configs import markov
+    from landscape import training
     from landscape.markov import experiment
+    experiment._SCORES_TO_SPLIT = 1           # split even this short run (N = 48)
     cfg = markov.get_config("fig3_gpt")
     cfg.sweep, cfg.variants, cfg.num_seeds = {}, [], 1
     cfg.model.update(d=8, seq_len=48)      # 2 attention tiles
@@ -67,7 +69,7 @@ SINGLE_RUN = textwrap.dedent("""
     result = experiment.train_group(cfg, {}, progress=None)["result"]
     flat = np.concatenate([np.ravel(x) for x in jax.tree.leaves(result.final_params)])
     np.save(sys.argv[1], np.concatenate([result.losses[0], result.snapshots["test_loss"][0], flat]))
-    print(len(jax.devices()))
+    print(len(training.batch_devices(experiment.make_problem(cfg), jax.devices())))
 """)
 
 

@@ -161,13 +161,20 @@ def make_problem(cfg) -> training.Problem:
         init=lambda key, hp: jax.tree.map(lambda a: a.astype(dtype),
                                           model_lib.init_params(key, model)),
         loss=loss, learning_rates=lambda hp: hp["optim.lr"], snapshot=snapshot,
-        weight_decay_mask=_decay_mask, runs_per_group=runs_per_group(cfg), batch_size=B)
+        weight_decay_mask=_decay_mask, runs_per_group=runs_per_group(cfg),
+        batch_size=B if B * N * N >= _SCORES_TO_SPLIT else None)
 
 
 # Runs vmapped together hold at most about this many attention scores (~2 MiB), so that a step
 # stays in cache; a loop goes over such groups (40 runs at N = 128 on 2 cores: 18 ms per step
 # in groups of 2, 21 ms in groups of 4, 29 ms in one vmap).
 _SCORES_PER_GROUP = 2 ** 19
+
+
+# A single run splits its batch over devices (Problem.batch_size) only from this many attention
+# scores per step: the split costs ~0.5 ms of cross-device synchronisation per step on CPU
+# (2 host devices, one run: N = 1024, 20 ms split vs 30 ms on one device; N = 128, 1.4 vs 0.9 ms).
+_SCORES_TO_SPLIT = 2 ** 22
 
 
 def runs_per_group(cfg) -> int:
