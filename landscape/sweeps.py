@@ -94,7 +94,8 @@ def run(problem: training.Problem, optim, base_hparams: Mapping[str, float], gri
         return training.train(problem, optim, hparams, seeds,
                               batch_over=split if len(split) > 1 else None, **train_kwargs)
     sharding = run_axis_sharding(devices[:grid.size])  # no device holds only padding
-    return training.train(problem, optim, hparams, seeds, sharding=sharding, **train_kwargs)
+    return training.train(problem, optim, hparams, seeds,
+                          sharding=sharding if sharding.mesh.size > 1 else None, **train_kwargs)
 
 
 def run_cell(problem: training.Problem, cell, traced: Sequence[str], grid: Grid, *,

@@ -27,6 +27,22 @@ SWEEP = textwrap.dedent("""
 """)
 
 
+def _on_devices(script, device_counts, tmp_path, *args) -> dict[int, np.ndarray]:
+    """Runs `script OUT *args` once per count of forced CPU devices (XLA_FLAGS); the script saves
+    an array to OUT and prints, last, the count of devices it used (checked)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    outputs = {}
+    for devices in device_counts:
+        env = dict(os.environ, PYTHONPATH=root,
+                   XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
+        out = tmp_path / f"{devices}.npy"
+        proc = subprocess.run([sys.executable, "-c", script, str(out), *args],
+                              cwd=root, env=env, capture_output=True, text=True, check=True)
+        assert proc.stdout.strip().splitlines()[-1] == str(devices)
+        outputs[devices] = np.load(out)
+    return outputs
+
+
 def test_grid_order_and_unflatten():
     grid = sweeps.Grid.make({"a": [1.0, 2.0], "b": [10.0, 20.0, 30.0]}, seeds=[0, 1])
     hp, seeds = grid.flat()
@@ -42,16 +58,7 @@ def test_grid_order_and_unflatten():
 def test_sharded_sweep_gives_the_same_numbers(tmp_path, runs_per_group):
     """One CPU device vs four forced host devices (XLA_FLAGS) with padding: same losses, also
     with groups of runs (a loop over groups on each device)."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    outputs = {}
-    for devices in (1, 4):
-        env = dict(os.environ, PYTHONPATH=root,
-                   XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
-        out = tmp_path / f"{devices}.npy"
-        proc = subprocess.run([sys.executable, "-c", SWEEP, str(out), str(runs_per_group)],
-                              cwd=root, env=env, capture_output=True, text=True, check=True)
-        assert proc.stdout.strip().splitlines()[-1] == str(devices)
-        outputs[devices] = np.load(out)
+    outputs = _on_devices(SWEEP, (1, 4), tmp_path, str(runs_per_group))
     assert outputs[1].shape == (6, 20 + 11)
     np.testing.assert_allclose(outputs[4], outputs[1], rtol=1e-5, atol=1e-7)
 
@@ -77,16 +84,7 @@ SINGLE_RUN = textwrap.dedent("""
 def test_single_run_splits_its_batch_over_devices(tmp_path, targets):
     """One Markov run (batch 16) on one device vs split over two forced host devices (8
     sequences each, gradients averaged): the same losses and final weights, up to rounding."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    outputs = {}
-    for devices in (1, 2):
-        env = dict(os.environ, PYTHONPATH=root,
-                   XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
-        out = tmp_path / f"{devices}.npy"
-        proc = subprocess.run([sys.executable, "-c", SINGLE_RUN, str(out), targets],
-                              cwd=root, env=env, capture_output=True, text=True, check=True)
-        assert proc.stdout.strip().splitlines()[-1] == str(devices)
-        outputs[devices] = np.load(out)
+    outputs = _on_devices(SINGLE_RUN, (1, 2), tmp_path, targets)
     assert outputs[1][0] > outputs[1][29] + 0.01          # it trains
     np.testing.assert_allclose(outputs[2], outputs[1], rtol=1e-5, atol=1e-6)
 
