@@ -29,10 +29,6 @@ _OUT = flags.DEFINE_string("out", None, "JSON output (default runs/benchmark/<ti
 _ONLY = flags.DEFINE_list("only", ["scan_snap", "recall", "markov", "ngrams"],
                           "Which benchmarks to run.")
 _ALLOCATOR = flags.DEFINE_bool("tune_allocator", True, "Apply experiments.host.tune_allocator().")
-_HOST_DEVICES = flags.DEFINE_integer(
-    "host_devices", None, "CPU devices sweeps shard their runs over, as in the experiment CLIs "
-    "(default: one per usable core unless XLA_FLAGS or JAX_NUM_CPU_DEVICES sets a count).",
-    lower_bound=1)
 _ONE_BY_ONE = flags.DEFINE_integer("one_by_one", 4, "Single runs per K timed for the comparison.")
 _REPEATS = flags.DEFINE_integer("repeats", 3, "Timed repeats (the best is reported).")
 
@@ -234,7 +230,7 @@ BENCHMARKS = {"scan_snap": bench_scan_snap, "recall": bench_recall, "markov": be
 
 def main(argv):
     del argv
-    host.use_host_devices(_HOST_DEVICES.value)  # before anything initialises the backends
+    host.use_host_devices(host.HOST_DEVICES.value)  # before anything initialises the backends
     tuned = host.tune_allocator() if _ALLOCATOR.value else False
     report = {"allocator_tuned": tuned, "device": str(jax.devices()[0]),
               "num_devices": jax.device_count(),

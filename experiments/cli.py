@@ -10,24 +10,20 @@ import jax
 from absl import app, flags
 from ml_collections import config_flags
 
-from experiments.host import tune_allocator, use_host_devices  # noqa: F401
+from experiments import host
 from landscape import config as config_lib
 from landscape import records, training
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file (configs/*.py[:variant]).")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Output folder (default runs/<name>/<time>/).")
-_HOST_DEVICES = flags.DEFINE_integer(
-    "host_devices", None, "CPU devices the runs of a sweep are sharded over (default: one per "
-    "usable core, unless XLA_FLAGS sets --xla_force_host_platform_device_count or "
-    "JAX_NUM_CPU_DEVICES is set). Only the CPU backend is affected.", lower_bound=1)
 flags.mark_flags_as_required(["config"])
 
 
 def run(experiment) -> None:
     def main(argv):
         del argv
-        use_host_devices(_HOST_DEVICES.value)  # first: before anything initialises the backends
-        tune_allocator()
+        host.use_host_devices(host.HOST_DEVICES.value)  # first: before the backends start
+        host.tune_allocator()
         logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)  # no "no TPU" notice
         cfg = _CONFIG.value
         if experiment.needs_x64(cfg):

@@ -4,6 +4,12 @@ import ctypes
 import os
 
 import jax
+from absl import flags
+
+HOST_DEVICES = flags.DEFINE_integer(
+    "host_devices", None, "CPU devices the runs of a sweep are sharded over (default: one per "
+    "usable core, unless XLA_FLAGS sets --xla_force_host_platform_device_count or "
+    "JAX_NUM_CPU_DEVICES is set). Only the CPU backend is affected.", lower_bound=1)
 
 
 def use_host_devices(count: int | None = None) -> int | None:

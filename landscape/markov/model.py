@@ -220,6 +220,14 @@ def _tile(N: int) -> int:
 _SCORES_IN_CACHE = 2 ** 19
 
 
+def _causal_softmax(q_BNHM: jax.Array, k_BNHM: jax.Array) -> jax.Array:
+    """(B, H, N, N) att_{n,i} = softmax_{i<=n}(<q_n, k_i> / sqrt(m)), the full matrix."""
+    N, m = q_BNHM.shape[1], q_BNHM.shape[-1]
+    scores_BHNI = jnp.einsum("bnhm,bihm->bhni", q_BNHM, k_BNHM) / math.sqrt(m)
+    scores_BHNI = jnp.where(np.tri(N, dtype=bool), scores_BHNI, -jnp.inf)
+    return jax.nn.softmax(scores_BHNI, axis=-1)
+
+
 def _causal_mix(q_BNHM: jax.Array, k_BNHM: jax.Array, v_BNHM: jax.Array) -> jax.Array:
     """(B, N, H, m) sum_{i<=n} att_{n,i} v_i with att_{n,.} = softmax_i(<q_n, k_i> / sqrt(m)).
 
@@ -232,9 +240,7 @@ def _causal_mix(q_BNHM: jax.Array, k_BNHM: jax.Array, v_BNHM: jax.Array) -> jax.
     T = _tile(N)
     K = -(-N // T)
     if K == 1:
-        scores_BHNI = jnp.einsum("bnhm,bihm->bhni", q_BNHM, k_BNHM) / math.sqrt(m)
-        scores_BHNI = jnp.where(np.tri(N, dtype=bool), scores_BHNI, -jnp.inf)
-        return jnp.einsum("bhni,bihm->bnhm", jax.nn.softmax(scores_BHNI, axis=-1), v_BNHM)
+        return jnp.einsum("bhni,bihm->bnhm", _causal_softmax(q_BNHM, k_BNHM), v_BNHM)
     if K * T > N:          # padded keys lie after every real query, so the causal mask hides them
         pad = ((0, 0), (0, K * T - N), (0, 0), (0, 0))
         q_BNHM, k_BNHM, v_BNHM = (jnp.pad(t, pad) for t in (q_BNHM, k_BNHM, v_BNHM))
@@ -350,10 +356,7 @@ def _heads(block, x_BND: jax.Array, model: MarkovModel):
 def _attention_matrix(block, x_BND: jax.Array, model: MarkovModel) -> jax.Array:
     """(B, H, N, N) att_{n,i}, the full matrix (plots only; training uses `_causal_mix`)."""
     q_BNHM, k_BNHM, _ = _heads(block, x_BND, model)
-    N = x_BND.shape[1]
-    scores_BHNN = jnp.einsum("bnhm,bihm->bhni", q_BNHM, k_BNHM) / math.sqrt(model.head_dim)
-    scores_BHNN = jnp.where(np.tri(N, dtype=bool), scores_BHNN, -jnp.inf)
-    return jax.nn.softmax(scores_BHNN, axis=-1)
+    return _causal_softmax(q_BNHM, k_BNHM)
 
 
 def _attention(block, x_BND: jax.Array, model: MarkovModel) -> jax.Array:
