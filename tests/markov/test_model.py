@@ -211,6 +211,21 @@ def test_layer_norm_and_its_hand_written_derivatives(d):
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-11)
 
 
+@pytest.mark.parametrize("num_states", [2, 5, 40])
+def test_log_softmax_by_slices(num_states):
+    """`_log_softmax_last` (slice max and sum for short axes) equals jax.nn.log_softmax, value and
+    gradient, also for logits of +-300 (the max shift keeps it finite)."""
+    rng = np.random.default_rng(num_states)
+    logits = rng.normal(size=(3, 7, num_states)) * np.array([1.0, 100.0, 300.0])[:, None, None]
+    w = rng.normal(size=logits.shape)
+    np.testing.assert_allclose(M._log_softmax_last(logits), jax.nn.log_softmax(logits),
+                               rtol=0, atol=1e-12)
+    loss = lambda f: jax.grad(lambda z: jnp.sum(f(z) * w))(logits)
+    want = loss(jax.nn.log_softmax)
+    assert np.max(np.abs(want)) > 1e-2
+    np.testing.assert_allclose(loss(M._log_softmax_last), want, rtol=0, atol=1e-12)
+
+
 def test_attention_weights_and_ratio():
     """attention_weights of layer 1 is the causal softmax of its input; attention_ratio of layer 0
     is ||W_O att W_V x|| / ||x + W_O att W_V x||, rebuilt in numpy (theory, 2 heads)."""
