@@ -375,8 +375,11 @@ def _linear(x_BNI: jax.Array, w_OI: jax.Array) -> jax.Array:
 def _heads(block, x_BND: jax.Array, model: MarkovModel):
     """(q, k, v) (B, N, H, m): W_Q x, W_K x, W_V x split into heads (rows h m .. (h+1) m - 1)."""
     B, N, _ = x_BND.shape
-    split = lambda w: (x_BND @ w.T).reshape(B, N, model.num_heads, model.head_dim)
-    return split(block["W_Q"]), split(block["W_K"]), split(block["W_V"])
+    # One product with the stacked (3 d, d) weights: at d = 4-8 a CPU matmul costs about the same
+    # whatever its size, so one instead of three (and one each for dx and dW backward).
+    qkv_BN3HM = (x_BND @ jnp.concatenate([block["W_Q"], block["W_K"], block["W_V"]]).T
+                 ).reshape(B, N, 3, model.num_heads, model.head_dim)
+    return qkv_BN3HM[:, :, 0], qkv_BN3HM[:, :, 1], qkv_BN3HM[:, :, 2]
 
 
 def _attention_matrix(block, x_BND: jax.Array, model: MarkovModel) -> jax.Array:
