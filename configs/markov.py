@@ -15,7 +15,7 @@ Variants (`--config=configs/markov.py:<variant>`), with CPU times on 2 cores:
   fig3 / fig3_gpt   tied vs untied at (p, q) = (0.5, 0.8) and (0.2, 0.3), 5 seeds (~1 min)
   fig4 / fig4_gpt   tied vs untied over p, q in {0.2, 0.4, 0.6, 0.8}, 3 seeds (~3 min)
   fig4_paper        the issue's grid: 7 x 7 = 49 cells x 5 seeds x tied/untied, 8000 steps
-                    (one program per tying; tens of minutes)
+                    (one program per tying; ~22 min)
   fig1 / fig1_gpt   depth 1 vs 2, tied, (0.5, 0.8), 3 seeds (~1 min)
   fig5              S = 5, p in {0.3, 0.6, 0.9}, tied vs untied, d = 8 (~2 min)
   appendix_d        tied (0.2, 0.3): the rank-one structure of the learned minimum (~30 s)
