@@ -362,16 +362,6 @@ def _tiled_attention_bwd(saved, dmixed_BHKTM):
 _tiled_attention.defvjp(_tiled_attention_fwd, _tiled_attention_bwd)
 
 
-def _linear(x_BNI: jax.Array, w_OI: jax.Array) -> jax.Array:
-    """x W^T (a PyTorch Linear weight, (out, in)). For a narrow input (in <= 16) a sum of
-    in broadcast products, which XLA fuses with its neighbours, forward and backward; its CPU
-    matmul costs ~20 us for such a product regardless of size (~20 of them in a step at d = 4)."""
-    I = w_OI.shape[1]
-    if I > 16:
-        return x_BNI @ w_OI.T
-    return functools.reduce(jnp.add, [x_BNI[..., i:i + 1] * w_OI[:, i] for i in range(I)])
-
-
 def _heads(block, x_BND: jax.Array, model: MarkovModel):
     """(q, k, v) (B, N, H, m): W_Q x, W_K x, W_V x split into heads (rows h m .. (h+1) m - 1)."""
     B, N, _ = x_BND.shape
