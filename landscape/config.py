@@ -7,6 +7,7 @@ fields whose value is outside the allowed range, naming the field and the range.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import itertools
 import math
@@ -149,3 +150,59 @@ def validate_cells(cfg: ml_collections.ConfigDict, reference: ml_collections.Con
     check_known_fields(cfg, reference, free=("sweep", "variants"))
     for fields in structural_cells(cfg, traced):
         validate_cell(with_fields(cfg, fields))
+
+
+# ----------------------------------------------------------------------------- memory
+
+
+@dataclasses.dataclass(frozen=True)
+class MemoryEstimate:
+    """What a config's largest program needs at once, by shape arithmetic (before compiling).
+
+    bytes: the estimate; what: the arrays it counts, in words ("the test set: 65536 sequences x
+    32 tokens x ..."); field: the config field to lower to need less (dotted, without "config.").
+    """
+    bytes: float
+    what: str
+    field: str
+
+
+def available_memory_bytes() -> float:
+    """Memory this process may still take: MemAvailable of /proc/meminfo, capped by a cgroup
+    limit where one is set; inf where neither can be read (then nothing is refused)."""
+    available = math.inf
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    available = float(line.split()[1]) * 1024
+                    break
+    except OSError:
+        pass
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            with open(path) as f:
+                text = f.read().strip()
+        except OSError:
+            continue
+        if text.isdigit() and int(text) < 2 ** 60:
+            available = min(available, float(text))
+    return available
+
+
+def format_bytes(n: float) -> str:
+    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{n:.0f} B"
+
+
+def check_memory(estimate: MemoryEstimate | None, available: float | None = None) -> None:
+    """Raise one ConfigError sentence when `estimate` exceeds the available memory."""
+    if estimate is None:
+        return
+    available = available_memory_bytes() if available is None else available
+    if estimate.bytes > available:
+        raise ConfigError(
+            f"this run needs about {format_bytes(estimate.bytes)} at once ({estimate.what}) but "
+            f"{format_bytes(available)} of memory is available: lower config.{estimate.field}.")

@@ -20,23 +20,40 @@ from typing import Any
 import numpy as np
 
 
+CLAIM_KINDS = ("paper", "sanity")
+
+
 @dataclasses.dataclass
 class Claim:
-    """One claim of a paper (or of its notes), checked against a measurement."""
+    """One claim checked against a measurement.
+
+    kind "paper": a claim of the paper (or of its notes) that the figure reproduces or not;
+    kind "sanity": a check of the run itself (e.g. every seed's final loss >= the Bayes loss),
+    reported apart and never counted among the paper's claims.
+    """
     claim: str
     measured: Any
     expected: Any
     passed: bool
     source: str = ""
+    kind: str = "paper"
 
     @property
     def verdict(self) -> str:
         return "reproduced" if self.passed else "NOT reproduced"
 
 
-def claim(statement: str, measured: Any, expected: Any, passed, source: str = "") -> Claim:
+def claim(statement: str, measured: Any, expected: Any, passed, source: str = "",
+          kind: str = "paper") -> Claim:
     """A Claim with `passed` coerced to a Python bool (numpy bools are common here)."""
-    return Claim(statement, measured, expected, bool(passed), source)
+    if kind not in CLAIM_KINDS:
+        raise ValueError(f"claim kind {kind!r}: must be one of {', '.join(CLAIM_KINDS)}")
+    return Claim(statement, measured, expected, bool(passed), source, kind)
+
+
+def sanity(statement: str, measured: Any, expected: Any, passed, source: str = "") -> Claim:
+    """A check of the run itself, reported apart from the paper's claims."""
+    return claim(statement, measured, expected, passed, source, kind="sanity")
 
 
 class Workdir:
@@ -73,10 +90,14 @@ class Workdir:
         np.savez_compressed(file, **merged)
 
     def write_summary(self, claims: list[Claim], **extra: Any) -> dict[str, Any]:
+        paper = [c for c in claims if c.kind == "paper"]
+        checks = [c for c in claims if c.kind == "sanity"]
         summary = {
-                "claims": [dict(dataclasses.asdict(c), verdict=c.verdict) for c in claims],
-                "reproduced": sum(c.passed for c in claims),
-                "total": len(claims),
+                "claims": [dict(dataclasses.asdict(c), verdict=c.verdict) for c in paper],
+                "reproduced": sum(c.passed for c in paper),
+                "total": len(paper),
+                "sanity_checks": [dict(dataclasses.asdict(c), verdict=c.verdict) for c in checks],
+                "sanity_passed": sum(c.passed for c in checks),
                 **extra,
         }
         summary = _jsonable(summary)
@@ -112,14 +133,21 @@ class Workdir:
 
 
 def format_claims(claims: list[Claim]) -> str:
-    """A terminal table: verdict, claim, measured vs expected."""
+    """A terminal table: verdict, claim, measured vs expected; the paper's claims first, the
+    run's sanity checks after them, each with its own count."""
     lines = []
-    for c in claims:
-        mark = "ok " if c.passed else "NO "
-        lines.append(f"  [{mark}] {c.claim}\n         measured {_short(c.measured)}; "
-                                  f"expected {_short(c.expected)}")
-    passed = sum(c.passed for c in claims)
-    lines.append(f"  {passed}/{len(claims)} claims reproduced")
+    for kind, title, tally in (("paper", None, "claims reproduced"),
+                               ("sanity", "  sanity checks of the runs:", "sanity checks passed")):
+        chosen = [c for c in claims if c.kind == kind]
+        if not chosen and kind == "sanity":
+            continue
+        if title:
+            lines.append(title)
+        for c in chosen:
+            mark = "ok " if c.passed else "NO "
+            lines.append(f"  [{mark}] {c.claim}\n         measured {_short(c.measured)}; "
+                         f"expected {_short(c.expected)}")
+        lines.append(f"  {sum(c.passed for c in chosen)}/{len(chosen)} {tally}")
     return "\n".join(lines)
 
 
