@@ -1,42 +1,436 @@
-"""What every experiment CLI shares: --config/--workdir flags, validation, records, errors.
+"""What every experiment CLI shares: config loading and overrides, validation, the workdir
+policy, interruptions, resume and provenance. A paper's CLI is `cli.run(experiment)`, where
+`experiment` is the paper's experiment module (`default_config()`, `validate(cfg)`,
+`run(cfg, workdir)`, `needs_x64(cfg)`).
 
-A paper's CLI is `cli.run(experiment)`, where `experiment` is the paper's experiment module with
-`validate(cfg)`, `run(cfg, workdir)` and `needs_x64(cfg)`.
+    python -m experiments.<paper> --config=configs/<file>.py[:variant] [--config.a.b=value ...]
+        [--workdir=DIR] [--overwrite | --resume] [--checkpoint_seconds=S] [--host_devices=N]
+    python -m experiments.<paper> --config=runs/<name>/<time>/config.json   # rerun a record
+    python -m experiments.<paper> --workdir=runs/<name>/<time> --resume      # continue a run
+
+`--config.a.b=value` sets a field (its value is read as the field's type; lists and dicts as
+Python literals). Overriding a swept field fixes it and removes its sweep axis (said in one
+line); `--config.sweep.a.b=[v1,v2]` sets a sweep axis. A field that the config's `variants` set
+cannot be overridden: change `--config.variants` instead.
+
+Every mistake ends the command with one sentence on stderr and exit status 2, before anything
+is created. Ctrl-C or SIGTERM stops a training run at its next chunk boundary, with a checkpoint,
+the records so far, and a line saying how to resume (exit status 130).
 """
 
-import logging
+from __future__ import annotations
 
-import jax
-from absl import app, flags
-from ml_collections import config_flags
+import ast
+import contextlib
+import datetime
+import difflib
+import importlib.metadata
+import importlib.util
+import json
+import logging
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+import traceback
+from typing import Any
+
+import ml_collections
+from absl import flags
 
 from experiments import host
 from landscape import config as config_lib
 from landscape import records, training
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Config file (configs/*.py[:variant]).")
-_WORKDIR = flags.DEFINE_string("workdir", None, "Output folder (default runs/<name>/<time>/).")
-flags.mark_flags_as_required(["config"])
+FLAGS = flags.FLAGS
+_CONFIG = flags.DEFINE_string(
+    "config", None, "configs/<file>.py[:variant], or a workdir's config.json to rerun it.")
+_WORKDIR = flags.DEFINE_string("workdir", None, "Output folder (default runs/<name>/<UTC time>/).")
+_OVERWRITE = flags.DEFINE_bool("overwrite", False, "Remove the workdir's earlier records first.")
+_RESUME = flags.DEFINE_bool("resume", False, "Continue the run recorded in --workdir from its "
+                            "latest checkpoint (--config may then be left out).")
+_CHECKPOINT_SECONDS = flags.DEFINE_float(
+    "checkpoint_seconds", 60.0, "Save the training state at least this often (at chunk "
+    "boundaries; also when a program ends or is stopped).", lower_bound=0.0)
+
+PACKAGES = ("jax", "jaxlib", "flax", "optax", "chex", "numpy", "ml_collections", "absl-py",
+            "diffrax", "orbax-checkpoint", "matplotlib")
+EXIT_USAGE, EXIT_FAILED, EXIT_INTERRUPTED = 2, 1, 130
+
+
+class UsageError(ValueError):
+    """A mistake in the command: one sentence, exit status 2."""
 
 
 def run(experiment) -> None:
-    def main(argv):
-        del argv
-        host.use_host_devices(host.HOST_DEVICES.value)  # first: before the backends start
-        host.tune_allocator()
-        logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)  # no "no TPU" notice
-        cfg = _CONFIG.value
-        if experiment.needs_x64(cfg):
-            jax.config.update("jax_enable_x64", True)
-        try:
-            experiment.validate(cfg)  # before anything compiles or any folder is made
-        except config_lib.ConfigError as error:
-            raise app.UsageError(str(error)) from None
-        workdir = (records.Workdir(_WORKDIR.value) if _WORKDIR.value
-                   else records.Workdir.new(cfg.name))
+    """The entry point of `python -m experiments.<paper>`."""
+    sys.exit(main(experiment, sys.argv))
+
+
+def main(experiment, argv: list[str]) -> int:
+    """Run the CLI on `argv` (argv[0] is the program) in this process; returns the exit status."""
+    started = time.perf_counter()
+    try:
+        overrides, rest = _split_overrides(argv[1:])
+        if {"--help", "-h", "--helpshort", "--helpfull"} & set(rest):
+            print(_help(experiment))
+            return 0
+        _parse_flags([argv[0]] + rest)
+        cfg, workdir_path = _resolve(experiment, overrides)
+    except (UsageError, config_lib.ConfigError, records.WorkdirError) as error:
+        return _fail(str(error), EXIT_USAGE)
+    validated = time.perf_counter() - started
+
+    _start_backend(experiment, cfg)
+    workdir = records.Workdir.open(workdir_path, overwrite=_OVERWRITE.value,
+                                   resume=_RESUME.value,
+                                   checkpoint_seconds=_CHECKPOINT_SECONDS.value)
+    workdir.provenance = provenance(argv, validation_seconds=validated)
+    resume_line = (f"python -m experiments.{_paper(experiment)} --workdir={workdir.path} "
+                   "--resume")
+    training.clear_stop()
+    with _stop_on_signals():
         try:
             experiment.run(cfg, workdir)
+        except training.Interrupted as stop:
+            workdir.write_status("interrupted", step=stop.step, resume=resume_line)
+            return _fail(f"Interrupted at step {stop.step}: the records so far and a checkpoint "
+                         f"are in {workdir.path}; resume with: {resume_line}", EXIT_INTERRUPTED)
+        except KeyboardInterrupt:
+            workdir.write_status("interrupted", step=None, resume=resume_line)
+            return _fail(f"Interrupted: the records so far are in {workdir.path}; resume with: "
+                         f"{resume_line}", EXIT_INTERRUPTED)
         except training.NonFiniteLossError as error:
-            raise SystemExit(f"Stopped: {error}") from None
+            workdir.write_status("stopped at a non-finite loss", step=error.step,
+                                 message=str(error))
+            return _fail(f"Stopped: {error}", EXIT_FAILED)
+        except config_lib.ConfigError as error:      # e.g. XLA's memory analysis after compiling
+            workdir.write_status("failed", message=str(error))
+            return _fail(str(error), EXIT_USAGE)
+        except Exception as error:                    # a bug: keep the traceback for its report
+            workdir.write_status("failed", message=f"{type(error).__name__}: {error}")
+            if "RESOURCE_EXHAUSTED" in str(error):
+                return _fail(f"XLA ran out of memory ({str(error).splitlines()[0][:200]}); "
+                             f"records so far are in {workdir.path}.", EXIT_FAILED)
+            raise
+    return 0
 
-    app.run(main)
+
+# ----------------------------------------------------------------------------- the command line
+
+
+def _split_overrides(args: list[str]) -> tuple[list[tuple[str, str]], list[str]]:
+    """(--config.a.b=value pairs as ("a.b", "value"), the other arguments)."""
+    overrides, rest, i = [], [], 0
+    while i < len(args):
+        arg = args[i]
+        if arg.startswith("--config."):
+            name, eq, value = arg[len("--config."):].partition("=")
+            if not eq:
+                if i + 1 >= len(args):
+                    raise UsageError(f"--config.{name} needs a value: --config.{name}=VALUE.")
+                value, i = args[i + 1], i + 1
+            if not name:
+                raise UsageError(f"{arg}: name a field, e.g. --config.train.num_steps=200.")
+            overrides.append((name, value))
+        else:
+            rest.append(arg)
+        i += 1
+    return overrides, rest
+
+
+def _parse_flags(argv: list[str]) -> None:
+    FLAGS.unparse_flags()
+    try:
+        extra = FLAGS(argv)
+    except flags.Error as error:
+        raise UsageError(f"{error}.".replace("..", ".")) from None
+    if len(extra) > 1:
+        raise UsageError(f"unexpected argument {extra[1]!r}: flags are --name=value.")
+
+
+def _help(experiment) -> str:
+    module = sys.modules.get(f"experiments.{_paper(experiment)}")
+    ours = [_CONFIG, _WORKDIR, _OVERWRITE, _RESUME, _CHECKPOINT_SECONDS, host.HOST_DEVICES]
+    lines = [(module.__doc__ or "").strip(), "", __doc__.strip(), "", "flags:"]
+    lines += [f"  --{f.name}: {f.help}" for f in ours]
+    return "\n".join(lines)
+
+
+def _paper(experiment) -> str:
+    return experiment.__name__.split(".")[1]
+
+
+def _fail(message: str, status: int) -> int:
+    sys.stdout.flush()
+    print(" ".join(message.split()), file=sys.stderr)
+    return status
+
+
+# ----------------------------------------------------------------------------- the config
+
+
+def _resolve(experiment, overrides) -> tuple[ml_collections.ConfigDict, pathlib.Path]:
+    """The validated config and the workdir path, creating nothing."""
+    resume, workdir = _RESUME.value, _WORKDIR.value
+    if resume and not workdir:
+        raise UsageError("--resume needs --workdir: the folder of the run to continue.")
+    stored = None
+    if resume:
+        records.check_path(workdir, overwrite=_OVERWRITE.value, resume=True)
+        stored = records.load_config_json(pathlib.Path(workdir) / "config.json")
+    if _CONFIG.value is None and stored is None:
+        raise UsageError("--config is required, e.g. --config=configs/syn_small.py "
+                         "(or --workdir=DIR --resume to continue a recorded run).")
+    data = load_config(_CONFIG.value) if _CONFIG.value is not None else stored
+    schema = config_lib.flatten(experiment.default_config())
+    notes = apply_overrides(data, overrides, schema)
+    cfg = ml_collections.ConfigDict(data)
+    experiment.validate(cfg)
+    if stored is not None:
+        _require_same_config(stored, cfg.to_dict(), workdir)
+    path = pathlib.Path(workdir) if workdir else records.new_path(cfg.name)
+    records.check_path(path, overwrite=_OVERWRITE.value, resume=resume)
+    for note in notes:
+        print(note)
+    return cfg, path
+
+
+def load_config(spec: str) -> dict[str, Any]:
+    """A config as a plain dict from `configs/<file>.py[:variant]` or a workdir's config.json."""
+    path, _, variant = spec.partition(":")
+    file = pathlib.Path(path)
+    if not file.is_file():
+        raise UsageError(f"--config={spec}: no config file {path}"
+                         f"{'' if file.suffix in ('.py', '.json') else ' (a .py or .json file)'}.")
+    if file.suffix == ".json":
+        if variant:
+            raise UsageError(f"--config={spec}: a config.json has no variants.")
+        try:
+            return records.load_config_json(file)
+        except (ValueError, OSError) as error:
+            raise UsageError(f"--config={spec}: cannot read it as a config ({error}).") from None
+    module = _import_file(file)
+    get_config = getattr(module, "get_config", None)
+    if not callable(get_config):
+        raise UsageError(f"{path} has no get_config() function.")
+    try:
+        cfg = get_config(variant) if variant else get_config()
+    except TypeError as error:
+        if variant and "positional argument" in str(error):
+            raise UsageError(f"--config={spec}: {path} has no variants.") from None
+        raise UsageError(_where(error, file)) from None
+    except Exception as error:
+        raise UsageError(_where(error, file, spec)) from None
+    return cfg.to_dict() if hasattr(cfg, "to_dict") else dict(cfg)
+
+
+def _import_file(file: pathlib.Path):
+    name = f"_config_{abs(hash(str(file.resolve())))}"
+    spec = importlib.util.spec_from_file_location(name, file)
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except SyntaxError as error:
+        raise UsageError(f"{file}:{error.lineno}: SyntaxError: {error.msg}.") from None
+    except Exception as error:
+        raise UsageError(_where(error, file)) from None
+    return module
+
+
+def _where(error: Exception, file: pathlib.Path, spec: str | None = None) -> str:
+    """`<file>:<line>: <Error>: <message>` at the innermost frame inside `file`."""
+    line = None
+    for frame in traceback.extract_tb(error.__traceback__):
+        if pathlib.Path(frame.filename).resolve() == file.resolve():
+            line = frame.lineno
+    if isinstance(error, ValueError) and spec and ":" in spec:   # e.g. an unknown variant
+        return f"--config={spec}: {error}"
+    where = f"{file}:{line}" if line else str(file)
+    return f"{where}: {type(error).__name__}: {error}"
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[tuple[str, str]],
+                    schema: dict[str, Any]) -> list[str]:
+    """Set each `field=text` of `overrides` in the nested dict `data`. Returns notes for the
+    user (a sweep axis replaced). Raises ConfigError for an unknown field or a field the
+    config's variants set."""
+    notes = []
+    for field, text in overrides:
+        if field == "sweep" or field.startswith("sweep."):
+            target = field[len("sweep."):]
+            if target and target not in schema:
+                raise _unknown(target, schema, prefix="sweep.")
+            value = _literal(text)
+            if target:
+                _set(data, field, value)
+            else:
+                data["sweep"] = value
+            continue
+        if field not in schema:
+            groups = {k.rsplit(".", i)[0] for k in schema for i in range(1, k.count(".") + 1)}
+            if field in groups:
+                raise config_lib.ConfigError(
+                    f"config.{field} is a group of fields: set them one by one, e.g. "
+                    f"--config.{next(k for k in schema if k.startswith(field + '.'))}=...")
+            raise _unknown(field, schema)
+        for variant in data.get("variants") or []:
+            if isinstance(variant, dict) and field in config_lib.flatten(variant):
+                raise config_lib.ConfigError(
+                    f"config.{field} is set by this config's variants, which would override "
+                    "the command line: change --config.variants instead.")
+        current = _get(data, field)
+        value = _parse_value(text, current if current is not None else schema[field])
+        _set(data, field, value)
+        swept = config_lib.flatten(data.get("sweep") or {})
+        if field in swept:
+            _drop_sweep_axis(data, field)
+            notes.append(f"note: --config.{field} replaces the sweep over {field} "
+                         f"({swept[field]}) with the single value {value!r}.")
+    return notes
+
+
+def _unknown(field: str, schema: dict[str, Any], prefix: str = "") -> config_lib.ConfigError:
+    close = difflib.get_close_matches(field, list(schema), n=1)
+    hint = f" Did you mean config.{prefix}{close[0]}?" if close else ""
+    return config_lib.ConfigError(f"config.{prefix}{field} is not a known field.{hint}")
+
+
+def _parse_value(text: str, like: Any) -> Any:
+    """`text` read as the type of `like` (the field's current value); validation then checks
+    the result's type and range, so a wrong type gets the field's own sentence."""
+    if isinstance(like, bool):
+        lowered = text.strip().lower()
+        if lowered in ("true", "1", "yes"):
+            return True
+        if lowered in ("false", "0", "no"):
+            return False
+        return text
+    value = _literal(text)
+    if isinstance(like, str):
+        return value if isinstance(value, str) else text
+    if isinstance(like, float) and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)           # a float field given 1 means 1.0
+    return value
+
+
+def _literal(text: str) -> Any:
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return text
+
+
+def _get(data: dict, field: str) -> Any:
+    for part in field.split("."):
+        data = data.get(part) if isinstance(data, dict) else None
+    return data
+
+
+def _set(data: dict, field: str, value: Any) -> None:
+    *groups, name = field.split(".")
+    for part in groups:
+        if not isinstance(data.get(part), dict):
+            data[part] = {}
+        data = data[part]
+    data[name] = value
+
+
+def _drop_sweep_axis(data: dict, field: str) -> None:
+    path = field.split(".")
+    chain = [data["sweep"]]
+    for part in path[:-1]:
+        chain.append(chain[-1][part])
+    del chain[-1][path[-1]]
+    for group, part in zip(reversed(chain[:-1]), reversed(path[:-1])):  # drop emptied groups
+        if not group[part]:
+            del group[part]
+
+
+def _require_same_config(stored: dict, given: dict, workdir: str) -> None:
+    a = config_lib.flatten(json.loads(json.dumps(records._jsonable(stored))))
+    b = config_lib.flatten(json.loads(json.dumps(records._jsonable(given))))
+    for field in sorted(set(a) | set(b)):
+        if a.get(field) != b.get(field):
+            raise records.WorkdirError(
+                f"--resume: config.{field} = {b.get(field)!r} differs from the run in {workdir} "
+                f"({a.get(field)!r}); resume with its own config, or start over with "
+                "--overwrite.")
+
+
+# ----------------------------------------------------------------------------- the process
+
+
+def _start_backend(experiment, cfg) -> None:
+    try:
+        host.use_host_devices(host.HOST_DEVICES.value)  # first: before the backends start
+    except RuntimeError:
+        pass                     # in-process use (tests): the backend is already up as it is
+    host.tune_allocator()
+    logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)  # no "no TPU" notice
+    logging.getLogger("absl").setLevel(logging.WARNING)                 # orbax's INFO lines
+    if experiment.needs_x64(cfg):
+        import jax
+        jax.config.update("jax_enable_x64", True)
+
+
+@contextlib.contextmanager
+def _stop_on_signals():
+    """First Ctrl-C / SIGTERM: stop training at the next chunk boundary (outside a training
+    loop: at once); a second one: at once."""
+    asked = []
+
+    def handler(signum, frame):
+        if asked or not training.request_stop():
+            raise KeyboardInterrupt
+        asked.append(signum)
+        print(f"\n{signal.Signals(signum).name}: stopping at the next chunk boundary "
+              "(again to stop at once)", file=sys.stderr, flush=True)
+
+    previous = {}
+    try:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.signal(sig, handler)
+    except ValueError:           # not the main thread: leave signals alone
+        pass
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+        training.clear_stop()
+
+
+def provenance(argv: list[str], **extra: Any) -> dict[str, Any]:
+    """What ran a config: the command, package versions, the git commit, backend and devices."""
+    import jax
+    versions = {}
+    for name in PACKAGES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    root = pathlib.Path(__file__).resolve().parent.parent
+    return dict(
+        command=" ".join(["python -m experiments." + pathlib.Path(argv[0]).stem
+                          if argv[0].endswith(".py") else argv[0]] + list(argv[1:])),
+        time=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        python=sys.version.split()[0], packages=versions, git=_git(root),
+        backend=jax.default_backend(), device_count=jax.device_count(),
+        devices=sorted({d.device_kind for d in jax.devices()}), cwd=os.getcwd(), **extra)
+
+
+def _git(root: pathlib.Path) -> dict[str, Any] | None:
+    try:
+        commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
+                                text=True, timeout=5)
+        if commit.returncode:
+            return None
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain",
+                                "--untracked-files=no"], capture_output=True, text=True,
+                               timeout=5).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return {"commit": commit.stdout.strip(), "dirty": bool(dirty)}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import pathlib
 from typing import Sequence
 
@@ -54,7 +55,11 @@ def mean_and_band(ax, x: np.ndarray, runs_by_x: np.ndarray, *, label: str, color
 
 
 def save(fig, path: str | pathlib.Path) -> pathlib.Path:
+    """Write the figure atomically (a temporary file, then a rename) and close it."""
+    path = pathlib.Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
     fig.tight_layout()
-    fig.savefig(path)
+    fig.savefig(tmp, format=path.suffix.lstrip(".") or "png")
     plt.close(fig)
-    return pathlib.Path(path)
+    os.replace(tmp, path)
+    return path

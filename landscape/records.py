@@ -9,12 +9,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import datetime
 import json
 import math
+import os
 import pathlib
+import shutil
 from typing import Any
 
 import numpy as np
@@ -56,43 +59,89 @@ def sanity(statement: str, measured: Any, expected: Any, passed, source: str = "
     return claim(statement, measured, expected, passed, source, kind="sanity")
 
 
-class Workdir:
-    """Creates and writes the files of one experiment run."""
+RECORD_FILES = ("config.json", "metrics.jsonl", "arrays.npz", "summary.json")
 
-    def __init__(self, path: str | pathlib.Path):
+
+class WorkdirError(ValueError):
+    """A workdir cannot be used as asked (a file, not writable, or holding earlier records)."""
+
+
+class Workdir:
+    """Creates and writes the files of one experiment run.
+
+    Every file but metrics.jsonl is written atomically (a temporary file, then a rename), so a
+    killed run never leaves a half-written record; metrics.jsonl is appended a chunk at a time
+    and cut back to the last checkpoint on resume (`truncate_metrics`).
+    """
+
+    def __init__(self, path: str | pathlib.Path, checkpoint_seconds: float = 60.0):
         self.path = pathlib.Path(path)
         (self.path / "figures").mkdir(parents=True, exist_ok=True)
+        self.checkpoint_seconds = checkpoint_seconds   # training state saved at least this often
+        self.provenance: dict[str, Any] | None = None  # what ran it (command, versions, git, ...)
+        self._checkpoints_opened = 0
 
     @classmethod
     def new(cls, name: str, root: str | pathlib.Path = "runs") -> "Workdir":
         """runs/<name>/<UTC time>/ (a suffix keeps two runs in the same second apart)."""
-        stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
-        path = pathlib.Path(root) / name / stamp
-        suffix = 1
-        while path.exists():
-            path, suffix = pathlib.Path(root) / name / f"{stamp}-{suffix}", suffix + 1
-        return cls(path)
+        return cls(new_path(name, root))
 
-    def write_config(self, config: Any) -> None:
+    @classmethod
+    def open(cls, path: str | pathlib.Path, *, overwrite: bool = False, resume: bool = False,
+             checkpoint_seconds: float = 60.0) -> "Workdir":
+        """The workdir at `path` under the workdir policy (`check_path`): a folder with earlier
+        records is refused unless `overwrite` (its records are removed first) or `resume` (they
+        are kept, and metrics.jsonl is cut back to the latest checkpoint)."""
+        path = pathlib.Path(path)
+        check_path(path, overwrite=overwrite, resume=resume)
+        if overwrite:
+            remove_records(path)
+        workdir = cls(path, checkpoint_seconds)
+        if resume:
+            workdir.truncate_metrics(latest_checkpoint_metrics_bytes(path))
+        return workdir
+
+    # ------------------------------------------------------------------ records
+
+    def write_config(self, config: Any, provenance: dict[str, Any] | None = None) -> None:
+        """config.json: the resolved config, plus (under "provenance") what ran it. A config.json
+        is itself a config: `--config=<workdir>/config.json` reruns it (`load_config_json`)."""
         data = config.to_dict() if hasattr(config, "to_dict") else dict(config)
+        provenance = provenance or self.provenance
+        if provenance:
+            data = dict(data, provenance=provenance)
         self._write_json("config.json", data)
 
     def append_metrics(self, rows: list[dict[str, Any]]) -> None:
-        with open(self.path / "metrics.jsonl", "a") as f:
-            for row in rows:
-                f.write(json.dumps(_jsonable(row)) + "\n")
+        text = "".join(json.dumps(_jsonable(row)) + "\n" for row in rows)
+        with open(self.path / "metrics.jsonl", "a") as f:   # one write per chunk of rows
+            f.write(text)
+            f.flush()
+
+    def metrics_bytes(self) -> int:
+        file = self.path / "metrics.jsonl"
+        return file.stat().st_size if file.exists() else 0
+
+    def truncate_metrics(self, size: int) -> None:
+        """Keep the first `size` bytes of metrics.jsonl (the rows up to a checkpoint)."""
+        file = self.path / "metrics.jsonl"
+        if file.exists() and file.stat().st_size > size:
+            with open(file, "r+") as f:
+                f.truncate(size)
 
     def save_arrays(self, **arrays: Any) -> None:
-        """Write arrays.npz, keeping arrays saved earlier under other names."""
+        """Write arrays.npz, keeping arrays saved earlier (in this run) under other names."""
         file = self.path / "arrays.npz"
         merged = dict(np.load(file)) if file.exists() else {}
         merged.update({k: np.asarray(v) for k, v in arrays.items()})
-        np.savez_compressed(file, **merged)
+        with _atomic(file, "wb") as f:
+            np.savez_compressed(f, **merged)
 
     def write_summary(self, claims: list[Claim], **extra: Any) -> dict[str, Any]:
         paper = [c for c in claims if c.kind == "paper"]
         checks = [c for c in claims if c.kind == "sanity"]
         summary = {
+                "status": "complete",
                 "claims": [dict(dataclasses.asdict(c), verdict=c.verdict) for c in paper],
                 "reproduced": sum(c.passed for c in paper),
                 "total": len(paper),
@@ -104,12 +153,19 @@ class Workdir:
         self._write_json("summary.json", summary)
         return summary
 
+    def write_status(self, status: str, **extra: Any) -> dict[str, Any]:
+        """summary.json of a run that did not complete: its status ("interrupted",
+        "stopped at a non-finite loss", "failed") and where (step, message, how to resume)."""
+        summary = _jsonable({"status": status, **extra})
+        self._write_json("summary.json", summary)
+        return summary
+
     def save_table(self, name: str, rows: list[dict[str, Any]]) -> pathlib.Path:
         """<name>.csv, one row per dict (columns: the union of keys, in first-seen order), for
         `pandas.read_csv`; nested values are written as JSON."""
         columns = list(dict.fromkeys(key for row in rows for key in row))
         path = self.path / f"{name}.csv"
-        with open(path, "w", newline="") as f:
+        with _atomic(path, "w", newline="") as f:
             writer = csv.DictWriter(f, columns)
             writer.writeheader()
             for row in rows:
@@ -120,16 +176,169 @@ class Workdir:
     def write_text(self, name: str, text: str) -> pathlib.Path:
         """A plain-text report next to the records (e.g. Hessian descriptions)."""
         path = self.path / name
-        path.write_text(text + "\n")
+        with _atomic(path, "w") as f:
+            f.write(text + "\n")
         return path
 
     def figure_path(self, name: str) -> pathlib.Path:
         return self.path / "figures" / f"{name}.png"
 
+    def next_checkpoint(self) -> "Checkpoint":
+        """The checkpoint of the next training program of this run (cell0, cell1, ... in the
+        order the experiment trains them, which a resumed run repeats)."""
+        index, self._checkpoints_opened = self._checkpoints_opened, self._checkpoints_opened + 1
+        return Checkpoint(self.path / "checkpoints" / f"cell{index}")
+
     def _write_json(self, name: str, data: Any) -> None:
-        with open(self.path / name, "w") as f:
+        with _atomic(self.path / name, "w") as f:
             json.dump(_jsonable(data), f, indent=2)
             f.write("\n")
+
+
+def new_path(name: str, root: str | pathlib.Path = "runs") -> pathlib.Path:
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
+    path = pathlib.Path(root) / name / stamp
+    suffix = 1
+    while path.exists():
+        path, suffix = pathlib.Path(root) / name / f"{stamp}-{suffix}", suffix + 1
+    return path
+
+
+def has_records(path: str | pathlib.Path) -> bool:
+    path = pathlib.Path(path)
+    return path.is_dir() and any((path / name).exists() for name in RECORD_FILES)
+
+
+def check_path(path: str | pathlib.Path, *, overwrite: bool = False, resume: bool = False) -> None:
+    """Raise WorkdirError (one sentence) unless `path` can take this run's records, creating
+    nothing: it must not be a file, its first existing ancestor must be writable, and a folder
+    with earlier records needs `overwrite` or `resume` (and `resume` needs such a folder)."""
+    path = pathlib.Path(path)
+    if overwrite and resume:
+        raise WorkdirError("--overwrite and --resume exclude each other: pick one.")
+    if path.exists() and not path.is_dir():
+        raise WorkdirError(f"--workdir={path} is a file, not a folder: give a folder path.")
+    existing = path
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise WorkdirError(f"--workdir={path} lies under the file {existing}: give a folder path.")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise WorkdirError(f"--workdir={path} cannot be written ({existing} is not writable).")
+    if resume and not has_records(path):
+        raise WorkdirError(f"--resume: {path} holds no records of an earlier run to resume.")
+    if has_records(path) and not (overwrite or resume):
+        raise WorkdirError(f"--workdir={path} already holds the records of an earlier run: pass "
+                           "--resume to continue it or --overwrite to start over.")
+
+
+def remove_records(path: str | pathlib.Path) -> None:
+    """Remove what a run writes into `path` (record files, tables, reports, figures,
+    checkpoints), leaving any other file alone."""
+    path = pathlib.Path(path)
+    if not path.is_dir():
+        return
+    for child in path.iterdir():
+        if child.is_dir() and child.name in ("figures", "checkpoints"):
+            shutil.rmtree(child)
+        elif child.is_file() and (child.name in RECORD_FILES
+                                  or child.suffix in (".csv", ".txt", ".tmp")):
+            child.unlink()
+
+
+def load_config_json(path: str | pathlib.Path) -> dict[str, Any]:
+    """The config stored in a workdir's config.json, without its provenance."""
+    with open(path) as f:
+        data = json.load(f)
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} does not hold a config (a JSON object).")
+    data.pop("provenance", None)
+    return data
+
+
+@contextlib.contextmanager
+def _atomic(path: pathlib.Path, mode: str, **kwargs):
+    """Open a temporary file beside `path`; rename it onto `path` once written."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        with open(tmp, mode, **kwargs) as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+# ----------------------------------------------------------------------------- checkpoints
+
+
+class Checkpoint:
+    """The latest training state of one program, for `--resume` (orbax, keeping only the latest).
+
+    A save holds the device state (params, optimizer state, data keys) through orbax, and beside
+    it `host-<step>.npz`: what the host had recorded so far (losses, metrics, snapshots), the
+    size of metrics.jsonl at that point, and whether the program had finished.
+    """
+
+    def __init__(self, path: pathlib.Path):
+        self.path = pathlib.Path(path)
+        self._manager = None
+
+    def _orbax(self):
+        if self._manager is None:
+            import orbax.checkpoint as ocp    # here: importing orbax costs ~0.5 s
+            self._manager = ocp.CheckpointManager(
+                self.path.absolute(), options=ocp.CheckpointManagerOptions(
+                    max_to_keep=1, enable_async_checkpointing=False))
+        return self._manager
+
+    def latest_step(self) -> int | None:
+        steps = _host_steps(self.path)
+        return steps[-1] if steps else None
+
+    def save(self, step: int, state: Any, host: dict[str, np.ndarray]) -> None:
+        import orbax.checkpoint as ocp
+        self.path.mkdir(parents=True, exist_ok=True)
+        with _atomic(self.path / f"host-{step}.npz", "wb") as f:
+            np.savez(f, **host)
+        self._orbax().save(step, args=ocp.args.StandardSave(state), force=True)
+        self._orbax().wait_until_finished()
+        for old in _host_steps(self.path)[:-1]:
+            if old != step:
+                (self.path / f"host-{old}.npz").unlink()
+
+    def restore(self, template: Any) -> tuple[int, Any, dict[str, np.ndarray]]:
+        """(step, state shaped like `template` (numpy arrays), host arrays) of the latest save."""
+        import orbax.checkpoint as ocp
+        steps = [s for s in _host_steps(self.path) if s in set(self._orbax().all_steps())]
+        if not steps:
+            raise FileNotFoundError(f"no complete checkpoint in {self.path}")
+        step = steps[-1]
+        state = self._orbax().restore(step, args=ocp.args.StandardRestore(template))
+        with np.load(self.path / f"host-{step}.npz") as host:
+            return step, state, dict(host)
+
+
+def _host_steps(path: pathlib.Path) -> list[int]:
+    if not path.is_dir():
+        return []
+    return sorted(int(f.stem.split("-")[1]) for f in path.glob("host-*.npz"))
+
+
+def latest_checkpoint_metrics_bytes(path: str | pathlib.Path) -> int:
+    """Size of metrics.jsonl at the newest checkpoint of a workdir (0 without one): rows past it
+    belong to work a resumed run redoes."""
+    root = pathlib.Path(path) / "checkpoints"
+    cells = sorted((int(c.name[4:]), c) for c in root.glob("cell*") if c.name[4:].isdigit()) \
+        if root.is_dir() else []
+    for _, cell in reversed(cells):
+        steps = _host_steps(cell)
+        if steps:
+            with np.load(cell / f"host-{steps[-1]}.npz") as host:
+                return int(host["metrics_bytes"])
+    return 0
 
 
 def format_claims(claims: list[Claim]) -> str:

@@ -86,8 +86,9 @@ def run(problem: training.Problem, optim, base_hparams: Mapping[str, float], gri
         raise ValueError(f"sweep axes {sorted(unknown)} are not hyperparameters of this problem "
                                           f"(known: {sorted(base_hparams)}).")
     swept, seeds = grid.flat()
-    hparams = {k: np.asarray(swept.get(k, np.full(len(seeds), v)), dtype)
-                          for k, v in base_hparams.items()}
+    hparams = {k: np.asarray(swept.get(k, np.full(len(seeds), v)), np.float64)
+               for k, v in base_hparams.items()}   # traced in `dtype`, recorded as given
+    train_kwargs["hparam_dtype"] = dtype
     devices = list(jax.devices() if devices is None else devices)
     if grid.size == 1:     # one run: its batch over the devices, where the problem allows it
         split = training.batch_devices(problem, devices)
@@ -107,4 +108,4 @@ def run_cell(problem: training.Problem, cell, traced: Sequence[str], grid: Grid,
     return run(problem, cell.optim, base, grid, dtype=np.dtype(cell.train.dtype),
                num_steps=cell.train.num_steps, log_every=cell.train.log_every,
                on_nonfinite=cell.train.on_nonfinite, progress=progress, workdir=workdir,
-               record_tags={k: str(v) for k, v in fields.items()})
+               record_tags=dict(fields))

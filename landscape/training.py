@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+import threading
 import time
 from typing import Any, Callable, NamedTuple
 
@@ -175,6 +176,34 @@ class TrainState(NamedTuple):
 class NonFiniteLossError(FloatingPointError):
     """A run's loss became NaN or infinite; the records up to that chunk were written."""
 
+    def __init__(self, message: str, step: int):
+        super().__init__(message)
+        self.step = step
+
+
+class Interrupted(Exception):
+    """Training stopped at a chunk boundary on request (`request_stop`, e.g. Ctrl-C or SIGTERM);
+    the records so far and a checkpoint were written, so `--resume` continues from `step`."""
+
+    def __init__(self, message: str, step: int):
+        super().__init__(message)
+        self.step = step
+
+
+_stop = threading.Event()
+_in_loop = threading.Event()
+
+
+def request_stop() -> bool:
+    """Ask a running `train` to stop at its next chunk boundary. Returns False when no training
+    loop is running (nothing would see the request; the caller should stop at once instead)."""
+    _stop.set()
+    return _in_loop.is_set()
+
+
+def clear_stop() -> None:
+    _stop.clear()
+
 
 @dataclasses.dataclass
 class RunResult:
@@ -196,22 +225,30 @@ class RunResult:
 
 
 def train(problem: Problem, optim: ml_collections.ConfigDict, hparams: dict[str, Any],
-                    seeds: Any, *, num_steps: int, log_every: int, chunk_steps: int | None = None,
-                    sharding: jax.sharding.Sharding | None = None,
-                    batch_over: list | None = None, on_nonfinite: str = "stop",
-                    progress: Callable[[str], None] | None = print, workdir=None,
-          record_tags: dict[str, Any] | None = None) -> RunResult:
+          seeds: Any, *, num_steps: int, log_every: int, chunk_steps: int | None = None,
+          sharding: jax.sharding.Sharding | None = None,
+          batch_over: list | None = None, on_nonfinite: str = "stop",
+          progress: Callable[[str], None] | None = print, workdir=None,
+          record_tags: dict[str, Any] | None = None, hparam_dtype=None) -> RunResult:
     """Train R runs at once (R = len(seeds)); hparams maps names to arrays of shape (R,).
 
     The run's key is `jax.random.key(seed)`, split into an init key and a data key, so runs with the
     same seed share initial weights and batches across a grid (common random numbers).
     `log_every` is the snapshot cadence; `chunk_steps` (a multiple of it) the cadence of progress
-    output, non-finite checks and streamed records. `on_nonfinite`: "stop" raises
-    `NonFiniteLossError` naming the step (after writing the records so far to `workdir`); "mark"
-    carries on and reports the first bad step per run in the result. `record_tags` are extra
-    columns for every metrics.jsonl row (e.g. the structural sweep cell). `sharding` spreads
-    the runs over devices; `batch_over` (devices, for a single run of a problem with a
-    `batch_size`; see `batch_devices`) splits each step's batch over them instead.
+    output, non-finite checks, stop requests, checkpoints and streamed records. `on_nonfinite`:
+    "stop" raises `NonFiniteLossError` naming the step (after writing the records so far to
+    `workdir`); "mark" carries on and reports the first bad step per run in the result.
+    `record_tags` are extra columns for every metrics.jsonl row (e.g. the structural sweep cell).
+    `sharding` spreads the runs over devices; `batch_over` (devices, for a single run of a problem
+    with a `batch_size`; see `batch_devices`) splits each step's batch over them instead.
+    `hparam_dtype` is the dtype the hyperparameters are traced in; the result and the records
+    keep the numbers as given (0.35 stays 0.35, not float32's 0.3499999940395355).
+
+    With a `workdir`, the program checkpoints its state (`workdir.next_checkpoint()`) every
+    `workdir.checkpoint_seconds` at a chunk boundary, when it finishes and when it is stopped
+    (`request_stop`, which raises `Interrupted` at the next boundary). A checkpoint already
+    there (a resumed run) is continued from: the same chunks follow, so the numbers are
+    bit-identical to an uninterrupted run's.
     """
     if num_steps % log_every:
         raise ValueError(f"num_steps = {num_steps} must be a multiple of log_every = {log_every}.")
@@ -232,6 +269,9 @@ def train(problem: Problem, optim: ml_collections.ConfigDict, hparams: dict[str,
                              f"{shares} devices.")
         sharding = NamedSharding(Mesh(np.asarray(batch_over), (BATCH_AXIS,)), P())
     hparams = {k: np.asarray(v) for k, v in hparams.items()}
+    given_hparams = dict(hparams)                 # the numbers as given, for records and result
+    if hparam_dtype is not None:
+        hparams = {k: v.astype(hparam_dtype) for k, v in hparams.items()}
     if shares == 1 and sharding is not None:  # pad R to a multiple of the device count
         pad = -num_runs % len(sharding.device_set)
         hparams = {k: np.concatenate([v, np.repeat(v[-1:], pad)]) for k, v in hparams.items()}
@@ -287,42 +327,81 @@ def train(problem: Problem, optim: ml_collections.ConfigDict, hparams: dict[str,
     chunk = chunk.lower(state, jnp.int32(0), hparams).compile()
     compile_seconds = time.perf_counter() - t_start
 
-    losses, metrics, snaps = [], [], [jax.tree.map(lambda x: np.asarray(x)[:, None], first_snapshot)]
+    losses, metrics = [], []
+    snaps = [jax.tree.map(lambda x: np.asarray(x)[:, None], first_snapshot)]
     first_bad = np.full(len(seeds), -1)
-    recorder = (_Recorder(workdir, hparams, seeds, log_every, num_runs, record_tags or {})
+    recorder = (_Recorder(workdir, given_hparams, seeds, log_every, num_runs, record_tags or {})
                 if workdir else None)
-    if recorder:
-        recorder.write_rows(0, None, snaps[0])
-    t_run = time.perf_counter()
-    for first_step in range(0, num_steps, chunk_len):
-        state, loss, chunk_metrics, chunk_snaps = chunk(state, jnp.int32(first_step), hparams)
-        loss = np.asarray(loss)
-        losses.append(loss)
-        metrics.append(jax.tree.map(np.asarray, chunk_metrics))
-        snaps.append(jax.tree.map(np.asarray, chunk_snaps))
-        bad = ~np.isfinite(loss)
-        newly_bad = bad.any(axis=1) & (first_bad < 0)
-        first_bad[newly_bad] = first_step + bad[newly_bad].argmax(axis=1)
-        done = first_step + chunk_len
-        if recorder:
-            recorder.write_rows(first_step, loss, snaps[-1])
+    checkpoint = workdir.next_checkpoint() if workdir else None
+    start, elapsed = 0, 0.0
+    if checkpoint is not None and checkpoint.latest_step() is not None:   # --resume
+        start, state, host = checkpoint.restore(_saveable(state))
+        state = _device_state(state, sharding)
+        losses, metrics, snaps = [host["losses"]], [_unprefix(host, "metrics/")], \
+            [_unprefix(host, "snapshots/")]
+        first_bad, elapsed = host["first_bad"], float(host["run_seconds"])
         if progress:
-            progress(_progress_line(done, num_steps, loss, first_bad, time.perf_counter() - t_run))
-        if on_nonfinite == "stop" and newly_bad.any():
-            run = int(np.flatnonzero(newly_bad)[0])
-            where = "" if workdir is None else f"; records up to step {done} are in {workdir.path}"
-            setting = ", ".join(f"{k}={float(v[run]):g}" for k, v in hparams.items())
+            progress(f"resumed at step {start}/{num_steps} from {checkpoint.path}")
+    elif recorder:
+        recorder.write_rows(0, None, snaps[0])
+
+    def host_arrays(complete: bool) -> dict[str, np.ndarray]:
+        cat = lambda parts, axis=1: np.concatenate(parts, axis=axis)
+        return {"losses": cat(losses) if losses else np.zeros((len(seeds), 0), np.float32),
+                **{f"metrics/{k}": cat([m[k] for m in metrics]) for k in (metrics[0] if metrics
+                                                                           else {})},
+                **{f"snapshots/{k}": cat([x[k] for x in snaps]) for k in snaps[0]},
+                "first_bad": first_bad, "metrics_bytes": np.int64(workdir.metrics_bytes()),
+                "complete": np.bool_(complete), "compile_seconds": np.float64(compile_seconds),
+                "run_seconds": np.float64(elapsed + time.perf_counter() - t_run)}
+
+    t_run = time.perf_counter()
+    last_save = t_run
+    _in_loop.set()
+    try:
+        for first_step in range(start, num_steps, chunk_len):
+            state, loss, chunk_metrics, chunk_snaps = chunk(state, jnp.int32(first_step), hparams)
+            loss = np.asarray(loss)
+            losses.append(loss)
+            metrics.append(jax.tree.map(np.asarray, chunk_metrics))
+            snaps.append(jax.tree.map(np.asarray, chunk_snaps))
+            bad = ~np.isfinite(loss)
+            newly_bad = bad.any(axis=1) & (first_bad < 0)
+            first_bad[newly_bad] = first_step + bad[newly_bad].argmax(axis=1)
+            newly_bad[num_runs:] = False                      # padding runs are never reported
+            done = first_step + chunk_len
             if recorder:
-                recorder.save_partial(losses, snaps)
-            raise NonFiniteLossError(
-                    f"The loss became non-finite at step {first_bad[run]} in run {run} "
-                    f"(seed {seeds[run]}{', ' + setting if setting else ''}){where}.")
+                recorder.write_rows(first_step, loss, snaps[-1])
+            if progress:
+                progress(_progress_line(done, num_steps, loss[:num_runs], first_bad[:num_runs],
+                                        elapsed + time.perf_counter() - t_run))
+            if on_nonfinite == "stop" and newly_bad.any():
+                run = int(np.flatnonzero(newly_bad)[0])
+                where = "" if workdir is None else f"; records up to step {done} are in {workdir.path}"
+                setting = ", ".join(f"{k}={float(v[run]):g}" for k, v in given_hparams.items())
+                if recorder:
+                    recorder.save_partial(losses, snaps)
+                raise NonFiniteLossError(
+                        f"The loss became non-finite at step {first_bad[run]} in run {run} "
+                        f"(seed {seeds[run]}{', ' + setting if setting else ''}){where}.",
+                        step=int(first_bad[run]))
+            stop = _stop.is_set() and done < num_steps
+            if checkpoint is not None and (done == num_steps or stop or time.perf_counter()
+                                           - last_save >= workdir.checkpoint_seconds):
+                checkpoint.save(done, _saveable(state), host_arrays(done == num_steps))
+                last_save = time.perf_counter()
+            if stop:
+                if recorder:
+                    recorder.save_partial(losses, snaps)
+                raise Interrupted(f"Stopped at step {done}/{num_steps}", step=done)
+    finally:
+        _in_loop.clear()
     jax.block_until_ready(state)
-    run_seconds = time.perf_counter() - t_run
+    run_seconds = elapsed + time.perf_counter() - t_run
 
     real = lambda x: np.asarray(x)[:num_runs]
     return RunResult(
-            hparams={k: real(v) for k, v in hparams.items()},
+            hparams={k: real(v) for k, v in given_hparams.items()},
             seeds=real(seeds),
             losses=real(np.concatenate(losses, axis=1)),
             metrics={k: real(np.concatenate([m[k] for m in metrics], axis=1)) for k in metrics[0]},
@@ -333,6 +412,21 @@ def train(problem: Problem, optim: ml_collections.ConfigDict, hparams: dict[str,
             compile_seconds=compile_seconds,
             run_seconds=run_seconds,
     )
+
+
+def _saveable(state: TrainState) -> TrainState:
+    """The state as numpy arrays, the typed data keys as their raw key data (for orbax)."""
+    return jax.tree.map(np.asarray, state._replace(key=jax.random.key_data(state.key)))
+
+
+def _device_state(state: TrainState, sharding) -> TrainState:
+    state = state._replace(key=jax.random.wrap_key_data(jnp.asarray(state.key)))
+    return jax.device_put(state, sharding) if sharding is not None else jax.tree.map(jnp.asarray,
+                                                                                      state)
+
+
+def _unprefix(host: dict[str, np.ndarray], prefix: str) -> dict[str, np.ndarray]:
+    return {k[len(prefix):]: v for k, v in host.items() if k.startswith(prefix)}
 
 
 def _per_device(chunk, sharding: jax.sharding.Sharding | None, split_batch: bool = False):
@@ -404,7 +498,7 @@ class _Recorder:
         self.seeds = seeds[:num_runs]
 
     def write_rows(self, first_step, loss, snaps):
-        scalars = {k: v for k, v in snaps.items() if np.ndim(v) == 2}  # (R, S)
+        scalars = {k: v for k, v in snaps.items() if np.ndim(v) == 2}  # (R, S), padded R
         num_snaps = next(iter(snaps.values())).shape[1] if snaps else (
                 1 if loss is None else loss.shape[1] // self.log_every)
         rows = []
@@ -412,7 +506,7 @@ class _Recorder:
             step = first_step + (0 if loss is None else (s + 1) * self.log_every)
             for r, seed in enumerate(self.seeds):
                 row = {"step": int(step), "run": r, "seed": int(seed), **self.tags}
-                row.update({k: float(v[r]) for k, v in self.hparams.items()})
+                row.update({k: v[r].item() for k, v in self.hparams.items()})
                 if loss is not None:  # batch loss of the last step before this snapshot
                     row["loss"] = float(loss[r, (s + 1) * self.log_every - 1])
                 row.update({k: float(v[r, s]) for k, v in scalars.items()})
@@ -420,6 +514,9 @@ class _Recorder:
         self.workdir.append_metrics(rows)
 
     def save_partial(self, losses, snaps):
+        """arrays.npz of a run stopped early: the steps so far, real runs only."""
+        n = len(self.seeds)
         self.workdir.save_arrays(
-                losses=np.concatenate(losses, axis=1),
-                **{f"snapshot_{k}": np.concatenate([s[k] for s in snaps], axis=1) for k in snaps[0]})
+                losses=np.concatenate(losses, axis=1)[:n],
+                **{f"snapshot_{k}": np.concatenate([s[k] for s in snaps], axis=1)[:n]
+                   for k in snaps[0]})

@@ -277,7 +277,7 @@ def run_sgd(cfg, fields, workdir, progress=print) -> dict[str, Any]:
                         grid, dtype=np.dtype(cfg.train.dtype), num_steps=cfg.train.num_steps,
                         log_every=cfg.train.log_every, chunk_steps=cfg.train.chunk_steps or None,
                         on_nonfinite=cfg.train.on_nonfinite, progress=progress, workdir=workdir,
-                        record_tags={k: str(v) for k, v in fields.items()})
+                        record_tags=dict(fields))
     arrays = {"losses": result.losses, "seeds": result.seeds,
               "snapshot_steps": result.snapshot_steps,
               **{k.replace(".", "_"): v for k, v in result.hparams.items()},
