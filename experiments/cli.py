@@ -129,7 +129,7 @@ def _split_overrides(args: list[str]) -> tuple[list[tuple[str, str]], list[str]]
         if arg.startswith("--config."):
             name, eq, value = arg[len("--config."):].partition("=")
             if not eq:
-                if i + 1 >= len(args):
+                if i + 1 >= len(args) or args[i + 1].startswith("--"):
                     raise UsageError(f"--config.{name} needs a value: --config.{name}=VALUE.")
                 value, i = args[i + 1], i + 1
             if not name:
@@ -202,9 +202,11 @@ def load_config(spec: str) -> dict[str, Any]:
     """A config as a plain dict from `configs/<file>.py[:variant]` or a workdir's config.json."""
     path, _, variant = spec.partition(":")
     file = pathlib.Path(path)
+    if file.suffix not in (".py", ".json"):
+        raise UsageError(f"--config={spec}: a config is a .py file (configs/<file>.py[:variant]) "
+                         "or a workdir's config.json.")
     if not file.is_file():
-        raise UsageError(f"--config={spec}: no config file {path}"
-                         f"{'' if file.suffix in ('.py', '.json') else ' (a .py or .json file)'}.")
+        raise UsageError(f"--config={spec}: no config file {path}.")
     if file.suffix == ".json":
         if variant:
             raise UsageError(f"--config={spec}: a config.json has no variants.")

@@ -326,6 +326,7 @@ def train(problem: Problem, optim: ml_collections.ConfigDict, hparams: dict[str,
                     donate_argnums=0, **pinned)
     chunk = chunk.lower(state, jnp.int32(0), hparams).compile()
     compile_seconds = time.perf_counter() - t_start
+    _check_compiled_memory(chunk, 1 if sharding is None else len(sharding.device_set))
 
     losses, metrics = [], []
     snaps = [jax.tree.map(lambda x: np.asarray(x)[:, None], first_snapshot)]
@@ -412,6 +413,25 @@ def train(problem: Problem, optim: ml_collections.ConfigDict, hparams: dict[str,
             compile_seconds=compile_seconds,
             run_seconds=run_seconds,
     )
+
+
+def _check_compiled_memory(compiled, num_devices: int) -> None:
+    """Refuse a program whose buffers (XLA's memory analysis, on every device) exceed the memory
+    available, before its first step: one sentence instead of an allocation failure."""
+    try:
+        analysis = compiled.memory_analysis()
+    except Exception:                       # not every backend reports it
+        return
+    if analysis is None:
+        return
+    per_device = (analysis.temp_size_in_bytes + analysis.argument_size_in_bytes
+                  + analysis.output_size_in_bytes - analysis.alias_size_in_bytes)
+    needed, available = per_device * num_devices, config_lib.available_memory_bytes()
+    if needed > available:
+        raise config_lib.ConfigError(
+            f"the compiled training program needs {config_lib.format_bytes(needed)} (XLA's "
+            f"memory analysis) but {config_lib.format_bytes(available)} is available: lower the "
+            "batch size, the sequence length or the number of runs per program.")
 
 
 def _saveable(state: TrainState) -> TrainState:
