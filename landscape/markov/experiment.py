@@ -238,7 +238,8 @@ def outcomes(group) -> list[dict[str, Any]]:
     """Per run: p, q, seed, final test loss, f0, f1, and whether it is stuck at the unigram.
 
     Stuck (notes §12.7): |L - H(pi)| < I/4 (and |f0 - f1| < 0.02 for S = 2), with I the gap
-    between the unigram and bigram losses; escaped: |L - L*| < I/4.
+    between the unigram and bigram losses; escaped: |L - L*| < I/4. Where I < 1e-3 (p + q = 1,
+    or p = (S-1)/S: the chain is i.i.d.) no run is stuck and escaped is |L - L*| < 0.01.
     """
     cfg, res = group["cfg"], group["result"]
     rows = []
@@ -254,7 +255,7 @@ def outcomes(group) -> list[dict[str, Any]]:
             row.update(f0=float(res.snapshots["f0"][r, -1]), f1=float(res.snapshots["f1"][r, -1]))
             flat = abs(row["f0"] - row["f1"]) < 0.02
         row["stuck"] = bool(abs(loss - unigram) < gap / 4 and flat) if gap > 1e-3 else False
-        row["escaped"] = bool(abs(loss - bigram) < gap / 4) if gap > 1e-3 else True
+        row["escaped"] = bool(abs(loss - bigram) < (gap / 4 if gap > 1e-3 else 0.01))
         rows.append(row)
     return rows
 
@@ -280,13 +281,26 @@ def _at(rows, p, q):
     return [r for r in rows if np.isclose(r["p"], p) and np.isclose(r["q"], q)]
 
 
+FIG3_POINTS = ((0.5, 0.8), (0.2, 0.3))
+
+
+def _finite(rows) -> bool:
+    return all(np.isfinite(r["loss"]) for r in rows)
+
+
 def claims_fig3(cfg, groups) -> list[records.Claim]:
     """Fig. 3 (a-d): tied stuck at the unigram for (0.5, 0.8), untied at the bigram; both at the
     bigram for (0.2, 0.3) (notes §8, §11.2)."""
     out = []
     for g in groups:
         rows, label, tied = outcomes(g), _label(g), g["cfg"].model.tied
-        for p, q in {(r["p"], r["q"]) for r in rows}:
+        for p, q in FIG3_POINTS:
+            if not _at(rows, p, q):
+                out.append(records.claim(f"{label}, (p, q) = ({p:g}, {q:g}): Fig. 3's point",
+                                         "not measured: no run at this (p, q)",
+                                         "runs at (0.5, 0.8) and (0.2, 0.3)", False,
+                                         "Fig. 3, notes §8"))
+        for p, q in sorted({(r["p"], r["q"]) for r in rows}):
             runs = _at(rows, p, q)
             pi1 = p / (p + q)
             measured = {"final loss": [round(r["loss"], 4) for r in runs],
@@ -317,22 +331,29 @@ def claims_fig4(cfg, groups) -> list[records.Claim]:
         stuck = {c: np.mean([r["stuck"] for r in _at(rows, *c)]) for c in cells}
         below = [c for c in cells if sum(c) < 1 - 1e-9]   # p + q = 1: unigram = bigram, skip
         above = [c for c in cells if sum(c) > 1 + 1e-9]
+        # a diverged run (non-finite loss) is neither stuck nor escaped: it fails "no stuck run"
+        bad = [f"{r['p']:g},{r['q']:g} seed {r['seed']}" for r in rows if not np.isfinite(r["loss"])]
         if g["cfg"].model.tied:
-            out.append(records.claim(f"{label}: no stuck run where p + q < 1",
-                              {f"{p:g},{q:g}": stuck[(p, q)] for p, q in below if stuck[(p, q)]}
-                              or "none stuck", "none stuck",
-                              all(stuck[c] == 0 for c in below), "Fig. 4"))
+            measured = ({f"{p:g},{q:g}": stuck[(p, q)] for p, q in below if stuck[(p, q)]}
+                        or "none stuck") if below else "not measured: no cell with p + q < 1"
+            if bad:
+                measured = {"stuck": measured, "non-finite loss": bad}
+            out.append(records.claim(f"{label}: no stuck run where p + q < 1", measured,
+                                     "none stuck", bool(below) and not bad
+                                     and all(stuck[c] == 0 for c in below), "Fig. 4"))
             share = float(np.mean([stuck[c] > 0 for c in above])) if above else 0.0
             out.append(records.claim(f"{label}: stuck runs where p + q > 1 (the demarcation along "
                               "p + q = 1)", {"cells with a stuck run": share,
                                              "stuck fraction per cell": {
-                                                 f"{p:g},{q:g}": stuck[(p, q)] for p, q in above}},
+                                                 f"{p:g},{q:g}": stuck[(p, q)] for p, q in above}}
+                              if above else "not measured: no cell with p + q > 1",
                               ">= half of the p + q > 1 cells have stuck runs", share >= 0.5,
                               "Fig. 4"))
         else:
             total = float(np.mean([r["stuck"] for r in rows]))
-            out.append(records.claim(f"{label}: no run is stuck anywhere", total, "0", total == 0,
-                              "Fig. 4"))
+            out.append(records.claim(f"{label}: no run is stuck anywhere",
+                                     {"stuck fraction": total, "non-finite loss": bad} if bad
+                                     else total, "0", total == 0 and not bad, "Fig. 4"))
     return out
 
 
@@ -341,15 +362,26 @@ def claims_fig1(cfg, groups) -> list[records.Claim]:
     plateau at H(pi) (notes §8; §11.4 expects each model family to miss one half)."""
     out = []
     for g in groups:
-        rows, label = outcomes(g), _label(g)
+        label = _label(g)
         layers = g["cfg"].model.num_layers
         res = g["result"]
+        every = outcomes(g)
+        index = [r for r, row in enumerate(every)
+                 if np.isclose(row["p"], 0.5) and np.isclose(row["q"], 0.8)]
+        rows = [every[r] for r in index]
+        if not rows:
+            out.append(records.claim(f"{label}, (0.5, 0.8): " + ("trapped" if layers == 1
+                                                                  else "escapes"),
+                                     "not measured: no run at (p, q) = (0.5, 0.8)",
+                                     "runs at (0.5, 0.8)", False, "Fig. 1"))
+            continue
         unigram = rows[0]["unigram"]
         if layers == 1:
             ok = all(r["stuck"] for r in rows)
             expected = "stuck at H(pi) in every run"
         else:
-            early = res.snapshots["test_loss"][:, : max(2, res.snapshots["test_loss"].shape[1] // 5)]
+            test_loss = res.snapshots["test_loss"][index]
+            early = test_loss[:, : max(2, test_loss.shape[1] // 5)]
             plateau = np.abs(early - unigram).min(axis=1) < (unigram - rows[0]["bigram"]) / 4
             ok = all(r["escaped"] for r in rows) and plateau.all()
             expected = "a plateau near H(pi), then the entropy rate, in every run"
@@ -387,16 +419,24 @@ def claims_appendix_d(cfg, groups) -> list[records.Claim]:
         res, c = g["result"], g["cfg"]
         for r in range(res.num_runs):
             params = jax.tree.map(lambda x: np.asarray(x[r], np.float64), res.final_params)
-            fit = fit_appendix_d(params, c)
             p, q = float(res.hparams["chain.p"][r]), float(res.hparams["chain.q"][r])
+            statement = (f"{_label(g)}, seed {int(res.seeds[r])}: e and p_n share one sign "
+                         "pattern v, W_1 is rank one, W_2 ~ W_1^T, and the App. D formula gives p "
+                         "and 1 - q")
+            expected = (f"|cos(e, p_n)| > 0.95, sigma_2/sigma_1(W_1) < 0.1, f(0) ~ {p:g}, "
+                        f"f(1) ~ {1 - q:g}")
+            if not all(np.isfinite(x).all() for x in jax.tree.leaves(params)):
+                out.append(records.claim(statement, "non-finite weights", expected, False,
+                                         "App. D, notes §6.6"))
+                continue
+            fit = fit_appendix_d(params, c)
             probs = 1 / (1 + np.exp(-np.asarray(fit["formula_logits"])))
             out.append(records.claim(
-                f"{_label(g)}, seed {int(res.seeds[r])}: e and p_n share one sign pattern v, "
-                "W_1 is rank one, W_2 ~ W_1^T, and the App. D formula gives p and 1 - q",
+                statement,
                 {k: (round(v, 3) if isinstance(v, float) else v) for k, v in fit.items()
                  if k != "formula_logits"} | {"formula f(0), f(1)": np.round(probs[::-1], 3)
                                                .tolist()},
-                f"|cos(e, p_n)| > 0.95, sigma_2/sigma_1(W_1) < 0.1, f(0) ~ {p:g}, f(1) ~ {1 - q:g}",
+                expected,
                 fit["cos_e_p"] > 0.95 and fit["rank_one"] < 0.1 and abs(probs[1] - p) < 0.05
                 and abs(probs[0] - (1 - q)) < 0.05, "App. D, notes §6.6"))
     return out

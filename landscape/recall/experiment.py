@@ -318,7 +318,8 @@ def claims_first_jump(cfg, groups) -> list[records.Claim]:
     out.append(records.claim(f"eps*T_mid rises towards pi k k!/(2A sqrt(2(k-1)/k)) = "
                       f"{theory_eps_T[0]:.2f} as eps -> 0 (the plateau lasts ~1/eps, not log 1/eps)",
                       eps_T[order].round(2).tolist(), f"increasing, within 0.5% at eps = "
-                      f"{eps.min():g}", bool(np.all(np.diff(eps_T[order]) > 0)) and
+                      f"{eps.min():g} (at least two eps)", len(eps) > 1 and
+                      bool(np.all(np.diff(eps_T[order]) > 0)) and
                       abs(eps_T[order][-1] / theory_eps_T[0] - 1) < 0.005, "notes §4.4 (C8)"))
     drop = L[0] - L[1]
     t10, t90 = flow.crossing_times(times, loss, [L[0] - 0.1 * drop, L[0] - 0.9 * drop]).T
@@ -339,7 +340,7 @@ def claims_first_jump(cfg, groups) -> list[records.Claim]:
     out.append(records.claim("the flow stays on M_1: other heads exactly 0, w^1 = alpha (e_1 - 1/k)",
                       {"other heads": others, "spread of w^1_{i!=1}": spread,
                        "off the line": on_line}, "all <= 1e-12",
-                      max(others, spread, on_line) <= 1e-12, "notes §4.1 (C4)"))
+                      np.max([others, spread, on_line]) <= 1e-12, "notes §4.1 (C4)"))
     final = loss[:, -1]
     out.append(records.claim(f"plateaus: L(0) = L_0 = {L[0]:.5f}, then the loss settles on L_1 = "
                       f"{L[1]:.5f}", {"L(0)": float(np.abs(loss[:, 0] - L[0]).max()),
@@ -355,6 +356,13 @@ def claims_ei_tail(cfg, groups) -> list[records.Claim]:
     g, = groups
     k, L = cfg.task.k, _levels(cfg)
     tail = g["times"][0] >= 1e5
+    if tail.sum() < 2:
+        missing = f"not measured: {int(tail.sum())} saves at t >= 1e5 (raise flow.t_max)"
+        return [records.claim("after the jump e^alpha grows linearly in ln t with slope "
+                              "k^2/(4(k-1))", missing, f"{k ** 2 / (4 * (k - 1)):.4f} within 3%",
+                              False, "notes §4.4 (C10)"),
+                records.claim("t ln t (L - L_1) approaches 1/(4c) = 0.25 from below", missing,
+                              "within [0.20, 0.25]", False, "notes §4.4 (C10)")]
     t, loss = g["times"][0][tail], g["loss"][0][tail]
     alpha = flow.focus_logit(g["params"]["w"])[0, tail, 0]
     slope = np.polyfit(np.log(t), np.exp(alpha), 1)[0]
@@ -394,11 +402,14 @@ def claims_later_jumps(cfg, groups) -> list[records.Claim]:
                                                "max beta_k / eps": moved / c.eps},
                               "loss < 1e-3, beta_k/eps < 2",
                               g["loss"][r].max() < 1e-3 and moved / c.eps < 2, "notes §4.5"))
-        before = g["times"][r] < T
-        drift = float(np.abs(beta[before][:, :c.stage - 1] - c.big).max())
+        # T = inf at stage k (no jump: the whole run); NaN where no jump was found
+        held = beta[g["times"][r] < T][:, :c.stage - 1]
+        drift = float(np.abs(held - c.big).max()) if held.size else math.nan
         out.append(records.claim(f"stage {c.stage}: the macroscopic heads (beta = c = 6) stay put until "
-                          "the jump", drift, "<= 1e-10 (notes: < 2e-12)", drift <= 1e-10,
-                          "notes §4.5 (a)"))
+                          "the jump", drift if held.size else
+                          "not measured: " + ("no jump found" if np.isnan(T)
+                                              else "no macroscopic head or no save before the jump"),
+                          "<= 1e-10 (notes: < 2e-12)", drift <= 1e-10, "notes §4.5 (a)"))
     return out
 
 
@@ -505,8 +516,8 @@ def claims_fig1(cfg, groups) -> list[records.Claim]:
         w_sum = res.snapshots["w_sum"]
         drift = float(np.abs(w_sum - w_sum[:, :1]).max())
         if c.optim.name == "sgd" and not c.optim.weight_decay:
-            out.append(records.claim(f"{label}: 1^T w^h is conserved under SGD with momentum",
-                              drift, "<= 1e-10", drift <= 1e-10, "notes §4.1 (C3)"))
+            out.append(records.sanity(f"{label}: 1^T w^h is conserved under SGD with momentum",
+                                      drift, "<= 1e-10", drift <= 1e-10, "notes §4.1 (C3)"))
         if c.model.loss == "dp" and flow.has_closed_form(model_of(c)):
             out.append(_gf_time_map_claim(c, res, label))
     return out
@@ -541,10 +552,17 @@ def claims_dp_vs_ce(cfg, groups) -> list[records.Claim]:
     for g in groups:
         res = g["result"]
         orders.append(flow.activation_order(res.snapshot_steps, res.snapshots["beta"], 1.0))
-    same = all(o == orders[0][0] for run in orders for o in run)
-    out.append(records.claim("DP and CE activate the heads in the same order",
-                      [[[h + 1 for h in o] for o in run] for run in orders], "identical",
-                      same, "notes §3, C15"))
+    losses = {g["cfg"].model.loss for g in groups}
+    # the same order of all k - 1 heads in every run: runs where no head (or not every one)
+    # activates show no order
+    full = all(len(o) == g["cfg"].task.k - 1 for g, run in zip(groups, orders) for o in run)
+    same = full and all(o == orders[0][0] for run in orders for o in run)
+    measured = [[[h + 1 for h in o] for o in run] for run in orders]
+    if not {"dp", "ce"} <= losses:
+        measured = f"not measured: losses {sorted(losses)} (DP and CE both needed)"
+    out.append(records.claim("DP and CE activate the heads in the same order", measured,
+                      "identical, all k - 1 heads", same and {"dp", "ce"} <= losses,
+                      "notes §3, C15"))
     return out
 
 
@@ -556,10 +574,13 @@ def claims_ablations(cfg, groups) -> list[records.Claim]:
         label = _label(g, "simplified model")
         L = _levels(c)
         dwell = _stagewise(res.snapshots["eval_loss"], L, 0.03)
-        stagewise = bool((dwell[:, 1:] >= 0.03).all()) if L.size > 2 else True
+        # k = 2 has no plateau after L_0: the stage-wise picture cannot be seen either way
+        stagewise = bool((dwell[:, 1:] >= 0.03).all()) if L.size > 2 else None
         naive_v = not c.model.response_only
         expected = "not stage-wise" if naive_v else "stage-wise"
-        ok = (not stagewise) if naive_v else stagewise and res.snapshots["eval_loss"][:, -1].max() < 0.05
+        ok = stagewise is not None and (
+            (not stagewise) if naive_v else
+            stagewise and res.snapshots["eval_loss"][:, -1].max() < 0.05)
         out.append(records.claim(f"{label}: {expected}", {"dwell on L_1..": dwell[:, 1:].round(3).tolist(),
                                                     "final loss": float(res.snapshots[
                                                         "eval_loss"][:, -1].max())},

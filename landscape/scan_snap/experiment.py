@@ -218,34 +218,67 @@ def _cells(grid, result):
             for key in keys]
 
 
+def _first_below(losses: np.ndarray, threshold: float) -> np.ndarray:
+    """Per run, the first step whose batch loss is below `threshold`; inf for a run that never
+    gets there (a NaN loss is never below)."""
+    below = losses < threshold
+    return np.where(below.any(axis=1), below.argmax(axis=1), np.inf)
+
+
+def _steps_or_never(first: np.ndarray) -> list:
+    return [int(s) if np.isfinite(s) else "never" for s in first]
+
+
+def _missing(statement: str, what: str, expected: Any, source: str) -> records.Claim:
+    """A claim whose inputs the run lacks: reported NOT reproduced, saying what is missing."""
+    return records.claim(statement, f"not measured: {what}", expected, False, source)
+
+
 def claims_fig4(cfg, groups) -> list[records.Claim]:
     """Notes §7.4 acceptance for Syn-Small (Fig. 4 left: ratio 1; right: ratio 10)."""
     (_, task, grid, result), = groups
     out = []
     src = "notes §7.4"
     ln_m = math.log(task.num_tokens)
-    out.append(records.claim(f"loss at step 0 equals ln M = {ln_m:.4f} (softmax over all M ids)",
-                      float(np.abs(result.losses[:, 0] - ln_m).max()), "< 1e-4",
-                      np.abs(result.losses[:, 0] - ln_m).max() < 1e-4, src))
+    start = float(np.abs(result.losses[:, 0] - ln_m).max())
+    out.append(records.sanity(f"loss at step 0 equals ln M = {ln_m:.4f} (softmax over all M ids)",
+                              start, "< 1e-4", start < 1e-4, src))
     by_ratio = {cell["optim.lr_y_over_lr_z"]: runs for cell, runs in _cells(grid, result)
                 if np.isclose(cell["optim.lr_z"], 1.0)}
     attention = result.snapshots["attention"][:, -1]          # (R, K, M) final c_n
     entropy = result.snapshots["distinct_entropy"][:, -1]     # (R,)
     distinct = task.is_distinct[0]
     common = task.is_common
+    if 1.0 not in by_ratio and 10.0 not in by_ratio:
+        out.append(_missing("Fig. 4: runs at eta_Z = 1 with eta_Y / eta_Z = 1 or 10",
+                            f"no such cell (ratios at eta_Z = 1: {sorted(by_ratio)})",
+                            "ratio 1 (left) and/or 10 (right) at eta_Z = 1", src))
     if 1.0 in by_ratio:
         runs = by_ratio[1.0]
         loss = result.losses[runs]
-        out.append(records.claim("eta_Y = eta_Z = 1: batch loss < 0.05 at step 10 and < 1e-3 at step 30",
-                          [float(loss[:, 10].max()), float(loss[:, 30].max())], "[< 0.05, < 1e-3]",
-                          loss[:, 10].max() < 0.05 and loss[:, 30].max() < 1e-3, src))
+        statement = "eta_Y = eta_Z = 1: batch loss < 0.05 at step 10 and < 1e-3 at step 30"
+        if loss.shape[1] > 30:
+            out.append(records.claim(statement, [float(loss[:, 10].max()), float(loss[:, 30].max())],
+                                     "[< 0.05, < 1e-3]",
+                                     loss[:, 10].max() < 0.05 and loss[:, 30].max() < 1e-3, src))
+        else:
+            out.append(_missing(statement, f"the run has {loss.shape[1]} steps", "[< 0.05, < 1e-3]",
+                                src))
         c0 = attention[runs, 0]                               # class 0, (runs, M)
-        out.append(records.claim("final c_0: every common token < 0.05 (common tokens suppressed, Thm 2)",
-                          float(c0[:, common].max()), "< 0.05", c0[:, common].max() < 0.05, src))
-        steps = np.diff(c0[:, distinct], axis=1)
-        out.append(records.claim("final c_0 on distinct tokens 10..19 increases with P(l|n) (scan, Thm 3)",
-                          float(steps.min()), ">= -1e-3 (ties within 1e-3)", steps.min() >= -1e-3,
-                          src))
+        statement = "final c_0: every common token < 0.05 (common tokens suppressed, Thm 2)"
+        if common.any():
+            out.append(records.claim(statement, float(c0[:, common].max()), "< 0.05",
+                                     c0[:, common].max() < 0.05, src))
+        else:
+            out.append(_missing(statement, "the task has no common token", "< 0.05", src))
+        statement = "final c_0 on distinct tokens 10..19 increases with P(l|n) (scan, Thm 3)"
+        if distinct.sum() > 1:
+            steps = np.diff(c0[:, distinct], axis=1)
+            out.append(records.claim(statement, float(steps.min()), ">= -1e-3 (ties within 1e-3)",
+                                     steps.min() >= -1e-3, src))
+        else:
+            out.append(_missing(statement, "fewer than 2 distinct tokens",
+                                ">= -1e-3 (ties within 1e-3)", src))
         top = c0[:, np.flatnonzero(distinct)[-1]]
         out.append(records.claim("final c_0 of the most frequent distinct token > 0.14",
                           float(top.min()), "> 0.14", top.min() > 0.14, src))
@@ -253,8 +286,11 @@ def claims_fig4(cfg, groups) -> list[records.Claim]:
                           float(entropy[runs].max()), "< 2.0", entropy[runs].max() < 2.0, src))
         if cfg.optim.name == "sgd" and cfg.model.init == "zeros":
             rows = max(float(np.abs(result.final_params[p][runs].sum(-1)).max()) for p in "YZ")
-            out.append(records.claim("row sums of Y and Z stay 0 from zero init under SGD (Lemma 1 invariant)",
-                              rows, "< 1e-4", rows < 1e-4, "notes §3.3, T2"))
+            rows = rows if all(np.isfinite(result.final_params[p][runs]).all() for p in "YZ") \
+                else math.nan
+            out.append(records.sanity("row sums of Y and Z stay 0 from zero init under SGD "
+                                      "(Lemma 1 invariant)", rows, "< 1e-4", rows < 1e-4,
+                                      "notes §3.3, T2"))
     if 1.0 in by_ratio and 10.0 in by_ratio:
         left, right = by_ratio[1.0], by_ratio[10.0]
         out.append(records.claim("eta_Y = 10: higher distinct entropy than eta_Y = 1 (denser attention)",
@@ -262,11 +298,12 @@ def claims_fig4(cfg, groups) -> list[records.Claim]:
                            "eta_Y=10": float(entropy[right].mean())},
                           "eta_Y=10 > eta_Y=1 (notes: 2.08 vs 1.93)",
                           entropy[right].min() > entropy[left].max(), "Fig. 4, notes §7.4, T12"))
-        first = lambda runs: (result.losses[runs] < 1e-2).argmax(axis=1)
+        first_left, first_right = (_first_below(result.losses[r], 1e-2) for r in (left, right))
         out.append(records.claim("eta_Y = 10 converges faster: first step with batch loss < 1e-2",
-                          {"eta_Y=1": first(left).tolist(), "eta_Y=10": first(right).tolist()},
+                          {"eta_Y=1": _steps_or_never(first_left),
+                           "eta_Y=10": _steps_or_never(first_right)},
                           "eta_Y=10 at <= 5, eta_Y=1 later (notes: 3-4 vs 11)",
-                          first(right).max() <= 5 and first(right).max() < first(left).min(),
+                          first_right.max() <= 5 and first_right.max() < first_left.min(),
                           "Fig. 4, notes §7.4, T12"))
     return out
 
@@ -278,21 +315,31 @@ def claims_fig5(cfg, groups) -> list[records.Claim]:
     final = result.snapshots["attention"][:, -1, 0][:, distinct]   # (R, 10) class 0
     by_lr = {cell["optim.lr_z"]: final[runs].mean(0) for cell, runs in _cells(grid, result)}
     out = []
-    if 0.5 in by_lr:
-        argmax = int(np.argmax(by_lr[0.5]))
-        out.append(records.claim("Adam lr 0.5: the most attended distinct token is not the most frequent "
-                          "one; it lies in tokens 14-16",
-                          int(distinct[argmax]), "14, 15 or 16", 4 <= argmax <= 6,
-                          "Fig. 5, notes §5.5"))
+    statement = ("Adam lr 0.5: the most attended distinct token is not the most frequent one; it "
+                 "lies in tokens 14-16")
+    lr_half = next((lr for lr in by_lr if np.isclose(lr, 0.5)), None)
+    if lr_half is None:
+        out.append(_missing(statement, f"no run at lr 0.5 (lrs {sorted(by_lr)})", "14, 15 or 16",
+                            "Fig. 5, notes §5.5"))
+    elif not np.isfinite(by_lr[lr_half]).all():
+        out.append(records.claim(statement, "non-finite attention", "14, 15 or 16", False,
+                                 "Fig. 5, notes §5.5"))
+    else:
+        argmax = int(np.argmax(by_lr[lr_half]))
+        out.append(records.claim(statement, int(distinct[argmax]), "14, 15 or 16",
+                                 4 <= argmax <= 6, "Fig. 5, notes §5.5"))
     lrs = sorted(by_lr)
+    statement = ("different Adam learning rates give different distinct-token patterns (L1 distance "
+                 "of neighbouring lr's final c_0 on distinct tokens)")
     if len(lrs) > 1:
         gaps = [float(np.abs(by_lr[a] - by_lr[b]).sum()) for a, b in zip(lrs, lrs[1:])]
-        out.append(records.claim("different Adam learning rates give different distinct-token patterns "
-                          "(L1 distance of neighbouring lr's final c_0 on distinct tokens)",
-                          gaps, "each > 0.1", min(gaps) > 0.1, "Fig. 5"))
-    rows = float(np.abs(result.final_params["Z"].sum(-1)).max())
-    out.append(records.claim("the zero row-sum invariant does not hold under Adam", rows, "> 1e-3",
-                      rows > 1e-3, "notes §3.3, T2"))
+        out.append(records.claim(statement, gaps, "each > 0.1", min(gaps) > 0.1, "Fig. 5"))
+    else:
+        out.append(_missing(statement, f"one learning rate only ({lrs})", "each > 0.1", "Fig. 5"))
+    Z = result.final_params["Z"]
+    rows = float(np.abs(Z.sum(-1)).max()) if np.isfinite(Z).all() else math.nan
+    out.append(records.sanity("the zero row-sum invariant does not hold under Adam", rows, "> 1e-3",
+                              rows > 1e-3, "notes §3.3, T2"))
     return out
 
 
@@ -311,29 +358,52 @@ def fig6_table(groups) -> dict[int, dict[str, np.ndarray]]:
 
 
 def claims_fig6(cfg, groups) -> list[records.Claim]:
-    """Fig. 6 structure (notes §5.6, §7.2): entropy vs eta_Z and the ratio eta_Y/eta_Z."""
+    """Fig. 6 structure (notes §5.6, §7.2): entropy vs eta_Z and the ratio eta_Y/eta_Z.
+
+    Needs a K = 2 cell and a K >= 6 cell; a missing cell or sweep value gives a NOT reproduced
+    claim saying what is missing."""
     out = []
     src = "Fig. 6, notes §5.6/§7.2"
-    for K, t in sorted(fig6_table(groups).items()):
+    table = fig6_table(groups)
+    fmt = lambda a: np.round(a, 3).tolist()
+    if not any(K >= 6 for K in table):
+        out.append(_missing("K >= 6: entropy falls with eta_Z; U shape in the ratio",
+                            f"no cell with K >= 6 (K = {sorted(table)})", "a K >= 6 cell", src))
+    if 2 not in table:
+        out.append(_missing("K=2: entropy at ratio 10 is above ratio 1 (every eta_Z)",
+                            f"no cell with K = 2 (K = {sorted(table)})", "a K = 2 cell", src))
+    for K, t in sorted(table.items()):
         mean, ratio, lr = t["mean"], list(t["ratio"]), t["lr_z"]
-        fmt = lambda a: np.round(a, 3).tolist()
         if K >= 6:
-            falls = bool(np.all(np.diff(mean, axis=0) < 0))
-            out.append(records.claim(f"K={K}: entropy falls strictly with eta_Z at every ratio",
-                              fmt(mean), "decreasing down each column (lr_z rows)", falls, src))
-        if K >= 6 and 2.0 in ratio and len(ratio) > 1:
+            statement = f"K={K}: entropy falls strictly with eta_Z at every ratio"
+            if len(lr) > 1:
+                falls = bool(np.all(np.diff(mean, axis=0) < 0))
+                out.append(records.claim(statement, fmt(mean),
+                                         "decreasing down each column (lr_z rows)", falls, src))
+            else:
+                out.append(_missing(statement, f"one eta_Z only ({list(lr)})",
+                                    "decreasing down each column (lr_z rows)", src))
+            statement = (f"K={K}, eta_Z >= 1: the minimum over ratios is at ratio 2 and ratio 10 "
+                         "lies above it (U shape)")
             rows = lr >= 1
-            if rows.any():
+            lacking = ([f"eta_Z >= 1 (eta_Z = {list(lr)})"] if not rows.any() else []) + \
+                [f"ratio {r:g}" for r in (2.0, 10.0) if r not in ratio]
+            if lacking:
+                out.append(_missing(statement, "no " + ", no ".join(lacking), "all 2.0", src))
+            elif not np.isfinite(mean[rows]).all():
+                out.append(records.claim(statement, fmt(mean[rows]), "all 2.0", False, src))
+            else:
                 at_min = [ratio[i] for i in mean[rows].argmin(axis=1)]
-                higher = 10.0 not in ratio or bool(np.all(mean[rows, ratio.index(10.0)]
-                                                           > mean[rows, ratio.index(2.0)]))
-                out.append(records.claim(f"K={K}, eta_Z >= 1: the minimum over ratios is at ratio 2 and "
-                                  "ratio 10 lies above it (U shape)",
-                                  at_min, "all 2.0", all(r == 2.0 for r in at_min) and higher, src))
-        if K == 2 and 1.0 in ratio and 10.0 in ratio:
-            up = mean[:, ratio.index(10.0)] - mean[:, ratio.index(1.0)]
-            out.append(records.claim("K=2: entropy at ratio 10 is above ratio 1 (every eta_Z)",
-                              fmt(up), "all > 0", bool(np.all(up > 0)), src))
+                higher = bool(np.all(mean[rows, ratio.index(10.0)] > mean[rows, ratio.index(2.0)]))
+                out.append(records.claim(statement, at_min, "all 2.0",
+                                         all(r == 2.0 for r in at_min) and higher, src))
+        if K == 2:
+            statement = "K=2: entropy at ratio 10 is above ratio 1 (every eta_Z)"
+            if 1.0 in ratio and 10.0 in ratio:
+                up = mean[:, ratio.index(10.0)] - mean[:, ratio.index(1.0)]
+                out.append(records.claim(statement, fmt(up), "all > 0", bool(np.all(up > 0)), src))
+            else:
+                out.append(_missing(statement, f"ratios {ratio} lack 1 or 10", "all > 0", src))
     return out
 
 
@@ -443,8 +513,9 @@ def run_theory(cfg, workdir, progress=print) -> dict[str, Any]:
     order = sorted(th.fig3_eta_y)
     late_sorted = [late[list(th.fig3_eta_y).index(e)] for e in order]
     claims.append(records.claim(f"Fig. 3: at t = {th.t_max:g} a smaller eta_Y gives a larger growth factor",
-                         late_sorted, "decreasing in eta_Y",
-                         bool(np.all(np.diff(late_sorted) < 0)), "Thm 4, notes §4.3/T8"))
+                         late_sorted, "decreasing in eta_Y (at least two eta_Y)",
+                         len(late_sorted) > 1 and bool(np.all(np.diff(late_sorted) < 0)),
+                         "Thm 4, notes §4.3/T8"))
 
     # Fig. 8: h*(s) (Eq. 33) vs h(s) (Eq. 45) and the gap bound 2 eta_Y / M (Lemma 7).
     fig, axes = plotting.subplots(1, 2, width=4.0, height=3.2)

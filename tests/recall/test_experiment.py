@@ -23,19 +23,22 @@ def run(cfg, tmp_path):
 
 
 @pytest.mark.parametrize("variant, num_claims", [
-    ("first_jump", 6), ("ei_tail", 2), ("later_jumps", 6), ("stages", 16), ("dp_vs_ce", 8),
+    ("first_jump", 6), ("ei_tail", 2), ("later_jumps", 6), ("stages", 16), ("dp_vs_ce", 6),
     ("ablations", 4)])
 def test_every_claim_of_each_experiment(variant, num_claims, tmp_path):
     summary, failed = run(recall.get_config(variant), tmp_path)
     assert not failed, failed
     assert summary["total"] == num_claims
+    # the run's own checks (1^T w^h conserved under SGD: one per SGD program) are counted apart
+    assert summary["sanity_passed"] == len(summary["sanity_checks"]), summary["sanity_checks"]
 
 
 def test_fig1_records_and_numbers(tmp_path):
     cfg = recall.get_config("fig1")
     cfg.num_seeds = 2
     summary, failed = run(cfg, tmp_path)
-    assert not failed and summary["total"] == 4, failed
+    assert not failed and summary["total"] == 3, failed
+    assert summary["sanity_passed"] == len(summary["sanity_checks"]) == 1
     arrays = np.load(tmp_path / "arrays.npz")
     beta = arrays["snapshot_beta"][:, -1]                       # (seeds, heads)
     assert np.all(beta[:, :3] > 4.0) and np.all(np.abs(beta[:, 3]) < 0.01)   # notes: (5.1, 7.1, 8.1, .003)

@@ -1,0 +1,216 @@
+"""n-gram claim functions on hand-made analysis rows and results: each claim fails on input that
+violates it (no claim passes vacuously) and passes on input that satisfies it. No training."""
+
+import math
+import types
+
+import numpy as np
+import pytest
+
+from landscape import training
+from landscape.ngrams import experiment
+
+BAYES = 1.4392
+STEPS = np.arange(0, 2049, 64)
+
+
+def cfg():
+    c = experiment.default_config()          # S = 5, n = 3
+    return c
+
+
+def group(test_loss=None, test_grad=None, R=1):
+    S = len(STEPS)
+    test_loss = np.tile(np.linspace(1.7, 1.45, S), (R, 1)) if test_loss is None else test_loss
+    test_grad = np.full((R, S), 0.05) if test_grad is None else test_grad
+    result = training.RunResult(
+        hparams={"optim.lr": np.full(R, 0.01)}, seeds=np.arange(R), losses=np.ones((R, 10)),
+        metrics={}, snapshot_steps=STEPS,
+        snapshots={"test_loss": test_loss, "test_grad_norm": test_grad},
+        final_params={}, first_nonfinite_step=-np.ones(R, np.int64), compile_seconds=0.0,
+        run_seconds=0.0)
+    return dict(cfg=cfg(), fields={}, result=result)
+
+
+LINES = types.SimpleNamespace(base={"bayes": BAYES})
+
+
+def plateau(start, end, level, k, distance=0.005):
+    return dict(start=start, end=end, level=level, lags=list(range(1, k)), k=k, line="x",
+                line_value=level - distance, distance=distance, lines={})
+
+
+def row(seed=0, plateaus=(), final=1.45, lag1=512, lag2=1344, grad=None):
+    return dict(seed=seed, lr=0.01, final_loss=final, plateaus=list(plateaus),
+                head_formed={"lag1": lag1, "lag2": lag2},
+                grad_norm_per_snapshot=np.full(len(STEPS) - 1, 0.3) if grad is None else grad)
+
+
+STAIRS = (plateau(128, 512, 1.62, 1), plateau(640, 1280, 1.55, 2))
+
+
+# ----------------------------------------------------------------------------- staircase
+
+
+def test_staircase_passes_and_bayes_is_a_sanity_check():
+    claims = experiment.claims_staircase(cfg(), group(), LINES, [row(plateaus=STAIRS)])
+    assert [c.kind for c in claims] == ["paper", "sanity"] and all(c.passed for c in claims)
+
+
+@pytest.mark.parametrize("plateaus", [
+    (),                                                           # no plateau at all
+    (plateau(128, 512, 1.62, 1, distance=0.05),),                 # off the estimator's line
+    (plateau(128, 512, 1.55, 2), plateau(640, 1280, 1.62, 1)),    # histories shrink
+])
+def test_staircase_fails_on_violating_plateaus(plateaus):
+    claim, bayes = experiment.claims_staircase(cfg(), group(), LINES, [row(plateaus=plateaus)])
+    assert not claim.passed and bayes.passed
+
+
+@pytest.mark.parametrize("final", [BAYES - 0.05, math.nan])
+def test_a_final_loss_below_bayes_or_nan_fails_the_sanity_check(final):
+    _, bayes = experiment.claims_staircase(cfg(), group(), LINES,
+                                           [row(plateaus=STAIRS, final=final)])
+    assert bayes.kind == "sanity" and not bayes.passed
+
+
+# ----------------------------------------------------------------------------- heads
+
+
+def test_heads_order():
+    rows = [row(seed=s) for s in range(5)]
+    claim, = experiment.claims_heads(cfg(), group(), LINES, rows)
+    assert claim.passed and claim.kind == "paper"
+    rows[0]["head_formed"] = {"lag1": 1344, "lag2": 512}        # -2 first in one seed of 5: 4/5
+    assert experiment.claims_heads(cfg(), group(), LINES, rows)[0].passed
+    rows[1]["head_formed"] = {"lag1": 512, "lag2": 512}         # same snapshot: not in order
+    assert not experiment.claims_heads(cfg(), group(), LINES, rows)[0].passed
+
+
+def test_heads_fails_when_no_minus2_head_forms():
+    """The -1 head formed, the -2 head never did: no order is shown (it used to pass)."""
+    rows = [row(seed=s, lag2=None) for s in range(3)]
+    claim, = experiment.claims_heads(cfg(), group(), LINES, rows)
+    assert not claim.passed
+    assert claim.measured["seeds_with_a_minus2_head"] == 0 and "never formed" in claim.measured["note"]
+    rows = [row(seed=s, lag1=None, lag2=None) for s in range(3)]
+    assert not experiment.claims_heads(cfg(), group(), LINES, rows)[0].passed
+
+
+def test_heads_is_not_claimed_for_bigrams():
+    c = cfg()
+    c.task.order_n = 2
+    assert experiment.claims_heads(c, group(), LINES, [row()]) == []
+
+
+# ----------------------------------------------------------------------------- grad_norm
+
+
+def _jump_run():
+    """Test loss on a plateau at 1.55 (steps 640-1280), a jump at 1344; the test gradient norm
+    0.01 on the plateau, 0.2 at the jump."""
+    loss = np.where(STEPS < 640, 1.62, np.where(STEPS <= 1280, 1.55, 1.45))[None].astype(float)
+    grad = np.where(STEPS == 1344, 0.2, 0.01)[None]
+    return loss, grad
+
+
+def test_grad_norm_spike_passes():
+    loss, grad = _jump_run()
+    claim, = experiment.claims_grad_norm(cfg(), group(loss, grad), LINES, [row(plateaus=STAIRS)])
+    assert claim.passed, claim.measured
+
+
+@pytest.mark.parametrize("grad", [np.full((1, len(STEPS)), 0.05),     # no spike
+                                  np.zeros((1, len(STEPS))),           # 0 / 0 (raised before)
+                                  np.full((1, len(STEPS)), np.nan)])
+def test_grad_norm_fails_without_a_spike(grad):
+    loss, _ = _jump_run()
+    claim, = experiment.claims_grad_norm(cfg(), group(loss, grad), LINES, [row(plateaus=STAIRS)])
+    assert not claim.passed, claim.measured
+
+
+def test_grad_norm_fails_without_a_plateau():
+    loss, grad = _jump_run()
+    claim, = experiment.claims_grad_norm(cfg(), group(loss, grad), LINES, [row()])
+    assert not claim.passed
+
+
+# ----------------------------------------------------------------------------- single plateau
+
+
+def test_single_plateau():
+    one = (plateau(128, 1024, 1.61, 1),)
+    claim, = experiment.claims_single_plateau(cfg(), group(), LINES, [row(plateaus=one)])
+    assert claim.passed
+    for plateaus in [(), STAIRS, (plateau(128, 1024, 1.55, 2),),
+                     (plateau(128, 1024, 1.61, 1, distance=0.1),)]:
+        claim, = experiment.claims_single_plateau(cfg(), group(), LINES,
+                                                  [row(plateaus=plateaus)])
+        assert not claim.passed, plateaus
+
+
+# ----------------------------------------------------------------------------- stationarity
+
+
+def stationarity_rows(seq_lens=(32, 128, 512), cs=(4.0, 8.0), n=3, grad=None):
+    """theta_* rows (k = 1, 2; fixed c and c = c0 + log T) and random rows satisfying C5-C7:
+    k = 1 and inactive heads exactly 0; c >= 8 falls 1/T; c = 4 levels off at 0.1."""
+    grad = grad or (lambda k, c, T, rule: 0.0 if k == 1 else
+                    (0.1 + 10.0 / T if c < 8 and rule == "fixed" else 10.0 / T))
+    rows = []
+    for T in seq_lens:
+        for k in (1, 2):
+            for rule, c in [("fixed", c) for c in cs] + [("log", 4.0 + math.log(T))]:
+                value = grad(k, c, T, rule)
+                r = dict(point="theta_star", rule=rule, k=k, c=c, T=T, n=n, grad_plain=value,
+                         grad_unbiased=value, grad_noise=1e-4)
+                r.update({f"grad_plain/{b}/head{h}": 0.0 for b in ("A1", "V1") for h in range(n)})
+                rows.append(r)
+        rows.append(dict(point="random", rule="init", k=None, c=math.nan, T=T, n=n,
+                         grad_plain=1.0, grad_unbiased=1.0, grad_noise=1e-4))
+    return rows
+
+
+def test_stationarity_passes_on_satisfying_rows():
+    claims = experiment.claims_stationarity(stationarity_rows())
+    assert len(claims) == 6 and all(c.passed for c in claims), [
+        (c.claim, c.measured) for c in claims if not c.passed]
+    assert all(c.kind == "paper" for c in claims)
+
+
+def _failed(rows):
+    return [c.claim for c in experiment.claims_stationarity(rows) if not c.passed]
+
+
+def test_stationarity_each_claim_fails_on_violating_rows():
+    rows = stationarity_rows()
+    rows[0]["grad_plain"] = 1e-9                                     # k = 1 not exactly stationary
+    rows[3]["grad_plain/A1/head2"] = 1e-9                            # an inactive head moves
+    assert _failed(rows) == [
+        "theta_*^1 (Q2 = K2 = 0) is exactly stationary for every T and c",
+        "the inactive heads' blocks (h >= k) have exactly zero gradient"]
+    flat = lambda k, c, T, rule: 0.0 if k == 1 else 2.0              # no fall; above the random init
+    failed = _failed(stationarity_rows(grad=flat))
+    assert len(failed) == 3 and "falls with T" in failed[0] and "decreases along T" in failed[1] \
+        and "flatter than a random" in failed[2]
+    falling = lambda k, c, T, rule: 0.0 if k == 1 else 10.0 / T      # c = 4 keeps falling
+    assert _failed(stationarity_rows(grad=falling)) == [
+        "theta_*^2(c = 4): at fixed small c the norm levels off in T"]
+
+
+def test_stationarity_nan_gradients_fail():
+    """Python's max() skips a NaN after a number; the claims must not."""
+    rows = stationarity_rows()
+    rows[3]["grad_plain"] = math.nan               # T = 32, k = 1, log rule: after the zeros
+    rows[4]["grad_plain/V1/head2"] = math.nan
+    for r in rows:
+        if r["point"] == "theta_star" and r["k"] == 2 and r["T"] == 512 and r["c"] == 8.0:
+            r["grad_unbiased"] = math.nan
+    assert len(_failed(rows)) == 3
+
+
+def test_stationarity_missing_inputs_are_not_reproduced():
+    """No c >= 8 (the theorem's check had silently gone) and two sequence lengths (the small-c
+    check compared the longest T with itself)."""
+    failed = _failed(stationarity_rows(seq_lens=(32, 512), cs=(4.0,)))
+    assert any("c >= 8" in f for f in failed) and any("levels off" in f for f in failed)
