@@ -4,12 +4,14 @@ Run in-process through `cli.main` (fast: no interpreter start, no compiling); on
 a real subprocess to check what a user sees.
 """
 
+import json
 import os
 import pathlib
 import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 
 from experiments import cli
@@ -203,3 +205,28 @@ def test_start_up_checks_are_fast(monkeypatch):
             best = min(best, time.perf_counter() - start)
         slowest = max(slowest, best)
     assert slowest < 0.05, slowest
+
+
+def test_a_record_reruns_exactly(tmp_path, capsys, monkeypatch):
+    """--config=<workdir>/config.json reruns a run: the same rows and arrays; swept values are
+    recorded as the config's numbers, structural tags with their types."""
+    monkeypatch.chdir(ROOT)
+    first, again = tmp_path / "first", tmp_path / "again"
+    args = ["--config=configs/syn_medium.py:quick", "--config.train.num_steps=20",
+            "--config.sweep.optim.lr_z=[0.35, 1.0]", "--config.num_seeds=1"]
+    assert cli.main(scan_snap, ["scan_snap", *args, f"--workdir={first}"]) == 0
+    assert cli.main(scan_snap, ["scan_snap", f"--config={first}/config.json",
+                                f"--workdir={again}"]) == 0
+    capsys.readouterr()
+    rows = (first / "metrics.jsonl").read_text()
+    assert rows == (again / "metrics.jsonl").read_text()
+    rows = [json.loads(line) for line in rows.splitlines()]
+    assert {row["optim.lr_z"] for row in rows} == {0.35, 1.0}         # not 0.3499999940395355
+    assert {row["data.num_last"] for row in rows} == {1, 3}           # ints, not "1" and "3"
+    arrays_a, arrays_b = np.load(first / "arrays.npz"), np.load(again / "arrays.npz")
+    for name in arrays_a.files:
+        np.testing.assert_array_equal(arrays_a[name], arrays_b[name])
+    config = json.loads((again / "config.json").read_text())
+    assert config["sweep"]["optim"]["lr_z"] == [0.35, 1.0]
+    assert config["provenance"]["command"].endswith(f"--workdir={again}")
+    assert set(config["provenance"]) >= {"packages", "git", "backend", "device_count"}

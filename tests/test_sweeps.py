@@ -21,7 +21,10 @@ SWEEP = textwrap.dedent("""
     cfg = syn_small.get_config("fig4")
     cfg.num_seeds = 3                      # 2 ratios x 3 seeds = 6 runs: padded to 8 on 4 devices
     cfg.train.num_steps = 20
-    _, _, result = experiment.train_group(cfg, {}, progress=None)
+    lines = []
+    _, _, result = experiment.train_group(cfg, {}, progress=lines.append)
+    assert lines and all("| 6 runs |" in line for line in lines), lines   # never the padding
+    assert result.losses.shape[0] == 6
     np.save(sys.argv[1], np.concatenate([result.losses, result.snapshots["distinct_entropy"]], 1))
     print(len(jax.devices()))
 """)
