@@ -217,7 +217,7 @@ def run_flow(cfg, progress=print) -> dict[str, Any]:
     seconds = time.perf_counter() - start
     if not ok.all():
         bad = [grid[i] for i in np.flatnonzero(~ok)]
-        raise RuntimeError(f"gradient flow stopped early for {bad}: raise flow.max_steps "
+        raise config_lib.ConfigError(f"gradient flow stopped early for {bad}: raise flow.max_steps "
                            f"(= {f.max_steps}) or lower flow.t_max / flow.tau_max.")
     if progress:
         progress(f"gradient flow: {len(grid)} runs x {f.num_saves} saves in {seconds:.1f} s "
