@@ -67,7 +67,7 @@ def check_choice(name: str, value, choices) -> None:
         raise ValueError(f"{name} = {value!r}: must be one of {options}.")
 
 
-def _real_array(name: str, value, scalar: bool) -> np.ndarray | None:
+def real_array(name: str, value, scalar: bool) -> np.ndarray | None:
     """value as a float64 array (None when traced); ArgumentTypeError unless real numbers."""
     if is_traced(value):
         return None
@@ -96,7 +96,7 @@ def check_real(name: str, value, *, low=None, high=None, low_open: bool = False,
 
     Traced values are skipped; arrays are checked elementwise.
     """
-    arr = _real_array(name, value, scalar)
+    arr = real_array(name, value, scalar)
     if arr is None:
         return
     bad = np.isnan(arr)
