@@ -14,6 +14,11 @@ that is PSD, positive definite on the focus block and zero elsewhere is "local m
 Eigenvalue tolerance, used by every verdict and count: |λ| <= tol counts as zero. By default
 tol = max(1e-9, 100 * eps(dtype)) * max|λ|, relative to the largest eigenvalue in magnitude;
 pass `tol=` (an absolute threshold) to override it.
+
+Non-finite results: a gradient or Hessian with a NaN or inf entry (or a non-finite loss) gets the
+verdict "non-finite", never a curvature verdict; `describe()` names the blocks holding the
+non-finite entries, and no eigenvalue is computed from such a matrix (`eigenvalues` is all NaN,
+`num_negative` / `num_zero` refuse). Lanczos spectra and focus reports likewise.
 """
 
 from __future__ import annotations
@@ -28,7 +33,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
-from landscape.point import Point, param_names
+from landscape import _checks
+from landscape.point import Point, block_names, param_names
 
 Names = list[tuple[str, slice, tuple]]
 
@@ -37,13 +43,61 @@ def _select(names: Names, name) -> np.ndarray:
     """Flat indices of the leaves called `name` or lying under `name/`, in leaf order; a list of
     names gives the concatenation of each one's indices."""
     if not isinstance(name, str):
-        return np.concatenate([_select(names, n) for n in name])
+        return np.concatenate([_select(names, n) for n in block_names(name, "block")])
     chosen = [np.arange(s.start, s.stop) for leaf, s, _ in names
                         if leaf == name or leaf.startswith(name + "/")]
     if not chosen:
         available = ", ".join(leaf for leaf, _, _ in names)
-        raise KeyError(f"no parameter named {name!r}; available: {available}")
+        raise KeyError(f"no parameter named {name!r}; available: {available}.")
     return np.concatenate(chosen)
+
+
+NON_FINITE = "non-finite"
+_NO_SPECTRUM = ("eigenvalues not computed: a matrix with NaN or inf entries has no meaningful "
+                "spectrum, so no curvature verdict is given (look for log(0), sqrt or log of a "
+                "negative number, 0/0 or overflow in the loss at these parameters)")
+
+
+def _check_tol(tol) -> None:
+    if tol is not None:
+        _checks.check_real("tol", tol, low=0,
+                           meaning="an absolute eigenvalue threshold; None for the default")
+
+
+def _count_nonfinite(values: np.ndarray) -> str:
+    nan = int(np.sum(np.isnan(values)))
+    inf = int(np.sum(np.isinf(values)))
+    return ", ".join(part for part in (f"{nan} NaN" * bool(nan), f"{inf} inf" * bool(inf)) if part)
+
+
+def _nonfinite_vector_blocks(vector: np.ndarray, names: Names) -> dict[str, str]:
+    """{leaf name: "2 NaN, 1 inf"} for the leaves of a flat vector holding non-finite entries."""
+    return {leaf: _count_nonfinite(vector[s]) for leaf, s, _ in names
+            if not np.all(np.isfinite(vector[s]))}
+
+
+def _nonfinite_matrix_blocks(matrix: np.ndarray, names: Names) -> dict[str, str]:
+    """{"a" or "a × b": counts} for the (upper-triangular) blocks holding non-finite entries."""
+    out = {}
+    for i, (a, sa, _) in enumerate(names):
+        for b, sb, _ in names[i:]:
+            block = matrix[sa, sb]
+            if not np.all(np.isfinite(block)):
+                out[a if a == b else f"{a} × {b}"] = _count_nonfinite(block)
+    return out
+
+
+def _nonfinite_lines(gradient: Gradient, matrix_blocks: dict[str, str] | None = None,
+                     matrix_label: str = "Hessian") -> list[str]:
+    """Where the non-finite numbers are: the loss, the gradient's blocks, the matrix's blocks."""
+    lines = ["non-finite entries (NaN or inf)"]
+    if not np.isfinite(gradient.loss):
+        lines.append(f"  loss: {gradient.loss}")
+    for leaf, counts in gradient.nonfinite_blocks().items():
+        lines.append(f"  gradient block {leaf}: {counts}")
+    for block, counts in (matrix_blocks or {}).items():
+        lines.append(f"  {matrix_label} block {block}: {counts}")
+    return lines
 
 
 def _default_tol(eigenvalues: np.ndarray, dtype) -> float:
@@ -122,6 +176,27 @@ class Gradient:
     def norm(self) -> float:
         return float(np.linalg.norm(self.vector))
 
+    @property
+    def finite(self) -> bool:
+        """The loss and every gradient entry are finite numbers (no NaN, no inf)."""
+        return bool(np.isfinite(self.loss) and np.all(np.isfinite(self.vector)))
+
+    def nonfinite_blocks(self) -> dict[str, str]:
+        """{block name: "n NaN, m inf"} for the blocks holding non-finite entries."""
+        return _nonfinite_vector_blocks(self.vector, self.names)
+
+    def verdict(self, tol: float | None = None) -> str:
+        """"non-finite" if the loss or an entry is NaN or inf; else, with `tol`, whether the
+        gradient norm is <= tol ("stationary") or not; without `tol`, the norm."""
+        _check_tol(tol)
+        if not self.finite:
+            return NON_FINITE
+        if tol is None:
+            return f"finite (gradient norm {self.norm:.3e}; pass tol= to judge stationarity)"
+        if self.norm <= tol:
+            return f"stationary (gradient norm {self.norm:.3e} <= tol = {tol:.3g})"
+        return f"not stationary (gradient norm {self.norm:.3e} > tol = {tol:.3g})"
+
     def block(self, name: str) -> np.ndarray:
         return self.vector[_select(self.names, name)]
 
@@ -134,14 +209,35 @@ class Gradient:
         lines += ["", f"  {'name':<{width}}{'shape':<14}{'norm':>12}"]
         for (leaf, _, shape), norm in zip(self.names, self.block_norms().values()):
             lines.append(f"  {leaf:<{width}}{str(shape):<14}{norm:>12.4e}")
+        if not self.finite:
+            lines += [""] + _nonfinite_lines(self)
+            lines += [""] + _verdict_lines(self.verdict(), self.point)
         return "\n".join(lines)
 
     def __repr__(self) -> str:
         return f"Gradient({self.point.name!r}, D={self.vector.size}, norm={self.norm:.3e})"
 
 
+def _check_point(point, caller: str) -> Point:
+    """TypeError unless a Point whose params are floating-point arrays (at least one entry)."""
+    _checks.require_point(point, caller)
+    leaves = jax.tree_util.tree_leaves_with_path(point.params)
+    for path, leaf in leaves:
+        dtype = getattr(leaf, "dtype", None)
+        dtype = np.asarray(leaf).dtype if dtype is None else dtype
+        if not jnp.issubdtype(dtype, jnp.floating):
+            name = jax.tree_util.keystr(path, simple=True, separator="/") or "params"
+            raise TypeError(f"{caller}: parameter {name!r} has dtype {dtype}; every parameter "
+                            "must be a floating-point array (the loss is differentiated in it).")
+    if sum(int(np.size(leaf)) for _, leaf in leaves) == 0:
+        raise ValueError(f"{caller}: {point.name or 'the point'} has no parameters (its params "
+                         "hold no array entries), so there is nothing to differentiate.")
+    return point
+
+
 def gradient_at(point: Point) -> Gradient:
     """The exact gradient of `point.loss_fn` at `point.params`."""
+    _check_point(point, "gradient_at")
     loss, tree = jax.jit(jax.value_and_grad(point.loss_fn))(point.params)
     vector = np.asarray(ravel_pytree(tree)[0])
     return Gradient(point, tree, vector, param_names(point.params), float(loss))
@@ -149,6 +245,7 @@ def gradient_at(point: Point) -> Gradient:
 
 def hvp(point: Point) -> Callable[[Any], Any]:
     """v -> H v at the point (forward-over-reverse, jitted); v is a pytree shaped like the params."""
+    _check_point(point, "hvp")
     grad_fn = jax.grad(point.loss_fn)
 
     @jax.jit
@@ -172,32 +269,58 @@ class Hessian:
         cols = rows if b is None else _select(self.names, b)
         return self.matrix[np.ix_(rows, cols)]
 
+    @property
+    def finite(self) -> bool:
+        """Every Hessian entry, the gradient and the loss are finite (no NaN, no inf)."""
+        return bool(np.all(np.isfinite(self.matrix)) and self.gradient.finite)
+
+    def nonfinite_blocks(self) -> dict[str, str]:
+        """{"a" or "a × b": "n NaN, m inf"} for the blocks holding non-finite entries."""
+        return _nonfinite_matrix_blocks(self.matrix, self.names)
+
     @functools.cached_property
     def _eigh(self) -> tuple[np.ndarray, np.ndarray]:
+        if not np.all(np.isfinite(self.matrix)):     # eigh on NaN/inf raises or returns garbage
+            dim = self.matrix.shape[0]
+            return (np.full(dim, np.nan, self.matrix.dtype),
+                    np.full((dim, dim), np.nan, self.matrix.dtype))
         return np.linalg.eigh(self.matrix)
 
     @property
     def eigenvalues(self) -> np.ndarray:
-        """Ascending."""
+        """Ascending; all NaN (not computed) when the matrix has a non-finite entry."""
         return self._eigh[0]
 
     @property
     def eigenvectors(self) -> np.ndarray:
-        """Columns, in the order of `eigenvalues`."""
+        """Columns, in the order of `eigenvalues`; all NaN when the matrix is non-finite."""
         return self._eigh[1]
 
+    def _require_finite(self, what: str) -> None:
+        if not np.all(np.isfinite(self.matrix)):
+            blocks = "; ".join(f"{b}: {c}" for b, c in self.nonfinite_blocks().items())
+            raise ValueError(f"{what} is undefined: the Hessian has NaN or inf entries ({blocks}), "
+                             "so its eigenvalues are not computed (verdict 'non-finite').")
+
     def tolerance(self, tol: float | None = None) -> float:
-        """`tol` if given, else the default relative tolerance (module docstring)."""
+        """`tol` if given, else the default relative tolerance (module docstring); NaN for a
+        non-finite matrix."""
+        _check_tol(tol)
         return _default_tol(self.eigenvalues, self.matrix.dtype) if tol is None else tol
 
     def num_negative(self, tol: float | None = None) -> int:
+        self._require_finite("num_negative")
         return int(np.sum(self.eigenvalues < -self.tolerance(tol)))
 
     def num_zero(self, tol: float | None = None) -> int:
+        self._require_finite("num_zero")
         return int(np.sum(np.abs(self.eigenvalues) <= self.tolerance(tol)))
 
     def verdict(self, tol: float | None = None) -> str:
+        """A curvature verdict from the spectrum, or "non-finite" (module docstring)."""
         tol = self.tolerance(tol)
+        if not self.finite:
+            return NON_FINITE
         focus = self.focus_report(tol)
         if focus and self.num_negative(tol) == 0 and focus["min"] > tol and focus["outside"] <= tol:
             return (f"local minimum (PSD: positive definite on {', '.join(focus['names'])}, zero "
@@ -205,16 +328,25 @@ class Hessian:
         return _verdict(self.eigenvalues, tol)
 
     def focus_report(self, tol: float | None = None) -> dict | None:
-        """Spectrum of the focus block and the largest |entry| outside it (None without focus)."""
+        """Spectrum of the focus block and the largest |entry| outside it (None without focus).
+
+        "finite" says whether the focus block's entries are all finite; if not, its eigenvalues
+        are NaN (not computed); "outside" is NaN when an entry outside the block is non-finite.
+        """
+        _check_tol(tol)
         names = self.point.meta.get("focus_blocks")
         if not names:
             return None
         inside = _select(self.names, list(names))
         outside = np.setdiff1d(np.arange(self.matrix.shape[0]), inside)
-        eigenvalues = np.linalg.eigvalsh(self.matrix[np.ix_(inside, inside)])
-        rest = np.abs(self.matrix[outside]).max() if outside.size else 0.0
+        block = self.matrix[np.ix_(inside, inside)]
+        finite = bool(np.all(np.isfinite(block)))
+        eigenvalues = (np.linalg.eigvalsh(block) if finite
+                       else np.full(inside.size, np.nan, self.matrix.dtype))
+        rows = self.matrix[outside]
+        rest = (np.abs(rows).max() if np.all(np.isfinite(rows)) else np.nan) if outside.size else 0.0
         return {"names": list(names), "eigenvalues": eigenvalues, "min": eigenvalues[0],
-                "outside": float(rest)}
+                "outside": float(rest), "finite": finite}
 
     def describe(self, tol: float | None = None) -> str:
         """Loss, gradient norm, per-block eigenvalues and norms, spectrum, verdict and prediction."""
@@ -225,9 +357,20 @@ class Hessian:
                             f"  {'name':<{width}}{'shape':<14}{'λ_min':>13}{'λ_max':>13}{'‖·‖_F':>13}"]
         for leaf, s, shape in self.names:
             block = self.matrix[s, s]
+            if not np.all(np.isfinite(block)):
+                lines.append(f"  {leaf:<{width}}{str(shape):<14}{'non-finite':>13}{'':>13}"
+                             f"{np.linalg.norm(block):>13.5g}")
+                continue
             block_eigenvalues = np.linalg.eigvalsh(block)
             lines.append(f"  {leaf:<{width}}{str(shape):<14}{block_eigenvalues[0]:>13.5g}"
                                       f"{block_eigenvalues[-1]:>13.5g}{np.linalg.norm(block):>13.5g}")
+        if not self.finite:
+            lines += [""] + _nonfinite_lines(self.gradient, self.nonfinite_blocks())
+            lines += ["", (_NO_SPECTRUM if not np.all(np.isfinite(self.matrix)) else
+                           "the Hessian is finite but the loss or gradient is not, so no "
+                           "curvature verdict is given") + "."]
+            lines += [""] + _verdict_lines(self.verdict(), self.point)
+            return "\n".join(lines)
         coupled = [(a, b, np.linalg.norm(self.matrix[sa, sb]))
                               for (a, sa, _), (b, sb, _) in itertools.combinations(self.names, 2)]
         coupled = [(a, b, norm) for a, b, norm in coupled if norm > tol]
@@ -273,10 +416,17 @@ def hessian_at(point: Point, method: str = "dense", *, num_iters: int = 100,
     computed `columns_per_batch` at a time (lower it if memory runs out).
     method="lanczos": a `Spectrum` from `num_iters` Lanczos steps (see `lanczos_spectrum`).
     """
+    _check_point(point, "hessian_at")
+    if not isinstance(method, str) or method not in ("dense", "lanczos"):
+        raise ValueError(f"method={method!r}: must be 'dense' or 'lanczos'.")
+    _checks.check_int("num_iters", num_iters, 1, "the number of Lanczos steps")
+    _checks.check_key("key", key)
+    _checks.check_int("max_dense_dim", max_dense_dim, 1,
+                      "the largest D for which a dense D x D Hessian is formed")
+    _checks.check_int("columns_per_batch", columns_per_batch, 1,
+                      "Hessian columns computed at once")
     if method == "lanczos":
         return lanczos_spectrum(point, num_iters, key)
-    if method != "dense":
-        raise ValueError(f"method={method!r}: must be 'dense' or 'lanczos'.")
     dim = point.num_params
     if dim > max_dense_dim:
         raise ValueError(
@@ -354,13 +504,22 @@ class Spectrum:
     def max(self) -> float:
         return float(self.ritz_values[-1])
 
+    @property
+    def finite(self) -> bool:
+        """The Ritz values, the gradient and the loss are finite (no NaN, no inf)."""
+        return bool(np.all(np.isfinite(self.ritz_values)) and self.gradient.finite)
+
     def tolerance(self, tol: float | None = None) -> float:
         """`tol` if given, else the default relative tolerance (module docstring)."""
+        _check_tol(tol)
         return _default_tol(self.ritz_values, self.ritz_values.dtype) if tol is None else tol
 
     def verdict(self, tol: float | None = None) -> str:
-        """What the Ritz values prove: negative curvature if one is below -tol, else nothing."""
+        """What the Ritz values prove: negative curvature if one is below -tol, else nothing;
+        "non-finite" if the Hessian-vector products (or the loss, or the gradient) were NaN/inf."""
         tol = self.tolerance(tol)
+        if not self.finite:
+            return NON_FINITE
         smallest = f"Lanczos: smallest Ritz value λ_min={self.min:.6g}"
         if self.min < -tol:
             consequence = "saddle" if self.max > tol else "not a minimum"
@@ -372,6 +531,18 @@ class Spectrum:
         tol = self.tolerance(tol)
         lines = _header("Hessian spectrum (Lanczos)", self.gradient, self.ritz_values.dtype)
         lines += [f"  iterations     {self.ritz_values.size}", ""]
+        if not self.finite:
+            lines += _nonfinite_lines(self.gradient)
+            if not np.all(np.isfinite(self.ritz_values)):
+                lines.append("  Hessian-vector products: NaN or inf (the Lanczos tridiagonal "
+                             "matrix is non-finite)")
+            lines += ["", "Ritz values not computed: Hessian-vector products with NaN or inf "
+                          "entries have no meaningful spectrum, so no curvature verdict is given."
+                      if not np.all(np.isfinite(self.ritz_values)) else
+                      "Ritz values are finite, but the loss or gradient is not, so no curvature "
+                      "verdict is given."]
+            lines += [""] + _verdict_lines(self.verdict(), self.point)
+            return "\n".join(lines)
         lines += _spectrum_lines(self.ritz_values, tol, "Ritz values")
         lines += [""] + _verdict_lines(self.verdict(tol), self.point)
         return "\n".join(lines)
@@ -386,6 +557,9 @@ def lanczos_spectrum(point: Point, num_iters: int = 100, key: jax.Array | None =
 
     num_iters is capped at D; key defaults to jax.random.key(0), so repeated calls agree.
     """
+    _check_point(point, "lanczos_spectrum")
+    _checks.check_int("num_iters", num_iters, 1, "the number of Lanczos steps")
+    _checks.check_key("key", key)
     flat, loss_of_flat = _flat_loss(point)
     num_iters = min(num_iters, flat.size)
     key = jax.random.key(0) if key is None else key
@@ -397,6 +571,9 @@ def lanczos_spectrum(point: Point, num_iters: int = 100, key: jax.Array | None =
         return lanczos(matvec, x.size, num_iters, key, x.dtype)
 
     alphas, betas = (np.asarray(a) for a in tridiagonal(flat, key))
+    if not (np.all(np.isfinite(alphas)) and np.all(np.isfinite(betas))):
+        nan = np.full(num_iters, np.nan, alphas.dtype)     # eigh on NaN/inf: garbage or an error
+        return Spectrum(point, nan, nan.copy(), gradient_at(point))
     ritz_values, ritz_vectors = np.linalg.eigh(np.diag(alphas) + np.diag(betas, 1)
                                                                                           + np.diag(betas, -1))
     return Spectrum(point, ritz_values, ritz_vectors[0] ** 2, gradient_at(point))

@@ -12,6 +12,8 @@ from typing import Any, Callable, Mapping
 import jax
 import numpy as np
 
+from landscape import _checks
+
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Point:
@@ -26,6 +28,17 @@ class Point:
     loss_fn: Callable[[Any], jax.Array]
     name: str = ""
     meta: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self):
+        if not callable(self.loss_fn):
+            raise TypeError(f"loss_fn = {self.loss_fn!r}: must be a function params -> scalar "
+                            f"loss, not {type(self.loss_fn).__name__}.")
+        if not isinstance(self.name, str):
+            raise TypeError(f"name = {self.name!r}: must be a string, not "
+                            f"{type(self.name).__name__}.")
+        if not isinstance(self.meta, Mapping):
+            raise TypeError(f"meta = {self.meta!r}: must be a mapping (a dict), not "
+                            f"{type(self.meta).__name__}.")
 
     def loss(self) -> float:
         return float(jax.jit(self.loss_fn)(self.params))
@@ -42,8 +55,11 @@ def param_names(params) -> list[tuple[str, slice, tuple]]:
     """(name, slice, shape) per leaf, in `ravel_pytree` order.
 
     The name is the leaf's key path joined with "/" ("Y", "layer0/W_Q", "blocks/0/W_K"); the slice
-    is where the leaf sits in `jax.flatten_util.ravel_pytree(params)[0]`.
+    is where the leaf sits in `jax.flatten_util.ravel_pytree(params)[0]`. A Point stands for its
+    params.
     """
+    if isinstance(params, Point):
+        params = params.params
     entries = []
     offset = 0
     for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
@@ -54,6 +70,24 @@ def param_names(params) -> list[tuple[str, slice, tuple]]:
     return entries
 
 
+def block_names(names, caller: str) -> list[str]:
+    """`names` (a block name or a list of them) as a non-empty list of strings."""
+    if isinstance(names, str):
+        return [names]
+    try:
+        listed = list(names)
+    except TypeError:
+        listed = None
+    if listed is None or not all(isinstance(n, str) for n in listed):
+        raise TypeError(f"{caller} expects a block name or a list of block names (strings, as in "
+                        f"landscape.param_names); got {names!r}.")
+    names = listed
+    if not names:
+        raise ValueError(f"{caller} got an empty list of block names: name at least one block "
+                         "(as in landscape.param_names).")
+    return names
+
+
 def restrict(point: Point, names) -> Point:
     """The same loss as a function of the named blocks only, every other parameter held fixed.
 
@@ -62,13 +96,15 @@ def restrict(point: Point, names) -> Point:
     `hessian_at(restrict(point, ["b", "e"]))` is the (b, e) block of the Hessian, computed
     without the rest: what a paper-size model (D in the thousands, costly losses) can afford.
     """
-    names = [names] if isinstance(names, str) else list(names)
+    _checks.require_point(point, "restrict")
+    names = block_names(names, "restrict")
     flat, treedef = jax.tree_util.tree_flatten(point.params)
     leaf_names = [name for name, _, _ in param_names(point.params)]
     chosen = [i for i, leaf in enumerate(leaf_names)
               if any(leaf == n or leaf.startswith(n + "/") for n in names)]
     if not chosen:
-        raise KeyError(f"no parameter named {names}; available: {', '.join(leaf_names)}")
+        raise KeyError(f"no parameter named {', '.join(map(repr, names))}; available: "
+                       f"{', '.join(leaf_names)}.")
 
     def loss_fn(sub):
         leaves = list(flat)

@@ -35,6 +35,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from landscape import _checks
+
 FAMILIES = ("theory", "gpt")
 ACTIVATIONS = ("relu", "gelu")
 INIT_STD = 0.02          # GPT-2 init, notes §3.2 (the §11.4 pilot uses it for both families)
@@ -74,17 +76,15 @@ class MarkovModel:
             raise ValueError(f"activation = {self.activation!r}: must be one of {ACTIVATIONS}.")
         for field, low in (("num_states", 2), ("d", 1), ("seq_len", 1), ("num_layers", 1),
                            ("num_heads", 1)):
-            value = getattr(self, field)
-            if not isinstance(value, (int, np.integer)) or value < low:
-                raise ValueError(f"{field} = {value!r}: must be an integer >= {low}.")
+            _checks.check_int(field, getattr(self, field), low)
+        for field in ("tied", "layer_norm"):
+            _checks.check_bool(field, getattr(self, field))
         if self.d % self.num_heads:
             raise ValueError(f"num_heads = {self.num_heads}: must divide d = {self.d} (heads "
                              "split d, m = d / H, notes §3.2), in both families.")
         if self.mlp_width is None:
             object.__setattr__(self, "mlp_width", 4 * self.d)
-        if not isinstance(self.mlp_width, (int, np.integer)) or self.mlp_width < 1:
-            raise ValueError(f"mlp_width = {self.mlp_width!r}: must be an integer >= 1 "
-                             "(or None for 4 d).")
+        _checks.check_int("mlp_width", self.mlp_width, 1, "or None for 4 d")
         if self.family == "theory" and self.layer_norm:
             raise ValueError("layer_norm = True: the theory model has no LayerNorm (notes §3.1); "
                              "use family = 'gpt' for pre-LN blocks.")

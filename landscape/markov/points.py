@@ -19,6 +19,7 @@ import numpy as np
 
 from landscape.markov import model as model_lib
 from landscape.markov import task, theory
+from landscape import _checks
 from landscape.point import Point
 
 EXACT_LIMIT = 2 ** 16
@@ -31,6 +32,11 @@ _FLAT_ARGUMENT = ("with e = a = 0 the prediction is sigma(b) whatever the other 
 def population_loss_fn(model: model_lib.MarkovModel, kernel, init, *, population: str = "auto",
                        num_sequences: int = 256, key=None):
     """params -> population cross-entropy with soft targets (notes §4), exact or Monte Carlo."""
+    if not isinstance(model, model_lib.MarkovModel):
+        raise TypeError(f"model = {model!r}: must be a landscape.markov.MarkovModel, not "
+                        f"{type(model).__name__}.")
+    _checks.check_int("num_sequences", num_sequences, 1, "the Monte-Carlo sample size")
+    _checks.check_key("key", key)
     size = model.num_states ** model.seq_len
     if population == "auto":
         population = "exact" if size <= EXACT_LIMIT else "mc"
@@ -44,6 +50,19 @@ def population_loss_fn(model: model_lib.MarkovModel, kernel, init, *, population
         raise ValueError(f"population = {population!r}: must be 'auto', 'exact' or 'mc'.")
     return lambda params: task.population_cross_entropy(
         model_lib.log_probs(params, x, model), weights, targets)
+
+
+def _check_probabilities(caller, p, q, num_states):
+    """p (and q for S = 2) must be given as single real numbers; their range is validate_chain's."""
+    binary = num_states == 2
+    meaning = {"p": "the switching probability 0 -> 1" if binary else
+                    "the probability of leaving the current state",
+               "q": "the switching probability 1 -> 0"}
+    for name, value in (("p", p), ("q", q)) if binary else (("p", p),):
+        if value is None:
+            raise _checks.ArgumentTypeError(
+                f"{name} is missing: {caller} needs {name} = a number in (0, 1) ({meaning[name]}).")
+        _checks.real_array(name, value, scalar=True)
 
 
 def _chain(p, q, num_states):
@@ -89,8 +108,11 @@ def theta_pi(p, q=None, *, d: int = 4, seq_len: int = 10, num_states: int = 2,
     W_Q, W_K, W_V, W_1 from N(0, 1/d). The theorem holds for every choice; only u = mean p_n
     and Cov(p_n) enter the alpha block (Eq. 12).
     """
+    _checks.check_bool("tied", tied, "tied head a = e, Thm 2; untied, Thm 3")
     model = _theory_model(family, num_states, d, seq_len, num_layers, num_heads, mlp_width, tied)
+    _check_probabilities("theta_pi", p, q, num_states)
     kernel, init = _chain(p, q, num_states)
+    _checks.check_key("key", key)
     dtype = jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
     params = _zeros(model, dtype)
     key = jax.random.key(0) if key is None else key
@@ -100,6 +122,9 @@ def theta_pi(p, q=None, *, d: int = 4, seq_len: int = 10, num_states: int = 2,
             raise ValueError(f"pos = {pos!r}: must be an (N, d) array, 'random' or None.")
         pos = jax.random.normal(pos_key, (seq_len, d), dtype)
     if pos is not None:
+        if np.shape(pos) != (seq_len, d):
+            raise ValueError(f"pos has shape {np.shape(pos)}: must be (seq_len, d) = "
+                             f"({seq_len}, {d}), one positional vector p_n per position.")
         params["pos"] = jnp.asarray(pos, dtype)
     if rest == "random":
         for layer, block in enumerate(params["blocks"]):
@@ -149,7 +174,10 @@ def theta_star(p, q, *, d: int = 4, seq_len: int = 10, num_layers: int = 1, num_
     W_2 = -W_1^T, b = log(p/(1-p)) + d/2); `paper_w_star=True` uses the paper's d^2 version,
     which outputs the wrong kernel unless r = d (erratum, notes §6.9, C12).
     """
+    _checks.check_bool("tied", tied, "tied head a = e, or untied")
+    _checks.check_bool("paper_w_star", paper_w_star, "the paper's d^2 w_star instead of d r")
     model = _theory_model(family, 2, d, seq_len, num_layers, num_heads, mlp_width, tied)
+    _check_probabilities("theta_star", p, q, 2)
     kernel, init = _chain(p, q, 2)
     dtype = jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
     params = _zeros(model, dtype)

@@ -19,6 +19,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from landscape import _checks
+
 # --------------------------------------------------------------------------------------------------
 # Kernels (notes §2)
 # --------------------------------------------------------------------------------------------------
@@ -41,27 +43,36 @@ def validate_chain(p=None, q=None, num_states=None) -> None:
     """One ValueError sentence naming the bad field: p, q in (0, 1), S >= 2 (notes §2.1, §2.2).
 
     p alone with num_states is the symmetric chain's switching probability (§2.2). Arrays (a grid
-    about to be vmapped) are checked elementwise; traced values are skipped.
+    about to be vmapped) are checked elementwise; traced values are skipped. A wrong type (a
+    string, a bool, a non-integer num_states) is a TypeError (also a ValueError, for callers that
+    catch those).
     """
-    if num_states is not None and (int(num_states) != num_states or num_states < 2):
-        raise ValueError(f"num_states = {num_states!r}: must be an integer >= 2 "
-                         "(the number of chain states).")
+    if num_states is not None:
+        _checks.check_int("num_states", num_states, 2, "the number of chain states")
     if q is None and num_states is not None:
         meaning = {"p": "the probability of leaving the current state"}
     else:
         meaning = {"p": "the switching probability 0 -> 1", "q": "the switching probability 1 -> 0"}
     for name, value in (("p", p), ("q", q)):
-        arr = _concrete(value)
-        if arr is None:
+        if value is None or _checks.real_array(name, value, scalar=False) is None:
             continue
+        arr = _concrete(value)
         bad = ~((arr > 0.0) & (arr < 1.0))
         if np.any(bad):
             shown = arr[bad].flat[0] if arr.ndim else arr.item()
             raise ValueError(f"{name} = {shown:g}: must be in (0, 1) ({meaning[name]}).")
 
 
+def _require_probabilities(caller: str, **values) -> None:
+    for name, value in values.items():
+        if value is None:
+            raise _checks.ArgumentTypeError(
+                f"{name} = None: {caller} needs {name} as a number in (0, 1) (or an array of them).")
+
+
 def binary_kernel(p, q) -> jax.Array:
     """(2, 2) P(p, q) = [[1-p, p], [q, 1-q]] (notes §2.1)."""
+    _require_probabilities("binary_kernel", p=p, q=q)
     validate_chain(p=p, q=q)
     return _binary_kernel(_float(p), _float(q))
 
@@ -73,6 +84,7 @@ def _binary_kernel(p, q):
 
 def symmetric_kernel(num_states: int, p) -> jax.Array:
     """(S, S): stay with 1 - p, else switch to one of the S - 1 other states uniformly (§2.2)."""
+    _require_probabilities("symmetric_kernel", p=p)
     validate_chain(p=p, num_states=num_states)
     return _symmetric_kernel(int(num_states), _float(p))
 
@@ -158,8 +170,8 @@ def sample_sequential(key, kernel, init=None, batch_size: int = 16,
 def enumerate_sequences(num_states: int, length: int, max_sequences: int = 2**16) -> np.ndarray:
     """(S^N, N) int32: every sequence, lexicographic (first position most significant) (§4)."""
     validate_chain(num_states=num_states)
-    if int(length) != length or length < 1:
-        raise ValueError(f"length = {length!r}: must be an integer >= 1 (the sequence length N).")
+    _checks.check_int("length", length, 1, "the sequence length N")
+    _checks.check_int("max_sequences", max_sequences, 1, "the exact-enumeration limit")
     count = int(num_states) ** int(length)
     if count > max_sequences:
         raise ValueError(f"N = {length} with S = {num_states} gives {count} sequences, above the "
@@ -190,6 +202,7 @@ def exact_population(num_states: int, length: int, kernel, init=None):
 
     With soft targets, the weighted CE over this measure is the exact population loss.
     """
+    validate_chain(num_states=num_states)
     if jnp.shape(kernel)[-1] != num_states:
         raise ValueError(f"num_states = {num_states}: the kernel has {jnp.shape(kernel)[-1]} "
                          "states.")
@@ -203,6 +216,9 @@ def monte_carlo_population(key, kernel, init, num_sequences: int, length: int):
     Unbiased for the population loss and lower variance than hard targets; the same structure as
     `exact_population`, so losses need not care which measure they get.
     """
+    _checks.check_key("key", key)
+    _checks.check_int("num_sequences", num_sequences, 1, "the Monte-Carlo sample size M")
+    _checks.check_int("length", length, 1, "the sequence length N")
     x_MN = sample(key, kernel, init, batch_size=num_sequences, length=length)
     weights_M = jnp.full((num_sequences,), 1.0 / num_sequences, jnp.asarray(kernel).dtype)
     return x_MN, weights_M, soft_targets(x_MN, kernel)

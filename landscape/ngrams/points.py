@@ -29,6 +29,7 @@ import numpy as np
 
 from landscape.ngrams import estimators, task
 from landscape.ngrams import model as model_lib
+from landscape import _checks
 from landscape.point import Point
 
 BLOCKS = ("A1", "V1", "Q2", "K2")
@@ -61,10 +62,14 @@ def population_set(num_states: int, order_n: int, seq_len: int, alpha, num_seque
     a prefix of a larger one with the same seed, and the sampler compiles once per (S, n, T).
     Results are cached (the arrays are immutable).
     """
+    if alpha is None:
+        raise _checks.ArgumentTypeError("alpha = None: the task needs the Dirichlet concentration "
+                                        "alpha > 0.")
     task.validate_task(num_states, order_n, seq_len, alpha)
-    if not _is_int(num_sequences) or num_sequences < 2:
-        raise ValueError(f"num_sequences = {num_sequences!r}: must be an integer >= 2 "
-                         "(the Monte-Carlo set is split into two halves for gradient_norms).")
+    _checks.real_array("alpha", alpha, scalar=True)
+    _checks.check_int("num_sequences", num_sequences, 2,
+                      "the Monte-Carlo set is split into two halves for gradient_norms")
+    _checks.check_int("seed", seed, meaning="the PRNG seed of the Monte-Carlo set")
     if init not in task.INITS:
         raise ValueError(f"init = {init!r}: must be one of {task.INITS} "
                          "(how the first n-1 tokens are drawn).")
@@ -97,6 +102,7 @@ def population_loss(model: model_lib.NgramModel, x_BT, target_BS, floor: float =
     floor = 1e-8 is the authors' code; floor = 0 is the exact CE of the theory (infinite when a
     token with y_s > 0 is absent from the context, since the simplified model gives it p_s = 0).
     """
+    _checks.real_array("floor", floor, scalar=True)
     if not floor >= 0:
         raise ValueError(f"floor = {floor!r}: must be >= 0 (added to p inside the log).")
     x_BT = jnp.asarray(x_BT)
@@ -109,22 +115,36 @@ def population_loss(model: model_lib.NgramModel, x_BT, target_BS, floor: float =
 # --------------------------------------------------------------------------------------------------
 
 
-def _validate(num_states, order_n, seq_len, alpha, num_heads, k=None, c=None):
+_UNSET = object()     # _validate's default: no k / c to check
+
+
+def _validate(num_states, order_n, seq_len, alpha, num_heads, k=_UNSET, c=_UNSET):
+    if alpha is None:
+        raise _checks.ArgumentTypeError("alpha = None: the task needs the Dirichlet concentration "
+                                        "alpha > 0.")
     task.validate_task(num_states, order_n, seq_len, alpha)
+    _checks.real_array("alpha", alpha, scalar=True)
     if num_heads is None:
         num_heads = order_n - 1
-    if not _is_int(num_heads) or num_heads < 1:
+    _checks.check_int("num_heads", num_heads,
+                      meaning="the first-layer heads m; the theory uses m = order_n - 1")
+    if num_heads < 1:
         raise ValueError(f"num_heads = {num_heads!r}: must be an integer >= 1 "
                          "(the first-layer heads m; the theory uses m = order_n - 1).")
-    if k is not None:
-        if not _is_int(k) or not 1 <= k <= order_n:
+    if k is not _UNSET:
+        _checks.check_int("k", k, meaning="the order of the k-gram construction")
+        if not 1 <= k <= order_n:
             raise ValueError(f"k = {k!r}: a construction needs 1 <= k <= order_n = {order_n} "
                              "(theta_*^k implements the in-context k-gram estimator).")
         if num_heads < k - 1:
             raise ValueError(f"num_heads = {num_heads}: theta_*^{k} needs k - 1 = {k - 1} "
                              "first-layer heads (one per history offset 1..k-1).")
-    if c is not None and not (isinstance(c, (int, float, np.integer, np.floating))
-                              and not isinstance(c, bool) and 0 < c < math.inf):
+    if c is not _UNSET:
+        if c is None:
+            raise _checks.ArgumentTypeError("c = None: the construction needs c, a finite number "
+                                            "> 0 (the scale of the attention logits).")
+        _checks.real_array("c", c, scalar=True)
+    if c is not _UNSET and not 0 < c < math.inf:
         raise ValueError(f"c = {c!r}: must be a finite number > 0 "
                          "(the scale of the attention logits).")
     return num_heads

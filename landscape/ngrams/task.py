@@ -27,6 +27,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import xlogy
 
+from landscape import _checks
+
 INITS = ("uniform", "stationary")
 
 
@@ -43,17 +45,24 @@ def validate_task(num_states, order_n, seq_len=None, alpha=None) -> None:
     """One ValueError sentence naming the bad field: S >= 2, n >= 2, T > n, alpha > 0 (notes §2.2).
 
     seq_len / alpha None skip their checks; a traced alpha (a vmapped sweep) is not checked.
+    A wrong type (a float or bool count, a string alpha) is a TypeError (also a ValueError, for
+    callers that catch those).
     """
-    if not _is_int(num_states) or num_states < 2:
+    _checks.check_int("num_states", num_states, meaning="the vocabulary size S")
+    if num_states < 2:
         raise ValueError(f"num_states = {num_states!r}: must be an integer >= 2 "
                          "(the vocabulary size S).")
-    if not _is_int(order_n) or order_n < 2:
+    _checks.check_int("order_n", order_n, meaning="the n-gram order n")
+    if order_n < 2:
         raise ValueError(f"order_n = {order_n!r}: must be >= 2 "
                          "(an n-gram task needs at least a bigram).")
-    if seq_len is not None and (not _is_int(seq_len) or seq_len <= order_n):
-        raise ValueError(f"seq_len = {seq_len!r}: must be an integer > order_n = {order_n} "
-                         "(the first n-1 tokens are the initial context).")
+    if seq_len is not None:
+        _checks.check_int("seq_len", seq_len, meaning="the sequence length T")
+        if seq_len <= order_n:
+            raise ValueError(f"seq_len = {seq_len!r}: must be an integer > order_n = {order_n} "
+                             "(the first n-1 tokens are the initial context).")
     if alpha is not None and not isinstance(alpha, jax.core.Tracer):
+        _checks.real_array("alpha", alpha, scalar=False)
         arr = np.asarray(alpha, dtype=np.float64)
         bad = ~(arr > 0.0)
         if np.any(bad):
@@ -75,7 +84,11 @@ def _validate_init(init) -> None:
 
 def sample_tasks(key, num_states: int, order_n: int, alpha, batch_size: int) -> jax.Array:
     """P (B, S^(n-1), S): every context row ~ Dir(alpha 1_S), i.i.d. (notes §2.2 step 1)."""
+    if alpha is None:
+        raise _checks.ArgumentTypeError("alpha = None: sample_tasks needs the Dirichlet "
+                                        "concentration alpha > 0.")
     validate_task(num_states, order_n, alpha=alpha)
+    _checks.check_int("batch_size", batch_size, 1, "the number of tasks")
     return _sample_tasks(key, num_states, order_n, alpha, batch_size)
 
 
@@ -174,6 +187,9 @@ def sample_sequences(key, P_BCS, num_states: int, order_n: int, seq_len: int,
     """
     validate_task(num_states, order_n, seq_len)
     _validate_init(init)
+    if np.ndim(P_BCS) != 3 or np.shape(P_BCS)[1:] != (num_states ** (order_n - 1), num_states):
+        raise ValueError(f"P_BCS has shape {np.shape(P_BCS)}: must be (batch, S^(n-1), S) = "
+                         f"(batch, {num_states ** (order_n - 1)}, {num_states}).")
     return _sample_sequences(key, P_BCS, num_states, order_n, seq_len, init)
 
 
@@ -212,8 +228,12 @@ def sample(key, num_states: int, order_n: int, seq_len: int, alpha, batch_size: 
     x_t ~ P[window of the last n-1 tokens], and target = P[last window, :] (the soft label
     p_tau(x_{T+1} = . | x^T)).
     """
+    if alpha is None:
+        raise _checks.ArgumentTypeError("alpha = None: sample needs the Dirichlet concentration "
+                                        "alpha > 0.")
     validate_task(num_states, order_n, seq_len, alpha)
     _validate_init(init)
+    _checks.check_int("batch_size", batch_size, 1, "the number of sequences")
     return _sample(key, num_states, order_n, seq_len, alpha, batch_size, init)
 
 
@@ -265,5 +285,6 @@ def kgram_losses(P_CS, num_states: int, order_n: int) -> jax.Array:
 
 def plateau_levels(key, num_states: int, order_n: int, alpha, num_tasks: int) -> jax.Array:
     """(n,) Monte-Carlo T -> inf k-gram losses L_k^inf = E_tau[kgram_losses] (notes §2.3 table)."""
+    _checks.check_int("num_tasks", num_tasks, 1, "the Monte-Carlo sample of tasks")
     P_BCS = sample_tasks(key, num_states, order_n, alpha, num_tasks)
     return jnp.mean(jax.vmap(kgram_losses, (0, None, None))(P_BCS, num_states, order_n), axis=0)

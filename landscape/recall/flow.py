@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from landscape import gradient_flow, training
+from landscape import _checks, gradient_flow, training
 from landscape.recall import model as model_lib
 from landscape.recall import task as task_lib
 
@@ -22,14 +22,34 @@ from landscape.recall import task as task_lib
 # ----------------------------------------------------------------------------- initialisations
 
 
+def _check_model(model, caller: str) -> None:
+    if not isinstance(model, model_lib.RecallModel):
+        raise TypeError(f"{caller} expects a landscape.recall.RecallModel (e.g. RecallModel(k=3, "
+                        f"num_responses=3)) as model; got {type(model).__name__}.")
+
+
+def _check_eps(eps) -> None:
+    """eps > 0 (elementwise for an array; a traced eps, in a sweep, is not checked)."""
+    _checks.check_real("eps", eps, low=0, low_open=True, scalar=False,
+                       meaning="the initialisation scale")
+
+
 def init_first_jump(model: model_lib.RecallModel, eps) -> dict:
     """I_1 (notes §2.3): beta_1 = eps, every other beta 0, every w 0."""
+    _check_model(model, "init_first_jump")
+    _check_eps(eps)
     beta = jnp.zeros(model.num_heads).at[0].set(eps)
     return model_lib.init_params(model, beta)
 
 
 def init_later_jump(model: model_lib.RecallModel, eps, stage: int, big) -> dict:
     """I_h (notes §2.3): heads < h macroscopic (beta = big, w^i = big e_i), beta_h = eps, rest 0."""
+    _check_model(model, "init_later_jump")
+    _check_eps(eps)
+    _checks.check_int("stage", stage, 1, "the head h that jumps next, 1..num_heads",
+                      high=model.num_heads)
+    _checks.check_real("big", big, low=0, low_open=True, scalar=False,
+                       meaning="the macroscopic scale of the heads before h")
     heads = jnp.arange(model.num_heads)
     beta = jnp.where(heads < stage - 1, big, jnp.where(heads == stage - 1, eps, 0.0))
     w = jnp.where((heads < stage - 1)[:, None], big * jnp.eye(model.num_heads, model.k), 0.0)
@@ -38,6 +58,15 @@ def init_later_jump(model: model_lib.RecallModel, eps, stage: int, big) -> dict:
 
 def init_shape(model: model_lib.RecallModel, eps, beta_shape, key=None, w_noise=0.0) -> dict:
     """beta(0) = eps * shape (a vector) and w(0) = eps * w_noise * N(0, 1) (notes §4.7)."""
+    _check_model(model, "init_shape")
+    _check_eps(eps)
+    _checks.check_real("beta_shape", beta_shape, scalar=False, meaning="one entry per head")
+    if np.shape(beta_shape) != (model.num_heads,):
+        raise ValueError(f"beta_shape has shape {np.shape(beta_shape)}: must be "
+                         f"({model.num_heads},), one entry per head (num_heads = "
+                         f"{model.num_heads}).")
+    _checks.check_key("key", key)
+    _checks.check_real("w_noise", w_noise, low=0, meaning="the relative scale of the w noise")
     beta = eps * jnp.asarray(beta_shape)
     window = model.k if model.window else task_lib.sequence_length(model.k)
     w = jnp.zeros((model.num_heads, window))

@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from landscape import _checks
 from landscape.recall import task as task_lib
 
 LOSSES = ("dp", "ce")
@@ -52,6 +53,12 @@ class RecallModel:
         task_lib.check_order(self.k, self.num_responses)
         if self.num_heads is None:
             object.__setattr__(self, "num_heads", self.k)
+        _checks.check_int("num_heads", self.num_heads, meaning="k or k - 1")
+        for field in ("window", "exact_query", "response_only"):
+            _checks.check_bool(field, getattr(self, field))
+        _checks.check_real("gamma", self.gamma, meaning="the matching offset of I~_k = I_k - gamma 11^T")
+        _checks.check_real("scale", self.scale, low=0, low_open=True,
+                           meaning="the score scale c of the beta coupling")
         if self.num_heads not in (self.k - 1, self.k):
             raise ValueError(f"num_heads = {self.num_heads!r}: must be k = {self.k} or "
                              f"k - 1 = {self.k - 1}.")

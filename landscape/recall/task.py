@@ -15,13 +15,20 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from landscape import _checks
+
 
 def check_order(k: int, num_responses: int | None = None) -> None:
-    """One ValueError sentence naming the bad field (k > 1, |R| > 1; notes §1)."""
-    if int(k) != k or k < 2:
+    """One sentence naming the bad field (k > 1, |R| > 1; notes §1): a ValueError for a bad value,
+    a TypeError (also a ValueError) for a non-integer."""
+    _checks.check_int("k", k, meaning="the task order")
+    if k < 2:
         raise ValueError(f"k = {k!r}: the task order must be an integer >= 2.")
-    if num_responses is not None and (int(num_responses) != num_responses or num_responses < 2):
-        raise ValueError(f"num_responses = {num_responses!r}: there must be at least 2 responses.")
+    if num_responses is not None:
+        _checks.check_int("num_responses", num_responses, meaning="the number of responses |R|")
+        if num_responses < 2:
+            raise ValueError(f"num_responses = {num_responses!r}: there must be at least 2 "
+                             "responses.")
 
 
 def permutations(k: int) -> np.ndarray:
@@ -48,7 +55,9 @@ def match_tensor(k: int, num_heads: int | None = None) -> np.ndarray:
     Head h = 1..H reads query symbol q_{k-h}; offset i = 1..k reads pi_{k-i}. For H = k each slice
     is the permutation matrix of pi relative to q with flipped indexing; M_q = I.
     """
+    check_order(k)
     num_heads = k if num_heads is None else num_heads
+    _checks.check_int("num_heads", num_heads, meaning="the number of heads H")
     if not 1 <= num_heads <= k:
         raise ValueError(f"num_heads = {num_heads!r}: must be between 1 and k = {k}.")
     reversed_PI = permutations(k)[:, ::-1]                      # column i-1 = pi_{k-i}
@@ -85,7 +94,8 @@ def sample_tokens(key: jax.Array, k: int, num_responses: int, batch_size: int,
     order unless `shuffle_blocks` (then a uniform block order per sequence). target = k + f(q).
     f and q do not depend on `shuffle_blocks` for a given key.
     """
-    check_order(k, num_responses)
+    check_order(k, num_responses)      # static arguments: checked once, while tracing
+    _checks.check_int("batch_size", batch_size, 1, "the number of sequences")
     num_perms = math.factorial(k)
     draw_key, order_key = jax.random.split(key)
     maxval_P1 = np.append(np.full(num_perms, num_responses), num_perms)   # f(pi_1..pi_k!), q
@@ -107,7 +117,8 @@ def sample_collisions(key: jax.Array, k: int, num_responses: int, batch_size: in
     y_pi = 1{f(pi) = f(q)}: y[:, 0] = 1 (the identity is permutation 0), the others i.i.d.
     Bernoulli(1/|R|). Equal in distribution to collisions_of(sample_tokens(...)).
     """
-    check_order(k, num_responses)
+    check_order(k, num_responses)      # static arguments: checked once, while tracing
+    _checks.check_int("batch_size", batch_size, 1, "the number of sequences")
     dtype = dtype or (jnp.float64 if jax.config.jax_enable_x64 else jnp.float32)
     num_perms = math.factorial(k)
     others_BP = jax.random.bernoulli(key, 1.0 / num_responses, (batch_size, num_perms - 1))

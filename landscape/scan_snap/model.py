@@ -10,6 +10,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from landscape import _checks
 from landscape.point import Point
 from landscape.scan_snap.task import SequenceClasses, attention_weights
 
@@ -78,6 +79,19 @@ def population_loss(params, task: SequenceClasses, *, residual: bool = False) ->
 def population_point(task: SequenceClasses, params=None, *, residual: bool = False,
                      name: str = "") -> Point:
     """The population loss (§3.5) at (Y, Z) as a Point; default Y = Z = 0, where the loss is ln M."""
+    if not isinstance(task, SequenceClasses):
+        raise TypeError(f"population_point expects a SequenceClasses task (e.g. "
+                        f"landscape.scan_snap.sequence_classes(...)); got {type(task).__name__}.")
+    _checks.check_bool("residual", residual, "add the last token's one-hot to c_n")
+    if params is not None:
+        shape = (task.num_tokens, task.num_tokens)
+        if not isinstance(params, dict) or set(params) != {"Y", "Z"}:
+            raise ValueError(f"params = {type(params).__name__}: must be a dict with keys 'Y' and "
+                             f"'Z', both {shape} (or None for Y = Z = 0).")
+        for key in ("Y", "Z"):
+            if jnp.shape(params[key]) != shape:
+                raise ValueError(f"params['{key}'] has shape {jnp.shape(params[key])}: must be "
+                                 f"{shape} (M = {task.num_tokens} tokens).")
     if params is None:
         params = init_params(jax.random.key(0), task.num_tokens, "zeros",
                              jnp.float64 if jax.config.jax_enable_x64 else jnp.float32)

@@ -13,6 +13,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from landscape import _checks
+
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class SequenceClasses:
@@ -49,6 +51,8 @@ class SequenceClasses:
 
     def sample(self, key: jax.Array, batch_size: int):
         """(context_BT int32 with T = L-1, query_B, label_B, class_B); classes uniform."""
+        _checks.check_key("key", key)
+        _checks.check_int("batch_size", batch_size, 1, "the number of sequences")
         class_key, token_key = jax.random.split(key)
         class_B = jax.random.randint(class_key, (batch_size,), 0, self.num_classes)
         u_BT = jax.random.uniform(token_key, (batch_size, self.seq_len - 1))
@@ -63,7 +67,27 @@ def sequence_classes(*, num_last: int, num_next_per_last: int, num_common: int,
                                           num_common_per_last: int, num_distinct_per_next: int,
                                           common_unnormalized_prob: float, distinct_unnormalized_min: float,
                                           distinct_unnormalized_max: float, seq_len: int) -> SequenceClasses:
-    """The authors' Dataset2 (notes §2.2); Syn-Small is num_last=2, num_next_per_last=1 (M = 34)."""
+    """The authors' Dataset2 (notes §2.2); Syn-Small is num_last=2, num_next_per_last=1 (M = 34).
+
+    Counts are integers (num_last, num_next_per_last, num_distinct_per_next >= 1; num_common,
+    num_common_per_last >= 0; seq_len >= 2) and the unnormalised probabilities positive with
+    distinct_unnormalized_min <= distinct_unnormalized_max: one sentence otherwise.
+    """
+    for name, value, low, meaning in (
+            ("num_last", num_last, 1, "the number of last tokens"),
+            ("num_next_per_last", num_next_per_last, 1, "classes per last token"),
+            ("num_common", num_common, 0, "globally common tokens"),
+            ("num_common_per_last", num_common_per_last, 0, "common tokens per last token"),
+            ("num_distinct_per_next", num_distinct_per_next, 1, "distinct tokens per class"),
+            ("seq_len", seq_len, 2, "L - 1 contextual tokens and the last token")):
+        _checks.check_int(name, value, low, meaning)
+    for name, value in (("common_unnormalized_prob", common_unnormalized_prob),
+                        ("distinct_unnormalized_min", distinct_unnormalized_min),
+                        ("distinct_unnormalized_max", distinct_unnormalized_max)):
+        _checks.check_real(name, value, low=0, low_open=True, meaning="an unnormalised probability")
+    if distinct_unnormalized_max < distinct_unnormalized_min:
+        raise ValueError(f"distinct_unnormalized_max = {distinct_unnormalized_max:g}: must be >= "
+                         f"distinct_unnormalized_min = {distinct_unnormalized_min:g}.")
     K = num_last * num_next_per_last
     local_offset = num_common
     distinct_offset = local_offset + num_last * num_common_per_last

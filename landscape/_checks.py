@@ -1,0 +1,142 @@
+"""Argument checks shared by the interactive API: one sentence naming the argument and what it
+expects (TypeError for a wrong type, ValueError for a wrong value).
+
+Checks run on Python-level arguments only, never inside jitted code: a jax Tracer (a value being
+traced by jit/vmap) is always accepted as it is, so sweeps that vmap over a value still compile.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import jax
+import numpy as np
+
+
+class ArgumentTypeError(TypeError, ValueError):
+    """A wrong argument type. A TypeError, and also a ValueError so that callers written to catch
+    the ValueError these checks used to raise (config validation) still catch it."""
+
+
+def is_traced(value) -> bool:
+    return isinstance(value, jax.core.Tracer)
+
+
+def type_name(value) -> str:
+    return type(value).__name__
+
+
+def require_point(point, caller: str):
+    """TypeError unless `point` is a landscape.Point."""
+    from landscape.point import Point
+    if isinstance(point, Point):
+        return point
+    hint = ""
+    if isinstance(point, dict):
+        hint = " (wrap parameters and their loss as landscape.Point(params, loss_fn))"
+    raise TypeError(f"{caller} expects a landscape.Point (e.g. landscape.markov.theta_pi(0.5, "
+                    f"0.8)); got {type_name(point)}{hint}.")
+
+
+def check_int(name: str, value, low: int | None = None, meaning: str = "",
+              high: int | None = None):
+    """An int (or numpy integer, not a bool) with low <= value <= high; returns int(value)."""
+    what = f" ({meaning})" if meaning else ""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise ArgumentTypeError(f"{name} = {value!r}: must be an integer{what}, not "
+                                f"{type_name(value)}.")
+    if (low is not None and value < low) or (high is not None and value > high):
+        bounds = (f"between {low} and {high}" if low is not None and high is not None else
+                  f">= {low}" if low is not None else f"<= {high}")
+        raise ValueError(f"{name} = {value!r}: must be an integer {bounds}{what}.")
+    return int(value)
+
+
+def check_bool(name: str, value, meaning: str = "") -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        what = f" ({meaning})" if meaning else ""
+        raise ArgumentTypeError(f"{name} = {value!r}: must be True or False{what}, not "
+                                f"{type_name(value)}.")
+    return bool(value)
+
+
+def check_choice(name: str, value, choices) -> None:
+    if not isinstance(value, str) or value not in choices:
+        options = ", ".join(repr(c) for c in choices)
+        raise ValueError(f"{name} = {value!r}: must be one of {options}.")
+
+
+def real_array(name: str, value, scalar: bool) -> np.ndarray | None:
+    """value as a float64 array (None when traced); ArgumentTypeError unless real numbers."""
+    if is_traced(value):
+        return None
+    what = "a real number" if scalar else "a real number or an array of them"
+    if value is None or isinstance(value, (bool, np.bool_, str, bytes)):
+        raise ArgumentTypeError(f"{name} = {value!r}: must be {what}, not {type_name(value)}.")
+    if isinstance(value, numbers.Real):
+        return np.asarray(float(value))
+    try:
+        arr = np.asarray(value)
+    except Exception:       # e.g. a tracer inside a container: leave it to the caller
+        return None
+    if arr.dtype == object or not (np.issubdtype(arr.dtype, np.integer)
+                                   or np.issubdtype(arr.dtype, np.floating)):
+        raise ArgumentTypeError(f"{name} = {value!r}: must be {what}, not {type_name(value)}"
+                                f"{'' if arr.dtype == object else f' of dtype {arr.dtype}'}.")
+    if scalar and arr.ndim:
+        raise ArgumentTypeError(f"{name} has shape {arr.shape}: must be a single real number.")
+    return arr.astype(np.float64)
+
+
+def check_real(name: str, value, *, low=None, high=None, low_open: bool = False,
+               high_open: bool = False, finite: bool = True, scalar: bool = True,
+               meaning: str = "") -> None:
+    """A real number (or, scalar=False, an array of them) within the bounds; NaN always fails.
+
+    Traced values are skipped; arrays are checked elementwise.
+    """
+    arr = real_array(name, value, scalar)
+    if arr is None:
+        return
+    bad = np.isnan(arr)
+    if finite:
+        bad |= ~np.isfinite(arr)
+    if low is not None:
+        bad |= (arr <= low) if low_open else (arr < low)
+    if high is not None:
+        bad |= (arr >= high) if high_open else (arr > high)
+    if not np.any(bad):
+        return
+    shown = arr[bad].flat[0] if arr.ndim else arr.item()
+    if low is not None and high is not None:
+        bounds = f"in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+    elif low is not None:
+        bounds = f"{'>' if low_open else '>='} {low:g}"
+    elif high is not None:
+        bounds = f"{'<' if high_open else '<='} {high:g}"
+    else:
+        bounds = ""
+    expected = " ".join(part for part in ("a finite number" if finite else "", bounds) if part)
+    what = f" ({meaning})" if meaning else ""
+    raise ValueError(f"{name} = {shown:g}: must be {expected or 'a number'}{what}.")
+
+
+def check_key(name: str, key) -> None:
+    """None or a jax PRNG key (jax.random.key(0) or jax.random.PRNGKey(0))."""
+    if key is None or is_traced(key):
+        return
+    if isinstance(key, jax.Array):
+        if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
+            return
+        if key.dtype == np.uint32 and key.shape[-1:] == (2,):
+            return
+    raise ArgumentTypeError(f"{name} = {key!r}: must be a jax random key "
+                            f"(jax.random.key(0)) or None, not {type_name(key)}.")
+
+
+def finite_number(value) -> bool:
+    try:
+        return math.isfinite(float(value))
+    except (TypeError, ValueError):
+        return False
