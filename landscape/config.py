@@ -65,14 +65,14 @@ def require_number(cfg: Any, field: str, *, low: float | None = None,
                                       high_open: bool = False, integer: bool = False) -> None:
     """Check that config field `field` (dotted path) is a finite number in the given range."""
     value = get(cfg, field)
-    interval = _describe_interval(low, high, low_open, high_open, integer)
     is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
     ok = is_number and math.isfinite(value) and (not integer or float(value).is_integer())
     if ok and low is not None:
         ok = value > low if low_open else value >= low
     if ok and high is not None:
         ok = value < high if high_open else value <= high
-    require(ok, field, value, interval)
+    if not ok:
+        require(ok, field, value, _describe_interval(low, high, low_open, high_open, integer))
 
 
 def require_choice(cfg: Any, field: str, choices: Sequence[Any]) -> None:
@@ -165,7 +165,7 @@ class Fields(dict):
 
 def as_fields(cfg: Any) -> Any:
     """A `Fields` copy of a (nested) ConfigDict or dict; lists are copied, leaves shared."""
-    if isinstance(cfg, (Mapping, ml_collections.ConfigDict)):
+    if isinstance(cfg, (dict, ml_collections.ConfigDict, Mapping)):
         return Fields((k, as_fields(v)) for k, v in cfg.items())
     if isinstance(cfg, list):
         return [as_fields(v) for v in cfg]
@@ -175,7 +175,8 @@ def as_fields(cfg: Any) -> Any:
 
 
 def _is_mapping(value: Any) -> bool:
-    return isinstance(value, (Mapping, ml_collections.ConfigDict))
+    return isinstance(value, (dict, ml_collections.ConfigDict)) or (
+        not isinstance(value, (int, float, str, list, tuple)) and isinstance(value, Mapping))
 
 
 # A field's kind is that of its default: "bool", "int", "float", "str", ("list", element kind or
@@ -194,11 +195,16 @@ def kind_of(default: Any) -> Any:
     return None
 
 
+_EXACT = {"float": float, "int": int, "str": str, "bool": bool}
+
+
 def has_kind(value: Any, kind: Any) -> bool:
     """Whether value has `kind`: bools are exactly bools, integers never bools or floats, numbers
     finite ints or floats (never bools or strings), lists lists or tuples with elements of kind."""
     if kind is None:
         return True
+    if type(value) is _EXACT.get(kind):                     # the common case, fast
+        return kind != "float" or math.isfinite(value)
     if kind == "bool":
         return isinstance(value, (bool, np.bool_))
     if isinstance(value, (bool, np.bool_)):
@@ -293,7 +299,7 @@ def check_sweep_axes(cfg: Any, kinds: Mapping[str, Any], *,
                         f"a dict of axes {{field: [values]}} under the group {path}, not a value")
             raise _unknown(path, kinds, "sweep.")
         require(not _one_per_run(path, unsweepable), f"sweep.{path}", values,
-                f"left out: config.{path} holds one value per run and cannot be swept")
+                f"left out of the sweep: config.{path} holds one value per run")
         if sweepable is not None:
             require(path in sweepable, f"sweep.{path}", values,
                     "a sweepable field: one of " + ", ".join(sorted(sweepable)))
@@ -340,7 +346,7 @@ def check_variants(cfg: Any, kinds: Mapping[str, Any], *,
                             f"a dict of overrides under the group {path}, not a value")
                 raise _unknown(path, kinds, f"variants[{i}].")
             require(not _one_per_run(path, unsweepable), f"variants[{i}].{path}", value,
-                    f"left out: config.{path} holds one value per run and cannot vary by variant")
+                    f"left out of the variants: config.{path} holds one value per run")
             require(has_kind(value, kinds[path]), f"variants[{i}].{path}", value,
                     describe_kind(kinds[path]))
         out.append({k: v for k, v in flat.items() if k in kinds})
@@ -402,11 +408,12 @@ def require_numbers(cfg: Any, field: str, *, low: float | None = None,
     whole list, e.g. `config.theory.fig3_eta_y = [0.1, -1.0]: must be a non-empty list of
     numbers > 0.`; `length` (described by `length_of`) fixes its length."""
     values = get(cfg, field)
-    interval = _describe_interval(low, high, low_open, high_open, integer)
-    kind, _, bounds = interval.partition(" ")[2].partition(" ")
-    plural = ("integers" if integer else "numbers") + (f" {bounds}" if bounds else "")
-    if not bounds:
-        plural = "finite " + plural
+    noun = "integers" if integer else "numbers"
+    if low is None and high is None:
+        plural = f"finite {noun}"
+    else:
+        plural = noun + _describe_interval(low, high, low_open, high_open, integer).split(
+            "number" if not integer else "integer", 1)[1]
     if length is not None:
         allowed = f"a list of {length} {plural}" + (f" ({length_of})" if length_of else "")
     else:
@@ -457,7 +464,7 @@ def require_chunking(cfg: Any) -> None:
                                    and t.chunk_steps <= t.num_steps),
             "train.chunk_steps", t.chunk_steps,
             f"0 (the default: about ten chunks) or a multiple of train.log_every = {t.log_every} "
-            f"at most train.num_steps = {t.num_steps}")
+            f"that is at most train.num_steps = {t.num_steps}")
 
 
 def require_nonfinite_policy(cfg: Any) -> None:
@@ -481,7 +488,9 @@ def require_empty_sweep(cfg: Any, why: str) -> None:
     """No sweep and no variants: `why` names the experiment that would ignore them."""
     for field in ("sweep", "variants"):
         value = cfg.get(field, None)
-        require(not value or not flatten(value), field, value,
+        axes = [v for v in flatten(value).values() if not _is_mapping(v)] if _is_mapping(
+            value) else value
+        require(not axes, field, value,
                 f"empty: {why} runs no sweep or variants (they would be ignored)")
 
 
@@ -500,12 +509,14 @@ def validate_cells(cfg: Any, reference: ml_collections.ConfigDict,
     traced axis at its extremes. `traced` may be a function of the config. Cells are `Fields`
     (dicts read like ConfigDicts). Returns the config as `Fields`.
     """
-    check_known_fields(cfg, reference, free=("sweep", "variants"))
+    free = tuple(f for f in ("sweep", "variants") if f in reference)
+    check_known_fields(cfg, reference, free=free)
     fields = as_fields(cfg)
     kinds = reference_kinds(reference)
-    check_types(fields, kinds, free=("sweep", "variants"))
+    check_types(fields, kinds, free=free)
     axes = check_sweep_axes(fields, kinds, sweepable=sweepable, unsweepable=unsweepable)
-    variants = check_variants(fields, kinds, unsweepable=unsweepable) or [{}]
+    variants = ("variants" in free and check_variants(fields, kinds, unsweepable=unsweepable)
+                or [{}])
     if before is not None:
         _run_cell(before, fields)
     traced = tuple(traced(fields) if callable(traced) else traced)

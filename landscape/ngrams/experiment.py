@@ -124,7 +124,9 @@ def _validate_task(cfg, group) -> None:
     r(cfg, f"{group}.order_n", low=2, integer=True)
     r(cfg, f"{group}.alpha", low=0, low_open=True)
     if group == "task":
-        r(cfg, "task.seq_len", low=t.order_n, low_open=True, integer=True)
+        config_lib.require(t.seq_len > t.order_n, "task.seq_len", t.seq_len,
+                           f"an integer > task.order_n = {t.order_n} (the first n - 1 tokens are "
+                           "the initial context)")
         config_lib.require_choice(cfg, "task.init", task.INITS)
         try:
             task.validate_task(t.num_states, t.order_n, t.seq_len, t.alpha)

@@ -132,7 +132,7 @@ def _validate_cell(cfg) -> None:
     r(cfg, "flow.zoom_saves", low=0, integer=True)
     r(cfg, "flow.t_max", low=1)
     r(cfg, "flow.rtol", low=0, high=1, low_open=True, high_open=True)
-    r(cfg, "flow.atol", low=0, low_open=True)
+    r(cfg, "flow.atol", low=0, high=1, low_open=True, high_open=True)
     r(cfg, "flow.max_steps", low=1, integer=True)
     training.validate_optim(cfg)
     r(cfg, "optim.lr", low=0, low_open=True)
