@@ -410,7 +410,7 @@ def require_numbers(cfg: Any, field: str, *, low: float | None = None,
     values = get(cfg, field)
     noun = "integers" if integer else "numbers"
     if low is None and high is None:
-        plural = f"finite {noun}"
+        plural = noun if length is not None else f"finite {noun}"
     else:
         plural = noun + _describe_interval(low, high, low_open, high_open, integer).split(
             "number" if not integer else "integer", 1)[1]
