@@ -55,15 +55,36 @@ def default_config() -> ml_collections.ConfigDict:
 
 
 def validate(cfg) -> None:
-    config_lib.validate_cells(cfg, default_config(), TRACED, _validate_cell)
+    """One clear ConfigError for the first field that is unknown, of the wrong kind, out of range
+    or inconsistent with another, in any program of the sweep; nothing is built."""
+    config_lib.validate_cells(cfg, default_config(), TRACED, _validate_cell, before=_validate_run)
+
+
+def _validate_run(cfg) -> None:
+    """The fields of the whole run (not per program): name, experiment, seeds, claims, sweep_zip."""
+    choice = config_lib.require_choice
+    config_lib.require_text(cfg, "name")
+    choice(cfg, "experiment", ("train", "landscape"))
+    choice(cfg, "claims", CLAIM_SETS)
+    config_lib.require_seeds(cfg)
+    if cfg.experiment == "landscape":
+        config_lib.require_empty_sweep(cfg, "experiment = 'landscape'")
+        choice(cfg, "claims", ("landscape", "none"))
+    else:
+        config_lib.require(cfg.claims != "landscape", "claims", cfg.claims,
+                           "one of the training claims (or 'none') for experiment = 'train'; "
+                           "'landscape' goes with experiment = 'landscape'")
+    if cfg.sweep_zip:
+        lengths = {k: len(v) for k, v in config_lib.flatten(cfg.sweep).items()
+                   if k in TRACED and isinstance(v, (list, tuple))}
+        config_lib.require(len(set(lengths.values())) <= 1, "sweep_zip", True,
+                           "False unless the traced sweep axes have equal lengths (they are "
+                           "paired): " + ", ".join(f"sweep.{k} has {n}" for k, n in lengths.items()))
 
 
 def _validate_cell(cfg) -> None:
+    """Ranges and relations of every field of one program's config."""
     r, choice = config_lib.require_number, config_lib.require_choice
-    choice(cfg, "experiment", ("train", "landscape"))
-    choice(cfg, "claims", CLAIM_SETS)
-    r(cfg, "seed", low=0, integer=True)
-    r(cfg, "num_seeds", low=1, integer=True)
     r(cfg, "chain.num_states", low=2, integer=True)
     r(cfg, "chain.p", low=0, high=1, low_open=True, high_open=True)
     r(cfg, "chain.q", low=0, high=1, low_open=True, high_open=True)
@@ -73,25 +94,53 @@ def _validate_cell(cfg) -> None:
     r(cfg, "model.d", low=1, integer=True)
     r(cfg, "model.seq_len", low=2, integer=True)
     r(cfg, "model.num_layers", low=1, integer=True)
-    r(cfg, "model.num_heads", low=1, integer=True)
+    r(cfg, "model.num_heads", low=1, high=cfg.model.d, integer=True)
+    config_lib.require(cfg.model.d % cfg.model.num_heads == 0, "model.num_heads",
+                       cfg.model.num_heads, f"a divisor of model.d = {cfg.model.d} (heads split d)")
     r(cfg, "model.mlp_width", low=0, integer=True)
     config_lib.require(not (cfg.model.family == "theory" and cfg.model.layer_norm),
                        "model.layer_norm", True, "False for the theory model (notes §3.1 has no "
                        "LayerNorm); use model.family = 'gpt' for the GPT-2 blocks")
-    if cfg.experiment == "train":
-        training.validate_optim(cfg)
-        r(cfg, "optim.lr", low=0, low_open=True)
-        config_lib.require_training_steps(cfg)
-        r(cfg, "train.warmup_fraction", low=0, high=1)
-        r(cfg, "train.eval_sequences", low=1, integer=True)
-        choice(cfg, "train.targets", ("hard", "soft"))
-        choice(cfg, "train.dtype", ("float32", "float64"))
-    in_unit = lambda v: isinstance(v, (int, float)) and 0 < v < 1
-    positive = lambda v: isinstance(v, (int, float)) and math.isfinite(v) and v > 0
-    traced = {k: v for k, v in config_lib.flatten(cfg.get("sweep", {})).items() if k in TRACED}
-    config_lib.check_sweep(traced, {"chain.p": in_unit, "chain.q": in_unit, "optim.lr": positive},
-                           {"chain.p": "a number in (0, 1)", "chain.q": "a number in (0, 1)",
-                            "optim.lr": "a number > 0"})
+    try:
+        model_of(cfg)
+    except (ValueError, TypeError) as error:
+        raise config_lib.ConfigError(f"config.model: {error}") from None
+    training.validate_optim(cfg)
+    r(cfg, "optim.lr", low=0, low_open=True)
+    config_lib.require_training_steps(cfg)
+    config_lib.require_schedule(cfg, warmup_set_by="train.warmup_fraction")
+    r(cfg, "train.warmup_fraction", low=0, high=1)
+    r(cfg, "train.eval_sequences", low=1, integer=True)
+    choice(cfg, "train.targets", ("hard", "soft"))
+    choice(cfg, "train.dtype", ("float32", "float64"))
+    config_lib.require_nonfinite_policy(cfg)
+    S = cfg.chain.num_states
+    if cfg.claims in ("fig3", "appendix_d"):
+        config_lib.require(S == 2, "chain.num_states", S,
+                           f"2 for claims = {cfg.claims!r} (they read the binary chain's f0, f1)")
+    if cfg.claims == "appendix_d":
+        config_lib.require(cfg.model.family == "theory", "model.family", cfg.model.family,
+                           "'theory' for claims = 'appendix_d' (App. D fits the theory model)")
+    if cfg.claims == "fig5":
+        config_lib.require(S >= 3, "chain.num_states", S,
+                           "an integer >= 3 for claims = 'fig5' (the multi-state chain)")
+    _validate_landscape(cfg)
+
+
+def _validate_landscape(cfg) -> None:
+    r, ls = config_lib.require_number, cfg.landscape
+    pts = ls.points
+    config_lib.require(all(isinstance(pt, (list, tuple)) and len(pt) == 2 and
+                            all(0 < v < 1 for v in pt) for pt in pts), "landscape.points", pts,
+                       "a list of [p, q] points in (0, 1)^2, e.g. [[0.5, 0.8], [0.2, 0.3]]")
+    config_lib.require_numbers(cfg, "landscape.multistate_p", low=0, high=1, low_open=True,
+                               high_open=True, nonempty=False)
+    config_lib.require(len(pts) + len(ls.multistate_p) > 0, "landscape.points", pts,
+                       "a non-empty list when landscape.multistate_p is empty (nothing to check)")
+    r(cfg, "landscape.d", low=1, integer=True)
+    r(cfg, "landscape.seq_len", low=1, integer=True)
+    r(cfg, "landscape.multistate_states", low=3, integer=True)
+    r(cfg, "landscape.multistate_seq_len", low=1, integer=True)
 
 
 def needs_x64(cfg) -> bool:

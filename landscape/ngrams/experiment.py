@@ -68,62 +68,106 @@ def default_config() -> ml_collections.ConfigDict:
 # ----------------------------------------------------------------------------- validation
 
 
+# Fields every program of a run shares: the estimator lines, the stationarity study, the
+# analysis and the figures are computed once per run from the top-level config.
+ONE_PER_RUN = config_lib.UNSWEEPABLE + ("task", "lines", "stationarity", "analysis", "figure")
+
+
 def validate(cfg) -> None:
-    config_lib.validate_cells(cfg, default_config(), TRACED, _validate_cell)
+    """One clear ConfigError for the first field that is unknown, of the wrong kind, out of range
+    or inconsistent with another, in any program of the sweep; nothing is built."""
+    config_lib.validate_cells(cfg, default_config(), TRACED, _validate_cell,
+                              unsweepable=ONE_PER_RUN, before=_validate_run)
 
 
-def _task_error(error: ValueError, prefix: str) -> config_lib.ConfigError:
-    return config_lib.ConfigError(f"config.{prefix}: {error}")
+def _validate_run(cfg) -> None:
+    """The fields of the whole run (not per program): name, experiment, seeds, claims, the
+    estimator lines, the stationarity study, the analysis and the figures."""
+    r = config_lib.require_number
+    config_lib.require_text(cfg, "name")
+    config_lib.require_choice(cfg, "experiment", ("train", "stationarity"))
+    config_lib.require_seeds(cfg)
+    names = cfg.claims.split(",") if cfg.claims else []
+    config_lib.require(all(name in CLAIM_SETS for name in names), "claims", cfg.claims,
+                       f"a comma-separated list drawn from {', '.join(CLAIM_SETS)} (or '')")
+    if cfg.experiment == "stationarity":
+        config_lib.require_empty_sweep(cfg, "experiment = 'stationarity'")
+        config_lib.require(cfg.claims == "", "claims", cfg.claims,
+                           "'' for experiment = 'stationarity' (its claims are always checked)")
+    _validate_task(cfg, "task")
+    r(cfg, "lines.num_sequences", low=1, integer=True)
+    r(cfg, "lines.seed", low=0, high=2 ** 31 - 1, integer=True)
+    _validate_task(cfg, "stationarity")
+    s = cfg.stationarity
+    config_lib.require_numbers(cfg, "stationarity.ks", low=1, high=s.order_n, integer=True)
+    config_lib.require_numbers(cfg, "stationarity.cs", low=0, low_open=True)
+    config_lib.require_numbers(cfg, "stationarity.seq_lens", low=s.order_n, low_open=True,
+                               integer=True)
+    r(cfg, "stationarity.num_sequences", low=4, integer=True)
+    r(cfg, "stationarity.log_c0")
+    r(cfg, "stationarity.seed", low=0, high=2 ** 31 - 1, integer=True)
+    n = cfg.train.num_steps
+    r(cfg, "train.num_steps", low=1, integer=True)
+    r(cfg, "analysis.flat_window", low=1, high=n, integer=True)
+    r(cfg, "analysis.flat_tol", low=0, low_open=True)
+    r(cfg, "analysis.min_plateau", low=1, high=n, integer=True)
+    r(cfg, "analysis.line_tol", low=0, low_open=True)
+    r(cfg, "analysis.head_threshold", low=0, high=1, low_open=True, high_open=True)
+    r(cfg, "analysis.spike_ratio", low=1)
+    config_lib.require_numbers(cfg, "figure.highlight_steps", low=0, high=n, integer=True,
+                               nonempty=False)
+
+
+def _validate_task(cfg, group) -> None:
+    r, t = config_lib.require_number, cfg[group]
+    r(cfg, f"{group}.num_states", low=2, integer=True)
+    r(cfg, f"{group}.order_n", low=2, integer=True)
+    r(cfg, f"{group}.alpha", low=0, low_open=True)
+    if group == "task":
+        config_lib.require(t.seq_len > t.order_n, "task.seq_len", t.seq_len,
+                           f"an integer > task.order_n = {t.order_n} (the first n - 1 tokens are "
+                           "the initial context)")
+        config_lib.require_choice(cfg, "task.init", task.INITS)
+        try:
+            task.validate_task(t.num_states, t.order_n, t.seq_len, t.alpha)
+        except ValueError as error:
+            raise config_lib.field_error(error, group) from None
 
 
 def _validate_cell(cfg) -> None:
-    r, choice = config_lib.require_number, config_lib.require_choice
-    choice(cfg, "experiment", ("train", "stationarity"))
-    r(cfg, "seed", low=0, integer=True)
-    r(cfg, "num_seeds", low=1, integer=True)
-    if cfg.experiment == "stationarity":
-        s = cfg.stationarity
-        try:
-            task.validate_task(s.num_states, s.order_n, min(s.seq_lens), s.alpha)
-        except ValueError as error:
-            raise _task_error(error, "stationarity") from None
-        for k in s.ks:
-            config_lib.require(isinstance(k, int) and 1 <= k <= s.order_n, "stationarity.ks", k,
-                               f"integers k with 1 <= k <= order_n = {s.order_n}")
-        for value in s.cs:
-            config_lib.require(isinstance(value, (int, float)) and value > 0, "stationarity.cs",
-                               value, "numbers c > 0")
-        r(cfg, "stationarity.num_sequences", low=4, integer=True)
-        return
-    try:
-        task.validate_task(cfg.task.num_states, cfg.task.order_n, cfg.task.seq_len,
-                           cfg.task.alpha)
-    except ValueError as error:
-        raise _task_error(error, "task") from None
-    choice(cfg, "task.init", task.INITS)
+    """Ranges and relations of every field of one program's config."""
+    r, choice, m = config_lib.require_number, config_lib.require_choice, cfg.model
     choice(cfg, "model.kind", ("simplified", "transformer", "disentangled"))
     choice(cfg, "model.embedding", ("one_hot", "learned"))
     choice(cfg, "model.readout_init", ("", "random", "zero"))
     r(cfg, "model.num_heads", low=1, integer=True)
     r(cfg, "model.head_dim", low=0, integer=True)
     r(cfg, "model.init_scale", low=0, low_open=True)
+    simplified = m.kind == "simplified"
+    for field, default, has in (
+            ("embedding", "one_hot", "learned embeddings: only kind = 'transformer'"),
+            ("mlp", False, "MLP layers: only kind = 'transformer'"),
+            ("readout_init", "", "a readout: only the general kinds (not 'simplified')"),
+            ("learn_value", True, "a fixed value matrix: only kind = 'simplified'"),
+            ("head_dim", 0, "head_dim: only kind = 'simplified' reads it")):
+        applies = {"embedding": m.kind == "transformer", "mlp": m.kind == "transformer",
+                   "readout_init": not simplified, "learn_value": simplified,
+                   "head_dim": simplified}[field]
+        config_lib.require(applies or m[field] == default, f"model.{field}", m[field],
+                           f"{default!r} for model.kind = {m.kind!r} (it has no {has})")
+    try:
+        model_of(cfg)
+    except (ValueError, TypeError) as error:
+        raise config_lib.field_error(error, "model") from None
     training.validate_optim(cfg)
     r(cfg, "optim.lr", low=0, low_open=True)
     config_lib.require_training_steps(cfg)
-    r(cfg, "train.test_sequences", low=1, integer=True)
-    r(cfg, "train.floor", low=0)
+    config_lib.require_schedule(cfg)
+    r(cfg, "train.test_sequences", low=2, integer=True)
+    r(cfg, "train.test_seed", low=0, high=2 ** 31 - 1, integer=True)
+    r(cfg, "train.floor", low=0, high=1, high_open=True)
     choice(cfg, "train.dtype", ("float32", "float64"))
-    r(cfg, "lines.num_sequences", low=1, integer=True)
-    for name in [n for n in cfg.claims.split(",") if n]:
-        config_lib.require(name in CLAIM_SETS, "claims", cfg.claims,
-                           f"a comma-separated list drawn from {', '.join(CLAIM_SETS)}")
-    positive = lambda v: isinstance(v, (int, float)) and math.isfinite(v) and v > 0
-    traced = {k: v for k, v in config_lib.flatten(cfg.get("sweep", {})).items() if k in TRACED}
-    config_lib.check_sweep(traced, {"optim.lr": positive}, {"optim.lr": "a number > 0"})
-    try:
-        model_of(cfg)
-    except ValueError as error:
-        raise config_lib.ConfigError(f"config.model: {error}") from None
+    config_lib.require_nonfinite_policy(cfg)
 
 
 def needs_x64(cfg) -> bool:

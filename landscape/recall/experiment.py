@@ -67,21 +67,44 @@ def default_config() -> ml_collections.ConfigDict:
     return c
 
 
+FLOW_CLAIMS = ("first_jump", "ei_tail", "later_jumps", "stages")
+SGD_CLAIMS = ("fig1", "dp_vs_ce", "ablations")
+
+
 def validate(cfg) -> None:
-    config_lib.check_known_fields(cfg, default_config(), free=("sweep", "variants"))
-    for fields in config_lib.structural_cells(cfg, FLOW_TRACED + SGD_TRACED) or [{}]:
-        _validate_cell(config_lib.with_fields(cfg, fields), fields)
+    """One clear ConfigError for the first field that is unknown, of the wrong kind, out of range
+    or inconsistent with another, in any program of the sweep; nothing is built."""
+    config_lib.validate_cells(
+        cfg, default_config(), lambda c: FLOW_TRACED if c.experiment == "flow" else SGD_TRACED,
+        _validate_cell, before=_validate_run)
 
 
-def _validate_cell(cfg, fields) -> None:
-    r, choice = config_lib.require_number, config_lib.require_choice
-    for path in fields:
-        config_lib.require(path in config_lib.flatten(default_config()), f"variants/sweep {path}",
-                           fields[path], "a known config field")
+def _validate_run(cfg) -> None:
+    """The fields of the whole run (not per program): name, experiment, seeds, claims, and which
+    groups a sweep or variant may change (flow runs read no optim / train, SGD runs no flow)."""
+    choice = config_lib.require_choice
+    config_lib.require_text(cfg, "name")
     choice(cfg, "experiment", ("flow", "sgd"))
     choice(cfg, "claims", CLAIM_SETS)
-    r(cfg, "seed", low=0, integer=True)
-    r(cfg, "num_seeds", low=1, integer=True)
+    config_lib.require_seeds(cfg)
+    flow_run = cfg.experiment == "flow"
+    config_lib.require(cfg.claims not in (SGD_CLAIMS if flow_run else FLOW_CLAIMS), "claims",
+                       cfg.claims, "one of " + ", ".join(repr(c) for c in (
+                           FLOW_CLAIMS if flow_run else SGD_CLAIMS) + ("none",))
+                       + f" for experiment = {cfg.experiment!r}")
+    unused = ("optim", "train") if flow_run else ("flow",)
+    changed = list(config_lib.flatten(cfg.get("sweep") or {}))
+    for variant in cfg.get("variants") or []:
+        changed += list(config_lib.flatten(variant)) if isinstance(variant, dict) else []
+    for path in changed:
+        config_lib.require(path.split(".")[0] not in unused, "experiment", cfg.experiment,
+                           f"{'sgd' if flow_run else 'flow'!r} for a sweep or variant over "
+                           f"{path} ({cfg.experiment} runs do not read it)")
+
+
+def _validate_cell(cfg) -> None:
+    """Ranges and relations of every field of one program's config."""
+    r, choice = config_lib.require_number, config_lib.require_choice
     r(cfg, "task.k", low=2, high=6, integer=True)
     r(cfg, "task.num_responses", low=2, integer=True)
     k = cfg.task.k
@@ -90,47 +113,50 @@ def _validate_cell(cfg, fields) -> None:
     choice(cfg, "model.loss", ("dp", "ce"))
     choice(cfg, "model.qk", ("beta", "full"))
     r(cfg, "model.scale", low=0, low_open=True)
+    r(cfg, "model.gamma")
+    try:
+        model = model_of(cfg)
+    except (ValueError, TypeError) as error:
+        raise config_lib.field_error(error, "model") from None
+    H = cfg.model.num_heads
     choice(cfg, "init.kind", ("shape", "first_jump", "later_jump"))
     r(cfg, "init.eps", low=0, low_open=True)
+    config_lib.require_numbers(cfg, "init.beta_shape", length=H,
+                               length_of=f"one per head, model.num_heads = {H}")
     r(cfg, "init.w_noise", low=0)
+    r(cfg, "init.stage", low=2, high=H, integer=True)
     r(cfg, "init.big", low=0, low_open=True)
-    r(cfg, "init.stage", low=2, high=cfg.model.num_heads, integer=True)
-    shape = list(cfg.init.beta_shape)
-    config_lib.require(len(shape) == cfg.model.num_heads, "init.beta_shape", shape,
-                       f"a list of model.num_heads = {cfg.model.num_heads} numbers")
+    r(cfg, "flow.tau_max", low=0, low_open=True)
+    r(cfg, "flow.num_saves", low=2, integer=True)
+    r(cfg, "flow.zoom", low=0)
+    r(cfg, "flow.zoom_saves", low=0, integer=True)
+    r(cfg, "flow.t_max", low=1)
+    r(cfg, "flow.rtol", low=0, high=1, low_open=True, high_open=True)
+    r(cfg, "flow.atol", low=0, high=1, low_open=True, high_open=True)
+    r(cfg, "flow.max_steps", low=1, integer=True)
+    training.validate_optim(cfg)
+    r(cfg, "optim.lr", low=0, low_open=True)
+    config_lib.require_training_steps(cfg)
+    config_lib.require_schedule(cfg)
+    config_lib.require_chunking(cfg)
+    choice(cfg, "train.sampler", ("collisions", "tokens", "population"))
+    choice(cfg, "train.dtype", ("float32", "float64"))
+    config_lib.require_nonfinite_policy(cfg)
     if cfg.experiment == "flow":
-        config_lib.require(flow.has_closed_form(model_of(cfg)) and cfg.model.loss == "dp",
+        config_lib.require(flow.has_closed_form(model) and cfg.model.loss == "dp",
                            "experiment", "flow", "'sgd' unless the model is the simplified one "
                            "(window, exact_query, response_only, qk='beta') with the DP loss: "
                            "gradient flow runs on the closed-form population loss")
-        r(cfg, "flow.tau_max", low=0, low_open=True)
-        r(cfg, "flow.num_saves", low=2, integer=True)
-        r(cfg, "flow.t_max", low=1)
-        r(cfg, "flow.rtol", low=0, low_open=True)
-        r(cfg, "flow.max_steps", low=1, integer=True)
     else:
-        training.validate_optim(cfg)
-        r(cfg, "optim.lr", low=0, low_open=True)
-        config_lib.require_training_steps(cfg)
-        choice(cfg, "train.sampler", ("collisions", "tokens", "population"))
+        config_lib.require(cfg.init.kind == "shape", "init.kind", cfg.init.kind,
+                           "'shape' for experiment = 'sgd' (the jump inits are gradient flow's)")
         if cfg.train.sampler != "tokens":
-            config_lib.require(flow.has_closed_form(model_of(cfg)), "train.sampler",
+            config_lib.require(flow.has_closed_form(model), "train.sampler",
                                cfg.train.sampler, "'tokens' unless the model is the simplified "
                                "one (the collision sampler and the closed form need A0-A3)")
-        choice(cfg, "train.dtype", ("float32", "float64"))
-    positive = lambda v: isinstance(v, (int, float)) and math.isfinite(v) and v > 0
-    shape_ok = lambda v: isinstance(v, (list, tuple)) and len(v) == cfg.model.num_heads
-    stage_ok = lambda v: isinstance(v, int) and 2 <= v <= cfg.model.num_heads
-    rules = {"init.eps": positive, "init.big": positive, "optim.lr": positive,
-             "init.beta_shape": shape_ok, "init.stage": stage_ok}
-    allowed = {"init.eps": "a number > 0", "init.big": "a number > 0",
-               "optim.lr": "a number > 0", "init.beta_shape": f"a list of {cfg.model.num_heads} "
-               "numbers (one per head)", "init.stage": f"an integer in [2, {cfg.model.num_heads}]"}
-    for field, values in config_lib.flatten(cfg.get("sweep", {})).items():
-        if field in rules:
-            config_lib.require(len(values) > 0, f"sweep.{field}", values, "a non-empty list")
-            for v in values:
-                config_lib.require(rules[field](v), f"sweep.{field}", v, allowed[field])
+        config_lib.require(cfg.train.sampler != "population" or cfg.model.loss == "dp",
+                           "train.sampler", cfg.train.sampler, "'collisions' or 'tokens' for "
+                           "model.loss = 'ce' (the population CE loss has no closed form)")
 
 
 def needs_x64(cfg) -> bool:

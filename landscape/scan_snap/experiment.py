@@ -56,17 +56,47 @@ def default_config() -> ml_collections.ConfigDict:
     return c
 
 
+SWEEPABLE = ("optim.lr_z", "optim.lr_y_over_lr_z", "data.num_last", "data.num_next_per_last",
+             "data.seq_len", "train.batch_size")
+
+
 def validate(cfg: ml_collections.ConfigDict) -> None:
-    """One clear ConfigError for the first field that is unknown or out of range."""
-    config_lib.check_known_fields(cfg, default_config(), free=("sweep",))
-    r = config_lib.require_number
+    """One clear ConfigError for the first field that is unknown, of the wrong kind, out of range
+    or inconsistent with another, in any program of the sweep; nothing is built."""
+    config_lib.validate_cells(cfg, default_config(), TRACED, _validate_cell,
+                              sweepable=SWEEPABLE, before=_validate_run)
+
+
+def _validate_run(cfg) -> None:
+    """The fields of the whole run (not per program): name, experiment, seeds, claims."""
+    config_lib.require_text(cfg, "name")
     config_lib.require_choice(cfg, "experiment", ("train", "theory"))
     config_lib.require_choice(cfg, "claims", CLAIM_SETS)
-    r(cfg, "seed", low=0, integer=True)
-    r(cfg, "num_seeds", low=1, integer=True)
+    config_lib.require_seeds(cfg)
     if cfg.experiment == "theory":
-        _validate_theory(cfg)
+        config_lib.require_empty_sweep(cfg, "experiment = 'theory'")
+        config_lib.require(cfg.claims == "none", "claims", cfg.claims,
+                           "'none' for experiment = 'theory' (its claims are always checked)")
         return
+    axes = config_lib.flatten(cfg.sweep)
+    structural = [a for a in axes if a not in TRACED]
+    if cfg.claims in ("fig4", "fig5"):
+        config_lib.require(not structural, "claims", cfg.claims,
+                           f"'none' or 'fig6' when the sweep has structural axes "
+                           f"({', '.join(structural)}): the {cfg.claims} claims read one program")
+        config_lib.require(cfg.eval.snapshot_attention, "eval.snapshot_attention", False,
+                           f"True for claims = {cfg.claims!r} (its claims read the attention)")
+    if cfg.claims == "fig6":
+        for axis in TRACED:
+            config_lib.require(axis in axes, "claims", cfg.claims,
+                               f"'none' unless the sweep has an axis {axis} (the fig6 table is "
+                               "entropy over optim.lr_z x optim.lr_y_over_lr_z)")
+
+
+def _validate_cell(cfg) -> None:
+    """Ranges and relations of every field of one program's config."""
+    r = config_lib.require_number
+    _validate_theory(cfg)
     for f in ("num_last", "num_next_per_last", "num_distinct_per_next"):
         r(cfg, f"data.{f}", low=1, integer=True)
     for f in ("num_common", "num_common_per_last"):
@@ -80,33 +110,35 @@ def validate(cfg: ml_collections.ConfigDict) -> None:
     r(cfg, "optim.lr_z", low=0, low_open=True)
     r(cfg, "optim.lr_y_over_lr_z", low=0, low_open=True)
     config_lib.require_training_steps(cfg)
-    r(cfg, "train.chunk_steps", low=0, integer=True)
+    config_lib.require_schedule(cfg)
+    config_lib.require_chunking(cfg)
     config_lib.require_choice(cfg, "train.dtype", ("float32", "float64"))
-    config_lib.require_choice(cfg, "train.on_nonfinite", ("stop", "mark"))
-    positive = lambda v: isinstance(v, (int, float)) and math.isfinite(v) and v > 0
-    count = lambda v: isinstance(v, int) and v >= 1
-    config_lib.check_sweep(
-        cfg.sweep,
-        {"optim.lr_z": positive, "optim.lr_y_over_lr_z": positive, "data.num_last": count,
-         "data.num_next_per_last": count, "data.seq_len": lambda v: isinstance(v, int) and v >= 2,
-         "train.batch_size": count},
-        {"optim.lr_z": "a number > 0", "optim.lr_y_over_lr_z": "a number > 0",
-         "data.num_last": "an integer >= 1", "data.num_next_per_last": "an integer >= 1",
-         "data.seq_len": "an integer >= 2", "train.batch_size": "an integer >= 1"})
+    config_lib.require_nonfinite_policy(cfg)
+    e, n = cfg.eval, cfg.train.num_steps
+    steps = list(e.plot_steps)
+    config_lib.require(all(s == -1 or 0 <= s <= n for s in steps), "eval.plot_steps", steps,
+                       f"a list of steps in [0, train.num_steps = {n}] or -1 (the final step)")
+    config_lib.require(not e.snapshot_attention or any(
+        s == -1 or s % cfg.train.log_every == 0 for s in steps), "eval.plot_steps", steps,
+        f"a list with -1 (the final step) or a multiple of train.log_every = "
+        f"{cfg.train.log_every}: the attention is kept every log_every steps")
+    r(cfg, "eval.plot_classes", low=1, integer=True)
+    r(cfg, "eval.plot_common", low=0, integer=True)
+    r(cfg, "eval.plot_distinct", low=0, integer=True)
+    config_lib.require(e.plot_common + e.plot_distinct > 0, "eval.plot_distinct",
+                       e.plot_distinct, "> 0 when eval.plot_common = 0 (a plot needs a token)")
 
 
 def _validate_theory(cfg):
     r = config_lib.require_number
     r(cfg, "theory.M", low=3, integer=True)
-    r(cfg, "theory.K", low=1, integer=True)
+    r(cfg, "theory.K", low=1, high=cfg.theory.M, integer=True)
     r(cfg, "theory.rho0", low=0, low_open=True)
     r(cfg, "theory.fig3_eta_z", low=0, low_open=True)
     r(cfg, "theory.fig8_steps", low=1, integer=True)
     r(cfg, "theory.t_max", low=1)
     for field in ("fig3_eta_y", "fig8_eta_y", "fig9_ratios", "fig9_eta_z"):
-        values = cfg.theory[field]
-        config_lib.require(len(values) > 0 and all(v > 0 for v in values), f"theory.{field}",
-                           values, "a non-empty list of numbers > 0")
+        config_lib.require_numbers(cfg, f"theory.{field}", low=0, low_open=True)
 
 
 # ----------------------------------------------------------------------------- training problem
