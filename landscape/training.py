@@ -52,6 +52,9 @@ class Problem:
         e.g. only Linear weights, as GPT-2 codebases do.
     log_grad_norm: record the minibatch gradient's global L2 norm at every step as the metric
         "grad_norm" (before the optimizer), e.g. for plateau/jump diagnostics.
+    log_grad_zeros: record the fraction of gradient entries that are exactly zero at every step
+        as the metric "grad_zero_fraction" (float16 flushes small gradients to zero: the
+        underflows of a half-precision computation; see landscape/precision.py).
     runs_per_group: at most this many runs are vmapped together (None: all); more runs go
         through a loop over groups of them, which keeps a memory-bound step's temporaries in cache
         (runs are independent, so the results are the same).
@@ -67,6 +70,7 @@ class Problem:
     snapshot: Callable[[Params, HParams], dict[str, jax.Array]] = lambda params, hparams: {}
     weight_decay_mask: Callable[[Params], Any] | None = None
     log_grad_norm: bool = False
+    log_grad_zeros: bool = False
     runs_per_group: int | None = None
     batch_size: int | None = None
 
@@ -296,6 +300,8 @@ def train(problem: Problem, optim: ml_collections.ConfigDict, hparams: dict[str,
             loss, metrics, grads = jax.lax.pmean((loss, metrics, grads), BATCH_AXIS)
         if problem.log_grad_norm:
             metrics = {**metrics, "grad_norm": optax.tree.norm(grads)}
+        if problem.log_grad_zeros:
+            metrics = {**metrics, "grad_zero_fraction": grad_zero_fraction(grads)}
         updates, opt_state = opt.update(grads, state.opt_state, state.params)
         scale = -lr_multiplier(step)
         updates = jax.tree.map(
@@ -447,6 +453,13 @@ def _device_state(state: TrainState, sharding) -> TrainState:
 
 def _unprefix(host: dict[str, np.ndarray], prefix: str) -> dict[str, np.ndarray]:
     return {k[len(prefix):]: v for k, v in host.items() if k.startswith(prefix)}
+
+
+def grad_zero_fraction(grads) -> jax.Array:
+    """Fraction of the gradient's entries that are exactly zero (float16 underflows)."""
+    leaves = jax.tree.leaves(grads)
+    zeros = sum(jnp.sum(g == 0) for g in leaves)
+    return zeros.astype(jnp.float32) / sum(g.size for g in leaves)
 
 
 def _per_device(chunk, sharding: jax.sharding.Sharding | None, split_batch: bool = False):
