@@ -7,8 +7,8 @@
 """
 
 from landscape.curvature import gradient_at, hessian_at, hvp, lanczos_spectrum
-from landscape.point import Point, param_names, restrict
+from landscape.point import Point, param_names, params_table, restrict
 from landscape import markov, ngrams, recall, scan_snap
 
-__all__ = ["Point", "param_names", "restrict", "gradient_at", "hessian_at", "hvp", "lanczos_spectrum",
+__all__ = ["Point", "param_names", "params_table", "restrict", "gradient_at", "hessian_at", "hvp", "lanczos_spectrum",
            "markov", "ngrams", "recall", "scan_snap"]

@@ -34,7 +34,7 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from landscape import _checks
-from landscape.point import Point, block_names, param_names
+from landscape.point import Point, block_names, param_names, params_table
 
 Names = list[tuple[str, slice, tuple]]
 
@@ -136,7 +136,8 @@ def _header(kind: str, gradient: Gradient, dtype) -> list[str]:
     if expected is not None:
         loss_line += f"   (expected {expected:.12g}, difference {gradient.loss - expected:.2e})"
     return [f"{kind} at {point.name or '<unnamed point>'}  (D = {gradient.vector.size}, {dtype})",
-                    loss_line, f"  gradient norm  {gradient.norm:.3e}"]
+            loss_line, f"  gradient norm  {gradient.norm:.3e}", "",
+            *("  " + line for line in params_table(point.params).splitlines())]
 
 
 def _spectrum_lines(values: np.ndarray, tol: float, label: str) -> list[str]:

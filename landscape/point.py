@@ -88,6 +88,19 @@ def block_names(names, caller: str) -> list[str]:
     return names
 
 
+def params_table(params) -> str:
+    """The parameter table of a model (what `flax.linen.tabulate` reports per parameter): each
+    leaf's name, shape, dtype and count, and the total."""
+    rows = [(name, str(shape), str(np.asarray(leaf).dtype) if hasattr(leaf, "dtype") else "",
+             s.stop - s.start)
+            for (name, s, shape), leaf in zip(param_names(params), jax.tree_util.tree_leaves(params))]
+    width = max([len("parameter")] + [len(r[0]) for r in rows]) + 2
+    lines = [f"{'parameter':<{width}}{'shape':<16}{'dtype':<10}{'count':>9}"]
+    lines += [f"{n:<{width}}{shape:<16}{dtype:<10}{count:>9,}" for n, shape, dtype, count in rows]
+    lines.append(f"{'total':<{width}}{'':<16}{'':<10}{sum(r[3] for r in rows):>9,}")
+    return "\n".join(lines)
+
+
 def restrict(point: Point, names) -> Point:
     """The same loss as a function of the named blocks only, every other parameter held fixed.
 
