@@ -206,3 +206,39 @@ def check_memory(estimate: MemoryEstimate | None, available: float | None = None
         raise ConfigError(
             f"this run needs about {format_bytes(estimate.bytes)} at once ({estimate.what}) but "
             f"{format_bytes(available)} of memory is available: lower config.{estimate.field}.")
+
+
+def traced_runs(values: dict[str, Any], traced: Sequence[str], zipped: bool = False) -> int:
+    """Runs one program vmaps, from a flat config (`flatten`): seeds x the traced sweep axes
+    (their product, or one axis' length when `zipped`)."""
+    lengths = [len(v) for k, v in values.items()
+               if k.startswith("sweep.") and k[len("sweep."):] in traced]
+    runs = (max(lengths) if zipped else math.prod(lengths)) if lengths else 1
+    return int(values.get("num_seeds", 1)) * runs
+
+
+def estimate_memory(cfg: ml_collections.ConfigDict, traced: Sequence[str],
+                    cell_bytes: Callable[[dict[str, Any]], tuple[float, str]],
+                    fields: Sequence[str]) -> MemoryEstimate:
+    """The MemoryEstimate of a config's largest structural cell, by shape arithmetic.
+
+    cell_bytes(values) -> (bytes, what) for one cell's flat config (`flatten`, with the cell's
+    fields set). The field to lower is the first of `fields` (integers, in order of preference)
+    whose halving saves at least 80% of what the best one saves in that cell. Flat dicts, not
+    ConfigDict copies: well under a millisecond in all.
+    """
+    flat = flatten(cfg)
+    cells = [dict(flat, **cell) for cell in structural_cells(cfg, traced)] or [flat]
+    (need, what), worst = max(((cell_bytes(cell), cell) for cell in cells),
+                              key=lambda pair: pair[0][0])
+
+    def saving(field: str) -> float:
+        value = worst.get(field)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 2:
+            return -math.inf
+        return need - cell_bytes(dict(worst, **{field: value // 2}))[0]
+
+    savings = {field: saving(field) for field in fields}
+    best = max(savings.values())
+    return MemoryEstimate(float(need), what,
+                          next(f for f in fields if savings[f] >= 0.8 * best))
