@@ -347,12 +347,15 @@ def _mean_loss_and_grad(params, model, floor, x_CNT, y_CNS, w_CN, count):
         return jnp.sum(w * estimators.cross_entropy(model_lib.probs(p, x, model), y, floor))
 
     def body(carry, chunk):
-        total, grad = carry
-        value, g = jax.value_and_grad(chunk_sum)(params, *chunk)
-        return (total + value, jax.tree.map(jnp.add, grad, g)), None
+        value, grad = jax.value_and_grad(chunk_sum)(params, *chunk)
+        return jax.tree.map(jnp.add, carry, (value, grad)), None
 
-    zero = (jnp.zeros((), y_CNS.dtype), jax.tree.map(jnp.zeros_like, params))
-    (total, grad), _ = jax.lax.scan(body, zero, (x_CNT, y_CNS, w_CN))
+    # the first chunk's sums start the carry: computed from the params, they vary over a
+    # shard_map's runs as the body's output does (a zeros carry would not, and scan refuses that)
+    chunks = (x_CNT, y_CNS, w_CN)
+    first = jax.value_and_grad(chunk_sum)(params, *[a[0] for a in chunks])
+    total, grad = first if x_CNT.shape[0] == 1 else jax.lax.scan(
+        body, first, [a[1:] for a in chunks])[0]
     return total / count, jax.tree.map(lambda g: g / count, grad)
 
 
