@@ -155,7 +155,13 @@ def _cell_bytes(v: dict) -> tuple[float, str]:
     group = max(1, _SCORES_PER_GROUP // (B * N * N))
     at_once = min(runs, group * (devices or 1))
     step = at_once * (4 * B + 2 * E) * floats * size + 3 * at_once * (B + E) * (N + 1) * 4
+    # the snapshot at step 0 is vmapped over every run at once (training.train), not in groups:
+    # one score matrix per sequence and layer (fig4_paper, 245 runs: 1.9 GB peak RSS)
+    first = runs * E * (v["model.num_layers"] * v["model.num_heads"] * N * N + 4 * N) * size
     kept = runs * steps * 4 * 2
+    if first > step:
+        return _BASELINE_BYTES + first + kept, (
+            f"the first evaluation of all {runs} run(s) at once, {E} sequences of {N} tokens each")
     return _BASELINE_BYTES + step + kept, (
         f"{at_once} of {runs} run(s) at once x (a step on {B} sequences of {N} tokens + the "
         f"evaluation of {E}), {format_bytes(4 * floats * size)} per sequence")
