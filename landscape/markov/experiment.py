@@ -9,7 +9,9 @@ experiment = "landscape": exact Hessians at the constructed points against the c
 
 from __future__ import annotations
 
+import functools
 import math
+import os
 from typing import Any
 
 import jax
@@ -18,6 +20,7 @@ import ml_collections
 import numpy as np
 
 from landscape import config as config_lib
+from landscape.config import format_bytes
 from landscape import curvature, plotting, records, sweeps, training
 from landscape.markov import model as model_lib
 from landscape.markov import points, task, theory
@@ -58,6 +61,7 @@ def validate(cfg) -> None:
     """One clear ConfigError for the first field that is unknown, of the wrong kind, out of range
     or inconsistent with another, in any program of the sweep; nothing is built."""
     config_lib.validate_cells(cfg, default_config(), TRACED, _validate_cell, before=_validate_run)
+    config_lib.check_memory(memory_estimate(cfg))  # before compiling: shape arithmetic
 
 
 def _validate_run(cfg) -> None:
@@ -151,6 +155,77 @@ def model_of(cfg) -> model_lib.MarkovModel:
     fields = dict(cfg.model)
     fields["mlp_width"] = fields["mlp_width"] or None
     return model_lib.MarkovModel(num_states=cfg.chain.num_states, **fields)
+
+
+# ----------------------------------------------------------------------------- memory
+
+
+_BASELINE_BYTES = 6e8       # the interpreter, JAX and XLA's compiled programs
+_MEMORY_FIELDS = ("train.batch_size", "train.eval_sequences", "num_seeds", "model.seq_len",
+                  "model.num_layers", "model.num_heads", "model.d", "landscape.seq_len",
+                  "landscape.multistate_seq_len")
+
+
+def _sequence_floats(N: int, S: int, d: int, layers: int, heads: int, mlp: int) -> int:
+    """Activations of one sequence's forward pass: per layer the attention scores (heads x N x N,
+    with the mask and softmax), q, k, v and the MLP's hidden layer; the logits."""
+    return layers * (3 * heads * N * N + 12 * N * d + 3 * N * (mlp or 4 * d)) + 3 * N * S
+
+
+def _landscape_bytes(v: dict) -> tuple[float, str]:
+    """The dense Hessian (run_landscape): 256 columns at a time of the linearised gradient over
+    the exact population (all S^N sequences, at most 2^16; Monte Carlo 256 beyond), float64."""
+    worst = (0.0, "")
+    for S, N, d in ((2, v["landscape.seq_len"], v["landscape.d"]),
+                    (v["landscape.multistate_states"], v["landscape.multistate_seq_len"], 2)):
+        sequences = S ** N if S ** N <= points.EXACT_LIMIT else 256
+        num_params = S * d + N * d + 11 * d * d + d * S
+        columns = min(num_params, 256)
+        need = 2 * columns * sequences * _sequence_floats(N, S, d, 1, 1, 0) * 8 \
+            + num_params ** 2 * 8 * 3
+        worst = max(worst, (need, f"the dense Hessian ({num_params} parameters) over all "
+                                  f"{S}^{N} = {S ** N} sequences, {columns} columns at a time"))
+    return _BASELINE_BYTES + worst[0], worst[1]
+
+
+def _cell_bytes(v: dict) -> tuple[float, str]:
+    """(bytes, what) of one program: the runs a step holds at once (a group of runs per device,
+    `runs_per_group`) x a batch's forward and backward (four times its activations), the
+    evaluation sequences' forward, the losses kept on the host and a baseline."""
+    if v["experiment"] == "landscape":
+        return _landscape_bytes(v)
+    B, N, E, steps = (v["train.batch_size"], v["model.seq_len"], v["train.eval_sequences"],
+                      v["train.num_steps"])
+    size = np.dtype(v["train.dtype"]).itemsize
+    floats = _sequence_floats(N, v["chain.num_states"], v["model.d"], v["model.num_layers"],
+                              v["model.num_heads"], v["model.mlp_width"])
+    runs = config_lib.traced_runs(v, TRACED, zipped=v["sweep_zip"])
+    devices = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    group = max(1, _SCORES_PER_GROUP // (B * N * N))
+    at_once = min(runs, group * (devices or 1))
+    step = at_once * (4 * B + 2 * E) * floats * size + 3 * at_once * (B + E) * (N + 1) * 4
+    # the snapshot at step 0 is vmapped over every run at once (training.train), not in groups:
+    # one score matrix per sequence and layer (fig4_paper, 245 runs: 1.9 GB peak RSS)
+    first = runs * E * (v["model.num_layers"] * v["model.num_heads"] * N * N + 4 * N) * size
+    kept = runs * steps * 4 * 2
+    if first > step:
+        return _BASELINE_BYTES + first + kept, (
+            f"the first evaluation of all {runs} run(s) at once, {E} sequences of {N} tokens each")
+    return _BASELINE_BYTES + step + kept, (
+        f"{at_once} of {runs} run(s) at once x (a step on {B} sequences of {N} tokens + the "
+        f"evaluation of {E}), {format_bytes(4 * floats * size)} per sequence")
+
+
+@functools.cache
+def _defaults() -> ml_collections.ConfigDict:
+    return default_config()
+
+
+def memory_estimate(cfg) -> config_lib.MemoryEstimate:
+    """The largest program's peak resident memory, by shape arithmetic (no compiling, no
+    allocation): the max over the config's structural cells of `_cell_bytes`."""
+    return config_lib.estimate_memory(cfg, TRACED, _cell_bytes, _MEMORY_FIELDS,
+                                      _defaults())
 
 
 # ----------------------------------------------------------------------------- training problem

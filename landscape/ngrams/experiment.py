@@ -15,6 +15,7 @@ the best add-beta smoothing, and the Bayes n-gram predictor (notes §4.1).
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -25,6 +26,7 @@ import numpy as np
 import optax
 
 from landscape import config as config_lib
+from landscape.config import format_bytes
 from landscape import plotting, records, sweeps, training
 from landscape.ngrams import estimators, task
 from landscape.ngrams import model as model_lib
@@ -78,6 +80,7 @@ def validate(cfg) -> None:
     or inconsistent with another, in any program of the sweep; nothing is built."""
     config_lib.validate_cells(cfg, default_config(), TRACED, _validate_cell,
                               unsweepable=ONE_PER_RUN, before=_validate_run)
+    config_lib.check_memory(memory_estimate(cfg))  # before compiling: shape arithmetic
 
 
 def _validate_run(cfg) -> None:
@@ -185,6 +188,121 @@ def model_of(cfg) -> model_lib.NgramModel:
     return model_lib.NgramModel(**fields)
 
 
+# ----------------------------------------------------------------------------- memory
+
+
+_BASELINE_BYTES = 6e8       # the interpreter, JAX and XLA's compiled programs (a smoke run: 0.7 GB)
+# Test-set sequences per chunk of the snapshot's loss and gradient: a chunk's forward and
+# backward temporaries are about this many bytes (the whole 2^16-sequence test set of Fig. 4 at
+# once took 14 GB).
+_SNAPSHOT_CHUNK_BYTES = 2 ** 27
+_MEMORY_FIELDS = ("train.batch_size", "train.test_sequences", "lines.num_sequences", "num_seeds",
+                  "stationarity.num_sequences", "task.seq_len", "model.num_heads")
+
+
+def _sequence_bytes(v: dict) -> float:
+    """Bytes one sequence's forward and backward pass hold at once, from a flat config: its
+    activations about four times over (forward values, the backward's temporaries and their
+    gradients; calibrated on Fig. 4's 2^16 test sequences in one batch, 14 GB)."""
+    T, S, h = v["task.seq_len"], v["task.num_states"], v["model.num_heads"]
+    if v["model.kind"] == "simplified":
+        width = (h + 1) * S
+        floats = T * (S + 2 * h * S + width + (v["model.head_dim"] or width) + 2)
+    else:
+        d, floats = S + T, 0
+        for heads in (h, 1):
+            floats += 3 * heads * T * T + 2 * heads * T * d + (4 if v["model.mlp"] else 2) * T * d
+            if v["model.kind"] == "disentangled":
+                d *= 1 + heads
+    return 4.0 * floats * np.dtype(v["train.dtype"]).itemsize
+
+
+def _num_params(v: dict) -> int:
+    T, S, h = v["task.seq_len"], v["task.num_states"], v["model.num_heads"]
+    if v["model.kind"] == "simplified":
+        width = (h + 1) * S
+        return h * T * T + h * S * S + 2 * (v["model.head_dim"] or width) * width
+    d, total = S + T, (S + T) * S
+    for heads in (h, 1):
+        total += heads * 3 * d * d + (2 * d * d if v["model.mlp"] else 0)
+        d = d * (1 + heads) if v["model.kind"] == "disentangled" else d
+    return total
+
+
+def _sample_bytes(v: dict, count: int) -> float:
+    """The sampler's arrays for `count` sequences: per-sequence tasks (S^(n-1) x S, with the
+    Gamma draws' temporaries) and the tokens."""
+    S = v["task.num_states"]
+    return count * (8.0 * S ** (v["task.order_n"] - 1) * S + 3 * v["task.seq_len"]) * 4
+
+
+def snapshot_chunk(cfg) -> int:
+    """Test sequences per chunk of the snapshot's loss and gradient (at most a half test set)."""
+    half = max(1, cfg.train.test_sequences // 2)
+    per_sequence = _sequence_bytes(config_lib.flatten(cfg))
+    return int(max(1, min(half, _SNAPSHOT_CHUNK_BYTES // per_sequence)))
+
+
+def _stationarity_bytes(v: dict) -> tuple[float, str]:
+    """The population set (N x T tokens), the estimators' one-hot counts (N x T x S, int64) and
+    the gradient statistics in chunks of 2048 sequences (stationarity.study), at the largest T."""
+    T, S, N = max(v["stationarity.seq_lens"]), v["stationarity.num_states"], \
+        v["stationarity.num_sequences"]
+    model = {"task.seq_len": T, "task.num_states": S,
+             "model.num_heads": v["stationarity.order_n"] - 1, "model.kind": "simplified",
+             "model.head_dim": 0, "train.dtype": "float64"}
+    need = N * T * (4 * S + 1) * 8 + min(N, 2048) * _sequence_bytes(model)
+    return _BASELINE_BYTES + need, (f"{N} sequences of up to {T} tokens, their estimators' "
+                                    "counts and gradients")
+
+
+def _cell_bytes(v: dict) -> tuple[float, str]:
+    """(bytes, what) of one program: the largest of a training step, the chunked test-set
+    evaluation and the estimator lines, plus the test set, the records kept on the host and a
+    baseline for JAX itself."""
+    if v["experiment"] == "stationarity":
+        return _stationarity_bytes(v)
+    T, S, h = v["task.seq_len"], v["task.num_states"], v["model.num_heads"]
+    B = v["train.batch_size"]
+    size = np.dtype(v["train.dtype"]).itemsize
+    E, lines = v["train.test_sequences"], v["lines.num_sequences"]
+    runs = config_lib.traced_runs(v, TRACED)
+    params, per_sequence = _num_params(v) * size, _sequence_bytes(v)
+    chunk = int(max(1, min(max(1, E // 2), _SNAPSHOT_CHUNK_BYTES // per_sequence)))
+    maps = 256 * h * T * T * size * 3 if v["model.kind"] != "simplified" else 0
+    snapshots = v["train.num_steps"] // v["train.log_every"] + 1
+    kept = runs * (snapshots * h * T * T * 4 * bool(v["train.attention_maps"])
+                   + 2 * v["train.num_steps"] * 4)
+    held = E * (T * 4 + S * size) + kept
+    terms = [
+        (runs * (B * per_sequence + 8 * params),
+         f"{runs} run(s) x a training step on {B} sequences of {T} tokens, "
+         f"{format_bytes(per_sequence)} each, and {_num_params(v)} parameters with their "
+         "optimizer state"),
+        (runs * (chunk * per_sequence + 4 * params + maps) + _sample_bytes(v, E),
+         f"the test set: {E} sequences of {T} tokens, sampled, then evaluated {chunk} at a "
+         f"time for {runs} run(s)"),
+        (_sample_bytes(v, lines) + 3 * lines * T * S * 4,
+         f"the estimator lines' {lines} sequences of {T} tokens"),
+    ]
+    need, what = max(terms)
+    if kept > need:
+        what = f"{runs} run(s) x {snapshots} snapshots of {h} attention maps of {T} x {T}"
+    return _BASELINE_BYTES + need + held, what
+
+
+@functools.cache
+def _defaults() -> ml_collections.ConfigDict:
+    return default_config()
+
+
+def memory_estimate(cfg) -> config_lib.MemoryEstimate:
+    """The largest program's peak resident memory, by shape arithmetic (no compiling, no
+    allocation): the max over the config's structural cells of `_cell_bytes`."""
+    return config_lib.estimate_memory(cfg, TRACED, _cell_bytes, _MEMORY_FIELDS,
+                                      _defaults())
+
+
 # ----------------------------------------------------------------------------- training problem
 
 
@@ -221,15 +339,15 @@ def make_problem(cfg) -> training.Problem:
         return jnp.mean(estimators.cross_entropy(probs, target.astype(probs.dtype), floor)), {}
 
     half = x_test.shape[0] // 2
-
-    def half_loss(params, x, y):
-        return jnp.mean(estimators.cross_entropy(model_lib.probs(params, x, model), y, floor))
+    chunk = snapshot_chunk(cfg)
+    halves = [_chunked(x_test[:half], y_test[:half], chunk),
+              _chunked(x_test[half:], y_test[half:], chunk)]
 
     def snapshot(params, hp):
         # the population gradient's norm without the Monte-Carlo noise floor (notes §4.7 C7):
         # <g_A, g_B> over two independent halves of the test set is unbiased for ||grad L||^2
-        loss_a, g_a = jax.value_and_grad(half_loss)(params, x_test[:half], y_test[:half])
-        loss_b, g_b = jax.value_and_grad(half_loss)(params, x_test[half:], y_test[half:])
+        (loss_a, g_a), (loss_b, g_b) = [
+            _mean_loss_and_grad(params, model, floor, *chunks) for chunks in halves]
         dot = sum(jnp.vdot(a, b) for a, b in zip(jax.tree_util.tree_leaves(g_a),
                                                  jax.tree_util.tree_leaves(g_b)))
         out = {"test_loss": (loss_a + loss_b) / 2,
@@ -250,6 +368,39 @@ def make_problem(cfg) -> training.Problem:
                                           model_lib.init_params(key, model)),
         loss=loss, learning_rates=lambda hp: hp["optim.lr"], snapshot=snapshot,
         log_grad_norm=True)
+
+
+def _chunked(x_ET, y_ES, chunk: int):
+    """(x (C, chunk, T), y (C, chunk, S), weight (C, chunk), count): E sequences in C chunks, the
+    last padded with copies of the first sequence at weight 0."""
+    count = x_ET.shape[0]
+    pad = -count % chunk
+    weight = jnp.concatenate([jnp.ones(count, y_ES.dtype), jnp.zeros(pad, y_ES.dtype)])
+    if pad:
+        x_ET = jnp.concatenate([x_ET, jnp.broadcast_to(x_ET[:1], (pad,) + x_ET.shape[1:])])
+        y_ES = jnp.concatenate([y_ES, jnp.broadcast_to(y_ES[:1], (pad,) + y_ES.shape[1:])])
+    split = lambda a: a.reshape((-1, chunk) + a.shape[1:])
+    return split(x_ET), split(y_ES), split(weight), count
+
+
+def _mean_loss_and_grad(params, model, floor, x_CNT, y_CNS, w_CN, count):
+    """(mean test loss, its gradient) over the chunks, one chunk at a time: the sums of the
+    per-sequence losses and of their gradients, divided by the count (the mean's numbers, up to
+    the rounding of the summation order)."""
+    def chunk_sum(p, x, y, w):
+        return jnp.sum(w * estimators.cross_entropy(model_lib.probs(p, x, model), y, floor))
+
+    def body(carry, chunk):
+        value, grad = jax.value_and_grad(chunk_sum)(params, *chunk)
+        return jax.tree.map(jnp.add, carry, (value, grad)), None
+
+    # the first chunk's sums start the carry: computed from the params, they vary over a
+    # shard_map's runs as the body's output does (a zeros carry would not, and scan refuses that)
+    chunks = (x_CNT, y_CNS, w_CN)
+    first = jax.value_and_grad(chunk_sum)(params, *[a[0] for a in chunks])
+    total, grad = first if x_CNT.shape[0] == 1 else jax.lax.scan(
+        body, first, [a[1:] for a in chunks])[0]
+    return total / count, jax.tree.map(lambda g: g / count, grad)
 
 
 def train_group(cfg, fields, workdir=None, progress=print) -> dict[str, Any]:

@@ -11,6 +11,7 @@ Two kinds of experiment:
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import time
@@ -22,6 +23,7 @@ import ml_collections
 import numpy as np
 
 from landscape import config as config_lib
+from landscape.config import format_bytes
 from landscape import gradient_flow, plotting, records, sweeps, training
 from landscape.recall import flow, theory
 from landscape.recall import model as model_lib
@@ -77,6 +79,7 @@ def validate(cfg) -> None:
     config_lib.validate_cells(
         cfg, default_config(), lambda c: FLOW_TRACED if c.experiment == "flow" else SGD_TRACED,
         _validate_cell, before=_validate_run)
+    config_lib.check_memory(memory_estimate(cfg))  # before compiling: shape arithmetic
 
 
 def _validate_run(cfg) -> None:
@@ -173,6 +176,61 @@ def _cells(cfg) -> list[tuple[dict, ml_collections.ConfigDict]]:
     traced = FLOW_TRACED if cfg.experiment == "flow" else SGD_TRACED
     return [(fields, config_lib.with_fields(cfg, fields))
             for fields in config_lib.structural_cells(cfg, traced)]
+
+
+# ----------------------------------------------------------------------------- memory
+
+
+_BASELINE_BYTES = 6e8       # the interpreter, JAX and XLA's compiled programs
+_MEMORY_FIELDS = ("train.batch_size", "flow.num_saves", "flow.zoom_saves", "num_seeds",
+                  "task.k", "task.num_responses", "model.num_heads")
+
+
+def _cell_bytes(v: dict) -> tuple[float, str]:
+    """(bytes, what) of one program, float64: a flow keeps every run's parameters and loss at
+    every save (the solver's output and its copies; measured: a few MB, the baseline dominates
+    every shipped flow); SGD holds the
+    runs' batches (token sequences: one-hot tokens, layer-1 heads and scores per sequence; the
+    collision sampler: k! draws per sequence) forward and backward, and the losses on the host."""
+    k, R, H = v["task.k"], v["task.num_responses"], v["model.num_heads"]
+    perms, vocab = math.factorial(k), k + R
+    L = math.factorial(k + 1) + k               # tokens per sequence (task.sequence_length)
+    window = k if v["model.window"] else L
+    width = (H + 1) * vocab
+    params = H + H * window + (width * width if v["model.qk"] != "beta" else 0)
+    if v["experiment"] == "flow":
+        runs = config_lib.traced_runs(v, FLOW_TRACED) // v["num_seeds"]
+        saves = v["flow.num_saves"]
+        if v["flow.zoom"] and not v["flow.log_time"] and v["init.kind"] in ("first_jump",
+                                                                            "later_jump"):
+            saves += v["flow.zoom_saves"]
+        need = runs * saves * (3 * params + 8) * 8     # stages, 20 x 8000 saves: 0.56 GB in all
+        return _BASELINE_BYTES + need, (f"{runs} flow(s) x {saves} saves of {params} parameters "
+                                        "and the loss")
+    runs = config_lib.traced_runs(v, SGD_TRACED)
+    B, steps = v["train.batch_size"], v["train.num_steps"]
+    if v["train.sampler"] == "collisions":
+        per_sequence = perms * (H + vocab) * 4
+    elif v["train.sampler"] == "tokens":
+        per_sequence = L * vocab * (H + 2) + H * L * window + width * L
+    else:
+        per_sequence, B = 64 * perms * (H + vocab), 1
+    need = runs * (4 * B * per_sequence * 8 + 512 * (L * vocab * (H + 2) + H * L * window)
+                   * 8) + runs * steps * 8 * 2
+    return _BASELINE_BYTES + need, (f"{runs} run(s) x a step on {B} sequences "
+                                    f"({format_bytes(4 * per_sequence * 8)} each)")
+
+
+@functools.cache
+def _defaults() -> ml_collections.ConfigDict:
+    return default_config()
+
+
+def memory_estimate(cfg) -> config_lib.MemoryEstimate:
+    """The largest program's peak resident memory, by shape arithmetic (no compiling, no
+    allocation): the max over the config's structural cells of `_cell_bytes`."""
+    traced = FLOW_TRACED if cfg.experiment == "flow" else SGD_TRACED
+    return config_lib.estimate_memory(cfg, traced, _cell_bytes, _MEMORY_FIELDS, _defaults())
 
 
 # ----------------------------------------------------------------------------- running

@@ -9,6 +9,7 @@ per value.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -65,6 +66,7 @@ def validate(cfg: ml_collections.ConfigDict) -> None:
     or inconsistent with another, in any program of the sweep; nothing is built."""
     config_lib.validate_cells(cfg, default_config(), TRACED, _validate_cell,
                               sweepable=SWEEPABLE, before=_validate_run)
+    config_lib.check_memory(memory_estimate(cfg))  # before compiling: shape arithmetic
 
 
 def _validate_run(cfg) -> None:
@@ -139,6 +141,47 @@ def _validate_theory(cfg):
     r(cfg, "theory.t_max", low=1)
     for field in ("fig3_eta_y", "fig8_eta_y", "fig9_ratios", "fig9_eta_z"):
         config_lib.require_numbers(cfg, f"theory.{field}", low=0, low_open=True)
+
+
+# ----------------------------------------------------------------------------- memory
+
+
+_BASELINE_BYTES = 6e8       # the interpreter, JAX and XLA's compiled programs
+_MEMORY_FIELDS = ("train.batch_size", "data.seq_len", "num_seeds", "data.num_distinct_per_next",
+                  "data.num_common", "data.num_last", "data.num_next_per_last")
+
+
+def _cell_bytes(v: dict) -> tuple[float, str]:
+    """(bytes, what) of one program: every run vmapped at once, each with its batch's sampler
+    (B x L x the class support, compared against the CDF) and forward / backward (B x L, B x M),
+    its Y, Z (M x M) with gradients and momentum; the attention snapshots kept on the host."""
+    K = v["data.num_last"] * v["data.num_next_per_last"]
+    support = v["data.num_common"] + v["data.num_common_per_last"] + v["data.num_distinct_per_next"]
+    M = (v["data.num_common"] + v["data.num_last"] * v["data.num_common_per_last"]
+         + K * v["data.num_distinct_per_next"] + v["data.num_last"] + K)
+    B, L = v["train.batch_size"], v["data.seq_len"]
+    size = np.dtype(v["train.dtype"]).itemsize
+    runs = config_lib.traced_runs(v, TRACED)
+    step = runs * (B * (L * (support + 8) + 8 * M) * size + 10 * M * M * size)
+    snapshots = v["train.num_steps"] // v["train.log_every"] + 1
+    kept = runs * snapshots * (K * M * 4 * bool(v["eval.snapshot_attention"]) + 16)
+    return _BASELINE_BYTES + step + kept, (
+        f"{runs} run(s) at once x a batch of {B} sequences of {L} tokens over M = {M} ids "
+        f"(B x L x {support} support, B x M features, M x M parameters)")
+
+
+@functools.cache
+def _defaults() -> ml_collections.ConfigDict:
+    return default_config()
+
+
+def memory_estimate(cfg) -> config_lib.MemoryEstimate:
+    """The largest program's peak resident memory, by shape arithmetic (no compiling, no
+    allocation): the max over the config's structural cells of `_cell_bytes`; the theory
+    figures (closed forms in NumPy) need the baseline only."""
+    if cfg.experiment == "theory":
+        return config_lib.MemoryEstimate(_BASELINE_BYTES, "the closed forms", "theory.M")
+    return config_lib.estimate_memory(cfg, TRACED, _cell_bytes, _MEMORY_FIELDS, _defaults())
 
 
 # ----------------------------------------------------------------------------- training problem
