@@ -91,6 +91,8 @@ def main(experiment, argv: list[str]) -> int:
     resume_line = (f"python -m experiments.{_paper(experiment)} --workdir={workdir.path} "
                    "--resume")
     training.clear_stop()
+    workdir.write_status("running", started=workdir.provenance["time"],   # stays if killed
+                         resume=resume_line)
     with _stop_on_signals():
         try:
             experiment.run(cfg, workdir)

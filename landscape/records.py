@@ -295,7 +295,7 @@ class Checkpoint:
         return self._manager
 
     def latest_step(self) -> int | None:
-        steps = _host_steps(self.path)
+        steps = _committed_steps(self.path)
         return steps[-1] if steps else None
 
     def save(self, step: int, state: Any, host: dict[str, np.ndarray]) -> None:
@@ -312,7 +312,7 @@ class Checkpoint:
     def restore(self, template: Any) -> tuple[int, Any, dict[str, np.ndarray]]:
         """(step, state shaped like `template` (numpy arrays), host arrays) of the latest save."""
         import orbax.checkpoint as ocp
-        steps = [s for s in _host_steps(self.path) if s in set(self._orbax().all_steps())]
+        steps = _committed_steps(self.path)
         if not steps:
             raise FileNotFoundError(f"no complete checkpoint in {self.path}")
         step = steps[-1]
@@ -327,6 +327,12 @@ def _host_steps(path: pathlib.Path) -> list[int]:
     return sorted(int(f.stem.split("-")[1]) for f in path.glob("host-*.npz"))
 
 
+def _committed_steps(path: pathlib.Path) -> list[int]:
+    """Steps saved whole: the host records and orbax's finished step folder (a save killed
+    midway leaves only a temporary folder, and the step before it stays the latest)."""
+    return [s for s in _host_steps(path) if (path / str(s)).is_dir()]
+
+
 def latest_checkpoint_metrics_bytes(path: str | pathlib.Path) -> int:
     """Size of metrics.jsonl at the newest checkpoint of a workdir (0 without one): rows past it
     belong to work a resumed run redoes."""
@@ -334,7 +340,7 @@ def latest_checkpoint_metrics_bytes(path: str | pathlib.Path) -> int:
     cells = sorted((int(c.name[4:]), c) for c in root.glob("cell*") if c.name[4:].isdigit()) \
         if root.is_dir() else []
     for _, cell in reversed(cells):
-        steps = _host_steps(cell)
+        steps = _committed_steps(cell)
         if steps:
             with np.load(cell / f"host-{steps[-1]}.npz") as host:
                 return int(host["metrics_bytes"])

@@ -82,11 +82,11 @@ def _cli(*args, **kwargs):
 
 
 def test_ctrl_c_then_resume_through_the_cli(tmp_path):
-    args = ["--config=configs/syn_small.py", "--config.train.num_steps=3000",
+    args = ["--config=configs/syn_small.py", "--config.train.num_steps=1500",
             "--config.train.chunk_steps=100", "--host_devices=1", "--checkpoint_seconds=0"]
     run = _cli(*args, f"--workdir={tmp_path / 'run'}")
     for line in run.stdout:                       # wait for training to be under way
-        if line.startswith("step  200/3000"):
+        if line.startswith("step  200/1500"):
             break
     run.send_signal(signal.SIGINT)
     out, err = run.communicate(timeout=120)
@@ -95,15 +95,26 @@ def test_ctrl_c_then_resume_through_the_cli(tmp_path):
     last = err.strip().splitlines()[-1]
     assert last.startswith("Interrupted at step ") and "--resume" in last, last
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
-    assert summary["status"] == "interrupted" and 200 <= summary["step"] < 3000
+    assert summary["status"] == "interrupted" and 200 <= summary["step"] < 1500
 
     resumed = _cli(f"--workdir={tmp_path / 'run'}", "--resume", "--host_devices=1")
     out, err = resumed.communicate(timeout=300)
     assert resumed.returncode == 0, err
-    assert f"resumed at step {summary['step']}/3000" in out
+    assert f"resumed at step {summary['step']}/1500" in out
     reference = _cli(*args, f"--workdir={tmp_path / 'reference'}")
     reference.communicate(timeout=300)
     assert reference.returncode == 0
     _same_records(tmp_path / "run", tmp_path / "reference")
     config = json.loads((tmp_path / "run" / "config.json").read_text())
     assert config["provenance"]["backend"] == "cpu" and config["provenance"]["packages"]["jax"]
+
+    killed = _cli(*args, f"--workdir={tmp_path / 'killed'}")   # SIGKILL: no chance to clean up
+    for line in killed.stdout:
+        if line.startswith("step  400/1500"):
+            break
+    killed.kill()
+    killed.communicate(timeout=60)
+    resumed = _cli(f"--workdir={tmp_path / 'killed'}", "--resume", "--host_devices=1")
+    out, err = resumed.communicate(timeout=300)
+    assert resumed.returncode == 0, err
+    _same_records(tmp_path / "killed", tmp_path / "reference")
