@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import itertools
 import math
 import numbers
@@ -623,19 +624,25 @@ def traced_runs(values: dict[str, Any], traced: Sequence[str], zipped: bool = Fa
     return int(values.get("num_seeds", 1)) * runs
 
 
+@functools.cache
+def _flat_defaults(default_config: Callable[[], Any]) -> dict[str, Any]:
+    return flatten(default_config())
+
+
 def estimate_memory(cfg: ml_collections.ConfigDict, traced: Sequence[str],
                     cell_bytes: Callable[[dict[str, Any]], tuple[float, str]],
-                    fields: Sequence[str], reference: Any = None) -> MemoryEstimate:
+                    fields: Sequence[str],
+                    default_config: Callable[[], Any] | None = None) -> MemoryEstimate:
     """The MemoryEstimate of a config's largest structural cell, by shape arithmetic.
 
     cell_bytes(values) -> (bytes, what) for one cell's flat config (`flatten`, with the cell's
     fields set). The field to lower is the one of `fields` (integers, in order of preference)
-    whose lowering, to half its value or to its default in `reference` if that is lower, saves
+    whose lowering, to half its value or to its default (`default_config()`) if that is lower, saves
     the most in that cell (the first within 80% of the best): an absurd value, lowered to its
     default, saves nearly everything. Flat dicts, not ConfigDict copies: about a millisecond.
     """
     flat = flatten(cfg)
-    defaults = flatten(reference) if reference is not None else {}
+    defaults = _flat_defaults(default_config) if default_config is not None else {}
     cells = [dict(flat, **cell) for cell in structural_cells(cfg, traced)] or [flat]
     (need, what), worst = max(((cell_bytes(cell), cell) for cell in cells),
                               key=lambda pair: pair[0][0])

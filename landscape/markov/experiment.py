@@ -9,7 +9,6 @@ experiment = "landscape": exact Hessians at the constructed points against the c
 
 from __future__ import annotations
 
-import functools
 import math
 import os
 from typing import Any
@@ -216,16 +215,11 @@ def _cell_bytes(v: dict) -> tuple[float, str]:
         f"evaluation of {E}), {format_bytes(4 * floats * size)} per sequence")
 
 
-@functools.cache
-def _defaults() -> ml_collections.ConfigDict:
-    return default_config()
-
-
 def memory_estimate(cfg) -> config_lib.MemoryEstimate:
     """The largest program's peak resident memory, by shape arithmetic (no compiling, no
     allocation): the max over the config's structural cells of `_cell_bytes`."""
     return config_lib.estimate_memory(cfg, TRACED, _cell_bytes, _MEMORY_FIELDS,
-                                      _defaults())
+                                      default_config)
 
 
 # ----------------------------------------------------------------------------- training problem

@@ -15,7 +15,6 @@ the best add-beta smoothing, and the Bayes n-gram predictor (notes §4.1).
 
 from __future__ import annotations
 
-import functools
 import math
 from typing import Any
 
@@ -291,16 +290,11 @@ def _cell_bytes(v: dict) -> tuple[float, str]:
     return _BASELINE_BYTES + need + held, what
 
 
-@functools.cache
-def _defaults() -> ml_collections.ConfigDict:
-    return default_config()
-
-
 def memory_estimate(cfg) -> config_lib.MemoryEstimate:
     """The largest program's peak resident memory, by shape arithmetic (no compiling, no
     allocation): the max over the config's structural cells of `_cell_bytes`."""
     return config_lib.estimate_memory(cfg, TRACED, _cell_bytes, _MEMORY_FIELDS,
-                                      _defaults())
+                                      default_config)
 
 
 # ----------------------------------------------------------------------------- training problem

@@ -11,7 +11,6 @@ Two kinds of experiment:
 
 from __future__ import annotations
 
-import functools
 import itertools
 import math
 import time
@@ -221,16 +220,11 @@ def _cell_bytes(v: dict) -> tuple[float, str]:
                                     f"({format_bytes(4 * per_sequence * 8)} each)")
 
 
-@functools.cache
-def _defaults() -> ml_collections.ConfigDict:
-    return default_config()
-
-
 def memory_estimate(cfg) -> config_lib.MemoryEstimate:
     """The largest program's peak resident memory, by shape arithmetic (no compiling, no
     allocation): the max over the config's structural cells of `_cell_bytes`."""
     traced = FLOW_TRACED if cfg.experiment == "flow" else SGD_TRACED
-    return config_lib.estimate_memory(cfg, traced, _cell_bytes, _MEMORY_FIELDS, _defaults())
+    return config_lib.estimate_memory(cfg, traced, _cell_bytes, _MEMORY_FIELDS, default_config)
 
 
 # ----------------------------------------------------------------------------- running

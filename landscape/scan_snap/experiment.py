@@ -9,7 +9,6 @@ per value.
 
 from __future__ import annotations
 
-import functools
 import math
 from typing import Any
 
@@ -170,18 +169,13 @@ def _cell_bytes(v: dict) -> tuple[float, str]:
         f"(B x L x {support} support, B x M features, M x M parameters)")
 
 
-@functools.cache
-def _defaults() -> ml_collections.ConfigDict:
-    return default_config()
-
-
 def memory_estimate(cfg) -> config_lib.MemoryEstimate:
     """The largest program's peak resident memory, by shape arithmetic (no compiling, no
     allocation): the max over the config's structural cells of `_cell_bytes`; the theory
     figures (closed forms in NumPy) need the baseline only."""
     if cfg.experiment == "theory":
         return config_lib.MemoryEstimate(_BASELINE_BYTES, "the closed forms", "theory.M")
-    return config_lib.estimate_memory(cfg, TRACED, _cell_bytes, _MEMORY_FIELDS, _defaults())
+    return config_lib.estimate_memory(cfg, TRACED, _cell_bytes, _MEMORY_FIELDS, default_config)
 
 
 # ----------------------------------------------------------------------------- training problem
