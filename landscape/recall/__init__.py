@@ -1,7 +1,8 @@
 """Incremental learning for in-context associative recall: the two-layer attention-only model.
 
 task.py        permutations + responses: the token-level and exact collision-vector samplers
-model.py       the simplified model (Eqs. 9a-e) with its switches, and the original model
+model.py       RecallModel (flax.linen): the simplified model (Eqs. 9a-e) with its switches,
+               and the original model
 flow.py        the theory's initialisations, gradient flow, SGD/GD problems, jump readouts
 theory.py      plateau levels, the conservation law, Thm 3.1 ODE, jump times, the recursion
 experiment.py  experiments E1-E6 with claims and figures

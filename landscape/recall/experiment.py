@@ -23,7 +23,8 @@ import numpy as np
 
 from landscape import config as config_lib
 from landscape.config import format_bytes
-from landscape import gradient_flow, plotting, records, sweeps, training
+from landscape import gradient_flow, plotting, precision, records, sweeps, training
+from landscape.point import params_table
 from landscape.recall import flow, theory
 from landscape.recall import model as model_lib
 
@@ -42,7 +43,8 @@ def default_config() -> ml_collections.ConfigDict:
     c.num_seeds = 1
     c.task = dict(k=4, num_responses=4)
     c.model = dict(num_heads=4, window=True, exact_query=True, response_only=True, gamma=0.0,
-                   loss="dp", qk="beta", scale=1.0)
+                   loss="dp", qk="beta", scale=1.0,
+                   dtype="")                 # computation dtype ("" = the params'; half = autocast)
     c.init = dict(
         kind="shape",                    # shape: beta = eps*shape | first_jump: I_1 | later_jump: I_h
         eps=0.02, beta_shape=[1.0, 0.5, 0.25, 0.1],
@@ -116,6 +118,8 @@ def _validate_cell(cfg) -> None:
     choice(cfg, "model.qk", ("beta", "full"))
     r(cfg, "model.scale", low=0, low_open=True)
     r(cfg, "model.gamma")
+    choice(cfg, "model.dtype", precision.COMPUTE_DTYPES)
+    choice(cfg, "train.dtype", ("float32", "float64"))
     try:
         model = model_of(cfg)
     except (ValueError, TypeError) as error:
@@ -142,7 +146,6 @@ def _validate_cell(cfg) -> None:
     config_lib.require_schedule(cfg)
     config_lib.require_chunking(cfg)
     choice(cfg, "train.sampler", ("collisions", "tokens", "population"))
-    choice(cfg, "train.dtype", ("float32", "float64"))
     config_lib.require_nonfinite_policy(cfg)
     if cfg.experiment == "flow":
         config_lib.require(flow.has_closed_form(model) and cfg.model.loss == "dp",
@@ -167,7 +170,13 @@ def needs_x64(cfg) -> bool:
 
 
 def model_of(cfg) -> model_lib.RecallModel:
-    return model_lib.RecallModel(k=cfg.task.k, num_responses=cfg.task.num_responses, **cfg.model)
+    """The model of a config at precision.of(train.dtype, model.dtype); with model.dtype = ""
+    the computation runs in the parameters' own dtype (dtype None)."""
+    fields = dict(cfg.model)
+    prec = precision.of(cfg.train.dtype, fields.pop("dtype"))
+    return model_lib.RecallModel(k=cfg.task.k, num_responses=cfg.task.num_responses, **fields,
+                                 dtype=prec.dtype if cfg.model.dtype else None,
+                                 param_dtype=prec.param_dtype)
 
 
 def _cells(cfg) -> list[tuple[dict, ml_collections.ConfigDict]]:
@@ -235,6 +244,11 @@ def run(cfg, workdir: records.Workdir, progress=print) -> dict[str, Any]:
     validate(cfg)
     workdir.write_config(cfg)
     groups, cells = [], _cells(cfg)
+    if progress:
+        model = model_of(cells[0][1])
+        params = model.init(jax.random.key(0), jnp.zeros((1, model.seq_len), jnp.int32))["params"]
+        progress(f"model: RecallModel, {precision.of(cfg.train.dtype, cfg.model.dtype).name}\n"
+                 + params_table(params))
     for i, (fields, cell) in enumerate(cells):
         if fields and progress:
             progress("program " + ", ".join(f"{k}={v}" for k, v in fields.items()))

@@ -7,7 +7,6 @@ learning rate eta and momentum mu covers t ~ eta * steps / (1 - mu) of flow time
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 
 import jax
@@ -114,7 +113,7 @@ def sgd_problem(model: model_lib.RecallModel, *, batch_size: int, sampler: str, 
     evaluation set of `eval_size` token sequences), beta, layer-1 attention and 1^T w^h.
     """
     closed_form = has_closed_form(model)
-    dp = dataclasses.replace(model, loss="dp")
+    dp = model.clone(loss="dp")
     eval_tokens = eval_target = None
     if not closed_form:
         eval_tokens, eval_target = task_lib.sample_tokens(

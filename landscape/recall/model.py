@@ -1,23 +1,34 @@
 """Two-layer attention-only model for associative recall (notes/assoc_recall.md §2, §3).
 
-`RecallModel` holds the static switches of notes §7.1; parameters are plain dicts:
+`RecallModel` is a `flax.linen` Module holding the static switches of notes §7.1; use it through
+`model.init` / `model.apply` (pure functions). Its parameter tree is {"params": {...}} with the
+inner dict
   {"w": (H, k) if window (column i-1 = offset i) else (H, l) (column d = offset d),
-   "beta": (H,)} for qk = "beta", or {"w": ..., "qk": (D, D)} with D = (H+1)|S| for qk = "full".
+   "beta": (H,)} for qk = "beta", or {"w": ..., "qk": (D, D)} with D = (H+1)|S| for qk = "full",
+whose keys are the Hessian block names. The theory's points and initialisations are built as that
+inner dict (`init_params`, `flow.init_*`); the module-level functions (`population_loss(params,
+model)`, `loss_tokens`, ...) are jitted `model.apply` calls kept as the package's API.
 With every switch on (window, exact_query, response_only, qk = "beta") this is the simplified
 model of Eqs. (9a-e); switching them off gives the original model of §2.1 piece by piece.
+
+Precision (`landscape.precision`): `param_dtype` for the parameters `init` makes, `dtype` for the
+computation (None = the parameters' own dtype, no cast). A half dtype is autocast: one-hots,
+layer-1 mixing and the layer-2 scores in half; softmaxes, the loss and the closed-form
+population loss in float32 (`precision.accum_dtype`).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
+from typing import Any
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from landscape import _checks
+from landscape import _checks, precision
 from landscape.recall import task as task_lib
 
 LOSSES = ("dp", "ce")
@@ -25,8 +36,7 @@ QKS = ("beta", "full")
 _jit = functools.partial(jax.jit, static_argnames="model")   # model is static (hashable)
 
 
-@dataclasses.dataclass(frozen=True)
-class RecallModel:
+class RecallModel(nn.Module):
     """Static switches (notes §7.1); hashable, so it can be a static jit argument.
 
     window         (A0) layer-1 logits on offsets 1..k only; False: causal offsets 0..l-1.
@@ -37,6 +47,8 @@ class RecallModel:
     qk             "beta": super-diagonal beta^2 coupling (§2.1 erratum); "full": trainable Q^T K.
     scale          the score scale c of notes §2.2 (multiplies the beta coupling only).
     num_heads      k or k-1 (default k).
+    dtype          computation dtype (None = the parameters' dtype); half = autocast.
+    param_dtype    dtype of the parameters `init` makes.
     """
     k: int
     num_responses: int
@@ -48,6 +60,8 @@ class RecallModel:
     loss: str = "dp"
     qk: str = "beta"
     scale: float = 1.0
+    dtype: Any = None
+    param_dtype: Any = jnp.float32
 
     def __post_init__(self):
         task_lib.check_order(self.k, self.num_responses)
@@ -66,6 +80,7 @@ class RecallModel:
             raise ValueError(f"loss = {self.loss!r}: must be one of {LOSSES}.")
         if self.qk not in QKS:
             raise ValueError(f"qk = {self.qk!r}: must be one of {QKS}.")
+        super().__post_init__()
 
     @property
     def seq_len(self) -> int:
@@ -98,6 +113,79 @@ class RecallModel:
     def simplified(self) -> bool:
         """All of (A0), (A2), (A3) and the beta coupling: the model of notes §2.2 / §3."""
         return self.window and self.exact_query and self.response_only and self.qk == "beta"
+
+    # ------------------------------------------------------------------------- Flax
+    def setup(self):
+        """w = 0 and beta = 0 (or Q^T K = 0): the plateau L_0; the theory's inits are built
+        directly as the inner params dict (`init_params`, `flow.init_*`)."""
+        zeros = nn.initializers.zeros
+        self.w = self.param("w", zeros, (self.num_heads, self.window_len), self.param_dtype)
+        if self.qk == "beta":
+            self.beta = self.param("beta", zeros, (self.num_heads,), self.param_dtype)
+        else:
+            self.qk_DD = self.param("qk", zeros, (self.qk_dim, self.qk_dim), self.param_dtype)
+
+    def _params(self) -> dict:
+        return ({"w": self.w, "beta": self.beta} if self.qk == "beta" else
+                {"w": self.w, "qk": self.qk_DD})
+
+    def _dtypes(self):
+        """(computation dtype, accumulation dtype): dtype or the parameters' own."""
+        dtype = jnp.dtype(self.dtype) if self.dtype is not None else self.w.dtype
+        return dtype, precision.accum_dtype(dtype)
+
+    def __call__(self, tokens_BL):
+        """p_BV, the output distribution over the full vocabulary (Eqs. 9c-d; §2.1 p = X^T s).
+
+        With response_only, p is supported on the response ids k..k+|R|-1 (zeros on symbols).
+        """
+        dtype, accum = self._dtypes()
+        logits_BP, keys_P = _logits_and_keys(self._params(), tokens_BL, self, dtype)
+        s_BP = jax.nn.softmax(logits_BP.astype(accum), axis=-1)
+        onehot_BPV = jax.nn.one_hot(tokens_BL[:, keys_P], self.vocab_size, dtype=s_BP.dtype)
+        return jnp.einsum("bp,bpv->bv", s_BP, onehot_BPV)
+
+    def loss_tokens(self, tokens_BL, target_B):
+        """Mean token-level loss (DP or CE per self.loss) of a batch, Eq. (9e) / notes §3."""
+        dtype, accum = self._dtypes()
+        logits_BP, keys_P = _logits_and_keys(self._params(), tokens_BL, self, dtype)
+        hit_BP = (tokens_BL[:, keys_P] == target_B[:, None]).astype(accum)
+        return _loss_from_logits(logits_BP.astype(accum), hit_BP, self)
+
+    def layer1_attention(self):
+        """(H, window_len) softmax(w^h) per head, Eq. (9a); windowless: the last row's."""
+        return jax.nn.softmax(self.w.astype(self._dtypes()[1]), axis=-1)
+
+    def scores(self, exact: bool = False):
+        """(k!,) S(pi) = c sum_h beta_h^2 sum_i a^h_i M_pi[h, i], query = identity (notes §3).
+
+        gamma is left out: it shifts every S(pi) by the same constant (notes §2.2). In the
+        computation dtype, or with `exact` in the accumulation dtype (float32 under autocast).
+        """
+        _check_simplified(self, "scores")
+        dtype, accum = self._dtypes()
+        dtype = accum if exact else dtype
+        a_HI = self.layer1_attention().astype(dtype)
+        match_PHI = jnp.asarray(task_lib.match_tensor(self.k, self.num_heads), dtype)
+        b_HI = self.scale * self.beta.astype(dtype)[:, None] ** 2 * a_HI
+        return jnp.einsum("hi,phi->p", b_HI, match_PHI)
+
+    def loss_collisions(self, y_BP):
+        """Mean loss of collision vectors (fast path, notes §1): p_y = sum_pi softmax(S)_pi y_pi."""
+        _check_simplified(self, "loss_collisions")
+        accum = self._dtypes()[1]
+        logits_BP = jnp.broadcast_to(self.scores().astype(accum), y_BP.shape)
+        hit_BP = y_BP if self.dtype is None else y_BP.astype(accum)   # None: as given (no cast)
+        return _loss_from_logits(logits_BP, hit_BP, self)
+
+    def population_loss(self):
+        """Exact population DP loss A (1 - softmax(S)_q), q = identity = permutation 0 (notes §3),
+        in the accumulation dtype (the parameters' dtype unless autocast)."""
+        _check_simplified(self, "population_loss")
+        if self.loss != "dp":
+            raise ValueError("The population CE loss has no closed form (notes §3); estimate it "
+                             "with loss_collisions on a large sample_collisions batch instead.")
+        return self.response_weight * (1.0 - jax.nn.softmax(self.scores(exact=True))[0])
 
 
 def _check_simplified(model: RecallModel, what: str) -> None:
@@ -148,10 +236,14 @@ def init_params(model: RecallModel, beta0, w0=None, qk0=None):
     return {"w": w_HW, "qk": qk_DD}
 
 
+def _apply(params, model: RecallModel, *args, method):
+    return model.apply({"params": params}, *args, method=method)
+
+
 @_jit
 def layer1_attention(params, model: RecallModel) -> jax.Array:
-    """(H, window_len) softmax(w^h) per head, Eq. (9a); windowless: the last row's attention."""
-    return jax.nn.softmax(params["w"], axis=-1)
+    """model.apply(..., method=RecallModel.layer1_attention), jitted."""
+    return _apply(params, model, method=RecallModel.layer1_attention)
 
 
 def _masked_softmax(logits, mask, axis=-1):
@@ -168,23 +260,26 @@ def _layer1(w_HW, onehot_BLV, positions_P, model: RecallModel):
 
     window: logits w^h_{i-1} on offsets i = 1..k (others masked, offset 0 included);
     windowless: w^h_d on causal offsets d = 0..g. Rows without a valid offset give R = 0.
+    The softmax runs in the accumulation dtype, the mixing in onehot_BLV's (computation) dtype.
     """
+    dtype = onehot_BLV.dtype
+    w_HW = w_HW.astype(precision.accum_dtype(dtype))
     if model.window:
         offsets_W = np.arange(1, model.k + 1)
         source_PW = positions_P[:, None] - offsets_W[None, :]
-        attention_HPW = _masked_softmax(w_HW[:, None, :], (source_PW >= 0)[None])
+        attention_HPW = _masked_softmax(w_HW[:, None, :], (source_PW >= 0)[None]).astype(dtype)
         window_BPWV = onehot_BLV[:, np.clip(source_PW, 0, None)]
         return jnp.einsum("hpw,bpwv->bhpv", attention_HPW, window_BPWV)
     offsets_PL = positions_P[:, None] - np.arange(model.seq_len)[None, :]
     logits_HPL = w_HW[:, np.clip(offsets_PL, 0, None)]
-    attention_HPL = _masked_softmax(logits_HPL, (offsets_PL >= 0)[None])
+    attention_HPL = _masked_softmax(logits_HPL, (offsets_PL >= 0)[None]).astype(dtype)
     return jnp.einsum("hpl,blv->bhpv", attention_HPL, onehot_BLV)
 
 
-def _logits_and_keys(params, tokens_BL, model: RecallModel):
-    """(layer-2 logits s~_BP of the last row, key positions P): Eqs. (9a-b) / §2.1 layer 2."""
+def _logits_and_keys(params, tokens_BL, model: RecallModel, dtype):
+    """(layer-2 logits s~_BP of the last row, key positions P), in `dtype`: Eqs. (9a-b) / §2.1
+    layer 2."""
     l, num_heads = model.seq_len, model.num_heads
-    dtype = params["w"].dtype
     onehot_BLV = jax.nn.one_hot(tokens_BL, model.vocab_size, dtype=dtype)
     if model.response_only:
         keys_P = task_lib.response_positions(model.k)            # (A3)
@@ -203,26 +298,21 @@ def _logits_and_keys(params, tokens_BL, model: RecallModel):
     if model.qk == "beta":                                        # Eq. (9b), notes §2.1 erratum
         matched_BGV = query_BGV[:, :num_heads] @ matching_matrix(model, dtype)
         overlap_BHP = jnp.einsum("bhv,bhpv->bhp", matched_BGV, key_heads_BHPV)
-        logits_BP = model.scale * jnp.einsum("h,bhp->bp", params["beta"] ** 2, overlap_BHP)
+        logits_BP = model.scale * jnp.einsum("h,bhp->bp", params["beta"].astype(dtype) ** 2,
+                                             overlap_BHP)
     else:                                                         # R_{l-1} Q^T K R_t^T, §2.1
         batch = tokens_BL.shape[0]
         query_BD = query_BGV.reshape(batch, -1)
         key_BGPV = jnp.concatenate([key_skip_BPV[:, None], key_heads_BHPV], axis=1)
         key_BPD = jnp.moveaxis(key_BGPV, 1, 2).reshape(batch, num_keys, -1)
-        logits_BP = jnp.einsum("bd,de,bpe->bp", query_BD, params["qk"], key_BPD)
+        logits_BP = jnp.einsum("bd,de,bpe->bp", query_BD, params["qk"].astype(dtype), key_BPD)
     return logits_BP, keys_P
 
 
 @_jit
 def forward(params, tokens_BL, model: RecallModel) -> jax.Array:
-    """p_BV, the output distribution over the full vocabulary (Eqs. 9c-d; §2.1 p = X^T s).
-
-    With response_only, p is supported on the response ids k..k+|R|-1 (zeros on symbols).
-    """
-    logits_BP, keys_P = _logits_and_keys(params, tokens_BL, model)
-    s_BP = jax.nn.softmax(logits_BP, axis=-1)
-    onehot_BPV = jax.nn.one_hot(tokens_BL[:, keys_P], model.vocab_size, dtype=s_BP.dtype)
-    return jnp.einsum("bp,bpv->bv", s_BP, onehot_BPV)
+    """p_BV = model.apply(params, tokens), jitted (Eqs. 9c-d; §2.1 p = X^T s)."""
+    return _apply(params, model, tokens_BL, method=RecallModel.__call__)
 
 
 def _loss_from_logits(logits_BP, hit_BP, model: RecallModel):
@@ -238,37 +328,25 @@ def _loss_from_logits(logits_BP, hit_BP, model: RecallModel):
 @_jit
 def loss_tokens(params, tokens_BL, target_B, model: RecallModel) -> jax.Array:
     """Mean token-level loss (DP or CE per model.loss) of a batch, Eq. (9e) / notes §3."""
-    logits_BP, keys_P = _logits_and_keys(params, tokens_BL, model)
-    hit_BP = (tokens_BL[:, keys_P] == target_B[:, None]).astype(logits_BP.dtype)
-    return _loss_from_logits(logits_BP, hit_BP, model)
+    return _apply(params, model, tokens_BL, target_B, method=RecallModel.loss_tokens)
 
 
 @_jit
 def scores(params, model: RecallModel) -> jax.Array:
-    """(k!,) S(pi) = c sum_h beta_h^2 sum_i a^h_i M_pi[h, i], query = identity (notes §3).
-
-    gamma is left out: it shifts every S(pi) by the same constant (notes §2.2).
-    """
-    _check_simplified(model, "scores")
-    a_HI = layer1_attention(params, model)
-    match_PHI = jnp.asarray(task_lib.match_tensor(model.k, model.num_heads), a_HI.dtype)
-    b_HI = model.scale * params["beta"][:, None] ** 2 * a_HI
-    return jnp.einsum("hi,phi->p", b_HI, match_PHI)
+    """(k!,) S(pi) of notes §3 (RecallModel.scores), jitted."""
+    _check_simplified(model, "scores")      # before Flax checks the shapes of params
+    return _apply(params, model, method=RecallModel.scores)
 
 
 @_jit
 def loss_collisions(params, y_BP, model: RecallModel) -> jax.Array:
-    """Mean loss of collision vectors (fast path, notes §1): p_y = sum_pi softmax(S)_pi y_pi."""
+    """Mean loss of collision vectors (fast path, notes §1), jitted."""
     _check_simplified(model, "loss_collisions")
-    logits_BP = jnp.broadcast_to(scores(params, model), y_BP.shape)
-    return _loss_from_logits(logits_BP, y_BP, model)
+    return _apply(params, model, y_BP, method=RecallModel.loss_collisions)
 
 
 @_jit
 def population_loss(params, model: RecallModel) -> jax.Array:
-    """Exact population DP loss A (1 - softmax(S)_q), q = identity = permutation 0 (notes §3)."""
+    """Exact population DP loss A (1 - softmax(S)_q) (notes §3, RecallModel.population_loss)."""
     _check_simplified(model, "population_loss")
-    if model.loss != "dp":
-        raise ValueError("The population CE loss has no closed form (notes §3); estimate it with "
-                         "loss_collisions on a large sample_collisions batch instead.")
-    return model.response_weight * (1.0 - jax.nn.softmax(scores(params, model))[0])
+    return _apply(params, model, method=RecallModel.population_loss)

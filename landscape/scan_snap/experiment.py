@@ -18,7 +18,8 @@ import ml_collections
 import numpy as np
 
 from landscape import config as config_lib
-from landscape import plotting, records, sweeps, training
+from landscape import plotting, precision, records, sweeps, training
+from landscape.point import params_table
 from landscape.scan_snap import model as model_lib
 from landscape.scan_snap import task as task_lib
 from landscape.scan_snap import theory
@@ -38,7 +39,8 @@ def default_config() -> ml_collections.ConfigDict:
         num_last=2, num_next_per_last=1, num_common=10, num_common_per_last=0,
         num_distinct_per_next=10, common_unnormalized_prob=1.0,
         distinct_unnormalized_min=0.1, distinct_unnormalized_max=1.0, seq_len=128)
-    c.model = dict(attend_to_query=False, normalize=True, residual=False, init="zeros")
+    c.model = dict(attend_to_query=False, normalize=True, residual=False, init="zeros",
+                   dtype="")                # computation dtype ("" = train.dtype; half = autocast)
     c.optim = training.default_optim_config()
     c.optim.lr_z = 1.0                  # eta_Z
     c.optim.lr_y_over_lr_z = 1.0        # eta_Y / eta_Z
@@ -107,6 +109,7 @@ def _validate_cell(cfg) -> None:
     r(cfg, "data.distinct_unnormalized_max", low=cfg.data.distinct_unnormalized_min)
     r(cfg, "data.seq_len", low=2, integer=True)
     config_lib.require_choice(cfg, "model.init", model_lib.INITS)
+    config_lib.require_choice(cfg, "model.dtype", precision.COMPUTE_DTYPES)
     training.validate_optim(cfg)
     r(cfg, "optim.lr_z", low=0, low_open=True)
     r(cfg, "optim.lr_y_over_lr_z", low=0, low_open=True)
@@ -185,29 +188,40 @@ def make_task(cfg) -> task_lib.SequenceClasses:
     return task_lib.sequence_classes(**cfg.data)
 
 
+def model_of(cfg, task: task_lib.SequenceClasses) -> model_lib.YZModel:
+    """The Y/Z model of a config, at precision.of(train.dtype, model.dtype)."""
+    prec = precision.of(cfg.train.dtype, cfg.model.dtype)
+    return model_lib.YZModel(task.num_tokens, attend_to_query=cfg.model.attend_to_query,
+                             residual=cfg.model.residual, normalize=cfg.model.normalize,
+                             initializer=cfg.model.init, dtype=prec.dtype,
+                             param_dtype=prec.param_dtype)
+
+
+def init_params(cfg, task: task_lib.SequenceClasses, key):
+    return model_lib.init_params(key, task.num_tokens, cfg.model.init, jnp.dtype(cfg.train.dtype))
+
+
 def make_problem(cfg, task: task_lib.SequenceClasses) -> training.Problem:
     """The Y/Z model on sampled sequence classes; hparams are the TRACED learning rates."""
-    dtype = jnp.dtype(cfg.train.dtype)
-    model_kwargs = dict(attend_to_query=cfg.model.attend_to_query, residual=cfg.model.residual,
-                        normalize=cfg.model.normalize)
+    model = model_of(cfg, task)
     batch_size, keep_attention = cfg.train.batch_size, cfg.eval.snapshot_attention
 
     def loss(params, key, hparams):
         context, query, label, _ = task.sample(key, batch_size)
-        return model_lib.loss(params, context, query, label, **model_kwargs), {}
+        return model.apply({"params": params}, context, query, label,
+                           method=model_lib.YZModel.loss), {}
 
     def snapshot(params, hparams):
         c_KM = task_lib.attention_weights(params["Z"], task)
         out = {"distinct_entropy": task_lib.distinct_entropy(c_KM, task).mean(),
-               "population_loss": model_lib.population_loss(params, task,
-                                                            residual=cfg.model.residual)}
+               "population_loss": model.apply({"params": params}, task,
+                                              method=model_lib.YZModel.population_loss)}
         if keep_attention:
             out["attention"] = c_KM
         return out
 
     return training.Problem(
-        init=lambda key, hparams: model_lib.init_params(key, task.num_tokens, cfg.model.init,
-                                                        dtype),
+        init=lambda key, hparams: init_params(cfg, task, key),
         loss=loss,
         learning_rates=lambda hp: {"Y": hp["optim.lr_z"] * hp["optim.lr_y_over_lr_z"],
                                    "Z": hp["optim.lr_z"]},
@@ -242,6 +256,10 @@ def run(cfg, workdir: records.Workdir, progress=print) -> dict[str, Any]:
     if cfg.experiment == "theory":
         return run_theory(cfg, workdir, progress)
     groups, cells = [], structural_cells(cfg)
+    if progress:
+        first = config_lib.with_fields(cfg, cells[0])
+        progress(f"model: YZModel, {precision.of(cfg.train.dtype, cfg.model.dtype).name}\n"
+                 + params_table(init_params(first, make_task(first), jax.random.key(cfg.seed))))
     for i, fields in enumerate(cells):
         if fields and progress:
             progress("structural cell " + ", ".join(f"{k}={v}" for k, v in fields.items()))

@@ -1,54 +1,52 @@
 """The Y/Z model of Tian et al. (notes/scan_snap.md §3.2) and its long-sequence limit (§3.5).
 
-Parameters are two M x M matrices, {"Y": decoder, "Z": attention logits}, trained directly:
-Z[m, l] is the logit with which query (last token) m attends to contextual token l (row = query,
-notes §1), and the logits are Y^T LN(X^T b). Plain functions: the model is two matrices.
+`YZModel` is a `flax.linen` Module with two M x M parameters, named "Y" (decoder) and "Z"
+(attention logits), trained directly: Z[m, l] is the logit with which query (last token) m attends
+to contextual token l (row = query, notes §1), and the logits are Y^T LN(X^T b). Its parameter
+tree is {"params": {"Y": ..., "Z": ...}}; the inner dict is what training, Points and the Hessian
+blocks ("Y", "Z") see. Use it through `model.init` / `model.apply` (pure functions).
+
+Precision (`landscape.precision`): `param_dtype` holds Y and Z, `dtype` is the computation dtype
+(None = param_dtype). A half `dtype` is autocast: the matmul Y^T f in half, the attention softmax,
+c = X^T b, its normalisation and the loss in float32 (`precision.accum_dtype`).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from landscape import _checks
+from landscape import _checks, precision
 from landscape.point import Point
 from landscape.scan_snap.task import SequenceClasses, attention_weights
 
 INITS = ("zeros", "uniform")
 
 
+def _uniform_bound(num_tokens: int) -> float:
+    return 1.0 / jnp.sqrt(num_tokens)
+
+
 def init_params(key: jax.Array, num_tokens: int, init: str = "zeros", dtype=jnp.float32):
-    """Y(0) = Z(0) = 0, or both i.i.d. U(-1/sqrt(M), 1/sqrt(M)) (PyTorch nn.Linear default, §3.2)."""
+    """The inner params dict {"Y", "Z"} of `YZModel`: Y(0) = Z(0) = 0, or both i.i.d.
+    U(-1/sqrt(M), 1/sqrt(M)) (PyTorch nn.Linear default, §3.2) from `jax.random.split(key)`.
+
+    Training draws its initial weights here rather than from `YZModel.init`, whose per-parameter
+    keys Flax derives from the names: the same distribution, but this keeps the draws (and so
+    every recorded number of the uniform-init configs, Fig. 6) what they were.
+    """
     shape = (num_tokens, num_tokens)
     if init == "zeros":
         return {"Y": jnp.zeros(shape, dtype), "Z": jnp.zeros(shape, dtype)}
     if init == "uniform":
-        bound = 1.0 / jnp.sqrt(num_tokens)
+        bound = _uniform_bound(num_tokens)
         y_key, z_key = jax.random.split(key)
         return {"Y": jax.random.uniform(y_key, shape, dtype, -bound, bound),
-                        "Z": jax.random.uniform(z_key, shape, dtype, -bound, bound)}
+                "Z": jax.random.uniform(z_key, shape, dtype, -bound, bound)}
     raise ValueError(f"init = {init!r}: must be one of {INITS}.")
-
-
-def forward(params, context_BT: jax.Array, query_B: jax.Array, *, attend_to_query: bool = False,
-                        residual: bool = False, normalize: bool = True):
-    """(logits_BM, attention_BT) for a batch of sequences; Eq. (1) in the Y/Z form of §3.2.
-
-    The query does not attend to itself unless `attend_to_query`. `residual` adds e_{x_T} to
-    X^T b before the normalisation (the authors' `residual=true`, §3.6).
-    """
-    Y, Z = params["Y"], params["Z"]
-    B, M = query_B.shape[0], Y.shape[0]
-    if attend_to_query:
-        context_BT = jnp.concatenate([context_BT, query_B[:, None]], axis=1)
-    z_BT = jnp.take_along_axis(Z[query_B], context_BT, axis=1)
-    b_BT = jax.nn.softmax(z_BT, axis=-1)
-    # c = X^T b as a scatter-add (a one-hot einsum is ~50x slower on CPU, notes §3.2).
-    c_BM = jnp.zeros((B, M), Y.dtype).at[jnp.arange(B)[:, None], context_BT].add(b_BT)
-    if residual:
-        c_BM = c_BM.at[jnp.arange(B), query_B].add(1.0)
-    f_BM = c_BM / jnp.linalg.norm(c_BM, axis=-1, keepdims=True) if normalize else c_BM
-    return f_BM @ Y, b_BT
 
 
 def cross_entropy(logits_BM: jax.Array, label_B: jax.Array) -> jax.Array:
@@ -57,34 +55,95 @@ def cross_entropy(logits_BM: jax.Array, label_B: jax.Array) -> jax.Array:
     return -jnp.take_along_axis(log_probs, label_B[:, None], axis=1).mean()
 
 
-def loss(params, context_BT, query_B, label_B, **model_kwargs) -> jax.Array:
-    logits_BM, _ = forward(params, context_BT, query_B, **model_kwargs)
-    return cross_entropy(logits_BM, label_B)
+class YZModel(nn.Module):
+    """Eq. (1) in the Y/Z form of §3.2, with the authors' switches.
 
+    num_tokens       M: Y and Z are (M, M).
+    attend_to_query  the query attends to itself too (default: masked).
+    residual         add e_{x_T} to X^T b before the normalisation (the authors' residual=true, §3.6).
+    normalize        l2-normalise X^T b (LN of the paper).
+    initializer      "zeros" or "uniform": what `init` draws (see `init_params` for training).
+    dtype            computation dtype (None = param_dtype); half = autocast, see the module doc.
+    param_dtype      dtype of Y and Z.
+    """
+    num_tokens: int
+    attend_to_query: bool = False
+    residual: bool = False
+    normalize: bool = True
+    initializer: str = "zeros"
+    dtype: Any = None
+    param_dtype: Any = jnp.float32
 
-def population_features(params, task: SequenceClasses, *, residual: bool = False) -> jax.Array:
-    """f_n (K, M) = LN(c_n), the T -> infinity limit of LN(X^T b) (Eqs. 5-6)."""
-    c_KM = attention_weights(params["Z"], task)
-    if residual:
-        c_KM = c_KM + jax.nn.one_hot(task.last_token, task.num_tokens, dtype=c_KM.dtype)
-    return c_KM / jnp.linalg.norm(c_KM, axis=-1, keepdims=True)
+    def setup(self):
+        if self.initializer not in INITS:
+            raise ValueError(f"initializer = {self.initializer!r}: must be one of {INITS}.")
+        shape = (self.num_tokens, self.num_tokens)
+        if self.initializer == "zeros":
+            init = nn.initializers.zeros
+        else:
+            bound = _uniform_bound(self.num_tokens)
+            init = lambda key, shape, dtype: jax.random.uniform(key, shape, dtype, -bound, bound)
+        self.Y = self.param("Y", init, shape, self.param_dtype)
+        self.Z = self.param("Z", init, shape, self.param_dtype)
 
+    @property
+    def compute_dtype(self):
+        """`dtype`, or with dtype None the parameters' own dtype (no cast, as Flax infers it)."""
+        return jnp.dtype(self.dtype) if self.dtype is not None else self.Y.dtype
 
-def population_loss(params, task: SequenceClasses, *, residual: bool = False) -> jax.Array:
-    """-J_pop(Y, Z) = -(1/K) sum_n log softmax(Y^T f_n)_n (§3.5): classes uniform, T -> infinity."""
-    f_KM = population_features(params, task, residual=residual)
-    return cross_entropy(f_KM @ params["Y"], jnp.asarray(task.next_token))
+    @property
+    def accum_dtype(self):
+        return precision.accum_dtype(self.compute_dtype)
+
+    def __call__(self, context_BT: jax.Array, query_B: jax.Array):
+        """(logits_BM, attention_BT) for a batch of sequences; the query does not attend to
+        itself unless `attend_to_query`. Logits are in accum_dtype (float32 under autocast)."""
+        Y, Z = self.Y, self.Z
+        dtype, accum = self.compute_dtype, self.accum_dtype
+        B, M = query_B.shape[0], Y.shape[0]
+        if self.attend_to_query:
+            context_BT = jnp.concatenate([context_BT, query_B[:, None]], axis=1)
+        z_BT = jnp.take_along_axis(Z[query_B].astype(dtype), context_BT, axis=1)
+        b_BT = jax.nn.softmax(z_BT.astype(accum), axis=-1)
+        # c = X^T b as a scatter-add (a one-hot einsum is ~50x slower on CPU, notes §3.2).
+        c_BM = jnp.zeros((B, M), accum).at[jnp.arange(B)[:, None], context_BT].add(b_BT)
+        if self.residual:
+            c_BM = c_BM.at[jnp.arange(B), query_B].add(1.0)
+        f_BM = c_BM / jnp.linalg.norm(c_BM, axis=-1, keepdims=True) if self.normalize else c_BM
+        logits_BM = f_BM.astype(dtype) @ Y.astype(dtype)
+        return logits_BM.astype(accum), b_BT
+
+    def loss(self, context_BT, query_B, label_B) -> jax.Array:
+        """Mean cross-entropy of a batch (in accum_dtype)."""
+        logits_BM, _ = self(context_BT, query_B)
+        return cross_entropy(logits_BM, label_B)
+
+    def population_features(self, task: SequenceClasses) -> jax.Array:
+        """f_n (K, M) = LN(c_n), the T -> infinity limit of LN(X^T b) (Eqs. 5-6)."""
+        c_KM = attention_weights(self.Z.astype(self.accum_dtype), task)
+        if self.residual:
+            c_KM = c_KM + jax.nn.one_hot(task.last_token, task.num_tokens, dtype=c_KM.dtype)
+        return c_KM / jnp.linalg.norm(c_KM, axis=-1, keepdims=True)
+
+    def population_loss(self, task: SequenceClasses) -> jax.Array:
+        """-J_pop(Y, Z) = -(1/K) sum_n log softmax(Y^T f_n)_n (§3.5): classes uniform,
+        T -> infinity. Exact: computed in accum_dtype (the param dtype unless autocast)."""
+        f_KM = self.population_features(task)
+        return cross_entropy(f_KM @ self.Y.astype(self.accum_dtype), jnp.asarray(task.next_token))
 
 
 def population_point(task: SequenceClasses, params=None, *, residual: bool = False,
                      name: str = "") -> Point:
-    """The population loss (§3.5) at (Y, Z) as a Point; default Y = Z = 0, where the loss is ln M."""
+    """The population loss (§3.5) at (Y, Z) as a Point; default Y = Z = 0, where the loss is ln M.
+
+    params is YZModel's inner params dict {"Y": (M, M), "Z": (M, M)}.
+    """
     if not isinstance(task, SequenceClasses):
         raise TypeError(f"population_point expects a SequenceClasses task (e.g. "
                         f"landscape.scan_snap.sequence_classes(...)); got {type(task).__name__}.")
     _checks.check_bool("residual", residual, "add the last token's one-hot to c_n")
+    shape = (task.num_tokens, task.num_tokens)
     if params is not None:
-        shape = (task.num_tokens, task.num_tokens)
         if not isinstance(params, dict) or set(params) != {"Y", "Z"}:
             raise ValueError(f"params = {type(params).__name__}: must be a dict with keys 'Y' and "
                              f"'Z', both {shape} (or None for Y = Z = 0).")
@@ -92,8 +151,12 @@ def population_point(task: SequenceClasses, params=None, *, residual: bool = Fal
             if jnp.shape(params[key]) != shape:
                 raise ValueError(f"params['{key}'] has shape {jnp.shape(params[key])}: must be "
                                  f"{shape} (M = {task.num_tokens} tokens).")
+    model = YZModel(task.num_tokens, residual=residual,
+                    param_dtype=jnp.float64 if jax.config.jax_enable_x64 else jnp.float32)
     if params is None:
-        params = init_params(jax.random.key(0), task.num_tokens, "zeros",
-                             jnp.float64 if jax.config.jax_enable_x64 else jnp.float32)
-    return Point(params, lambda p: population_loss(p, task, residual=residual),
+        params = model.init(jax.random.key(0), method=YZModel.population_loss, task=task)["params"]
+
+    def loss_fn(p):
+        return model.apply({"params": p}, task, method=YZModel.population_loss)
+    return Point(params, loss_fn,
                  name=name or f"Y/Z population loss (K={task.num_classes}, M={task.num_tokens})")

@@ -57,6 +57,8 @@ def test_fig1_records_and_numbers(tmp_path):
     ("init.eps", 0.0, r"config.init.eps = 0.0: must be a number > 0"),
     ("model.num_heads", 2, r"config.model.num_heads = 2: must be k - 1 or k \(task.k = 4\)"),
     ("optim.lr", -1.0, r"config.optim.lr = -1.0: must be a number > 0"),
+    ("model.dtype", "half", r"config.model.dtype = 'half': must be one of '', 'float32', "
+                            r"'float64', 'bfloat16', 'float16'"),
 ])
 def test_bad_input_gets_one_clear_sentence(field, value, message):
     cfg = recall.get_config("fig1")
@@ -86,6 +88,7 @@ def test_cli(tmp_path):
     ok = subprocess.run(cli + [f"--workdir={tmp_path}"], cwd=ROOT, capture_output=True, text=True)
     assert ok.returncode == 0, ok.stderr
     assert "6/6 claims reproduced" in ok.stdout
+    assert "model: RecallModel, float64" in ok.stdout and "beta" in ok.stdout   # params table
     bad = subprocess.run(cli + ["--config.init.eps=-1", f"--workdir={tmp_path}/bad"], cwd=ROOT,
                          capture_output=True, text=True)
     assert bad.returncode != 0 and "config.init.eps = -1.0: must be a number > 0" in bad.stderr

@@ -85,6 +85,8 @@ def test_theory_figures(tmp_path):
     ("train.log_every", 3, r"config.train.log_every = 3: must be a divisor of train.num_steps = 100"),
     ("model.init", "normal", r"config.model.init = 'normal': must be one of 'zeros', 'uniform'"),
     ("data.seq_len", 1, r"config.data.seq_len = 1: must be an integer >= 2"),
+    ("model.dtype", "float8", r"config.model.dtype = 'float8': must be one of '', 'float32', "
+                              r"'float64', 'bfloat16', 'float16'"),
 ])
 def test_bad_configs_get_one_clear_sentence(field, value, message):
     cfg = syn_small.get_config()
@@ -117,6 +119,7 @@ def test_cli_runs_and_rejects_bad_overrides(tmp_path):
     ok = subprocess.run(cli + [f"--workdir={tmp_path}"], cwd=ROOT, capture_output=True, text=True)
     assert ok.returncode == 0, ok.stderr
     assert "claims reproduced" in ok.stdout and (tmp_path / "summary.json").exists()
+    assert "model: YZModel, float32" in ok.stdout and "2,312" in ok.stdout   # the params table
     bad = subprocess.run(cli + ["--config.optim.lr_z=-0.5", f"--workdir={tmp_path}/bad"], cwd=ROOT,
                          capture_output=True, text=True)
     assert bad.returncode != 0 and "config.optim.lr_z = -0.5: must be a number > 0" in bad.stderr
