@@ -9,6 +9,7 @@ experiment = "landscape": exact Hessians at the constructed points against the c
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from typing import Any
@@ -20,7 +21,8 @@ import numpy as np
 
 from landscape import config as config_lib
 from landscape.config import format_bytes
-from landscape import curvature, plotting, records, sweeps, training
+from landscape import curvature, plotting, precision, records, sweeps, training
+from landscape.point import params_table
 from landscape.markov import model as model_lib
 from landscape.markov import points, task, theory
 
@@ -37,7 +39,8 @@ def default_config() -> ml_collections.ConfigDict:
     c.num_seeds = 1
     c.chain = dict(num_states=2, p=0.5, q=0.8, initial="stationary")   # q unused when S > 2
     c.model = dict(family="theory", d=4, seq_len=128, num_layers=1, num_heads=1, mlp_width=0,
-                   tied=True, activation="relu", layer_norm=False)      # mlp_width 0 = 4d
+                   tied=True, activation="relu", layer_norm=False,      # mlp_width 0 = 4d
+                   dtype="")     # computation dtype: "" = train.dtype; float16 / bfloat16 autocast
     c.optim = training.default_optim_config()
     # Table 2 / the authors' OneCycle: AdamW(0.9, 0.95), wd 1e-3 on Linear weights only, 2%
     # linear warm-up from lr/100, cosine to lr/5 (notes §3.3)
@@ -94,6 +97,11 @@ def _validate_cell(cfg) -> None:
     choice(cfg, "chain.initial", ("stationary", "uniform"))
     choice(cfg, "model.family", ("theory", "gpt"))
     choice(cfg, "model.activation", ("relu", "gelu"))
+    choice(cfg, "train.dtype", ("float32", "float64"))
+    choice(cfg, "model.dtype", precision.COMPUTE_DTYPES)
+    config_lib.require(cfg.model.dtype != "float64" or cfg.train.dtype == "float64", "model.dtype",
+                       cfg.model.dtype, "float64 only with train.dtype = 'float64' (it needs "
+                       "64-bit JAX); float16 / bfloat16 for mixed precision")
     r(cfg, "model.d", low=1, integer=True)
     r(cfg, "model.seq_len", low=2, integer=True)
     r(cfg, "model.num_layers", low=1, integer=True)
@@ -115,7 +123,6 @@ def _validate_cell(cfg) -> None:
     r(cfg, "train.warmup_fraction", low=0, high=1)
     r(cfg, "train.eval_sequences", low=1, integer=True)
     choice(cfg, "train.targets", ("hard", "soft"))
-    choice(cfg, "train.dtype", ("float32", "float64"))
     config_lib.require_nonfinite_policy(cfg)
     S = cfg.chain.num_states
     if cfg.claims in ("fig3", "appendix_d"):
@@ -151,9 +158,12 @@ def needs_x64(cfg) -> bool:
 
 
 def model_of(cfg) -> model_lib.MarkovModel:
+    """The Flax module of cfg: param_dtype = train.dtype, dtype = model.dtype (or the same)."""
     fields = dict(cfg.model)
     fields["mlp_width"] = fields["mlp_width"] or None
-    return model_lib.MarkovModel(num_states=cfg.chain.num_states, **fields)
+    prec = precision.of(cfg.train.dtype, fields.pop("dtype"))
+    return model_lib.MarkovModel(num_states=cfg.chain.num_states, dtype=prec.dtype,
+                                 param_dtype=prec.param_dtype, **fields)
 
 
 # ----------------------------------------------------------------------------- memory
@@ -255,7 +265,7 @@ def make_problem(cfg) -> training.Problem:
         # the sequential sampler: faster than the associative scan on CPU (notes on task.sample)
         x = task.sample_sequential(key, kernel, _init_law(cfg, kernel), B, N + 1)
         x = training.batch_share(x)         # this device's sequences when a run splits its batch
-        log_probs = model_lib.log_probs(params, x[:, :N], model)
+        log_probs = model.apply({"params": params}, x[:, :N])
         if cfg.train.targets == "hard":
             return -jnp.take_along_axis(log_probs, x[:, 1:, None], axis=-1).mean(), {}
         share = x.shape[0]
@@ -265,7 +275,7 @@ def make_problem(cfg) -> training.Problem:
     def snapshot(params, hp):
         kernel = _kernel(cfg, hp)
         x = task.sample_sequential(eval_key, kernel, _init_law(cfg, kernel), E, N)
-        log_probs = model_lib.log_probs(params, x, model)
+        log_probs = model.apply({"params": params}, x)
         out = {"test_loss": task.population_cross_entropy(
             log_probs, jnp.full(E, 1.0 / E), task.soft_targets(x, kernel))}
         if cfg.chain.num_states == 2:       # mean predicted P(x_{n+1} = 1 | x_n = 0 or 1), Fig. 3/4
@@ -280,6 +290,7 @@ def make_problem(cfg) -> training.Problem:
                                           model_lib.init_params(key, model)),
         loss=loss, learning_rates=lambda hp: hp["optim.lr"], snapshot=snapshot,
         weight_decay_mask=_decay_mask, runs_per_group=runs_per_group(cfg),
+        log_grad_zeros=precision.is_half(model.dtype),
         batch_size=B if B * N * N >= _SCORES_TO_SPLIT else None)
 
 
@@ -293,6 +304,18 @@ _SCORES_PER_GROUP = 2 ** 19
 # scores per step: the split costs ~0.5 ms of cross-device synchronisation per step on CPU
 # (2 host devices, one run: N = 1024, 20 ms split vs 30 ms on one device; N = 128, 1.4 vs 0.9 ms).
 _SCORES_TO_SPLIT = 2 ** 22
+
+
+def model_table(cfg) -> str:
+    """The model summary: each parameter's name, shape, dtype and count (landscape.params_table),
+    and the precision; from the shapes alone (nothing is compiled)."""
+    model = model_of(cfg)
+    params = jax.tree.map(lambda s: np.zeros(s.shape, s.dtype),
+                          jax.eval_shape(functools.partial(model_lib.init_params, model=model),
+                                         jax.random.key(0)))
+    params = jax.tree.map(lambda a: a.astype(model.param_dtype), params)
+    prec = precision.of(cfg.train.dtype, cfg.model.dtype)
+    return f"{model.family} model, {prec.name}:\n{params_table(params)}"
 
 
 def runs_per_group(cfg) -> int:
@@ -321,6 +344,8 @@ def run(cfg, workdir: records.Workdir, progress=print) -> dict[str, Any]:
     for i, fields in enumerate(cells):
         if fields and progress:
             progress("program " + ", ".join(f"{k}={v}" for k, v in fields.items()))
+        if progress:
+            progress(model_table(config_lib.with_fields(cfg, fields)))
         group = train_group(cfg, fields, workdir, progress)
         groups.append(group)
         res = group["result"]
@@ -567,7 +592,7 @@ def fit_appendix_d(params, cfg) -> dict[str, Any]:
     e = params["e"]
     v = np.sign(e)
     pos = params["pos"].mean(axis=0)
-    block = params["blocks"][0]
+    block = params["block_0"]
     W1, W2 = block["W_1"], block["W_2"]
     u, s, vt = np.linalg.svd(W1)
     w = np.sign(u[:, 0]) * np.sign(vt[0] @ v)

@@ -1,8 +1,11 @@
 """Theory and GPT-2 transformers for Markov chains (notes/markov.md §3.1, §3.2, §3.5, §6.8).
 
-Both families run the same causal self-attention and the same block (`_block`); they differ
-only in the embedding, the LayerNorms and the head. Parameters are plain nested dicts whose
-key paths are the Hessian block names ("b", "e", "pos", "blocks/0/W_Q", ...).
+Both families are one `flax.linen` Module, `MarkovModel`, used as pure functions through
+`model.init` / `model.apply({"params": params}, x_BN, method=...)`. They run the same `Block`
+(causal self-attention + MLP) and differ only in the embedding, the LayerNorms and the head.
+Every parameter is named explicitly, so the parameter tree (the dict under "params") reads as
+the Hessian block names: "b", "e", "pos", "block_0/W_Q", ... (one `Block` per layer, named
+block_<l>, holding its matrices and LN gains directly).
 
 Orientation (notes §3.1, = PyTorch nn.Linear.weight, = Table 1): every matrix acts on column
 vectors from the left, W x. With H heads of width m = d / H:
@@ -12,30 +15,41 @@ vectors from the left, W x. With H heads of width m = d / H:
 Token tables are (S, d) with row s the embedding of state s; positions are (N, d), row n = p_n.
 
 theory, S = 2 (notes §3.1 uni-embedding): {"b": (), "e": (d,), ["a": (d,) untied],
-  "pos": (N, d), "blocks": [...]}; x_n = x_n e + p_n, logit_n = <a, z_n> + b (a = e if tied).
-theory, S > 2 (notes §6.8): {"b": (S,), "E": (S, d), ["A": (S, d) untied], "pos", "blocks"};
+  "pos": (N, d), "block_0": {...}, ...}; x_n = x_n e + p_n, logit_n = <a, z_n> + b (a = e if tied).
+theory, S > 2 (notes §6.8): {"b": (S,), "E": (S, d), ["A": (S, d) untied], "pos", "block_<l>"};
   x_n = E[x_n] + p_n, logits_n = E z_n + b (A z_n + b untied).
-gpt (notes §3.2): {"wte": (S, d), "wpe": (N, d), "blocks": [{["ln_1": (d,)], "W_Q", "W_K",
-  "W_V", "W_O", ["ln_2": (d,)], "W_1", "W_2"}], ["ln_f": (d,)], "head_bias": (S,),
+gpt (notes §3.2): {"wte": (S, d), "wpe": (N, d), "block_<l>": {["ln_1": (d,)], "W_Q", "W_K",
+  "W_V", "W_O", ["ln_2": (d,)], "W_1", "W_2"}, ["ln_f": (d,)], "head_bias": (S,),
   ["lm_head": (S, d) untied]}; the LN gains exist only when layer_norm is True.
-A block is {"W_Q", "W_K", "W_V", "W_O", "W_1", "W_2"} (+ "ln_1", "ln_2" in the GPT-2 model).
 
-The forward pass mixes values on the lower-triangular tile pairs only (`_causal_mix`, exact);
-`attention_weights` builds the full (B, H, N, N) matrix for plots. Tokens x_BN are ints in
-0..S-1 (not checked: a gather clamps), of length <= seq_len (positions p_1..p_len are used).
+Precision, the Flax way (landscape/precision.py): `param_dtype` is the parameters' dtype (what
+`model.init` makes), `dtype` the computation's (None: the parameters' own). A half `dtype`
+(float16, bfloat16) is torch.autocast without a gradient scaler, op for op: every matmul (the
+Linear layers and the head) casts its operands to `dtype` and returns `dtype`; GELU/ReLU run on
+those; embeddings stay in the parameter dtype, so the residual stream (x + a half-precision
+branch promotes) stays float32; the attention softmax, the LayerNorms and the log-softmax /
+log-sigmoid of the loss run in float32 (`precision.accum_dtype`), and the attention output is
+cast back to `dtype`, as a fused float16 attention kernel returns it.
+
+The forward pass mixes values on the lower-triangular tile pairs only (`_causal_mix`, exact, a
+hand-written flash-style backward pass); `attention_weights` builds the full (B, H, N, N) matrix
+for plots. Tokens x_BN are ints in 0..S-1 (not checked: a gather clamps), of length <= seq_len
+(positions p_1..p_len are used).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
+from typing import Any
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from landscape import _checks
+from landscape import precision as precision_lib
 
 FAMILIES = ("theory", "gpt")
 ACTIVATIONS = ("relu", "gelu")
@@ -44,10 +58,97 @@ LN_EPS = 1e-5            # PyTorch LayerNorm default, notes §3.2
 _PROJECTIONS = ("W_O", "W_2")          # GPT-2 c_proj weights: std 0.02 / sqrt(2 layers)
 _BIASES = ("b", "head_bias")
 _GAINS = ("ln_1", "ln_2", "ln_f")
+_DTYPES = ("float16", "bfloat16", "float32", "float64")
 
 
-@dataclasses.dataclass(frozen=True)
-class MarkovModel:
+def _cast(dtype, *arrays):
+    """The arrays in the computation dtype (unchanged when dtype is None: no op is added)."""
+    if dtype is None:
+        return arrays
+    return tuple(a.astype(dtype) for a in arrays)
+
+
+def _accum(dtype):
+    """Where autocast keeps float32 (softmax, LayerNorm, loss); None: the operands' dtype."""
+    return None if dtype is None else precision_lib.accum_dtype(dtype)
+
+
+def _init_std(name: str, num_layers: int) -> float:
+    return INIT_STD / math.sqrt(2 * num_layers) if name in _PROJECTIONS else INIT_STD
+
+
+def _initializer(name: str, num_layers: int):
+    """GPT-2 init (notes §3.2): biases 0, LN gains 1, W_O and W_2 N(0, (0.02 / sqrt(2 L))^2),
+    every other weight and embedding N(0, 0.02^2)."""
+    if name in _BIASES:
+        return nn.initializers.zeros
+    if name in _GAINS:
+        return nn.initializers.ones
+    return nn.initializers.normal(_init_std(name, num_layers))
+
+
+class Block(nn.Module):
+    """One block, shared by both families: y = x + Attn(LN_1 x), z = y + W_2 act(W_1 LN_2 y)
+    (notes §3.1; the LNs are the identity unless layer_norm, notes §3.2). Its parameters are
+    W_Q, W_K, W_V, W_O, W_1, W_2 (+ ln_1, ln_2 gains with layer_norm)."""
+    d: int
+    num_heads: int
+    mlp_width: int
+    activation: str = "relu"
+    layer_norm: bool = False
+    num_layers: int = 1                  # of the whole model: the projections' init std
+    dtype: Any = None
+    param_dtype: Any = jnp.float32
+
+    def setup(self):
+        d, r = self.d, self.mlp_width
+        shapes = {"W_Q": (d, d), "W_K": (d, d), "W_V": (d, d), "W_O": (d, d),
+                  "W_1": (r, d), "W_2": (d, r)}
+        if self.layer_norm:
+            shapes.update(ln_1=(d,), ln_2=(d,))
+        self.weights = {name: self.param(name, _initializer(name, self.num_layers), shape,
+                                         self.param_dtype) for name, shape in shapes.items()}
+
+    def _norm(self, x_BND, gain):
+        """Gain-only LayerNorm in the accumulation dtype (float32 under autocast)."""
+        if not self.layer_norm:
+            return x_BND
+        x_BND, gain_D = _cast(_accum(self.dtype), x_BND, self.weights[gain])
+        return _layer_norm(x_BND, gain_D)
+
+    def _heads(self, x_BND):
+        """(q, k, v) (B, N, H, m): W_Q x, W_K x, W_V x split into heads (rows h m .. (h+1) m - 1)."""
+        B, N, _ = x_BND.shape
+        w = self.weights
+        # One product with the stacked (3 d, d) weights: at d = 4-8 a CPU matmul costs about the
+        # same whatever its size, so one instead of three (and one each for dx and dW backward).
+        x_BND, qkv_3DD = _cast(self.dtype, x_BND, jnp.concatenate([w["W_Q"], w["W_K"], w["W_V"]]))
+        qkv_BN3HM = (x_BND @ qkv_3DD.T).reshape(B, N, 3, self.num_heads, self.d // self.num_heads)
+        return qkv_BN3HM[:, :, 0], qkv_BN3HM[:, :, 1], qkv_BN3HM[:, :, 2]
+
+    def attention_matrix(self, x_BND):
+        """(B, H, N, N) att_{n,i} of this block's input x (plots only; training uses
+        `_causal_mix`)."""
+        q_BNHM, k_BNHM, _ = _cast(_accum(self.dtype), *self._heads(self._norm(x_BND, "ln_1")))
+        return _causal_softmax(q_BNHM, k_BNHM)
+
+    def __call__(self, x_BND):
+        """(z, attention output W_O sum_i att_{n,i} W_V x_i, y)."""
+        B, N, _ = x_BND.shape
+        w = self.weights
+        h_BND = self._norm(x_BND, "ln_1")
+        q_BNHM, k_BNHM, v_BNHM = self._heads(h_BND)
+        # softmax in the accumulation dtype, the mixed values back in the computation dtype
+        mixed_BNHM = _causal_mix(*_cast(_accum(self.dtype), q_BNHM, k_BNHM, v_BNHM))
+        mixed_BND, w_O = _cast(self.dtype, mixed_BNHM.reshape(B, N, self.d), w["W_O"])
+        attended_BND = mixed_BND @ w_O.T
+        y_BND = x_BND + attended_BND
+        h_BND, w_1, w_2 = _cast(self.dtype, self._norm(y_BND, "ln_2"), w["W_1"], w["W_2"])
+        z_BND = y_BND + _activation(h_BND @ w_1.T, self.activation) @ w_2.T
+        return z_BND, attended_BND, y_BND
+
+
+class MarkovModel(nn.Module):
     """Static switches (notes §3.1, §3.2, §12.1-12.3); hashable, so a static jit argument.
 
     family       "theory": no LN, reduced uni-embedding and sigmoid head for S = 2 (§3.1);
@@ -57,6 +158,12 @@ class MarkovModel:
     mlp_width    r; None means 4 d (Table 1).
     tied         head = token embedding (a = e, lm_head = wte); False adds "a" / "A" / "lm_head".
     layer_norm   gpt only: pre-LN blocks + final LN (GPT-2); False is 'Markov-Simple' (§3.2).
+    dtype        computation dtype: None (the parameters'), float32, float64, or float16 /
+                 bfloat16 for torch.autocast-style mixed precision (module docstring).
+    param_dtype  dtype of the parameters `init` makes (float32 or float64).
+
+    Methods (through `apply`): __call__ = log-probabilities (B, N, S), `logit_binary`,
+    `attention_weights`, `attention_ratio`, `residual_stream`.
     """
     family: str = "theory"
     num_states: int = 2
@@ -68,6 +175,8 @@ class MarkovModel:
     tied: bool = True
     activation: str = "relu"
     layer_norm: bool = False
+    dtype: Any = None
+    param_dtype: Any = jnp.float32
 
     def __post_init__(self):
         if self.family not in FAMILIES:
@@ -88,6 +197,19 @@ class MarkovModel:
         if self.family == "theory" and self.layer_norm:
             raise ValueError("layer_norm = True: the theory model has no LayerNorm (notes §3.1); "
                              "use family = 'gpt' for pre-LN blocks.")
+        for field, allowed in (("dtype", _DTYPES), ("param_dtype", _DTYPES[2:])):
+            value = getattr(self, field)
+            if value is None and field == "dtype":
+                continue
+            try:
+                name = jnp.dtype(value).name
+            except TypeError:
+                name = None
+            if name not in allowed:
+                raise ValueError(f"{field} = {value!r}: must be one of {', '.join(allowed)}"
+                                 + (" or None" if field == "dtype" else "") + ".")
+            object.__setattr__(self, field, jnp.dtype(name))     # equal models hash equally
+        super().__post_init__()
 
     @property
     def head_dim(self) -> int:
@@ -99,35 +221,120 @@ class MarkovModel:
         """The S = 2 theory model: uni-embedding e and scalar sigmoid head (notes §3.1)."""
         return self.family == "theory" and self.num_states == 2
 
+    def setup(self):
+        S, d, N = self.num_states, self.d, self.seq_len
+        if self.reduced:
+            shapes = {"b": (), "e": (d,), "pos": (N, d)} | ({} if self.tied else {"a": (d,)})
+        elif self.family == "theory":
+            shapes = {"b": (S,), "E": (S, d), "pos": (N, d)} | ({} if self.tied else {"A": (S, d)})
+        else:
+            shapes = {"wte": (S, d), "wpe": (N, d), "head_bias": (S,)}
+            if self.layer_norm:
+                shapes["ln_f"] = (d,)
+            if not self.tied:
+                shapes["lm_head"] = (S, d)
+        self.weights = {name: self.param(name, _initializer(name, self.num_layers), shape,
+                                         self.param_dtype) for name, shape in shapes.items()}
+        self.block = [Block(d=d, num_heads=self.num_heads, mlp_width=self.mlp_width,
+                            activation=self.activation, layer_norm=self.layer_norm,
+                            num_layers=self.num_layers, dtype=self.dtype,
+                            param_dtype=self.param_dtype) for _ in range(self.num_layers)]
 
-def _block_shapes(model: MarkovModel) -> dict:
-    d, r = model.d, model.mlp_width
-    block = {"W_Q": (d, d), "W_K": (d, d), "W_V": (d, d), "W_O": (d, d),
-             "W_1": (r, d), "W_2": (d, r)}
-    if model.layer_norm:
-        block.update(ln_1=(d,), ln_2=(d,))
-    return block
+    def _embed(self, x_BN):
+        """x_BND: x_n e + p_n (theory S = 2), E[x_n] + p_n (theory S > 2), wte[x_n] + wpe[n]
+        (gpt); in the parameter dtype (autocast leaves embeddings alone)."""
+        w, N = self.weights, x_BN.shape[1]
+        if self.reduced:
+            e_D = w["e"]
+            return x_BN[..., None].astype(e_D.dtype) * e_D + w["pos"][:N]
+        if self.family == "theory":
+            return w["E"][x_BN] + w["pos"][:N]
+        return w["wte"][x_BN] + w["wpe"][:N]
+
+    def residual_stream(self, x_BN, num_blocks: int | None = None):
+        """The residual stream (B, N, d) after the first `num_blocks` blocks (default: all)."""
+        _check_tokens(x_BN, self)
+        z_BND = self._embed(x_BN)
+        for block in self.block[:num_blocks]:
+            z_BND = block(z_BND)[0]
+        return z_BND
+
+    def _head(self, z_BND):
+        """Logit (B, N) for the reduced theory model, logits (B, N, S) otherwise, in the
+        accumulation dtype (a half-precision head product, then float32 for the loss)."""
+        w = self.weights
+        if self.reduced:
+            head_D, bias = w["e"] if self.tied else w["a"], w["b"]
+        elif self.family == "theory":
+            head_D, bias = (w["E"] if self.tied else w["A"]).T, w["b"]
+        else:
+            if self.layer_norm:
+                z_BND = _layer_norm(*_cast(_accum(self.dtype), z_BND, w["ln_f"]))
+            head_D, bias = (w["wte"] if self.tied else w["lm_head"]).T, w["head_bias"]
+        if self.dtype is None:
+            return z_BND @ head_D + bias
+        z_BND, head_D, bias = _cast(self.dtype, z_BND, head_D, bias)
+        return (z_BND @ head_D + bias).astype(_accum(self.dtype))
+
+    def __call__(self, x_BN):
+        """(B, N, S) log P(x_{n+1} = s | x_1^n) at every position n (notes §3.1 Prediction).
+
+        Reduced theory model: [log sigmoid(-logit), log sigmoid(logit)] = [log P(0), log P(1)].
+        """
+        out = self._head(self.residual_stream(x_BN))
+        if self.reduced:
+            return jnp.stack([jax.nn.log_sigmoid(-out), jax.nn.log_sigmoid(out)], axis=-1)
+        return _log_softmax_last(out)
+
+    def logit_binary(self, x_BN):
+        """(B, N) logit_n = <a, z_n> + b (theory, notes §3.1); logit_1 - logit_0 for gpt (S = 2)."""
+        if self.num_states != 2:
+            raise ValueError(f"num_states = {self.num_states}: logit_binary needs a binary model "
+                             "(num_states = 2).")
+        out = self._head(self.residual_stream(x_BN))
+        return out if self.reduced else out[..., 1] - out[..., 0]
+
+    def attention_weights(self, x_BN, layer: int = 0):
+        """(B, H, N, N) att_{n,i} of block `layer`, zero for i > n (notes §3.1; Fig. R2 of §8)."""
+        _check_layer(layer, self)
+        return self.block[layer].attention_matrix(self.residual_stream(x_BN, num_blocks=layer))
+
+    def attention_ratio(self, x_BN, layer: int = 0):
+        """(B, N) ||W_O sum_i att_{n,i} W_V x_i|| / ||y_n|| in block `layer` (notes §6.6, §8
+        Fig. 3: about 0.01 at the learned (0.2, 0.3) solution)."""
+        _check_layer(layer, self)
+        _, attended_BND, y_BND = self.block[layer](self.residual_stream(x_BN, num_blocks=layer))
+        attended_BND, y_BND = _cast(_accum(self.dtype), attended_BND, y_BND)
+        return jnp.linalg.norm(attended_BND, axis=-1) / jnp.linalg.norm(y_BND, axis=-1)
+
+
+def _check_tokens(x_BN, model: MarkovModel) -> None:
+    if x_BN.ndim != 2:
+        raise ValueError(f"x_BN has shape {x_BN.shape}: expected (batch, length).")
+    if x_BN.shape[1] > model.seq_len:
+        raise ValueError(f"x_BN has length {x_BN.shape[1]}: at most seq_len = {model.seq_len}.")
+
+
+def _check_layer(layer: int, model: MarkovModel) -> None:
+    if not 0 <= layer < model.num_layers:
+        raise ValueError(f"layer = {layer!r}: must be in 0..{model.num_layers - 1} "
+                         f"(num_layers = {model.num_layers}).")
+
+
+# ----------------------------------------------------------------------------- parameters
+
+
+@functools.lru_cache(maxsize=64)
+def _abstract_params(model: MarkovModel):
+    """model.init's parameter tree as ShapeDtypeStructs (traced, nothing computed)."""
+    x_BN = jax.ShapeDtypeStruct((1, model.seq_len), jnp.int32)
+    return jax.eval_shape(model.init, jax.random.key(0), x_BN)["params"]
 
 
 def param_shapes(model: MarkovModel) -> dict:
-    """Nested dict of shape tuples, the layout of the module docstring (leaves are tuples)."""
-    S, d, N = model.num_states, model.d, model.seq_len
-    blocks = [_block_shapes(model) for _ in range(model.num_layers)]
-    if model.reduced:
-        shapes = {"b": (), "e": (d,), "pos": (N, d), "blocks": blocks}
-        if not model.tied:
-            shapes["a"] = (d,)
-    elif model.family == "theory":
-        shapes = {"b": (S,), "E": (S, d), "pos": (N, d), "blocks": blocks}
-        if not model.tied:
-            shapes["A"] = (S, d)
-    else:
-        shapes = {"wte": (S, d), "wpe": (N, d), "blocks": blocks, "head_bias": (S,)}
-        if model.layer_norm:
-            shapes["ln_f"] = (d,)
-        if not model.tied:
-            shapes["lm_head"] = (S, d)
-    return shapes
+    """Nested dict of shape tuples, the layout of the module docstring (leaves are tuples), as
+    `model.init` makes it."""
+    return jax.tree.map(lambda s: tuple(s.shape), _abstract_params(model))
 
 
 def _is_shape(node) -> bool:
@@ -142,11 +349,11 @@ def num_params(model: MarkovModel) -> int:
 
 @functools.partial(jax.jit, static_argnames=("model", "dtype"))
 def init_params(key: jax.Array, model: MarkovModel, dtype=jnp.float32) -> dict:
-    """GPT-2 init (notes §3.2) for both families: weights and embeddings N(0, 0.02^2), W_O and W_2
-    N(0, (0.02 / sqrt(2 layers))^2), biases 0, LN gains 1.
-
-    One normal draw of all weights, cut into leaves in `ravel_pytree` order (one cheap compile
-    per model; a draw per leaf compiles for seconds).
+    """The training init: `model.init`'s parameters with its law (GPT-2 init, notes §3.2, for both
+    families: weights and embeddings N(0, 0.02^2), W_O and W_2 N(0, (0.02 / sqrt(2 layers))^2),
+    biases 0, LN gains 1), drawn as one normal vector of all weights cut into leaves in
+    `ravel_pytree` order: one cheap compile per model (a draw per leaf, as `model.init` does,
+    compiles for seconds), and a seed gives the same weights as before the Flax rewrite.
     """
     paths_shapes, treedef = jax.tree_util.tree_flatten_with_path(param_shapes(model),
                                                                  is_leaf=_is_shape)
@@ -154,17 +361,18 @@ def init_params(key: jax.Array, model: MarkovModel, dtype=jnp.float32) -> dict:
     drawn = [name not in _BIASES + _GAINS for name in names]
     total = sum(math.prod(shape) for (_, shape), draw in zip(paths_shapes, drawn) if draw)
     normal = jax.random.normal(key, (total,), dtype)
-    projection_std = INIT_STD / math.sqrt(2 * model.num_layers)
     leaves, offset = [], 0
     for name, draw, (_, shape) in zip(names, drawn, paths_shapes):
         if not draw:
             leaves.append((jnp.zeros if name in _BIASES else jnp.ones)(shape, dtype))
             continue
         size = math.prod(shape)
-        std = projection_std if name in _PROJECTIONS else INIT_STD
-        leaves.append(std * normal[offset:offset + size].reshape(shape))
+        leaves.append(_init_std(name, model.num_layers) * normal[offset:offset + size].reshape(shape))
         offset += size
     return jax.tree_util.tree_unflatten(treedef, leaves)
+
+
+# ----------------------------------------------------------------------------- kernels
 
 
 def _reduce_last(x_BND: jax.Array, op=jnp.add) -> jax.Array:
@@ -215,8 +423,8 @@ def _layer_norm_bwd(saved, dout_BND):
 _layer_norm.defvjp(_layer_norm_fwd, _layer_norm_bwd)
 
 
-def _activation(h, model: MarkovModel):
-    if model.activation == "relu":
+def _activation(h, activation: str):
+    if activation == "relu":
         return jax.nn.relu(h)
     return jax.nn.gelu(h, approximate=False)      # PyTorch nn.GELU() is the exact erf form
 
@@ -362,83 +570,10 @@ def _tiled_attention_bwd(saved, dmixed_BHKTM):
 _tiled_attention.defvjp(_tiled_attention_fwd, _tiled_attention_bwd)
 
 
-def _heads(block, x_BND: jax.Array, model: MarkovModel):
-    """(q, k, v) (B, N, H, m): W_Q x, W_K x, W_V x split into heads (rows h m .. (h+1) m - 1)."""
-    B, N, _ = x_BND.shape
-    # One product with the stacked (3 d, d) weights: at d = 4-8 a CPU matmul costs about the same
-    # whatever its size, so one instead of three (and one each for dx and dW backward).
-    qkv_BN3HM = (x_BND @ jnp.concatenate([block["W_Q"], block["W_K"], block["W_V"]]).T
-                 ).reshape(B, N, 3, model.num_heads, model.head_dim)
-    return qkv_BN3HM[:, :, 0], qkv_BN3HM[:, :, 1], qkv_BN3HM[:, :, 2]
 
 
-def _attention_matrix(block, x_BND: jax.Array, model: MarkovModel) -> jax.Array:
-    """(B, H, N, N) att_{n,i}, the full matrix (plots only; training uses `_causal_mix`)."""
-    q_BNHM, k_BNHM, _ = _heads(block, x_BND, model)
-    return _causal_softmax(q_BNHM, k_BNHM)
-
-
-def _attention(block, x_BND: jax.Array, model: MarkovModel) -> jax.Array:
-    """(B, N, d) W_O sum_i att_{n,i} W_V x_i, heads concatenated (notes §3.1 Attention)."""
-    B, N, _ = x_BND.shape
-    mixed_BNHM = _causal_mix(*_heads(block, x_BND, model))
-    return mixed_BNHM.reshape(B, N, model.d) @ block["W_O"].T
-
-
-def _block(block, x_BND: jax.Array, model: MarkovModel):
-    """One block, shared by both families: y = x + Attn(LN_1 x), z = y + W_2 act(W_1 LN_2 y)
-    (notes §3.1; the LNs are the identity unless layer_norm, notes §3.2).
-
-    Returns (z, attention output, y).
-    """
-    h_BND = _layer_norm(x_BND, block["ln_1"]) if model.layer_norm else x_BND
-    attended_BND = _attention(block, h_BND, model)
-    y_BND = x_BND + attended_BND
-    h_BND = _layer_norm(y_BND, block["ln_2"]) if model.layer_norm else y_BND
-    z_BND = y_BND + _activation(h_BND @ block["W_1"].T, model) @ block["W_2"].T
-    return z_BND, attended_BND, y_BND
-
-
-def _check_tokens(x_BN, model: MarkovModel) -> None:
-    if x_BN.ndim != 2:
-        raise ValueError(f"x_BN has shape {x_BN.shape}: expected (batch, length).")
-    if x_BN.shape[1] > model.seq_len:
-        raise ValueError(f"x_BN has length {x_BN.shape[1]}: at most seq_len = {model.seq_len}.")
-
-
-def _embed(params, x_BN: jax.Array, model: MarkovModel) -> jax.Array:
-    """x_BND: x_n e + p_n (theory S = 2), E[x_n] + p_n (theory S > 2), wte[x_n] + wpe[n] (gpt)."""
-    N = x_BN.shape[1]
-    if model.reduced:
-        e_D = params["e"]
-        return x_BN[..., None].astype(e_D.dtype) * e_D + params["pos"][:N]
-    if model.family == "theory":
-        return params["E"][x_BN] + params["pos"][:N]
-    return params["wte"][x_BN] + params["wpe"][:N]
-
-
-def _residual_stream(params, x_BN, model: MarkovModel, num_blocks: int | None = None):
-    """The residual stream (B, N, d) after the first `num_blocks` blocks (default: all)."""
-    _check_tokens(x_BN, model)
-    z_BND = _embed(params, x_BN, model)
-    for block in params["blocks"][:num_blocks]:
-        z_BND = _block(block, z_BND, model)[0]
-    return z_BND
-
-
-def _head(params, z_BND: jax.Array, model: MarkovModel) -> jax.Array:
-    """Logit (B, N) for the reduced theory model, logits (B, N, S) otherwise."""
-    if model.reduced:
-        a_D = params["e"] if model.tied else params["a"]
-        return z_BND @ a_D + params["b"]
-    if model.family == "theory":
-        head_SD = params["E"] if model.tied else params["A"]
-        return z_BND @ head_SD.T + params["b"]
-    if model.layer_norm:
-        z_BND = _layer_norm(z_BND, params["ln_f"])
-    head_SD = params["wte"] if model.tied else params["lm_head"]
-    return z_BND @ head_SD.T + params["head_bias"]
-
+# ----------------------------------------------------------------------------- functional API
+# model.apply on a params dict, jitted with the model static: what the experiments and tests call.
 
 _jit = functools.partial(jax.jit, static_argnames="model")
 _jit_layer = functools.partial(jax.jit, static_argnames=("model", "layer"))
@@ -446,51 +581,23 @@ _jit_layer = functools.partial(jax.jit, static_argnames=("model", "layer"))
 
 @_jit
 def log_probs(params, x_BN: jax.Array, model: MarkovModel) -> jax.Array:
-    """(B, N, S) log P(x_{n+1} = s | x_1^n) at every position n (notes §3.1 Prediction).
-
-    Reduced theory model: [log sigmoid(-logit), log sigmoid(logit)] = [log P(0), log P(1)].
-    """
-    z_BND = _residual_stream(params, x_BN, model)
-    if model.reduced:
-        logit_BN = _head(params, z_BND, model)
-        return jnp.stack([jax.nn.log_sigmoid(-logit_BN), jax.nn.log_sigmoid(logit_BN)], axis=-1)
-    return _log_softmax_last(_head(params, z_BND, model))
+    """(B, N, S) log-probabilities: model.apply({"params": params}, x_BN)."""
+    return model.apply({"params": params}, x_BN)
 
 
 @_jit
 def logit_binary(params, x_BN: jax.Array, model: MarkovModel) -> jax.Array:
-    """(B, N) logit_n = <a, z_n> + b (theory, notes §3.1); logit_1 - logit_0 for gpt (S = 2)."""
-    if model.num_states != 2:
-        raise ValueError(f"num_states = {model.num_states}: logit_binary needs a binary model "
-                         "(num_states = 2).")
-    z_BND = _residual_stream(params, x_BN, model)
-    if model.reduced:
-        return _head(params, z_BND, model)
-    logits_BNS = _head(params, z_BND, model)
-    return logits_BNS[..., 1] - logits_BNS[..., 0]
-
-
-def _check_layer(layer: int, model: MarkovModel) -> None:
-    if not 0 <= layer < model.num_layers:
-        raise ValueError(f"layer = {layer!r}: must be in 0..{model.num_layers - 1} "
-                         f"(num_layers = {model.num_layers}).")
+    """(B, N) binary logit (MarkovModel.logit_binary)."""
+    return model.apply({"params": params}, x_BN, method=MarkovModel.logit_binary)
 
 
 @_jit_layer
 def attention_weights(params, x_BN: jax.Array, model: MarkovModel, layer: int = 0):
-    """(B, H, N, N) att_{n,i} of block `layer`, zero for i > n (notes §3.1; Fig. R2 of §8)."""
-    _check_layer(layer, model)
-    x_BND = _residual_stream(params, x_BN, model, num_blocks=layer)
-    block = params["blocks"][layer]
-    h_BND = _layer_norm(x_BND, block["ln_1"]) if model.layer_norm else x_BND
-    return _attention_matrix(block, h_BND, model)
+    """(B, H, N, N) att_{n,i} of block `layer` (MarkovModel.attention_weights)."""
+    return model.apply({"params": params}, x_BN, layer, method=MarkovModel.attention_weights)
 
 
 @_jit_layer
 def attention_ratio(params, x_BN: jax.Array, model: MarkovModel, layer: int = 0):
-    """(B, N) ||W_O sum_i att_{n,i} W_V x_i|| / ||y_n|| in block `layer` (notes §6.6, §8 Fig. 3:
-    about 0.01 at the learned (0.2, 0.3) solution)."""
-    _check_layer(layer, model)
-    x_BND = _residual_stream(params, x_BN, model, num_blocks=layer)
-    _, attended_BND, y_BND = _block(params["blocks"][layer], x_BND, model)
-    return jnp.linalg.norm(attended_BND, axis=-1) / jnp.linalg.norm(y_BND, axis=-1)
+    """(B, N) attention-output / residual norm ratio (MarkovModel.attention_ratio)."""
+    return model.apply({"params": params}, x_BN, layer, method=MarkovModel.attention_ratio)

@@ -49,7 +49,7 @@ def population_loss_fn(model: model_lib.MarkovModel, kernel, init, *, population
     else:
         raise ValueError(f"population = {population!r}: must be 'auto', 'exact' or 'mc'.")
     return lambda params: task.population_cross_entropy(
-        model_lib.log_probs(params, x, model), weights, targets)
+        model.apply({"params": params}, x), weights, targets)
 
 
 def _check_probabilities(caller, p, q, num_states):
@@ -78,7 +78,8 @@ def _chain(p, q, num_states):
     return kernel, task.stationary(kernel)
 
 
-def _theory_model(family, num_states, d, seq_len, num_layers, num_heads, mlp_width, tied):
+def _theory_model(family, num_states, d, seq_len, num_layers, num_heads, mlp_width, tied,
+                  dtype):
     if family != "theory":
         raise ValueError(
             f"family = {family!r}: theta_pi and theta_star are the points of Theorems 1-3, which "
@@ -87,10 +88,12 @@ def _theory_model(family, num_states, d, seq_len, num_layers, num_heads, mlp_wid
             "family='theory', or build a Point by hand and label it 'not covered by the theorems'.")
     return model_lib.MarkovModel(family="theory", num_states=num_states, d=d, seq_len=seq_len,
                                  num_layers=num_layers, num_heads=num_heads, mlp_width=mlp_width,
-                                 tied=tied, activation="relu", layer_norm=False)
+                                 tied=tied, activation="relu", layer_norm=False,
+                                 param_dtype=dtype)
 
 
 def _zeros(model, dtype):
+    """The Flax parameter tree of `model`, every leaf zero."""
     shapes = model_lib.param_shapes(model)
     return jax.tree.map(lambda s: jnp.zeros(s, dtype), shapes,
                         is_leaf=lambda s: isinstance(s, tuple))
@@ -109,11 +112,12 @@ def theta_pi(p, q=None, *, d: int = 4, seq_len: int = 10, num_states: int = 2,
     and Cov(p_n) enter the alpha block (Eq. 12).
     """
     _checks.check_bool("tied", tied, "tied head a = e, Thm 2; untied, Thm 3")
-    model = _theory_model(family, num_states, d, seq_len, num_layers, num_heads, mlp_width, tied)
+    dtype = jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
+    model = _theory_model(family, num_states, d, seq_len, num_layers, num_heads, mlp_width, tied,
+                          dtype)
     _check_probabilities("theta_pi", p, q, num_states)
     kernel, init = _chain(p, q, num_states)
     _checks.check_key("key", key)
-    dtype = jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
     params = _zeros(model, dtype)
     key = jax.random.key(0) if key is None else key
     pos_key, rest_key = jax.random.split(key)
@@ -127,7 +131,8 @@ def theta_pi(p, q=None, *, d: int = 4, seq_len: int = 10, num_states: int = 2,
                              f"({seq_len}, {d}), one positional vector p_n per position.")
         params["pos"] = jnp.asarray(pos, dtype)
     if rest == "random":
-        for layer, block in enumerate(params["blocks"]):
+        for layer in range(num_layers):
+            block = params[f"block_{layer}"]
             keys = jax.random.split(jax.random.fold_in(rest_key, layer), 4)
             for k, name in zip(keys, ("W_Q", "W_K", "W_V", "W_1")):
                 block[name] = jax.random.normal(k, block[name].shape, dtype) / np.sqrt(d)
@@ -176,10 +181,10 @@ def theta_star(p, q, *, d: int = 4, seq_len: int = 10, num_layers: int = 1, num_
     """
     _checks.check_bool("tied", tied, "tied head a = e, or untied")
     _checks.check_bool("paper_w_star", paper_w_star, "the paper's d^2 w_star instead of d r")
-    model = _theory_model(family, 2, d, seq_len, num_layers, num_heads, mlp_width, tied)
+    dtype = jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
+    model = _theory_model(family, 2, d, seq_len, num_layers, num_heads, mlp_width, tied, dtype)
     _check_probabilities("theta_star", p, q, 2)
     kernel, init = _chain(p, q, 2)
-    dtype = jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
     params = _zeros(model, dtype)
     r = model.mlp_width or 4 * d
     if p + q <= 1:
@@ -191,7 +196,8 @@ def theta_star(p, q, *, d: int = 4, seq_len: int = 10, num_layers: int = 1, num_
         construction = "B.2" + (" (paper's w_star)" if paper_w_star else "")
         params["e"] = jnp.ones((d,), dtype)
         params["pos"] = jnp.full((seq_len, d), -0.5, dtype)
-        for block in params["blocks"]:
+        for layer in range(num_layers):
+            block = params[f"block_{layer}"]
             block["W_1"] = jnp.full((r, d), w, dtype)
             block["W_2"] = -block["W_1"].T
     params["b"] = jnp.asarray(b, dtype)

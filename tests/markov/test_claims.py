@@ -159,7 +159,7 @@ def _appendix_params(rng, d=4, value=None):
     leaf = lambda *shape: (rng.normal(size=(1,) + shape) if value is None
                            else np.full((1,) + shape, value))
     return {"e": leaf(d), "pos": leaf(8, d), "b": leaf(),
-            "blocks": [{"W_1": leaf(r, d), "W_2": leaf(d, r)}]}
+            "block_0": {"W_1": leaf(r, d), "W_2": leaf(d, r)}}
 
 
 def test_appendix_d_fails_on_unstructured_and_nan_weights():

@@ -8,10 +8,12 @@ as little as possible (a JAX compile costs ~0.3 s here; the file should stay und
 import functools
 import math
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from absl.testing import parameterized
 from jax.flatten_util import ravel_pytree
 
 from landscape.markov import model as M
@@ -30,9 +32,14 @@ def random_params(model, seed, scale=0.5):
     return jax.tree_util.tree_map_with_path(draw, shapes, is_leaf=M._is_shape)
 
 
+def blocks(params):
+    """The per-layer parameter dicts block_0, block_1, ... in layer order."""
+    return [params[f"block_{layer}"] for layer in range(sum(k.startswith("block_") for k in params))]
+
+
 def set_blocks(params, **values):
     """params with every block's named matrices set to a constant (broadcast)."""
-    for block in params["blocks"]:
+    for block in blocks(params):
         for name, value in values.items():
             block[name] = np.full(block[name].shape, value, float)
     return params
@@ -72,6 +79,28 @@ def test_gpt_parameter_count_of_table_1(tied, expected):
     params = jax.eval_shape(functools.partial(M.init_params, model=model), jax.random.key(0))
     assert M.num_params(model) == expected
     assert sum(leaf.size for leaf in jax.tree_util.tree_leaves(params)) == expected
+    flax_params = jax.eval_shape(model.init, jax.random.key(0), jnp.zeros((1, 8), int))["params"]
+    chex.assert_trees_all_equal_shapes_and_dtypes(flax_params, params)
+
+
+def test_model_init_is_the_flax_module_with_init_params_law():
+    """model.init (a draw per leaf, Flax's own) and init_params (one draw cut into leaves, the
+    training init) make the same tree, shapes and dtypes, with the same law; param_dtype float64
+    makes float64 parameters."""
+    model = M.MarkovModel(family="gpt", d=32, seq_len=256, num_layers=2, layer_norm=True,
+                          param_dtype=jnp.float64)
+    x_BN = jnp.zeros((1, 8), int)
+    flax_params = model.init(jax.random.key(0), x_BN)["params"]
+    params = M.init_params(jax.random.key(0), model, jnp.float64)
+    chex.assert_trees_all_equal_shapes_and_dtypes(flax_params, params)
+    chex.assert_type(jax.tree.leaves(flax_params), jnp.float64)
+    for name in ("wpe", "block_1/W_1", "block_1/W_O"):
+        leaf = lambda tree: functools.reduce(lambda t, k: t[k], name.split("/"), tree)
+        std = 0.02 / (2 if name.endswith("W_O") else 1)
+        assert abs(np.std(leaf(flax_params)) / std - 1) < 0.1
+        assert abs(np.std(leaf(params)) / std - 1) < 0.1
+    chex.assert_trees_all_equal(flax_params["head_bias"], params["head_bias"])
+    chex.assert_trees_all_equal(flax_params["block_0"]["ln_2"], params["block_0"]["ln_2"])
 
 
 def test_theory_parameter_count_and_names():
@@ -81,13 +110,13 @@ def test_theory_parameter_count_and_names():
     shapes = M.param_shapes(M.MarkovModel(d=4, seq_len=8, tied=False, num_heads=2))
     assert shapes["b"] == () and shapes["e"] == (4,) and shapes["a"] == (4,)
     assert shapes["pos"] == (8, 4)
-    assert shapes["blocks"][0] == {"W_Q": (4, 4), "W_K": (4, 4), "W_V": (4, 4), "W_O": (4, 4),
+    assert shapes["block_0"] == {"W_Q": (4, 4), "W_K": (4, 4), "W_V": (4, 4), "W_O": (4, 4),
                                    "W_1": (16, 4), "W_2": (4, 16)}
     multi = M.param_shapes(M.MarkovModel(num_states=5, d=8, seq_len=8, tied=False))
     assert (multi["b"], multi["E"], multi["A"]) == ((5,), (5, 8), (5, 8))
     gpt = M.param_shapes(M.MarkovModel(family="gpt", d=4, seq_len=8, mlp_width=6))
-    assert "ln_f" not in gpt and "ln_1" not in gpt["blocks"][0]       # 'Markov-Simple': no LN
-    assert gpt["blocks"][0]["W_1"] == (6, 4) and gpt["head_bias"] == (2,)
+    assert "ln_f" not in gpt and "ln_1" not in gpt["block_0"]         # 'Markov-Simple': no LN
+    assert gpt["block_0"]["W_1"] == (6, 4) and gpt["head_bias"] == (2,)
 
 
 def test_gpt2_init_statistics():
@@ -96,11 +125,11 @@ def test_gpt2_init_statistics():
     model = M.MarkovModel(family="gpt", d=64, seq_len=1024, num_layers=2, tied=False,
                           layer_norm=True, activation="gelu")
     params = M.init_params(jax.random.key(0), model, jnp.float64)
-    blocks = params["blocks"]
+    layers = blocks(params)
     pooled = {
         0.02: [params["wpe"], params["wte"], params["lm_head"]]
-        + [b[n] for b in blocks for n in ("W_Q", "W_K", "W_V", "W_1")],
-        0.01: [b[n] for b in blocks for n in ("W_O", "W_2")],
+        + [b[n] for b in layers for n in ("W_Q", "W_K", "W_V", "W_1")],
+        0.01: [b[n] for b in layers for n in ("W_O", "W_2")],
     }
     for std, arrays in pooled.items():
         for array in arrays:                      # every leaf alone, and each pool as a whole
@@ -109,13 +138,13 @@ def test_gpt2_init_statistics():
         values = np.concatenate([np.ravel(a) for a in arrays])
         assert abs(values.std() / std - 1) < 0.02
         assert abs(values.mean()) < 4 * std / math.sqrt(values.size)
-    gains = [params["ln_f"]] + [b[n] for b in blocks for n in ("ln_1", "ln_2")]
+    gains = [params["ln_f"]] + [b[n] for b in layers for n in ("ln_1", "ln_2")]
     assert all(np.all(np.asarray(g) == 1.0) for g in gains)
     assert np.all(np.asarray(params["head_bias"]) == 0.0)
     theory = M.init_params(jax.random.key(1), M.MarkovModel(d=64, seq_len=256, num_layers=2))
     assert theory["pos"].dtype == jnp.float32 and float(theory["b"]) == 0.0
     assert abs(np.std(np.asarray(theory["pos"])) / 0.02 - 1) < 0.03
-    w_2 = np.concatenate([np.ravel(b["W_2"]) for b in theory["blocks"]])
+    w_2 = np.concatenate([np.ravel(b["W_2"]) for b in blocks(theory)])
     assert abs(w_2.std() / 0.01 - 1) < 0.03
 
 
@@ -170,8 +199,8 @@ def test_block_causal_attention_gradient_equals_full_softmax(scores_in_cache, mo
     rng = np.random.default_rng(3)
     q, k, v, g = (3.0 * rng.normal(size=(2, 300, 2, 3)) for _ in range(4))
     grad = lambda mix: jax.jit(jax.grad(lambda *qkv: jnp.sum(mix(*qkv) * g), argnums=(0, 1, 2)))
-    for got, expected in zip(grad(M._causal_mix)(q, k, v), grad(_full_mix)(q, k, v)):
-        np.testing.assert_allclose(got, expected, rtol=0, atol=1e-11)
+    chex.assert_trees_all_close(grad(M._causal_mix)(q, k, v), grad(_full_mix)(q, k, v),
+                                rtol=0, atol=1e-11)
 
 
 def test_block_causal_attention_hessian_vector_product():
@@ -181,9 +210,9 @@ def test_block_causal_attention_hessian_vector_product():
     q, k, v, g, dq, dk, dv = (rng.normal(size=(2, 100, 1, 4)) for _ in range(7))
     loss = lambda mix: lambda *qkv: jnp.sum(jnp.sin(mix(*qkv)) * g)
     hvp = lambda mix: jax.jvp(jax.grad(loss(mix), argnums=(0, 1, 2)), (q, k, v), (dq, dk, dv))[1]
-    for got, expected in zip(hvp(M._causal_mix), hvp(_full_mix)):
-        assert np.max(np.abs(expected)) > 1e-2
-        np.testing.assert_allclose(got, expected, rtol=0, atol=1e-11)
+    expected = hvp(_full_mix)
+    assert min(np.max(np.abs(e)) for e in expected) > 1e-2
+    chex.assert_trees_all_close(hvp(M._causal_mix), expected, rtol=0, atol=1e-11)
 
 
 @pytest.mark.parametrize("d", [8, 40])
@@ -205,10 +234,10 @@ def test_layer_norm_and_its_hand_written_derivatives(d):
     loss = lambda ln: lambda x, gain: jnp.sum(jnp.sin(ln(x, gain)) * w)
     grad = lambda ln: jax.grad(loss(ln), argnums=(0, 1))
     hvp = lambda ln: jax.jvp(grad(ln), (x, gain), (dx, dgain))[1]
-    for got, want in [*zip(grad(M._layer_norm)(x, gain), grad(textbook)(x, gain)),
-                      *zip(hvp(M._layer_norm), hvp(textbook))]:
-        assert np.max(np.abs(want)) > 1e-2
-        np.testing.assert_allclose(got, want, rtol=0, atol=1e-11)
+    want = (grad(textbook)(x, gain), hvp(textbook))
+    assert min(np.max(np.abs(w)) for w in jax.tree.leaves(want)) > 1e-2
+    chex.assert_trees_all_close((grad(M._layer_norm)(x, gain), hvp(M._layer_norm)), want,
+                                rtol=0, atol=1e-11)
 
 
 @pytest.mark.parametrize("num_states", [2, 5, 40])
@@ -233,7 +262,7 @@ def test_attention_weights_and_ratio():
     params = random_params(model, 3)
     x_BN = tokens(4, 3, 50)
     x_BND = x_BN[..., None] * params["e"] + params["pos"]
-    block = params["blocks"][0]
+    block = params["block_0"]
     heads = lambda w: (x_BND @ w.T).reshape(3, 50, 2, 2)
     mixed_BNHM, att_BHNN = full_softmax_mix(heads(block["W_Q"]), heads(block["W_K"]),
                                             heads(block["W_V"]))
@@ -251,27 +280,48 @@ def test_attention_weights_and_ratio():
 
 # ---------------------------------------------------------------- the §3.1 equivalence
 
-@pytest.mark.parametrize("tied", [True, False])
-def test_gpt_without_layer_norm_is_the_theory_model(tied):
-    """gpt (no LN, ReLU, S = 2) = theory model with e = wte[1] - wte[0], p_n = wte[0] + wpe[n],
-    b = head_bias[1] - head_bias[0] (a = lm_head[1] - lm_head[0] untied), same blocks (§3.1)."""
-    common = dict(d=4, seq_len=40, num_layers=2, num_heads=2, tied=tied)
-    gpt = M.MarkovModel(family="gpt", **common)
-    theory = M.MarkovModel(family="theory", **common)
-    g = random_params(gpt, 5)
-    t = {"e": g["wte"][1] - g["wte"][0], "pos": g["wte"][0] + g["wpe"],
-         "b": g["head_bias"][1] - g["head_bias"][0], "blocks": g["blocks"]}
-    if not tied:
-        t["a"] = g["lm_head"][1] - g["lm_head"][0]
-    assert jax.tree_util.tree_structure(t) == jax.tree_util.tree_structure(
-        random_params(theory, 0))
-    x_BN = tokens(6, 4, 40)
-    logit_gpt = np.asarray(M.logit_binary(g, x_BN, gpt))
-    np.testing.assert_allclose(M.logit_binary(t, x_BN, theory), logit_gpt, rtol=0, atol=1e-12)
-    assert np.std(logit_gpt) > 0.1                      # a non-trivial, input-dependent logit
-    if tied:
-        np.testing.assert_allclose(M.log_probs(t, x_BN, theory), M.log_probs(g, x_BN, gpt),
-                                   rtol=0, atol=1e-12)
+class ApplyTest(chex.TestCase):
+    """model.apply with and without jit (a bug in a static branch or a traced shape could hide
+    behind jit): the §3.1 equivalence and theta_pi's prediction."""
+
+    @chex.variants(with_jit=True, without_jit=True)
+    @parameterized.parameters(True, False)
+    def test_gpt_without_layer_norm_is_the_theory_model(self, tied):
+        """gpt (no LN, ReLU, S = 2) = theory model with e = wte[1] - wte[0], p_n = wte[0] +
+        wpe[n], b = head_bias[1] - head_bias[0] (a = lm_head[1] - lm_head[0] untied), same
+        blocks (§3.1)."""
+        common = dict(d=4, seq_len=40, num_layers=2, num_heads=2, tied=tied)
+        gpt = M.MarkovModel(family="gpt", **common)
+        theory = M.MarkovModel(family="theory", **common)
+        g = random_params(gpt, 5)
+        t = {"e": g["wte"][1] - g["wte"][0], "pos": g["wte"][0] + g["wpe"],
+             "b": g["head_bias"][1] - g["head_bias"][0],
+             **{name: g[name] for name in ("block_0", "block_1")}}
+        if not tied:
+            t["a"] = g["lm_head"][1] - g["lm_head"][0]
+        chex.assert_trees_all_equal_structs(t, random_params(theory, 0))
+        x_BN = tokens(6, 4, 40)
+        apply = lambda model, method=None: self.variant(
+            lambda p, x: model.apply({"params": p}, x, method=method))
+        logit_gpt = apply(gpt, M.MarkovModel.logit_binary)(g, x_BN)
+        chex.assert_shape(logit_gpt, (4, 40))
+        chex.assert_trees_all_close(apply(theory, M.MarkovModel.logit_binary)(t, x_BN),
+                                    logit_gpt, rtol=0, atol=1e-12)
+        assert np.std(logit_gpt) > 0.1                  # a non-trivial, input-dependent logit
+        if tied:
+            chex.assert_trees_all_close(apply(theory)(t, x_BN), apply(gpt)(g, x_BN),
+                                        rtol=0, atol=1e-12)
+
+    @chex.variants(with_jit=True, without_jit=True)
+    def test_theta_pi_loss_and_gradient(self):
+        """The population loss of theta_pi through model.apply: H(pi), gradient exactly zero in
+        every block, finite (notes §6.2, C3)."""
+        from landscape.markov import points
+        point = points.theta_pi(0.5, 0.8, seq_len=6, pos="random", rest="random")
+        loss, grads = self.variant(jax.value_and_grad(point.loss_fn))(point.params)
+        assert abs(float(loss) - point.meta["expected_loss"]) < 1e-14
+        chex.assert_tree_all_finite(grads)
+        chex.assert_trees_all_close(grads, jax.tree.map(jnp.zeros_like, grads), atol=1e-14)
 
 
 # ---------------------------------------------------------------- theta_pi and theta_star
@@ -376,8 +426,10 @@ def test_population_hessian_at_theta_pi_tied():
         return jnp.sum(weight_X[:, None] * ce_XN) / N
 
     hessian = np.asarray(jax.jit(jax.hessian(loss))(flat))
-    assert hessian.dtype == np.float64 and np.all(np.isfinite(hessian))
-    names = ["b", "blocks", "e", "pos"]                              # ravel_pytree: sorted keys
+    chex.assert_type(hessian, np.float64)
+    chex.assert_shape(hessian, (flat.size, flat.size))
+    chex.assert_tree_all_finite(hessian)
+    names = ["b", "block_0", "e", "pos"]                             # ravel_pytree: sorted keys
     sizes = [1, M.num_params(model) - 1 - d - N * d, d, N * d]
     start = dict(zip(names, np.cumsum([0] + sizes[:-1])))
     alpha = np.r_[start["b"], start["e"]:start["e"] + d]
@@ -397,10 +449,10 @@ def test_vmap_over_runs_matches_single_runs():
     params = jax.tree_util.tree_map(lambda *a: np.stack(a).astype(np.float32), *runs)
     x_RBN = tokens(3, 6, 16).reshape(3, 2, 16)
     batched = jax.vmap(M.log_probs, in_axes=(0, 0, None))(params, x_RBN, model)
-    for run in range(3):
-        single = M.log_probs(jax.tree_util.tree_map(lambda a: a[run], params), x_RBN[run], model)
-        assert single.dtype == jnp.float32
-        np.testing.assert_allclose(batched[run], single, rtol=1e-5, atol=1e-6)
+    singles = [M.log_probs(jax.tree_util.tree_map(lambda a: a[run], params), x_RBN[run], model)
+               for run in range(3)]
+    chex.assert_type(singles, jnp.float32)
+    chex.assert_trees_all_close(list(batched), singles, rtol=1e-5, atol=1e-6)
 
 
 # ---------------------------------------------------------------- bad inputs
