@@ -54,7 +54,7 @@ class Point:
 def param_names(params) -> list[tuple[str, slice, tuple]]:
     """(name, slice, shape) per leaf, in `ravel_pytree` order.
 
-    The name is the leaf's key path joined with "/" ("Y", "layer0/W_Q", "blocks/0/W_K"); the slice
+    The name is the leaf's key path joined with "/" ("Y", "e", "block_0/W_K"); the slice
     is where the leaf sits in `jax.flatten_util.ravel_pytree(params)[0]`. A Point stands for its
     params.
     """
@@ -63,9 +63,10 @@ def param_names(params) -> list[tuple[str, slice, tuple]]:
     entries = []
     offset = 0
     for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
-        size = int(np.size(leaf))
+        shape = tuple(leaf.shape) if hasattr(leaf, "shape") else np.shape(leaf)  # shape-only too
+        size = int(np.prod(shape, dtype=np.int64))
         name = jax.tree_util.keystr(path, simple=True, separator="/")
-        entries.append((name, slice(offset, offset + size), tuple(np.shape(leaf))))
+        entries.append((name, slice(offset, offset + size), shape))
         offset += size
     return entries
 
@@ -91,7 +92,7 @@ def block_names(names, caller: str) -> list[str]:
 def params_table(params) -> str:
     """The parameter table of a model (what `flax.linen.tabulate` reports per parameter): each
     leaf's name, shape, dtype and count, and the total."""
-    rows = [(name, str(shape), str(np.asarray(leaf).dtype) if hasattr(leaf, "dtype") else "",
+    rows = [(name, str(shape), str(np.dtype(leaf.dtype)) if hasattr(leaf, "dtype") else "",
              s.stop - s.start)
             for (name, s, shape), leaf in zip(param_names(params), jax.tree_util.tree_leaves(params))]
     width = max([len("parameter")] + [len(r[0]) for r in rows]) + 2
