@@ -5,6 +5,7 @@ import time
 
 import jax
 import jax.numpy as jnp
+import chex
 import numpy as np
 import pytest
 
@@ -109,5 +110,4 @@ def test_chunked_ngram_snapshot_matches_the_whole_test_set():
 
     whole, chunked = both(params)
     np.testing.assert_allclose(loss_and_norm(chunked), loss_and_norm(whole), rtol=1e-4)
-    for a, b in zip(jax.tree.leaves(chunked[0][1]), jax.tree.leaves(whole[0][1])):
-        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-7)
+    chex.assert_trees_all_close(chunked[0][1], whole[0][1], rtol=1e-4, atol=1e-7)

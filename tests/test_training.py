@@ -5,6 +5,7 @@ import json
 
 import jax
 import jax.numpy as jnp
+import chex
 import numpy as np
 import optax
 import pytest
@@ -124,8 +125,7 @@ def test_groups_of_runs_equal_all_runs_vmapped():
     together, grouped = run(problem), run(dataclasses.replace(problem, runs_per_group=2))
     np.testing.assert_allclose(grouped.losses, together.losses, rtol=1e-12)
     np.testing.assert_allclose(grouped.snapshots["u"], together.snapshots["u"], rtol=1e-12)
-    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-12),
-                 grouped.final_params, together.final_params)
+    chex.assert_trees_all_close(grouped.final_params, together.final_params, rtol=1e-12)
 
 
 def test_same_seed_same_numbers_and_common_random_numbers_across_grid():
