@@ -26,7 +26,7 @@ import optax
 
 from landscape import config as config_lib
 from landscape.config import format_bytes
-from landscape import plotting, records, sweeps, training
+from landscape import params_table, plotting, precision, records, sweeps, training
 from landscape.ngrams import estimators, task
 from landscape.ngrams import model as model_lib
 
@@ -45,8 +45,9 @@ def default_config() -> ml_collections.ConfigDict:
     c.num_seeds = 1
     c.task = dict(num_states=5, order_n=3, seq_len=32, alpha=0.5, init="uniform")
     c.model = dict(kind="simplified", num_heads=2, head_dim=0, learn_value=True,
-                   embedding="one_hot", mlp=False, readout_init="", init_scale=1.0)
-    #              head_dim 0: (heads + 1) S; readout_init "": the kind's default
+                   embedding="one_hot", mlp=False, readout_init="", init_scale=1.0, dtype="")
+    #              head_dim 0: (heads + 1) S; readout_init "": the kind's default; dtype: the
+    #              computation dtype ("" = train.dtype; bfloat16 / float16: autocast, precision.py)
     c.optim = training.default_optim_config()
     c.optim.update(name="adam")            # paper §5: Adam, constant lr, no weight decay
     c.optim.lr = 0.01
@@ -145,6 +146,8 @@ def _validate_cell(cfg) -> None:
     r(cfg, "model.num_heads", low=1, integer=True)
     r(cfg, "model.head_dim", low=0, integer=True)
     r(cfg, "model.init_scale", low=0, low_open=True)
+    choice(cfg, "model.dtype", precision.COMPUTE_DTYPES)
+    choice(cfg, "train.dtype", ("float32", "float64"))
     simplified = m.kind == "simplified"
     for field, default, has in (
             ("embedding", "one_hot", "learned embeddings: only kind = 'transformer'"),
@@ -168,7 +171,6 @@ def _validate_cell(cfg) -> None:
     r(cfg, "train.test_sequences", low=2, integer=True)
     r(cfg, "train.test_seed", low=0, high=2 ** 31 - 1, integer=True)
     r(cfg, "train.floor", low=0, high=1, high_open=True)
-    choice(cfg, "train.dtype", ("float32", "float64"))
     config_lib.require_nonfinite_policy(cfg)
 
 
@@ -177,9 +179,10 @@ def needs_x64(cfg) -> bool:
 
 
 def model_of(cfg) -> model_lib.NgramModel:
-    m = cfg.model
+    m, prec = cfg.model, precision.of(cfg.train.dtype, cfg.model.dtype)
     fields = dict(kind=m.kind, num_states=cfg.task.num_states, seq_len=cfg.task.seq_len,
-                  num_heads=m.num_heads, init_scale=m.init_scale)
+                  num_heads=m.num_heads, init_scale=m.init_scale, dtype=prec.dtype,
+                  param_dtype=prec.param_dtype)
     if m.kind == "simplified":
         fields.update(head_dim=m.head_dim or None, learn_value=m.learn_value)
     else:
@@ -329,7 +332,7 @@ def make_problem(cfg) -> training.Problem:
 
     def loss(params, key, hp):
         x, target, _ = task.sample(key, t.num_states, t.order_n, t.seq_len, t.alpha, B, t.init)
-        probs = model_lib.probs(params, x, model)
+        probs = model.apply({"params": params}, x)
         return jnp.mean(estimators.cross_entropy(probs, target.astype(probs.dtype), floor)), {}
 
     half = x_test.shape[0] // 2
@@ -357,11 +360,11 @@ def make_problem(cfg) -> training.Problem:
         out.update(_block_norms(params, model))
         return out
 
+    x_init = model_lib.dummy_tokens(model)
     return training.Problem(
-        init=lambda key, hp: jax.tree.map(lambda a: a.astype(dtype),
-                                          model_lib.init_params(key, model)),
+        init=lambda key, hp: model.init(key, x_init)["params"],
         loss=loss, learning_rates=lambda hp: hp["optim.lr"], snapshot=snapshot,
-        log_grad_norm=True)
+        log_grad_norm=True, log_grad_zeros=precision.is_half(model.dtype))
 
 
 def _chunked(x_ET, y_ES, chunk: int):
@@ -673,6 +676,11 @@ def run(cfg, workdir: records.Workdir, progress=print) -> dict[str, Any]:
     for i, fields in enumerate(cells):
         if fields and progress:
             progress("program " + ", ".join(f"{k}={v}" for k, v in fields.items()))
+        if progress:
+            cell_cfg = config_lib.with_fields(cfg, fields)
+            model = model_of(cell_cfg)
+            progress(f"model ({precision.of(cell_cfg.train.dtype, cell_cfg.model.dtype).name}):\n"
+                     + params_table(model_lib.init_params(jax.random.key(cell_cfg.seed), model)))
         group = train_group(cfg, fields, workdir, progress)
         groups.append(group)
         res = group["result"]

@@ -1,11 +1,28 @@
 """Transformers for in-context n-grams (notes/ngrams.md §3).
 
 Every model maps tokens x_BT (ints in 0..S-1, exactly T positions) to next-token probabilities
-probs_BS at the last position (the experiments train on position T only, notes §2.1). Parameters
-are plain nested dicts (lists for the layers) whose "/"-joined key paths name Hessian blocks and
-gradient-norm blocks (`landscape.point.param_names`): "A1", "layers/0/Q", "layers/1/mlp/W_in", ...
+probs_BS at the last position (the experiments train on position T only, notes §2.1). Every model
+is a `flax.linen` Module, `NgramModel`, used as pure functions:
+
+    params = model.init(key, x_BT)["params"]          (x_BT: any (B, T) int tokens, e.g. zeros)
+    probs_BS = model.apply({"params": params}, x_BT)
+
+Submodules and parameters are named explicitly, so the parameter tree (the dict under "params")
+has the readable "/"-joined key paths that name Hessian blocks and gradient-norm blocks
+(`landscape.point.param_names`): "A1", "layers/0/Q", "layers/1/mlp/W_in", ... ("layers" is the
+`Layers` submodule, "0", "1", ... its `AttentionLayer`s, "mlp" an `MLP`, "embed" the `Embedding`).
 Heads are stacked on a leading axis, so one block holds all heads of one matrix of one layer, and
 "layers/0" selects everything of layer 1 (layers are 0-based in names, 1-based in the notes).
+The functions probs, embed, residual_stream, simplified_residual, layer1_attention,
+layer2_attention and attention_maps are `model.apply` with the matching method, for callers that
+hold (params, model).
+
+Precision, the Flax way: `param_dtype` (the initialisers' dtype: parameters and so the optimizer
+state) and `dtype` (the computation; None = the dtype of the parameters passed in, so float64
+parameters compute in float64). `landscape.precision.of(train.dtype, model.dtype)` gives the pair.
+A half `dtype` (float16, bfloat16) is autocast: parameters are cast to it, one-hot inputs, matmuls
+and activations are in it, and every softmax (so the attention weights and the output
+probabilities) is taken in float32 (`precision.accum_dtype`); the loss then sees float32 probs.
 
 kind = "simplified" (the simplified disentangled transformer of §3.2, the model of the theory and
 of Figs 1, 3, 5, 6), with m first-layer heads, one-hot tokens (d = S) and d_h = head_dim:
@@ -14,15 +31,16 @@ of Figs 1, 3, 5, 6), with m first-layer heads, one-hot tokens (d = S) and d_h = 
   p(x^T) = sum_i a2(i, T) e_{x_i},  a2(., T) = softmax_i <K2 r1[i], Q2 r1[T]>   (Eq. 9, no softmax
   on the output: p is a convex combination of one-hot past tokens).
   Init (authors' Simpleformer, §3.2): A1 = 0 (uniform causal heads), V1 ~ N(0, 1/S),
-  Q2, K2 ~ init_scale N(0, 1) / sqrt((m+1) S).
+  Q2, K2 ~ init_scale N(0, 1) / sqrt((m+1) S). Every parameter block gets its own key (Flax's
+  per-parameter `make_rng("params")`).
 
 The two general kinds share one layout. Every matrix multiplies from the RIGHT (row vectors, the
 authors' code convention); layer l (0-based) has h_l = layer_heads[l] heads, input width d_in = d_l
 and head width d_h (head_dim, default below):
   {["embed": {"token": (S, d), "position": (T, d)}]    (transformer with embedding = "learned")
-   "layers": [{"Q": (h_l, d_in, d_h), "K": (h_l, d_in, d_h), "V": (h_l, d_in, d_in),
-               ["mlp": {"W_in": (d, d), "b_in": (d,), "W_out": (d, d), "b_out": (d,)}]}  (mlp)
-              for each layer l],
+   "layers": {"0": layer 1, "1": layer 2, ...} with layer l =
+              {"Q": (h_l, d_in, d_h), "K": (h_l, d_in, d_h), "V": (h_l, d_in, d_in),
+               ["mlp": {"W_in": (d, d), "b_in": (d,), "W_out": (d, d), "b_out": (d,)}]}  (mlp),
    "readout": (d_L, S)}
   head h of a layer:  SA_h(H) = sigma(H Q_h K_h^T H^T) H V_h   (sigma = causal softmax, notes §1;
                       no 1/sqrt(d_h) on the scores, no LayerNorm).
@@ -62,18 +80,22 @@ head_offset_attention (mean weight on offsets -1, -2, -3: heat maps as numbers, 
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
+from typing import Any
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from landscape import precision
 
 KINDS = ("simplified", "transformer", "disentangled")
 EMBEDDINGS = ("one_hot", "learned")
 READOUT_INITS = ("random", "zero")
 _DEFAULT_READOUT = {"transformer": "random", "disentangled": "zero"}
+_FLOATS = ("float16", "bfloat16", "float32", "float64")
 
 
 def _is_int(value) -> bool:
@@ -84,9 +106,206 @@ def _is_shape(value) -> bool:
     return isinstance(value, tuple) and all(_is_int(v) for v in value)
 
 
-@dataclasses.dataclass(frozen=True)
-class NgramModel:
-    """Static switches; hashable, so a static jit argument.
+def _float_dtype(field: str, value, allow_none: bool):
+    """value as a jnp.dtype (None or "" -> None where allowed); one sentence if not a float."""
+    if allow_none and (value is None or (isinstance(value, str) and value == "")):
+        return None
+    try:
+        dtype = jnp.dtype(value)
+    except TypeError:
+        dtype = None
+    if dtype is None or dtype.name not in _FLOATS:
+        raise ValueError(f"{field} = {value!r}: must be a floating dtype, one of {_FLOATS}"
+                         + (" (or None: the parameters' dtype)." if allow_none else "."))
+    return dtype
+
+
+def _cast(dtype, *arrays):
+    """arrays in the computation dtype (dtype None: unchanged; a no-op when already in it)."""
+    if dtype is None:
+        return arrays
+    return tuple(jnp.asarray(a, dtype) for a in arrays)
+
+
+def _softmax(logits: jax.Array, axis: int = -1) -> jax.Array:
+    """Softmax in precision.accum_dtype (float32 for half logits, else the logits' dtype)."""
+    return jax.nn.softmax(logits.astype(precision.accum_dtype(logits.dtype)), axis=axis)
+
+
+def causal_softmax(logits_HTT: jax.Array) -> jax.Array:
+    """sigma(X)[i, j] = exp X_ij / sum_{k <= i} exp X_ik for j <= i, else 0 (notes §1); in
+    float32 for half logits (autocast)."""
+    T = logits_HTT.shape[-1]
+    logits_HTT = logits_HTT.astype(precision.accum_dtype(logits_HTT.dtype))
+    masked = jnp.where(np.tri(T, dtype=bool), logits_HTT, -jnp.inf)
+    return jax.nn.softmax(masked, axis=-1)
+
+
+def _normal(std: float):
+    """N(0, std^2) initialiser (std = 0: zeros, no draw)."""
+    return nn.initializers.normal(std) if std else nn.initializers.zeros
+
+
+# --------------------------------------------------------------------------------------------------
+# Submodules of the general kinds
+# --------------------------------------------------------------------------------------------------
+
+
+class Embedding(nn.Module):
+    """Learned embeddings r0[t] = W_te[x_t] + W_pe[t]: params "token" (S, d), "position" (T, d),
+    both N(0, 1)/sqrt(d)."""
+    num_states: int
+    seq_len: int
+    width: int
+    dtype: Any = None
+    param_dtype: Any = jnp.float32
+
+    @nn.compact
+    def __call__(self, x_BT: jax.Array) -> jax.Array:
+        std = 1.0 / math.sqrt(self.width)
+        token = self.param("token", _normal(std), (self.num_states, self.width), self.param_dtype)
+        position = self.param("position", _normal(std), (self.seq_len, self.width),
+                              self.param_dtype)
+        token, position = _cast(self.dtype, token, position)
+        return token[x_BT] + position
+
+
+def _mu_linear(x: jax.Array, W: jax.Array, b: jax.Array) -> jax.Array:
+    """x W sqrt(out/in) + b sqrt(out) (muP-style map, W stored (in, out))."""
+    d_in, d_out = W.shape
+    return x @ (W * math.sqrt(d_out / d_in)) + b * math.sqrt(d_out)
+
+
+class MLP(nn.Module):
+    """MLP(x) = lin_out(relu(lin_in(x))) on the last axis (widths [d, d, d], Fig 7): params
+    "W_in" (d, d) ~ N(0, 1)/sqrt(d), "b_in" (d,) = 0, "W_out" (d, d) = 0, "b_out" (d,) = 0."""
+    width: int
+    dtype: Any = None
+    param_dtype: Any = jnp.float32
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        d, pd = self.width, self.param_dtype
+        W_in = self.param("W_in", _normal(1.0 / math.sqrt(d)), (d, d), pd)
+        b_in = self.param("b_in", nn.initializers.zeros, (d,), pd)
+        W_out = self.param("W_out", nn.initializers.zeros, (d, d), pd)
+        b_out = self.param("b_out", nn.initializers.zeros, (d,), pd)
+        W_in, b_in, W_out, b_out = _cast(self.dtype, W_in, b_in, W_out, b_out)
+        hidden = jax.nn.relu(_mu_linear(x, W_in, b_in))
+        return _mu_linear(hidden, W_out, b_out)
+
+
+class AttentionLayer(nn.Module):
+    """One layer of the general kinds: params "Q", "K" (h, d_in, d_h), "V" (h, d_in, d_in), all
+    init_scale N(0, 1)/sqrt(d_in), and the submodule "mlp" (use_mlp). Heads SA_h(H) =
+    sigma(H Q_h K_h^T H^T) H V_h; disentangled concatenates [H, SA_1, ..., SA_h], the transformer
+    adds H + [MLP](sum_h SA_h)."""
+    heads: int
+    d_in: int
+    d_h: int
+    init_scale: float = 1.0
+    use_mlp: bool = False
+    disentangled: bool = False
+    dtype: Any = None
+    param_dtype: Any = jnp.float32
+
+    def setup(self):
+        h, d_in, d_h, pd = self.heads, self.d_in, self.d_h, self.param_dtype
+        init = _normal(self.init_scale / math.sqrt(d_in))
+        self.Q = self.param("Q", init, (h, d_in, d_h), pd)
+        self.K = self.param("K", init, (h, d_in, d_h), pd)
+        self.V = self.param("V", init, (h, d_in, d_in), pd)
+        if self.use_mlp:
+            self.mlp = MLP(d_in, dtype=self.dtype, param_dtype=pd)
+
+    def scores(self, H_BTD: jax.Array) -> jax.Array:
+        """(B, h, T, T) H Q_h K_h^T H^T (query row t, key column j)."""
+        Q, K = _cast(self.dtype, self.Q, self.K)
+        if self.d_h >= self.d_in:                        # bilinear form first: fewer flops
+            bilinear_HDF = jnp.einsum("hde,hfe->hdf", Q, K)
+            return jnp.einsum("btd,hdf,bjf->bhtj", H_BTD, bilinear_HDF, H_BTD)
+        queries_BHTE = jnp.einsum("btd,hde->bhte", H_BTD, Q)
+        keys_BHTE = jnp.einsum("btd,hde->bhte", H_BTD, K)
+        return jnp.einsum("bhte,bhje->bhtj", queries_BHTE, keys_BHTE)
+
+    def attention(self, H_BTD: jax.Array) -> jax.Array:
+        """(B, h, T, T) the layer's causal attention weights (float32 for half H)."""
+        return causal_softmax(self.scores(H_BTD))
+
+    def _combine(self, H: jax.Array, heads: jax.Array) -> jax.Array:
+        """Next residual from H (..., d) and the head outputs (..., h, d)."""
+        if self.disentangled:                            # r_l = [r_{l-1}, SA_1, ..., SA_h]
+            return jnp.concatenate([H, heads.reshape(*heads.shape[:-2], -1)], axis=-1)
+        delta = jnp.sum(heads, axis=-2)                  # transformer: heads summed, residual
+        if self.use_mlp:
+            delta = self.mlp(delta)
+        return H + delta
+
+    def __call__(self, H_BTD: jax.Array) -> jax.Array:
+        """(B, T, d_out): every position."""
+        (V,) = _cast(self.dtype, self.V)
+        att_BHTJ = self.attention(H_BTD).astype(H_BTD.dtype)
+        values_BHJE = jnp.einsum("bjd,hde->bhje", H_BTD, V)        # (H V_h first: faster on CPU)
+        return self._combine(H_BTD, jnp.einsum("bhtj,bhje->bthe", att_BHTJ, values_BHJE))
+
+    def last(self, H_BTD: jax.Array) -> jax.Array:
+        """(B, d_out): the last query row only (every key is in its causal past)."""
+        Q, K, V = _cast(self.dtype, self.Q, self.K, self.V)
+        query_BHE = jnp.einsum("bd,hde->bhe", H_BTD[:, -1], Q)
+        keys_BHTE = jnp.einsum("btd,hde->bhte", H_BTD, K)
+        att_BHT = _softmax(jnp.einsum("bhe,bhte->bht", query_BHE, keys_BHTE)).astype(H_BTD.dtype)
+        mixed_BHD = jnp.einsum("bht,btd->bhd", att_BHT, H_BTD)
+        return self._combine(H_BTD[:, -1], jnp.einsum("bhd,hde->bhe", mixed_BHD, V))
+
+
+class Layers(nn.Module):
+    """The stack of AttentionLayers, named "0", "1", ... (layer_heads[l] heads, input width
+    widths[l]; d_h = head_dim or d_in)."""
+    layer_heads: tuple
+    widths: tuple
+    head_dim: int | None = None
+    init_scale: float = 1.0
+    use_mlp: bool = False
+    disentangled: bool = False
+    dtype: Any = None
+    param_dtype: Any = jnp.float32
+
+    def setup(self):
+        self.blocks = [
+            AttentionLayer(heads, self.widths[l],
+                           self.widths[l] if self.head_dim is None else self.head_dim,
+                           self.init_scale, self.use_mlp, self.disentangled, self.dtype,
+                           self.param_dtype, name=str(l))
+            for l, heads in enumerate(self.layer_heads)]
+
+    def __call__(self, H_BTD: jax.Array, all_positions: bool = False) -> jax.Array:
+        """(B, d_L) r_L[T], or (B, T, d_L) with all_positions (the last layer then attends from
+        every query row too)."""
+        for index, layer in enumerate(self.blocks):
+            if index == len(self.blocks) - 1 and not all_positions:
+                return layer.last(H_BTD)
+            H_BTD = layer(H_BTD)
+        return H_BTD
+
+    def first_attention(self, H_BTD: jax.Array) -> jax.Array:
+        return self.blocks[0].attention(H_BTD)
+
+    def attention_maps(self, H_BTD: jax.Array) -> list[jax.Array]:
+        maps = []
+        for layer in self.blocks:
+            maps.append(layer.attention(H_BTD))
+            H_BTD = layer(H_BTD)
+        return maps
+
+
+# --------------------------------------------------------------------------------------------------
+# The model
+# --------------------------------------------------------------------------------------------------
+
+
+class NgramModel(nn.Module):
+    """The n-gram model (module docstring); its fields are static switches (hashable, so a static
+    jit argument).
 
     kind          "simplified" (§3.2), "transformer" (§3.3, Figs 4 and 7) or "disentangled"
                   (Def. 2.2, §3.1).
@@ -106,6 +325,9 @@ class NgramModel:
                   (disentangled). Must be None for "simplified" (it has no readout).
     layer_heads   general kinds: heads per layer (any depth >= 1); None means (num_heads, 1).
                   Must be None for "simplified" (its heads are (m, 1) by construction).
+    dtype         the computation dtype; None (or "") = the dtype of the parameters passed in.
+                  float16 / bfloat16: autocast (module docstring).
+    param_dtype   the dtype `init` draws the parameters in (float32 default).
     """
     kind: str = "simplified"
     num_states: int = 5
@@ -118,8 +340,14 @@ class NgramModel:
     mlp: bool = False
     readout_init: str | None = None
     layer_heads: tuple[int, ...] | None = None
+    dtype: Any = None
+    param_dtype: Any = jnp.float32
 
     def __post_init__(self):
+        self._validate()
+        super().__post_init__()
+
+    def _validate(self):
         if self.kind not in KINDS:
             raise ValueError(f"kind = {self.kind!r}: must be one of {KINDS}.")
         for field, low in (("num_states", 2), ("seq_len", 2), ("num_heads", 1)):
@@ -167,6 +395,9 @@ class NgramModel:
         if self.head_dim is not None and (not _is_int(self.head_dim) or self.head_dim < 1):
             raise ValueError(f"head_dim = {self.head_dim!r}: must be an integer >= 1 "
                              "(or None for the kind's default).")
+        object.__setattr__(self, "dtype", _float_dtype("dtype", self.dtype, True))
+        object.__setattr__(self, "param_dtype",
+                           _float_dtype("param_dtype", self.param_dtype, False))
 
     @property
     def width(self) -> int:
@@ -187,36 +418,142 @@ class NgramModel:
             widths.append(widths[-1] * (1 + heads) if self.kind == "disentangled" else d0)
         return tuple(widths)
 
+    # ----------------------------------------------------------------------------- parameters
+
+    def setup(self):
+        S, T, pd = self.num_states, self.seq_len, self.param_dtype
+        if self.kind == "simplified":
+            m = self.num_heads
+            self.A1 = self.param("A1", nn.initializers.zeros, (m, T, T), pd)
+            if self.learn_value:
+                self.V1 = self.param("V1", _normal(1.0 / math.sqrt(S)), (m, S, S), pd)
+            init = _normal(self.init_scale / math.sqrt(self.width))
+            self.Q2 = self.param("Q2", init, (self.head_dim, self.width), pd)
+            self.K2 = self.param("K2", init, (self.head_dim, self.width), pd)
+            return
+        widths = self.residual_widths
+        if self.embedding == "learned":
+            self.embed = Embedding(S, T, widths[0], self.dtype, pd)
+        self.layers = Layers(self.layer_heads, widths, self.head_dim, self.init_scale, self.mlp,
+                             self.kind == "disentangled", self.dtype, pd)
+        std = 0.0 if self.readout_init == "zero" else 1.0 / math.sqrt(widths[-1])
+        self.readout = self.param("readout", _normal(std), (widths[-1], S), pd)
+
+    def _compute_dtype(self):
+        """dtype, or (None) the dtype of the parameters passed in."""
+        if self.dtype is not None:
+            return self.dtype
+        return (self.A1 if self.kind == "simplified" else self.readout).dtype
+
+    def _check_tokens(self, x_BT) -> None:
+        if np.shape(x_BT)[-1] != self.seq_len:
+            what = "its A1 is T x T" if self.kind == "simplified" else "it embeds T positions"
+            raise ValueError(f"x has {np.shape(x_BT)[-1]} positions: the model was built for "
+                             f"seq_len = {self.seq_len} ({what}).")
+
+    # ----------------------------------------------------------------------------- forward
+
+    def __call__(self, x_BT: jax.Array) -> jax.Array:
+        """(B, S) p_theta(x^T): Eq. 9 for "simplified" (sum_i a2(i, T) e_{x_i}), else
+        softmax(r_L[T] readout); float32 when the computation is half."""
+        self._check_tokens(x_BT)
+        if self.kind != "simplified":
+            (readout,) = _cast(self.dtype, self.readout)
+            return _softmax(self.residual(x_BT) @ readout)
+        a2_BT = self.layer2_attention(x_BT)
+        onehot_BTS = jax.nn.one_hot(x_BT, self.num_states, dtype=a2_BT.dtype)
+        return jnp.einsum("bt,bts->bs", a2_BT, onehot_BTS)
+
+    def r0(self, x_BT: jax.Array) -> jax.Array:
+        """(B, T, d_0) r0: one-hot tokens (simplified), [e_x; e_t] (one-hot general kinds) or
+        W_te[x] + W_pe[t] (learned)."""
+        dtype = self._compute_dtype()
+        tokens_BTS = jax.nn.one_hot(x_BT, self.num_states, dtype=dtype)
+        if self.kind == "simplified":
+            return tokens_BTS
+        if self.embedding == "learned":
+            return self.embed(x_BT)
+        T = self.seq_len
+        positions_BTT = jnp.broadcast_to(jnp.eye(T, dtype=dtype), (*np.shape(x_BT), T))
+        return jnp.concatenate([tokens_BTS, positions_BTT], axis=-1)
+
+    def residual(self, x_BT: jax.Array, all_positions: bool = False) -> jax.Array:
+        """(B, d_L) r_L[T] of a general model; (B, T, d_L) every position with all_positions."""
+        if self.kind == "simplified":
+            raise ValueError("model.kind = 'simplified': use simplified_residual "
+                             "(its layer 2 reads r0).")
+        self._check_tokens(x_BT)
+        return self.layers(self.r0(x_BT), all_positions)
+
+    def simplified_residual(self, x_BT: jax.Array) -> jax.Array:
+        """(B, T, (m+1) S) r1 = [r0, r1^(1), ..., r1^(m)] of the simplified model (§3.2)."""
+        dtype = self._compute_dtype()
+        S = self.num_states
+        r0_BTS = jax.nn.one_hot(x_BT, S, dtype=dtype)
+        att_HTJ = self.layer1_attention().astype(dtype)
+        mixed_BHTS = jnp.einsum("htj,bjs->bhts", att_HTJ, r0_BTS)        # sum_j a_(j,t) r0[j]
+        if self.learn_value:
+            (V1,) = _cast(self.dtype, self.V1)
+            mixed_BHTS = jnp.einsum("bhts,hus->bhtu", mixed_BHTS, V1)      # r V1^T
+        B, H, T, _ = mixed_BHTS.shape
+        heads_BTX = jnp.moveaxis(mixed_BHTS, 1, 2).reshape(B, T, H * S)
+        return jnp.concatenate([r0_BTS, heads_BTX], axis=-1)
+
+    def layer2_attention(self, x_BT: jax.Array) -> jax.Array:
+        """(B, T) a2(i, T): the simplified second layer's attention of the last position over
+        keys i (Eq. 9)."""
+        r1_BTX = self.simplified_residual(x_BT)
+        Q2, K2 = _cast(self.dtype, self.Q2, self.K2)
+        query_BD = r1_BTX[:, -1] @ Q2.T
+        keys_BTD = r1_BTX @ K2.T
+        return _softmax(jnp.einsum("btd,bd->bt", keys_BTD, query_BD))
+
+    def layer1_attention(self, x_BT: jax.Array | None = None) -> jax.Array:
+        """simplified: (m, T, T) sigma(A1^h), input-independent (x_BT is ignored); general:
+        (B, h_1, T, T) sigma(r0 Q_h K_h^T r0^T)."""
+        if self.kind == "simplified":
+            (A1,) = _cast(self.dtype, self.A1)
+            return causal_softmax(A1)
+        return self.layers.first_attention(self.r0(x_BT))
+
+    def attention_maps(self, x_BT: jax.Array) -> list[jax.Array]:
+        """[(B, h_l, T, T)] every layer's attention of a general model."""
+        return self.layers.attention_maps(self.r0(x_BT))
+
 
 # --------------------------------------------------------------------------------------------------
 # Parameters
 # --------------------------------------------------------------------------------------------------
 
 
+def dummy_tokens(model: NgramModel, batch: int = 1) -> jax.Array:
+    """(batch, T) zeros: the input `model.init` needs (the values do not matter)."""
+    return jnp.zeros((batch, model.seq_len), jnp.int32)
+
+
+@functools.partial(jax.jit, static_argnames=("model",))
+def _init(key: jax.Array, model: NgramModel) -> dict:
+    return model.init(key, dummy_tokens(model))["params"]
+
+
+def init_params(key: jax.Array, model: NgramModel, dtype=None) -> dict:
+    """model.init(key, tokens)["params"], jitted (the forward pass init traces is dropped); dtype
+    overrides model.param_dtype."""
+    if dtype is not None:
+        model = model.clone(param_dtype=dtype)
+    return _init(key, model)
+
+
+@functools.lru_cache(maxsize=64)
+def _param_shapes(model: NgramModel) -> dict:
+    abstract = jax.eval_shape(lambda key: model.init(key, dummy_tokens(model))["params"],
+                              jax.random.key(0))
+    return jax.tree.map(lambda leaf: tuple(leaf.shape), abstract)
+
+
 def param_shapes(model: NgramModel) -> dict:
-    """The parameter layout of the module docstring, with shape tuples as leaves."""
-    S, T = model.num_states, model.seq_len
-    if model.kind == "simplified":
-        m = model.num_heads
-        shapes = {"A1": (m, T, T)}
-        if model.learn_value:
-            shapes["V1"] = (m, S, S)
-        shapes.update(Q2=(model.head_dim, model.width), K2=(model.head_dim, model.width))
-        return shapes
-    widths = model.residual_widths
-    layers = []
-    for layer, heads in enumerate(model.layer_heads):
-        d_in = widths[layer]
-        d_h = d_in if model.head_dim is None else model.head_dim
-        shapes = {"Q": (heads, d_in, d_h), "K": (heads, d_in, d_h), "V": (heads, d_in, d_in)}
-        if model.mlp:
-            shapes["mlp"] = {"W_in": (d_in, d_in), "b_in": (d_in,),
-                             "W_out": (d_in, d_in), "b_out": (d_in,)}
-        layers.append(shapes)
-    shapes = {"layers": layers, "readout": (widths[-1], S)}
-    if model.embedding == "learned":
-        shapes["embed"] = {"token": (S, widths[0]), "position": (T, widths[0])}
-    return shapes
+    """The parameter tree of the module docstring, with shape tuples as leaves."""
+    return jax.tree.map(lambda s: s, _param_shapes(model), is_leaf=_is_shape)
 
 
 def num_params(model: NgramModel) -> int:
@@ -227,142 +564,19 @@ def num_params(model: NgramModel) -> int:
     return sum(math.prod(shape) for shape in leaves)
 
 
-def _init_simplified(key, model, dtype):
-    key_v, key_q, key_k = jax.random.split(key, 3)
-    shapes = param_shapes(model)
-    params = {"A1": jnp.zeros(shapes["A1"], dtype)}
-    if model.learn_value:
-        params["V1"] = jax.random.normal(key_v, shapes["V1"], dtype) / math.sqrt(model.num_states)
-    scale = model.init_scale / math.sqrt(model.width)
-    params["Q2"] = scale * jax.random.normal(key_q, shapes["Q2"], dtype)
-    params["K2"] = scale * jax.random.normal(key_k, shapes["K2"], dtype)
-    return params
-
-
-def _init_std(name: str, shape: tuple, model: NgramModel) -> float:
-    """Standard deviation of one leaf of a general model (0 = zero-initialised; docstring)."""
-    if name in ("Q", "K", "V"):                     # (h, d_in, .): init_scale N(0, 1)/sqrt(d_in)
-        return model.init_scale / math.sqrt(shape[1])
-    if name in ("token", "position", "W_in"):       # N(0, 1)/sqrt(d); W_in: N(0, 1)/sqrt(out)
-        return 1.0 / math.sqrt(shape[1])
-    if name == "readout":
-        return 0.0 if model.readout_init == "zero" else 1.0 / math.sqrt(shape[0])
-    return 0.0                                      # W_out (zero-initialised last MLP map), biases
-
-
-def init_params(key: jax.Array, model: NgramModel, dtype=jnp.float32) -> dict:
-    """The authors' initialisation (module docstring); one independent key per parameter block."""
-    if model.kind == "simplified":
-        return _init_simplified(key, model, dtype)
-    return _init_general(key, model, dtype)
-
-
-@functools.partial(jax.jit, static_argnames=("model", "dtype"))
-def _init_general(key: jax.Array, model: NgramModel, dtype) -> dict:
-    """Drawn block i (in key-path order) gets key i of split(key, #drawn blocks) and the first
-    size_i entries of a normal draw of the largest block's size: independent keys per block, one
-    vmapped threefry (one cheap compile per model; a draw per shape compiles ~3x longer)."""
-    paths_shapes, treedef = jax.tree_util.tree_flatten_with_path(param_shapes(model),
-                                                                 is_leaf=_is_shape)
-    stds = [_init_std(path[-1].key, shape, model) for path, shape in paths_shapes]
-    drawn = [i for i, std in enumerate(stds) if std]
-    sizes = [math.prod(shape) for _, shape in paths_shapes]
-    leaves = [jnp.zeros(shape, dtype) for _, shape in paths_shapes]
-    if not drawn:                                   # init_scale = 0 and a zero readout
-        return jax.tree_util.tree_unflatten(treedef, leaves)
-    longest = max(sizes[i] for i in drawn)
-    keys = jax.random.split(key, len(drawn))
-    normals = jax.vmap(lambda k: jax.random.normal(k, (longest,), dtype))(keys)
-    for row, i in enumerate(drawn):
-        shape = paths_shapes[i][1]
-        leaves[i] = stds[i] * normals[row, :sizes[i]].reshape(shape)
-    return jax.tree_util.tree_unflatten(treedef, leaves)
-
-
 # --------------------------------------------------------------------------------------------------
-# Forward passes
+# (params, model) functions: model.apply with a method
 # --------------------------------------------------------------------------------------------------
 
 
-def causal_softmax(logits_HTT: jax.Array) -> jax.Array:
-    """sigma(X)[i, j] = exp X_ij / sum_{k <= i} exp X_ik for j <= i, else 0 (notes §1)."""
-    T = logits_HTT.shape[-1]
-    masked = jnp.where(np.tri(T, dtype=bool), logits_HTT, -jnp.inf)
-    return jax.nn.softmax(masked, axis=-1)
-
-
-def _check_tokens(x_BT, model: NgramModel) -> None:
-    if np.shape(x_BT)[-1] != model.seq_len:
-        what = "its A1 is T x T" if model.kind == "simplified" else "it embeds T positions"
-        raise ValueError(f"x has {np.shape(x_BT)[-1]} positions: the model was built for "
-                         f"seq_len = {model.seq_len} ({what}).")
-
-
-def _dtype(params, model: NgramModel):
-    return params["A1" if model.kind == "simplified" else "readout"].dtype
+def probs(params, x_BT: jax.Array, model: NgramModel) -> jax.Array:
+    """(B, S) p_theta(x^T) = model.apply({"params": params}, x_BT)."""
+    return model.apply({"params": params}, x_BT)
 
 
 def embed(params, x_BT: jax.Array, model: NgramModel) -> jax.Array:
-    """(B, T, d_0) r0: one-hot tokens (simplified), [e_x; e_t] (one-hot general kinds) or
-    W_te[x] + W_pe[t] (learned)."""
-    dtype = _dtype(params, model)
-    tokens_BTS = jax.nn.one_hot(x_BT, model.num_states, dtype=dtype)
-    if model.kind == "simplified":
-        return tokens_BTS
-    if model.embedding == "learned":
-        return params["embed"]["token"][x_BT] + params["embed"]["position"]
-    T = model.seq_len
-    positions_BTT = jnp.broadcast_to(jnp.eye(T, dtype=dtype), (*np.shape(x_BT), T))
-    return jnp.concatenate([tokens_BTS, positions_BTT], axis=-1)
-
-
-def _scores(H_BTD: jax.Array, layer: dict) -> jax.Array:
-    """(B, h, T, T) H Q_h K_h^T H^T (query row t, key column j)."""
-    d_in, d_h = layer["Q"].shape[-2:]
-    if d_h >= d_in:                                  # bilinear form first: fewer flops
-        bilinear_HDF = jnp.einsum("hde,hfe->hdf", layer["Q"], layer["K"])
-        return jnp.einsum("btd,hdf,bjf->bhtj", H_BTD, bilinear_HDF, H_BTD)
-    queries_BHTE = jnp.einsum("btd,hde->bhte", H_BTD, layer["Q"])
-    keys_BHTE = jnp.einsum("btd,hde->bhte", H_BTD, layer["K"])
-    return jnp.einsum("bhte,bhje->bhtj", queries_BHTE, keys_BHTE)
-
-
-def _heads_all(H_BTD: jax.Array, layer: dict) -> jax.Array:
-    """(B, T, h, d) SA_h(H) for every position: sigma(H Q_h K_h^T H^T) H V_h."""
-    att_BHTJ = causal_softmax(_scores(H_BTD, layer))
-    values_BHJE = jnp.einsum("bjd,hde->bhje", H_BTD, layer["V"])     # (H V_h first: faster on CPU)
-    return jnp.einsum("bhtj,bhje->bthe", att_BHTJ, values_BHJE)
-
-
-def _heads_last(H_BTD: jax.Array, layer: dict) -> jax.Array:
-    """(B, h, d) SA_h(H)[T]: the last query row only (every key is in its causal past)."""
-    query_BHE = jnp.einsum("bd,hde->bhe", H_BTD[:, -1], layer["Q"])
-    keys_BHTE = jnp.einsum("btd,hde->bhte", H_BTD, layer["K"])
-    att_BHT = jax.nn.softmax(jnp.einsum("bhe,bhte->bht", query_BHE, keys_BHTE), axis=-1)
-    mixed_BHD = jnp.einsum("bht,btd->bhd", att_BHT, H_BTD)
-    return jnp.einsum("bhd,hde->bhe", mixed_BHD, layer["V"])
-
-
-def _mu_linear(x: jax.Array, W: jax.Array, b: jax.Array) -> jax.Array:
-    """x W sqrt(out/in) + b sqrt(out) (muP-style map, W stored (in, out))."""
-    d_in, d_out = W.shape
-    return x @ (W * math.sqrt(d_out / d_in)) + b * math.sqrt(d_out)
-
-
-def mlp_apply(mlp_params: dict, x: jax.Array) -> jax.Array:
-    """MLP(x) = lin_out(relu(lin_in(x))) on the last axis (widths [d, d, d], Fig 7)."""
-    hidden = jax.nn.relu(_mu_linear(x, mlp_params["W_in"], mlp_params["b_in"]))
-    return _mu_linear(hidden, mlp_params["W_out"], mlp_params["b_out"])
-
-
-def _combine(H: jax.Array, heads: jax.Array, layer: dict, model: NgramModel) -> jax.Array:
-    """Next residual from H (..., d) and the head outputs (..., h, d)."""
-    if model.kind == "disentangled":                 # r_l = [r_{l-1}, SA_1, ..., SA_h]
-        return jnp.concatenate([H, heads.reshape(*heads.shape[:-2], -1)], axis=-1)
-    delta = jnp.sum(heads, axis=-2)                  # transformer: heads summed, residual
-    if "mlp" in layer:
-        delta = mlp_apply(layer["mlp"], delta)
-    return H + delta
+    """(B, T, d_0) r0 (NgramModel.r0)."""
+    return model.apply({"params": params}, x_BT, method=NgramModel.r0)
 
 
 def residual_stream(params, x_BT: jax.Array, model: NgramModel,
@@ -372,52 +586,17 @@ def residual_stream(params, x_BT: jax.Array, model: NgramModel,
     if model.kind == "simplified":
         raise ValueError("model.kind = 'simplified': use simplified_residual "
                          "(its layer 2 reads r0).")
-    _check_tokens(x_BT, model)
-    H = embed(params, x_BT, model)
-    num_layers = len(params["layers"])
-    for index, layer in enumerate(params["layers"]):
-        if index == num_layers - 1 and not all_positions:
-            return _combine(H[:, -1], _heads_last(H, layer), layer, model)
-        H = _combine(H, _heads_all(H, layer), layer, model)
-    return H
+    return model.apply({"params": params}, x_BT, all_positions, method=NgramModel.residual)
 
 
 def simplified_residual(params, x_BT: jax.Array, model: NgramModel) -> jax.Array:
-    """(B, T, (m+1) S) r1 = [r0, r1^(1), ..., r1^(m)] of the simplified model (§3.2)."""
-    S = model.num_states
-    r0_BTS = jax.nn.one_hot(x_BT, S, dtype=params["A1"].dtype)
-    att_HTJ = layer1_attention(params, model)
-    mixed_BHTS = jnp.einsum("htj,bjs->bhts", att_HTJ, r0_BTS)        # sum_j a_(j,t) r0[j]
-    if "V1" in params:
-        mixed_BHTS = jnp.einsum("bhts,hus->bhtu", mixed_BHTS, params["V1"])   # V1 applied: r V1^T
-    B, H, T, _ = mixed_BHTS.shape
-    heads_BTX = jnp.moveaxis(mixed_BHTS, 1, 2).reshape(B, T, H * S)
-    return jnp.concatenate([r0_BTS, heads_BTX], axis=-1)
+    """(B, T, (m+1) S) r1 of the simplified model (§3.2)."""
+    return model.apply({"params": params}, x_BT, method=NgramModel.simplified_residual)
 
 
 def layer2_attention(params, x_BT: jax.Array, model: NgramModel) -> jax.Array:
-    """(B, T) a2(i, T): the simplified second layer's attention of the last position over keys i
-    (Eq. 9)."""
-    r1_BTX = simplified_residual(params, x_BT, model)
-    query_BD = r1_BTX[:, -1] @ params["Q2"].T
-    keys_BTD = r1_BTX @ params["K2"].T
-    return jax.nn.softmax(jnp.einsum("btd,bd->bt", keys_BTD, query_BD), axis=-1)
-
-
-def probs(params, x_BT: jax.Array, model: NgramModel) -> jax.Array:
-    """(B, S) p_theta(x^T): Eq. 9 for "simplified" (sum_i a2(i, T) e_{x_i}), else
-    softmax(r_L[T] readout)."""
-    _check_tokens(x_BT, model)
-    if model.kind != "simplified":
-        return jax.nn.softmax(residual_stream(params, x_BT, model) @ params["readout"], axis=-1)
-    a2_BT = layer2_attention(params, x_BT, model)
-    onehot_BTS = jax.nn.one_hot(x_BT, model.num_states, dtype=a2_BT.dtype)
-    return jnp.einsum("bt,bts->bs", a2_BT, onehot_BTS)
-
-
-# --------------------------------------------------------------------------------------------------
-# Attention diagnostics
-# --------------------------------------------------------------------------------------------------
+    """(B, T) a2(i, T) of the simplified model (Eq. 9)."""
+    return model.apply({"params": params}, x_BT, method=NgramModel.layer2_attention)
 
 
 def layer1_attention(params, model: NgramModel, x_BT: jax.Array | None = None) -> jax.Array:
@@ -427,25 +606,25 @@ def layer1_attention(params, model: NgramModel, x_BT: jax.Array | None = None) -
     transformer / disentangled: (B, h_1, T, T) sigma(r0 Q_h K_h^T r0^T) for the sequences x_BT.
     """
     if model.kind == "simplified":
-        return causal_softmax(params["A1"])
+        return model.apply({"params": params}, method=NgramModel.layer1_attention)
     if x_BT is None:
         raise ValueError(f"x_BT = None: kind = {model.kind!r} has input-dependent attention; "
                          "pass the (B, T) sequences.")
-    _check_tokens(x_BT, model)
-    return causal_softmax(_scores(embed(params, x_BT, model), params["layers"][0]))
+    model._check_tokens(x_BT)
+    return model.apply({"params": params}, x_BT, method=NgramModel.layer1_attention)
 
 
 def attention_maps(params, x_BT: jax.Array, model: NgramModel) -> list[jax.Array]:
     """[(B, h_l, T, T)] every layer's attention of a general model for the sequences x_BT."""
     if model.kind == "simplified":
         raise ValueError("model.kind = 'simplified': use layer1_attention and layer2_attention.")
-    _check_tokens(x_BT, model)
-    H = embed(params, x_BT, model)
-    maps = []
-    for layer in params["layers"]:
-        maps.append(causal_softmax(_scores(H, layer)))
-        H = _combine(H, _heads_all(H, layer), layer, model)
-    return maps
+    model._check_tokens(x_BT)
+    return model.apply({"params": params}, x_BT, method=NgramModel.attention_maps)
+
+
+# --------------------------------------------------------------------------------------------------
+# Attention diagnostics
+# --------------------------------------------------------------------------------------------------
 
 
 def head_offset_attention(att, offsets=(1, 2, 3)) -> jax.Array:

@@ -1,5 +1,7 @@
 """The constructed points of "Sub-n-grams are near-stationary points" (notes/ngrams.md §4.4), as
 `Point`s of the simplified disentangled transformer (§3.2), plus the unbiased gradient norm (C7).
+A point's params are the Flax parameter tree of model.NgramModel (the dict under "params"); its
+loss calls `model.apply({"params": params}, x_BT)`.
 
     population_set(S, n, T, alpha, B, seed)   a fixed Monte-Carlo set (x_BT, target_BS): the same
                                               seed gives the same set (common random numbers)
@@ -8,7 +10,7 @@
     unigram_point(...)                        theta_*^1: heads off, Q2 = K2 = 0 (an exact critical
                                               point, a strict saddle; §4.6 caveat 4)
     bigram_point_all_heads(c, ...)            App. F Eq. 30: every head on the (-1)-token
-    random_point(seed, ...)                   the authors' initialisation (model.init_params)
+    random_point(seed, ...)                   the authors' initialisation (model.init)
     gradient_norms(point)                     unbiased / plain / noise-floor gradient norms, total
                                               and per block (notes §4.7 C7)
 
@@ -92,7 +94,7 @@ def _population_set(num_states, order_n, seq_len, alpha, num_sequences, seed, in
 
 
 def _mean_ce(params, x_BT, target_BS, model, floor):
-    probs_BS = model_lib.probs(params, x_BT, model)
+    probs_BS = model.apply({"params": params}, x_BT)
     return jnp.mean(estimators.cross_entropy(probs_BS, target_BS, floor))
 
 
@@ -262,7 +264,7 @@ def theta_star(k: int, c, *, num_states: int, order_n: int, seq_len: int, alpha,
     """
     num_heads = _validate(num_states, order_n, seq_len, alpha, num_heads, k, c)
     model = model_lib.NgramModel(kind="simplified", num_states=num_states, seq_len=seq_len,
-                                 num_heads=num_heads, learn_value=True)
+                                 num_heads=num_heads, learn_value=True, param_dtype=_dtype())
     params = construction_params(k, c, model)
     meta = {"k": k, "c": float(c), "estimator": (
         f"padded {k}-gram MLE (estimators.padded_kgram_estimate) as c -> inf; Def. 2.1 up to "
@@ -311,7 +313,7 @@ def bigram_point_all_heads(c, *, num_states: int, order_n: int, seq_len: int, al
     """
     num_heads = _validate(num_states, order_n, seq_len, alpha, num_heads, c=c)
     model = model_lib.NgramModel(kind="simplified", num_states=num_states, seq_len=seq_len,
-                                 num_heads=num_heads, learn_value=True)
+                                 num_heads=num_heads, learn_value=True, param_dtype=_dtype())
     meta = {"k": 2, "c": float(c),
             "estimator": "padded bigram MLE (estimators.padded_kgram_estimate, k = 2) as c -> inf",
             "prediction": (f"near-stationary as T, c -> inf like theta_*^2 (App. F, Eq. 30): "
@@ -326,12 +328,12 @@ def bigram_point_all_heads(c, *, num_states: int, order_n: int, seq_len: int, al
 def random_point(seed: int = 0, *, num_states: int, order_n: int, seq_len: int, alpha,
                  num_heads: int | None = None, num_sequences: int = 8192, data_seed: int = 0,
                  init: str = "uniform", floor: float = 1e-8) -> Point:
-    """The authors' initialisation (model.init_params with jax.random.PRNGKey(seed)): A1 = 0,
+    """The authors' initialisation (model.init with jax.random.PRNGKey(seed)): A1 = 0,
     V1 ~ N(0, 1/S), Q2, K2 ~ N(0, 1/((m+1) S)); the set is population_set(..., data_seed)."""
     num_heads = _validate(num_states, order_n, seq_len, alpha, num_heads)
     model = model_lib.NgramModel(kind="simplified", num_states=num_states, seq_len=seq_len,
-                                 num_heads=num_heads, learn_value=True)
-    params = model_lib.init_params(jax.random.PRNGKey(seed), model, _dtype())
+                                 num_heads=num_heads, learn_value=True, param_dtype=_dtype())
+    params = model.init(jax.random.PRNGKey(seed), model_lib.dummy_tokens(model))["params"]
     meta = {"prediction": "random initialisation: not a critical point (reference gradient norm "
                           "0.06-0.18 at S=3, n=3, alpha=1; notes §4.7 C7)", "seed": seed}
     name = f"random init (seed {seed}, S={num_states}, n={order_n}, T={seq_len})"
@@ -357,7 +359,7 @@ def _chunked_grad(params, x_BT, target_BS, model, floor, chunk_size):
     w_NC = weight_B.reshape(num_chunks, chunk)
 
     def chunk_loss(params, x_CT, y_CS, w_C):
-        probs_CS = model_lib.probs(params, x_CT, model)
+        probs_CS = model.apply({"params": params}, x_CT)
         return jnp.sum(w_C * estimators.cross_entropy(probs_CS, y_CS, floor)) / B
 
     def body(total, inputs):

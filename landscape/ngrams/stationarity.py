@@ -72,7 +72,7 @@ def study(ks, cs, seq_lens, *, num_states: int = 3, order_n: int = 3, alpha: flo
     for k in ks:
         points._validate(num_states, order_n, None, alpha, None, k=k)
     for c in cs:
-        points._validate(num_states, order_n, None, None, None, c=c)
+        points._validate(num_states, order_n, None, alpha, None, c=c)
     seq_lens = list(seq_lens)
     if not seq_lens:
         raise ValueError("seq_lens = []: give at least one sequence length T.")

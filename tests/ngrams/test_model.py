@@ -7,10 +7,12 @@ no code with landscape/ngrams/model.py: App. B.1 for "simplified", the §3.3 upd
 
 import math
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from absl.testing import parameterized
 
 from landscape import point
 from landscape.ngrams import estimators as est
@@ -33,6 +35,11 @@ def _onehot(i, n):
     v = np.zeros(n)
     v[i] = 1.0
     return v
+
+
+def _layers(p):
+    """The layer dicts of a general model's params, in order ("layers/0", "layers/1", ...)."""
+    return [p["layers"][str(i)] for i in range(len(p["layers"]))]
 
 
 def ref_simplified(p, x_BT, model):
@@ -78,7 +85,7 @@ def ref_transformer(p, x_BT, model):
     out = []
     for seq in np.asarray(x_BT):
         H = _r0_general(p, seq, model)
-        for layer in p["layers"]:
+        for layer in _layers(p):
             Q, K, V = (np.asarray(layer[k]) for k in "QKV")
             new = []
             for t in range(T):
@@ -104,7 +111,7 @@ def ref_disentangled(p, x_BT, model):
     out = []
     for seq in np.asarray(x_BT):
         r = _r0_general(p, seq, model)
-        for layer in p["layers"]:
+        for layer in _layers(p):
             Qd = [q.T for q in np.asarray(layer["Q"])]
             Kd = [k.T for k in np.asarray(layer["K"])]
             Vd = [v.T for v in np.asarray(layer["V"])]
@@ -205,25 +212,25 @@ def test_layout_names_and_init_statistics():
     # init_scale N(0, 1)/sqrt(d) for Q, K, V (3675 draws each: std within 6%, ~5 sigma)
     std = 2.0 / math.sqrt(35)
     for key in "QKV":
-        drawn = np.concatenate([np.ravel(params["layers"][i][key]) for i in range(2)])
+        drawn = np.concatenate([np.ravel(params["layers"][str(i)][key]) for i in range(2)])
         assert abs(drawn.std() / std - 1) < 0.06 and abs(drawn.mean()) < 0.02
     for key in ("token", "position"):
         assert abs(np.std(params["embed"][key]) * math.sqrt(35) - 1) < 0.15
     assert abs(np.std(params["readout"]) * math.sqrt(35) - 1) < 0.3
-    mlp0, mlp1 = params["layers"][0]["mlp"], params["layers"][1]["mlp"]
+    mlp0, mlp1 = params["layers"]["0"]["mlp"], params["layers"]["1"]["mlp"]
     assert abs(np.std(mlp0["W_in"]) * math.sqrt(35) - 1) < 0.06
     for mp in (mlp0, mlp1):                          # last MLP map and biases start at 0
         assert not np.any(mp["W_out"]) and not np.any(mp["b_in"]) and not np.any(mp["b_out"])
     # independent keys: the two layers' MLPs (and every block) differ (no shared-key quirk)
     assert not np.allclose(mlp0["W_in"], mlp1["W_in"])
-    assert not np.allclose(params["layers"][0]["Q"][0], params["layers"][0]["K"][0])
+    assert not np.allclose(params["layers"]["0"]["Q"][0], params["layers"]["0"]["K"][0])
     # disentangled (S = 3, T = 6: d0 = 9, d1 = 27, d2 = 54): zero readout by default, Q/K/V
     # scaled by the layer's input width
     dis = M.NgramModel(kind="disentangled", num_states=3, seq_len=6)
     dparams = M.init_params(jax.random.key(1), dis, jnp.float64)
     assert not np.any(dparams["readout"]) and dparams["readout"].shape == (54, 3)
-    assert dparams["layers"][1]["V"].shape == (1, 27, 27)
-    assert abs(np.std(dparams["layers"][1]["V"]) * math.sqrt(27) - 1) < 0.15
+    assert dparams["layers"]["1"]["V"].shape == (1, 27, 27)
+    assert abs(np.std(dparams["layers"]["1"]["V"]) * math.sqrt(27) - 1) < 0.15
 
 
 # --------------------------------------------------------------------------------------------------
@@ -243,53 +250,67 @@ REFERENCE_CASES = [
 ]
 
 
-@pytest.mark.parametrize("kwargs", REFERENCE_CASES, ids=lambda kw: "-".join(
-    f"{k}={v}" for k, v in kw.items()))
-def test_probs_match_loop_reference(kwargs):
-    """probs == the per-token NumPy loop of the notes' formulas to 1e-10 (float64, random params,
-    random sequences; S = 3, T = 6)."""
-    model = M.NgramModel(num_states=3, seq_len=6, **kwargs)
-    params = random_params(model, seed=len(str(kwargs)))
-    x_BT = _tokens(3, 6, 3, seed=7)
-    got = np.asarray(PROBS(params, x_BT, model))
-    want = REFERENCES[model.kind](params, x_BT, model)
-    assert got.shape == (3, 3) and got.dtype == np.float64
-    np.testing.assert_allclose(got, want, rtol=0, atol=1e-10)
-    np.testing.assert_allclose(got.sum(-1), 1.0, rtol=0, atol=1e-12)
-    assert np.abs(want - want.mean(0)).max() > 1e-3     # the check is not vacuous
+def _case_name(kwargs) -> str:
+    """A test-method suffix: "kind_transformer__layer_heads_2_1_2__..." (identifier characters)."""
+    text = "__".join(f"{k}_{v}" for k, v in kwargs.items())
+    return "".join(ch if ch.isalnum() else "_" for ch in text)
 
 
-def test_jit_and_grad():
-    """value_and_grad under jit: finite, every block moves, and two coordinates match a central
-    difference of the NumPy reference loss."""
-    model = M.NgramModel(kind="transformer", num_states=3, seq_len=6, mlp=True,
-                         embedding="learned")
-    params = random_params(model, seed=3)
-    x_BT = _tokens(3, 6, 4, seed=1)
-    target = jnp.asarray(np.random.default_rng(0).dirichlet(np.ones(3), 4))
+class ForwardAndGradient(chex.TestCase):
+    """The model and its loss with and without jit (chex variants): a bug hiding behind jit (a
+    Python-side branch on traced values, a static field lost by Flax's clone) shows as one
+    variant failing."""
 
-    def loss(p):
-        return est.cross_entropy(M.probs(p, x_BT, model), target, floor=0.0).mean()
+    @chex.variants(with_jit=True, without_jit=True)
+    @parameterized.named_parameters(*[(_case_name(kw), kw) for kw in REFERENCE_CASES])
+    def test_probs_match_loop_reference(self, kwargs):
+        """model.apply == the per-token NumPy loop of the notes' formulas to 1e-10 (float64,
+        random params, random sequences; S = 3, T = 6)."""
+        model = M.NgramModel(num_states=3, seq_len=6, **kwargs)
+        params = random_params(model, seed=len(str(kwargs)))
+        x_BT = _tokens(3, 6, 3, seed=7)
+        got = self.variant(lambda p, x: model.apply({"params": p}, x))(params, x_BT)
+        want = REFERENCES[model.kind](params, x_BT, model)
+        chex.assert_shape(got, (3, 3))
+        chex.assert_type(got, jnp.float64)
+        chex.assert_trees_all_close(got, want, rtol=0, atol=1e-10)
+        chex.assert_trees_all_close(got.sum(-1), np.ones(3), rtol=0, atol=1e-12)
+        assert np.abs(want - want.mean(0)).max() > 1e-3     # the check is not vacuous
 
-    value, grads = jax.jit(jax.value_and_grad(loss))(params)
-    leaves = jax.tree_util.tree_leaves(grads)
-    assert np.isfinite(value) and all(np.all(np.isfinite(g)) for g in leaves)
-    assert all(np.any(g != 0) for g in leaves)            # every block gets a gradient
+    @chex.variants(with_jit=True, without_jit=True)
+    def test_loss_and_grad(self):
+        """value_and_grad of the loss: finite, every block moves, and two coordinates match a
+        central difference of the NumPy reference loss."""
+        model = M.NgramModel(kind="transformer", num_states=3, seq_len=6, mlp=True,
+                             embedding="learned")
+        params = random_params(model, seed=3)
+        x_BT = _tokens(3, 6, 4, seed=1)
+        target = jnp.asarray(np.random.default_rng(0).dirichlet(np.ones(3), 4))
 
-    def ref_loss(p):
-        return -np.mean(np.sum(np.asarray(target) * np.log(ref_transformer(p, x_BT, model)), -1))
+        def loss(p):
+            return est.cross_entropy(model.apply({"params": p}, x_BT), target, floor=0.0).mean()
 
-    np.testing.assert_allclose(value, ref_loss(params), rtol=0, atol=1e-12)
-    eps = 1e-6
-    for block, index in (("Q", (1, 2, 3)), ("V", (0, 4, 5))):
-        def shifted(sign):
-            layer = dict(params["layers"][0])
-            layer[block] = np.array(layer[block])
-            layer[block][index] += sign * eps
-            return ref_loss(dict(params, layers=[layer, params["layers"][1]]))
+        value, grads = self.variant(jax.value_and_grad(loss))(params)
+        chex.assert_tree_all_finite((value, grads))
+        chex.assert_trees_all_equal_shapes(grads, params)
+        assert all(np.any(g != 0) for g in jax.tree_util.tree_leaves(grads))   # every block
 
-        fd = (shifted(1) - shifted(-1)) / (2 * eps)
-        np.testing.assert_allclose(grads["layers"][0][block][index], fd, rtol=1e-6, atol=1e-10)
+        def ref_loss(p):
+            return -np.mean(np.sum(np.asarray(target) * np.log(ref_transformer(p, x_BT, model)),
+                                   -1))
+
+        chex.assert_trees_all_close(value, ref_loss(params), rtol=0, atol=1e-12)
+        eps = 1e-6
+        for block, index in (("Q", (1, 2, 3)), ("V", (0, 4, 5))):
+            def shifted(sign):
+                layer = dict(params["layers"]["0"])
+                layer[block] = np.array(layer[block])
+                layer[block][index] += sign * eps
+                return ref_loss(dict(params, layers={"0": layer, "1": params["layers"]["1"]}))
+
+            fd = (shifted(1) - shifted(-1)) / (2 * eps)
+            chex.assert_trees_all_close(grads["layers"]["0"][block][index], fd, rtol=1e-6,
+                                        atol=1e-10)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -344,7 +365,8 @@ def test_mlp_variant_at_init_is_the_embedding_readout(embedding):
     np.testing.assert_allclose(PROBS(params, x_BT, model), want, rtol=0, atol=1e-15)
     # not vacuous: the same attention blocks without the MLPs do move the output
     plain = M.NgramModel(kind="transformer", num_states=3, seq_len=6, embedding=embedding)
-    plain_params = dict(params, layers=[{k: layer[k] for k in "QKV"} for layer in params["layers"]])
+    plain_params = dict(params, layers={i: {k: layer[k] for k in "QKV"}
+                                        for i, layer in params["layers"].items()})
     assert np.abs(np.asarray(PROBS(plain_params, x_BT, plain)) - want).max() > 1e-3
 
 

@@ -6,6 +6,7 @@ Numbers in comments marked "measured" were measured with this code (seed 0 sets 
 
 import itertools
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -32,9 +33,12 @@ def test_construction_entries_match_notes_formulas():
     """theta_*^3(c), S = 2, n = 3, T = 6: every entry of A1, V1, Q2, K2 as in §4.4 (0-based)."""
     S, T, c = 2, 6, 2.5
     p = points.construction_params(3, c, _model(S, T))
-    assert {name: v.shape for name, v in p.items()} == {
-        "A1": (2, T, T), "V1": (2, S, S), "Q2": (3 * S, 3 * S), "K2": (3 * S, 3 * S)}
-    assert all(v.dtype == jnp.float64 for v in p.values())
+    assert sorted(p) == ["A1", "K2", "Q2", "V1"]
+    chex.assert_shape([p["A1"], p["V1"], p["Q2"], p["K2"]],
+                      [(2, T, T), (2, S, S), (3 * S, 3 * S), (3 * S, 3 * S)])
+    chex.assert_type(jax.tree_util.tree_leaves(p), jnp.float64)
+    # the construction is a parameter tree of the Flax model: the same structure as its init
+    chex.assert_trees_all_equal_shapes(p, model_lib.init_params(jax.random.key(0), _model(S, T)))
     for h in (1, 2):
         expected = np.zeros((T, T))
         for row in range(T):
@@ -263,7 +267,8 @@ def test_C5_unigram_point_is_exactly_critical(seq_len, c):
     gradient = landscape.gradient_at(point)
     assert np.all(gradient.vector == 0.0)
     norms = points.gradient_norms(point)
-    assert all(value == 0.0 for name, value in norms.items() if name != "loss")
+    gradient_norms = {name: value for name, value in norms.items() if name != "loss"}
+    chex.assert_trees_all_equal(gradient_norms, {name: 0.0 for name in gradient_norms})
     assert norms["loss"] == pytest.approx(point.loss(), rel=1e-12)
 
 
@@ -295,8 +300,7 @@ def test_gradient_norms_identities_and_chunking():
     point = points.random_point(1, seq_len=16, num_sequences=1024, **S3)
     norms = points.gradient_norms(point)
     other = points.gradient_norms(point, chunk_size=100)    # 512 = 5 x 100 + 12: padded chunks
-    for name, value in norms.items():
-        assert other[name] == pytest.approx(value, rel=1e-10, abs=1e-15)
+    chex.assert_trees_all_close(other, norms, rtol=1e-10, atol=1e-15)
     for suffix in ["", "/A1", "/V1", "/Q2", "/K2", "/V1/head2"]:
         u, plain, noise = (norms[s + suffix] for s in ("unbiased", "plain", "noise"))
         assert plain ** 2 - noise ** 2 == pytest.approx(np.sign(u) * u ** 2, rel=1e-9, abs=1e-16)
@@ -343,6 +347,17 @@ def test_C9_hessian_at_unigram_point_small():
         hv = hvp(p.params, tangent)
         assert np.all(np.asarray(hv["A1"]) == 0) and np.all(np.asarray(hv["V1"]) == 0)
         assert np.abs(np.asarray(hv["K2"])).max() > 1e-4
+
+
+def test_restricted_hessian_reads_the_flax_block_names():
+    """The points hold the Flax parameter tree, whose names are the Hessian blocks: the (Q2, K2)
+    block of the unigram point describes itself as Q2 and K2 only."""
+    point = points.unigram_point(seq_len=16, num_sequences=1024, **S3)
+    assert [name for name, _, _ in landscape.param_names(point)] == ["A1", "K2", "Q2", "V1"]
+    H = landscape.hessian_at(landscape.restrict(point, ["Q2", "K2"]))
+    text = H.describe()
+    assert "Q2" in text and "K2" in text and "A1" not in text and "V1" not in text
+    assert H.matrix.shape == (2 * 9 * 9, 2 * 9 * 9)
 
 
 def test_C9_unigram_saddle_spectrum_at_notes_config():
