@@ -75,10 +75,14 @@ def test_C7_gradient_norm_pattern():
     # inactive blocks are exactly zero at k = 2 (C6): head 2 of A1 and V1
     row = _find(rows, 32, 2, 8.0)
     assert row["grad_plain/A1/head2"] == 0.0 and row["grad_plain/V1/head2"] == 0.0
-    # random initialisation: 0.06-0.18 (notes); measured 0.097, 0.094
+    # random initialisation: the notes give 0.06-0.18, which is one draw's value. Over seeds 0-5
+    # of the Flax init (A1 = 0, V1 ~ N(0, 1/S), Q2, K2 ~ N(0, 1/((m+1) S)); each parameter its own
+    # key) the norm is 0.194, 0.097, 0.601, 0.342, 0.142, 0.123 at T = 32 and 0.193, 0.095,
+    # 0.588, 0.368, 0.139, 0.103 at T = 128 (seed 1 is the pre-Flax code's seed-0 draw: 0.097,
+    # 0.094). Asserted: seed 0's value within that spread and far above its noise floor.
     for T in (32, 128):
         random_row = _find(rows, T, point="random")
-        assert 0.06 < random_row["grad_unbiased"] < 0.18
+        assert 0.09 < random_row["grad_unbiased"] < 0.61
         assert random_row["grad_noise"] < 0.1 * random_row["grad_unbiased"]
 
 
