@@ -20,12 +20,21 @@ Variants (`--config=configs/markov.py:<variant>`), with CPU times on 2 cores:
   fig5              S = 5, p in {0.3, 0.6, 0.9}, tied vs untied, d = 8 (~2 min)
   appendix_d        tied (0.2, 0.3): the rank-one structure of the learned minimum (~30 s)
   landscape         exact Hessians at theta_pi / theta_star against the closed forms (~20 s)
+
+The trap at the authors' recipe and precision (issue 13, notes §13): GPT-2 blocks, d = 8, tied,
+(p, q) = (0.5, 0.8), batch 16, AdamW(0.9, 0.95) lr 2e-3, PyTorch's OneCycle (cosine warm-up over
+2% from lr/100, cosine down to lr/5), each crossed with precision in {float32, float16 autocast
+without a gradient scaler, bfloat16 autocast}, 10 seeds per cell:
+  fig1_paper        depth 1, 2, 4, 8; N = 512; 500 iterations (12 programs; ~20 min)
+  fig3_paper        1 layer; N = 1024; 400 iterations (3 programs; ~5 min)
+  fig3_paper_long   as fig3_paper for Table 2's 8000 iterations at its lr 1e-3 (~1.5 h)
 """
 
 from landscape.markov.experiment import default_config
 
 VARIANTS = ("fig3", "fig3_gpt", "fig4", "fig4_gpt", "fig4_paper", "fig1", "fig1_gpt", "fig5",
-            "appendix_d", "landscape")
+            "appendix_d", "landscape", "fig1_paper", "fig3_paper", "fig3_paper_long")
+PRECISIONS = ["float32", "float16", "bfloat16"]     # model.dtype: float16 = torch autocast
 TIED_UNTIED = [{"model": {"tied": True}}, {"model": {"tied": False}}]
 GPT2 = {"family": "gpt", "layer_norm": True, "activation": "gelu"}
 
@@ -36,6 +45,8 @@ def get_config(variant: str = "fig3"):
     c = default_config()
     c.name = f"markov_{variant}"
     c.claims = variant.split("_gpt")[0].replace("_paper", "")
+    if variant in ("fig1_paper", "fig3_paper", "fig3_paper_long"):
+        return _trap_study(c, variant)
     if variant.endswith("_gpt"):
         c.model.update(GPT2)
     if variant.startswith("fig3"):
@@ -69,4 +80,26 @@ def get_config(variant: str = "fig3"):
         c.train.update(num_steps=2000, log_every=100)
     elif variant == "landscape":
         c.experiment = "landscape"
+    return c
+
+
+def _trap_study(c, variant: str):
+    """The authors' recipe (notes §13) crossed with precision: claims = 'trap'."""
+    c.claims = "trap"
+    c.num_seeds = 10
+    c.chain.update(p=0.5, q=0.8)
+    c.model.update(GPT2, d=8, tied=True)
+    c.optim.update(lr=2e-3, schedule="onecycle", initial_lr_fraction=0.01, final_lr_fraction=0.2)
+    c.train.update(batch_size=16, warmup_fraction=0.02, eval_sequences=32)
+    if variant == "fig1_paper":
+        c.model.seq_len = 512
+        c.train.update(num_steps=500, log_every=10)
+        c.sweep = {"model": {"num_layers": [1, 2, 4, 8], "dtype": PRECISIONS}}
+    else:
+        c.model.seq_len = 1024
+        c.train.update(num_steps=400, log_every=10)
+        c.sweep = {"model": {"dtype": PRECISIONS}}
+        if variant == "fig3_paper_long":               # Table 2: 8000 iterations at lr 1e-3
+            c.optim.lr = 1e-3
+            c.train.update(num_steps=8000, log_every=100)
     return c

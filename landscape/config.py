@@ -480,9 +480,9 @@ def require_schedule(cfg: Any, *, warmup_set_by: str = "") -> None:
                 f"0: {warmup_set_by} sets the warm-up of this experiment")
     else:
         require_number(cfg, "optim.warmup_steps", low=0, high=cfg.train.num_steps, integer=True)
-        require(o.schedule == "warmup_cosine" or o.warmup_steps == 0, "optim.warmup_steps",
-                o.warmup_steps, "0 unless optim.schedule = 'warmup_cosine' (the constant "
-                "schedule has no warm-up)")
+        require(o.schedule != "constant" or o.warmup_steps == 0, "optim.warmup_steps",
+                o.warmup_steps, "0 unless optim.schedule is 'warmup_cosine' or 'onecycle' (the "
+                "constant schedule has no warm-up)")
 
 
 def require_empty_sweep(cfg: Any, why: str) -> None:

@@ -36,7 +36,7 @@ Params = Any
 HParams = dict[str, jax.Array]
 
 OPTIMIZERS = ("sgd", "adam", "adamw")
-SCHEDULES = ("constant", "warmup_cosine")
+SCHEDULES = ("constant", "warmup_cosine", "onecycle")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,10 +121,10 @@ def default_optim_config() -> ml_collections.ConfigDict:
             nesterov=False,
             weight_decay=0.0,       # sgd/adam: L2 added to the gradient; adamw: decoupled
             b1=0.9, b2=0.999, eps=1e-8,
-            schedule="constant",    # constant | warmup_cosine (multiplies every group's lr)
+            schedule="constant",    # constant | warmup_cosine | onecycle (multiplies every lr)
             warmup_steps=0,
-            initial_lr_fraction=0.0,  # warmup_cosine: lr at step 0 / peak lr
-            final_lr_fraction=0.0,  # warmup_cosine: lr at the last step / peak lr
+            initial_lr_fraction=0.0,  # warmup_cosine, onecycle: lr at step 0 / peak lr
+            final_lr_fraction=0.0,  # warmup_cosine, onecycle: lr at the last step / peak lr
     ))
 
 
@@ -160,12 +160,40 @@ def direction(optim: ml_collections.ConfigDict,
 
 
 def schedule(optim: ml_collections.ConfigDict, num_steps: int) -> optax.Schedule:
-    """Multiplier of every learning rate at a step (1 at the peak)."""
+    """Multiplier of every learning rate at a step (1 at the peak).
+
+    warmup_cosine: optax's linear warm-up over `warmup_steps` (peak at step warmup_steps), then a
+    cosine to final_lr_fraction at num_steps. onecycle: PyTorch's OneCycleLR(anneal_strategy="cos",
+    cycle_momentum=False, total_steps=num_steps, pct_start=warmup_steps / num_steps), as the Markov
+    authors trained (notes/markov.md §13): a cosine *warm-up* too, peak at step warmup_steps - 1,
+    and the cosine down reaches final_lr_fraction at the last step, num_steps - 1.
+    """
     if optim.schedule == "constant":
         return lambda step: jnp.ones((), jnp.float32)
+    if optim.schedule == "onecycle":
+        return onecycle(optim.initial_lr_fraction, optim.final_lr_fraction, optim.warmup_steps,
+                        num_steps)
     return optax.warmup_cosine_decay_schedule(
             init_value=optim.initial_lr_fraction, peak_value=1.0, warmup_steps=optim.warmup_steps,
             decay_steps=max(num_steps, optim.warmup_steps + 1), end_value=optim.final_lr_fraction)
+
+
+def onecycle(initial: float, final: float, warmup_steps: int, num_steps: int) -> optax.Schedule:
+    """torch.optim.lr_scheduler.OneCycleLR's multiplier (two phases, cosine annealing): from
+    `initial` at step 0 up to 1 at step e = warmup_steps - 1 along a half cosine, then down to
+    `final` at step num_steps - 1 along another; e <= 0 starts at the peak."""
+    peak_step = float(warmup_steps - 1)
+    last = float(max(num_steps - 1, peak_step + 1))
+
+    def anneal(start, end, fraction):             # PyTorch's _annealing_cos
+        return end + (start - end) / 2.0 * (jnp.cos(jnp.pi * fraction) + 1.0)
+
+    def multiplier(step):
+        step = jnp.asarray(step, jnp.float32)
+        up = anneal(initial, 1.0, step / max(peak_step, 1.0))
+        down = anneal(1.0, final, jnp.clip((step - peak_step) / (last - peak_step), 0.0, 1.0))
+        return jnp.where(step <= peak_step, up, down) if peak_step > 0 else down
+    return multiplier
 
 
 # ----------------------------------------------------------------------------- runs

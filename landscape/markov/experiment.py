@@ -24,10 +24,10 @@ from landscape.config import format_bytes
 from landscape import curvature, plotting, precision, records, sweeps, training
 from landscape.point import params_table
 from landscape.markov import model as model_lib
-from landscape.markov import points, task, theory
+from landscape.markov import points, task, theory, trap_study
 
 TRACED = ("chain.p", "chain.q", "optim.lr")
-CLAIM_SETS = ("fig1", "fig3", "fig4", "fig5", "appendix_d", "landscape", "none")
+CLAIM_SETS = ("fig1", "fig3", "fig4", "fig5", "appendix_d", "trap", "landscape", "none")
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -80,6 +80,10 @@ def _validate_run(cfg) -> None:
         config_lib.require(cfg.claims != "landscape", "claims", cfg.claims,
                            "one of the training claims (or 'none') for experiment = 'train'; "
                            "'landscape' goes with experiment = 'landscape'")
+    if cfg.claims == "trap":
+        config_lib.require(not any(k in ("chain.p", "chain.q") for k in config_lib.flatten(
+            cfg.sweep)), "sweep", cfg.sweep, "without chain.p / chain.q axes "
+            "for claims = 'trap' (one chain; the study sweeps depth and precision)")
     if cfg.sweep_zip:
         lengths = {k: len(v) for k, v in config_lib.flatten(cfg.sweep).items()
                    if k in TRACED and isinstance(v, (list, tuple))}
@@ -125,7 +129,7 @@ def _validate_cell(cfg) -> None:
     choice(cfg, "train.targets", ("hard", "soft"))
     config_lib.require_nonfinite_policy(cfg)
     S = cfg.chain.num_states
-    if cfg.claims in ("fig3", "appendix_d"):
+    if cfg.claims in ("fig3", "appendix_d", "trap"):
         config_lib.require(S == 2, "chain.num_states", S,
                            f"2 for claims = {cfg.claims!r} (they read the binary chain's f0, f1)")
     if cfg.claims == "appendix_d":
@@ -607,8 +611,13 @@ def fit_appendix_d(params, cfg) -> dict[str, Any]:
             "formula_logits": [float(x) for x in logits]}
 
 
+def claims_trap(cfg, groups) -> list[records.Claim]:
+    """The trap study (issue 13): trapped fractions per (depth, precision) with intervals."""
+    return trap_study.claims(cfg, groups, model_of)
+
+
 CLAIMS = {"fig1": claims_fig1, "fig3": claims_fig3, "fig4": claims_fig4, "fig5": claims_fig5,
-          "appendix_d": claims_appendix_d, "none": lambda cfg, groups: []}
+          "appendix_d": claims_appendix_d, "trap": claims_trap, "none": lambda cfg, groups: []}
 
 
 # ----------------------------------------------------------------------------- landscape
@@ -666,6 +675,10 @@ def run_landscape(cfg, workdir, progress=print) -> dict[str, Any]:
 
 
 def _figures(cfg, groups, workdir):
+    if cfg.claims == "trap":
+        workdir.save_table("trap_runs", [row for g in groups for row in trap_study.run_rows(g)])
+        return [trap_study.plot_curves(groups, workdir.figure_path("trap_curves")),
+                trap_study.plot_fractions(groups, workdir.figure_path("trap_fractions"))]
     paths = [plot_losses(groups, workdir.figure_path("test_loss"))]
     if cfg.claims == "fig4":
         paths.append(plot_grid(groups, workdir.figure_path("fig4_heatmaps")))
