@@ -264,9 +264,10 @@ def plot_curves(groups, path):
                    label="H(pi)")
         ax.axhline(float(theory.entropy_rate(p, q)), color="gray", linestyle=":", linewidth=1,
                    label="entropy rate")
-        ax.set(title=f"{name}, p = {p:g}, q = {q:g}", xlabel="iteration")
+        ax.set(title=f"{name}, (p, q) = ({p:g}, {q:g})\nmedian and interquartile band over "
+                     f"{groups[0]['result'].num_runs} seeds", xlabel="iteration")
         ax.title.set_fontsize(8)
-    axes[0, 0].set_ylabel("test loss (nats), median and IQR over seeds")
+    axes[0, 0].set_ylabel("test loss (nats)")
     axes[0, -1].legend(fontsize=7)
     return plotting.save(fig, path)
 
@@ -294,7 +295,12 @@ def plot_fractions(groups, path):
             heights.append(k / n)
             errors[0].append(k / n - lo)
             errors[1].append(hi - k / n)
-        ax.bar(xs, heights, width, yerr=errors, capsize=3, label=name, color=f"C{j}")
+        ax.bar(xs, heights, width, yerr=errors, capsize=3, label=name, color=f"C{j}",
+               error_kw=dict(ecolor=f"C{j}", alpha=0.8))
+        for x, depth in zip(xs, [d for d in depths if cells.get((d, name))]):
+            rows = cells[(depth, name)]
+            ax.annotate(f"{sum(r['trapped'] for r in rows)}/{len(rows)}", (x, 0.01),
+                        ha="center", va="bottom", fontsize=7)
     ax.set_xticks(range(len(depths)), [f"{d} layer{'s' if d > 1 else ''}" for d in depths])
     ax.set(ylim=(0, 1.05), ylabel="trapped fraction (95% interval)",
            title="runs trapped at H(pi)")
