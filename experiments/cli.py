@@ -157,7 +157,7 @@ def _help(experiment) -> str:
     module = sys.modules.get(f"experiments.{_paper(experiment)}")
     ours = [_CONFIG, _WORKDIR, _OVERWRITE, _RESUME, _CHECKPOINT_SECONDS, host.HOST_DEVICES]
     lines = [(module.__doc__ or "").strip(), "", __doc__.strip(), "", "flags:"]
-    lines += [f"  --{f.name}: {f.help}" for f in ours]
+    lines += [f"  --{f.name}: {FLAGS[f.name].help}" for f in ours]
     return "\n".join(lines)
 
 

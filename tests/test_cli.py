@@ -154,6 +154,14 @@ def test_missing_config_flag(capsys, monkeypatch):
     _assert_one_sentence(status, capsys.readouterr(), "--config is required")
 
 
+@pytest.mark.parametrize("paper", [scan_snap, markov])
+def test_help_lists_the_flags(paper, capsys):
+    assert cli.main(paper, ["experiments/x.py", "--help"]) == 0
+    out = capsys.readouterr().out
+    for flag in ("--config:", "--workdir:", "--resume:", "--host_devices:"):
+        assert flag in out
+
+
 def test_a_subprocess_sees_one_line(tmp_path):
     out = subprocess.run([sys.executable, "-m", "experiments.scan_snap",
                           "--config=configs/syn_small.py", "--config.optim.lr_y=0.5",
