@@ -44,7 +44,8 @@ def wilson(k: int, n: int, z: float = 1.959964) -> tuple[float, float]:
     phat = k / n
     centre = (phat + z * z / (2 * n)) / (1 + z * z / n)
     half = z * math.sqrt(phat * (1 - phat) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
+    # exact at the ends (0/n and n/n), where rounding would leave 1 - 1e-16
+    return (0.0 if k == 0 else centre - half), (1.0 if k == n else centre + half)
 
 
 def cell_name(cfg) -> str:

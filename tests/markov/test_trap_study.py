@@ -58,6 +58,8 @@ def test_wilson_interval():
     np.testing.assert_allclose(trap_study.wilson(0, 10), (0.0, 0.27753), atol=1e-5)
     np.testing.assert_allclose(trap_study.wilson(5, 10), (0.23659, 0.76341), atol=1e-5)
     np.testing.assert_allclose(trap_study.wilson(10, 10), (0.72247, 1.0), atol=1e-5)
+    for n in range(1, 40):            # exact ends: the figure's error bars must not go negative
+        assert trap_study.wilson(0, n)[0] == 0.0 and trap_study.wilson(n, n)[1] == 1.0
 
 
 # ----------------------------------------------------------------------------- float16 autocast
