@@ -2,7 +2,24 @@
 
 Library code is dtype-explicit (training casts to its config's dtype), so enabling x64 here does not
 change what a float32 training run computes.
+
+One persistent compilation cache serves the whole session: the tests, pytest-xdist's workers and
+the CLI subprocesses some tests start (they inherit the environment) compile many identical
+programs. From an empty cache, tests/test_resume.py, test_cli.py and markov/test_points.py took
+2:57 instead of 4:05 on 2 cores. A cache hit is the same executable (the key covers the program,
+the compile options and the JAX version), so no number changes.
 """
-import jax
+import atexit
+import os
+import shutil
+import tempfile
+
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:      # set before jax reads its environment
+    _cache = tempfile.mkdtemp(prefix="landscape-tests-jax-cache-")
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = _cache
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
+    atexit.register(shutil.rmtree, _cache, ignore_errors=True)
+
+import jax  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)

@@ -57,7 +57,7 @@ def test_grid_order_and_unflatten():
     assert cube[1, 2, 0] == 10  # a=2, b=30, seed 0
 
 
-@pytest.mark.parametrize("runs_per_group", [None, 1])
+@pytest.mark.parametrize("runs_per_group", [None, pytest.param(1, marks=pytest.mark.slow)])
 def test_sharded_sweep_gives_the_same_numbers(tmp_path, runs_per_group):
     """One CPU device vs four forced host devices (XLA_FLAGS) with padding: same losses, also
     with groups of runs (a loop over groups on each device)."""

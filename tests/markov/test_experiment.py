@@ -35,6 +35,7 @@ def test_fig3_theory_model_tied_trap_and_untied_bigram(tmp_path):
     assert {"test_loss", "f0", "f1", "chain.p", "chain.q", "model.tied"} <= set(rows[-1])
 
 
+@pytest.mark.slow      # ~20 s; the S-state unigram point itself: test_points.py C16
 def test_fig5_multistate_threshold(tmp_path):
     cfg = markov.get_config("fig5")
     cfg.num_seeds = 1

@@ -24,7 +24,7 @@ def run(cfg, tmp_path):
 
 @pytest.mark.parametrize("variant, num_claims", [
     ("first_jump", 6), ("ei_tail", 2), ("later_jumps", 6), ("stages", 16), ("dp_vs_ce", 6),
-    ("ablations", 4)])
+    pytest.param("ablations", 4, marks=pytest.mark.slow)])
 def test_every_claim_of_each_experiment(variant, num_claims, tmp_path):
     summary, failed = run(recall.get_config(variant), tmp_path)
     assert not failed, failed
