@@ -48,9 +48,16 @@ def wilson(k: int, n: int, z: float = 1.959964) -> tuple[float, float]:
     return (0.0 if k == 0 else centre - half), (1.0 if k == n else centre + half)
 
 
+def depth_name(layers: int) -> str:
+    return f"{layers} layer{'s' if layers > 1 else ''}"
+
+
+def precision_name(cfg) -> str:
+    return precision.of(cfg.train.dtype, cfg.model.dtype).name
+
+
 def cell_name(cfg) -> str:
-    layers = cfg.model.num_layers
-    return f"{layers} layer{'s' if layers > 1 else ''}, {precision.of(cfg.train.dtype, cfg.model.dtype).name}"
+    return f"{depth_name(cfg.model.num_layers)}, {precision_name(cfg)}"
 
 
 def run_rows(group) -> list[dict[str, Any]]:
@@ -67,7 +74,7 @@ def run_rows(group) -> list[dict[str, Any]]:
                         float(res.snapshots["f1"][r, -1]))
         below = np.flatnonzero(test_loss[r] < (unigram + rate) / 2)
         row = dict(layers=cfg.model.num_layers,
-                   precision=precision.of(cfg.train.dtype, cfg.model.dtype).name,
+                   precision=precision_name(cfg),
                    p=p, q=q, seed=int(res.seeds[r]), loss=loss, unigram=unigram,
                    entropy_rate=rate, f0=f0, f1=f1,
                    trapped=bool(abs(loss - unigram) < TRAP_TOLERANCE and abs(f0 - f1) < FLAT),
@@ -171,8 +178,7 @@ def claims(cfg, groups, model_of: Callable) -> list[records.Claim]:
                                        "most runs escape: interval < 1/2", hi < 0.5)
         out.append(records.claim(f"{name}: {statement}", stats, expected, ok,
                                  f"{source}, notes §13"))
-        by_precision.setdefault(precision.of(c.train.dtype, c.model.dtype).name, []).append(
-            (layers, stats))
+        by_precision.setdefault(precision_name(c), []).append((layers, stats))
         if _fig1_recipe(c) and not precision.of(c.train.dtype, c.model.dtype).is_mixed:
             out.append(_escape_claim(name, stats["escape step"]))
         probe = plateau_probe(g, model_of)
@@ -244,19 +250,17 @@ def _probe_claim(name: str, probe) -> records.Claim:
 def plot_curves(groups, path):
     """Test loss against iteration: median and interquartile band over seeds per depth, one panel
     per precision, H(pi) and the entropy rate dashed."""
-    names = list(dict.fromkeys(precision.of(g["cfg"].train.dtype, g["cfg"].model.dtype).name
-                               for g in groups))
+    names = list(dict.fromkeys(precision_name(g["cfg"]) for g in groups))
     fig, axes = plotting.subplots(1, len(names), width=3.8, height=3.0, sharey=True)
     colors = {}
     for g in groups:
         c, res = g["cfg"], g["result"]
-        ax = axes[0, names.index(precision.of(c.train.dtype, c.model.dtype).name)]
+        ax = axes[0, names.index(precision_name(c))]
         layers = c.model.num_layers
         color = colors.setdefault(layers, f"C{len(colors)}")
         loss = res.snapshots["test_loss"]
         lo, mid, hi = np.nanpercentile(loss, [25, 50, 75], axis=0)
-        ax.plot(res.snapshot_steps, mid, color=color,
-                label=f"{layers} layer{'s' if layers > 1 else ''}")
+        ax.plot(res.snapshot_steps, mid, color=color, label=depth_name(layers))
         ax.fill_between(res.snapshot_steps, lo, hi, color=color, alpha=0.2, linewidth=0)
     p, q = (float(groups[0]["result"].hparams[k][0]) for k in ("chain.p", "chain.q"))
     for j, name in enumerate(names):
@@ -275,34 +279,26 @@ def plot_curves(groups, path):
 
 def plot_fractions(groups, path):
     """Trapped fraction per depth, one bar per precision, with 95% Wilson intervals."""
-    cells = {}
-    for g in groups:
-        c = g["cfg"]
-        cells[(c.model.num_layers, precision.of(c.train.dtype, c.model.dtype).name)] = run_rows(g)
+    cells = {(g["cfg"].model.num_layers, precision_name(g["cfg"])): _fraction(run_rows(g))
+             for g in groups}
     depths = sorted({d for d, _ in cells})
     names = list(dict.fromkeys(n for _, n in cells))
     fig, axes = plotting.subplots(1, 1, width=1.2 + 1.1 * len(depths) * max(1, len(names)) / 2,
                                   height=3.0)
     ax, width = axes[0, 0], 0.8 / len(names)
     for j, name in enumerate(names):
-        xs, heights, errors = [], [], [[], []]
-        for i, depth in enumerate(depths):
-            rows = cells.get((depth, name))
-            if not rows:
-                continue
-            k, n = sum(r["trapped"] for r in rows), len(rows)
-            lo, hi = wilson(k, n)
-            xs.append(i + (j - (len(names) - 1) / 2) * width)
-            heights.append(k / n)
-            errors[0].append(k / n - lo)
-            errors[1].append(hi - k / n)
-        ax.bar(xs, heights, width, yerr=errors, capsize=3, label=name, color=f"C{j}",
+        present = [(i, cells[(d, name)]) for i, d in enumerate(depths) if (d, name) in cells]
+        xs = [i + (j - (len(names) - 1) / 2) * width for i, _ in present]
+        fractions = [st["trapped"] / st["runs"] for _, st in present]
+        intervals = [wilson(st["trapped"], st["runs"]) for _, st in present]
+        errors = [[f - lo for f, (lo, _) in zip(fractions, intervals)],
+                  [hi - f for f, (_, hi) in zip(fractions, intervals)]]
+        ax.bar(xs, fractions, width, yerr=errors, capsize=3, label=name, color=f"C{j}",
                error_kw=dict(ecolor=f"C{j}", alpha=0.8))
-        for x, depth in zip(xs, [d for d in depths if cells.get((d, name))]):
-            rows = cells[(depth, name)]
-            ax.annotate(f"{sum(r['trapped'] for r in rows)}/{len(rows)}", (x, 0.01),
-                        ha="center", va="bottom", fontsize=7)
-    ax.set_xticks(range(len(depths)), [f"{d} layer{'s' if d > 1 else ''}" for d in depths])
+        for x, (_, st) in zip(xs, present):
+            ax.annotate(f"{st['trapped']}/{st['runs']}", (x, 0.01), ha="center", va="bottom",
+                        fontsize=7)
+    ax.set_xticks(range(len(depths)), [depth_name(d) for d in depths])
     ax.set(ylim=(0, 1.05), ylabel="trapped fraction (95% interval)",
            title="runs trapped at H(pi)")
     ax.axhline(0.5, color="gray", linewidth=0.8, linestyle=":")
