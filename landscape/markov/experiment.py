@@ -182,24 +182,10 @@ _MEMORY_FIELDS = ("train.batch_size", "train.eval_sequences", "num_seeds", "mode
 def _sequence_floats(N: int, S: int, d: int, layers: int, heads: int, mlp: int) -> int:
     """Activations of one sequence's forward pass: per layer q, k, v, the residual stream, the
     LayerNorms and the MLP's hidden layer, and the attention scores (heads x N x N, with the mask
-    and softmax) where they are held whole (N up to one tile); the logits. Longer sequences go
-    through the tiled attention, which keeps each row's log-sum-exp only (model._causal_mix)."""
-    scores = 3 * heads * N * N if _scores_held_whole(N) else heads * N
+    and softmax) where they are held whole (model.scores_held_whole); the logits. Longer sequences
+    go through the tiled attention, which keeps each row's log-sum-exp only."""
+    scores = 3 * heads * N * N if model_lib.scores_held_whole(N) else heads * N
     return layers * (scores + 12 * N * d + 3 * N * (mlp or 4 * d)) + 3 * N * S
-
-
-def _scores_held_whole(N: int) -> bool:
-    return model_lib._tile(N) >= N
-
-
-def _chunk_scores(N: int, heads: int) -> int:
-    """The tiled attention's scores alive at once per run (model._in_chunks): a chunk of at most
-    _SCORES_IN_CACHE (or one sequence's tile pairs); zero when the scores are held whole."""
-    if _scores_held_whole(N):
-        return 0
-    T = model_lib._tile(N)
-    K = -(-N // T)
-    return max(model_lib._SCORES_IN_CACHE, heads * K * (K + 1) // 2 * T * T)
 
 
 def _landscape_bytes(v: dict) -> tuple[float, str]:
@@ -234,13 +220,14 @@ def _cell_bytes(v: dict) -> tuple[float, str]:
     group = max(1, _SCORES_PER_GROUP // (B * N * N))
     at_once = min(runs, group * (devices or 1))
     # the backward pass's scores, weights and their gradients, chunk by chunk (tiled attention)
-    chunk = 4 * _chunk_scores(N, v["model.num_heads"])
+    chunk = 4 * model_lib.chunk_scores(N, v["model.num_heads"])
     step = (at_once * ((4 * B + 2 * E) * floats + chunk) * size
             + 3 * at_once * (B + E) * (N + 1) * 4)
     # the snapshot at step 0 is vmapped over every run at once (training.train), not in groups:
     # one score matrix per sequence and layer where they are held whole (fig4_paper, 245 runs:
     # 1.9 GB peak RSS), else a chunk of them (fig1_paper, 8 layers at N = 512: 0.87 GB)
-    held = v["model.num_layers"] * v["model.num_heads"] * N * N if _scores_held_whole(N) else 0
+    held = (v["model.num_layers"] * v["model.num_heads"] * N * N
+            if model_lib.scores_held_whole(N) else 0)
     first = runs * (E * (held + 4 * N) + chunk) * size
     kept = runs * steps * 4 * 2
     if first > step:

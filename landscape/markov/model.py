@@ -485,6 +485,22 @@ def _in_chunks(fn, *arrays_B):
     return jax.tree.map(lambda t: t.reshape((B,) + t.shape[2:]), out)
 
 
+def scores_held_whole(N: int) -> bool:
+    """Whether attention over N positions forms the whole (N, N) score matrix (up to one tile)
+    or goes through `_tiled_attention`, which keeps each row's log-sum-exp only."""
+    return _tile(N) >= N
+
+
+def chunk_scores(N: int, heads: int) -> int:
+    """Scores alive at once per run in the tiled attention (`_in_chunks`): a chunk of at most
+    _SCORES_IN_CACHE, or one sequence's tile pairs; zero when the scores are held whole."""
+    if scores_held_whole(N):
+        return 0
+    T = _tile(N)
+    K = -(-N // T)
+    return max(_SCORES_IN_CACHE, heads * K * (K + 1) // 2 * T * T)
+
+
 def _tile_pairs(K: int, T: int):
     """Lower-triangular tile pairs P: query tile row_P, key tile col_P, causal mask (P, T, T)
     inside each pair, and one-hot (P, K) maps that sum pairs into query / key tiles."""
