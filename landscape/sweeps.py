@@ -102,10 +102,18 @@ def run(problem: training.Problem, optim, base_hparams: Mapping[str, float], gri
 def run_cell(problem: training.Problem, cell, traced: Sequence[str], grid: Grid, *,
              fields: Mapping[str, Any], workdir=None, progress=print) -> training.RunResult:
     """`run` for one structural cell of an experiment config: the traced fields' values in `cell`
-    are the base hyperparameters, and `cell.optim` / `cell.train` (dtype, num_steps, log_every,
-    on_nonfinite) set the run; metrics rows are tagged with the cell's `fields`."""
+    are the base hyperparameters, and `cell.optim` / `cell.train` (dtype and `train_options`)
+    set the run; metrics rows are tagged with the cell's `fields`."""
     base = {k: config_lib.get(cell, k) for k in traced}
     return run(problem, cell.optim, base, grid, dtype=np.dtype(cell.train.dtype),
-               num_steps=cell.train.num_steps, log_every=cell.train.log_every,
-               on_nonfinite=cell.train.on_nonfinite, progress=progress, workdir=workdir,
-               record_tags=dict(fields))
+               progress=progress, workdir=workdir, record_tags=dict(fields),
+               **train_options(cell))
+
+
+def train_options(cfg) -> dict[str, Any]:
+    """`training.train`'s run options from a config's `train` group: num_steps, log_every,
+    chunk_steps (0 or absent: about ten chunks), on_nonfinite, metrics_at and ema_decay."""
+    t = cfg.train
+    return dict(num_steps=t.num_steps, log_every=t.log_every,
+                chunk_steps=t.get("chunk_steps", 0) or None, on_nonfinite=t.on_nonfinite,
+                metrics_at=t.metrics_at, ema_decay=t.ema_decay)

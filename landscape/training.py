@@ -37,6 +37,8 @@ HParams = dict[str, jax.Array]
 
 OPTIMIZERS = ("sgd", "adam", "adamw")
 SCHEDULES = ("constant", "warmup_cosine", "onecycle")
+METRICS_AT = ("current", "ema", "both")
+CURRENT_PREFIX = "current_"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,6 +130,19 @@ def default_optim_config() -> ml_collections.ConfigDict:
     ))
 
 
+def default_averaging() -> dict[str, Any]:
+    """The `train` group's fields for where snapshots are measured (`train`'s metrics_at):
+    every package's config has them."""
+    return dict(metrics_at="current",   # current | ema | both (snapshots at a parameter EMA)
+                ema_decay=0.999)        # the EMA's decay (optax.ema, debiased)
+
+
+def validate_averaging(cfg: ml_collections.ConfigDict) -> None:
+    config_lib.require_choice(cfg, "train.metrics_at", METRICS_AT)
+    config_lib.require_number(cfg, "train.ema_decay", low=0, high=1, low_open=True,
+                              high_open=True)
+
+
 def validate_optim(cfg: ml_collections.ConfigDict, prefix: str = "optim") -> None:
     o = cfg[prefix]
     config_lib.require_choice(cfg, f"{prefix}.name", OPTIMIZERS)
@@ -203,6 +218,15 @@ class TrainState(NamedTuple):
     params: Params
     opt_state: optax.OptState
     key: jax.Array
+    average: optax.EmaState | None = None   # the parameters' EMA (metrics_at "ema" / "both")
+
+
+def averaged_params(state: TrainState, decay: float) -> Params:
+    """The debiased EMA of the parameters after `count` updates (optax.ema's output,
+    m_t / (1 - decay^t)); the parameters themselves before the first update (t = 0)."""
+    debiased = optax.tree.bias_correction(state.average.ema, decay, state.average.count)
+    return jax.tree.map(lambda m, p: jnp.where(state.average.count > 0, m, p).astype(p.dtype),
+                        debiased, state.params)
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -261,7 +285,8 @@ def train(problem: Problem, optim: ml_collections.ConfigDict, hparams: dict[str,
           sharding: jax.sharding.Sharding | None = None,
           batch_over: list | None = None, on_nonfinite: str = "stop",
           progress: Callable[[str], None] | None = print, workdir=None,
-          record_tags: dict[str, Any] | None = None, hparam_dtype=None) -> RunResult:
+          record_tags: dict[str, Any] | None = None, hparam_dtype=None,
+          metrics_at: str = "current", ema_decay: float = 0.999) -> RunResult:
     """Train R runs at once (R = len(seeds)); hparams maps names to arrays of shape (R,).
 
     The run's key is `jax.random.key(seed)`, split into an init key and a data key, so runs with the
@@ -276,6 +301,14 @@ def train(problem: Problem, optim: ml_collections.ConfigDict, hparams: dict[str,
     `hparam_dtype` is the dtype the hyperparameters are traced in; the result and the records
     keep the numbers as given (0.35 stays 0.35, not float32's 0.3499999940395355).
 
+    `metrics_at` says which parameters the snapshots (and so a package's analyses, claims and
+    figures) are measured at: "current" (the trained parameters), "ema" (a debiased
+    `optax.ema(ema_decay)` of them, updated after every step inside the compiled step, as the
+    n-gram authors' `ema_metrics` measured Fig. 6), or "both" ("ema" under the snapshot's own
+    names, and the current parameters' snapshot beside it under names prefixed "current_").
+    Training itself never reads the average; the losses and metrics are the minibatch's at the
+    current parameters.
+
     With a `workdir`, the program checkpoints its state (`workdir.next_checkpoint()`) every
     `workdir.checkpoint_seconds` at a chunk boundary, when it finishes and when it is stopped
     (`request_stop`, which raises `Interrupted` at the next boundary). A checkpoint already
@@ -286,6 +319,10 @@ def train(problem: Problem, optim: ml_collections.ConfigDict, hparams: dict[str,
         raise ValueError(f"num_steps = {num_steps} must be a multiple of log_every = {log_every}.")
     if on_nonfinite not in ("stop", "mark"):
         raise ValueError(f"on_nonfinite = {on_nonfinite!r}: must be 'stop' or 'mark'.")
+    if metrics_at not in METRICS_AT:
+        raise ValueError(f"metrics_at = {metrics_at!r}: must be one of {METRICS_AT}.")
+    if not 0 < ema_decay < 1:
+        raise ValueError(f"ema_decay = {ema_decay!r}: must be in (0, 1).")
     snaps_per_chunk = _snapshots_per_chunk(num_steps // log_every, log_every, chunk_steps)
     chunk_len = snaps_per_chunk * log_every
     seeds = np.asarray(seeds, np.int64)
@@ -313,11 +350,22 @@ def train(problem: Problem, optim: ml_collections.ConfigDict, hparams: dict[str,
 
     opt = direction(optim, problem.weight_decay_mask)
     lr_multiplier = schedule(optim, num_steps)
+    average = optax.ema(ema_decay) if metrics_at != "current" else None
 
     def init_one(seed, hp):
         init_key, data_key = jax.random.split(jax.random.key(seed))
         params = problem.init(init_key, hp)
-        return TrainState(params, opt.init(params), data_key)
+        return TrainState(params, opt.init(params), data_key,
+                          average.init(params) if average else None)
+
+    def snapshot_one(state, hp):
+        if average is None:
+            return problem.snapshot(state.params, hp)
+        out = problem.snapshot(averaged_params(state, ema_decay), hp)
+        if metrics_at == "both":
+            current = problem.snapshot(state.params, hp)
+            out.update({CURRENT_PREFIX + k: v for k, v in current.items()})
+        return out
 
     def step_one(state, step, hp):
         key, batch_key = jax.random.split(state.key)
@@ -335,13 +383,15 @@ def train(problem: Problem, optim: ml_collections.ConfigDict, hparams: dict[str,
         updates = jax.tree.map(
                 lambda lr, group: jax.tree.map(lambda u: (scale * lr * u).astype(u.dtype), group),
                 problem.learning_rates(hp), updates)
-        return TrainState(optax.apply_updates(state.params, updates), opt_state, key), (loss, metrics)
+        params = optax.apply_updates(state.params, updates)
+        averaged = average.update(params, state.average)[1] if average else None
+        return TrainState(params, opt_state, key, averaged), (loss, metrics)
 
     def chunk_one(state, first_step, hp):
         def between_snapshots(state, start):
             state, (loss, metrics) = jax.lax.scan(
                     lambda s, t: step_one(s, t, hp), state, start + jnp.arange(log_every))
-            return state, (loss, metrics, problem.snapshot(state.params, hp))
+            return state, (loss, metrics, snapshot_one(state, hp))
         starts = first_step + log_every * jnp.arange(snaps_per_chunk)
         state, (loss, metrics, snaps) = jax.lax.scan(between_snapshots, state, starts)
         flat = lambda x: x.reshape((chunk_len,) + x.shape[2:])
@@ -352,7 +402,7 @@ def train(problem: Problem, optim: ml_collections.ConfigDict, hparams: dict[str,
     pinned = {} if sharding is None else dict(out_shardings=sharding)
     t_start = time.perf_counter()
     state = jax.jit(jax.vmap(init_one), **pinned)(seeds_dev, hparams)
-    first_snapshot = jax.jit(jax.vmap(problem.snapshot), **pinned)(state.params, hparams)
+    first_snapshot = jax.jit(jax.vmap(snapshot_one), **pinned)(state, hparams)
     if sharding is not None:
         pinned["in_shardings"] = (sharding, None, sharding)
     chunk = jax.jit(_per_device(_grouped(jax.vmap(chunk_one, in_axes=(0, None, 0)),

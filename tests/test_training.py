@@ -201,3 +201,75 @@ def test_log_grad_norm_records_the_minibatch_gradient_norm():
     w = jnp.concatenate([ref_params["u"], ref_params["v"]])
     expected = float(jnp.linalg.norm(A.T @ (A @ w - b)))
     np.testing.assert_allclose(result.metrics["grad_norm"][0, 2], expected, rtol=1e-10)
+
+
+def _numpy_ema(trajectory, decay):
+    """Debiased EMA of a parameter trajectory (rows: the parameters after steps 1, 2, ...),
+    written out: m_t = decay m_{t-1} + (1 - decay) p_t, m_0 = 0, reported as m_t / (1 - decay^t)."""
+    m, out = np.zeros_like(trajectory[0]), []
+    for t, p in enumerate(trajectory, start=1):
+        m = decay * m + (1 - decay) * p
+        out.append(m / (1 - decay ** t))
+    return np.asarray(out)
+
+
+def test_snapshots_at_averaged_parameters_equal_an_ema_computed_outside():
+    """metrics_at = "both": the current parameters' snapshot (prefixed current_) is the trajectory;
+    the snapshot under the plain names is at the debiased EMA of it, taken inside the compiled
+    step. At step 0 (no update yet) both are the initial parameters."""
+    problem, _ = quadratic_problem()
+    hp = {"lr": [0.05, 0.02], "ratio": [1.0, 3.0]}
+    decay = 0.9
+    both = training.train(problem, optim(momentum=0.5), hp, [0, 1], num_steps=12, log_every=1,
+                          chunk_steps=4, progress=None, metrics_at="both", ema_decay=decay)
+    current = training.train(problem, optim(momentum=0.5), hp, [0, 1], num_steps=12,
+                             log_every=1, progress=None)
+    np.testing.assert_array_equal(both.snapshots["current_u"], current.snapshots["u"])
+    np.testing.assert_array_equal(both.losses, current.losses)    # the average never trains
+    for r in range(2):
+        trajectory = current.snapshots["u"][r]                        # (13, 3): steps 0..12
+        expected = _numpy_ema(trajectory[1:], decay)
+        np.testing.assert_allclose(both.snapshots["u"][r, 1:], expected, rtol=1e-12)
+        np.testing.assert_array_equal(both.snapshots["u"][r, 0], trajectory[0])
+        np.testing.assert_allclose(both.snapshots["u0"][r, 1:], expected[:, 0], rtol=1e-12)
+    # the average lags the trajectory (a real average, not a copy)
+    assert np.abs(both.snapshots["u"] - current.snapshots["u"])[:, 2:].min() > 0
+    ema_only = training.train(problem, optim(momentum=0.5), hp, [0, 1], num_steps=12,
+                              log_every=3, progress=None, metrics_at="ema", ema_decay=decay)
+    assert set(ema_only.snapshots) == {"u", "u0"}
+    np.testing.assert_allclose(ema_only.snapshots["u"], both.snapshots["u"][:, ::3], rtol=1e-12)
+
+
+def test_averaged_snapshots_resume_bit_identical(tmp_path):
+    """The EMA is part of the checkpointed state: a run stopped after a chunk and resumed gives
+    the uninterrupted run's snapshots."""
+    problem, _ = quadratic_problem()
+    hp = {"lr": [0.05], "ratio": [1.0]}
+    kw = dict(num_steps=12, log_every=2, chunk_steps=4, metrics_at="both", ema_decay=0.8)
+    reference = training.train(problem, optim(), hp, [3], progress=None, **kw)
+    workdir = records.Workdir(tmp_path / "run", checkpoint_seconds=0)
+
+    def stop_after_first_chunk(line):
+        if line.startswith("step"):
+            training.request_stop()
+
+    try:
+        with pytest.raises(training.Interrupted):
+            training.train(problem, optim(), hp, [3], progress=stop_after_first_chunk,
+                           workdir=workdir, **kw)
+    finally:
+        training.clear_stop()
+    resumed = training.train(problem, optim(), hp, [3], progress=None,
+                             workdir=records.Workdir.open(tmp_path / "run", resume=True,
+                                                          checkpoint_seconds=0), **kw)
+    for name in reference.snapshots:
+        np.testing.assert_array_equal(resumed.snapshots[name], reference.snapshots[name], name)
+
+
+def test_metrics_at_and_ema_decay_are_checked():
+    problem, _ = quadratic_problem()
+    for kw, match in ((dict(metrics_at="average"), "metrics_at"), (dict(ema_decay=1.0),
+                                                                   "ema_decay")):
+        with pytest.raises(ValueError, match=match):
+            training.train(problem, optim(), {"lr": [0.1], "ratio": [1.0]}, [0], num_steps=2,
+                           log_every=1, progress=None, **kw)

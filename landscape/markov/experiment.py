@@ -49,7 +49,8 @@ def default_config() -> ml_collections.ConfigDict:
     c.optim.lr = 1e-3
     c.train = dict(batch_size=16, num_steps=1000, log_every=50, warmup_fraction=0.02,
                    targets="hard",        # hard: sampled next tokens (as trained); soft: P[x_n]
-                   eval_sequences=64, dtype="float32", on_nonfinite="stop")
+                   eval_sequences=64, dtype="float32", on_nonfinite="stop",
+                   **training.default_averaging())
     c.sweep = ml_collections.ConfigDict()
     c.sweep_zip = False                   # pair the traced axes instead of their product
     c.variants = []
@@ -128,6 +129,7 @@ def _validate_cell(cfg) -> None:
     r(cfg, "train.eval_sequences", low=1, integer=True)
     choice(cfg, "train.targets", ("hard", "soft"))
     config_lib.require_nonfinite_policy(cfg)
+    training.validate_averaging(cfg)
     S = cfg.chain.num_states
     if cfg.claims in ("fig3", "appendix_d", "trap"):
         config_lib.require(S == 2, "chain.num_states", S,

@@ -53,7 +53,7 @@ def default_config() -> ml_collections.ConfigDict:
     c.optim.lr = 0.01
     c.train = dict(batch_size=128, num_steps=8192, log_every=64, test_sequences=4096,
                    test_seed=2 ** 20, floor=1e-8, dtype="float32", on_nonfinite="stop",
-                   attention_maps=True)
+                   attention_maps=True, **training.default_averaging())
     c.lines = dict(num_sequences=16384, seed=2 ** 21)
     c.stationarity = dict(ks=[1, 2, 3], cs=[2.0, 4.0, 8.0, 16.0], seq_lens=[32, 64, 128, 256, 512],
                           num_states=3, order_n=3, alpha=1.0, num_sequences=16384, log_c0=4.0,
@@ -172,6 +172,7 @@ def _validate_cell(cfg) -> None:
     r(cfg, "train.test_seed", low=0, high=2 ** 31 - 1, integer=True)
     r(cfg, "train.floor", low=0, high=1, high_open=True)
     config_lib.require_nonfinite_policy(cfg)
+    training.validate_averaging(cfg)
 
 
 def needs_x64(cfg) -> bool:

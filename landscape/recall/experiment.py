@@ -63,7 +63,7 @@ def default_config() -> ml_collections.ConfigDict:
     c.optim.lr = 1.0
     c.train = dict(batch_size=64, num_steps=3000, log_every=10, chunk_steps=0,
                    sampler="collisions",  # collisions | tokens | population (full-batch GD)
-                   dtype="float64", on_nonfinite="stop")
+                   dtype="float64", on_nonfinite="stop", **training.default_averaging())
     c.sweep = ml_collections.ConfigDict()
     c.variants = []
     c.claims = "none"
@@ -147,7 +147,11 @@ def _validate_cell(cfg) -> None:
     config_lib.require_chunking(cfg)
     choice(cfg, "train.sampler", ("collisions", "tokens", "population"))
     config_lib.require_nonfinite_policy(cfg)
+    training.validate_averaging(cfg)
     if cfg.experiment == "flow":
+        config_lib.require(cfg.train.metrics_at == "current", "train.metrics_at",
+                           cfg.train.metrics_at, "'current' for experiment = 'flow' (gradient "
+                           "flow's trajectory has no stochastic parameters to average)")
         config_lib.require(flow.has_closed_form(model) and cfg.model.loss == "dp",
                            "experiment", "flow", "'sgd' unless the model is the simplified one "
                            "(window, exact_query, response_only, qk='beta') with the DP loss: "
@@ -366,10 +370,8 @@ def run_sgd(cfg, fields, workdir, progress=print) -> dict[str, Any]:
     grid = sweeps.Grid.make(config_lib.traced_axes(cfg, SGD_TRACED),
                             np.arange(cfg.seed, cfg.seed + cfg.num_seeds))
     result = sweeps.run(problem, cfg.optim, {"optim.lr": cfg.optim.lr, "init.eps": cfg.init.eps},
-                        grid, dtype=np.dtype(cfg.train.dtype), num_steps=cfg.train.num_steps,
-                        log_every=cfg.train.log_every, chunk_steps=cfg.train.chunk_steps or None,
-                        on_nonfinite=cfg.train.on_nonfinite, progress=progress, workdir=workdir,
-                        record_tags=dict(fields))
+                        grid, dtype=np.dtype(cfg.train.dtype), progress=progress,
+                        workdir=workdir, record_tags=dict(fields), **sweeps.train_options(cfg))
     arrays = {"losses": result.losses, "seeds": result.seeds,
               "snapshot_steps": result.snapshot_steps,
               **{k.replace(".", "_"): v for k, v in result.hparams.items()},

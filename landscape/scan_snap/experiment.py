@@ -45,7 +45,7 @@ def default_config() -> ml_collections.ConfigDict:
     c.optim.lr_z = 1.0                  # eta_Z
     c.optim.lr_y_over_lr_z = 1.0        # eta_Y / eta_Z
     c.train = dict(batch_size=128, num_steps=100, dtype="float32", log_every=2, chunk_steps=0,
-                   on_nonfinite="stop")
+                   on_nonfinite="stop", **training.default_averaging())
     c.eval = dict(
         snapshot_attention=True,        # keep c_n (K x M) every log_every steps (arrays.npz)
         plot_steps=[0, 2, 4, 6, 8, 10, -1],   # -1 = final
@@ -118,6 +118,7 @@ def _validate_cell(cfg) -> None:
     config_lib.require_chunking(cfg)
     config_lib.require_choice(cfg, "train.dtype", ("float32", "float64"))
     config_lib.require_nonfinite_policy(cfg)
+    training.validate_averaging(cfg)
     e, n = cfg.eval, cfg.train.num_steps
     steps = list(e.plot_steps)
     config_lib.require(all(s == -1 or 0 <= s <= n for s in steps), "eval.plot_steps", steps,
@@ -242,10 +243,8 @@ def train_group(cfg, fields: dict[str, Any], workdir=None, progress=print):
     base = {k: config_lib.get(cfg, k) for k in TRACED}
     result = sweeps.run(
         make_problem(cell_cfg, task), cell_cfg.optim, base, grid,
-        dtype=np.dtype(cfg.train.dtype), num_steps=cfg.train.num_steps,
-        log_every=cfg.train.log_every, chunk_steps=cfg.train.chunk_steps or None,
-        on_nonfinite=cfg.train.on_nonfinite, progress=progress, workdir=workdir,
-        record_tags=fields)
+        dtype=np.dtype(cfg.train.dtype), progress=progress, workdir=workdir,
+        record_tags=fields, **sweeps.train_options(cfg))
     return task, grid, result
 
 
