@@ -7,14 +7,23 @@
 Each figure has a CPU-sized variant and, where it differs, a `_paper` one with the paper's
 settings (notes §5 and the settings the notes recover by matching the figures' lines):
   fig3 / fig3_paper   simplified transformer, S=5, n=3, T=32, alpha=.5, 2 heads, Adam 1e-2,
-                      2^14 steps as the paper; 4096 / 2^16 test sequences
+                      2^14 steps as the paper; 4096 / 2^16 test sequences. fig3_paper trains
+                      two programs: the authors' Fig. 3 model (layer-2 query/key width S = 5,
+                      before their commit 767e22c) beside the corrected width (m+1) S = 15,
+                      and checks the paper's absolute values (1.6355 / 1.6068, notes §5, §8)
   fig5 / fig5_paper   fig3 for seeds 1..5 as one vmapped program (order of head formation)
   fig4 / fig4_paper   attention-only transformer, S=3, n=3, T=32, alpha=1, one-hot vs learned
                       embeddings (two programs), AdamW 5e-3 wd 1e-4, 2048 / 4096 steps
-  fig1 / fig1_paper   simplified, S=3, n=4, T=128, alpha=.5, 3 heads (the 4-gram staircase)
-  fig6 / fig6_paper   simplified, S=5, n=3, T=128, alpha=.5: gradient norm along training
-  fig7 / fig7_paper   transformer with MLPs, S=5, n=3, T=64, alpha=1: gradient norm, a single
-                      (unigram) plateau; 4096 / 12288 steps
+  fig1 / fig1_paper   simplified, S=3, n=4, T=256, alpha=.3, 3 heads (the 4-gram staircase of the
+                      authors' newer Fig. 1, `working` branch: lines 0.995 / 0.907 / 0.767 / 0.535)
+  fig1_t128 / _paper  the same at T=128, alpha=.5 (the arXiv Fig. 1's lines, 1.057 / 1.014 / ...)
+  fig6 / fig6_paper   simplified, S=5, n=3, T=128, alpha=.5: gradient norm along training, the
+                      authors' `working` recipe (V1 = I, AdamW b1 = 0, wd 1e-4, lr 1e-2
+                      constant), measured at the parameter EMA (0.999) and at the current
+                      parameters (notes §8); 8192 / 16384 steps
+  fig7 / fig7_paper   transformer with MLPs, S=5, n=3, T=64, alpha=1, one-hot, AdamW 1e-3 (at
+                      5e-3 it never escapes, notes §8): gradient norm, a single (unigram)
+                      plateau?; 8192 / 12288 steps
   stationarity        ||grad L(theta_*^k(c))|| against T and c (S=3, n=3, alpha=1), the loss at
                       theta_*^k against the k-gram estimators (notes §4.7 C7, C8)
   smoke               fig3 for 1536 steps with 2048 test sequences (the CI check of notes §7)
@@ -22,7 +31,8 @@ settings (notes §5 and the settings the notes recover by matching the figures' 
 
 from landscape.ngrams.experiment import default_config
 
-FIGURES = ("fig1", "fig3", "fig4", "fig5", "fig6", "fig7")
+FIGURES = ("fig1", "fig1_t128", "fig3", "fig4", "fig5", "fig6", "fig7")
+FIG3_PAPER_LEVELS = dict(paper_plateau=1.6355, paper_final=1.6068)   # authors' notebook, notes §5
 VARIANTS = FIGURES + tuple(f + "_paper" for f in FIGURES) + ("stationarity", "smoke")
 
 
@@ -37,6 +47,10 @@ def get_config(variant: str = "fig3"):
         c.train.num_steps = 16384
         if paper:
             c.train.update(test_sequences=2 ** 16, log_every=128)
+        if variant == "fig3_paper":     # head_dim 0: the corrected (m+1) S
+            c.variants = [{"model": {"head_dim": 5}}, {"model": {"head_dim": 0}}]
+            c.analysis.update(FIG3_PAPER_LEVELS)
+            c.claims = "staircase,heads,paper_levels"
         if figure == "fig5":
             c.seed, c.num_seeds = 1, 5
             c.claims = "staircase,heads"
@@ -55,23 +69,27 @@ def get_config(variant: str = "fig3"):
         # the whole staircase takes ~900 steps (the paper's x-range): shorter flatness windows
         c.analysis.update(flat_window=64, min_plateau=96, flat_tol=0.008)
         c.claims = "staircase,heads"
-    elif figure == "fig1":
-        c.task.update(num_states=3, order_n=4, seq_len=128, alpha=0.5)
+    elif figure in ("fig1", "fig1_t128"):
+        c.task.update(num_states=3, order_n=4, seq_len=256 if figure == "fig1" else 128,
+                      alpha=0.3 if figure == "fig1" else 0.5)
         c.model.update(num_heads=3)
         c.train.update(num_steps=8192, log_every=64, test_sequences=2048 if not paper else 2 ** 14)
         c.claims = "staircase,heads"
     elif figure == "fig6":
         c.task.update(seq_len=128)
-        c.seed, c.num_seeds = 1, 4         # escape times vary (1.8k-8k+ steps): four seeds
+        c.seed, c.num_seeds = 1, 4         # escape times vary over seeds: four
+        c.model.learn_value = False        # the authors' `working` recipe (notes §8)
+        c.optim.update(name="adamw", b1=0.0, weight_decay=1e-4)
+        c.optim.lr = 1e-2
         c.train.update(num_steps=16384 if paper else 8192, log_every=64,
-                       test_sequences=4096 if not paper else 2 ** 14)
+                       test_sequences=4096 if not paper else 2 ** 14, metrics_at="both")
         c.claims = "staircase,grad_norm"
     elif figure == "fig7":
         c.task.update(num_states=5, seq_len=64, alpha=1.0)
         c.model.update(kind="transformer", mlp=True)
         c.optim.update(name="adamw", weight_decay=1e-4)
-        c.optim.lr = 5e-3
-        c.train.update(num_steps=12288 if paper else 4096, log_every=64, test_sequences=2048,
+        c.optim.lr = 1e-3                  # 5e-3 never leaves the unigram plateau (notes §8)
+        c.train.update(num_steps=12288 if paper else 8192, log_every=64, test_sequences=2048,
                        attention_maps=False)
         c.claims = "single_plateau,grad_norm"
     elif figure == "stationarity":

@@ -59,6 +59,18 @@ def sanity(statement: str, measured: Any, expected: Any, passed, source: str = "
     return claim(statement, measured, expected, passed, source, kind="sanity")
 
 
+def evaluated(name: str, evaluate) -> list[Claim]:
+    """The claims `evaluate()` returns; if it raises (data its claims were not written for, e.g. a
+    collapsed run), one claim saying that claim set could not be evaluated and why (NOT
+    reproduced), so the run's other claims, figures and summary are still written."""
+    try:
+        return list(evaluate())
+    except Exception as error:                      # noqa: BLE001 -- reported as the verdict
+        return [claim(f"{name}: could not be evaluated on this run",
+                      f"{type(error).__name__}: {error}", "a run its claims can be evaluated on",
+                      False)]
+
+
 RECORD_FILES = ("config.json", "metrics.jsonl", "arrays.npz", "summary.json")
 
 

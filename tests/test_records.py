@@ -30,3 +30,13 @@ def test_workdir_files(tmp_path):
 def test_new_workdirs_do_not_collide(tmp_path):
     a, b = records.Workdir.new("x", root=tmp_path), records.Workdir.new("x", root=tmp_path)
     assert a.path != b.path and (a.path / "figures").is_dir()
+
+
+def test_a_claim_set_that_raises_is_reported_not_raised():
+    def broken():
+        return [records.claim("fine", 1, 1, True)] + [1 / 0]
+
+    claim, = records.evaluated("grad_norm", broken)
+    assert not claim.passed and "could not be evaluated" in claim.claim
+    assert claim.measured.startswith("ZeroDivisionError")
+    assert records.evaluated("ok", lambda: [records.claim("fine", 1, 1, True)])[0].passed

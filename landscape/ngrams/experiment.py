@@ -6,11 +6,14 @@ experiment = "train": a model of `model.py` on fresh per-sequence n-gram tasks (
   vs learned embeddings, ...) compile one program each. Every `log_every` steps a snapshot holds
   the loss on a fixed test set, the first-layer attention maps, each head's mean attention on
   offsets -1, -2, -3 and parameter norms; every step logs the minibatch gradient norm.
+  train.metrics_at = "ema" measures the snapshots at a debiased EMA of the parameters (the
+  authors' `ema_metrics`, Fig. 6), "both" at the EMA and at the current parameters: the analysis
+  and claims use the EMA, the gradient-spike claim is checked at both (notes §8).
 experiment = "stationarity": Theorem 4.2's study at the constructions theta_*^k(c) (notes C7, C8).
 
-The dashed lines are in-context estimator losses on a large Monte-Carlo set: add-alpha k-gram
-estimators (the authors' lines, with the code's far-end lags, and contiguous ones), the same with
-the best add-beta smoothing, and the Bayes n-gram predictor (notes §4.1).
+This module holds the config schema, the training problem and the run; `claims.py` the
+estimator lines, the plateau analysis and the claims; `figures.py` the figures. Arrays are saved
+before any analysis, and a claim set that cannot be evaluated on a run says so in its verdict.
 """
 
 from __future__ import annotations
@@ -26,14 +29,13 @@ import optax
 
 from landscape import config as config_lib
 from landscape.config import format_bytes
-from landscape import params_table, plotting, precision, records, sweeps, training
-from landscape.ngrams import estimators, task
+from landscape import params_table, precision, records, sweeps, training
+from landscape.ngrams import claims as claims_lib
+from landscape.ngrams import estimators, figures, task
 from landscape.ngrams import model as model_lib
 
 TRACED = ("optim.lr",)
-CLAIM_SETS = ("staircase", "heads", "grad_norm", "single_plateau")
-OFFSETS = (1, 2, 3)
-BETA_GRID = (0.0,) + tuple(float(b) for b in np.logspace(-3, 2, 21))
+CLAIM_SETS = tuple(claims_lib.CLAIMS)
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -59,7 +61,8 @@ def default_config() -> ml_collections.ConfigDict:
                           num_states=3, order_n=3, alpha=1.0, num_sequences=16384, log_c0=4.0,
                           seed=0)
     c.analysis = dict(flat_window=256, flat_tol=0.01, min_plateau=384, line_tol=0.02,
-                      head_threshold=0.4, spike_ratio=3.0)
+                      head_threshold=0.4, spike_ratio=3.0,
+                      paper_plateau=0.0, paper_final=0.0)  # claims "paper_levels": a figure's values
     c.figure = dict(highlight_steps=[])    # [] picks: start, mid-plateau, end
     c.sweep = ml_collections.ConfigDict()
     c.variants = []
@@ -117,6 +120,11 @@ def _validate_run(cfg) -> None:
     r(cfg, "analysis.line_tol", low=0, low_open=True)
     r(cfg, "analysis.head_threshold", low=0, high=1, low_open=True, high_open=True)
     r(cfg, "analysis.spike_ratio", low=1)
+    for field in ("analysis.paper_plateau", "analysis.paper_final"):
+        r(cfg, field, low=0)
+        config_lib.require("paper_levels" not in names or config_lib.get(cfg, field) > 0, field,
+                           config_lib.get(cfg, field), "a loss > 0 when claims include "
+                           "'paper_levels' (the paper's value to compare with)")
     config_lib.require_numbers(cfg, "figure.highlight_steps", low=0, high=n, integer=True,
                                nonempty=False)
 
@@ -274,7 +282,8 @@ def _cell_bytes(v: dict) -> tuple[float, str]:
     chunk = int(max(1, min(max(1, E // 2), _SNAPSHOT_CHUNK_BYTES // per_sequence)))
     maps = 256 * h * T * T * size * 3 if v["model.kind"] != "simplified" else 0
     snapshots = v["train.num_steps"] // v["train.log_every"] + 1
-    kept = runs * (snapshots * h * T * T * 4 * bool(v["train.attention_maps"])
+    measures = 2 if v["train.metrics_at"] == "both" else 1       # snapshots at EMA and current
+    kept = runs * (measures * snapshots * h * T * T * 4 * bool(v["train.attention_maps"])
                    + 2 * v["train.num_steps"] * 4)
     held = E * (T * 4 + S * size) + kept
     terms = [
@@ -351,10 +360,10 @@ def make_problem(cfg) -> training.Problem:
         out = {"test_loss": (loss_a + loss_b) / 2,
                "test_grad_norm": jnp.sign(dot) * jnp.sqrt(jnp.abs(dot))}
         att = model_lib.layer1_attention(params, model, map_x)
-        offsets = model_lib.head_offset_attention(att, OFFSETS)          # (heads, offsets)
+        offsets = model_lib.head_offset_attention(att, claims_lib.OFFSETS)  # (heads, offsets)
         out["head_offsets"] = offsets
         for h in range(offsets.shape[0]):
-            for j, o in enumerate(OFFSETS):
+            for j, o in enumerate(claims_lib.OFFSETS):
                 out[f"head{h + 1}_lag{o}"] = offsets[h, j]
         if cfg.train.attention_maps:
             out["attention"] = att if att.ndim == 3 else att[0]           # first test sequence
@@ -410,257 +419,6 @@ def train_group(cfg, fields, workdir=None, progress=print) -> dict[str, Any]:
     return dict(fields=fields, cfg=cell, grid=grid, result=result)
 
 
-# ----------------------------------------------------------------------------- estimator lines
-
-
-class Lines:
-    """Estimator losses on `lines.num_sequences` fresh sequences (notes §4.1 table).
-
-    `base` holds the figures' lines: "uniform" (log S); per k < n "k-gram +alpha" (add-alpha,
-    lags 1..k-1, keys with a full n-1 history: the authors' counting, notes §4.1 [code]),
-    "k-gram +alpha (far lags)" (the authors' dashed lines, lags n-k+1..n-1) and "k-gram opt"
-    (Def. 2.1's counts with the best add-beta over BETA_GRID); "bayes" (the Bayes n-gram
-    predictor) and "n-gram opt". `for_lags(lags)` gives the +alpha and opt losses of the estimator
-    that reads any set of past offsets (App. F.2's N-history), e.g. the offsets a model's heads
-    attend to.
-    """
-
-    def __init__(self, cfg):
-        t = cfg.task
-        self.num_states, self.order_n, self.alpha = t.num_states, t.order_n, t.alpha
-        self.floor = cfg.train.floor
-        self.x, y, _ = task.sample(jax.random.key(cfg.lines.seed), t.num_states, t.order_n,
-                                   t.seq_len, t.alpha, cfg.lines.num_sequences, t.init)
-        self.y = y.astype(jnp.float32)
-        self._cache = {}
-        S, n = self.num_states, self.order_n
-        self.base = {"uniform": math.log(S)}
-        for k in range(1, n + 1):
-            name, lags = f"{k}-gram", tuple(range(1, k))
-            if k == n:
-                self.base["bayes"] = self.for_lags(lags)["+alpha"]
-            else:
-                self.base[f"{name} +alpha"] = self.for_lags(lags)["+alpha"]
-                if k > 1:
-                    self.base[f"{name} +alpha (far lags)"] = self.for_lags(
-                        tuple(range(n - k + 1, n)))["+alpha"]
-            self.base[f"{name} opt"] = self.for_lags(lags)["opt"]
-
-    def _loss(self, probs) -> float:
-        return float(jnp.mean(estimators.cross_entropy(probs, self.y, self.floor)))
-
-    def for_lags(self, lags) -> dict[str, float]:
-        """{"+alpha", "opt"} losses of the estimator reading the offsets `lags` (() = unigram)."""
-        lags = tuple(sorted(lags))
-        if lags not in self._cache:
-            S, n = self.num_states, self.order_n
-            k = len(lags) + 1
-            smoothed = estimators.smoothed_estimate(
-                self.x, S, k, self.alpha, lags=lags or None, min_position=n if lags else None)
-            counts, matches = estimators.kgram_counts(self.x, S, k, lags=lags or None)
-            best = min(self._loss(estimators._normalise(counts, matches, beta, S))
-                       for beta in BETA_GRID)
-            self._cache[lags] = {"+alpha": self._loss(smoothed), "opt": best}
-        return self._cache[lags]
-
-
-# ----------------------------------------------------------------------------- analysis
-
-
-def plateaus(steps: np.ndarray, loss: np.ndarray, window: int, tol: float,
-             min_length: int) -> list[dict[str, float]]:
-    """Maximal stretches where the test loss moves less than `tol` within +-window/2 steps, of
-    at least `min_length` steps: [{"start", "end", "level"}] (level = median loss)."""
-    half = max(1, int(round(window / 2 / (steps[1] - steps[0]))))
-    flat = np.array([np.ptp(loss[max(0, j - half):j + half + 1]) < tol for j in range(len(loss))])
-    out, j = [], 0
-    while j < len(flat):
-        if not flat[j]:
-            j += 1
-            continue
-        end = j
-        while end + 1 < len(flat) and flat[end + 1]:
-            end += 1
-        if steps[end] - steps[j] >= min_length:
-            out.append(dict(start=int(steps[j]), end=int(steps[end]),
-                            level=float(np.median(loss[j:end + 1]))))
-        j = end + 1
-    return out
-
-
-def _stage(plateau, steps, offsets_SHL, threshold, lines: Lines) -> dict[str, Any]:
-    """What the heads implement at the end of a plateau, and the matching estimator's losses.
-
-    The history read is the set of offsets -l some head attends to with weight > threshold (at
-    the plateau's last snapshot, where its heads are most formed); the plateau is compared with
-    the +alpha and best-smoothed estimators of exactly that history.
-    """
-    j = int(np.flatnonzero(steps == plateau["end"])[0])
-    lags = tuple(int(lag) for i, lag in enumerate(OFFSETS[:offsets_SHL.shape[-1]])
-                 if lag < lines.order_n and offsets_SHL[j, :, i].max() > threshold)
-    refs = lines.for_lags(lags)
-    name, value = min(refs.items(), key=lambda kv: abs(plateau["level"] - kv[1]))
-    return dict(lags=list(lags), k=len(lags) + 1, line=name, line_value=round(value, 4),
-                distance=round(abs(plateau["level"] - value), 4),
-                lines={k: round(v, 4) for k, v in refs.items()})
-
-
-def run_analysis(group, lines: Lines) -> list[dict[str, Any]]:
-    """Per run: plateaus with the history their heads read and that estimator's loss, the step
-    each offset's head forms, and the mean minibatch gradient norm per log interval."""
-    cfg, res = group["cfg"], group["result"]
-    a, n = cfg.analysis, cfg.task.order_n
-    steps = res.snapshot_steps
-    rows = []
-    for r in range(res.num_runs):
-        loss = res.snapshots["test_loss"][r]
-        offsets = res.snapshots["head_offsets"][r]                       # (snaps, heads, lags)
-        found = plateaus(steps, loss, a.flat_window, a.flat_tol, a.min_plateau)
-        for p in found:
-            p.update(_stage(p, steps, offsets, a.head_threshold, lines))
-        formed = {}
-        for j, lag in enumerate(OFFSETS[:n - 1]):
-            hit = np.flatnonzero(offsets[:, :, j].max(axis=1) > a.head_threshold)
-            formed[f"lag{lag}"] = int(steps[hit[0]]) if hit.size else None
-        grad = res.metrics["grad_norm"][r].reshape(len(steps) - 1, -1).mean(axis=1)
-        rows.append(dict(seed=int(res.seeds[r]), lr=float(res.hparams["optim.lr"][r]),
-                         final_loss=float(loss[-1]), plateaus=found, head_formed=formed,
-                         grad_norm_per_snapshot=grad))
-    return rows
-
-
-def _jump(steps, loss, after: int) -> int:
-    """Index j (snapshot) of the largest test-loss drop loss[j-1] - loss[j] after step `after`."""
-    drops = np.where(steps[1:] > after, loss[:-1] - loss[1:], -np.inf)
-    return int(np.argmax(drops)) + 1
-
-
-# ----------------------------------------------------------------------------- claims
-
-
-def claims_staircase(cfg, group, lines, rows) -> list[records.Claim]:
-    """Figs 1/3/4/6: every sub-n-gram plateau sits at the loss of the k-gram estimator whose
-    history the heads read at its end, and the histories grow along training (notes §7: within
-    ~0.01-0.02 of the lines)."""
-    tol, n, out = cfg.analysis.line_tol, cfg.task.order_n, []
-    for row in rows:
-        sub = [p for p in row["plateaus"] if p["k"] < n]
-        measured = [dict(steps=f"{p['start']}-{p['end']}", level=round(p["level"], 4),
-                         heads_read=[-lag for lag in p["lags"]], nearest=p["line"],
-                         line=p["line_value"], distance=p["distance"]) for p in sub]
-        orders = [p["k"] for p in sub]
-        ok = bool(sub) and all(p["distance"] <= tol for p in sub) and orders == sorted(orders)
-        out.append(records.claim(
-            f"{_label(group)}, seed {row['seed']}: sub-n-gram plateaus sit at the loss of the "
-            "estimator of the history the heads read", measured or "no sub-n-gram plateau found",
-            f"each within {tol} of that estimator's +alpha or best-smoothed loss; k increasing",
-            ok, "Figs 1, 3, 4, 6; notes §7"))
-        final = row["final_loss"]
-        out.append(records.sanity(
-            f"{_label(group)}, seed {row['seed']}: final test loss against the n-gram (Bayes) "
-            "line", dict(final=round(final, 4), bayes=round(lines.base["bayes"], 4),
-                         gap=round(final - lines.base["bayes"], 4)),
-            "at or above the Bayes loss (no predictor beats it), within 0.01",
-            final >= lines.base["bayes"] - 0.01, "notes §4.1"))
-    return out
-
-
-def claims_heads(cfg, group, lines, rows) -> list[records.Claim]:
-    """Figs 3-5: the previous-token (-1) head forms before the (-2) head (notes §5 Fig. 5).
-
-    A seed counts only when both heads formed, the -1 head first: a seed whose -2 head never
-    formed shows no order (e.g. a run stopped after the first transition)."""
-    n = cfg.task.order_n
-    if n < 3:
-        return []
-    first = [r["head_formed"] for r in rows]
-    before = [f["lag1"] is not None and f["lag2"] is not None and f["lag1"] < f["lag2"]
-              for f in first]
-    escaped = sum(f["lag2"] is not None for f in first)
-    need = max(1, math.ceil(0.8 * len(rows)))
-    measured = dict(first_step_per_seed=first, seeds_in_order=int(sum(before)),
-                    seeds_with_a_minus2_head=escaped)
-    if escaped < len(rows):
-        measured["note"] = f"the -2 head never formed in {len(rows) - escaped} of {len(rows)} seeds"
-    return [records.claim(
-        f"{_label(group)}: the (-1) head forms before the (-2) head "
-        f"(attention > {cfg.analysis.head_threshold})", measured,
-        f"both heads form, -1 first, in >= {need} of {len(rows)} seeds", sum(before) >= need,
-        "Figs 3, 5; notes §5")]
-
-
-def claims_grad_norm(cfg, group, lines, rows) -> list[records.Claim]:
-    """Figs 6-7: the gradient norm is small on the plateau before the largest jump and spikes at
-    the jump (paper: ~10x on an EMA of minibatch norms). Measured on the test-set gradient (a
-    population-gradient estimate: sign(<g_A, g_B>) sqrt|<g_A, g_B>| over two halves, unbiased
-    for ||grad L||^2); the minibatch norm, whose noise floor hides the plateau, is reported beside
-    it."""
-    res, steps, out = group["result"], group["result"].snapshot_steps, []
-    n = cfg.task.order_n
-    for r, row in enumerate(rows):
-        loss, test_grad = res.snapshots["test_loss"][r], res.snapshots["test_grad_norm"][r]
-        batch_grad = row["grad_norm_per_snapshot"]
-        before = [p for p in row["plateaus"] if p["k"] < n]
-        label = f"{_label(group)}, seed {row['seed']}: gradient norm small on the plateau, " \
-                "spiking at the jump"
-        if not before:
-            out.append(records.claim(label, "no sub-n-gram plateau found",
-                                     "a plateau, then a jump", False, "Figs 6, 7"))
-            continue
-        plateau = max(before, key=lambda p: p["end"] - p["start"])
-        j = _jump(steps, loss, plateau["end"] - cfg.analysis.flat_window)
-        on = (steps >= plateau["start"]) & (steps <= plateau["end"])
-        near = slice(max(0, j - 4), min(len(steps), j + 5))
-        # the median is robust to the estimate's noise; clip at a tenth of the peak, which keeps
-        # a plateau whose unbiased estimate is ~0 (or negative) from giving an infinite ratio
-        peak = float(test_grad[near].max())
-        level = float(np.max([np.median(test_grad[on]) if on.any() else np.nan, 0.1 * peak]))
-        on_b = on[1:]
-        near_b = slice(max(0, j - 5), min(len(batch_grad), j + 4))
-        batch_ratio = _ratio(batch_grad[near_b].max(), np.median(batch_grad[on_b]))
-        ratio = _ratio(peak, level)
-        out.append(records.claim(label, dict(
-            plateau_steps=f"{plateau['start']}-{plateau['end']}", jump_step=int(steps[j]),
-            test_grad_norm_plateau=round(level, 4), test_grad_norm_peak=round(peak, 4),
-            ratio=round(ratio, 2), minibatch_ratio=round(batch_ratio, 2)),
-            f"peak / plateau >= {cfg.analysis.spike_ratio} (test-set gradient)",
-            ratio >= cfg.analysis.spike_ratio, "Figs 6, 7 (notes §5)"))
-    return out
-
-
-def claims_single_plateau(cfg, group, lines, rows) -> list[records.Claim]:
-    """Fig. 7 (MLP variant): one intermediate plateau only, at the unigram level."""
-    out = []
-    for row in rows:
-        middle = [p for p in row["plateaus"] if p["k"] < cfg.task.order_n]
-        ok = len(middle) == 1 and middle[0]["k"] == 1 and middle[0]["distance"] <= \
-            cfg.analysis.line_tol
-        out.append(records.claim(
-            f"{_label(group)}, seed {row['seed']}: a single intermediate plateau, the unigram",
-            [dict(steps=f"{p['start']}-{p['end']}", level=round(p["level"], 4),
-                  nearest=p["line"], distance=p["distance"]) for p in middle] or "none",
-            f"one plateau within {cfg.analysis.line_tol} of a unigram line", ok, "Fig. 7"))
-    return out
-
-
-def _ratio(a, b) -> float:
-    """a / b as a float: inf for a positive a over 0, NaN for 0/0 or a NaN (a failing ratio)."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return float(np.float64(a) / np.float64(b))
-
-
-CLAIMS = {"staircase": claims_staircase, "heads": claims_heads, "grad_norm": claims_grad_norm,
-          "single_plateau": claims_single_plateau}
-
-
-def _label(group) -> str:
-    cfg = group["cfg"]
-    m = cfg.model
-    kind = m.kind if m.kind == "simplified" else f"{m.kind} ({m.embedding}{', MLP' if m.mlp else ''})"
-    t = cfg.task
-    return f"{kind}, S={t.num_states}, n={t.order_n}, T={t.seq_len}"
-
-
 # ----------------------------------------------------------------------------- run
 
 
@@ -669,7 +427,7 @@ def run(cfg, workdir: records.Workdir, progress=print) -> dict[str, Any]:
     workdir.write_config(cfg)
     if cfg.experiment == "stationarity":
         return run_stationarity(cfg, workdir, progress)
-    lines = Lines(cfg)
+    lines = claims_lib.Lines(cfg)
     if progress:
         progress("estimator lines: " + ", ".join(f"{k} {v:.4f}" for k, v in lines.base.items()))
     groups, claims, table = [], [], []
@@ -683,23 +441,31 @@ def run(cfg, workdir: records.Workdir, progress=print) -> dict[str, Any]:
             progress(f"model ({precision.of(cell_cfg.train.dtype, cell_cfg.model.dtype).name}):\n"
                      + params_table(model_lib.init_params(jax.random.key(cell_cfg.seed), model)))
         group = train_group(cfg, fields, workdir, progress)
-        groups.append(group)
         res = group["result"]
-        rows = run_analysis(group, lines)
-        group["rows"] = rows
-        for name in [c for c in cfg.claims.split(",") if c]:
-            claims += CLAIMS[name](group["cfg"], group, lines, rows)
-        table += [dict(program=_label(group), **{k: v for k, v in row.items()
-                                                 if k != "grad_norm_per_snapshot"})
-                  for row in rows]
         prefix = f"cell{i}_" if len(cells) > 1 else ""
-        workdir.save_arrays(**{prefix + k: v for k, v in {
+        workdir.save_arrays(**{prefix + k: v for k, v in {      # before any analysis can fail
             "losses": res.losses, "seeds": res.seeds, "snapshot_steps": res.snapshot_steps,
             "grad_norm": res.metrics["grad_norm"], "lr": res.hparams["optim.lr"],
             **{f"snapshot_{k}": v for k, v in res.snapshots.items()}}.items()})
-    figures = [str(p) for p in figures_train(cfg, groups, lines, workdir)]
+        views = [claims_lib.measured_view(group, *m) for m in claims_lib.measures(group["cfg"])]
+        for j, view in enumerate(views):
+            view["rows"] = claims_lib.run_analysis(view, lines)
+            names = [c for c in cfg.claims.split(",") if c and (j == 0 or c == "grad_norm")]
+            for name in names:      # the second measure (metrics_at "both"): the spike only
+                claims += records.evaluated(name, lambda: claims_lib.CLAIMS[name](
+                    view["cfg"], view, lines, view["rows"]))
+            table += [dict(program=claims_lib._label(group), measured_at=view["measured_at"]
+                           or "current parameters",
+                           **{k: v for k, v in row.items() if k != "grad_norm_per_snapshot"})
+                      for row in view["rows"]]
+        if len(views) == 2 and "grad_norm" in cfg.claims.split(","):
+            claims += records.evaluated("grad_norm by measure", lambda: (
+                claims_lib.claims_spike_by_measure(cfg, views[0], views[0]["rows"], views[1],
+                                                   views[1]["rows"])))
+        groups.append(dict(views[0], other_measure=views[1] if len(views) == 2 else None))
+    paths = [str(p) for p in figures.figures_train(cfg, groups, lines, workdir)]
     summary = workdir.write_summary(
-        claims, figures=figures, lines=lines.base, runs=table,
+        claims, figures=paths, lines=lines.base, runs=table,
         seconds={"compile": sum(g["result"].compile_seconds for g in groups),
                  "run": sum(g["result"].run_seconds for g in groups)})
     if progress:
@@ -719,7 +485,7 @@ def run_stationarity(cfg, workdir, progress=print) -> dict[str, Any]:
     workdir.save_table("stationarity", rows)
     figures = [str(stationarity.plot(rows, workdir.figure_path("grad_norm_vs_T"))),
                str(stationarity.plot_loss_vs_c(rows, workdir.figure_path("loss_vs_c")))]
-    claims = claims_stationarity(rows)
+    claims = records.evaluated("stationarity", lambda: claims_lib.claims_stationarity(rows))
     summary = workdir.write_summary(claims, figures=figures, rows=rows)
     if progress:
         progress(text)
@@ -727,217 +493,3 @@ def run_stationarity(cfg, workdir, progress=print) -> dict[str, Any]:
             progress(records.format_claims(claims))
         progress(f"records: {workdir.path}")
     return summary
-
-
-def claims_stationarity(rows) -> list[records.Claim]:
-    """Theorem 4.2 and the notes' checks C5-C7 on the study's rows (notes §4.5-4.7)."""
-    stars = [r for r in rows if r["point"] == "theta_star"]
-    seq_lens = sorted({r["T"] for r in rows})
-    short, long = seq_lens[0], seq_lens[-1]
-    at = lambda k, c, T, rule="fixed": next(r for r in stars if r["k"] == k and r["T"] == T
-                                            and r["rule"] == rule and (c is None or r["c"] == c))
-    out = []
-    unigram = [r["grad_plain"] for r in stars if r["k"] == 1]
-    if unigram:
-        out.append(records.claim(
-            "theta_*^1 (Q2 = K2 = 0) is exactly stationary for every T and c",
-            f"max ||grad|| = {np.max(unigram):.3g} over {len(unigram)} points", "0 exactly",
-            np.max(unigram) == 0.0, "notes §4.6 caveat 4, C5"))
-    n = stars[0]["n"]
-    inactive = [r[f"grad_plain/{block}/head{h}"] for r in stars for h in range(r["k"], n)
-                for block in ("A1", "V1")]
-    if inactive:
-        out.append(records.claim(
-            "the inactive heads' blocks (h >= k) have exactly zero gradient",
-            f"max {np.max(inactive):.3g} over {len(inactive)} blocks", "0 exactly",
-            np.max(inactive) == 0.0, "Thm 4.2 proof, C6"))
-    for k in sorted({r["k"] for r in stars if r["k"] > 1}):
-        large = sorted(c for c in {r["c"] for r in stars if r["rule"] == "fixed"} if c >= 8)
-        if not large or short == long:
-            out.append(records.claim(
-                f"theta_*^{k}(c >= 8): the population gradient norm falls with T",
-                "not measured: " + ("no fixed c >= 8 in the study" if not large
-                                    else f"one sequence length only (T = {short})"),
-                ">= 4x smaller at the longest T than at the shortest", False,
-                "Thm 4.2; notes C7 table"))
-            large = []
-        for c in large:
-            first, last = at(k, c, short), at(k, c, long)
-            ratio = _ratio(first["grad_unbiased"],
-                           np.max([last["grad_unbiased"], last["grad_noise"]]))
-            out.append(records.claim(
-                f"theta_*^{k}(c = {c:g}): the population gradient norm falls with T",
-                {f"T={short}": round(first["grad_unbiased"], 4),
-                 f"T={long}": round(last["grad_unbiased"], 4),
-                 "noise floor": round(last["grad_noise"], 4), "ratio": round(ratio, 1)},
-                f">= 4x smaller at T = {long} than at T = {short} (or within the noise floor)",
-                ratio >= 4, "Thm 4.2; notes C7 table"))
-        logs = [r for r in stars if r["k"] == k and r["rule"] == "log"]
-        if len(logs) > 1:
-            norms = [r["grad_unbiased"] for r in sorted(logs, key=lambda r: r["T"])]
-            floors = [r["grad_noise"] for r in sorted(logs, key=lambda r: r["T"])]
-            ok = all(b < a or b <= f for a, b, f in zip(norms, norms[1:], floors[1:]))
-            out.append(records.claim(
-                f"theta_*^{k}(c = c0 + log T): the gradient norm decreases along T",
-                [round(v, 4) for v in norms], "decreasing (or within the noise floor)", ok,
-                "Thm 4.2 with c growing like log T (notes §4.6 caveat 2)"))
-        small = [c for c in {r["c"] for r in stars if r["rule"] == "fixed"} if c <= 4]
-        middle = seq_lens[len(seq_lens) // 2]
-        for c in sorted(small)[-1:]:
-            if middle == long:     # one or two sequence lengths: the ratio of a row to itself
-                out.append(records.claim(
-                    f"theta_*^{k}(c = {c:g}): at fixed small c the norm levels off in T",
-                    f"not measured: no T between {short} and {long}",
-                    "< 2x decrease from the middle T to the longest", False,
-                    "notes C7 table, c = 4 column"))
-                continue
-            first, last = at(k, c, middle), at(k, c, long)
-            ratio = _ratio(first["grad_unbiased"],
-                           np.max([last["grad_unbiased"], last["grad_noise"]]))
-            out.append(records.claim(
-                f"theta_*^{k}(c = {c:g}): at fixed small c the norm levels off in T",
-                {f"T={middle}": round(first["grad_unbiased"], 4),
-                 f"T={long}": round(last["grad_unbiased"], 4), "ratio": round(ratio, 1)},
-                f"< 2x decrease from T = {middle} to {long} (the O(T sqrt(c) e^-c) term, notes "
-                "§4.6 caveat 2: c must grow with T)", ratio < 2, "notes C7 table, c = 4 column"))
-    randoms = [r for r in rows if r["point"] == "random" and r["T"] == long]
-    converged = [r for r in stars if r["T"] == long and r["k"] > 1 and r["rule"] == "fixed"
-                 and r["c"] >= 8]
-    if randoms and converged:
-        worst = float(np.max([r["grad_unbiased"] for r in converged]))
-        out.append(records.claim(
-            f"at T = {long} the constructions (c >= 8) are flatter than a random initialisation",
-            {"max construction": round(worst, 4),
-             "random init": round(randoms[0]["grad_unbiased"], 4)},
-            "construction < random", worst < randoms[0]["grad_unbiased"], "notes C7"))
-    return out
-
-
-# ----------------------------------------------------------------------------- figures
-
-
-def _highlights(cfg, group) -> list[int]:
-    """Steps shown in the attention panels: the config's, else start / mid-plateau / end."""
-    steps = group["result"].snapshot_steps
-    if cfg.figure.highlight_steps:
-        return [int(steps[np.argmin(np.abs(steps - s))]) for s in cfg.figure.highlight_steps]
-    middle = group["rows"][0]["plateaus"]
-    chosen = [int(steps[min(2, len(steps) - 1)])]
-    chosen += [int(steps[np.argmin(np.abs(steps - (p["start"] + p["end"]) / 2))]) for p in middle]
-    chosen.append(int(steps[-1]))
-    return sorted(set(chosen))
-
-
-def figures_train(cfg, groups, lines, workdir) -> list:
-    paths = []
-    for i, g in enumerate(groups):
-        suffix = f"_{i}" if len(groups) > 1 else ""
-        paths.append(plot_loss(g, lines, workdir.figure_path(f"test_loss{suffix}")))
-        if cfg.train.attention_maps:
-            paths.append(plot_attention(g, workdir.figure_path(f"attention{suffix}")))
-        if g["result"].num_runs > 1 and cfg.train.attention_maps:
-            paths.append(plot_seeds(g, workdir.figure_path(f"heads_by_seed{suffix}")))
-        paths.append(plot_grad_norm(g, lines, workdir.figure_path(f"grad_norm{suffix}")))
-    return paths
-
-
-_LINE_COLORS = ("tab:gray", "tab:red", "tab:orange", "tab:green", "tab:blue")
-
-
-def _draw_lines(ax, lines: Lines, n: int):
-    """k-gram lines: add-alpha dashed, best smoothing dotted; the Bayes n-gram dashed."""
-    for k in range(1, n + 1):
-        color = _LINE_COLORS[k % len(_LINE_COLORS)]
-        names = [("bayes", "--")] if k == n else [(f"{k}-gram +alpha", "--")]
-        for name, style in names + [(f"{k}-gram opt", ":")]:
-            value = lines.base[name]
-            ax.axhline(value, color=color, linestyle=style, linewidth=0.9,
-                       label=f"{name} {value:.3f}")
-
-
-def plot_loss(group, lines, path):
-    """Test loss against step (every seed), the estimator lines dashed (add-alpha, the authors'
-    lines) and dotted (best smoothing), the highlighted steps marked (Figs 1, 3a, 4a/c)."""
-    cfg, res = group["cfg"], group["result"]
-    fig, axes = plotting.subplots(1, 1, width=6.0, height=3.8)
-    ax = axes[0, 0]
-    for r in range(res.num_runs):
-        ax.plot(res.snapshot_steps, res.snapshots["test_loss"][r], linewidth=1.1,
-                label=f"seed {res.seeds[r]}" if res.num_runs > 1 else "test loss")
-    _draw_lines(ax, lines, cfg.task.order_n)
-    for s in _highlights(cfg, group):
-        j = int(np.flatnonzero(res.snapshot_steps == s)[0])
-        ax.plot(s, res.snapshots["test_loss"][0, j], "o", color="k", markersize=4)
-    low = min(lines.base["bayes"], res.snapshots["test_loss"].min()) - 0.02
-    high = max(res.snapshots["test_loss"][:, 1:].max(), lines.base["uniform"]) + 0.02
-    ax.set(xlabel="step", ylabel="test loss (nats)", ylim=(low, high), title=_label(group))
-    ax.legend(fontsize=6, ncol=2)
-    return plotting.save(fig, path)
-
-
-def plot_attention(group, path):
-    """First-layer attention of each head (rows) at the highlighted steps (columns): Fig 3b/4b."""
-    cfg, res = group["cfg"], group["result"]
-    chosen = _highlights(cfg, group)
-    att = res.snapshots["attention"][0]                                   # (snaps, heads, T, T)
-    heads = att.shape[1]
-    fig, axes = plotting.subplots(heads, len(chosen), width=2.6, height=2.4)
-    for c, s in enumerate(chosen):
-        j = int(np.flatnonzero(res.snapshot_steps == s)[0])
-        for h in range(heads):
-            ax = axes[h, c]
-            ax.imshow(att[j, h], cmap="viridis", vmin=0, vmax=1, interpolation="nearest")
-            lags = res.snapshots["head_offsets"][0, j, h]
-            ax.set_title(f"step {s}, head {h + 1}\n-1: {lags[0]:.2f}  -2: {lags[1]:.2f}",
-                         fontsize=7)
-            ax.set(xlabel="key position", ylabel="query position")
-    fig.suptitle(f"{_label(group)}: layer-1 attention (seed {res.seeds[0]})", fontsize=8)
-    return plotting.save(fig, path)
-
-
-def plot_seeds(group, path):
-    """Fig. 5: each seed's heads (columns) at the middle of its longest intermediate plateau,
-    and each head's attention on offsets -1 / -2 along training."""
-    res, rows = group["result"], group["rows"]
-    heads = res.snapshots["attention"].shape[2]
-    fig, axes = plotting.subplots(res.num_runs, heads + 1, width=2.5, height=2.2)
-    for r, row in enumerate(rows):
-        middle = [p for p in row["plateaus"] if p["k"] < group["cfg"].task.order_n]
-        mid = (max(middle, key=lambda p: p["end"] - p["start"]) if middle else None)
-        step = (mid["start"] + mid["end"]) / 2 if mid else res.snapshot_steps[-1] / 2
-        j = int(np.argmin(np.abs(res.snapshot_steps - step)))
-        for h in range(heads):
-            axes[r, h].imshow(res.snapshots["attention"][r, j, h], cmap="viridis", vmin=0, vmax=1,
-                              interpolation="nearest")
-            axes[r, h].set_title(f"seed {row['seed']}, head {h + 1}, step "
-                                 f"{res.snapshot_steps[j]}", fontsize=7)
-            axes[r, h].axis("off")
-        ax = axes[r, heads]
-        for h in range(heads):
-            for lag, style in ((1, "-"), (2, "--")):
-                ax.plot(res.snapshot_steps, res.snapshots["head_offsets"][r, :, h, lag - 1],
-                        style, linewidth=1, label=f"head {h + 1}, -{lag}")
-        ax.set(ylim=(0, 1), xlabel="step", ylabel="attention on offset")
-        if r == 0:
-            ax.legend(fontsize=5)
-    return plotting.save(fig, path)
-
-
-def plot_grad_norm(group, lines, path):
-    """Figs 6-7: test loss (left) and mean minibatch gradient norm per interval (right)."""
-    res, rows = group["result"], group["rows"]
-    fig, axes = plotting.subplots(1, 1, width=6.0, height=3.6)
-    ax = axes[0, 0]
-    ax.plot(res.snapshot_steps, res.snapshots["test_loss"][0], color="tab:blue", label="test loss")
-    _draw_lines(ax, lines, group["cfg"].task.order_n)
-    ax.set(xlabel="step", ylabel="test loss (nats)", title=_label(group))
-    twin = ax.twinx()
-    twin.plot(res.snapshot_steps[1:], rows[0]["grad_norm_per_snapshot"], color="tab:purple",
-              linewidth=0.9, alpha=0.6, label="minibatch gradient norm (mean per interval)")
-    twin.plot(res.snapshot_steps, res.snapshots["test_grad_norm"][0], color="tab:red",
-              linewidth=1.1, label="population gradient norm (unbiased, test set)")
-    twin.set_ylabel("gradient norm")
-    twin.legend(fontsize=6, loc="center right")
-    twin.spines["right"].set_visible(True)
-    ax.legend(fontsize=6, loc="upper right")
-    return plotting.save(fig, path)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from landscape import training
-from landscape.ngrams import experiment
+from landscape.ngrams import claims, experiment
 
 BAYES = 1.4392
 STEPS = np.arange(0, 2049, 64)
@@ -53,8 +53,8 @@ STAIRS = (plateau(128, 512, 1.62, 1), plateau(640, 1280, 1.55, 2))
 
 
 def test_staircase_passes_and_bayes_is_a_sanity_check():
-    claims = experiment.claims_staircase(cfg(), group(), LINES, [row(plateaus=STAIRS)])
-    assert [c.kind for c in claims] == ["paper", "sanity"] and all(c.passed for c in claims)
+    found = claims.claims_staircase(cfg(), group(), LINES, [row(plateaus=STAIRS)])
+    assert [c.kind for c in found] == ["paper", "sanity"] and all(c.passed for c in found)
 
 
 @pytest.mark.parametrize("plateaus", [
@@ -63,13 +63,13 @@ def test_staircase_passes_and_bayes_is_a_sanity_check():
     (plateau(128, 512, 1.55, 2), plateau(640, 1280, 1.62, 1)),    # histories shrink
 ])
 def test_staircase_fails_on_violating_plateaus(plateaus):
-    claim, bayes = experiment.claims_staircase(cfg(), group(), LINES, [row(plateaus=plateaus)])
+    claim, bayes = claims.claims_staircase(cfg(), group(), LINES, [row(plateaus=plateaus)])
     assert not claim.passed and bayes.passed
 
 
 @pytest.mark.parametrize("final", [BAYES - 0.05, math.nan])
 def test_a_final_loss_below_bayes_or_nan_fails_the_sanity_check(final):
-    _, bayes = experiment.claims_staircase(cfg(), group(), LINES,
+    _, bayes = claims.claims_staircase(cfg(), group(), LINES,
                                            [row(plateaus=STAIRS, final=final)])
     assert bayes.kind == "sanity" and not bayes.passed
 
@@ -79,28 +79,28 @@ def test_a_final_loss_below_bayes_or_nan_fails_the_sanity_check(final):
 
 def test_heads_order():
     rows = [row(seed=s) for s in range(5)]
-    claim, = experiment.claims_heads(cfg(), group(), LINES, rows)
+    claim, = claims.claims_heads(cfg(), group(), LINES, rows)
     assert claim.passed and claim.kind == "paper"
     rows[0]["head_formed"] = {"lag1": 1344, "lag2": 512}        # -2 first in one seed of 5: 4/5
-    assert experiment.claims_heads(cfg(), group(), LINES, rows)[0].passed
+    assert claims.claims_heads(cfg(), group(), LINES, rows)[0].passed
     rows[1]["head_formed"] = {"lag1": 512, "lag2": 512}         # same snapshot: not in order
-    assert not experiment.claims_heads(cfg(), group(), LINES, rows)[0].passed
+    assert not claims.claims_heads(cfg(), group(), LINES, rows)[0].passed
 
 
 def test_heads_fails_when_no_minus2_head_forms():
     """The -1 head formed, the -2 head never did: no order is shown (it used to pass)."""
     rows = [row(seed=s, lag2=None) for s in range(3)]
-    claim, = experiment.claims_heads(cfg(), group(), LINES, rows)
+    claim, = claims.claims_heads(cfg(), group(), LINES, rows)
     assert not claim.passed
     assert claim.measured["seeds_with_a_minus2_head"] == 0 and "never formed" in claim.measured["note"]
     rows = [row(seed=s, lag1=None, lag2=None) for s in range(3)]
-    assert not experiment.claims_heads(cfg(), group(), LINES, rows)[0].passed
+    assert not claims.claims_heads(cfg(), group(), LINES, rows)[0].passed
 
 
 def test_heads_is_not_claimed_for_bigrams():
     c = cfg()
     c.task.order_n = 2
-    assert experiment.claims_heads(c, group(), LINES, [row()]) == []
+    assert claims.claims_heads(c, group(), LINES, [row()]) == []
 
 
 # ----------------------------------------------------------------------------- grad_norm
@@ -116,7 +116,7 @@ def _jump_run():
 
 def test_grad_norm_spike_passes():
     loss, grad = _jump_run()
-    claim, = experiment.claims_grad_norm(cfg(), group(loss, grad), LINES, [row(plateaus=STAIRS)])
+    claim, = claims.claims_grad_norm(cfg(), group(loss, grad), LINES, [row(plateaus=STAIRS)])
     assert claim.passed, claim.measured
 
 
@@ -125,14 +125,76 @@ def test_grad_norm_spike_passes():
                                   np.full((1, len(STEPS)), np.nan)])
 def test_grad_norm_fails_without_a_spike(grad):
     loss, _ = _jump_run()
-    claim, = experiment.claims_grad_norm(cfg(), group(loss, grad), LINES, [row(plateaus=STAIRS)])
+    claim, = claims.claims_grad_norm(cfg(), group(loss, grad), LINES, [row(plateaus=STAIRS)])
     assert not claim.passed, claim.measured
 
 
 def test_grad_norm_fails_without_a_plateau():
     loss, grad = _jump_run()
-    claim, = experiment.claims_grad_norm(cfg(), group(loss, grad), LINES, [row()])
+    claim, = claims.claims_grad_norm(cfg(), group(loss, grad), LINES, [row()])
     assert not claim.passed
+
+
+def test_grad_norm_fails_when_the_estimates_are_negative():
+    """The unbiased estimate can be negative near 0: a negative peak over a negative plateau is
+    no spike (the ratio of two negatives was 10 and passed)."""
+    loss, grad = _jump_run()
+    claim, = claims.claims_grad_norm(cfg(), group(loss, -grad), LINES, [row(plateaus=STAIRS)])
+    assert not claim.passed and claim.measured["ratio"] == 0.0
+
+
+def test_grad_norm_fails_when_the_run_ends_on_the_plateau():
+    """A plateau that lasts to the last snapshot has no jump: the largest late wiggle is not a
+    spike, whatever its ratio."""
+    loss, grad = _jump_run()
+    to_the_end = (plateau(128, 512, 1.62, 1), plateau(640, int(STEPS[-1]), 1.55, 2))
+    claim, = claims.claims_grad_norm(cfg(), group(loss, grad), LINES, [row(plateaus=to_the_end)])
+    assert not claim.passed and claim.measured.startswith("no jump")
+    claim, = claims.claims_spike_by_measure(cfg(), group(loss, grad), [row(plateaus=to_the_end)],
+                                            group(loss, grad * 0.1), [row(plateaus=STAIRS)])
+    assert not claim.passed
+
+
+def test_spike_by_measure_compares_the_two_ratios():
+    """The averaged-parameter ratio (0.2 over a plateau clipped at a tenth of the peak, 0.02: 10)
+    against the current one (0.03 / 0.01 = 3):
+    passes; swapped, fails; a measure without a plateau fails."""
+    loss, grad = _jump_run()
+    flat = np.where(grad > 0.1, 0.03, 0.01)
+    c = cfg()
+    strong, weak = group(loss, grad), group(loss, flat)
+    rows = [row(plateaus=STAIRS)]
+    claim, = claims.claims_spike_by_measure(c, strong, rows, weak, rows)
+    assert claim.passed and claim.measured["averaged / current"] == pytest.approx(10 / 3, abs=0.01)
+    assert not claims.claims_spike_by_measure(c, weak, rows, strong, rows)[0].passed
+    assert not claims.claims_spike_by_measure(c, strong, rows, weak, [row()])[0].passed
+
+
+def test_paper_levels_within_line_tol():
+    c = cfg()
+    c.analysis.update(paper_plateau=1.6355, paper_final=1.6068)
+    near = (plateau(128, 4096, 1.627, 2),)                          # 0.0085 below the paper
+    claim, = claims.claims_paper_levels(c, group(), LINES, [row(plateaus=near, final=1.60)])
+    assert claim.passed and claim.measured["gap"] == {"plateau": -0.0085, "final": -0.0068}
+    for plateaus, final in [(near, 1.544),                          # final 0.06 below
+                            ((plateau(128, 4096, 1.607, 2),), 1.60),  # plateau 0.03 below
+                            ((), 1.60)]:                            # no plateau
+        claim, = claims.claims_paper_levels(c, group(), LINES, [row(plateaus=plateaus,
+                                                                     final=final)])
+        assert not claim.passed, (plateaus, final)
+
+
+def test_measured_view_splits_the_snapshots_by_measure():
+    g = group()
+    g["result"].snapshots["current_test_loss"] = g["result"].snapshots["test_loss"] + 1
+    g["cfg"].train.metrics_at = "both"
+    averaged, current = [claims.measured_view(g, *m) for m in claims.measures(g["cfg"])]
+    assert set(averaged["result"].snapshots) == {"test_loss", "test_grad_norm"}
+    assert set(current["result"].snapshots) == {"test_loss"}
+    np.testing.assert_array_equal(current["result"].snapshots["test_loss"],
+                                  averaged["result"].snapshots["test_loss"] + 1)
+    assert "parameter EMA (0.999)" in claims._label(averaged)
+    assert "current parameters" in claims._label(current)
 
 
 # ----------------------------------------------------------------------------- single plateau
@@ -140,11 +202,11 @@ def test_grad_norm_fails_without_a_plateau():
 
 def test_single_plateau():
     one = (plateau(128, 1024, 1.61, 1),)
-    claim, = experiment.claims_single_plateau(cfg(), group(), LINES, [row(plateaus=one)])
+    claim, = claims.claims_single_plateau(cfg(), group(), LINES, [row(plateaus=one)])
     assert claim.passed
     for plateaus in [(), STAIRS, (plateau(128, 1024, 1.55, 2),),
                      (plateau(128, 1024, 1.61, 1, distance=0.1),)]:
-        claim, = experiment.claims_single_plateau(cfg(), group(), LINES,
+        claim, = claims.claims_single_plateau(cfg(), group(), LINES,
                                                   [row(plateaus=plateaus)])
         assert not claim.passed, plateaus
 
@@ -172,14 +234,14 @@ def stationarity_rows(seq_lens=(32, 128, 512), cs=(4.0, 8.0), n=3, grad=None):
 
 
 def test_stationarity_passes_on_satisfying_rows():
-    claims = experiment.claims_stationarity(stationarity_rows())
-    assert len(claims) == 6 and all(c.passed for c in claims), [
-        (c.claim, c.measured) for c in claims if not c.passed]
-    assert all(c.kind == "paper" for c in claims)
+    found = claims.claims_stationarity(stationarity_rows())
+    assert len(found) == 6 and all(c.passed for c in found), [
+        (c.claim, c.measured) for c in found if not c.passed]
+    assert all(c.kind == "paper" for c in found)
 
 
 def _failed(rows):
-    return [c.claim for c in experiment.claims_stationarity(rows) if not c.passed]
+    return [c.claim for c in claims.claims_stationarity(rows) if not c.passed]
 
 
 def test_stationarity_each_claim_fails_on_violating_rows():

@@ -8,7 +8,7 @@ import pytest
 from configs import ngrams
 from landscape import config as config_lib
 from landscape import records
-from landscape.ngrams import experiment
+from landscape.ngrams import claims, experiment
 
 
 def test_smoke_fig3_first_transition(tmp_path):
@@ -49,7 +49,7 @@ def test_five_seeds_vmapped_equal_single_seed(tmp_path):
 def test_plateau_detection_on_a_staircase():
     steps = np.arange(0, 4001, 50)
     loss = np.where(steps < 300, 1.7 - steps / 1000, np.where(steps < 2000, 1.6, 1.5))
-    found = experiment.plateaus(steps, loss, window=200, tol=0.01, min_length=500)
+    found = claims.plateaus(steps, loss, window=200, tol=0.01, min_length=500)
     assert [(p["level"], p["final"] if "final" in p else None) for p in found] == [
         (1.6, None), (1.5, None)]
     assert found[0]["start"] >= 300 and found[0]["end"] < 2000 and found[1]["end"] == 4000
@@ -76,3 +76,36 @@ def test_stationarity_config_rejects_k_above_n():
     cfg.stationarity.ks = [1, 4]
     with pytest.raises(config_lib.ConfigError, match="stationarity.ks"):
         experiment.validate(cfg)
+
+
+def test_both_measures_end_to_end_and_a_broken_claim_keeps_the_records(tmp_path, monkeypatch):
+    """metrics_at = "both": arrays hold the EMA snapshots under the plain names and the current
+    ones prefixed; the spike claim is checked at both measures and compared; a claim set that
+    raises (a collapsed run's data, say) becomes a NOT-reproduced claim naming the error, and the
+    arrays, figures and summary are still written."""
+    cfg = ngrams.get_config("fig6")
+    cfg.num_seeds = 1
+    cfg.train.update(num_steps=128, log_every=32, test_sequences=64)
+    cfg.lines.num_sequences = 256
+    cfg.task.seq_len = 32
+    cfg.analysis.update(flat_window=64, min_plateau=64)
+    cfg.claims = "staircase,grad_norm"
+
+    def collapsed(*args):
+        raise ZeroDivisionError("float division by zero")
+
+    monkeypatch.setitem(claims.CLAIMS, "staircase", collapsed)
+    summary = experiment.run(cfg, records.Workdir(tmp_path), progress=None)
+    arrays = np.load(tmp_path / "arrays.npz")
+    assert arrays["snapshot_test_loss"].shape == arrays["snapshot_current_test_loss"].shape \
+        == (1, 5)
+    assert arrays["snapshot_test_loss"][0, 0] == arrays["snapshot_current_test_loss"][0, 0]
+    assert not np.array_equal(arrays["snapshot_test_loss"], arrays["snapshot_current_test_loss"])
+    statements = [c["claim"] for c in summary["claims"]]
+    broken = [c for c in summary["claims"] if "could not be evaluated" in c["claim"]]
+    assert len(broken) == 1 and broken[0]["measured"].startswith("ZeroDivisionError")
+    assert sum("spiking at the jump" in s for s in statements) == 2      # EMA and current
+    assert any("larger at the parameter EMA" in s for s in statements)
+    assert {r["measured_at"] for r in summary["runs"]} == {
+        "at the parameter EMA (0.999)", "at the current parameters"}
+    assert (tmp_path / "figures" / "grad_norm.png").stat().st_size > 0

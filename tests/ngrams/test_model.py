@@ -514,3 +514,43 @@ def test_layer_heads_normalisation_and_bad_calls():
         M.head_offset_attention(np.zeros((2, 6, 6)), offsets=(6,))
     with pytest.raises(ValueError, match=r"^att has shape"):
         M.head_offset_attention(np.zeros((6, 6)))
+
+
+# --------------------------------------------------------------------------------------------------
+# The authors' model variants (notes §8): V1 fixed to the identity, the pre-fix layer-2 width
+# --------------------------------------------------------------------------------------------------
+
+
+def test_fixed_value_matrix_is_the_identity():
+    """learn_value = False (the authors' `value_matrix_int = 0`): no V1 parameter, and the
+    output equals the learned-V1 model's with V1 = I on every head."""
+    S, T = 5, 16
+    fixed = M.NgramModel(num_states=S, seq_len=T, num_heads=2, learn_value=False)
+    learned = M.NgramModel(num_states=S, seq_len=T, num_heads=2)
+    params = M.init_params(jax.random.key(3), fixed)
+    assert set(params) == {"A1", "Q2", "K2"}
+    params = {**params, "A1": jax.random.normal(jax.random.key(4), (2, T, T))}  # not uniform
+    with_identity = {**params, "V1": jnp.stack([jnp.eye(S)] * 2)}
+    x_BT = _tokens(S, T, 32, seed=5)
+    np.testing.assert_allclose(PROBS(params, x_BT, fixed), PROBS(with_identity, x_BT, learned),
+                               rtol=1e-6, atol=1e-7)
+
+
+def test_prefix_width_5_is_the_corrected_model_with_zero_rows():
+    """head_dim = S = 5 (the authors' Simpleformer before commit 767e22c: Q (1, 15, 5), Kt
+    (1, 5, 15)): Q2, K2 are (5, 15), and the output equals the width-15 model's with Q2, K2
+    padded by zero rows (the extra query/key coordinates add nothing to the scores)."""
+    S, T = 5, 16
+    narrow = M.NgramModel(num_states=S, seq_len=T, num_heads=2, head_dim=S)
+    wide = M.NgramModel(num_states=S, seq_len=T, num_heads=2)
+    params = M.init_params(jax.random.key(6), narrow)
+    assert params["Q2"].shape == params["K2"].shape == (5, 15) and wide.head_dim == 15
+    # the same initial scale as the authors' (N(0, 1) / sqrt(15) in both versions)
+    assert abs(float(np.std(np.concatenate([params["Q2"], params["K2"]]))) * math.sqrt(15) - 1) \
+        < 0.25
+    params = {**params, "A1": jax.random.normal(jax.random.key(7), (2, T, T))}
+    pad = lambda m: jnp.concatenate([m, jnp.zeros((10, 15))])
+    padded = {**params, "Q2": pad(params["Q2"]), "K2": pad(params["K2"])}
+    x_BT = _tokens(S, T, 32, seed=8)
+    np.testing.assert_allclose(PROBS(params, x_BT, narrow), PROBS(padded, x_BT, wide),
+                               rtol=1e-6, atol=1e-7)

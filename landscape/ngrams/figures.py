@@ -1,0 +1,151 @@
+"""The n-gram figures (notes/ngrams.md §5): test loss with the estimator lines (Figs 1, 3a, 4a/c),
+layer-1 attention at highlighted steps (Figs 3b, 4b/d), heads by seed (Fig. 5) and the gradient
+norm along training (Figs 6, 7)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from landscape import plotting
+from landscape.ngrams.claims import Lines, _label
+
+
+def _highlights(cfg, group) -> list[int]:
+    """Steps shown in the attention panels: the config's, else start / mid-plateau / end."""
+    steps = group["result"].snapshot_steps
+    if cfg.figure.highlight_steps:
+        return [int(steps[np.argmin(np.abs(steps - s))]) for s in cfg.figure.highlight_steps]
+    middle = group["rows"][0]["plateaus"]
+    chosen = [int(steps[min(2, len(steps) - 1)])]
+    chosen += [int(steps[np.argmin(np.abs(steps - (p["start"] + p["end"]) / 2))]) for p in middle]
+    chosen.append(int(steps[-1]))
+    return sorted(set(chosen))
+
+
+def figures_train(cfg, groups, lines, workdir) -> list:
+    paths = []
+    for i, g in enumerate(groups):
+        suffix = f"_{i}" if len(groups) > 1 else ""
+        paths.append(plot_loss(g, lines, workdir.figure_path(f"test_loss{suffix}")))
+        if cfg.train.attention_maps:
+            paths.append(plot_attention(g, workdir.figure_path(f"attention{suffix}")))
+        if g["result"].num_runs > 1 and cfg.train.attention_maps:
+            paths.append(plot_seeds(g, workdir.figure_path(f"heads_by_seed{suffix}")))
+        paths.append(plot_grad_norm(g, lines, workdir.figure_path(f"grad_norm{suffix}")))
+    return paths
+
+
+_LINE_COLORS = ("tab:gray", "tab:red", "tab:orange", "tab:green", "tab:blue")
+
+
+def _draw_lines(ax, lines: Lines, n: int):
+    """k-gram lines: add-alpha dashed, best smoothing dotted; the Bayes n-gram dashed."""
+    for k in range(1, n + 1):
+        color = _LINE_COLORS[k % len(_LINE_COLORS)]
+        names = [("bayes", "--")] if k == n else [(f"{k}-gram +alpha", "--")]
+        for name, style in names + [(f"{k}-gram opt", ":")]:
+            value = lines.base[name]
+            ax.axhline(value, color=color, linestyle=style, linewidth=0.9,
+                       label=f"{name} {value:.3f}")
+
+
+def plot_loss(group, lines, path):
+    """Test loss against step (every seed), the estimator lines dashed (add-alpha, the authors'
+    lines) and dotted (best smoothing), the highlighted steps marked (Figs 1, 3a, 4a/c)."""
+    cfg, res = group["cfg"], group["result"]
+    fig, axes = plotting.subplots(1, 1, width=6.0, height=3.8)
+    ax = axes[0, 0]
+    for r in range(res.num_runs):
+        ax.plot(res.snapshot_steps, res.snapshots["test_loss"][r], linewidth=1.1,
+                label=f"seed {res.seeds[r]}" if res.num_runs > 1 else "test loss")
+    _draw_lines(ax, lines, cfg.task.order_n)
+    for s in _highlights(cfg, group):
+        j = int(np.flatnonzero(res.snapshot_steps == s)[0])
+        ax.plot(s, res.snapshots["test_loss"][0, j], "o", color="k", markersize=4)
+    low = min(lines.base["bayes"], res.snapshots["test_loss"].min()) - 0.02
+    high = max(res.snapshots["test_loss"][:, 1:].max(), lines.base["uniform"]) + 0.02
+    ax.set(xlabel="step", ylabel="test loss (nats)", ylim=(low, high), title=_label(group))
+    ax.legend(fontsize=6, ncol=2)
+    return plotting.save(fig, path)
+
+
+def plot_attention(group, path):
+    """First-layer attention of each head (rows) at the highlighted steps (columns): Fig 3b/4b."""
+    cfg, res = group["cfg"], group["result"]
+    chosen = _highlights(cfg, group)
+    att = res.snapshots["attention"][0]                                   # (snaps, heads, T, T)
+    heads = att.shape[1]
+    fig, axes = plotting.subplots(heads, len(chosen), width=2.6, height=2.4)
+    for c, s in enumerate(chosen):
+        j = int(np.flatnonzero(res.snapshot_steps == s)[0])
+        for h in range(heads):
+            ax = axes[h, c]
+            ax.imshow(att[j, h], cmap="viridis", vmin=0, vmax=1, interpolation="nearest")
+            lags = res.snapshots["head_offsets"][0, j, h]
+            ax.set_title(f"step {s}, head {h + 1}\n-1: {lags[0]:.2f}  -2: {lags[1]:.2f}",
+                         fontsize=7)
+            ax.set(xlabel="key position", ylabel="query position")
+    fig.suptitle(f"{_label(group)}: layer-1 attention (seed {res.seeds[0]})", fontsize=8)
+    return plotting.save(fig, path)
+
+
+def plot_seeds(group, path):
+    """Fig. 5: each seed's heads (columns) at the middle of its longest intermediate plateau,
+    and each head's attention on offsets -1 / -2 along training."""
+    res, rows = group["result"], group["rows"]
+    heads = res.snapshots["attention"].shape[2]
+    fig, axes = plotting.subplots(res.num_runs, heads + 1, width=2.5, height=2.2)
+    for r, row in enumerate(rows):
+        middle = [p for p in row["plateaus"] if p["k"] < group["cfg"].task.order_n]
+        mid = (max(middle, key=lambda p: p["end"] - p["start"]) if middle else None)
+        step = (mid["start"] + mid["end"]) / 2 if mid else res.snapshot_steps[-1] / 2
+        j = int(np.argmin(np.abs(res.snapshot_steps - step)))
+        for h in range(heads):
+            axes[r, h].imshow(res.snapshots["attention"][r, j, h], cmap="viridis", vmin=0, vmax=1,
+                              interpolation="nearest")
+            axes[r, h].set_title(f"seed {row['seed']}, head {h + 1}, step "
+                                 f"{res.snapshot_steps[j]}", fontsize=7)
+            axes[r, h].axis("off")
+        ax = axes[r, heads]
+        for h in range(heads):
+            for lag, style in ((1, "-"), (2, "--")):
+                ax.plot(res.snapshot_steps, res.snapshots["head_offsets"][r, :, h, lag - 1],
+                        style, linewidth=1, label=f"head {h + 1}, -{lag}")
+        ax.set(ylim=(0, 1), xlabel="step", ylabel="attention on offset")
+        if r == 0:
+            ax.legend(fontsize=5)
+    return plotting.save(fig, path)
+
+
+def plot_grad_norm(group, lines, path, max_runs: int = 4):
+    """Figs 6-7: test loss (left axis) and gradient norms (right axis), one row per seed (at most
+    `max_runs`), one column per measure (metrics_at "both": the parameter EMA, then the current
+    parameters); every panel shares one gradient scale, so spikes compare by eye."""
+    panels = [group] + ([group["other_measure"]] if group.get("other_measure") else [])
+    runs = min(group["result"].num_runs, max_runs)
+    fig, axes = plotting.subplots(runs, len(panels), width=6.0, height=3.2)
+    twins = []
+    for r in range(runs):
+        for c, view in enumerate(panels):
+            ax, res, row = axes[r, c], view["result"], view["rows"][r]
+            ax.plot(res.snapshot_steps, res.snapshots["test_loss"][r], color="tab:blue",
+                    label="test loss")
+            _draw_lines(ax, lines, view["cfg"].task.order_n)
+            ax.set(xlabel="step", ylabel="test loss (nats)",
+                   title=f"{_label(view)}, seed {row['seed']}".replace(", at the", ",\nat the"))
+            twin = ax.twinx()
+            twin.plot(res.snapshot_steps[1:], row["grad_norm_per_snapshot"], color="tab:purple",
+                      linewidth=0.9, alpha=0.6,
+                      label="minibatch gradient norm (current parameters, mean per interval)")
+            twin.plot(res.snapshot_steps, res.snapshots["test_grad_norm"][r], color="tab:red",
+                      linewidth=1.1, label="population gradient norm (unbiased, test set)")
+            twin.set_ylabel("gradient norm")
+            twin.spines["right"].set_visible(True)
+            twins.append(twin)
+            if r == 0:
+                twin.legend(fontsize=6, loc="center right")
+                ax.legend(fontsize=6, loc="upper right")
+    low, high = min(t.get_ylim()[0] for t in twins), max(t.get_ylim()[1] for t in twins)
+    for t in twins:
+        t.set_ylim(low, high)
+    return plotting.save(fig, path)
