@@ -173,12 +173,13 @@ def test_spike_by_measure_compares_the_two_ratios():
 def test_paper_levels_within_line_tol():
     c = cfg()
     c.analysis.update(paper_plateau=1.6355, paper_final=1.6068)
-    near = (plateau(128, 4096, 1.627, 2),)                          # 0.0085 below the paper
+    near = (plateau(128, 1024, 1.627, 2),)                          # 0.0085 below the paper
     claim, = claims.claims_paper_levels(c, group(), LINES, [row(plateaus=near, final=1.60)])
     assert claim.passed and claim.measured["gap"] == {"plateau": -0.0085, "final": -0.0068}
     for plateaus, final in [(near, 1.544),                          # final 0.06 below
-                            ((plateau(128, 4096, 1.607, 2),), 1.60),  # plateau 0.03 below
-                            ((), 1.60)]:                            # no plateau
+                            ((plateau(128, 1024, 1.607, 2),), 1.60),  # plateau 0.03 below
+                            ((), 1.60),                             # no plateau
+                            ((plateau(128, int(STEPS[-1]), 1.627, 2),), 1.60)]:  # no escape
         claim, = claims.claims_paper_levels(c, group(), LINES, [row(plateaus=plateaus,
                                                                      final=final)])
         assert not claim.passed, (plateaus, final)
