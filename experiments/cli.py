@@ -5,6 +5,7 @@ policy, interruptions, resume and provenance. A paper's CLI is `cli.run(experime
 
     python -m experiments.<paper> --config=configs/<file>.py[:variant] [--config.a.b=value ...]
         [--workdir=DIR] [--overwrite | --resume] [--checkpoint_seconds=S] [--host_devices=N]
+        [--compilation_cache=DIR | --compilation_cache='']
     python -m experiments.<paper> --config=runs/<name>/<time>/config.json   # rerun a record
     python -m experiments.<paper> --workdir=runs/<name>/<time> --resume      # continue a run
 
@@ -83,11 +84,14 @@ def main(experiment, argv: list[str]) -> int:
         return _fail(str(error), EXIT_USAGE)
     validated = time.perf_counter() - started
 
-    _start_backend(experiment, cfg)
+    cache = _start_backend(experiment, cfg)
     workdir = records.Workdir.open(workdir_path, overwrite=_OVERWRITE.value,
                                    resume=_RESUME.value,
                                    checkpoint_seconds=_CHECKPOINT_SECONDS.value)
-    workdir.provenance = provenance(argv, validation_seconds=validated)
+    workdir.provenance = provenance(argv, validation_seconds=validated, compilation_cache=cache)
+    print(f"backend {workdir.provenance['backend']}: {workdir.provenance['device_count']} "
+          f"device(s) ({', '.join(workdir.provenance['devices'])}); compilation cache: "
+          f"{cache or 'off'}")
     resume_line = (f"python -m experiments.{_paper(experiment)} --workdir={workdir.path} "
                    "--resume")
     training.clear_stop()
@@ -155,7 +159,8 @@ def _parse_flags(argv: list[str]) -> None:
 
 def _help(experiment) -> str:
     module = sys.modules.get(f"experiments.{_paper(experiment)}")
-    ours = [_CONFIG, _WORKDIR, _OVERWRITE, _RESUME, _CHECKPOINT_SECONDS, host.HOST_DEVICES]
+    ours = [_CONFIG, _WORKDIR, _OVERWRITE, _RESUME, _CHECKPOINT_SECONDS, host.HOST_DEVICES,
+            host.COMPILATION_CACHE]
     lines = [(module.__doc__ or "").strip(), "", __doc__.strip(), "", "flags:"]
     lines += [f"  --{f.name}: {FLAGS[f.name].help}" for f in ours]
     return "\n".join(lines)
@@ -367,17 +372,20 @@ def _require_same_config(stored: dict, given: dict, workdir: str) -> None:
 # ----------------------------------------------------------------------------- the process
 
 
-def _start_backend(experiment, cfg) -> None:
+def _start_backend(experiment, cfg) -> str | None:
+    """Host devices, allocator, compilation cache (its folder is returned), x64, quiet logs."""
     try:
         host.use_host_devices(host.HOST_DEVICES.value)  # first: before the backends start
     except RuntimeError:
         pass                     # in-process use (tests): the backend is already up as it is
     host.tune_allocator()
+    cache = host.use_compilation_cache(host.COMPILATION_CACHE.value)
     logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)  # no "no TPU" notice
     logging.getLogger("absl").setLevel(logging.WARNING)                 # orbax's INFO lines
     if experiment.needs_x64(cfg):
         import jax
         jax.config.update("jax_enable_x64", True)
+    return cache
 
 
 @contextlib.contextmanager

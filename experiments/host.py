@@ -1,7 +1,9 @@
-"""Process-wide settings every entry point applies first: host devices and the allocator."""
+"""Process-wide settings every entry point applies first: host devices, the allocator and the
+persistent compilation cache."""
 
 import ctypes
 import os
+import pathlib
 
 import jax
 from absl import flags
@@ -10,6 +12,29 @@ HOST_DEVICES = flags.DEFINE_integer(
     "host_devices", None, "CPU devices the runs of a sweep are sharded over (default: one per "
     "usable core, unless XLA_FLAGS sets --xla_force_host_platform_device_count or "
     "JAX_NUM_CPU_DEVICES is set). Only the CPU backend is affected.", lower_bound=1)
+
+COMPILATION_CACHE = flags.DEFINE_string(
+    "compilation_cache", "~/.cache/landscape/jax", "Folder of JAX's persistent compilation "
+    "cache: a program compiled once (same code, shapes, options and JAX version) is loaded "
+    "from it instead of compiled again. '' turns it off. JAX_COMPILATION_CACHE_DIR, if set, "
+    "wins.")
+
+
+def use_compilation_cache(path: str | None) -> str | None:
+    """Point JAX's persistent compilation cache at `path` (None or '': off) and cache every
+    program that took at least 0.1 s to compile; returns the folder in use. A folder set by
+    JAX_COMPILATION_CACHE_DIR (e.g. the test suite's) is kept. A cache hit is the compiled
+    executable itself, so no number changes."""
+    if os.environ.get("JAX_COMPILATION_CACHE_DIR"):
+        return os.environ["JAX_COMPILATION_CACHE_DIR"]
+    if not path:
+        jax.config.update("jax_enable_compilation_cache", False)
+        return None
+    folder = pathlib.Path(path).expanduser()
+    folder.mkdir(parents=True, exist_ok=True)
+    jax.config.update("jax_compilation_cache_dir", str(folder))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.1)
+    return str(folder)
 
 
 def use_host_devices(count: int | None = None) -> int | None:

@@ -32,7 +32,8 @@ def group(test_loss=None, test_grad=None, R=1):
     return dict(cfg=cfg(), fields={}, result=result)
 
 
-LINES = types.SimpleNamespace(base={"bayes": BAYES})
+LINES = types.SimpleNamespace(base={"bayes": BAYES, "1-gram +alpha": 1.6271, "1-gram opt": 1.5929,
+                                    "2-gram opt": 1.5488})
 
 
 def plateau(start, end, level, k, distance=0.005):
@@ -205,11 +206,22 @@ def test_single_plateau():
     one = (plateau(128, 1024, 1.61, 1),)
     claim, = claims.claims_single_plateau(cfg(), group(), LINES, [row(plateaus=one)])
     assert claim.passed
+    # judged by its level: a unigram-level plateau whose heads already read -1 at its end
+    # (it slid into the escape, Fig. 7 at lr 1e-3) is still the unigram plateau
+    sliding = (plateau(128, 1024, 1.60, 2),)
+    assert claims.claims_single_plateau(cfg(), group(), LINES, [row(plateaus=sliding)])[0].passed
     for plateaus in [(), STAIRS, (plateau(128, 1024, 1.55, 2),),
-                     (plateau(128, 1024, 1.61, 1, distance=0.1),)]:
+                     (plateau(128, 1024, 1.70, 1),)]:
         claim, = claims.claims_single_plateau(cfg(), group(), LINES,
-                                                  [row(plateaus=plateaus)])
+                                              [row(plateaus=plateaus)])
         assert not claim.passed, plateaus
+
+
+def test_single_plateau_reports_the_time_at_the_bigram_line():
+    loss = np.where(STEPS < 640, 1.602, np.where(STEPS < 1024, 1.5488, 1.45))[None].astype(float)
+    claim, = claims.claims_single_plateau(cfg(), group(test_loss=loss), LINES,
+                                          [row(plateaus=(plateau(128, 512, 1.602, 1),))])
+    assert claim.measured["steps_near_bigram_line"] == 6 * 64      # snapshots 640..960
 
 
 # ----------------------------------------------------------------------------- stationarity
