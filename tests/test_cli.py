@@ -173,6 +173,31 @@ def test_a_subprocess_sees_one_line(tmp_path):
     assert not (tmp_path / "w").exists()
 
 
+def test_the_main_job_fills_its_compilation_cache_and_reads_it_back(tmp_path):
+    """--compilation_cache=DIR: the first run writes its programs there, a second run of the same
+    command loads them (the same records, fewer seconds compiling)."""
+    env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
+    env["PYTHONPATH"] = str(ROOT)
+    cache = tmp_path / "cache"
+
+    def main_job(name):
+        out = subprocess.run([sys.executable, "-m", "experiments.scan_snap",
+                              "--config=configs/syn_small.py", f"--compilation_cache={cache}",
+                              f"--workdir={tmp_path / name}"], cwd=ROOT, capture_output=True,
+                             text=True, env=env)
+        assert out.returncode == 0, out.stderr
+        assert f"compilation cache: {cache}" in out.stdout
+        return json.loads((tmp_path / name / "summary.json").read_text())
+
+    first = main_job("first")
+    entries = sorted(p.name for p in cache.iterdir())
+    assert entries, "nothing was cached"
+    second = main_job("second")
+    assert sorted(p.name for p in cache.iterdir()) == entries     # every program was a hit
+    assert second["claims"] == first["claims"]
+    assert second["timing"]["compile_seconds"] < first["timing"]["compile_seconds"]
+
+
 def test_overrides_parse_as_the_fields_type():
     data = {"a": {"flag": False, "n": 3, "x": 0.5, "name": "sgd", "xs": [1, 2]}, "sweep": {}}
     schema = config_lib.flatten(data)
