@@ -301,9 +301,9 @@ def claims_single_plateau(cfg, group, lines, rows) -> list[records.Claim]:
     """Fig. 7 (MLP variant): one intermediate plateau only, at the unigram level (notes §5: the
     plateau ~1.602 is the best-smoothed unigram). The plateau is judged by its level against the
     unigram lines, not by the heads at its end: a plateau that slides into the escape ends with
-    the next stage's heads already forming. The time the test loss spends near the best-smoothed
-    bigram line (within line_tol / 4) is reported beside it: a bigram stage too short for a
-    plateau shows there."""
+    the next stage's heads already forming. The test loss must also not stay near the
+    best-smoothed bigram line (within line_tol / 4) for a plateau's length (min_plateau): a
+    bigram stage the plateau detector merged into the unigram plateau shows there."""
     tol, out = cfg.analysis.line_tol, []
     unigram = {name: lines.base[name] for name in ("1-gram +alpha", "1-gram opt")}
     res = group["result"]
@@ -314,14 +314,18 @@ def claims_single_plateau(cfg, group, lines, rows) -> list[records.Claim]:
                          unigram_distance=round(min(abs(p["level"] - v)
                                                     for v in unigram.values()), 4))
                     for p in middle]
-        ok = len(middle) == 1 and measured[0]["unigram_distance"] <= tol
         near_bigram = np.abs(res.snapshots["test_loss"][r] - lines.base["2-gram opt"]) <= tol / 4
+        at_bigram = int(near_bigram.sum() * step)
+        ok = (len(middle) == 1 and measured[0]["unigram_distance"] <= tol
+              and at_bigram < cfg.analysis.min_plateau)
         out.append(records.claim(
             f"{_label(group)}, seed {row['seed']}: a single intermediate plateau, the unigram",
-            dict(plateaus=measured or "none", steps_near_bigram_line=int(near_bigram.sum() * step),
+            dict(plateaus=measured or "none", steps_near_bigram_line=at_bigram,
                  bigram_line=round(lines.base["2-gram opt"], 4)),
             f"one sub-n-gram plateau, within {tol} of a unigram line "
-            f"({', '.join(f'{k} {v:.4f}' for k, v in unigram.items())})", ok, "Fig. 7"))
+            f"({', '.join(f'{k} {v:.4f}' for k, v in unigram.items())}), and fewer than "
+            f"{cfg.analysis.min_plateau} steps (a plateau's length) within {tol / 4} of the "
+            "bigram line", ok, "Fig. 7"))
     return out
 
 

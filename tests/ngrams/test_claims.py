@@ -217,11 +217,16 @@ def test_single_plateau():
         assert not claim.passed, plateaus
 
 
-def test_single_plateau_reports_the_time_at_the_bigram_line():
-    loss = np.where(STEPS < 640, 1.602, np.where(STEPS < 1024, 1.5488, 1.45))[None].astype(float)
+def test_single_plateau_fails_on_a_bigram_stage_as_long_as_a_plateau():
+    loss = np.where(STEPS < 640, 1.602, np.where(STEPS < 960, 1.5488, 1.45))[None].astype(float)
     claim, = claims.claims_single_plateau(cfg(), group(test_loss=loss), LINES,
                                           [row(plateaus=(plateau(128, 512, 1.602, 1),))])
-    assert claim.measured["steps_near_bigram_line"] == 6 * 64      # snapshots 640..960
+    assert claim.measured["steps_near_bigram_line"] == 5 * 64      # snapshots 640..896
+    assert claim.passed                                              # shorter than min_plateau
+    loss = np.where(STEPS < 640, 1.602, np.where(STEPS < 1280, 1.5488, 1.45))[None].astype(float)
+    claim, = claims.claims_single_plateau(cfg(), group(test_loss=loss), LINES,
+                                          [row(plateaus=(plateau(128, 512, 1.602, 1),))])
+    assert claim.measured["steps_near_bigram_line"] == 10 * 64 and not claim.passed
 
 
 # ----------------------------------------------------------------------------- stationarity
