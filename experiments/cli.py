@@ -43,7 +43,7 @@ from absl import flags
 
 from experiments import host
 from landscape import config as config_lib
-from landscape import records, training
+from landscape import backend, records, training
 
 FLAGS = flags.FLAGS
 _CONFIG = flags.DEFINE_string(
@@ -378,7 +378,8 @@ def _start_backend(experiment, cfg) -> str | None:
         host.use_host_devices(host.HOST_DEVICES.value)  # first: before the backends start
     except RuntimeError:
         pass                     # in-process use (tests): the backend is already up as it is
-    host.tune_allocator()
+    if backend.cpu_tuned():      # the host's heap serves the CPU backend's buffers only
+        host.tune_allocator()
     cache = host.use_compilation_cache(host.COMPILATION_CACHE.value)
     logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)  # no "no TPU" notice
     logging.getLogger("absl").setLevel(logging.WARNING)                 # orbax's INFO lines

@@ -21,7 +21,7 @@ import numpy as np
 
 from landscape import config as config_lib
 from landscape.config import format_bytes
-from landscape import curvature, plotting, precision, records, sweeps, training
+from landscape import backend, curvature, plotting, precision, records, sweeps, training
 from landscape.point import params_table
 from landscape.markov import model as model_lib
 from landscape.markov import points, task, theory, trap_study
@@ -277,8 +277,10 @@ def make_problem(cfg) -> training.Problem:
 
     def loss(params, key, hp):
         kernel = _kernel(cfg, hp)
-        # the sequential sampler: faster than the associative scan on CPU (notes on task.sample)
-        x = task.sample_sequential(key, kernel, _init_law(cfg, kernel), B, N + 1)
+        # the sequential sampler: faster than the associative scan on CPU (notes on task.sample);
+        # elsewhere the scan (the same sequences, landscape/backend.py)
+        sampler = task.sample_sequential if backend.cpu_tuned() else task.sample
+        x = sampler(key, kernel, _init_law(cfg, kernel), B, N + 1)
         x = training.batch_share(x)         # this device's sequences when a run splits its batch
         log_probs = model.apply({"params": params}, x[:, :N])
         if cfg.train.targets == "hard":

@@ -48,7 +48,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from landscape import _checks
+from landscape import _checks, backend
 from landscape import precision as precision_lib
 
 FAMILIES = ("theory", "gpt")
@@ -381,7 +381,7 @@ def _reduce_last(x_BND: jax.Array, op=jnp.add) -> jax.Array:
     many times slower (~0.2 ms for 4096 rows of 4; ~0.6 ms for a log-softmax over S = 2 at
     N = 1024, batch 16)."""
     D = x_BND.shape[-1]
-    if D > 32:
+    if D > 32 or not backend.cpu_tuned():
         return (jnp.sum if op is jnp.add else jnp.max)(x_BND, axis=-1, keepdims=True)
     return functools.reduce(op, [x_BND[..., i:i + 1] for i in range(D)])
 
@@ -454,12 +454,13 @@ def _causal_mix(q_BNHM: jax.Array, k_BNHM: jax.Array, v_BNHM: jax.Array) -> jax.
     Exactly the causal attention of notes §3.1 (scale inside the softmax, §6.9). Up to one tile
     it is the plain masked softmax (differentiated by JAX: cheap to compile and to Hessian).
     Longer sequences go through `_tiled_attention`: the K (K+1) / 2 lower-triangular (query tile,
-    key tile) pairs only, about half of the N x N work, with a hand-written backward pass.
+    key tile) pairs only, about half of the N x N work, with a hand-written backward pass. Off
+    the CPU (`landscape.backend`) every length takes the plain masked softmax.
     """
     B, N, H, m = q_BNHM.shape
     T = _tile(N)
     K = -(-N // T)
-    if K == 1:
+    if K == 1 or not backend.cpu_tuned():
         return jnp.einsum("bhni,bihm->bnhm", _causal_softmax(q_BNHM, k_BNHM), v_BNHM)
     if K * T > N:          # padded keys lie after every real query, so the causal mask hides them
         pad = ((0, 0), (0, K * T - N), (0, 0), (0, 0))
@@ -476,7 +477,7 @@ def _in_chunks(fn, *arrays_B):
     over chunks of C sequences, C the largest divisor of B that fits (at least 1)."""
     B, H, K, T, _ = arrays_B[0].shape
     scores_per_sequence = H * K * (K + 1) // 2 * T * T
-    if B * scores_per_sequence <= _SCORES_IN_CACHE:
+    if B * scores_per_sequence <= _SCORES_IN_CACHE or not backend.cpu_tuned():
         return fn(*arrays_B)
     C = max(c for c in range(1, B + 1)
             if B % c == 0 and (c == 1 or c * scores_per_sequence <= _SCORES_IN_CACHE))
@@ -487,7 +488,9 @@ def _in_chunks(fn, *arrays_B):
 
 def scores_held_whole(N: int) -> bool:
     """Whether attention over N positions forms the whole (N, N) score matrix (up to one tile)
-    or goes through `_tiled_attention`, which keeps each row's log-sum-exp only."""
+    or goes through `_tiled_attention`, which keeps each row's log-sum-exp only: on the CPU,
+    which the host-memory estimate is for (an accelerator holds them whole; XLA's memory
+    analysis checks its programs against the device memory)."""
     return _tile(N) >= N
 
 
@@ -532,7 +535,7 @@ def _tiled_forward(q_BHKTM, k_BHKTM, v_BHKTM):
     weights_BHPTU = jnp.exp(masked_BHPTU - rowmax_BHKT[:, :, row_P, :, None])
     # Values with a column of ones: one product gives the mixed values and the row totals.
     # Zero columns pad it to a multiple of 8 (the CPU matmul is ~30% faster at 8 than at 5).
-    width = -(-(m + 1) // 8) * 8
+    width = -(-(m + 1) // 8) * 8 if backend.cpu_tuned() else m + 1
     ones_BHKTW = jnp.concatenate([jnp.ones((B, H, K, T, 1), v_BHKTM.dtype),
                                   jnp.zeros((B, H, K, T, width - m - 1), v_BHKTM.dtype)], -1)
     v1_BHPUM = jnp.concatenate([v_BHKTM, ones_BHKTW], axis=-1)[:, :, col_P]

@@ -1,0 +1,49 @@
+"""Which formulation of a hot path to trace: the one place that decides.
+
+Some formulations are tuned for XLA's CPU backend on a few cores and would only cost elsewhere:
+reductions over a short minor axis written as chains of slices, the attention's values padded to
+8 columns, the block-causal tiled attention with its hand-written backward pass and its loop over
+chunks of sequences that keeps the scores in cache, the sequential Markov sampler, glibc
+allocator tuning. They apply when `cpu_tuned()` is true: on the CPU backend. On a GPU or TPU the
+plain XLA formulations are traced instead (the dense masked softmax, jnp reductions, the
+associative-scan sampler). Both give the same numbers up to float rounding (the samplers the
+same sequences); tests/test_backend.py checks that on CPU with `tuning("plain")`.
+
+The decision is read while a function is traced, so a jitted function keeps the formulation it
+was traced with.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+
+import jax
+
+TUNINGS = ("cpu", "plain")
+_forced = contextvars.ContextVar("landscape_tuning", default=None)
+
+
+def current() -> str:
+    """"cpu" on the CPU backend, "plain" elsewhere, unless `tuning` forces one."""
+    forced = _forced.get()
+    if forced is not None:
+        return forced
+    return "cpu" if jax.default_backend() == "cpu" else "plain"
+
+
+def cpu_tuned() -> bool:
+    return current() == "cpu"
+
+
+@contextlib.contextmanager
+def tuning(name: str):
+    """Trace with the formulations of `name` ("cpu" or "plain") on any backend (tests,
+    benchmarks)."""
+    if name not in TUNINGS:
+        raise ValueError(f"tuning {name!r}: must be one of {TUNINGS}.")
+    token = _forced.set(name)
+    try:
+        yield
+    finally:
+        _forced.reset(token)
