@@ -6,6 +6,7 @@ policy, interruptions, resume and provenance. A paper's CLI is `cli.run(experime
     python -m experiments.<paper> --config=configs/<file>.py[:variant] [--config.a.b=value ...]
         [--workdir=DIR] [--overwrite | --resume] [--checkpoint_seconds=S] [--host_devices=N]
         [--compilation_cache=DIR | --compilation_cache='']
+        [--coordinator_address=HOST:PORT --num_processes=P --process_id=I | --distributed]
     python -m experiments.<paper> --config=runs/<name>/<time>/config.json   # rerun a record
     python -m experiments.<paper> --workdir=runs/<name>/<time> --resume      # continue a run
 
@@ -22,6 +23,7 @@ the records so far, and a line saying how to resume (exit status 130).
 from __future__ import annotations
 
 import ast
+import atexit
 import contextlib
 import datetime
 import difflib
@@ -31,9 +33,11 @@ import json
 import logging
 import os
 import pathlib
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
 from typing import Any
@@ -79,19 +83,31 @@ def main(experiment, argv: list[str]) -> int:
             print(_help(experiment))
             return 0
         _parse_flags([argv[0]] + rest)
+        if host.distributed_flags_error():
+            raise UsageError(host.distributed_flags_error())
         cfg, workdir_path = _resolve(experiment, overrides)
     except (UsageError, config_lib.ConfigError, records.WorkdirError) as error:
         return _fail(str(error), EXIT_USAGE)
     validated = time.perf_counter() - started
 
     cache = _start_backend(experiment, cfg)
+    import jax
+    primary = jax.process_index() == 0
+    if not primary:       # the same run, its records thrown away: process 0 writes them
+        if _RESUME.value:
+            return _fail("--resume: a run over several processes has no checkpoints yet.",
+                         EXIT_USAGE)
+        workdir_path = pathlib.Path(tempfile.mkdtemp(prefix="landscape-process-"))
+        atexit.register(shutil.rmtree, workdir_path, ignore_errors=True)
     workdir = records.Workdir.open(workdir_path, overwrite=_OVERWRITE.value,
                                    resume=_RESUME.value,
                                    checkpoint_seconds=_CHECKPOINT_SECONDS.value)
     workdir.provenance = provenance(argv, validation_seconds=validated, compilation_cache=cache)
+    processes = (f" over {jax.process_count()} processes (this is process "
+                 f"{jax.process_index()})" if jax.process_count() > 1 else "")
     print(f"backend {workdir.provenance['backend']}: {workdir.provenance['device_count']} "
-          f"device(s) ({', '.join(workdir.provenance['devices'])}); compilation cache: "
-          f"{cache or 'off'}")
+          f"device(s) ({', '.join(workdir.provenance['devices'])}){processes}; compilation "
+          f"cache: {cache or 'off'}")
     resume_line = (f"python -m experiments.{_paper(experiment)} --workdir={workdir.path} "
                    "--resume")
     training.clear_stop()
@@ -99,7 +115,7 @@ def main(experiment, argv: list[str]) -> int:
                          resume=resume_line)
     with _stop_on_signals():
         try:
-            experiment.run(cfg, workdir)
+            experiment.run(cfg, workdir, **({} if primary else {"progress": None}))
         except training.Interrupted as stop:
             workdir.write_status("interrupted", step=stop.step, resume=resume_line)
             return _fail(f"Interrupted at step {stop.step}: the records so far and a checkpoint "
@@ -160,7 +176,8 @@ def _parse_flags(argv: list[str]) -> None:
 def _help(experiment) -> str:
     module = sys.modules.get(f"experiments.{_paper(experiment)}")
     ours = [_CONFIG, _WORKDIR, _OVERWRITE, _RESUME, _CHECKPOINT_SECONDS, host.HOST_DEVICES,
-            host.COMPILATION_CACHE]
+            host.COMPILATION_CACHE, host.COORDINATOR, host.NUM_PROCESSES, host.PROCESS_ID,
+            host.DISTRIBUTED]
     lines = [(module.__doc__ or "").strip(), "", __doc__.strip(), "", "flags:"]
     lines += [f"  --{f.name}: {FLAGS[f.name].help}" for f in ours]
     return "\n".join(lines)
@@ -199,7 +216,8 @@ def _resolve(experiment, overrides) -> tuple[ml_collections.ConfigDict, pathlib.
     if stored is not None:
         _require_same_config(stored, cfg.to_dict(), workdir)
     path = pathlib.Path(workdir) if workdir else records.new_path(cfg.name)
-    records.check_path(path, overwrite=_OVERWRITE.value, resume=resume)
+    if not host.secondary_process():          # process 0 owns the workdir of a multi-process run
+        records.check_path(path, overwrite=_OVERWRITE.value, resume=resume)
     for note in notes:
         print(note)
     return cfg, path
@@ -378,6 +396,7 @@ def _start_backend(experiment, cfg) -> str | None:
         host.use_host_devices(host.HOST_DEVICES.value)  # first: before the backends start
     except RuntimeError:
         pass                     # in-process use (tests): the backend is already up as it is
+    host.start_distributed()     # also before the backends start
     if backend.cpu_tuned():      # the host's heap serves the CPU backend's buffers only
         host.tune_allocator()
     cache = host.use_compilation_cache(host.COMPILATION_CACHE.value)

@@ -19,6 +19,56 @@ COMPILATION_CACHE = flags.DEFINE_string(
     "from it instead of compiled again. '' turns it off. JAX_COMPILATION_CACHE_DIR, if set, "
     "wins.")
 
+COORDINATOR = flags.DEFINE_string(
+    "coordinator_address", None, "host:port of process 0, to run one sweep over several "
+    "processes or machines (jax.distributed), with --num_processes and --process_id; every "
+    "process runs the same command. Process 0 writes the records.")
+NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "Processes in a --coordinator_address "
+                                     "run.", lower_bound=1)
+PROCESS_ID = flags.DEFINE_integer("process_id", None, "This process's index (0 .. "
+                                  "num_processes - 1) in a --coordinator_address run.",
+                                  lower_bound=0)
+DISTRIBUTED = flags.DEFINE_bool(
+    "distributed", False, "Run over several processes with jax.distributed's auto-detection "
+    "(SLURM, TPU pods, ...) instead of --coordinator_address.")
+
+
+def distributed_flags_error() -> str | None:
+    """One sentence if the multi-process flags do not go together, else None."""
+    given = [COORDINATOR.value is not None, NUM_PROCESSES.value is not None,
+             PROCESS_ID.value is not None]
+    if any(given) and not all(given):
+        return ("--coordinator_address, --num_processes and --process_id go together (or "
+                "--distributed alone, to let jax.distributed detect them).")
+    if all(given) and PROCESS_ID.value >= NUM_PROCESSES.value:
+        return (f"--process_id={PROCESS_ID.value}: must be below --num_processes="
+                f"{NUM_PROCESSES.value}.")
+    if all(given) and DISTRIBUTED.value:
+        return "--distributed detects the processes itself: leave out --coordinator_address."
+    return None
+
+
+def secondary_process() -> bool:
+    """Whether this process is known, before JAX starts, to be one other than process 0 of a
+    multi-process run (--process_id, or SLURM's task id under --distributed)."""
+    if PROCESS_ID.value is not None:
+        return PROCESS_ID.value > 0
+    return DISTRIBUTED.value and int(os.environ.get("SLURM_PROCID", "0")) > 0
+
+
+def start_distributed() -> bool:
+    """jax.distributed.initialize() as the flags ask (before the backends start), with CPU
+    collectives over gloo so that CPU processes can run one program; False when not asked."""
+    if not (DISTRIBUTED.value or COORDINATOR.value):
+        return False
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    if COORDINATOR.value:
+        jax.distributed.initialize(COORDINATOR.value, num_processes=NUM_PROCESSES.value,
+                                   process_id=PROCESS_ID.value)
+    else:
+        jax.distributed.initialize()
+    return True
+
 
 def use_compilation_cache(path: str | None) -> str | None:
     """Point JAX's persistent compilation cache at `path` (None or '': off) and cache every

@@ -94,7 +94,8 @@ def run(problem: training.Problem, optim, base_hparams: Mapping[str, float], gri
         split = training.batch_devices(problem, devices)
         return training.train(problem, optim, hparams, seeds,
                               batch_over=split if len(split) > 1 else None, **train_kwargs)
-    sharding = run_axis_sharding(devices[:grid.size])  # no device holds only padding
+    # no device holds only padding; several processes (jax.distributed) all take part
+    sharding = run_axis_sharding(devices if jax.process_count() > 1 else devices[:grid.size])
     return training.train(problem, optim, hparams, seeds,
                           sharding=sharding if sharding.mesh.size > 1 else None, **train_kwargs)
 

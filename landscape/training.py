@@ -345,8 +345,8 @@ def train(problem: Problem, optim: ml_collections.ConfigDict, hparams: dict[str,
         pad = -num_runs % len(sharding.device_set)
         hparams = {k: np.concatenate([v, np.repeat(v[-1:], pad)]) for k, v in hparams.items()}
         seeds = np.concatenate([seeds, np.repeat(seeds[-1:], pad)])
-    put = (lambda x: jax.device_put(x, sharding)) if sharding is not None else (lambda x: x)
-    seeds_dev, hparams = put(jnp.asarray(seeds, jnp.uint32)), put(jax.tree.map(jnp.asarray, hparams))
+    put = lambda x: _to_devices(x, sharding)
+    seeds_dev, hparams = put(np.asarray(seeds, np.uint32)), jax.tree.map(put, hparams)
 
     opt = direction(optim, problem.weight_decay_mask)
     lr_multiplier = schedule(optim, num_steps)
@@ -413,11 +413,13 @@ def train(problem: Problem, optim: ml_collections.ConfigDict, hparams: dict[str,
     _check_compiled_memory(chunk, 1 if sharding is None else len(sharding.device_set))
 
     losses, metrics = [], []
-    snaps = [jax.tree.map(lambda x: np.asarray(x)[:, None], first_snapshot)]
+    snaps = [jax.tree.map(lambda x: _on_host(x)[:, None], first_snapshot)]
     first_bad = np.full(len(seeds), -1)
     recorder = (_Recorder(workdir, given_hparams, seeds, log_every, num_runs, record_tags or {})
                 if workdir else None)
-    checkpoint = workdir.next_checkpoint() if workdir else None
+    # several processes (jax.distributed): no checkpoints yet (each would need the same
+    # save decisions and a shared folder); the records are process 0's (experiments/cli.py)
+    checkpoint = workdir.next_checkpoint() if workdir and jax.process_count() == 1 else None
     start, elapsed = 0, 0.0
     if checkpoint is not None and checkpoint.latest_step() is not None:   # --resume
         start, state, host = checkpoint.restore(_saveable(state))
@@ -446,10 +448,10 @@ def train(problem: Problem, optim: ml_collections.ConfigDict, hparams: dict[str,
     try:
         for first_step in range(start, num_steps, chunk_len):
             state, loss, chunk_metrics, chunk_snaps = chunk(state, jnp.int32(first_step), hparams)
-            loss = np.asarray(loss)
+            loss = _on_host(loss)
             losses.append(loss)
-            metrics.append(jax.tree.map(np.asarray, chunk_metrics))
-            snaps.append(jax.tree.map(np.asarray, chunk_snaps))
+            metrics.append(jax.tree.map(_on_host, chunk_metrics))
+            snaps.append(jax.tree.map(_on_host, chunk_snaps))
             bad = ~np.isfinite(loss)
             newly_bad = bad.any(axis=1) & (first_bad < 0)
             first_bad[newly_bad] = first_step + bad[newly_bad].argmax(axis=1)
@@ -484,7 +486,7 @@ def train(problem: Problem, optim: ml_collections.ConfigDict, hparams: dict[str,
     jax.block_until_ready(state)
     run_seconds = elapsed + time.perf_counter() - t_run
 
-    real = lambda x: np.asarray(x)[:num_runs]
+    real = lambda x: _on_host(x)[:num_runs]
     return RunResult(
             hparams={k: real(v) for k, v in given_hparams.items()},
             seeds=real(seeds),
@@ -520,13 +522,34 @@ def _check_compiled_memory(compiled, num_devices: int) -> None:
 
 def _saveable(state: TrainState) -> TrainState:
     """The state as numpy arrays, the typed data keys as their raw key data (for orbax)."""
-    return jax.tree.map(np.asarray, state._replace(key=jax.random.key_data(state.key)))
+    return jax.tree.map(_on_host, state._replace(key=jax.random.key_data(state.key)))
 
 
 def _device_state(state: TrainState, sharding) -> TrainState:
     state = state._replace(key=jax.random.wrap_key_data(jnp.asarray(state.key)))
     return jax.device_put(state, sharding) if sharding is not None else jax.tree.map(jnp.asarray,
                                                                                       state)
+
+
+def _to_devices(x, sharding):
+    """A host array laid out by `sharding` (None: as it is). A sharding over several processes'
+    devices (jax.distributed) gets each process's shards from the same host array, which every
+    process holds whole (the grid is the same everywhere)."""
+    if sharding is None:
+        return jnp.asarray(x)
+    if sharding.is_fully_addressable:
+        return jax.device_put(x, sharding)
+    x = np.asarray(x)
+    return jax.make_array_from_callback(x.shape, sharding, lambda index: x[index])
+
+
+def _on_host(x) -> np.ndarray:
+    """A device array as numpy; one that spans several processes is gathered from all of them
+    (every process then holds every run's numbers)."""
+    if isinstance(x, jax.Array) and not x.is_fully_addressable:
+        from jax.experimental import multihost_utils
+        return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+    return np.asarray(x)
 
 
 def _unprefix(host: dict[str, np.ndarray], prefix: str) -> dict[str, np.ndarray]:
