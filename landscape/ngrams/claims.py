@@ -217,14 +217,18 @@ def spike(cfg, group, r: int, row) -> dict[str, Any] | None:
     # the median is robust to the estimate's noise; clip at a tenth of the peak, which keeps
     # a plateau whose unbiased estimate is ~0 (or negative) from giving an infinite ratio
     peak = float(test_grad[near].max())
-    level = float(np.max([np.median(test_grad[on]) if on.any() else np.nan, 0.1 * peak]))
+    median = float(np.median(test_grad[on])) if on.any() else np.nan
+    level = float(np.max([median, 0.1 * peak]))
     near_b = slice(max(0, j - 5), min(len(batch_grad), j + 4))
     batch_ratio = _ratio(batch_grad[near_b].max(), np.median(batch_grad[on[1:]]))
     ratio = _ratio(peak, level) if peak > 0 else 0.0     # no positive estimate: no spike
     return dict(plateau_steps=f"{plateau['start']}-{plateau['end']}",
                 escaped=bool(plateau["end"] < steps[-1]), jump_step=int(steps[j]),
                 test_grad_norm_plateau=round(level, 4), test_grad_norm_peak=round(peak, 4),
-                ratio=round(ratio, 2), minibatch_ratio=round(batch_ratio, 2))
+                ratio=round(ratio, 2), minibatch_ratio=round(batch_ratio, 2),
+                **({"plateau_floored": f"median {median:.4f} < a tenth of the peak: the ratio is "
+                                       f"capped at 10 (uncapped {_ratio(peak, median):.1f})"}
+                   if median < 0.1 * peak else {}))
 
 
 def claims_grad_norm(cfg, group, lines, rows) -> list[records.Claim]:

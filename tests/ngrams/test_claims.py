@@ -119,6 +119,8 @@ def test_grad_norm_spike_passes():
     loss, grad = _jump_run()
     claim, = claims.claims_grad_norm(cfg(), group(loss, grad), LINES, [row(plateaus=STAIRS)])
     assert claim.passed, claim.measured
+    # the plateau's median (0.01) is below a tenth of the peak (0.02): the ratio is capped, said
+    assert claim.measured["ratio"] == 10 and "uncapped 20.0" in claim.measured["plateau_floored"]
 
 
 @pytest.mark.parametrize("grad", [np.full((1, len(STEPS)), 0.05),     # no spike
