@@ -333,6 +333,12 @@ def claims_single_plateau(cfg, group, lines, rows) -> list[records.Claim]:
     return out
 
 
+def _fall(first, last) -> float:
+    """How many times a study row's unbiased gradient norm falls from `first` to `last` (whose
+    norm counts as at least its Monte-Carlo noise floor)."""
+    return _ratio(first["grad_unbiased"], np.max([last["grad_unbiased"], last["grad_noise"]]))
+
+
 def _ratio(a, b) -> float:
     """a / b as a float: inf for a positive a over 0, NaN for 0/0 or a NaN (a failing ratio)."""
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -416,8 +422,7 @@ def claims_stationarity(rows) -> list[records.Claim]:
             large = []
         for c in large:
             first, last = at(k, c, short), at(k, c, long)
-            ratio = _ratio(first["grad_unbiased"],
-                           np.max([last["grad_unbiased"], last["grad_noise"]]))
+            ratio = _fall(first, last)
             out.append(records.claim(
                 f"theta_*^{k}(c = {c:g}): the population gradient norm falls with T",
                 {f"T={short}": round(first["grad_unbiased"], 4),
@@ -445,8 +450,7 @@ def claims_stationarity(rows) -> list[records.Claim]:
                     "notes C7 table, c = 4 column"))
                 continue
             first, last = at(k, c, middle), at(k, c, long)
-            ratio = _ratio(first["grad_unbiased"],
-                           np.max([last["grad_unbiased"], last["grad_noise"]]))
+            ratio = _fall(first, last)
             out.append(records.claim(
                 f"theta_*^{k}(c = {c:g}): at fixed small c the norm levels off in T",
                 {f"T={middle}": round(first["grad_unbiased"], 4),
