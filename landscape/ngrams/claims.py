@@ -161,13 +161,13 @@ def claims_staircase(cfg, group, lines, rows) -> list[records.Claim]:
         orders = [p["k"] for p in sub]
         ok = bool(sub) and all(p["distance"] <= tol for p in sub) and orders == sorted(orders)
         out.append(records.claim(
-            f"{_label(group)}, seed {row['seed']}: sub-n-gram plateaus sit at the loss of the "
+            f"{program_label(group)}, seed {row['seed']}: sub-n-gram plateaus sit at the loss of the "
             "estimator of the history the heads read", measured or "no sub-n-gram plateau found",
             f"each within {tol} of that estimator's +alpha or best-smoothed loss; k increasing",
             ok, "Figs 1, 3, 4, 6; notes §7"))
         final = row["final_loss"]
         out.append(records.sanity(
-            f"{_label(group)}, seed {row['seed']}: final test loss against the n-gram (Bayes) "
+            f"{program_label(group)}, seed {row['seed']}: final test loss against the n-gram (Bayes) "
             "line", dict(final=round(final, 4), bayes=round(lines.base["bayes"], 4),
                          gap=round(final - lines.base["bayes"], 4)),
             "at or above the Bayes loss (no predictor beats it), within 0.01",
@@ -193,7 +193,7 @@ def claims_heads(cfg, group, lines, rows) -> list[records.Claim]:
     if escaped < len(rows):
         measured["note"] = f"the -2 head never formed in {len(rows) - escaped} of {len(rows)} seeds"
     return [records.claim(
-        f"{_label(group)}: the (-1) head forms before the (-2) head "
+        f"{program_label(group)}: the (-1) head forms before the (-2) head "
         f"(attention > {cfg.analysis.head_threshold})", measured,
         f"both heads form, -1 first, in >= {need} of {len(rows)} seeds", sum(before) >= need,
         "Figs 3, 5; notes §5")]
@@ -236,7 +236,7 @@ def claims_grad_norm(cfg, group, lines, rows) -> list[records.Claim]:
     the jump (paper: ~10x, measured at averaged parameters, notes §8), per run (`spike`)."""
     out = []
     for r, row in enumerate(rows):
-        label = f"{_label(group)}, seed {row['seed']}: gradient norm small on the plateau, " \
+        label = f"{program_label(group)}, seed {row['seed']}: gradient norm small on the plateau, " \
                 "spiking at the jump"
         measured = spike(cfg, group, r, row)
         if measured is None or measured["escaped"] is False:
@@ -266,7 +266,7 @@ def claims_spike_by_measure(cfg, averaged, rows_averaged, current, rows_current
         if ok:
             measured["averaged / current"] = round(_ratio(a["ratio"], c["ratio"]), 2)
         out.append(records.claim(
-            f"{_label(current, measured_at=False)}, seed {row_a['seed']}: the gradient spike is "
+            f"{program_label(current, measured_at=False)}, seed {row_a['seed']}: the gradient spike is "
             f"larger at the parameter EMA (decay {cfg.train.ema_decay}) than at the current "
             "parameters", measured, "peak / plateau ratio at the EMA > at the current parameters",
             ok, "Fig. 6; notes §8 (the authors' ema_metrics)"))
@@ -293,7 +293,7 @@ def claims_paper_levels(cfg, group, lines, rows) -> list[records.Claim]:
         if plateau is not None and not escaped:
             measured["note"] = f"no escape: the run ends on the plateau (step {int(last)})"
         out.append(records.claim(
-            f"{_label(group)}, seed {row['seed']}: plateau and final test loss (after leaving "
+            f"{program_label(group)}, seed {row['seed']}: plateau and final test loss (after leaving "
             f"the plateau) at the paper's values ({a.paper_plateau}, {a.paper_final})", measured,
             f"an escape, and both within {a.line_tol}",
             escaped and max(abs(v) for v in gaps.values()) <= a.line_tol,
@@ -323,7 +323,7 @@ def claims_single_plateau(cfg, group, lines, rows) -> list[records.Claim]:
         ok = (len(middle) == 1 and measured[0]["unigram_distance"] <= tol
               and at_bigram < cfg.analysis.min_plateau)
         out.append(records.claim(
-            f"{_label(group)}, seed {row['seed']}: a single intermediate plateau, the unigram",
+            f"{program_label(group)}, seed {row['seed']}: a single intermediate plateau, the unigram",
             dict(plateaus=measured or "none", steps_near_bigram_line=at_bigram,
                  bigram_line=round(lines.base["2-gram opt"], 4)),
             f"one sub-n-gram plateau, within {tol} of a unigram line "
@@ -349,7 +349,7 @@ CLAIMS = {"staircase": claims_staircase, "heads": claims_heads, "grad_norm": cla
           "single_plateau": claims_single_plateau, "paper_levels": claims_paper_levels}
 
 
-def _label(group, measured_at: bool = True) -> str:
+def program_label(group, measured_at: bool = True) -> str:
     """The program in words (model, task) and, for a run measured at averaged parameters, where
     its snapshots were measured (group["measured_at"], set by `measured_view`)."""
     cfg = group["cfg"]

@@ -454,7 +454,7 @@ def run(cfg, workdir: records.Workdir, progress=print) -> dict[str, Any]:
             for name in names:      # the second measure (metrics_at "both"): the spike only
                 claims += records.evaluated(name, lambda: claims_lib.CLAIMS[name](
                     view["cfg"], view, lines, view["rows"]))
-            table += [dict(program=claims_lib._label(group), measured_at=view["measured_at"]
+            table += [dict(program=claims_lib.program_label(group), measured_at=view["measured_at"]
                            or "current parameters",
                            **{k: v for k, v in row.items() if k != "grad_norm_per_snapshot"})
                       for row in view["rows"]]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from landscape import plotting
-from landscape.ngrams.claims import Lines, _label
+from landscape.ngrams.claims import Lines, program_label
 
 
 def _highlights(cfg, group) -> list[int]:
@@ -64,7 +64,7 @@ def plot_loss(group, lines, path):
         ax.plot(s, res.snapshots["test_loss"][0, j], "o", color="k", markersize=4)
     low = min(lines.base["bayes"], res.snapshots["test_loss"].min()) - 0.02
     high = max(res.snapshots["test_loss"][:, 1:].max(), lines.base["uniform"]) + 0.02
-    ax.set(xlabel="step", ylabel="test loss (nats)", ylim=(low, high), title=_label(group))
+    ax.set(xlabel="step", ylabel="test loss (nats)", ylim=(low, high), title=program_label(group))
     ax.legend(fontsize=6, ncol=2)
     return plotting.save(fig, path)
 
@@ -85,7 +85,7 @@ def plot_attention(group, path):
             ax.set_title(f"step {s}, head {h + 1}\n-1: {lags[0]:.2f}  -2: {lags[1]:.2f}",
                          fontsize=7)
             ax.set(xlabel="key position", ylabel="query position")
-    fig.suptitle(f"{_label(group)}: layer-1 attention (seed {res.seeds[0]})", fontsize=8)
+    fig.suptitle(f"{program_label(group)}: layer-1 attention (seed {res.seeds[0]})", fontsize=8)
     return plotting.save(fig, path)
 
 
@@ -132,7 +132,7 @@ def plot_grad_norm(group, lines, path, max_runs: int = 4):
                     label="test loss")
             _draw_lines(ax, lines, view["cfg"].task.order_n)
             ax.set(xlabel="step", ylabel="test loss (nats)",
-                   title=f"{_label(view)}, seed {row['seed']}".replace(", at the", ",\nat the"))
+                   title=f"{program_label(view)}, seed {row['seed']}".replace(", at the", ",\nat the"))
             twin = ax.twinx()
             twin.plot(res.snapshot_steps[1:], row["grad_norm_per_snapshot"], color="tab:purple",
                       linewidth=0.9, alpha=0.6,

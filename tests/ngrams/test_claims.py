@@ -197,8 +197,8 @@ def test_measured_view_splits_the_snapshots_by_measure():
     assert set(current["result"].snapshots) == {"test_loss"}
     np.testing.assert_array_equal(current["result"].snapshots["test_loss"],
                                   averaged["result"].snapshots["test_loss"] + 1)
-    assert "parameter EMA (0.999)" in claims._label(averaged)
-    assert "current parameters" in claims._label(current)
+    assert "parameter EMA (0.999)" in claims.program_label(averaged)
+    assert "current parameters" in claims.program_label(current)
 
 
 # ----------------------------------------------------------------------------- single plateau
