@@ -65,6 +65,9 @@ class Problem:
         when it has one run and several devices). Each device draws the whole batch from the same
         key and keeps its share, and the loss, metrics and gradients are averaged over devices:
         the same numbers as on one device, up to rounding.
+    loss_takes_step: the loss is called (params, key, hparams, step), step the int32 global step
+        (0, 1, ...; continued on resume), e.g. to read a fixed corpus chunk after chunk, epoch
+        after epoch, as the WikiText experiments do (scan_snap/text.py).
     """
     init: Callable[[jax.Array, HParams], Params]
     loss: Callable[[Params, jax.Array, HParams], tuple[jax.Array, dict[str, jax.Array]]]
@@ -75,6 +78,7 @@ class Problem:
     log_grad_zeros: bool = False
     runs_per_group: int | None = None
     batch_size: int | None = None
+    loss_takes_step: bool = False
 
 
 # ----------------------------------------------------------------------------- batch splitting
@@ -127,6 +131,8 @@ def default_optim_config() -> ml_collections.ConfigDict:
             warmup_steps=0,
             initial_lr_fraction=0.0,  # warmup_cosine, onecycle: lr at step 0 / peak lr
             final_lr_fraction=0.0,  # warmup_cosine, onecycle: lr at the last step / peak lr
+            clip_norm=0.0,          # > 0: clip the gradient's global L2 norm to this first
+                                    # (torch.nn.utils.clip_grad_norm_); 0: no clipping
     ))
 
 
@@ -155,6 +161,7 @@ def validate_optim(cfg: ml_collections.ConfigDict, prefix: str = "optim") -> Non
     config_lib.require_number(cfg, f"{prefix}.warmup_steps", low=0, integer=True)
     config_lib.require_number(cfg, f"{prefix}.initial_lr_fraction", low=0, high=1)
     config_lib.require_number(cfg, f"{prefix}.final_lr_fraction", low=0, high=1)
+    config_lib.require_number(cfg, f"{prefix}.clip_norm", low=0)
     if o.nesterov:
         config_lib.require(o.name == "sgd" and o.momentum > 0, f"{prefix}.nesterov", o.nesterov,
                                               "False unless optim.name is 'sgd' with momentum > 0")
@@ -162,16 +169,19 @@ def validate_optim(cfg: ml_collections.ConfigDict, prefix: str = "optim") -> Non
 
 def direction(optim: ml_collections.ConfigDict,
               decay_mask: Callable[[Params], Any] | None = None) -> optax.GradientTransformation:
-    """The optimizer without its learning rate (updates are -lr * schedule * direction)."""
+    """The optimizer without its learning rate (updates are -lr * schedule * direction), after
+    clipping the gradient's global norm when optim.clip_norm > 0 (PyTorch clips before the step)."""
+    clip = [optax.clip_by_global_norm(optim.clip_norm)] if optim.get("clip_norm", 0.0) else []
     decay = ([optax.add_decayed_weights(optim.weight_decay, mask=decay_mask)]
              if optim.weight_decay else [])
     if optim.name == "sgd":
         trace = [optax.trace(decay=optim.momentum, nesterov=optim.nesterov)] if optim.momentum else []
-        return optax.chain(*decay, *trace) if decay or trace else optax.identity()
-    adam = optax.scale_by_adam(b1=optim.b1, b2=optim.b2, eps=optim.eps)
-    if optim.name == "adam":  # PyTorch Adam: weight decay is an L2 term in the gradient
-        return optax.chain(*decay, adam)
-    return optax.chain(adam, *decay)  # AdamW: decoupled decay, scaled by lr as in PyTorch
+        rest = decay + trace
+    elif optim.name == "adam":  # PyTorch Adam: weight decay is an L2 term in the gradient
+        rest = decay + [optax.scale_by_adam(b1=optim.b1, b2=optim.b2, eps=optim.eps)]
+    else:                       # AdamW: decoupled decay, scaled by lr as in PyTorch
+        rest = [optax.scale_by_adam(b1=optim.b1, b2=optim.b2, eps=optim.eps)] + decay
+    return optax.chain(*clip, *rest) if clip or rest else optax.identity()
 
 
 def schedule(optim: ml_collections.ConfigDict, num_steps: int) -> optax.Schedule:
@@ -371,7 +381,7 @@ def train(problem: Problem, optim: ml_collections.ConfigDict, hparams: dict[str,
         key, batch_key = jax.random.split(state.key)
         with _splitting_batch(shares):
             (loss, metrics), grads = jax.value_and_grad(problem.loss, has_aux=True)(
-                    state.params, batch_key, hp)
+                    state.params, batch_key, hp, *((step,) if problem.loss_takes_step else ()))
         if shares > 1:      # each device's loss is the mean over its share: average the shares
             loss, metrics, grads = jax.lax.pmean((loss, metrics, grads), BATCH_AXIS)
         if problem.log_grad_norm:

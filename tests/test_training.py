@@ -203,6 +203,38 @@ def test_log_grad_norm_records_the_minibatch_gradient_norm():
     np.testing.assert_allclose(result.metrics["grad_norm"][0, 2], expected, rtol=1e-10)
 
 
+def test_clip_norm_clips_the_global_gradient_before_the_group_learning_rates():
+    """PyTorch: clip_grad_norm_(all parameters, c) then p <- p - lr_group g: one norm over both
+    groups, then each group at its own lr."""
+    problem, A = quadratic_problem()
+    clip, lrs = 0.5, {"u": 0.1, "v": 0.3}
+    result = training.train(problem, optim(clip_norm=clip), {"lr": [0.1], "ratio": [3.0]}, [2],
+                            num_steps=4, log_every=1, progress=None)
+    init_key, key = jax.random.split(jax.random.key(2))
+    params = problem.init(init_key, None)
+    clipped = 0
+    for _ in range(4):
+        key, batch_key = jax.random.split(key)
+        grads = jax.grad(lambda p: problem.loss(p, batch_key, None)[0])(params)
+        norm = float(optax.tree.norm(grads))
+        clipped += norm > clip
+        params = {k: params[k] - lrs[k] * grads[k] * min(1.0, clip / norm) for k in params}
+    assert clipped >= 3                                   # the clip acts in this test
+    for k in params:
+        np.testing.assert_allclose(result.final_params[k][0], params[k], rtol=1e-12)
+
+
+def test_a_loss_that_takes_the_step_sees_the_global_step():
+    """Problem.loss_takes_step: the 4th argument is the step (0, 1, ...), across chunks."""
+    def loss(params, key, hp, step):
+        return jnp.sum(params["w"]) * 0 + step.astype(jnp.float64), {}
+    problem = training.Problem(init=lambda key, hp: {"w": jnp.zeros(2)}, loss=loss,
+                               learning_rates=lambda hp: {"w": hp["lr"]}, loss_takes_step=True)
+    result = training.train(problem, optim(), {"lr": [0.1, 0.2]}, [0, 1], num_steps=12,
+                            log_every=2, chunk_steps=4, progress=None)
+    np.testing.assert_array_equal(result.losses, np.tile(np.arange(12.0), (2, 1)))
+
+
 def _numpy_ema(trajectory, decay):
     """Debiased EMA of a parameter trajectory (rows: the parameters after steps 1, 2, ...),
     written out: m_t = decay m_{t-1} + (1 - decay) p_t, m_0 = 0, reported as m_t / (1 - decay^t)."""
