@@ -22,17 +22,18 @@ from landscape import plotting, precision, records, sweeps, training
 from landscape.point import params_table
 from landscape.scan_snap import model as model_lib
 from landscape.scan_snap import task as task_lib
-from landscape.scan_snap import theory
+from landscape.scan_snap import theory, wikitext
 
 TRACED = ("optim.lr_z", "optim.lr_y_over_lr_z")
-CLAIM_SETS = ("fig4", "fig5", "fig6", "none")
+CLAIM_SETS = ("fig4", "fig5", "fig6") + wikitext.CLAIM_SETS + ("none",)
+EXPERIMENTS = ("train", "theory", "wikitext")
 
 
 def default_config() -> ml_collections.ConfigDict:
     """Every field an experiment config may set, with defaults (the Syn-Small values, notes §7.4)."""
     c = ml_collections.ConfigDict()
     c.name = "scan_snap"
-    c.experiment = "train"              # train | theory
+    c.experiment = "train"              # train (Y/Z model) | theory | wikitext (wikitext.py)
     c.seed = 0                          # runs use seeds seed, seed+1, ..., seed+num_seeds-1
     c.num_seeds = 1
     c.data = dict(
@@ -51,15 +52,16 @@ def default_config() -> ml_collections.ConfigDict:
         plot_steps=[0, 2, 4, 6, 8, 10, -1],   # -1 = final
         plot_classes=2, plot_common=10, plot_distinct=10)
     c.sweep = ml_collections.ConfigDict()   # e.g. {"optim": {"lr_z": [...]}, "data": {...}}
-    c.claims = "none"                   # fig4 | fig5 | fig6 | none: the paper claims to check
+    c.claims = "none"                   # fig4 | fig5 | fig6 | fig7 | fig10 | none
     c.theory = dict(M=1000, K=10, rho0=1.0, fig3_eta_z=0.5, fig3_eta_y=[0.1, 0.2, 0.5, 1.0, 2.0],
                     fig8_eta_y=[0.1, 0.5, 1.0], fig8_steps=2000, fig9_ratios=[1.0, 2.0, 5.0],
                     fig9_eta_z=[0.1, 0.5, 1.0], t_max=1e5)
+    c.update(wikitext.default_fields())     # experiment = "wikitext": text, transformer
     return c
 
 
 SWEEPABLE = ("optim.lr_z", "optim.lr_y_over_lr_z", "data.num_last", "data.num_next_per_last",
-             "data.seq_len", "train.batch_size")
+             "data.seq_len", "train.batch_size") + wikitext.SWEEPABLE
 
 
 def validate(cfg: ml_collections.ConfigDict) -> None:
@@ -73,9 +75,14 @@ def validate(cfg: ml_collections.ConfigDict) -> None:
 def _validate_run(cfg) -> None:
     """The fields of the whole run (not per program): name, experiment, seeds, claims."""
     config_lib.require_text(cfg, "name")
-    config_lib.require_choice(cfg, "experiment", ("train", "theory"))
+    config_lib.require_choice(cfg, "experiment", EXPERIMENTS)
     config_lib.require_choice(cfg, "claims", CLAIM_SETS)
     config_lib.require_seeds(cfg)
+    if cfg.experiment == "wikitext":
+        return wikitext.validate_run(cfg)
+    config_lib.require(cfg.claims not in wikitext.CLAIM_SETS, "claims", cfg.claims,
+                       f"one of fig4, fig5, fig6, none for experiment = {cfg.experiment!r} "
+                       f"({cfg.claims} is experiment = 'wikitext')")
     if cfg.experiment == "theory":
         config_lib.require_empty_sweep(cfg, "experiment = 'theory'")
         config_lib.require(cfg.claims == "none", "claims", cfg.claims,
@@ -100,15 +107,6 @@ def _validate_cell(cfg) -> None:
     """Ranges and relations of every field of one program's config."""
     r = config_lib.require_number
     _validate_theory(cfg)
-    for f in ("num_last", "num_next_per_last", "num_distinct_per_next"):
-        r(cfg, f"data.{f}", low=1, integer=True)
-    for f in ("num_common", "num_common_per_last"):
-        r(cfg, f"data.{f}", low=0, integer=True)
-    r(cfg, "data.common_unnormalized_prob", low=0, low_open=True)
-    r(cfg, "data.distinct_unnormalized_min", low=0, low_open=True)
-    r(cfg, "data.distinct_unnormalized_max", low=cfg.data.distinct_unnormalized_min)
-    r(cfg, "data.seq_len", low=2, integer=True)
-    config_lib.require_choice(cfg, "model.init", model_lib.INITS)
     config_lib.require_choice(cfg, "model.dtype", precision.COMPUTE_DTYPES)
     training.validate_optim(cfg)
     r(cfg, "optim.lr_z", low=0, low_open=True)
@@ -119,6 +117,17 @@ def _validate_cell(cfg) -> None:
     config_lib.require_choice(cfg, "train.dtype", ("float32", "float64"))
     config_lib.require_nonfinite_policy(cfg)
     training.validate_averaging(cfg)
+    if cfg.experiment == "wikitext":
+        return wikitext.validate_cell(cfg)
+    for f in ("num_last", "num_next_per_last", "num_distinct_per_next"):
+        r(cfg, f"data.{f}", low=1, integer=True)
+    for f in ("num_common", "num_common_per_last"):
+        r(cfg, f"data.{f}", low=0, integer=True)
+    r(cfg, "data.common_unnormalized_prob", low=0, low_open=True)
+    r(cfg, "data.distinct_unnormalized_min", low=0, low_open=True)
+    r(cfg, "data.distinct_unnormalized_max", low=cfg.data.distinct_unnormalized_min)
+    r(cfg, "data.seq_len", low=2, integer=True)
+    config_lib.require_choice(cfg, "model.init", model_lib.INITS)
     e, n = cfg.eval, cfg.train.num_steps
     steps = list(e.plot_steps)
     config_lib.require(all(s == -1 or 0 <= s <= n for s in steps), "eval.plot_steps", steps,
@@ -179,6 +188,9 @@ def memory_estimate(cfg) -> config_lib.MemoryEstimate:
     figures (closed forms in NumPy) need the baseline only."""
     if cfg.experiment == "theory":
         return config_lib.MemoryEstimate(_BASELINE_BYTES, "the closed forms", "theory.M")
+    if cfg.experiment == "wikitext":
+        return config_lib.estimate_memory(cfg, TRACED, wikitext.cell_bytes,
+                                          wikitext.MEMORY_FIELDS, default_config)
     return config_lib.estimate_memory(cfg, TRACED, _cell_bytes, _MEMORY_FIELDS, default_config)
 
 
@@ -254,6 +266,8 @@ def run(cfg, workdir: records.Workdir, progress=print) -> dict[str, Any]:
     workdir.write_config(cfg)
     if cfg.experiment == "theory":
         return run_theory(cfg, workdir, progress)
+    if cfg.experiment == "wikitext":
+        return wikitext.run(cfg, workdir, progress)
     groups, cells = [], structural_cells(cfg)
     if progress:
         first = config_lib.with_fields(cfg, cells[0])

@@ -1,0 +1,57 @@
+"""Scan & Snap on WikiText: Figs. 7 and 10 of Tian et al. (notes/scan_snap.md §2.5, §3.7, §5.7,
+§5.10).
+
+    python -m experiments.scan_snap --config=configs/wikitext.py              # Fig. 7
+    python -m experiments.scan_snap --config=configs/wikitext.py:fig10        # Fig. 10, CPU grid
+    python -m experiments.scan_snap --config=configs/wikitext.py:fig10_paper \\
+        --config.text.path=/data/wikitext-2                                   # 5 epochs of train
+
+The model is the PyTorch transformer tutorial's (d = 200, one head, FFN 200, post-LN,
+sinusoidal positions, untied decoder), plain SGD with the gradient's norm clipped to 0.5, batch 20,
+bptt 35, a constant lr. `text.path` defaults to ../shared/data/wikitext-2, which holds the valid
+and test splits only: the CPU variants train on valid (214k tokens, 306 chunks an epoch) and
+evaluate on test; the `_paper` variants train on train and evaluate on valid, as the paper did,
+and need the full dataset at `text.path`.
+
+fig7:  1 and 3 layers (one program each), lr 5 for every parameter and 10 for the FFNs (the
+       authors' notebook), dropout 0.3, 1500 iterations; layer 0's attention map on the
+       evaluation split's chunk 100 (column 0) at iterations 0, 500, 1000, 1500.
+fig10: 1 layer, one unified lr over a grid, 5 seeds, the grid x seeds one vmapped program,
+       dropout 0.2 (decoder_wiki.yaml); the mean validation attention entropy after training.
+       CPU scale: one epoch of the valid split (306 steps); paper: 5 epochs of train.
+"""
+
+from landscape.scan_snap.experiment import default_config
+
+VARIANTS = ("fig7", "fig7_paper", "fig10", "fig10_paper")
+LR_GRID = [0.5, 1.0, 2.0, 5.0, 10.0]
+
+
+def get_config(variant: str = "fig7"):
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown variant {variant!r}: one of {', '.join(VARIANTS)}")
+    c = default_config()
+    c.name = f"wikitext_{variant}"
+    c.experiment = "wikitext"
+    paper = variant.endswith("_paper")
+    if paper:                           # the full dataset: train on train, evaluate on valid
+        c.text.update(train_split="train", eval_split="valid")
+    c.optim.update(name="sgd", momentum=0.0, clip_norm=0.5)
+    c.train.update(batch_size=20, on_nonfinite="mark")
+    if variant.startswith("fig7"):
+        c.claims = "fig7"
+        c.transformer.dropout = 0.3
+        c.optim.update(lr_z=5.0, lr_y_over_lr_z=2.0)        # FFN linear1/linear2 at lr 10
+        c.train.update(num_steps=1500, log_every=100)       # checkpoints every 100 batches
+        c.text.map_steps = [0, 500, 1000, 1500]
+        c.sweep = {"transformer": {"num_layers": [1, 3]}}
+    else:
+        c.claims = "fig10"
+        c.num_seeds = 5
+        c.transformer.dropout = 0.2
+        c.optim.update(lr_z=1.0, lr_y_over_lr_z=1.0)        # one unified lr
+        steps = 5 * 2983 if paper else 306                  # 5 epochs of WikiText-2 train | 1 of valid
+        c.train.update(num_steps=steps, log_every=steps)
+        c.text.update(map_steps=[0, steps], eval_chunks=0 if paper else 64)
+        c.sweep = {"optim": {"lr_z": LR_GRID}}
+    return c
