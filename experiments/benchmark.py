@@ -7,6 +7,10 @@ Scan & Snap (issue targets on 2 CPU cores, against the authors' PyTorch code):
   syn_medium_sweep       the 640-run Fig. 6 grid, one compiled program per K, wall time with
                          compilation (target <= 60 s; PyTorch ~25 min), against the same runs one by
                          one (measured on `--one_by_one` runs per K and extrapolated to 160)
+WikiText (`--only=wikitext`; needs configs/wikitext.py's text folder, skipped without it):
+  1_layer_1_run, 3_layers_1_run, 1_layer_4_runs
+                         ms per SGD step per run of the d = 200 transformer at batch 20 x bptt
+                         35 (WikiText-2 valid's 12000 types), with the decoder's GFLOP/s
 Compilation cache (`--only=cache`, subprocesses with a fresh cache folder):
   main_job_second_run    wall time of the main job's command when its programs are cached
                          (target <= 1.5 s end to end on 2 CPU cores), beside the first run's
@@ -29,11 +33,11 @@ from absl import app, flags
 from configs import syn_medium, syn_small
 from experiments import host
 from landscape import config as config_lib
-from landscape import training
+from landscape import sweeps, training
 from landscape.scan_snap import experiment
 
 _OUT = flags.DEFINE_string("out", None, "JSON output (default runs/benchmark/<time>.json).")
-_ONLY = flags.DEFINE_list("only", ["scan_snap", "recall", "markov", "ngrams"],
+_ONLY = flags.DEFINE_list("only", ["scan_snap", "wikitext", "recall", "markov", "ngrams"],
                           "Which benchmarks to run.")
 _ALLOCATOR = flags.DEFINE_bool("tune_allocator", True, "Apply experiments.host.tune_allocator().")
 _ONE_BY_ONE = flags.DEFINE_integer("one_by_one", 4, "Single runs per K timed for the comparison.")
@@ -265,7 +269,44 @@ def bench_cache(repeats, one_by_one):
     return out
 
 
-BENCHMARKS = {"scan_snap": bench_scan_snap, "recall": bench_recall, "markov": bench_markov,
+def bench_wikitext(repeats, one_by_one):
+    """Scan & Snap on WikiText (Figs. 7, 10): SGD steps of the d = 200 transformer at batch 20 x
+    bptt 35 over the WikiText-2 valid split's vocabulary (issue 15: the decoder's three matmuls,
+    ~10 GFLOP a step, set the floor: tens of ms). Needs the text folder of configs/wikitext.py."""
+    from configs import wikitext as wikitext_configs
+    from landscape.scan_snap import text, wikitext
+    cfg = wikitext_configs.get_config("fig7")
+    message = text.missing_splits_message(cfg.text.path, (cfg.text.train_split,
+                                                          cfg.text.eval_split))
+    if message:
+        return {"skipped": message}
+    out = {}
+    for layers, runs in ((1, 1), (3, 1), (1, 4)):
+        cell = config_lib.with_fields(cfg, {"transformer.num_layers": layers})
+        cell.text.eval_chunks = 1
+        corpus = wikitext.load(cell)
+        steps = 50
+        hparams = {"optim.lr_z": np.full(runs, 5.0), "optim.lr_y_over_lr_z": np.full(runs, 2.0)}
+
+        def once():
+            return training.train(wikitext.make_problem(cell, corpus), cell.optim, hparams,
+                                  list(range(runs)), num_steps=steps, log_every=steps,
+                                  chunk_steps=steps, progress=None,
+                                  sharding=None if runs == 1 else sweeps.run_axis_sharding())
+        best, compile_s = _best_run_seconds(once, repeats)
+        V, d, positions = corpus.vocab_size, cell.transformer.width, 20 * 35
+        gflop = 3 * 2 * positions * d * V / 1e9            # decoder: forward, two backward
+        ms = 1e3 * best / steps / runs
+        out[f"{layers}_layer{'s' if layers > 1 else ''}_{runs}_run{'s' if runs > 1 else ''}"] = dict(
+            ms_per_step_per_run=ms, compile_seconds=compile_s, vocab_size=V,
+            decoder_gflop_per_step=gflop, decoder_gflops_rate=gflop / ms * 1e3,
+            note=f"{steps} SGD steps (clip 0.5, dropout 0.3) with one 1-chunk snapshot; "
+                 + ("runs one at a time on each device (runs_per_group 1)" if runs > 1 else
+                    "one run"))
+    return out
+
+
+BENCHMARKS = {"scan_snap": bench_scan_snap, "wikitext": bench_wikitext, "recall": bench_recall, "markov": bench_markov,
               "ngrams": bench_ngrams, "cache": bench_cache}
 
 
