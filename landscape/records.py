@@ -165,6 +165,16 @@ class Workdir:
         self._write_json("summary.json", summary)
         return summary
 
+    def finish(self, claims: list[Claim], progress=print, where: str = "",
+               **extra: Any) -> dict[str, Any]:
+        """The end of a run: summary.json (`write_summary`), then the claims and the records'
+        folder (with `where`, e.g. a file to look at) through `progress` (None: silent)."""
+        summary = self.write_summary(claims, **extra)
+        if progress:
+            progress(format_claims(claims))
+            progress(f"records: {self.path}{where}")
+        return summary
+
     def write_status(self, status: str, **extra: Any) -> dict[str, Any]:
         """summary.json of a run that did not complete: its status ("interrupted",
         "stopped at a non-finite loss", "failed") and where (step, message, how to resume)."""

@@ -290,6 +290,13 @@ class RunResult:
         return len(self.seeds)
 
 
+def run_timing(results: list[RunResult]) -> dict[str, Any]:
+    """Compile and run seconds and the number of runs of several programs' results."""
+    return {"compile_seconds": sum(r.compile_seconds for r in results),
+            "run_seconds": sum(r.run_seconds for r in results),
+            "runs": sum(r.num_runs for r in results)}
+
+
 def train(problem: Problem, optim: ml_collections.ConfigDict, hparams: dict[str, Any],
           seeds: Any, *, num_steps: int, log_every: int, chunk_steps: int | None = None,
           sharding: jax.sharding.Sharding | None = None,

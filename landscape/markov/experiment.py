@@ -373,14 +373,10 @@ def run(cfg, workdir: records.Workdir, progress=print) -> dict[str, Any]:
             **{f"snapshot_{k}": v for k, v in res.snapshots.items()}}.items()})
     claims = CLAIMS[cfg.claims](cfg, groups)
     figures = [str(p) for p in _figures(cfg, groups, workdir)]
-    summary = workdir.write_summary(
-        claims, figures=figures, runs=_run_table(groups),
+    return workdir.finish(
+        claims, progress, figures=figures, runs=_run_table(groups),
         seconds={"compile": sum(g["result"].compile_seconds for g in groups),
                  "run": sum(g["result"].run_seconds for g in groups)})
-    if progress:
-        progress(records.format_claims(claims))
-        progress(f"records: {workdir.path}")
-    return summary
 
 
 # ----------------------------------------------------------------------------- outcomes per run
@@ -677,11 +673,7 @@ def run_landscape(cfg, workdir, progress=print) -> dict[str, Any]:
                              np.round(predicted, 6).tolist(),
                              np.allclose(focus["eigenvalues"], predicted, atol=1e-10), "notes §6.8"))
     workdir.write_text("hessians.txt", "\n\n".join(reports))
-    summary = workdir.write_summary(claims)
-    if progress:
-        progress(records.format_claims(claims))
-        progress(f"records: {workdir.path} (Hessian reports in hessians.txt)")
-    return summary
+    return workdir.finish(claims, progress, where=" (Hessian reports in hessians.txt)")
 
 
 # ----------------------------------------------------------------------------- figures

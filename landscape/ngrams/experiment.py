@@ -464,14 +464,10 @@ def run(cfg, workdir: records.Workdir, progress=print) -> dict[str, Any]:
                                                    views[1]["rows"])))
         groups.append(dict(views[0], other_measure=views[1] if len(views) == 2 else None))
     paths = [str(p) for p in figures.figures_train(cfg, groups, lines, workdir)]
-    summary = workdir.write_summary(
-        claims, figures=paths, lines=lines.base, runs=table,
+    return workdir.finish(
+        claims, progress, figures=paths, lines=lines.base, runs=table,
         seconds={"compile": sum(g["result"].compile_seconds for g in groups),
                  "run": sum(g["result"].run_seconds for g in groups)})
-    if progress:
-        progress(records.format_claims(claims))
-        progress(f"records: {workdir.path}")
-    return summary
 
 
 def run_stationarity(cfg, workdir, progress=print) -> dict[str, Any]:
@@ -486,10 +482,6 @@ def run_stationarity(cfg, workdir, progress=print) -> dict[str, Any]:
     figures = [str(stationarity.plot(rows, workdir.figure_path("grad_norm_vs_T"))),
                str(stationarity.plot_loss_vs_c(rows, workdir.figure_path("loss_vs_c")))]
     claims = records.evaluated("stationarity", lambda: claims_lib.claims_stationarity(rows))
-    summary = workdir.write_summary(claims, figures=figures, rows=rows)
     if progress:
         progress(text)
-        if claims:
-            progress(records.format_claims(claims))
-        progress(f"records: {workdir.path}")
-    return summary
+    return workdir.finish(claims, progress, figures=figures, rows=rows)

@@ -266,13 +266,9 @@ def run(cfg, workdir: records.Workdir, progress=print) -> dict[str, Any]:
             workdir.append_metrics(_flow_rows(result, fields))
     claims = CLAIMS[cfg.claims](cfg, groups)
     figures = [str(p) for p in FIGURES[cfg.experiment](cfg, groups, workdir)]
-    summary = workdir.write_summary(claims, figures=figures,
-                                    seconds={k: sum(g["seconds"][k] for g in groups)
-                                             for k in ("compile", "run")})
-    if progress:
-        progress(records.format_claims(claims))
-        progress(f"records: {workdir.path}")
-    return summary
+    return workdir.finish(claims, progress, figures=figures,
+                          seconds={k: sum(g["seconds"][k] for g in groups)
+                                   for k in ("compile", "run")})
 
 
 def _flow_inits(cfg) -> tuple[list[dict], Any]:

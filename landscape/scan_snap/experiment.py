@@ -282,16 +282,11 @@ def run(cfg, workdir: records.Workdir, progress=print) -> dict[str, Any]:
         workdir.save_arrays(**_arrays(result, task, prefix))
     figures = _figures(cfg, groups, workdir)
     claims = CLAIMS[cfg.claims](cfg, groups)
-    timing = {"compile_seconds": sum(g[3].compile_seconds for g in groups),
-              "run_seconds": sum(g[3].run_seconds for g in groups),
-              "runs": sum(g[3].num_runs for g in groups)}
-    summary = workdir.write_summary(claims, timing=timing, figures=figures)
+    timing = training.run_timing([g[3] for g in groups])
     if progress:
         progress(f"{timing['runs']} runs: compile {timing['compile_seconds']:.1f} s, "
                  f"run {timing['run_seconds']:.2f} s")
-        progress(records.format_claims(claims))
-        progress(f"records: {workdir.path}")
-    return summary
+    return workdir.finish(claims, progress, timing=timing, figures=figures)
 
 
 def _arrays(result: training.RunResult, task, prefix: str) -> dict[str, np.ndarray]:
@@ -664,11 +659,7 @@ def run_theory(cfg, workdir, progress=print) -> dict[str, Any]:
                           for e in th.fig3_eta_y], "ratio in [0.99, 1.01]",
                          all(abs(theory.transition_time_exact(M, K, e) / theory.t0(M, K, e) - 1)
                              < 0.01 for e in th.fig3_eta_y), "notes T5"))
-    summary = workdir.write_summary(claims, figures=figures)
-    if progress:
-        progress(records.format_claims(claims))
-        progress(f"records: {workdir.path}")
-    return summary
+    return workdir.finish(claims, progress, figures=figures)
 
 
 def needs_x64(cfg) -> bool:

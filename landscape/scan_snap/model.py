@@ -190,14 +190,18 @@ def attention_entropy(attention_BTT: jax.Array) -> jax.Array:
     return -(a * jnp.log(a + 1e-8)).sum(-1).mean()
 
 
-class _FeedForward(nn.Module):
-    """linear1 -> ReLU -> dropout -> linear2 with PyTorch Linear's init U(+-1/sqrt(fan_in)) for
-    weights and biases. Its own module so its parameters ("ffn") can have their own lr."""
+class _Block(nn.Module):
+    """The fields of a layer's parts: model width, FFN width, dropout rate, precision."""
     width: int
     hidden: int
     dropout: float
     dtype: Any
     param_dtype: Any
+
+
+class _FeedForward(_Block):
+    """linear1 -> ReLU -> dropout -> linear2 with PyTorch Linear's init U(+-1/sqrt(fan_in)) for
+    weights and biases. Its own module so its parameters ("ffn") can have their own lr."""
 
     @nn.compact
     def __call__(self, x, deterministic: bool):
@@ -209,16 +213,11 @@ class _FeedForward(nn.Module):
         return dense(self.width, self.hidden, "linear2")(h)
 
 
-class _EncoderLayer(nn.Module):
+class _EncoderLayer(_Block):
     """PyTorch's post-LN TransformerEncoderLayer with one head: x = LN(x + drop(attn(x))),
     x = LN(x + drop(ffn(x))). Attention: q, k, v from one (d, 3d) projection (Xavier-uniform over
     it, bias 0), softmax(q k^T / sqrt(d)) under a causal mask that allows the diagonal, dropout
     on the weights, out projection U(+-1/sqrt(d)) with bias 0. Returns (x, attention weights)."""
-    width: int
-    hidden: int
-    dropout: float
-    dtype: Any
-    param_dtype: Any
 
     @nn.compact
     def __call__(self, x_BTD, deterministic: bool):

@@ -242,17 +242,12 @@ def run(cfg, workdir: records.Workdir, progress=print) -> dict[str, Any]:
         figures.append(str(plot_entropy_vs_lr(groups, unigram,
                                               workdir.figure_path("entropy_vs_lr"))))
     claims = records.evaluated(cfg.claims, lambda: CLAIMS[cfg.claims](cfg, groups, unigram))
-    timing = {"compile_seconds": sum(g[2].compile_seconds for g in groups),
-              "run_seconds": sum(g[2].run_seconds for g in groups),
-              "runs": sum(g[2].num_runs for g in groups)}
-    summary = workdir.write_summary(claims, timing=timing, figures=figures,
-                                    data=dict(data, unigram_cross_entropy=unigram))
+    timing = training.run_timing([g[2] for g in groups])
     if progress:
         progress(f"{timing['runs']} runs: compile {timing['compile_seconds']:.1f} s, "
                  f"run {timing['run_seconds']:.1f} s")
-        progress(records.format_claims(claims))
-        progress(f"records: {workdir.path}")
-    return summary
+    return workdir.finish(claims, progress, timing=timing, figures=figures,
+                          data=dict(data, unigram_cross_entropy=unigram))
 
 
 def describe_data(cfg, corpus: text.Corpus) -> dict[str, Any]:
