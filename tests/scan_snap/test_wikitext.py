@@ -140,8 +140,8 @@ def test_each_step_reads_the_next_chunk_in_order(tmp_path):
                                   r"folder: there is no folder '/nowhere/wt2'"),
     ("text.train_split", "test", r"config.text.path = .*: must be a WikiText folder: .* has no "
                                  r"test split \(test.txt or wiki.test.tokens\); it holds train"),
-    ("text.map_steps", [0, 150], r"config.text.map_steps = \[0, 150\]: must be a list of "
-                                 r"multiples of train.log_every = 306"),
+    ("text.map_steps", [0, 151], r"config.text.map_steps = \[0, 151\]: must be a list of "
+                                 r"multiples of train.log_every = \d+ in \[0, train.num_steps"),
     ("transformer.width", 33, r"config.transformer.width = 33: must be even"),
     ("text.map_column", 10, r"config.text.map_column = 10: must be an integer in \[0, 9\]"),
     ("claims", "fig6", r"config.claims = 'fig6': must be one of \('fig7', 'fig10', 'none'\) for "
