@@ -19,6 +19,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow     # ~50 s: three CLI processes; kept out of CI's 20-minute budget
 def test_two_processes_give_one_process_numbers(tmp_path):
     port = _free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}

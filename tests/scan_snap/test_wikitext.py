@@ -96,6 +96,7 @@ def test_attention_entropy_falls_and_falls_further_at_a_larger_lr(tmp_path, caps
                           for m in logged)
 
 
+@pytest.mark.slow     # 50 s under the suite's load: two compiled programs
 def test_fig7_runs_each_depth_and_checks_its_claims(tmp_path):
     """Fig. 7's shape at toy size: one program per depth, layer-0 maps at the map steps, the
     claims evaluated per depth (not expected to hold in 20 steps)."""
@@ -117,6 +118,7 @@ def test_fig7_runs_each_depth_and_checks_its_claims(tmp_path):
     assert (tmp_path / "run" / "figures" / "attention_maps.png").stat().st_size > 10_000
 
 
+@pytest.mark.slow     # 20 s; the default suite checks the step (test_training) and the chunks
 def test_each_step_reads_the_next_chunk_in_order(tmp_path):
     """The loss at step s is the loss on training chunk s mod (chunks an epoch): a run with
     lr ~ 0 sees the same losses in its second epoch as in its first."""
