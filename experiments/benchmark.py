@@ -299,7 +299,7 @@ def bench_wikitext(repeats, one_by_one):
         ms = 1e3 * best / steps / runs
         out[f"{layers}_layer{'s' if layers > 1 else ''}_{runs}_run{'s' if runs > 1 else ''}"] = dict(
             ms_per_step_per_run=ms, compile_seconds=compile_s, vocab_size=V,
-            decoder_gflop_per_step=gflop, decoder_gflops_rate=gflop / ms * 1e3,
+            decoder_gflop_per_step=gflop, decoder_gflop_per_second_of_step=gflop / ms * 1e3,
             note=f"{steps} SGD steps (clip 0.5, dropout 0.3) with one 1-chunk snapshot; "
                  + ("runs one at a time on each device (runs_per_group 1)" if runs > 1 else
                     "one run"))
