@@ -289,6 +289,17 @@ class RunResult:
     def num_runs(self) -> int:
         return len(self.seeds)
 
+    def arrays(self, prefix: str = "") -> dict[str, np.ndarray]:
+        """The result as arrays.npz entries: losses, seeds, snapshot_steps,
+        first_nonfinite_step, each hyperparameter ("optim.lr" -> "optim_lr") and each snapshot
+        ("snapshot_<name>"), every name after `prefix` (e.g. "cell1_")."""
+        arrays = {"losses": self.losses, "seeds": self.seeds,
+                  "snapshot_steps": self.snapshot_steps,
+                  "first_nonfinite_step": self.first_nonfinite_step}
+        arrays.update({k.replace(".", "_"): v for k, v in self.hparams.items()})
+        arrays.update({f"snapshot_{k}": v for k, v in self.snapshots.items()})
+        return {prefix + k: v for k, v in arrays.items()}
+
 
 def run_timing(results: list[RunResult]) -> dict[str, Any]:
     """Compile and run seconds and the number of runs of several programs' results."""

@@ -290,14 +290,9 @@ def run(cfg, workdir: records.Workdir, progress=print) -> dict[str, Any]:
 
 
 def _arrays(result: training.RunResult, task, prefix: str) -> dict[str, np.ndarray]:
-    arrays = {f"{prefix}losses": result.losses, f"{prefix}seeds": result.seeds,
-              f"{prefix}snapshot_steps": result.snapshot_steps,
-              f"{prefix}class_probs": task.class_probs,
-              f"{prefix}first_nonfinite_step": result.first_nonfinite_step}
-    arrays.update({f"{prefix}{k.replace('.', '_')}": v for k, v in result.hparams.items()})
-    arrays.update({f"{prefix}snapshot_{k}": v for k, v in result.snapshots.items()})
-    last_rows = np.asarray(task.last_token)
-    arrays[f"{prefix}final_Z_query_rows"] = result.final_params["Z"][:, last_rows]
+    arrays = result.arrays(prefix)
+    arrays[f"{prefix}class_probs"] = task.class_probs
+    arrays[f"{prefix}final_Z_query_rows"] = result.final_params["Z"][:, np.asarray(task.last_token)]
     return arrays
 
 

@@ -218,21 +218,22 @@ def run(cfg, workdir: records.Workdir, progress=print) -> dict[str, Any]:
                  f"({data['eval_tokens']} tokens, {data['eval_chunks']} chunks a snapshot); "
                  f"vocabulary {data['vocab_size']} types ({data['eval_unk_fraction']:.1%} of "
                  f"evaluation tokens are <unk>)")
+    grid = sweeps.Grid.make(config_lib.traced_axes(cfg, TRACED),
+                            np.arange(cfg.seed, cfg.seed + cfg.num_seeds))
     groups = []
     for i, fields in enumerate(cells):
         cell = config_lib.with_fields(cfg, fields)
         corpus = load(cell)
+        problem = make_problem(cell, corpus)
         if progress:
             progress(("structural cell " + ", ".join(f"{k}={v}" for k, v in fields.items()) + "\n"
                       if fields else "")
                      + f"model: TextTransformer, {precision.of(cell.train.dtype, cell.model.dtype).name}\n"
-                     + params_table(make_problem(cell, corpus).init(jax.random.key(0), None)))
-        grid = sweeps.Grid.make(config_lib.traced_axes(cfg, TRACED),
-                                np.arange(cfg.seed, cfg.seed + cfg.num_seeds))
-        result = sweeps.run_cell(make_problem(cell, corpus), cell, TRACED, grid, fields=fields,
-                                 workdir=workdir, progress=progress)
-        groups.append((fields, grid, result))
-        workdir.save_arrays(**_arrays(result, f"cell{i}_" if len(cells) > 1 else ""))
+                     + params_table(problem.init(jax.random.key(0), None)))
+        result = sweeps.run_cell(problem, cell, TRACED, grid, fields=fields, workdir=workdir,
+                                 progress=progress)
+        groups.append((fields, result))
+        workdir.save_arrays(**result.arrays(f"cell{i}_" if len(cells) > 1 else ""))
     unigram = text.unigram_cross_entropy(corpus)
     workdir.save_table("final_by_run", final_rows(groups, unigram))
     figures = [str(p) for p in (
@@ -242,7 +243,7 @@ def run(cfg, workdir: records.Workdir, progress=print) -> dict[str, Any]:
         figures.append(str(plot_entropy_vs_lr(groups, unigram,
                                               workdir.figure_path("entropy_vs_lr"))))
     claims = records.evaluated(cfg.claims, lambda: CLAIMS[cfg.claims](cfg, groups, unigram))
-    timing = training.run_timing([g[2] for g in groups])
+    timing = training.run_timing([result for _, result in groups])
     if progress:
         progress(f"{timing['runs']} runs: compile {timing['compile_seconds']:.1f} s, "
                  f"run {timing['run_seconds']:.1f} s")
@@ -261,15 +262,6 @@ def describe_data(cfg, corpus: text.Corpus) -> dict[str, Any]:
                 eval_unk_fraction=corpus.unk_fraction("eval"))
 
 
-def _arrays(result: training.RunResult, prefix: str) -> dict[str, np.ndarray]:
-    arrays = {f"{prefix}losses": result.losses, f"{prefix}seeds": result.seeds,
-              f"{prefix}snapshot_steps": result.snapshot_steps,
-              f"{prefix}first_nonfinite_step": result.first_nonfinite_step}
-    arrays.update({f"{prefix}{k.replace('.', '_')}": v for k, v in result.hparams.items()})
-    arrays.update({f"{prefix}snapshot_{k}": v for k, v in result.snapshots.items()})
-    return arrays
-
-
 def _layers(fields) -> str:
     """"3 layers" for a depth-sweep cell, "" for a cell without one."""
     n = fields.get("transformer.num_layers")
@@ -280,7 +272,7 @@ def final_rows(groups, unigram: float) -> list[dict[str, Any]]:
     """One row per run: its cell, lr, seed, final entropy, validation loss, whether it stayed
     finite, and whether it learnt (finite and below the unigram loss) (final_by_run.csv)."""
     rows = []
-    for fields, grid, result in groups:
+    for fields, result in groups:
         snaps = result.snapshots
         learnt = _learnt(result, unigram)
         for r in range(result.num_runs):
@@ -317,7 +309,7 @@ def _sanity(cfg, groups, unigram: float, every_run_learns: bool) -> list[records
     """The initial loss against its closed form; with `every_run_learns` (Fig. 7: one lr per
     depth), that every run ends below the unigram loss (Fig. 10 marks the runs that do not)."""
     out = []
-    for fields, grid, result in groups:
+    for fields, result in groups:
         at = f" ({_layers(fields)})" if _layers(fields) else ""
         V = result.final_params["decoder"]["kernel"].shape[-1]
         width = result.final_params["decoder"]["kernel"].shape[-2]
@@ -343,7 +335,7 @@ def claims_fig7(cfg, groups, unigram: float) -> list[records.Claim]:
     freezes over the last third of training while the lr stays constant."""
     out = _sanity(cfg, groups, unigram, every_run_learns=True)
     constant = cfg.optim.schedule == "constant"
-    for fields, grid, result in groups:
+    for fields, result in groups:
         at = _layers(fields) or _layers({"transformer.num_layers": cfg.transformer.num_layers})
         steps = result.snapshot_steps
         entropy = result.snapshots["entropy_layer0"]                    # (R, S)
@@ -393,7 +385,7 @@ def claims_fig10(cfg, groups, unigram: float) -> list[records.Claim]:
     """Fig. 10 (notes §5.10): the final mean attention entropy falls as the (unified) lr rises,
     over the lrs whose runs all learnt; the lrs with failed runs are reported, not dropped."""
     out = _sanity(cfg, groups, unigram, every_run_learns=False)
-    for fields, grid, result in groups:
+    for fields, result in groups:
         at = f" ({_layers(fields)})" if _layers(fields) else ""
         rows = entropy_by_lr(result, unigram)
         stable = [r for r in rows if r["learnt"] == r["runs"]]
@@ -423,7 +415,7 @@ def plot_attention_maps(cfg, groups, path):
     steps_wanted = list(cfg.text.map_steps)
     fig, axes = plotting.subplots(len(groups), len(steps_wanted), width=2.6, height=2.5)
     image = None
-    for row, (fields, grid, result) in enumerate(groups):
+    for row, (fields, result) in enumerate(groups):
         steps = list(result.snapshot_steps)
         layers = result.snapshots["attention_maps"].shape[2]
         for col, step in enumerate(steps_wanted):
@@ -445,7 +437,7 @@ def plot_entropy_curves(groups, unigram: float, path):
     """Layer 0's mean attention entropy and the validation loss against the step, per cell and
     lr (mean over seeds with a min-max band); the unigram loss dashed."""
     fig, axes = plotting.subplots(1, 2, width=4.4, height=3.2)
-    for fields, grid, result in groups:
+    for fields, result in groups:
         steps = result.snapshot_steps
         lrs = result.hparams["optim.lr_z"]
         for lr in np.unique(lrs):
@@ -469,7 +461,7 @@ def plot_entropy_vs_lr(groups, unigram: float, path):
     above the unigram model's) a red x, so no lr is dropped silently. Right: validation loss."""
     fig, axes = plotting.subplots(1, 2, width=4.2, height=3.2)
     grid_lrs = set()
-    for fields, grid, result in groups:
+    for fields, result in groups:
         rows = entropy_by_lr(result, unigram)
         label = _layers(fields) or "runs that learnt"
         learnt = _learnt(result, unigram)
