@@ -382,19 +382,20 @@ def format_claims(claims: list[Claim]) -> str:
             lines.append(title)
         for c in chosen:
             mark = "ok " if c.passed else "NO "
-            lines.append(f"  [{mark}] {c.claim}\n         measured {_short(c.measured)}; "
-                         f"expected {_short(c.expected)}")
+            lines.append(f"  [{mark}] {c.claim}\n         measured {format_value(c.measured)}; "
+                         f"expected {format_value(c.expected)}")
         lines.append(f"  {sum(c.passed for c in chosen)}/{len(chosen)} {tally}")
     return "\n".join(lines)
 
 
-def _short(value: Any) -> str:
+def format_value(value: Any) -> str:
+    """A measured or expected value in a line of text: floats to 4 significant digits."""
     if isinstance(value, float):
         return f"{value:.4g}"
     if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_short(v) for v in value) + "]"
+        return "[" + ", ".join(format_value(v) for v in value) + "]"
     if isinstance(value, dict):
-        return "{" + ", ".join(f"{k}: {_short(v)}" for k, v in value.items()) + "}"
+        return "{" + ", ".join(f"{k}: {format_value(v)}" for k, v in value.items()) + "}"
     return str(value)
 
 

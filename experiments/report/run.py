@@ -1,0 +1,274 @@
+"""Plan and run the report's configs: one job per distinct resolved config, each run in this
+process through the experiment CLI (`experiments.cli.main`), its records in
+`<runs>/<scale>/<config name>/` beside a `report.json` (the config's hash, the code version, the
+wall time) that `--reuse` reads back."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import dataclasses
+import hashlib
+import importlib
+import json
+import multiprocessing
+import pathlib
+import shlex
+import subprocess
+import sys
+import time
+from typing import Any
+
+import ml_collections
+
+from experiments import cli
+from experiments.report import catalog
+from landscape import config as config_lib
+from landscape import records
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+CODE_DIRS = ("landscape",)          # what computes the numbers (configs are in the config hash)
+
+
+@dataclasses.dataclass
+class Job:
+    """One config to run (or reuse) and what became of it."""
+    spec: str
+    paper: str
+    overrides: list[str]                  # FIELD=VALUE, applied to the config file's config
+    workdir: pathlib.Path
+    cfg: ml_collections.ConfigDict | None = None
+    config_hash: str = ""
+    error: str = ""                       # why it cannot run (e.g. its data is missing)
+    status: str = "pending"               # pending, reused, complete, failed, not run
+    seconds: float | None = None
+    message: str = ""
+
+    @property
+    def command(self) -> str:
+        words = [f"--config={self.spec}"] + [f"--config.{o}" for o in self.overrides]
+        return f"python -m experiments.{self.paper} " + " ".join(
+            shlex.quote(w) if any(c in w for c in " []'\"") else w for w in words)
+
+    def summary(self) -> dict[str, Any] | None:
+        path = self.workdir / "summary.json"
+        return json.loads(path.read_text()) if path.is_file() else None
+
+
+def experiment_module(paper: str):
+    return importlib.import_module(f"landscape.{paper}.experiment")
+
+
+def code_version() -> dict[str, Any]:
+    """The git commit (and whether the tree differs from it) and a hash of the library's sources:
+    records of the same config are reused only under the same `code_hash`."""
+    digest = hashlib.sha256()
+    for folder in CODE_DIRS:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            digest.update(str(path.relative_to(ROOT)).encode())
+            digest.update(path.read_bytes())
+    git = cli._git(ROOT) or {}
+    import jax
+    return {"commit": git.get("commit"), "dirty": git.get("dirty"),
+            "code_hash": digest.hexdigest()[:12], "jax": jax.__version__}
+
+
+def config_hash(cfg: ml_collections.ConfigDict) -> str:
+    """sha256 of the resolved config without its name (two specs that resolve to the same config,
+    e.g. a figure and its paper variant at --quick sizes, run once)."""
+    data = records._jsonable(cfg.to_dict())
+    data.pop("name", None)
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def plan(figures, scale: str, quick: bool, sets: list[str],
+         runs_root: pathlib.Path) -> dict[str, Job]:
+    """The job of every run of `figures` at `scale` (quick: the cpu set, shrunk), keyed by
+    `job_key`, each config resolved and validated before anything runs. Runs whose configs
+    resolve to the same config share one job."""
+    jobs: dict[str, Job] = {}
+    by_hash: dict[str, Job] = {}
+    folder = runs_root / ("quick" if quick else scale)
+    for figure in figures:
+        for run in figure.runs_at("cpu" if quick else scale):
+            key = job_key(run, quick)
+            if key in jobs:
+                continue
+            overrides = list(catalog.QUICK[run.paper] + run.quick) if quick else []
+            job = resolve(run, overrides + list(sets), folder)
+            if job.cfg is not None:
+                job = by_hash.setdefault(job.config_hash, job)
+            jobs[key] = job
+    return jobs
+
+
+def unique(jobs: dict[str, Job]) -> list[Job]:
+    return list({id(j): j for j in jobs.values()}.values())
+
+
+def job_key(run: catalog.Run, quick: bool) -> str:
+    return run.spec + (" quick" if quick else "")
+
+
+def resolve(run: catalog.Run, overrides: list[str], folder: pathlib.Path) -> Job:
+    """The run's config with those overrides that name one of its fields (one list serves every
+    experiment of a paper), validated; a config that cannot run keeps its reason in `error`."""
+    experiment = experiment_module(run.paper)
+    schema = config_lib.flatten(experiment.default_config())
+    kept = [o for o in overrides
+            if o.partition("=")[0] in schema or o.startswith("sweep.")]
+    try:
+        data = cli.load_config(run.spec)
+        cli.apply_overrides(data, [tuple(o.split("=", 1)) for o in kept], schema)
+        cfg = ml_collections.ConfigDict(data)
+        experiment.validate(cfg)
+    except (cli.UsageError, config_lib.ConfigError, ValueError) as error:
+        name = run.spec.split("/")[-1].replace(".py", "").replace(":", "_")
+        return Job(run.spec, run.paper, kept, folder / name, error=" ".join(str(error).split()))
+    return Job(run.spec, run.paper, kept, folder / cfg.name, cfg=cfg,
+               config_hash=config_hash(cfg))
+
+
+def reusable(job: Job, version: dict[str, Any]) -> bool:
+    """Complete records of the same config under the same code (and JAX) version."""
+    stamp = _read_json(job.workdir / "report.json")
+    summary = job.summary()
+    return bool(stamp and summary and summary.get("status") == "complete"
+                and stamp.get("config_hash") == job.config_hash
+                and stamp.get("code_hash") == version["code_hash"]
+                and stamp.get("jax") == version["jax"])
+
+
+def previous_seconds(job: Job) -> float | None:
+    """The wall time of this config's last report run, if any (for the time-left estimate)."""
+    stamp = _read_json(job.workdir / "report.json")
+    if stamp and stamp.get("config_hash") == job.config_hash:
+        return stamp.get("seconds")
+    return None
+
+
+def execute(job: Job, version: dict[str, Any]) -> int:
+    """Run the job's config through the experiment CLI in this process, its output in
+    `<workdir>.log`; returns the CLI's exit status (130: interrupted)."""
+    argv = [f"python -m experiments.{job.paper}", f"--config={job.spec}",
+            *[f"--config.{o}" for o in job.overrides], f"--workdir={job.workdir}",
+            "--overwrite"]
+    log = job.workdir.with_suffix(".log")
+    log.parent.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    with open(log, "w") as out, contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        try:
+            status = cli.main(experiment_module(job.paper), argv)
+        except Exception as error:                       # noqa: BLE001 -- reported, not raised
+            import traceback
+            traceback.print_exc()
+            status, job.message = cli.EXIT_FAILED, f"{type(error).__name__}: {error}"
+    job.seconds = time.perf_counter() - started
+    summary = job.summary() or {}
+    if status == 0 and summary.get("status") == "complete":
+        job.status = "complete"
+        stamp = dict(version, config_hash=job.config_hash, seconds=job.seconds,
+                     command=job.command, spec=job.spec)
+        (job.workdir / "report.json").write_text(json.dumps(stamp, indent=1))
+    else:
+        job.status = "failed"
+        job.message = job.message or summary.get("message") or _last_line(log)
+    return status
+
+
+def _last_line(path: pathlib.Path) -> str:
+    lines = [line for line in path.read_text().splitlines() if line.strip()]
+    return lines[-1][:300] if lines else "no output"
+
+
+def _read_json(path: pathlib.Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def format_minutes(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
+
+
+def run_all(jobs: list[Job], reuse: bool, version: dict[str, Any], workers: int = 1,
+            progress=print) -> int:
+    """Run (or reuse) every job with one progress line each and the time left. `workers` > 1
+    runs that many configs at once, each in its own process (tracing and compiling small
+    programs is single-threaded Python). Stops at an interruption (status 130) with the jobs
+    finished so far."""
+    todo = [j for j in jobs if not j.error]
+    for job in jobs:
+        if job.error:
+            job.status, job.message = "not run", job.error
+    estimates = {id(j): previous_seconds(j) for j in todo}
+    measured: list[tuple[float, float | None]] = []     # (seconds, its earlier estimate)
+    width = len(str(len(todo)))
+    heads = {id(j): f"[{i:>{width}}/{len(todo)}] {j.paper} {j.spec}" for i, j in
+             enumerate(todo, 1)}
+    if reuse:
+        for job in todo:
+            if reusable(job, version):
+                job.status = "reused"
+                job.seconds = (_read_json(job.workdir / "report.json") or {}).get("seconds")
+                progress(f"{heads[id(job)]}: reused {job.workdir}")
+    pending = [j for j in todo if j.status == "pending"]
+
+    def done(job: Job, status: int) -> None:
+        measured.append((job.seconds, estimates[id(job)]))
+        summary = job.summary() or {}
+        outcome = (f"{summary.get('reproduced')}/{summary.get('total')} claims reproduced"
+                   if job.status == "complete" else f"FAILED: {job.message}")
+        rest = [j for j in pending if j.status == "pending"]
+        left = time_left(rest, estimates, measured) / workers
+        progress(f"{format_minutes(job.seconds)}, {outcome}"
+                 + (f"; about {format_minutes(left)} left" if rest else ""))
+
+    if workers <= 1:
+        for job in pending:
+            sys.stdout.write(f"{heads[id(job)]} ... ")
+            sys.stdout.flush()
+            status = execute(job, version)
+            done(job, status)
+            if status == cli.EXIT_INTERRUPTED:
+                return status
+        return 0
+    return _run_parallel(pending, version, workers, lambda job, status: (
+        sys.stdout.write(f"{heads[id(job)]}: "), done(job, status)))
+
+
+def _run_parallel(pending: list[Job], version: dict[str, Any], workers: int, done) -> int:
+    context = multiprocessing.get_context("spawn")
+    interrupted = 0
+    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
+        futures = {pool.submit(_execute_elsewhere, dataclasses.replace(j, cfg=None), version): j
+                   for j in pending}
+        try:
+            for future in concurrent.futures.as_completed(futures):
+                job = futures[future]
+                status, job.status, job.seconds, job.message = future.result()
+                done(job, status)
+                if status == cli.EXIT_INTERRUPTED:
+                    interrupted = status
+        except KeyboardInterrupt:
+            for future in futures:
+                future.cancel()
+            interrupted = cli.EXIT_INTERRUPTED
+    return interrupted
+
+
+def _execute_elsewhere(job: Job, version: dict[str, Any]) -> tuple[int, str, float, str]:
+    """`execute` in a worker process: what the parent's Job needs back."""
+    status = execute(job, version)
+    return status, job.status, job.seconds, job.message
+
+
+def time_left(rest: list[Job], estimates: dict[int, float | None],
+              measured: list[tuple[float, float | None]]) -> float:
+    """The remaining jobs' earlier wall times, scaled by how this run compares with them so far;
+    a job never timed counts as the mean of those measured now."""
+    pairs = [(s, e) for s, e in measured if e]
+    speed = sum(s for s, _ in pairs) / sum(e for _, e in pairs) if pairs else 1.0
+    mean = sum(s for s, _ in measured) / len(measured)
+    return sum(speed * estimates[id(j)] if estimates[id(j)] else mean for j in rest)

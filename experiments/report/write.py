@@ -1,0 +1,303 @@
+"""The report from the jobs' records: a verdict per figure, then REPORT.md, index.html (figures
+embedded, so the page is one self-contained file) and SUMMARY.md (the table alone, which
+`--readme` puts into README.md)."""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import datetime
+import fnmatch
+import html
+import pathlib
+import re
+import shutil
+from typing import Any
+
+from experiments.report import catalog
+from experiments.report.run import Job, format_minutes, job_key
+from landscape import records
+
+# A paper's section lists its figures in this order: non-reproductions first.
+ORDER = ("not reproduced", "partly", "not run", "reproduced", "not attempted")
+MARK = {"reproduced": "reproduced", "partly": "partly", "not reproduced": "**not reproduced**",
+        "not run": "not run", "not attempted": "not attempted"}
+README_START, README_END = "<!-- report summary: start -->", "<!-- report summary: end -->"
+
+
+@dataclasses.dataclass
+class Evidence:
+    """What one run says about a figure."""
+    job: Job
+    claims: list[dict[str, Any]]          # the paper's claims of this figure (summary.json)
+    sanity: list[dict[str, Any]]
+    figures: list[pathlib.Path]
+
+
+@dataclasses.dataclass
+class Row:
+    figure: catalog.Figure
+    verdict: str
+    passed: int
+    total: int
+    evidence: list[Evidence]
+
+    @property
+    def seconds(self) -> float | None:
+        times = [e.job.seconds for e in self.evidence if e.job.seconds is not None]
+        return sum(times) if times else None
+
+
+def rows(figures, jobs: dict[str, Job], scale: str, quick: bool) -> list[Row]:
+    return [row(f, jobs, "cpu" if quick else scale, quick) for f in figures]
+
+
+def row(figure: catalog.Figure, jobs: dict[str, Job], scale: str, quick: bool) -> Row:
+    runs = figure.runs_at(scale)
+    if figure.not_attempted or not runs:
+        return Row(figure, "not attempted", 0, 0, [])
+    evidence = [evidence_of(run, jobs[job_key(run, quick)]) for run in runs]
+    claims = [c for e in evidence for c in e.claims]
+    passed, total = sum(c["passed"] for c in claims), len(claims)
+    ran = [e for e in evidence if e.job.status in ("complete", "reused")]
+    if not ran:
+        verdict = "not run"
+    elif total and passed == total:
+        verdict = "reproduced"
+    elif passed == 0:
+        verdict = "not reproduced"
+    else:
+        verdict = "partly"
+    return Row(figure, verdict, passed, total, evidence)
+
+
+def evidence_of(run: catalog.Run, job: Job) -> Evidence:
+    summary = job.summary() if job.status in ("complete", "reused") else None
+    if summary is None:
+        missing = dict(claim=f"the run did not complete ({job.status}): {job.message}",
+                       measured=None, expected="a complete run", passed=False)
+        return Evidence(job, [missing] if job.status == "failed" else [], [], [])
+    claims = [c for c in summary.get("claims", []) if c["claim"].startswith(run.match)]
+    sanity = summary.get("sanity_checks", []) if not run.match else []
+    pictures = sorted(p for p in (job.workdir / "figures").glob("*.png")
+                      if run.figures and fnmatch.fnmatch(p.stem, run.figures))
+    return Evidence(job, claims, sanity, pictures)
+
+
+def counts(table: list[Row]) -> dict[str, int]:
+    return {v: sum(r.verdict == v for r in table) for v in ORDER}
+
+
+# ----------------------------------------------------------------------------- Markdown
+
+
+def summary_markdown(table: list[Row], heading: str) -> str:
+    """The table of every figure: verdict, claims reproduced, run time."""
+    tally = counts(table)
+    claims = sum(r.passed for r in table), sum(r.total for r in table)
+    lines = [heading, "",
+             f"{len(table)} figures and theorems: " + ", ".join(
+                 f"{tally[v]} {v}" for v in ("reproduced", "partly", "not reproduced", "not run",
+                                             "not attempted") if tally[v])
+             + f"; {claims[0]}/{claims[1]} of the paper claims checked reproduced.", "",
+             "| paper | figure | the paper's claim | verdict | claims | run time |",
+             "|---|---|---|---|---|---|"]
+    for r in table:
+        claims_cell = f"{r.passed}/{r.total}" if r.total else "-"
+        time_cell = format_minutes(r.seconds) if r.seconds is not None else "-"
+        verdict = MARK[r.verdict] + (f" ({r.figure.not_attempted})"
+                                     if r.verdict == "not attempted" else "")
+        lines.append(f"| {r.figure.paper} | {r.figure.label} | {_cell(r.figure.claim)} | "
+                     f"{verdict} | {claims_cell} | {time_cell} |")
+    return "\n".join(lines) + "\n"
+
+
+def report_markdown(table: list[Row], context: dict[str, Any], images: dict) -> str:
+    out = [f"# What landscape reproduces ({context['scale']} scale)", "",
+           context_line(context), "",
+           summary_markdown(table, "## Summary")]
+    for paper, title in catalog.PAPERS.items():
+        section = sorted((r for r in table if r.figure.paper == paper),
+                         key=lambda r: ORDER.index(r.verdict))
+        if not section:
+            continue
+        out += [f"## {title}", ""]
+        for r in section:
+            out += figure_markdown(r, images)
+    return "\n".join(out)
+
+
+def context_line(c: dict[str, Any]) -> str:
+    version = c["version"]
+    commit = (version["commit"] or "unknown")[:10] + (" (uncommitted changes)"
+                                                      if version["dirty"] else "")
+    return (f"Generated {c['time']} by `{c['command']}` in {format_minutes(c['seconds'])} "
+            f"({c['ran']} configs run, {c['reused']} reused). Code: commit {commit}, library "
+            f"hash {version['code_hash']}, JAX {version['jax']}; backend {c['backend']}.")
+
+
+def figure_markdown(r: Row, images: dict) -> list[str]:
+    f = r.figure
+    counted = f", {r.passed}/{r.total} claims" if r.total else ""
+    out = [f"### {f.label}: {r.verdict}{counted}", "", f"*The paper:* {f.claim}.", ""]
+    if r.verdict == "not attempted":
+        return out + [f"Not attempted: {f.not_attempted}.", ""]
+    if r.verdict != "reproduced" and f.reason:
+        out += [f"*Known reason:* {f.reason}.", ""]
+    for e in r.evidence:
+        job = e.job
+        time_text = format_minutes(job.seconds) if job.seconds is not None else "-"
+        out += [f"`{job.command}` ({job.status}, {time_text}; config {job.config_hash or '-'}, "
+                f"records `{job.workdir}`)", ""]
+        if job.status == "not run":
+            out += [f"Not run: {job.message}", ""]
+        for c in e.claims:
+            out.append(f"- {'ok' if c['passed'] else '**NO**'}: {c['claim']}; measured "
+                       f"{_value(c['measured'])}, expected {_value(c['expected'])}")
+        failed = [c for c in e.sanity if not c["passed"]]
+        if e.sanity:
+            out.append(f"- sanity checks of the run: {len(e.sanity) - len(failed)}/"
+                       f"{len(e.sanity)} passed"
+                       + "".join(f"; **failed:** {c['claim']} (measured {_value(c['measured'])})"
+                                 for c in failed))
+        out.append("")
+        out += [f"![{f.label}: {p.stem}]({images[p]})" for p in e.figures if p in images]
+        if e.figures:
+            out.append("")
+    return out
+
+
+def _value(value: Any, limit: int = 160) -> str:
+    text = records.format_value(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+# ----------------------------------------------------------------------------- HTML
+
+_STYLE = """
+body{font:15px/1.45 system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
+table{border-collapse:collapse;width:100%;font-size:14px}td,th{border:1px solid #ccc;padding:4px 6px;
+vertical-align:top}th{background:#f3f3f3}.reproduced{background:#e3f4e3}.partly{background:#fff4d6}
+.not-reproduced{background:#fbe0e0}.not-run,.not-attempted{background:#eee;color:#666}
+img{max-width:100%;border:1px solid #ddd;margin:4px 0}code{background:#f5f5f5;padding:1px 3px}
+li.no{color:#a00}h3{margin-top:1.6em}.meta{color:#555;font-size:13px}
+"""
+
+
+def report_html(table: list[Row], context: dict[str, Any]) -> str:
+    e = html.escape
+    tally = counts(table)
+    out = ["<!doctype html><html><head><meta charset='utf-8'>",
+           f"<title>landscape: what reproduces ({e(context['scale'])})</title>",
+           f"<style>{_STYLE}</style></head><body>",
+           f"<h1>What landscape reproduces ({e(context['scale'])} scale)</h1>",
+           f"<p class='meta'>{_inline(context_line(context))}</p>",
+           "<p>" + ", ".join(f"{tally[v]} {v}" for v in ORDER if tally[v]) + "</p>",
+           "<table id='summary'><thead><tr><th>paper</th><th>figure</th><th>the paper's claim"
+           "</th><th>verdict</th><th>claims</th><th>run time</th></tr></thead><tbody>"]
+    for r in table:
+        time_cell = format_minutes(r.seconds) if r.seconds is not None else "-"
+        out.append(f"<tr class='{_css(r.verdict)}'><td>{e(r.figure.paper)}</td>"
+                   f"<td><a href='#{_anchor(r)}'>{e(r.figure.label)}</a></td>"
+                   f"<td>{e(r.figure.claim)}</td><td>{e(r.verdict)}</td>"
+                   f"<td>{f'{r.passed}/{r.total}' if r.total else '-'}</td>"
+                   f"<td>{time_cell}</td></tr>")
+    out.append("</tbody></table>")
+    for paper, title in catalog.PAPERS.items():
+        section = sorted((r for r in table if r.figure.paper == paper),
+                         key=lambda r: ORDER.index(r.verdict))
+        if section:
+            out.append(f"<h2>{e(title)}</h2>")
+            out += [figure_html(r) for r in section]
+    out.append("</body></html>")
+    return "\n".join(out)
+
+
+def figure_html(r: Row) -> str:
+    e, f = html.escape, r.figure
+    counted = f", {r.passed}/{r.total} claims" if r.total else ""
+    out = [f"<h3 id='{_anchor(r)}' class='{_css(r.verdict)}'>{e(f.label)}: {e(r.verdict)}"
+           f"{counted}</h3>", f"<p><i>The paper:</i> {e(f.claim)}.</p>"]
+    if r.verdict == "not attempted":
+        return "\n".join(out + [f"<p>Not attempted: {e(f.not_attempted)}.</p>"])
+    if r.verdict != "reproduced" and f.reason:
+        out.append(f"<p><i>Known reason:</i> {e(f.reason)}.</p>")
+    for ev in r.evidence:
+        job = ev.job
+        time_text = format_minutes(job.seconds) if job.seconds is not None else "-"
+        out.append(f"<p class='meta'><code>{e(job.command)}</code> ({e(job.status)}, "
+                   f"{time_text}; config {e(job.config_hash or '-')}, records "
+                   f"<code>{e(str(job.workdir))}</code>)</p>")
+        if job.status == "not run":
+            out.append(f"<p>Not run: {e(job.message)}</p>")
+        items = [f"<li class='{'ok' if c['passed'] else 'no'}'>{'ok' if c['passed'] else 'NO'}: "
+                 f"{e(c['claim'])}; measured {e(_value(c['measured']))}, expected "
+                 f"{e(_value(c['expected']))}</li>" for c in ev.claims]
+        failed = [c for c in ev.sanity if not c["passed"]]
+        if ev.sanity:
+            items.append(f"<li>sanity checks of the run: {len(ev.sanity) - len(failed)}/"
+                         f"{len(ev.sanity)} passed"
+                         + "".join(f"; <b>failed:</b> {e(c['claim'])}" for c in failed) + "</li>")
+        if items:
+            out.append("<ul>" + "".join(items) + "</ul>")
+        for p in ev.figures:
+            data = base64.b64encode(p.read_bytes()).decode()
+            out.append(f"<img alt='{e(f.label)}: {e(p.stem)}' src='data:image/png;base64,{data}'>")
+    return "\n".join(out)
+
+
+def _inline(text: str) -> str:
+    """Markdown's `code` spans as <code> in escaped text."""
+    return re.sub(r"`([^`]*)`", r"<code>\1</code>", html.escape(text))
+
+
+def _css(verdict: str) -> str:
+    return verdict.replace(" ", "-")
+
+
+def _anchor(r: Row) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", f"{r.figure.paper} {r.figure.label}".lower()).strip("-")
+
+
+# ----------------------------------------------------------------------------- files
+
+
+def write(table: list[Row], context: dict[str, Any], out: pathlib.Path) -> dict[str, pathlib.Path]:
+    """REPORT.md (figures copied beside it), index.html (figures embedded) and SUMMARY.md."""
+    figures_dir = out / "figures"
+    if figures_dir.exists():
+        shutil.rmtree(figures_dir)
+    images = {}
+    for r in table:
+        for e in r.evidence:
+            for p in e.figures:
+                target = figures_dir / e.job.workdir.name / p.name
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(p, target)
+                images[p] = target.relative_to(out).as_posix()
+    paths = {"markdown": out / "REPORT.md", "html": out / "index.html",
+             "summary": out / "SUMMARY.md"}
+    paths["markdown"].write_text(report_markdown(table, context, images))
+    paths["html"].write_text(report_html(table, context))
+    paths["summary"].write_text(summary_markdown(
+        table, f"Reproduction summary ({context['scale']} scale, `{context['command']}`, "
+        f"{context['time'][:10]}):"))
+    return paths
+
+
+def update_readme(readme: pathlib.Path, summary: str) -> bool:
+    """Replace the text between README's report markers with `summary`; False without them."""
+    text = readme.read_text()
+    start, end = text.find(README_START), text.find(README_END)
+    if start < 0 or end < start:
+        return False
+    readme.write_text(text[:start + len(README_START)] + "\n" + summary + text[end:])
+    return True
+
+
+def now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
