@@ -48,7 +48,7 @@ _README = flags.DEFINE_bool("readme", False, "Also put the summary table into RE
                             "(between its report markers).")
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str], progress=print) -> int:
     started = time.perf_counter()
     try:
         cli._parse_flags(argv)
@@ -69,7 +69,7 @@ def main(argv: list[str]) -> int:
                                      "--set=text.path=/data/wikitext-2.")
     except cli.UsageError as error:
         return cli._fail(str(error), cli.EXIT_USAGE)
-    return report(argv, started=started, **options)
+    return report(argv, started=started, progress=progress, **options)
 
 
 def report(argv, *, scale, quick, only, reuse, out, runs, sets, list, readme, workers,
@@ -93,13 +93,12 @@ def report(argv, *, scale, quick, only, reuse, out, runs, sets, list, readme, wo
             progress(f"  not run: {job.spec}: {job.error}")
     status = run.run_all(todo, reuse, version, workers, progress)
 
-    import jax
     table = write.rows(figures, jobs, scale, quick)
     context = dict(scale=label, command="python -m experiments.report " + " ".join(argv[1:]),
                    time=write.now(), seconds=time.perf_counter() - started, version=version,
                    ran=sum(j.status in ("complete", "failed") for j in todo),
                    reused=sum(j.status == "reused" for j in todo),
-                   backend=f"{jax.default_backend()} ({jax.device_count()} devices)")
+                   backend=run.backend_of(todo), quick=quick)
     out.mkdir(parents=True, exist_ok=True)
     paths = write.write(table, context, out)
     progress(write.summary_markdown(table, "").strip())

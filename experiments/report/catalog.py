@@ -70,7 +70,7 @@ QUICK = {
     "recall": ("train.num_steps=200", "flow.num_saves=400", "flow.zoom_saves=400"),
 }
 _WIKITEXT_QUICK = ("train.num_steps=4", "train.log_every=2", "text.map_steps=[0, 2, 4]",
-                   "text.eval_chunks=2", "num_seeds=1", "transformer.width=16",
+                   "text.eval_chunks=2", "text.map_chunk=0", "num_seeds=1", "transformer.width=16",
                    "transformer.hidden=16")
 
 _THEORY = "configs/scan_snap_theory.py"

@@ -188,6 +188,18 @@ def _read_json(path: pathlib.Path) -> dict[str, Any] | None:
         return None
 
 
+def backend_of(jobs: list[Job]) -> str:
+    """The backends and devices the jobs' records name (their config.json provenance)."""
+    seen = []
+    for job in jobs:
+        config = _read_json(job.workdir / "config.json") if job.status != "not run" else None
+        p = (config or {}).get("provenance") or {}
+        if p.get("backend"):
+            seen.append(f"{p['backend']} ({p['device_count']} devices: "
+                        f"{', '.join(p['devices'])})")
+    return "; ".join(dict.fromkeys(seen)) or "none ran"
+
+
 def format_minutes(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
 
@@ -215,27 +227,30 @@ def run_all(jobs: list[Job], reuse: bool, version: dict[str, Any], workers: int 
                 progress(f"{heads[id(job)]}: reused {job.workdir}")
     pending = [j for j in todo if j.status == "pending"]
 
-    def done(job: Job, status: int) -> None:
+    def done(job: Job, head: str) -> None:
         measured.append((job.seconds, estimates[id(job)]))
         summary = job.summary() or {}
         outcome = (f"{summary.get('reproduced')}/{summary.get('total')} claims reproduced"
                    if job.status == "complete" else f"FAILED: {job.message}")
         rest = [j for j in pending if j.status == "pending"]
         left = time_left(rest, estimates, measured) / workers
-        progress(f"{format_minutes(job.seconds)}, {outcome}"
+        progress(f"{head}{format_minutes(job.seconds)}, {outcome}"
                  + (f"; about {format_minutes(left)} left" if rest else ""))
 
-    if workers <= 1:
-        for job in pending:
-            sys.stdout.write(f"{heads[id(job)]} ... ")
+    if workers > 1:
+        return _run_parallel(pending, version, workers,
+                             lambda job: done(job, f"{heads[id(job)]}: "))
+    for job in pending:
+        head = f"{heads[id(job)]} ... "
+        if progress is print:                 # a terminal: the line starts before the run
+            sys.stdout.write(head)
             sys.stdout.flush()
-            status = execute(job, version)
-            done(job, status)
-            if status == cli.EXIT_INTERRUPTED:
-                return status
-        return 0
-    return _run_parallel(pending, version, workers, lambda job, status: (
-        sys.stdout.write(f"{heads[id(job)]}: "), done(job, status)))
+            head = ""
+        status = execute(job, version)
+        done(job, head)
+        if status == cli.EXIT_INTERRUPTED:
+            return status
+    return 0
 
 
 def _run_parallel(pending: list[Job], version: dict[str, Any], workers: int, done) -> int:
@@ -248,7 +263,7 @@ def _run_parallel(pending: list[Job], version: dict[str, Any], workers: int, don
             for future in concurrent.futures.as_completed(futures):
                 job = futures[future]
                 status, job.status, job.seconds, job.message = future.result()
-                done(job, status)
+                done(job)
                 if status == cli.EXIT_INTERRUPTED:
                     interrupted = status
         except KeyboardInterrupt:

@@ -131,9 +131,14 @@ def context_line(c: dict[str, Any]) -> str:
     version = c["version"]
     commit = (version["commit"] or "unknown")[:10] + (" (uncommitted changes)"
                                                       if version["dirty"] else "")
-    return (f"Generated {c['time']} by `{c['command']}` in {format_minutes(c['seconds'])} "
+    line = (f"Generated {c['time']} by `{c['command']}` in {format_minutes(c['seconds'])} "
             f"({c['ran']} configs run, {c['reused']} reused). Code: commit {commit}, library "
             f"hash {version['code_hash']}, JAX {version['jax']}; backend {c['backend']}.")
+    if c.get("quick"):
+        line += (" **Quick sizes**: every config shrunk to a few steps, to check that every "
+                 "claim is evaluated and every figure drawn; the verdicts say nothing about "
+                 "the papers.")
+    return line
 
 
 def figure_markdown(r: Row, images: dict) -> list[str]:
@@ -251,8 +256,9 @@ def figure_html(r: Row) -> str:
 
 
 def _inline(text: str) -> str:
-    """Markdown's `code` spans as <code> in escaped text."""
-    return re.sub(r"`([^`]*)`", r"<code>\1</code>", html.escape(text))
+    """Markdown's `code` and **bold** spans as HTML in escaped text."""
+    text = re.sub(r"`([^`]*)`", r"<code>\1</code>", html.escape(text))
+    return re.sub(r"\*\*([^*]*)\*\*", r"<b>\1</b>", text)
 
 
 def _css(verdict: str) -> str:
