@@ -91,7 +91,8 @@ def report(argv, *, scale, quick, only, reuse, out, runs, sets, list, readme, wo
     for job in todo:
         if job.error:
             progress(f"  not run: {job.spec}: {job.error}")
-    status = run.run_all(todo, reuse, version, workers, progress)
+    status = run.run_all(todo, reuse, version, workers, progress,
+                         xla_flags=run.QUICK_XLA_FLAGS if quick else "")
 
     table = write.rows(figures, jobs, scale, quick)
     context = dict(scale=label, command="python -m experiments.report " + " ".join(argv[1:]),

@@ -12,11 +12,13 @@ import hashlib
 import importlib
 import json
 import multiprocessing
+import os
 import pathlib
 import shlex
 import subprocess
 import sys
 import time
+import traceback
 from typing import Any
 
 import ml_collections
@@ -28,6 +30,9 @@ from landscape import records
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CODE_DIRS = ("landscape",)          # what computes the numbers (configs are in the config hash)
+# --quick's programs run a few steps: compiling them is most of their cost, and LLVM's -O0 takes
+# about half the time of its default (the same HLO and fusions; only the machine code differs)
+QUICK_XLA_FLAGS = "--xla_backend_optimization_level=0"
 
 
 @dataclasses.dataclass
@@ -43,6 +48,7 @@ class Job:
     status: str = "pending"               # pending, reused, complete, failed, not run
     seconds: float | None = None
     message: str = ""
+    estimate: float | None = None         # seconds expected (the catalog's, at full size)
 
     @property
     def command(self) -> str:
@@ -96,6 +102,7 @@ def plan(figures, scale: str, quick: bool, sets: list[str],
                 continue
             overrides = list(catalog.QUICK[run.paper] + run.quick) if quick else []
             job = resolve(run, overrides + list(sets), folder)
+            job.estimate = None if quick or run.minutes is None else 60 * run.minutes
             if job.cfg is not None:
                 job = by_hash.setdefault(job.config_hash, job)
             jobs[key] = job
@@ -160,7 +167,6 @@ def execute(job: Job, version: dict[str, Any]) -> int:
         try:
             status = cli.main(experiment_module(job.paper), argv)
         except Exception as error:                       # noqa: BLE001 -- reported, not raised
-            import traceback
             traceback.print_exc()
             status, job.message = cli.EXIT_FAILED, f"{type(error).__name__}: {error}"
     job.seconds = time.perf_counter() - started
@@ -205,16 +211,17 @@ def format_minutes(seconds: float) -> str:
 
 
 def run_all(jobs: list[Job], reuse: bool, version: dict[str, Any], workers: int = 1,
-            progress=print) -> int:
+            progress=print, xla_flags: str = "") -> int:
     """Run (or reuse) every job with one progress line each and the time left. `workers` > 1
     runs that many configs at once, each in its own process (tracing and compiling small
-    programs is single-threaded Python). Stops at an interruption (status 130) with the jobs
+    programs is single-threaded Python), with `xla_flags` added to their XLA_FLAGS. Stops at an
+    interruption (status 130) with the jobs
     finished so far."""
     todo = [j for j in jobs if not j.error]
     for job in jobs:
         if job.error:
             job.status, job.message = "not run", job.error
-    estimates = {id(j): previous_seconds(j) for j in todo}
+    estimates = {id(j): previous_seconds(j) or j.estimate for j in todo}
     measured: list[tuple[float, float | None]] = []     # (seconds, its earlier estimate)
     width = len(str(len(todo)))
     heads = {id(j): f"[{i:>{width}}/{len(todo)}] {j.paper} {j.spec}" for i, j in
@@ -238,7 +245,7 @@ def run_all(jobs: list[Job], reuse: bool, version: dict[str, Any], workers: int 
                  + (f"; about {format_minutes(left)} left" if rest else ""))
 
     if workers > 1:
-        return _run_parallel(pending, version, workers,
+        return _run_parallel(pending, version, workers, xla_flags,
                              lambda job: done(job, f"{heads[id(job)]}: "))
     for job in pending:
         head = f"{heads[id(job)]} ... "
@@ -253,10 +260,13 @@ def run_all(jobs: list[Job], reuse: bool, version: dict[str, Any], workers: int 
     return 0
 
 
-def _run_parallel(pending: list[Job], version: dict[str, Any], workers: int, done) -> int:
+def _run_parallel(pending: list[Job], version: dict[str, Any], workers: int, xla_flags: str,
+                  done) -> int:
     context = multiprocessing.get_context("spawn")
     interrupted = 0
-    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
+    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context,
+                                                initializer=_add_xla_flags,
+                                                initargs=(xla_flags,)) as pool:
         futures = {pool.submit(_execute_elsewhere, dataclasses.replace(j, cfg=None), version): j
                    for j in pending}
         try:
@@ -273,6 +283,12 @@ def _run_parallel(pending: list[Job], version: dict[str, Any], workers: int, don
     return interrupted
 
 
+def _add_xla_flags(flags: str) -> None:
+    """In a worker, before its backend starts (XLA reads XLA_FLAGS then)."""
+    if flags:
+        os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {flags}".strip()
+
+
 def _execute_elsewhere(job: Job, version: dict[str, Any]) -> tuple[int, str, float, str]:
     """`execute` in a worker process: what the parent's Job needs back."""
     status = execute(job, version)
@@ -281,8 +297,8 @@ def _execute_elsewhere(job: Job, version: dict[str, Any]) -> tuple[int, str, flo
 
 def time_left(rest: list[Job], estimates: dict[int, float | None],
               measured: list[tuple[float, float | None]]) -> float:
-    """The remaining jobs' earlier wall times, scaled by how this run compares with them so far;
-    a job never timed counts as the mean of those measured now."""
+    """The remaining jobs' earlier wall times (or the catalog's), scaled by how this run compares
+    with them so far; a job with neither counts as the mean of those measured now."""
     pairs = [(s, e) for s, e in measured if e]
     speed = sum(s for s, _ in pairs) / sum(e for _, e in pairs) if pairs else 1.0
     mean = sum(s for s, _ in measured) / len(measured)

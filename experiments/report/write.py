@@ -185,8 +185,9 @@ def _cell(text: str) -> str:
 
 _STYLE = """
 body{font:15px/1.45 system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
-table{border-collapse:collapse;width:100%;font-size:14px}td,th{border:1px solid #ccc;padding:4px 6px;
-vertical-align:top}th{background:#f3f3f3}.reproduced{background:#e3f4e3}.partly{background:#fff4d6}
+table{border-collapse:collapse;width:100%;font-size:14px}
+td,th{border:1px solid #ccc;padding:4px 6px;vertical-align:top}th{background:#f3f3f3}
+.reproduced{background:#e3f4e3}.partly{background:#fff4d6}
 .not-reproduced{background:#fbe0e0}.not-run,.not-attempted{background:#eee;color:#666}
 img{max-width:100%;border:1px solid #ddd;margin:4px 0}code{background:#f5f5f5;padding:1px 3px}
 li.no{color:#a00}h3{margin-top:1.6em}.meta{color:#555;font-size:13px}
