@@ -20,6 +20,13 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:      # set before jax reads it
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
     atexit.register(shutil.rmtree, _cache, ignore_errors=True)
 
+# The suite compiles many small programs and runs them briefly: LLVM's -O0 cuts its CPU time by
+# about a quarter (tests/recall, test_wikitext and test_trap_study: 283 s -> 209 s). XLA's HLO
+# passes and fusions are unchanged; only the machine code is less optimised.
+if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
+                               " --xla_backend_optimization_level=0").strip()
+
 import jax  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
