@@ -149,8 +149,9 @@ FIGURES = (
             Run("configs/ngrams.py:fig1_paper", PAPER),
             Run("configs/ngrams.py:fig1_t128_paper", PAPER)),
            reason="at the arXiv version's T = 128 the second head reads -3 before any head "
-           "reads -2, so the third step is not a k-gram line (App. F.2's non-contiguous "
-           "history)"),
+           "reads -2, so there is no k-gram step between (App. F.2's non-contiguous history); "
+           "at T = 256 the middle plateau reads -1 and -3, and sits above that history's "
+           "estimator"),
     Figure("ngrams", "Fig. 2", "a transformer representing the n-gram and k-gram estimators",
            not_attempted="a diagram; its constructions are checked in the Thm 4.2 row"),
     Figure("ngrams", "Fig. 3", "the simplified transformer plateaus at the bigram, forms a -2 "
