@@ -99,6 +99,7 @@ def report(argv, *, scale, quick, only, reuse, out, runs, sets, list, readme, wo
                    time=write.now(), seconds=time.perf_counter() - started, version=version,
                    ran=sum(j.status in ("complete", "failed") for j in todo),
                    reused=sum(j.status == "reused" for j in todo),
+                   run_seconds=sum(j.seconds or 0.0 for j in todo),
                    backend=run.backend_of(todo), quick=quick)
     out.mkdir(parents=True, exist_ok=True)
     paths = write.write(table, context, out)

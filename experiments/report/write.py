@@ -132,7 +132,8 @@ def context_line(c: dict[str, Any]) -> str:
     commit = (version["commit"] or "unknown")[:10] + (" (uncommitted changes)"
                                                       if version["dirty"] else "")
     line = (f"Generated {c['time']} by `{c['command']}` in {format_minutes(c['seconds'])} "
-            f"({c['ran']} configs run, {c['reused']} reused). Code: commit {commit}, library "
+            f"({c['ran']} configs run, {c['reused']} reused; the configs' own wall times add up "
+            f"to {format_minutes(c.get('run_seconds', 0.0))}). Code: commit {commit}, library "
             f"hash {version['code_hash']}, JAX {version['jax']}; backend {c['backend']}.")
     if c.get("quick"):
         line += (" **Quick sizes**: every config shrunk to a few steps, to check that every "
@@ -292,7 +293,8 @@ def write(table: list[Row], context: dict[str, Any], out: pathlib.Path) -> dict[
     paths["html"].write_text(report_html(table, context))
     paths["summary"].write_text(summary_markdown(
         table, f"Reproduction summary ({context['scale']} scale, `{context['command']}`, "
-        f"{context['time'][:10]}):"))
+        f"{context['time'][:10]}; the configs ran for "
+        f"{format_minutes(context.get('run_seconds', 0.0))} on {context['backend']}):"))
     return paths
 
 
