@@ -221,8 +221,10 @@ def test_time_left_scales_earlier_times_by_this_runs_speed():
     (["--set=text.path"], "--set=text.path: give FIELD=VALUE"),
     (["--quick", "--readme"], "--readme takes a full report's table"),
     (["--scale=tpu"], "--scale"),
+    (["--out=README.md"], "--out=README.md is a file, not a folder"),
 ])
-def test_usage_errors_are_one_sentence(argv, message, capsys):
+def test_usage_errors_are_one_sentence(argv, message, capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
     assert report_cli.main(["report"] + argv) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1

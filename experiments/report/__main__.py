@@ -55,7 +55,7 @@ def main(argv: list[str], progress=print) -> int:
         options = dict(scale=_SCALE.value, quick=_QUICK.value, only=tuple(_ONLY.value),
                        reuse=_REUSE.value, out=pathlib.Path(_OUT.value),
                        runs=pathlib.Path(_RUNS.value), sets=list(_SET.value),
-                       list=_LIST.value, readme=_README.value,
+                       list_only=_LIST.value, readme=_README.value,
                        workers=_JOBS.value or (2 if _QUICK.value else 1))
         unknown = set(options["only"]) - set(catalog.PAPERS)
         if unknown:
@@ -63,6 +63,10 @@ def main(argv: list[str], progress=print) -> int:
                                  f"{', '.join(catalog.PAPERS)}.")
         if options["readme"] and options["quick"]:
             raise cli.UsageError("--readme takes a full report's table, not --quick's.")
+        for flag in ("out", "runs"):
+            if options[flag].exists() and not options[flag].is_dir():
+                raise cli.UsageError(f"--{flag}={options[flag]} is a file, not a folder: give "
+                                     "a folder path.")
         for item in options["sets"]:
             if "=" not in item:
                 raise cli.UsageError(f"--set={item}: give FIELD=VALUE, e.g. "
@@ -72,14 +76,14 @@ def main(argv: list[str], progress=print) -> int:
     return report(argv, started=started, progress=progress, **options)
 
 
-def report(argv, *, scale, quick, only, reuse, out, runs, sets, list, readme, workers,
+def report(argv, *, scale, quick, only, reuse, out, runs, sets, list_only, readme, workers,
            started, progress=print) -> int:
     figures = catalog.figures(only)
     jobs = run.plan(figures, scale, quick, sets, runs)
     todo = run.unique(jobs)
     version = run.code_version()
     label = "quick" if quick else scale
-    if list:
+    if list_only:
         for job in todo:
             state = (f"cannot run: {job.error}" if job.error else
                      "reusable" if run.reusable(job, version) else "to run")
@@ -105,7 +109,7 @@ def report(argv, *, scale, quick, only, reuse, out, runs, sets, list, readme, wo
     paths = write.write(table, context, out)
     progress(write.summary_markdown(table, "").strip())
     if readme:
-        if not write.update_readme(cli_root() / "README.md", paths["summary"].read_text()):
+        if not write.update_readme(run.ROOT / "README.md", paths["summary"].read_text()):
             progress(f"README.md has no {write.README_START} ... {write.README_END} markers: "
                      "left as it is.")
     progress(f"report: {paths['markdown']}, {paths['html']} "
@@ -113,10 +117,6 @@ def report(argv, *, scale, quick, only, reuse, out, runs, sets, list, readme, wo
     if status:
         return status
     return 1 if any(j.status == "failed" for j in todo) else 0
-
-
-def cli_root() -> pathlib.Path:
-    return run.ROOT
 
 
 if __name__ == "__main__":
