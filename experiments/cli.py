@@ -93,15 +93,16 @@ def main(experiment, argv: list[str]) -> int:
     cache = _start_backend(experiment, cfg)
     import jax
     primary = jax.process_index() == 0
-    if not primary:       # the same run, its records thrown away: process 0 writes them
-        if _RESUME.value:
-            return _fail("--resume: a run over several processes has no checkpoints yet.",
-                         EXIT_USAGE)
-        workdir_path = pathlib.Path(tempfile.mkdtemp(prefix="landscape-process-"))
-        atexit.register(shutil.rmtree, workdir_path, ignore_errors=True)
-    workdir = records.Workdir.open(workdir_path, overwrite=_OVERWRITE.value,
-                                   resume=_RESUME.value,
-                                   checkpoint_seconds=_CHECKPOINT_SECONDS.value)
+    if primary:
+        workdir = records.Workdir.open(workdir_path, overwrite=_OVERWRITE.value,
+                                       resume=_RESUME.value,
+                                       checkpoint_seconds=_CHECKPOINT_SECONDS.value)
+    else:       # the same run, its records thrown away: process 0 writes records and checkpoints
+        workdir = records.Workdir(tempfile.mkdtemp(prefix="landscape-process-"),
+                                  _CHECKPOINT_SECONDS.value)
+        atexit.register(shutil.rmtree, workdir.path, ignore_errors=True)
+        workdir.checkpoints = workdir_path / "checkpoints"    # read on --resume, never written
+        workdir.writes_checkpoints = False
     workdir.provenance = provenance(argv, validation_seconds=validated, compilation_cache=cache)
     processes = (f" over {jax.process_count()} processes (this is process "
                  f"{jax.process_index()})" if jax.process_count() > 1 else "")

@@ -91,6 +91,11 @@ class Workdir:
         (self.path / "figures").mkdir(parents=True, exist_ok=True)
         self.checkpoint_seconds = checkpoint_seconds   # training state saved at least this often
         self.provenance: dict[str, Any] | None = None  # what ran it (command, versions, git, ...)
+        # Where the training state is saved. A process other than 0 of a multi-process run keeps
+        # its records in a throw-away folder but reads process 0's checkpoints (on --resume) and
+        # writes none (experiments/cli.py).
+        self.checkpoints = self.path / "checkpoints"
+        self.writes_checkpoints = True
         self._checkpoints_opened = 0
 
     @classmethod
@@ -103,14 +108,16 @@ class Workdir:
              checkpoint_seconds: float = 60.0) -> "Workdir":
         """The workdir at `path` under the workdir policy (`check_path`): a folder with earlier
         records is refused unless `overwrite` (its records are removed first) or `resume` (they
-        are kept, and metrics.jsonl is cut back to the latest checkpoint)."""
+        are kept, metrics.jsonl is cut back to the latest checkpoint, and arrays.npz, which
+        the resumed run writes whole again, is removed: a stopped program's partial arrays go)."""
         path = pathlib.Path(path)
         check_path(path, overwrite=overwrite, resume=resume)
         if overwrite:
             remove_records(path)
         workdir = cls(path, checkpoint_seconds)
-        if resume:
+        if resume:     # the resumed run writes arrays.npz again, from its first program on
             workdir.truncate_metrics(latest_checkpoint_metrics_bytes(path))
+            (path / "arrays.npz").unlink(missing_ok=True)
         return workdir
 
     # ------------------------------------------------------------------ records
@@ -209,7 +216,7 @@ class Workdir:
         """The checkpoint of the next training program of this run (cell0, cell1, ... in the
         order the experiment trains them, which a resumed run repeats)."""
         index, self._checkpoints_opened = self._checkpoints_opened, self._checkpoints_opened + 1
-        return Checkpoint(self.path / "checkpoints" / f"cell{index}")
+        return Checkpoint(self.checkpoints / f"cell{index}", writable=self.writes_checkpoints)
 
     def _write_json(self, name: str, data: Any) -> None:
         with _atomic(self.path / name, "w") as f:
@@ -302,18 +309,31 @@ class Checkpoint:
     A save holds the device state (params, optimizer state, data keys) through orbax, and beside
     it `host-<step>.npz`: what the host had recorded so far (losses, metrics, snapshots), the
     size of metrics.jsonl at that point, and whether the program had finished.
+
+    Over several processes (jax.distributed) the state is the whole gathered state, which every
+    process holds: process 0 alone writes it (`writable`), and on --resume every process reads it
+    from the same folder, so the workdir must be on a filesystem they all see.
     """
 
-    def __init__(self, path: pathlib.Path):
+    def __init__(self, path: pathlib.Path, writable: bool = True):
         self.path = pathlib.Path(path)
+        self.writable = writable
         self._manager = None
 
     def _orbax(self):
         if self._manager is None:
+            import jax
             import orbax.checkpoint as ocp    # here: importing orbax costs ~0.5 s
-            self._manager = ocp.CheckpointManager(
-                self.path.absolute(), options=ocp.CheckpointManagerOptions(
-                    max_to_keep=1, enable_async_checkpointing=False))
+            options = dict(max_to_keep=1, enable_async_checkpointing=False)
+            if jax.process_count() > 1:      # this process alone: no barrier with the others
+                me = jax.process_index()
+                options.update(create=False, multiprocessing_options=ocp.options.
+                               MultiprocessingOptions(primary_host=me, active_processes={me}))
+            if not self.writable:
+                options.update(read_only=True, max_to_keep=None)
+            with _absl_quiet():   # orbax warns that a read-only folder is read-only
+                self._manager = ocp.CheckpointManager(
+                    self.path.absolute(), options=ocp.CheckpointManagerOptions(**options))
         return self._manager
 
     def latest_step(self) -> int | None:
@@ -321,6 +341,9 @@ class Checkpoint:
         return steps[-1] if steps else None
 
     def save(self, step: int, state: Any, host: dict[str, np.ndarray]) -> None:
+        """Save (a reader, i.e. a process other than 0, saves nothing)."""
+        if not self.writable:
+            return
         import orbax.checkpoint as ocp
         self.path.mkdir(parents=True, exist_ok=True)
         with _atomic(self.path / f"host-{step}.npz", "wb") as f:
@@ -341,6 +364,17 @@ class Checkpoint:
         state = self._orbax().restore(step, args=ocp.args.StandardRestore(template))
         with np.load(self.path / f"host-{step}.npz") as host:
             return step, state, dict(host)
+
+
+@contextlib.contextmanager
+def _absl_quiet():
+    from absl import logging as absl_logging
+    level = absl_logging.get_verbosity()
+    absl_logging.set_verbosity(absl_logging.ERROR)
+    try:
+        yield
+    finally:
+        absl_logging.set_verbosity(level)
 
 
 def _host_steps(path: pathlib.Path) -> list[int]:

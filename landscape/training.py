@@ -445,11 +445,11 @@ def train(problem: Problem, optim: ml_collections.ConfigDict, hparams: dict[str,
     first_bad = np.full(len(seeds), -1)
     recorder = (_Recorder(workdir, given_hparams, seeds, log_every, num_runs, record_tags or {})
                 if workdir else None)
-    # several processes (jax.distributed): no checkpoints yet (each would need the same
-    # save decisions and a shared folder); the records are process 0's (experiments/cli.py)
-    checkpoint = workdir.next_checkpoint() if workdir and jax.process_count() == 1 else None
+    # several processes (jax.distributed): process 0 writes the checkpoints and the records
+    # (experiments/cli.py); every process reads the same checkpoint on --resume
+    checkpoint = workdir.next_checkpoint() if workdir else None
     start, elapsed = 0, 0.0
-    if checkpoint is not None and checkpoint.latest_step() is not None:   # --resume
+    if checkpoint is not None and _latest_step_everywhere(checkpoint) is not None:  # --resume
         start, state, host = checkpoint.restore(_saveable(state))
         state = _device_state(state, sharding)
         losses, metrics, snaps = [host["losses"]], [_unprefix(host, "metrics/")], \
@@ -501,8 +501,11 @@ def train(problem: Problem, optim: ml_collections.ConfigDict, hparams: dict[str,
                         f"(seed {seeds[run]}{', ' + setting if setting else ''}){where}.",
                         step=int(first_bad[run]))
             stop = _stop.is_set() and done < num_steps
-            if checkpoint is not None and (done == num_steps or stop or time.perf_counter()
-                                           - last_save >= workdir.checkpoint_seconds):
+            save = checkpoint is not None and (done == num_steps or stop or time.perf_counter()
+                                               - last_save >= workdir.checkpoint_seconds)
+            if jax.process_count() > 1:
+                save, stop = _agree(save, stop)
+            if save:           # over several processes every one gathers, process 0 writes
                 checkpoint.save(done, _saveable(state), host_arrays(done == num_steps))
                 last_save = time.perf_counter()
             if stop:
@@ -554,9 +557,33 @@ def _saveable(state: TrainState) -> TrainState:
 
 
 def _device_state(state: TrainState, sharding) -> TrainState:
-    state = state._replace(key=jax.random.wrap_key_data(jnp.asarray(state.key)))
-    return jax.device_put(state, sharding) if sharding is not None else jax.tree.map(jnp.asarray,
-                                                                                      state)
+    state = jax.tree.map(lambda x: _to_devices(x, sharding), state)
+    return state._replace(key=jax.random.wrap_key_data(state.key))
+
+
+def _agree(save: bool, stop: bool) -> tuple[bool, bool]:
+    """Over several processes, one decision at a chunk boundary: save when process 0's clock
+    says so (every process gathers the state, process 0 writes it), stop when any process was
+    asked to (a SIGTERM reaching one process stops them all at the same step)."""
+    from jax.experimental import multihost_utils
+    wants = np.asarray(multihost_utils.process_allgather(np.array([save, stop], np.int32)))
+    return bool(wants[0, 0]), bool(wants[:, 1].any())
+
+
+def _latest_step_everywhere(checkpoint) -> int | None:
+    """The checkpoint's latest step, which every process must see alike (they restore it
+    together): a process that sees another one is told so in one sentence."""
+    step = checkpoint.latest_step()
+    if jax.process_count() == 1:
+        return step
+    from jax.experimental import multihost_utils
+    seen = np.asarray(multihost_utils.process_allgather(np.int64(-1 if step is None else step)))
+    if len(set(seen.tolist())) > 1:
+        raise config_lib.ConfigError(
+            f"--resume: the processes see different checkpoints in {checkpoint.path} (latest "
+            f"step by process: {seen.tolist()}, -1 = none): the workdir must be on a filesystem "
+            "every process sees.")
+    return step
 
 
 def _to_devices(x, sharding):

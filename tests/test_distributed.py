@@ -1,15 +1,17 @@
 """One sweep over two processes (jax.distributed, CPU collectives over gloo on 127.0.0.1) gives
-one process's numbers, and only process 0 writes records."""
+one process's numbers: stopped by a SIGTERM to process 1 alone and resumed, its records (written
+by process 0 only) equal an uninterrupted one-process run's bit for bit."""
 
 import json
 import os
 import pathlib
+import signal
 import socket
 import subprocess
 import sys
+import time
 
 import numpy as np
-import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -20,26 +22,51 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.slow     # ~50 s: three CLI processes; kept out of CI's 20-minute budget
-def test_two_processes_give_one_process_numbers(tmp_path):
-    port = _free_port()
+def _start(args: list[str]) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    command = [sys.executable, "-m", "experiments.scan_snap",
-               "--config=configs/syn_medium.py:quick", "--host_devices=1",
-               f"--coordinator_address=127.0.0.1:{port}", "--num_processes=2",
-               f"--workdir={tmp_path / 'two'}"]
-    runs = [command + [f"--process_id={i}"] for i in range(2)]
-    runs.append(command[:4] + ["--host_devices=2", f"--workdir={tmp_path / 'one'}"])
-    processes = [subprocess.Popen(run, cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT, text=True) for run in runs]
-    outputs = [p.communicate(timeout=300)[0] for p in processes]
-    assert [p.returncode for p in processes] == [0, 0, 0], outputs
+    return subprocess.Popen([sys.executable, "-m", "experiments.scan_snap", *args], cwd=ROOT,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _two_processes(workdir: pathlib.Path, *extra: str) -> list[subprocess.Popen]:
+    port = _free_port()
+    return [_start([f"--workdir={workdir}", "--host_devices=1", *extra,
+                    f"--coordinator_address=127.0.0.1:{port}", "--num_processes=2",
+                    f"--process_id={i}"]) for i in range(2)]
+
+
+def _rows(workdir: pathlib.Path) -> list[dict]:
+    return [json.loads(line) for line in open(workdir / "metrics.jsonl")]
+
+
+def test_two_processes_stop_together_resume_and_give_one_process_numbers(tmp_path):
+    run = ["--config=configs/syn_medium.py:quick", "--config.train.chunk_steps=10"]
+    two, one = tmp_path / "two", tmp_path / "one"
+    pair = _two_processes(two, *run, "--checkpoint_seconds=0")
+    reference = _start([*run, "--host_devices=2", f"--workdir={one}"])
+    deadline = time.monotonic() + 240
+    while not list((two / "checkpoints").glob("cell0/host-*.npz")):   # a first chunk saved
+        assert time.monotonic() < deadline and pair[0].poll() is None, pair[0].communicate()[0]
+        time.sleep(0.05)
+    pair[1].send_signal(signal.SIGTERM)         # process 1 alone: both stop at one boundary
+    stopped = [p.communicate(timeout=240)[0] for p in pair]
+    assert [p.returncode for p in pair] == [130, 130], stopped
+    assert "Interrupted at step" in stopped[0] and "--resume" in stopped[0], stopped[0]
+    assert json.loads((two / "summary.json").read_text())["status"] == "interrupted"
+
+    resumed = _two_processes(two, "--resume")
+    outputs = [p.communicate(timeout=240)[0] for p in resumed]
+    outputs.append(reference.communicate(timeout=240)[0])
+    assert [p.returncode for p in resumed + [reference]] == [0, 0, 0], outputs
+    assert "resumed at step" in outputs[0], outputs[0]
     assert "over 2 processes (this is process 1)" in outputs[1]
+    assert "read only" not in outputs[1], outputs[1]       # orbax's warning, kept quiet
     assert "claims reproduced" in outputs[0] and "claims reproduced" not in outputs[1]
-    assert not (tmp_path / "two" / "checkpoints").exists()    # none yet over several processes
-    one, two = np.load(tmp_path / "one" / "arrays.npz"), np.load(tmp_path / "two" / "arrays.npz")
-    assert sorted(one.files) == sorted(two.files)
-    for name in one.files:
-        np.testing.assert_array_equal(two[name], one[name], err_msg=name)
-    summaries = [json.loads((tmp_path / w / "summary.json").read_text()) for w in ("one", "two")]
+
+    a, b = np.load(one / "arrays.npz"), np.load(two / "arrays.npz")
+    assert sorted(a.files) == sorted(b.files)
+    for name in a.files:
+        np.testing.assert_array_equal(b[name], a[name], err_msg=name)
+    assert _rows(two) == _rows(one)          # no row lost or written twice across the stop
+    summaries = [json.loads((w / "summary.json").read_text()) for w in (one, two)]
     assert summaries[0]["claims"] == summaries[1]["claims"]
