@@ -341,7 +341,8 @@ def train(problem: Problem, optim: ml_collections.ConfigDict, hparams: dict[str,
     `workdir.checkpoint_seconds` at a chunk boundary, when it finishes and when it is stopped
     (`request_stop`, which raises `Interrupted` at the next boundary). A checkpoint already
     there (a resumed run) is continued from: the same chunks follow, so the numbers are
-    bit-identical to an uninterrupted run's.
+    bit-identical to an uninterrupted run's. Over several processes every chunk boundary takes
+    one decision for all (`_agree`): every process gathers the state, process 0 writes it.
     """
     if num_steps % log_every:
         raise ValueError(f"num_steps = {num_steps} must be a multiple of log_every = {log_every}.")

@@ -30,3 +30,13 @@ if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
 import jax  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
+
+
+# The longest test first: the quick report (~6 min, its own two worker processes) starts at once
+# on one pytest-xdist worker while the other works through the rest, instead of starting near the
+# end (files run in name order) and leaving one worker idle for minutes.
+LONGEST_FIRST = ("tests/test_report.py::test_quick_report_evaluates_every_claim_and_draws_every_figure",)
+
+
+def pytest_collection_modifyitems(config, items):
+    items.sort(key=lambda item: item.nodeid not in LONGEST_FIRST)
