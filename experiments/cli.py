@@ -109,8 +109,10 @@ def main(experiment, argv: list[str]) -> int:
     print(f"backend {workdir.provenance['backend']}: {workdir.provenance['device_count']} "
           f"device(s) ({', '.join(workdir.provenance['devices'])}){processes}; compilation "
           f"cache: {cache or 'off'}")
-    resume_line = (f"python -m experiments.{_paper(experiment)} --workdir={workdir.path} "
+    resume_line = (f"python -m experiments.{_paper(experiment)} --workdir={workdir_path} "
                    "--resume")
+    if jax.process_count() > 1:     # process 0's workdir, which every process resumes from
+        resume_line += " (on every process, with its multi-process flags)"
     training.clear_stop()
     workdir.write_status("running", started=workdir.provenance["time"],   # stays if killed
                          resume=resume_line)
@@ -120,10 +122,10 @@ def main(experiment, argv: list[str]) -> int:
         except training.Interrupted as stop:
             workdir.write_status("interrupted", step=stop.step, resume=resume_line)
             return _fail(f"Interrupted at step {stop.step}: the records so far and a checkpoint "
-                         f"are in {workdir.path}; resume with: {resume_line}", EXIT_INTERRUPTED)
+                         f"are in {workdir_path}; resume with: {resume_line}", EXIT_INTERRUPTED)
         except KeyboardInterrupt:
             workdir.write_status("interrupted", step=None, resume=resume_line)
-            return _fail(f"Interrupted: the records so far are in {workdir.path}; resume with: "
+            return _fail(f"Interrupted: the records so far are in {workdir_path}; resume with: "
                          f"{resume_line}", EXIT_INTERRUPTED)
         except training.NonFiniteLossError as error:
             workdir.write_status("stopped at a non-finite loss", step=error.step,
@@ -136,7 +138,7 @@ def main(experiment, argv: list[str]) -> int:
             workdir.write_status("failed", message=f"{type(error).__name__}: {error}")
             if "RESOURCE_EXHAUSTED" in str(error):
                 return _fail(f"XLA ran out of memory ({str(error).splitlines()[0][:200]}); "
-                             f"records so far are in {workdir.path}.", EXIT_FAILED)
+                             f"records so far are in {workdir_path}.", EXIT_FAILED)
             raise
     return 0
 

@@ -51,7 +51,8 @@ def test_two_processes_stop_together_resume_and_give_one_process_numbers(tmp_pat
     pair[1].send_signal(signal.SIGTERM)         # process 1 alone: both stop at one boundary
     stopped = [p.communicate(timeout=240)[0] for p in pair]
     assert [p.returncode for p in pair] == [130, 130], stopped
-    assert "Interrupted at step" in stopped[0] and "--resume" in stopped[0], stopped[0]
+    for output in stopped:       # process 1 too names process 0's workdir to resume from
+        assert "Interrupted at step" in output and f"--workdir={two} --resume" in output, output
     assert json.loads((two / "summary.json").read_text())["status"] == "interrupted"
 
     resumed = _two_processes(two, "--resume")
