@@ -101,8 +101,11 @@ def main(experiment, argv: list[str]) -> int:
         workdir = records.Workdir(tempfile.mkdtemp(prefix="landscape-process-"),
                                   _CHECKPOINT_SECONDS.value)
         atexit.register(shutil.rmtree, workdir.path, ignore_errors=True)
-        workdir.checkpoints = workdir_path / "checkpoints"    # read on --resume, never written
         workdir.writes_checkpoints = False
+        # --resume reads process 0's checkpoints; a fresh run reads none (with --overwrite,
+        # process 0 may still be removing the old ones)
+        if _RESUME.value:
+            workdir.checkpoints = workdir_path / "checkpoints"
     workdir.provenance = provenance(argv, validation_seconds=validated, compilation_cache=cache)
     processes = (f" over {jax.process_count()} processes (this is process "
                  f"{jax.process_index()})" if jax.process_count() > 1 else "")
