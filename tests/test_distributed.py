@@ -1,6 +1,7 @@
 """One sweep over two processes (jax.distributed, CPU collectives over gloo on 127.0.0.1) gives
-one process's numbers: stopped by a SIGTERM to process 1 alone and resumed, its records (written
-by process 0 only) equal an uninterrupted one-process run's bit for bit."""
+one process's numbers: stopped by a SIGTERM to process 1 alone and resumed (as SLURM tasks, found
+by `--distributed`), its records (written by process 0 only) equal an uninterrupted one-process
+run's bit for bit."""
 
 import json
 import os
@@ -16,19 +17,34 @@ import numpy as np
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _free_port(low: int = 0) -> int:
+    """A free port on 127.0.0.1 (from `low` up to 65535 when `low` is given)."""
+    for port in ([0] if not low else np.random.default_rng().permutation(np.arange(low, 65536))):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", int(port)))
+            except OSError:
+                continue
+            return s.getsockname()[1]
+    raise RuntimeError("no free port")
 
 
-def _start(args: list[str]) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+def _start(args: list[str], **env: str) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), **env}
     return subprocess.Popen([sys.executable, "-m", "experiments.scan_snap", *args], cwd=ROOT,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
-def _two_processes(workdir: pathlib.Path, *extra: str) -> list[subprocess.Popen]:
+def _two_processes(workdir: pathlib.Path, *extra: str, slurm: bool = False
+                   ) -> list[subprocess.Popen]:
+    """Two processes of one run: given --coordinator_address/--num_processes/--process_id, or
+    (slurm) --distributed in the environment of two SLURM tasks on this machine (jax's SLURM
+    detection puts the coordinator at port 61440 + job id % 4096 of the first node)."""
+    if slurm:
+        job = _free_port(low=61440) - 61440
+        return [_start([f"--workdir={workdir}", "--host_devices=1", *extra, "--distributed"],
+                       SLURM_JOB_ID=str(job), SLURM_STEP_NODELIST="127.0.0.1", SLURM_NTASKS="2",
+                       SLURM_PROCID=str(i), SLURM_LOCALID=str(i)) for i in range(2)]
     port = _free_port()
     return [_start([f"--workdir={workdir}", "--host_devices=1", *extra,
                     f"--coordinator_address=127.0.0.1:{port}", "--num_processes=2",
@@ -55,7 +71,7 @@ def test_two_processes_stop_together_resume_and_give_one_process_numbers(tmp_pat
         assert "Interrupted at step" in output and f"--workdir={two} --resume" in output, output
     assert json.loads((two / "summary.json").read_text())["status"] == "interrupted"
 
-    resumed = _two_processes(two, "--resume")
+    resumed = _two_processes(two, "--resume", slurm=True)
     outputs = [p.communicate(timeout=240)[0] for p in resumed]
     outputs.append(reference.communicate(timeout=240)[0])
     assert [p.returncode for p in resumed + [reference]] == [0, 0, 0], outputs
