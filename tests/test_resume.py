@@ -82,8 +82,9 @@ def _cli(*args, **kwargs):
 
 
 def test_ctrl_c_then_resume_through_the_cli(tmp_path):
+    """Its two runs sharded over two host devices, so resuming restores a sharded state."""
     args = ["--config=configs/syn_small.py", "--config.train.num_steps=1500",
-            "--config.train.chunk_steps=100", "--host_devices=1", "--checkpoint_seconds=0"]
+            "--config.train.chunk_steps=100", "--host_devices=2", "--checkpoint_seconds=0"]
     run = _cli(*args, f"--workdir={tmp_path / 'run'}")
     for line in run.stdout:                       # wait for training to be under way
         if line.startswith("step  200/1500"):
@@ -97,7 +98,7 @@ def test_ctrl_c_then_resume_through_the_cli(tmp_path):
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["status"] == "interrupted" and 200 <= summary["step"] < 1500
 
-    resumed = _cli(f"--workdir={tmp_path / 'run'}", "--resume", "--host_devices=1")
+    resumed = _cli(f"--workdir={tmp_path / 'run'}", "--resume", "--host_devices=2")
     out, err = resumed.communicate(timeout=300)
     assert resumed.returncode == 0, err
     assert f"resumed at step {summary['step']}/1500" in out
