@@ -114,7 +114,8 @@ def bench_recall(repeats, one_by_one):
     from configs import recall
     from landscape.recall import experiment as recall_experiment
     from landscape.recall import flow
-    model = recall_experiment.model_of(recall.get_config("fig1"))
+    from landscape.recall import model as recall_model
+    model = recall_model.from_config(recall.get_config("fig1"))
     params0 = jax.tree.map(lambda x: x[None], flow.init_shape(model, 0.02, [1, .5, .25, .1]))
     ts = np.linspace(0.0, 250.0 / 0.02, 4000)[None]
     t0 = time.perf_counter()

@@ -620,3 +620,12 @@ def attention_weights(params, x_BN: jax.Array, model: MarkovModel, layer: int = 
 def attention_ratio(params, x_BN: jax.Array, model: MarkovModel, layer: int = 0):
     """(B, N) attention-output / residual norm ratio (MarkovModel.attention_ratio)."""
     return model.apply({"params": params}, x_BN, layer, method=MarkovModel.attention_ratio)
+
+
+def from_config(cfg) -> MarkovModel:
+    """The Flax module of cfg: param_dtype = train.dtype, dtype = model.dtype (or the same)."""
+    fields = dict(cfg.model)
+    fields["mlp_width"] = fields["mlp_width"] or None
+    prec = precision_lib.of(cfg.train.dtype, fields.pop("dtype"))
+    return MarkovModel(num_states=cfg.chain.num_states, dtype=prec.dtype,
+                       param_dtype=prec.param_dtype, **fields)

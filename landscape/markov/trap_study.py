@@ -21,7 +21,7 @@ lies below the 1-layer one.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -127,11 +127,11 @@ def half_vs_float32(model: model_lib.MarkovModel, params, x_BN, half) -> dict[st
                 per_parameter=per_parameter)
 
 
-def plateau_probe(group, model_of: Callable) -> list[dict[str, Any]]:
+def plateau_probe(group) -> list[dict[str, Any]]:
     """half_vs_float32 with float16 autocast (the authors' mode) at the final weights of each
     trapped run of the group: the gradient on the unigram plateau."""
     cfg, res = group["cfg"], group["result"]
-    model = model_of(cfg)
+    model = model_lib.from_config(cfg)
     out = []
     for r, row in enumerate(run_rows(group)):
         if not row["trapped"]:
@@ -152,7 +152,7 @@ def _fraction(rows) -> dict[str, Any]:
             "95% interval": [round(lo, 3), round(hi, 3)]}
 
 
-def claims(cfg, groups, model_of: Callable) -> list[records.Claim]:
+def claims(cfg, groups) -> list[records.Claim]:
     """The paper's statements per (depth, precision) with trapped counts and intervals, the depth
     contrast per precision, the escape-step distribution and the plateau gradients."""
     out, by_precision = [], {}
@@ -181,7 +181,7 @@ def claims(cfg, groups, model_of: Callable) -> list[records.Claim]:
         by_precision.setdefault(precision_name(c), []).append((layers, stats))
         if _fig1_recipe(c) and not precision.of(c.train.dtype, c.model.dtype).is_mixed:
             out.append(_escape_claim(name, stats["escape step"]))
-        probe = plateau_probe(g, model_of)
+        probe = plateau_probe(g)
         if probe:
             out.append(_probe_claim(name, probe))
     for name, cells in by_precision.items():

@@ -7,6 +7,9 @@ Two kinds of experiment:
   sgd   the training engine on sampled batches (collision vectors or token sequences), a sweep
         over optim.lr / init.eps x seeds vmapped in one program.
 `variants` (a list of override dicts) and sweeps over model/task fields compile one program each.
+
+This module holds the config schema, the programs and the run; `claims.py` the claims and
+`figures.py` the figures.
 """
 
 from __future__ import annotations
@@ -23,10 +26,12 @@ import numpy as np
 
 from landscape import config as config_lib
 from landscape.config import format_bytes
-from landscape import gradient_flow, plotting, precision, records, sweeps, training
+from landscape import gradient_flow, precision, records, sweeps, training
 from landscape.point import params_table
 from landscape.recall import flow, theory
 from landscape.recall import model as model_lib
+from landscape.recall.claims import CLAIMS
+from landscape.recall.figures import FIGURES
 
 FLOW_TRACED = ("init.eps", "init.beta_shape", "init.stage", "init.big")
 SGD_TRACED = ("optim.lr", "init.eps")
@@ -121,7 +126,7 @@ def _validate_cell(cfg) -> None:
     choice(cfg, "model.dtype", precision.COMPUTE_DTYPES)
     choice(cfg, "train.dtype", ("float32", "float64"))
     try:
-        model = model_of(cfg)
+        model = model_lib.from_config(cfg)
     except (ValueError, TypeError) as error:
         raise config_lib.field_error(error, "model") from None
     H = cfg.model.num_heads
@@ -172,15 +177,6 @@ def needs_x64(cfg) -> bool:
     """Always: plateau gradients are ~1e-6 (notes §7.1); flows and SGD run in float64."""
     return True
 
-
-def model_of(cfg) -> model_lib.RecallModel:
-    """The model of a config at precision.of(train.dtype, model.dtype); with model.dtype = ""
-    the computation runs in the parameters' own dtype (dtype None)."""
-    fields = dict(cfg.model)
-    prec = precision.of(cfg.train.dtype, fields.pop("dtype"))
-    return model_lib.RecallModel(k=cfg.task.k, num_responses=cfg.task.num_responses, **fields,
-                                 dtype=prec.dtype if cfg.model.dtype else None,
-                                 param_dtype=prec.param_dtype)
 
 
 def _cells(cfg) -> list[tuple[dict, ml_collections.ConfigDict]]:
@@ -249,7 +245,7 @@ def run(cfg, workdir: records.Workdir, progress=print) -> dict[str, Any]:
     workdir.write_config(cfg)
     groups, cells = [], _cells(cfg)
     if progress:
-        model = model_of(cells[0][1])
+        model = model_lib.from_config(cells[0][1])
         params = model.init(jax.random.key(0), jnp.zeros((1, model.seq_len), jnp.int32))["params"]
         progress(f"model: RecallModel, {precision.of(cfg.train.dtype, cfg.model.dtype).name}\n"
                  + params_table(params))
@@ -275,7 +271,7 @@ def _flow_inits(cfg) -> tuple[list[dict], Any]:
     """The grid of initialisations of a flow config: [{axis: value}], stacked params (R, ...)."""
     axes = config_lib.traced_axes(cfg, FLOW_TRACED)
     grid = [dict(zip(axes, values)) for values in itertools.product(*axes.values())]
-    model = model_of(cfg)
+    model = model_lib.from_config(cfg)
     params = []
     for point in grid:
         c = config_lib.with_fields(cfg, point).init
@@ -304,7 +300,7 @@ def run_flow(cfg, progress=print) -> dict[str, Any]:
                                    for ts, point in zip(save_times, grid)])
     settings = gradient_flow.FlowSettings(rtol=f.rtol, atol=f.atol, max_steps=f.max_steps)
     start = time.perf_counter()
-    params, loss, ok = flow.population_flow(model_of(cfg), params0, jnp.asarray(save_times),
+    params, loss, ok = flow.population_flow(model_lib.from_config(cfg), params0, jnp.asarray(save_times),
                                             settings)
     seconds = time.perf_counter() - start
     if not ok.all():
@@ -354,7 +350,7 @@ def _flow_rows(result, fields) -> list[dict]:
 
 def run_sgd(cfg, fields, workdir, progress=print) -> dict[str, Any]:
     """SGD (or full-batch GD) on sampled batches via the training engine; seeds x traced grid."""
-    model = model_of(cfg)
+    model = model_lib.from_config(cfg)
     shape = jnp.asarray(cfg.init.beta_shape)
     w_noise = cfg.init.w_noise
 
@@ -374,439 +370,3 @@ def run_sgd(cfg, fields, workdir, progress=print) -> dict[str, Any]:
               **{f"snapshot_{k}": v for k, v in result.snapshots.items()}}
     return dict(result=result, grid=grid, arrays=arrays, cfg=cfg,
                 seconds={"compile": result.compile_seconds, "run": result.run_seconds})
-
-
-# ----------------------------------------------------------------------------- claims
-
-
-# notes §4.4: eps * T_mid of the first jump (k = |R| = 4) measured by the notes' author with GF
-NOTES_FIRST_JUMP = {0.2: 140.3, 0.1: 150.4, 0.05: 156.3, 0.02: 160.5, 0.01: 162.1,
-                    0.005: 163.1, 0.002: 163.7, 0.001: 163.9}
-
-
-def _levels(cfg):
-    return theory.plateau_levels(cfg.task.k, cfg.task.num_responses)
-
-
-def claims_first_jump(cfg, groups) -> list[records.Claim]:
-    """E1 (notes §4.1, §4.4; checks C4, C5, C7, C8, C9) from I_1."""
-    g, = groups
-    k, nr = cfg.task.k, cfg.task.num_responses
-    L = _levels(cfg)
-    eps, times, loss = g["eps"], g["times"], g["loss"]
-    T = flow.jump_times(times, loss, L[:2])[:, 0]
-    eps_T = eps * T
-    theory_eps_T = eps * theory.jump_time(k, nr, eps)
-    out = []
-    notes = {e: NOTES_FIRST_JUMP[e] for e in eps if e in NOTES_FIRST_JUMP and (k, nr) == (4, 4)}
-    if notes:
-        measured = {e: float(eps_T[list(eps).index(e)]) for e in notes}
-        out.append(records.claim("eps*T_mid of the first jump matches the notes' GF values",
-                          measured, notes, all(abs(measured[e] - notes[e]) < 0.3 for e in notes),
-                          "notes §4.4 (C8)"))
-    order = np.argsort(-eps)
-    out.append(records.claim(f"eps*T_mid rises towards pi k k!/(2A sqrt(2(k-1)/k)) = "
-                      f"{theory_eps_T[0]:.2f} as eps -> 0 (the plateau lasts ~1/eps, not log 1/eps)",
-                      eps_T[order].round(2).tolist(), f"increasing, within 0.5% at eps = "
-                      f"{eps.min():g} (at least two eps)", len(eps) > 1 and
-                      bool(np.all(np.diff(eps_T[order]) > 0)) and
-                      abs(eps_T[order][-1] / theory_eps_T[0] - 1) < 0.005, "notes §4.4 (C8)"))
-    drop = L[0] - L[1]
-    t10, t90 = flow.crossing_times(times, loss, [L[0] - 0.1 * drop, L[0] - 0.9 * drop]).T
-    width = t90 - t10
-    if (k, nr) == (4, 4):
-        out.append(records.claim("the jump (10% -> 90% of the drop) lasts ~36.1 time units for every eps",
-                          width.round(2).tolist(), "36.1 +- 1", np.all(np.abs(width - 36.1) < 1.0),
-                          "notes §4.4 (C9)"))
-    w, beta = g["params"]["w"], g["params"]["beta"]
-    alpha = flow.focus_logit(w)[..., 0]
-    conserved = theory.conserved_quantity(alpha, beta[..., 0], k)
-    drift = float(np.abs(conserved - conserved[:, :1]).max())
-    out.append(records.claim("f(alpha_1) - beta_1^2/4 is conserved along the flow (Thm 3.1(d), '+' sign)",
-                      drift, "<= 1e-8", drift <= 1e-8, "notes §4.1 (C5)"))
-    others = max(float(np.abs(w[:, :, 1:]).max()), float(np.abs(beta[:, :, 1:]).max()))
-    spread = float(np.ptp(w[:, :, 0, 1:], axis=-1).max())
-    on_line = float(np.abs(w[:, :, 0] - alpha[..., None] * (np.eye(k)[0] - 1 / k)).max())
-    out.append(records.claim("the flow stays on M_1: other heads exactly 0, w^1 = alpha (e_1 - 1/k)",
-                      {"other heads": others, "spread of w^1_{i!=1}": spread,
-                       "off the line": on_line}, "all <= 1e-12",
-                      np.max([others, spread, on_line]) <= 1e-12, "notes §4.1 (C4)"))
-    final = loss[:, -1]
-    out.append(records.claim(f"plateaus: L(0) = L_0 = {L[0]:.5f}, then the loss settles on L_1 = "
-                      f"{L[1]:.5f}", {"L(0)": float(np.abs(loss[:, 0] - L[0]).max()),
-                                       "L(end) - L_1": float((final - L[1]).max())},
-                      "|L(0) - L_0| <= 1e-12, 0 < L(end) - L_1 < 0.01",
-                      np.abs(loss[:, 0] - L[0]).max() <= 1e-12 and
-                      np.all((final > L[1]) & (final - L[1] < 0.01)), "notes §3 (C7)"))
-    return out
-
-
-def claims_ei_tail(cfg, groups) -> list[records.Claim]:
-    """E1 tail (notes §4.4 regime 2, C10): e^alpha ~ k^2/(4(k-1)) ln t, t ln t (L - L_1) -> 1/4."""
-    g, = groups
-    k, L = cfg.task.k, _levels(cfg)
-    tail = g["times"][0] >= 1e5
-    if tail.sum() < 2:
-        missing = f"not measured: {int(tail.sum())} saves at t >= 1e5 (raise flow.t_max)"
-        return [records.claim("after the jump e^alpha grows linearly in ln t with slope "
-                              "k^2/(4(k-1))", missing, f"{k ** 2 / (4 * (k - 1)):.4f} within 3%",
-                              False, "notes §4.4 (C10)"),
-                records.claim("t ln t (L - L_1) approaches 1/(4c) = 0.25 from below", missing,
-                              "within [0.20, 0.25]", False, "notes §4.4 (C10)")]
-    t, loss = g["times"][0][tail], g["loss"][0][tail]
-    alpha = flow.focus_logit(g["params"]["w"])[0, tail, 0]
-    slope = np.polyfit(np.log(t), np.exp(alpha), 1)[0]
-    predicted = k ** 2 / (4 * (k - 1))
-    product = t * np.log(t) * (loss - L[1])
-    return [
-        records.claim("after the jump e^alpha grows linearly in ln t with slope k^2/(4(k-1))",
-               float(slope), f"{predicted:.4f} within 3%", abs(slope / predicted - 1) < 0.03,
-               "notes §4.4 (C10)"),
-        records.claim("t ln t (L - L_1) approaches 1/(4c) = 0.25 from below",
-               [float(product.min()), float(product.max())], "within [0.20, 0.25]",
-               product.min() > 0.2 and product.max() < 0.25, "notes §4.4 (C10)"),
-    ]
-
-
-def claims_later_jumps(cfg, groups) -> list[records.Claim]:
-    """E2 (Prop. A.2 with the notes' k/k' correction, §4.5; C11) from I_h."""
-    g, = groups
-    k, nr = cfg.task.k, cfg.task.num_responses
-    L = _levels(cfg)
-    out = []
-    for r, point in enumerate(g["grid"]):
-        c = config_lib.with_fields(cfg, point).init
-        beta = g["params"]["beta"][r]
-        T = np.inf
-        if c.stage < k:
-            T = flow.jump_times(g["times"][r:r + 1], g["loss"][r:r + 1],
-                                L[c.stage - 1:c.stage + 1])[0, 0]
-            predicted = c.eps * theory.jump_time(k, nr, c.eps, stage=c.stage)
-            out.append(records.claim(f"stage {c.stage}: eps*T_{c.stage} matches pi k k'!/(2cA sqrt(2(k'-1)"
-                              f"/k')) (k' = k - h + 1)", float(c.eps * T), f"{predicted:.2f} within "
-                              "0.5%", abs(c.eps * T / predicted - 1) < 0.005, "notes §4.5 (C11)"))
-        else:
-            moved = float(np.abs(beta[:, -1]).max())
-            out.append(records.claim(f"stage {c.stage} = k: no jump (the loss is already ~0) and beta_k "
-                              "stays O(eps)", {"max loss": float(g["loss"][r].max()),
-                                               "max beta_k / eps": moved / c.eps},
-                              "loss < 1e-3, beta_k/eps < 2",
-                              g["loss"][r].max() < 1e-3 and moved / c.eps < 2, "notes §4.5"))
-        # T = inf at stage k (no jump: the whole run); NaN where no jump was found
-        held = beta[g["times"][r] < T][:, :c.stage - 1]
-        drift = float(np.abs(held - c.big).max()) if held.size else math.nan
-        out.append(records.claim(f"stage {c.stage}: the macroscopic heads (beta = c = 6) stay put until "
-                          "the jump", drift if held.size else
-                          "not measured: " + ("no jump found" if np.isnan(T)
-                                              else "no macroscopic head or no save before the jump"),
-                          "<= 1e-10 (notes: < 2e-12)", drift <= 1e-10, "notes §4.5 (a)"))
-    return out
-
-
-def claims_stages(cfg, groups) -> list[records.Claim]:
-    """E3 (notes §4.7-4.8; C12, C13): order follows beta(0), jump times -> the recursion."""
-    g, = groups
-    k, nr = cfg.task.k, cfg.task.num_responses
-    L = _levels(cfg)
-    out = []
-    shapes = sorted({tuple(config_lib.with_fields(cfg, p).init.beta_shape) for p in g["grid"]})
-    eps_min = g["eps"].min()
-    limit_taus = {}
-    for shape in shapes:
-        runs = [r for r, p in enumerate(g["grid"])
-                if tuple(config_lib.with_fields(cfg, p).init.beta_shape) == shape]
-        smallest = min(runs, key=lambda r: g["eps"][r])
-        prediction = theory.vanishing_init_jumps(np.asarray(shape), k, nr)
-        tau = g["eps"][smallest] * flow.jump_times(g["times"][smallest:smallest + 1],
-                                                  g["loss"][smallest:smallest + 1], L)[0]
-        limit_taus[shape] = tau
-        beta = g["params"]["beta"][smallest:smallest + 1]
-        order = flow.activation_order(g["times"][smallest:smallest + 1], beta, threshold=1.0)[0]
-        expected = [int(h) for h in np.argsort(-np.asarray(shape), kind="stable")[:k - 1]]
-        out.append(records.claim(f"beta(0) = {eps_min:g} x {list(shape)}: heads activate in decreasing "
-                          "order of beta(0); the last head never does",
-                          [h + 1 for h in order], [h + 1 for h in expected], order == expected,
-                          "notes §4.7 (C12)"))
-        out.append(records.claim(f"beta(0) = {eps_min:g} x {list(shape)}: jump times eps*T_m match the "
-                          "vanishing-init recursion", tau.round(2).tolist(),
-                          f"{np.round(prediction['taus'], 2).tolist()} within 0.3%",
-                          np.allclose(tau, prediction["taus"], rtol=3e-3), "notes §4.8 (C13)"))
-        if len(runs) > 2:
-            steps = np.asarray(prediction["taus"])
-            distance = []
-            for r in sorted(runs, key=lambda r: -g["eps"][r]):
-                tau_r = g["eps"][r] * g["times"][r]
-                step_fn = L[np.searchsorted(steps, tau_r, side="right")]
-                distance.append(float(np.trapezoid(np.abs(g["loss"][r] - step_fn), tau_r)))
-            out.append(records.claim(f"{list(shape)}: L against eps*t collapses onto the predicted step "
-                              "function as eps -> 0 (L1 distance in tau)",
-                              np.round(distance, 3).tolist(), "decreasing with eps",
-                              bool(np.all(np.diff(distance) < 0)), "notes §4.8 (C13)"))
-    by_sorted = {}
-    for shape, tau in limit_taus.items():
-        by_sorted.setdefault(tuple(sorted(shape)), []).append(tau)
-    for same in by_sorted.values():
-        if len(same) > 1:
-            spread = float(np.ptp(np.stack(same), axis=0).max())
-            out.append(records.claim("permuting beta(0) permutes the heads but leaves the jump times "
-                              "unchanged", spread, "spread <= 1e-6 in tau", spread <= 1e-6,
-                              "notes §4.7 (C12)"))
-    return out
-
-
-def _longest_run(mask: np.ndarray) -> tuple[int, int]:
-    """(start, length) of the longest run of True in a 1-D mask; length 0 if none."""
-    best, best_start, start = 0, 0, 0
-    for i, v in enumerate(list(mask) + [False]):
-        if not v:
-            if i - start > best:
-                best, best_start = i - start, start
-            start = i + 1
-    return best_start, best
-
-
-def _stagewise(loss_RS: np.ndarray, levels: np.ndarray, tol: float) -> np.ndarray:
-    """(R, k-1) dwell fractions on the intermediate plateaus L_0..L_{k-2}."""
-    return np.array([[_longest_run(np.abs(l - level) < tol)[1] / len(l) for level in levels[:-1]]
-                     for l in loss_RS])
-
-
-def _label(group, default: str) -> str:
-    """The overrides that define a program, e.g. 'model.loss=ce, optim.lr=0.3'."""
-    return ", ".join(f"{k}={v}" for k, v in group["fields"].items()) or default
-
-
-def claims_fig1(cfg, groups) -> list[records.Claim]:
-    """E4 (Fig. 1, notes §5): SGD with momentum shows the plateaus, the order and the time map."""
-    out = []
-    for g in groups:
-        c, res = g["cfg"], g["result"]
-        label = _label(g, "SGD")
-        L = _levels(c)
-        loss = res.snapshots["eval_loss"]                        # (R, S) exact population loss
-        dwell = _stagewise(loss, L, 0.01)
-        out.append(records.claim(f"{label}: the population loss rests on L_0..L_{c.task.k - 2} "
-                          f"({np.round(L[:-1], 4).tolist()}) and ends below 0.01",
-                          {"dwell fraction (min over runs)": dwell.min(axis=0).round(3).tolist(),
-                           "final": float(loss[:, -1].max())},
-                          ">= 0.03 of the run on each, final < 0.01",
-                          dwell.min() >= 0.03 and loss[:, -1].max() < 0.01, "Fig. 1, notes §5"))
-        beta = res.snapshots["beta"]
-        shape = np.asarray(c.init.beta_shape)
-        expected = [int(h) for h in np.argsort(-shape, kind="stable")[:c.task.k - 1]]
-        orders = flow.activation_order(res.snapshot_steps, beta, threshold=1.0)
-        last = int(np.argmin(shape))
-        out.append(records.claim(f"{label}: heads activate in decreasing order of beta(0); the smallest "
-                          "stays O(eps)", {"orders": [[h + 1 for h in o] for o in orders],
-                                           "max final |beta| of the last head":
-                                           float(np.abs(beta[:, -1, last]).max())},
-                          {"order": [h + 1 for h in expected], "last head": "< 0.1"},
-                          all(o == expected for o in orders) and
-                          np.abs(beta[:, -1, last]).max() < 0.1, "Fig. 1, notes §4.6-4.7"))
-        w_sum = res.snapshots["w_sum"]
-        drift = float(np.abs(w_sum - w_sum[:, :1]).max())
-        if c.optim.name == "sgd" and not c.optim.weight_decay:
-            out.append(records.sanity(f"{label}: 1^T w^h is conserved under SGD with momentum",
-                                      drift, "<= 1e-10", drift <= 1e-10, "notes §4.1 (C3)"))
-        if c.model.loss == "dp" and flow.has_closed_form(model_of(c)):
-            out.append(_gf_time_map_claim(c, res, label))
-    return out
-
-
-def _gf_time_map_claim(c, res, label):
-    """SGD jump steps against gradient flow from the same init, t = lr * steps / (1 - mu)."""
-    model = model_of(c)
-    eps = float(res.hparams["init.eps"][0])
-    params0 = flow.init_shape(model, eps, list(c.init.beta_shape))
-    t_max = 1.5 * c.optim.lr * c.train.num_steps / (1 - c.optim.momentum)
-    ts = jnp.linspace(0.0, t_max, 6000)[None]
-    params, loss, ok = flow.population_flow(model, jax.tree.map(lambda x: x[None], params0), ts)
-    L = _levels(c)
-    per_step = c.optim.lr / (1 - c.optim.momentum)
-    predicted = flow.jump_times(np.asarray(ts), loss, L)[0] / per_step
-    measured = flow.jump_times(np.tile(res.snapshot_steps, (res.num_runs, 1)),
-                               res.snapshots["eval_loss"], L)
-    ratio = measured / predicted
-    return records.claim(f"{label}: SGD jump steps match gradient flow with t = lr * steps / (1 - mu)",
-                  {"predicted steps": predicted.round(0).tolist(),
-                   "measured/predicted (min, max)": [float(np.nanmin(ratio)),
-                                                     float(np.nanmax(ratio))]},
-                  "ratio in [0.85, 1.3] (notes C16: ~10-20% late at lr 1, mu 0.9)",
-                  np.all((ratio > 0.85) & (ratio < 1.3)), "notes C16")
-
-
-def claims_dp_vs_ce(cfg, groups) -> list[records.Claim]:
-    """E5 (notes §3, C15): DP and CE give the same stages in the same order."""
-    out = claims_fig1(cfg, groups)
-    orders = []
-    for g in groups:
-        res = g["result"]
-        orders.append(flow.activation_order(res.snapshot_steps, res.snapshots["beta"], 1.0))
-    losses = {g["cfg"].model.loss for g in groups}
-    # the same order of all k - 1 heads in every run: runs where no head (or not every one)
-    # activates show no order
-    full = all(len(o) == g["cfg"].task.k - 1 for g, run in zip(groups, orders) for o in run)
-    same = full and all(o == orders[0][0] for run in orders for o in run)
-    measured = [[[h + 1 for h in o] for o in run] for run in orders]
-    if not {"dp", "ce"} <= losses:
-        measured = f"not measured: losses {sorted(losses)} (DP and CE both needed)"
-    out.append(records.claim("DP and CE activate the heads in the same order", measured,
-                      "identical, all k - 1 heads", same and {"dp", "ce"} <= losses,
-                      "notes §3, C15"))
-    return out
-
-
-def claims_ablations(cfg, groups) -> list[records.Claim]:
-    """E6 (notes §2.4 table): which simplifications the stage-wise picture needs."""
-    out = []
-    for g in groups:
-        c, res = g["cfg"], g["result"]
-        label = _label(g, "simplified model")
-        L = _levels(c)
-        dwell = _stagewise(res.snapshots["eval_loss"], L, 0.03)
-        # k = 2 has no plateau after L_0: the stage-wise picture cannot be seen either way
-        stagewise = bool((dwell[:, 1:] >= 0.03).all()) if L.size > 2 else None
-        naive_v = not c.model.response_only
-        expected = "not stage-wise" if naive_v else "stage-wise"
-        ok = stagewise is not None and (
-            (not stagewise) if naive_v else
-            stagewise and res.snapshots["eval_loss"][:, -1].max() < 0.05)
-        out.append(records.claim(f"{label}: {expected}", {"dwell on L_1..": dwell[:, 1:].round(3).tolist(),
-                                                    "final loss": float(res.snapshots[
-                                                        "eval_loss"][:, -1].max())},
-                          expected, ok, "notes §2.4 table"))
-    return out
-
-
-CLAIMS = {"first_jump": claims_first_jump, "ei_tail": claims_ei_tail,
-          "later_jumps": claims_later_jumps, "stages": claims_stages, "fig1": claims_fig1,
-          "dp_vs_ce": claims_dp_vs_ce, "ablations": claims_ablations,
-          "none": lambda cfg, groups: []}
-
-
-# ----------------------------------------------------------------------------- figures
-
-
-def figures_flow(cfg, groups, workdir):
-    if cfg.claims == "stages":
-        return [_plot_stages(cfg, g, workdir, i) for i, g in enumerate(groups)]
-    paths = []
-    for i, g in enumerate(groups):
-        L = _levels(g["cfg"])
-        fig, axes = plotting.subplots(1, 2, width=4.6, height=3.3)
-        ax_loss, ax_beta = axes[0]
-        log_time = g["cfg"].flow.log_time
-        for r, point in enumerate(g["grid"]):
-            x = g["times"][r] if log_time else g["eps"][r] * g["times"][r]
-            label = ", ".join(f"{k.split('.')[-1]}={v}" for k, v in point.items())
-            line, = ax_loss.plot(x, g["loss"][r], label=label, linewidth=1.2)
-            if r == int(np.argmin(g["eps"])) or len(g["grid"]) <= 4:
-                for h in range(g["params"]["beta"].shape[-1]):
-                    ax_beta.plot(x, g["params"]["beta"][r, :, h], color=line.get_color(),
-                                 alpha=1.0 - 0.2 * h, linewidth=1)
-        for level in L:
-            ax_loss.axhline(level, color="gray", linestyle=":", linewidth=0.8)
-        xlabel = "t" if log_time else r"$\varepsilon t$"
-        for ax in (ax_loss, ax_beta):
-            ax.set_xlabel(xlabel)
-            if log_time:
-                ax.set_xscale("log")
-        ax_loss.set(ylabel="population loss", title="loss (dotted: plateau levels $L_m$)")
-        ax_beta.set(ylabel=r"$\beta_h$", title=r"$\beta_h(t)$")
-        if 1 < len(g["grid"]) <= 10:
-            ax_loss.legend(fontsize=6)
-        paths.append(plotting.save(fig, workdir.figure_path(f"flow{i}")))
-        if cfg.claims == "first_jump":
-            paths.append(_plot_first_jump_scaling(cfg, g, workdir))
-    return paths
-
-
-def _plot_stages(cfg, g, workdir, index):
-    """E3: per beta(0) shape, L against eps*t for every eps (colour) with the eps -> 0 step
-    function of the recursion (dashed), and beta_h at the smallest eps."""
-    L = _levels(cfg)
-    shapes = []
-    for point in g["grid"]:
-        shape = tuple(config_lib.with_fields(cfg, point).init.beta_shape)
-        if shape not in shapes:
-            shapes.append(shape)
-    eps_values = sorted(set(g["eps"]), reverse=True)
-    colors = plotting.plt.cm.viridis(np.linspace(0, 0.9, len(eps_values)))
-    fig, axes = plotting.subplots(2, len(shapes), width=3.0, height=2.5, sharex=True)
-    for j, shape in enumerate(shapes):
-        runs = [r for r, p in enumerate(g["grid"])
-                if tuple(config_lib.with_fields(cfg, p).init.beta_shape) == shape]
-        for r in runs:
-            color = colors[eps_values.index(g["eps"][r])]
-            axes[0, j].plot(g["eps"][r] * g["times"][r], g["loss"][r], color=color,
-                            linewidth=1.2, label=f"eps={g['eps'][r]:g}")
-        taus = theory.vanishing_init_jumps(np.asarray(shape), cfg.task.k,
-                                           cfg.task.num_responses)["taus"]
-        x = np.linspace(0, cfg.flow.tau_max, 3000)
-        axes[0, j].plot(x, L[np.searchsorted(taus, x, side="right")], "k--", linewidth=1,
-                        label="eps -> 0 limit")
-        axes[0, j].set_title(f"beta(0) = eps x {list(shape)}", fontsize=8)
-        smallest = min(runs, key=lambda r: g["eps"][r])
-        for h in range(g["params"]["beta"].shape[-1]):
-            axes[1, j].plot(g["eps"][smallest] * g["times"][smallest],
-                            g["params"]["beta"][smallest, :, h], label=f"head {h + 1}")
-        axes[1, j].set_xlabel(r"$\varepsilon t$")
-    axes[0, 0].set_ylabel("population loss")
-    axes[1, 0].set_ylabel(rf"$\beta_h$ at eps = {min(eps_values):g}")
-    axes[0, -1].legend(fontsize=6)
-    axes[1, -1].legend(fontsize=6)
-    return plotting.save(fig, workdir.figure_path(f"stages{index}"))
-
-
-def _plot_first_jump_scaling(cfg, g, workdir):
-    k, nr = cfg.task.k, cfg.task.num_responses
-    L = _levels(cfg)
-    eps = g["eps"]
-    eps_T = eps * flow.jump_times(g["times"], g["loss"], L[:2])[:, 0]
-    fig, axes = plotting.subplots(1, 1, width=4.2, height=3.2)
-    ax = axes[0, 0]
-    ax.plot(eps, eps_T, "o-", label="gradient flow")
-    ax.axhline(eps[0] * theory.jump_time(k, nr, eps[0]), color="k", linestyle="--",
-               label=r"$\pi k\,k!/(2A\sqrt{2(k-1)/k})$")
-    ax.set(xscale="log", xlabel=r"$\varepsilon$", ylabel=r"$\varepsilon\,T_{mid}$",
-           title="first plateau length ~ 1/eps")
-    ax.legend(fontsize=7)
-    return plotting.save(fig, workdir.figure_path("first_jump_scaling"))
-
-
-def figures_sgd(cfg, groups, workdir):
-    """Fig. 1: loss and beta over training; layer-1 attention at a step inside each plateau."""
-    paths = []
-    for i, g in enumerate(groups):
-        c, res = g["cfg"], g["result"]
-        L = _levels(c)
-        steps = res.snapshot_steps
-        fig, axes = plotting.subplots(1, 2, width=4.4, height=3.2)
-        for level in L:
-            axes[0, 0].axhline(level, color="gray", linestyle=":", linewidth=0.8)
-        axes[0, 0].plot(steps, res.snapshots["eval_loss"].T, linewidth=1)
-        axes[0, 0].set(xlabel="step", ylabel="population loss", title="loss (dotted: $L_m$)")
-        beta = res.snapshots["beta"][0]
-        for h in range(beta.shape[-1]):
-            axes[0, 1].plot(steps, beta[:, h], label=f"$\\beta_{h + 1}$")
-        axes[0, 1].set(xlabel="step", ylabel=r"$\beta_h$", title="second-layer scales (seed 0)")
-        axes[0, 1].legend(fontsize=7)
-        paths.append(plotting.save(fig, workdir.figure_path(f"fig1_loss_beta{i}")))
-
-        loss0 = res.snapshots["eval_loss"][0]
-        runs = [_longest_run(np.abs(loss0 - level) < 0.01) for level in L]
-        picks = [start + length // 2 for start, length in runs if length]
-        fig, axes = plotting.subplots(1, len(picks), width=2.6, height=2.4)
-        for ax, p in zip(axes[0], picks):
-            attention = res.snapshots["attention"][0, p]
-            plotting.heatmap(ax, attention, row_labels=[f"head {h + 1}" for h in
-                                                        range(attention.shape[0])],
-                             col_labels=[str(o + 1) for o in range(attention.shape[1])],
-                             title=f"step {steps[p]} (L = {loss0[p]:.3f})", vmin=0, vmax=1,
-                             colorbar=ax is axes[0, -1])
-            ax.set_xlabel("offset")
-        paths.append(plotting.save(fig, workdir.figure_path(f"fig1_attention{i}")))
-    return paths
-
-
-FIGURES = {"flow": figures_flow, "sgd": figures_sgd}

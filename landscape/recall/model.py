@@ -350,3 +350,13 @@ def population_loss(params, model: RecallModel) -> jax.Array:
     """Exact population DP loss A (1 - softmax(S)_q) (notes §3, RecallModel.population_loss)."""
     _check_simplified(model, "population_loss")
     return _apply(params, model, method=RecallModel.population_loss)
+
+
+def from_config(cfg) -> RecallModel:
+    """The model of a config at precision.of(train.dtype, model.dtype); with model.dtype = ""
+    the computation runs in the parameters' own dtype (dtype None)."""
+    fields = dict(cfg.model)
+    prec = precision.of(cfg.train.dtype, fields.pop("dtype"))
+    return RecallModel(k=cfg.task.k, num_responses=cfg.task.num_responses, **fields,
+                       dtype=prec.dtype if cfg.model.dtype else None,
+                       param_dtype=prec.param_dtype)

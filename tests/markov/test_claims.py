@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from landscape import training
+from landscape.markov import claims as claims_lib
 from landscape.markov import experiment
 
 SNAPS = 10
@@ -21,7 +22,7 @@ def group(runs, tied=True, num_layers=1, num_states=2, params=None):
     R = len(runs)
     test_loss, f0, f1 = np.zeros((R, SNAPS)), np.zeros((R, SNAPS)), np.zeros((R, SNAPS))
     for r, (p, q, outcome) in enumerate(runs):
-        unigram, bigram = experiment._references(cfg, p, q)
+        unigram, bigram = claims_lib.references(cfg, p, q)
         pi1 = p / (p + q)
         final = {"stuck": unigram, "escaped": bigram}.get(outcome, outcome)
         test_loss[r] = np.r_[np.full(3, unigram), np.full(SNAPS - 3, final)]
@@ -50,7 +51,7 @@ FIG3_OK = [group([(0.5, 0.8, "stuck"), (0.2, 0.3, "escaped")], tied=True),
 
 
 def test_fig3_passes_on_the_paper_outcome():
-    claims = experiment.claims_fig3(None, FIG3_OK)
+    claims = claims_lib.claims_fig3(None, FIG3_OK)
     assert len(claims) == 4 and not failed(claims) and {c.kind for c in claims} == {"paper"}
 
 
@@ -62,11 +63,11 @@ def test_fig3_passes_on_the_paper_outcome():
 ])
 def test_fig3_fails_on_violating_outcomes(tied, outcomes):
     g = group([(0.5, 0.8, outcomes[0]), (0.2, 0.3, outcomes[1])], tied=tied)
-    assert len(failed(experiment.claims_fig3(None, [g]))) == 1
+    assert len(failed(claims_lib.claims_fig3(None, [g]))) == 1
 
 
 def test_fig3_a_missing_point_is_not_reproduced():
-    claims = experiment.claims_fig3(None, [group([(0.2, 0.3, "escaped")], tied=True)])
+    claims = claims_lib.claims_fig3(None, [group([(0.2, 0.3, "escaped")], tied=True)])
     assert failed(claims) and "not measured" in claims[0].measured
 
 
@@ -81,28 +82,28 @@ def fig4_tied(above="stuck", below="escaped"):
 
 
 def test_fig4_passes_on_the_demarcation():
-    claims = experiment.claims_fig4(None, [fig4_tied(), group([(p, q, "escaped") for p, q in GRID],
+    claims = claims_lib.claims_fig4(None, [fig4_tied(), group([(p, q, "escaped") for p, q in GRID],
                                                               tied=False)])
     assert len(claims) == 3 and not failed(claims)
 
 
 def test_fig4_fails_on_violations():
-    assert len(failed(experiment.claims_fig4(None, [fig4_tied(below="stuck")]))) == 1
-    assert len(failed(experiment.claims_fig4(None, [fig4_tied(above="escaped")]))) == 1
+    assert len(failed(claims_lib.claims_fig4(None, [fig4_tied(below="stuck")]))) == 1
+    assert len(failed(claims_lib.claims_fig4(None, [fig4_tied(above="escaped")]))) == 1
     untied = group([(0.2, 0.2, "stuck"), (0.8, 0.8, "escaped")], tied=False)
-    assert len(failed(experiment.claims_fig4(None, [untied]))) == 1
+    assert len(failed(claims_lib.claims_fig4(None, [untied]))) == 1
 
 
 def test_fig4_nan_runs_and_missing_sides_fail():
     """A diverged run is not 'not stuck'; no p + q < 1 cell used to pass 'no stuck run there'."""
-    assert len(failed(experiment.claims_fig4(None, [fig4_tied(below=math.nan)]))) == 1
+    assert len(failed(claims_lib.claims_fig4(None, [fig4_tied(below=math.nan)]))) == 1
     untied = group([(0.2, 0.2, math.nan), (0.8, 0.8, "escaped")], tied=False)
-    assert len(failed(experiment.claims_fig4(None, [untied]))) == 1
+    assert len(failed(claims_lib.claims_fig4(None, [untied]))) == 1
     only_above = group([(0.8, 0.8, "stuck"), (0.6, 0.8, "stuck")], tied=True)
-    claims = experiment.claims_fig4(None, [only_above])
+    claims = claims_lib.claims_fig4(None, [only_above])
     assert failed(claims) == [claims[0].claim] and "not measured" in claims[0].measured
     only_below = group([(0.2, 0.2, "escaped")], tied=True)
-    assert len(failed(experiment.claims_fig4(None, [only_below]))) == 1
+    assert len(failed(claims_lib.claims_fig4(None, [only_below]))) == 1
 
 
 # ----------------------------------------------------------------------------- Fig. 1
@@ -110,18 +111,18 @@ def test_fig4_nan_runs_and_missing_sides_fail():
 
 def test_fig1():
     one, two = (group([(0.5, 0.8, o)] * 2, num_layers=n) for o, n in (("stuck", 1), ("escaped", 2)))
-    assert not failed(experiment.claims_fig1(None, [one, two]))
+    assert not failed(claims_lib.claims_fig1(None, [one, two]))
     one, two = (group([(0.5, 0.8, o)] * 2, num_layers=n) for o, n in (("escaped", 1), ("stuck", 2)))
-    assert len(failed(experiment.claims_fig1(None, [one, two]))) == 2
+    assert len(failed(claims_lib.claims_fig1(None, [one, two]))) == 2
     # depth 2 escaping with no plateau at H(pi) first
     two = group([(0.5, 0.8, "escaped")], num_layers=2)
     two["result"].snapshots["test_loss"][:] = two["result"].snapshots["test_loss"][:, -1:]
-    assert len(failed(experiment.claims_fig1(None, [two]))) == 1
+    assert len(failed(claims_lib.claims_fig1(None, [two]))) == 1
 
 
 def test_fig1_without_the_point_is_not_reproduced():
     """Runs elsewhere than (0.5, 0.8) used to be judged as if they were there."""
-    claims = experiment.claims_fig1(None, [group([(0.2, 0.3, "stuck")], num_layers=1)])
+    claims = claims_lib.claims_fig1(None, [group([(0.2, 0.3, "stuck")], num_layers=1)])
     assert failed(claims) and "not measured" in claims[0].measured
 
 
@@ -137,18 +138,18 @@ def fig5_cfg():
 def test_fig5():
     tied = group([(0.3, 0.8, "escaped"), (0.9, 0.8, "stuck")], num_states=5)
     untied = group([(0.3, 0.8, "escaped"), (0.9, 0.8, "escaped")], tied=False, num_states=5)
-    assert not failed(experiment.claims_fig5(fig5_cfg(), [tied, untied]))
+    assert not failed(claims_lib.claims_fig5(fig5_cfg(), [tied, untied]))
     tied = group([(0.3, 0.8, "stuck"), (0.9, 0.8, "escaped")], num_states=5)
     untied = group([(0.3, 0.8, "escaped"), (0.9, 0.8, "stuck")], tied=False, num_states=5)
-    assert len(failed(experiment.claims_fig5(fig5_cfg(), [tied, untied]))) == 3
+    assert len(failed(claims_lib.claims_fig5(fig5_cfg(), [tied, untied]))) == 3
 
 
 def test_fig5_at_the_iid_point_escaped_is_not_free():
     """p = (S-1)/S: unigram = bigram; a loss far from both used to count as 'escaped'."""
     far = group([(0.8, 0.8, 3.0)], tied=False, num_states=5)
-    assert len(failed(experiment.claims_fig5(fig5_cfg(), [far]))) == 1
+    assert len(failed(claims_lib.claims_fig5(fig5_cfg(), [far]))) == 1
     near = group([(0.8, 0.8, "escaped")], tied=False, num_states=5)
-    assert not failed(experiment.claims_fig5(fig5_cfg(), [near]))
+    assert not failed(claims_lib.claims_fig5(fig5_cfg(), [near]))
 
 
 # ----------------------------------------------------------------------------- App. D
@@ -165,8 +166,8 @@ def _appendix_params(rng, d=4, value=None):
 def test_appendix_d_fails_on_unstructured_and_nan_weights():
     rng = np.random.default_rng(0)
     g = group([(0.2, 0.3, "escaped")], params=_appendix_params(rng))
-    claim, = experiment.claims_appendix_d(None, [g])
+    claim, = claims_lib.claims_appendix_d(None, [g])
     assert not claim.passed
     g = group([(0.2, 0.3, "escaped")], params=_appendix_params(rng, value=np.nan))
-    claim, = experiment.claims_appendix_d(None, [g])        # used to raise in the SVD
+    claim, = claims_lib.claims_appendix_d(None, [g])        # used to raise in the SVD
     assert not claim.passed and claim.measured == "non-finite weights"

@@ -117,12 +117,12 @@ def test_config_precision_switch():
     """model.dtype: "" = train.dtype; float16 sets Problem.log_grad_zeros; the Flax fields."""
     cfg = markov.get_config("fig3_gpt")
     assert cfg.model.dtype == ""
-    model = experiment.model_of(cfg)
+    model = M.from_config(cfg)
     assert model.dtype == jnp.float32 and model.param_dtype == jnp.float32
     assert not experiment.make_problem(cfg).log_grad_zeros
     cfg.model.dtype = "float16"
     experiment.validate(cfg)
-    model = experiment.model_of(cfg)
+    model = M.from_config(cfg)
     assert model.dtype == jnp.float16 and model.param_dtype == jnp.float32
     assert experiment.make_problem(cfg).log_grad_zeros
     assert "float16 autocast" in experiment.model_table(cfg)

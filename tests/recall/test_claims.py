@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from landscape import training
+from landscape.recall import claims as claims_lib
 from landscape.recall import experiment, theory
 
 K, NR = 4, 4
@@ -48,7 +49,7 @@ def test_first_jump_one_eps_does_not_show_a_rise():
     eps = 0.001
     T = theory.jump_time(K, NR, eps)
     times = np.linspace(0, 2 * T, 2001)[None]
-    claims = experiment.claims_first_jump(flow_cfg(), [flow_group([eps], times,
+    claims = claims_lib.claims_first_jump(flow_cfg(), [flow_group([eps], times,
                                                                   step_loss(times, T))])
     assert not by_claim(claims, "eps*T_mid rises").passed
 
@@ -57,11 +58,11 @@ def test_first_jump_nan_weights_leave_the_manifold():
     eps, T = 0.01, theory.jump_time(K, NR, 0.01)
     times = np.linspace(0, 2 * T, 501)[None]
     w = np.zeros((1, 501, K, K))
-    good = experiment.claims_first_jump(flow_cfg(), [flow_group([eps], times, step_loss(times, T),
+    good = claims_lib.claims_first_jump(flow_cfg(), [flow_group([eps], times, step_loss(times, T),
                                                                 w=w)])
     assert by_claim(good, "the flow stays on M_1").passed
     w[0, 100, 0, 2] = np.nan                     # python's max(0, nan, nan) was 0
-    claims = experiment.claims_first_jump(flow_cfg(), [flow_group([eps], times,
+    claims = claims_lib.claims_first_jump(flow_cfg(), [flow_group([eps], times,
                                                                   step_loss(times, T), w=w)])
     assert not by_claim(claims, "the flow stays on M_1").passed
     assert not by_claim(claims, "f(alpha_1) - beta_1^2/4 is conserved").passed
@@ -69,7 +70,7 @@ def test_first_jump_nan_weights_leave_the_manifold():
 
 def test_first_jump_without_a_jump_fails():
     times = np.linspace(0, 1e5, 501)[None]
-    claims = experiment.claims_first_jump(flow_cfg(), [flow_group(
+    claims = claims_lib.claims_first_jump(flow_cfg(), [flow_group(
         [0.01], times, np.full((1, 501), L[0]))])
     for start in ("eps*T_mid rises", "the jump (10% -> 90%", "plateaus: L(0)"):
         assert not by_claim(claims, start).passed
@@ -80,7 +81,7 @@ def test_first_jump_without_a_jump_fails():
 
 def test_ei_tail_without_late_saves_is_not_reproduced():
     times = np.linspace(0, 1e4, 100)[None]                      # used to raise in polyfit
-    claims = experiment.claims_ei_tail(flow_cfg(), [flow_group([0.01], times,
+    claims = claims_lib.claims_ei_tail(flow_cfg(), [flow_group([0.01], times,
                                                                np.full((1, 100), L[1]))])
     assert len(claims) == 2 and not any(c.passed for c in claims)
     assert all("not measured" in c.measured for c in claims)
@@ -96,9 +97,9 @@ def test_ei_tail_on_the_predicted_tail():
     w[0, :, 0, 0] = alpha * (1 - 1 / K)
     w[0, :, 0, 1:] = (-alpha / K)[:, None]                  # focus logit alpha_1 = alpha
     good = flow_group([0.01], t[None], (L[1] + 0.24 / (t * np.log(t)))[None], w=w)
-    assert all(c.passed for c in experiment.claims_ei_tail(flow_cfg(), [good]))
+    assert all(c.passed for c in claims_lib.claims_ei_tail(flow_cfg(), [good]))
     bad = flow_group([0.01], t[None], (L[1] + 0.3 / (t * np.log(t)))[None])
-    assert not any(c.passed for c in experiment.claims_ei_tail(flow_cfg(), [bad]))
+    assert not any(c.passed for c in claims_lib.claims_ei_tail(flow_cfg(), [bad]))
 
 
 # ----------------------------------------------------------------------------- E2 later jumps
@@ -111,7 +112,7 @@ def test_later_jumps_without_a_jump_fail_instead_of_raising():
     beta[0, :, 0] = cfg.init.big
     g = flow_group([0.01], times, np.full((1, 301), L[1]), beta=beta,
                    grid=[{"init.eps": 0.01, "init.stage": 2}])
-    claims = experiment.claims_later_jumps(cfg, [g])
+    claims = claims_lib.claims_later_jumps(cfg, [g])
     assert len(claims) == 2 and not any(c.passed for c in claims)
     assert "no jump found" in claims[1].measured
 
@@ -125,10 +126,10 @@ def test_later_jumps_heads_that_move_before_the_jump_fail():
     beta[0, :, 0] = cfg.init.big
     g = flow_group([eps], times, step_loss(times, T, L[1:3]), beta=beta.copy(),
                    grid=[{"init.eps": eps, "init.stage": 2}])
-    assert all(c.passed for c in experiment.claims_later_jumps(cfg, [g]))
+    assert all(c.passed for c in claims_lib.claims_later_jumps(cfg, [g]))
     beta[0, 500, 0] += 1e-6
     g["params"]["beta"] = beta
-    failed = [c.claim for c in experiment.claims_later_jumps(cfg, [g]) if not c.passed]
+    failed = [c.claim for c in claims_lib.claims_later_jumps(cfg, [g]) if not c.passed]
     assert len(failed) == 1 and "stay put" in failed[0]
 
 
@@ -141,7 +142,7 @@ def test_stages_wrong_order_and_no_jumps_fail():
     beta = np.zeros((1, 301, K))
     for h, start in zip((2, 1, 0), (50, 100, 150)):          # smallest beta(0) first
         beta[0, start:, h] = 2.0
-    claims = experiment.claims_stages(cfg, [flow_group([0.01], times, np.full((1, 301), L[0]),
+    claims = claims_lib.claims_stages(cfg, [flow_group([0.01], times, np.full((1, 301), L[0]),
                                                        beta=beta)])
     assert len(claims) == 2 and not any(c.passed for c in claims)
 
@@ -175,7 +176,7 @@ def sgd_group(loss_name="ce", order=(0, 1, 2), stages=True, w_drift=0.0, R=2, k=
 
 
 def test_fig1_passes_and_conservation_is_a_sanity_check():
-    claims = experiment.claims_fig1(None, [sgd_group()])
+    claims = claims_lib.claims_fig1(None, [sgd_group()])
     assert all(c.passed for c in claims) and [c.kind for c in claims] == [
         "paper", "paper", "sanity"]
 
@@ -187,32 +188,32 @@ def test_fig1_passes_and_conservation_is_a_sanity_check():
     (dict(w_drift=1e-6), "1^T w^h is conserved"),
 ])
 def test_fig1_each_claim_fails(kwargs, failing):
-    failed = [c.claim for c in experiment.claims_fig1(None, [sgd_group(**kwargs)])
+    failed = [c.claim for c in claims_lib.claims_fig1(None, [sgd_group(**kwargs)])
               if not c.passed]
     assert len(failed) == 1 and failing in failed[0], failed
 
 
 def test_dp_vs_ce():
     dp = lambda **kw: sgd_group("dp", exact_query=False, **kw)   # no closed form: no GF map
-    same = by_claim(experiment.claims_dp_vs_ce(None, [dp(), sgd_group("ce")]), "DP and CE")
+    same = by_claim(claims_lib.claims_dp_vs_ce(None, [dp(), sgd_group("ce")]), "DP and CE")
     assert same.passed
-    differ = experiment.claims_dp_vs_ce(None, [dp(), sgd_group("ce", order=(1, 0, 2))])
+    differ = claims_lib.claims_dp_vs_ce(None, [dp(), sgd_group("ce", order=(1, 0, 2))])
     assert not by_claim(differ, "DP and CE").passed
     # no head activates anywhere: the orders are equal ([] == []) but show nothing
-    none = experiment.claims_dp_vs_ce(None, [dp(order=()), sgd_group("ce", order=())])
+    none = claims_lib.claims_dp_vs_ce(None, [dp(order=()), sgd_group("ce", order=())])
     assert not by_claim(none, "DP and CE").passed
     # one loss only: nothing is compared
-    alone = experiment.claims_dp_vs_ce(None, [sgd_group("ce"), sgd_group("ce")])
+    alone = claims_lib.claims_dp_vs_ce(None, [sgd_group("ce"), sgd_group("ce")])
     assert not by_claim(alone, "DP and CE").passed
 
 
 def test_ablations():
-    ok = experiment.claims_ablations(None, [sgd_group(), sgd_group(response_only=False,
+    ok = claims_lib.claims_ablations(None, [sgd_group(), sgd_group(response_only=False,
                                                                    stages=False)])
     assert all(c.passed for c in ok)
-    bad = experiment.claims_ablations(None, [sgd_group(stages=False),
+    bad = claims_lib.claims_ablations(None, [sgd_group(stages=False),
                                              sgd_group(response_only=False)])
     assert not any(c.passed for c in bad)
     # k = 2: no plateau after L_0, the picture is not testable (used to pass as stage-wise)
     two = sgd_group(k=2, order=(0,), num_heads=2)
-    assert not any(c.passed for c in experiment.claims_ablations(None, [two]))
+    assert not any(c.passed for c in claims_lib.claims_ablations(None, [two]))
