@@ -222,8 +222,10 @@ def _resolve(experiment, overrides) -> tuple[ml_collections.ConfigDict, pathlib.
     if stored is not None:
         _require_same_config(stored, cfg.to_dict(), workdir)
     path = pathlib.Path(workdir) if workdir else records.new_path(cfg.name)
-    if not host.secondary_process():          # process 0 owns the workdir of a multi-process run
-        records.check_path(path, overwrite=_OVERWRITE.value, resume=resume)
+    # Every process checks (only process 0 writes): a process other than 0 that skipped it
+    # would wait for a coordinator that already refused a used workdir. Nothing is written
+    # before all processes have joined, so none of them sees process 0's new records here.
+    records.check_path(path, overwrite=_OVERWRITE.value, resume=resume)
     for note in notes:
         print(note)
     return cfg, path

@@ -48,14 +48,6 @@ def distributed_flags_error() -> str | None:
     return None
 
 
-def secondary_process() -> bool:
-    """Whether this process is known, before JAX starts, to be one other than process 0 of a
-    multi-process run (--process_id, or SLURM's task id under --distributed)."""
-    if PROCESS_ID.value is not None:
-        return PROCESS_ID.value > 0
-    return DISTRIBUTED.value and int(os.environ.get("SLURM_PROCID", "0")) > 0
-
-
 def start_distributed() -> bool:
     """jax.distributed.initialize() as the flags ask (before the backends start), with CPU
     collectives over gloo so that CPU processes can run one program; False when not asked."""

@@ -87,3 +87,17 @@ def test_two_processes_stop_together_resume_and_give_one_process_numbers(tmp_pat
     assert _rows(two) == _rows(one)          # no row lost or written twice across the stop
     summaries = [json.loads((w / "summary.json").read_text()) for w in (one, two)]
     assert summaries[0]["claims"] == summaries[1]["claims"]
+
+
+def test_every_process_refuses_a_used_workdir(tmp_path):
+    """Process 1 checks the workdir too (one sentence, exit 2), instead of waiting for a
+    coordinator that has already refused it."""
+    (tmp_path / "summary.json").write_text("{}")
+    pair = _two_processes(tmp_path, "--config=configs/syn_small.py")
+    outputs = [p.communicate(timeout=120)[0] for p in pair]
+    assert [p.returncode for p in pair] == [2, 2], outputs
+    for output in outputs:
+        assert output.strip().splitlines()[-1] == (
+            f"--workdir={tmp_path} already holds the records of an earlier run: pass --resume "
+            "to continue it or --overwrite to start over."), output
+        assert "Traceback" not in output
