@@ -304,7 +304,44 @@ def bench_wikitext(repeats, one_by_one):
             note=f"{steps} SGD steps (clip 0.5, dropout 0.3) with one 1-chunk snapshot; "
                  + ("runs one at a time on each device (runs_per_group 1)" if runs > 1 else
                     "one run"))
+    rates = _decoder_matmul_rates(corpus.vocab_size, cell.transformer.width, 20 * 35, repeats)
+    out["decoder_matmuls_alone"] = rates
+    steps = cfg.train.num_steps * len(cfg.sweep["transformer"]["num_layers"])
+    best = max(rates["xla_gflop_per_second"], rates["numpy_blas_gflop_per_second"])
+    out["fig7_estimate"] = dict(
+        minutes=cfg.train.num_steps * (out["1_layer_1_run"]["ms_per_step_per_run"]
+                                       + out["3_layers_1_run"]["ms_per_step_per_run"]) / 6e4,
+        decoder_matmul_floor_minutes=steps * gflop / best / 60, target_minutes=5,
+        note=f"{steps} steps (1 and 3 layers) at the measured steps, without compilation and "
+             "snapshots; the floor is the decoder's matmuls alone at the best rate measured "
+             "above (XLA's or numpy's BLAS)")
     return out
+
+
+def _decoder_matmul_rates(V, d, positions, repeats):
+    """The decoder's three matmuls of a step (logits h W; the gradients G W^T and h^T G) alone,
+    compiled by XLA and in numpy's BLAS: the best rate this machine multiplies these shapes at."""
+    rng = np.random.default_rng(0)
+    h, W = rng.standard_normal((positions, d), np.float32), rng.standard_normal((d, V), np.float32)
+    G = rng.standard_normal((positions, V), np.float32)
+    products = ((lambda h, W, G: h @ W), (lambda h, W, G: G @ W.T), (lambda h, W, G: h.T @ G))
+    gflop = 3 * 2 * positions * d * V / 1e9
+
+    def best_seconds(run):
+        run()
+        times = []
+        for _ in range(5 * repeats):
+            t0 = time.perf_counter()
+            run()
+            times.append(time.perf_counter() - t0)
+        return min(times)
+    xla_args = [jax.device_put(a) for a in (h, W, G)]
+    xla = sum(best_seconds(lambda f=jax.jit(f): f(*xla_args).block_until_ready())
+              for f in products)
+    blas = sum(best_seconds(lambda f=f: f(h, W, G)) for f in products)
+    return dict(gflop=gflop, xla_ms=1e3 * xla, xla_gflop_per_second=gflop / xla,
+                numpy_blas_ms=1e3 * blas, numpy_blas_gflop_per_second=gflop / blas,
+                note="best of repeated calls of each matmul, float32")
 
 
 BENCHMARKS = {"scan_snap": bench_scan_snap, "wikitext": bench_wikitext, "recall": bench_recall, "markov": bench_markov,

@@ -268,9 +268,7 @@ class TextTransformer(nn.Module):
                               param_dtype=self.param_dtype)
         self.layers = [_EncoderLayer(self.width, self.hidden, self.dropout, self.dtype,
                                      self.param_dtype) for _ in range(self.num_layers)]
-        self.decoder = nn.Dense(self.vocab_size, kernel_init=_uniform(0.1),
-                                bias_init=nn.initializers.zeros, dtype=self.dtype,
-                                param_dtype=self.param_dtype)
+        self.decoder = _Decoder(self.width, self.vocab_size, self.dtype, self.param_dtype)
         self.drop = nn.Dropout(self.dropout)
 
     def encode(self, tokens_BT: jax.Array, deterministic: bool = True):
@@ -295,9 +293,68 @@ class TextTransformer(nn.Module):
 
     def loss(self, tokens_BT, targets_BT, deterministic: bool = True):
         """(mean next-token cross-entropy over every position, attention weights)."""
-        logits, maps = self(tokens_BT, deterministic)
-        V = logits.shape[-1]
-        return mean_cross_entropy(logits.reshape(-1, V), targets_BT.reshape(-1)), maps
+        x, maps = self.encode(tokens_BT, deterministic)
+        return self.decoder.mean_cross_entropy(x.reshape(-1, x.shape[-1]),
+                                               targets_BT.reshape(-1)), maps
+
+
+class _Decoder(nn.Module):
+    """The untied decoder, PyTorch's Linear(width, V): "kernel" (width, V) U(-0.1, 0.1) and
+    "bias" 0, the parameters and init of `nn.Dense` (same names, same draws)."""
+    width: int
+    vocab_size: int
+    dtype: Any
+    param_dtype: Any
+
+    def setup(self):
+        self.kernel = self.param("kernel", _uniform(0.1), (self.width, self.vocab_size),
+                                 self.param_dtype)
+        self.bias = self.param("bias", nn.initializers.zeros, (self.vocab_size,),
+                               self.param_dtype)
+
+    def __call__(self, x):
+        """Logits x W + b in the promoted dtype (`dtype` when it is set), as nn.Dense."""
+        x, kernel, bias = nn.dtypes.promote_dtype(x, self.kernel, self.bias, dtype=self.dtype)
+        return x @ kernel + bias
+
+    def mean_cross_entropy(self, x_ND, labels_N):
+        """The mean cross-entropy of the logits x W + b against labels. In float32 (or wider)
+        `decoder_cross_entropy`, which never writes the N x V logits + bias out; a half `dtype`
+        is autocast: logits in half, the loss in float32."""
+        if self.dtype is not None and precision.accum_dtype(self.dtype) != jnp.dtype(self.dtype):
+            logits = self(x_ND)
+            return mean_cross_entropy(logits.astype(precision.accum_dtype(logits.dtype)),
+                                      labels_N)
+        x, kernel, bias = nn.dtypes.promote_dtype(x_ND, self.kernel, self.bias, dtype=self.dtype)
+        return decoder_cross_entropy(x, kernel, bias, labels_N)
+
+
+@jax.custom_vjp
+def decoder_cross_entropy(x_ND, kernel_DV, bias_V, labels_N) -> jax.Array:
+    """mean_n [logsumexp(z_n) - z_n[label_n]] for the logits z = x W + b, with the gradient
+    written out: G = (softmax(z) - onehot) / N, then G W^T, x^T G and the column sums of G.
+    The bias joins the reductions and the backward's one elementwise pass instead of a pass of
+    its own over the N x V logits (WikiText's decoder, 700 x 12000: ~10 ms a step on 2 CPU
+    cores, issue 15)."""
+    return _decoder_cross_entropy_forward(x_ND, kernel_DV, bias_V, labels_N)[0]
+
+
+def _decoder_cross_entropy_forward(x_ND, kernel_DV, bias_V, labels_N):
+    xw_NV = x_ND @ kernel_DV
+    lse_N = jax.nn.logsumexp(xw_NV + bias_V, axis=-1)
+    picked_N = jnp.take_along_axis(xw_NV, labels_N[:, None], axis=-1)[:, 0] + bias_V[labels_N]
+    return (lse_N - picked_N).mean(), (x_ND, kernel_DV, bias_V, xw_NV, lse_N, labels_N)
+
+
+def _decoder_cross_entropy_backward(saved, g):
+    x_ND, kernel_DV, bias_V, xw_NV, lse_N, labels_N = saved
+    N, V = xw_NV.shape
+    onehot = jax.nn.one_hot(labels_N, V, dtype=xw_NV.dtype)
+    G_NV = (jnp.exp(xw_NV + bias_V - lse_N[:, None]) - onehot) * (g / N).astype(xw_NV.dtype)
+    return G_NV @ kernel_DV.T, x_ND.T @ G_NV, G_NV.sum(0), None
+
+
+decoder_cross_entropy.defvjp(_decoder_cross_entropy_forward, _decoder_cross_entropy_backward)
 
 
 @jax.custom_vjp

@@ -92,6 +92,44 @@ def test_cross_entropy_gradient_written_out_equals_autodiff():
                                 jax.grad(reference)(logits), rtol=1e-10, atol=1e-14)
 
 
+def test_decoder_cross_entropy_equals_autodiff_through_the_logits():
+    """The decoder's loss with its gradient written out (bias folded into the passes) against
+    autodiff through log_softmax(x W + b), in float64: value, and gradients for x, W and b."""
+    k = jax.random.split(jax.random.key(7), 4)
+    x = jax.random.normal(k[0], (12, 6), jnp.float64)
+    kernel = jax.random.normal(k[1], (6, 30), jnp.float64)
+    bias = jax.random.normal(k[2], (30,), jnp.float64) * 2
+    labels = jax.random.randint(k[3], (12,), 0, 30)
+
+    def reference(x, kernel, bias):
+        logp = jax.nn.log_softmax(x @ kernel + bias)
+        return -jnp.take_along_axis(logp, labels[:, None], axis=1).mean()
+    fused = lambda x, kernel, bias: model.decoder_cross_entropy(x, kernel, bias, labels)
+    chex.assert_trees_all_close(fused(x, kernel, bias), reference(x, kernel, bias), rtol=1e-12)
+    chex.assert_trees_all_close(jax.grad(fused, argnums=(0, 1, 2))(x, kernel, bias),
+                                jax.grad(reference, argnums=(0, 1, 2))(x, kernel, bias),
+                                rtol=1e-10, atol=1e-14)
+
+
+@pytest.mark.parametrize("dtype", [None, jnp.bfloat16])
+def test_loss_is_the_cross_entropy_of_the_logits(dtype):
+    """TextTransformer.loss (the fused decoder loss; autocast in half) is the cross-entropy of
+    the logits __call__ returns, in value and gradient."""
+    net, params = _net(dtype=dtype)
+    tokens = jax.random.randint(jax.random.key(3), (2, 7), 0, 50)
+    targets = jax.random.randint(jax.random.key(4), (2, 7), 0, 50)
+
+    def via_logits(p):
+        logits, _ = net.apply({"params": p}, tokens)
+        logp = jax.nn.log_softmax(logits.reshape(-1, 50))
+        return -jnp.take_along_axis(logp, targets.reshape(-1, 1), axis=1).mean()
+    loss = lambda p: net.apply({"params": p}, tokens, targets, method=model.TextTransformer.loss)[0]
+    tol = 1e-5 if dtype is None else 1e-2
+    chex.assert_trees_all_close(loss(params), via_logits(params), rtol=tol)
+    chex.assert_trees_all_close(jax.grad(loss)(params), jax.grad(via_logits)(params),
+                                rtol=tol, atol=tol * 1e-2)
+
+
 def test_dropout_acts_only_in_training_mode():
     net, params = _net(dropout=0.5)
     tokens = jnp.arange(6)[None] % 50
