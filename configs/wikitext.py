@@ -18,7 +18,7 @@ fig7:  1 and 3 layers (one program each), lr 5 for every parameter and 10 for th
        evaluation split's chunk 100 (column 0) at iterations 0, 500, 1000, 1500.
 fig10: 1 layer, one unified lr over a grid, 5 seeds, the grid x seeds one vmapped program,
        dropout 0.2 (decoder_wiki.yaml); the mean validation attention entropy after training.
-       CPU scale: 280 steps (0.9 epoch of the valid split, 20 min on 2 cores); paper: 5 epochs
+       CPU scale: 280 steps (0.9 epoch of the valid split, 13.5 min on 2 cores); paper: 5 epochs
        of train (14915 steps) with the whole validation split evaluated.
 """
 
@@ -54,7 +54,7 @@ def get_config(variant: str = "fig7"):
         if paper:                                           # 5 epochs of WikiText-2's train
             c.train.update(num_steps=5 * 2983, log_every=2983)
             c.text.update(map_steps=[0, 5 * 2983], eval_chunks=0)
-        else:                                               # 0.9 epoch of valid: 20 min
+        else:                                               # 0.9 epoch of valid: 13.5 min
             c.train.update(num_steps=280, log_every=140)
             c.text.update(map_steps=[0, 280], eval_chunks=32)
         c.sweep = {"optim": {"lr_z": LR_GRID}}
