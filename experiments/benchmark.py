@@ -341,13 +341,18 @@ def _encoder_ms(cfg, corpus, repeats) -> float:
                          rngs={"dropout": jax.random.key(1)})
         return (x * cotangent).sum()
     grad = jax.jit(jax.grad(encoded))
-    jax.block_until_ready(grad(params))
-    times = []
-    for _ in range(10 * repeats):
+    return 1e3 * _best_call_seconds(lambda: jax.block_until_ready(grad(params)), 10 * repeats)
+
+
+def _best_call_seconds(call, times: int) -> float:
+    """The fastest of `times` calls, after one untimed call (compilation, first touch)."""
+    call()
+    best = float("inf")
+    for _ in range(times):
         t0 = time.perf_counter()
-        jax.block_until_ready(grad(params))
-        times.append(time.perf_counter() - t0)
-    return 1e3 * min(times)
+        call()
+        best = min(best, time.perf_counter() - t0)
+    return best
 
 
 def _decoder_matmul_rates(V, d, positions, repeats):
@@ -359,18 +364,10 @@ def _decoder_matmul_rates(V, d, positions, repeats):
     products = ((lambda h, W, G: h @ W), (lambda h, W, G: G @ W.T), (lambda h, W, G: h.T @ G))
     gflop = 3 * 2 * positions * d * V / 1e9
 
-    def best_seconds(run):
-        run()
-        times = []
-        for _ in range(5 * repeats):
-            t0 = time.perf_counter()
-            run()
-            times.append(time.perf_counter() - t0)
-        return min(times)
     xla_args = [jax.device_put(a) for a in (h, W, G)]
-    xla = sum(best_seconds(lambda f=jax.jit(f): f(*xla_args).block_until_ready())
-              for f in products)
-    blas = sum(best_seconds(lambda f=f: f(h, W, G)) for f in products)
+    xla = sum(_best_call_seconds(lambda f=jax.jit(f): f(*xla_args).block_until_ready(),
+                                 5 * repeats) for f in products)
+    blas = sum(_best_call_seconds(lambda f=f: f(h, W, G), 5 * repeats) for f in products)
     return dict(gflop=gflop, xla_ms=1e3 * xla, xla_gflop_per_second=gflop / xla,
                 numpy_blas_ms=1e3 * blas, numpy_blas_gflop_per_second=gflop / blas,
                 note="best of repeated calls of each matmul, float32")

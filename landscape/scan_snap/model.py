@@ -312,21 +312,22 @@ class _Decoder(nn.Module):
         self.bias = self.param("bias", nn.initializers.zeros, (self.vocab_size,),
                                self.param_dtype)
 
+    def _operands(self, x):
+        """x, W, b in the promoted dtype (`dtype` when it is set), as nn.Dense."""
+        return nn.dtypes.promote_dtype(x, self.kernel, self.bias, dtype=self.dtype)
+
     def __call__(self, x):
-        """Logits x W + b in the promoted dtype (`dtype` when it is set), as nn.Dense."""
-        x, kernel, bias = nn.dtypes.promote_dtype(x, self.kernel, self.bias, dtype=self.dtype)
+        """Logits x W + b."""
+        x, kernel, bias = self._operands(x)
         return x @ kernel + bias
 
     def mean_cross_entropy(self, x_ND, labels_N):
         """The mean cross-entropy of the logits x W + b against labels. In float32 (or wider)
         `decoder_cross_entropy`, which never writes the N x V logits + bias out; a half `dtype`
         is autocast: logits in half, the loss in float32."""
-        if self.dtype is not None and precision.accum_dtype(self.dtype) != jnp.dtype(self.dtype):
-            logits = self(x_ND)
-            return mean_cross_entropy(logits.astype(precision.accum_dtype(logits.dtype)),
-                                      labels_N)
-        x, kernel, bias = nn.dtypes.promote_dtype(x_ND, self.kernel, self.bias, dtype=self.dtype)
-        return decoder_cross_entropy(x, kernel, bias, labels_N)
+        if self.dtype is not None and precision.is_half(self.dtype):
+            return mean_cross_entropy(self(x_ND).astype(jnp.float32), labels_N)
+        return decoder_cross_entropy(*self._operands(x_ND), labels_N)
 
 
 @jax.custom_vjp
