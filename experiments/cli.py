@@ -408,6 +408,7 @@ def _start_backend(experiment, cfg) -> str | None:
     if backend.cpu_tuned():      # the host's heap serves the CPU backend's buffers only
         host.tune_allocator()
     cache = host.use_compilation_cache(host.COMPILATION_CACHE.value)
+    backend.use_float32_matmuls()
     logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)  # no "no TPU" notice
     logging.getLogger("absl").setLevel(logging.WARNING)                 # orbax's INFO lines
     if experiment.needs_x64(cfg):
@@ -459,7 +460,8 @@ def provenance(argv: list[str], **extra: Any) -> dict[str, Any]:
         time=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         python=sys.version.split()[0], packages=versions, git=_git(root),
         backend=jax.default_backend(), device_count=jax.device_count(),
-        devices=sorted({d.device_kind for d in jax.devices()}), cwd=os.getcwd(), **extra)
+        devices=sorted({d.device_kind for d in jax.devices()}),
+        matmul_precision=jax.config.jax_default_matmul_precision, cwd=os.getcwd(), **extra)
 
 
 def _git(root: pathlib.Path) -> dict[str, Any] | None:

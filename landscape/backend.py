@@ -11,6 +11,11 @@ same sequences); tests/test_backend.py checks that on CPU with `tuning("plain")`
 
 The decision is read while a function is traced, so a jitted function keeps the formulation it
 was traced with.
+
+`use_float32_matmuls()` (the CLIs and the benchmark call it) makes float32 dots float32 on every
+backend: on NVIDIA GPUs JAX's default rounds their inputs to TensorFloat-32 (10-bit mantissa),
+which broke Lemma 1's zero row sums by 2e-4 on an H200 and would make the Markov precision
+study's "float32" cells TF32. Half-precision models (`model.dtype`) are unaffected.
 """
 
 from __future__ import annotations
@@ -34,6 +39,11 @@ def current() -> str:
 
 def cpu_tuned() -> bool:
     return current() == "cpu"
+
+
+def use_float32_matmuls() -> None:
+    """float32 x float32 dots in full float32 (not TF32 or bfloat16 passes) on any backend."""
+    jax.config.update("jax_default_matmul_precision", "highest")
 
 
 @contextlib.contextmanager

@@ -28,8 +28,18 @@ if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
                                " --xla_backend_optimization_level=0").strip()
 
 import jax  # noqa: E402
+import pytest  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
+
+
+@pytest.fixture(autouse=True)
+def _restore_matmul_precision():
+    """The CLIs set float32 dots for their process (`backend.use_float32_matmuls`); a test that
+    runs one in-process must not hand that setting to the tests after it in its worker."""
+    before = jax.config.jax_default_matmul_precision
+    yield
+    jax.config.update("jax_default_matmul_precision", before)
 
 
 # The longest test first: the quick report (~6 min, its own two worker processes) starts at once

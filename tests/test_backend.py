@@ -22,6 +22,24 @@ def test_the_cpu_backend_takes_the_cpu_formulations():
             pass
 
 
+def test_float32_matmuls_reach_the_compiled_dot():
+    """On a GPU, JAX's default float32 dot rounds its inputs to TF32 (on an H200 that broke
+    Lemma 1's zero row sums by 2.3e-4); the CLIs ask for full float32. The CPU computes float32
+    either way, so what is checked here is that the request reaches the program."""
+    x = jnp.ones((8, 8), jnp.float32)
+    before = jax.config.jax_default_matmul_precision
+    try:
+        jax.config.update("jax_default_matmul_precision", None)     # JAX's default
+        assert "HIGHEST" not in jax.jit(jnp.dot).lower(x, x).as_text()
+        backend.use_float32_matmuls()
+        assert "HIGHEST" in jax.jit(jnp.dot).lower(x, x).as_text()
+        # half-precision operands keep their dtype: the request is about float32 inputs
+        half = jax.jit(jnp.dot).lower(x.astype(jnp.bfloat16), x.astype(jnp.bfloat16))
+        assert "bf16" in half.as_text()
+    finally:
+        jax.config.update("jax_default_matmul_precision", before)
+
+
 def _loss_and_grad(tuning):
     """The GPT-2 family's training loss and gradient at N = 256 (tiled attention in 4 x 4 tiles,
     looped over chunks of sequences, LayerNorm and log-softmax over short axes, on the CPU),

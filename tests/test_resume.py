@@ -108,4 +108,5 @@ def test_ctrl_c_then_resume_through_the_cli(tmp_path):
     _same_records(tmp_path / "run", tmp_path / "reference")
     config = json.loads((tmp_path / "run" / "config.json").read_text())
     assert config["provenance"]["backend"] == "cpu" and config["provenance"]["packages"]["jax"]
+    assert config["provenance"]["matmul_precision"] == "highest"
 
