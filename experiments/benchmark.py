@@ -33,6 +33,7 @@ from absl import app, flags
 
 from configs import syn_medium, syn_small
 from experiments import host
+from landscape import backend
 from landscape import config as config_lib
 from landscape import sweeps, training
 from landscape.scan_snap import experiment
@@ -43,6 +44,15 @@ _ONLY = flags.DEFINE_list("only", ["scan_snap", "wikitext", "recall", "markov", 
 _ALLOCATOR = flags.DEFINE_bool("tune_allocator", True, "Apply experiments.host.tune_allocator().")
 _ONE_BY_ONE = flags.DEFINE_integer("one_by_one", 4, "Single runs per K timed for the comparison.")
 _REPEATS = flags.DEFINE_integer("repeats", 3, "Timed repeats (the best is reported).")
+
+
+class _Rows(dict):
+    """A benchmark's rows, each printed as soon as it is measured: a benchmark stopped by a time
+    limit (a lent accelerator's, say) still shows what it measured."""
+
+    def __setitem__(self, name, row):
+        super().__setitem__(name, row)
+        print(f"  {name}: {json.dumps(row, default=float)}", flush=True)
 
 
 def _train(cfg, seeds, lr_z=None, ratio=None, chunk_steps=None):
@@ -64,7 +74,7 @@ def _best_run_seconds(fn, repeats):
 
 
 def bench_scan_snap(repeats, one_by_one):
-    out = {}
+    out = _Rows()
     cfg = syn_small.get_config("fig4_left")
     single, compile_s = _best_run_seconds(lambda: _train(cfg, [2]), repeats)
     out["syn_small_single_run"] = dict(
@@ -127,30 +137,29 @@ def bench_recall(repeats, one_by_one):
         t0 = time.perf_counter()
         flow.population_flow(model, params0, ts)
         runs.append(time.perf_counter() - t0)
+    out = _Rows()
+    out["gradient_flow_single_run"] = dict(
+        seconds_after_compilation=min(runs), first_call_seconds=first,
+        note="eps = 0.02, beta(0) shape (1, .5, .25, .1): all three jumps, tau in [0, 250], "
+             "4000 saves, Dopri8 rtol 1e-10")
     cfg = recall.get_config("stages")
     t0 = time.perf_counter()
     recall_experiment.run_flow(cfg, progress=None)
     grid_wall = time.perf_counter() - t0
     t0 = time.perf_counter()
     recall_experiment.run_flow(cfg, progress=None)
-    grid_cached = time.perf_counter() - t0
+    out["gradient_flow_stages_grid"] = dict(
+        runs=20, wall_seconds_with_compilation=grid_wall,
+        wall_seconds_cached=time.perf_counter() - t0,
+        note="E3: 5 beta shapes x 4 eps as one vmapped program, 8000 saves per run")
     fig1 = recall.get_config("fig1")
     single, compile_s = _best_run_seconds(
         lambda: recall_experiment.run_sgd(fig1, {}, None, progress=None)["result"], repeats)
-    return {
-        "gradient_flow_single_run": dict(
-            seconds_after_compilation=min(runs), first_call_seconds=first,
-            note="eps = 0.02, beta(0) shape (1, .5, .25, .1): all three jumps, tau in [0, 250], "
-                 "4000 saves, Dopri8 rtol 1e-10"),
-        "gradient_flow_stages_grid": dict(
-            runs=20, wall_seconds_with_compilation=grid_wall, wall_seconds_cached=grid_cached,
-            note="E3: 5 beta shapes x 4 eps as one vmapped program, 8000 saves per run"),
-        "sgd_fig1": dict(
-            run_seconds=single, compile_seconds=compile_s, seeds=fig1.num_seeds,
-            steps=fig1.train.num_steps,
-            ms_per_step=1e3 * single / fig1.train.num_steps,
-            note="5 seeds vmapped, batch 64 collision vectors, float64"),
-    }
+    out["sgd_fig1"] = dict(
+        run_seconds=single, compile_seconds=compile_s, seeds=fig1.num_seeds,
+        steps=fig1.train.num_steps, ms_per_step=1e3 * single / fig1.train.num_steps,
+        note="5 seeds vmapped, batch 64 collision vectors, float64")
+    return out
 
 
 def bench_markov(repeats, one_by_one):
@@ -160,7 +169,7 @@ def bench_markov(repeats, one_by_one):
     from configs import markov
     from landscape import training
     from landscape.markov import experiment as markov_experiment
-    out = {}
+    out = _Rows()
 
     def step_time(cfg, runs, steps):
         cfg.train.update(num_steps=steps, log_every=steps)
@@ -210,7 +219,7 @@ def bench_ngrams(repeats, one_by_one):
     from configs import ngrams
     from landscape.ngrams import experiment as ngrams_experiment
     from landscape.ngrams import task as ngrams_task
-    out = {}
+    out = _Rows()
     steps = 512
     for runs, metrics_at in ((1, "current"), (5, "current"), (1, "ema")):
         cfg = ngrams.get_config("fig3")
@@ -248,9 +257,9 @@ def bench_cache(repeats, one_by_one):
     root = pathlib.Path(__file__).resolve().parent.parent
     env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
     env["PYTHONPATH"] = str(root)
-    out = {}
-    for name, config, times in (("main_job", "configs/syn_small.py", repeats),
-                                ("syn_medium", "configs/syn_medium.py", 1)):
+    out = _Rows()
+    for name, config, times, target in (("main_job", "configs/syn_small.py", repeats, 1.5),
+                                        ("syn_medium", "configs/syn_medium.py", 1, None)):
         with tempfile.TemporaryDirectory() as folder:
             def command(i):
                 t0 = time.perf_counter()
@@ -266,8 +275,8 @@ def bench_cache(repeats, one_by_one):
         out[name] = dict(cold_wall_seconds=cold[0], cold_compile_seconds=cold[1],
                          warm_wall_seconds=warm[0], warm_compile_seconds=warm[1],
                          note=f"python -m experiments.scan_snap --config={config}, the second "
-                              "run with the first run's compilation cache")
-    out["main_job"]["target_warm_wall_seconds"] = 1.5
+                              "run with the first run's compilation cache",
+                         **({"target_warm_wall_seconds": target} if target else {}))
     return out
 
 
@@ -280,9 +289,10 @@ def bench_wikitext(repeats, one_by_one):
     cfg = wikitext_configs.get_config("fig7")
     message = text.missing_splits_message(cfg.text.path, (cfg.text.train_split,
                                                           cfg.text.eval_split))
+    out = _Rows()
     if message:
-        return {"skipped": message}
-    out = {}
+        out["skipped"] = message
+        return out
     for layers, runs in ((1, 1), (3, 1), (1, 4)):
         cell = config_lib.with_fields(cfg, {"transformer.num_layers": layers})
         cell.text.eval_chunks = 1
@@ -381,6 +391,7 @@ def main(argv):
     del argv
     host.use_host_devices(host.HOST_DEVICES.value)  # before anything initialises the backends
     tuned = host.tune_allocator() if _ALLOCATOR.value else False
+    backend.use_float32_matmuls()
     report = {"allocator_tuned": tuned, "backend": jax.default_backend(),
               "device": str(jax.devices()[0]),
               "num_devices": jax.device_count(),
@@ -389,12 +400,12 @@ def main(argv):
     for name in _ONLY.value:
         if name not in BENCHMARKS:
             raise app.UsageError(f"--only={name}: must be one of {', '.join(BENCHMARKS)}.")
-        report[name] = BENCHMARKS[name](_REPEATS.value, _ONE_BY_ONE.value)
-    text = json.dumps(report, indent=2)
-    print(text)
     out = pathlib.Path(_OUT.value or f"runs/benchmark/{time.strftime('%Y%m%d-%H%M%S')}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text + "\n")
+    for name in _ONLY.value:         # rows print as measured; the file is rewritten after each
+        print(f"{name}:", flush=True)                    # benchmark, so a stopped run keeps them
+        report[name] = BENCHMARKS[name](_REPEATS.value, _ONE_BY_ONE.value)
+        out.write_text(json.dumps(report, indent=2) + "\n")
     print(f"written to {out}")
 
 
