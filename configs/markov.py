@@ -25,8 +25,9 @@ The trap at the authors' recipe and precision (issue 13, notes §13): GPT-2 bloc
 (p, q) = (0.5, 0.8), batch 16, AdamW(0.9, 0.95) lr 2e-3, PyTorch's OneCycle (cosine warm-up over
 2% from lr/100, cosine down to lr/5), each crossed with precision in {float32, float16 autocast
 without a gradient scaler, bfloat16 autocast}, 10 seeds per cell:
-  fig1_paper        depth 1, 2, 4, 8; N = 512; 500 iterations (12 programs; ~52 min measured as
-                    --config.sweep.model.num_layers='[1, 2]' (12.5 min) and '[4, 8]' (39 min))
+  fig1_paper        depth 1, 2, 4, 8; N = 512; 500 iterations (12 programs; 27 min on 2 cores,
+                    half of it the 8-layer programs; --config.sweep.model.num_layers='[1, 2]'
+                    for a 6-minute part)
   fig3_paper        1 layer; N = 1024; 400 iterations (3 programs; ~9 min)
   fig3_paper_long   as fig3_paper for Table 2's 8000 iterations at its lr 1e-3 (~3 h)
 """

@@ -113,7 +113,7 @@ FIGURES = (
     Figure("markov", "Fig. 1", "on a (0.5, 0.8) chain a single-layer transformer stays at the "
            "unigram loss H(pi); depth >= 2 escapes to the bigram",
            (Run("configs/markov.py:fig1", minutes=1), Run("configs/markov.py:fig1_gpt", minutes=1),
-            Run("configs/markov.py:fig1_paper", PAPER, minutes=52)),
+            Run("configs/markov.py:fig1_paper", PAPER, minutes=27)),
            reason="at the authors' recipe the trap is a float16 effect (their code trains under "
            "float16 autocast without a gradient scaler): in float32 and bfloat16 no depth is "
            "trapped, and 10 seeds per depth do not separate depth 1 from depth 8 (issue 13; "
