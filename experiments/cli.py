@@ -5,7 +5,7 @@ policy, interruptions, resume and provenance. A paper's CLI is `cli.run(experime
 
     python -m experiments.<paper> --config=configs/<file>.py[:variant] [--config.a.b=value ...]
         [--workdir=DIR] [--overwrite | --resume] [--checkpoint_seconds=S] [--host_devices=N]
-        [--compilation_cache=DIR | --compilation_cache='']
+        [--compilation_cache=DIR | --compilation_cache=''] [--formulations=cpu|plain]
         [--coordinator_address=HOST:PORT --num_processes=P --process_id=I | --distributed]
     python -m experiments.<paper> --config=runs/<name>/<time>/config.json   # rerun a record
     python -m experiments.<paper> --workdir=runs/<name>/<time> --resume      # continue a run
@@ -91,6 +91,13 @@ def main(experiment, argv: list[str]) -> int:
     validated = time.perf_counter() - started
 
     cache = _start_backend(experiment, cfg)
+    forced = host.FORMULATIONS.value
+    with backend.tuning(forced) if forced else contextlib.nullcontext():
+        return _run(experiment, argv, cfg, workdir_path, validated, cache)
+
+
+def _run(experiment, argv, cfg, workdir_path, validated, cache) -> int:
+    """The resolved config run in its workdir, with records, status and interruptions."""
     import jax
     primary = jax.process_index() == 0
     if primary:
@@ -114,6 +121,8 @@ def main(experiment, argv: list[str]) -> int:
           f"cache: {cache or 'off'}")
     resume_line = (f"python -m experiments.{_paper(experiment)} --workdir={workdir_path} "
                    "--resume")
+    if host.FORMULATIONS.value:
+        resume_line += f" --formulations={host.FORMULATIONS.value}"
     if jax.process_count() > 1:     # process 0's workdir, which every process resumes from
         resume_line += " (on every process, with its multi-process flags)"
     training.clear_stop()
@@ -182,8 +191,8 @@ def _parse_flags(argv: list[str]) -> None:
 def _help(experiment) -> str:
     module = sys.modules.get(f"experiments.{_paper(experiment)}")
     ours = [_CONFIG, _WORKDIR, _OVERWRITE, _RESUME, _CHECKPOINT_SECONDS, host.HOST_DEVICES,
-            host.COMPILATION_CACHE, host.COORDINATOR, host.NUM_PROCESSES, host.PROCESS_ID,
-            host.DISTRIBUTED]
+            host.COMPILATION_CACHE, host.FORMULATIONS, host.COORDINATOR, host.NUM_PROCESSES,
+            host.PROCESS_ID, host.DISTRIBUTED]
     lines = [(module.__doc__ or "").strip(), "", __doc__.strip(), "", "flags:"]
     lines += [f"  --{f.name}: {FLAGS[f.name].help}" for f in ours]
     return "\n".join(lines)
@@ -461,7 +470,8 @@ def provenance(argv: list[str], **extra: Any) -> dict[str, Any]:
         python=sys.version.split()[0], packages=versions, git=_git(root),
         backend=jax.default_backend(), device_count=jax.device_count(),
         devices=sorted({d.device_kind for d in jax.devices()}),
-        matmul_precision=jax.config.jax_default_matmul_precision, cwd=os.getcwd(), **extra)
+        matmul_precision=jax.config.jax_default_matmul_precision,
+        formulations=backend.current(), cwd=os.getcwd(), **extra)
 
 
 def _git(root: pathlib.Path) -> dict[str, Any] | None:

@@ -19,6 +19,13 @@ COMPILATION_CACHE = flags.DEFINE_string(
     "from it instead of compiled again. '' turns it off. JAX_COMPILATION_CACHE_DIR, if set, "
     "wins.")
 
+FORMULATIONS = flags.DEFINE_enum(
+    "formulations", None, ["cpu", "plain"], "Trace the hot paths' CPU-tuned or plain XLA "
+    "formulations (landscape/backend.py) instead of the backend's own choice (the CPU-tuned ones "
+    "on the CPU). They give the same numbers up to float rounding: on one machine, 'plain' checks "
+    "how much a result depends on the order of the arithmetic (half precision, chaotic runs). "
+    "Recorded in config.json's provenance; pass it again with --resume.")
+
 COORDINATOR = flags.DEFINE_string(
     "coordinator_address", None, "host:port of process 0, to run one sweep over several "
     "processes or machines (jax.distributed), with --num_processes and --process_id; every "

@@ -52,6 +52,7 @@ BAD = [
     ("scan_snap", ["--config.optim.lr_z"], "needs a value"),
     ("scan_snap", ["--workdri=x"], "workdri"),
     ("scan_snap", ["--host_devices=0"], "host_devices"),
+    ("scan_snap", ["--formulations=gpu"], "formulations"),
     ("markov", ["--config.chain.p=0"], "config.chain.p = 0"),
     ("markov", ["--config.chain.p=1.5"], "config.chain.p = 1.5"),
     ("markov", ["--config.chain.num_states=1"], "config.chain.num_states"),
@@ -267,3 +268,33 @@ def test_a_record_reruns_exactly(tmp_path, capsys, monkeypatch):
     assert config["sweep"]["optim"]["lr_z"] == [0.35, 1.0]
     assert config["provenance"]["command"].endswith(f"--workdir={again}")
     assert set(config["provenance"]) >= {"packages", "git", "backend", "device_count"}
+
+
+def test_formulations_flag_traces_the_plain_attention(tmp_path, capsys, monkeypatch):
+    """--formulations=plain: the GPT-2 Markov model traces the dense masked softmax instead of the
+    CPU's tiled attention (N = 128 in tiles of 64); the same losses up to float rounding; the
+    choice is recorded in the provenance and the process's own choice is back afterwards."""
+    from landscape import backend
+    from landscape.markov import model as model_lib
+    tiled = []
+    original = model_lib._tiled_attention
+    monkeypatch.setattr(model_lib, "_tiled_attention",
+                        lambda *qkv: tiled.append(1) or original(*qkv))
+    monkeypatch.chdir(ROOT)
+    args = ["--config=configs/markov.py:fig3_gpt", "--config.train.num_steps=20",
+            "--config.train.log_every=10", "--config.num_seeds=1", "--config.variants=[]",
+            "--config.sweep={}"]
+    losses, traced = {}, {}
+    for formulations in ("cpu", "plain"):
+        workdir = tmp_path / formulations
+        tiled.clear()
+        assert cli.main(markov, ["markov", *args, f"--workdir={workdir}",
+                                 f"--formulations={formulations}"]) == 0
+        traced[formulations] = len(tiled)
+        config = json.loads((workdir / "config.json").read_text())
+        assert config["provenance"]["formulations"] == formulations
+        losses[formulations] = np.load(workdir / "arrays.npz")["losses"]
+    capsys.readouterr()
+    assert traced["cpu"] > 0 and traced["plain"] == 0, traced
+    assert backend.current() == "cpu"
+    np.testing.assert_allclose(losses["plain"], losses["cpu"], rtol=1e-5)
