@@ -183,7 +183,8 @@ def _parse_flags(argv: list[str]) -> None:
     try:
         extra = FLAGS(argv)
     except flags.Error as error:
-        raise UsageError(f"{error}.".replace("..", ".")) from None
+        message = str(error).replace(" ?", "?")             # absl: "Did you mean: x ?"
+        raise UsageError(message if message.endswith((".", "?")) else message + ".") from None
     if len(extra) > 1:
         raise UsageError(f"unexpected argument {extra[1]!r}: flags are --name=value.")
 
