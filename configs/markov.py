@@ -34,9 +34,22 @@ without a gradient scaler, bfloat16 autocast}, 10 seeds per cell:
 
 from landscape.markov.experiment import default_config
 
-VARIANTS = ("fig3", "fig3_gpt", "fig4", "fig4_gpt", "fig4_paper", "fig1", "fig1_gpt", "fig5",
-            "appendix_d", "landscape", "fig1_paper", "fig3_paper", "fig3_paper_long")
-PRECISIONS = ["float32", "float16", "bfloat16"]     # model.dtype: float16 = torch autocast
+VARIANTS = (
+    "fig3",
+    "fig3_gpt",
+    "fig4",
+    "fig4_gpt",
+    "fig4_paper",
+    "fig1",
+    "fig1_gpt",
+    "fig5",
+    "appendix_d",
+    "landscape",
+    "fig1_paper",
+    "fig3_paper",
+    "fig3_paper_long",
+)
+PRECISIONS = ["float32", "float16", "bfloat16"]  # model.dtype: float16 = torch autocast
 TIED_UNTIED = [{"model": {"tied": True}}, {"model": {"tied": False}}]
 GPT2 = {"family": "gpt", "layer_norm": True, "activation": "gelu"}
 
@@ -101,7 +114,7 @@ def _trap_study(c, variant: str):
         c.model.seq_len = 1024
         c.train.update(num_steps=400, log_every=10)
         c.sweep = {"model": {"dtype": PRECISIONS}}
-        if variant == "fig3_paper_long":               # Table 2: 8000 iterations at lr 1e-3
+        if variant == "fig3_paper_long":  # Table 2: 8000 iterations at lr 1e-3
             c.optim.lr = 1e-3
             c.train.update(num_steps=8000, log_every=100)
     return c

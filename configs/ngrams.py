@@ -32,7 +32,7 @@ settings (notes §5 and the settings the notes recover by matching the figures' 
 from landscape.ngrams.experiment import default_config
 
 FIGURES = ("fig1", "fig1_t128", "fig3", "fig4", "fig5", "fig6", "fig7")
-FIG3_PAPER_LEVELS = dict(paper_plateau=1.6355, paper_final=1.6068)   # authors' notebook, notes §5
+FIG3_PAPER_LEVELS = dict(paper_plateau=1.6355, paper_final=1.6068)  # authors' notebook, notes §5
 VARIANTS = FIGURES + tuple(f + "_paper" for f in FIGURES) + ("stationarity", "smoke")
 
 
@@ -46,10 +46,10 @@ def get_config(variant: str = "fig3"):
     if figure in ("fig3", "fig5", "smoke"):
         c.train.num_steps = 16384
         if paper:
-            c.train.update(test_sequences=2 ** 16, log_every=128)
-        if variant == "fig3_paper":     # head_dim 0: the corrected (m+1) S
+            c.train.update(test_sequences=2**16, log_every=128)
+        if variant == "fig3_paper":  # head_dim 0: the corrected (m+1) S
             c.variants = [{"model": {"head_dim": 5}}, {"model": {"head_dim": 0}}]
-            c.num_seeds = 3                # escape times vary over seeds (notes §5)
+            c.num_seeds = 3  # escape times vary over seeds (notes §5)
             c.analysis.update(FIG3_PAPER_LEVELS)
             c.claims = "staircase,heads,paper_levels"
         if figure == "fig5":
@@ -65,33 +65,45 @@ def get_config(variant: str = "fig3"):
         c.optim.lr = 5e-3
         c.train.update(num_steps=4096 if paper else 2048, log_every=32)
         if paper:
-            c.train.test_sequences = 2 ** 16
+            c.train.test_sequences = 2**16
         c.variants = [{"model": {"embedding": "one_hot"}}, {"model": {"embedding": "learned"}}]
         # the whole staircase takes ~900 steps (the paper's x-range): shorter flatness windows
         c.analysis.update(flat_window=64, min_plateau=96, flat_tol=0.008)
         c.claims = "staircase,heads"
     elif figure in ("fig1", "fig1_t128"):
-        c.task.update(num_states=3, order_n=4, seq_len=256 if figure == "fig1" else 128,
-                      alpha=0.3 if figure == "fig1" else 0.5)
+        c.task.update(
+            num_states=3,
+            order_n=4,
+            seq_len=256 if figure == "fig1" else 128,
+            alpha=0.3 if figure == "fig1" else 0.5,
+        )
         c.model.update(num_heads=3)
-        c.train.update(num_steps=8192, log_every=64, test_sequences=2048 if not paper else 2 ** 14)
+        c.train.update(num_steps=8192, log_every=64, test_sequences=2048 if not paper else 2**14)
         c.claims = "staircase,heads"
     elif figure == "fig6":
         c.task.update(seq_len=128)
-        c.seed, c.num_seeds = 1, 4         # escape times vary over seeds: four
-        c.model.learn_value = False        # the authors' `working` recipe (notes §8)
+        c.seed, c.num_seeds = 1, 4  # escape times vary over seeds: four
+        c.model.learn_value = False  # the authors' `working` recipe (notes §8)
         c.optim.update(name="adamw", b1=0.0, weight_decay=1e-4)
         c.optim.lr = 1e-2
-        c.train.update(num_steps=16384 if paper else 8192, log_every=64,
-                       test_sequences=4096 if not paper else 2 ** 14, metrics_at="both")
+        c.train.update(
+            num_steps=16384 if paper else 8192,
+            log_every=64,
+            test_sequences=4096 if not paper else 2**14,
+            metrics_at="both",
+        )
         c.claims = "staircase,grad_norm"
     elif figure == "fig7":
         c.task.update(num_states=5, seq_len=64, alpha=1.0)
         c.model.update(kind="transformer", mlp=True)
         c.optim.update(name="adamw", weight_decay=1e-4)
-        c.optim.lr = 1e-3                  # 5e-3 never leaves the unigram plateau (notes §8)
-        c.train.update(num_steps=12288 if paper else 8192, log_every=64, test_sequences=2048,
-                       attention_maps=False)
+        c.optim.lr = 1e-3  # 5e-3 never leaves the unigram plateau (notes §8)
+        c.train.update(
+            num_steps=12288 if paper else 8192,
+            log_every=64,
+            test_sequences=2048,
+            attention_maps=False,
+        )
         c.claims = "single_plateau,grad_norm"
     elif figure == "stationarity":
         c.experiment = "stationarity"

@@ -35,8 +35,10 @@ def get_config(variant: str = "fig1"):
         c.optim.update(name="sgd", momentum=0.9, lr=1.0)
         c.train.update(batch_size=64, num_steps=3000, log_every=10, sampler="collisions")
         if variant == "dp_vs_ce":
-            c.variants = [{"model": {"loss": "dp"}, "optim": {"lr": 1.0}},
-                          {"model": {"loss": "ce"}, "optim": {"lr": 0.3}}]
+            c.variants = [
+                {"model": {"loss": "dp"}, "optim": {"lr": 1.0}},
+                {"model": {"loss": "ce"}, "optim": {"lr": 0.3}},
+            ]
     elif variant == "ablations":
         c.experiment = "sgd"
         c.task.update(k=3, num_responses=3)
@@ -44,11 +46,14 @@ def get_config(variant: str = "fig1"):
         c.init.update(kind="shape", eps=0.01, beta_shape=[1.0, 0.5, 0.2])
         c.optim.update(name="sgd", momentum=0.9, lr=1.0)
         c.train.update(batch_size=32, num_steps=1500, log_every=10, sampler="tokens")
-        c.variants = [{}, {"model": {"exact_query": False}},
-                      # no A0 needs a larger init (notes: eps 0.3, lr 2 at k = 4); at k = 3,
-                      # eps 0.1 with lr 1 is stage-wise, while lr 2 sticks on L_1 for 1500 steps
-                      {"model": {"window": False}, "init": {"eps": 0.1}},
-                      {"model": {"response_only": False}}]
+        c.variants = [
+            {},
+            {"model": {"exact_query": False}},
+            # no A0 needs a larger init (notes: eps 0.3, lr 2 at k = 4); at k = 3,
+            # eps 0.1 with lr 1 is stage-wise, while lr 2 sticks on L_1 for 1500 steps
+            {"model": {"window": False}, "init": {"eps": 0.1}},
+            {"model": {"response_only": False}},
+        ]
     else:
         c.experiment = "flow"
         if variant == "first_jump":
@@ -64,9 +69,17 @@ def get_config(variant: str = "fig1"):
             c.flow.update(tau_max=100.0, num_saves=8000)
         elif variant == "stages":
             c.init.kind = "shape"
-            c.sweep = {"init": {"beta_shape": [[1.0, 0.8, 0.6, 0.4], [0.4, 1.0, 0.6, 0.8],
-                                               [1.0, 0.5, 0.25, 0.1], [0.7, 1.0, 0.3, 0.5],
-                                               [1.0, 0.9, 0.2, 0.15]],
-                                "eps": [0.2, 0.05, 0.01, 5e-4]}}
+            c.sweep = {
+                "init": {
+                    "beta_shape": [
+                        [1.0, 0.8, 0.6, 0.4],
+                        [0.4, 1.0, 0.6, 0.8],
+                        [1.0, 0.5, 0.25, 0.1],
+                        [0.7, 1.0, 0.3, 0.5],
+                        [1.0, 0.9, 0.2, 0.15],
+                    ],
+                    "eps": [0.2, 0.05, 0.01, 5e-4],
+                }
+            }
             c.flow.update(tau_max=300.0, num_saves=8000)
     return c

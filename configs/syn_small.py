@@ -21,14 +21,23 @@ from landscape.scan_snap.experiment import default_config
 def get_config(variant: str = "fig4"):
     c = default_config()
     c.name = f"syn_small_{variant}"
-    c.seed = 2                      # the authors' Fig. 4 seed
+    c.seed = 2  # the authors' Fig. 4 seed
     c.num_seeds = 1
-    c.data.update(num_last=2, num_next_per_last=1, num_common=10, num_common_per_last=0,
-                  num_distinct_per_next=10, common_unnormalized_prob=1.0,
-                  distinct_unnormalized_min=0.1, distinct_unnormalized_max=1.0, seq_len=128)
+    c.data.update(
+        num_last=2,
+        num_next_per_last=1,
+        num_common=10,
+        num_common_per_last=0,
+        num_distinct_per_next=10,
+        common_unnormalized_prob=1.0,
+        distinct_unnormalized_min=0.1,
+        distinct_unnormalized_max=1.0,
+        seq_len=128,
+    )
     c.model.update(attend_to_query=False, normalize=True, residual=False, init="zeros")
-    c.optim.update(name="sgd", momentum=0.9, nesterov=False, weight_decay=0.0,
-                   lr_z=1.0, lr_y_over_lr_z=1.0)
+    c.optim.update(
+        name="sgd", momentum=0.9, nesterov=False, weight_decay=0.0, lr_z=1.0, lr_y_over_lr_z=1.0
+    )
     c.train.update(batch_size=128, num_steps=100, dtype="float32", log_every=2)
     c.claims = "fig4"
     if variant == "fig4":

@@ -35,26 +35,26 @@ def get_config(variant: str = "fig7"):
     c.name = f"wikitext_{variant}"
     c.experiment = "wikitext"
     paper = variant.endswith("_paper")
-    if paper:                           # the full dataset: train on train, evaluate on valid
+    if paper:  # the full dataset: train on train, evaluate on valid
         c.text.update(train_split="train", eval_split="valid")
     c.optim.update(name="sgd", momentum=0.0, clip_norm=0.5)
     c.train.update(batch_size=20, on_nonfinite="mark")
     if variant.startswith("fig7"):
         c.claims = "fig7"
         c.transformer.dropout = 0.3
-        c.optim.update(lr_z=5.0, lr_y_over_lr_z=2.0)        # FFN linear1/linear2 at lr 10
-        c.train.update(num_steps=1500, log_every=100)       # checkpoints every 100 batches
+        c.optim.update(lr_z=5.0, lr_y_over_lr_z=2.0)  # FFN linear1/linear2 at lr 10
+        c.train.update(num_steps=1500, log_every=100)  # checkpoints every 100 batches
         c.text.map_steps = [0, 500, 1000, 1500]
         c.sweep = {"transformer": {"num_layers": [1, 3]}}
     else:
         c.claims = "fig10"
         c.num_seeds = 5
         c.transformer.dropout = 0.2
-        c.optim.update(lr_z=1.0, lr_y_over_lr_z=1.0)        # one unified lr
-        if paper:                                           # 5 epochs of WikiText-2's train
+        c.optim.update(lr_z=1.0, lr_y_over_lr_z=1.0)  # one unified lr
+        if paper:  # 5 epochs of WikiText-2's train
             c.train.update(num_steps=5 * 2983, log_every=2983)
             c.text.update(map_steps=[0, 5 * 2983], eval_chunks=0)
-        else:                                               # 0.9 epoch of valid: 13.5 min
+        else:  # 0.9 epoch of valid: 13.5 min
             c.train.update(num_steps=280, log_every=140)
             c.text.update(map_steps=[0, 280], eval_chunks=32)
         c.sweep = {"optim": {"lr_z": LR_GRID}}

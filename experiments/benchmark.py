@@ -39,8 +39,9 @@ from landscape import sweeps, training
 from landscape.scan_snap import experiment
 
 _OUT = flags.DEFINE_string("out", None, "JSON output (default runs/benchmark/<time>.json).")
-_ONLY = flags.DEFINE_list("only", ["scan_snap", "wikitext", "recall", "markov", "ngrams"],
-                          "Which benchmarks to run.")
+_ONLY = flags.DEFINE_list(
+    "only", ["scan_snap", "wikitext", "recall", "markov", "ngrams"], "Which benchmarks to run."
+)
 _ALLOCATOR = flags.DEFINE_bool("tune_allocator", True, "Apply experiments.host.tune_allocator().")
 _ONE_BY_ONE = flags.DEFINE_integer("one_by_one", 4, "Single runs per K timed for the comparison.")
 _REPEATS = flags.DEFINE_integer("repeats", 3, "Timed repeats (the best is reported).")
@@ -59,12 +60,22 @@ def _train(cfg, seeds, lr_z=None, ratio=None, chunk_steps=None):
     """Train cfg's problem for the given seeds (and optional per-run learning rates)."""
     task = experiment.make_task(cfg)
     R = len(seeds)
-    hparams = {"optim.lr_z": np.full(R, cfg.optim.lr_z if lr_z is None else lr_z, np.float32),
-               "optim.lr_y_over_lr_z": np.full(R, cfg.optim.lr_y_over_lr_z if ratio is None
-                                               else ratio, np.float32)}
-    return training.train(experiment.make_problem(cfg, task), cfg.optim, hparams, seeds,
-                          num_steps=cfg.train.num_steps, log_every=cfg.train.log_every,
-                          chunk_steps=chunk_steps or cfg.train.num_steps, progress=None)
+    hparams = {
+        "optim.lr_z": np.full(R, cfg.optim.lr_z if lr_z is None else lr_z, np.float32),
+        "optim.lr_y_over_lr_z": np.full(
+            R, cfg.optim.lr_y_over_lr_z if ratio is None else ratio, np.float32
+        ),
+    }
+    return training.train(
+        experiment.make_problem(cfg, task),
+        cfg.optim,
+        hparams,
+        seeds,
+        num_steps=cfg.train.num_steps,
+        log_every=cfg.train.log_every,
+        chunk_steps=chunk_steps or cfg.train.num_steps,
+        progress=None,
+    )
 
 
 def _best_run_seconds(fn, repeats):
@@ -78,24 +89,32 @@ def bench_scan_snap(repeats, one_by_one):
     cfg = syn_small.get_config("fig4_left")
     single, compile_s = _best_run_seconds(lambda: _train(cfg, [2]), repeats)
     out["syn_small_single_run"] = dict(
-        run_seconds=single, ms_per_step=1e3 * single / cfg.train.num_steps,
-        compile_seconds=compile_s, target_seconds=0.3, pytorch_seconds=3.5,
-        note="100 steps with c_n snapshots every 2 steps, one compiled chunk")
+        run_seconds=single,
+        ms_per_step=1e3 * single / cfg.train.num_steps,
+        compile_seconds=compile_s,
+        target_seconds=0.3,
+        pytorch_seconds=3.5,
+        note="100 steps with c_n snapshots every 2 steps, one compiled chunk",
+    )
 
     ten, _ = _best_run_seconds(lambda: _train(cfg, list(range(10))), repeats)
     out["seeds_vmap"] = dict(
-        ten_seeds_vmapped_seconds=ten, ten_single_runs_seconds=10 * single,
+        ten_seeds_vmapped_seconds=ten,
+        ten_single_runs_seconds=10 * single,
         speedup=10 * single / ten,
-        note="ratio of 10 single runs to one vmapped program of 10 seeds (run time only)")
+        note="ratio of 10 single runs to one vmapped program of 10 seeds (run time only)",
+    )
 
     medium = syn_medium.get_config()
     t0 = time.perf_counter()
     per_k = {}
     for fields in experiment.structural_cells(medium):
         _, _, result = experiment.train_group(medium, fields, progress=None)
-        per_k[fields["data.num_last"]] = dict(compile_seconds=result.compile_seconds,
-                                              run_seconds=result.run_seconds,
-                                              runs=result.num_runs)
+        per_k[fields["data.num_last"]] = dict(
+            compile_seconds=result.compile_seconds,
+            run_seconds=result.run_seconds,
+            runs=result.num_runs,
+        )
     sweep_wall = time.perf_counter() - t0
 
     one_by_one_total = 0.0
@@ -103,19 +122,32 @@ def bench_scan_snap(repeats, one_by_one):
         cell = config_lib.with_fields(medium, {"data.num_last": num_last})
         # Single runs over the grid; only their run time counts (a loop over one cached
         # executable would pay one compilation per K, added once below).
-        singles = [_train(cell, [1 + i], lr_z=[0.5, 1.0, 2.0, 3.0][i % 4],
-                          ratio=[1.0, 2.0, 5.0, 10.0][i // 4 % 4]) for i in range(one_by_one)]
+        singles = [
+            _train(
+                cell,
+                [1 + i],
+                lr_z=[0.5, 1.0, 2.0, 3.0][i % 4],
+                ratio=[1.0, 2.0, 5.0, 10.0][i // 4 % 4],
+            )
+            for i in range(one_by_one)
+        ]
         info["single_run_seconds"] = float(np.median([r.run_seconds for r in singles]))
-        info["one_by_one_estimate_seconds"] = (singles[0].compile_seconds +
-                                               info["runs"] * info["single_run_seconds"])
+        info["one_by_one_estimate_seconds"] = (
+            singles[0].compile_seconds + info["runs"] * info["single_run_seconds"]
+        )
         one_by_one_total += info["one_by_one_estimate_seconds"]
     out["syn_medium_sweep"] = dict(
-        wall_seconds_with_compilation=sweep_wall, runs=sum(v["runs"] for v in per_k.values()),
-        programs=len(per_k), per_num_last=per_k, target_seconds=60, pytorch_seconds=25 * 60,
+        wall_seconds_with_compilation=sweep_wall,
+        runs=sum(v["runs"] for v in per_k.values()),
+        programs=len(per_k),
+        per_num_last=per_k,
+        target_seconds=60,
+        pytorch_seconds=25 * 60,
         one_by_one_estimate_seconds=one_by_one_total,
         speedup_vs_one_by_one=one_by_one_total / sweep_wall,
         note="one-by-one = one compile per K + 160 x the median single-run time "
-             f"(measured on {one_by_one} runs per K)")
+        f"(measured on {one_by_one} runs per K)",
+    )
     return out
 
 
@@ -126,8 +158,9 @@ def bench_recall(repeats, one_by_one):
     from landscape.recall import experiment as recall_experiment
     from landscape.recall import flow
     from landscape.recall import model as recall_model
+
     model = recall_model.from_config(recall.get_config("fig1"))
-    params0 = jax.tree.map(lambda x: x[None], flow.init_shape(model, 0.02, [1, .5, .25, .1]))
+    params0 = jax.tree.map(lambda x: x[None], flow.init_shape(model, 0.02, [1, 0.5, 0.25, 0.1]))
     ts = np.linspace(0.0, 250.0 / 0.02, 4000)[None]
     t0 = time.perf_counter()
     flow.population_flow(model, params0, ts)
@@ -139,9 +172,11 @@ def bench_recall(repeats, one_by_one):
         runs.append(time.perf_counter() - t0)
     out = _Rows()
     out["gradient_flow_single_run"] = dict(
-        seconds_after_compilation=min(runs), first_call_seconds=first,
+        seconds_after_compilation=min(runs),
+        first_call_seconds=first,
         note="eps = 0.02, beta(0) shape (1, .5, .25, .1): all three jumps, tau in [0, 250], "
-             "4000 saves, Dopri8 rtol 1e-10")
+        "4000 saves, Dopri8 rtol 1e-10",
+    )
     cfg = recall.get_config("stages")
     t0 = time.perf_counter()
     recall_experiment.run_flow(cfg, progress=None)
@@ -149,16 +184,23 @@ def bench_recall(repeats, one_by_one):
     t0 = time.perf_counter()
     recall_experiment.run_flow(cfg, progress=None)
     out["gradient_flow_stages_grid"] = dict(
-        runs=20, wall_seconds_with_compilation=grid_wall,
+        runs=20,
+        wall_seconds_with_compilation=grid_wall,
         wall_seconds_cached=time.perf_counter() - t0,
-        note="E3: 5 beta shapes x 4 eps as one vmapped program, 8000 saves per run")
+        note="E3: 5 beta shapes x 4 eps as one vmapped program, 8000 saves per run",
+    )
     fig1 = recall.get_config("fig1")
     single, compile_s = _best_run_seconds(
-        lambda: recall_experiment.run_sgd(fig1, {}, None, progress=None)["result"], repeats)
+        lambda: recall_experiment.run_sgd(fig1, {}, None, progress=None)["result"], repeats
+    )
     out["sgd_fig1"] = dict(
-        run_seconds=single, compile_seconds=compile_s, seeds=fig1.num_seeds,
-        steps=fig1.train.num_steps, ms_per_step=1e3 * single / fig1.train.num_steps,
-        note="5 seeds vmapped, batch 64 collision vectors, float64")
+        run_seconds=single,
+        compile_seconds=compile_s,
+        seeds=fig1.num_seeds,
+        steps=fig1.train.num_steps,
+        ms_per_step=1e3 * single / fig1.train.num_steps,
+        note="5 seeds vmapped, batch 64 collision vectors, float64",
+    )
     return out
 
 
@@ -169,46 +211,63 @@ def bench_markov(repeats, one_by_one):
     from configs import markov
     from landscape import training
     from landscape.markov import experiment as markov_experiment
+
     out = _Rows()
 
     def step_time(cfg, runs, steps):
         cfg.train.update(num_steps=steps, log_every=steps)
         cfg.num_seeds = runs
-        timings = [markov_experiment.train_group(cfg, {}, progress=None)["result"]
-                   for _ in range(repeats)]
+        timings = [
+            markov_experiment.train_group(cfg, {}, progress=None)["result"] for _ in range(repeats)
+        ]
         best = min(t.run_seconds for t in timings)
         return 1e3 * best / steps, timings[0].compile_seconds
 
     gpt = markov.get_config("fig3_gpt")
     gpt.sweep, gpt.variants = {}, []
     gpt.model.update(d=8, seq_len=1024)
-    ms, compile_s = step_time(gpt, 1, 200)     # one 64-sequence test snapshot in 200 steps
+    ms, compile_s = step_time(gpt, 1, 200)  # one 64-sequence test snapshot in 200 steps
     out["authors_default_step"] = dict(
-        ms_per_step=ms, compile_seconds=compile_s, target_ms=20, pytorch_ms=82,
-        batch_devices=len(training.batch_devices(markov_experiment.make_problem(gpt),
-                                                 jax.devices())),
+        ms_per_step=ms,
+        compile_seconds=compile_s,
+        target_ms=20,
+        pytorch_ms=82,
+        batch_devices=len(
+            training.batch_devices(markov_experiment.make_problem(gpt), jax.devices())
+        ),
         note="GPT-2 blocks with LN + GELU, 1 layer, d = 8, N = 1024, batch 16, AdamW, sampling "
-             "included, one run (its batch split over the host devices), one snapshot per 200 "
-             "steps")
+        "included, one run (its batch split over the host devices), one snapshot per 200 "
+        "steps",
+    )
     small = markov.get_config("fig3")
     small.sweep, small.variants = {}, []
     for runs in (1, 40):
         ms, compile_s = step_time(small, runs, 200)
         out[f"small_size_{runs}_runs"] = dict(
-            ms_per_step=ms, ms_per_step_per_run=ms / runs, compile_seconds=compile_s,
-            target_ms_per_step_per_run=0.5, pytorch_ms=6.8,
-            note="theory model, d = 4, N = 128, batch 16, sampling included")
+            ms_per_step=ms,
+            ms_per_step_per_run=ms / runs,
+            compile_seconds=compile_s,
+            target_ms_per_step_per_run=0.5,
+            pytorch_ms=6.8,
+            note="theory model, d = 4, N = 128, batch 16, sampling included",
+        )
     per_run = out["small_size_40_runs"]["ms_per_step_per_run"]
     out["fig4_grid_estimate"] = dict(
-        runs=49 * 5 * 2, steps=8000, minutes=49 * 5 * 2 * 8000 * per_run / 1e3 / 60,
-        target_minutes=30, note="7 x 7 cells x 5 seeds x tied/untied at the 40-run rate")
+        runs=49 * 5 * 2,
+        steps=8000,
+        minutes=49 * 5 * 2 * 8000 * per_run / 1e3 / 60,
+        target_minutes=30,
+        note="7 x 7 cells x 5 seeds x tied/untied at the 40-run rate",
+    )
     jax.config.update("jax_enable_x64", True)
     import landscape
+
     t0 = time.perf_counter()
     landscape.hessian_at(landscape.markov.theta_pi(p=0.5, q=0.8))
-    out["hessian_at_theta_pi"] = dict(seconds=time.perf_counter() - t0,
-                                      note="exact, d = 4, N = 10 (1024 sequences), D = 237, "
-                                           "compilation included")
+    out["hessian_at_theta_pi"] = dict(
+        seconds=time.perf_counter() - t0,
+        note="exact, d = 4, N = 10 (1024 sequences), D = 237, compilation included",
+    )
     return out
 
 
@@ -219,23 +278,34 @@ def bench_ngrams(repeats, one_by_one):
     from configs import ngrams
     from landscape.ngrams import experiment as ngrams_experiment
     from landscape.ngrams import task as ngrams_task
+
     out = _Rows()
     steps = 512
     for runs, metrics_at in ((1, "current"), (5, "current"), (1, "ema")):
         cfg = ngrams.get_config("fig3")
         cfg.num_seeds = runs
-        cfg.train.update(num_steps=steps, log_every=steps, test_sequences=128,
-                         metrics_at=metrics_at)
-        timings = [ngrams_experiment.train_group(cfg, {}, progress=None)["result"]
-                   for _ in range(repeats)]
+        cfg.train.update(
+            num_steps=steps, log_every=steps, test_sequences=128, metrics_at=metrics_at
+        )
+        timings = [
+            ngrams_experiment.train_group(cfg, {}, progress=None)["result"] for _ in range(repeats)
+        ]
         ms = 1e3 * min(t.run_seconds for t in timings) / steps
         ema = metrics_at == "ema"
         out[f"fig3_{runs}_seeds" + ("_ema" if ema else "")] = dict(
-            ms_per_step=ms, ms_per_step_per_run=ms / runs,
-            compile_seconds=timings[0].compile_seconds, target_ms=3.0, authors_ms=19.4,
+            ms_per_step=ms,
+            ms_per_step_per_run=ms / runs,
+            compile_seconds=timings[0].compile_seconds,
+            target_ms=3.0,
+            authors_ms=19.4,
             note=f"{runs} seed(s) in one program, sampling included, {steps} steps"
-            + (", a parameter EMA updated every step (train.metrics_at='ema'; issue target: "
-               "at most 15% over the row without)" if ema else ""))
+            + (
+                ", a parameter EMA updated every step (train.metrics_at='ema'; issue target: "
+                "at most 15% over the row without)"
+                if ema
+                else ""
+            ),
+        )
     sample = jax.jit(lambda key: ngrams_task.sample(key, 5, 3, 32, 0.5, 128)[:2])
     jax.block_until_ready(sample(jax.random.key(0)))
     best = float("inf")
@@ -245,8 +315,11 @@ def bench_ngrams(repeats, one_by_one):
             batch = sample(jax.random.key(i))
         jax.block_until_ready(batch)
         best = min(best, (time.perf_counter() - t0) / 200)
-    out["sampler"] = dict(ms_per_batch=1e3 * best, authors_ms=15.4,
-                          note="128 sequences: Dirichlet tasks + rollout + soft targets")
+    out["sampler"] = dict(
+        ms_per_batch=1e3 * best,
+        authors_ms=15.4,
+        note="128 sequences: Dirichlet tasks + rollout + soft targets",
+    )
     return out
 
 
@@ -258,25 +331,44 @@ def bench_cache(repeats, one_by_one):
     env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
     env["PYTHONPATH"] = str(root)
     out = _Rows()
-    for name, config, times, target in (("main_job", "configs/syn_small.py", repeats, 1.5),
-                                        ("syn_medium", "configs/syn_medium.py", 1, None)):
+    for name, config, times, target in (
+        ("main_job", "configs/syn_small.py", repeats, 1.5),
+        ("syn_medium", "configs/syn_medium.py", 1, None),
+    ):
         with tempfile.TemporaryDirectory() as folder:
+
             def command(i):
                 t0 = time.perf_counter()
-                subprocess.run([sys.executable, "-m", "experiments.scan_snap",
-                                f"--config={config}", f"--compilation_cache={folder}/cache",
-                                f"--workdir={folder}/w{i}"], cwd=root, env=env, check=True,
-                               capture_output=True)
-                timing = json.loads((pathlib.Path(folder) / f"w{i}" / "summary.json")
-                                    .read_text())["timing"]
+                subprocess.run(
+                    [
+                        sys.executable,
+                        "-m",
+                        "experiments.scan_snap",
+                        f"--config={config}",
+                        f"--compilation_cache={folder}/cache",
+                        f"--workdir={folder}/w{i}",
+                    ],
+                    cwd=root,
+                    env=env,
+                    check=True,
+                    capture_output=True,
+                )
+                timing = json.loads((pathlib.Path(folder) / f"w{i}" / "summary.json").read_text())[
+                    "timing"
+                ]
                 return time.perf_counter() - t0, timing["compile_seconds"]
+
             cold = command(0)
             warm = min(command(i + 1) for i in range(times))
-        out[name] = dict(cold_wall_seconds=cold[0], cold_compile_seconds=cold[1],
-                         warm_wall_seconds=warm[0], warm_compile_seconds=warm[1],
-                         note=f"python -m experiments.scan_snap --config={config}, the second "
-                              "run with the first run's compilation cache",
-                         **({"target_warm_wall_seconds": target} if target else {}))
+        out[name] = dict(
+            cold_wall_seconds=cold[0],
+            cold_compile_seconds=cold[1],
+            warm_wall_seconds=warm[0],
+            warm_compile_seconds=warm[1],
+            note=f"python -m experiments.scan_snap --config={config}, the second "
+            "run with the first run's compilation cache",
+            **({"target_warm_wall_seconds": target} if target else {}),
+        )
     return out
 
 
@@ -286,9 +378,11 @@ def bench_wikitext(repeats, one_by_one):
     ~10 GFLOP a step, set the floor: tens of ms). Needs the text folder of configs/wikitext.py."""
     from configs import wikitext as wikitext_configs
     from landscape.scan_snap import text, wikitext
+
     cfg = wikitext_configs.get_config("fig7")
-    message = text.missing_splits_message(cfg.text.path, (cfg.text.train_split,
-                                                          cfg.text.eval_split))
+    message = text.missing_splits_message(
+        cfg.text.path, (cfg.text.train_split, cfg.text.eval_split)
+    )
     out = _Rows()
     if message:
         out["skipped"] = message
@@ -301,39 +395,67 @@ def bench_wikitext(repeats, one_by_one):
         hparams = {"optim.lr_z": np.full(runs, 5.0), "optim.lr_y_over_lr_z": np.full(runs, 2.0)}
 
         def once():
-            return training.train(wikitext.make_problem(cell, corpus), cell.optim, hparams,
-                                  list(range(runs)), num_steps=steps, log_every=steps,
-                                  chunk_steps=steps, progress=None,
-                                  sharding=None if runs == 1 else sweeps.run_axis_sharding())
+            return training.train(
+                wikitext.make_problem(cell, corpus),
+                cell.optim,
+                hparams,
+                list(range(runs)),
+                num_steps=steps,
+                log_every=steps,
+                chunk_steps=steps,
+                progress=None,
+                sharding=None if runs == 1 else sweeps.run_axis_sharding(),
+            )
+
         best, compile_s = _best_run_seconds(once, repeats)
         V, d, positions = corpus.vocab_size, cell.transformer.width, 20 * 35
-        gflop = 3 * 2 * positions * d * V / 1e9            # decoder: forward, two backward
+        gflop = 3 * 2 * positions * d * V / 1e9  # decoder: forward, two backward
         ms = 1e3 * best / steps / runs
-        out[f"{layers}_layer{'s' if layers > 1 else ''}_{runs}_run{'s' if runs > 1 else ''}"] = dict(
-            ms_per_step_per_run=ms, compile_seconds=compile_s, vocab_size=V,
-            decoder_gflop_per_step=gflop, decoder_gflop_per_second_of_step=gflop / ms * 1e3,
-            note=f"{steps} SGD steps (clip 0.5, dropout 0.3) with one 1-chunk snapshot; "
-                 + ("runs one at a time on each device (runs_per_group 1)" if runs > 1 else
-                    "one run"))
+        out[f"{layers}_layer{'s' if layers > 1 else ''}_{runs}_run{'s' if runs > 1 else ''}"] = (
+            dict(
+                ms_per_step_per_run=ms,
+                compile_seconds=compile_s,
+                vocab_size=V,
+                decoder_gflop_per_step=gflop,
+                decoder_gflop_per_second_of_step=gflop / ms * 1e3,
+                note=f"{steps} SGD steps (clip 0.5, dropout 0.3) with one 1-chunk snapshot; "
+                + (
+                    "runs one at a time on each device (runs_per_group 1)"
+                    if runs > 1
+                    else "one run"
+                ),
+            )
+        )
     rates = _decoder_matmul_rates(corpus.vocab_size, cell.transformer.width, 20 * 35, repeats)
     out["decoder_matmuls_alone"] = rates
-    encoders = {layers: _encoder_ms(config_lib.with_fields(cfg, {"transformer.num_layers": layers}),
-                                    corpus, repeats) for layers in (1, 3)}
-    out["encoder_alone"] = dict(ms_1_layer=encoders[1], ms_3_layers=encoders[3],
-                                note="forward and backward of the layers below the decoder "
-                                     "(embedding, dropout, encoder layers) alone, one run")
+    encoders = {
+        layers: _encoder_ms(
+            config_lib.with_fields(cfg, {"transformer.num_layers": layers}), corpus, repeats
+        )
+        for layers in (1, 3)
+    }
+    out["encoder_alone"] = dict(
+        ms_1_layer=encoders[1],
+        ms_3_layers=encoders[3],
+        note="forward and backward of the layers below the decoder "
+        "(embedding, dropout, encoder layers) alone, one run",
+    )
     depths = cfg.sweep["transformer"]["num_layers"]
     best = max(rates["xla_gflop_per_second"], rates["numpy_blas_gflop_per_second"])
-    per_step = {1: out["1_layer_1_run"]["ms_per_step_per_run"],
-                3: out["3_layers_1_run"]["ms_per_step_per_run"]}
+    per_step = {
+        1: out["1_layer_1_run"]["ms_per_step_per_run"],
+        3: out["3_layers_1_run"]["ms_per_step_per_run"],
+    }
     floor_ms = sum(1e3 * gflop / best + encoders[layers] for layers in depths)
     out["fig7_estimate"] = dict(
         minutes=cfg.train.num_steps * sum(per_step[layers] for layers in depths) / 6e4,
-        floor_minutes=cfg.train.num_steps * floor_ms / 6e4, target_minutes=5,
+        floor_minutes=cfg.train.num_steps * floor_ms / 6e4,
+        target_minutes=5,
         note=f"{cfg.train.num_steps} steps at each depth {depths} at the measured steps, "
-             "without compilation and snapshots; the floor adds, per step, the decoder's matmuls "
-             "at the best rate measured above (XLA's or numpy's BLAS) and the encoder alone: no "
-             "softmax, no update")
+        "without compilation and snapshots; the floor adds, per step, the decoder's matmuls "
+        "at the best rate measured above (XLA's or numpy's BLAS) and the encoder alone: no "
+        "softmax, no update",
+    )
     return out
 
 
@@ -341,15 +463,22 @@ def _encoder_ms(cfg, corpus, repeats) -> float:
     """Best ms of one forward and backward pass through the model below its decoder."""
     from landscape.scan_snap import model as model_lib
     from landscape.scan_snap import text, wikitext
+
     net = wikitext.model_of(cfg, corpus.vocab_size)
     params = net.init({"params": jax.random.key(0)}, jnp.zeros((1, cfg.text.bptt), jnp.int32))
     inputs, _ = text.chunk(jnp.asarray(corpus.train), 0, cfg.text.bptt)
     cotangent = jnp.ones(inputs.T.shape + (cfg.transformer.width,), jnp.float32)
 
     def encoded(p):
-        x, _ = net.apply(p, inputs.T, False, method=model_lib.TextTransformer.encode,
-                         rngs={"dropout": jax.random.key(1)})
+        x, _ = net.apply(
+            p,
+            inputs.T,
+            False,
+            method=model_lib.TextTransformer.encode,
+            rngs={"dropout": jax.random.key(1)},
+        )
         return (x * cotangent).sum()
+
     grad = jax.jit(jax.grad(encoded))
     return 1e3 * _best_call_seconds(lambda: jax.block_until_ready(grad(params)), 10 * repeats)
 
@@ -375,16 +504,29 @@ def _decoder_matmul_rates(V, d, positions, repeats):
     gflop = 3 * 2 * positions * d * V / 1e9
 
     xla_args = [jax.device_put(a) for a in (h, W, G)]
-    xla = sum(_best_call_seconds(lambda f=jax.jit(f): f(*xla_args).block_until_ready(),
-                                 5 * repeats) for f in products)
+    xla = sum(
+        _best_call_seconds(lambda f=jax.jit(f): f(*xla_args).block_until_ready(), 5 * repeats)
+        for f in products
+    )
     blas = sum(_best_call_seconds(lambda f=f: f(h, W, G), 5 * repeats) for f in products)
-    return dict(gflop=gflop, xla_ms=1e3 * xla, xla_gflop_per_second=gflop / xla,
-                numpy_blas_ms=1e3 * blas, numpy_blas_gflop_per_second=gflop / blas,
-                note="best of repeated calls of each matmul, float32")
+    return dict(
+        gflop=gflop,
+        xla_ms=1e3 * xla,
+        xla_gflop_per_second=gflop / xla,
+        numpy_blas_ms=1e3 * blas,
+        numpy_blas_gflop_per_second=gflop / blas,
+        note="best of repeated calls of each matmul, float32",
+    )
 
 
-BENCHMARKS = {"scan_snap": bench_scan_snap, "wikitext": bench_wikitext, "recall": bench_recall, "markov": bench_markov,
-              "ngrams": bench_ngrams, "cache": bench_cache}
+BENCHMARKS = {
+    "scan_snap": bench_scan_snap,
+    "wikitext": bench_wikitext,
+    "recall": bench_recall,
+    "markov": bench_markov,
+    "ngrams": bench_ngrams,
+    "cache": bench_cache,
+}
 
 
 def main(argv):
@@ -392,18 +534,22 @@ def main(argv):
     host.use_host_devices(host.HOST_DEVICES.value)  # before anything initialises the backends
     tuned = host.tune_allocator() if _ALLOCATOR.value else False
     backend.use_float32_matmuls()
-    report = {"allocator_tuned": tuned, "backend": jax.default_backend(),
-              "device": str(jax.devices()[0]),
-              "num_devices": jax.device_count(),
-              "cpu_count": os.cpu_count(), "jax": jax.__version__,
-              "python": platform.python_version()}
+    report = {
+        "allocator_tuned": tuned,
+        "backend": jax.default_backend(),
+        "device": str(jax.devices()[0]),
+        "num_devices": jax.device_count(),
+        "cpu_count": os.cpu_count(),
+        "jax": jax.__version__,
+        "python": platform.python_version(),
+    }
     for name in _ONLY.value:
         if name not in BENCHMARKS:
             raise app.UsageError(f"--only={name}: must be one of {', '.join(BENCHMARKS)}.")
     out = pathlib.Path(_OUT.value or f"runs/benchmark/{time.strftime('%Y%m%d-%H%M%S')}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
-    for name in _ONLY.value:         # rows print as measured; the file is rewritten after each
-        print(f"{name}:", flush=True)                    # benchmark, so a stopped run keeps them
+    for name in _ONLY.value:  # rows print as measured; the file is rewritten after each
+        print(f"{name}:", flush=True)  # benchmark, so a stopped run keeps them
         report[name] = BENCHMARKS[name](_REPEATS.value, _ONE_BY_ONE.value)
         out.write_text(json.dumps(report, indent=2) + "\n")
     print(f"written to {out}")

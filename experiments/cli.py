@@ -51,17 +51,37 @@ from landscape import backend, records, training
 
 FLAGS = flags.FLAGS
 _CONFIG = flags.DEFINE_string(
-    "config", None, "configs/<file>.py[:variant], or a workdir's config.json to rerun it.")
+    "config", None, "configs/<file>.py[:variant], or a workdir's config.json to rerun it."
+)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Output folder (default runs/<name>/<UTC time>/).")
 _OVERWRITE = flags.DEFINE_bool("overwrite", False, "Remove the workdir's earlier records first.")
-_RESUME = flags.DEFINE_bool("resume", False, "Continue the run recorded in --workdir from its "
-                            "latest checkpoint (--config may then be left out).")
+_RESUME = flags.DEFINE_bool(
+    "resume",
+    False,
+    "Continue the run recorded in --workdir from its "
+    "latest checkpoint (--config may then be left out).",
+)
 _CHECKPOINT_SECONDS = flags.DEFINE_float(
-    "checkpoint_seconds", 60.0, "Save the training state at least this often (at chunk "
-    "boundaries; also when a program ends or is stopped).", lower_bound=0.0)
+    "checkpoint_seconds",
+    60.0,
+    "Save the training state at least this often (at chunk "
+    "boundaries; also when a program ends or is stopped).",
+    lower_bound=0.0,
+)
 
-PACKAGES = ("jax", "jaxlib", "flax", "optax", "chex", "numpy", "ml_collections", "absl-py",
-            "diffrax", "orbax-checkpoint", "matplotlib")
+PACKAGES = (
+    "jax",
+    "jaxlib",
+    "flax",
+    "optax",
+    "chex",
+    "numpy",
+    "ml_collections",
+    "absl-py",
+    "diffrax",
+    "orbax-checkpoint",
+    "matplotlib",
+)
 EXIT_USAGE, EXIT_FAILED, EXIT_INTERRUPTED = 2, 1, 130
 
 
@@ -99,14 +119,19 @@ def main(experiment, argv: list[str]) -> int:
 def _run(experiment, argv, cfg, workdir_path, validated, cache) -> int:
     """The resolved config run in its workdir, with records, status and interruptions."""
     import jax
+
     primary = jax.process_index() == 0
     if primary:
-        workdir = records.Workdir.open(workdir_path, overwrite=_OVERWRITE.value,
-                                       resume=_RESUME.value,
-                                       checkpoint_seconds=_CHECKPOINT_SECONDS.value)
-    else:       # the same run, its records thrown away: process 0 writes records and checkpoints
-        workdir = records.Workdir(tempfile.mkdtemp(prefix="landscape-process-"),
-                                  _CHECKPOINT_SECONDS.value)
+        workdir = records.Workdir.open(
+            workdir_path,
+            overwrite=_OVERWRITE.value,
+            resume=_RESUME.value,
+            checkpoint_seconds=_CHECKPOINT_SECONDS.value,
+        )
+    else:  # the same run, its records thrown away: process 0 writes records and checkpoints
+        workdir = records.Workdir(
+            tempfile.mkdtemp(prefix="landscape-process-"), _CHECKPOINT_SECONDS.value
+        )
         atexit.register(shutil.rmtree, workdir.path, ignore_errors=True)
         workdir.writes_checkpoints = False
         # --resume reads process 0's checkpoints; a fresh run reads none (with --overwrite,
@@ -114,43 +139,60 @@ def _run(experiment, argv, cfg, workdir_path, validated, cache) -> int:
         if _RESUME.value:
             workdir.checkpoints = workdir_path / "checkpoints"
     workdir.provenance = provenance(argv, validation_seconds=validated, compilation_cache=cache)
-    processes = (f" over {jax.process_count()} processes (this is process "
-                 f"{jax.process_index()})" if jax.process_count() > 1 else "")
-    print(f"backend {workdir.provenance['backend']}: {workdir.provenance['device_count']} "
-          f"device(s) ({', '.join(workdir.provenance['devices'])}){processes}; compilation "
-          f"cache: {cache or 'off'}")
-    resume_line = (f"python -m experiments.{_paper(experiment)} --workdir={workdir_path} "
-                   "--resume")
+    processes = (
+        f" over {jax.process_count()} processes (this is process {jax.process_index()})"
+        if jax.process_count() > 1
+        else ""
+    )
+    print(
+        f"backend {workdir.provenance['backend']}: {workdir.provenance['device_count']} "
+        f"device(s) ({', '.join(workdir.provenance['devices'])}){processes}; compilation "
+        f"cache: {cache or 'off'}"
+    )
+    resume_line = f"python -m experiments.{_paper(experiment)} --workdir={workdir_path} --resume"
     if host.FORMULATIONS.value:
         resume_line += f" --formulations={host.FORMULATIONS.value}"
-    if jax.process_count() > 1:     # process 0's workdir, which every process resumes from
+    if jax.process_count() > 1:  # process 0's workdir, which every process resumes from
         resume_line += " (on every process, with its multi-process flags)"
     training.clear_stop()
-    workdir.write_status("running", started=workdir.provenance["time"],   # stays if killed
-                         resume=resume_line)
+    workdir.write_status(
+        "running",
+        started=workdir.provenance["time"],  # stays if killed
+        resume=resume_line,
+    )
     with _stop_on_signals():
         try:
             experiment.run(cfg, workdir, **({} if primary else {"progress": None}))
         except training.Interrupted as stop:
             workdir.write_status("interrupted", step=stop.step, resume=resume_line)
-            return _fail(f"Interrupted at step {stop.step}: the records so far and a checkpoint "
-                         f"are in {workdir_path}; resume with: {resume_line}", EXIT_INTERRUPTED)
+            return _fail(
+                f"Interrupted at step {stop.step}: the records so far and a checkpoint "
+                f"are in {workdir_path}; resume with: {resume_line}",
+                EXIT_INTERRUPTED,
+            )
         except KeyboardInterrupt:
             workdir.write_status("interrupted", step=None, resume=resume_line)
-            return _fail(f"Interrupted: the records so far are in {workdir_path}; resume with: "
-                         f"{resume_line}", EXIT_INTERRUPTED)
+            return _fail(
+                f"Interrupted: the records so far are in {workdir_path}; resume with: "
+                f"{resume_line}",
+                EXIT_INTERRUPTED,
+            )
         except training.NonFiniteLossError as error:
-            workdir.write_status("stopped at a non-finite loss", step=error.step,
-                                 message=str(error))
+            workdir.write_status(
+                "stopped at a non-finite loss", step=error.step, message=str(error)
+            )
             return _fail(f"Stopped: {error}", EXIT_FAILED)
-        except config_lib.ConfigError as error:      # e.g. XLA's memory analysis after compiling
+        except config_lib.ConfigError as error:  # e.g. XLA's memory analysis after compiling
             workdir.write_status("failed", message=str(error))
             return _fail(str(error), EXIT_USAGE)
-        except Exception as error:                    # a bug: keep the traceback for its report
+        except Exception as error:  # a bug: keep the traceback for its report
             workdir.write_status("failed", message=f"{type(error).__name__}: {error}")
             if "RESOURCE_EXHAUSTED" in str(error):
-                return _fail(f"XLA ran out of memory ({str(error).splitlines()[0][:200]}); "
-                             f"records so far are in {workdir_path}.", EXIT_FAILED)
+                return _fail(
+                    f"XLA ran out of memory ({str(error).splitlines()[0][:200]}); "
+                    f"records so far are in {workdir_path}.",
+                    EXIT_FAILED,
+                )
             raise
     return 0
 
@@ -164,7 +206,7 @@ def _split_overrides(args: list[str]) -> tuple[list[tuple[str, str]], list[str]]
     while i < len(args):
         arg = args[i]
         if arg.startswith("--config."):
-            name, eq, value = arg[len("--config."):].partition("=")
+            name, eq, value = arg[len("--config.") :].partition("=")
             if not eq:
                 if i + 1 >= len(args) or args[i + 1].startswith("--"):
                     raise UsageError(f"--config.{name} needs a value: --config.{name}=VALUE.")
@@ -183,7 +225,7 @@ def _parse_flags(argv: list[str]) -> None:
     try:
         extra = FLAGS(argv)
     except flags.Error as error:
-        message = str(error).replace(" ?", "?")             # absl: "Did you mean: x ?"
+        message = str(error).replace(" ?", "?")  # absl: "Did you mean: x ?"
         raise UsageError(message if message.endswith((".", "?")) else message + ".") from None
     if len(extra) > 1:
         raise UsageError(f"unexpected argument {extra[1]!r}: flags are --name=value.")
@@ -191,9 +233,20 @@ def _parse_flags(argv: list[str]) -> None:
 
 def _help(experiment) -> str:
     module = sys.modules.get(f"experiments.{_paper(experiment)}")
-    ours = [_CONFIG, _WORKDIR, _OVERWRITE, _RESUME, _CHECKPOINT_SECONDS, host.HOST_DEVICES,
-            host.COMPILATION_CACHE, host.FORMULATIONS, host.COORDINATOR, host.NUM_PROCESSES,
-            host.PROCESS_ID, host.DISTRIBUTED]
+    ours = [
+        _CONFIG,
+        _WORKDIR,
+        _OVERWRITE,
+        _RESUME,
+        _CHECKPOINT_SECONDS,
+        host.HOST_DEVICES,
+        host.COMPILATION_CACHE,
+        host.FORMULATIONS,
+        host.COORDINATOR,
+        host.NUM_PROCESSES,
+        host.PROCESS_ID,
+        host.DISTRIBUTED,
+    ]
     lines = [(module.__doc__ or "").strip(), "", __doc__.strip(), "", "flags:"]
     lines += [f"  --{f.name}: {FLAGS[f.name].help}" for f in ours]
     return "\n".join(lines)
@@ -222,8 +275,10 @@ def _resolve(experiment, overrides) -> tuple[ml_collections.ConfigDict, pathlib.
         records.check_path(workdir, overwrite=_OVERWRITE.value, resume=True)
         stored = records.load_config_json(pathlib.Path(workdir) / "config.json")
     if _CONFIG.value is None and stored is None:
-        raise UsageError("--config is required, e.g. --config=configs/syn_small.py "
-                         "(or --workdir=DIR --resume to continue a recorded run).")
+        raise UsageError(
+            "--config is required, e.g. --config=configs/syn_small.py "
+            "(or --workdir=DIR --resume to continue a recorded run)."
+        )
     data = load_config(_CONFIG.value) if _CONFIG.value is not None else stored
     schema = config_lib.flatten(experiment.default_config())
     notes = apply_overrides(data, overrides, schema)
@@ -246,8 +301,10 @@ def load_config(spec: str) -> dict[str, Any]:
     path, _, variant = spec.partition(":")
     file = pathlib.Path(path)
     if file.suffix not in (".py", ".json"):
-        raise UsageError(f"--config={spec}: a config is a .py file (configs/<file>.py[:variant]) "
-                         "or a workdir's config.json.")
+        raise UsageError(
+            f"--config={spec}: a config is a .py file (configs/<file>.py[:variant]) "
+            "or a workdir's config.json."
+        )
     if not file.is_file():
         raise UsageError(f"--config={spec}: no config file {path}.")
     if file.suffix == ".json":
@@ -291,21 +348,22 @@ def _where(error: Exception, file: pathlib.Path, spec: str | None = None) -> str
     for frame in traceback.extract_tb(error.__traceback__):
         if pathlib.Path(frame.filename).resolve() == file.resolve():
             line = frame.lineno
-    if isinstance(error, ValueError) and spec and ":" in spec:   # e.g. an unknown variant
+    if isinstance(error, ValueError) and spec and ":" in spec:  # e.g. an unknown variant
         return f"--config={spec}: {error}"
     where = f"{file}:{line}" if line else str(file)
     return f"{where}: {type(error).__name__}: {error}"
 
 
-def apply_overrides(data: dict[str, Any], overrides: list[tuple[str, str]],
-                    schema: dict[str, Any]) -> list[str]:
+def apply_overrides(
+    data: dict[str, Any], overrides: list[tuple[str, str]], schema: dict[str, Any]
+) -> list[str]:
     """Set each `field=text` of `overrides` in the nested dict `data`. Returns notes for the
     user (a sweep axis replaced). Raises ConfigError for an unknown field or a field the
     config's variants set."""
     notes = []
     for field, text in overrides:
         if field == "sweep" or field.startswith("sweep."):
-            target = field[len("sweep."):]
+            target = field[len("sweep.") :]
             if target and target not in schema:
                 raise _unknown(target, schema, prefix="sweep.")
             value = _literal(text)
@@ -319,21 +377,25 @@ def apply_overrides(data: dict[str, Any], overrides: list[tuple[str, str]],
             if field in groups:
                 raise config_lib.ConfigError(
                     f"config.{field} is a group of fields: set them one by one, e.g. "
-                    f"--config.{next(k for k in schema if k.startswith(field + '.'))}=...")
+                    f"--config.{next(k for k in schema if k.startswith(field + '.'))}=..."
+                )
             raise _unknown(field, schema)
         for variant in data.get("variants") or []:
             if isinstance(variant, dict) and field in config_lib.flatten(variant):
                 raise config_lib.ConfigError(
                     f"config.{field} is set by this config's variants, which would override "
-                    "the command line: change --config.variants instead.")
+                    "the command line: change --config.variants instead."
+                )
         current = _get(data, field)
         value = _parse_value(text, current if current is not None else schema[field])
         _set(data, field, value)
         swept = config_lib.flatten(data.get("sweep") or {})
         if field in swept:
             _drop_sweep_axis(data, field)
-            notes.append(f"note: --config.{field} replaces the sweep over {field} "
-                         f"({swept[field]}) with the single value {value!r}.")
+            notes.append(
+                f"note: --config.{field} replaces the sweep over {field} "
+                f"({swept[field]}) with the single value {value!r}."
+            )
     return notes
 
 
@@ -357,7 +419,7 @@ def _parse_value(text: str, like: Any) -> Any:
     if isinstance(like, str):
         return value if isinstance(value, str) else text
     if isinstance(like, float) and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)           # a float field given 1 means 1.0
+        return float(value)  # a float field given 1 means 1.0
     return value
 
 
@@ -402,7 +464,8 @@ def _require_same_config(stored: dict, given: dict, workdir: str) -> None:
             raise records.WorkdirError(
                 f"--resume: config.{field} = {b.get(field)!r} differs from the run in {workdir} "
                 f"({a.get(field)!r}); resume with its own config, or start over with "
-                "--overwrite.")
+                "--overwrite."
+            )
 
 
 # ----------------------------------------------------------------------------- the process
@@ -413,16 +476,17 @@ def _start_backend(experiment, cfg) -> str | None:
     try:
         host.use_host_devices(host.HOST_DEVICES.value)  # first: before the backends start
     except RuntimeError:
-        pass                     # in-process use (tests): the backend is already up as it is
-    host.start_distributed()     # also before the backends start
-    if backend.cpu_tuned():      # the host's heap serves the CPU backend's buffers only
+        pass  # in-process use (tests): the backend is already up as it is
+    host.start_distributed()  # also before the backends start
+    if backend.cpu_tuned():  # the host's heap serves the CPU backend's buffers only
         host.tune_allocator()
     cache = host.use_compilation_cache(host.COMPILATION_CACHE.value)
     backend.use_float32_matmuls()
     logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)  # no "no TPU" notice
-    logging.getLogger("absl").setLevel(logging.WARNING)                 # orbax's INFO lines
+    logging.getLogger("absl").setLevel(logging.WARNING)  # orbax's INFO lines
     if experiment.needs_x64(cfg):
         import jax
+
         jax.config.update("jax_enable_x64", True)
     return cache
 
@@ -437,14 +501,18 @@ def _stop_on_signals():
         if asked or not training.request_stop():
             raise KeyboardInterrupt
         asked.append(signum)
-        print(f"\n{signal.Signals(signum).name}: stopping at the next chunk boundary "
-              "(again to stop at once)", file=sys.stderr, flush=True)
+        print(
+            f"\n{signal.Signals(signum).name}: stopping at the next chunk boundary "
+            "(again to stop at once)",
+            file=sys.stderr,
+            flush=True,
+        )
 
     previous = {}
     try:
         for sig in (signal.SIGINT, signal.SIGTERM):
             previous[sig] = signal.signal(sig, handler)
-    except ValueError:           # not the main thread: leave signals alone
+    except ValueError:  # not the main thread: leave signals alone
         pass
     try:
         yield
@@ -457,6 +525,7 @@ def _stop_on_signals():
 def provenance(argv: list[str], **extra: Any) -> dict[str, Any]:
     """What ran a config: the command, package versions, the git commit, backend and devices."""
     import jax
+
     versions = {}
     for name in PACKAGES:
         try:
@@ -465,25 +534,41 @@ def provenance(argv: list[str], **extra: Any) -> dict[str, Any]:
             versions[name] = None
     root = pathlib.Path(__file__).resolve().parent.parent
     return dict(
-        command=" ".join(["python -m experiments." + pathlib.Path(argv[0]).stem
-                          if argv[0].endswith(".py") else argv[0]] + list(argv[1:])),
+        command=" ".join(
+            [
+                "python -m experiments." + pathlib.Path(argv[0]).stem
+                if argv[0].endswith(".py")
+                else argv[0]
+            ]
+            + list(argv[1:])
+        ),
         time=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        python=sys.version.split()[0], packages=versions, git=_git(root),
-        backend=jax.default_backend(), device_count=jax.device_count(),
+        python=sys.version.split()[0],
+        packages=versions,
+        git=_git(root),
+        backend=jax.default_backend(),
+        device_count=jax.device_count(),
         devices=sorted({d.device_kind for d in jax.devices()}),
         matmul_precision=jax.config.jax_default_matmul_precision,
-        formulations=backend.current(), cwd=os.getcwd(), **extra)
+        formulations=backend.current(),
+        cwd=os.getcwd(),
+        **extra,
+    )
 
 
 def _git(root: pathlib.Path) -> dict[str, Any] | None:
     try:
-        commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
-                                text=True, timeout=5)
+        commit = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5
+        )
         if commit.returncode:
             return None
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain",
-                                "--untracked-files=no"], capture_output=True, text=True,
-                               timeout=5).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return None
     return {"commit": commit.stdout.strip(), "dirty": bool(dirty)}

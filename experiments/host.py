@@ -9,47 +9,74 @@ import jax
 from absl import flags
 
 HOST_DEVICES = flags.DEFINE_integer(
-    "host_devices", None, "CPU devices the runs of a sweep are sharded over (default: one per "
+    "host_devices",
+    None,
+    "CPU devices the runs of a sweep are sharded over (default: one per "
     "usable core, unless XLA_FLAGS sets --xla_force_host_platform_device_count or "
-    "JAX_NUM_CPU_DEVICES is set). Only the CPU backend is affected.", lower_bound=1)
+    "JAX_NUM_CPU_DEVICES is set). Only the CPU backend is affected.",
+    lower_bound=1,
+)
 
 COMPILATION_CACHE = flags.DEFINE_string(
-    "compilation_cache", "~/.cache/landscape/jax", "Folder of JAX's persistent compilation "
+    "compilation_cache",
+    "~/.cache/landscape/jax",
+    "Folder of JAX's persistent compilation "
     "cache: a program compiled once (same code, shapes, options and JAX version) is loaded "
     "from it instead of compiled again. '' turns it off. JAX_COMPILATION_CACHE_DIR, if set, "
-    "wins.")
+    "wins.",
+)
 
 FORMULATIONS = flags.DEFINE_enum(
-    "formulations", None, ["cpu", "plain"], "Trace the hot paths' CPU-tuned or plain XLA "
+    "formulations",
+    None,
+    ["cpu", "plain"],
+    "Trace the hot paths' CPU-tuned or plain XLA "
     "formulations (landscape/backend.py) instead of the backend's own choice (the CPU-tuned ones "
     "on the CPU). They give the same numbers up to float rounding: on one machine, 'plain' checks "
     "how much a result depends on the order of the arithmetic (half precision, chaotic runs). "
-    "Recorded in config.json's provenance; pass it again with --resume.")
+    "Recorded in config.json's provenance; pass it again with --resume.",
+)
 
 COORDINATOR = flags.DEFINE_string(
-    "coordinator_address", None, "host:port of process 0, to run one sweep over several "
+    "coordinator_address",
+    None,
+    "host:port of process 0, to run one sweep over several "
     "processes or machines (jax.distributed), with --num_processes and --process_id; every "
-    "process runs the same command. Process 0 writes the records.")
-NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "Processes in a --coordinator_address "
-                                     "run.", lower_bound=1)
-PROCESS_ID = flags.DEFINE_integer("process_id", None, "This process's index (0 .. "
-                                  "num_processes - 1) in a --coordinator_address run.",
-                                  lower_bound=0)
+    "process runs the same command. Process 0 writes the records.",
+)
+NUM_PROCESSES = flags.DEFINE_integer(
+    "num_processes", None, "Processes in a --coordinator_address run.", lower_bound=1
+)
+PROCESS_ID = flags.DEFINE_integer(
+    "process_id",
+    None,
+    "This process's index (0 .. num_processes - 1) in a --coordinator_address run.",
+    lower_bound=0,
+)
 DISTRIBUTED = flags.DEFINE_bool(
-    "distributed", False, "Run over several processes with jax.distributed's auto-detection "
-    "(SLURM, TPU pods, ...) instead of --coordinator_address.")
+    "distributed",
+    False,
+    "Run over several processes with jax.distributed's auto-detection "
+    "(SLURM, TPU pods, ...) instead of --coordinator_address.",
+)
 
 
 def distributed_flags_error() -> str | None:
     """One sentence if the multi-process flags do not go together, else None."""
-    given = [COORDINATOR.value is not None, NUM_PROCESSES.value is not None,
-             PROCESS_ID.value is not None]
+    given = [
+        COORDINATOR.value is not None,
+        NUM_PROCESSES.value is not None,
+        PROCESS_ID.value is not None,
+    ]
     if any(given) and not all(given):
-        return ("--coordinator_address, --num_processes and --process_id go together (or "
-                "--distributed alone, to let jax.distributed detect them).")
+        return (
+            "--coordinator_address, --num_processes and --process_id go together (or "
+            "--distributed alone, to let jax.distributed detect them)."
+        )
     if all(given) and PROCESS_ID.value >= NUM_PROCESSES.value:
-        return (f"--process_id={PROCESS_ID.value}: must be below --num_processes="
-                f"{NUM_PROCESSES.value}.")
+        return (
+            f"--process_id={PROCESS_ID.value}: must be below --num_processes={NUM_PROCESSES.value}."
+        )
     if all(given) and DISTRIBUTED.value:
         return "--distributed detects the processes itself: leave out --coordinator_address."
     return None
@@ -62,8 +89,9 @@ def start_distributed() -> bool:
         return False
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     if COORDINATOR.value:
-        jax.distributed.initialize(COORDINATOR.value, num_processes=NUM_PROCESSES.value,
-                                   process_id=PROCESS_ID.value)
+        jax.distributed.initialize(
+            COORDINATOR.value, num_processes=NUM_PROCESSES.value, process_id=PROCESS_ID.value
+        )
     else:
         jax.distributed.initialize()
     return True
@@ -94,8 +122,10 @@ def use_host_devices(count: int | None = None) -> int | None:
     Must run before any JAX computation initialises the backends (jax.config raises then).
     """
     if count is None:
-        if ("xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", "")
-                or "JAX_NUM_CPU_DEVICES" in os.environ):
+        if (
+            "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", "")
+            or "JAX_NUM_CPU_DEVICES" in os.environ
+        ):
             return None
         count = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     jax.config.update("jax_num_cpu_devices", count)
@@ -115,5 +145,7 @@ def tune_allocator() -> bool:
     except OSError:
         return False
     M_TRIM_THRESHOLD, M_MMAP_MAX, M_ARENA_MAX = -1, -4, -8
-    return all(libc.mallopt(option, value) == 1 for option, value in
-               ((M_MMAP_MAX, 0), (M_TRIM_THRESHOLD, 2 ** 30), (M_ARENA_MAX, 1)))
+    return all(
+        libc.mallopt(option, value) == 1
+        for option, value in ((M_MMAP_MAX, 0), (M_TRIM_THRESHOLD, 2**30), (M_ARENA_MAX, 1))
+    )

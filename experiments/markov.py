@@ -1,7 +1,7 @@
 """Attention with Markov experiments (notes/markov.md): python -m experiments.markov --config=...
 
-    python -m experiments.markov --config=configs/markov.py
-    python -m experiments.markov --config=configs/markov.py:landscape
+python -m experiments.markov --config=configs/markov.py
+python -m experiments.markov --config=configs/markov.py:landscape
 """
 
 from experiments import cli

@@ -1,7 +1,7 @@
 """In-context n-grams experiments (notes/ngrams.md): python -m experiments.ngrams --config=...
 
-    python -m experiments.ngrams --config=configs/ngrams.py
-    python -m experiments.ngrams --config=configs/ngrams.py:stationarity
+python -m experiments.ngrams --config=configs/ngrams.py
+python -m experiments.ngrams --config=configs/ngrams.py:stationarity
 """
 
 from experiments import cli

@@ -1,8 +1,8 @@
 """Scan & Snap experiments (Tian et al., 2023): python -m experiments.scan_snap --config=<file>.
 
-    python -m experiments.scan_snap --config=configs/syn_small.py
-    python -m experiments.scan_snap --config=configs/syn_medium.py --workdir=runs/fig6
-    python -m experiments.scan_snap --config=configs/syn_small.py --config.optim.lr_z=0.5
+python -m experiments.scan_snap --config=configs/syn_small.py
+python -m experiments.scan_snap --config=configs/syn_medium.py --workdir=runs/fig6
+python -m experiments.scan_snap --config=configs/syn_small.py --config.optim.lr_z=0.5
 """
 
 from experiments import cli

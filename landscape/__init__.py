@@ -1,9 +1,9 @@
 """landscape: loss landscapes and training dynamics of small transformers on synthetic tasks.
 
-    import landscape
-    theta_pi = landscape.markov.theta_pi(p=0.5, q=0.8)   # the unigram point of Thm 2
-    H = landscape.hessian_at(theta_pi)                  # exact, block-labelled Hessian
-    print(H.describe())                                 # blocks, spectrum, verdict, prediction
+import landscape
+theta_pi = landscape.markov.theta_pi(p=0.5, q=0.8)   # the unigram point of Thm 2
+H = landscape.hessian_at(theta_pi)                  # exact, block-labelled Hessian
+print(H.describe())                                 # blocks, spectrum, verdict, prediction
 """
 
 import importlib
@@ -21,5 +21,18 @@ def __getattr__(name):
         return importlib.import_module(f"landscape.{name}")
     raise AttributeError(f"module 'landscape' has no attribute {name!r}")
 
-__all__ = ["Point", "param_names", "params_table", "restrict", "gradient_at", "hessian_at", "hvp", "lanczos_spectrum",
-           "markov", "ngrams", "recall", "scan_snap"]
+
+__all__ = [
+    "Point",
+    "param_names",
+    "params_table",
+    "restrict",
+    "gradient_at",
+    "hessian_at",
+    "hvp",
+    "lanczos_spectrum",
+    "markov",
+    "ngrams",
+    "recall",
+    "scan_snap",
+]

@@ -30,25 +30,33 @@ def type_name(value) -> str:
 def require_point(point, caller: str):
     """TypeError unless `point` is a landscape.Point."""
     from landscape.point import Point
+
     if isinstance(point, Point):
         return point
     hint = ""
     if isinstance(point, dict):
         hint = " (wrap parameters and their loss as landscape.Point(params, loss_fn))"
-    raise TypeError(f"{caller} expects a landscape.Point (e.g. landscape.markov.theta_pi(0.5, "
-                    f"0.8)); got {type_name(point)}{hint}.")
+    raise TypeError(
+        f"{caller} expects a landscape.Point (e.g. landscape.markov.theta_pi(0.5, "
+        f"0.8)); got {type_name(point)}{hint}."
+    )
 
 
-def check_int(name: str, value, low: int | None = None, meaning: str = "",
-              high: int | None = None):
+def check_int(name: str, value, low: int | None = None, meaning: str = "", high: int | None = None):
     """An int (or numpy integer, not a bool) with low <= value <= high; returns int(value)."""
     what = f" ({meaning})" if meaning else ""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise ArgumentTypeError(f"{name} = {value!r}: must be an integer{what}, not "
-                                f"{type_name(value)}.")
+        raise ArgumentTypeError(
+            f"{name} = {value!r}: must be an integer{what}, not {type_name(value)}."
+        )
     if (low is not None and value < low) or (high is not None and value > high):
-        bounds = (f"between {low} and {high}" if low is not None and high is not None else
-                  f">= {low}" if low is not None else f"<= {high}")
+        bounds = (
+            f"between {low} and {high}"
+            if low is not None and high is not None
+            else f">= {low}"
+            if low is not None
+            else f"<= {high}"
+        )
         raise ValueError(f"{name} = {value!r}: must be an integer {bounds}{what}.")
     return int(value)
 
@@ -56,8 +64,9 @@ def check_int(name: str, value, low: int | None = None, meaning: str = "",
 def check_bool(name: str, value, meaning: str = "") -> bool:
     if not isinstance(value, (bool, np.bool_)):
         what = f" ({meaning})" if meaning else ""
-        raise ArgumentTypeError(f"{name} = {value!r}: must be True or False{what}, not "
-                                f"{type_name(value)}.")
+        raise ArgumentTypeError(
+            f"{name} = {value!r}: must be True or False{what}, not {type_name(value)}."
+        )
     return bool(value)
 
 
@@ -78,20 +87,32 @@ def real_array(name: str, value, scalar: bool) -> np.ndarray | None:
         return np.asarray(float(value))
     try:
         arr = np.asarray(value)
-    except Exception:       # e.g. a tracer inside a container: leave it to the caller
+    except Exception:  # e.g. a tracer inside a container: leave it to the caller
         return None
-    if arr.dtype == object or not (np.issubdtype(arr.dtype, np.integer)
-                                   or np.issubdtype(arr.dtype, np.floating)):
-        raise ArgumentTypeError(f"{name} = {value!r}: must be {what}, not {type_name(value)}"
-                                f"{'' if arr.dtype == object else f' of dtype {arr.dtype}'}.")
+    if arr.dtype == object or not (
+        np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)
+    ):
+        raise ArgumentTypeError(
+            f"{name} = {value!r}: must be {what}, not {type_name(value)}"
+            f"{'' if arr.dtype == object else f' of dtype {arr.dtype}'}."
+        )
     if scalar and arr.ndim:
         raise ArgumentTypeError(f"{name} has shape {arr.shape}: must be a single real number.")
     return arr.astype(np.float64)
 
 
-def check_real(name: str, value, *, low=None, high=None, low_open: bool = False,
-               high_open: bool = False, finite: bool = True, scalar: bool = True,
-               meaning: str = "") -> None:
+def check_real(
+    name: str,
+    value,
+    *,
+    low=None,
+    high=None,
+    low_open: bool = False,
+    high_open: bool = False,
+    finite: bool = True,
+    scalar: bool = True,
+    meaning: str = "",
+) -> None:
     """A real number (or, scalar=False, an array of them) within the bounds; NaN always fails.
 
     Traced values are skipped; arrays are checked elementwise.
@@ -131,8 +152,10 @@ def check_key(name: str, key) -> None:
             return
         if key.dtype == np.uint32 and key.shape[-1:] == (2,):
             return
-    raise ArgumentTypeError(f"{name} = {key!r}: must be a jax random key "
-                            f"(jax.random.key(0)) or None, not {type_name(key)}.")
+    raise ArgumentTypeError(
+        f"{name} = {key!r}: must be a jax random key "
+        f"(jax.random.key(0)) or None, not {type_name(key)}."
+    )
 
 
 def finite_number(value) -> bool:

@@ -30,7 +30,7 @@ _forced = contextvars.ContextVar("landscape_tuning", default=None)
 
 
 def current() -> str:
-    """"cpu" on the CPU backend, "plain" elsewhere, unless `tuning` forces one."""
+    """ "cpu" on the CPU backend, "plain" elsewhere, unless `tuning` forces one."""
     forced = _forced.get()
     if forced is not None:
         return forced

@@ -61,9 +61,16 @@ def require(ok: bool, field: str, value: Any, allowed: str) -> None:
         raise ConfigError(f"config.{field} = {value!r}: must be {allowed}.")
 
 
-def require_number(cfg: Any, field: str, *, low: float | None = None,
-                                      high: float | None = None, low_open: bool = False,
-                                      high_open: bool = False, integer: bool = False) -> None:
+def require_number(
+    cfg: Any,
+    field: str,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    low_open: bool = False,
+    high_open: bool = False,
+    integer: bool = False,
+) -> None:
     """Check that config field `field` (dotted path) is a finite number in the given range."""
     value = get(cfg, field)
     is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
@@ -88,12 +95,17 @@ def get(cfg: Any, field: str) -> Any:
     return value
 
 
-def check_sweep(sweep: Any, rules: dict[str, Callable[[float], bool]],
-                                allowed: dict[str, str]) -> None:
+def check_sweep(
+    sweep: Any, rules: dict[str, Callable[[float], bool]], allowed: dict[str, str]
+) -> None:
     """Check a sweep {field: [values]}: known sweepable fields, non-empty lists, values in range."""
     for field, values in flatten(sweep).items():
-        require(field in rules, f"sweep.{field}", values,
-                        "a sweepable field: one of " + ", ".join(sorted(rules)))
+        require(
+            field in rules,
+            f"sweep.{field}",
+            values,
+            "a sweepable field: one of " + ", ".join(sorted(rules)),
+        )
         values = list(values) if isinstance(values, (list, tuple)) else [values]
         require(len(values) > 0, f"sweep.{field}", values, "a non-empty list")
         for v in values:
@@ -112,7 +124,9 @@ def _describe_interval(low, high, low_open, high_open, integer) -> str:
     return f"a finite {kind[2:] if integer else 'number'}"
 
 
-def with_fields(cfg: ml_collections.ConfigDict, fields: dict[str, Any]) -> ml_collections.ConfigDict:
+def with_fields(
+    cfg: ml_collections.ConfigDict, fields: dict[str, Any]
+) -> ml_collections.ConfigDict:
     """A copy of cfg with dotted fields replaced, e.g. {"data.num_last": 3}."""
     cfg = ml_collections.ConfigDict(cfg.to_dict())
     for path, value in fields.items():
@@ -127,8 +141,11 @@ def structural_cells(cfg: ml_collections.ConfigDict, traced: Sequence[str]) -> l
     value compiles its own program). Each cell is a {dotted field: value} dict."""
     axes = {k: list(v) for k, v in flatten(cfg.get("sweep", {})).items() if k not in traced}
     variants = [flatten(v) for v in cfg.get("variants", None) or [{}]]
-    return [dict(variant, **dict(zip(axes, values)))
-            for variant in variants for values in itertools.product(*axes.values())]
+    return [
+        dict(variant, **dict(zip(axes, values)))
+        for variant in variants
+        for values in itertools.product(*axes.values())
+    ]
 
 
 def traced_axes(cfg: ml_collections.ConfigDict, traced: Sequence[str]) -> dict[str, list]:
@@ -142,8 +159,12 @@ def require_training_steps(cfg: Any) -> None:
     require_number(cfg, "train.batch_size", low=1, integer=True)
     require_number(cfg, "train.num_steps", low=1, integer=True)
     require_number(cfg, "train.log_every", low=1, high=cfg.train.num_steps, integer=True)
-    require(cfg.train.num_steps % cfg.train.log_every == 0, "train.log_every", cfg.train.log_every,
-            f"a divisor of train.num_steps = {cfg.train.num_steps}")
+    require(
+        cfg.train.num_steps % cfg.train.log_every == 0,
+        "train.log_every",
+        cfg.train.log_every,
+        f"a divisor of train.num_steps = {cfg.train.num_steps}",
+    )
 
 
 # ----------------------------------------------------------------------------- whole configs
@@ -177,7 +198,8 @@ def as_fields(cfg: Any) -> Any:
 
 def _is_mapping(value: Any) -> bool:
     return isinstance(value, (dict, ml_collections.ConfigDict)) or (
-        not isinstance(value, (int, float, str, list, tuple)) and isinstance(value, Mapping))
+        not isinstance(value, (int, float, str, list, tuple)) and isinstance(value, Mapping)
+    )
 
 
 # A field's kind is that of its default: "bool", "int", "float", "str", ("list", element kind or
@@ -204,7 +226,7 @@ def has_kind(value: Any, kind: Any) -> bool:
     finite ints or floats (never bools or strings), lists lists or tuples with elements of kind."""
     if kind is None:
         return True
-    if type(value) is _EXACT.get(kind):                     # the common case, fast
+    if type(value) is _EXACT.get(kind):  # the common case, fast
         return kind != "float" or math.isfinite(value)
     if kind == "bool":
         return isinstance(value, (bool, np.bool_))
@@ -216,8 +238,7 @@ def has_kind(value: Any, kind: Any) -> bool:
         return isinstance(value, numbers.Real) and math.isfinite(value)
     if kind == "str":
         return isinstance(value, str)
-    return (isinstance(value, (list, tuple))
-            and all(has_kind(v, kind[1]) for v in value))
+    return isinstance(value, (list, tuple)) and all(has_kind(v, kind[1]) for v in value)
 
 
 def describe_kind(kind: Any, plural: bool = False) -> str:
@@ -226,10 +247,12 @@ def describe_kind(kind: Any, plural: bool = False) -> str:
     if isinstance(kind, tuple):
         inner = "" if kind[1] is None else " of " + describe_kind(kind[1], plural=True)
         return ("lists" if plural else "a list") + inner
-    one, many = {"bool": ("True or False", "True or False values"),
-                 "int": ("an integer", "integers"),
-                 "float": ("a finite number", "finite numbers"),
-                 "str": ("a string", "strings")}[kind]
+    one, many = {
+        "bool": ("True or False", "True or False values"),
+        "int": ("an integer", "integers"),
+        "float": ("a finite number", "finite numbers"),
+        "str": ("a string", "strings"),
+    }[kind]
     return many if plural else one
 
 
@@ -262,8 +285,9 @@ def check_types(cfg: Any, kinds: Mapping[str, Any], *, free: Iterable[str] = ())
             continue
         value = _lookup(cfg, path)
         if value is _MISSING:
-            raise ConfigError(f"config.{path} is missing: every field of default_config() must "
-                              "be set.")
+            raise ConfigError(
+                f"config.{path} is missing: every field of default_config() must be set."
+            )
         require(has_kind(value, kind), path, value, describe_kind(kind))
 
 
@@ -279,33 +303,57 @@ def _lookup(cfg: Any, path: str) -> Any:
     return value
 
 
-def check_sweep_axes(cfg: Any, kinds: Mapping[str, Any], *,
-                     sweepable: Sequence[str] | None = None,
-                     unsweepable: Sequence[str] = UNSWEEPABLE) -> dict[str, list]:
+def check_sweep_axes(
+    cfg: Any,
+    kinds: Mapping[str, Any],
+    *,
+    sweepable: Sequence[str] | None = None,
+    unsweepable: Sequence[str] = UNSWEEPABLE,
+) -> dict[str, list]:
     """The sweep {field: [values]}: a dict whose axes name known fields (a suggestion for a typo),
     that may be swept, each a non-empty list of values of the field's kind. Returns the axes."""
     sweep = cfg.get("sweep", {})
     if sweep is None:
         return {}
-    require(_is_mapping(sweep), "sweep", sweep,
-            "a dict of axes {field: [values]}, e.g. {'optim': {'lr': [0.1, 1.0]}}")
+    require(
+        _is_mapping(sweep),
+        "sweep",
+        sweep,
+        "a dict of axes {field: [values]}, e.g. {'optim': {'lr': [0.1, 1.0]}}",
+    )
     groups = _groups(kinds)
     axes = {}
     for path, values in flatten(sweep).items():
         if path not in kinds:
             if path in groups:
                 if _is_mapping(values) and not len(values):
-                    continue                        # an emptied group, e.g. sweep.optim = {}
-                require(False, f"sweep.{path}", values,
-                        f"a dict of axes {{field: [values]}} under the group {path}, not a value")
+                    continue  # an emptied group, e.g. sweep.optim = {}
+                require(
+                    False,
+                    f"sweep.{path}",
+                    values,
+                    f"a dict of axes {{field: [values]}} under the group {path}, not a value",
+                )
             raise _unknown(path, kinds, "sweep.")
-        require(not _one_per_run(path, unsweepable), f"sweep.{path}", values,
-                f"left out of the sweep: config.{path} holds one value per run")
+        require(
+            not _one_per_run(path, unsweepable),
+            f"sweep.{path}",
+            values,
+            f"left out of the sweep: config.{path} holds one value per run",
+        )
         if sweepable is not None:
-            require(path in sweepable, f"sweep.{path}", values,
-                    "a sweepable field: one of " + ", ".join(sorted(sweepable)))
-        require(isinstance(values, (list, tuple)) and len(values) > 0, f"sweep.{path}", values,
-                f"a non-empty list of values of config.{path}, e.g. [{_example(kinds[path])}]")
+            require(
+                path in sweepable,
+                f"sweep.{path}",
+                values,
+                "a sweepable field: one of " + ", ".join(sorted(sweepable)),
+            )
+        require(
+            isinstance(values, (list, tuple)) and len(values) > 0,
+            f"sweep.{path}",
+            values,
+            f"a non-empty list of values of config.{path}, e.g. [{_example(kinds[path])}]",
+        )
         for v in values:
             require(has_kind(v, kinds[path]), f"sweep.{path}", v, describe_kind(kinds[path]))
         axes[path] = list(values)
@@ -318,38 +366,63 @@ def _one_per_run(path: str, unsweepable: Sequence[str]) -> bool:
 
 
 def _example(kind: Any) -> str:
-    return {"bool": "True, False", "int": "1, 2", "float": "0.1, 1.0", "str": "'a', 'b'"}.get(
-        kind, "[...], [...]") if not isinstance(kind, tuple) else "[...], [...]"
+    return (
+        {"bool": "True, False", "int": "1, 2", "float": "0.1, 1.0", "str": "'a', 'b'"}.get(
+            kind, "[...], [...]"
+        )
+        if not isinstance(kind, tuple)
+        else "[...], [...]"
+    )
 
 
-def check_variants(cfg: Any, kinds: Mapping[str, Any], *,
-                   unsweepable: Sequence[str] = UNSWEEPABLE) -> list[dict[str, Any]]:
+def check_variants(
+    cfg: Any, kinds: Mapping[str, Any], *, unsweepable: Sequence[str] = UNSWEEPABLE
+) -> list[dict[str, Any]]:
     """`variants`: a list of override dicts (one program each) whose fields are known, may vary
     between programs, and have their field's kind. Returns the flattened overrides."""
     variants = cfg.get("variants", None)
     if variants is None or (isinstance(variants, (list, tuple)) and not variants):
         return []
-    require(isinstance(variants, (list, tuple)), "variants", variants,
-            "a list of override dicts, e.g. [{'model': {'tied': True}}, {'model': {'tied': "
-            "False}}]")
+    require(
+        isinstance(variants, (list, tuple)),
+        "variants",
+        variants,
+        "a list of override dicts, e.g. [{'model': {'tied': True}}, {'model': {'tied': False}}]",
+    )
     groups = _groups(kinds)
     out = []
     for i, variant in enumerate(variants):
-        require(_is_mapping(variant), f"variants[{i}]", variant,
-                "a dict of overrides, e.g. {'model': {'tied': True}}")
+        require(
+            _is_mapping(variant),
+            f"variants[{i}]",
+            variant,
+            "a dict of overrides, e.g. {'model': {'tied': True}}",
+        )
         flat = flatten(variant)
         for path, value in flat.items():
             if path not in kinds:
                 if path in groups and _is_mapping(value) and not len(value):
                     continue
                 if path in groups:
-                    require(False, f"variants[{i}].{path}", value,
-                            f"a dict of overrides under the group {path}, not a value")
+                    require(
+                        False,
+                        f"variants[{i}].{path}",
+                        value,
+                        f"a dict of overrides under the group {path}, not a value",
+                    )
                 raise _unknown(path, kinds, f"variants[{i}].")
-            require(not _one_per_run(path, unsweepable), f"variants[{i}].{path}", value,
-                    f"left out of the variants: config.{path} holds one value per run")
-            require(has_kind(value, kinds[path]), f"variants[{i}].{path}", value,
-                    describe_kind(kinds[path]))
+            require(
+                not _one_per_run(path, unsweepable),
+                f"variants[{i}].{path}",
+                value,
+                f"left out of the variants: config.{path} holds one value per run",
+            )
+            require(
+                has_kind(value, kinds[path]),
+                f"variants[{i}].{path}",
+                value,
+                describe_kind(kinds[path]),
+            )
         out.append({k: v for k, v in flat.items() if k in kinds})
     return out
 
@@ -381,30 +454,49 @@ def _run_cell(validate_cell: Callable[[Any], None], cell: Fields) -> None:
         validate_cell(cell)
     except ConfigError:
         raise
-    except (ValueError, TypeError, KeyError, AttributeError, IndexError, ZeroDivisionError,
-            OverflowError) as error:
-        raise ConfigError(f"config could not be checked ({type(error).__name__}: {error}); "
-                          "please report this with the config.") from None
+    except (
+        ValueError,
+        TypeError,
+        KeyError,
+        AttributeError,
+        IndexError,
+        ZeroDivisionError,
+        OverflowError,
+    ) as error:
+        raise ConfigError(
+            f"config could not be checked ({type(error).__name__}: {error}); "
+            "please report this with the config."
+        ) from None
 
 
-def _in_context(error: ConfigError, overrides: dict[str, Any], origin: dict[str, str]
-                ) -> ConfigError:
+def _in_context(
+    error: ConfigError, overrides: dict[str, Any], origin: dict[str, str]
+) -> ConfigError:
     """The error of a cell, naming where its value came from: `config.sweep.chain.p = 1.5: ...`
     when it is about a swept or variant field, else with the cell's overrides in brackets."""
     message = str(error)
     for path in overrides:
         head = f"config.{path} = "
         if message.startswith(head) or message.startswith(f"config.{path}:"):
-            return ConfigError(f"config.{origin[path]}{message[len('config.' + path):]}")
+            return ConfigError(f"config.{origin[path]}{message[len('config.' + path) :]}")
     where = ", ".join(f"config.{origin[k]} = {v!r}" for k, v in overrides.items())
     body = message[:-1] if message.endswith(".") else message
     return ConfigError(f"{body} (in the program with {where}).")
 
 
-def require_numbers(cfg: Any, field: str, *, low: float | None = None,
-                    high: float | None = None, low_open: bool = False, high_open: bool = False,
-                    integer: bool = False, nonempty: bool = True,
-                    length: int | None = None, length_of: str = "") -> None:
+def require_numbers(
+    cfg: Any,
+    field: str,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    low_open: bool = False,
+    high_open: bool = False,
+    integer: bool = False,
+    nonempty: bool = True,
+    length: int | None = None,
+    length_of: str = "",
+) -> None:
     """Check that list field `field` holds (finite) numbers in a range: one sentence naming the
     whole list, e.g. `config.theory.fig3_eta_y = [0.1, -1.0]: must be a non-empty list of
     numbers > 0.`; `length` (described by `length_of`) fixes its length."""
@@ -413,8 +505,12 @@ def require_numbers(cfg: Any, field: str, *, low: float | None = None,
     if low is None and high is None:
         plural = noun if length is not None else f"finite {noun}"
     else:
-        plural = noun + _describe_interval(low, high, low_open, high_open, integer).split(
-            "number" if not integer else "integer", 1)[1]
+        plural = (
+            noun
+            + _describe_interval(low, high, low_open, high_open, integer).split(
+                "number" if not integer else "integer", 1
+            )[1]
+        )
     if length is not None:
         allowed = f"a list of {length} {plural}" + (f" ({length_of})" if length_of else "")
     else:
@@ -422,8 +518,12 @@ def require_numbers(cfg: Any, field: str, *, low: float | None = None,
     ok = isinstance(values, (list, tuple)) and (len(values) > 0 or not nonempty)
     ok = ok and (length is None or len(values) == length)
     for v in values if ok else ():
-        ok = (isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
-              and math.isfinite(v) and (not integer or float(v).is_integer()))
+        ok = (
+            isinstance(v, (int, float, np.integer, np.floating))
+            and not isinstance(v, bool)
+            and math.isfinite(v)
+            and (not integer or float(v).is_integer())
+        )
         if ok and low is not None:
             ok = v > low if low_open else v >= low
         if ok and high is not None:
@@ -446,26 +546,39 @@ def field_error(error: Exception, group: str) -> ConfigError:
 def require_text(cfg: Any, field: str) -> None:
     """A non-empty string of printable characters without path separators (names go into paths)."""
     value = get(cfg, field)
-    require(isinstance(value, str) and value.strip() == value and value != "" and
-            value.isprintable() and "/" not in value and "\\" not in value, field, value,
-            "a non-empty name without spaces at its ends, '/' or '\\'")
+    require(
+        isinstance(value, str)
+        and value.strip() == value
+        and value != ""
+        and value.isprintable()
+        and "/" not in value
+        and "\\" not in value,
+        field,
+        value,
+        "a non-empty name without spaces at its ends, '/' or '\\'",
+    )
 
 
 def require_seeds(cfg: Any) -> None:
     """seed >= 0, num_seeds >= 1, and the last seed a 31-bit integer (PRNG keys take it)."""
-    require_number(cfg, "seed", low=0, high=2 ** 31 - 1, integer=True)
-    require_number(cfg, "num_seeds", low=1, high=2 ** 31 - cfg.seed, integer=True)
+    require_number(cfg, "seed", low=0, high=2**31 - 1, integer=True)
+    require_number(cfg, "num_seeds", low=1, high=2**31 - cfg.seed, integer=True)
 
 
 def require_chunking(cfg: Any) -> None:
     """train.chunk_steps: 0 (about ten progress lines) or a multiple of train.log_every, at most
     train.num_steps."""
     t = cfg.train
-    require(t.chunk_steps == 0 or (t.chunk_steps > 0 and t.chunk_steps % t.log_every == 0
-                                   and t.chunk_steps <= t.num_steps),
-            "train.chunk_steps", t.chunk_steps,
-            f"0 (the default: about ten chunks) or a multiple of train.log_every = {t.log_every} "
-            f"that is at most train.num_steps = {t.num_steps}")
+    require(
+        t.chunk_steps == 0
+        or (
+            t.chunk_steps > 0 and t.chunk_steps % t.log_every == 0 and t.chunk_steps <= t.num_steps
+        ),
+        "train.chunk_steps",
+        t.chunk_steps,
+        f"0 (the default: about ten chunks) or a multiple of train.log_every = {t.log_every} "
+        f"that is at most train.num_steps = {t.num_steps}",
+    )
 
 
 def require_nonfinite_policy(cfg: Any) -> None:
@@ -476,31 +589,50 @@ def require_schedule(cfg: Any, *, warmup_set_by: str = "") -> None:
     """optim.warmup_steps within train.num_steps (or 0 where `warmup_set_by` sets it)."""
     o = cfg.optim
     if warmup_set_by:
-        require(o.warmup_steps == 0, "optim.warmup_steps", o.warmup_steps,
-                f"0: {warmup_set_by} sets the warm-up of this experiment")
+        require(
+            o.warmup_steps == 0,
+            "optim.warmup_steps",
+            o.warmup_steps,
+            f"0: {warmup_set_by} sets the warm-up of this experiment",
+        )
     else:
         require_number(cfg, "optim.warmup_steps", low=0, high=cfg.train.num_steps, integer=True)
-        require(o.schedule != "constant" or o.warmup_steps == 0, "optim.warmup_steps",
-                o.warmup_steps, "0 unless optim.schedule is 'warmup_cosine' or 'onecycle' (the "
-                "constant schedule has no warm-up)")
+        require(
+            o.schedule != "constant" or o.warmup_steps == 0,
+            "optim.warmup_steps",
+            o.warmup_steps,
+            "0 unless optim.schedule is 'warmup_cosine' or 'onecycle' (the "
+            "constant schedule has no warm-up)",
+        )
 
 
 def require_empty_sweep(cfg: Any, why: str) -> None:
     """No sweep and no variants: `why` names the experiment that would ignore them."""
     for field in ("sweep", "variants"):
         value = cfg.get(field, None)
-        axes = [v for v in flatten(value).values() if not _is_mapping(v)] if _is_mapping(
-            value) else value
-        require(not axes, field, value,
-                f"empty: {why} runs no sweep or variants (they would be ignored)")
+        axes = (
+            [v for v in flatten(value).values() if not _is_mapping(v)]
+            if _is_mapping(value)
+            else value
+        )
+        require(
+            not axes,
+            field,
+            value,
+            f"empty: {why} runs no sweep or variants (they would be ignored)",
+        )
 
 
-def validate_cells(cfg: Any, reference: ml_collections.ConfigDict,
-                   traced: Sequence[str] | Callable[[Any], Sequence[str]],
-                   validate_cell: Callable[[Any], None], *,
-                   sweepable: Sequence[str] | None = None,
-                   unsweepable: Sequence[str] = UNSWEEPABLE,
-                   before: Callable[[Any], None] | None = None) -> Any:
+def validate_cells(
+    cfg: Any,
+    reference: ml_collections.ConfigDict,
+    traced: Sequence[str] | Callable[[Any], Sequence[str]],
+    validate_cell: Callable[[Any], None],
+    *,
+    sweepable: Sequence[str] | None = None,
+    unsweepable: Sequence[str] = UNSWEEPABLE,
+    before: Callable[[Any], None] | None = None,
+) -> Any:
     """The whole check of a config, before anything is made; one ConfigError sentence.
 
     1. unknown fields (with a suggestion), 2. every field's kind (that of its default in
@@ -516,15 +648,18 @@ def validate_cells(cfg: Any, reference: ml_collections.ConfigDict,
     kinds = reference_kinds(reference)
     check_types(fields, kinds, free=free)
     axes = check_sweep_axes(fields, kinds, sweepable=sweepable, unsweepable=unsweepable)
-    variants = ("variants" in free and check_variants(fields, kinds, unsweepable=unsweepable)
-                or [{}])
+    variants = "variants" in free and check_variants(fields, kinds, unsweepable=unsweepable) or [{}]
     if before is not None:
         _run_cell(before, fields)
     traced = tuple(traced(fields) if callable(traced) else traced)
     for i, variant in enumerate(variants):
         for path in axes:
-            require(path not in variant or path in traced, f"sweep.{path}", axes[path],
-                    f"a field the variants leave alone (config.variants[{i}] sets it too)")
+            require(
+                path not in variant or path in traced,
+                f"sweep.{path}",
+                axes[path],
+                f"a field the variants leave alone (config.variants[{i}] sets it too)",
+            )
     structural = {k: v for k, v in axes.items() if k not in traced}
     traced_axes = {k: v for k, v in axes.items() if k in traced}
     for i, variant in enumerate(variants):
@@ -539,8 +674,13 @@ def validate_cells(cfg: Any, reference: ml_collections.ConfigDict,
             for axis, axis_values in traced_axes.items():
                 for value in _extremes(axis_values):
                     old = _set(cell, axis, value)
-                    _check_cell(validate_cell, cell, fields, {**overrides, axis: value},
-                                {**origin, axis: f"sweep.{axis}"})
+                    _check_cell(
+                        validate_cell,
+                        cell,
+                        fields,
+                        {**overrides, axis: value},
+                        {**origin, axis: f"sweep.{axis}"},
+                    )
                     _set(cell, axis, old)
     return fields
 
@@ -551,7 +691,7 @@ def _check_cell(validate_cell, cell, base, overrides, origin) -> None:
     except ConfigError as error:
         if not overrides:
             raise
-        try:                                    # the same mistake without the overrides: say so
+        try:  # the same mistake without the overrides: say so
             _run_cell(validate_cell, base)
         except ConfigError as base_error:
             if str(base_error) == str(error):
@@ -569,6 +709,7 @@ class MemoryEstimate:
     bytes: the estimate; what: the arrays it counts, in words ("the test set: 65536 sequences x
     32 tokens x ..."); field: the config field to lower to need less (dotted, without "config.").
     """
+
     bytes: float
     what: str
     field: str
@@ -592,7 +733,7 @@ def available_memory_bytes() -> float:
                 text = f.read().strip()
         except OSError:
             continue
-        if text.isdigit() and int(text) < 2 ** 60:
+        if text.isdigit() and int(text) < 2**60:
             available = min(available, float(text))
     return available
 
@@ -612,14 +753,16 @@ def check_memory(estimate: MemoryEstimate | None, available: float | None = None
     if estimate.bytes > available:
         raise ConfigError(
             f"this run needs about {format_bytes(estimate.bytes)} at once ({estimate.what}) but "
-            f"{format_bytes(available)} of memory is available: lower config.{estimate.field}.")
+            f"{format_bytes(available)} of memory is available: lower config.{estimate.field}."
+        )
 
 
 def traced_runs(values: dict[str, Any], traced: Sequence[str], zipped: bool = False) -> int:
     """Runs one program vmaps, from a flat config (`flatten`): seeds x the traced sweep axes
     (their product, or one axis' length when `zipped`)."""
-    lengths = [len(v) for k, v in values.items()
-               if k.startswith("sweep.") and k[len("sweep."):] in traced]
+    lengths = [
+        len(v) for k, v in values.items() if k.startswith("sweep.") and k[len("sweep.") :] in traced
+    ]
     runs = (max(lengths) if zipped else math.prod(lengths)) if lengths else 1
     return int(values.get("num_seeds", 1)) * runs
 
@@ -629,10 +772,13 @@ def _flat_defaults(default_config: Callable[[], Any]) -> dict[str, Any]:
     return flatten(default_config())
 
 
-def estimate_memory(cfg: ml_collections.ConfigDict, traced: Sequence[str],
-                    cell_bytes: Callable[[dict[str, Any]], tuple[float, str]],
-                    fields: Sequence[str],
-                    default_config: Callable[[], Any] | None = None) -> MemoryEstimate:
+def estimate_memory(
+    cfg: ml_collections.ConfigDict,
+    traced: Sequence[str],
+    cell_bytes: Callable[[dict[str, Any]], tuple[float, str]],
+    fields: Sequence[str],
+    default_config: Callable[[], Any] | None = None,
+) -> MemoryEstimate:
     """The MemoryEstimate of a config's largest structural cell, by shape arithmetic.
 
     cell_bytes(values) -> (bytes, what) for one cell's flat config (`flatten`, with the cell's
@@ -644,8 +790,9 @@ def estimate_memory(cfg: ml_collections.ConfigDict, traced: Sequence[str],
     flat = flatten(cfg)
     defaults = _flat_defaults(default_config) if default_config is not None else {}
     cells = [dict(flat, **cell) for cell in structural_cells(cfg, traced)] or [flat]
-    (need, what), worst = max(((cell_bytes(cell), cell) for cell in cells),
-                              key=lambda pair: pair[0][0])
+    (need, what), worst = max(
+        ((cell_bytes(cell), cell) for cell in cells), key=lambda pair: pair[0][0]
+    )
 
     def saving(field: str) -> float:
         value = worst.get(field)
@@ -659,5 +806,4 @@ def estimate_memory(cfg: ml_collections.ConfigDict, traced: Sequence[str],
 
     savings = {field: saving(field) for field in fields}
     best = max(savings.values())
-    return MemoryEstimate(float(need), what,
-                          next(f for f in fields if savings[f] >= 0.8 * best))
+    return MemoryEstimate(float(need), what, next(f for f in fields if savings[f] >= 0.8 * best))

@@ -44,8 +44,11 @@ def _select(names: Names, name) -> np.ndarray:
     names gives the concatenation of each one's indices."""
     if not isinstance(name, str):
         return np.concatenate([_select(names, n) for n in block_names(name, "block")])
-    chosen = [np.arange(s.start, s.stop) for leaf, s, _ in names
-                        if leaf == name or leaf.startswith(name + "/")]
+    chosen = [
+        np.arange(s.start, s.stop)
+        for leaf, s, _ in names
+        if leaf == name or leaf.startswith(name + "/")
+    ]
     if not chosen:
         available = ", ".join(leaf for leaf, _, _ in names)
         raise KeyError(f"no parameter named {name!r}; available: {available}.")
@@ -53,15 +56,18 @@ def _select(names: Names, name) -> np.ndarray:
 
 
 NON_FINITE = "non-finite"
-_NO_SPECTRUM = ("eigenvalues not computed: a matrix with NaN or inf entries has no meaningful "
-                "spectrum, so no curvature verdict is given (look for log(0), sqrt or log of a "
-                "negative number, 0/0 or overflow in the loss at these parameters)")
+_NO_SPECTRUM = (
+    "eigenvalues not computed: a matrix with NaN or inf entries has no meaningful "
+    "spectrum, so no curvature verdict is given (look for log(0), sqrt or log of a "
+    "negative number, 0/0 or overflow in the loss at these parameters)"
+)
 
 
 def _check_tol(tol) -> None:
     if tol is not None:
-        _checks.check_real("tol", tol, low=0,
-                           meaning="an absolute eigenvalue threshold; None for the default")
+        _checks.check_real(
+            "tol", tol, low=0, meaning="an absolute eigenvalue threshold; None for the default"
+        )
 
 
 def _count_nonfinite(values: np.ndarray) -> str:
@@ -72,8 +78,11 @@ def _count_nonfinite(values: np.ndarray) -> str:
 
 def _nonfinite_vector_blocks(vector: np.ndarray, names: Names) -> dict[str, str]:
     """{leaf name: "2 NaN, 1 inf"} for the leaves of a flat vector holding non-finite entries."""
-    return {leaf: _count_nonfinite(vector[s]) for leaf, s, _ in names
-            if not np.all(np.isfinite(vector[s]))}
+    return {
+        leaf: _count_nonfinite(vector[s])
+        for leaf, s, _ in names
+        if not np.all(np.isfinite(vector[s]))
+    }
 
 
 def _nonfinite_matrix_blocks(matrix: np.ndarray, names: Names) -> dict[str, str]:
@@ -87,8 +96,9 @@ def _nonfinite_matrix_blocks(matrix: np.ndarray, names: Names) -> dict[str, str]
     return out
 
 
-def _nonfinite_lines(gradient: Gradient, matrix_blocks: dict[str, str] | None = None,
-                     matrix_label: str = "Hessian") -> list[str]:
+def _nonfinite_lines(
+    gradient: Gradient, matrix_blocks: dict[str, str] | None = None, matrix_label: str = "Hessian"
+) -> list[str]:
     """Where the non-finite numbers are: the loss, the gradient's blocks, the matrix's blocks."""
     lines = ["non-finite entries (NaN or inf)"]
     if not np.isfinite(gradient.loss):
@@ -135,17 +145,23 @@ def _header(kind: str, gradient: Gradient, dtype) -> list[str]:
     expected = point.meta.get("expected_loss")
     if expected is not None:
         loss_line += f"   (expected {expected:.12g}, difference {gradient.loss - expected:.2e})"
-    return [f"{kind} at {point.name or '<unnamed point>'}  (D = {gradient.vector.size}, {dtype})",
-            loss_line, f"  gradient norm  {gradient.norm:.3e}", "",
-            *("  " + line for line in params_table(point.params).splitlines())]
+    return [
+        f"{kind} at {point.name or '<unnamed point>'}  (D = {gradient.vector.size}, {dtype})",
+        loss_line,
+        f"  gradient norm  {gradient.norm:.3e}",
+        "",
+        *("  " + line for line in params_table(point.params).splitlines()),
+    ]
 
 
 def _spectrum_lines(values: np.ndarray, tol: float, label: str) -> list[str]:
     negative = int(np.sum(values < -tol))
     positive = int(np.sum(values > tol))
-    lines = [f"{label}: min {values[0]:.6g}, max {values[-1]:.6g}; negative {negative}, "
-                      f"zero {values.size - negative - positive}, positive {positive}  "
-                      f"(|λ| <= tol = {tol:.3g} counts as zero)"]
+    lines = [
+        f"{label}: min {values[0]:.6g}, max {values[-1]:.6g}; negative {negative}, "
+        f"zero {values.size - negative - positive}, positive {positive}  "
+        f"(|λ| <= tol = {tol:.3g} counts as zero)"
+    ]
     if values.size <= 10:
         return lines + [f"  all       {_numbers(values)}"]
     return lines + [f"  smallest  {_numbers(values[:5])}", f"  largest   {_numbers(values[-5:])}"]
@@ -167,6 +183,7 @@ def _flat_loss(point: Point) -> tuple[jax.Array, Callable[[jax.Array], jax.Array
 @dataclasses.dataclass(frozen=True, eq=False, repr=False)
 class Gradient:
     """The gradient of the population loss at a point, labelled by parameter names."""
+
     point: Point
     tree: Any
     vector: np.ndarray
@@ -187,7 +204,7 @@ class Gradient:
         return _nonfinite_vector_blocks(self.vector, self.names)
 
     def verdict(self, tol: float | None = None) -> str:
-        """"non-finite" if the loss or an entry is NaN or inf; else, with `tol`, whether the
+        """ "non-finite" if the loss or an entry is NaN or inf; else, with `tol`, whether the
         gradient norm is <= tol ("stationary") or not; without `tol`, the norm."""
         _check_tol(tol)
         if not self.finite:
@@ -228,11 +245,15 @@ def _check_point(point, caller: str) -> Point:
         dtype = np.asarray(leaf).dtype if dtype is None else dtype
         if not jnp.issubdtype(dtype, jnp.floating):
             name = jax.tree_util.keystr(path, simple=True, separator="/") or "params"
-            raise TypeError(f"{caller}: parameter {name!r} has dtype {dtype}; every parameter "
-                            "must be a floating-point array (the loss is differentiated in it).")
+            raise TypeError(
+                f"{caller}: parameter {name!r} has dtype {dtype}; every parameter "
+                "must be a floating-point array (the loss is differentiated in it)."
+            )
     if sum(int(np.size(leaf)) for _, leaf in leaves) == 0:
-        raise ValueError(f"{caller}: {point.name or 'the point'} has no parameters (its params "
-                         "hold no array entries), so there is nothing to differentiate.")
+        raise ValueError(
+            f"{caller}: {point.name or 'the point'} has no parameters (its params "
+            "hold no array entries), so there is nothing to differentiate."
+        )
     return point
 
 
@@ -259,6 +280,7 @@ def hvp(point: Point) -> Callable[[Any], Any]:
 @dataclasses.dataclass(frozen=True, eq=False, repr=False)
 class Hessian:
     """The dense Hessian at a point (symmetrised), with named blocks and a cached spectrum."""
+
     matrix: np.ndarray
     names: Names
     point: Point
@@ -281,10 +303,12 @@ class Hessian:
 
     @functools.cached_property
     def _eigh(self) -> tuple[np.ndarray, np.ndarray]:
-        if not np.all(np.isfinite(self.matrix)):     # eigh on NaN/inf raises or returns garbage
+        if not np.all(np.isfinite(self.matrix)):  # eigh on NaN/inf raises or returns garbage
             dim = self.matrix.shape[0]
-            return (np.full(dim, np.nan, self.matrix.dtype),
-                    np.full((dim, dim), np.nan, self.matrix.dtype))
+            return (
+                np.full(dim, np.nan, self.matrix.dtype),
+                np.full((dim, dim), np.nan, self.matrix.dtype),
+            )
         return np.linalg.eigh(self.matrix)
 
     @property
@@ -300,8 +324,10 @@ class Hessian:
     def _require_finite(self, what: str) -> None:
         if not np.all(np.isfinite(self.matrix)):
             blocks = "; ".join(f"{b}: {c}" for b, c in self.nonfinite_blocks().items())
-            raise ValueError(f"{what} is undefined: the Hessian has NaN or inf entries ({blocks}), "
-                             "so its eigenvalues are not computed (verdict 'non-finite').")
+            raise ValueError(
+                f"{what} is undefined: the Hessian has NaN or inf entries ({blocks}), "
+                "so its eigenvalues are not computed (verdict 'non-finite')."
+            )
 
     def tolerance(self, tol: float | None = None) -> float:
         """`tol` if given, else the default relative tolerance (module docstring); NaN for a
@@ -324,8 +350,10 @@ class Hessian:
             return NON_FINITE
         focus = self.focus_report(tol)
         if focus and self.num_negative(tol) == 0 and focus["min"] > tol and focus["outside"] <= tol:
-            return (f"local minimum (PSD: positive definite on {', '.join(focus['names'])}, zero "
-                    f"elsewhere; {self.point.meta.get('flat_argument', 'flat directions unchecked')})")
+            return (
+                f"local minimum (PSD: positive definite on {', '.join(focus['names'])}, zero "
+                f"elsewhere; {self.point.meta.get('flat_argument', 'flat directions unchecked')})"
+            )
         return _verdict(self.eigenvalues, tol)
 
     def focus_report(self, tol: float | None = None) -> dict | None:
@@ -342,49 +370,77 @@ class Hessian:
         outside = np.setdiff1d(np.arange(self.matrix.shape[0]), inside)
         block = self.matrix[np.ix_(inside, inside)]
         finite = bool(np.all(np.isfinite(block)))
-        eigenvalues = (np.linalg.eigvalsh(block) if finite
-                       else np.full(inside.size, np.nan, self.matrix.dtype))
+        eigenvalues = (
+            np.linalg.eigvalsh(block) if finite else np.full(inside.size, np.nan, self.matrix.dtype)
+        )
         rows = self.matrix[outside]
-        rest = (np.abs(rows).max() if np.all(np.isfinite(rows)) else np.nan) if outside.size else 0.0
-        return {"names": list(names), "eigenvalues": eigenvalues, "min": eigenvalues[0],
-                "outside": float(rest), "finite": finite}
+        rest = (
+            (np.abs(rows).max() if np.all(np.isfinite(rows)) else np.nan) if outside.size else 0.0
+        )
+        return {
+            "names": list(names),
+            "eigenvalues": eigenvalues,
+            "min": eigenvalues[0],
+            "outside": float(rest),
+            "finite": finite,
+        }
 
     def describe(self, tol: float | None = None) -> str:
         """Loss, gradient norm, per-block eigenvalues and norms, spectrum, verdict and prediction."""
         tol = self.tolerance(tol)
         width = _name_width(self.names)
         lines = _header("Hessian", self.gradient, self.matrix.dtype)
-        lines += ["", "diagonal blocks",
-                            f"  {'name':<{width}}{'shape':<14}{'λ_min':>13}{'λ_max':>13}{'‖·‖_F':>13}"]
+        lines += [
+            "",
+            "diagonal blocks",
+            f"  {'name':<{width}}{'shape':<14}{'λ_min':>13}{'λ_max':>13}{'‖·‖_F':>13}",
+        ]
         for leaf, s, shape in self.names:
             block = self.matrix[s, s]
             if not np.all(np.isfinite(block)):
-                lines.append(f"  {leaf:<{width}}{str(shape):<14}{'non-finite':>13}{'':>13}"
-                             f"{np.linalg.norm(block):>13.5g}")
+                lines.append(
+                    f"  {leaf:<{width}}{str(shape):<14}{'non-finite':>13}{'':>13}"
+                    f"{np.linalg.norm(block):>13.5g}"
+                )
                 continue
             block_eigenvalues = np.linalg.eigvalsh(block)
-            lines.append(f"  {leaf:<{width}}{str(shape):<14}{block_eigenvalues[0]:>13.5g}"
-                                      f"{block_eigenvalues[-1]:>13.5g}{np.linalg.norm(block):>13.5g}")
+            lines.append(
+                f"  {leaf:<{width}}{str(shape):<14}{block_eigenvalues[0]:>13.5g}"
+                f"{block_eigenvalues[-1]:>13.5g}{np.linalg.norm(block):>13.5g}"
+            )
         if not self.finite:
             lines += [""] + _nonfinite_lines(self.gradient, self.nonfinite_blocks())
-            lines += ["", (_NO_SPECTRUM if not np.all(np.isfinite(self.matrix)) else
-                           "the Hessian is finite but the loss or gradient is not, so no "
-                           "curvature verdict is given") + "."]
+            lines += [
+                "",
+                (
+                    _NO_SPECTRUM
+                    if not np.all(np.isfinite(self.matrix))
+                    else "the Hessian is finite but the loss or gradient is not, so no "
+                    "curvature verdict is given"
+                )
+                + ".",
+            ]
             lines += [""] + _verdict_lines(self.verdict(), self.point)
             return "\n".join(lines)
-        coupled = [(a, b, np.linalg.norm(self.matrix[sa, sb]))
-                              for (a, sa, _), (b, sb, _) in itertools.combinations(self.names, 2)]
+        coupled = [
+            (a, b, np.linalg.norm(self.matrix[sa, sb]))
+            for (a, sa, _), (b, sb, _) in itertools.combinations(self.names, 2)
+        ]
         coupled = [(a, b, norm) for a, b, norm in coupled if norm > tol]
         lines += ["", "off-diagonal blocks with ‖·‖_F > tol"]
         lines += [f"  {a} × {b}: {norm:.5g}" for a, b, norm in coupled] or ["  none"]
         focus = self.focus_report(tol)
         if focus:
-            lines += ["", f"focus block ({', '.join(focus['names'])})",
-                      f"  eigenvalues  {_numbers(focus['eigenvalues'])}"]
+            lines += [
+                "",
+                f"focus block ({', '.join(focus['names'])})",
+                f"  eigenvalues  {_numbers(focus['eigenvalues'])}",
+            ]
             if "focus_prediction" in self.point.meta:
                 lines.append(f"  predicted    {_numbers(self.point.meta['focus_prediction'])}")
-            lines.append(f"  max |H| outside the focus block (rows and columns): "
-                         f"{focus['outside']:.3g}")
+            lines.append(
+                f"  max |H| outside the focus block (rows and columns): {focus['outside']:.3g}"
+            )
         lines += [""] + _spectrum_lines(self.eigenvalues, tol, "spectrum")
         lines += [""] + _verdict_lines(self.verdict(tol), self.point)
         return "\n".join(lines)
@@ -397,6 +453,7 @@ def _dense_hessian(loss_of_flat, flat: jax.Array, columns_per_batch: int) -> np.
     """H column by column as the linearised gradient map applied to the unit vectors (the
     forward-over-reverse product of jax.hessian, with the primal pass done once), in batches of
     `columns_per_batch` columns."""
+
     def hessian(x):
         _, linear_grad = jax.linearize(jax.grad(loss_of_flat), x)
         basis = jnp.eye(x.size, dtype=x.dtype)
@@ -408,9 +465,15 @@ def _dense_hessian(loss_of_flat, flat: jax.Array, columns_per_batch: int) -> np.
     return 0.5 * (matrix + matrix.T)
 
 
-def hessian_at(point: Point, method: str = "dense", *, num_iters: int = 100,
-                              key: jax.Array | None = None, max_dense_dim: int = 6000,
-                              columns_per_batch: int = 256) -> Hessian | Spectrum:
+def hessian_at(
+    point: Point,
+    method: str = "dense",
+    *,
+    num_iters: int = 100,
+    key: jax.Array | None = None,
+    max_dense_dim: int = 6000,
+    columns_per_batch: int = 256,
+) -> Hessian | Spectrum:
     """The exact Hessian of the population loss at `point`.
 
     method="dense": the (D, D) matrix in the params' dtype, for D <= max_dense_dim; its columns are
@@ -422,25 +485,27 @@ def hessian_at(point: Point, method: str = "dense", *, num_iters: int = 100,
         raise ValueError(f"method={method!r}: must be 'dense' or 'lanczos'.")
     _checks.check_int("num_iters", num_iters, 1, "the number of Lanczos steps")
     _checks.check_key("key", key)
-    _checks.check_int("max_dense_dim", max_dense_dim, 1,
-                      "the largest D for which a dense D x D Hessian is formed")
-    _checks.check_int("columns_per_batch", columns_per_batch, 1,
-                      "Hessian columns computed at once")
+    _checks.check_int(
+        "max_dense_dim", max_dense_dim, 1, "the largest D for which a dense D x D Hessian is formed"
+    )
+    _checks.check_int("columns_per_batch", columns_per_batch, 1, "Hessian columns computed at once")
     if method == "lanczos":
         return lanczos_spectrum(point, num_iters, key)
     dim = point.num_params
     if dim > max_dense_dim:
         raise ValueError(
-                f"{point.name or 'The point'} has D = {dim} parameters, above max_dense_dim = "
-                f"{max_dense_dim} for a dense D x D Hessian; use hessian_at(point, method='lanczos') for "
-                f"its spectrum (or hvp(point) for products), or raise max_dense_dim.")
+            f"{point.name or 'The point'} has D = {dim} parameters, above max_dense_dim = "
+            f"{max_dense_dim} for a dense D x D Hessian; use hessian_at(point, method='lanczos') for "
+            f"its spectrum (or hvp(point) for products), or raise max_dense_dim."
+        )
     flat, loss_of_flat = _flat_loss(point)
     matrix = _dense_hessian(loss_of_flat, flat, columns_per_batch)
     return Hessian(matrix, param_names(point.params), point, gradient_at(point))
 
 
-def lanczos(matvec: Callable[[jax.Array], jax.Array], dim: int, num_iters: int,
-                        key: jax.Array, dtype) -> tuple[jax.Array, jax.Array]:
+def lanczos(
+    matvec: Callable[[jax.Array], jax.Array], dim: int, num_iters: int, key: jax.Array, dtype
+) -> tuple[jax.Array, jax.Array]:
     """Lanczos tridiagonalisation of a symmetric operator, with full reorthogonalisation.
 
     Returns T's diagonal `alphas` (num_iters,) and off-diagonal `betas` (num_iters - 1,), where
@@ -492,6 +557,7 @@ class Spectrum:
     `weights` (squared first components of the Ritz vectors, summing to 1) make the spectral
     density estimate sum_j weights[j] * delta(λ - ritz_values[j]).
     """
+
     point: Point
     ritz_values: np.ndarray
     weights: np.ndarray
@@ -525,8 +591,9 @@ class Spectrum:
         if self.min < -tol:
             consequence = "saddle" if self.max > tol else "not a minimum"
             return f"{smallest}; negative curvature found → {consequence}"
-        return (f"{smallest}; no negative Ritz value below -{tol:.3g} found "
-                        f"(not a proof of a minimum)")
+        return (
+            f"{smallest}; no negative Ritz value below -{tol:.3g} found (not a proof of a minimum)"
+        )
 
     def describe(self, tol: float | None = None) -> str:
         tol = self.tolerance(tol)
@@ -535,13 +602,18 @@ class Spectrum:
         if not self.finite:
             lines += _nonfinite_lines(self.gradient)
             if not np.all(np.isfinite(self.ritz_values)):
-                lines.append("  Hessian-vector products: NaN or inf (the Lanczos tridiagonal "
-                             "matrix is non-finite)")
-            lines += ["", "Ritz values not computed: Hessian-vector products with NaN or inf "
-                          "entries have no meaningful spectrum, so no curvature verdict is given."
-                      if not np.all(np.isfinite(self.ritz_values)) else
-                      "Ritz values are finite, but the loss or gradient is not, so no curvature "
-                      "verdict is given."]
+                lines.append(
+                    "  Hessian-vector products: NaN or inf (the Lanczos tridiagonal "
+                    "matrix is non-finite)"
+                )
+            lines += [
+                "",
+                "Ritz values not computed: Hessian-vector products with NaN or inf "
+                "entries have no meaningful spectrum, so no curvature verdict is given."
+                if not np.all(np.isfinite(self.ritz_values))
+                else "Ritz values are finite, but the loss or gradient is not, so no curvature "
+                "verdict is given.",
+            ]
             lines += [""] + _verdict_lines(self.verdict(), self.point)
             return "\n".join(lines)
         lines += _spectrum_lines(self.ritz_values, tol, "Ritz values")
@@ -549,8 +621,10 @@ class Spectrum:
         return "\n".join(lines)
 
     def __repr__(self) -> str:
-        return (f"Spectrum({self.point.name!r}, D={self.gradient.vector.size}, "
-                        f"iterations={self.ritz_values.size}, min={self.min:.4g}, max={self.max:.4g})")
+        return (
+            f"Spectrum({self.point.name!r}, D={self.gradient.vector.size}, "
+            f"iterations={self.ritz_values.size}, min={self.min:.4g}, max={self.max:.4g})"
+        )
 
 
 def lanczos_spectrum(point: Point, num_iters: int = 100, key: jax.Array | None = None) -> Spectrum:
@@ -573,8 +647,9 @@ def lanczos_spectrum(point: Point, num_iters: int = 100, key: jax.Array | None =
 
     alphas, betas = (np.asarray(a) for a in tridiagonal(flat, key))
     if not (np.all(np.isfinite(alphas)) and np.all(np.isfinite(betas))):
-        nan = np.full(num_iters, np.nan, alphas.dtype)     # eigh on NaN/inf: garbage or an error
+        nan = np.full(num_iters, np.nan, alphas.dtype)  # eigh on NaN/inf: garbage or an error
         return Spectrum(point, nan, nan.copy(), gradient_at(point))
-    ritz_values, ritz_vectors = np.linalg.eigh(np.diag(alphas) + np.diag(betas, 1)
-                                                                                          + np.diag(betas, -1))
+    ritz_values, ritz_vectors = np.linalg.eigh(
+        np.diag(alphas) + np.diag(betas, 1) + np.diag(betas, -1)
+    )
     return Spectrum(point, ritz_values, ritz_vectors[0] ** 2, gradient_at(point))

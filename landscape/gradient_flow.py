@@ -24,8 +24,12 @@ class FlowSettings:
     max_steps: int = 200_000
 
 
-def gradient_flow(loss_fn: Callable[[Any], jax.Array], params0: Any, save_times: jax.Array,
-                  settings: FlowSettings = FlowSettings()):
+def gradient_flow(
+    loss_fn: Callable[[Any], jax.Array],
+    params0: Any,
+    save_times: jax.Array,
+    settings: FlowSettings = FlowSettings(),
+):
     """Integrate the flow from params0 (at t = 0) and return (params at save_times, ok).
 
     The returned pytree has a leading axis of len(save_times); `ok` is False if the solver
@@ -35,8 +39,15 @@ def gradient_flow(loss_fn: Callable[[Any], jax.Array], params0: Any, save_times:
     grad = jax.grad(loss_fn)
     term = diffrax.ODETerm(lambda t, params, args: jax.tree.map(jnp.negative, grad(params)))
     solution = diffrax.diffeqsolve(
-        term, diffrax.Dopri8(), t0=0.0, t1=save_times[-1], dt0=None, y0=params0,
+        term,
+        diffrax.Dopri8(),
+        t0=0.0,
+        t1=save_times[-1],
+        dt0=None,
+        y0=params0,
         saveat=diffrax.SaveAt(ts=save_times),
         stepsize_controller=diffrax.PIDController(rtol=settings.rtol, atol=settings.atol),
-        max_steps=settings.max_steps, throw=False)
+        max_steps=settings.max_steps,
+        throw=False,
+    )
     return solution.ys, solution.result == diffrax.RESULTS.successful

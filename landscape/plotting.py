@@ -12,24 +12,42 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-plt.rcParams.update({
-        "figure.dpi": 110, "savefig.dpi": 150, "font.size": 9, "axes.titlesize": 10,
-        "axes.spines.top": False, "axes.spines.right": False,
-})
+plt.rcParams.update(
+    {
+        "figure.dpi": 110,
+        "savefig.dpi": 150,
+        "font.size": 9,
+        "axes.titlesize": 10,
+        "axes.spines.top": False,
+        "axes.spines.right": False,
+    }
+)
 
 
 def subplots(rows: int, cols: int, *, width: float = 3.2, height: float = 2.6, **kwargs):
-    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows), squeeze=False,
-                                                      **kwargs)
+    fig, axes = plt.subplots(
+        rows, cols, figsize=(width * cols, height * rows), squeeze=False, **kwargs
+    )
     return fig, axes
 
 
-def heatmap(ax, values: np.ndarray, *, row_labels: Sequence[str], col_labels: Sequence[str],
-                        separators: Sequence[float] = (), title: str = "", cmap: str = "viridis",
-                        vmin: float | None = None, vmax: float | None = None, colorbar: bool = True):
+def heatmap(
+    ax,
+    values: np.ndarray,
+    *,
+    row_labels: Sequence[str],
+    col_labels: Sequence[str],
+    separators: Sequence[float] = (),
+    title: str = "",
+    cmap: str = "viridis",
+    vmin: float | None = None,
+    vmax: float | None = None,
+    colorbar: bool = True,
+):
     """A rows x columns heat map with labelled ticks and dashed vertical separators."""
-    image = ax.imshow(values, aspect="auto", cmap=cmap, vmin=vmin, vmax=vmax,
-                                        interpolation="nearest")
+    image = ax.imshow(
+        values, aspect="auto", cmap=cmap, vmin=vmin, vmax=vmax, interpolation="nearest"
+    )
     ax.set_yticks(range(len(row_labels)), row_labels)
     step = max(1, len(col_labels) // 10)
     ticks = range(0, len(col_labels), step)
@@ -42,13 +60,20 @@ def heatmap(ax, values: np.ndarray, *, row_labels: Sequence[str], col_labels: Se
     return image
 
 
-def mean_and_band(ax, x: np.ndarray, runs_by_x: np.ndarray, *, label: str, color=None,
-                                    log_y: bool = False):
+def mean_and_band(
+    ax, x: np.ndarray, runs_by_x: np.ndarray, *, label: str, color=None, log_y: bool = False
+):
     """Mean over runs (rows) with a min-max band; runs_by_x has shape (runs, len(x))."""
     mean = np.nanmean(runs_by_x, axis=0)
-    line, = ax.plot(x, mean, label=label, color=color)
-    ax.fill_between(x, np.nanmin(runs_by_x, axis=0), np.nanmax(runs_by_x, axis=0),
-                                    color=line.get_color(), alpha=0.2, linewidth=0)
+    (line,) = ax.plot(x, mean, label=label, color=color)
+    ax.fill_between(
+        x,
+        np.nanmin(runs_by_x, axis=0),
+        np.nanmax(runs_by_x, axis=0),
+        color=line.get_color(),
+        alpha=0.2,
+        linewidth=0,
+    )
     if log_y:
         ax.set_yscale("log")
     return line

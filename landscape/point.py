@@ -24,6 +24,7 @@ class Point:
     `meta` is free-form. Keys the engine reads: "prediction" (str), the theory's verdict, e.g.
     "local minimum (Thm 2)"; "expected_loss" (float), a closed-form value of the loss.
     """
+
     params: Any
     loss_fn: Callable[[Any], jax.Array]
     name: str = ""
@@ -31,14 +32,18 @@ class Point:
 
     def __post_init__(self):
         if not callable(self.loss_fn):
-            raise TypeError(f"loss_fn = {self.loss_fn!r}: must be a function params -> scalar "
-                            f"loss, not {type(self.loss_fn).__name__}.")
+            raise TypeError(
+                f"loss_fn = {self.loss_fn!r}: must be a function params -> scalar "
+                f"loss, not {type(self.loss_fn).__name__}."
+            )
         if not isinstance(self.name, str):
-            raise TypeError(f"name = {self.name!r}: must be a string, not "
-                            f"{type(self.name).__name__}.")
+            raise TypeError(
+                f"name = {self.name!r}: must be a string, not {type(self.name).__name__}."
+            )
         if not isinstance(self.meta, Mapping):
-            raise TypeError(f"meta = {self.meta!r}: must be a mapping (a dict), not "
-                            f"{type(self.meta).__name__}.")
+            raise TypeError(
+                f"meta = {self.meta!r}: must be a mapping (a dict), not {type(self.meta).__name__}."
+            )
 
     def loss(self) -> float:
         return float(jax.jit(self.loss_fn)(self.params))
@@ -80,21 +85,31 @@ def block_names(names, caller: str) -> list[str]:
     except TypeError:
         listed = None
     if listed is None or not all(isinstance(n, str) for n in listed):
-        raise TypeError(f"{caller} expects a block name or a list of block names (strings, as in "
-                        f"landscape.param_names); got {names!r}.")
+        raise TypeError(
+            f"{caller} expects a block name or a list of block names (strings, as in "
+            f"landscape.param_names); got {names!r}."
+        )
     names = listed
     if not names:
-        raise ValueError(f"{caller} got an empty list of block names: name at least one block "
-                         "(as in landscape.param_names).")
+        raise ValueError(
+            f"{caller} got an empty list of block names: name at least one block "
+            "(as in landscape.param_names)."
+        )
     return names
 
 
 def params_table(params) -> str:
     """The parameter table of a model (what `flax.linen.tabulate` reports per parameter): each
     leaf's name, shape, dtype and count, and the total."""
-    rows = [(name, str(shape), str(np.dtype(leaf.dtype)) if hasattr(leaf, "dtype") else "",
-             s.stop - s.start)
-            for (name, s, shape), leaf in zip(param_names(params), jax.tree_util.tree_leaves(params))]
+    rows = [
+        (
+            name,
+            str(shape),
+            str(np.dtype(leaf.dtype)) if hasattr(leaf, "dtype") else "",
+            s.stop - s.start,
+        )
+        for (name, s, shape), leaf in zip(param_names(params), jax.tree_util.tree_leaves(params))
+    ]
     width = max([len("parameter")] + [len(r[0]) for r in rows]) + 2
     lines = [f"{'parameter':<{width}}{'shape':<16}{'dtype':<10}{'count':>9}"]
     lines += [f"{n:<{width}}{shape:<16}{dtype:<10}{count:>9,}" for n, shape, dtype, count in rows]
@@ -114,11 +129,15 @@ def restrict(point: Point, names) -> Point:
     names = block_names(names, "restrict")
     flat, treedef = jax.tree_util.tree_flatten(point.params)
     leaf_names = [name for name, _, _ in param_names(point.params)]
-    chosen = [i for i, leaf in enumerate(leaf_names)
-              if any(leaf == n or leaf.startswith(n + "/") for n in names)]
+    chosen = [
+        i
+        for i, leaf in enumerate(leaf_names)
+        if any(leaf == n or leaf.startswith(n + "/") for n in names)
+    ]
     if not chosen:
-        raise KeyError(f"no parameter named {', '.join(map(repr, names))}; available: "
-                       f"{', '.join(leaf_names)}.")
+        raise KeyError(
+            f"no parameter named {', '.join(map(repr, names))}; available: {', '.join(leaf_names)}."
+        )
 
     def loss_fn(sub):
         leaves = list(flat)
@@ -127,5 +146,9 @@ def restrict(point: Point, names) -> Point:
         return point.loss_fn(jax.tree_util.tree_unflatten(treedef, leaves))
 
     meta = {k: v for k, v in point.meta.items() if k != "focus_blocks"}
-    return Point({leaf_names[i]: flat[i] for i in chosen}, loss_fn,
-                 name=f"{point.name} restricted to {', '.join(names)}", meta=meta)
+    return Point(
+        {leaf_names[i]: flat[i] for i in chosen},
+        loss_fn,
+        name=f"{point.name} restricted to {', '.join(names)}",
+        meta=meta,
+    )

@@ -25,6 +25,7 @@ HALF = (jnp.float16, jnp.bfloat16)
 class Precision:
     """param_dtype: parameters and optimizer state; dtype: matmuls and activations;
     accum_dtype: softmax, LayerNorm and the loss (float32 whenever dtype is a half type)."""
+
     param_dtype: jnp.dtype
     dtype: jnp.dtype
 

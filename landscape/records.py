@@ -1,10 +1,10 @@
 """A run's workdir: the only file I/O of the library.
 
-        <workdir>/config.json     the resolved config
-        <workdir>/metrics.jsonl   one JSON object per run per logged step (pandas.read_json(lines=True))
-        <workdir>/arrays.npz      loss curves, snapshots (attention maps, Z rows), final values
-        <workdir>/summary.json    the paper's claims: statement, measured value, expected, verdict
-        <workdir>/figures/*.png   paper-style plots
+<workdir>/config.json     the resolved config
+<workdir>/metrics.jsonl   one JSON object per run per logged step (pandas.read_json(lines=True))
+<workdir>/arrays.npz      loss curves, snapshots (attention maps, Z rows), final values
+<workdir>/summary.json    the paper's claims: statement, measured value, expected, verdict
+<workdir>/figures/*.png   paper-style plots
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ class Claim:
     kind "sanity": a check of the run itself (e.g. every seed's final loss >= the Bayes loss),
     reported apart and never counted among the paper's claims.
     """
+
     claim: str
     measured: Any
     expected: Any
@@ -46,8 +47,9 @@ class Claim:
         return "reproduced" if self.passed else "NOT reproduced"
 
 
-def claim(statement: str, measured: Any, expected: Any, passed, source: str = "",
-          kind: str = "paper") -> Claim:
+def claim(
+    statement: str, measured: Any, expected: Any, passed, source: str = "", kind: str = "paper"
+) -> Claim:
     """A Claim with `passed` coerced to a Python bool (numpy bools are common here)."""
     if kind not in CLAIM_KINDS:
         raise ValueError(f"claim kind {kind!r}: must be one of {', '.join(CLAIM_KINDS)}")
@@ -65,10 +67,15 @@ def evaluated(name: str, evaluate) -> list[Claim]:
     reproduced), so the run's other claims, figures and summary are still written."""
     try:
         return list(evaluate())
-    except Exception as error:                      # noqa: BLE001 -- reported as the verdict
-        return [claim(f"{name}: could not be evaluated on this run",
-                      f"{type(error).__name__}: {error}", "a run its claims can be evaluated on",
-                      False)]
+    except Exception as error:  # noqa: BLE001 -- reported as the verdict
+        return [
+            claim(
+                f"{name}: could not be evaluated on this run",
+                f"{type(error).__name__}: {error}",
+                "a run its claims can be evaluated on",
+                False,
+            )
+        ]
 
 
 RECORD_FILES = ("config.json", "metrics.jsonl", "arrays.npz", "summary.json")
@@ -89,7 +96,7 @@ class Workdir:
     def __init__(self, path: str | pathlib.Path, checkpoint_seconds: float = 60.0):
         self.path = pathlib.Path(path)
         (self.path / "figures").mkdir(parents=True, exist_ok=True)
-        self.checkpoint_seconds = checkpoint_seconds   # training state saved at least this often
+        self.checkpoint_seconds = checkpoint_seconds  # training state saved at least this often
         self.provenance: dict[str, Any] | None = None  # what ran it (command, versions, git, ...)
         # Where the training state is saved. A process other than 0 of a multi-process run keeps
         # its records in a throw-away folder but reads process 0's checkpoints (on --resume) and
@@ -104,8 +111,14 @@ class Workdir:
         return cls(new_path(name, root))
 
     @classmethod
-    def open(cls, path: str | pathlib.Path, *, overwrite: bool = False, resume: bool = False,
-             checkpoint_seconds: float = 60.0) -> "Workdir":
+    def open(
+        cls,
+        path: str | pathlib.Path,
+        *,
+        overwrite: bool = False,
+        resume: bool = False,
+        checkpoint_seconds: float = 60.0,
+    ) -> "Workdir":
         """The workdir at `path` under the workdir policy (`check_path`): a folder with earlier
         records is refused unless `overwrite` (its records are removed first) or `resume` (they
         are kept, metrics.jsonl is cut back to the latest checkpoint, and arrays.npz, which
@@ -115,7 +128,7 @@ class Workdir:
         if overwrite:
             remove_records(path)
         workdir = cls(path, checkpoint_seconds)
-        if resume:     # the resumed run writes arrays.npz again, from its first program on
+        if resume:  # the resumed run writes arrays.npz again, from its first program on
             workdir.truncate_metrics(latest_checkpoint_metrics_bytes(path))
             (path / "arrays.npz").unlink(missing_ok=True)
         return workdir
@@ -133,7 +146,7 @@ class Workdir:
 
     def append_metrics(self, rows: list[dict[str, Any]]) -> None:
         text = "".join(json.dumps(_jsonable(row)) + "\n" for row in rows)
-        with open(self.path / "metrics.jsonl", "a") as f:   # one write per chunk of rows
+        with open(self.path / "metrics.jsonl", "a") as f:  # one write per chunk of rows
             f.write(text)
             f.flush()
 
@@ -160,20 +173,21 @@ class Workdir:
         paper = [c for c in claims if c.kind == "paper"]
         checks = [c for c in claims if c.kind == "sanity"]
         summary = {
-                "status": "complete",
-                "claims": [dict(dataclasses.asdict(c), verdict=c.verdict) for c in paper],
-                "reproduced": sum(c.passed for c in paper),
-                "total": len(paper),
-                "sanity_checks": [dict(dataclasses.asdict(c), verdict=c.verdict) for c in checks],
-                "sanity_passed": sum(c.passed for c in checks),
-                **extra,
+            "status": "complete",
+            "claims": [dict(dataclasses.asdict(c), verdict=c.verdict) for c in paper],
+            "reproduced": sum(c.passed for c in paper),
+            "total": len(paper),
+            "sanity_checks": [dict(dataclasses.asdict(c), verdict=c.verdict) for c in checks],
+            "sanity_passed": sum(c.passed for c in checks),
+            **extra,
         }
         summary = _jsonable(summary)
         self._write_json("summary.json", summary)
         return summary
 
-    def finish(self, claims: list[Claim], progress=print, where: str = "",
-               **extra: Any) -> dict[str, Any]:
+    def finish(
+        self, claims: list[Claim], progress=print, where: str = "", **extra: Any
+    ) -> dict[str, Any]:
         """The end of a run: summary.json (`write_summary`), then the claims and the records'
         folder (with `where`, e.g. a file to look at) through `progress` (None: silent)."""
         summary = self.write_summary(claims, **extra)
@@ -198,8 +212,16 @@ class Workdir:
             writer = csv.DictWriter(f, columns)
             writer.writeheader()
             for row in rows:
-                writer.writerow({k: (json.dumps(_jsonable(v)) if isinstance(v, (dict, list, tuple))
-                                     else _jsonable(v)) for k, v in row.items()})
+                writer.writerow(
+                    {
+                        k: (
+                            json.dumps(_jsonable(v))
+                            if isinstance(v, (dict, list, tuple))
+                            else _jsonable(v)
+                        )
+                        for k, v in row.items()
+                    }
+                )
         return path
 
     def write_text(self, name: str, text: str) -> pathlib.Path:
@@ -257,8 +279,10 @@ def check_path(path: str | pathlib.Path, *, overwrite: bool = False, resume: boo
     if resume and not has_records(path):
         raise WorkdirError(f"--resume: {path} holds no records of an earlier run to resume.")
     if has_records(path) and not (overwrite or resume):
-        raise WorkdirError(f"--workdir={path} already holds the records of an earlier run: pass "
-                           "--resume to continue it or --overwrite to start over.")
+        raise WorkdirError(
+            f"--workdir={path} already holds the records of an earlier run: pass "
+            "--resume to continue it or --overwrite to start over."
+        )
 
 
 def remove_records(path: str | pathlib.Path) -> None:
@@ -270,8 +294,9 @@ def remove_records(path: str | pathlib.Path) -> None:
     for child in path.iterdir():
         if child.is_dir() and child.name in ("figures", "checkpoints"):
             shutil.rmtree(child)
-        elif child.is_file() and (child.name in RECORD_FILES
-                                  or child.suffix in (".csv", ".txt", ".tmp")):
+        elif child.is_file() and (
+            child.name in RECORD_FILES or child.suffix in (".csv", ".txt", ".tmp")
+        ):
             child.unlink()
 
 
@@ -323,17 +348,23 @@ class Checkpoint:
     def _orbax(self):
         if self._manager is None:
             import jax
-            import orbax.checkpoint as ocp    # here: importing orbax costs ~0.5 s
+            import orbax.checkpoint as ocp  # here: importing orbax costs ~0.5 s
+
             options = dict(max_to_keep=1, enable_async_checkpointing=False)
-            if jax.process_count() > 1:      # this process alone: no barrier with the others
+            if jax.process_count() > 1:  # this process alone: no barrier with the others
                 me = jax.process_index()
-                options.update(create=False, multiprocessing_options=ocp.options.
-                               MultiprocessingOptions(primary_host=me, active_processes={me}))
+                options.update(
+                    create=False,
+                    multiprocessing_options=ocp.options.MultiprocessingOptions(
+                        primary_host=me, active_processes={me}
+                    ),
+                )
             if not self.writable:
                 options.update(read_only=True, max_to_keep=None)
-            with _absl_quiet():   # orbax warns that a read-only folder is read-only
+            with _absl_quiet():  # orbax warns that a read-only folder is read-only
                 self._manager = ocp.CheckpointManager(
-                    self.path.absolute(), options=ocp.CheckpointManagerOptions(**options))
+                    self.path.absolute(), options=ocp.CheckpointManagerOptions(**options)
+                )
         return self._manager
 
     def latest_step(self) -> int | None:
@@ -345,6 +376,7 @@ class Checkpoint:
         if not self.writable:
             return
         import orbax.checkpoint as ocp
+
         self.path.mkdir(parents=True, exist_ok=True)
         with _atomic(self.path / f"host-{step}.npz", "wb") as f:
             np.savez(f, **host)
@@ -357,6 +389,7 @@ class Checkpoint:
     def restore(self, template: Any) -> tuple[int, Any, dict[str, np.ndarray]]:
         """(step, state shaped like `template` (numpy arrays), host arrays) of the latest save."""
         import orbax.checkpoint as ocp
+
         steps = _committed_steps(self.path)
         if not steps:
             raise FileNotFoundError(f"no complete checkpoint in {self.path}")
@@ -369,6 +402,7 @@ class Checkpoint:
 @contextlib.contextmanager
 def _absl_quiet():
     from absl import logging as absl_logging
+
     level = absl_logging.get_verbosity()
     absl_logging.set_verbosity(absl_logging.ERROR)
     try:
@@ -393,8 +427,11 @@ def latest_checkpoint_metrics_bytes(path: str | pathlib.Path) -> int:
     """Size of metrics.jsonl at the newest checkpoint of a workdir (0 without one): rows past it
     belong to work a resumed run redoes."""
     root = pathlib.Path(path) / "checkpoints"
-    cells = sorted((int(c.name[4:]), c) for c in root.glob("cell*") if c.name[4:].isdigit()) \
-        if root.is_dir() else []
+    cells = (
+        sorted((int(c.name[4:]), c) for c in root.glob("cell*") if c.name[4:].isdigit())
+        if root.is_dir()
+        else []
+    )
     for _, cell in reversed(cells):
         steps = _committed_steps(cell)
         if steps:
@@ -407,8 +444,10 @@ def format_claims(claims: list[Claim]) -> str:
     """A terminal table: verdict, claim, measured vs expected; the paper's claims first, the
     run's sanity checks after them, each with its own count."""
     lines = []
-    for kind, title, tally in (("paper", None, "claims reproduced"),
-                               ("sanity", "  sanity checks of the runs:", "sanity checks passed")):
+    for kind, title, tally in (
+        ("paper", None, "claims reproduced"),
+        ("sanity", "  sanity checks of the runs:", "sanity checks passed"),
+    ):
         chosen = [c for c in claims if c.kind == kind]
         if not chosen and kind == "sanity":
             continue
@@ -416,8 +455,10 @@ def format_claims(claims: list[Claim]) -> str:
             lines.append(title)
         for c in chosen:
             mark = "ok " if c.passed else "NO "
-            lines.append(f"  [{mark}] {c.claim}\n         measured {format_value(c.measured)}; "
-                         f"expected {format_value(c.expected)}")
+            lines.append(
+                f"  [{mark}] {c.claim}\n         measured {format_value(c.measured)}; "
+                f"expected {format_value(c.expected)}"
+            )
         lines.append(f"  {sum(c.passed for c in chosen)}/{len(chosen)} {tally}")
     return "\n".join(lines)
 

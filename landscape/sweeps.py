@@ -28,17 +28,21 @@ class Grid:
     zipped=True pairs the axes instead of taking their product (all of one length: the points
     (p, q) = (0.5, 0.8), (0.2, 0.3) rather than four combinations); the grid then has one axis.
     """
+
     axes: dict[str, np.ndarray]
     seeds: np.ndarray
     zipped: bool = False
 
     @classmethod
-    def make(cls, axes: Mapping[str, Sequence[float]], seeds: Sequence[int],
-             zipped: bool = False) -> "Grid":
+    def make(
+        cls, axes: Mapping[str, Sequence[float]], seeds: Sequence[int], zipped: bool = False
+    ) -> "Grid":
         axes = {k: np.asarray(v, np.float64).reshape(-1) for k, v in axes.items()}
         if zipped and len({len(v) for v in axes.values()}) > 1:
-            raise ValueError("zipped sweep axes must have equal lengths; got "
-                             + ", ".join(f"{k}: {len(v)}" for k, v in axes.items()))
+            raise ValueError(
+                "zipped sweep axes must have equal lengths; got "
+                + ", ".join(f"{k}: {len(v)}" for k, v in axes.items())
+            )
         return cls(axes, np.asarray(seeds, np.int64).reshape(-1), zipped)
 
     @property
@@ -53,10 +57,14 @@ class Grid:
 
     def flat(self) -> tuple[dict[str, np.ndarray], np.ndarray]:
         """(hparams {name: (R,)}, seeds (R,)) for every cell and seed."""
-        cells = (list(zip(*self.axes.values())) if self.zipped
-                 else list(itertools.product(*self.axes.values()))) or [()]
-        hparams = {k: np.repeat([c[i] for c in cells], len(self.seeds))
-                              for i, k in enumerate(self.axes)}
+        cells = (
+            list(zip(*self.axes.values()))
+            if self.zipped
+            else list(itertools.product(*self.axes.values()))
+        ) or [()]
+        hparams = {
+            k: np.repeat([c[i] for c in cells], len(self.seeds)) for i, k in enumerate(self.axes)
+        }
         return hparams, np.tile(self.seeds, len(cells))
 
     def unflatten(self, x: np.ndarray) -> np.ndarray:
@@ -71,9 +79,16 @@ def run_axis_sharding(devices: Sequence[jax.Device] | None = None) -> NamedShard
     return NamedSharding(mesh, PartitionSpec("runs"))
 
 
-def run(problem: training.Problem, optim, base_hparams: Mapping[str, float], grid: Grid, *,
-                devices: Sequence[jax.Device] | None = None, dtype=np.float32,
-                **train_kwargs: Any) -> training.RunResult:
+def run(
+    problem: training.Problem,
+    optim,
+    base_hparams: Mapping[str, float],
+    grid: Grid,
+    *,
+    devices: Sequence[jax.Device] | None = None,
+    dtype=np.float32,
+    **train_kwargs: Any,
+) -> training.RunResult:
     """Train every cell of `grid` (and every seed) as one program, sharded over `devices`.
 
     `base_hparams` gives every traced number; the grid's axes override some of them per cell.
@@ -83,38 +98,75 @@ def run(problem: training.Problem, optim, base_hparams: Mapping[str, float], gri
     """
     unknown = set(grid.axes) - set(base_hparams)
     if unknown:
-        raise ValueError(f"sweep axes {sorted(unknown)} are not hyperparameters of this problem "
-                                          f"(known: {sorted(base_hparams)}).")
+        raise ValueError(
+            f"sweep axes {sorted(unknown)} are not hyperparameters of this problem "
+            f"(known: {sorted(base_hparams)})."
+        )
     swept, seeds = grid.flat()
-    hparams = {k: np.asarray(swept.get(k, np.full(len(seeds), v)), np.float64)
-               for k, v in base_hparams.items()}   # traced in `dtype`, recorded as given
+    hparams = {
+        k: np.asarray(swept.get(k, np.full(len(seeds), v)), np.float64)
+        for k, v in base_hparams.items()
+    }  # traced in `dtype`, recorded as given
     train_kwargs["hparam_dtype"] = dtype
     devices = list(jax.devices() if devices is None else devices)
-    if grid.size == 1:     # one run: its batch over the devices, where the problem allows it
+    if grid.size == 1:  # one run: its batch over the devices, where the problem allows it
         split = training.batch_devices(problem, devices)
-        return training.train(problem, optim, hparams, seeds,
-                              batch_over=split if len(split) > 1 else None, **train_kwargs)
+        return training.train(
+            problem,
+            optim,
+            hparams,
+            seeds,
+            batch_over=split if len(split) > 1 else None,
+            **train_kwargs,
+        )
     # no device holds only padding; several processes (jax.distributed) all take part
-    sharding = run_axis_sharding(devices if jax.process_count() > 1 else devices[:grid.size])
-    return training.train(problem, optim, hparams, seeds,
-                          sharding=sharding if sharding.mesh.size > 1 else None, **train_kwargs)
+    sharding = run_axis_sharding(devices if jax.process_count() > 1 else devices[: grid.size])
+    return training.train(
+        problem,
+        optim,
+        hparams,
+        seeds,
+        sharding=sharding if sharding.mesh.size > 1 else None,
+        **train_kwargs,
+    )
 
 
-def run_cell(problem: training.Problem, cell, traced: Sequence[str], grid: Grid, *,
-             fields: Mapping[str, Any], workdir=None, progress=print) -> training.RunResult:
+def run_cell(
+    problem: training.Problem,
+    cell,
+    traced: Sequence[str],
+    grid: Grid,
+    *,
+    fields: Mapping[str, Any],
+    workdir=None,
+    progress=print,
+) -> training.RunResult:
     """`run` for one structural cell of an experiment config: the traced fields' values in `cell`
     are the base hyperparameters, and `cell.optim` / `cell.train` (dtype and `train_options`)
     set the run; metrics rows are tagged with the cell's `fields`."""
     base = {k: config_lib.get(cell, k) for k in traced}
-    return run(problem, cell.optim, base, grid, dtype=np.dtype(cell.train.dtype),
-               progress=progress, workdir=workdir, record_tags=dict(fields),
-               **train_options(cell))
+    return run(
+        problem,
+        cell.optim,
+        base,
+        grid,
+        dtype=np.dtype(cell.train.dtype),
+        progress=progress,
+        workdir=workdir,
+        record_tags=dict(fields),
+        **train_options(cell),
+    )
 
 
 def train_options(cfg) -> dict[str, Any]:
     """`training.train`'s run options from a config's `train` group: num_steps, log_every,
     chunk_steps (0 or absent: about ten chunks), on_nonfinite, metrics_at and ema_decay."""
     t = cfg.train
-    return dict(num_steps=t.num_steps, log_every=t.log_every,
-                chunk_steps=t.get("chunk_steps", 0) or None, on_nonfinite=t.on_nonfinite,
-                metrics_at=t.metrics_at, ema_decay=t.ema_decay)
+    return dict(
+        num_steps=t.num_steps,
+        log_every=t.log_every,
+        chunk_steps=t.get("chunk_steps", 0) or None,
+        on_nonfinite=t.on_nonfinite,
+        metrics_at=t.metrics_at,
+        ema_decay=t.ema_decay,
+    )

@@ -69,6 +69,7 @@ class Problem:
         (0, 1, ...; continued on resume), e.g. to read a fixed corpus chunk after chunk, epoch
         after epoch, as the WikiText experiments do (scan_snap/text.py).
     """
+
     init: Callable[[jax.Array, HParams], Params]
     loss: Callable[[Params, jax.Array, HParams], tuple[jax.Array, dict[str, jax.Array]]]
     learning_rates: Callable[[HParams], Any]
@@ -121,32 +122,37 @@ def batch_devices(problem: Problem, devices) -> list:
 
 def default_optim_config() -> ml_collections.ConfigDict:
     """Every optimizer field, with PyTorch's defaults. Learning rates belong to the package."""
-    return ml_collections.ConfigDict(dict(
-            name="sgd",             # sgd | adam | adamw
-            momentum=0.0,           # SGD heavy ball, PyTorch semantics (dampening 0)
+    return ml_collections.ConfigDict(
+        dict(
+            name="sgd",  # sgd | adam | adamw
+            momentum=0.0,  # SGD heavy ball, PyTorch semantics (dampening 0)
             nesterov=False,
-            weight_decay=0.0,       # sgd/adam: L2 added to the gradient; adamw: decoupled
-            b1=0.9, b2=0.999, eps=1e-8,
-            schedule="constant",    # constant | warmup_cosine | onecycle (multiplies every lr)
+            weight_decay=0.0,  # sgd/adam: L2 added to the gradient; adamw: decoupled
+            b1=0.9,
+            b2=0.999,
+            eps=1e-8,
+            schedule="constant",  # constant | warmup_cosine | onecycle (multiplies every lr)
             warmup_steps=0,
             initial_lr_fraction=0.0,  # warmup_cosine, onecycle: lr at step 0 / peak lr
             final_lr_fraction=0.0,  # warmup_cosine, onecycle: lr at the last step / peak lr
-            clip_norm=0.0,          # > 0: clip the gradient's global L2 norm to this first
-                                    # (torch.nn.utils.clip_grad_norm_); 0: no clipping
-    ))
+            clip_norm=0.0,  # > 0: clip the gradient's global L2 norm to this first
+            # (torch.nn.utils.clip_grad_norm_); 0: no clipping
+        )
+    )
 
 
 def default_averaging() -> dict[str, Any]:
     """The `train` group's fields for where snapshots are measured (`train`'s metrics_at):
     every package's config has them."""
-    return dict(metrics_at="current",   # current | ema | both (snapshots at a parameter EMA)
-                ema_decay=0.999)        # the EMA's decay (optax.ema, debiased)
+    return dict(
+        metrics_at="current",  # current | ema | both (snapshots at a parameter EMA)
+        ema_decay=0.999,
+    )  # the EMA's decay (optax.ema, debiased)
 
 
 def validate_averaging(cfg: ml_collections.ConfigDict) -> None:
     config_lib.require_choice(cfg, "train.metrics_at", METRICS_AT)
-    config_lib.require_number(cfg, "train.ema_decay", low=0, high=1, low_open=True,
-                              high_open=True)
+    config_lib.require_number(cfg, "train.ema_decay", low=0, high=1, low_open=True, high_open=True)
 
 
 def validate_optim(cfg: ml_collections.ConfigDict, prefix: str = "optim") -> None:
@@ -163,23 +169,33 @@ def validate_optim(cfg: ml_collections.ConfigDict, prefix: str = "optim") -> Non
     config_lib.require_number(cfg, f"{prefix}.final_lr_fraction", low=0, high=1)
     config_lib.require_number(cfg, f"{prefix}.clip_norm", low=0)
     if o.nesterov:
-        config_lib.require(o.name == "sgd" and o.momentum > 0, f"{prefix}.nesterov", o.nesterov,
-                                              "False unless optim.name is 'sgd' with momentum > 0")
+        config_lib.require(
+            o.name == "sgd" and o.momentum > 0,
+            f"{prefix}.nesterov",
+            o.nesterov,
+            "False unless optim.name is 'sgd' with momentum > 0",
+        )
 
 
-def direction(optim: ml_collections.ConfigDict,
-              decay_mask: Callable[[Params], Any] | None = None) -> optax.GradientTransformation:
+def direction(
+    optim: ml_collections.ConfigDict, decay_mask: Callable[[Params], Any] | None = None
+) -> optax.GradientTransformation:
     """The optimizer without its learning rate (updates are -lr * schedule * direction), after
     clipping the gradient's global norm when optim.clip_norm > 0 (PyTorch clips before the step)."""
     clip = [optax.clip_by_global_norm(optim.clip_norm)] if optim.get("clip_norm", 0.0) else []
-    decay = ([optax.add_decayed_weights(optim.weight_decay, mask=decay_mask)]
-             if optim.weight_decay else [])
+    decay = (
+        [optax.add_decayed_weights(optim.weight_decay, mask=decay_mask)]
+        if optim.weight_decay
+        else []
+    )
     if optim.name == "sgd":
-        trace = [optax.trace(decay=optim.momentum, nesterov=optim.nesterov)] if optim.momentum else []
+        trace = (
+            [optax.trace(decay=optim.momentum, nesterov=optim.nesterov)] if optim.momentum else []
+        )
         rest = decay + trace
     elif optim.name == "adam":  # PyTorch Adam: weight decay is an L2 term in the gradient
         rest = decay + [optax.scale_by_adam(b1=optim.b1, b2=optim.b2, eps=optim.eps)]
-    else:                       # AdamW: decoupled decay, scaled by lr as in PyTorch
+    else:  # AdamW: decoupled decay, scaled by lr as in PyTorch
         rest = [optax.scale_by_adam(b1=optim.b1, b2=optim.b2, eps=optim.eps)] + decay
     return optax.chain(*clip, *rest) if clip or rest else optax.identity()
 
@@ -196,11 +212,16 @@ def schedule(optim: ml_collections.ConfigDict, num_steps: int) -> optax.Schedule
     if optim.schedule == "constant":
         return lambda step: jnp.ones((), jnp.float32)
     if optim.schedule == "onecycle":
-        return onecycle(optim.initial_lr_fraction, optim.final_lr_fraction, optim.warmup_steps,
-                        num_steps)
+        return onecycle(
+            optim.initial_lr_fraction, optim.final_lr_fraction, optim.warmup_steps, num_steps
+        )
     return optax.warmup_cosine_decay_schedule(
-            init_value=optim.initial_lr_fraction, peak_value=1.0, warmup_steps=optim.warmup_steps,
-            decay_steps=max(num_steps, optim.warmup_steps + 1), end_value=optim.final_lr_fraction)
+        init_value=optim.initial_lr_fraction,
+        peak_value=1.0,
+        warmup_steps=optim.warmup_steps,
+        decay_steps=max(num_steps, optim.warmup_steps + 1),
+        end_value=optim.final_lr_fraction,
+    )
 
 
 def onecycle(initial: float, final: float, warmup_steps: int, num_steps: int) -> optax.Schedule:
@@ -210,7 +231,7 @@ def onecycle(initial: float, final: float, warmup_steps: int, num_steps: int) ->
     peak_step = float(warmup_steps - 1)
     last = float(max(num_steps - 1, peak_step + 1))
 
-    def anneal(start, end, fraction):             # PyTorch's _annealing_cos
+    def anneal(start, end, fraction):  # PyTorch's _annealing_cos
         return end + (start - end) / 2.0 * (jnp.cos(jnp.pi * fraction) + 1.0)
 
     def multiplier(step):
@@ -218,6 +239,7 @@ def onecycle(initial: float, final: float, warmup_steps: int, num_steps: int) ->
         up = anneal(initial, 1.0, step / max(peak_step, 1.0))
         down = anneal(1.0, final, jnp.clip((step - peak_step) / (last - peak_step), 0.0, 1.0))
         return jnp.where(step <= peak_step, up, down) if peak_step > 0 else down
+
     return multiplier
 
 
@@ -228,15 +250,18 @@ class TrainState(NamedTuple):
     params: Params
     opt_state: optax.OptState
     key: jax.Array
-    average: optax.EmaState | None = None   # the parameters' EMA (metrics_at "ema" / "both")
+    average: optax.EmaState | None = None  # the parameters' EMA (metrics_at "ema" / "both")
 
 
 def averaged_params(state: TrainState, decay: float) -> Params:
     """The debiased EMA of the parameters after `count` updates (optax.ema's output,
     m_t / (1 - decay^t)); the parameters themselves before the first update (t = 0)."""
     debiased = optax.tree.bias_correction(state.average.ema, decay, state.average.count)
-    return jax.tree.map(lambda m, p: jnp.where(state.average.count > 0, m, p).astype(p.dtype),
-                        debiased, state.params)
+    return jax.tree.map(
+        lambda m, p: jnp.where(state.average.count > 0, m, p).astype(p.dtype),
+        debiased,
+        state.params,
+    )
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -274,14 +299,15 @@ def clear_stop() -> None:
 @dataclasses.dataclass
 class RunResult:
     """What `train` returns; every array has the run axis R first."""
+
     hparams: dict[str, np.ndarray]
     seeds: np.ndarray
-    losses: np.ndarray                   # (R, steps): batch loss at each step, before its update
-    metrics: dict[str, np.ndarray]       # (R, steps) each: the loss function's scalar metrics
-    snapshot_steps: np.ndarray           # (S,): 0, log_every, ..., num_steps
-    snapshots: dict[str, np.ndarray]     # (R, S, ...) each
-    final_params: Params                 # pytree of (R, ...) arrays
-    first_nonfinite_step: np.ndarray     # (R,): -1 where the loss stayed finite
+    losses: np.ndarray  # (R, steps): batch loss at each step, before its update
+    metrics: dict[str, np.ndarray]  # (R, steps) each: the loss function's scalar metrics
+    snapshot_steps: np.ndarray  # (S,): 0, log_every, ..., num_steps
+    snapshots: dict[str, np.ndarray]  # (R, S, ...) each
+    final_params: Params  # pytree of (R, ...) arrays
+    first_nonfinite_step: np.ndarray  # (R,): -1 where the loss stayed finite
     compile_seconds: float
     run_seconds: float
 
@@ -293,9 +319,12 @@ class RunResult:
         """The result as arrays.npz entries: losses, seeds, snapshot_steps,
         first_nonfinite_step, each hyperparameter ("optim.lr" -> "optim_lr") and each snapshot
         ("snapshot_<name>"), every name after `prefix` (e.g. "cell1_")."""
-        arrays = {"losses": self.losses, "seeds": self.seeds,
-                  "snapshot_steps": self.snapshot_steps,
-                  "first_nonfinite_step": self.first_nonfinite_step}
+        arrays = {
+            "losses": self.losses,
+            "seeds": self.seeds,
+            "snapshot_steps": self.snapshot_steps,
+            "first_nonfinite_step": self.first_nonfinite_step,
+        }
         arrays.update({k.replace(".", "_"): v for k, v in self.hparams.items()})
         arrays.update({f"snapshot_{k}": v for k, v in self.snapshots.items()})
         return {prefix + k: v for k, v in arrays.items()}
@@ -303,18 +332,32 @@ class RunResult:
 
 def run_timing(results: list[RunResult]) -> dict[str, Any]:
     """Compile and run seconds and the number of runs of several programs' results."""
-    return {"compile_seconds": sum(r.compile_seconds for r in results),
-            "run_seconds": sum(r.run_seconds for r in results),
-            "runs": sum(r.num_runs for r in results)}
+    return {
+        "compile_seconds": sum(r.compile_seconds for r in results),
+        "run_seconds": sum(r.run_seconds for r in results),
+        "runs": sum(r.num_runs for r in results),
+    }
 
 
-def train(problem: Problem, optim: ml_collections.ConfigDict, hparams: dict[str, Any],
-          seeds: Any, *, num_steps: int, log_every: int, chunk_steps: int | None = None,
-          sharding: jax.sharding.Sharding | None = None,
-          batch_over: list | None = None, on_nonfinite: str = "stop",
-          progress: Callable[[str], None] | None = print, workdir=None,
-          record_tags: dict[str, Any] | None = None, hparam_dtype=None,
-          metrics_at: str = "current", ema_decay: float = 0.999) -> RunResult:
+def train(
+    problem: Problem,
+    optim: ml_collections.ConfigDict,
+    hparams: dict[str, Any],
+    seeds: Any,
+    *,
+    num_steps: int,
+    log_every: int,
+    chunk_steps: int | None = None,
+    sharding: jax.sharding.Sharding | None = None,
+    batch_over: list | None = None,
+    on_nonfinite: str = "stop",
+    progress: Callable[[str], None] | None = print,
+    workdir=None,
+    record_tags: dict[str, Any] | None = None,
+    hparam_dtype=None,
+    metrics_at: str = "current",
+    ema_decay: float = 0.999,
+) -> RunResult:
     """Train R runs at once (R = len(seeds)); hparams maps names to arrays of shape (R,).
 
     The run's key is `jax.random.key(seed)`, split into an init key and a data key, so runs with the
@@ -359,15 +402,18 @@ def train(problem: Problem, optim: ml_collections.ConfigDict, hparams: dict[str,
     shares = 1
     if batch_over is not None and len(batch_over) > 1:
         if sharding is not None or num_runs != 1 or problem.batch_size is None:
-            raise ValueError("batch_over splits the batch of a single run of a problem with a "
-                             "batch_size, without a run sharding.")
+            raise ValueError(
+                "batch_over splits the batch of a single run of a problem with a "
+                "batch_size, without a run sharding."
+            )
         shares = len(batch_over)
         if problem.batch_size % shares:
-            raise ValueError(f"batch_size = {problem.batch_size} does not split over "
-                             f"{shares} devices.")
+            raise ValueError(
+                f"batch_size = {problem.batch_size} does not split over {shares} devices."
+            )
         sharding = NamedSharding(Mesh(np.asarray(batch_over), (BATCH_AXIS,)), P())
     hparams = {k: np.asarray(v) for k, v in hparams.items()}
-    given_hparams = dict(hparams)                 # the numbers as given, for records and result
+    given_hparams = dict(hparams)  # the numbers as given, for records and result
     if hparam_dtype is not None:
         hparams = {k: v.astype(hparam_dtype) for k, v in hparams.items()}
     if shares == 1 and sharding is not None:  # pad R to a multiple of the device count
@@ -384,8 +430,9 @@ def train(problem: Problem, optim: ml_collections.ConfigDict, hparams: dict[str,
     def init_one(seed, hp):
         init_key, data_key = jax.random.split(jax.random.key(seed))
         params = problem.init(init_key, hp)
-        return TrainState(params, opt.init(params), data_key,
-                          average.init(params) if average else None)
+        return TrainState(
+            params, opt.init(params), data_key, average.init(params) if average else None
+        )
 
     def snapshot_one(state, hp):
         if average is None:
@@ -400,8 +447,9 @@ def train(problem: Problem, optim: ml_collections.ConfigDict, hparams: dict[str,
         key, batch_key = jax.random.split(state.key)
         with _splitting_batch(shares):
             (loss, metrics), grads = jax.value_and_grad(problem.loss, has_aux=True)(
-                    state.params, batch_key, hp, *((step,) if problem.loss_takes_step else ()))
-        if shares > 1:      # each device's loss is the mean over its share: average the shares
+                state.params, batch_key, hp, *((step,) if problem.loss_takes_step else ())
+            )
+        if shares > 1:  # each device's loss is the mean over its share: average the shares
             loss, metrics, grads = jax.lax.pmean((loss, metrics, grads), BATCH_AXIS)
         if problem.log_grad_norm:
             metrics = {**metrics, "grad_norm": optax.tree.norm(grads)}
@@ -410,8 +458,10 @@ def train(problem: Problem, optim: ml_collections.ConfigDict, hparams: dict[str,
         updates, opt_state = opt.update(grads, state.opt_state, state.params)
         scale = -lr_multiplier(step)
         updates = jax.tree.map(
-                lambda lr, group: jax.tree.map(lambda u: (scale * lr * u).astype(u.dtype), group),
-                problem.learning_rates(hp), updates)
+            lambda lr, group: jax.tree.map(lambda u: (scale * lr * u).astype(u.dtype), group),
+            problem.learning_rates(hp),
+            updates,
+        )
         params = optax.apply_updates(state.params, updates)
         averaged = average.update(params, state.average)[1] if average else None
         return TrainState(params, opt_state, key, averaged), (loss, metrics)
@@ -419,8 +469,10 @@ def train(problem: Problem, optim: ml_collections.ConfigDict, hparams: dict[str,
     def chunk_one(state, first_step, hp):
         def between_snapshots(state, start):
             state, (loss, metrics) = jax.lax.scan(
-                    lambda s, t: step_one(s, t, hp), state, start + jnp.arange(log_every))
+                lambda s, t: step_one(s, t, hp), state, start + jnp.arange(log_every)
+            )
             return state, (loss, metrics, snapshot_one(state, hp))
+
         starts = first_step + log_every * jnp.arange(snaps_per_chunk)
         state, (loss, metrics, snaps) = jax.lax.scan(between_snapshots, state, starts)
         flat = lambda x: x.reshape((chunk_len,) + x.shape[2:])
@@ -434,9 +486,15 @@ def train(problem: Problem, optim: ml_collections.ConfigDict, hparams: dict[str,
     first_snapshot = jax.jit(jax.vmap(snapshot_one), **pinned)(state, hparams)
     if sharding is not None:
         pinned["in_shardings"] = (sharding, None, sharding)
-    chunk = jax.jit(_per_device(_grouped(jax.vmap(chunk_one, in_axes=(0, None, 0)),
-                                         problem.runs_per_group), sharding, shares > 1),
-                    donate_argnums=0, **pinned)
+    chunk = jax.jit(
+        _per_device(
+            _grouped(jax.vmap(chunk_one, in_axes=(0, None, 0)), problem.runs_per_group),
+            sharding,
+            shares > 1,
+        ),
+        donate_argnums=0,
+        **pinned,
+    )
     chunk = chunk.lower(state, jnp.int32(0), hparams).compile()
     compile_seconds = time.perf_counter() - t_start
     _check_compiled_memory(chunk, 1 if sharding is None else len(sharding.device_set))
@@ -444,8 +502,11 @@ def train(problem: Problem, optim: ml_collections.ConfigDict, hparams: dict[str,
     losses, metrics = [], []
     snaps = [jax.tree.map(lambda x: _on_host(x)[:, None], first_snapshot)]
     first_bad = np.full(len(seeds), -1)
-    recorder = (_Recorder(workdir, given_hparams, seeds, log_every, num_runs, record_tags or {})
-                if workdir else None)
+    recorder = (
+        _Recorder(workdir, given_hparams, seeds, log_every, num_runs, record_tags or {})
+        if workdir
+        else None
+    )
     # several processes (jax.distributed): process 0 writes the checkpoints and the records
     # (experiments/cli.py); every process reads the same checkpoint on --resume
     checkpoint = workdir.next_checkpoint() if workdir else None
@@ -453,8 +514,11 @@ def train(problem: Problem, optim: ml_collections.ConfigDict, hparams: dict[str,
     if checkpoint is not None and _latest_step_everywhere(checkpoint) is not None:  # --resume
         start, state, host = checkpoint.restore(_saveable(state))
         state = _device_state(state, sharding)
-        losses, metrics, snaps = [host["losses"]], [_unprefix(host, "metrics/")], \
-            [_unprefix(host, "snapshots/")]
+        losses, metrics, snaps = (
+            [host["losses"]],
+            [_unprefix(host, "metrics/")],
+            [_unprefix(host, "snapshots/")],
+        )
         first_bad, elapsed = host["first_bad"], float(host["run_seconds"])
         if progress:
             progress(f"resumed at step {start}/{num_steps} from {checkpoint.path}")
@@ -463,13 +527,19 @@ def train(problem: Problem, optim: ml_collections.ConfigDict, hparams: dict[str,
 
     def host_arrays(complete: bool) -> dict[str, np.ndarray]:
         cat = lambda parts, axis=1: np.concatenate(parts, axis=axis)
-        return {"losses": cat(losses) if losses else np.zeros((len(seeds), 0), np.float32),
-                **{f"metrics/{k}": cat([m[k] for m in metrics]) for k in (metrics[0] if metrics
-                                                                           else {})},
-                **{f"snapshots/{k}": cat([x[k] for x in snaps]) for k in snaps[0]},
-                "first_bad": first_bad, "metrics_bytes": np.int64(workdir.metrics_bytes()),
-                "complete": np.bool_(complete), "compile_seconds": np.float64(compile_seconds),
-                "run_seconds": np.float64(elapsed + time.perf_counter() - t_run)}
+        return {
+            "losses": cat(losses) if losses else np.zeros((len(seeds), 0), np.float32),
+            **{
+                f"metrics/{k}": cat([m[k] for m in metrics])
+                for k in (metrics[0] if metrics else {})
+            },
+            **{f"snapshots/{k}": cat([x[k] for x in snaps]) for k in snaps[0]},
+            "first_bad": first_bad,
+            "metrics_bytes": np.int64(workdir.metrics_bytes()),
+            "complete": np.bool_(complete),
+            "compile_seconds": np.float64(compile_seconds),
+            "run_seconds": np.float64(elapsed + time.perf_counter() - t_run),
+        }
 
     t_run = time.perf_counter()
     last_save = t_run
@@ -484,29 +554,42 @@ def train(problem: Problem, optim: ml_collections.ConfigDict, hparams: dict[str,
             bad = ~np.isfinite(loss)
             newly_bad = bad.any(axis=1) & (first_bad < 0)
             first_bad[newly_bad] = first_step + bad[newly_bad].argmax(axis=1)
-            newly_bad[num_runs:] = False                      # padding runs are never reported
+            newly_bad[num_runs:] = False  # padding runs are never reported
             done = first_step + chunk_len
             if recorder:
                 recorder.write_rows(first_step, loss, snaps[-1])
             if progress:
-                progress(_progress_line(done, num_steps, loss[:num_runs], first_bad[:num_runs],
-                                        elapsed + time.perf_counter() - t_run))
+                progress(
+                    _progress_line(
+                        done,
+                        num_steps,
+                        loss[:num_runs],
+                        first_bad[:num_runs],
+                        elapsed + time.perf_counter() - t_run,
+                    )
+                )
             if on_nonfinite == "stop" and newly_bad.any():
                 run = int(np.flatnonzero(newly_bad)[0])
-                where = "" if workdir is None else f"; records up to step {done} are in {workdir.path}"
+                where = (
+                    "" if workdir is None else f"; records up to step {done} are in {workdir.path}"
+                )
                 setting = ", ".join(f"{k}={float(v[run]):g}" for k, v in given_hparams.items())
                 if recorder:
                     recorder.save_partial(losses, snaps)
                 raise NonFiniteLossError(
-                        f"The loss became non-finite at step {first_bad[run]} in run {run} "
-                        f"(seed {seeds[run]}{', ' + setting if setting else ''}){where}.",
-                        step=int(first_bad[run]))
+                    f"The loss became non-finite at step {first_bad[run]} in run {run} "
+                    f"(seed {seeds[run]}{', ' + setting if setting else ''}){where}.",
+                    step=int(first_bad[run]),
+                )
             stop = _stop.is_set() and done < num_steps
-            save = checkpoint is not None and (done == num_steps or stop or time.perf_counter()
-                                               - last_save >= workdir.checkpoint_seconds)
+            save = checkpoint is not None and (
+                done == num_steps
+                or stop
+                or time.perf_counter() - last_save >= workdir.checkpoint_seconds
+            )
             if jax.process_count() > 1:
                 save, stop = _agree(save, stop)
-            if save:           # over several processes every one gathers, process 0 writes
+            if save:  # over several processes every one gathers, process 0 writes
                 checkpoint.save(done, _saveable(state), host_arrays(done == num_steps))
                 last_save = time.perf_counter()
             if stop:
@@ -520,16 +603,16 @@ def train(problem: Problem, optim: ml_collections.ConfigDict, hparams: dict[str,
 
     real = lambda x: _on_host(x)[:num_runs]
     return RunResult(
-            hparams={k: real(v) for k, v in given_hparams.items()},
-            seeds=real(seeds),
-            losses=real(np.concatenate(losses, axis=1)),
-            metrics={k: real(np.concatenate([m[k] for m in metrics], axis=1)) for k in metrics[0]},
-            snapshot_steps=np.arange(0, num_steps + 1, log_every),
-            snapshots={k: real(np.concatenate([s[k] for s in snaps], axis=1)) for k in snaps[0]},
-            final_params=jax.tree.map(real, state.params),
-            first_nonfinite_step=real(first_bad),
-            compile_seconds=compile_seconds,
-            run_seconds=run_seconds,
+        hparams={k: real(v) for k, v in given_hparams.items()},
+        seeds=real(seeds),
+        losses=real(np.concatenate(losses, axis=1)),
+        metrics={k: real(np.concatenate([m[k] for m in metrics], axis=1)) for k in metrics[0]},
+        snapshot_steps=np.arange(0, num_steps + 1, log_every),
+        snapshots={k: real(np.concatenate([s[k] for s in snaps], axis=1)) for k in snaps[0]},
+        final_params=jax.tree.map(real, state.params),
+        first_nonfinite_step=real(first_bad),
+        compile_seconds=compile_seconds,
+        run_seconds=run_seconds,
     )
 
 
@@ -538,18 +621,23 @@ def _check_compiled_memory(compiled, num_devices: int) -> None:
     available, before its first step: one sentence instead of an allocation failure."""
     try:
         analysis = compiled.memory_analysis()
-    except Exception:                       # not every backend reports it
+    except Exception:  # not every backend reports it
         return
     if analysis is None:
         return
-    per_device = (analysis.temp_size_in_bytes + analysis.argument_size_in_bytes
-                  + analysis.output_size_in_bytes - analysis.alias_size_in_bytes)
+    per_device = (
+        analysis.temp_size_in_bytes
+        + analysis.argument_size_in_bytes
+        + analysis.output_size_in_bytes
+        - analysis.alias_size_in_bytes
+    )
     needed, available = per_device * num_devices, config_lib.available_memory_bytes()
     if needed > available:
         raise config_lib.ConfigError(
             f"the compiled training program needs {config_lib.format_bytes(needed)} (XLA's "
             f"memory analysis) but {config_lib.format_bytes(available)} is available: lower the "
-            "batch size, the sequence length or the number of runs per program.")
+            "batch size, the sequence length or the number of runs per program."
+        )
 
 
 def _saveable(state: TrainState) -> TrainState:
@@ -567,6 +655,7 @@ def _agree(save: bool, stop: bool) -> tuple[bool, bool]:
     says so (every process gathers the state, process 0 writes it), stop when any process was
     asked to (a SIGTERM reaching one process stops them all at the same step)."""
     from jax.experimental import multihost_utils
+
     wants = np.asarray(multihost_utils.process_allgather(np.array([save, stop], np.int32)))
     return bool(wants[0, 0]), bool(wants[:, 1].any())
 
@@ -578,12 +667,14 @@ def _latest_step_everywhere(checkpoint) -> int | None:
     if jax.process_count() == 1:
         return step
     from jax.experimental import multihost_utils
+
     seen = np.asarray(multihost_utils.process_allgather(np.int64(-1 if step is None else step)))
     if len(set(seen.tolist())) > 1:
         raise config_lib.ConfigError(
             f"--resume: the processes see different checkpoints in {checkpoint.path} (latest "
             f"step by process: {seen.tolist()}, -1 = none): the workdir must be on a filesystem "
-            "every process sees.")
+            "every process sees."
+        )
     return step
 
 
@@ -604,12 +695,13 @@ def _on_host(x) -> np.ndarray:
     (every process then holds every run's numbers)."""
     if isinstance(x, jax.Array) and not x.is_fully_addressable:
         from jax.experimental import multihost_utils
+
         return np.asarray(multihost_utils.process_allgather(x, tiled=True))
     return np.asarray(x)
 
 
 def _unprefix(host: dict[str, np.ndarray], prefix: str) -> dict[str, np.ndarray]:
-    return {k[len(prefix):]: v for k, v in host.items() if k.startswith(prefix)}
+    return {k[len(prefix) :]: v for k, v in host.items() if k.startswith(prefix)}
 
 
 def grad_zero_fraction(grads) -> jax.Array:
@@ -628,8 +720,9 @@ def _per_device(chunk, sharding: jax.sharding.Sharding | None, split_batch: bool
     if not isinstance(sharding, jax.sharding.NamedSharding):
         return chunk
     if split_batch:
-        return jax.shard_map(chunk, mesh=sharding.mesh, in_specs=(P(), P(), P()),
-                             out_specs=P(), check_vma=False)
+        return jax.shard_map(
+            chunk, mesh=sharding.mesh, in_specs=(P(), P(), P()), out_specs=P(), check_vma=False
+        )
     runs = sharding.spec
     return jax.shard_map(chunk, mesh=sharding.mesh, in_specs=(runs, P(), runs), out_specs=runs)
 
@@ -650,8 +743,10 @@ def _grouped(vmapped, runs_per_group: int | None):
         runs = np.concatenate([np.arange(num_runs), np.zeros(pad, int)])
         split = lambda x: x[runs].reshape((num_groups, runs_per_group) + x.shape[1:])
 
-        out = jax.lax.map(lambda group: vmapped(group[0], first_step, group[1]),
-                          jax.tree.map(split, (state, hparams)))
+        out = jax.lax.map(
+            lambda group: vmapped(group[0], first_step, group[1]),
+            jax.tree.map(split, (state, hparams)),
+        )
         return jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:])[:num_runs], out)
 
     return grouped
@@ -663,7 +758,9 @@ def _snapshots_per_chunk(num_snapshots: int, log_every: int, chunk_steps: int | 
         target = max(1, round(num_snapshots / 10))
     else:
         if chunk_steps % log_every:
-            raise ValueError(f"chunk_steps = {chunk_steps} must be a multiple of log_every = {log_every}.")
+            raise ValueError(
+                f"chunk_steps = {chunk_steps} must be a multiple of log_every = {log_every}."
+            )
         target = chunk_steps // log_every
     divisors = [d for d in range(1, num_snapshots + 1) if num_snapshots % d == 0]
     return min(divisors, key=lambda d: (abs(d - target), d))
@@ -672,11 +769,16 @@ def _snapshots_per_chunk(num_snapshots: int, log_every: int, chunk_steps: int | 
 def _progress_line(done, num_steps, loss, first_bad, seconds) -> str:
     last = loss[:, -1]
     finite = last[np.isfinite(last)]
-    spread = (f"loss {finite.mean():.4g} (min {finite.min():.3g}, max {finite.max():.3g})"
-                        if finite.size else "loss non-finite in every run")
+    spread = (
+        f"loss {finite.mean():.4g} (min {finite.min():.3g}, max {finite.max():.3g})"
+        if finite.size
+        else "loss non-finite in every run"
+    )
     bad = int((first_bad >= 0).sum())
-    return (f"step {done:>{len(str(num_steps))}}/{num_steps} | {loss.shape[0]} runs | {spread}"
-                    f"{f' | {bad} runs non-finite' if bad else ''} | {seconds:.2f} s")
+    return (
+        f"step {done:>{len(str(num_steps))}}/{num_steps} | {loss.shape[0]} runs | {spread}"
+        f"{f' | {bad} runs non-finite' if bad else ''} | {seconds:.2f} s"
+    )
 
 
 class _Recorder:
@@ -689,8 +791,11 @@ class _Recorder:
 
     def write_rows(self, first_step, loss, snaps):
         scalars = {k: v for k, v in snaps.items() if np.ndim(v) == 2}  # (R, S), padded R
-        num_snaps = next(iter(snaps.values())).shape[1] if snaps else (
-                1 if loss is None else loss.shape[1] // self.log_every)
+        num_snaps = (
+            next(iter(snaps.values())).shape[1]
+            if snaps
+            else (1 if loss is None else loss.shape[1] // self.log_every)
+        )
         rows = []
         for s in range(num_snaps):
             step = first_step + (0 if loss is None else (s + 1) * self.log_every)
@@ -707,6 +812,8 @@ class _Recorder:
         """arrays.npz of a run stopped early: the steps so far, real runs only."""
         n = len(self.seeds)
         self.workdir.save_arrays(
-                losses=np.concatenate(losses, axis=1)[:n],
-                **{f"snapshot_{k}": np.concatenate([s[k] for s in snaps], axis=1)[:n]
-                   for k in snaps[0]})
+            losses=np.concatenate(losses, axis=1)[:n],
+            **{
+                f"snapshot_{k}": np.concatenate([s[k] for s in snaps], axis=1)[:n] for k in snaps[0]
+            },
+        )

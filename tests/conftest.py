@@ -9,12 +9,13 @@ programs. From an empty cache, tests/test_resume.py, test_cli.py and markov/test
 2:57 instead of 4:05 on 2 cores. A cache hit is the same executable (the key covers the program,
 the compile options and the JAX version), so no number changes.
 """
+
 import atexit
 import os
 import shutil
 import tempfile
 
-if "JAX_COMPILATION_CACHE_DIR" not in os.environ:      # set before jax reads its environment
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:  # set before jax reads its environment
     _cache = tempfile.mkdtemp(prefix="landscape-tests-jax-cache-")
     os.environ["JAX_COMPILATION_CACHE_DIR"] = _cache
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
@@ -24,8 +25,9 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:      # set before jax reads it
 # about a quarter (tests/recall, test_wikitext and test_trap_study: 283 s -> 209 s). XLA's HLO
 # passes and fusions are unchanged; only the machine code is less optimised.
 if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
-                               " --xla_backend_optimization_level=0").strip()
+    os.environ["XLA_FLAGS"] = (
+        os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0"
+    ).strip()
 
 import jax  # noqa: E402
 import pytest  # noqa: E402
@@ -45,7 +47,9 @@ def _restore_matmul_precision():
 # The longest test first: the quick report (~6 min, its own two worker processes) starts at once
 # on one pytest-xdist worker while the other works through the rest, instead of starting near the
 # end (files run in name order) and leaving one worker idle for minutes.
-LONGEST_FIRST = ("tests/test_report.py::test_quick_report_evaluates_every_claim_and_draws_every_figure",)
+LONGEST_FIRST = (
+    "tests/test_report.py::test_quick_report_evaluates_every_claim_and_draws_every_figure",
+)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -16,12 +16,23 @@ from landscape.ngrams import task as ngram_task
 from landscape.recall import flow, task as recall_task
 from landscape.recall.model import RecallModel
 
-QUADRATIC = landscape.Point({"x": jnp.ones(2), "y": jnp.zeros(())},
-                            lambda p: jnp.sum(p["x"] ** 2) + p["y"] ** 2, name="quadratic")
+QUADRATIC = landscape.Point(
+    {"x": jnp.ones(2), "y": jnp.zeros(())},
+    lambda p: jnp.sum(p["x"] ** 2) + p["y"] ** 2,
+    name="quadratic",
+)
 NGRAMS = dict(num_states=3, order_n=3, seq_len=8, alpha=1.0, num_sequences=8)
-SCAN_SNAP = dict(num_last=2, num_next_per_last=1, num_common=10, num_common_per_last=0,
-                 num_distinct_per_next=10, common_unnormalized_prob=1.0,
-                 distinct_unnormalized_min=0.1, distinct_unnormalized_max=1.0, seq_len=128)
+SCAN_SNAP = dict(
+    num_last=2,
+    num_next_per_last=1,
+    num_common=10,
+    num_common_per_last=0,
+    num_distinct_per_next=10,
+    common_unnormalized_prob=1.0,
+    distinct_unnormalized_min=0.1,
+    distinct_unnormalized_max=1.0,
+    seq_len=128,
+)
 RECALL = RecallModel(k=3, num_responses=3)
 
 BAD_CALLS = [
@@ -36,16 +47,25 @@ BAD_CALLS = [
     (lambda: landscape.restrict(QUADRATIC, ["z"]), KeyError, "no parameter named 'z'"),
     (lambda: landscape.hessian_at(QUADRATIC, method="newton"), ValueError, "method='newton'"),
     (lambda: landscape.hessian_at(QUADRATIC, "lanczos", num_iters=0), ValueError, "num_iters = 0"),
-    (lambda: landscape.hessian_at(QUADRATIC, "lanczos", num_iters=2.5), TypeError,
-     "num_iters = 2.5"),
+    (
+        lambda: landscape.hessian_at(QUADRATIC, "lanczos", num_iters=2.5),
+        TypeError,
+        "num_iters = 2.5",
+    ),
     (lambda: landscape.lanczos_spectrum(QUADRATIC, num_iters="10"), TypeError, "num_iters = '10'"),
     (lambda: landscape.lanczos_spectrum(QUADRATIC, key=0), TypeError, "key = 0"),
-    (lambda: landscape.hessian_at(QUADRATIC, columns_per_batch=0), ValueError,
-     "columns_per_batch = 0"),
+    (
+        lambda: landscape.hessian_at(QUADRATIC, columns_per_batch=0),
+        ValueError,
+        "columns_per_batch = 0",
+    ),
     (lambda: landscape.hessian_at(QUADRATIC).block("z"), KeyError, "no parameter named 'z'"),
     (lambda: landscape.hessian_at(QUADRATIC).verdict(tol=-1.0), ValueError, "tol = -1"),
-    (lambda: landscape.gradient_at(landscape.Point({"n": jnp.arange(3)}, jnp.sum)), TypeError,
-     "gradient_at: parameter 'n' has dtype"),
+    (
+        lambda: landscape.gradient_at(landscape.Point({"n": jnp.arange(3)}, jnp.sum)),
+        TypeError,
+        "gradient_at: parameter 'n' has dtype",
+    ),
     (lambda: landscape.Point({"x": 1.0}, loss_fn=None), TypeError, "loss_fn = None"),
     # Attention with Markov
     (lambda: landscape.markov.theta_pi(None, 0.8), TypeError, "p is missing"),
@@ -57,27 +77,41 @@ BAD_CALLS = [
     (lambda: landscape.markov.theta_pi(0.5, 0.8, d=2.5), TypeError, "d = 2.5"),
     (lambda: landscape.markov.theta_pi(0.5, 0.8, seq_len=0), ValueError, "seq_len = 0"),
     (lambda: landscape.markov.theta_pi(0.5, num_states=3.0), TypeError, "num_states = 3.0"),
-    (lambda: landscape.markov.theta_pi(0.5, 0.8, pos=np.zeros((3, 4))), ValueError,
-     "pos has shape (3, 4)"),
+    (
+        lambda: landscape.markov.theta_pi(0.5, 0.8, pos=np.zeros((3, 4))),
+        ValueError,
+        "pos has shape (3, 4)",
+    ),
     (lambda: landscape.markov.theta_star(-0.5, 0.8), ValueError, "p = -0.5"),
-    (lambda: landscape.markov.theta_star(0.5, 0.8, paper_w_star="yes"), TypeError,
-     "paper_w_star = 'yes'"),
+    (
+        lambda: landscape.markov.theta_star(0.5, 0.8, paper_w_star="yes"),
+        TypeError,
+        "paper_w_star = 'yes'",
+    ),
     (lambda: markov_task.binary_kernel(None, 0.5), TypeError, "p = None"),
-    (lambda: markov_task.monte_carlo_population(jax.random.key(0), jnp.eye(2), None, 0, 8),
-     ValueError, "num_sequences = 0"),
+    (
+        lambda: markov_task.monte_carlo_population(jax.random.key(0), jnp.eye(2), None, 0, 8),
+        ValueError,
+        "num_sequences = 0",
+    ),
     # in-context n-grams
     (lambda: landscape.ngrams.theta_star(4, 1.0, **NGRAMS), ValueError, "k = 4"),
     (lambda: landscape.ngrams.theta_star(2.0, 1.0, **NGRAMS), TypeError, "k = 2.0"),
     (lambda: landscape.ngrams.theta_star(2, None, **NGRAMS), TypeError, "c = None"),
     (lambda: landscape.ngrams.theta_star(2, "big", **NGRAMS), TypeError, "c = 'big'"),
     (lambda: landscape.ngrams.theta_star(2, -1.0, **NGRAMS), ValueError, "c = -1.0"),
-    (lambda: landscape.ngrams.unigram_point(**dict(NGRAMS, alpha=None)), TypeError,
-     "alpha = None"),
-    (lambda: landscape.ngrams.random_point(0, **dict(NGRAMS, alpha=-0.5)), ValueError,
-     "alpha = -0.5"),
+    (lambda: landscape.ngrams.unigram_point(**dict(NGRAMS, alpha=None)), TypeError, "alpha = None"),
+    (
+        lambda: landscape.ngrams.random_point(0, **dict(NGRAMS, alpha=-0.5)),
+        ValueError,
+        "alpha = -0.5",
+    ),
     (lambda: ngram_points.population_set(3, 3, 3, 1.0, 8), ValueError, "seq_len = 3"),
-    (lambda: ngram_task.sample(jax.random.key(0), 3.0, 3, 8, 1.0, 2), TypeError,
-     "num_states = 3.0"),
+    (
+        lambda: ngram_task.sample(jax.random.key(0), 3.0, 3, 8, 1.0, 2),
+        TypeError,
+        "num_states = 3.0",
+    ),
     (lambda: ngram_task.sample(jax.random.key(0), 3, 3, 8, 1.0, 0), ValueError, "batch_size = 0"),
     # associative recall
     (lambda: flow.init_first_jump(RECALL, 0.0), ValueError, "eps = 0"),
@@ -87,17 +121,34 @@ BAD_CALLS = [
     (lambda: flow.init_later_jump(RECALL, 0.1, 4, 6.0), ValueError, "stage = 4"),
     (lambda: RecallModel(k=3.5, num_responses=3), TypeError, "k = 3.5"),
     (lambda: RecallModel(k=3, num_responses=3, scale=0.0), ValueError, "scale = 0"),
-    (lambda: recall_task.sample_tokens(jax.random.key(0), 3, 1, 4), ValueError,
-     "num_responses = 1"),
+    (
+        lambda: recall_task.sample_tokens(jax.random.key(0), 3, 1, 4),
+        ValueError,
+        "num_responses = 1",
+    ),
     # scan and snap
-    (lambda: landscape.scan_snap.sequence_classes(**dict(SCAN_SNAP, num_last=0)), ValueError,
-     "num_last = 0"),
-    (lambda: landscape.scan_snap.sequence_classes(**dict(SCAN_SNAP, seq_len=12.5)), TypeError,
-     "seq_len = 12.5"),
-    (lambda: landscape.scan_snap.sequence_classes(**dict(SCAN_SNAP, common_unnormalized_prob=-1.0)),
-     ValueError, "common_unnormalized_prob = -1"),
-    (lambda: landscape.scan_snap.population_point(None), TypeError,
-     "population_point expects a SequenceClasses task"),
+    (
+        lambda: landscape.scan_snap.sequence_classes(**dict(SCAN_SNAP, num_last=0)),
+        ValueError,
+        "num_last = 0",
+    ),
+    (
+        lambda: landscape.scan_snap.sequence_classes(**dict(SCAN_SNAP, seq_len=12.5)),
+        TypeError,
+        "seq_len = 12.5",
+    ),
+    (
+        lambda: landscape.scan_snap.sequence_classes(
+            **dict(SCAN_SNAP, common_unnormalized_prob=-1.0)
+        ),
+        ValueError,
+        "common_unnormalized_prob = -1",
+    ),
+    (
+        lambda: landscape.scan_snap.population_point(None),
+        TypeError,
+        "population_point expects a SequenceClasses task",
+    ),
 ]
 
 
@@ -124,14 +175,17 @@ def test_type_errors_are_still_value_errors_for_old_callers():
 
 def test_traced_values_are_not_checked():
     """Sweeps vmap over p, q, alpha and eps: a traced value passes the Python-level checks."""
-    kernels = jax.jit(jax.vmap(markov_task.binary_kernel))(jnp.array([0.2, 0.3]),
-                                                          jnp.array([0.4, 0.5]))
+    kernels = jax.jit(jax.vmap(markov_task.binary_kernel))(
+        jnp.array([0.2, 0.3]), jnp.array([0.4, 0.5])
+    )
     assert kernels.shape == (2, 2, 2)
     beta = jax.jit(jax.vmap(lambda eps: flow.init_first_jump(RECALL, eps)["beta"]))(
-        jnp.array([0.1, 0.2]))
+        jnp.array([0.1, 0.2])
+    )
     np.testing.assert_allclose(beta[:, 0], [0.1, 0.2])
     tasks = jax.jit(jax.vmap(lambda a: ngram_task.sample_tasks(jax.random.key(0), 3, 2, a, 2)))(
-        jnp.array([1.0, 2.0]))
+        jnp.array([1.0, 2.0])
+    )
     assert tasks.shape == (2, 2, 3, 3)
 
 
@@ -142,9 +196,12 @@ def test_traced_values_are_not_checked():
 
 def _sqrt_point():
     """sqrt(x) at x = -1: NaN loss, gradient and Hessian in block x; y is a finite quadratic."""
-    return landscape.Point({"x": jnp.array(-1.0), "y": jnp.ones(2)},
-                           lambda p: jnp.sqrt(p["x"]) + jnp.sum(p["y"] ** 2), name="sqrt at -1",
-                           meta={"focus_blocks": ["y"]})
+    return landscape.Point(
+        {"x": jnp.array(-1.0), "y": jnp.ones(2)},
+        lambda p: jnp.sqrt(p["x"]) + jnp.sum(p["y"] ** 2),
+        name="sqrt at -1",
+        meta={"focus_blocks": ["y"]},
+    )
 
 
 def _log_point():
@@ -157,8 +214,14 @@ def test_non_finite_hessian_and_gradient_get_the_non_finite_verdict(make, monkey
     point = make()
     calls = []
     real_eigh = np.linalg.eigh
-    monkeypatch.setattr(np.linalg, "eigh", lambda a, *args, **kwargs: (
-        calls.append(np.all(np.isfinite(a))), real_eigh(a, *args, **kwargs))[1])
+    monkeypatch.setattr(
+        np.linalg,
+        "eigh",
+        lambda a, *args, **kwargs: (
+            calls.append(np.all(np.isfinite(a))),
+            real_eigh(a, *args, **kwargs),
+        )[1],
+    )
     gradient = landscape.gradient_at(point)
     assert not gradient.finite and gradient.verdict() == "non-finite"
     assert gradient.verdict(tol=1e-3) == "non-finite"
@@ -181,9 +244,9 @@ def test_non_finite_hessian_and_gradient_get_the_non_finite_verdict(make, monkey
 def test_focus_report_on_a_non_finite_hessian():
     H = landscape.hessian_at(_sqrt_point())
     focus = H.focus_report()
-    assert focus["finite"]                                  # the y block itself is finite
+    assert focus["finite"]  # the y block itself is finite
     np.testing.assert_allclose(focus["eigenvalues"], [2.0, 2.0])
-    assert np.isnan(focus["outside"])                       # its rows meet the NaN x column
+    assert np.isnan(focus["outside"])  # its rows meet the NaN x column
     assert H.verdict() == "non-finite"
 
 

@@ -29,7 +29,7 @@ def test_float32_matmuls_reach_the_compiled_dot():
     x = jnp.ones((8, 8), jnp.float32)
     before = jax.config.jax_default_matmul_precision
     try:
-        jax.config.update("jax_default_matmul_precision", None)     # JAX's default
+        jax.config.update("jax_default_matmul_precision", None)  # JAX's default
         assert "HIGHEST" not in jax.jit(jnp.dot).lower(x, x).as_text()
         backend.use_float32_matmuls()
         assert "HIGHEST" in jax.jit(jnp.dot).lower(x, x).as_text()
@@ -56,9 +56,11 @@ def _loss_and_grad(tuning):
 
 
 def test_plain_formulations_give_the_cpu_ones_numbers():
-    assert not markov_model.scores_held_whole(256)           # the tiled path on the CPU
-    ((loss_cpu, grad_cpu), cpu), ((loss_plain, grad_plain), plain) = (_loss_and_grad("cpu"),
-                                                                        _loss_and_grad("plain"))
+    assert not markov_model.scores_held_whole(256)  # the tiled path on the CPU
+    ((loss_cpu, grad_cpu), cpu), ((loss_plain, grad_plain), plain) = (
+        _loss_and_grad("cpu"),
+        _loss_and_grad("plain"),
+    )
     # the sequential sampler and the loop over chunks of sequences (scans) are the CPU's only
     assert cpu.count("scan[") > 0 and plain.count("scan[") == 0
     np.testing.assert_allclose(loss_plain, loss_cpu, rtol=1e-6)

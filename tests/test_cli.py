@@ -23,13 +23,20 @@ from landscape.scan_snap import experiment as scan_snap
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PAPERS = {"scan_snap": scan_snap, "markov": markov, "ngrams": ngrams, "recall": recall}
-DEFAULT = {"scan_snap": "configs/syn_small.py", "markov": "configs/markov.py",
-           "ngrams": "configs/ngrams.py", "recall": "configs/recall.py"}
+DEFAULT = {
+    "scan_snap": "configs/syn_small.py",
+    "markov": "configs/markov.py",
+    "ngrams": "configs/ngrams.py",
+    "recall": "configs/recall.py",
+}
 
 # (paper, arguments (a default --config is added unless one is given), words the sentence has)
 BAD = [
-    ("scan_snap", ["--config.optim.lr_y=0.5"], "config.optim.lr_y is not a known field. Did you "
-                                               "mean config.optim.lr_z?"),
+    (
+        "scan_snap",
+        ["--config.optim.lr_y=0.5"],
+        "config.optim.lr_y is not a known field. Did you mean config.optim.lr_z?",
+    ),
     ("scan_snap", ["--config.optim.lr_z=-0.5"], "config.optim.lr_z = -0.5: must be a number > 0"),
     ("scan_snap", ["--config=configs/nope.py"], "no config file configs/nope.py"),
     ("scan_snap", ["--config=configs/syn_small.py:nope"], "unknown variant 'nope'"),
@@ -40,8 +47,11 @@ BAD = [
     ("scan_snap", ["--config.train.log_every=3"], "config.train.log_every"),
     ("scan_snap", ["--config.train.chunk_steps=3"], "config.train.chunk_steps"),
     ("scan_snap", ["--config.model.normalize=maybe"], "config.model.normalize"),
-    ("scan_snap", ["--config.sweep.optim.lr_q=[1.0]"], "config.sweep.optim.lr_q is not a known "
-                                                       "field"),
+    (
+        "scan_snap",
+        ["--config.sweep.optim.lr_q=[1.0]"],
+        "config.sweep.optim.lr_q is not a known field",
+    ),
     ("scan_snap", ["--config.sweep.optim.lr_z=0.5"], "config.sweep.optim.lr_z"),
     ("scan_snap", ["--config.sweep.optim.lr_z=[]"], "non-empty"),
     ("scan_snap", ["--config.optim=1"], "config.optim is a group of fields"),
@@ -57,35 +67,53 @@ BAD = [
     ("markov", ["--config.chain.p=1.5"], "config.chain.p = 1.5"),
     ("markov", ["--config.chain.num_states=1"], "config.chain.num_states"),
     ("markov", ["--config.train.on_nonfinite=ignore"], "config.train.on_nonfinite"),
-    ("markov", ["--config=configs/markov.py:landscape", "--config.landscape.d=-1"],
-     "config.landscape.d"),
-    ("markov", ["--config=configs/markov.py:fig1", "--config.model.num_layers=4"],
-     "set by this config's variants"),
+    (
+        "markov",
+        ["--config=configs/markov.py:landscape", "--config.landscape.d=-1"],
+        "config.landscape.d",
+    ),
+    (
+        "markov",
+        ["--config=configs/markov.py:fig1", "--config.model.num_layers=4"],
+        "set by this config's variants",
+    ),
     ("markov", ["--config.model.family=transformer"], "config.model.family"),
     ("markov", ["--config.model.layer_norm=True"], "config.model.layer_norm"),
-    ("markov", ["--config=configs/markov.py:fig3", "--config.sweep.chain.p=[0.1,0.2,0.3]"],
-     "config.sweep"),
+    (
+        "markov",
+        ["--config=configs/markov.py:fig3", "--config.sweep.chain.p=[0.1,0.2,0.3]"],
+        "config.sweep",
+    ),
     ("markov", ["--config.model.seq_len=1000000"], "needs about"),
     ("markov", ["--config.optim.lr=0"], "config.optim.lr = 0"),
     ("markov", ["--config=configs/markov.py:fig9"], "unknown variant 'fig9'"),
-    ("ngrams", ["--config=configs/ngrams.py:smoke", "--config.task.seq_len=10000000"],
-     "needs about"),
+    (
+        "ngrams",
+        ["--config=configs/ngrams.py:smoke", "--config.task.seq_len=10000000"],
+        "needs about",
+    ),
     ("ngrams", ["--config.task.order_n=0"], "config.task"),
     ("ngrams", ["--config.claims=foo"], "config.claims"),
     ("ngrams", ["--config.model.kind=mlp"], "config.model.kind"),
     ("ngrams", ["--config.train.on_nonfinite=ignore"], "config.train.on_nonfinite"),
     ("ngrams", ["--config.task.alpha=-1"], "config.task"),
     ("ngrams", ["--config.train.test_sequences=0"], "config.train.test_sequences"),
-    ("recall", ["--config=configs/recall.py:first_jump", "--config.flow.atol=-1.0"],
-     "config.flow.atol"),
+    (
+        "recall",
+        ["--config=configs/recall.py:first_jump", "--config.flow.atol=-1.0"],
+        "config.flow.atol",
+    ),
     ("recall", ["--config.init.eps=-1"], "config.init.eps = -1.0: must be a number > 0"),
     ("recall", ["--config.model.num_heads=7"], "config.model.num_heads"),
     ("recall", ["--config.train.sampler=foo"], "config.train.sampler"),
     ("recall", ["--config.init.beta_shape=[1.0]"], "config.init.beta_shape"),
     ("recall", ["--config.train.chunk_steps=3"], "config.train.chunk_steps"),
     ("recall", ["--config.train.on_nonfinite=ignore"], "config.train.on_nonfinite"),
-    ("recall", ["--config=configs/recall.py:fig1", "--config.optim.momentum=1.5"],
-     "config.optim.momentum"),
+    (
+        "recall",
+        ["--config=configs/recall.py:fig1", "--config.optim.momentum=1.5"],
+        "config.optim.momentum",
+    ),
 ]
 
 
@@ -116,14 +144,19 @@ def test_bad_input_gets_one_sentence(paper, args, words, tmp_path, capsys, monke
 
 def test_bad_config_files(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(ROOT)
-    files = {"syntax.py": ("def get_config(:\n", "syntax.py:1: SyntaxError"),
-             "raises.py": ("import math\n\ndef get_config():\n    return undefined_name\n",
-                           "raises.py:4: NameError"),
-             "empty.py": ("x = 1\n", "has no get_config() function")}
+    files = {
+        "syntax.py": ("def get_config(:\n", "syntax.py:1: SyntaxError"),
+        "raises.py": (
+            "import math\n\ndef get_config():\n    return undefined_name\n",
+            "raises.py:4: NameError",
+        ),
+        "empty.py": ("x = 1\n", "has no get_config() function"),
+    }
     for name, (text, words) in files.items():
         (tmp_path / name).write_text(text)
-        status, out = _main("scan_snap", [f"--config={tmp_path / name}",
-                                          f"--workdir={tmp_path / 'w'}"], capsys)
+        status, out = _main(
+            "scan_snap", [f"--config={tmp_path / name}", f"--workdir={tmp_path / 'w'}"], capsys
+        )
         _assert_one_sentence(status, out, words)
     assert not (tmp_path / "w").exists()
 
@@ -136,13 +169,14 @@ def test_workdir_policy(tmp_path, capsys, monkeypatch):
     used.mkdir()
     (used / "config.json").write_text("{}")
     empty = tmp_path / "empty"
-    cases = [([f"--workdir={a_file}"], "is a file"),
-             ([f"--workdir={a_file}/sub"], "lies under the file"),
-             ([f"--workdir={used}"], "already holds the records of an earlier run"),
-             ([f"--workdir={used}", "--overwrite", "--resume"], "exclude each other"),
-             (["--resume"], "--resume needs --workdir"),
-             ([f"--workdir={empty}", "--resume"], "holds no records"),
-             ]
+    cases = [
+        ([f"--workdir={a_file}"], "is a file"),
+        ([f"--workdir={a_file}/sub"], "lies under the file"),
+        ([f"--workdir={used}"], "already holds the records of an earlier run"),
+        ([f"--workdir={used}", "--overwrite", "--resume"], "exclude each other"),
+        (["--resume"], "--resume needs --workdir"),
+        ([f"--workdir={empty}", "--resume"], "holds no records"),
+    ]
     for args, words in cases:
         status, out = _main("scan_snap", args, capsys)
         _assert_one_sentence(status, out, words)
@@ -164,13 +198,24 @@ def test_help_lists_the_flags(paper, capsys):
 
 
 def test_a_subprocess_sees_one_line(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "experiments.scan_snap",
-                          "--config=configs/syn_small.py", "--config.optim.lr_y=0.5",
-                          f"--workdir={tmp_path / 'w'}"], cwd=ROOT, capture_output=True,
-                         text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "experiments.scan_snap",
+            "--config=configs/syn_small.py",
+            "--config.optim.lr_y=0.5",
+            f"--workdir={tmp_path / 'w'}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert out.returncode == 2 and out.stdout == ""
-    assert out.stderr.strip() == ("config.optim.lr_y is not a known field. Did you mean "
-                                  "config.optim.lr_z?")
+    assert out.stderr.strip() == (
+        "config.optim.lr_y is not a known field. Did you mean config.optim.lr_z?"
+    )
     assert not (tmp_path / "w").exists()
 
 
@@ -182,10 +227,20 @@ def test_the_main_job_fills_its_compilation_cache_and_reads_it_back(tmp_path):
     cache = tmp_path / "cache"
 
     def main_job(name):
-        out = subprocess.run([sys.executable, "-m", "experiments.scan_snap",
-                              "--config=configs/syn_small.py", f"--compilation_cache={cache}",
-                              f"--workdir={tmp_path / name}"], cwd=ROOT, capture_output=True,
-                             text=True, env=env)
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "experiments.scan_snap",
+                "--config=configs/syn_small.py",
+                f"--compilation_cache={cache}",
+                f"--workdir={tmp_path / name}",
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            env=env,
+        )
         assert out.returncode == 0, out.stderr
         assert f"compilation cache: {cache}" in out.stdout
         return json.loads((tmp_path / name / "summary.json").read_text())
@@ -206,29 +261,79 @@ def test_the_main_job_fills_its_compilation_cache_and_reads_it_back(tmp_path):
 def test_overrides_parse_as_the_fields_type():
     data = {"a": {"flag": False, "n": 3, "x": 0.5, "name": "sgd", "xs": [1, 2]}, "sweep": {}}
     schema = config_lib.flatten(data)
-    cli.apply_overrides(data, [("a.flag", "true"), ("a.n", "4"), ("a.x", "1"), ("a.name", "adam"),
-                               ("a.xs", "[3, 4, 5]"), ("sweep.a.x", "[0.1, 0.2]")], schema)
+    cli.apply_overrides(
+        data,
+        [
+            ("a.flag", "true"),
+            ("a.n", "4"),
+            ("a.x", "1"),
+            ("a.name", "adam"),
+            ("a.xs", "[3, 4, 5]"),
+            ("sweep.a.x", "[0.1, 0.2]"),
+        ],
+        schema,
+    )
     assert data["a"] == {"flag": True, "n": 4, "x": 1.0, "name": "adam", "xs": [3, 4, 5]}
     assert isinstance(data["a"]["x"], float) and data["sweep"] == {"a": {"x": [0.1, 0.2]}}
-    notes = cli.apply_overrides(data, [("a.x", "0.3")], schema)   # fixes the swept field
+    notes = cli.apply_overrides(data, [("a.x", "0.3")], schema)  # fixes the swept field
     assert data["sweep"] == {} and data["a"]["x"] == 0.3 and "replaces the sweep" in notes[0]
 
 
-SHIPPED = [(paper, f"configs/{file}.py", variant) for paper, file, variants in [
-    ("scan_snap", "syn_small", ["fig4", "fig4_left", "fig4_right", "fig5_adam"]),
-    ("scan_snap", "syn_medium", ["paper", "quick"]),
-    ("markov", "markov", ["fig3", "fig3_gpt", "fig4", "fig4_gpt", "fig4_paper", "fig1",
-                          "fig1_gpt", "fig5", "appendix_d", "landscape"]),
-    ("ngrams", "ngrams", ["fig1", "fig3", "fig4", "fig5", "fig6", "fig7", "fig1_paper",
-                          "fig3_paper", "fig4_paper", "fig5_paper", "fig6_paper", "fig7_paper",
-                          "stationarity", "smoke"]),
-    ("recall", "recall", ["fig1", "first_jump", "ei_tail", "later_jumps", "stages", "dp_vs_ce",
-                          "ablations"])] for variant in variants]
+SHIPPED = [
+    (paper, f"configs/{file}.py", variant)
+    for paper, file, variants in [
+        ("scan_snap", "syn_small", ["fig4", "fig4_left", "fig4_right", "fig5_adam"]),
+        ("scan_snap", "syn_medium", ["paper", "quick"]),
+        (
+            "markov",
+            "markov",
+            [
+                "fig3",
+                "fig3_gpt",
+                "fig4",
+                "fig4_gpt",
+                "fig4_paper",
+                "fig1",
+                "fig1_gpt",
+                "fig5",
+                "appendix_d",
+                "landscape",
+            ],
+        ),
+        (
+            "ngrams",
+            "ngrams",
+            [
+                "fig1",
+                "fig3",
+                "fig4",
+                "fig5",
+                "fig6",
+                "fig7",
+                "fig1_paper",
+                "fig3_paper",
+                "fig4_paper",
+                "fig5_paper",
+                "fig6_paper",
+                "fig7_paper",
+                "stationarity",
+                "smoke",
+            ],
+        ),
+        (
+            "recall",
+            "recall",
+            ["fig1", "first_jump", "ei_tail", "later_jumps", "stages", "dp_vs_ce", "ablations"],
+        ),
+    ]
+    for variant in variants
+]
 
 
 def test_start_up_checks_are_fast(monkeypatch):
     """Loading, overriding and validating (memory estimate included): <= 50 ms per config."""
     import ml_collections
+
     monkeypatch.chdir(ROOT)
     slowest = 0.0
     for paper, file, variant in SHIPPED:
@@ -250,17 +355,23 @@ def test_a_record_reruns_exactly(tmp_path, capsys, monkeypatch):
     recorded as the config's numbers, structural tags with their types."""
     monkeypatch.chdir(ROOT)
     first, again = tmp_path / "first", tmp_path / "again"
-    args = ["--config=configs/syn_medium.py:quick", "--config.train.num_steps=20",
-            "--config.sweep.optim.lr_z=[0.35, 1.0]", "--config.num_seeds=1"]
+    args = [
+        "--config=configs/syn_medium.py:quick",
+        "--config.train.num_steps=20",
+        "--config.sweep.optim.lr_z=[0.35, 1.0]",
+        "--config.num_seeds=1",
+    ]
     assert cli.main(scan_snap, ["scan_snap", *args, f"--workdir={first}"]) == 0
-    assert cli.main(scan_snap, ["scan_snap", f"--config={first}/config.json",
-                                f"--workdir={again}"]) == 0
+    assert (
+        cli.main(scan_snap, ["scan_snap", f"--config={first}/config.json", f"--workdir={again}"])
+        == 0
+    )
     capsys.readouterr()
     rows = (first / "metrics.jsonl").read_text()
     assert rows == (again / "metrics.jsonl").read_text()
     rows = [json.loads(line) for line in rows.splitlines()]
-    assert {row["optim.lr_z"] for row in rows} == {0.35, 1.0}         # not 0.3499999940395355
-    assert {row["data.num_last"] for row in rows} == {1, 3}           # ints, not "1" and "3"
+    assert {row["optim.lr_z"] for row in rows} == {0.35, 1.0}  # not 0.3499999940395355
+    assert {row["data.num_last"] for row in rows} == {1, 3}  # ints, not "1" and "3"
     arrays_a, arrays_b = np.load(first / "arrays.npz"), np.load(again / "arrays.npz")
     for name in arrays_a.files:
         np.testing.assert_array_equal(arrays_a[name], arrays_b[name])
@@ -276,20 +387,31 @@ def test_formulations_flag_traces_the_plain_attention(tmp_path, capsys, monkeypa
     choice is recorded in the provenance and the process's own choice is back afterwards."""
     from landscape import backend
     from landscape.markov import model as model_lib
+
     tiled = []
     original = model_lib._tiled_attention
-    monkeypatch.setattr(model_lib, "_tiled_attention",
-                        lambda *qkv: tiled.append(1) or original(*qkv))
+    monkeypatch.setattr(
+        model_lib, "_tiled_attention", lambda *qkv: tiled.append(1) or original(*qkv)
+    )
     monkeypatch.chdir(ROOT)
-    args = ["--config=configs/markov.py:fig3_gpt", "--config.train.num_steps=20",
-            "--config.train.log_every=10", "--config.num_seeds=1", "--config.variants=[]",
-            "--config.sweep={}"]
+    args = [
+        "--config=configs/markov.py:fig3_gpt",
+        "--config.train.num_steps=20",
+        "--config.train.log_every=10",
+        "--config.num_seeds=1",
+        "--config.variants=[]",
+        "--config.sweep={}",
+    ]
     losses, traced = {}, {}
     for formulations in ("cpu", "plain"):
         workdir = tmp_path / formulations
         tiled.clear()
-        assert cli.main(markov, ["markov", *args, f"--workdir={workdir}",
-                                 f"--formulations={formulations}"]) == 0
+        assert (
+            cli.main(
+                markov, ["markov", *args, f"--workdir={workdir}", f"--formulations={formulations}"]
+            )
+            == 0
+        )
         traced[formulations] = len(tiled)
         config = json.loads((workdir / "config.json").read_text())
         assert config["provenance"]["formulations"] == formulations

@@ -11,10 +11,19 @@ import pytest
 
 from landscape import config as config_lib
 
-PACKAGE = {"syn_small": "scan_snap", "syn_medium": "scan_snap", "scan_snap_theory": "scan_snap",
-           "markov": "markov", "ngrams": "ngrams", "recall": "recall"}
-VARIANTS = {"syn_small": ("fig4", "fig4_left", "fig4_right", "fig5_adam"),
-            "syn_medium": ("paper", "quick"), "scan_snap_theory": (None,)}
+PACKAGE = {
+    "syn_small": "scan_snap",
+    "syn_medium": "scan_snap",
+    "scan_snap_theory": "scan_snap",
+    "markov": "markov",
+    "ngrams": "ngrams",
+    "recall": "recall",
+}
+VARIANTS = {
+    "syn_small": ("fig4", "fig4_left", "fig4_right", "fig5_adam"),
+    "syn_medium": ("paper", "quick"),
+    "scan_snap_theory": (None,),
+}
 
 
 def shipped():
@@ -66,7 +75,11 @@ NAN, INF = float("nan"), float("inf")
 # (config, overrides, the field the sentence must name)
 BAD = [
     # ---- scan_snap: kinds
-    ("syn_small", {"train.num_steps": "abc"}, "config.train.num_steps = 'abc': must be an integer."),
+    (
+        "syn_small",
+        {"train.num_steps": "abc"},
+        "config.train.num_steps = 'abc': must be an integer.",
+    ),
     ("syn_small", {"train.batch_size": 2.5}, "config.train.batch_size = 2.5"),
     ("syn_small", {"train.batch_size": True}, "config.train.batch_size = True"),
     ("syn_small", {"model.normalize": 1}, "config.model.normalize = 1: must be True or False."),
@@ -82,8 +95,11 @@ BAD = [
     ("syn_small", {"train.on_nonfinite": "ignore"}, "config.train.on_nonfinite = 'ignore'"),
     ("syn_small", {"eval.plot_steps": [0, 500]}, "config.eval.plot_steps = [0, 500]"),
     ("syn_small", {"eval.plot_classes": 0}, "config.eval.plot_classes = 0"),
-    ("syn_small", {"data.distinct_unnormalized_max": 0.05},
-     "config.data.distinct_unnormalized_max = 0.05"),
+    (
+        "syn_small",
+        {"data.distinct_unnormalized_max": 0.05},
+        "config.data.distinct_unnormalized_max = 0.05",
+    ),
     ("syn_small", {"optim.warmup_steps": 10}, "config.optim.warmup_steps = 10"),
     ("syn_small", {"name": ""}, "config.name = ''"),
     ("syn_small", {"seed": -1}, "config.seed = -1"),
@@ -95,14 +111,23 @@ BAD = [
     ("scan_snap_theory", {"theory.K": 2000}, "config.theory.K = 2000"),
     ("scan_snap_theory", {"sweep": {"optim": {"lr_z": [1.0]}}}, "config.sweep"),
     # ---- scan_snap: sweeps
-    ("syn_small", {"sweep": {"optim": {"lr_zz": [1.0]}}},
-     "config.sweep.optim.lr_zz is not a known field. Did you mean config.sweep.optim.lr_z?"),
+    (
+        "syn_small",
+        {"sweep": {"optim": {"lr_zz": [1.0]}}},
+        "config.sweep.optim.lr_zz is not a known field. Did you mean config.sweep.optim.lr_z?",
+    ),
     ("syn_small", {"sweep": {"optim": {"lr_z": 0.5}}}, "config.sweep.optim.lr_z = 0.5"),
     ("syn_small", {"sweep": {"seed": [0, 1]}}, "config.sweep.seed = [0, 1]"),
-    ("syn_small", {"claims": "none", "sweep": {"data": {"num_last": [1, 0]}}},
-     "config.sweep.data.num_last = 0"),
-    ("syn_small", {"claims": "none", "sweep": {"data": {"num_last": [1, 2.5]}}},
-     "config.sweep.data.num_last = 2.5"),
+    (
+        "syn_small",
+        {"claims": "none", "sweep": {"data": {"num_last": [1, 0]}}},
+        "config.sweep.data.num_last = 0",
+    ),
+    (
+        "syn_small",
+        {"claims": "none", "sweep": {"data": {"num_last": [1, 2.5]}}},
+        "config.sweep.data.num_last = 2.5",
+    ),
     ("syn_small", {"sweep": {"optim": "fast"}}, "config.sweep.optim = 'fast'"),
     ("syn_small", {"variants": [{"model": {"init": "zeros"}}]}, "config.variants"),
     # ---- markov
@@ -113,41 +138,58 @@ BAD = [
     ("markov:landscape", {"landscape.multistate_p": [0.0]}, "config.landscape.multistate_p"),
     ("markov:landscape", {"landscape.d": 0}, "config.landscape.d = 0"),
     ("markov:landscape", {"landscape.seq_len": 1.5}, "config.landscape.seq_len = 1.5"),
-    ("markov:landscape", {"landscape.multistate_states": 2},
-     "config.landscape.multistate_states = 2"),
+    (
+        "markov:landscape",
+        {"landscape.multistate_states": 2},
+        "config.landscape.multistate_states = 2",
+    ),
     ("markov:landscape", {"sweep": {"chain": {"p": [0.2]}}}, "config.sweep"),
     ("markov:landscape", {"claims": "fig3"}, "config.claims = 'fig3'"),
     ("markov:fig3", {"claims": "landscape"}, "config.claims = 'landscape'"),
-    ("markov:fig3", {"sweep": {"chain": {"p": [0.5, 0.2], "q": [0.8, 0.3, 0.4]}}},
-     "config.sweep_zip = True"),
+    (
+        "markov:fig3",
+        {"sweep": {"chain": {"p": [0.5, 0.2], "q": [0.8, 0.3, 0.4]}}},
+        "config.sweep_zip = True",
+    ),
     ("markov:fig3", {"variants": {"model": {"tied": True}}}, "config.variants = "),
-    ("markov:fig3", {"variants": [{"model": {"tie": False}}]},
-     "config.variants[0].model.tie is not a known field. Did you mean "
-     "config.variants[0].model.tied?"),
-    ("markov:fig3", {"variants": [{"model": {"num_layers": 0}}]},
-     "config.variants[0].model.num_layers = 0"),
+    (
+        "markov:fig3",
+        {"variants": [{"model": {"tie": False}}]},
+        "config.variants[0].model.tie is not a known field. Did you mean "
+        "config.variants[0].model.tied?",
+    ),
+    (
+        "markov:fig3",
+        {"variants": [{"model": {"num_layers": 0}}]},
+        "config.variants[0].model.num_layers = 0",
+    ),
     ("markov:fig3", {"variants": [{"seed": 3}]}, "config.variants[0].seed = 3"),
     ("markov:fig3", {"variants": [3]}, "config.variants[0] = 3"),
     ("markov:fig3", {"variants": [{"model": {"tied": "no"}}]}, "config.variants[0].model.tied"),
     ("markov:fig3", {"model.num_heads": 3}, "config.model.num_heads = 3"),
-    ("markov:fig3", {"sweep": {"model": {"num_heads": [1, 3]}}},
-     "config.sweep.model.num_heads = 3"),
-    ("markov:fig1", {"sweep": {"model": {"num_layers": [1, 2]}}},
-     "config.sweep.model.num_layers"),
+    (
+        "markov:fig3",
+        {"sweep": {"model": {"num_heads": [1, 3]}}},
+        "config.sweep.model.num_heads = 3",
+    ),
+    ("markov:fig1", {"sweep": {"model": {"num_layers": [1, 2]}}}, "config.sweep.model.num_layers"),
     ("markov:fig3", {"train.warmup_fraction": 1.5}, "config.train.warmup_fraction = 1.5"),
     ("markov:fig3", {"optim.warmup_steps": 10}, "config.optim.warmup_steps = 10"),
     ("markov:fig3", {"model.tied": "yes"}, "config.model.tied = 'yes'"),
     ("markov:fig3", {"chain.initial": "random"}, "config.chain.initial = 'random'"),
     ("markov:fig3", {"sweep_zip": 1}, "config.sweep_zip = 1"),
     ("markov:fig5", {"chain.num_states": 2}, "config.chain.num_states = 2"),
-    ("markov:fig4", {"sweep": {"chain": {"pp": [0.2]}}},
-     "config.sweep.chain.pp is not a known field. Did you mean config.sweep.chain.p?"),
+    (
+        "markov:fig4",
+        {"sweep": {"chain": {"pp": [0.2]}}},
+        "config.sweep.chain.pp is not a known field. Did you mean config.sweep.chain.p?",
+    ),
     ("markov:fig4", {"sweep": {"chain": {"q": [0.2, 1.0]}}}, "config.sweep.chain.q = 1.0"),
     # ---- ngrams
     ("ngrams:fig3", {"train.on_nonfinite": "ignore"}, "config.train.on_nonfinite = 'ignore'"),
     ("ngrams:fig3", {"analysis.head_threshold": 1.5}, "config.analysis.head_threshold = 1.5"),
     ("ngrams:fig3", {"analysis.flat_window": 0}, "config.analysis.flat_window = 0"),
-    ("ngrams:fig3", {"analysis.min_plateau": 10 ** 6}, "config.analysis.min_plateau = 1000000"),
+    ("ngrams:fig3", {"analysis.min_plateau": 10**6}, "config.analysis.min_plateau = 1000000"),
     ("ngrams:fig3", {"analysis.spike_ratio": 0.5}, "config.analysis.spike_ratio = 0.5"),
     ("ngrams:fig3", {"figure.highlight_steps": [-5]}, "config.figure.highlight_steps = [-5]"),
     ("ngrams:fig3", {"figure.highlight_steps": [1.5]}, "config.figure.highlight_steps = [1.5]"),
@@ -164,8 +206,11 @@ BAD = [
     ("ngrams:fig3", {"task.seq_len": 3}, "config.task.seq_len = 3"),
     ("ngrams:fig4", {"variants": [{"task": {"alpha": 2.0}}]}, "config.variants[0].task.alpha"),
     ("ngrams:fig3", {"sweep": {"model": {"num_heads": 3}}}, "config.sweep.model.num_heads = 3"),
-    ("ngrams:fig3", {"sweep": {"model": {"num_heads": [2, 0]}}},
-     "config.sweep.model.num_heads = 0"),
+    (
+        "ngrams:fig3",
+        {"sweep": {"model": {"num_heads": [2, 0]}}},
+        "config.sweep.model.num_heads = 0",
+    ),
     ("ngrams:fig3", {"sweep": {"optim": {"lr": []}}}, "config.sweep.optim.lr = []"),
     ("ngrams:stationarity", {"stationarity.cs": [0.0]}, "config.stationarity.cs = [0.0]"),
     ("ngrams:stationarity", {"stationarity.seq_lens": [3]}, "config.stationarity.seq_lens = [3]"),
@@ -179,35 +224,53 @@ BAD = [
     ("recall:first_jump", {"flow.zoom": -1.0}, "config.flow.zoom = -1.0"),
     ("recall:first_jump", {"flow.log_time": "no"}, "config.flow.log_time = 'no'"),
     ("recall:ei_tail", {"flow.t_max": 0.5}, "config.flow.t_max = 0.5"),
-    ("recall:first_jump", {"sweep": {"init": {"eps": [0.1, -0.1]}}},
-     "config.sweep.init.eps = -0.1"),
+    (
+        "recall:first_jump",
+        {"sweep": {"init": {"eps": [0.1, -0.1]}}},
+        "config.sweep.init.eps = -0.1",
+    ),
     ("recall:first_jump", {"sweep": {"optim": {"lr": [0.1, 1.0]}}}, "config.experiment = 'flow'"),
-    ("recall:later_jumps", {"sweep": {"init": {"stage": [2, 5]}}},
-     "config.sweep.init.stage = 5"),
-    ("recall:stages", {"sweep": {"init": {"beta_shape": [[1.0, 0.5]]}}},
-     "config.sweep.init.beta_shape = [1.0, 0.5]"),
+    ("recall:later_jumps", {"sweep": {"init": {"stage": [2, 5]}}}, "config.sweep.init.stage = 5"),
+    (
+        "recall:stages",
+        {"sweep": {"init": {"beta_shape": [[1.0, 0.5]]}}},
+        "config.sweep.init.beta_shape = [1.0, 0.5]",
+    ),
     ("recall:fig1", {"train.on_nonfinite": "ignore"}, "config.train.on_nonfinite = 'ignore'"),
     ("recall:fig1", {"train.chunk_steps": 3}, "config.train.chunk_steps = 3"),
     ("recall:fig1", {"init.beta_shape": [1.0, "a", 0.1, 0.2]}, "config.init.beta_shape"),
     ("recall:fig1", {"init.beta_shape": [1.0, 0.5]}, "config.init.beta_shape = [1.0, 0.5]"),
     ("recall:fig1", {"init.kind": "first_jump"}, "config.init.kind = 'first_jump'"),
     ("recall:fig1", {"claims": "first_jump"}, "config.claims = 'first_jump'"),
-    ("recall:fig1", {"train.sampler": "population", "model.loss": "ce"},
-     "config.train.sampler = 'population'"),
+    (
+        "recall:fig1",
+        {"train.sampler": "population", "model.loss": "ce"},
+        "config.train.sampler = 'population'",
+    ),
     ("recall:fig1", {"model.gamma": "x"}, "config.model.gamma = 'x'"),
     ("recall:fig1", {"task.k": 7}, "config.task.k = 7"),
-    ("recall:fig1", {"variants": [{"model": {"num_heads": 5}}]},
-     "config.variants[0].model.num_heads = 5"),
+    (
+        "recall:fig1",
+        {"variants": [{"model": {"num_heads": 5}}]},
+        "config.variants[0].model.num_heads = 5",
+    ),
     ("recall:fig1", {"sweep": [1, 2]}, "config.sweep = [1, 2]"),
-    ("recall:fig1", {"sweep": {"init": {"epsilon": [0.1]}}},
-     "config.sweep.init.epsilon is not a known field. Did you mean config.sweep.init.eps?"),
-    ("recall:dp_vs_ce", {"variants": [{"model": {"loss": "mse"}}]},
-     "config.variants[0].model.loss = 'mse'"),
+    (
+        "recall:fig1",
+        {"sweep": {"init": {"epsilon": [0.1]}}},
+        "config.sweep.init.epsilon is not a known field. Did you mean config.sweep.init.eps?",
+    ),
+    (
+        "recall:dp_vs_ce",
+        {"variants": [{"model": {"loss": "mse"}}]},
+        "config.variants[0].model.loss = 'mse'",
+    ),
 ]
 
 
-@pytest.mark.parametrize("spec, fields, names", BAD,
-                         ids=[f"{i}-{b[0]}-{','.join(b[1])}" for i, b in enumerate(BAD)])
+@pytest.mark.parametrize(
+    "spec, fields, names", BAD, ids=[f"{i}-{b[0]}-{','.join(b[1])}" for i, b in enumerate(BAD)]
+)
 def test_bad_config_gets_one_sentence_naming_the_field(spec, fields, names):
     cfg, experiment = load(spec)
     with pytest.raises(config_lib.ConfigError) as error:

@@ -34,15 +34,21 @@ def _scalar_point(f, x, y, **kwargs):
 def test_param_names_match_ravel_pytree():
     rng = np.random.default_rng(0)
     params = {
-            "layer0": {"W_Q": rng.normal(size=(2, 3)), "b": rng.normal(size=(3,))},
-            "Y": rng.normal(size=(4,)),
-            "blocks": [{"W_K": rng.normal(size=(2, 2))}, {"W_K": rng.normal(size=(1, 5))}],
-            "scale": np.float64(1.5),
+        "layer0": {"W_Q": rng.normal(size=(2, 3)), "b": rng.normal(size=(3,))},
+        "Y": rng.normal(size=(4,)),
+        "blocks": [{"W_K": rng.normal(size=(2, 2))}, {"W_K": rng.normal(size=(1, 5))}],
+        "scale": np.float64(1.5),
     }
     flat = np.asarray(ravel_pytree(params)[0])
     names = param_names(params)
-    assert [n for n, _, _ in names] == ["Y", "blocks/0/W_K", "blocks/1/W_K", "layer0/W_Q",
-                                                                            "layer0/b", "scale"]
+    assert [n for n, _, _ in names] == [
+        "Y",
+        "blocks/0/W_K",
+        "blocks/1/W_K",
+        "layer0/W_Q",
+        "layer0/b",
+        "scale",
+    ]
     leaves = jax.tree_util.tree_leaves(params)
     assert names[-1][1].stop == flat.size
     for (_, s, shape), leaf in zip(names, leaves):
@@ -79,7 +85,10 @@ def test_quadratic_gradient_and_hessian_blocks():
 
 
 def test_block_prefix_selects_all_leaves_of_a_group():
-    params = {"layer0": {"W_Q": jnp.ones((2,)), "b": jnp.ones((1,))}, "layer1": {"W_Q": jnp.ones(2)}}
+    params = {
+        "layer0": {"W_Q": jnp.ones((2,)), "b": jnp.ones((1,))},
+        "layer1": {"W_Q": jnp.ones(2)},
+    }
     weights = jnp.arange(1.0, 6.0)
     point = Point(params, lambda p: 0.5 * jnp.sum(weights * ravel_pytree(p)[0] ** 2))
     hessian = hessian_at(point, columns_per_batch=2)  # exercises the remainder batch
@@ -90,13 +99,18 @@ def test_block_prefix_selects_all_leaves_of_a_group():
         hessian.block("layer")  # a prefix must end at a "/"
 
 
-@pytest.mark.parametrize("f, verdict", [
+@pytest.mark.parametrize(
+    "f, verdict",
+    [
         (lambda x, y: x**2 - y**2 + x * y**3, "saddle (1 negative eigenvalue)"),
         (lambda x, y: x**2 + x * y + y**2 + x**2 * y**2, "local minimum (positive definite)"),
-        (lambda x, y: x**2 + y**4,
-          "degenerate minimum candidate (positive semi-definite with 1 zero mode)"),
+        (
+            lambda x, y: x**2 + y**4,
+            "degenerate minimum candidate (positive semi-definite with 1 zero mode)",
+        ),
         (lambda x, y: -(x**2) - 3 * y**2 + x**3, "local maximum (negative definite)"),
-])
+    ],
+)
 def test_verdicts_at_the_origin(f, verdict):
     hessian = hessian_at(_scalar_point(f, 0.0, 0.0))
     assert gradient_at(hessian.point).norm == 0.0
@@ -114,14 +128,20 @@ def test_saddle_eigenvalues_and_tolerances():
 
 def test_hvp_equals_dense_hessian_times_vector():
     rng = np.random.default_rng(2)
-    params = {"a": {"W": jnp.asarray(rng.normal(size=(3, 2)))}, "c": jnp.asarray(rng.normal(size=4))}
+    params = {
+        "a": {"W": jnp.asarray(rng.normal(size=(3, 2)))},
+        "c": jnp.asarray(rng.normal(size=4)),
+    }
 
     def loss_fn(p):
         hidden = jnp.tanh(p["a"]["W"].T @ p["c"][:3])
         return jnp.sum(hidden**3) + jnp.exp(p["c"][3] * hidden[0]) + jnp.sum(p["a"]["W"] ** 4)
 
     point = Point(params, loss_fn)
-    tangent = {"a": {"W": jnp.asarray(rng.normal(size=(3, 2)))}, "c": jnp.asarray(rng.normal(size=4))}
+    tangent = {
+        "a": {"W": jnp.asarray(rng.normal(size=(3, 2)))},
+        "c": jnp.asarray(rng.normal(size=4)),
+    }
     product = ravel_pytree(hvp(point)(tangent))[0]
     hessian = hessian_at(point)
     np.testing.assert_allclose(product, hessian.matrix @ ravel_pytree(tangent)[0], rtol=1e-12)
@@ -152,8 +172,9 @@ def test_lanczos_on_a_positive_definite_point_does_not_claim_a_minimum():
     # restarts (beta = 0), so every Ritz value is still an exact eigenvalue.
     rotation = np.linalg.qr(np.random.default_rng(4).normal(size=(50, 50)))[0]
     matrix = rotation @ np.diag(np.repeat(np.arange(1.0, 6.0), 10)) @ rotation.T
-    point = _quadratic_point(matrix, np.zeros(50), np.zeros(50), split=(5,),
-                                                    meta={"prediction": "minimum"})
+    point = _quadratic_point(
+        matrix, np.zeros(50), np.zeros(50), split=(5,), meta={"prediction": "minimum"}
+    )
     spectrum = lanczos_spectrum(point, num_iters=20)
     np.testing.assert_allclose(spectrum.ritz_values[[0, -1]], [1.0, 5.0], rtol=1e-12)
     np.testing.assert_allclose(np.unique(np.round(spectrum.ritz_values, 8)), np.arange(1.0, 6.0))
@@ -163,13 +184,21 @@ def test_lanczos_on_a_positive_definite_point_does_not_claim_a_minimum():
 
 def test_describe_reports_blocks_verdict_and_prediction():
     f = lambda x, y: x**2 - y**2 + x * y**3 + 0.5 * x * y
-    point = _scalar_point(f, 0.0, 0.0, name="origin",
-                                                meta={"prediction": "saddle (Prop. 1)", "expected_loss": 0.0})
+    point = _scalar_point(
+        f, 0.0, 0.0, name="origin", meta={"prediction": "saddle (Prop. 1)", "expected_loss": 0.0}
+    )
     hessian = hessian_at(point)
     report = hessian.describe()
-    for text in ["Hessian at origin", "D = 2", "\n  x     ()", "\n  y     ()", "x × y: 0.5",
-                              "verdict (measured)   saddle (1 negative eigenvalue)",
-                              "prediction (theory)  saddle (Prop. 1)", "(expected 0, difference 0.00e+00)"]:
+    for text in [
+        "Hessian at origin",
+        "D = 2",
+        "\n  x     ()",
+        "\n  y     ()",
+        "x × y: 0.5",
+        "verdict (measured)   saddle (1 negative eigenvalue)",
+        "prediction (theory)  saddle (Prop. 1)",
+        "(expected 0, difference 0.00e+00)",
+    ]:
         assert text in report
     assert "prediction" not in hessian_at(_scalar_point(f, 0.0, 0.0)).describe()
     assert repr(hessian) == "Hessian('origin', D=2, dtype=float64)"
@@ -192,28 +221,44 @@ def test_joint_blocks_and_focus_verdict():
     plain = hessian_at(Point(params, loss))
     np.testing.assert_allclose(plain.block(["b", "x"]), np.diag([1.0, 2.0, 6.0]))
     assert plain.verdict().startswith("degenerate minimum candidate")
-    focused = hessian_at(Point(params, loss, meta={
-        "focus_blocks": ["b", "x"], "flat_argument": "L does not depend on y",
-        "focus_prediction": [1.0, 2.0, 6.0]}))
-    assert focused.verdict() == ("local minimum (PSD: positive definite on b, x, zero elsewhere; "
-                                 "L does not depend on y)")
+    focused = hessian_at(
+        Point(
+            params,
+            loss,
+            meta={
+                "focus_blocks": ["b", "x"],
+                "flat_argument": "L does not depend on y",
+                "focus_prediction": [1.0, 2.0, 6.0],
+            },
+        )
+    )
+    assert focused.verdict() == (
+        "local minimum (PSD: positive definite on b, x, zero elsewhere; L does not depend on y)"
+    )
     text = focused.describe()
     assert "focus block (b, x)" in text and "predicted" in text
-    saddle = hessian_at(Point(params, lambda p: loss(p) - p["y"][0] ** 2,
-                              meta={"focus_blocks": ["b", "x"]}))
+    saddle = hessian_at(
+        Point(params, lambda p: loss(p) - p["y"][0] ** 2, meta={"focus_blocks": ["b", "x"]})
+    )
     assert saddle.verdict().startswith("saddle (1 negative")
 
 
 def test_restrict_gives_the_block_of_the_full_hessian():
     from landscape.point import restrict
+
     rng = np.random.default_rng(3)
     A = rng.normal(size=(6, 6))
     A = A @ A.T
+
     def loss(p):
         v = jnp.concatenate([p["u"], p["w"]["x"], jnp.atleast_1d(p["b"])])
         return 0.5 * v @ A @ v + jnp.sin(v).sum()
-    params = {"u": jnp.asarray(rng.normal(size=2)), "w": {"x": jnp.asarray(rng.normal(size=3))},
-              "b": jnp.asarray(0.3)}
+
+    params = {
+        "u": jnp.asarray(rng.normal(size=2)),
+        "w": {"x": jnp.asarray(rng.normal(size=3))},
+        "b": jnp.asarray(0.3),
+    }
     full = hessian_at(Point(params, loss))
     sub = hessian_at(restrict(Point(params, loss), ["b", "w"]))
     np.testing.assert_allclose(sub.block(["b", "w"]), full.block(["b", "w"]), atol=1e-12)

@@ -18,12 +18,17 @@ def test_workdir_files(tmp_path):
     w.save_arrays(b=np.ones((2, 2)))
     saved = np.load(w.path / "arrays.npz")
     assert set(saved.files) == {"a", "b"} and saved["a"].tolist() == [0, 1, 2]
-    claims = [records.Claim("x > 1", 1.5, "> 1", True, "eq. 1"),
-              records.Claim("y < 0", math.inf, "< 0", False)]
+    claims = [
+        records.Claim("x > 1", 1.5, "> 1", True, "eq. 1"),
+        records.Claim("y < 0", math.inf, "< 0", False),
+    ]
     summary = w.write_summary(claims, timing={"run_seconds": 0.1})
     on_disk = json.load(open(w.path / "summary.json"))
     assert on_disk == summary and on_disk["reproduced"] == 1 and on_disk["total"] == 2
-    assert on_disk["claims"][1]["measured"] is None and on_disk["claims"][1]["verdict"] == "NOT reproduced"
+    assert (
+        on_disk["claims"][1]["measured"] is None
+        and on_disk["claims"][1]["verdict"] == "NOT reproduced"
+    )
     assert "1/2 claims reproduced" in records.format_claims(claims)
 
 
@@ -36,7 +41,7 @@ def test_a_claim_set_that_raises_is_reported_not_raised():
     def broken():
         return [records.claim("fine", 1, 1, True)] + [1 / 0]
 
-    claim, = records.evaluated("grad_norm", broken)
+    (claim,) = records.evaluated("grad_norm", broken)
     assert not claim.passed and "could not be evaluated" in claim.claim
     assert claim.measured.startswith("ZeroDivisionError")
     assert records.evaluated("ok", lambda: [records.claim("fine", 1, 1, True)])[0].passed

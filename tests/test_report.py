@@ -25,7 +25,7 @@ def tiny_text(folder: pathlib.Path) -> pathlib.Path:
     words = [f"w{i}" for i in rng.zipf(1.5, size=6000) % 300]
     folder.mkdir(parents=True, exist_ok=True)
     for split, part in (("valid", words[:4000]), ("test", words[4000:])):
-        lines = [" ".join(part[i:i + 12]) for i in range(0, len(part), 12)]
+        lines = [" ".join(part[i : i + 12]) for i in range(0, len(part), 12)]
         (folder / f"{split}.txt").write_text("\n".join(lines))
     return folder
 
@@ -38,8 +38,14 @@ def quick_report(tmp_path_factory):
     lines = []
     started = time.perf_counter()
     status = report_cli.main(argv, progress=lines.append)
-    return dict(status=status, out=tmp / "out", runs=tmp / "runs" / "quick", lines=lines,
-                seconds=time.perf_counter() - started, sets=[text])
+    return dict(
+        status=status,
+        out=tmp / "out",
+        runs=tmp / "runs" / "quick",
+        lines=lines,
+        seconds=time.perf_counter() - started,
+        sets=[text],
+    )
 
 
 def test_quick_report_evaluates_every_claim_and_draws_every_figure(quick_report):
@@ -51,7 +57,7 @@ def test_quick_report_evaluates_every_claim_and_draws_every_figure(quick_report)
         summary = json.loads((runs / job.workdir.name / "summary.json").read_text())
         assert summary["status"] == "complete", job.spec
         claims = summary["claims"] + summary["sanity_checks"]
-        assert summary["total"] >= 1, job.spec               # every config checks paper claims
+        assert summary["total"] >= 1, job.spec  # every config checks paper claims
         unevaluated = [c["measured"] for c in claims if "could not be evaluated" in c["claim"]]
         assert not unevaluated, (job.spec, unevaluated)
         for c in summary["claims"]:
@@ -65,17 +71,19 @@ def test_quick_report_evaluates_every_claim_and_draws_every_figure(quick_report)
     out = quick_report["out"]
     table = (out / "SUMMARY.md").read_text()
     rows = [line for line in table.splitlines() if line.startswith("| ") and "---" not in line]
-    assert len(rows) == len(catalog.FIGURES) + 1                  # the header and one per figure
+    assert len(rows) == len(catalog.FIGURES) + 1  # the header and one per figure
     markdown = (out / "REPORT.md").read_text()
     linked = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", markdown)
     assert linked and all((out / link).stat().st_size > 1000 for link in linked)
     html = (out / "index.html").read_text()
     assert html.count("<img ") == len(linked) and "Quick sizes" in markdown
     every = [f for f in catalog.FIGURES if not f.not_attempted]
-    for figure in every:                   # every figure row has a verdict from measured claims
-        assert re.search(rf"\| {figure.paper} \| {re.escape(figure.label)} \| .* \| "
-                         r"(\*\*not reproduced\*\*|partly|reproduced) \| \d+/\d+ \|", table), \
-            figure.label
+    for figure in every:  # every figure row has a verdict from measured claims
+        assert re.search(
+            rf"\| {figure.paper} \| {re.escape(figure.label)} \| .* \| "
+            r"(\*\*not reproduced\*\*|partly|reproduced) \| \d+/\d+ \|",
+            table,
+        ), figure.label
     progress = [line for line in quick_report["lines"] if line.startswith("[")]
     assert len(progress) == len(jobs) and "left" in progress[0]
 
@@ -87,16 +95,28 @@ def test_index_html_in_headless_chromium(quick_report, tmp_path):
     if browser is None:
         pytest.skip("Chromium is not installed (Debian: apt-get install chromium)")
     page = (quick_report["out"] / "index.html").read_text()
-    probe = ("<script>window.addEventListener('load', () => { const images = [...document.images];"
-             " const broken = images.filter(i => !(i.complete && i.naturalWidth > 0)).length;"
-             " const rows = document.querySelectorAll('#summary tbody tr').length;"
-             " document.body.insertAdjacentHTML('beforeend', `<pre id='probe'>images=${"
-             "images.length} broken=${broken} rows=${rows}</pre>`); });</script>")
+    probe = (
+        "<script>window.addEventListener('load', () => { const images = [...document.images];"
+        " const broken = images.filter(i => !(i.complete && i.naturalWidth > 0)).length;"
+        " const rows = document.querySelectorAll('#summary tbody tr').length;"
+        " document.body.insertAdjacentHTML('beforeend', `<pre id='probe'>images=${"
+        "images.length} broken=${broken} rows=${rows}</pre>`); });</script>"
+    )
     (tmp_path / "probe.html").write_text(page.replace("</body>", probe + "</body>"))
-    dom = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu",
-                          "--virtual-time-budget=20000", "--dump-dom",
-                          (tmp_path / "probe.html").as_uri()],
-                         capture_output=True, text=True, timeout=120).stdout
+    dom = subprocess.run(
+        [
+            browser,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--virtual-time-budget=20000",
+            "--dump-dom",
+            (tmp_path / "probe.html").as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    ).stdout
     found = re.search(r"images=(\d+) broken=(\d+) rows=(\d+)", dom)
     assert found, dom[-2000:]
     images, broken, rows = map(int, found.groups())
@@ -111,11 +131,11 @@ def test_catalog_covers_every_paper_and_every_config_resolves(tmp_path):
     labels = [(f.paper, f.label) for f in catalog.FIGURES]
     assert len(labels) == len(set(labels))
     assert {f.paper for f in catalog.FIGURES} == set(catalog.PAPERS)
-    for paper in catalog.PAPERS:                           # Fig. 1 of every paper is listed
+    for paper in catalog.PAPERS:  # Fig. 1 of every paper is listed
         assert (paper, "Fig. 1") in labels
     for scale in ("cpu", "paper"):
         jobs = run.unique(run.plan(catalog.FIGURES, scale, False, [], tmp_path))
-        for job in jobs:      # only the WikiText paper variants may lack data (a full WikiText)
+        for job in jobs:  # only the WikiText paper variants may lack data (a full WikiText)
             assert not job.error or ("wikitext" in job.spec and "_paper" in job.spec), job.error
             assert job.cfg is None or job.config_hash
     for figure in catalog.FIGURES:
@@ -131,14 +151,19 @@ def test_quick_plan_shrinks_every_config_and_shares_identical_ones(tmp_path):
         if job.cfg is not None and "train" in job.cfg:
             assert job.cfg.train.num_steps < full[key.removesuffix(" quick")].cfg.train.num_steps
     theory = [j for k, j in quick.items() if "scan_snap_theory" in k]
-    assert len({id(j) for j in theory}) == 1                   # one job for its four figures
+    assert len({id(j) for j in theory}) == 1  # one job for its four figures
 
 
 def test_set_applies_only_where_the_field_exists(tmp_path):
-    jobs = run.plan(catalog.figures(("scan_snap", "recall")), "cpu", False,
-                    ["text.path=/nowhere", "flow.num_saves=500"], tmp_path)
+    jobs = run.plan(
+        catalog.figures(("scan_snap", "recall")),
+        "cpu",
+        False,
+        ["text.path=/nowhere", "flow.num_saves=500"],
+        tmp_path,
+    )
     wikitext = jobs["configs/wikitext.py:fig7"]
-    assert "/nowhere" in wikitext.error and wikitext.cfg is None      # one sentence, not a crash
+    assert "/nowhere" in wikitext.error and wikitext.cfg is None  # one sentence, not a crash
     assert jobs["configs/recall.py:first_jump"].cfg.flow.num_saves == 500
     assert "--config.flow.num_saves=500" in jobs["configs/recall.py:first_jump"].command
     assert "flow" not in jobs["configs/syn_small.py"].command
@@ -150,19 +175,34 @@ def test_set_applies_only_where_the_field_exists(tmp_path):
 def fake_job(tmp_path, name, claims, status="complete", sanity=()):
     workdir = tmp_path / name
     (workdir / "figures").mkdir(parents=True)
-    summary = {"status": "complete", "claims": [
-        {"claim": text, "measured": 1.0, "expected": 1.0, "passed": ok} for text, ok in claims],
-        "sanity_checks": [{"claim": t, "measured": 0, "expected": 0, "passed": ok}
-                          for t, ok in sanity]}
+    summary = {
+        "status": "complete",
+        "claims": [
+            {"claim": text, "measured": 1.0, "expected": 1.0, "passed": ok} for text, ok in claims
+        ],
+        "sanity_checks": [
+            {"claim": t, "measured": 0, "expected": 0, "passed": ok} for t, ok in sanity
+        ],
+    }
     (workdir / "summary.json").write_text(json.dumps(summary))
     (workdir / "figures" / "fig3_a.png").write_bytes(b"png")
     (workdir / "figures" / "fig8_b.png").write_bytes(b"png")
-    return run.Job(f"configs/{name}.py", "scan_snap", [], workdir, config_hash="abc",
-                   status=status, seconds=2.0, message="boom" if status == "failed" else "")
+    return run.Job(
+        f"configs/{name}.py",
+        "scan_snap",
+        [],
+        workdir,
+        config_hash="abc",
+        status=status,
+        seconds=2.0,
+        message="boom" if status == "failed" else "",
+    )
 
 
-@pytest.mark.parametrize("outcomes, verdict", [
-    ([True, True], "reproduced"), ([True, False], "partly"), ([False, False], "not reproduced")])
+@pytest.mark.parametrize(
+    "outcomes, verdict",
+    [([True, True], "reproduced"), ([True, False], "partly"), ([False, False], "not reproduced")],
+)
 def test_verdict_counts_the_paper_claims(outcomes, verdict, tmp_path):
     job = fake_job(tmp_path, "a", [(f"claim {i}", ok) for i, ok in enumerate(outcomes)])
     figure = catalog.Figure("scan_snap", "Fig. 4", "x", (catalog.Run("configs/a.py"),))
@@ -171,36 +211,66 @@ def test_verdict_counts_the_paper_claims(outcomes, verdict, tmp_path):
 
 
 def test_match_selects_a_figures_claims_and_pictures_and_failures_count(tmp_path):
-    job = fake_job(tmp_path, "t", [("Fig. 3: a", True), ("Fig. 8: b", False)],
-                   sanity=[("s", False)])
+    job = fake_job(
+        tmp_path, "t", [("Fig. 3: a", True), ("Fig. 8: b", False)], sanity=[("s", False)]
+    )
     jobs = {"configs/t.py": job}
-    fig3 = write.row(catalog.Figure("scan_snap", "Fig. 3", "x", (catalog.Run(
-        "configs/t.py", match="Fig. 3", figures="fig3*"),)), jobs, "cpu", False)
+    fig3 = write.row(
+        catalog.Figure(
+            "scan_snap",
+            "Fig. 3",
+            "x",
+            (catalog.Run("configs/t.py", match="Fig. 3", figures="fig3*"),),
+        ),
+        jobs,
+        "cpu",
+        False,
+    )
     assert (fig3.verdict, fig3.total) == ("reproduced", 1)
     assert [p.name for p in fig3.evidence[0].figures] == ["fig3_a.png"]
     failed = fake_job(tmp_path, "f", [], status="failed")
-    both = write.row(catalog.Figure("scan_snap", "Fig. 4", "x", (
-        catalog.Run("configs/t.py"), catalog.Run("configs/f.py"))),
-        {"configs/t.py": job, "configs/f.py": failed}, "cpu", False)
-    assert (both.verdict, both.passed, both.total) == ("partly", 1, 3)   # the failed run counts
-    not_run = run.Job("configs/n.py", "scan_snap", [], tmp_path / "n", status="not run",
-                      message="no data")
-    r = write.row(catalog.Figure("scan_snap", "Fig. 7", "x", (catalog.Run("configs/n.py"),)),
-                  {"configs/n.py": not_run}, "cpu", False)
+    both = write.row(
+        catalog.Figure(
+            "scan_snap", "Fig. 4", "x", (catalog.Run("configs/t.py"), catalog.Run("configs/f.py"))
+        ),
+        {"configs/t.py": job, "configs/f.py": failed},
+        "cpu",
+        False,
+    )
+    assert (both.verdict, both.passed, both.total) == ("partly", 1, 3)  # the failed run counts
+    not_run = run.Job(
+        "configs/n.py", "scan_snap", [], tmp_path / "n", status="not run", message="no data"
+    )
+    r = write.row(
+        catalog.Figure("scan_snap", "Fig. 7", "x", (catalog.Run("configs/n.py"),)),
+        {"configs/n.py": not_run},
+        "cpu",
+        False,
+    )
     assert r.verdict == "not run"
-    context = dict(scale="cpu", command="python -m experiments.report", time=write.now(),
-                   seconds=3.0, version=dict(commit="0" * 40, dirty=False, code_hash="h",
-                                             jax="x"), ran=2, reused=0, backend="cpu")
+    context = dict(
+        scale="cpu",
+        command="python -m experiments.report",
+        time=write.now(),
+        seconds=3.0,
+        version=dict(commit="0" * 40, dirty=False, code_hash="h", jax="x"),
+        ran=2,
+        reused=0,
+        backend="cpu",
+    )
     markdown = write.report_markdown([fig3, both, r], context, {})
-    assert markdown.index("### Fig. 4: partly") < markdown.index("### Fig. 7: not run") \
-        < markdown.index("### Fig. 3: reproduced")                   # failures first
+    assert (
+        markdown.index("### Fig. 4: partly")
+        < markdown.index("### Fig. 7: not run")
+        < markdown.index("### Fig. 3: reproduced")
+    )  # failures first
     assert "**failed:** s" in markdown and "Not run: no data" in markdown
 
 
 def test_reuse_needs_the_same_config_code_and_jax(tmp_path):
     job = fake_job(tmp_path, "r", [("c", True)])
     version = dict(commit="c", dirty=False, code_hash="code1", jax="0.1")
-    assert not run.reusable(job, version)                             # no report.json yet
+    assert not run.reusable(job, version)  # no report.json yet
     stamp = dict(version, config_hash="abc", seconds=12.0)
     (job.workdir / "report.json").write_text(json.dumps(stamp))
     assert run.reusable(job, version) and run.previous_seconds(job) == 12.0
@@ -216,13 +286,16 @@ def test_time_left_scales_earlier_times_by_this_runs_speed():
     assert run.time_left([b, c], estimates, [(20.0, 10.0)]) == pytest.approx(2 * 20 + 20)
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--only=scan_snap,hopfield"], "--only=hopfield: the papers are scan_snap"),
-    (["--set=text.path"], "--set=text.path: give FIELD=VALUE"),
-    (["--quick", "--readme"], "--readme takes a full report's table"),
-    (["--scale=tpu"], "--scale"),
-    (["--out=README.md"], "--out=README.md is a file, not a folder"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--only=scan_snap,hopfield"], "--only=hopfield: the papers are scan_snap"),
+        (["--set=text.path"], "--set=text.path: give FIELD=VALUE"),
+        (["--quick", "--readme"], "--readme takes a full report's table"),
+        (["--scale=tpu"], "--scale"),
+        (["--out=README.md"], "--out=README.md is a file, not a folder"),
+    ],
+)
 def test_usage_errors_are_one_sentence(argv, message, capsys, monkeypatch):
     monkeypatch.chdir(ROOT)
     assert report_cli.main(["report"] + argv) == 2
@@ -241,7 +314,8 @@ def test_readme_block_is_replaced_between_its_markers(tmp_path):
     readme = tmp_path / "README.md"
     readme.write_text(f"intro\n{write.README_START}\nold\n{write.README_END}\nrest\n")
     assert write.update_readme(readme, "| new |\n")
-    assert readme.read_text() == (f"intro\n{write.README_START}\n| new |\n{write.README_END}"
-                                  "\nrest\n")
+    assert readme.read_text() == (
+        f"intro\n{write.README_START}\n| new |\n{write.README_END}\nrest\n"
+    )
     (tmp_path / "plain.md").write_text("no markers")
     assert not write.update_readme(tmp_path / "plain.md", "x")

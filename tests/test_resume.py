@@ -39,26 +39,35 @@ def test_crash_between_rows_and_checkpoint_resumes_bit_identical(tmp_path):
     metrics.jsonl back to the checkpoint and continues."""
     cfg = configs.syn_medium.get_config("quick")
     cfg.train.update(num_steps=60, log_every=10, chunk_steps=10)
-    experiment.run(cfg, records.Workdir(tmp_path / "reference", checkpoint_seconds=0),
-                   progress=None)
+    experiment.run(
+        cfg, records.Workdir(tmp_path / "reference", checkpoint_seconds=0), progress=None
+    )
 
     lines = []
 
     def dies_in_second_program(line):
         lines.append(line)
-        if sum(l.startswith("step") for l in lines) == 6 + 3:   # cell 1, after step 30's rows
+        if sum(l.startswith("step") for l in lines) == 6 + 3:  # cell 1, after step 30's rows
             raise Crash
 
     with pytest.raises(Crash):
-        experiment.run(cfg, records.Workdir(tmp_path / "run", checkpoint_seconds=0),
-                       progress=dies_in_second_program)
-    assert records.latest_checkpoint_metrics_bytes(tmp_path / "run") < \
-        (tmp_path / "run" / "metrics.jsonl").stat().st_size          # rows past the checkpoint
+        experiment.run(
+            cfg,
+            records.Workdir(tmp_path / "run", checkpoint_seconds=0),
+            progress=dies_in_second_program,
+        )
+    assert (
+        records.latest_checkpoint_metrics_bytes(tmp_path / "run")
+        < (tmp_path / "run" / "metrics.jsonl").stat().st_size
+    )  # rows past the checkpoint
     resumed = []
-    experiment.run(cfg, records.Workdir.open(tmp_path / "run", resume=True, checkpoint_seconds=0),
-                   progress=resumed.append)
-    assert any(l.startswith("resumed at step 60/60") for l in resumed)   # cell 0: finished
-    assert any(l.startswith("resumed at step 20/60") for l in resumed)   # cell 1: from step 20
+    experiment.run(
+        cfg,
+        records.Workdir.open(tmp_path / "run", resume=True, checkpoint_seconds=0),
+        progress=resumed.append,
+    )
+    assert any(l.startswith("resumed at step 60/60") for l in resumed)  # cell 0: finished
+    assert any(l.startswith("resumed at step 20/60") for l in resumed)  # cell 1: from step 20
     _same_records(tmp_path / "run", tmp_path / "reference")
 
 
@@ -72,21 +81,32 @@ def test_overwrite_starts_over(tmp_path):
     with pytest.raises(records.WorkdirError, match="already holds the records"):
         records.Workdir.open(tmp_path / "a")
     experiment.run(cfg, records.Workdir.open(tmp_path / "a", overwrite=True), progress=None)
-    assert (tmp_path / "a" / "metrics.jsonl").read_text() == first      # no duplicated rows
+    assert (tmp_path / "a" / "metrics.jsonl").read_text() == first  # no duplicated rows
 
 
 def _cli(*args, **kwargs):
-    return subprocess.Popen([sys.executable, "-u", "-m", "experiments.scan_snap", *args],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)}, **kwargs)
+    return subprocess.Popen(
+        [sys.executable, "-u", "-m", "experiments.scan_snap", *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        **kwargs,
+    )
 
 
 def test_ctrl_c_then_resume_through_the_cli(tmp_path):
     """Its two runs sharded over two host devices, so resuming restores a sharded state."""
-    args = ["--config=configs/syn_small.py", "--config.train.num_steps=1500",
-            "--config.train.chunk_steps=100", "--host_devices=2", "--checkpoint_seconds=0"]
+    args = [
+        "--config=configs/syn_small.py",
+        "--config.train.num_steps=1500",
+        "--config.train.chunk_steps=100",
+        "--host_devices=2",
+        "--checkpoint_seconds=0",
+    ]
     run = _cli(*args, f"--workdir={tmp_path / 'run'}")
-    for line in run.stdout:                       # wait for training to be under way
+    for line in run.stdout:  # wait for training to be under way
         if line.startswith("step  200/1500"):
             break
     run.send_signal(signal.SIGINT)
@@ -109,4 +129,3 @@ def test_ctrl_c_then_resume_through_the_cli(tmp_path):
     config = json.loads((tmp_path / "run" / "config.json").read_text())
     assert config["provenance"]["backend"] == "cpu" and config["provenance"]["packages"]["jax"]
     assert config["provenance"]["matmul_precision"] == "highest"
-

@@ -36,11 +36,20 @@ def _on_devices(script, device_counts, tmp_path, *args) -> dict[int, np.ndarray]
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     outputs = {}
     for devices in device_counts:
-        env = dict(os.environ, PYTHONPATH=root,
-                   XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
+        env = dict(
+            os.environ,
+            PYTHONPATH=root,
+            XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
+        )
         out = tmp_path / f"{devices}.npy"
-        proc = subprocess.run([sys.executable, "-c", script, str(out), *args],
-                              cwd=root, env=env, capture_output=True, text=True, check=True)
+        proc = subprocess.run(
+            [sys.executable, "-c", script, str(out), *args],
+            cwd=root,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         assert proc.stdout.strip().splitlines()[-1] == str(devices)
         outputs[devices] = np.load(out)
     return outputs
@@ -88,13 +97,14 @@ def test_single_run_splits_its_batch_over_devices(tmp_path, targets):
     """One Markov run (batch 16) on one device vs split over two forced host devices (8
     sequences each, gradients averaged): the same losses and final weights, up to rounding."""
     outputs = _on_devices(SINGLE_RUN, (1, 2), tmp_path, targets)
-    assert outputs[1][0] > outputs[1][29] + 0.01          # it trains
+    assert outputs[1][0] > outputs[1][29] + 0.01  # it trains
     np.testing.assert_allclose(outputs[2], outputs[1], rtol=1e-5, atol=1e-6)
 
 
 def test_batch_devices_divide_the_batch():
-    problem = lambda batch_size: training.Problem(init=None, loss=None, learning_rates=None,
-                                                  batch_size=batch_size)
+    problem = lambda batch_size: training.Problem(
+        init=None, loss=None, learning_rates=None, batch_size=batch_size
+    )
     assert training.batch_devices(problem(None), range(4)) == [0]
     assert training.batch_devices(problem(16), range(2)) == [0, 1]
     assert training.batch_devices(problem(6), range(4)) == [0, 1, 2]

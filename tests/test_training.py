@@ -23,11 +23,14 @@ def quadratic_problem(dim=3):
         return 0.5 * jnp.sum((A @ w - b) ** 2), {"w_norm": jnp.linalg.norm(w)}
 
     return training.Problem(
-        init=lambda key, hp: {"u": jax.random.normal(key, (dim,), jnp.float64),
-                              "v": jnp.ones((dim,), jnp.float64)},
+        init=lambda key, hp: {
+            "u": jax.random.normal(key, (dim,), jnp.float64),
+            "v": jnp.ones((dim,), jnp.float64),
+        },
         loss=loss,
         learning_rates=lambda hp: {"u": hp["lr"], "v": hp["lr"] * hp["ratio"]},
-        snapshot=lambda params, hp: {"u": params["u"], "u0": params["u"][0]}), A
+        snapshot=lambda params, hp: {"u": params["u"], "u0": params["u"][0]},
+    ), A
 
 
 def optim(**kw):
@@ -53,18 +56,29 @@ def reference_run(problem, make_tx, lr_u, lr_v, seed, num_steps):
     return np.asarray(losses), params
 
 
-@pytest.mark.parametrize("name, make_tx, cfg", [
-    ("sgd", lambda lr: optax.sgd(lr), optim(name="sgd")),
-    ("momentum", lambda lr: optax.sgd(lr, momentum=0.9), optim(name="sgd", momentum=0.9)),
-    ("nesterov", lambda lr: optax.sgd(lr, momentum=0.9, nesterov=True),
-     optim(name="sgd", momentum=0.9, nesterov=True)),
-    ("adam", lambda lr: optax.adam(lr), optim(name="adam")),
-    ("adamw", lambda lr: optax.adamw(lr, weight_decay=0.1), optim(name="adamw", weight_decay=0.1)),
-])
+@pytest.mark.parametrize(
+    "name, make_tx, cfg",
+    [
+        ("sgd", lambda lr: optax.sgd(lr), optim(name="sgd")),
+        ("momentum", lambda lr: optax.sgd(lr, momentum=0.9), optim(name="sgd", momentum=0.9)),
+        (
+            "nesterov",
+            lambda lr: optax.sgd(lr, momentum=0.9, nesterov=True),
+            optim(name="sgd", momentum=0.9, nesterov=True),
+        ),
+        ("adam", lambda lr: optax.adam(lr), optim(name="adam")),
+        (
+            "adamw",
+            lambda lr: optax.adamw(lr, weight_decay=0.1),
+            optim(name="adamw", weight_decay=0.1),
+        ),
+    ],
+)
 def test_optimizers_match_optax_per_group(name, make_tx, cfg):
     problem, _ = quadratic_problem()
-    result = training.train(problem, cfg, {"lr": [0.01], "ratio": [3.0]}, [5], num_steps=12,
-                            log_every=3, progress=None)
+    result = training.train(
+        problem, cfg, {"lr": [0.01], "ratio": [3.0]}, [5], num_steps=12, log_every=3, progress=None
+    )
     losses, params = reference_run(problem, make_tx, 0.01, 0.03, 5, 12)
     np.testing.assert_allclose(result.losses[0], losses, rtol=1e-12)
     for k in params:
@@ -75,9 +89,15 @@ def test_sgd_momentum_is_pytorch_heavy_ball():
     """PyTorch: v <- mu v + g; p <- p - lr v (first step v = g), with L2 weight decay in g."""
     problem, _ = quadratic_problem()
     lr, mu, wd = 0.02, 0.9, 0.01
-    result = training.train(problem, optim(name="sgd", momentum=mu, weight_decay=wd),
-                            {"lr": [lr], "ratio": [1.0]}, [1], num_steps=5, log_every=5,
-                            progress=None)
+    result = training.train(
+        problem,
+        optim(name="sgd", momentum=mu, weight_decay=wd),
+        {"lr": [lr], "ratio": [1.0]},
+        [1],
+        num_steps=5,
+        log_every=5,
+        progress=None,
+    )
     init_key, key = jax.random.split(jax.random.key(1))
     p = problem.init(init_key, None)
     v = jax.tree.map(jnp.zeros_like, p)
@@ -96,19 +116,34 @@ def test_warmup_cosine_schedule_multiplier():
     assert float(s(0)) == 0.0
     assert float(s(5)) == pytest.approx(0.5)
     assert float(s(10)) == pytest.approx(1.0)
-    assert float(s(60)) == pytest.approx(0.55)          # half-way down the cosine: (1 + 0.1) / 2
+    assert float(s(60)) == pytest.approx(0.55)  # half-way down the cosine: (1 + 0.1) / 2
     assert float(s(110)) == pytest.approx(0.1)
 
 
 def test_vmapped_runs_equal_single_runs_and_chunking_does_not_matter():
     problem, _ = quadratic_problem()
     hp = {"lr": [0.01, 0.02, 0.05], "ratio": [1.0, 2.0, 0.5]}
-    together = training.train(problem, optim(momentum=0.9), hp, [0, 1, 2], num_steps=20,
-                              log_every=2, chunk_steps=4, progress=None)
+    together = training.train(
+        problem,
+        optim(momentum=0.9),
+        hp,
+        [0, 1, 2],
+        num_steps=20,
+        log_every=2,
+        chunk_steps=4,
+        progress=None,
+    )
     for r in range(3):
-        alone = training.train(problem, optim(momentum=0.9),
-                               {k: [v[r]] for k, v in hp.items()}, [r], num_steps=20,
-                               log_every=2, chunk_steps=20, progress=None)
+        alone = training.train(
+            problem,
+            optim(momentum=0.9),
+            {k: [v[r]] for k, v in hp.items()},
+            [r],
+            num_steps=20,
+            log_every=2,
+            chunk_steps=20,
+            progress=None,
+        )
         np.testing.assert_allclose(together.losses[r], alone.losses[0], rtol=1e-12)
         np.testing.assert_allclose(together.snapshots["u"][r], alone.snapshots["u"][0], rtol=1e-12)
     assert together.snapshots["u"].shape == (3, 11, 3)
@@ -120,8 +155,16 @@ def test_groups_of_runs_equal_all_runs_vmapped():
     """runs_per_group = 2 over 3 runs (a padded last group): the same results as one vmap."""
     problem, _ = quadratic_problem()
     hp = {"lr": [0.01, 0.02, 0.05], "ratio": [1.0, 2.0, 0.5]}
-    run = lambda p: training.train(p, optim(momentum=0.9), hp, [0, 1, 2], num_steps=8,
-                                   log_every=2, chunk_steps=4, progress=None)
+    run = lambda p: training.train(
+        p,
+        optim(momentum=0.9),
+        hp,
+        [0, 1, 2],
+        num_steps=8,
+        log_every=2,
+        chunk_steps=4,
+        progress=None,
+    )
     together, grouped = run(problem), run(dataclasses.replace(problem, runs_per_group=2))
     np.testing.assert_allclose(grouped.losses, together.losses, rtol=1e-12)
     np.testing.assert_allclose(grouped.snapshots["u"], together.snapshots["u"], rtol=1e-12)
@@ -130,8 +173,15 @@ def test_groups_of_runs_equal_all_runs_vmapped():
 
 def test_same_seed_same_numbers_and_common_random_numbers_across_grid():
     problem, _ = quadratic_problem()
-    run = lambda: training.train(problem, optim(), {"lr": [0.01, 0.03], "ratio": [1.0, 1.0]},
-                                 [7, 7], num_steps=6, log_every=2, progress=None)
+    run = lambda: training.train(
+        problem,
+        optim(),
+        {"lr": [0.01, 0.03], "ratio": [1.0, 1.0]},
+        [7, 7],
+        num_steps=6,
+        log_every=2,
+        progress=None,
+    )
     a, b = run(), run()
     np.testing.assert_array_equal(a.losses, b.losses)
     assert a.losses[0, 0] == a.losses[1, 0]  # same seed: same init and first batch at any lr
@@ -143,8 +193,17 @@ def test_nonfinite_loss_stops_names_the_step_and_keeps_records(tmp_path):
     workdir = records.Workdir(tmp_path)
     hp = {"lr": [0.01, 50.0], "ratio": [1.0, 1.0]}  # lr 50 diverges
     with pytest.raises(training.NonFiniteLossError, match=r"non-finite at step \d+ in run 1"):
-        training.train(problem, optim(), hp, [0, 1], num_steps=400, log_every=10, chunk_steps=10,
-                       progress=None, workdir=workdir)
+        training.train(
+            problem,
+            optim(),
+            hp,
+            [0, 1],
+            num_steps=400,
+            log_every=10,
+            chunk_steps=10,
+            progress=None,
+            workdir=workdir,
+        )
     rows = [json.loads(line) for line in open(tmp_path / "metrics.jsonl")]
     assert rows[0]["step"] == 0 and rows[-1]["step"] >= 10
     assert {r["run"] for r in rows} == {0, 1} and rows[-1]["lr"] in (0.01, 50.0)
@@ -154,8 +213,16 @@ def test_nonfinite_loss_stops_names_the_step_and_keeps_records(tmp_path):
 
 def test_nonfinite_mark_mode_reports_first_bad_step():
     problem, _ = quadratic_problem()
-    result = training.train(problem, optim(), {"lr": [0.01, 50.0], "ratio": [1.0, 1.0]}, [0, 1],
-                            num_steps=400, log_every=10, progress=None, on_nonfinite="mark")
+    result = training.train(
+        problem,
+        optim(),
+        {"lr": [0.01, 50.0], "ratio": [1.0, 1.0]},
+        [0, 1],
+        num_steps=400,
+        log_every=10,
+        progress=None,
+        on_nonfinite="mark",
+    )
     assert result.first_nonfinite_step[0] == -1
     bad = result.first_nonfinite_step[1]
     assert bad > 0 and np.isfinite(result.losses[1, :bad]).all()
@@ -165,33 +232,59 @@ def test_nonfinite_mark_mode_reports_first_bad_step():
 def test_bad_arguments_are_named():
     problem, _ = quadratic_problem()
     with pytest.raises(ValueError, match="multiple of log_every"):
-        training.train(problem, optim(), {"lr": [0.1], "ratio": [1.0]}, [0], num_steps=10,
-                       log_every=3, progress=None)
+        training.train(
+            problem,
+            optim(),
+            {"lr": [0.1], "ratio": [1.0]},
+            [0],
+            num_steps=10,
+            log_every=3,
+            progress=None,
+        )
 
 
 def test_weight_decay_mask_and_initial_lr_fraction():
     """Decay applies only where the mask says (AdamW on Linear weights only, GPT-2 style)."""
     problem, _ = quadratic_problem()
-    masked = training.Problem(init=problem.init, loss=lambda p, k, hp: (0.0 * sum(
-        jnp.sum(x) for x in jax.tree.leaves(p)), {}), learning_rates=problem.learning_rates,
-        weight_decay_mask=lambda p: {"u": True, "v": False})
+    masked = training.Problem(
+        init=problem.init,
+        loss=lambda p, k, hp: (0.0 * sum(jnp.sum(x) for x in jax.tree.leaves(p)), {}),
+        learning_rates=problem.learning_rates,
+        weight_decay_mask=lambda p: {"u": True, "v": False},
+    )
     cfg = optim(name="adamw", weight_decay=0.5)
-    result = training.train(masked, cfg, {"lr": [0.1], "ratio": [1.0]}, [0], num_steps=4,
-                            log_every=4, progress=None)
+    result = training.train(
+        masked, cfg, {"lr": [0.1], "ratio": [1.0]}, [0], num_steps=4, log_every=4, progress=None
+    )
     init = masked.init(jax.random.split(jax.random.key(0))[0], None)
     np.testing.assert_allclose(result.final_params["v"][0], init["v"], rtol=1e-12)  # no decay
     np.testing.assert_allclose(result.final_params["u"][0], init["u"] * (1 - 0.05) ** 4, rtol=1e-9)
-    s = training.schedule(optim(schedule="warmup_cosine", warmup_steps=10,
-                                initial_lr_fraction=0.01, final_lr_fraction=0.2), 110)
+    s = training.schedule(
+        optim(
+            schedule="warmup_cosine",
+            warmup_steps=10,
+            initial_lr_fraction=0.01,
+            final_lr_fraction=0.2,
+        ),
+        110,
+    )
     assert float(s(0)) == pytest.approx(0.01) and float(s(110)) == pytest.approx(0.2)
 
 
 def test_log_grad_norm_records_the_minibatch_gradient_norm():
     problem, A = quadratic_problem()
-    problem = training.Problem(problem.init, problem.loss, problem.learning_rates,
-                               problem.snapshot, log_grad_norm=True)
-    result = training.train(problem, optim(), {"lr": [0.01], "ratio": [1.0]}, [4], num_steps=3,
-                            log_every=1, progress=None)
+    problem = training.Problem(
+        problem.init, problem.loss, problem.learning_rates, problem.snapshot, log_grad_norm=True
+    )
+    result = training.train(
+        problem,
+        optim(),
+        {"lr": [0.01], "ratio": [1.0]},
+        [4],
+        num_steps=3,
+        log_every=1,
+        progress=None,
+    )
     _, ref_params = reference_run(problem, lambda lr: optax.sgd(lr), 0.01, 0.01, 4, 2)
     # step 2's gradient, recomputed by hand from the reference parameters and step 2's batch
     init_key, key = jax.random.split(jax.random.key(4))
@@ -208,8 +301,15 @@ def test_clip_norm_clips_the_global_gradient_before_the_group_learning_rates():
     groups, then each group at its own lr."""
     problem, A = quadratic_problem()
     clip, lrs = 0.5, {"u": 0.1, "v": 0.3}
-    result = training.train(problem, optim(clip_norm=clip), {"lr": [0.1], "ratio": [3.0]}, [2],
-                            num_steps=4, log_every=1, progress=None)
+    result = training.train(
+        problem,
+        optim(clip_norm=clip),
+        {"lr": [0.1], "ratio": [3.0]},
+        [2],
+        num_steps=4,
+        log_every=1,
+        progress=None,
+    )
     init_key, key = jax.random.split(jax.random.key(2))
     params = problem.init(init_key, None)
     clipped = 0
@@ -219,19 +319,33 @@ def test_clip_norm_clips_the_global_gradient_before_the_group_learning_rates():
         norm = float(optax.tree.norm(grads))
         clipped += norm > clip
         params = {k: params[k] - lrs[k] * grads[k] * min(1.0, clip / norm) for k in params}
-    assert clipped >= 3                                   # the clip acts in this test
+    assert clipped >= 3  # the clip acts in this test
     for k in params:
         np.testing.assert_allclose(result.final_params[k][0], params[k], rtol=1e-12)
 
 
 def test_a_loss_that_takes_the_step_sees_the_global_step():
     """Problem.loss_takes_step: the 4th argument is the step (0, 1, ...), across chunks."""
+
     def loss(params, key, hp, step):
         return jnp.sum(params["w"]) * 0 + step.astype(jnp.float64), {}
-    problem = training.Problem(init=lambda key, hp: {"w": jnp.zeros(2)}, loss=loss,
-                               learning_rates=lambda hp: {"w": hp["lr"]}, loss_takes_step=True)
-    result = training.train(problem, optim(), {"lr": [0.1, 0.2]}, [0, 1], num_steps=12,
-                            log_every=2, chunk_steps=4, progress=None)
+
+    problem = training.Problem(
+        init=lambda key, hp: {"w": jnp.zeros(2)},
+        loss=loss,
+        learning_rates=lambda hp: {"w": hp["lr"]},
+        loss_takes_step=True,
+    )
+    result = training.train(
+        problem,
+        optim(),
+        {"lr": [0.1, 0.2]},
+        [0, 1],
+        num_steps=12,
+        log_every=2,
+        chunk_steps=4,
+        progress=None,
+    )
     np.testing.assert_array_equal(result.losses, np.tile(np.arange(12.0), (2, 1)))
 
 
@@ -241,7 +355,7 @@ def _numpy_ema(trajectory, decay):
     m, out = np.zeros_like(trajectory[0]), []
     for t, p in enumerate(trajectory, start=1):
         m = decay * m + (1 - decay) * p
-        out.append(m / (1 - decay ** t))
+        out.append(m / (1 - decay**t))
     return np.asarray(out)
 
 
@@ -252,22 +366,42 @@ def test_snapshots_at_averaged_parameters_equal_an_ema_computed_outside():
     problem, _ = quadratic_problem()
     hp = {"lr": [0.05, 0.02], "ratio": [1.0, 3.0]}
     decay = 0.9
-    both = training.train(problem, optim(momentum=0.5), hp, [0, 1], num_steps=12, log_every=1,
-                          chunk_steps=4, progress=None, metrics_at="both", ema_decay=decay)
-    current = training.train(problem, optim(momentum=0.5), hp, [0, 1], num_steps=12,
-                             log_every=1, progress=None)
+    both = training.train(
+        problem,
+        optim(momentum=0.5),
+        hp,
+        [0, 1],
+        num_steps=12,
+        log_every=1,
+        chunk_steps=4,
+        progress=None,
+        metrics_at="both",
+        ema_decay=decay,
+    )
+    current = training.train(
+        problem, optim(momentum=0.5), hp, [0, 1], num_steps=12, log_every=1, progress=None
+    )
     np.testing.assert_array_equal(both.snapshots["current_u"], current.snapshots["u"])
-    np.testing.assert_array_equal(both.losses, current.losses)    # the average never trains
+    np.testing.assert_array_equal(both.losses, current.losses)  # the average never trains
     for r in range(2):
-        trajectory = current.snapshots["u"][r]                        # (13, 3): steps 0..12
+        trajectory = current.snapshots["u"][r]  # (13, 3): steps 0..12
         expected = _numpy_ema(trajectory[1:], decay)
         np.testing.assert_allclose(both.snapshots["u"][r, 1:], expected, rtol=1e-12)
         np.testing.assert_array_equal(both.snapshots["u"][r, 0], trajectory[0])
         np.testing.assert_allclose(both.snapshots["u0"][r, 1:], expected[:, 0], rtol=1e-12)
     # the average lags the trajectory (a real average, not a copy)
     assert np.abs(both.snapshots["u"] - current.snapshots["u"])[:, 2:].min() > 0
-    ema_only = training.train(problem, optim(momentum=0.5), hp, [0, 1], num_steps=12,
-                              log_every=3, progress=None, metrics_at="ema", ema_decay=decay)
+    ema_only = training.train(
+        problem,
+        optim(momentum=0.5),
+        hp,
+        [0, 1],
+        num_steps=12,
+        log_every=3,
+        progress=None,
+        metrics_at="ema",
+        ema_decay=decay,
+    )
     assert set(ema_only.snapshots) == {"u", "u0"}
     np.testing.assert_allclose(ema_only.snapshots["u"], both.snapshots["u"][:, ::3], rtol=1e-12)
 
@@ -287,21 +421,38 @@ def test_averaged_snapshots_resume_bit_identical(tmp_path):
 
     try:
         with pytest.raises(training.Interrupted):
-            training.train(problem, optim(), hp, [3], progress=stop_after_first_chunk,
-                           workdir=workdir, **kw)
+            training.train(
+                problem, optim(), hp, [3], progress=stop_after_first_chunk, workdir=workdir, **kw
+            )
     finally:
         training.clear_stop()
-    resumed = training.train(problem, optim(), hp, [3], progress=None,
-                             workdir=records.Workdir.open(tmp_path / "run", resume=True,
-                                                          checkpoint_seconds=0), **kw)
+    resumed = training.train(
+        problem,
+        optim(),
+        hp,
+        [3],
+        progress=None,
+        workdir=records.Workdir.open(tmp_path / "run", resume=True, checkpoint_seconds=0),
+        **kw,
+    )
     for name in reference.snapshots:
         np.testing.assert_array_equal(resumed.snapshots[name], reference.snapshots[name], name)
 
 
 def test_metrics_at_and_ema_decay_are_checked():
     problem, _ = quadratic_problem()
-    for kw, match in ((dict(metrics_at="average"), "metrics_at"), (dict(ema_decay=1.0),
-                                                                   "ema_decay")):
+    for kw, match in (
+        (dict(metrics_at="average"), "metrics_at"),
+        (dict(ema_decay=1.0), "ema_decay"),
+    ):
         with pytest.raises(ValueError, match=match):
-            training.train(problem, optim(), {"lr": [0.1], "ratio": [1.0]}, [0], num_steps=2,
-                           log_every=1, progress=None, **kw)
+            training.train(
+                problem,
+                optim(),
+                {"lr": [0.1], "ratio": [1.0]},
+                [0],
+                num_steps=2,
+                log_every=1,
+                progress=None,
+                **kw,
+            )

@@ -27,57 +27,106 @@ from absl import flags
 from experiments import cli
 from experiments.report import catalog, run, write
 
-_SCALE = flags.DEFINE_enum("scale", "cpu", ["cpu", "paper"], "Which configs: the CPU-sized ones "
-                           "or the paper-scale ones (hours on a CPU).")
-_QUICK = flags.DEFINE_bool("quick", False, "Every cpu config at its smallest size: checks that "
-                           "every claim is evaluated and every figure drawn, not the claims.")
-_ONLY = flags.DEFINE_list("only", [], f"Papers to include (default all): "
-                          f"{', '.join(catalog.PAPERS)}.")
-_REUSE = flags.DEFINE_bool("reuse", False, "Reuse complete records of the same config, code and "
-                           "JAX version instead of running again.")
+_SCALE = flags.DEFINE_enum(
+    "scale",
+    "cpu",
+    ["cpu", "paper"],
+    "Which configs: the CPU-sized ones or the paper-scale ones (hours on a CPU).",
+)
+_QUICK = flags.DEFINE_bool(
+    "quick",
+    False,
+    "Every cpu config at its smallest size: checks that "
+    "every claim is evaluated and every figure drawn, not the claims.",
+)
+_ONLY = flags.DEFINE_list(
+    "only", [], f"Papers to include (default all): {', '.join(catalog.PAPERS)}."
+)
+_REUSE = flags.DEFINE_bool(
+    "reuse",
+    False,
+    "Reuse complete records of the same config, code and JAX version instead of running again.",
+)
 _OUT = flags.DEFINE_string("out", "report", "Folder of REPORT.md, index.html, SUMMARY.md.")
-_RUNS = flags.DEFINE_string("runs", "runs/report", "Folder of the configs' records "
-                            "(<runs>/<scale or quick>/<config name>/).")
-_SET = flags.DEFINE_multi_string("set", [], "FIELD=VALUE for every config that has the field, "
-                                 "e.g. --set=text.path=/data/wikitext-2 (repeatable).")
-_JOBS = flags.DEFINE_integer("jobs", None, "Configs run at once, each in its own process "
-                             "(default: 2 with --quick, whose small programs are mostly "
-                             "single-threaded tracing; else 1).", lower_bound=1)
+_RUNS = flags.DEFINE_string(
+    "runs",
+    "runs/report",
+    "Folder of the configs' records (<runs>/<scale or quick>/<config name>/).",
+)
+_SET = flags.DEFINE_multi_string(
+    "set",
+    [],
+    "FIELD=VALUE for every config that has the field, "
+    "e.g. --set=text.path=/data/wikitext-2 (repeatable).",
+)
+_JOBS = flags.DEFINE_integer(
+    "jobs",
+    None,
+    "Configs run at once, each in its own process "
+    "(default: 2 with --quick, whose small programs are mostly "
+    "single-threaded tracing; else 1).",
+    lower_bound=1,
+)
 _LIST = flags.DEFINE_bool("list", False, "Print the plan and exit.")
-_README = flags.DEFINE_bool("readme", False, "Also put the summary table into README.md "
-                            "(between its report markers).")
+_README = flags.DEFINE_bool(
+    "readme", False, "Also put the summary table into README.md (between its report markers)."
+)
 
 
 def main(argv: list[str], progress=print) -> int:
     started = time.perf_counter()
     try:
         cli._parse_flags(argv)
-        options = dict(scale=_SCALE.value, quick=_QUICK.value, only=tuple(_ONLY.value),
-                       reuse=_REUSE.value, out=pathlib.Path(_OUT.value),
-                       runs=pathlib.Path(_RUNS.value), sets=list(_SET.value),
-                       list_only=_LIST.value, readme=_README.value,
-                       workers=_JOBS.value or (2 if _QUICK.value else 1))
+        options = dict(
+            scale=_SCALE.value,
+            quick=_QUICK.value,
+            only=tuple(_ONLY.value),
+            reuse=_REUSE.value,
+            out=pathlib.Path(_OUT.value),
+            runs=pathlib.Path(_RUNS.value),
+            sets=list(_SET.value),
+            list_only=_LIST.value,
+            readme=_README.value,
+            workers=_JOBS.value or (2 if _QUICK.value else 1),
+        )
         unknown = set(options["only"]) - set(catalog.PAPERS)
         if unknown:
-            raise cli.UsageError(f"--only={','.join(sorted(unknown))}: the papers are "
-                                 f"{', '.join(catalog.PAPERS)}.")
+            raise cli.UsageError(
+                f"--only={','.join(sorted(unknown))}: the papers are {', '.join(catalog.PAPERS)}."
+            )
         if options["readme"] and options["quick"]:
             raise cli.UsageError("--readme takes a full report's table, not --quick's.")
         for flag in ("out", "runs"):
             if options[flag].exists() and not options[flag].is_dir():
-                raise cli.UsageError(f"--{flag}={options[flag]} is a file, not a folder: give "
-                                     "a folder path.")
+                raise cli.UsageError(
+                    f"--{flag}={options[flag]} is a file, not a folder: give a folder path."
+                )
         for item in options["sets"]:
             if "=" not in item:
-                raise cli.UsageError(f"--set={item}: give FIELD=VALUE, e.g. "
-                                     "--set=text.path=/data/wikitext-2.")
+                raise cli.UsageError(
+                    f"--set={item}: give FIELD=VALUE, e.g. --set=text.path=/data/wikitext-2."
+                )
     except cli.UsageError as error:
         return cli._fail(str(error), cli.EXIT_USAGE)
     return report(argv, started=started, progress=progress, **options)
 
 
-def report(argv, *, scale, quick, only, reuse, out, runs, sets, list_only, readme, workers,
-           started, progress=print) -> int:
+def report(
+    argv,
+    *,
+    scale,
+    quick,
+    only,
+    reuse,
+    out,
+    runs,
+    sets,
+    list_only,
+    readme,
+    workers,
+    started,
+    progress=print,
+) -> int:
     figures = catalog.figures(only)
     jobs = run.plan(figures, scale, quick, sets, runs)
     todo = run.unique(jobs)
@@ -85,35 +134,56 @@ def report(argv, *, scale, quick, only, reuse, out, runs, sets, list_only, readm
     label = "quick" if quick else scale
     if list_only:
         for job in todo:
-            state = (f"cannot run: {job.error}" if job.error else
-                     "reusable" if run.reusable(job, version) else "to run")
+            state = (
+                f"cannot run: {job.error}"
+                if job.error
+                else "reusable"
+                if run.reusable(job, version)
+                else "to run"
+            )
             progress(f"{job.paper:9} {job.command}\n          -> {job.workdir} ({state})")
         return 0
-    progress(f"report at {label} scale: {len(figures)} figures, {len(todo)} configs"
-             + (f" ({sum(bool(j.error) for j in todo)} cannot run)" if any(j.error for j in todo)
-                else "") + f"; records in {runs / label}")
+    progress(
+        f"report at {label} scale: {len(figures)} figures, {len(todo)} configs"
+        + (
+            f" ({sum(bool(j.error) for j in todo)} cannot run)"
+            if any(j.error for j in todo)
+            else ""
+        )
+        + f"; records in {runs / label}"
+    )
     for job in todo:
         if job.error:
             progress(f"  not run: {job.spec}: {job.error}")
-    status = run.run_all(todo, reuse, version, workers, progress,
-                         xla_flags=run.QUICK_XLA_FLAGS if quick else "")
+    status = run.run_all(
+        todo, reuse, version, workers, progress, xla_flags=run.QUICK_XLA_FLAGS if quick else ""
+    )
 
     table = write.rows(figures, jobs, scale, quick)
-    context = dict(scale=label, command="python -m experiments.report " + " ".join(argv[1:]),
-                   time=write.now(), seconds=time.perf_counter() - started, version=version,
-                   ran=sum(j.status in ("complete", "failed") for j in todo),
-                   reused=sum(j.status == "reused" for j in todo),
-                   run_seconds=sum(j.seconds or 0.0 for j in todo),
-                   backend=run.backend_of(todo), quick=quick)
+    context = dict(
+        scale=label,
+        command="python -m experiments.report " + " ".join(argv[1:]),
+        time=write.now(),
+        seconds=time.perf_counter() - started,
+        version=version,
+        ran=sum(j.status in ("complete", "failed") for j in todo),
+        reused=sum(j.status == "reused" for j in todo),
+        run_seconds=sum(j.seconds or 0.0 for j in todo),
+        backend=run.backend_of(todo),
+        quick=quick,
+    )
     out.mkdir(parents=True, exist_ok=True)
     paths = write.write(table, context, out)
     progress(write.summary_markdown(table, "").strip())
     if readme:
         if not write.update_readme(run.ROOT / "README.md", paths["summary"].read_text()):
-            progress(f"README.md has no {write.README_START} ... {write.README_END} markers: "
-                     "left as it is.")
-    progress(f"report: {paths['markdown']}, {paths['html']} "
-             f"({run.format_minutes(context['seconds'])})")
+            progress(
+                f"README.md has no {write.README_START} ... {write.README_END} markers: "
+                "left as it is."
+            )
+    progress(
+        f"report: {paths['markdown']}, {paths['html']} ({run.format_minutes(context['seconds'])})"
+    )
     if status:
         return status
     return 1 if any(j.status == "failed" for j in todo) else 0

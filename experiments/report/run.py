@@ -29,7 +29,7 @@ from landscape import config as config_lib
 from landscape import records
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-CODE_DIRS = ("landscape",)          # what computes the numbers (configs are in the config hash)
+CODE_DIRS = ("landscape",)  # what computes the numbers (configs are in the config hash)
 # --quick's programs run a few steps: compiling them is most of their cost, and LLVM's -O0 takes
 # about half the time of its default (the same HLO and fusions; only the machine code differs)
 QUICK_XLA_FLAGS = "--xla_backend_optimization_level=0"
@@ -38,23 +38,25 @@ QUICK_XLA_FLAGS = "--xla_backend_optimization_level=0"
 @dataclasses.dataclass
 class Job:
     """One config to run (or reuse) and what became of it."""
+
     spec: str
     paper: str
-    overrides: list[str]                  # FIELD=VALUE, applied to the config file's config
+    overrides: list[str]  # FIELD=VALUE, applied to the config file's config
     workdir: pathlib.Path
     cfg: ml_collections.ConfigDict | None = None
     config_hash: str = ""
-    error: str = ""                       # why it cannot run (e.g. its data is missing)
-    status: str = "pending"               # pending, reused, complete, failed, not run
+    error: str = ""  # why it cannot run (e.g. its data is missing)
+    status: str = "pending"  # pending, reused, complete, failed, not run
     seconds: float | None = None
     message: str = ""
-    estimate: float | None = None         # seconds expected (the catalog's, at full size)
+    estimate: float | None = None  # seconds expected (the catalog's, at full size)
 
     @property
     def command(self) -> str:
         words = [f"--config={self.spec}"] + [f"--config.{o}" for o in self.overrides]
         return f"python -m experiments.{self.paper} " + " ".join(
-            shlex.quote(w) if any(c in w for c in " []'\"") else w for w in words)
+            shlex.quote(w) if any(c in w for c in " []'\"") else w for w in words
+        )
 
     def summary(self) -> dict[str, Any] | None:
         path = self.workdir / "summary.json"
@@ -75,8 +77,13 @@ def code_version() -> dict[str, Any]:
             digest.update(path.read_bytes())
     git = cli._git(ROOT) or {}
     import jax
-    return {"commit": git.get("commit"), "dirty": git.get("dirty"),
-            "code_hash": digest.hexdigest()[:12], "jax": jax.__version__}
+
+    return {
+        "commit": git.get("commit"),
+        "dirty": git.get("dirty"),
+        "code_hash": digest.hexdigest()[:12],
+        "jax": jax.__version__,
+    }
 
 
 def config_hash(cfg: ml_collections.ConfigDict) -> str:
@@ -87,8 +94,9 @@ def config_hash(cfg: ml_collections.ConfigDict) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:12]
 
 
-def plan(figures, scale: str, quick: bool, sets: list[str],
-         runs_root: pathlib.Path) -> dict[str, Job]:
+def plan(
+    figures, scale: str, quick: bool, sets: list[str], runs_root: pathlib.Path
+) -> dict[str, Job]:
     """The job of every run of `figures` at `scale` (quick: the cpu set, shrunk), keyed by
     `job_key`, each config resolved and validated before anything runs. Runs whose configs
     resolve to the same config share one job."""
@@ -122,8 +130,7 @@ def resolve(run: catalog.Run, overrides: list[str], folder: pathlib.Path) -> Job
     experiment of a paper), validated; a config that cannot run keeps its reason in `error`."""
     experiment = experiment_module(run.paper)
     schema = config_lib.flatten(experiment.default_config())
-    kept = [o for o in overrides
-            if o.partition("=")[0] in schema or o.startswith("sweep.")]
+    kept = [o for o in overrides if o.partition("=")[0] in schema or o.startswith("sweep.")]
     try:
         data = cli.load_config(run.spec)
         cli.apply_overrides(data, [tuple(o.split("=", 1)) for o in kept], schema)
@@ -132,18 +139,21 @@ def resolve(run: catalog.Run, overrides: list[str], folder: pathlib.Path) -> Job
     except (cli.UsageError, config_lib.ConfigError, ValueError) as error:
         name = run.spec.split("/")[-1].replace(".py", "").replace(":", "_")
         return Job(run.spec, run.paper, kept, folder / name, error=" ".join(str(error).split()))
-    return Job(run.spec, run.paper, kept, folder / cfg.name, cfg=cfg,
-               config_hash=config_hash(cfg))
+    return Job(run.spec, run.paper, kept, folder / cfg.name, cfg=cfg, config_hash=config_hash(cfg))
 
 
 def reusable(job: Job, version: dict[str, Any]) -> bool:
     """Complete records of the same config under the same code (and JAX) version."""
     stamp = _read_json(job.workdir / "report.json")
     summary = job.summary()
-    return bool(stamp and summary and summary.get("status") == "complete"
-                and stamp.get("config_hash") == job.config_hash
-                and stamp.get("code_hash") == version["code_hash"]
-                and stamp.get("jax") == version["jax"])
+    return bool(
+        stamp
+        and summary
+        and summary.get("status") == "complete"
+        and stamp.get("config_hash") == job.config_hash
+        and stamp.get("code_hash") == version["code_hash"]
+        and stamp.get("jax") == version["jax"]
+    )
 
 
 def previous_seconds(job: Job) -> float | None:
@@ -157,24 +167,33 @@ def previous_seconds(job: Job) -> float | None:
 def execute(job: Job, version: dict[str, Any]) -> int:
     """Run the job's config through the experiment CLI in this process, its output in
     `<workdir>.log`; returns the CLI's exit status (130: interrupted)."""
-    argv = [f"python -m experiments.{job.paper}", f"--config={job.spec}",
-            *[f"--config.{o}" for o in job.overrides], f"--workdir={job.workdir}",
-            "--overwrite"]
+    argv = [
+        f"python -m experiments.{job.paper}",
+        f"--config={job.spec}",
+        *[f"--config.{o}" for o in job.overrides],
+        f"--workdir={job.workdir}",
+        "--overwrite",
+    ]
     log = job.workdir.with_suffix(".log")
     log.parent.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     with open(log, "w") as out, contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
         try:
             status = cli.main(experiment_module(job.paper), argv)
-        except Exception as error:                       # noqa: BLE001 -- reported, not raised
+        except Exception as error:  # noqa: BLE001 -- reported, not raised
             traceback.print_exc()
             status, job.message = cli.EXIT_FAILED, f"{type(error).__name__}: {error}"
     job.seconds = time.perf_counter() - started
     summary = job.summary() or {}
     if status == 0 and summary.get("status") == "complete":
         job.status = "complete"
-        stamp = dict(version, config_hash=job.config_hash, seconds=job.seconds,
-                     command=job.command, spec=job.spec)
+        stamp = dict(
+            version,
+            config_hash=job.config_hash,
+            seconds=job.seconds,
+            command=job.command,
+            spec=job.spec,
+        )
         (job.workdir / "report.json").write_text(json.dumps(stamp, indent=1))
     else:
         job.status = "failed"
@@ -201,8 +220,7 @@ def backend_of(jobs: list[Job]) -> str:
         config = _read_json(job.workdir / "config.json") if job.status != "not run" else None
         p = (config or {}).get("provenance") or {}
         if p.get("backend"):
-            seen.append(f"{p['backend']} ({p['device_count']} devices: "
-                        f"{', '.join(p['devices'])})")
+            seen.append(f"{p['backend']} ({p['device_count']} devices: {', '.join(p['devices'])})")
     return "; ".join(dict.fromkeys(seen)) or "none ran"
 
 
@@ -210,8 +228,14 @@ def format_minutes(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
 
 
-def run_all(jobs: list[Job], reuse: bool, version: dict[str, Any], workers: int = 1,
-            progress=print, xla_flags: str = "") -> int:
+def run_all(
+    jobs: list[Job],
+    reuse: bool,
+    version: dict[str, Any],
+    workers: int = 1,
+    progress=print,
+    xla_flags: str = "",
+) -> int:
     """Run (or reuse) every job with one progress line each and the time left. `workers` > 1
     runs that many configs at once, each in its own process (tracing and compiling small
     programs is single-threaded Python), with `xla_flags` added to their XLA_FLAGS. Stops at an
@@ -222,10 +246,9 @@ def run_all(jobs: list[Job], reuse: bool, version: dict[str, Any], workers: int 
         if job.error:
             job.status, job.message = "not run", job.error
     estimates = {id(j): previous_seconds(j) or j.estimate for j in todo}
-    measured: list[tuple[float, float | None]] = []     # (seconds, its earlier estimate)
+    measured: list[tuple[float, float | None]] = []  # (seconds, its earlier estimate)
     width = len(str(len(todo)))
-    heads = {id(j): f"[{i:>{width}}/{len(todo)}] {j.paper} {j.spec}" for i, j in
-             enumerate(todo, 1)}
+    heads = {id(j): f"[{i:>{width}}/{len(todo)}] {j.paper} {j.spec}" for i, j in enumerate(todo, 1)}
     if reuse:
         for job in todo:
             if reusable(job, version):
@@ -237,19 +260,25 @@ def run_all(jobs: list[Job], reuse: bool, version: dict[str, Any], workers: int 
     def done(job: Job, head: str) -> None:
         measured.append((job.seconds, estimates[id(job)]))
         summary = job.summary() or {}
-        outcome = (f"{summary.get('reproduced')}/{summary.get('total')} claims reproduced"
-                   if job.status == "complete" else f"FAILED: {job.message}")
+        outcome = (
+            f"{summary.get('reproduced')}/{summary.get('total')} claims reproduced"
+            if job.status == "complete"
+            else f"FAILED: {job.message}"
+        )
         rest = [j for j in pending if j.status == "pending"]
         left = time_left(rest, estimates, measured) / workers
-        progress(f"{head}{format_minutes(job.seconds)}, {outcome}"
-                 + (f"; about {format_minutes(left)} left" if rest else ""))
+        progress(
+            f"{head}{format_minutes(job.seconds)}, {outcome}"
+            + (f"; about {format_minutes(left)} left" if rest else "")
+        )
 
     if workers > 1:
-        return _run_parallel(pending, version, workers, xla_flags,
-                             lambda job: done(job, f"{heads[id(job)]}: "))
+        return _run_parallel(
+            pending, version, workers, xla_flags, lambda job: done(job, f"{heads[id(job)]}: ")
+        )
     for job in pending:
         head = f"{heads[id(job)]} ... "
-        if progress is print:                 # a terminal: the line starts before the run
+        if progress is print:  # a terminal: the line starts before the run
             sys.stdout.write(head)
             sys.stdout.flush()
             head = ""
@@ -260,15 +289,18 @@ def run_all(jobs: list[Job], reuse: bool, version: dict[str, Any], workers: int 
     return 0
 
 
-def _run_parallel(pending: list[Job], version: dict[str, Any], workers: int, xla_flags: str,
-                  done) -> int:
+def _run_parallel(
+    pending: list[Job], version: dict[str, Any], workers: int, xla_flags: str, done
+) -> int:
     context = multiprocessing.get_context("spawn")
     interrupted = 0
-    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context,
-                                                initializer=_add_xla_flags,
-                                                initargs=(xla_flags,)) as pool:
-        futures = {pool.submit(_execute_elsewhere, dataclasses.replace(j, cfg=None), version): j
-                   for j in pending}
+    with concurrent.futures.ProcessPoolExecutor(
+        workers, mp_context=context, initializer=_add_xla_flags, initargs=(xla_flags,)
+    ) as pool:
+        futures = {
+            pool.submit(_execute_elsewhere, dataclasses.replace(j, cfg=None), version): j
+            for j in pending
+        }
         try:
             for future in concurrent.futures.as_completed(futures):
                 job = futures[future]
@@ -295,8 +327,9 @@ def _execute_elsewhere(job: Job, version: dict[str, Any]) -> tuple[int, str, flo
     return status, job.status, job.seconds, job.message
 
 
-def time_left(rest: list[Job], estimates: dict[int, float | None],
-              measured: list[tuple[float, float | None]]) -> float:
+def time_left(
+    rest: list[Job], estimates: dict[int, float | None], measured: list[tuple[float, float | None]]
+) -> float:
     """The remaining jobs' earlier wall times (or the catalog's), scaled by how this run compares
     with them so far; a job with neither counts as the mean of those measured now."""
     pairs = [(s, e) for s, e in measured if e]

@@ -20,16 +20,22 @@ from landscape import records
 
 # A paper's section lists its figures in this order: non-reproductions first.
 ORDER = ("not reproduced", "partly", "not run", "reproduced", "not attempted")
-MARK = {"reproduced": "reproduced", "partly": "partly", "not reproduced": "**not reproduced**",
-        "not run": "not run", "not attempted": "not attempted"}
+MARK = {
+    "reproduced": "reproduced",
+    "partly": "partly",
+    "not reproduced": "**not reproduced**",
+    "not run": "not run",
+    "not attempted": "not attempted",
+}
 README_START, README_END = "<!-- report summary: start -->", "<!-- report summary: end -->"
 
 
 @dataclasses.dataclass
 class Evidence:
     """What one run says about a figure."""
+
     job: Job
-    claims: list[dict[str, Any]]          # the paper's claims of this figure (summary.json)
+    claims: list[dict[str, Any]]  # the paper's claims of this figure (summary.json)
     sanity: list[dict[str, Any]]
     figures: list[pathlib.Path]
 
@@ -74,13 +80,20 @@ def row(figure: catalog.Figure, jobs: dict[str, Job], scale: str, quick: bool) -
 def evidence_of(run: catalog.Run, job: Job) -> Evidence:
     summary = job.summary() if job.status in ("complete", "reused") else None
     if summary is None:
-        missing = dict(claim=f"the run did not complete ({job.status}): {job.message}",
-                       measured=None, expected="a complete run", passed=False)
+        missing = dict(
+            claim=f"the run did not complete ({job.status}): {job.message}",
+            measured=None,
+            expected="a complete run",
+            passed=False,
+        )
         return Evidence(job, [missing] if job.status == "failed" else [], [], [])
     claims = [c for c in summary.get("claims", []) if c["claim"].startswith(run.match)]
     sanity = summary.get("sanity_checks", []) if not run.match else []
-    pictures = sorted(p for p in (job.workdir / "figures").glob("*.png")
-                      if run.figures and fnmatch.fnmatch(p.stem, run.figures))
+    pictures = sorted(
+        p
+        for p in (job.workdir / "figures").glob("*.png")
+        if run.figures and fnmatch.fnmatch(p.stem, run.figures)
+    )
     return Evidence(job, claims, sanity, pictures)
 
 
@@ -95,30 +108,45 @@ def summary_markdown(table: list[Row], heading: str) -> str:
     """The table of every figure: verdict, claims reproduced, run time."""
     tally = counts(table)
     claims = sum(r.passed for r in table), sum(r.total for r in table)
-    lines = [heading, "",
-             f"{len(table)} figures and theorems: " + ", ".join(
-                 f"{tally[v]} {v}" for v in ("reproduced", "partly", "not reproduced", "not run",
-                                             "not attempted") if tally[v])
-             + f"; {claims[0]}/{claims[1]} of the paper claims checked reproduced.", "",
-             "| paper | figure | the paper's claim | verdict | claims | run time |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        heading,
+        "",
+        f"{len(table)} figures and theorems: "
+        + ", ".join(
+            f"{tally[v]} {v}"
+            for v in ("reproduced", "partly", "not reproduced", "not run", "not attempted")
+            if tally[v]
+        )
+        + f"; {claims[0]}/{claims[1]} of the paper claims checked reproduced.",
+        "",
+        "| paper | figure | the paper's claim | verdict | claims | run time |",
+        "|---|---|---|---|---|---|",
+    ]
     for r in table:
         claims_cell = f"{r.passed}/{r.total}" if r.total else "-"
         time_cell = format_minutes(r.seconds) if r.seconds is not None else "-"
-        verdict = MARK[r.verdict] + (f" ({r.figure.not_attempted})"
-                                     if r.verdict == "not attempted" else "")
-        lines.append(f"| {r.figure.paper} | {r.figure.label} | {_cell(r.figure.claim)} | "
-                     f"{verdict} | {claims_cell} | {time_cell} |")
+        verdict = MARK[r.verdict] + (
+            f" ({r.figure.not_attempted})" if r.verdict == "not attempted" else ""
+        )
+        lines.append(
+            f"| {r.figure.paper} | {r.figure.label} | {_cell(r.figure.claim)} | "
+            f"{verdict} | {claims_cell} | {time_cell} |"
+        )
     return "\n".join(lines) + "\n"
 
 
 def report_markdown(table: list[Row], context: dict[str, Any], images: dict) -> str:
-    out = [f"# What landscape reproduces ({context['scale']} scale)", "",
-           context_line(context), "",
-           summary_markdown(table, "## Summary")]
+    out = [
+        f"# What landscape reproduces ({context['scale']} scale)",
+        "",
+        context_line(context),
+        "",
+        summary_markdown(table, "## Summary"),
+    ]
     for paper, title in catalog.PAPERS.items():
-        section = sorted((r for r in table if r.figure.paper == paper),
-                         key=lambda r: ORDER.index(r.verdict))
+        section = sorted(
+            (r for r in table if r.figure.paper == paper), key=lambda r: ORDER.index(r.verdict)
+        )
         if not section:
             continue
         out += [f"## {title}", ""]
@@ -129,16 +157,21 @@ def report_markdown(table: list[Row], context: dict[str, Any], images: dict) -> 
 
 def context_line(c: dict[str, Any]) -> str:
     version = c["version"]
-    commit = (version["commit"] or "unknown")[:10] + (" (uncommitted changes)"
-                                                      if version["dirty"] else "")
-    line = (f"Generated {c['time']} by `{c['command']}` in {format_minutes(c['seconds'])} "
-            f"({c['ran']} configs run, {c['reused']} reused; the configs' own wall times add up "
-            f"to {format_minutes(c.get('run_seconds', 0.0))}). Code: commit {commit}, library "
-            f"hash {version['code_hash']}, JAX {version['jax']}; backend {c['backend']}.")
+    commit = (version["commit"] or "unknown")[:10] + (
+        " (uncommitted changes)" if version["dirty"] else ""
+    )
+    line = (
+        f"Generated {c['time']} by `{c['command']}` in {format_minutes(c['seconds'])} "
+        f"({c['ran']} configs run, {c['reused']} reused; the configs' own wall times add up "
+        f"to {format_minutes(c.get('run_seconds', 0.0))}). Code: commit {commit}, library "
+        f"hash {version['code_hash']}, JAX {version['jax']}; backend {c['backend']}."
+    )
     if c.get("quick"):
-        line += (" **Quick sizes**: every config shrunk to a few steps, to check that every "
-                 "claim is evaluated and every figure drawn; the verdicts say nothing about "
-                 "the papers.")
+        line += (
+            " **Quick sizes**: every config shrunk to a few steps, to check that every "
+            "claim is evaluated and every figure drawn; the verdicts say nothing about "
+            "the papers."
+        )
     return line
 
 
@@ -153,19 +186,27 @@ def figure_markdown(r: Row, images: dict) -> list[str]:
     for e in r.evidence:
         job = e.job
         time_text = format_minutes(job.seconds) if job.seconds is not None else "-"
-        out += [f"`{job.command}` ({job.status}, {time_text}; config {job.config_hash or '-'}, "
-                f"records `{job.workdir}`)", ""]
+        out += [
+            f"`{job.command}` ({job.status}, {time_text}; config {job.config_hash or '-'}, "
+            f"records `{job.workdir}`)",
+            "",
+        ]
         if job.status == "not run":
             out += [f"Not run: {job.message}", ""]
         for c in e.claims:
-            out.append(f"- {'ok' if c['passed'] else '**NO**'}: {c['claim']}; measured "
-                       f"{_value(c['measured'])}, expected {_value(c['expected'])}")
+            out.append(
+                f"- {'ok' if c['passed'] else '**NO**'}: {c['claim']}; measured "
+                f"{_value(c['measured'])}, expected {_value(c['expected'])}"
+            )
         failed = [c for c in e.sanity if not c["passed"]]
         if e.sanity:
-            out.append(f"- sanity checks of the run: {len(e.sanity) - len(failed)}/"
-                       f"{len(e.sanity)} passed"
-                       + "".join(f"; **failed:** {c['claim']} (measured {_value(c['measured'])})"
-                                 for c in failed))
+            out.append(
+                f"- sanity checks of the run: {len(e.sanity) - len(failed)}/"
+                f"{len(e.sanity)} passed"
+                + "".join(
+                    f"; **failed:** {c['claim']} (measured {_value(c['measured'])})" for c in failed
+                )
+            )
         out.append("")
         out += [f"![{f.label}: {p.stem}]({images[p]})" for p in e.figures if p in images]
         if e.figures:
@@ -175,7 +216,7 @@ def figure_markdown(r: Row, images: dict) -> list[str]:
 
 def _value(value: Any, limit: int = 160) -> str:
     text = records.format_value(value)
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _cell(text: str) -> str:
@@ -198,25 +239,30 @@ li.no{color:#a00}h3{margin-top:1.6em}.meta{color:#555;font-size:13px}
 def report_html(table: list[Row], context: dict[str, Any]) -> str:
     e = html.escape
     tally = counts(table)
-    out = ["<!doctype html><html><head><meta charset='utf-8'>",
-           f"<title>landscape: what reproduces ({e(context['scale'])})</title>",
-           f"<style>{_STYLE}</style></head><body>",
-           f"<h1>What landscape reproduces ({e(context['scale'])} scale)</h1>",
-           f"<p class='meta'>{_inline(context_line(context))}</p>",
-           "<p>" + ", ".join(f"{tally[v]} {v}" for v in ORDER if tally[v]) + "</p>",
-           "<table id='summary'><thead><tr><th>paper</th><th>figure</th><th>the paper's claim"
-           "</th><th>verdict</th><th>claims</th><th>run time</th></tr></thead><tbody>"]
+    out = [
+        "<!doctype html><html><head><meta charset='utf-8'>",
+        f"<title>landscape: what reproduces ({e(context['scale'])})</title>",
+        f"<style>{_STYLE}</style></head><body>",
+        f"<h1>What landscape reproduces ({e(context['scale'])} scale)</h1>",
+        f"<p class='meta'>{_inline(context_line(context))}</p>",
+        "<p>" + ", ".join(f"{tally[v]} {v}" for v in ORDER if tally[v]) + "</p>",
+        "<table id='summary'><thead><tr><th>paper</th><th>figure</th><th>the paper's claim"
+        "</th><th>verdict</th><th>claims</th><th>run time</th></tr></thead><tbody>",
+    ]
     for r in table:
         time_cell = format_minutes(r.seconds) if r.seconds is not None else "-"
-        out.append(f"<tr class='{_css(r.verdict)}'><td>{e(r.figure.paper)}</td>"
-                   f"<td><a href='#{_anchor(r)}'>{e(r.figure.label)}</a></td>"
-                   f"<td>{e(r.figure.claim)}</td><td>{e(r.verdict)}</td>"
-                   f"<td>{f'{r.passed}/{r.total}' if r.total else '-'}</td>"
-                   f"<td>{time_cell}</td></tr>")
+        out.append(
+            f"<tr class='{_css(r.verdict)}'><td>{e(r.figure.paper)}</td>"
+            f"<td><a href='#{_anchor(r)}'>{e(r.figure.label)}</a></td>"
+            f"<td>{e(r.figure.claim)}</td><td>{e(r.verdict)}</td>"
+            f"<td>{f'{r.passed}/{r.total}' if r.total else '-'}</td>"
+            f"<td>{time_cell}</td></tr>"
+        )
     out.append("</tbody></table>")
     for paper, title in catalog.PAPERS.items():
-        section = sorted((r for r in table if r.figure.paper == paper),
-                         key=lambda r: ORDER.index(r.verdict))
+        section = sorted(
+            (r for r in table if r.figure.paper == paper), key=lambda r: ORDER.index(r.verdict)
+        )
         if section:
             out.append(f"<h2>{e(title)}</h2>")
             out += [figure_html(r) for r in section]
@@ -227,8 +273,11 @@ def report_html(table: list[Row], context: dict[str, Any]) -> str:
 def figure_html(r: Row) -> str:
     e, f = html.escape, r.figure
     counted = f", {r.passed}/{r.total} claims" if r.total else ""
-    out = [f"<h3 id='{_anchor(r)}' class='{_css(r.verdict)}'>{e(f.label)}: {e(r.verdict)}"
-           f"{counted}</h3>", f"<p><i>The paper:</i> {e(f.claim)}.</p>"]
+    out = [
+        f"<h3 id='{_anchor(r)}' class='{_css(r.verdict)}'>{e(f.label)}: {e(r.verdict)}"
+        f"{counted}</h3>",
+        f"<p><i>The paper:</i> {e(f.claim)}.</p>",
+    ]
     if r.verdict == "not attempted":
         return "\n".join(out + [f"<p>Not attempted: {e(f.not_attempted)}.</p>"])
     if r.verdict != "reproduced" and f.reason:
@@ -236,19 +285,27 @@ def figure_html(r: Row) -> str:
     for ev in r.evidence:
         job = ev.job
         time_text = format_minutes(job.seconds) if job.seconds is not None else "-"
-        out.append(f"<p class='meta'><code>{e(job.command)}</code> ({e(job.status)}, "
-                   f"{time_text}; config {e(job.config_hash or '-')}, records "
-                   f"<code>{e(str(job.workdir))}</code>)</p>")
+        out.append(
+            f"<p class='meta'><code>{e(job.command)}</code> ({e(job.status)}, "
+            f"{time_text}; config {e(job.config_hash or '-')}, records "
+            f"<code>{e(str(job.workdir))}</code>)</p>"
+        )
         if job.status == "not run":
             out.append(f"<p>Not run: {e(job.message)}</p>")
-        items = [f"<li class='{'ok' if c['passed'] else 'no'}'>{'ok' if c['passed'] else 'NO'}: "
-                 f"{e(c['claim'])}; measured {e(_value(c['measured']))}, expected "
-                 f"{e(_value(c['expected']))}</li>" for c in ev.claims]
+        items = [
+            f"<li class='{'ok' if c['passed'] else 'no'}'>{'ok' if c['passed'] else 'NO'}: "
+            f"{e(c['claim'])}; measured {e(_value(c['measured']))}, expected "
+            f"{e(_value(c['expected']))}</li>"
+            for c in ev.claims
+        ]
         failed = [c for c in ev.sanity if not c["passed"]]
         if ev.sanity:
-            items.append(f"<li>sanity checks of the run: {len(ev.sanity) - len(failed)}/"
-                         f"{len(ev.sanity)} passed"
-                         + "".join(f"; <b>failed:</b> {e(c['claim'])}" for c in failed) + "</li>")
+            items.append(
+                f"<li>sanity checks of the run: {len(ev.sanity) - len(failed)}/"
+                f"{len(ev.sanity)} passed"
+                + "".join(f"; <b>failed:</b> {e(c['claim'])}" for c in failed)
+                + "</li>"
+            )
         if items:
             out.append("<ul>" + "".join(items) + "</ul>")
         for p in ev.figures:
@@ -287,14 +344,21 @@ def write(table: list[Row], context: dict[str, Any], out: pathlib.Path) -> dict[
                 target.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(p, target)
                 images[p] = target.relative_to(out).as_posix()
-    paths = {"markdown": out / "REPORT.md", "html": out / "index.html",
-             "summary": out / "SUMMARY.md"}
+    paths = {
+        "markdown": out / "REPORT.md",
+        "html": out / "index.html",
+        "summary": out / "SUMMARY.md",
+    }
     paths["markdown"].write_text(report_markdown(table, context, images))
     paths["html"].write_text(report_html(table, context))
-    paths["summary"].write_text(summary_markdown(
-        table, f"Reproduction summary ({context['scale']} scale, `{context['command']}`, "
-        f"{context['time'][:10]}; the configs ran for "
-        f"{format_minutes(context.get('run_seconds', 0.0))} on {context['backend']}):"))
+    paths["summary"].write_text(
+        summary_markdown(
+            table,
+            f"Reproduction summary ({context['scale']} scale, `{context['command']}`, "
+            f"{context['time'][:10]}; the configs ran for "
+            f"{format_minutes(context.get('run_seconds', 0.0))} on {context['backend']}):",
+        )
+    )
     return paths
 
 
@@ -304,7 +368,7 @@ def update_readme(readme: pathlib.Path, summary: str) -> bool:
     start, end = text.find(README_START), text.find(README_END)
     if start < 0 or end < start:
         return False
-    readme.write_text(text[:start + len(README_START)] + "\n" + summary + text[end:])
+    readme.write_text(text[: start + len(README_START)] + "\n" + summary + text[end:])
     return True
 
 

@@ -14,7 +14,6 @@ from landscape import records
 from landscape.markov import theory, trap_study
 
 
-
 def references(cfg, p, q):
     """(unigram loss, bigram loss) of the chain of a run."""
     S = cfg.chain.num_states
@@ -37,8 +36,14 @@ def outcomes(group) -> list[dict[str, Any]]:
         unigram, bigram = references(cfg, p, q)
         gap = unigram - bigram
         loss = float(res.snapshots["test_loss"][r, -1])
-        row = {"p": p, "q": q, "seed": int(res.seeds[r]), "loss": loss,
-               "unigram": unigram, "bigram": bigram}
+        row = {
+            "p": p,
+            "q": q,
+            "seed": int(res.seeds[r]),
+            "loss": loss,
+            "unigram": unigram,
+            "bigram": bigram,
+        }
         flat = True
         if "f0" in res.snapshots:
             row.update(f0=float(res.snapshots["f0"][r, -1]), f1=float(res.snapshots["f1"][r, -1]))
@@ -50,18 +55,22 @@ def outcomes(group) -> list[dict[str, Any]]:
 
 
 def run_table(groups):
-    return [dict(program=", ".join(f"{k}={v}" for k, v in g["fields"].items()) or "base",
-                 **row) for g in groups for row in outcomes(g)]
+    return [
+        dict(program=", ".join(f"{k}={v}" for k, v in g["fields"].items()) or "base", **row)
+        for g in groups
+        for row in outcomes(g)
+    ]
 
 
 def program_label(group):
     fields = group["fields"]
     cfg = group["cfg"]
     fam = "GPT-2 (LN)" if cfg.model.layer_norm else cfg.model.family
-    return (f"{fam}, {'tied' if cfg.model.tied else 'untied'}, {cfg.model.num_layers} layer"
-            + ("s" if cfg.model.num_layers > 1 else "")
-            + (f" ({', '.join(f'{k}={v}' for k, v in fields.items())})" if fields else ""))
-
+    return (
+        f"{fam}, {'tied' if cfg.model.tied else 'untied'}, {cfg.model.num_layers} layer"
+        + ("s" if cfg.model.num_layers > 1 else "")
+        + (f" ({', '.join(f'{k}={v}' for k, v in fields.items())})" if fields else "")
+    )
 
 
 # ----------------------------------------------------------------------------- claims
@@ -86,29 +95,48 @@ def claims_fig3(cfg, groups) -> list[records.Claim]:
         rows, label, tied = outcomes(g), program_label(g), g["cfg"].model.tied
         for p, q in FIG3_POINTS:
             if not runs_at(rows, p, q):
-                out.append(records.claim(f"{label}, (p, q) = ({p:g}, {q:g}): Fig. 3's point",
-                                         "not measured: no run at this (p, q)",
-                                         "runs at (0.5, 0.8) and (0.2, 0.3)", False,
-                                         "Fig. 3, notes §8"))
+                out.append(
+                    records.claim(
+                        f"{label}, (p, q) = ({p:g}, {q:g}): Fig. 3's point",
+                        "not measured: no run at this (p, q)",
+                        "runs at (0.5, 0.8) and (0.2, 0.3)",
+                        False,
+                        "Fig. 3, notes §8",
+                    )
+                )
         for p, q in sorted({(r["p"], r["q"]) for r in rows}):
             runs = runs_at(rows, p, q)
             pi1 = p / (p + q)
-            measured = {"final loss": [round(r["loss"], 4) for r in runs],
-                        "f0": [round(r["f0"], 3) for r in runs],
-                        "f1": [round(r["f1"], 3) for r in runs]}
+            measured = {
+                "final loss": [round(r["loss"], 4) for r in runs],
+                "f0": [round(r["f0"], 3) for r in runs],
+                "f1": [round(r["f1"], 3) for r in runs],
+            }
             unigram, bigram = runs[0]["unigram"], runs[0]["bigram"]
             if tied and p + q > 1:
                 ok = all(r["stuck"] and abs(r["f0"] - pi1) < 0.01 for r in runs)
-                expected = (f"stuck at H(pi) = {unigram:.4f}, f0 = f1 = pi_1 = {pi1:.4f} "
-                            "in every run")
+                expected = (
+                    f"stuck at H(pi) = {unigram:.4f}, f0 = f1 = pi_1 = {pi1:.4f} in every run"
+                )
             else:
-                ok = all(r["escaped"] and abs(r["f0"] - p) < 0.02 and abs(r["f1"] - (1 - q)) < 0.02
-                         for r in runs)
-                expected = (f"entropy rate {bigram:.4f}, f0 = p = {p:g}, f1 = 1 - q = {1 - q:g} in "
-                            "every run")
-            out.append(records.claim(f"{label}, (p, q) = ({p:g}, {q:g}): "
-                              + ("the unigram trap" if tied and p + q > 1 else "the bigram"),
-                              measured, expected, ok, "Fig. 3, notes §8"))
+                ok = all(
+                    r["escaped"] and abs(r["f0"] - p) < 0.02 and abs(r["f1"] - (1 - q)) < 0.02
+                    for r in runs
+                )
+                expected = (
+                    f"entropy rate {bigram:.4f}, f0 = p = {p:g}, f1 = 1 - q = {1 - q:g} in "
+                    "every run"
+                )
+            out.append(
+                records.claim(
+                    f"{label}, (p, q) = ({p:g}, {q:g}): "
+                    + ("the unigram trap" if tied and p + q > 1 else "the bigram"),
+                    measured,
+                    expected,
+                    ok,
+                    "Fig. 3, notes §8",
+                )
+            )
     return out
 
 
@@ -119,31 +147,57 @@ def claims_fig4(cfg, groups) -> list[records.Claim]:
         rows, label = outcomes(g), program_label(g)
         cells = sorted({(r["p"], r["q"]) for r in rows})
         stuck = {c: np.mean([r["stuck"] for r in runs_at(rows, *c)]) for c in cells}
-        below = [c for c in cells if sum(c) < 1 - 1e-9]   # p + q = 1: unigram = bigram, skip
+        below = [c for c in cells if sum(c) < 1 - 1e-9]  # p + q = 1: unigram = bigram, skip
         above = [c for c in cells if sum(c) > 1 + 1e-9]
         # a diverged run (non-finite loss) is neither stuck nor escaped: it fails "no stuck run"
-        bad = [f"{r['p']:g},{r['q']:g} seed {r['seed']}" for r in rows if not np.isfinite(r["loss"])]
+        bad = [
+            f"{r['p']:g},{r['q']:g} seed {r['seed']}" for r in rows if not np.isfinite(r["loss"])
+        ]
         if g["cfg"].model.tied:
-            measured = ({f"{p:g},{q:g}": stuck[(p, q)] for p, q in below if stuck[(p, q)]}
-                        or "none stuck") if below else "not measured: no cell with p + q < 1"
+            measured = (
+                ({f"{p:g},{q:g}": stuck[(p, q)] for p, q in below if stuck[(p, q)]} or "none stuck")
+                if below
+                else "not measured: no cell with p + q < 1"
+            )
             if bad:
                 measured = {"stuck": measured, "non-finite loss": bad}
-            out.append(records.claim(f"{label}: no stuck run where p + q < 1", measured,
-                                     "none stuck", bool(below) and not bad
-                                     and all(stuck[c] == 0 for c in below), "Fig. 4"))
+            out.append(
+                records.claim(
+                    f"{label}: no stuck run where p + q < 1",
+                    measured,
+                    "none stuck",
+                    bool(below) and not bad and all(stuck[c] == 0 for c in below),
+                    "Fig. 4",
+                )
+            )
             share = float(np.mean([stuck[c] > 0 for c in above])) if above else 0.0
-            out.append(records.claim(f"{label}: stuck runs where p + q > 1 (the demarcation along "
-                              "p + q = 1)", {"cells with a stuck run": share,
-                                             "stuck fraction per cell": {
-                                                 f"{p:g},{q:g}": stuck[(p, q)] for p, q in above}}
-                              if above else "not measured: no cell with p + q > 1",
-                              ">= half of the p + q > 1 cells have stuck runs", share >= 0.5,
-                              "Fig. 4"))
+            out.append(
+                records.claim(
+                    f"{label}: stuck runs where p + q > 1 (the demarcation along p + q = 1)",
+                    {
+                        "cells with a stuck run": share,
+                        "stuck fraction per cell": {
+                            f"{p:g},{q:g}": stuck[(p, q)] for p, q in above
+                        },
+                    }
+                    if above
+                    else "not measured: no cell with p + q > 1",
+                    ">= half of the p + q > 1 cells have stuck runs",
+                    share >= 0.5,
+                    "Fig. 4",
+                )
+            )
         else:
             total = float(np.mean([r["stuck"] for r in rows]))
-            out.append(records.claim(f"{label}: no run is stuck anywhere",
-                                     {"stuck fraction": total, "non-finite loss": bad} if bad
-                                     else total, "0", total == 0 and not bad, "Fig. 4"))
+            out.append(
+                records.claim(
+                    f"{label}: no run is stuck anywhere",
+                    {"stuck fraction": total, "non-finite loss": bad} if bad else total,
+                    "0",
+                    total == 0 and not bad,
+                    "Fig. 4",
+                )
+            )
     return out
 
 
@@ -156,14 +210,22 @@ def claims_fig1(cfg, groups) -> list[records.Claim]:
         layers = g["cfg"].model.num_layers
         res = g["result"]
         every = outcomes(g)
-        index = [r for r, row in enumerate(every)
-                 if np.isclose(row["p"], 0.5) and np.isclose(row["q"], 0.8)]
+        index = [
+            r
+            for r, row in enumerate(every)
+            if np.isclose(row["p"], 0.5) and np.isclose(row["q"], 0.8)
+        ]
         rows = [every[r] for r in index]
         if not rows:
-            out.append(records.claim(f"{label}, (0.5, 0.8): " + ("trapped" if layers == 1
-                                                                  else "escapes"),
-                                     "not measured: no run at (p, q) = (0.5, 0.8)",
-                                     "runs at (0.5, 0.8)", False, "Fig. 1"))
+            out.append(
+                records.claim(
+                    f"{label}, (0.5, 0.8): " + ("trapped" if layers == 1 else "escapes"),
+                    "not measured: no run at (p, q) = (0.5, 0.8)",
+                    "runs at (0.5, 0.8)",
+                    False,
+                    "Fig. 1",
+                )
+            )
             continue
         unigram = rows[0]["unigram"]
         if layers == 1:
@@ -175,9 +237,18 @@ def claims_fig1(cfg, groups) -> list[records.Claim]:
             plateau = np.abs(early - unigram).min(axis=1) < (unigram - rows[0]["bigram"]) / 4
             ok = all(r["escaped"] for r in rows) and plateau.all()
             expected = "a plateau near H(pi), then the entropy rate, in every run"
-        out.append(records.claim(f"{label}, (0.5, 0.8): " + ("trapped" if layers == 1 else "escapes"),
-                          {"final loss": [round(r["loss"], 4) for r in rows],
-                           "stuck": [r["stuck"] for r in rows]}, expected, ok, "Fig. 1"))
+        out.append(
+            records.claim(
+                f"{label}, (0.5, 0.8): " + ("trapped" if layers == 1 else "escapes"),
+                {
+                    "final loss": [round(r["loss"], 4) for r in rows],
+                    "stuck": [r["stuck"] for r in rows],
+                },
+                expected,
+                ok,
+                "Fig. 1",
+            )
+        )
     return out
 
 
@@ -192,12 +263,21 @@ def claims_fig5(cfg, groups) -> list[records.Claim]:
             runs = [r for r in rows if np.isclose(r["p"], p)]
             trapped = tied and p > threshold
             ok = all(r["stuck"] if trapped else r["escaped"] for r in runs)
-            out.append(records.claim(f"{label}, S = {cfg.chain.num_states}, p = {p:g}: "
-                              + ("trapped at log S" if trapped else "the bigram"),
-                              [round(r["loss"], 4) for r in runs],
-                              (f"log S = {runs[0]['unigram']:.4f}" if trapped else
-                               f"entropy rate {runs[0]['bigram']:.4f}") + " (within I/4)",
-                              ok, "Fig. 5 (004), notes §6.8"))
+            out.append(
+                records.claim(
+                    f"{label}, S = {cfg.chain.num_states}, p = {p:g}: "
+                    + ("trapped at log S" if trapped else "the bigram"),
+                    [round(r["loss"], 4) for r in runs],
+                    (
+                        f"log S = {runs[0]['unigram']:.4f}"
+                        if trapped
+                        else f"entropy rate {runs[0]['bigram']:.4f}"
+                    )
+                    + " (within I/4)",
+                    ok,
+                    "Fig. 5 (004), notes §6.8",
+                )
+            )
     return out
 
 
@@ -210,25 +290,40 @@ def claims_appendix_d(cfg, groups) -> list[records.Claim]:
         for r in range(res.num_runs):
             params = jax.tree.map(lambda x: np.asarray(x[r], np.float64), res.final_params)
             p, q = float(res.hparams["chain.p"][r]), float(res.hparams["chain.q"][r])
-            statement = (f"{program_label(g)}, seed {int(res.seeds[r])}: e and p_n share one sign "
-                         "pattern v, W_1 is rank one, W_2 ~ W_1^T, and the App. D formula gives p "
-                         "and 1 - q")
-            expected = (f"|cos(e, p_n)| > 0.95, sigma_2/sigma_1(W_1) < 0.1, f(0) ~ {p:g}, "
-                        f"f(1) ~ {1 - q:g}")
+            statement = (
+                f"{program_label(g)}, seed {int(res.seeds[r])}: e and p_n share one sign "
+                "pattern v, W_1 is rank one, W_2 ~ W_1^T, and the App. D formula gives p "
+                "and 1 - q"
+            )
+            expected = (
+                f"|cos(e, p_n)| > 0.95, sigma_2/sigma_1(W_1) < 0.1, f(0) ~ {p:g}, f(1) ~ {1 - q:g}"
+            )
             if not all(np.isfinite(x).all() for x in jax.tree.leaves(params)):
-                out.append(records.claim(statement, "non-finite weights", expected, False,
-                                         "App. D, notes §6.6"))
+                out.append(
+                    records.claim(
+                        statement, "non-finite weights", expected, False, "App. D, notes §6.6"
+                    )
+                )
                 continue
             fit = fit_appendix_d(params, c)
             probs = 1 / (1 + np.exp(-np.asarray(fit["formula_logits"])))
-            out.append(records.claim(
-                statement,
-                {k: (round(v, 3) if isinstance(v, float) else v) for k, v in fit.items()
-                 if k != "formula_logits"} | {"formula f(0), f(1)": np.round(probs[::-1], 3)
-                                               .tolist()},
-                expected,
-                fit["cos_e_p"] > 0.95 and fit["rank_one"] < 0.1 and abs(probs[1] - p) < 0.05
-                and abs(probs[0] - (1 - q)) < 0.05, "App. D, notes §6.6"))
+            out.append(
+                records.claim(
+                    statement,
+                    {
+                        k: (round(v, 3) if isinstance(v, float) else v)
+                        for k, v in fit.items()
+                        if k != "formula_logits"
+                    }
+                    | {"formula f(0), f(1)": np.round(probs[::-1], 3).tolist()},
+                    expected,
+                    fit["cos_e_p"] > 0.95
+                    and fit["rank_one"] < 0.1
+                    and abs(probs[1] - p) < 0.05
+                    and abs(probs[0] - (1 - q)) < 0.05,
+                    "App. D, notes §6.6",
+                )
+            )
     return out
 
 
@@ -247,11 +342,17 @@ def fit_appendix_d(params, cfg) -> dict[str, Any]:
     e_scalar, p_scalar = float(e @ v / d), float(pos @ v / d)
     beta = int(np.sum(w > 0))
     logits = theory.appendix_d_logits(e_scalar, p_scalar, w1, float(params["b"]), beta, d, r)
-    return {"e": e_scalar, "p": p_scalar, "w1": float(w1), "b": float(params["b"]), "beta": beta,
-            "cos_e_p": float(abs(e @ pos) / (np.linalg.norm(e) * np.linalg.norm(pos) + 1e-12)),
-            "rank_one": float(s[1] / s[0]),
-            "W2_vs_W1T": float(np.linalg.norm(W2 - W1.T) / np.linalg.norm(W1)),
-            "formula_logits": [float(x) for x in logits]}
+    return {
+        "e": e_scalar,
+        "p": p_scalar,
+        "w1": float(w1),
+        "b": float(params["b"]),
+        "beta": beta,
+        "cos_e_p": float(abs(e @ pos) / (np.linalg.norm(e) * np.linalg.norm(pos) + 1e-12)),
+        "rank_one": float(s[1] / s[0]),
+        "W2_vs_W1T": float(np.linalg.norm(W2 - W1.T) / np.linalg.norm(W1)),
+        "formula_logits": [float(x) for x in logits],
+    }
 
 
 def claims_trap(cfg, groups) -> list[records.Claim]:
@@ -259,5 +360,12 @@ def claims_trap(cfg, groups) -> list[records.Claim]:
     return trap_study.claims(cfg, groups)
 
 
-CLAIMS = {"fig1": claims_fig1, "fig3": claims_fig3, "fig4": claims_fig4, "fig5": claims_fig5,
-          "appendix_d": claims_appendix_d, "trap": claims_trap, "none": lambda cfg, groups: []}
+CLAIMS = {
+    "fig1": claims_fig1,
+    "fig3": claims_fig3,
+    "fig4": claims_fig4,
+    "fig5": claims_fig5,
+    "appendix_d": claims_appendix_d,
+    "trap": claims_trap,
+    "none": lambda cfg, groups: [],
+}

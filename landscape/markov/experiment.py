@@ -38,28 +38,57 @@ def default_config() -> ml_collections.ConfigDict:
     """Every field a Markov config may set; defaults are the notes' CPU-sized Fig. 3 setting."""
     c = ml_collections.ConfigDict()
     c.name = "markov"
-    c.experiment = "train"                # train | landscape
+    c.experiment = "train"  # train | landscape
     c.seed = 0
     c.num_seeds = 1
-    c.chain = dict(num_states=2, p=0.5, q=0.8, initial="stationary")   # q unused when S > 2
-    c.model = dict(family="theory", d=4, seq_len=128, num_layers=1, num_heads=1, mlp_width=0,
-                   tied=True, activation="relu", layer_norm=False,      # mlp_width 0 = 4d
-                   dtype="")     # computation dtype: "" = train.dtype; float16 / bfloat16 autocast
+    c.chain = dict(num_states=2, p=0.5, q=0.8, initial="stationary")  # q unused when S > 2
+    c.model = dict(
+        family="theory",
+        d=4,
+        seq_len=128,
+        num_layers=1,
+        num_heads=1,
+        mlp_width=0,
+        tied=True,
+        activation="relu",
+        layer_norm=False,  # mlp_width 0 = 4d
+        dtype="",
+    )  # computation dtype: "" = train.dtype; float16 / bfloat16 autocast
     c.optim = training.default_optim_config()
     # Table 2 / the authors' OneCycle: AdamW(0.9, 0.95), wd 1e-3 on Linear weights only, 2%
     # linear warm-up from lr/100, cosine to lr/5 (notes §3.3)
-    c.optim.update(name="adamw", b1=0.9, b2=0.95, weight_decay=1e-3, schedule="warmup_cosine",
-                   initial_lr_fraction=0.01, final_lr_fraction=0.2)
+    c.optim.update(
+        name="adamw",
+        b1=0.9,
+        b2=0.95,
+        weight_decay=1e-3,
+        schedule="warmup_cosine",
+        initial_lr_fraction=0.01,
+        final_lr_fraction=0.2,
+    )
     c.optim.lr = 1e-3
-    c.train = dict(batch_size=16, num_steps=1000, log_every=50, warmup_fraction=0.02,
-                   targets="hard",        # hard: sampled next tokens (as trained); soft: P[x_n]
-                   eval_sequences=64, dtype="float32", on_nonfinite="stop",
-                   **training.default_averaging())
+    c.train = dict(
+        batch_size=16,
+        num_steps=1000,
+        log_every=50,
+        warmup_fraction=0.02,
+        targets="hard",  # hard: sampled next tokens (as trained); soft: P[x_n]
+        eval_sequences=64,
+        dtype="float32",
+        on_nonfinite="stop",
+        **training.default_averaging(),
+    )
     c.sweep = ml_collections.ConfigDict()
-    c.sweep_zip = False                   # pair the traced axes instead of their product
+    c.sweep_zip = False  # pair the traced axes instead of their product
     c.variants = []
-    c.landscape = dict(points=[[0.5, 0.8], [0.2, 0.3], [0.9, 0.9], [0.3, 0.6]], d=4, seq_len=8,
-                       multistate_p=[0.5, 0.85], multistate_states=5, multistate_seq_len=4)
+    c.landscape = dict(
+        points=[[0.5, 0.8], [0.2, 0.3], [0.9, 0.9], [0.3, 0.6]],
+        d=4,
+        seq_len=8,
+        multistate_p=[0.5, 0.85],
+        multistate_states=5,
+        multistate_seq_len=4,
+    )
     c.claims = "none"
     return c
 
@@ -82,19 +111,34 @@ def _validate_run(cfg) -> None:
         config_lib.require_empty_sweep(cfg, "experiment = 'landscape'")
         choice(cfg, "claims", ("landscape", "none"))
     else:
-        config_lib.require(cfg.claims != "landscape", "claims", cfg.claims,
-                           "one of the training claims (or 'none') for experiment = 'train'; "
-                           "'landscape' goes with experiment = 'landscape'")
+        config_lib.require(
+            cfg.claims != "landscape",
+            "claims",
+            cfg.claims,
+            "one of the training claims (or 'none') for experiment = 'train'; "
+            "'landscape' goes with experiment = 'landscape'",
+        )
     if cfg.claims == "trap":
-        config_lib.require(not any(k in ("chain.p", "chain.q") for k in config_lib.flatten(
-            cfg.sweep)), "sweep", cfg.sweep, "without chain.p / chain.q axes "
-            "for claims = 'trap' (one chain; the study sweeps depth and precision)")
+        config_lib.require(
+            not any(k in ("chain.p", "chain.q") for k in config_lib.flatten(cfg.sweep)),
+            "sweep",
+            cfg.sweep,
+            "without chain.p / chain.q axes "
+            "for claims = 'trap' (one chain; the study sweeps depth and precision)",
+        )
     if cfg.sweep_zip:
-        lengths = {k: len(v) for k, v in config_lib.flatten(cfg.sweep).items()
-                   if k in TRACED and isinstance(v, (list, tuple))}
-        config_lib.require(len(set(lengths.values())) <= 1, "sweep_zip", True,
-                           "False unless the traced sweep axes have equal lengths (they are "
-                           "paired): " + ", ".join(f"sweep.{k} has {n}" for k, n in lengths.items()))
+        lengths = {
+            k: len(v)
+            for k, v in config_lib.flatten(cfg.sweep).items()
+            if k in TRACED and isinstance(v, (list, tuple))
+        }
+        config_lib.require(
+            len(set(lengths.values())) <= 1,
+            "sweep_zip",
+            True,
+            "False unless the traced sweep axes have equal lengths (they are "
+            "paired): " + ", ".join(f"sweep.{k} has {n}" for k, n in lengths.items()),
+        )
 
 
 def _validate_cell(cfg) -> None:
@@ -108,19 +152,31 @@ def _validate_cell(cfg) -> None:
     choice(cfg, "model.activation", ("relu", "gelu"))
     choice(cfg, "train.dtype", ("float32", "float64"))
     choice(cfg, "model.dtype", precision.COMPUTE_DTYPES)
-    config_lib.require(cfg.model.dtype != "float64" or cfg.train.dtype == "float64", "model.dtype",
-                       cfg.model.dtype, "float64 only with train.dtype = 'float64' (it needs "
-                       "64-bit JAX); float16 / bfloat16 for mixed precision")
+    config_lib.require(
+        cfg.model.dtype != "float64" or cfg.train.dtype == "float64",
+        "model.dtype",
+        cfg.model.dtype,
+        "float64 only with train.dtype = 'float64' (it needs "
+        "64-bit JAX); float16 / bfloat16 for mixed precision",
+    )
     r(cfg, "model.d", low=1, integer=True)
     r(cfg, "model.seq_len", low=2, integer=True)
     r(cfg, "model.num_layers", low=1, integer=True)
     r(cfg, "model.num_heads", low=1, high=cfg.model.d, integer=True)
-    config_lib.require(cfg.model.d % cfg.model.num_heads == 0, "model.num_heads",
-                       cfg.model.num_heads, f"a divisor of model.d = {cfg.model.d} (heads split d)")
+    config_lib.require(
+        cfg.model.d % cfg.model.num_heads == 0,
+        "model.num_heads",
+        cfg.model.num_heads,
+        f"a divisor of model.d = {cfg.model.d} (heads split d)",
+    )
     r(cfg, "model.mlp_width", low=0, integer=True)
-    config_lib.require(not (cfg.model.family == "theory" and cfg.model.layer_norm),
-                       "model.layer_norm", True, "False for the theory model (notes §3.1 has no "
-                       "LayerNorm); use model.family = 'gpt' for the GPT-2 blocks")
+    config_lib.require(
+        not (cfg.model.family == "theory" and cfg.model.layer_norm),
+        "model.layer_norm",
+        True,
+        "False for the theory model (notes §3.1 has no "
+        "LayerNorm); use model.family = 'gpt' for the GPT-2 blocks",
+    )
     try:
         model_lib.from_config(cfg)
     except (ValueError, TypeError) as error:
@@ -136,27 +192,50 @@ def _validate_cell(cfg) -> None:
     training.validate_averaging(cfg)
     S = cfg.chain.num_states
     if cfg.claims in ("fig3", "appendix_d", "trap"):
-        config_lib.require(S == 2, "chain.num_states", S,
-                           f"2 for claims = {cfg.claims!r} (they read the binary chain's f0, f1)")
+        config_lib.require(
+            S == 2,
+            "chain.num_states",
+            S,
+            f"2 for claims = {cfg.claims!r} (they read the binary chain's f0, f1)",
+        )
     if cfg.claims == "appendix_d":
-        config_lib.require(cfg.model.family == "theory", "model.family", cfg.model.family,
-                           "'theory' for claims = 'appendix_d' (App. D fits the theory model)")
+        config_lib.require(
+            cfg.model.family == "theory",
+            "model.family",
+            cfg.model.family,
+            "'theory' for claims = 'appendix_d' (App. D fits the theory model)",
+        )
     if cfg.claims == "fig5":
-        config_lib.require(S >= 3, "chain.num_states", S,
-                           "an integer >= 3 for claims = 'fig5' (the multi-state chain)")
+        config_lib.require(
+            S >= 3,
+            "chain.num_states",
+            S,
+            "an integer >= 3 for claims = 'fig5' (the multi-state chain)",
+        )
     _validate_landscape(cfg)
 
 
 def _validate_landscape(cfg) -> None:
     r, ls = config_lib.require_number, cfg.landscape
     pts = ls.points
-    config_lib.require(all(isinstance(pt, (list, tuple)) and len(pt) == 2 and
-                            all(0 < v < 1 for v in pt) for pt in pts), "landscape.points", pts,
-                       "a list of [p, q] points in (0, 1)^2, e.g. [[0.5, 0.8], [0.2, 0.3]]")
-    config_lib.require_numbers(cfg, "landscape.multistate_p", low=0, high=1, low_open=True,
-                               high_open=True, nonempty=False)
-    config_lib.require(len(pts) + len(ls.multistate_p) > 0, "landscape.points", pts,
-                       "a non-empty list when landscape.multistate_p is empty (nothing to check)")
+    config_lib.require(
+        all(
+            isinstance(pt, (list, tuple)) and len(pt) == 2 and all(0 < v < 1 for v in pt)
+            for pt in pts
+        ),
+        "landscape.points",
+        pts,
+        "a list of [p, q] points in (0, 1)^2, e.g. [[0.5, 0.8], [0.2, 0.3]]",
+    )
+    config_lib.require_numbers(
+        cfg, "landscape.multistate_p", low=0, high=1, low_open=True, high_open=True, nonempty=False
+    )
+    config_lib.require(
+        len(pts) + len(ls.multistate_p) > 0,
+        "landscape.points",
+        pts,
+        "a non-empty list when landscape.multistate_p is empty (nothing to check)",
+    )
     r(cfg, "landscape.d", low=1, integer=True)
     r(cfg, "landscape.seq_len", low=1, integer=True)
     r(cfg, "landscape.multistate_states", low=3, integer=True)
@@ -167,14 +246,21 @@ def needs_x64(cfg) -> bool:
     return cfg.experiment == "landscape" or cfg.train.dtype == "float64"
 
 
-
 # ----------------------------------------------------------------------------- memory
 
 
-_BASELINE_BYTES = 6e8       # the interpreter, JAX and XLA's compiled programs
-_MEMORY_FIELDS = ("train.batch_size", "train.eval_sequences", "num_seeds", "model.seq_len",
-                  "model.num_layers", "model.num_heads", "model.d", "landscape.seq_len",
-                  "landscape.multistate_seq_len")
+_BASELINE_BYTES = 6e8  # the interpreter, JAX and XLA's compiled programs
+_MEMORY_FIELDS = (
+    "train.batch_size",
+    "train.eval_sequences",
+    "num_seeds",
+    "model.seq_len",
+    "model.num_layers",
+    "model.num_heads",
+    "model.d",
+    "landscape.seq_len",
+    "landscape.multistate_seq_len",
+)
 
 
 def _sequence_floats(N: int, S: int, d: int, layers: int, heads: int, mlp: int) -> int:
@@ -190,15 +276,24 @@ def _landscape_bytes(v: dict) -> tuple[float, str]:
     """The dense Hessian (run_landscape): 256 columns at a time of the linearised gradient over
     the exact population (all S^N sequences, at most 2^16; Monte Carlo 256 beyond), float64."""
     worst = (0.0, "")
-    for S, N, d in ((2, v["landscape.seq_len"], v["landscape.d"]),
-                    (v["landscape.multistate_states"], v["landscape.multistate_seq_len"], 2)):
-        sequences = S ** N if S ** N <= points.EXACT_LIMIT else 256
+    for S, N, d in (
+        (2, v["landscape.seq_len"], v["landscape.d"]),
+        (v["landscape.multistate_states"], v["landscape.multistate_seq_len"], 2),
+    ):
+        sequences = S**N if S**N <= points.EXACT_LIMIT else 256
         num_params = S * d + N * d + 11 * d * d + d * S
         columns = min(num_params, 256)
-        need = 2 * columns * sequences * _sequence_floats(N, S, d, 1, 1, 0) * 8 \
-            + num_params ** 2 * 8 * 3
-        worst = max(worst, (need, f"the dense Hessian ({num_params} parameters) over all "
-                                  f"{S}^{N} = {S ** N} sequences, {columns} columns at a time"))
+        need = (
+            2 * columns * sequences * _sequence_floats(N, S, d, 1, 1, 0) * 8 + num_params**2 * 8 * 3
+        )
+        worst = max(
+            worst,
+            (
+                need,
+                f"the dense Hessian ({num_params} parameters) over all "
+                f"{S}^{N} = {S**N} sequences, {columns} columns at a time",
+            ),
+        )
     return _BASELINE_BYTES + worst[0], worst[1]
 
 
@@ -208,39 +303,52 @@ def _cell_bytes(v: dict) -> tuple[float, str]:
     evaluation sequences' forward, the losses kept on the host and a baseline."""
     if v["experiment"] == "landscape":
         return _landscape_bytes(v)
-    B, N, E, steps = (v["train.batch_size"], v["model.seq_len"], v["train.eval_sequences"],
-                      v["train.num_steps"])
+    B, N, E, steps = (
+        v["train.batch_size"],
+        v["model.seq_len"],
+        v["train.eval_sequences"],
+        v["train.num_steps"],
+    )
     size = np.dtype(v["train.dtype"]).itemsize
-    floats = _sequence_floats(N, v["chain.num_states"], v["model.d"], v["model.num_layers"],
-                              v["model.num_heads"], v["model.mlp_width"])
+    floats = _sequence_floats(
+        N,
+        v["chain.num_states"],
+        v["model.d"],
+        v["model.num_layers"],
+        v["model.num_heads"],
+        v["model.mlp_width"],
+    )
     runs = config_lib.traced_runs(v, TRACED, zipped=v["sweep_zip"])
     devices = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     group = max(1, _SCORES_PER_GROUP // (B * N * N))
     at_once = min(runs, group * (devices or 1))
     # the backward pass's scores, weights and their gradients, chunk by chunk (tiled attention)
     chunk = 4 * model_lib.chunk_scores(N, v["model.num_heads"])
-    step = (at_once * ((4 * B + 2 * E) * floats + chunk) * size
-            + 3 * at_once * (B + E) * (N + 1) * 4)
+    step = at_once * ((4 * B + 2 * E) * floats + chunk) * size + 3 * at_once * (B + E) * (N + 1) * 4
     # the snapshot at step 0 is vmapped over every run at once (training.train), not in groups:
     # one score matrix per sequence and layer where they are held whole (fig4_paper, 245 runs:
     # 1.9 GB peak RSS), else a chunk of them (fig1_paper, 8 layers at N = 512: 0.87 GB)
-    held = (v["model.num_layers"] * v["model.num_heads"] * N * N
-            if model_lib.scores_held_whole(N) else 0)
+    held = (
+        v["model.num_layers"] * v["model.num_heads"] * N * N
+        if model_lib.scores_held_whole(N)
+        else 0
+    )
     first = runs * (E * (held + 4 * N) + chunk) * size
     kept = runs * steps * 4 * 2
     if first > step:
         return _BASELINE_BYTES + first + kept, (
-            f"the first evaluation of all {runs} run(s) at once, {E} sequences of {N} tokens each")
+            f"the first evaluation of all {runs} run(s) at once, {E} sequences of {N} tokens each"
+        )
     return _BASELINE_BYTES + step + kept, (
         f"{at_once} of {runs} run(s) at once x (a step on {B} sequences of {N} tokens + the "
-        f"evaluation of {E}), {format_bytes(4 * floats * size)} per sequence")
+        f"evaluation of {E}), {format_bytes(4 * floats * size)} per sequence"
+    )
 
 
 def memory_estimate(cfg) -> config_lib.MemoryEstimate:
     """The largest program's peak resident memory, by shape arithmetic (no compiling, no
     allocation): the max over the config's structural cells of `_cell_bytes`."""
-    return config_lib.estimate_memory(cfg, TRACED, _cell_bytes, _MEMORY_FIELDS,
-                                      default_config)
+    return config_lib.estimate_memory(cfg, TRACED, _cell_bytes, _MEMORY_FIELDS, default_config)
 
 
 # ----------------------------------------------------------------------------- training problem
@@ -259,9 +367,11 @@ def _init_law(cfg, kernel):
 
 def _decay_mask(params):
     """Weight decay on Linear weights only (W_*, an untied head), as the authors' AdamW."""
+
     def decayed(path, _):
         name = jax.tree_util.keystr(path, simple=True, separator="/").split("/")[-1]
         return name.startswith("W_") or name in ("a", "A", "lm_head")
+
     return jax.tree_util.tree_map_with_path(decayed, params)
 
 
@@ -269,7 +379,7 @@ def make_problem(cfg) -> training.Problem:
     model = model_lib.from_config(cfg)
     dtype = jnp.dtype(cfg.train.dtype)
     B, N, E = cfg.train.batch_size, cfg.model.seq_len, cfg.train.eval_sequences
-    eval_key = jax.random.key(10_000 + cfg.seed)       # one test set per (p, q): common numbers
+    eval_key = jax.random.key(10_000 + cfg.seed)  # one test set per (p, q): common numbers
 
     def loss(params, key, hp):
         kernel = _kernel(cfg, hp)
@@ -277,21 +387,25 @@ def make_problem(cfg) -> training.Problem:
         # elsewhere the scan (the same sequences, landscape/backend.py)
         sampler = task.sample_sequential if backend.cpu_tuned() else task.sample
         x = sampler(key, kernel, _init_law(cfg, kernel), B, N + 1)
-        x = training.batch_share(x)         # this device's sequences when a run splits its batch
+        x = training.batch_share(x)  # this device's sequences when a run splits its batch
         log_probs = model.apply({"params": params}, x[:, :N])
         if cfg.train.targets == "hard":
             return -jnp.take_along_axis(log_probs, x[:, 1:, None], axis=-1).mean(), {}
         share = x.shape[0]
-        return task.population_cross_entropy(log_probs, jnp.full(share, 1.0 / share),
-                                             task.soft_targets(x[:, :N], kernel)), {}
+        return task.population_cross_entropy(
+            log_probs, jnp.full(share, 1.0 / share), task.soft_targets(x[:, :N], kernel)
+        ), {}
 
     def snapshot(params, hp):
         kernel = _kernel(cfg, hp)
         x = task.sample_sequential(eval_key, kernel, _init_law(cfg, kernel), E, N)
         log_probs = model.apply({"params": params}, x)
-        out = {"test_loss": task.population_cross_entropy(
-            log_probs, jnp.full(E, 1.0 / E), task.soft_targets(x, kernel))}
-        if cfg.chain.num_states == 2:       # mean predicted P(x_{n+1} = 1 | x_n = 0 or 1), Fig. 3/4
+        out = {
+            "test_loss": task.population_cross_entropy(
+                log_probs, jnp.full(E, 1.0 / E), task.soft_targets(x, kernel)
+            )
+        }
+        if cfg.chain.num_states == 2:  # mean predicted P(x_{n+1} = 1 | x_n = 0 or 1), Fig. 3/4
             prob_one = jnp.exp(log_probs[..., 1])
             for state in (0, 1):
                 mask = x == state
@@ -299,33 +413,39 @@ def make_problem(cfg) -> training.Problem:
         return out
 
     return training.Problem(
-        init=lambda key, hp: jax.tree.map(lambda a: a.astype(dtype),
-                                          model_lib.init_params(key, model)),
-        loss=loss, learning_rates=lambda hp: hp["optim.lr"], snapshot=snapshot,
-        weight_decay_mask=_decay_mask, runs_per_group=runs_per_group(cfg),
+        init=lambda key, hp: jax.tree.map(
+            lambda a: a.astype(dtype), model_lib.init_params(key, model)
+        ),
+        loss=loss,
+        learning_rates=lambda hp: hp["optim.lr"],
+        snapshot=snapshot,
+        weight_decay_mask=_decay_mask,
+        runs_per_group=runs_per_group(cfg),
         log_grad_zeros=precision.is_half(model.dtype),
-        batch_size=B if B * N * N >= _SCORES_TO_SPLIT else None)
+        batch_size=B if B * N * N >= _SCORES_TO_SPLIT else None,
+    )
 
 
 # Runs vmapped together hold at most about this many attention scores (~2 MiB), so that a step
 # stays in cache; a loop goes over such groups (40 runs at N = 128 on 2 cores: 18 ms per step
 # in groups of 2, 21 ms in groups of 4, 29 ms in one vmap).
-_SCORES_PER_GROUP = 2 ** 19
+_SCORES_PER_GROUP = 2**19
 
 
 # A single run splits its batch over devices (Problem.batch_size) only from this many attention
 # scores per step: the split costs ~0.5 ms of cross-device synchronisation per step on CPU
 # (2 host devices, one run: N = 1024, 20 ms split vs 30 ms on one device; N = 128, 1.4 vs 0.9 ms).
-_SCORES_TO_SPLIT = 2 ** 22
+_SCORES_TO_SPLIT = 2**22
 
 
 def model_table(cfg) -> str:
     """The model summary: each parameter's name, shape, dtype and count (landscape.params_table),
     and the precision; from the shapes alone (nothing is compiled)."""
     model = model_lib.from_config(cfg)
-    params = jax.tree.map(lambda s: np.zeros(s.shape, s.dtype),
-                          jax.eval_shape(functools.partial(model_lib.init_params, model=model),
-                                         jax.random.key(0)))
+    params = jax.tree.map(
+        lambda s: np.zeros(s.shape, s.dtype),
+        jax.eval_shape(functools.partial(model_lib.init_params, model=model), jax.random.key(0)),
+    )
     params = jax.tree.map(lambda a: a.astype(model.param_dtype), params)
     prec = precision.of(cfg.train.dtype, cfg.model.dtype)
     return f"{model.family} model, {prec.name}:\n{params_table(params)}"
@@ -341,10 +461,14 @@ def runs_per_group(cfg) -> int:
 def train_group(cfg, fields, workdir=None, progress=print):
     cell = config_lib.with_fields(cfg, fields)
     cell.optim.warmup_steps = int(round(cell.train.warmup_fraction * cell.train.num_steps))
-    grid = sweeps.Grid.make(config_lib.traced_axes(cfg, TRACED),
-                            np.arange(cfg.seed, cfg.seed + cfg.num_seeds), zipped=cfg.sweep_zip)
-    result = sweeps.run_cell(make_problem(cell), cell, TRACED, grid, fields=fields,
-                             workdir=workdir, progress=progress)
+    grid = sweeps.Grid.make(
+        config_lib.traced_axes(cfg, TRACED),
+        np.arange(cfg.seed, cfg.seed + cfg.num_seeds),
+        zipped=cfg.sweep_zip,
+    )
+    result = sweeps.run_cell(
+        make_problem(cell), cell, TRACED, grid, fields=fields, workdir=workdir, progress=progress
+    )
     return dict(fields=fields, cfg=cell, grid=grid, result=result)
 
 
@@ -363,16 +487,30 @@ def run(cfg, workdir: records.Workdir, progress=print) -> dict[str, Any]:
         groups.append(group)
         res = group["result"]
         prefix = f"cell{i}_" if len(cells) > 1 else ""
-        workdir.save_arrays(**{prefix + k: v for k, v in {
-            "losses": res.losses, "seeds": res.seeds, "snapshot_steps": res.snapshot_steps,
-            **{k.replace(".", "_"): v for k, v in res.hparams.items()},
-            **{f"snapshot_{k}": v for k, v in res.snapshots.items()}}.items()})
+        workdir.save_arrays(
+            **{
+                prefix + k: v
+                for k, v in {
+                    "losses": res.losses,
+                    "seeds": res.seeds,
+                    "snapshot_steps": res.snapshot_steps,
+                    **{k.replace(".", "_"): v for k, v in res.hparams.items()},
+                    **{f"snapshot_{k}": v for k, v in res.snapshots.items()},
+                }.items()
+            }
+        )
     claims = CLAIMS[cfg.claims](cfg, groups)
     paths = [str(p) for p in figures.draw(cfg, groups, workdir)]
     return workdir.finish(
-        claims, progress, figures=paths, runs=run_table(groups),
-        seconds={"compile": sum(g["result"].compile_seconds for g in groups),
-                 "run": sum(g["result"].run_seconds for g in groups)})
+        claims,
+        progress,
+        figures=paths,
+        runs=run_table(groups),
+        seconds={
+            "compile": sum(g["result"].compile_seconds for g in groups),
+            "run": sum(g["result"].run_seconds for g in groups),
+        },
+    )
 
 
 # ----------------------------------------------------------------------------- landscape
@@ -390,33 +528,56 @@ def run_landscape(cfg, workdir, progress=print) -> dict[str, Any]:
             reports.append(H.describe())
             focus = H.focus_report()
             predicted = np.sort(point.meta["focus_prediction"])
-            ok = np.allclose(focus["eigenvalues"], predicted, atol=1e-10) and focus["outside"] < 1e-10
+            ok = (
+                np.allclose(focus["eigenvalues"], predicted, atol=1e-10)
+                and focus["outside"] < 1e-10
+            )
             verdict = H.verdict()
-            expected_verdict = ("local minimum" if tied and p + q > 1 else "saddle")
-            claims.append(records.claim(
-                f"theta_pi ({'tied' if tied else 'untied'}, p={p:g}, q={q:g}): alpha-block "
-                f"eigenvalues and verdict", {"alpha eigenvalues": np.round(focus["eigenvalues"], 6)
-                                             .tolist(), "verdict": verdict.split(" (")[0]},
-                {"alpha eigenvalues": np.round(predicted, 6).tolist(), "verdict": expected_verdict},
-                ok and verdict.startswith(expected_verdict), "Thms 2-3, notes §6.5"))
+            expected_verdict = "local minimum" if tied and p + q > 1 else "saddle"
+            claims.append(
+                records.claim(
+                    f"theta_pi ({'tied' if tied else 'untied'}, p={p:g}, q={q:g}): alpha-block "
+                    f"eigenvalues and verdict",
+                    {
+                        "alpha eigenvalues": np.round(focus["eigenvalues"], 6).tolist(),
+                        "verdict": verdict.split(" (")[0],
+                    },
+                    {
+                        "alpha eigenvalues": np.round(predicted, 6).tolist(),
+                        "verdict": expected_verdict,
+                    },
+                    ok and verdict.startswith(expected_verdict),
+                    "Thms 2-3, notes §6.5",
+                )
+            )
         star = points.theta_star(p, q, d=ls.d, seq_len=ls.seq_len)
         g = curvature.gradient_at(star)
-        claims.append(records.claim(f"theta_star (p={p:g}, q={q:g}): loss = entropy rate, gradient 0",
-                             {"loss - L*": star.loss() - star.meta["expected_loss"],
-                              "gradient norm": g.norm}, "both < 1e-10",
-                             abs(star.loss() - star.meta["expected_loss"]) < 1e-10 and g.norm < 1e-10,
-                             "Thm 1, notes §6.1"))
+        claims.append(
+            records.claim(
+                f"theta_star (p={p:g}, q={q:g}): loss = entropy rate, gradient 0",
+                {"loss - L*": star.loss() - star.meta["expected_loss"], "gradient norm": g.norm},
+                "both < 1e-10",
+                abs(star.loss() - star.meta["expected_loss"]) < 1e-10 and g.norm < 1e-10,
+                "Thm 1, notes §6.1",
+            )
+        )
     for p in ls.multistate_p:
-        point = points.theta_pi(p, d=2, seq_len=ls.multistate_seq_len,
-                                num_states=ls.multistate_states)
+        point = points.theta_pi(
+            p, d=2, seq_len=ls.multistate_seq_len, num_states=ls.multistate_states
+        )
         H = curvature.hessian_at(point)
         reports.append(H.describe())
         focus = H.focus_report()
         predicted = np.sort(point.meta["focus_prediction"])
-        claims.append(records.claim(f"multi-state unigram point (S={ls.multistate_states}, p={p:g}): "
-                             "(b, E) eigenvalues (the notes' derivation)",
-                             np.round(focus["eigenvalues"], 6).tolist(),
-                             np.round(predicted, 6).tolist(),
-                             np.allclose(focus["eigenvalues"], predicted, atol=1e-10), "notes §6.8"))
+        claims.append(
+            records.claim(
+                f"multi-state unigram point (S={ls.multistate_states}, p={p:g}): "
+                "(b, E) eigenvalues (the notes' derivation)",
+                np.round(focus["eigenvalues"], 6).tolist(),
+                np.round(predicted, 6).tolist(),
+                np.allclose(focus["eigenvalues"], predicted, atol=1e-10),
+                "notes §6.8",
+            )
+        )
     workdir.write_text("hessians.txt", "\n\n".join(reports))
     return workdir.finish(claims, progress, where=" (Hessian reports in hessians.txt)")

@@ -10,12 +10,13 @@ from landscape.markov import trap_study
 from landscape.markov.claims import outcomes, program_label, references, runs_at
 
 
-
 def draw(cfg, groups, workdir):
     if cfg.claims == "trap":
         workdir.save_table("trap_runs", [row for g in groups for row in trap_study.run_rows(g)])
-        return [trap_study.plot_curves(groups, workdir.figure_path("trap_curves")),
-                trap_study.plot_fractions(groups, workdir.figure_path("trap_fractions"))]
+        return [
+            trap_study.plot_curves(groups, workdir.figure_path("trap_curves")),
+            trap_study.plot_fractions(groups, workdir.figure_path("trap_fractions")),
+        ]
     paths = [plot_losses(groups, workdir.figure_path("test_loss"))]
     if cfg.claims == "fig4":
         paths.append(plot_grid(groups, workdir.figure_path("fig4_heatmaps")))
@@ -28,14 +29,17 @@ def plot_losses(groups, path):
     fig, axes = plotting.subplots(1, len(cells), width=3.6, height=2.9)
     for ax, (g, (p, q, runs)) in zip(axes[0], cells):
         res = g["result"]
-        plotting.mean_and_band(ax, res.snapshot_steps, res.snapshots["test_loss"][runs],
-                               label="test loss")
+        plotting.mean_and_band(
+            ax, res.snapshot_steps, res.snapshots["test_loss"][runs], label="test loss"
+        )
         unigram, bigram = references(g["cfg"], p, q)
         ax.axhline(unigram, color="tab:red", linestyle="--", linewidth=1, label="unigram H(pi)")
         ax.axhline(bigram, color="tab:green", linestyle="--", linewidth=1, label="entropy rate")
-        ax.set(xlabel="iteration", title=f"{program_label(g)}\np={p:g}" + (f", q={q:g}" if
-                                                                     g["cfg"].chain.num_states == 2
-                                                                     else ""))
+        ax.set(
+            xlabel="iteration",
+            title=f"{program_label(g)}\np={p:g}"
+            + (f", q={q:g}" if g["cfg"].chain.num_states == 2 else ""),
+        )
         ax.title.set_fontsize(7)
     axes[0, 0].set_ylabel("test loss (nats)")
     axes[0, -1].legend(fontsize=6)
@@ -44,10 +48,19 @@ def plot_losses(groups, path):
 
 def _cells_of(group):
     res = group["result"]
-    keys = sorted({(float(p), float(q)) for p, q in zip(res.hparams["chain.p"],
-                                                         res.hparams["chain.q"])})
-    return [(p, q, np.flatnonzero(np.isclose(res.hparams["chain.p"], p)
-                                  & np.isclose(res.hparams["chain.q"], q))) for p, q in keys]
+    keys = sorted(
+        {(float(p), float(q)) for p, q in zip(res.hparams["chain.p"], res.hparams["chain.q"])}
+    )
+    return [
+        (
+            p,
+            q,
+            np.flatnonzero(
+                np.isclose(res.hparams["chain.p"], p) & np.isclose(res.hparams["chain.q"], q)
+            ),
+        )
+        for p, q in keys
+    ]
 
 
 def plot_grid(groups, path):
@@ -58,16 +71,33 @@ def plot_grid(groups, path):
         ps = sorted({r["p"] for r in rows})
         qs = sorted({r["q"] for r in rows})
         f0 = np.array([[np.mean([r["f0"] for r in runs_at(rows, p, q)]) for q in qs] for p in ps])
-        stuck = np.array([[np.mean([r["stuck"] for r in runs_at(rows, p, q)]) for q in qs] for p in ps])
-        for i, (values, title) in enumerate([(f0, "mean predicted P(1 | 0)"),
-                                             (stuck, "fraction of stuck runs")]):
-            plotting.heatmap(axes[i, j], values, row_labels=[f"{p:g}" for p in ps],
-                             col_labels=[f"{q:g}" for q in qs], title=f"{program_label(g)}\n{title}",
-                             vmin=0, vmax=1, cmap="viridis")
+        stuck = np.array(
+            [[np.mean([r["stuck"] for r in runs_at(rows, p, q)]) for q in qs] for p in ps]
+        )
+        for i, (values, title) in enumerate(
+            [(f0, "mean predicted P(1 | 0)"), (stuck, "fraction of stuck runs")]
+        ):
+            plotting.heatmap(
+                axes[i, j],
+                values,
+                row_labels=[f"{p:g}" for p in ps],
+                col_labels=[f"{q:g}" for q in qs],
+                title=f"{program_label(g)}\n{title}",
+                vmin=0,
+                vmax=1,
+                cmap="viridis",
+            )
             axes[i, j].title.set_fontsize(7)
             for a in range(len(ps)):
                 for b in range(len(qs)):
-                    axes[i, j].text(b, a, f"{values[a, b]:.2f}", ha="center", va="center",
-                                    fontsize=6, color="k" if values[a, b] > 0.6 else "w")
+                    axes[i, j].text(
+                        b,
+                        a,
+                        f"{values[a, b]:.2f}",
+                        ha="center",
+                        va="center",
+                        fontsize=6,
+                        color="k" if values[a, b] > 0.6 else "w",
+                    )
             axes[i, j].set(xlabel="q", ylabel="p")
     return plotting.save(fig, path)

@@ -53,9 +53,9 @@ from landscape import precision as precision_lib
 
 FAMILIES = ("theory", "gpt")
 ACTIVATIONS = ("relu", "gelu")
-INIT_STD = 0.02          # GPT-2 init, notes §3.2 (the §11.4 pilot uses it for both families)
-LN_EPS = 1e-5            # PyTorch LayerNorm default, notes §3.2
-_PROJECTIONS = ("W_O", "W_2")          # GPT-2 c_proj weights: std 0.02 / sqrt(2 layers)
+INIT_STD = 0.02  # GPT-2 init, notes §3.2 (the §11.4 pilot uses it for both families)
+LN_EPS = 1e-5  # PyTorch LayerNorm default, notes §3.2
+_PROJECTIONS = ("W_O", "W_2")  # GPT-2 c_proj weights: std 0.02 / sqrt(2 layers)
 _BIASES = ("b", "head_bias")
 _GAINS = ("ln_1", "ln_2", "ln_f")
 _DTYPES = ("float16", "bfloat16", "float32", "float64")
@@ -91,23 +91,32 @@ class Block(nn.Module):
     """One block, shared by both families: y = x + Attn(LN_1 x), z = y + W_2 act(W_1 LN_2 y)
     (notes §3.1; the LNs are the identity unless layer_norm, notes §3.2). Its parameters are
     W_Q, W_K, W_V, W_O, W_1, W_2 (+ ln_1, ln_2 gains with layer_norm)."""
+
     d: int
     num_heads: int
     mlp_width: int
     activation: str = "relu"
     layer_norm: bool = False
-    num_layers: int = 1                  # of the whole model: the projections' init std
+    num_layers: int = 1  # of the whole model: the projections' init std
     dtype: Any = None
     param_dtype: Any = jnp.float32
 
     def setup(self):
         d, r = self.d, self.mlp_width
-        shapes = {"W_Q": (d, d), "W_K": (d, d), "W_V": (d, d), "W_O": (d, d),
-                  "W_1": (r, d), "W_2": (d, r)}
+        shapes = {
+            "W_Q": (d, d),
+            "W_K": (d, d),
+            "W_V": (d, d),
+            "W_O": (d, d),
+            "W_1": (r, d),
+            "W_2": (d, r),
+        }
         if self.layer_norm:
             shapes.update(ln_1=(d,), ln_2=(d,))
-        self.weights = {name: self.param(name, _initializer(name, self.num_layers), shape,
-                                         self.param_dtype) for name, shape in shapes.items()}
+        self.weights = {
+            name: self.param(name, _initializer(name, self.num_layers), shape, self.param_dtype)
+            for name, shape in shapes.items()
+        }
 
     def _norm(self, x_BND, gain):
         """Gain-only LayerNorm in the accumulation dtype (float32 under autocast)."""
@@ -165,6 +174,7 @@ class MarkovModel(nn.Module):
     Methods (through `apply`): __call__ = log-probabilities (B, N, S), `logit_binary`,
     `attention_weights`, `attention_ratio`, `residual_stream`.
     """
+
     family: str = "theory"
     num_states: int = 2
     d: int = 4
@@ -183,20 +193,29 @@ class MarkovModel(nn.Module):
             raise ValueError(f"family = {self.family!r}: must be one of {FAMILIES}.")
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"activation = {self.activation!r}: must be one of {ACTIVATIONS}.")
-        for field, low in (("num_states", 2), ("d", 1), ("seq_len", 1), ("num_layers", 1),
-                           ("num_heads", 1)):
+        for field, low in (
+            ("num_states", 2),
+            ("d", 1),
+            ("seq_len", 1),
+            ("num_layers", 1),
+            ("num_heads", 1),
+        ):
             _checks.check_int(field, getattr(self, field), low)
         for field in ("tied", "layer_norm"):
             _checks.check_bool(field, getattr(self, field))
         if self.d % self.num_heads:
-            raise ValueError(f"num_heads = {self.num_heads}: must divide d = {self.d} (heads "
-                             "split d, m = d / H, notes §3.2), in both families.")
+            raise ValueError(
+                f"num_heads = {self.num_heads}: must divide d = {self.d} (heads "
+                "split d, m = d / H, notes §3.2), in both families."
+            )
         if self.mlp_width is None:
             object.__setattr__(self, "mlp_width", 4 * self.d)
         _checks.check_int("mlp_width", self.mlp_width, 1, "or None for 4 d")
         if self.family == "theory" and self.layer_norm:
-            raise ValueError("layer_norm = True: the theory model has no LayerNorm (notes §3.1); "
-                             "use family = 'gpt' for pre-LN blocks.")
+            raise ValueError(
+                "layer_norm = True: the theory model has no LayerNorm (notes §3.1); "
+                "use family = 'gpt' for pre-LN blocks."
+            )
         for field, allowed in (("dtype", _DTYPES), ("param_dtype", _DTYPES[2:])):
             value = getattr(self, field)
             if value is None and field == "dtype":
@@ -206,9 +225,12 @@ class MarkovModel(nn.Module):
             except TypeError:
                 name = None
             if name not in allowed:
-                raise ValueError(f"{field} = {value!r}: must be one of {', '.join(allowed)}"
-                                 + (" or None" if field == "dtype" else "") + ".")
-            object.__setattr__(self, field, jnp.dtype(name))     # equal models hash equally
+                raise ValueError(
+                    f"{field} = {value!r}: must be one of {', '.join(allowed)}"
+                    + (" or None" if field == "dtype" else "")
+                    + "."
+                )
+            object.__setattr__(self, field, jnp.dtype(name))  # equal models hash equally
         super().__post_init__()
 
     @property
@@ -233,12 +255,23 @@ class MarkovModel(nn.Module):
                 shapes["ln_f"] = (d,)
             if not self.tied:
                 shapes["lm_head"] = (S, d)
-        self.weights = {name: self.param(name, _initializer(name, self.num_layers), shape,
-                                         self.param_dtype) for name, shape in shapes.items()}
-        self.block = [Block(d=d, num_heads=self.num_heads, mlp_width=self.mlp_width,
-                            activation=self.activation, layer_norm=self.layer_norm,
-                            num_layers=self.num_layers, dtype=self.dtype,
-                            param_dtype=self.param_dtype) for _ in range(self.num_layers)]
+        self.weights = {
+            name: self.param(name, _initializer(name, self.num_layers), shape, self.param_dtype)
+            for name, shape in shapes.items()
+        }
+        self.block = [
+            Block(
+                d=d,
+                num_heads=self.num_heads,
+                mlp_width=self.mlp_width,
+                activation=self.activation,
+                layer_norm=self.layer_norm,
+                num_layers=self.num_layers,
+                dtype=self.dtype,
+                param_dtype=self.param_dtype,
+            )
+            for _ in range(self.num_layers)
+        ]
 
     def _embed(self, x_BN):
         """x_BND: x_n e + p_n (theory S = 2), E[x_n] + p_n (theory S > 2), wte[x_n] + wpe[n]
@@ -289,8 +322,10 @@ class MarkovModel(nn.Module):
     def logit_binary(self, x_BN):
         """(B, N) logit_n = <a, z_n> + b (theory, notes §3.1); logit_1 - logit_0 for gpt (S = 2)."""
         if self.num_states != 2:
-            raise ValueError(f"num_states = {self.num_states}: logit_binary needs a binary model "
-                             "(num_states = 2).")
+            raise ValueError(
+                f"num_states = {self.num_states}: logit_binary needs a binary model "
+                "(num_states = 2)."
+            )
         out = self._head(self.residual_stream(x_BN))
         return out if self.reduced else out[..., 1] - out[..., 0]
 
@@ -317,8 +352,10 @@ def _check_tokens(x_BN, model: MarkovModel) -> None:
 
 def _check_layer(layer: int, model: MarkovModel) -> None:
     if not 0 <= layer < model.num_layers:
-        raise ValueError(f"layer = {layer!r}: must be in 0..{model.num_layers - 1} "
-                         f"(num_layers = {model.num_layers}).")
+        raise ValueError(
+            f"layer = {layer!r}: must be in 0..{model.num_layers - 1} "
+            f"(num_layers = {model.num_layers})."
+        )
 
 
 # ----------------------------------------------------------------------------- parameters
@@ -355,8 +392,9 @@ def init_params(key: jax.Array, model: MarkovModel, dtype=jnp.float32) -> dict:
     `ravel_pytree` order: one cheap compile per model (a draw per leaf, as `model.init` does,
     compiles for seconds), and a seed gives the same weights as before the Flax rewrite.
     """
-    paths_shapes, treedef = jax.tree_util.tree_flatten_with_path(param_shapes(model),
-                                                                 is_leaf=_is_shape)
+    paths_shapes, treedef = jax.tree_util.tree_flatten_with_path(
+        param_shapes(model), is_leaf=_is_shape
+    )
     names = [path[-1].key for path, _ in paths_shapes]
     drawn = [name not in _BIASES + _GAINS for name in names]
     total = sum(math.prod(shape) for (_, shape), draw in zip(paths_shapes, drawn) if draw)
@@ -367,7 +405,9 @@ def init_params(key: jax.Array, model: MarkovModel, dtype=jnp.float32) -> dict:
             leaves.append((jnp.zeros if name in _BIASES else jnp.ones)(shape, dtype))
             continue
         size = math.prod(shape)
-        leaves.append(_init_std(name, model.num_layers) * normal[offset:offset + size].reshape(shape))
+        leaves.append(
+            _init_std(name, model.num_layers) * normal[offset : offset + size].reshape(shape)
+        )
         offset += size
     return jax.tree_util.tree_unflatten(treedef, leaves)
 
@@ -383,7 +423,7 @@ def _reduce_last(x_BND: jax.Array, op=jnp.add) -> jax.Array:
     D = x_BND.shape[-1]
     if D > 32 or not backend.cpu_tuned():
         return (jnp.sum if op is jnp.add else jnp.max)(x_BND, axis=-1, keepdims=True)
-    return functools.reduce(op, [x_BND[..., i:i + 1] for i in range(D)])
+    return functools.reduce(op, [x_BND[..., i : i + 1] for i in range(D)])
 
 
 def _mean_last(x_BND: jax.Array) -> jax.Array:
@@ -414,8 +454,9 @@ def _layer_norm_bwd(saved, dout_BND):
     """dx = (g - mean(g) - x_hat mean(g x_hat)) / std with g = dout * gain (x_hat: normed x)."""
     normed_BND, inv_std_BN1, gain_D = saved
     dnormed_BND = dout_BND * gain_D
-    dx_BND = inv_std_BN1 * (dnormed_BND - _mean_last(dnormed_BND)
-                            - normed_BND * _mean_last(dnormed_BND * normed_BND))
+    dx_BND = inv_std_BN1 * (
+        dnormed_BND - _mean_last(dnormed_BND) - normed_BND * _mean_last(dnormed_BND * normed_BND)
+    )
     dgain_D = jnp.sum(dout_BND * normed_BND, axis=tuple(range(dout_BND.ndim - 1)))
     return dx_BND, dgain_D
 
@@ -426,7 +467,7 @@ _layer_norm.defvjp(_layer_norm_fwd, _layer_norm_bwd)
 def _activation(h, activation: str):
     if activation == "relu":
         return jax.nn.relu(h)
-    return jax.nn.gelu(h, approximate=False)      # PyTorch nn.GELU() is the exact erf form
+    return jax.nn.gelu(h, approximate=False)  # PyTorch nn.GELU() is the exact erf form
 
 
 def _tile(N: int) -> int:
@@ -437,7 +478,7 @@ def _tile(N: int) -> int:
 
 # Above this many tile-pair scores, `_causal_mix` loops over chunks of the batch with at most
 # this many scores each (or one sequence), so that a chunk's scores stay in cache (2 MiB).
-_SCORES_IN_CACHE = 2 ** 19
+_SCORES_IN_CACHE = 2**19
 
 
 def _causal_softmax(q_BNHM: jax.Array, k_BNHM: jax.Array) -> jax.Array:
@@ -462,12 +503,14 @@ def _causal_mix(q_BNHM: jax.Array, k_BNHM: jax.Array, v_BNHM: jax.Array) -> jax.
     K = -(-N // T)
     if K == 1 or not backend.cpu_tuned():
         return jnp.einsum("bhni,bihm->bnhm", _causal_softmax(q_BNHM, k_BNHM), v_BNHM)
-    if K * T > N:          # padded keys lie after every real query, so the causal mask hides them
+    if K * T > N:  # padded keys lie after every real query, so the causal mask hides them
         pad = ((0, 0), (0, K * T - N), (0, 0), (0, 0))
         q_BNHM, k_BNHM, v_BNHM = (jnp.pad(t, pad) for t in (q_BNHM, k_BNHM, v_BNHM))
     # (B, H, K, T, m): heads before tiles, so every product below is a plain batched matmul.
-    q_BHKTM, k_BHKTM, v_BHKTM = (jnp.moveaxis(t.reshape(B, K, T, H, m), 3, 1)
-                                 for t in (q_BNHM / math.sqrt(m), k_BNHM, v_BNHM))
+    q_BHKTM, k_BHKTM, v_BHKTM = (
+        jnp.moveaxis(t.reshape(B, K, T, H, m), 3, 1)
+        for t in (q_BNHM / math.sqrt(m), k_BNHM, v_BNHM)
+    )
     mixed_BHKTM = _tiled_attention(q_BHKTM, k_BHKTM, v_BHKTM)
     return jnp.moveaxis(mixed_BHKTM, 1, 3).reshape(B, K * T, H, m)[:, :N]
 
@@ -479,8 +522,11 @@ def _in_chunks(fn, *arrays_B):
     scores_per_sequence = H * K * (K + 1) // 2 * T * T
     if B * scores_per_sequence <= _SCORES_IN_CACHE or not backend.cpu_tuned():
         return fn(*arrays_B)
-    C = max(c for c in range(1, B + 1)
-            if B % c == 0 and (c == 1 or c * scores_per_sequence <= _SCORES_IN_CACHE))
+    C = max(
+        c
+        for c in range(1, B + 1)
+        if B % c == 0 and (c == 1 or c * scores_per_sequence <= _SCORES_IN_CACHE)
+    )
     split = lambda t: t.reshape((B // C, C) + t.shape[1:])
     out = jax.lax.map(lambda chunk: fn(*chunk), tuple(split(t) for t in arrays_B))
     return jax.tree.map(lambda t: t.reshape((B,) + t.shape[2:]), out)
@@ -530,18 +576,25 @@ def _tiled_forward(q_BHKTM, k_BHKTM, v_BHKTM):
     # max is exact over all key tiles of the row (gathered through a dense (K, K) layout).
     masked_BHPTU = jnp.where(causal_PTU, scores_BHPTU, -jnp.inf)
     rowmax_BHKKT = jnp.full((B, H, K, K, T), -jnp.inf, scores_BHPTU.dtype)
-    rowmax_BHKT = jnp.max(rowmax_BHKKT.at[:, :, row_P, col_P].set(jnp.max(masked_BHPTU, -1)),
-                          axis=3)
+    rowmax_BHKT = jnp.max(
+        rowmax_BHKKT.at[:, :, row_P, col_P].set(jnp.max(masked_BHPTU, -1)), axis=3
+    )
     weights_BHPTU = jnp.exp(masked_BHPTU - rowmax_BHKT[:, :, row_P, :, None])
     # Values with a column of ones: one product gives the mixed values and the row totals.
     # Zero columns pad it to a multiple of 8 (the CPU matmul is ~30% faster at 8 than at 5).
     width = -(-(m + 1) // 8) * 8 if backend.cpu_tuned() else m + 1
-    ones_BHKTW = jnp.concatenate([jnp.ones((B, H, K, T, 1), v_BHKTM.dtype),
-                                  jnp.zeros((B, H, K, T, width - m - 1), v_BHKTM.dtype)], -1)
+    ones_BHKTW = jnp.concatenate(
+        [
+            jnp.ones((B, H, K, T, 1), v_BHKTM.dtype),
+            jnp.zeros((B, H, K, T, width - m - 1), v_BHKTM.dtype),
+        ],
+        -1,
+    )
     v1_BHPUM = jnp.concatenate([v_BHKTM, ones_BHKTW], axis=-1)[:, :, col_P]
     mixed_BHPTM = jnp.einsum("bhptu,bhpum->bhptm", weights_BHPTU, v1_BHPUM)
-    mixed_BHKTM = jnp.einsum("bhptm,pk->bhktm", mixed_BHPTM,
-                             jnp.asarray(to_row_PK, weights_BHPTU.dtype))
+    mixed_BHKTM = jnp.einsum(
+        "bhptm,pk->bhktm", mixed_BHPTM, jnp.asarray(to_row_PK, weights_BHPTU.dtype)
+    )
     total_BHKT = mixed_BHKTM[..., m]
     return mixed_BHKTM[..., :m] / total_BHKT[..., None], rowmax_BHKT + jnp.log(total_BHKT)
 
@@ -555,8 +608,11 @@ def _tiled_backward(q_BHKTM, k_BHKTM, v_BHKTM, mixed_BHKTM, lse_BHKT, dmixed_BHK
     row_P, col_P, causal_PTU, to_row_PK, to_col_PK = _tile_pairs(K, T)
     q_BHPTM, k_BHPUM, v_BHPUM = q_BHKTM[:, :, row_P], k_BHKTM[:, :, col_P], v_BHKTM[:, :, col_P]
     dmixed_BHPTM = dmixed_BHKTM[:, :, row_P]
-    att_BHPTU = jnp.exp(jnp.where(causal_PTU, _tile_scores(q_BHKTM, k_BHKTM)
-                                  - lse_BHKT[:, :, row_P, :, None], -jnp.inf))
+    att_BHPTU = jnp.exp(
+        jnp.where(
+            causal_PTU, _tile_scores(q_BHKTM, k_BHKTM) - lse_BHKT[:, :, row_P, :, None], -jnp.inf
+        )
+    )
     datt_BHPTU = jnp.einsum("bhptm,bhpum->bhptu", dmixed_BHPTM, v_BHPUM)
     delta_BHKT = _reduce_last(dmixed_BHKTM * mixed_BHKTM)[..., 0]
     dscores_BHPTU = att_BHPTU * (datt_BHPTU - delta_BHKT[:, :, row_P, :, None])
@@ -566,8 +622,11 @@ def _tiled_backward(q_BHKTM, k_BHKTM, v_BHKTM, mixed_BHKTM, lse_BHKT, dmixed_BHK
     dv_BHPMU = jnp.einsum("bhpmt,bhptu->bhpmu", transposed(dmixed_BHPTM), att_BHPTU)
     to_row_PK, to_col_PK = (jnp.asarray(t, att_BHPTU.dtype) for t in (to_row_PK, to_col_PK))
     to_key_tiles = lambda d_BHPMU: transposed(jnp.einsum("bhpmu,pk->bhkmu", d_BHPMU, to_col_PK))
-    return (jnp.einsum("bhptm,pk->bhktm", dq_BHPTM, to_row_PK), to_key_tiles(dk_BHPMU),
-            to_key_tiles(dv_BHPMU))
+    return (
+        jnp.einsum("bhptm,pk->bhktm", dq_BHPTM, to_row_PK),
+        to_key_tiles(dk_BHPMU),
+        to_key_tiles(dv_BHPMU),
+    )
 
 
 @jax.custom_vjp
@@ -587,8 +646,6 @@ def _tiled_attention_bwd(saved, dmixed_BHKTM):
 
 
 _tiled_attention.defvjp(_tiled_attention_fwd, _tiled_attention_bwd)
-
-
 
 
 # ----------------------------------------------------------------------------- functional API
@@ -627,5 +684,6 @@ def from_config(cfg) -> MarkovModel:
     fields = dict(cfg.model)
     fields["mlp_width"] = fields["mlp_width"] or None
     prec = precision_lib.of(cfg.train.dtype, fields.pop("dtype"))
-    return MarkovModel(num_states=cfg.chain.num_states, dtype=prec.dtype,
-                       param_dtype=prec.param_dtype, **fields)
+    return MarkovModel(
+        num_states=cfg.chain.num_states, dtype=prec.dtype, param_dtype=prec.param_dtype, **fields
+    )

@@ -22,46 +22,63 @@ from landscape.markov import task, theory
 from landscape import _checks
 from landscape.point import Point
 
-EXACT_LIMIT = 2 ** 16
+EXACT_LIMIT = 2**16
 
-_FLAT_ARGUMENT = ("with e = a = 0 the prediction is sigma(b) whatever the other blocks are, so "
-                  "L(alpha_pi, beta) = H(pi) for every beta, and alpha_pi stays a strict local "
-                  "minimum of L(., beta) for beta near beta_pi (notes §6.2)")
+_FLAT_ARGUMENT = (
+    "with e = a = 0 the prediction is sigma(b) whatever the other blocks are, so "
+    "L(alpha_pi, beta) = H(pi) for every beta, and alpha_pi stays a strict local "
+    "minimum of L(., beta) for beta near beta_pi (notes §6.2)"
+)
 
 
-def population_loss_fn(model: model_lib.MarkovModel, kernel, init, *, population: str = "auto",
-                       num_sequences: int = 256, key=None):
+def population_loss_fn(
+    model: model_lib.MarkovModel,
+    kernel,
+    init,
+    *,
+    population: str = "auto",
+    num_sequences: int = 256,
+    key=None,
+):
     """params -> population cross-entropy with soft targets (notes §4), exact or Monte Carlo."""
     if not isinstance(model, model_lib.MarkovModel):
-        raise TypeError(f"model = {model!r}: must be a landscape.markov.MarkovModel, not "
-                        f"{type(model).__name__}.")
+        raise TypeError(
+            f"model = {model!r}: must be a landscape.markov.MarkovModel, not "
+            f"{type(model).__name__}."
+        )
     _checks.check_int("num_sequences", num_sequences, 1, "the Monte-Carlo sample size")
     _checks.check_key("key", key)
-    size = model.num_states ** model.seq_len
+    size = model.num_states**model.seq_len
     if population == "auto":
         population = "exact" if size <= EXACT_LIMIT else "mc"
     if population == "exact":
         x, weights, targets = task.exact_population(model.num_states, model.seq_len, kernel, init)
     elif population == "mc":
         key = jax.random.key(0) if key is None else key
-        x, weights, targets = task.monte_carlo_population(key, kernel, init, num_sequences,
-                                                          model.seq_len)
+        x, weights, targets = task.monte_carlo_population(
+            key, kernel, init, num_sequences, model.seq_len
+        )
     else:
         raise ValueError(f"population = {population!r}: must be 'auto', 'exact' or 'mc'.")
     return lambda params: task.population_cross_entropy(
-        model.apply({"params": params}, x), weights, targets)
+        model.apply({"params": params}, x), weights, targets
+    )
 
 
 def _check_probabilities(caller, p, q, num_states):
     """p (and q for S = 2) must be given as single real numbers; their range is validate_chain's."""
     binary = num_states == 2
-    meaning = {"p": "the switching probability 0 -> 1" if binary else
-                    "the probability of leaving the current state",
-               "q": "the switching probability 1 -> 0"}
+    meaning = {
+        "p": "the switching probability 0 -> 1"
+        if binary
+        else "the probability of leaving the current state",
+        "q": "the switching probability 1 -> 0",
+    }
     for name, value in (("p", p), ("q", q)) if binary else (("p", p),):
         if value is None:
             raise _checks.ArgumentTypeError(
-                f"{name} is missing: {caller} needs {name} = a number in (0, 1) ({meaning[name]}).")
+                f"{name} is missing: {caller} needs {name} = a number in (0, 1) ({meaning[name]})."
+            )
         _checks.real_array(name, value, scalar=True)
 
 
@@ -71,38 +88,64 @@ def _chain(p, q, num_states):
         kernel = task.binary_kernel(p, q)
     else:
         if q is not None:
-            raise ValueError(f"q = {q}: the {num_states}-state symmetric chain has one switching "
-                             "probability p; leave q out.")
+            raise ValueError(
+                f"q = {q}: the {num_states}-state symmetric chain has one switching "
+                "probability p; leave q out."
+            )
         task.validate_chain(p=p, num_states=num_states)
         kernel = task.symmetric_kernel(num_states, p)
     return kernel, task.stationary(kernel)
 
 
-def _theory_model(family, num_states, d, seq_len, num_layers, num_heads, mlp_width, tied,
-                  dtype):
+def _theory_model(family, num_states, d, seq_len, num_layers, num_heads, mlp_width, tied, dtype):
     if family != "theory":
         raise ValueError(
             f"family = {family!r}: theta_pi and theta_star are the points of Theorems 1-3, which "
             "cover the theory model only (no LayerNorm; notes §3.1). With LayerNorm the point "
             "p_n = 0 is degenerate (LN of a zero vector), and no theorem says what it is; use "
-            "family='theory', or build a Point by hand and label it 'not covered by the theorems'.")
-    return model_lib.MarkovModel(family="theory", num_states=num_states, d=d, seq_len=seq_len,
-                                 num_layers=num_layers, num_heads=num_heads, mlp_width=mlp_width,
-                                 tied=tied, activation="relu", layer_norm=False,
-                                 param_dtype=dtype)
+            "family='theory', or build a Point by hand and label it 'not covered by the theorems'."
+        )
+    return model_lib.MarkovModel(
+        family="theory",
+        num_states=num_states,
+        d=d,
+        seq_len=seq_len,
+        num_layers=num_layers,
+        num_heads=num_heads,
+        mlp_width=mlp_width,
+        tied=tied,
+        activation="relu",
+        layer_norm=False,
+        param_dtype=dtype,
+    )
 
 
 def _zeros(model, dtype):
     """The Flax parameter tree of `model`, every leaf zero."""
     shapes = model_lib.param_shapes(model)
-    return jax.tree.map(lambda s: jnp.zeros(s, dtype), shapes,
-                        is_leaf=lambda s: isinstance(s, tuple))
+    return jax.tree.map(
+        lambda s: jnp.zeros(s, dtype), shapes, is_leaf=lambda s: isinstance(s, tuple)
+    )
 
 
-def theta_pi(p, q=None, *, d: int = 4, seq_len: int = 10, num_states: int = 2,
-             num_layers: int = 1, num_heads: int = 1, mlp_width: int | None = None,
-             tied: bool = True, pos=None, rest: str = "zero", key=None, family: str = "theory",
-             population: str = "auto", num_sequences: int = 256) -> Point:
+def theta_pi(
+    p,
+    q=None,
+    *,
+    d: int = 4,
+    seq_len: int = 10,
+    num_states: int = 2,
+    num_layers: int = 1,
+    num_heads: int = 1,
+    mlp_width: int | None = None,
+    tied: bool = True,
+    pos=None,
+    rest: str = "zero",
+    key=None,
+    family: str = "theory",
+    population: str = "auto",
+    num_sequences: int = 256,
+) -> Point:
     """The unigram point of Thm 2 (tied) / Thm 3 (untied) (Eq. 11, notes §6.2-6.5, §6.8).
 
     e = a = 0 (E = A = 0 for S > 2), W_O = 0, W_2 = 0, b = log(p/q) (b = log pi for S > 2).
@@ -113,8 +156,9 @@ def theta_pi(p, q=None, *, d: int = 4, seq_len: int = 10, num_states: int = 2,
     """
     _checks.check_bool("tied", tied, "tied head a = e, Thm 2; untied, Thm 3")
     dtype = jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
-    model = _theory_model(family, num_states, d, seq_len, num_layers, num_heads, mlp_width, tied,
-                          dtype)
+    model = _theory_model(
+        family, num_states, d, seq_len, num_layers, num_heads, mlp_width, tied, dtype
+    )
     _check_probabilities("theta_pi", p, q, num_states)
     kernel, init = _chain(p, q, num_states)
     _checks.check_key("key", key)
@@ -127,8 +171,10 @@ def theta_pi(p, q=None, *, d: int = 4, seq_len: int = 10, num_states: int = 2,
         pos = jax.random.normal(pos_key, (seq_len, d), dtype)
     if pos is not None:
         if np.shape(pos) != (seq_len, d):
-            raise ValueError(f"pos has shape {np.shape(pos)}: must be (seq_len, d) = "
-                             f"({seq_len}, {d}), one positional vector p_n per position.")
+            raise ValueError(
+                f"pos has shape {np.shape(pos)}: must be (seq_len, d) = "
+                f"({seq_len}, {d}), one positional vector p_n per position."
+            )
         params["pos"] = jnp.asarray(pos, dtype)
     if rest == "random":
         for layer in range(num_layers):
@@ -142,36 +188,65 @@ def theta_pi(p, q=None, *, d: int = 4, seq_len: int = 10, num_states: int = 2,
         params["b"] = jnp.asarray(theory.theta_pi_logit(p, q), dtype)
         focus = ["b", "e"] if tied else ["b", "a", "e"]
         pos_np = np.asarray(params["pos"])
-        predicted = np.linalg.eigvalsh(np.asarray(theory.alpha_block(p, q, d, pos=pos_np,
-                                                                     tied=tied)))
+        predicted = np.linalg.eigvalsh(
+            np.asarray(theory.alpha_block(p, q, d, pos=pos_np, tied=tied))
+        )
         prediction = theory.theta_pi_verdict(p, q, pos=pos_np, tied=tied)
         expected = float(theory.unigram_loss(p, q))
         label = f"p={p:g}, q={q:g}"
     else:
         params["b"] = jnp.log(init).astype(dtype)
         focus = ["b", "E"] if tied else ["b", "A", "E"]
-        predicted = np.sort(np.asarray(theory.multistate_unigram_eigenvalues(num_states, p,
-                                                                            tied=tied, d=d)))
+        predicted = np.sort(
+            np.asarray(theory.multistate_unigram_eigenvalues(num_states, p, tied=tied, d=d))
+        )
         threshold = theory.multistate_threshold(num_states)
-        prediction = (f"{'tied' if tied else 'untied'} multi-state unigram point: " + (
+        prediction = f"{'tied' if tied else 'untied'} multi-state unigram point: " + (
             f"local-minimum candidate iff p > (S-1)/S = {threshold:g} (here p = {p:g}: "
-            f"{'yes' if p > threshold else 'no, a saddle'}; notes §6.8)" if tied else
-            "a saddle whenever p != (S-1)/S (notes §6.8)"))
+            f"{'yes' if p > threshold else 'no, a saddle'}; notes §6.8)"
+            if tied
+            else "a saddle whenever p != (S-1)/S (notes §6.8)"
+        )
         expected = float(np.log(num_states))
         label = f"S={num_states}, p={p:g}"
-    loss_fn = population_loss_fn(model, kernel, init, population=population,
-                                 num_sequences=num_sequences, key=jax.random.fold_in(key, 7))
-    meta = {"prediction": prediction, "expected_loss": expected, "focus_blocks": focus,
-            "focus_prediction": predicted, "flat_argument": _FLAT_ARGUMENT, "model": model,
-            "p": p, "q": q}
+    loss_fn = population_loss_fn(
+        model,
+        kernel,
+        init,
+        population=population,
+        num_sequences=num_sequences,
+        key=jax.random.fold_in(key, 7),
+    )
+    meta = {
+        "prediction": prediction,
+        "expected_loss": expected,
+        "focus_blocks": focus,
+        "focus_prediction": predicted,
+        "flat_argument": _FLAT_ARGUMENT,
+        "model": model,
+        "p": p,
+        "q": q,
+    }
     name = f"theta_pi ({'tied' if tied else 'untied'}, {label}, d={d}, N={seq_len})"
     return Point(params, loss_fn, name=name, meta=meta)
 
 
-def theta_star(p, q, *, d: int = 4, seq_len: int = 10, num_layers: int = 1, num_heads: int = 1,
-               mlp_width: int | None = None, tied: bool = True, paper_w_star: bool = False,
-               family: str = "theory", population: str = "auto", num_sequences: int = 256,
-               key=None) -> Point:
+def theta_star(
+    p,
+    q,
+    *,
+    d: int = 4,
+    seq_len: int = 10,
+    num_layers: int = 1,
+    num_heads: int = 1,
+    mlp_width: int | None = None,
+    tied: bool = True,
+    paper_w_star: bool = False,
+    family: str = "theory",
+    population: str = "auto",
+    num_sequences: int = 256,
+    key=None,
+) -> Point:
     """A global minimum of Thm 1 that outputs the bigram kernel (notes §6.1).
 
     p + q <= 1: B.1 (e = a = 1 sqrt(log((1-p)(1-q)/(pq))/d), p_n = 0, b = log(p/(1-p))).
@@ -203,10 +278,16 @@ def theta_star(p, q, *, d: int = 4, seq_len: int = 10, num_layers: int = 1, num_
     params["b"] = jnp.asarray(b, dtype)
     if not tied:
         params["a"] = params["e"]
-    loss_fn = population_loss_fn(model, kernel, init, population=population,
-                                 num_sequences=num_sequences, key=key)
-    meta = {"prediction": f"global minimum (Thm 1, {construction}): outputs the bigram kernel, "
-                          "L = entropy rate, gradient 0",
-            "expected_loss": float(theory.entropy_rate(p, q)), "model": model, "p": p, "q": q}
+    loss_fn = population_loss_fn(
+        model, kernel, init, population=population, num_sequences=num_sequences, key=key
+    )
+    meta = {
+        "prediction": f"global minimum (Thm 1, {construction}): outputs the bigram kernel, "
+        "L = entropy rate, gradient 0",
+        "expected_loss": float(theory.entropy_rate(p, q)),
+        "model": model,
+        "p": p,
+        "q": q,
+    }
     name = f"theta_star ({construction}, {'tied' if tied else 'untied'}, p={p:g}, q={q:g}, d={d})"
     return Point(params, loss_fn, name=name, meta=meta)

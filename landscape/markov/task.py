@@ -67,7 +67,8 @@ def _require_probabilities(caller: str, **values) -> None:
     for name, value in values.items():
         if value is None:
             raise _checks.ArgumentTypeError(
-                f"{name} = None: {caller} needs {name} as a number in (0, 1) (or an array of them).")
+                f"{name} = None: {caller} needs {name} as a number in (0, 1) (or an array of them)."
+            )
 
 
 def binary_kernel(p, q) -> jax.Array:
@@ -121,8 +122,8 @@ def _draws(key, kernel, init, batch_size, length):
     init = stationary(kernel) if init is None else jnp.asarray(init, kernel.dtype)
     num_states = kernel.shape[-1]
     u_BN = jax.random.uniform(key, (batch_size, length), kernel.dtype)
-    cuts_SC = jnp.cumsum(kernel, axis=1)[:, :num_states - 1]      # last cut (~1) never needed
-    cuts_C = jnp.cumsum(init)[:num_states - 1]
+    cuts_SC = jnp.cumsum(kernel, axis=1)[:, : num_states - 1]  # last cut (~1) never needed
+    cuts_C = jnp.cumsum(init)[: num_states - 1]
     x1_B = jnp.sum(u_BN[:, 0, None] >= cuts_C, axis=-1).astype(jnp.int32)
     return u_BN, x1_B, cuts_SC
 
@@ -142,15 +143,16 @@ def sample(key, kernel, init=None, batch_size: int = 16, length: int = 1024) -> 
     first_BS = jnp.broadcast_to(x1_B[:, None], (batch_size, num_states))
     maps_BNS = maps_BNS.at[:, 0, :].set(first_BS)
 
-    def then(earlier, later):                                   # (later o earlier)[s]
+    def then(earlier, later):  # (later o earlier)[s]
         return jnp.take_along_axis(later, earlier, axis=-1)
 
     return jax.lax.associative_scan(then, maps_BNS, axis=1)[:, :, 0]
 
 
 @functools.partial(jax.jit, static_argnames=("batch_size", "length"))
-def sample_sequential(key, kernel, init=None, batch_size: int = 16,
-                      length: int = 1024) -> jax.Array:
+def sample_sequential(
+    key, kernel, init=None, batch_size: int = 16, length: int = 1024
+) -> jax.Array:
     """The same chain (same uniforms, same comparisons) as `sample`, by a length-N lax.scan."""
     u_BN, x1_B, cuts_SC = _draws(key, kernel, init, batch_size, length)
 
@@ -174,9 +176,11 @@ def enumerate_sequences(num_states: int, length: int, max_sequences: int = 2**16
     _checks.check_int("max_sequences", max_sequences, 1, "the exact-enumeration limit")
     count = int(num_states) ** int(length)
     if count > max_sequences:
-        raise ValueError(f"N = {length} with S = {num_states} gives {count} sequences, above the "
-                         f"exact-enumeration limit of {max_sequences}; use the Monte-Carlo "
-                         "population loss (markov.task.monte_carlo_population).")
+        raise ValueError(
+            f"N = {length} with S = {num_states} gives {count} sequences, above the "
+            f"exact-enumeration limit of {max_sequences}; use the Monte-Carlo "
+            "population loss (markov.task.monte_carlo_population)."
+        )
     digits = np.unravel_index(np.arange(count), (int(num_states),) * int(length))
     return np.stack(digits, axis=1).astype(np.int32)
 
@@ -204,8 +208,9 @@ def exact_population(num_states: int, length: int, kernel, init=None):
     """
     validate_chain(num_states=num_states)
     if jnp.shape(kernel)[-1] != num_states:
-        raise ValueError(f"num_states = {num_states}: the kernel has {jnp.shape(kernel)[-1]} "
-                         "states.")
+        raise ValueError(
+            f"num_states = {num_states}: the kernel has {jnp.shape(kernel)[-1]} states."
+        )
     x_MN = enumerate_sequences(num_states, length)
     return x_MN, sequence_probs(x_MN, kernel, init), soft_targets(x_MN, kernel)
 

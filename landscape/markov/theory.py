@@ -242,11 +242,15 @@ def theta_pi_verdict(p, q, pos=None, tied=True) -> str:
     p, q = float(p), float(q)
     switch = p + q - 1.0
     if abs(switch) <= 1e-12:
-        return ("global minimum (p + q = 1: x_{n+1} is independent of x_n, so H(pi) equals the "
-                "entropy rate; notes §4 Remark 2)")
+        return (
+            "global minimum (p + q = 1: x_{n+1} is independent of x_n, so H(pi) equals the "
+            "entropy rate; notes §4 Remark 2)"
+        )
     if not tied:
-        return (f"saddle (Thm 3: the a-e block pi0 pi1 (p+q-1) [[0, I], [I, 0]] has eigenvalues "
-                f"+-{abs(switch):.4g} pi0 pi1, indefinite since p + q != 1; notes §6.3)")
+        return (
+            f"saddle (Thm 3: the a-e block pi0 pi1 (p+q-1) [[0, I], [I, 0]] has eigenvalues "
+            f"+-{abs(switch):.4g} pi0 pi1, indefinite since p + q != 1; notes §6.3)"
+        )
     cov_DD = np.zeros((1, 1))
     if pos is not None:
         pos_ND = np.asarray(pos, dtype=np.float64)
@@ -318,6 +322,7 @@ def appendix_d_logits(e, p_scalar, w1, b, beta, d, r):
     logit = e d (e x + p)(1 + w1^2 d ((2 beta - r) x + r - beta)) + b; p_scalar is the
     positional scale (p_n = p v), not the switching probability.
     """
+
     def logit(x):
         ff = 1.0 + w1**2 * d * ((2.0 * beta - r) * x + r - beta)
         return e * d * (e * x + p_scalar) * ff + b

@@ -31,10 +31,10 @@ from landscape import plotting, precision, records
 from landscape.markov import model as model_lib
 from landscape.markov import task, theory
 
-TRAP_TOLERANCE = 0.005     # |final loss - H(pi)| (the issue's criterion)
-FLAT = 0.02                # |f0 - f1|: the prediction ignores x_n
+TRAP_TOLERANCE = 0.005  # |final loss - H(pi)| (the issue's criterion)
+FLAT = 0.02  # |f0 - f1|: the prediction ignores x_n
 PROBE_BATCH = 16
-PROBE_KEY = 20_000         # the probe batch's key: one fixed batch per (p, q)
+PROBE_KEY = 20_000  # the probe batch's key: one fixed batch per (p, q)
 
 
 def wilson(k: int, n: int, z: float = 1.959964) -> tuple[float, float]:
@@ -70,17 +70,28 @@ def run_rows(group) -> list[dict[str, Any]]:
     for r in range(res.num_runs):
         p, q = float(res.hparams["chain.p"][r]), float(res.hparams["chain.q"][r])
         unigram, rate = float(theory.unigram_loss(p, q)), float(theory.entropy_rate(p, q))
-        loss, f0, f1 = (float(test_loss[r, -1]), float(res.snapshots["f0"][r, -1]),
-                        float(res.snapshots["f1"][r, -1]))
+        loss, f0, f1 = (
+            float(test_loss[r, -1]),
+            float(res.snapshots["f0"][r, -1]),
+            float(res.snapshots["f1"][r, -1]),
+        )
         below = np.flatnonzero(test_loss[r] < (unigram + rate) / 2)
-        row = dict(layers=cfg.model.num_layers,
-                   precision=precision_name(cfg),
-                   p=p, q=q, seed=int(res.seeds[r]), loss=loss, unigram=unigram,
-                   entropy_rate=rate, f0=f0, f1=f1,
-                   trapped=bool(abs(loss - unigram) < TRAP_TOLERANCE and abs(f0 - f1) < FLAT),
-                   escape_step=int(res.snapshot_steps[below[0]]) if below.size else None)
+        row = dict(
+            layers=cfg.model.num_layers,
+            precision=precision_name(cfg),
+            p=p,
+            q=q,
+            seed=int(res.seeds[r]),
+            loss=loss,
+            unigram=unigram,
+            entropy_rate=rate,
+            f0=f0,
+            f1=f1,
+            trapped=bool(abs(loss - unigram) < TRAP_TOLERANCE and abs(f0 - f1) < FLAT),
+            escape_step=int(res.snapshot_steps[below[0]]) if below.size else None,
+        )
         if zeros is not None:
-            tail = zeros[r, -max(1, zeros.shape[1] // 10):]
+            tail = zeros[r, -max(1, zeros.shape[1] // 10) :]
             row["grad_zero_fraction_end"] = float(np.mean(tail))
         rows.append(row)
     return rows
@@ -99,8 +110,9 @@ _probe_grad = jax.jit(jax.grad(_probe_loss, argnums=1), static_argnums=0)
 
 def probe_batch(p: float, q: float, seq_len: int, batch: int = PROBE_BATCH) -> jax.Array:
     kernel = task.binary_kernel(p, q)
-    return task.sample_sequential(jax.random.key(PROBE_KEY), kernel, task.stationary(kernel),
-                                  batch, seq_len + 1)
+    return task.sample_sequential(
+        jax.random.key(PROBE_KEY), kernel, task.stationary(kernel), batch, seq_len + 1
+    )
 
 
 def half_vs_float32(model: model_lib.MarkovModel, params, x_BN, half) -> dict[str, Any]:
@@ -118,13 +130,16 @@ def half_vs_float32(model: model_lib.MarkovModel, params, x_BN, half) -> dict[st
         a32, ah = np.ravel(a32), np.ravel(ah)
         return float(np.mean(ah[a32 != 0] == 0)) if np.any(a32 != 0) else 0.0
 
-    per_parameter = {jax.tree_util.keystr(path, simple=True, separator="/"): flushed(a, b)
-                     for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(g32),
-                                             jax.tree.leaves(gh))}
-    return dict(cosine=float(flat32 @ flath / norms) if norms > 0 else float("nan"),
-                flushed=float(np.mean(flath[live] == 0)) if live.any() else 0.0,
-                norm_ratio=float(np.linalg.norm(flath) / max(np.linalg.norm(flat32), 1e-30)),
-                per_parameter=per_parameter)
+    per_parameter = {
+        jax.tree_util.keystr(path, simple=True, separator="/"): flushed(a, b)
+        for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(g32), jax.tree.leaves(gh))
+    }
+    return dict(
+        cosine=float(flat32 @ flath / norms) if norms > 0 else float("nan"),
+        flushed=float(np.mean(flath[live] == 0)) if live.any() else 0.0,
+        norm_ratio=float(np.linalg.norm(flath) / max(np.linalg.norm(flat32), 1e-30)),
+        per_parameter=per_parameter,
+    )
 
 
 def plateau_probe(group) -> list[dict[str, Any]]:
@@ -148,8 +163,12 @@ def plateau_probe(group) -> list[dict[str, Any]]:
 def _fraction(rows) -> dict[str, Any]:
     k, n = sum(r["trapped"] for r in rows), len(rows)
     lo, hi = wilson(k, n)
-    return {"trapped": k, "runs": n, "fraction": round(k / n, 3) if n else None,
-            "95% interval": [round(lo, 3), round(hi, 3)]}
+    return {
+        "trapped": k,
+        "runs": n,
+        "fraction": round(k / n, 3) if n else None,
+        "95% interval": [round(lo, 3), round(hi, 3)],
+    }
 
 
 def claims(cfg, groups) -> list[records.Claim]:
@@ -167,17 +186,24 @@ def claims(cfg, groups) -> list[records.Claim]:
         zeros = [r["grad_zero_fraction_end"] for r in rows if "grad_zero_fraction_end" in r]
         if zeros:
             stats["gradient entries flushed, last 10% of steps (median)"] = round(
-                float(np.median(zeros)), 4)
+                float(np.median(zeros)), 4
+            )
         lo, hi = stats["95% interval"]
         if layers == 1:
-            statement, expected, ok = ("trapped at H(pi) (the paper: a 1-layer tied model stays "
-                                       "at the unigram loss)", "most runs trapped: interval > 1/2",
-                                       lo > 0.5)
+            statement, expected, ok = (
+                "trapped at H(pi) (the paper: a 1-layer tied model stays at the unigram loss)",
+                "most runs trapped: interval > 1/2",
+                lo > 0.5,
+            )
         else:
-            statement, expected, ok = ("escapes to the entropy rate (the paper: depth escapes)",
-                                       "most runs escape: interval < 1/2", hi < 0.5)
-        out.append(records.claim(f"{name}: {statement}", stats, expected, ok,
-                                 f"{source}, notes §13"))
+            statement, expected, ok = (
+                "escapes to the entropy rate (the paper: depth escapes)",
+                "most runs escape: interval < 1/2",
+                hi < 0.5,
+            )
+        out.append(
+            records.claim(f"{name}: {statement}", stats, expected, ok, f"{source}, notes §13")
+        )
         by_precision.setdefault(precision_name(c), []).append((layers, stats))
         if _fig1_recipe(c) and not precision.of(c.train.dtype, c.model.dtype).is_mixed:
             out.append(_escape_claim(name, stats["escape step"]))
@@ -190,10 +216,15 @@ def claims(cfg, groups) -> list[records.Claim]:
             continue
         one = cells[0][1]["95% interval"]
         deeper = {f"{layers} layers": stats["95% interval"] for layers, stats in cells[1:]}
-        out.append(records.claim(
-            f"{name}: depth escapes the trap (Fig. 1's contrast)",
-            {"1 layer": one, **deeper}, "every deeper interval below the 1-layer one",
-            all(hi < one[0] for _, hi in deeper.values()), "Fig. 1, notes §13"))
+        out.append(
+            records.claim(
+                f"{name}: depth escapes the trap (Fig. 1's contrast)",
+                {"1 layer": one, **deeper},
+                "every deeper interval below the 1-layer one",
+                all(hi < one[0] for _, hi in deeper.values()),
+                "Fig. 1, notes §13",
+            )
+        )
     return out
 
 
@@ -209,8 +240,9 @@ def escape_steps(rows) -> dict[str, Any]:
     out: dict[str, Any] = {"escaped": len(steps), "runs": len(rows)}
     if steps:
         q25, q50, q75 = np.percentile(steps, [25, 50, 75])
-        out.update(median=float(q50), quartiles=[float(q25), float(q75)],
-                   range=[min(steps), max(steps)])
+        out.update(
+            median=float(q50), quartiles=[float(q25), float(q75)], range=[min(steps), max(steps)]
+        )
     return out
 
 
@@ -218,30 +250,43 @@ def _escape_claim(name: str, escapes) -> records.Claim:
     """Notes §13: in float32 under the Fig. 1 recipe the authors' code and this model escape at
     about 200 iterations."""
     median = escapes.get("median")
-    return records.claim(f"{name}: escaped runs leave H(pi) at about 200 iterations", escapes,
-                         "median escape step in [100, 300]",
-                         median is not None and 100 <= median <= 300,
-                         "notes §13 (the authors' code in float32, Fig. 1 recipe)")
+    return records.claim(
+        f"{name}: escaped runs leave H(pi) at about 200 iterations",
+        escapes,
+        "median escape step in [100, 300]",
+        median is not None and 100 <= median <= 300,
+        "notes §13 (the authors' code in float32, Fig. 1 recipe)",
+    )
 
 
 def _probe_claim(name: str, probe) -> records.Claim:
     """Notes §13: at the plateau float16 flushes the query, key and first-LayerNorm gradients."""
     blocks = ("block_0/W_Q", "block_0/W_K", "block_0/ln_1")
-    per = {b: round(float(np.median([p["per_parameter"].get(b, np.nan) for p in probe])), 3)
-           for b in blocks}
-    measured = {"runs at the plateau": len(probe),
-                "gradient cosine vs float32 (median, min)": [
-                    round(float(np.median([p["cosine"] for p in probe])), 4),
-                    round(float(np.min([p["cosine"] for p in probe])), 4)],
-                "flushed entries (median)": round(float(np.median([p["flushed"] for p in probe])), 4),
-                "norm ratio half / float32 (median)": round(float(np.median(
-                    [p["norm_ratio"] for p in probe])), 4),
-                "flushed per parameter (median)": per}
+    per = {
+        b: round(float(np.median([p["per_parameter"].get(b, np.nan) for p in probe])), 3)
+        for b in blocks
+    }
+    measured = {
+        "runs at the plateau": len(probe),
+        "gradient cosine vs float32 (median, min)": [
+            round(float(np.median([p["cosine"] for p in probe])), 4),
+            round(float(np.min([p["cosine"] for p in probe])), 4),
+        ],
+        "flushed entries (median)": round(float(np.median([p["flushed"] for p in probe])), 4),
+        "norm ratio half / float32 (median)": round(
+            float(np.median([p["norm_ratio"] for p in probe])), 4
+        ),
+        "flushed per parameter (median)": per,
+    }
     ok = all(v > 0.9 for v in per.values())
-    return records.claim(f"{name}: at the plateau, the float16 gradient flushes the query, "
-                         "key and first-LayerNorm gradients", measured,
-                         "> 90% of W_Q, W_K and ln_1 entries of block 0 flushed to zero", ok,
-                         "notes §13 (the authors' float16 autocast)")
+    return records.claim(
+        f"{name}: at the plateau, the float16 gradient flushes the query, "
+        "key and first-LayerNorm gradients",
+        measured,
+        "> 90% of W_Q, W_K and ln_1 entries of block 0 flushed to zero",
+        ok,
+        "notes §13 (the authors' float16 autocast)",
+    )
 
 
 # ----------------------------------------------------------------------------- figures
@@ -265,12 +310,21 @@ def plot_curves(groups, path):
     p, q = (float(groups[0]["result"].hparams[k][0]) for k in ("chain.p", "chain.q"))
     for j, name in enumerate(names):
         ax = axes[0, j]
-        ax.axhline(float(theory.unigram_loss(p, q)), color="k", linestyle="--", linewidth=1,
-                   label="H(pi)")
-        ax.axhline(float(theory.entropy_rate(p, q)), color="gray", linestyle=":", linewidth=1,
-                   label="entropy rate")
-        ax.set(title=f"{name}, (p, q) = ({p:g}, {q:g})\nmedian and interquartile band over "
-                     f"{groups[0]['result'].num_runs} seeds", xlabel="iteration")
+        ax.axhline(
+            float(theory.unigram_loss(p, q)), color="k", linestyle="--", linewidth=1, label="H(pi)"
+        )
+        ax.axhline(
+            float(theory.entropy_rate(p, q)),
+            color="gray",
+            linestyle=":",
+            linewidth=1,
+            label="entropy rate",
+        )
+        ax.set(
+            title=f"{name}, (p, q) = ({p:g}, {q:g})\nmedian and interquartile band over "
+            f"{groups[0]['result'].num_runs} seeds",
+            xlabel="iteration",
+        )
         ax.title.set_fontsize(8)
     axes[0, 0].set_ylabel("test loss (nats)")
     axes[0, -1].legend(fontsize=7)
@@ -279,28 +333,41 @@ def plot_curves(groups, path):
 
 def plot_fractions(groups, path):
     """Trapped fraction per depth, one bar per precision, with 95% Wilson intervals."""
-    cells = {(g["cfg"].model.num_layers, precision_name(g["cfg"])): _fraction(run_rows(g))
-             for g in groups}
+    cells = {
+        (g["cfg"].model.num_layers, precision_name(g["cfg"])): _fraction(run_rows(g))
+        for g in groups
+    }
     depths = sorted({d for d, _ in cells})
     names = list(dict.fromkeys(n for _, n in cells))
-    fig, axes = plotting.subplots(1, 1, width=1.2 + 1.1 * len(depths) * max(1, len(names)) / 2,
-                                  height=3.0)
+    fig, axes = plotting.subplots(
+        1, 1, width=1.2 + 1.1 * len(depths) * max(1, len(names)) / 2, height=3.0
+    )
     ax, width = axes[0, 0], 0.8 / len(names)
     for j, name in enumerate(names):
         present = [(i, cells[(d, name)]) for i, d in enumerate(depths) if (d, name) in cells]
         xs = [i + (j - (len(names) - 1) / 2) * width for i, _ in present]
         fractions = [st["trapped"] / st["runs"] for _, st in present]
         intervals = [wilson(st["trapped"], st["runs"]) for _, st in present]
-        errors = [[f - lo for f, (lo, _) in zip(fractions, intervals)],
-                  [hi - f for f, (_, hi) in zip(fractions, intervals)]]
-        ax.bar(xs, fractions, width, yerr=errors, capsize=3, label=name, color=f"C{j}",
-               error_kw=dict(ecolor=f"C{j}", alpha=0.8))
+        errors = [
+            [f - lo for f, (lo, _) in zip(fractions, intervals)],
+            [hi - f for f, (_, hi) in zip(fractions, intervals)],
+        ]
+        ax.bar(
+            xs,
+            fractions,
+            width,
+            yerr=errors,
+            capsize=3,
+            label=name,
+            color=f"C{j}",
+            error_kw=dict(ecolor=f"C{j}", alpha=0.8),
+        )
         for x, (_, st) in zip(xs, present):
-            ax.annotate(f"{st['trapped']}/{st['runs']}", (x, 0.01), ha="center", va="bottom",
-                        fontsize=7)
+            ax.annotate(
+                f"{st['trapped']}/{st['runs']}", (x, 0.01), ha="center", va="bottom", fontsize=7
+            )
     ax.set_xticks(range(len(depths)), [depth_name(d) for d in depths])
-    ax.set(ylim=(0, 1.05), ylabel="trapped fraction (95% interval)",
-           title="runs trapped at H(pi)")
+    ax.set(ylim=(0, 1.05), ylabel="trapped fraction (95% interval)", title="runs trapped at H(pi)")
     ax.axhline(0.5, color="gray", linewidth=0.8, linestyle=":")
     ax.legend(fontsize=7)
     return plotting.save(fig, path)

@@ -13,8 +13,16 @@ experiment.py    configs -> compiled runs (seeds x lr vmapped) -> records, figur
 """
 
 from landscape.ngrams import estimators, model, points, stationarity, task
-from landscape.ngrams.points import (bigram_point_all_heads, random_point, theta_star,
-                                     unigram_point)
+from landscape.ngrams.points import bigram_point_all_heads, random_point, theta_star, unigram_point
 
-__all__ = ["estimators", "model", "points", "stationarity", "task", "theta_star",
-           "unigram_point", "bigram_point_all_heads", "random_point"]
+__all__ = [
+    "estimators",
+    "model",
+    "points",
+    "stationarity",
+    "task",
+    "theta_star",
+    "unigram_point",
+    "bigram_point_all_heads",
+    "random_point",
+]

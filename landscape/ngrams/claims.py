@@ -39,8 +39,15 @@ class Lines:
         t = cfg.task
         self.num_states, self.order_n, self.alpha = t.num_states, t.order_n, t.alpha
         self.floor = cfg.train.floor
-        self.x, y, _ = task.sample(jax.random.key(cfg.lines.seed), t.num_states, t.order_n,
-                                   t.seq_len, t.alpha, cfg.lines.num_sequences, t.init)
+        self.x, y, _ = task.sample(
+            jax.random.key(cfg.lines.seed),
+            t.num_states,
+            t.order_n,
+            t.seq_len,
+            t.alpha,
+            cfg.lines.num_sequences,
+            t.init,
+        )
         self.y = y.astype(jnp.float32)
         self._cache = {}
         S, n = self.num_states, self.order_n
@@ -53,7 +60,8 @@ class Lines:
                 self.base[f"{name} +alpha"] = self.for_lags(lags)["+alpha"]
                 if k > 1:
                     self.base[f"{name} +alpha (far lags)"] = self.for_lags(
-                        tuple(range(n - k + 1, n)))["+alpha"]
+                        tuple(range(n - k + 1, n))
+                    )["+alpha"]
             self.base[f"{name} opt"] = self.for_lags(lags)["opt"]
 
     def _loss(self, probs) -> float:
@@ -66,10 +74,12 @@ class Lines:
             S, n = self.num_states, self.order_n
             k = len(lags) + 1
             smoothed = estimators.smoothed_estimate(
-                self.x, S, k, self.alpha, lags=lags or None, min_position=n if lags else None)
+                self.x, S, k, self.alpha, lags=lags or None, min_position=n if lags else None
+            )
             counts, matches = estimators.kgram_counts(self.x, S, k, lags=lags or None)
-            best = min(self._loss(estimators._normalise(counts, matches, beta, S))
-                       for beta in BETA_GRID)
+            best = min(
+                self._loss(estimators._normalise(counts, matches, beta, S)) for beta in BETA_GRID
+            )
             self._cache[lags] = {"+alpha": self._loss(smoothed), "opt": best}
         return self._cache[lags]
 
@@ -77,12 +87,13 @@ class Lines:
 # ----------------------------------------------------------------------------- analysis
 
 
-def plateaus(steps: np.ndarray, loss: np.ndarray, window: int, tol: float,
-             min_length: int) -> list[dict[str, float]]:
+def plateaus(
+    steps: np.ndarray, loss: np.ndarray, window: int, tol: float, min_length: int
+) -> list[dict[str, float]]:
     """Maximal stretches where the test loss moves less than `tol` within +-window/2 steps, of
     at least `min_length` steps: [{"start", "end", "level"}] (level = median loss)."""
     half = max(1, int(round(window / 2 / (steps[1] - steps[0]))))
-    flat = np.array([np.ptp(loss[max(0, j - half):j + half + 1]) < tol for j in range(len(loss))])
+    flat = np.array([np.ptp(loss[max(0, j - half) : j + half + 1]) < tol for j in range(len(loss))])
     out, j = [], 0
     while j < len(flat):
         if not flat[j]:
@@ -92,8 +103,13 @@ def plateaus(steps: np.ndarray, loss: np.ndarray, window: int, tol: float,
         while end + 1 < len(flat) and flat[end + 1]:
             end += 1
         if steps[end] - steps[j] >= min_length:
-            out.append(dict(start=int(steps[j]), end=int(steps[end]),
-                            level=float(np.median(loss[j:end + 1]))))
+            out.append(
+                dict(
+                    start=int(steps[j]),
+                    end=int(steps[end]),
+                    level=float(np.median(loss[j : end + 1])),
+                )
+            )
         j = end + 1
     return out
 
@@ -106,13 +122,21 @@ def _stage(plateau, steps, offsets_SHL, threshold, lines: Lines) -> dict[str, An
     the +alpha and best-smoothed estimators of exactly that history.
     """
     j = int(np.flatnonzero(steps == plateau["end"])[0])
-    lags = tuple(int(lag) for i, lag in enumerate(OFFSETS[:offsets_SHL.shape[-1]])
-                 if lag < lines.order_n and offsets_SHL[j, :, i].max() > threshold)
+    lags = tuple(
+        int(lag)
+        for i, lag in enumerate(OFFSETS[: offsets_SHL.shape[-1]])
+        if lag < lines.order_n and offsets_SHL[j, :, i].max() > threshold
+    )
     refs = lines.for_lags(lags)
     name, value = min(refs.items(), key=lambda kv: abs(plateau["level"] - kv[1]))
-    return dict(lags=list(lags), k=len(lags) + 1, line=name, line_value=round(value, 4),
-                distance=round(abs(plateau["level"] - value), 4),
-                lines={k: round(v, 4) for k, v in refs.items()})
+    return dict(
+        lags=list(lags),
+        k=len(lags) + 1,
+        line=name,
+        line_value=round(value, 4),
+        distance=round(abs(plateau["level"] - value), 4),
+        lines={k: round(v, 4) for k, v in refs.items()},
+    )
 
 
 def run_analysis(group, lines: Lines) -> list[dict[str, Any]]:
@@ -124,18 +148,25 @@ def run_analysis(group, lines: Lines) -> list[dict[str, Any]]:
     rows = []
     for r in range(res.num_runs):
         loss = res.snapshots["test_loss"][r]
-        offsets = res.snapshots["head_offsets"][r]                       # (snaps, heads, lags)
+        offsets = res.snapshots["head_offsets"][r]  # (snaps, heads, lags)
         found = plateaus(steps, loss, a.flat_window, a.flat_tol, a.min_plateau)
         for p in found:
             p.update(_stage(p, steps, offsets, a.head_threshold, lines))
         formed = {}
-        for j, lag in enumerate(OFFSETS[:n - 1]):
+        for j, lag in enumerate(OFFSETS[: n - 1]):
             hit = np.flatnonzero(offsets[:, :, j].max(axis=1) > a.head_threshold)
             formed[f"lag{lag}"] = int(steps[hit[0]]) if hit.size else None
         grad = res.metrics["grad_norm"][r].reshape(len(steps) - 1, -1).mean(axis=1)
-        rows.append(dict(seed=int(res.seeds[r]), lr=float(res.hparams["optim.lr"][r]),
-                         final_loss=float(loss[-1]), plateaus=found, head_formed=formed,
-                         grad_norm_per_snapshot=grad))
+        rows.append(
+            dict(
+                seed=int(res.seeds[r]),
+                lr=float(res.hparams["optim.lr"][r]),
+                final_loss=float(loss[-1]),
+                plateaus=found,
+                head_formed=formed,
+                grad_norm_per_snapshot=grad,
+            )
+        )
     return rows
 
 
@@ -155,23 +186,44 @@ def claims_staircase(cfg, group, lines, rows) -> list[records.Claim]:
     tol, n, out = cfg.analysis.line_tol, cfg.task.order_n, []
     for row in rows:
         sub = [p for p in row["plateaus"] if p["k"] < n]
-        measured = [dict(steps=f"{p['start']}-{p['end']}", level=round(p["level"], 4),
-                         heads_read=[-lag for lag in p["lags"]], nearest=p["line"],
-                         line=p["line_value"], distance=p["distance"]) for p in sub]
+        measured = [
+            dict(
+                steps=f"{p['start']}-{p['end']}",
+                level=round(p["level"], 4),
+                heads_read=[-lag for lag in p["lags"]],
+                nearest=p["line"],
+                line=p["line_value"],
+                distance=p["distance"],
+            )
+            for p in sub
+        ]
         orders = [p["k"] for p in sub]
         ok = bool(sub) and all(p["distance"] <= tol for p in sub) and orders == sorted(orders)
-        out.append(records.claim(
-            f"{program_label(group)}, seed {row['seed']}: sub-n-gram plateaus sit at the loss of the "
-            "estimator of the history the heads read", measured or "no sub-n-gram plateau found",
-            f"each within {tol} of that estimator's +alpha or best-smoothed loss; k increasing",
-            ok, "Figs 1, 3, 4, 6; notes §7"))
+        out.append(
+            records.claim(
+                f"{program_label(group)}, seed {row['seed']}: sub-n-gram plateaus sit at the loss of the "
+                "estimator of the history the heads read",
+                measured or "no sub-n-gram plateau found",
+                f"each within {tol} of that estimator's +alpha or best-smoothed loss; k increasing",
+                ok,
+                "Figs 1, 3, 4, 6; notes §7",
+            )
+        )
         final = row["final_loss"]
-        out.append(records.sanity(
-            f"{program_label(group)}, seed {row['seed']}: final test loss against the n-gram (Bayes) "
-            "line", dict(final=round(final, 4), bayes=round(lines.base["bayes"], 4),
-                         gap=round(final - lines.base["bayes"], 4)),
-            "at or above the Bayes loss (no predictor beats it), within 0.01",
-            final >= lines.base["bayes"] - 0.01, "notes §4.1"))
+        out.append(
+            records.sanity(
+                f"{program_label(group)}, seed {row['seed']}: final test loss against the n-gram (Bayes) "
+                "line",
+                dict(
+                    final=round(final, 4),
+                    bayes=round(lines.base["bayes"], 4),
+                    gap=round(final - lines.base["bayes"], 4),
+                ),
+                "at or above the Bayes loss (no predictor beats it), within 0.01",
+                final >= lines.base["bayes"] - 0.01,
+                "notes §4.1",
+            )
+        )
     return out
 
 
@@ -184,19 +236,26 @@ def claims_heads(cfg, group, lines, rows) -> list[records.Claim]:
     if n < 3:
         return []
     first = [r["head_formed"] for r in rows]
-    before = [f["lag1"] is not None and f["lag2"] is not None and f["lag1"] < f["lag2"]
-              for f in first]
+    before = [
+        f["lag1"] is not None and f["lag2"] is not None and f["lag1"] < f["lag2"] for f in first
+    ]
     escaped = sum(f["lag2"] is not None for f in first)
     need = max(1, math.ceil(0.8 * len(rows)))
-    measured = dict(first_step_per_seed=first, seeds_in_order=int(sum(before)),
-                    seeds_with_a_minus2_head=escaped)
+    measured = dict(
+        first_step_per_seed=first, seeds_in_order=int(sum(before)), seeds_with_a_minus2_head=escaped
+    )
     if escaped < len(rows):
         measured["note"] = f"the -2 head never formed in {len(rows) - escaped} of {len(rows)} seeds"
-    return [records.claim(
-        f"{program_label(group)}: the (-1) head forms before the (-2) head "
-        f"(attention > {cfg.analysis.head_threshold})", measured,
-        f"both heads form, -1 first, in >= {need} of {len(rows)} seeds", sum(before) >= need,
-        "Figs 3, 5; notes §5")]
+    return [
+        records.claim(
+            f"{program_label(group)}: the (-1) head forms before the (-2) head "
+            f"(attention > {cfg.analysis.head_threshold})",
+            measured,
+            f"both heads form, -1 first, in >= {need} of {len(rows)} seeds",
+            sum(before) >= need,
+            "Figs 3, 5; notes §5",
+        )
+    ]
 
 
 def spike(cfg, group, r: int, row) -> dict[str, Any] | None:
@@ -221,14 +280,24 @@ def spike(cfg, group, r: int, row) -> dict[str, Any] | None:
     level = float(np.max([median, 0.1 * peak]))
     near_b = slice(max(0, j - 5), min(len(batch_grad), j + 4))
     batch_ratio = _ratio(batch_grad[near_b].max(), np.median(batch_grad[on[1:]]))
-    ratio = _ratio(peak, level) if peak > 0 else 0.0     # no positive estimate: no spike
-    return dict(plateau_steps=f"{plateau['start']}-{plateau['end']}",
-                escaped=bool(plateau["end"] < steps[-1]), jump_step=int(steps[j]),
-                test_grad_norm_plateau=round(level, 4), test_grad_norm_peak=round(peak, 4),
-                ratio=round(ratio, 2), minibatch_ratio=round(batch_ratio, 2),
-                **({"plateau_floored": f"median {median:.4f} < a tenth of the peak: the ratio is "
-                                       f"capped at 10 (uncapped {_ratio(peak, median):.1f})"}
-                   if median < 0.1 * peak else {}))
+    ratio = _ratio(peak, level) if peak > 0 else 0.0  # no positive estimate: no spike
+    return dict(
+        plateau_steps=f"{plateau['start']}-{plateau['end']}",
+        escaped=bool(plateau["end"] < steps[-1]),
+        jump_step=int(steps[j]),
+        test_grad_norm_plateau=round(level, 4),
+        test_grad_norm_peak=round(peak, 4),
+        ratio=round(ratio, 2),
+        minibatch_ratio=round(batch_ratio, 2),
+        **(
+            {
+                "plateau_floored": f"median {median:.4f} < a tenth of the peak: the ratio is "
+                f"capped at 10 (uncapped {_ratio(peak, median):.1f})"
+            }
+            if median < 0.1 * peak
+            else {}
+        ),
+    )
 
 
 def claims_grad_norm(cfg, group, lines, rows) -> list[records.Claim]:
@@ -236,40 +305,69 @@ def claims_grad_norm(cfg, group, lines, rows) -> list[records.Claim]:
     the jump (paper: ~10x, measured at averaged parameters, notes §8), per run (`spike`)."""
     out = []
     for r, row in enumerate(rows):
-        label = f"{program_label(group)}, seed {row['seed']}: gradient norm small on the plateau, " \
-                "spiking at the jump"
+        label = (
+            f"{program_label(group)}, seed {row['seed']}: gradient norm small on the plateau, "
+            "spiking at the jump"
+        )
         measured = spike(cfg, group, r, row)
         if measured is None or measured["escaped"] is False:
-            out.append(records.claim(
-                label, "no sub-n-gram plateau found" if measured is None else
-                f"no jump: the run ends on the plateau ({measured['plateau_steps']})",
-                "a plateau, then a jump", False, "Figs 6, 7"))
+            out.append(
+                records.claim(
+                    label,
+                    "no sub-n-gram plateau found"
+                    if measured is None
+                    else f"no jump: the run ends on the plateau ({measured['plateau_steps']})",
+                    "a plateau, then a jump",
+                    False,
+                    "Figs 6, 7",
+                )
+            )
             continue
-        out.append(records.claim(
-            label, measured, f"peak / plateau >= {cfg.analysis.spike_ratio} (test-set gradient)",
-            measured["ratio"] >= cfg.analysis.spike_ratio, "Figs 6, 7 (notes §5)"))
+        out.append(
+            records.claim(
+                label,
+                measured,
+                f"peak / plateau >= {cfg.analysis.spike_ratio} (test-set gradient)",
+                measured["ratio"] >= cfg.analysis.spike_ratio,
+                "Figs 6, 7 (notes §5)",
+            )
+        )
     return out
 
 
-def claims_spike_by_measure(cfg, averaged, rows_averaged, current, rows_current
-                            ) -> list[records.Claim]:
+def claims_spike_by_measure(
+    cfg, averaged, rows_averaged, current, rows_current
+) -> list[records.Claim]:
     """Notes §8: the paper's ~10x spike is a measure at averaged parameters. Per seed, the spike
     ratio at the parameter EMA against the ratio at the current parameters (each on its own
     plateau and jump; a seed that never leaves its plateau shows no spike at either)."""
     out = []
     for r, (row_a, row_c) in enumerate(zip(rows_averaged, rows_current)):
         a, c = spike(cfg, averaged, r, row_a), spike(cfg, current, r, row_c)
-        measured = {"averaged": a or "no sub-n-gram plateau", "current": c or
-                    "no sub-n-gram plateau"}
-        ok = a is not None and c is not None and a["escaped"] and c["escaped"] \
+        measured = {
+            "averaged": a or "no sub-n-gram plateau",
+            "current": c or "no sub-n-gram plateau",
+        }
+        ok = (
+            a is not None
+            and c is not None
+            and a["escaped"]
+            and c["escaped"]
             and a["ratio"] > c["ratio"]
+        )
         if ok:
             measured["averaged / current"] = round(_ratio(a["ratio"], c["ratio"]), 2)
-        out.append(records.claim(
-            f"{program_label(current, measured_at=False)}, seed {row_a['seed']}: the gradient spike is "
-            f"larger at the parameter EMA (decay {cfg.train.ema_decay}) than at the current "
-            "parameters", measured, "peak / plateau ratio at the EMA > at the current parameters",
-            ok, "Fig. 6; notes §8 (the authors' ema_metrics)"))
+        out.append(
+            records.claim(
+                f"{program_label(current, measured_at=False)}, seed {row_a['seed']}: the gradient spike is "
+                f"larger at the parameter EMA (decay {cfg.train.ema_decay}) than at the current "
+                "parameters",
+                measured,
+                "peak / plateau ratio at the EMA > at the current parameters",
+                ok,
+                "Fig. 6; notes §8 (the authors' ema_metrics)",
+            )
+        )
     return out
 
 
@@ -285,19 +383,28 @@ def claims_paper_levels(cfg, group, lines, rows) -> list[records.Claim]:
         plateau = max(middle, key=lambda p: p["end"] - p["start"]) if middle else None
         level = plateau["level"] if plateau else math.nan
         escaped = plateau is not None and plateau["end"] < last
-        gaps = dict(plateau=round(level - a.paper_plateau, 4),
-                    final=round(row["final_loss"] - a.paper_final, 4))
-        measured = dict(plateau=round(level, 4) if plateau else "no sub-n-gram plateau",
-                        plateau_steps=f"{plateau['start']}-{plateau['end']}" if plateau else None,
-                        final=round(row["final_loss"], 4), gap=gaps)
+        gaps = dict(
+            plateau=round(level - a.paper_plateau, 4),
+            final=round(row["final_loss"] - a.paper_final, 4),
+        )
+        measured = dict(
+            plateau=round(level, 4) if plateau else "no sub-n-gram plateau",
+            plateau_steps=f"{plateau['start']}-{plateau['end']}" if plateau else None,
+            final=round(row["final_loss"], 4),
+            gap=gaps,
+        )
         if plateau is not None and not escaped:
             measured["note"] = f"no escape: the run ends on the plateau (step {int(last)})"
-        out.append(records.claim(
-            f"{program_label(group)}, seed {row['seed']}: plateau and final test loss (after leaving "
-            f"the plateau) at the paper's values ({a.paper_plateau}, {a.paper_final})", measured,
-            f"an escape, and both within {a.line_tol}",
-            escaped and max(abs(v) for v in gaps.values()) <= a.line_tol,
-            "Fig. 3 (authors' notebook, notes §5, §8)"))
+        out.append(
+            records.claim(
+                f"{program_label(group)}, seed {row['seed']}: plateau and final test loss (after leaving "
+                f"the plateau) at the paper's values ({a.paper_plateau}, {a.paper_final})",
+                measured,
+                f"an escape, and both within {a.line_tol}",
+                escaped and max(abs(v) for v in gaps.values()) <= a.line_tol,
+                "Fig. 3 (authors' notebook, notes §5, §8)",
+            )
+        )
     return out
 
 
@@ -314,22 +421,37 @@ def claims_single_plateau(cfg, group, lines, rows) -> list[records.Claim]:
     step = float(res.snapshot_steps[1] - res.snapshot_steps[0])
     for r, row in enumerate(rows):
         middle = [p for p in row["plateaus"] if p["k"] < cfg.task.order_n]
-        measured = [dict(steps=f"{p['start']}-{p['end']}", level=round(p["level"], 4),
-                         unigram_distance=round(min(abs(p["level"] - v)
-                                                    for v in unigram.values()), 4))
-                    for p in middle]
+        measured = [
+            dict(
+                steps=f"{p['start']}-{p['end']}",
+                level=round(p["level"], 4),
+                unigram_distance=round(min(abs(p["level"] - v) for v in unigram.values()), 4),
+            )
+            for p in middle
+        ]
         near_bigram = np.abs(res.snapshots["test_loss"][r] - lines.base["2-gram opt"]) <= tol / 4
         at_bigram = int(near_bigram.sum() * step)
-        ok = (len(middle) == 1 and measured[0]["unigram_distance"] <= tol
-              and at_bigram < cfg.analysis.min_plateau)
-        out.append(records.claim(
-            f"{program_label(group)}, seed {row['seed']}: a single intermediate plateau, the unigram",
-            dict(plateaus=measured or "none", steps_near_bigram_line=at_bigram,
-                 bigram_line=round(lines.base["2-gram opt"], 4)),
-            f"one sub-n-gram plateau, within {tol} of a unigram line "
-            f"({', '.join(f'{k} {v:.4f}' for k, v in unigram.items())}), and fewer than "
-            f"{cfg.analysis.min_plateau} steps (a plateau's length) within {tol / 4} of the "
-            "bigram line", ok, "Fig. 7"))
+        ok = (
+            len(middle) == 1
+            and measured[0]["unigram_distance"] <= tol
+            and at_bigram < cfg.analysis.min_plateau
+        )
+        out.append(
+            records.claim(
+                f"{program_label(group)}, seed {row['seed']}: a single intermediate plateau, the unigram",
+                dict(
+                    plateaus=measured or "none",
+                    steps_near_bigram_line=at_bigram,
+                    bigram_line=round(lines.base["2-gram opt"], 4),
+                ),
+                f"one sub-n-gram plateau, within {tol} of a unigram line "
+                f"({', '.join(f'{k} {v:.4f}' for k, v in unigram.items())}), and fewer than "
+                f"{cfg.analysis.min_plateau} steps (a plateau's length) within {tol / 4} of the "
+                "bigram line",
+                ok,
+                "Fig. 7",
+            )
+        )
     return out
 
 
@@ -345,8 +467,13 @@ def _ratio(a, b) -> float:
         return float(np.float64(a) / np.float64(b))
 
 
-CLAIMS = {"staircase": claims_staircase, "heads": claims_heads, "grad_norm": claims_grad_norm,
-          "single_plateau": claims_single_plateau, "paper_levels": claims_paper_levels}
+CLAIMS = {
+    "staircase": claims_staircase,
+    "heads": claims_heads,
+    "grad_norm": claims_grad_norm,
+    "single_plateau": claims_single_plateau,
+    "paper_levels": claims_paper_levels,
+}
 
 
 def program_label(group, measured_at: bool = True) -> str:
@@ -355,8 +482,11 @@ def program_label(group, measured_at: bool = True) -> str:
     cfg = group["cfg"]
     m = cfg.model
     if m.kind == "simplified":
-        kind = "simplified" + (f" (Q2/K2 width {m.head_dim})" if m.head_dim else "") + (
-            " (V1 = I)" if not m.learn_value else "")
+        kind = (
+            "simplified"
+            + (f" (Q2/K2 width {m.head_dim})" if m.head_dim else "")
+            + (" (V1 = I)" if not m.learn_value else "")
+        )
     else:
         kind = f"{m.kind} ({m.embedding}{', MLP' if m.mlp else ''})"
     t = cfg.task
@@ -371,9 +501,11 @@ def measures(cfg) -> list[tuple[str, str]]:
     the analysed one first."""
     t = cfg.train
     ema = f"at the parameter EMA ({t.ema_decay})"
-    return {"current": [("", "")], "ema": [("", ema)],
-            "both": [("", ema), (training.CURRENT_PREFIX, "at the current parameters")]
-            }[t.metrics_at]
+    return {
+        "current": [("", "")],
+        "ema": [("", ema)],
+        "both": [("", ema), (training.CURRENT_PREFIX, "at the current parameters")],
+    }[t.metrics_at]
 
 
 def measured_view(group, prefix: str, words: str) -> dict[str, Any]:
@@ -381,11 +513,16 @@ def measured_view(group, prefix: str, words: str) -> dict[str, Any]:
     (prefix stripped; "" keeps the names that carry no measure's prefix)."""
     snaps = group["result"].snapshots
     others = tuple(p for p, _ in measures(group["cfg"]) if p and p != prefix)
-    chosen = {k[len(prefix):]: v for k, v in snaps.items()
-              if k.startswith(prefix) and not (not prefix and k.startswith(others))}
-    return {**group, "result": dataclasses.replace(group["result"], snapshots=chosen),
-            "measured_at": words}
-
+    chosen = {
+        k[len(prefix) :]: v
+        for k, v in snaps.items()
+        if k.startswith(prefix) and not (not prefix and k.startswith(others))
+    }
+    return {
+        **group,
+        "result": dataclasses.replace(group["result"], snapshots=chosen),
+        "measured_at": words,
+    }
 
 
 def claims_stationarity(rows) -> list[records.Claim]:
@@ -393,78 +530,135 @@ def claims_stationarity(rows) -> list[records.Claim]:
     stars = [r for r in rows if r["point"] == "theta_star"]
     seq_lens = sorted({r["T"] for r in rows})
     short, long = seq_lens[0], seq_lens[-1]
-    at = lambda k, c, T, rule="fixed": next(r for r in stars if r["k"] == k and r["T"] == T
-                                            and r["rule"] == rule and (c is None or r["c"] == c))
+    at = lambda k, c, T, rule="fixed": next(
+        r
+        for r in stars
+        if r["k"] == k and r["T"] == T and r["rule"] == rule and (c is None or r["c"] == c)
+    )
     out = []
     unigram = [r["grad_plain"] for r in stars if r["k"] == 1]
     if unigram:
-        out.append(records.claim(
-            "theta_*^1 (Q2 = K2 = 0) is exactly stationary for every T and c",
-            f"max ||grad|| = {np.max(unigram):.3g} over {len(unigram)} points", "0 exactly",
-            np.max(unigram) == 0.0, "notes §4.6 caveat 4, C5"))
+        out.append(
+            records.claim(
+                "theta_*^1 (Q2 = K2 = 0) is exactly stationary for every T and c",
+                f"max ||grad|| = {np.max(unigram):.3g} over {len(unigram)} points",
+                "0 exactly",
+                np.max(unigram) == 0.0,
+                "notes §4.6 caveat 4, C5",
+            )
+        )
     n = stars[0]["n"]
-    inactive = [r[f"grad_plain/{block}/head{h}"] for r in stars for h in range(r["k"], n)
-                for block in ("A1", "V1")]
+    inactive = [
+        r[f"grad_plain/{block}/head{h}"]
+        for r in stars
+        for h in range(r["k"], n)
+        for block in ("A1", "V1")
+    ]
     if inactive:
-        out.append(records.claim(
-            "the inactive heads' blocks (h >= k) have exactly zero gradient",
-            f"max {np.max(inactive):.3g} over {len(inactive)} blocks", "0 exactly",
-            np.max(inactive) == 0.0, "Thm 4.2 proof, C6"))
+        out.append(
+            records.claim(
+                "the inactive heads' blocks (h >= k) have exactly zero gradient",
+                f"max {np.max(inactive):.3g} over {len(inactive)} blocks",
+                "0 exactly",
+                np.max(inactive) == 0.0,
+                "Thm 4.2 proof, C6",
+            )
+        )
     for k in sorted({r["k"] for r in stars if r["k"] > 1}):
         large = sorted(c for c in {r["c"] for r in stars if r["rule"] == "fixed"} if c >= 8)
         if not large or short == long:
-            out.append(records.claim(
-                f"theta_*^{k}(c >= 8): the population gradient norm falls with T",
-                "not measured: " + ("no fixed c >= 8 in the study" if not large
-                                    else f"one sequence length only (T = {short})"),
-                ">= 4x smaller at the longest T than at the shortest", False,
-                "Thm 4.2; notes C7 table"))
+            out.append(
+                records.claim(
+                    f"theta_*^{k}(c >= 8): the population gradient norm falls with T",
+                    "not measured: "
+                    + (
+                        "no fixed c >= 8 in the study"
+                        if not large
+                        else f"one sequence length only (T = {short})"
+                    ),
+                    ">= 4x smaller at the longest T than at the shortest",
+                    False,
+                    "Thm 4.2; notes C7 table",
+                )
+            )
             large = []
         for c in large:
             first, last = at(k, c, short), at(k, c, long)
             ratio = _fall(first, last)
-            out.append(records.claim(
-                f"theta_*^{k}(c = {c:g}): the population gradient norm falls with T",
-                {f"T={short}": round(first["grad_unbiased"], 4),
-                 f"T={long}": round(last["grad_unbiased"], 4),
-                 "noise floor": round(last["grad_noise"], 4), "ratio": round(ratio, 1)},
-                f">= 4x smaller at T = {long} than at T = {short} (or within the noise floor)",
-                ratio >= 4, "Thm 4.2; notes C7 table"))
+            out.append(
+                records.claim(
+                    f"theta_*^{k}(c = {c:g}): the population gradient norm falls with T",
+                    {
+                        f"T={short}": round(first["grad_unbiased"], 4),
+                        f"T={long}": round(last["grad_unbiased"], 4),
+                        "noise floor": round(last["grad_noise"], 4),
+                        "ratio": round(ratio, 1),
+                    },
+                    f">= 4x smaller at T = {long} than at T = {short} (or within the noise floor)",
+                    ratio >= 4,
+                    "Thm 4.2; notes C7 table",
+                )
+            )
         logs = [r for r in stars if r["k"] == k and r["rule"] == "log"]
         if len(logs) > 1:
             norms = [r["grad_unbiased"] for r in sorted(logs, key=lambda r: r["T"])]
             floors = [r["grad_noise"] for r in sorted(logs, key=lambda r: r["T"])]
             ok = all(b < a or b <= f for a, b, f in zip(norms, norms[1:], floors[1:]))
-            out.append(records.claim(
-                f"theta_*^{k}(c = c0 + log T): the gradient norm decreases along T",
-                [round(v, 4) for v in norms], "decreasing (or within the noise floor)", ok,
-                "Thm 4.2 with c growing like log T (notes §4.6 caveat 2)"))
+            out.append(
+                records.claim(
+                    f"theta_*^{k}(c = c0 + log T): the gradient norm decreases along T",
+                    [round(v, 4) for v in norms],
+                    "decreasing (or within the noise floor)",
+                    ok,
+                    "Thm 4.2 with c growing like log T (notes §4.6 caveat 2)",
+                )
+            )
         small = [c for c in {r["c"] for r in stars if r["rule"] == "fixed"} if c <= 4]
         middle = seq_lens[len(seq_lens) // 2]
         for c in sorted(small)[-1:]:
-            if middle == long:     # one or two sequence lengths: the ratio of a row to itself
-                out.append(records.claim(
-                    f"theta_*^{k}(c = {c:g}): at fixed small c the norm levels off in T",
-                    f"not measured: no T between {short} and {long}",
-                    "< 2x decrease from the middle T to the longest", False,
-                    "notes C7 table, c = 4 column"))
+            if middle == long:  # one or two sequence lengths: the ratio of a row to itself
+                out.append(
+                    records.claim(
+                        f"theta_*^{k}(c = {c:g}): at fixed small c the norm levels off in T",
+                        f"not measured: no T between {short} and {long}",
+                        "< 2x decrease from the middle T to the longest",
+                        False,
+                        "notes C7 table, c = 4 column",
+                    )
+                )
                 continue
             first, last = at(k, c, middle), at(k, c, long)
             ratio = _fall(first, last)
-            out.append(records.claim(
-                f"theta_*^{k}(c = {c:g}): at fixed small c the norm levels off in T",
-                {f"T={middle}": round(first["grad_unbiased"], 4),
-                 f"T={long}": round(last["grad_unbiased"], 4), "ratio": round(ratio, 1)},
-                f"< 2x decrease from T = {middle} to {long} (the O(T sqrt(c) e^-c) term, notes "
-                "§4.6 caveat 2: c must grow with T)", ratio < 2, "notes C7 table, c = 4 column"))
+            out.append(
+                records.claim(
+                    f"theta_*^{k}(c = {c:g}): at fixed small c the norm levels off in T",
+                    {
+                        f"T={middle}": round(first["grad_unbiased"], 4),
+                        f"T={long}": round(last["grad_unbiased"], 4),
+                        "ratio": round(ratio, 1),
+                    },
+                    f"< 2x decrease from T = {middle} to {long} (the O(T sqrt(c) e^-c) term, notes "
+                    "§4.6 caveat 2: c must grow with T)",
+                    ratio < 2,
+                    "notes C7 table, c = 4 column",
+                )
+            )
     randoms = [r for r in rows if r["point"] == "random" and r["T"] == long]
-    converged = [r for r in stars if r["T"] == long and r["k"] > 1 and r["rule"] == "fixed"
-                 and r["c"] >= 8]
+    converged = [
+        r for r in stars if r["T"] == long and r["k"] > 1 and r["rule"] == "fixed" and r["c"] >= 8
+    ]
     if randoms and converged:
         worst = float(np.max([r["grad_unbiased"] for r in converged]))
-        out.append(records.claim(
-            f"at T = {long} the constructions (c >= 8) are flatter than a random initialisation",
-            {"max construction": round(worst, 4),
-             "random init": round(randoms[0]["grad_unbiased"], 4)},
-            "construction < random", worst < randoms[0]["grad_unbiased"], "notes C7"))
+        out.append(
+            records.claim(
+                f"at T = {long} the constructions (c >= 8) are flatter than a random initialisation",
+                {
+                    "max construction": round(worst, 4),
+                    "random init": round(randoms[0]["grad_unbiased"], 4),
+                },
+                "construction < random",
+                worst < randoms[0]["grad_unbiased"],
+                "notes C7",
+            )
+        )
     return out

@@ -38,36 +38,46 @@ def _resolve(x_BT, num_states, k, lags, min_position, padded) -> tuple[tuple[int
     """Validated (lags, min_position) for sequences of length T = x_BT.shape[-1] (notes §4.1)."""
     seq_len = int(np.shape(x_BT)[-1]) if np.ndim(x_BT) else 0
     if seq_len < 1:
-        raise ValueError(f"x_BT has shape {np.shape(x_BT)}: needs a last (time) axis "
-                         "of length >= 1.")
+        raise ValueError(
+            f"x_BT has shape {np.shape(x_BT)}: needs a last (time) axis of length >= 1."
+        )
     if not _is_int(num_states) or num_states < 1:
-        raise ValueError(f"num_states = {num_states!r}: must be an integer >= 1 "
-                         "(the vocabulary S).")
+        raise ValueError(
+            f"num_states = {num_states!r}: must be an integer >= 1 (the vocabulary S)."
+        )
     if not _is_int(k) or k < 1 or k > seq_len:
-        raise ValueError(f"k = {k!r}: must be an integer in [1, T] = [1, {seq_len}] "
-                         "(the estimator conditions on k - 1 past tokens).")
+        raise ValueError(
+            f"k = {k!r}: must be an integer in [1, T] = [1, {seq_len}] "
+            "(the estimator conditions on k - 1 past tokens)."
+        )
     if lags is None:
         lags = tuple(range(1, k))
     else:
         lags = tuple(lags)
         ok = all(_is_int(h) and 1 <= h <= seq_len - 1 for h in lags)
         if not ok or len(lags) != k - 1 or len(set(lags)) != len(lags):
-            raise ValueError(f"lags = {lags!r}: must be k - 1 = {k - 1} distinct integers in "
-                             f"[1, T - 1] = [1, {seq_len - 1}] (the history offsets).")
+            raise ValueError(
+                f"lags = {lags!r}: must be k - 1 = {k - 1} distinct integers in "
+                f"[1, T - 1] = [1, {seq_len - 1}] (the history offsets)."
+            )
         lags = tuple(int(h) for h in lags)
     lowest = 1 if padded else max(lags, default=0) + 1
     if min_position is None:
         min_position = lowest
     elif not _is_int(min_position) or not lowest <= min_position <= seq_len:
-        raise ValueError(f"min_position = {min_position!r}: must be an integer in "
-                         f"[{lowest}, T = {seq_len}] (the first counted 1-based position; "
-                         "below max(lags) + 1 a key has no full history).")
+        raise ValueError(
+            f"min_position = {min_position!r}: must be an integer in "
+            f"[{lowest}, T = {seq_len}] (the first counted 1-based position; "
+            "below max(lags) + 1 a key has no full history)."
+        )
     if not isinstance(x_BT, jax.core.Tracer):
         x = np.asarray(x_BT)
-        if not np.issubdtype(x.dtype, np.integer) or (x.size and (x.min() < 0
-                                                                 or x.max() >= num_states)):
-            raise ValueError(f"x_BT: tokens must be integers in [0, S - 1] = "
-                             f"[0, {num_states - 1}].")
+        if not np.issubdtype(x.dtype, np.integer) or (
+            x.size and (x.min() < 0 or x.max() >= num_states)
+        ):
+            raise ValueError(
+                f"x_BT: tokens must be integers in [0, S - 1] = [0, {num_states - 1}]."
+            )
     return lags, int(min_position)
 
 
@@ -88,12 +98,12 @@ def _check_alpha(alpha) -> None:
 @functools.partial(jax.jit, static_argnums=(1, 2, 3, 4))
 def _counts(x_BT, num_states, lags, min_position, padded):
     seq_len = x_BT.shape[-1]
-    pos_T = jnp.arange(seq_len)                                       # 0-based l - 1
+    pos_T = jnp.arange(seq_len)  # 0-based l - 1
     match_BT = jnp.broadcast_to(pos_T >= min_position - 1, x_BT.shape)
     for h in lags:
         # key l's (-h)-token; padded keys l <= h read the first token (notes §4.4)
         hist_BT = jnp.take(x_BT, jnp.maximum(pos_T - h, 0), axis=-1)
-        query_B1 = x_BT[..., seq_len - h, None]                       # x_{T+1-h}, 1-based
+        query_B1 = x_BT[..., seq_len - h, None]  # x_{T+1-h}, 1-based
         match_BT = match_BT & (hist_BT == query_B1)
     onehot_BTS = jax.nn.one_hot(x_BT, num_states, dtype=jnp.int32)
     counts_BS = jnp.sum(match_BT[..., None] * onehot_BTS, axis=-2)
@@ -148,8 +158,9 @@ def padded_kgram_estimate(x_BT, num_states: int, k: int, lags=None) -> jax.Array
     return _normalise(counts_BS, matches_B, 0.0, num_states)
 
 
-def smoothed_estimate(x_BT, num_states: int, k: int, alpha, lags=None,
-                      min_position=None) -> jax.Array:
+def smoothed_estimate(
+    x_BT, num_states: int, k: int, alpha, lags=None, min_position=None
+) -> jax.Array:
     """probs_BS = (counts + alpha)/(|M| + S alpha): add-alpha smoothing (notes §4.1 [code]).
 
     alpha = 0 is the MLE (uniform fallback at |M| = 0). alpha may be traced (vmap over a grid).

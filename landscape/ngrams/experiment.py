@@ -42,28 +42,61 @@ def default_config() -> ml_collections.ConfigDict:
     """Every field an n-gram config may set; defaults are Fig. 3's setting (notes §5)."""
     c = ml_collections.ConfigDict()
     c.name = "ngrams"
-    c.experiment = "train"                 # train | stationarity
-    c.seed = 0                             # runs use seeds seed, ..., seed + num_seeds - 1
+    c.experiment = "train"  # train | stationarity
+    c.seed = 0  # runs use seeds seed, ..., seed + num_seeds - 1
     c.num_seeds = 1
     c.task = dict(num_states=5, order_n=3, seq_len=32, alpha=0.5, init="uniform")
-    c.model = dict(kind="simplified", num_heads=2, head_dim=0, learn_value=True,
-                   embedding="one_hot", mlp=False, readout_init="", init_scale=1.0, dtype="")
+    c.model = dict(
+        kind="simplified",
+        num_heads=2,
+        head_dim=0,
+        learn_value=True,
+        embedding="one_hot",
+        mlp=False,
+        readout_init="",
+        init_scale=1.0,
+        dtype="",
+    )
     #              head_dim 0: (heads + 1) S; readout_init "": the kind's default; dtype: the
     #              computation dtype ("" = train.dtype; bfloat16 / float16: autocast, precision.py)
     c.optim = training.default_optim_config()
-    c.optim.update(name="adam")            # paper §5: Adam, constant lr, no weight decay
+    c.optim.update(name="adam")  # paper §5: Adam, constant lr, no weight decay
     c.optim.lr = 0.01
-    c.train = dict(batch_size=128, num_steps=8192, log_every=64, test_sequences=4096,
-                   test_seed=2 ** 20, floor=1e-8, dtype="float32", on_nonfinite="stop",
-                   attention_maps=True, **training.default_averaging())
-    c.lines = dict(num_sequences=16384, seed=2 ** 21)
-    c.stationarity = dict(ks=[1, 2, 3], cs=[2.0, 4.0, 8.0, 16.0], seq_lens=[32, 64, 128, 256, 512],
-                          num_states=3, order_n=3, alpha=1.0, num_sequences=16384, log_c0=4.0,
-                          seed=0)
-    c.analysis = dict(flat_window=256, flat_tol=0.01, min_plateau=384, line_tol=0.02,
-                      head_threshold=0.4, spike_ratio=3.0,
-                      paper_plateau=0.0, paper_final=0.0)  # claims "paper_levels": a figure's values
-    c.figure = dict(highlight_steps=[])    # [] picks: start, mid-plateau, end
+    c.train = dict(
+        batch_size=128,
+        num_steps=8192,
+        log_every=64,
+        test_sequences=4096,
+        test_seed=2**20,
+        floor=1e-8,
+        dtype="float32",
+        on_nonfinite="stop",
+        attention_maps=True,
+        **training.default_averaging(),
+    )
+    c.lines = dict(num_sequences=16384, seed=2**21)
+    c.stationarity = dict(
+        ks=[1, 2, 3],
+        cs=[2.0, 4.0, 8.0, 16.0],
+        seq_lens=[32, 64, 128, 256, 512],
+        num_states=3,
+        order_n=3,
+        alpha=1.0,
+        num_sequences=16384,
+        log_c0=4.0,
+        seed=0,
+    )
+    c.analysis = dict(
+        flat_window=256,
+        flat_tol=0.01,
+        min_plateau=384,
+        line_tol=0.02,
+        head_threshold=0.4,
+        spike_ratio=3.0,
+        paper_plateau=0.0,
+        paper_final=0.0,
+    )  # claims "paper_levels": a figure's values
+    c.figure = dict(highlight_steps=[])  # [] picks: start, mid-plateau, end
     c.sweep = ml_collections.ConfigDict()
     c.variants = []
     c.claims = "staircase,heads,grad_norm"
@@ -81,8 +114,9 @@ ONE_PER_RUN = config_lib.UNSWEEPABLE + ("task", "lines", "stationarity", "analys
 def validate(cfg) -> None:
     """One clear ConfigError for the first field that is unknown, of the wrong kind, out of range
     or inconsistent with another, in any program of the sweep; nothing is built."""
-    config_lib.validate_cells(cfg, default_config(), TRACED, _validate_cell,
-                              unsweepable=ONE_PER_RUN, before=_validate_run)
+    config_lib.validate_cells(
+        cfg, default_config(), TRACED, _validate_cell, unsweepable=ONE_PER_RUN, before=_validate_run
+    )
     config_lib.check_memory(memory_estimate(cfg))  # before compiling: shape arithmetic
 
 
@@ -94,24 +128,33 @@ def _validate_run(cfg) -> None:
     config_lib.require_choice(cfg, "experiment", ("train", "stationarity"))
     config_lib.require_seeds(cfg)
     names = cfg.claims.split(",") if cfg.claims else []
-    config_lib.require(all(name in CLAIM_SETS for name in names), "claims", cfg.claims,
-                       f"a comma-separated list drawn from {', '.join(CLAIM_SETS)} (or '')")
+    config_lib.require(
+        all(name in CLAIM_SETS for name in names),
+        "claims",
+        cfg.claims,
+        f"a comma-separated list drawn from {', '.join(CLAIM_SETS)} (or '')",
+    )
     if cfg.experiment == "stationarity":
         config_lib.require_empty_sweep(cfg, "experiment = 'stationarity'")
-        config_lib.require(cfg.claims == "", "claims", cfg.claims,
-                           "'' for experiment = 'stationarity' (its claims are always checked)")
+        config_lib.require(
+            cfg.claims == "",
+            "claims",
+            cfg.claims,
+            "'' for experiment = 'stationarity' (its claims are always checked)",
+        )
     _validate_task(cfg, "task")
     r(cfg, "lines.num_sequences", low=1, integer=True)
-    r(cfg, "lines.seed", low=0, high=2 ** 31 - 1, integer=True)
+    r(cfg, "lines.seed", low=0, high=2**31 - 1, integer=True)
     _validate_task(cfg, "stationarity")
     s = cfg.stationarity
     config_lib.require_numbers(cfg, "stationarity.ks", low=1, high=s.order_n, integer=True)
     config_lib.require_numbers(cfg, "stationarity.cs", low=0, low_open=True)
-    config_lib.require_numbers(cfg, "stationarity.seq_lens", low=s.order_n, low_open=True,
-                               integer=True)
+    config_lib.require_numbers(
+        cfg, "stationarity.seq_lens", low=s.order_n, low_open=True, integer=True
+    )
     r(cfg, "stationarity.num_sequences", low=4, integer=True)
     r(cfg, "stationarity.log_c0")
-    r(cfg, "stationarity.seed", low=0, high=2 ** 31 - 1, integer=True)
+    r(cfg, "stationarity.seed", low=0, high=2**31 - 1, integer=True)
     n = cfg.train.num_steps
     r(cfg, "train.num_steps", low=1, integer=True)
     r(cfg, "analysis.flat_window", low=1, high=n, integer=True)
@@ -122,11 +165,15 @@ def _validate_run(cfg) -> None:
     r(cfg, "analysis.spike_ratio", low=1)
     for field in ("analysis.paper_plateau", "analysis.paper_final"):
         r(cfg, field, low=0)
-        config_lib.require("paper_levels" not in names or config_lib.get(cfg, field) > 0, field,
-                           config_lib.get(cfg, field), "a loss > 0 when claims include "
-                           "'paper_levels' (the paper's value to compare with)")
-    config_lib.require_numbers(cfg, "figure.highlight_steps", low=0, high=n, integer=True,
-                               nonempty=False)
+        config_lib.require(
+            "paper_levels" not in names or config_lib.get(cfg, field) > 0,
+            field,
+            config_lib.get(cfg, field),
+            "a loss > 0 when claims include 'paper_levels' (the paper's value to compare with)",
+        )
+    config_lib.require_numbers(
+        cfg, "figure.highlight_steps", low=0, high=n, integer=True, nonempty=False
+    )
 
 
 def _validate_task(cfg, group) -> None:
@@ -135,9 +182,13 @@ def _validate_task(cfg, group) -> None:
     r(cfg, f"{group}.order_n", low=2, integer=True)
     r(cfg, f"{group}.alpha", low=0, low_open=True)
     if group == "task":
-        config_lib.require(t.seq_len > t.order_n, "task.seq_len", t.seq_len,
-                           f"an integer > task.order_n = {t.order_n} (the first n - 1 tokens are "
-                           "the initial context)")
+        config_lib.require(
+            t.seq_len > t.order_n,
+            "task.seq_len",
+            t.seq_len,
+            f"an integer > task.order_n = {t.order_n} (the first n - 1 tokens are "
+            "the initial context)",
+        )
         config_lib.require_choice(cfg, "task.init", task.INITS)
         try:
             task.validate_task(t.num_states, t.order_n, t.seq_len, t.alpha)
@@ -158,16 +209,25 @@ def _validate_cell(cfg) -> None:
     choice(cfg, "train.dtype", ("float32", "float64"))
     simplified = m.kind == "simplified"
     for field, default, has in (
-            ("embedding", "one_hot", "learned embeddings: only kind = 'transformer'"),
-            ("mlp", False, "MLP layers: only kind = 'transformer'"),
-            ("readout_init", "", "a readout: only the general kinds (not 'simplified')"),
-            ("learn_value", True, "a fixed value matrix: only kind = 'simplified'"),
-            ("head_dim", 0, "head_dim: only kind = 'simplified' reads it")):
-        applies = {"embedding": m.kind == "transformer", "mlp": m.kind == "transformer",
-                   "readout_init": not simplified, "learn_value": simplified,
-                   "head_dim": simplified}[field]
-        config_lib.require(applies or m[field] == default, f"model.{field}", m[field],
-                           f"{default!r} for model.kind = {m.kind!r} (it has no {has})")
+        ("embedding", "one_hot", "learned embeddings: only kind = 'transformer'"),
+        ("mlp", False, "MLP layers: only kind = 'transformer'"),
+        ("readout_init", "", "a readout: only the general kinds (not 'simplified')"),
+        ("learn_value", True, "a fixed value matrix: only kind = 'simplified'"),
+        ("head_dim", 0, "head_dim: only kind = 'simplified' reads it"),
+    ):
+        applies = {
+            "embedding": m.kind == "transformer",
+            "mlp": m.kind == "transformer",
+            "readout_init": not simplified,
+            "learn_value": simplified,
+            "head_dim": simplified,
+        }[field]
+        config_lib.require(
+            applies or m[field] == default,
+            f"model.{field}",
+            m[field],
+            f"{default!r} for model.kind = {m.kind!r} (it has no {has})",
+        )
     try:
         model_of(cfg)
     except (ValueError, TypeError) as error:
@@ -177,7 +237,7 @@ def _validate_cell(cfg) -> None:
     config_lib.require_training_steps(cfg)
     config_lib.require_schedule(cfg)
     r(cfg, "train.test_sequences", low=2, integer=True)
-    r(cfg, "train.test_seed", low=0, high=2 ** 31 - 1, integer=True)
+    r(cfg, "train.test_seed", low=0, high=2**31 - 1, integer=True)
     r(cfg, "train.floor", low=0, high=1, high_open=True)
     config_lib.require_nonfinite_policy(cfg)
     training.validate_averaging(cfg)
@@ -189,9 +249,15 @@ def needs_x64(cfg) -> bool:
 
 def model_of(cfg) -> model_lib.NgramModel:
     m, prec = cfg.model, precision.of(cfg.train.dtype, cfg.model.dtype)
-    fields = dict(kind=m.kind, num_states=cfg.task.num_states, seq_len=cfg.task.seq_len,
-                  num_heads=m.num_heads, init_scale=m.init_scale, dtype=prec.dtype,
-                  param_dtype=prec.param_dtype)
+    fields = dict(
+        kind=m.kind,
+        num_states=cfg.task.num_states,
+        seq_len=cfg.task.seq_len,
+        num_heads=m.num_heads,
+        init_scale=m.init_scale,
+        dtype=prec.dtype,
+        param_dtype=prec.param_dtype,
+    )
     if m.kind == "simplified":
         fields.update(head_dim=m.head_dim or None, learn_value=m.learn_value)
     else:
@@ -202,13 +268,20 @@ def model_of(cfg) -> model_lib.NgramModel:
 # ----------------------------------------------------------------------------- memory
 
 
-_BASELINE_BYTES = 6e8       # the interpreter, JAX and XLA's compiled programs (a smoke run: 0.7 GB)
+_BASELINE_BYTES = 6e8  # the interpreter, JAX and XLA's compiled programs (a smoke run: 0.7 GB)
 # Test-set sequences per chunk of the snapshot's loss and gradient: a chunk's forward and
 # backward temporaries are about this many bytes (the whole 2^16-sequence test set of Fig. 4 at
 # once took 14 GB).
-_SNAPSHOT_CHUNK_BYTES = 2 ** 27
-_MEMORY_FIELDS = ("train.batch_size", "train.test_sequences", "lines.num_sequences", "num_seeds",
-                  "stationarity.num_sequences", "task.seq_len", "model.num_heads")
+_SNAPSHOT_CHUNK_BYTES = 2**27
+_MEMORY_FIELDS = (
+    "train.batch_size",
+    "train.test_sequences",
+    "lines.num_sequences",
+    "num_seeds",
+    "stationarity.num_sequences",
+    "task.seq_len",
+    "model.num_heads",
+)
 
 
 def _sequence_bytes(v: dict) -> float:
@@ -257,14 +330,23 @@ def snapshot_chunk(cfg) -> int:
 def _stationarity_bytes(v: dict) -> tuple[float, str]:
     """The population set (N x T tokens), the estimators' one-hot counts (N x T x S, int64) and
     the gradient statistics in chunks of 2048 sequences (stationarity.study), at the largest T."""
-    T, S, N = max(v["stationarity.seq_lens"]), v["stationarity.num_states"], \
-        v["stationarity.num_sequences"]
-    model = {"task.seq_len": T, "task.num_states": S,
-             "model.num_heads": v["stationarity.order_n"] - 1, "model.kind": "simplified",
-             "model.head_dim": 0, "train.dtype": "float64"}
+    T, S, N = (
+        max(v["stationarity.seq_lens"]),
+        v["stationarity.num_states"],
+        v["stationarity.num_sequences"],
+    )
+    model = {
+        "task.seq_len": T,
+        "task.num_states": S,
+        "model.num_heads": v["stationarity.order_n"] - 1,
+        "model.kind": "simplified",
+        "model.head_dim": 0,
+        "train.dtype": "float64",
+    }
     need = N * T * (4 * S + 1) * 8 + min(N, 2048) * _sequence_bytes(model)
-    return _BASELINE_BYTES + need, (f"{N} sequences of up to {T} tokens, their estimators' "
-                                    "counts and gradients")
+    return _BASELINE_BYTES + need, (
+        f"{N} sequences of up to {T} tokens, their estimators' counts and gradients"
+    )
 
 
 def _cell_bytes(v: dict) -> tuple[float, str]:
@@ -282,20 +364,28 @@ def _cell_bytes(v: dict) -> tuple[float, str]:
     chunk = int(max(1, min(max(1, E // 2), _SNAPSHOT_CHUNK_BYTES // per_sequence)))
     maps = 256 * h * T * T * size * 3 if v["model.kind"] != "simplified" else 0
     snapshots = v["train.num_steps"] // v["train.log_every"] + 1
-    measures = 2 if v["train.metrics_at"] == "both" else 1       # snapshots at EMA and current
-    kept = runs * (measures * snapshots * h * T * T * 4 * bool(v["train.attention_maps"])
-                   + 2 * v["train.num_steps"] * 4)
+    measures = 2 if v["train.metrics_at"] == "both" else 1  # snapshots at EMA and current
+    kept = runs * (
+        measures * snapshots * h * T * T * 4 * bool(v["train.attention_maps"])
+        + 2 * v["train.num_steps"] * 4
+    )
     held = E * (T * 4 + S * size) + kept
     terms = [
-        (runs * (B * per_sequence + 8 * params),
-         f"{runs} run(s) x a training step on {B} sequences of {T} tokens, "
-         f"{format_bytes(per_sequence)} each, and {_num_params(v)} parameters with their "
-         "optimizer state"),
-        (runs * (chunk * per_sequence + 4 * params + maps) + _sample_bytes(v, E),
-         f"the test set: {E} sequences of {T} tokens, sampled, then evaluated {chunk} at a "
-         f"time for {runs} run(s)"),
-        (_sample_bytes(v, lines) + 3 * lines * T * S * 4,
-         f"the estimator lines' {lines} sequences of {T} tokens"),
+        (
+            runs * (B * per_sequence + 8 * params),
+            f"{runs} run(s) x a training step on {B} sequences of {T} tokens, "
+            f"{format_bytes(per_sequence)} each, and {_num_params(v)} parameters with their "
+            "optimizer state",
+        ),
+        (
+            runs * (chunk * per_sequence + 4 * params + maps) + _sample_bytes(v, E),
+            f"the test set: {E} sequences of {T} tokens, sampled, then evaluated {chunk} at a "
+            f"time for {runs} run(s)",
+        ),
+        (
+            _sample_bytes(v, lines) + 3 * lines * T * S * 4,
+            f"the estimator lines' {lines} sequences of {T} tokens",
+        ),
     ]
     need, what = max(terms)
     if kept > need:
@@ -306,8 +396,7 @@ def _cell_bytes(v: dict) -> tuple[float, str]:
 def memory_estimate(cfg) -> config_lib.MemoryEstimate:
     """The largest program's peak resident memory, by shape arithmetic (no compiling, no
     allocation): the max over the config's structural cells of `_cell_bytes`."""
-    return config_lib.estimate_memory(cfg, TRACED, _cell_bytes, _MEMORY_FIELDS,
-                                      default_config)
+    return config_lib.estimate_memory(cfg, TRACED, _cell_bytes, _MEMORY_FIELDS, default_config)
 
 
 # ----------------------------------------------------------------------------- training problem
@@ -316,8 +405,15 @@ def memory_estimate(cfg) -> config_lib.MemoryEstimate:
 def test_set(cfg):
     """(x_ET, target_ES): the fixed held-out set, the same for every seed and program."""
     t = cfg.task
-    x, target, _ = task.sample(jax.random.key(cfg.train.test_seed), t.num_states, t.order_n,
-                               t.seq_len, t.alpha, cfg.train.test_sequences, t.init)
+    x, target, _ = task.sample(
+        jax.random.key(cfg.train.test_seed),
+        t.num_states,
+        t.order_n,
+        t.seq_len,
+        t.alpha,
+        cfg.train.test_sequences,
+        t.init,
+    )
     return x, target
 
 
@@ -325,8 +421,10 @@ def _block_norms(params, model) -> dict[str, jax.Array]:
     """Fig. 6's companion norms: ||A1^h|| / sqrt(T) per head and ||Q2^T K2|| / sqrt(d)."""
     if model.kind != "simplified":
         return {"param_norm": optax.tree.norm(params)}
-    out = {f"norm_A1_h{h + 1}": jnp.linalg.norm(params["A1"][h]) / math.sqrt(model.seq_len)
-           for h in range(model.num_heads)}
+    out = {
+        f"norm_A1_h{h + 1}": jnp.linalg.norm(params["A1"][h]) / math.sqrt(model.seq_len)
+        for h in range(model.num_heads)
+    }
     qk = params["Q2"].T @ params["K2"]
     out["norm_QK"] = jnp.linalg.norm(qk) / math.sqrt(model.width)
     return out
@@ -338,7 +436,7 @@ def make_problem(cfg) -> training.Problem:
     B, floor = cfg.train.batch_size, cfg.train.floor
     x_test, y_test = test_set(cfg)
     y_test = y_test.astype(dtype)
-    map_x = x_test[:256]                   # input-dependent maps: averaged over 256 test sequences
+    map_x = x_test[:256]  # input-dependent maps: averaged over 256 test sequences
 
     def loss(params, key, hp):
         x, target, _ = task.sample(key, t.num_states, t.order_n, t.seq_len, t.alpha, B, t.init)
@@ -347,18 +445,25 @@ def make_problem(cfg) -> training.Problem:
 
     half = x_test.shape[0] // 2
     chunk = snapshot_chunk(cfg)
-    halves = [_chunked(x_test[:half], y_test[:half], chunk),
-              _chunked(x_test[half:], y_test[half:], chunk)]
+    halves = [
+        _chunked(x_test[:half], y_test[:half], chunk),
+        _chunked(x_test[half:], y_test[half:], chunk),
+    ]
 
     def snapshot(params, hp):
         # the population gradient's norm without the Monte-Carlo noise floor (notes §4.7 C7):
         # <g_A, g_B> over two independent halves of the test set is unbiased for ||grad L||^2
         (loss_a, g_a), (loss_b, g_b) = [
-            _mean_loss_and_grad(params, model, floor, *chunks) for chunks in halves]
-        dot = sum(jnp.vdot(a, b) for a, b in zip(jax.tree_util.tree_leaves(g_a),
-                                                 jax.tree_util.tree_leaves(g_b)))
-        out = {"test_loss": (loss_a + loss_b) / 2,
-               "test_grad_norm": jnp.sign(dot) * jnp.sqrt(jnp.abs(dot))}
+            _mean_loss_and_grad(params, model, floor, *chunks) for chunks in halves
+        ]
+        dot = sum(
+            jnp.vdot(a, b)
+            for a, b in zip(jax.tree_util.tree_leaves(g_a), jax.tree_util.tree_leaves(g_b))
+        )
+        out = {
+            "test_loss": (loss_a + loss_b) / 2,
+            "test_grad_norm": jnp.sign(dot) * jnp.sqrt(jnp.abs(dot)),
+        }
         att = model_lib.layer1_attention(params, model, map_x)
         offsets = model_lib.head_offset_attention(att, claims_lib.OFFSETS)  # (heads, offsets)
         out["head_offsets"] = offsets
@@ -366,15 +471,19 @@ def make_problem(cfg) -> training.Problem:
             for j, o in enumerate(claims_lib.OFFSETS):
                 out[f"head{h + 1}_lag{o}"] = offsets[h, j]
         if cfg.train.attention_maps:
-            out["attention"] = att if att.ndim == 3 else att[0]           # first test sequence
+            out["attention"] = att if att.ndim == 3 else att[0]  # first test sequence
         out.update(_block_norms(params, model))
         return out
 
     x_init = model_lib.dummy_tokens(model)
     return training.Problem(
         init=lambda key, hp: model.init(key, x_init)["params"],
-        loss=loss, learning_rates=lambda hp: hp["optim.lr"], snapshot=snapshot,
-        log_grad_norm=True, log_grad_zeros=precision.is_half(model.dtype))
+        loss=loss,
+        learning_rates=lambda hp: hp["optim.lr"],
+        snapshot=snapshot,
+        log_grad_norm=True,
+        log_grad_zeros=precision.is_half(model.dtype),
+    )
 
 
 def _chunked(x_ET, y_ES, chunk: int):
@@ -394,6 +503,7 @@ def _mean_loss_and_grad(params, model, floor, x_CNT, y_CNS, w_CN, count):
     """(mean test loss, its gradient) over the chunks, one chunk at a time: the sums of the
     per-sequence losses and of their gradients, divided by the count (the mean's numbers, up to
     the rounding of the summation order)."""
+
     def chunk_sum(p, x, y, w):
         return jnp.sum(w * estimators.cross_entropy(model_lib.probs(p, x, model), y, floor))
 
@@ -405,17 +515,20 @@ def _mean_loss_and_grad(params, model, floor, x_CNT, y_CNS, w_CN, count):
     # shard_map's runs as the body's output does (a zeros carry would not, and scan refuses that)
     chunks = (x_CNT, y_CNS, w_CN)
     first = jax.value_and_grad(chunk_sum)(params, *[a[0] for a in chunks])
-    total, grad = first if x_CNT.shape[0] == 1 else jax.lax.scan(
-        body, first, [a[1:] for a in chunks])[0]
+    total, grad = (
+        first if x_CNT.shape[0] == 1 else jax.lax.scan(body, first, [a[1:] for a in chunks])[0]
+    )
     return total / count, jax.tree.map(lambda g: g / count, grad)
 
 
 def train_group(cfg, fields, workdir=None, progress=print) -> dict[str, Any]:
     cell = config_lib.with_fields(cfg, fields)
-    grid = sweeps.Grid.make(config_lib.traced_axes(cfg, TRACED),
-                            np.arange(cfg.seed, cfg.seed + cfg.num_seeds))
-    result = sweeps.run_cell(make_problem(cell), cell, TRACED, grid, fields=fields,
-                             workdir=workdir, progress=progress)
+    grid = sweeps.Grid.make(
+        config_lib.traced_axes(cfg, TRACED), np.arange(cfg.seed, cfg.seed + cfg.num_seeds)
+    )
+    result = sweeps.run_cell(
+        make_problem(cell), cell, TRACED, grid, fields=fields, workdir=workdir, progress=progress
+    )
     return dict(fields=fields, cfg=cell, grid=grid, result=result)
 
 
@@ -438,49 +551,86 @@ def run(cfg, workdir: records.Workdir, progress=print) -> dict[str, Any]:
         if progress:
             cell_cfg = config_lib.with_fields(cfg, fields)
             model = model_of(cell_cfg)
-            progress(f"model ({precision.of(cell_cfg.train.dtype, cell_cfg.model.dtype).name}):\n"
-                     + params_table(model_lib.init_params(jax.random.key(cell_cfg.seed), model)))
+            progress(
+                f"model ({precision.of(cell_cfg.train.dtype, cell_cfg.model.dtype).name}):\n"
+                + params_table(model_lib.init_params(jax.random.key(cell_cfg.seed), model))
+            )
         group = train_group(cfg, fields, workdir, progress)
         res = group["result"]
         prefix = f"cell{i}_" if len(cells) > 1 else ""
-        workdir.save_arrays(**{prefix + k: v for k, v in {      # before any analysis can fail
-            "losses": res.losses, "seeds": res.seeds, "snapshot_steps": res.snapshot_steps,
-            "grad_norm": res.metrics["grad_norm"], "lr": res.hparams["optim.lr"],
-            **{f"snapshot_{k}": v for k, v in res.snapshots.items()}}.items()})
+        workdir.save_arrays(
+            **{
+                prefix + k: v
+                for k, v in {  # before any analysis can fail
+                    "losses": res.losses,
+                    "seeds": res.seeds,
+                    "snapshot_steps": res.snapshot_steps,
+                    "grad_norm": res.metrics["grad_norm"],
+                    "lr": res.hparams["optim.lr"],
+                    **{f"snapshot_{k}": v for k, v in res.snapshots.items()},
+                }.items()
+            }
+        )
         views = [claims_lib.measured_view(group, *m) for m in claims_lib.measures(group["cfg"])]
         for j, view in enumerate(views):
             view["rows"] = claims_lib.run_analysis(view, lines)
             names = [c for c in cfg.claims.split(",") if c and (j == 0 or c == "grad_norm")]
-            for name in names:      # the second measure (metrics_at "both"): the spike only
-                claims += records.evaluated(name, lambda: claims_lib.CLAIMS[name](
-                    view["cfg"], view, lines, view["rows"]))
-            table += [dict(program=claims_lib.program_label(group), measured_at=view["measured_at"]
-                           or "current parameters",
-                           **{k: v for k, v in row.items() if k != "grad_norm_per_snapshot"})
-                      for row in view["rows"]]
+            for name in names:  # the second measure (metrics_at "both"): the spike only
+                claims += records.evaluated(
+                    name, lambda: claims_lib.CLAIMS[name](view["cfg"], view, lines, view["rows"])
+                )
+            table += [
+                dict(
+                    program=claims_lib.program_label(group),
+                    measured_at=view["measured_at"] or "current parameters",
+                    **{k: v for k, v in row.items() if k != "grad_norm_per_snapshot"},
+                )
+                for row in view["rows"]
+            ]
         if len(views) == 2 and "grad_norm" in cfg.claims.split(","):
-            claims += records.evaluated("grad_norm by measure", lambda: (
-                claims_lib.claims_spike_by_measure(cfg, views[0], views[0]["rows"], views[1],
-                                                   views[1]["rows"])))
+            claims += records.evaluated(
+                "grad_norm by measure",
+                lambda: claims_lib.claims_spike_by_measure(
+                    cfg, views[0], views[0]["rows"], views[1], views[1]["rows"]
+                ),
+            )
         groups.append(dict(views[0], other_measure=views[1] if len(views) == 2 else None))
     paths = [str(p) for p in figures.figures_train(cfg, groups, lines, workdir)]
     return workdir.finish(
-        claims, progress, figures=paths, lines=lines.base, runs=table,
-        seconds={"compile": sum(g["result"].compile_seconds for g in groups),
-                 "run": sum(g["result"].run_seconds for g in groups)})
+        claims,
+        progress,
+        figures=paths,
+        lines=lines.base,
+        runs=table,
+        seconds={
+            "compile": sum(g["result"].compile_seconds for g in groups),
+            "run": sum(g["result"].run_seconds for g in groups),
+        },
+    )
 
 
 def run_stationarity(cfg, workdir, progress=print) -> dict[str, Any]:
     from landscape.ngrams import stationarity
+
     s = cfg.stationarity
-    rows = stationarity.study(list(s.ks), list(s.cs), list(s.seq_lens),
-                              num_states=s.num_states, order_n=s.order_n, alpha=s.alpha,
-                              num_sequences=s.num_sequences, seed=s.seed, log_c0=s.log_c0)
+    rows = stationarity.study(
+        list(s.ks),
+        list(s.cs),
+        list(s.seq_lens),
+        num_states=s.num_states,
+        order_n=s.order_n,
+        alpha=s.alpha,
+        num_sequences=s.num_sequences,
+        seed=s.seed,
+        log_c0=s.log_c0,
+    )
     text = stationarity.table(rows)
     workdir.write_text("stationarity.txt", text)
     workdir.save_table("stationarity", rows)
-    figures = [str(stationarity.plot(rows, workdir.figure_path("grad_norm_vs_T"))),
-               str(stationarity.plot_loss_vs_c(rows, workdir.figure_path("loss_vs_c")))]
+    figures = [
+        str(stationarity.plot(rows, workdir.figure_path("grad_norm_vs_T"))),
+        str(stationarity.plot_loss_vs_c(rows, workdir.figure_path("loss_vs_c"))),
+    ]
     claims = records.evaluated("stationarity", lambda: claims_lib.claims_stationarity(rows))
     if progress:
         progress(text)

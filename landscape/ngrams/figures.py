@@ -45,8 +45,9 @@ def _draw_lines(ax, lines: Lines, n: int):
         names = [("bayes", "--")] if k == n else [(f"{k}-gram +alpha", "--")]
         for name, style in names + [(f"{k}-gram opt", ":")]:
             value = lines.base[name]
-            ax.axhline(value, color=color, linestyle=style, linewidth=0.9,
-                       label=f"{name} {value:.3f}")
+            ax.axhline(
+                value, color=color, linestyle=style, linewidth=0.9, label=f"{name} {value:.3f}"
+            )
 
 
 def plot_loss(group, lines, path):
@@ -56,8 +57,12 @@ def plot_loss(group, lines, path):
     fig, axes = plotting.subplots(1, 1, width=6.0, height=3.8)
     ax = axes[0, 0]
     for r in range(res.num_runs):
-        ax.plot(res.snapshot_steps, res.snapshots["test_loss"][r], linewidth=1.1,
-                label=f"seed {res.seeds[r]}" if res.num_runs > 1 else "test loss")
+        ax.plot(
+            res.snapshot_steps,
+            res.snapshots["test_loss"][r],
+            linewidth=1.1,
+            label=f"seed {res.seeds[r]}" if res.num_runs > 1 else "test loss",
+        )
     _draw_lines(ax, lines, cfg.task.order_n)
     for s in _highlights(cfg, group):
         j = int(np.flatnonzero(res.snapshot_steps == s)[0])
@@ -73,7 +78,7 @@ def plot_attention(group, path):
     """First-layer attention of each head (rows) at the highlighted steps (columns): Fig 3b/4b."""
     cfg, res = group["cfg"], group["result"]
     chosen = _highlights(cfg, group)
-    att = res.snapshots["attention"][0]                                   # (snaps, heads, T, T)
+    att = res.snapshots["attention"][0]  # (snaps, heads, T, T)
     heads = att.shape[1]
     fig, axes = plotting.subplots(heads, len(chosen), width=2.6, height=2.4)
     for c, s in enumerate(chosen):
@@ -82,8 +87,9 @@ def plot_attention(group, path):
             ax = axes[h, c]
             ax.imshow(att[j, h], cmap="viridis", vmin=0, vmax=1, interpolation="nearest")
             lags = res.snapshots["head_offsets"][0, j, h]
-            ax.set_title(f"step {s}, head {h + 1}\n-1: {lags[0]:.2f}  -2: {lags[1]:.2f}",
-                         fontsize=7)
+            ax.set_title(
+                f"step {s}, head {h + 1}\n-1: {lags[0]:.2f}  -2: {lags[1]:.2f}", fontsize=7
+            )
             ax.set(xlabel="key position", ylabel="query position")
     fig.suptitle(f"{program_label(group)}: layer-1 attention (seed {res.seeds[0]})", fontsize=8)
     return plotting.save(fig, path)
@@ -97,20 +103,31 @@ def plot_seeds(group, path):
     fig, axes = plotting.subplots(res.num_runs, heads + 1, width=2.5, height=2.2)
     for r, row in enumerate(rows):
         middle = [p for p in row["plateaus"] if p["k"] < group["cfg"].task.order_n]
-        mid = (max(middle, key=lambda p: p["end"] - p["start"]) if middle else None)
+        mid = max(middle, key=lambda p: p["end"] - p["start"]) if middle else None
         step = (mid["start"] + mid["end"]) / 2 if mid else res.snapshot_steps[-1] / 2
         j = int(np.argmin(np.abs(res.snapshot_steps - step)))
         for h in range(heads):
-            axes[r, h].imshow(res.snapshots["attention"][r, j, h], cmap="viridis", vmin=0, vmax=1,
-                              interpolation="nearest")
-            axes[r, h].set_title(f"seed {row['seed']}, head {h + 1}, step "
-                                 f"{res.snapshot_steps[j]}", fontsize=7)
+            axes[r, h].imshow(
+                res.snapshots["attention"][r, j, h],
+                cmap="viridis",
+                vmin=0,
+                vmax=1,
+                interpolation="nearest",
+            )
+            axes[r, h].set_title(
+                f"seed {row['seed']}, head {h + 1}, step {res.snapshot_steps[j]}", fontsize=7
+            )
             axes[r, h].axis("off")
         ax = axes[r, heads]
         for h in range(heads):
             for lag, style in ((1, "-"), (2, "--")):
-                ax.plot(res.snapshot_steps, res.snapshots["head_offsets"][r, :, h, lag - 1],
-                        style, linewidth=1, label=f"head {h + 1}, -{lag}")
+                ax.plot(
+                    res.snapshot_steps,
+                    res.snapshots["head_offsets"][r, :, h, lag - 1],
+                    style,
+                    linewidth=1,
+                    label=f"head {h + 1}, -{lag}",
+                )
         ax.set(ylim=(0, 1), xlabel="step", ylabel="attention on offset")
         if r == 0:
             ax.legend(fontsize=5)
@@ -128,17 +145,34 @@ def plot_grad_norm(group, lines, path, max_runs: int = 4):
     for r in range(runs):
         for c, view in enumerate(panels):
             ax, res, row = axes[r, c], view["result"], view["rows"][r]
-            ax.plot(res.snapshot_steps, res.snapshots["test_loss"][r], color="tab:blue",
-                    label="test loss")
+            ax.plot(
+                res.snapshot_steps,
+                res.snapshots["test_loss"][r],
+                color="tab:blue",
+                label="test loss",
+            )
             _draw_lines(ax, lines, view["cfg"].task.order_n)
-            ax.set(xlabel="step", ylabel="test loss (nats)",
-                   title=f"{program_label(view)}, seed {row['seed']}".replace(", at the", ",\nat the"))
+            ax.set(
+                xlabel="step",
+                ylabel="test loss (nats)",
+                title=f"{program_label(view)}, seed {row['seed']}".replace(", at the", ",\nat the"),
+            )
             twin = ax.twinx()
-            twin.plot(res.snapshot_steps[1:], row["grad_norm_per_snapshot"], color="tab:purple",
-                      linewidth=0.9, alpha=0.6,
-                      label="minibatch gradient norm (current parameters, mean per interval)")
-            twin.plot(res.snapshot_steps, res.snapshots["test_grad_norm"][r], color="tab:red",
-                      linewidth=1.1, label="population gradient norm (unbiased, test set)")
+            twin.plot(
+                res.snapshot_steps[1:],
+                row["grad_norm_per_snapshot"],
+                color="tab:purple",
+                linewidth=0.9,
+                alpha=0.6,
+                label="minibatch gradient norm (current parameters, mean per interval)",
+            )
+            twin.plot(
+                res.snapshot_steps,
+                res.snapshots["test_grad_norm"][r],
+                color="tab:red",
+                linewidth=1.1,
+                label="population gradient norm (unbiased, test set)",
+            )
             twin.set_ylabel("gradient norm")
             twin.spines["right"].set_visible(True)
             twins.append(twin)

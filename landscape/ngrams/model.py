@@ -115,8 +115,10 @@ def _float_dtype(field: str, value, allow_none: bool):
     except TypeError:
         dtype = None
     if dtype is None or dtype.name not in _FLOATS:
-        raise ValueError(f"{field} = {value!r}: must be a floating dtype, one of {_FLOATS}"
-                         + (" (or None: the parameters' dtype)." if allow_none else "."))
+        raise ValueError(
+            f"{field} = {value!r}: must be a floating dtype, one of {_FLOATS}"
+            + (" (or None: the parameters' dtype)." if allow_none else ".")
+        )
     return dtype
 
 
@@ -154,6 +156,7 @@ def _normal(std: float):
 class Embedding(nn.Module):
     """Learned embeddings r0[t] = W_te[x_t] + W_pe[t]: params "token" (S, d), "position" (T, d),
     both N(0, 1)/sqrt(d)."""
+
     num_states: int
     seq_len: int
     width: int
@@ -164,8 +167,9 @@ class Embedding(nn.Module):
     def __call__(self, x_BT: jax.Array) -> jax.Array:
         std = 1.0 / math.sqrt(self.width)
         token = self.param("token", _normal(std), (self.num_states, self.width), self.param_dtype)
-        position = self.param("position", _normal(std), (self.seq_len, self.width),
-                              self.param_dtype)
+        position = self.param(
+            "position", _normal(std), (self.seq_len, self.width), self.param_dtype
+        )
         token, position = _cast(self.dtype, token, position)
         return token[x_BT] + position
 
@@ -179,6 +183,7 @@ def _mu_linear(x: jax.Array, W: jax.Array, b: jax.Array) -> jax.Array:
 class MLP(nn.Module):
     """MLP(x) = lin_out(relu(lin_in(x))) on the last axis (widths [d, d, d], Fig 7): params
     "W_in" (d, d) ~ N(0, 1)/sqrt(d), "b_in" (d,) = 0, "W_out" (d, d) = 0, "b_out" (d,) = 0."""
+
     width: int
     dtype: Any = None
     param_dtype: Any = jnp.float32
@@ -200,6 +205,7 @@ class AttentionLayer(nn.Module):
     init_scale N(0, 1)/sqrt(d_in), and the submodule "mlp" (use_mlp). Heads SA_h(H) =
     sigma(H Q_h K_h^T H^T) H V_h; disentangled concatenates [H, SA_1, ..., SA_h], the transformer
     adds H + [MLP](sum_h SA_h)."""
+
     heads: int
     d_in: int
     d_h: int
@@ -221,7 +227,7 @@ class AttentionLayer(nn.Module):
     def scores(self, H_BTD: jax.Array) -> jax.Array:
         """(B, h, T, T) H Q_h K_h^T H^T (query row t, key column j)."""
         Q, K = _cast(self.dtype, self.Q, self.K)
-        if self.d_h >= self.d_in:                        # bilinear form first: fewer flops
+        if self.d_h >= self.d_in:  # bilinear form first: fewer flops
             bilinear_HDF = jnp.einsum("hde,hfe->hdf", Q, K)
             return jnp.einsum("btd,hdf,bjf->bhtj", H_BTD, bilinear_HDF, H_BTD)
         queries_BHTE = jnp.einsum("btd,hde->bhte", H_BTD, Q)
@@ -234,9 +240,9 @@ class AttentionLayer(nn.Module):
 
     def _combine(self, H: jax.Array, heads: jax.Array) -> jax.Array:
         """Next residual from H (..., d) and the head outputs (..., h, d)."""
-        if self.disentangled:                            # r_l = [r_{l-1}, SA_1, ..., SA_h]
+        if self.disentangled:  # r_l = [r_{l-1}, SA_1, ..., SA_h]
             return jnp.concatenate([H, heads.reshape(*heads.shape[:-2], -1)], axis=-1)
-        delta = jnp.sum(heads, axis=-2)                  # transformer: heads summed, residual
+        delta = jnp.sum(heads, axis=-2)  # transformer: heads summed, residual
         if self.use_mlp:
             delta = self.mlp(delta)
         return H + delta
@@ -245,7 +251,7 @@ class AttentionLayer(nn.Module):
         """(B, T, d_out): every position."""
         (V,) = _cast(self.dtype, self.V)
         att_BHTJ = self.attention(H_BTD).astype(H_BTD.dtype)
-        values_BHJE = jnp.einsum("bjd,hde->bhje", H_BTD, V)        # (H V_h first: faster on CPU)
+        values_BHJE = jnp.einsum("bjd,hde->bhje", H_BTD, V)  # (H V_h first: faster on CPU)
         return self._combine(H_BTD, jnp.einsum("bhtj,bhje->bthe", att_BHTJ, values_BHJE))
 
     def last(self, H_BTD: jax.Array) -> jax.Array:
@@ -261,6 +267,7 @@ class AttentionLayer(nn.Module):
 class Layers(nn.Module):
     """The stack of AttentionLayers, named "0", "1", ... (layer_heads[l] heads, input width
     widths[l]; d_h = head_dim or d_in)."""
+
     layer_heads: tuple
     widths: tuple
     head_dim: int | None = None
@@ -272,11 +279,19 @@ class Layers(nn.Module):
 
     def setup(self):
         self.blocks = [
-            AttentionLayer(heads, self.widths[l],
-                           self.widths[l] if self.head_dim is None else self.head_dim,
-                           self.init_scale, self.use_mlp, self.disentangled, self.dtype,
-                           self.param_dtype, name=str(l))
-            for l, heads in enumerate(self.layer_heads)]
+            AttentionLayer(
+                heads,
+                self.widths[l],
+                self.widths[l] if self.head_dim is None else self.head_dim,
+                self.init_scale,
+                self.use_mlp,
+                self.disentangled,
+                self.dtype,
+                self.param_dtype,
+                name=str(l),
+            )
+            for l, heads in enumerate(self.layer_heads)
+        ]
 
     def __call__(self, H_BTD: jax.Array, all_positions: bool = False) -> jax.Array:
         """(B, d_L) r_L[T], or (B, T, d_L) with all_positions (the last layer then attends from
@@ -329,6 +344,7 @@ class NgramModel(nn.Module):
                   float16 / bfloat16: autocast (module docstring).
     param_dtype   the dtype `init` draws the parameters in (float32 default).
     """
+
     kind: str = "simplified"
     num_states: int = 5
     seq_len: int = 32
@@ -358,46 +374,65 @@ class NgramModel(nn.Module):
         if self.embedding not in EMBEDDINGS:
             raise ValueError(f"embedding = {self.embedding!r}: must be one of {EMBEDDINGS}.")
         if self.embedding == "learned" and self.kind != "transformer":
-            raise ValueError(f"embedding = 'learned': only kind = 'transformer' has learned "
-                             f"embeddings (kind = {self.kind!r} is one-hot).")
+            raise ValueError(
+                f"embedding = 'learned': only kind = 'transformer' has learned "
+                f"embeddings (kind = {self.kind!r} is one-hot)."
+            )
         if not isinstance(self.mlp, (bool, np.bool_)):
             raise ValueError(f"mlp = {self.mlp!r}: must be a bool.")
         if self.mlp and self.kind != "transformer":
-            raise ValueError(f"mlp = True: only kind = 'transformer' has MLP layers "
-                             f"(got kind = {self.kind!r}).")
+            raise ValueError(
+                f"mlp = True: only kind = 'transformer' has MLP layers (got kind = {self.kind!r})."
+            )
         if not self.learn_value and general:
-            raise ValueError(f"learn_value = False: only kind = 'simplified' can fix its value "
-                             f"matrix (got kind = {self.kind!r}).")
-        if isinstance(self.init_scale, bool) or not isinstance(self.init_scale, (int, float,
-                                                                                  np.number)):
+            raise ValueError(
+                f"learn_value = False: only kind = 'simplified' can fix its value "
+                f"matrix (got kind = {self.kind!r})."
+            )
+        if isinstance(self.init_scale, bool) or not isinstance(
+            self.init_scale, (int, float, np.number)
+        ):
             raise ValueError(f"init_scale = {self.init_scale!r}: must be a real number.")
         if not general:
             for field in ("readout_init", "layer_heads"):
                 if getattr(self, field) is not None:
-                    raise ValueError(f"{field} = {getattr(self, field)!r}: must be None for "
-                                     "kind = 'simplified' (it applies to the general kinds).")
+                    raise ValueError(
+                        f"{field} = {getattr(self, field)!r}: must be None for "
+                        "kind = 'simplified' (it applies to the general kinds)."
+                    )
         else:
-            readout_init = (_DEFAULT_READOUT[self.kind] if self.readout_init is None
-                            else self.readout_init)
+            readout_init = (
+                _DEFAULT_READOUT[self.kind] if self.readout_init is None else self.readout_init
+            )
             if readout_init not in READOUT_INITS:
-                raise ValueError(f"readout_init = {self.readout_init!r}: must be one of "
-                                 f"{READOUT_INITS} (or None for the kind's default).")
+                raise ValueError(
+                    f"readout_init = {self.readout_init!r}: must be one of "
+                    f"{READOUT_INITS} (or None for the kind's default)."
+                )
             object.__setattr__(self, "readout_init", readout_init)
             heads = (self.num_heads, 1) if self.layer_heads is None else self.layer_heads
-            if (not isinstance(heads, (tuple, list)) or not heads
-                    or not all(_is_int(h) and h >= 1 for h in heads)):
-                raise ValueError(f"layer_heads = {self.layer_heads!r}: must be a non-empty tuple "
-                                 "of integers >= 1 (or None for (num_heads, 1)).")
+            if (
+                not isinstance(heads, (tuple, list))
+                or not heads
+                or not all(_is_int(h) and h >= 1 for h in heads)
+            ):
+                raise ValueError(
+                    f"layer_heads = {self.layer_heads!r}: must be a non-empty tuple "
+                    "of integers >= 1 (or None for (num_heads, 1))."
+                )
             object.__setattr__(self, "layer_heads", tuple(int(h) for h in heads))
             object.__setattr__(self, "num_heads", self.layer_heads[0])
         if self.head_dim is None and self.kind != "disentangled":
             object.__setattr__(self, "head_dim", self.width)
         if self.head_dim is not None and (not _is_int(self.head_dim) or self.head_dim < 1):
-            raise ValueError(f"head_dim = {self.head_dim!r}: must be an integer >= 1 "
-                             "(or None for the kind's default).")
+            raise ValueError(
+                f"head_dim = {self.head_dim!r}: must be an integer >= 1 "
+                "(or None for the kind's default)."
+            )
         object.__setattr__(self, "dtype", _float_dtype("dtype", self.dtype, True))
-        object.__setattr__(self, "param_dtype",
-                           _float_dtype("param_dtype", self.param_dtype, False))
+        object.__setattr__(
+            self, "param_dtype", _float_dtype("param_dtype", self.param_dtype, False)
+        )
 
     @property
     def width(self) -> int:
@@ -434,8 +469,16 @@ class NgramModel(nn.Module):
         widths = self.residual_widths
         if self.embedding == "learned":
             self.embed = Embedding(S, T, widths[0], self.dtype, pd)
-        self.layers = Layers(self.layer_heads, widths, self.head_dim, self.init_scale, self.mlp,
-                             self.kind == "disentangled", self.dtype, pd)
+        self.layers = Layers(
+            self.layer_heads,
+            widths,
+            self.head_dim,
+            self.init_scale,
+            self.mlp,
+            self.kind == "disentangled",
+            self.dtype,
+            pd,
+        )
         std = 0.0 if self.readout_init == "zero" else 1.0 / math.sqrt(widths[-1])
         self.readout = self.param("readout", _normal(std), (widths[-1], S), pd)
 
@@ -448,8 +491,10 @@ class NgramModel(nn.Module):
     def _check_tokens(self, x_BT) -> None:
         if np.shape(x_BT)[-1] != self.seq_len:
             what = "its A1 is T x T" if self.kind == "simplified" else "it embeds T positions"
-            raise ValueError(f"x has {np.shape(x_BT)[-1]} positions: the model was built for "
-                             f"seq_len = {self.seq_len} ({what}).")
+            raise ValueError(
+                f"x has {np.shape(x_BT)[-1]} positions: the model was built for "
+                f"seq_len = {self.seq_len} ({what})."
+            )
 
     # ----------------------------------------------------------------------------- forward
 
@@ -480,8 +525,9 @@ class NgramModel(nn.Module):
     def residual(self, x_BT: jax.Array, all_positions: bool = False) -> jax.Array:
         """(B, d_L) r_L[T] of a general model; (B, T, d_L) every position with all_positions."""
         if self.kind == "simplified":
-            raise ValueError("model.kind = 'simplified': use simplified_residual "
-                             "(its layer 2 reads r0).")
+            raise ValueError(
+                "model.kind = 'simplified': use simplified_residual (its layer 2 reads r0)."
+            )
         self._check_tokens(x_BT)
         return self.layers(self.r0(x_BT), all_positions)
 
@@ -491,10 +537,10 @@ class NgramModel(nn.Module):
         S = self.num_states
         r0_BTS = jax.nn.one_hot(x_BT, S, dtype=dtype)
         att_HTJ = self.layer1_attention().astype(dtype)
-        mixed_BHTS = jnp.einsum("htj,bjs->bhts", att_HTJ, r0_BTS)        # sum_j a_(j,t) r0[j]
+        mixed_BHTS = jnp.einsum("htj,bjs->bhts", att_HTJ, r0_BTS)  # sum_j a_(j,t) r0[j]
         if self.learn_value:
             (V1,) = _cast(self.dtype, self.V1)
-            mixed_BHTS = jnp.einsum("bhts,hus->bhtu", mixed_BHTS, V1)      # r V1^T
+            mixed_BHTS = jnp.einsum("bhts,hus->bhtu", mixed_BHTS, V1)  # r V1^T
         B, H, T, _ = mixed_BHTS.shape
         heads_BTX = jnp.moveaxis(mixed_BHTS, 1, 2).reshape(B, T, H * S)
         return jnp.concatenate([r0_BTS, heads_BTX], axis=-1)
@@ -546,8 +592,9 @@ def init_params(key: jax.Array, model: NgramModel, dtype=None) -> dict:
 
 @functools.lru_cache(maxsize=64)
 def _param_shapes(model: NgramModel) -> dict:
-    abstract = jax.eval_shape(lambda key: model.init(key, dummy_tokens(model))["params"],
-                              jax.random.key(0))
+    abstract = jax.eval_shape(
+        lambda key: model.init(key, dummy_tokens(model))["params"], jax.random.key(0)
+    )
     return jax.tree.map(lambda leaf: tuple(leaf.shape), abstract)
 
 
@@ -579,13 +626,15 @@ def embed(params, x_BT: jax.Array, model: NgramModel) -> jax.Array:
     return model.apply({"params": params}, x_BT, method=NgramModel.r0)
 
 
-def residual_stream(params, x_BT: jax.Array, model: NgramModel,
-                    all_positions: bool = False) -> jax.Array:
+def residual_stream(
+    params, x_BT: jax.Array, model: NgramModel, all_positions: bool = False
+) -> jax.Array:
     """(B, d_L) r_L[T] of a general model; (B, T, d_L) every position with all_positions (the last
     layer then also attends from every query row; its row T equals the default's output)."""
     if model.kind == "simplified":
-        raise ValueError("model.kind = 'simplified': use simplified_residual "
-                         "(its layer 2 reads r0).")
+        raise ValueError(
+            "model.kind = 'simplified': use simplified_residual (its layer 2 reads r0)."
+        )
     return model.apply({"params": params}, x_BT, all_positions, method=NgramModel.residual)
 
 
@@ -608,8 +657,10 @@ def layer1_attention(params, model: NgramModel, x_BT: jax.Array | None = None) -
     if model.kind == "simplified":
         return model.apply({"params": params}, method=NgramModel.layer1_attention)
     if x_BT is None:
-        raise ValueError(f"x_BT = None: kind = {model.kind!r} has input-dependent attention; "
-                         "pass the (B, T) sequences.")
+        raise ValueError(
+            f"x_BT = None: kind = {model.kind!r} has input-dependent attention; "
+            "pass the (B, T) sequences."
+        )
     model._check_tokens(x_BT)
     return model.apply({"params": params}, x_BT, method=NgramModel.layer1_attention)
 
@@ -638,7 +689,8 @@ def head_offset_attention(att, offsets=(1, 2, 3)) -> jax.Array:
     offsets = tuple(offsets) if isinstance(offsets, (tuple, list)) else (offsets,)
     if not offsets or not all(_is_int(o) and 1 <= o < T for o in offsets):
         raise ValueError(f"offsets = {offsets!r}: must be integers in 1..T-1 = 1..{T - 1}.")
-    per_offset = [jnp.mean(jnp.diagonal(att, offset=-o, axis1=-2, axis2=-1), axis=-1)
-                  for o in offsets]
+    per_offset = [
+        jnp.mean(jnp.diagonal(att, offset=-o, axis1=-2, axis2=-1), axis=-1) for o in offsets
+    ]
     summary = jnp.stack(per_offset, axis=-1)
     return jnp.mean(summary, axis=0) if att.ndim == 4 else summary

@@ -50,11 +50,18 @@ def _is_int(value) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
 
 
-SAMPLE_BLOCK = 4096     # population sets are drawn in blocks of this many sequences
+SAMPLE_BLOCK = 4096  # population sets are drawn in blocks of this many sequences
 
 
-def population_set(num_states: int, order_n: int, seq_len: int, alpha, num_sequences: int,
-                   seed: int = 0, init: str = "uniform"):
+def population_set(
+    num_states: int,
+    order_n: int,
+    seq_len: int,
+    alpha,
+    num_sequences: int,
+    seed: int = 0,
+    init: str = "uniform",
+):
     """(x_BT int32, target_BS float64): a fixed Monte-Carlo sample of the in-context n-gram task.
 
     Each sequence has its own Dirichlet(alpha) n-gram task (task.sample, notes §2.2); the target is
@@ -65,18 +72,32 @@ def population_set(num_states: int, order_n: int, seq_len: int, alpha, num_seque
     Results are cached (the arrays are immutable).
     """
     if alpha is None:
-        raise _checks.ArgumentTypeError("alpha = None: the task needs the Dirichlet concentration "
-                                        "alpha > 0.")
+        raise _checks.ArgumentTypeError(
+            "alpha = None: the task needs the Dirichlet concentration alpha > 0."
+        )
     task.validate_task(num_states, order_n, seq_len, alpha)
     _checks.real_array("alpha", alpha, scalar=True)
-    _checks.check_int("num_sequences", num_sequences, 2,
-                      "the Monte-Carlo set is split into two halves for gradient_norms")
+    _checks.check_int(
+        "num_sequences",
+        num_sequences,
+        2,
+        "the Monte-Carlo set is split into two halves for gradient_norms",
+    )
     _checks.check_int("seed", seed, meaning="the PRNG seed of the Monte-Carlo set")
     if init not in task.INITS:
-        raise ValueError(f"init = {init!r}: must be one of {task.INITS} "
-                         "(how the first n-1 tokens are drawn).")
-    return _population_set(int(num_states), int(order_n), int(seq_len), float(alpha),
-                           int(num_sequences), int(seed), init, _dtype())
+        raise ValueError(
+            f"init = {init!r}: must be one of {task.INITS} (how the first n-1 tokens are drawn)."
+        )
+    return _population_set(
+        int(num_states),
+        int(order_n),
+        int(seq_len),
+        float(alpha),
+        int(num_sequences),
+        int(seed),
+        init,
+        _dtype(),
+    )
 
 
 @functools.lru_cache(maxsize=8)
@@ -84,8 +105,9 @@ def _population_set(num_states, order_n, seq_len, alpha, num_sequences, seed, in
     key = jax.random.PRNGKey(seed)
     xs, ys = [], []
     for block in range(-(-num_sequences // SAMPLE_BLOCK)):
-        x_BT, target_BS, _ = task.sample(jax.random.fold_in(key, block), num_states, order_n,
-                                         seq_len, alpha, SAMPLE_BLOCK, init)
+        x_BT, target_BS, _ = task.sample(
+            jax.random.fold_in(key, block), num_states, order_n, seq_len, alpha, SAMPLE_BLOCK, init
+        )
         xs.append(x_BT)
         ys.append(target_BS)
     x_BT = jnp.concatenate(xs)[:num_sequences]
@@ -117,38 +139,49 @@ def population_loss(model: model_lib.NgramModel, x_BT, target_BS, floor: float =
 # --------------------------------------------------------------------------------------------------
 
 
-_UNSET = object()     # _validate's default: no k / c to check
+_UNSET = object()  # _validate's default: no k / c to check
 
 
 def _validate(num_states, order_n, seq_len, alpha, num_heads, k=_UNSET, c=_UNSET):
     if alpha is None:
-        raise _checks.ArgumentTypeError("alpha = None: the task needs the Dirichlet concentration "
-                                        "alpha > 0.")
+        raise _checks.ArgumentTypeError(
+            "alpha = None: the task needs the Dirichlet concentration alpha > 0."
+        )
     task.validate_task(num_states, order_n, seq_len, alpha)
     _checks.real_array("alpha", alpha, scalar=True)
     if num_heads is None:
         num_heads = order_n - 1
-    _checks.check_int("num_heads", num_heads,
-                      meaning="the first-layer heads m; the theory uses m = order_n - 1")
+    _checks.check_int(
+        "num_heads", num_heads, meaning="the first-layer heads m; the theory uses m = order_n - 1"
+    )
     if num_heads < 1:
-        raise ValueError(f"num_heads = {num_heads!r}: must be an integer >= 1 "
-                         "(the first-layer heads m; the theory uses m = order_n - 1).")
+        raise ValueError(
+            f"num_heads = {num_heads!r}: must be an integer >= 1 "
+            "(the first-layer heads m; the theory uses m = order_n - 1)."
+        )
     if k is not _UNSET:
         _checks.check_int("k", k, meaning="the order of the k-gram construction")
         if not 1 <= k <= order_n:
-            raise ValueError(f"k = {k!r}: a construction needs 1 <= k <= order_n = {order_n} "
-                             "(theta_*^k implements the in-context k-gram estimator).")
+            raise ValueError(
+                f"k = {k!r}: a construction needs 1 <= k <= order_n = {order_n} "
+                "(theta_*^k implements the in-context k-gram estimator)."
+            )
         if num_heads < k - 1:
-            raise ValueError(f"num_heads = {num_heads}: theta_*^{k} needs k - 1 = {k - 1} "
-                             "first-layer heads (one per history offset 1..k-1).")
+            raise ValueError(
+                f"num_heads = {num_heads}: theta_*^{k} needs k - 1 = {k - 1} "
+                "first-layer heads (one per history offset 1..k-1)."
+            )
     if c is not _UNSET:
         if c is None:
-            raise _checks.ArgumentTypeError("c = None: the construction needs c, a finite number "
-                                            "> 0 (the scale of the attention logits).")
+            raise _checks.ArgumentTypeError(
+                "c = None: the construction needs c, a finite number "
+                "> 0 (the scale of the attention logits)."
+            )
         _checks.real_array("c", c, scalar=True)
     if c is not _UNSET and not 0 < c < math.inf:
-        raise ValueError(f"c = {c!r}: must be a finite number > 0 "
-                         "(the scale of the attention logits).")
+        raise ValueError(
+            f"c = {c!r}: must be a finite number > 0 (the scale of the attention logits)."
+        )
     return num_heads
 
 
@@ -164,17 +197,21 @@ def construction_params(k: int, c, model: model_lib.NgramModel, dtype=None) -> d
     dtype = _dtype() if dtype is None else dtype
     S, T, m = model.num_states, model.seq_len, model.num_heads
     if not model.learn_value:
-        raise ValueError("learn_value = False: the constructions set V1 = 0 on inactive heads, so "
-                         "the model must learn V1 (learn_value=True).")
+        raise ValueError(
+            "learn_value = False: the constructions set V1 = 0 on inactive heads, so "
+            "the model must learn V1 (learn_value=True)."
+        )
     if model.head_dim < (k - 1) * S + S:
-        raise ValueError(f"head_dim = {model.head_dim}: theta_*^{k} needs head_dim >= k S = "
-                         f"{k * S} (rows hS + j, h <= k - 1).")
+        raise ValueError(
+            f"head_dim = {model.head_dim}: theta_*^{k} needs head_dim >= k S = "
+            f"{k * S} (rows hS + j, h <= k - 1)."
+        )
     pattern = np.zeros((m, T, T))
     for h in range(1, k):
         p = np.arange(T)
         pattern[h - 1, p, np.where(p >= h, p - h, 0)] = 1.0
     value = np.zeros((m, S, S))
-    value[:k - 1] = np.eye(S)
+    value[: k - 1] = np.eye(S)
     q2 = np.zeros((model.head_dim, model.width))
     k2 = np.zeros((model.head_dim, model.width))
     for h in range(1, k):
@@ -183,8 +220,12 @@ def construction_params(k: int, c, model: model_lib.NgramModel, dtype=None) -> d
             k2[h * S + j, h * S + j] = 1.0
     c = jnp.asarray(c, dtype)
     root = jnp.sqrt(c)
-    return {"A1": c * jnp.asarray(pattern, dtype), "V1": jnp.asarray(value, dtype),
-            "Q2": root * jnp.asarray(q2, dtype), "K2": root * jnp.asarray(k2, dtype)}
+    return {
+        "A1": c * jnp.asarray(pattern, dtype),
+        "V1": jnp.asarray(value, dtype),
+        "Q2": root * jnp.asarray(q2, dtype),
+        "K2": root * jnp.asarray(k2, dtype),
+    }
 
 
 def bigram_all_heads_params(c, model: model_lib.NgramModel, dtype=None) -> dict:
@@ -198,8 +239,9 @@ def bigram_all_heads_params(c, model: model_lib.NgramModel, dtype=None) -> dict:
     dtype = _dtype() if dtype is None else dtype
     S, T, m = model.num_states, model.seq_len, model.num_heads
     if model.head_dim < model.width:
-        raise ValueError(f"head_dim = {model.head_dim}: Eq. 30 needs head_dim >= (m + 1) S = "
-                         f"{model.width}.")
+        raise ValueError(
+            f"head_dim = {model.head_dim}: Eq. 30 needs head_dim >= (m + 1) S = {model.width}."
+        )
     p = np.arange(T)
     pattern = np.zeros((m, T, T))
     pattern[:, p, np.maximum(p - 1, 0)] = 1.0
@@ -211,18 +253,46 @@ def bigram_all_heads_params(c, model: model_lib.NgramModel, dtype=None) -> dict:
             k2[h * S + j, h * S + j] = 1.0
     c = jnp.asarray(c, dtype)
     root = jnp.sqrt(c)
-    return {"A1": c * jnp.asarray(pattern, dtype),
-            "V1": root * jnp.broadcast_to(jnp.eye(S, dtype=dtype), (m, S, S)),
-            "Q2": root * jnp.asarray(q2, dtype), "K2": root * jnp.asarray(k2, dtype)}
+    return {
+        "A1": c * jnp.asarray(pattern, dtype),
+        "V1": root * jnp.broadcast_to(jnp.eye(S, dtype=dtype), (m, S, S)),
+        "Q2": root * jnp.asarray(q2, dtype),
+        "K2": root * jnp.asarray(k2, dtype),
+    }
 
 
-def _population_point(params, model, name, meta, *, num_states, order_n, seq_len, alpha,
-                      num_sequences, seed, init, floor):
-    x_BT, target_BS = population_set(num_states, order_n, seq_len, alpha, num_sequences, seed,
-                                     init)
-    meta = dict(meta, model=model, x_BT=x_BT, target_BS=target_BS, floor=floor,
-                task=dict(num_states=num_states, order_n=order_n, seq_len=seq_len, alpha=alpha,
-                          num_sequences=num_sequences, seed=seed, init=init))
+def _population_point(
+    params,
+    model,
+    name,
+    meta,
+    *,
+    num_states,
+    order_n,
+    seq_len,
+    alpha,
+    num_sequences,
+    seed,
+    init,
+    floor,
+):
+    x_BT, target_BS = population_set(num_states, order_n, seq_len, alpha, num_sequences, seed, init)
+    meta = dict(
+        meta,
+        model=model,
+        x_BT=x_BT,
+        target_BS=target_BS,
+        floor=floor,
+        task=dict(
+            num_states=num_states,
+            order_n=order_n,
+            seq_len=seq_len,
+            alpha=alpha,
+            num_sequences=num_sequences,
+            seed=seed,
+            init=init,
+        ),
+    )
     return Point(params, population_loss(model, x_BT, target_BS, floor), name=name, meta=meta)
 
 
@@ -241,8 +311,9 @@ def saddle_spectrum(point: Point) -> np.ndarray:
         r1_BTX = model_lib.simplified_residual(params, x_BT, model)
         scores_BT = jnp.einsum("btx,xy,by->bt", r1_BTX, w.T, r1_BTX[:, -1])
         a2_BT = jax.nn.softmax(scores_BT, axis=-1)
-        probs_BS = jnp.einsum("bt,bts->bs", a2_BT,
-                              jax.nn.one_hot(x_BT, model.num_states, dtype=a2_BT.dtype))
+        probs_BS = jnp.einsum(
+            "bt,bts->bs", a2_BT, jax.nn.one_hot(x_BT, model.num_states, dtype=a2_BT.dtype)
+        )
         return jnp.mean(estimators.cross_entropy(probs_BS, target_BS, point.meta["floor"]))
 
     # score = <K2 r1[i], Q2 r1[T]> = r1[T]^T Q2^T K2 r1[i] = r1[T]^T W r1[i]
@@ -252,9 +323,20 @@ def saddle_spectrum(point: Point) -> np.ndarray:
     return np.sort(np.repeat(np.concatenate([sigma, -sigma]), model.head_dim))
 
 
-def theta_star(k: int, c, *, num_states: int, order_n: int, seq_len: int, alpha,
-               num_heads: int | None = None, num_sequences: int = 8192, seed: int = 0,
-               init: str = "uniform", floor: float = 1e-8) -> Point:
+def theta_star(
+    k: int,
+    c,
+    *,
+    num_states: int,
+    order_n: int,
+    seq_len: int,
+    alpha,
+    num_heads: int | None = None,
+    num_sequences: int = 8192,
+    seed: int = 0,
+    init: str = "uniform",
+    floor: float = 1e-8,
+) -> Point:
     """theta_*^k(c) of notes §4.4 (Def. A.2, Eqs. 8a-c), judged on population_set(..., seed).
 
     The simplified model with m = num_heads (default n - 1) heads, learned V1 and
@@ -263,83 +345,191 @@ def theta_star(k: int, c, *, num_states: int, order_n: int, seq_len: int, alpha,
     which differs from Def. 2.1 by O(1/T). Theorem 4.2: near-stationary as T, c -> inf together.
     """
     num_heads = _validate(num_states, order_n, seq_len, alpha, num_heads, k, c)
-    model = model_lib.NgramModel(kind="simplified", num_states=num_states, seq_len=seq_len,
-                                 num_heads=num_heads, learn_value=True, param_dtype=_dtype())
+    model = model_lib.NgramModel(
+        kind="simplified",
+        num_states=num_states,
+        seq_len=seq_len,
+        num_heads=num_heads,
+        learn_value=True,
+        param_dtype=_dtype(),
+    )
     params = construction_params(k, c, model)
-    meta = {"k": k, "c": float(c), "estimator": (
-        f"padded {k}-gram MLE (estimators.padded_kgram_estimate) as c -> inf; Def. 2.1 up to "
-        "O(1/T)" if k > 1 else "unigram MLE (estimators.kgram_estimate with k = 1), for every c")}
+    meta = {
+        "k": k,
+        "c": float(c),
+        "estimator": (
+            f"padded {k}-gram MLE (estimators.padded_kgram_estimate) as c -> inf; Def. 2.1 up to "
+            "O(1/T)"
+            if k > 1
+            else "unigram MLE (estimators.kgram_estimate with k = 1), for every c"
+        ),
+    }
     if k == 1:
         meta["prediction"] = (
             "exactly stationary for every T and c (Q2 = K2 = 0: the score is 0, so the output is "
             "the unigram MLE and every gradient block vanishes; notes §4.6 caveat 4, C5); strict "
             "saddle: the Hessian is zero outside the (Q2, K2) block, which has the symmetric "
-            "spectrum +-sigma_i(dL/d(Q2^T K2)), each d_h times (C9)")
+            "spectrum +-sigma_i(dL/d(Q2^T K2)), each d_h times (C9)"
+        )
         meta["focus_blocks"] = ["Q2", "K2"]
         name = f"theta_star^1 (unigram, c={float(c):g}, S={num_states}, n={order_n}, T={seq_len})"
     else:
         meta["prediction"] = (
             f"near-stationary as T, c -> inf (Thm 4.2): ||grad L|| = O(sqrt(c) E||p_tau(.|suffix) "
             f"- p_{k}||) + O(T sqrt(c) e^-c); inactive heads h >= {k} have exactly zero A1, V1 "
-            "gradients (C6); at fixed T the norm grows with c once zero counts dominate (§4.6)")
+            "gradients (C6); at fixed T the norm grows with c once zero counts dominate (§4.6)"
+        )
         name = f"theta_star^{k} (c={float(c):g}, S={num_states}, n={order_n}, T={seq_len})"
-    point = _population_point(params, model, name, meta, num_states=num_states, order_n=order_n,
-                              seq_len=seq_len, alpha=alpha, num_sequences=num_sequences,
-                              seed=seed, init=init, floor=floor)
+    point = _population_point(
+        params,
+        model,
+        name,
+        meta,
+        num_states=num_states,
+        order_n=order_n,
+        seq_len=seq_len,
+        alpha=alpha,
+        num_sequences=num_sequences,
+        seed=seed,
+        init=init,
+        floor=floor,
+    )
     if k == 1:
         point.meta["focus_prediction"] = saddle_spectrum(point)
     return point
 
 
-def unigram_point(c=1.0, *, num_states: int, order_n: int, seq_len: int, alpha,
-                  num_heads: int | None = None, num_sequences: int = 8192, seed: int = 0,
-                  init: str = "uniform", floor: float = 1e-8) -> Point:
+def unigram_point(
+    c=1.0,
+    *,
+    num_states: int,
+    order_n: int,
+    seq_len: int,
+    alpha,
+    num_heads: int | None = None,
+    num_sequences: int = 8192,
+    seed: int = 0,
+    init: str = "uniform",
+    floor: float = 1e-8,
+) -> Point:
     """theta_*^1 (every head off, Q2 = K2 = 0): the unigram point, exactly stationary (C5) and a
     strict saddle (C9). Every parameter is 0 whatever c is (k = 1 has no active head and no c-scaled
     entry); c only labels the point, for symmetry with theta_star.
     """
-    return theta_star(1, c, num_states=num_states, order_n=order_n, seq_len=seq_len,
-                      alpha=alpha, num_heads=num_heads, num_sequences=num_sequences, seed=seed,
-                      init=init, floor=floor)
+    return theta_star(
+        1,
+        c,
+        num_states=num_states,
+        order_n=order_n,
+        seq_len=seq_len,
+        alpha=alpha,
+        num_heads=num_heads,
+        num_sequences=num_sequences,
+        seed=seed,
+        init=init,
+        floor=floor,
+    )
 
 
-def bigram_point_all_heads(c, *, num_states: int, order_n: int, seq_len: int, alpha,
-                           num_heads: int | None = None, num_sequences: int = 8192,
-                           seed: int = 0, init: str = "uniform", floor: float = 1e-8) -> Point:
+def bigram_point_all_heads(
+    c,
+    *,
+    num_states: int,
+    order_n: int,
+    seq_len: int,
+    alpha,
+    num_heads: int | None = None,
+    num_sequences: int = 8192,
+    seed: int = 0,
+    init: str = "uniform",
+    floor: float = 1e-8,
+) -> Point:
     """App. F Eq. 30: every first-layer head attends to the (-1)-token (Fig. 3's bigram plateau).
 
     Parameters in `bigram_all_heads_params`; as c -> inf the model outputs the padded bigram
     estimator, like theta_*^2 (notes §4.4).
     """
     num_heads = _validate(num_states, order_n, seq_len, alpha, num_heads, c=c)
-    model = model_lib.NgramModel(kind="simplified", num_states=num_states, seq_len=seq_len,
-                                 num_heads=num_heads, learn_value=True, param_dtype=_dtype())
-    meta = {"k": 2, "c": float(c),
-            "estimator": "padded bigram MLE (estimators.padded_kgram_estimate, k = 2) as c -> inf",
-            "prediction": (f"near-stationary as T, c -> inf like theta_*^2 (App. F, Eq. 30): "
-                           f"every head on the (-1)-token, score {num_heads} c^(3/2) "
-                           "1{x_(i-1) = x_T}")}
+    model = model_lib.NgramModel(
+        kind="simplified",
+        num_states=num_states,
+        seq_len=seq_len,
+        num_heads=num_heads,
+        learn_value=True,
+        param_dtype=_dtype(),
+    )
+    meta = {
+        "k": 2,
+        "c": float(c),
+        "estimator": "padded bigram MLE (estimators.padded_kgram_estimate, k = 2) as c -> inf",
+        "prediction": (
+            f"near-stationary as T, c -> inf like theta_*^2 (App. F, Eq. 30): "
+            f"every head on the (-1)-token, score {num_heads} c^(3/2) "
+            "1{x_(i-1) = x_T}"
+        ),
+    }
     name = f"bigram, all heads on -1 (c={float(c):g}, S={num_states}, n={order_n}, T={seq_len})"
-    return _population_point(bigram_all_heads_params(c, model), model, name, meta,
-                             num_states=num_states, order_n=order_n, seq_len=seq_len, alpha=alpha,
-                             num_sequences=num_sequences, seed=seed, init=init, floor=floor)
+    return _population_point(
+        bigram_all_heads_params(c, model),
+        model,
+        name,
+        meta,
+        num_states=num_states,
+        order_n=order_n,
+        seq_len=seq_len,
+        alpha=alpha,
+        num_sequences=num_sequences,
+        seed=seed,
+        init=init,
+        floor=floor,
+    )
 
 
-def random_point(seed: int = 0, *, num_states: int, order_n: int, seq_len: int, alpha,
-                 num_heads: int | None = None, num_sequences: int = 8192, data_seed: int = 0,
-                 init: str = "uniform", floor: float = 1e-8) -> Point:
+def random_point(
+    seed: int = 0,
+    *,
+    num_states: int,
+    order_n: int,
+    seq_len: int,
+    alpha,
+    num_heads: int | None = None,
+    num_sequences: int = 8192,
+    data_seed: int = 0,
+    init: str = "uniform",
+    floor: float = 1e-8,
+) -> Point:
     """The authors' initialisation (model.init with jax.random.PRNGKey(seed)): A1 = 0,
     V1 ~ N(0, 1/S), Q2, K2 ~ N(0, 1/((m+1) S)); the set is population_set(..., data_seed)."""
     num_heads = _validate(num_states, order_n, seq_len, alpha, num_heads)
-    model = model_lib.NgramModel(kind="simplified", num_states=num_states, seq_len=seq_len,
-                                 num_heads=num_heads, learn_value=True, param_dtype=_dtype())
+    model = model_lib.NgramModel(
+        kind="simplified",
+        num_states=num_states,
+        seq_len=seq_len,
+        num_heads=num_heads,
+        learn_value=True,
+        param_dtype=_dtype(),
+    )
     params = model.init(jax.random.PRNGKey(seed), model_lib.dummy_tokens(model))["params"]
-    meta = {"prediction": "random initialisation: not a critical point (reference gradient norm "
-                          "0.06-0.18 at S=3, n=3, alpha=1; notes §4.7 C7)", "seed": seed}
+    meta = {
+        "prediction": "random initialisation: not a critical point (reference gradient norm "
+        "0.06-0.18 at S=3, n=3, alpha=1; notes §4.7 C7)",
+        "seed": seed,
+    }
     name = f"random init (seed {seed}, S={num_states}, n={order_n}, T={seq_len})"
-    return _population_point(params, model, name, meta, num_states=num_states, order_n=order_n,
-                             seq_len=seq_len, alpha=alpha, num_sequences=num_sequences,
-                             seed=data_seed, init=init, floor=floor)
+    return _population_point(
+        params,
+        model,
+        name,
+        meta,
+        num_states=num_states,
+        order_n=order_n,
+        seq_len=seq_len,
+        alpha=alpha,
+        num_sequences=num_sequences,
+        seed=data_seed,
+        init=init,
+        floor=floor,
+    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -387,10 +577,10 @@ def _block_vectors(tree) -> dict:
 @functools.partial(jax.jit, static_argnames=("model", "floor", "chunk_size"))
 def _gradient_statistics(params, x_BT, target_BS, *, model, floor, chunk_size):
     half = x_BT.shape[0] // 2
-    loss_a, grad_a = _chunked_grad(params, x_BT[:half], target_BS[:half], model, floor,
-                                   chunk_size)
-    loss_b, grad_b = _chunked_grad(params, x_BT[half:2 * half], target_BS[half:2 * half], model,
-                                   floor, chunk_size)
+    loss_a, grad_a = _chunked_grad(params, x_BT[:half], target_BS[:half], model, floor, chunk_size)
+    loss_b, grad_b = _chunked_grad(
+        params, x_BT[half : 2 * half], target_BS[half : 2 * half], model, floor, chunk_size
+    )
     blocks_a, blocks_b = _block_vectors(grad_a), _block_vectors(grad_b)
     stats = {"loss": 0.5 * (loss_a + loss_b)}
     for name in blocks_a:
@@ -403,12 +593,24 @@ def _gradient_statistics(params, x_BT, target_BS, *, model, floor, chunk_size):
     return stats
 
 
-def gradient_statistics(params, model: model_lib.NgramModel, x_BT, target_BS,
-                        floor: float = 1e-8, chunk_size: int = 2048) -> dict:
+def gradient_statistics(
+    params,
+    model: model_lib.NgramModel,
+    x_BT,
+    target_BS,
+    floor: float = 1e-8,
+    chunk_size: int = 2048,
+) -> dict:
     """`gradient_norms` for explicit (params, model, set): jitted once per (model, set shape,
     floor), so a sweep over c (params traced) compiles once."""
-    stats = _gradient_statistics(params, jnp.asarray(x_BT), jnp.asarray(target_BS), model=model,
-                                 floor=float(floor), chunk_size=int(chunk_size))
+    stats = _gradient_statistics(
+        params,
+        jnp.asarray(x_BT),
+        jnp.asarray(target_BS),
+        model=model,
+        floor=float(floor),
+        chunk_size=int(chunk_size),
+    )
     return {name: float(value) for name, value in stats.items()}
 
 
@@ -430,7 +632,10 @@ def gradient_norms(point: Point, chunk_size: int = 2048) -> dict:
     meta = point.meta
     missing = [key for key in ("model", "x_BT", "target_BS", "floor") if key not in meta]
     if missing:
-        raise ValueError(f"point.meta lacks {missing}: gradient_norms needs a point built by "
-                         "landscape.ngrams.points (or use gradient_statistics).")
-    return gradient_statistics(point.params, meta["model"], meta["x_BT"], meta["target_BS"],
-                               meta["floor"], chunk_size)
+        raise ValueError(
+            f"point.meta lacks {missing}: gradient_norms needs a point built by "
+            "landscape.ngrams.points (or use gradient_statistics)."
+        )
+    return gradient_statistics(
+        point.params, meta["model"], meta["x_BT"], meta["target_BS"], meta["floor"], chunk_size
+    )

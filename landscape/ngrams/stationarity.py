@@ -29,11 +29,15 @@ from landscape.ngrams import points
 
 def _estimator_losses(x_BT, target_BS, num_states, k, alpha, floor) -> dict:
     """Mean CE on the set of the k-gram estimators with the same floor (notes §4.1, §4.4)."""
-    probs = {"loss_padded": estimators.padded_kgram_estimate(x_BT, num_states, k),
-             "loss_mle": estimators.kgram_estimate(x_BT, num_states, k),
-             "loss_smoothed": estimators.smoothed_estimate(x_BT, num_states, k, alpha)}
-    return {name: float(jnp.mean(estimators.cross_entropy(p, target_BS, floor)))
-            for name, p in probs.items()}
+    probs = {
+        "loss_padded": estimators.padded_kgram_estimate(x_BT, num_states, k),
+        "loss_mle": estimators.kgram_estimate(x_BT, num_states, k),
+        "loss_smoothed": estimators.smoothed_estimate(x_BT, num_states, k, alpha),
+    }
+    return {
+        name: float(jnp.mean(estimators.cross_entropy(p, target_BS, floor)))
+        for name, p in probs.items()
+    }
 
 
 def _row(stats: dict, **fields) -> dict:
@@ -45,10 +49,24 @@ def _row(stats: dict, **fields) -> dict:
     return row
 
 
-def study(ks, cs, seq_lens, *, num_states: int = 3, order_n: int = 3, alpha: float = 1.0,
-          num_sequences: int = 16384, seed: int = 0, log_c0: float | None = None,
-          init: str = "uniform", floor: float = 1e-8, random_seed: int = 0,
-          gradients: bool = True, chunk_size: int = 2048, verbose: bool = False) -> list[dict]:
+def study(
+    ks,
+    cs,
+    seq_lens,
+    *,
+    num_states: int = 3,
+    order_n: int = 3,
+    alpha: float = 1.0,
+    num_sequences: int = 16384,
+    seed: int = 0,
+    log_c0: float | None = None,
+    init: str = "uniform",
+    floor: float = 1e-8,
+    random_seed: int = 0,
+    gradients: bool = True,
+    chunk_size: int = 2048,
+    verbose: bool = False,
+) -> list[dict]:
     """One row per (T, k, c), per (T, k) for c = log_c0 + log T, and per T for the random init.
 
     Row keys:
@@ -79,22 +97,46 @@ def study(ks, cs, seq_lens, *, num_states: int = 3, order_n: int = 3, alpha: flo
     for T in seq_lens:
         points._validate(num_states, order_n, T, alpha, None)
         if log_c0 is not None and not float(log_c0) + math.log(T) > 0:
-            raise ValueError(f"log_c0 = {log_c0!r}: c = log_c0 + log T = "
-                             f"{float(log_c0) + math.log(T):g} at T = {T} must be > 0.")
+            raise ValueError(
+                f"log_c0 = {log_c0!r}: c = log_c0 + log T = "
+                f"{float(log_c0) + math.log(T):g} at T = {T} must be > 0."
+            )
     rows = []
-    common = dict(S=num_states, n=order_n, alpha=alpha, num_sequences=num_sequences, seed=seed,
-                  floor=floor, init=init)
+    common = dict(
+        S=num_states,
+        n=order_n,
+        alpha=alpha,
+        num_sequences=num_sequences,
+        seed=seed,
+        floor=floor,
+        init=init,
+    )
     for T in seq_lens:
-        model = model_lib.NgramModel(kind="simplified", num_states=num_states, seq_len=T,
-                                     num_heads=order_n - 1, learn_value=True)
-        x_BT, target_BS = points.population_set(num_states, order_n, T, alpha, num_sequences,
-                                                seed, init)
+        model = model_lib.NgramModel(
+            kind="simplified",
+            num_states=num_states,
+            seq_len=T,
+            num_heads=order_n - 1,
+            learn_value=True,
+        )
+        x_BT, target_BS = points.population_set(
+            num_states, order_n, T, alpha, num_sequences, seed, init
+        )
         if gradients:
-            grads = functools.partial(points.gradient_statistics, model=model, x_BT=x_BT,
-                                      target_BS=target_BS, floor=floor, chunk_size=chunk_size)
+            grads = functools.partial(
+                points.gradient_statistics,
+                model=model,
+                x_BT=x_BT,
+                target_BS=target_BS,
+                floor=floor,
+                chunk_size=chunk_size,
+            )
         else:
-            loss_at = jax.jit(functools.partial(points._mean_ce, x_BT=x_BT, target_BS=target_BS,
-                                                model=model, floor=floor))
+            loss_at = jax.jit(
+                functools.partial(
+                    points._mean_ce, x_BT=x_BT, target_BS=target_BS, model=model, floor=floor
+                )
+            )
             grads = lambda params: {"loss": float(loss_at(params))}
         for k in ks:
             estimator = _estimator_losses(x_BT, target_BS, num_states, k, alpha, floor)
@@ -103,16 +145,29 @@ def study(ks, cs, seq_lens, *, num_states: int = 3, order_n: int = 3, alpha: flo
                 scales.append(("log", float(log_c0) + math.log(T)))
             for rule, c in scales:
                 stats = grads(points.construction_params(k, c, model))
-                rows.append(_row(stats, point="theta_star", rule=rule, k=k, c=c, T=T,
-                                 **estimator, **common))
+                rows.append(
+                    _row(stats, point="theta_star", rule=rule, k=k, c=c, T=T, **estimator, **common)
+                )
                 if verbose:
-                    print(f"T={T} k={k} c={c:.3g}: loss {stats['loss']:.4f}, grad "
-                          f"{stats.get('unbiased', math.nan):.4g} (noise "
-                          f"{stats.get('noise', math.nan):.2g})", flush=True)
-        params = model_lib.init_params(jax.random.PRNGKey(random_seed), model,
-                                       points._dtype())
-        rows.append(_row(grads(params), point="random", rule="init", k=None, c=math.nan, T=T,
-                         random_seed=random_seed, **common))
+                    print(
+                        f"T={T} k={k} c={c:.3g}: loss {stats['loss']:.4f}, grad "
+                        f"{stats.get('unbiased', math.nan):.4g} (noise "
+                        f"{stats.get('noise', math.nan):.2g})",
+                        flush=True,
+                    )
+        params = model_lib.init_params(jax.random.PRNGKey(random_seed), model, points._dtype())
+        rows.append(
+            _row(
+                grads(params),
+                point="random",
+                rule="init",
+                k=None,
+                c=math.nan,
+                T=T,
+                random_seed=random_seed,
+                **common,
+            )
+        )
     return rows
 
 
@@ -146,10 +201,12 @@ def table(rows: list[dict]) -> str:
     log_ks = sorted({row["k"] for row in rows if row["rule"] == "log"})
     width = 10
     first = rows[0]
-    lines = [f"||grad L(theta_*^k(c))||, unbiased estimate sign(<g_A, g_B>) sqrt|<g_A, g_B>| "
-             f"(S={first['S']}, n={first['n']}, alpha={first['alpha']:g}, "
-             f"{first['num_sequences']} sequences = 2 halves; '~': <= noise floor "
-             "||g_A - g_B||/2)"]
+    lines = [
+        f"||grad L(theta_*^k(c))||, unbiased estimate sign(<g_A, g_B>) sqrt|<g_A, g_B>| "
+        f"(S={first['S']}, n={first['n']}, alpha={first['alpha']:g}, "
+        f"{first['num_sequences']} sequences = 2 halves; '~': <= noise floor "
+        "||g_A - g_B||/2)"
+    ]
     header = f"{'T':>5} |" + "".join(f"{f'k={k} c={c:g}':>{width}}" for k, c in fixed)
     log_rows = [row for row in rows if row["rule"] == "log"]
     c0 = f"{log_rows[0]['c'] - math.log(log_rows[0]['T']):.3g}" if log_rows else ""
@@ -167,27 +224,59 @@ def table(rows: list[dict]) -> str:
             line += _grid_cell(match[0], width + 3) if match else f"{'-':>{width + 3}}"
         random_rows = [r for r in at_T if r["point"] == "random"]
         line += _grid_cell(random_rows[0], width) if random_rows else f"{'-':>{width}}"
-        construction_noise = [r["grad_noise"] for r in at_T
-                              if r["point"] == "theta_star" and "grad_noise" in r]
-        line += _fmt(float(np.median(construction_noise)) if construction_noise else math.nan,
-                     width)
+        construction_noise = [
+            r["grad_noise"] for r in at_T if r["point"] == "theta_star" and "grad_noise" in r
+        ]
+        line += _fmt(
+            float(np.median(construction_noise)) if construction_noise else math.nan, width
+        )
         lines.append(line)
     lines += ["", "noise: median noise floor of the construction rows at that T", ""]
-    columns = ["T", "k", "c", "rule", "grad", "noise", "plain", "A1", "V1", "Q2", "K2", "loss",
-               "padded", "mle", "+alpha"]
+    columns = [
+        "T",
+        "k",
+        "c",
+        "rule",
+        "grad",
+        "noise",
+        "plain",
+        "A1",
+        "V1",
+        "Q2",
+        "K2",
+        "loss",
+        "padded",
+        "mle",
+        "+alpha",
+    ]
     lines.append("".join(f"{name:>10}" for name in columns))
-    for row in sorted(rows, key=lambda r: (r["T"], r["k"] if r["k"] is not None else 99,
-                                           r["rule"], 0 if math.isnan(r["c"]) else r["c"])):
-        cells = [f"{row['T']:>10}", f"{'-' if row['k'] is None else row['k']:>10}",
-                 _fmt(row["c"]), f"{row['rule']:>10}"]
-        cells += [_fmt(row.get(name, math.nan)) for name in
-                  ("grad_unbiased", "grad_noise", "grad_plain")]
+    for row in sorted(
+        rows,
+        key=lambda r: (
+            r["T"],
+            r["k"] if r["k"] is not None else 99,
+            r["rule"],
+            0 if math.isnan(r["c"]) else r["c"],
+        ),
+    ):
+        cells = [
+            f"{row['T']:>10}",
+            f"{'-' if row['k'] is None else row['k']:>10}",
+            _fmt(row["c"]),
+            f"{row['rule']:>10}",
+        ]
+        cells += [
+            _fmt(row.get(name, math.nan)) for name in ("grad_unbiased", "grad_noise", "grad_plain")
+        ]
         cells += [_fmt(row.get(f"grad_unbiased/{block}", math.nan)) for block in points.BLOCKS]
-        cells += [_fmt(row["loss"])] + [_fmt(row.get(name)) for name in
-                                         ("loss_padded", "loss_mle", "loss_smoothed")]
+        cells += [_fmt(row["loss"])] + [
+            _fmt(row.get(name)) for name in ("loss_padded", "loss_mle", "loss_smoothed")
+        ]
         lines.append("".join(cells))
-    lines.append("(A1..K2: per-block unbiased norms; padded/mle/+alpha: the k-gram estimators' "
-                 "losses on the same set)")
+    lines.append(
+        "(A1..K2: per-block unbiased norms; padded/mle/+alpha: the k-gram estimators' "
+        "losses on the same set)"
+    )
     return "\n".join(lines)
 
 
@@ -210,8 +299,10 @@ def plot(rows: list[dict], path):
     if not ks:
         raise ValueError("rows: no theta_star rows to plot (run study with ks non-empty).")
     if any("grad_unbiased" not in row for row in rows):
-        raise ValueError("rows: no gradient statistics to plot (study(..., gradients=False) "
-                         "rows; use plot_loss_vs_c, or run study with gradients=True).")
+        raise ValueError(
+            "rows: no gradient statistics to plot (study(..., gradients=False) "
+            "rows; use plot_loss_vs_c, or run study with gradients=True)."
+        )
     random_rows = sorted((row for row in rows if row["point"] == "random"), key=lambda r: r["T"])
     fig, axes = plotting.subplots(1, len(ks), width=4.0, height=3.8, sharey=True)
     cs = sorted({row["c"] for row in star if row["rule"] == "fixed"})
@@ -221,11 +312,25 @@ def plot(rows: list[dict], path):
         panel = [row for row in star if row["k"] == k]
         seq_lens = sorted({row["T"] for row in panel})
         noise = [[row["grad_noise"] for row in panel if row["T"] == T] for T in seq_lens]
-        ax.fill_between(seq_lens, [min(n) for n in noise], [max(n) for n in noise],
-                        color="0.6", alpha=0.2, linewidth=0, label="noise floors (MC s.e.)")
-        series = [(f"c = {c:g}", color, 1.4, "o",
-                   [row for row in panel if row["rule"] == "fixed" and row["c"] == c])
-                  for c, color in zip(cs, colors)]
+        ax.fill_between(
+            seq_lens,
+            [min(n) for n in noise],
+            [max(n) for n in noise],
+            color="0.6",
+            alpha=0.2,
+            linewidth=0,
+            label="noise floors (MC s.e.)",
+        )
+        series = [
+            (
+                f"c = {c:g}",
+                color,
+                1.4,
+                "o",
+                [row for row in panel if row["rule"] == "fixed" and row["c"] == c],
+            )
+            for c, color in zip(cs, colors)
+        ]
         log_rows = [row for row in panel if row["rule"] == "log"]
         if log_rows:
             c0 = log_rows[0]["c"] - math.log(log_rows[0]["T"])
@@ -240,19 +345,40 @@ def plot(rows: list[dict], path):
             value = np.array([row["grad_unbiased"] for row in line_rows])
             floor = np.array([row["grad_noise"] for row in line_rows])
             style = ":" if label == "random init" else "-"
-            ax.plot(T_, np.where(value > 0, value, np.nan), style, marker=marker, color=color,
-                    label=label, linewidth=width, markersize=4)
-            floor = np.where(floor > 0, floor, np.nan)       # k = 1: exactly 0, no floor
+            ax.plot(
+                T_,
+                np.where(value > 0, value, np.nan),
+                style,
+                marker=marker,
+                color=color,
+                label=label,
+                linewidth=width,
+                markersize=4,
+            )
+            floor = np.where(floor > 0, floor, np.nan)  # k = 1: exactly 0, no floor
             ax.plot(T_, floor, "--", color=color, linewidth=0.8, alpha=0.6)
             low = (value <= 0) & np.isfinite(floor)
             if low.any():
-                ax.plot(T_[low], floor[low], "v", markerfacecolor="none", color=color,
-                        markersize=7, label=below_label)
+                ax.plot(
+                    T_[low],
+                    floor[low],
+                    "v",
+                    markerfacecolor="none",
+                    color=color,
+                    markersize=7,
+                    label=below_label,
+                )
                 below_label = None
         ax.plot([], [], "--", color="0.3", linewidth=0.8, label="noise floor of each curve")
         if all(row["grad_plain"] == 0 for row in panel):
-            ax.text(0.5, 0.75, "||grad L|| = 0 exactly\n(Q2 = K2 = 0, notes C5)",
-                    transform=ax.transAxes, ha="center", va="center")
+            ax.text(
+                0.5,
+                0.75,
+                "||grad L|| = 0 exactly\n(Q2 = K2 = 0, notes C5)",
+                transform=ax.transAxes,
+                ha="center",
+                va="center",
+            )
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xticks(seq_lens, [str(T) for T in seq_lens])
@@ -262,9 +388,11 @@ def plot(rows: list[dict], path):
         ax.grid(True, which="both", alpha=0.25)
     axes[0][0].set_ylabel(r"$\|\nabla L(\theta_*^k(c))\|$  (unbiased, two halves)")
     axes[0][-1].legend(fontsize=7.5, loc="upper left", bbox_to_anchor=(1.02, 1.0))
-    fig.suptitle(f"Near-stationarity of the k-gram constructions (Thm 4.2): S={first['S']}, "
-                 f"n={first['n']}, alpha={first['alpha']:g}, {first['num_sequences']} sequences "
-                 "per T")
+    fig.suptitle(
+        f"Near-stationarity of the k-gram constructions (Thm 4.2): S={first['S']}, "
+        f"n={first['n']}, alpha={first['alpha']:g}, {first['num_sequences']} sequences "
+        "per T"
+    )
     return plotting.save(fig, path)
 
 
@@ -294,17 +422,40 @@ def plot_loss_vs_c(rows: list[dict], path):
             loss = np.array([row["loss"] for row in line])
             best = int(np.argmin(loss))
             color = colors[k]
-            label = (rf"$\theta_*^{{{k}}}(c)$: min {loss[best]:.3f} at c = {c_[best]:g}" if k > 1
-                     else rf"$\theta_*^1$ (the same for every c): {loss[best]:.3f}")
+            label = (
+                rf"$\theta_*^{{{k}}}(c)$: min {loss[best]:.3f} at c = {c_[best]:g}"
+                if k > 1
+                else rf"$\theta_*^1$ (the same for every c): {loss[best]:.3f}"
+            )
             ax.plot(c_, loss, "-o", color=color, markersize=3, label=label)
-            ax.plot(c_[best], loss[best], "*", color=color, markersize=13,
-                    markeredgecolor="black", markeredgewidth=0.5)
-            smoothed, padded, mle = (line[0]["loss_smoothed"], line[0]["loss_padded"],
-                                     line[0]["loss_mle"])
-            ax.axhline(smoothed, color=color, linestyle="--", linewidth=1.1,
-                       label=f"{k}-gram add-alpha: {smoothed:.3f}")
-            ax.axhline(padded, color=color, linestyle=":", linewidth=1.3,
-                       label=f"padded {k}-gram MLE (c->inf): {padded:.3f}; Def. 2.1: {mle:.3f}")
+            ax.plot(
+                c_[best],
+                loss[best],
+                "*",
+                color=color,
+                markersize=13,
+                markeredgecolor="black",
+                markeredgewidth=0.5,
+            )
+            smoothed, padded, mle = (
+                line[0]["loss_smoothed"],
+                line[0]["loss_padded"],
+                line[0]["loss_mle"],
+            )
+            ax.axhline(
+                smoothed,
+                color=color,
+                linestyle="--",
+                linewidth=1.1,
+                label=f"{k}-gram add-alpha: {smoothed:.3f}",
+            )
+            ax.axhline(
+                padded,
+                color=color,
+                linestyle=":",
+                linewidth=1.3,
+                label=f"padded {k}-gram MLE (c->inf): {padded:.3f}; Def. 2.1: {mle:.3f}",
+            )
             lows += [loss.min(), smoothed]
             highs += [loss[0], smoothed]
         low, high = min(lows), max(highs)
@@ -315,6 +466,8 @@ def plot_loss_vs_c(rows: list[dict], path):
         ax.set_title(f"T = {T}")
         ax.grid(True, alpha=0.25)
         ax.legend(fontsize=6.5, loc="upper left", bbox_to_anchor=(1.02, 1.0))
-    fig.suptitle(rf"Loss at $\theta_*^k(c)$ vs c (C8): S={first['S']}, n={first['n']}, "
-                 f"alpha={first['alpha']:g}, {first['num_sequences']} sequences")
+    fig.suptitle(
+        rf"Loss at $\theta_*^k(c)$ vs c (C8): S={first['S']}, n={first['n']}, "
+        f"alpha={first['alpha']:g}, {first['num_sequences']} sequences"
+    )
     return plotting.save(fig, path)

@@ -50,31 +50,37 @@ def validate_task(num_states, order_n, seq_len=None, alpha=None) -> None:
     """
     _checks.check_int("num_states", num_states, meaning="the vocabulary size S")
     if num_states < 2:
-        raise ValueError(f"num_states = {num_states!r}: must be an integer >= 2 "
-                         "(the vocabulary size S).")
+        raise ValueError(
+            f"num_states = {num_states!r}: must be an integer >= 2 (the vocabulary size S)."
+        )
     _checks.check_int("order_n", order_n, meaning="the n-gram order n")
     if order_n < 2:
-        raise ValueError(f"order_n = {order_n!r}: must be >= 2 "
-                         "(an n-gram task needs at least a bigram).")
+        raise ValueError(
+            f"order_n = {order_n!r}: must be >= 2 (an n-gram task needs at least a bigram)."
+        )
     if seq_len is not None:
         _checks.check_int("seq_len", seq_len, meaning="the sequence length T")
         if seq_len <= order_n:
-            raise ValueError(f"seq_len = {seq_len!r}: must be an integer > order_n = {order_n} "
-                             "(the first n-1 tokens are the initial context).")
+            raise ValueError(
+                f"seq_len = {seq_len!r}: must be an integer > order_n = {order_n} "
+                "(the first n-1 tokens are the initial context)."
+            )
     if alpha is not None and not isinstance(alpha, jax.core.Tracer):
         _checks.real_array("alpha", alpha, scalar=False)
         arr = np.asarray(alpha, dtype=np.float64)
         bad = ~(arr > 0.0)
         if np.any(bad):
             shown = arr[bad].flat[0] if arr.ndim else arr.item()
-            raise ValueError(f"alpha = {shown:g}: must be > 0 "
-                             "(the Dirichlet concentration of every row).")
+            raise ValueError(
+                f"alpha = {shown:g}: must be > 0 (the Dirichlet concentration of every row)."
+            )
 
 
 def _validate_init(init) -> None:
     if init not in INITS:
-        raise ValueError(f"init = {init!r}: must be one of {INITS} "
-                         "(how the first n-1 tokens are drawn).")
+        raise ValueError(
+            f"init = {init!r}: must be one of {INITS} (how the first n-1 tokens are drawn)."
+        )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -85,8 +91,9 @@ def _validate_init(init) -> None:
 def sample_tasks(key, num_states: int, order_n: int, alpha, batch_size: int) -> jax.Array:
     """P (B, S^(n-1), S): every context row ~ Dir(alpha 1_S), i.i.d. (notes §2.2 step 1)."""
     if alpha is None:
-        raise _checks.ArgumentTypeError("alpha = None: sample_tasks needs the Dirichlet "
-                                        "concentration alpha > 0.")
+        raise _checks.ArgumentTypeError(
+            "alpha = None: sample_tasks needs the Dirichlet concentration alpha > 0."
+        )
     validate_task(num_states, order_n, alpha=alpha)
     _checks.check_int("batch_size", batch_size, 1, "the number of tasks")
     return _sample_tasks(key, num_states, order_n, alpha, batch_size)
@@ -124,7 +131,7 @@ def _log_gamma(key, alpha, shape, dtype) -> jax.Array:
     def body(state):
         key, log_g_N, done_N = state
         key, key_round = jax.random.split(key)
-        idx_R = jnp.nonzero(~done_N, size=refill, fill_value=size)[0]   # size: out of range
+        idx_R = jnp.nonzero(~done_N, size=refill, fill_value=size)[0]  # size: out of range
         cand_R, ok_R = propose(key_round, refill)
         old_R = log_g_N.at[idx_R].get(mode="fill", fill_value=0.0)
         log_g_N = log_g_N.at[idx_R].set(jnp.where(ok_R, cand_R, old_R), mode="drop")
@@ -132,8 +139,7 @@ def _log_gamma(key, alpha, shape, dtype) -> jax.Array:
 
     key_first, key_loop, key_boost = jax.random.split(key, 3)
     log_g_N, done_N = propose(key_first, size)
-    state = jax.lax.while_loop(lambda state: ~jnp.all(state[2]), body,
-                               (key_loop, log_g_N, done_N))
+    state = jax.lax.while_loop(lambda state: ~jnp.all(state[2]), body, (key_loop, log_g_N, done_N))
     u = jax.random.uniform(key_boost, shape, dtype, minval=jnp.finfo(dtype).tiny)
     return state[1].reshape(shape) + jnp.log(u) / alpha
 
@@ -178,8 +184,9 @@ def _encode(tokens_BO, num_states) -> jax.Array:
     return jnp.sum(tokens_BO * powers_O, axis=1).astype(jnp.int32)
 
 
-def sample_sequences(key, P_BCS, num_states: int, order_n: int, seq_len: int,
-                     init: str = "uniform"):
+def sample_sequences(
+    key, P_BCS, num_states: int, order_n: int, seq_len: int, init: str = "uniform"
+):
     """(x_BT int32, target_BS) for given tasks P_BCS (notes §2.2 steps 2-4).
 
     init "uniform": x_1..x_{n-1} i.i.d. uniform (the authors' code); "stationary": the first window
@@ -188,15 +195,17 @@ def sample_sequences(key, P_BCS, num_states: int, order_n: int, seq_len: int,
     validate_task(num_states, order_n, seq_len)
     _validate_init(init)
     if np.ndim(P_BCS) != 3 or np.shape(P_BCS)[1:] != (num_states ** (order_n - 1), num_states):
-        raise ValueError(f"P_BCS has shape {np.shape(P_BCS)}: must be (batch, S^(n-1), S) = "
-                         f"(batch, {num_states ** (order_n - 1)}, {num_states}).")
+        raise ValueError(
+            f"P_BCS has shape {np.shape(P_BCS)}: must be (batch, S^(n-1), S) = "
+            f"(batch, {num_states ** (order_n - 1)}, {num_states})."
+        )
     return _sample_sequences(key, P_BCS, num_states, order_n, seq_len, init)
 
 
 @functools.partial(jax.jit, static_argnums=(2, 3, 4, 5))
 def _sample_sequences(key, P_BCS, num_states, order_n, seq_len, init):
     order = order_n - 1
-    num_contexts = num_states ** order
+    num_contexts = num_states**order
     batch_size = P_BCS.shape[0]
     key_init, key_roll = jax.random.split(key)
     if init == "uniform":
@@ -207,7 +216,7 @@ def _sample_sequences(key, P_BCS, num_states, order_n, seq_len, init):
         c_B = jax.random.categorical(key_init, jnp.log(pi_BC), axis=-1).astype(jnp.int32)
         first_BO = _digits(c_B, num_states, order_n).astype(jnp.int32)
     # inverse CDF against the current context's row; the last cut (~1) is never needed
-    cuts_BCS = jnp.cumsum(P_BCS, axis=-1)[:, :, :num_states - 1]
+    cuts_BCS = jnp.cumsum(P_BCS, axis=-1)[:, :, : num_states - 1]
     u_RB = jax.random.uniform(key_roll, (seq_len - order, batch_size), P_BCS.dtype)
     batch_B = jnp.arange(batch_size)
 
@@ -220,8 +229,9 @@ def _sample_sequences(key, P_BCS, num_states, order_n, seq_len, init):
     return x_BT, P_BCS[batch_B, c_B]
 
 
-def sample(key, num_states: int, order_n: int, seq_len: int, alpha, batch_size: int,
-           init: str = "uniform"):
+def sample(
+    key, num_states: int, order_n: int, seq_len: int, alpha, batch_size: int, init: str = "uniform"
+):
     """(x_BT int32, target_BS, P_BCS): the per-sequence n-gram sampler (notes §2.2).
 
     Per sequence: P ~ Dirichlet rows, the first n-1 tokens from `init` (see `sample_sequences`),
@@ -229,8 +239,9 @@ def sample(key, num_states: int, order_n: int, seq_len: int, alpha, batch_size: 
     p_tau(x_{T+1} = . | x^T)).
     """
     if alpha is None:
-        raise _checks.ArgumentTypeError("alpha = None: sample needs the Dirichlet concentration "
-                                        "alpha > 0.")
+        raise _checks.ArgumentTypeError(
+            "alpha = None: sample needs the Dirichlet concentration alpha > 0."
+        )
     validate_task(num_states, order_n, seq_len, alpha)
     _validate_init(init)
     _checks.check_int("batch_size", batch_size, 1, "the number of sequences")
@@ -260,7 +271,7 @@ def lower_order_conditional(P_CS, pi_C, num_states: int, order_n: int, k: int) -
     if not 1 <= k <= order_n:
         raise ValueError(f"k = {k!r}: must be in 1..order_n = {order_n} (the k-gram order).")
     suffixes = num_states ** (k - 1)
-    prefixes = num_states ** (order_n - k)         # the marginalised oldest o - l tokens w
+    prefixes = num_states ** (order_n - k)  # the marginalised oldest o - l tokens w
     pi_WU = pi_C.reshape(prefixes, suffixes)
     joint_US = jnp.sum((pi_C[:, None] * P_CS).reshape(prefixes, suffixes, num_states), axis=0)
     return joint_US / jnp.sum(pi_WU, axis=0)[:, None]

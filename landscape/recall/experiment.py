@@ -35,40 +35,71 @@ from landscape.recall.figures import FIGURES
 
 FLOW_TRACED = ("init.eps", "init.beta_shape", "init.stage", "init.big")
 SGD_TRACED = ("optim.lr", "init.eps")
-CLAIM_SETS = ("first_jump", "ei_tail", "later_jumps", "stages", "fig1", "dp_vs_ce", "ablations",
-              "none")
+CLAIM_SETS = (
+    "first_jump",
+    "ei_tail",
+    "later_jumps",
+    "stages",
+    "fig1",
+    "dp_vs_ce",
+    "ablations",
+    "none",
+)
 
 
 def default_config() -> ml_collections.ConfigDict:
     """Every field a recall config may set (defaults: the notes' Fig. 1 setting, §5)."""
     c = ml_collections.ConfigDict()
     c.name = "recall"
-    c.experiment = "sgd"                 # flow | sgd
+    c.experiment = "sgd"  # flow | sgd
     c.seed = 0
     c.num_seeds = 1
     c.task = dict(k=4, num_responses=4)
-    c.model = dict(num_heads=4, window=True, exact_query=True, response_only=True, gamma=0.0,
-                   loss="dp", qk="beta", scale=1.0,
-                   dtype="")                 # computation dtype ("" = the params'; half = autocast)
+    c.model = dict(
+        num_heads=4,
+        window=True,
+        exact_query=True,
+        response_only=True,
+        gamma=0.0,
+        loss="dp",
+        qk="beta",
+        scale=1.0,
+        dtype="",
+    )  # computation dtype ("" = the params'; half = autocast)
     c.init = dict(
-        kind="shape",                    # shape: beta = eps*shape | first_jump: I_1 | later_jump: I_h
-        eps=0.02, beta_shape=[1.0, 0.5, 0.25, 0.1],
-        w_noise=0.0,                     # shape: w(0) = eps * w_noise * N(0, 1)
-        stage=2, big=6.0)                # later_jump: h and the macroscopic scale c = c1
+        kind="shape",  # shape: beta = eps*shape | first_jump: I_1 | later_jump: I_h
+        eps=0.02,
+        beta_shape=[1.0, 0.5, 0.25, 0.1],
+        w_noise=0.0,  # shape: w(0) = eps * w_noise * N(0, 1)
+        stage=2,
+        big=6.0,
+    )  # later_jump: h and the macroscopic scale c = c1
     c.flow = dict(
-        tau_max=250.0,                   # saves on tau = eps*t in [0, tau_max] (linear) ...
+        tau_max=250.0,  # saves on tau = eps*t in [0, tau_max] (linear) ...
         num_saves=4000,
-        zoom=500.0, zoom_saves=5000,     # extra saves within +-zoom time units of the theory's
-                                         # jump time (first_jump / later_jump inits), so jump
-                                         # widths (O(1) time units) are resolved at any eps
-        log_time=False, t_max=1e12,      # ... or log-spaced t in [1e-2, t_max]
-        rtol=1e-10, atol=1e-12, max_steps=200_000)
+        zoom=500.0,
+        zoom_saves=5000,  # extra saves within +-zoom time units of the theory's
+        # jump time (first_jump / later_jump inits), so jump
+        # widths (O(1) time units) are resolved at any eps
+        log_time=False,
+        t_max=1e12,  # ... or log-spaced t in [1e-2, t_max]
+        rtol=1e-10,
+        atol=1e-12,
+        max_steps=200_000,
+    )
     c.optim = training.default_optim_config()
     c.optim.momentum = 0.9
     c.optim.lr = 1.0
-    c.train = dict(batch_size=64, num_steps=3000, log_every=10, chunk_steps=0,
-                   sampler="collisions",  # collisions | tokens | population (full-batch GD)
-                   dtype="float64", on_nonfinite="stop", **training.default_averaging())
+    c.train = dict(
+        batch_size=64,
+        num_steps=3000,
+        log_every=10,
+        chunk_steps=0,
+        sampler="collisions",  # collisions | tokens | population (full-batch GD)
+        dtype="float64",
+        on_nonfinite="stop",
+        **training.default_averaging(),
+    )
     c.sweep = ml_collections.ConfigDict()
     c.variants = []
     c.claims = "none"
@@ -83,8 +114,12 @@ def validate(cfg) -> None:
     """One clear ConfigError for the first field that is unknown, of the wrong kind, out of range
     or inconsistent with another, in any program of the sweep; nothing is built."""
     config_lib.validate_cells(
-        cfg, default_config(), lambda c: FLOW_TRACED if c.experiment == "flow" else SGD_TRACED,
-        _validate_cell, before=_validate_run)
+        cfg,
+        default_config(),
+        lambda c: FLOW_TRACED if c.experiment == "flow" else SGD_TRACED,
+        _validate_cell,
+        before=_validate_run,
+    )
     config_lib.check_memory(memory_estimate(cfg))  # before compiling: shape arithmetic
 
 
@@ -97,18 +132,26 @@ def _validate_run(cfg) -> None:
     choice(cfg, "claims", CLAIM_SETS)
     config_lib.require_seeds(cfg)
     flow_run = cfg.experiment == "flow"
-    config_lib.require(cfg.claims not in (SGD_CLAIMS if flow_run else FLOW_CLAIMS), "claims",
-                       cfg.claims, "one of " + ", ".join(repr(c) for c in (
-                           FLOW_CLAIMS if flow_run else SGD_CLAIMS) + ("none",))
-                       + f" for experiment = {cfg.experiment!r}")
+    config_lib.require(
+        cfg.claims not in (SGD_CLAIMS if flow_run else FLOW_CLAIMS),
+        "claims",
+        cfg.claims,
+        "one of "
+        + ", ".join(repr(c) for c in (FLOW_CLAIMS if flow_run else SGD_CLAIMS) + ("none",))
+        + f" for experiment = {cfg.experiment!r}",
+    )
     unused = ("optim", "train") if flow_run else ("flow",)
     changed = list(config_lib.flatten(cfg.get("sweep") or {}))
     for variant in cfg.get("variants") or []:
         changed += list(config_lib.flatten(variant)) if isinstance(variant, dict) else []
     for path in changed:
-        config_lib.require(path.split(".")[0] not in unused, "experiment", cfg.experiment,
-                           f"{'sgd' if flow_run else 'flow'!r} for a sweep or variant over "
-                           f"{path} ({cfg.experiment} runs do not read it)")
+        config_lib.require(
+            path.split(".")[0] not in unused,
+            "experiment",
+            cfg.experiment,
+            f"{'sgd' if flow_run else 'flow'!r} for a sweep or variant over "
+            f"{path} ({cfg.experiment} runs do not read it)",
+        )
 
 
 def _validate_cell(cfg) -> None:
@@ -117,8 +160,12 @@ def _validate_cell(cfg) -> None:
     r(cfg, "task.k", low=2, high=6, integer=True)
     r(cfg, "task.num_responses", low=2, integer=True)
     k = cfg.task.k
-    config_lib.require(cfg.model.num_heads in (k - 1, k), "model.num_heads", cfg.model.num_heads,
-                       f"k - 1 or k (task.k = {k})")
+    config_lib.require(
+        cfg.model.num_heads in (k - 1, k),
+        "model.num_heads",
+        cfg.model.num_heads,
+        f"k - 1 or k (task.k = {k})",
+    )
     choice(cfg, "model.loss", ("dp", "ce"))
     choice(cfg, "model.qk", ("beta", "full"))
     r(cfg, "model.scale", low=0, low_open=True)
@@ -132,8 +179,9 @@ def _validate_cell(cfg) -> None:
     H = cfg.model.num_heads
     choice(cfg, "init.kind", ("shape", "first_jump", "later_jump"))
     r(cfg, "init.eps", low=0, low_open=True)
-    config_lib.require_numbers(cfg, "init.beta_shape", length=H,
-                               length_of=f"one per head, model.num_heads = {H}")
+    config_lib.require_numbers(
+        cfg, "init.beta_shape", length=H, length_of=f"one per head, model.num_heads = {H}"
+    )
     r(cfg, "init.w_noise", low=0)
     r(cfg, "init.stage", low=2, high=H, integer=True)
     r(cfg, "init.big", low=0, low_open=True)
@@ -154,23 +202,43 @@ def _validate_cell(cfg) -> None:
     config_lib.require_nonfinite_policy(cfg)
     training.validate_averaging(cfg)
     if cfg.experiment == "flow":
-        config_lib.require(cfg.train.metrics_at == "current", "train.metrics_at",
-                           cfg.train.metrics_at, "'current' for experiment = 'flow' (gradient "
-                           "flow's trajectory has no stochastic parameters to average)")
-        config_lib.require(flow.has_closed_form(model) and cfg.model.loss == "dp",
-                           "experiment", "flow", "'sgd' unless the model is the simplified one "
-                           "(window, exact_query, response_only, qk='beta') with the DP loss: "
-                           "gradient flow runs on the closed-form population loss")
+        config_lib.require(
+            cfg.train.metrics_at == "current",
+            "train.metrics_at",
+            cfg.train.metrics_at,
+            "'current' for experiment = 'flow' (gradient "
+            "flow's trajectory has no stochastic parameters to average)",
+        )
+        config_lib.require(
+            flow.has_closed_form(model) and cfg.model.loss == "dp",
+            "experiment",
+            "flow",
+            "'sgd' unless the model is the simplified one "
+            "(window, exact_query, response_only, qk='beta') with the DP loss: "
+            "gradient flow runs on the closed-form population loss",
+        )
     else:
-        config_lib.require(cfg.init.kind == "shape", "init.kind", cfg.init.kind,
-                           "'shape' for experiment = 'sgd' (the jump inits are gradient flow's)")
+        config_lib.require(
+            cfg.init.kind == "shape",
+            "init.kind",
+            cfg.init.kind,
+            "'shape' for experiment = 'sgd' (the jump inits are gradient flow's)",
+        )
         if cfg.train.sampler != "tokens":
-            config_lib.require(flow.has_closed_form(model), "train.sampler",
-                               cfg.train.sampler, "'tokens' unless the model is the simplified "
-                               "one (the collision sampler and the closed form need A0-A3)")
-        config_lib.require(cfg.train.sampler != "population" or cfg.model.loss == "dp",
-                           "train.sampler", cfg.train.sampler, "'collisions' or 'tokens' for "
-                           "model.loss = 'ce' (the population CE loss has no closed form)")
+            config_lib.require(
+                flow.has_closed_form(model),
+                "train.sampler",
+                cfg.train.sampler,
+                "'tokens' unless the model is the simplified "
+                "one (the collision sampler and the closed form need A0-A3)",
+            )
+        config_lib.require(
+            cfg.train.sampler != "population" or cfg.model.loss == "dp",
+            "train.sampler",
+            cfg.train.sampler,
+            "'collisions' or 'tokens' for "
+            "model.loss = 'ce' (the population CE loss has no closed form)",
+        )
 
 
 def needs_x64(cfg) -> bool:
@@ -178,20 +246,28 @@ def needs_x64(cfg) -> bool:
     return True
 
 
-
 def _cells(cfg) -> list[tuple[dict, ml_collections.ConfigDict]]:
     """[(fields, cell config)]: one compiled program per variant x structural sweep value."""
     traced = FLOW_TRACED if cfg.experiment == "flow" else SGD_TRACED
-    return [(fields, config_lib.with_fields(cfg, fields))
-            for fields in config_lib.structural_cells(cfg, traced)]
+    return [
+        (fields, config_lib.with_fields(cfg, fields))
+        for fields in config_lib.structural_cells(cfg, traced)
+    ]
 
 
 # ----------------------------------------------------------------------------- memory
 
 
-_BASELINE_BYTES = 6e8       # the interpreter, JAX and XLA's compiled programs
-_MEMORY_FIELDS = ("train.batch_size", "flow.num_saves", "flow.zoom_saves", "num_seeds",
-                  "task.k", "task.num_responses", "model.num_heads")
+_BASELINE_BYTES = 6e8  # the interpreter, JAX and XLA's compiled programs
+_MEMORY_FIELDS = (
+    "train.batch_size",
+    "flow.num_saves",
+    "flow.zoom_saves",
+    "num_seeds",
+    "task.k",
+    "task.num_responses",
+    "model.num_heads",
+)
 
 
 def _cell_bytes(v: dict) -> tuple[float, str]:
@@ -202,19 +278,23 @@ def _cell_bytes(v: dict) -> tuple[float, str]:
     collision sampler: k! draws per sequence) forward and backward, and the losses on the host."""
     k, R, H = v["task.k"], v["task.num_responses"], v["model.num_heads"]
     perms, vocab = math.factorial(k), k + R
-    L = math.factorial(k + 1) + k               # tokens per sequence (task.sequence_length)
+    L = math.factorial(k + 1) + k  # tokens per sequence (task.sequence_length)
     window = k if v["model.window"] else L
     width = (H + 1) * vocab
     params = H + H * window + (width * width if v["model.qk"] != "beta" else 0)
     if v["experiment"] == "flow":
         runs = config_lib.traced_runs(v, FLOW_TRACED) // v["num_seeds"]
         saves = v["flow.num_saves"]
-        if v["flow.zoom"] and not v["flow.log_time"] and v["init.kind"] in ("first_jump",
-                                                                            "later_jump"):
+        if (
+            v["flow.zoom"]
+            and not v["flow.log_time"]
+            and v["init.kind"] in ("first_jump", "later_jump")
+        ):
             saves += v["flow.zoom_saves"]
-        need = runs * saves * (3 * params + 8) * 8     # stages, 20 x 8000 saves: 0.56 GB in all
-        return _BASELINE_BYTES + need, (f"{runs} flow(s) x {saves} saves of {params} parameters "
-                                        "and the loss")
+        need = runs * saves * (3 * params + 8) * 8  # stages, 20 x 8000 saves: 0.56 GB in all
+        return _BASELINE_BYTES + need, (
+            f"{runs} flow(s) x {saves} saves of {params} parameters and the loss"
+        )
     runs = config_lib.traced_runs(v, SGD_TRACED)
     B, steps = v["train.batch_size"], v["train.num_steps"]
     if v["train.sampler"] == "collisions":
@@ -223,10 +303,13 @@ def _cell_bytes(v: dict) -> tuple[float, str]:
         per_sequence = L * vocab * (H + 2) + H * L * window + width * L
     else:
         per_sequence, B = 64 * perms * (H + vocab), 1
-    need = runs * (4 * B * per_sequence * 8 + 512 * (L * vocab * (H + 2) + H * L * window)
-                   * 8) + runs * steps * 8 * 2
-    return _BASELINE_BYTES + need, (f"{runs} run(s) x a step on {B} sequences "
-                                    f"({format_bytes(4 * per_sequence * 8)} each)")
+    need = (
+        runs * (4 * B * per_sequence * 8 + 512 * (L * vocab * (H + 2) + H * L * window) * 8)
+        + runs * steps * 8 * 2
+    )
+    return _BASELINE_BYTES + need, (
+        f"{runs} run(s) x a step on {B} sequences ({format_bytes(4 * per_sequence * 8)} each)"
+    )
 
 
 def memory_estimate(cfg) -> config_lib.MemoryEstimate:
@@ -247,13 +330,18 @@ def run(cfg, workdir: records.Workdir, progress=print) -> dict[str, Any]:
     if progress:
         model = model_lib.from_config(cells[0][1])
         params = model.init(jax.random.key(0), jnp.zeros((1, model.seq_len), jnp.int32))["params"]
-        progress(f"model: RecallModel, {precision.of(cfg.train.dtype, cfg.model.dtype).name}\n"
-                 + params_table(params))
+        progress(
+            f"model: RecallModel, {precision.of(cfg.train.dtype, cfg.model.dtype).name}\n"
+            + params_table(params)
+        )
     for i, (fields, cell) in enumerate(cells):
         if fields and progress:
             progress("program " + ", ".join(f"{k}={v}" for k, v in fields.items()))
-        result = (run_flow(cell, progress) if cfg.experiment == "flow"
-                  else run_sgd(cell, fields, workdir, progress))
+        result = (
+            run_flow(cell, progress)
+            if cfg.experiment == "flow"
+            else run_sgd(cell, fields, workdir, progress)
+        )
         result["fields"] = fields
         groups.append(result)
         prefix = f"cell{i}_" if len(cells) > 1 else ""
@@ -262,9 +350,12 @@ def run(cfg, workdir: records.Workdir, progress=print) -> dict[str, Any]:
             workdir.append_metrics(_flow_rows(result, fields))
     claims = CLAIMS[cfg.claims](cfg, groups)
     figures = [str(p) for p in FIGURES[cfg.experiment](cfg, groups, workdir)]
-    return workdir.finish(claims, progress, figures=figures,
-                          seconds={k: sum(g["seconds"][k] for g in groups)
-                                   for k in ("compile", "run")})
+    return workdir.finish(
+        claims,
+        progress,
+        figures=figures,
+        seconds={k: sum(g["seconds"][k] for g in groups) for k in ("compile", "run")},
+    )
 
 
 def _flow_inits(cfg) -> tuple[list[dict], Any]:
@@ -296,24 +387,46 @@ def run_flow(cfg, progress=print) -> dict[str, Any]:
     else:
         save_times = np.linspace(0.0, f.tau_max, f.num_saves)[None, :] / eps[:, None]
         if f.zoom and cfg.init.kind in ("first_jump", "later_jump"):
-            save_times = np.stack([_with_zoom(ts, _predicted_jump(cfg, point), f)
-                                   for ts, point in zip(save_times, grid)])
+            save_times = np.stack(
+                [
+                    _with_zoom(ts, _predicted_jump(cfg, point), f)
+                    for ts, point in zip(save_times, grid)
+                ]
+            )
     settings = gradient_flow.FlowSettings(rtol=f.rtol, atol=f.atol, max_steps=f.max_steps)
     start = time.perf_counter()
-    params, loss, ok = flow.population_flow(model_lib.from_config(cfg), params0, jnp.asarray(save_times),
-                                            settings)
+    params, loss, ok = flow.population_flow(
+        model_lib.from_config(cfg), params0, jnp.asarray(save_times), settings
+    )
     seconds = time.perf_counter() - start
     if not ok.all():
         bad = [grid[i] for i in np.flatnonzero(~ok)]
-        raise config_lib.ConfigError(f"gradient flow stopped early for {bad}: raise flow.max_steps "
-                           f"(= {f.max_steps}) or lower flow.t_max / flow.tau_max.")
+        raise config_lib.ConfigError(
+            f"gradient flow stopped early for {bad}: raise flow.max_steps "
+            f"(= {f.max_steps}) or lower flow.t_max / flow.tau_max."
+        )
     if progress:
-        progress(f"gradient flow: {len(grid)} runs x {f.num_saves} saves in {seconds:.1f} s "
-                 "(compile included)")
-    arrays = {"times": save_times, "loss": loss, "beta": params["beta"], "w": params["w"],
-              "eps": eps}
-    return dict(grid=grid, eps=eps, times=save_times, loss=loss, params=params, arrays=arrays,
-                cfg=cfg, seconds={"compile": 0.0, "run": seconds})  # flow time includes compile
+        progress(
+            f"gradient flow: {len(grid)} runs x {f.num_saves} saves in {seconds:.1f} s "
+            "(compile included)"
+        )
+    arrays = {
+        "times": save_times,
+        "loss": loss,
+        "beta": params["beta"],
+        "w": params["w"],
+        "eps": eps,
+    }
+    return dict(
+        grid=grid,
+        eps=eps,
+        times=save_times,
+        loss=loss,
+        params=params,
+        arrays=arrays,
+        cfg=cfg,
+        seconds={"compile": 0.0, "run": seconds},
+    )  # flow time includes compile
 
 
 def _predicted_jump(cfg, point) -> float:
@@ -327,8 +440,7 @@ def _with_zoom(ts: np.ndarray, center: float, f) -> np.ndarray:
     if not np.isfinite(center):  # no jump predicted (stage k): spread the extra saves evenly
         extra = np.linspace(ts[0], ts[-1], f.zoom_saves + 2)[1:-1]
     else:
-        extra = np.linspace(max(center - f.zoom, 0.0), min(center + f.zoom, ts[-1]),
-                            f.zoom_saves)
+        extra = np.linspace(max(center - f.zoom, 0.0), min(center + f.zoom, ts[-1]), f.zoom_saves)
     merged = np.sort(np.concatenate([ts, extra]))
     merged[1:] = np.maximum(merged[1:], np.nextafter(merged[:-1], np.inf))  # strictly increasing
     return merged
@@ -341,8 +453,13 @@ def _flow_rows(result, fields) -> list[dict]:
     step = max(1, times.shape[1] // 200)
     for r, point in enumerate(result["grid"]):
         for s in range(0, times.shape[1], step):
-            row = {"run": r, **fields, **{k: v for k, v in point.items()},
-                   "t": float(times[r, s]), "loss": float(loss[r, s])}
+            row = {
+                "run": r,
+                **fields,
+                **{k: v for k, v in point.items()},
+                "t": float(times[r, s]),
+                "loss": float(loss[r, s]),
+            }
             row.update({f"beta_{h + 1}": float(beta[r, s, h]) for h in range(beta.shape[-1])})
             rows.append(row)
     return rows
@@ -357,16 +474,34 @@ def run_sgd(cfg, fields, workdir, progress=print) -> dict[str, Any]:
     def init(key, hp):
         return flow.init_shape(model, hp["init.eps"], shape, key if w_noise else None, w_noise)
 
-    problem = flow.sgd_problem(model, batch_size=cfg.train.batch_size, sampler=cfg.train.sampler,
-                               init_fn=init)
-    grid = sweeps.Grid.make(config_lib.traced_axes(cfg, SGD_TRACED),
-                            np.arange(cfg.seed, cfg.seed + cfg.num_seeds))
-    result = sweeps.run(problem, cfg.optim, {"optim.lr": cfg.optim.lr, "init.eps": cfg.init.eps},
-                        grid, dtype=np.dtype(cfg.train.dtype), progress=progress,
-                        workdir=workdir, record_tags=dict(fields), **sweeps.train_options(cfg))
-    arrays = {"losses": result.losses, "seeds": result.seeds,
-              "snapshot_steps": result.snapshot_steps,
-              **{k.replace(".", "_"): v for k, v in result.hparams.items()},
-              **{f"snapshot_{k}": v for k, v in result.snapshots.items()}}
-    return dict(result=result, grid=grid, arrays=arrays, cfg=cfg,
-                seconds={"compile": result.compile_seconds, "run": result.run_seconds})
+    problem = flow.sgd_problem(
+        model, batch_size=cfg.train.batch_size, sampler=cfg.train.sampler, init_fn=init
+    )
+    grid = sweeps.Grid.make(
+        config_lib.traced_axes(cfg, SGD_TRACED), np.arange(cfg.seed, cfg.seed + cfg.num_seeds)
+    )
+    result = sweeps.run(
+        problem,
+        cfg.optim,
+        {"optim.lr": cfg.optim.lr, "init.eps": cfg.init.eps},
+        grid,
+        dtype=np.dtype(cfg.train.dtype),
+        progress=progress,
+        workdir=workdir,
+        record_tags=dict(fields),
+        **sweeps.train_options(cfg),
+    )
+    arrays = {
+        "losses": result.losses,
+        "seeds": result.seeds,
+        "snapshot_steps": result.snapshot_steps,
+        **{k.replace(".", "_"): v for k, v in result.hparams.items()},
+        **{f"snapshot_{k}": v for k, v in result.snapshots.items()},
+    }
+    return dict(
+        result=result,
+        grid=grid,
+        arrays=arrays,
+        cfg=cfg,
+        seconds={"compile": result.compile_seconds, "run": result.run_seconds},
+    )

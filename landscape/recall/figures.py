@@ -23,11 +23,16 @@ def figures_flow(cfg, groups, workdir):
         for r, point in enumerate(g["grid"]):
             x = g["times"][r] if log_time else g["eps"][r] * g["times"][r]
             label = ", ".join(f"{k.split('.')[-1]}={v}" for k, v in point.items())
-            line, = ax_loss.plot(x, g["loss"][r], label=label, linewidth=1.2)
+            (line,) = ax_loss.plot(x, g["loss"][r], label=label, linewidth=1.2)
             if r == int(np.argmin(g["eps"])) or len(g["grid"]) <= 4:
                 for h in range(g["params"]["beta"].shape[-1]):
-                    ax_beta.plot(x, g["params"]["beta"][r, :, h], color=line.get_color(),
-                                 alpha=1.0 - 0.2 * h, linewidth=1)
+                    ax_beta.plot(
+                        x,
+                        g["params"]["beta"][r, :, h],
+                        color=line.get_color(),
+                        alpha=1.0 - 0.2 * h,
+                        linewidth=1,
+                    )
         for level in L:
             ax_loss.axhline(level, color="gray", linestyle=":", linewidth=0.8)
         xlabel = "t" if log_time else r"$\varepsilon t$"
@@ -58,22 +63,35 @@ def _plot_stages(cfg, g, workdir, index):
     colors = plotting.plt.cm.viridis(np.linspace(0, 0.9, len(eps_values)))
     fig, axes = plotting.subplots(2, len(shapes), width=3.0, height=2.5, sharex=True)
     for j, shape in enumerate(shapes):
-        runs = [r for r, p in enumerate(g["grid"])
-                if tuple(config_lib.with_fields(cfg, p).init.beta_shape) == shape]
+        runs = [
+            r
+            for r, p in enumerate(g["grid"])
+            if tuple(config_lib.with_fields(cfg, p).init.beta_shape) == shape
+        ]
         for r in runs:
             color = colors[eps_values.index(g["eps"][r])]
-            axes[0, j].plot(g["eps"][r] * g["times"][r], g["loss"][r], color=color,
-                            linewidth=1.2, label=f"eps={g['eps'][r]:g}")
-        taus = theory.vanishing_init_jumps(np.asarray(shape), cfg.task.k,
-                                           cfg.task.num_responses)["taus"]
+            axes[0, j].plot(
+                g["eps"][r] * g["times"][r],
+                g["loss"][r],
+                color=color,
+                linewidth=1.2,
+                label=f"eps={g['eps'][r]:g}",
+            )
+        taus = theory.vanishing_init_jumps(np.asarray(shape), cfg.task.k, cfg.task.num_responses)[
+            "taus"
+        ]
         x = np.linspace(0, cfg.flow.tau_max, 3000)
-        axes[0, j].plot(x, L[np.searchsorted(taus, x, side="right")], "k--", linewidth=1,
-                        label="eps -> 0 limit")
+        axes[0, j].plot(
+            x, L[np.searchsorted(taus, x, side="right")], "k--", linewidth=1, label="eps -> 0 limit"
+        )
         axes[0, j].set_title(f"beta(0) = eps x {list(shape)}", fontsize=8)
         smallest = min(runs, key=lambda r: g["eps"][r])
         for h in range(g["params"]["beta"].shape[-1]):
-            axes[1, j].plot(g["eps"][smallest] * g["times"][smallest],
-                            g["params"]["beta"][smallest, :, h], label=f"head {h + 1}")
+            axes[1, j].plot(
+                g["eps"][smallest] * g["times"][smallest],
+                g["params"]["beta"][smallest, :, h],
+                label=f"head {h + 1}",
+            )
         axes[1, j].set_xlabel(r"$\varepsilon t$")
     axes[0, 0].set_ylabel("population loss")
     axes[1, 0].set_ylabel(rf"$\beta_h$ at eps = {min(eps_values):g}")
@@ -90,10 +108,18 @@ def _plot_first_jump_scaling(cfg, g, workdir):
     fig, axes = plotting.subplots(1, 1, width=4.2, height=3.2)
     ax = axes[0, 0]
     ax.plot(eps, eps_T, "o-", label="gradient flow")
-    ax.axhline(eps[0] * theory.jump_time(k, nr, eps[0]), color="k", linestyle="--",
-               label=r"$\pi k\,k!/(2A\sqrt{2(k-1)/k})$")
-    ax.set(xscale="log", xlabel=r"$\varepsilon$", ylabel=r"$\varepsilon\,T_{mid}$",
-           title="first plateau length ~ 1/eps")
+    ax.axhline(
+        eps[0] * theory.jump_time(k, nr, eps[0]),
+        color="k",
+        linestyle="--",
+        label=r"$\pi k\,k!/(2A\sqrt{2(k-1)/k})$",
+    )
+    ax.set(
+        xscale="log",
+        xlabel=r"$\varepsilon$",
+        ylabel=r"$\varepsilon\,T_{mid}$",
+        title="first plateau length ~ 1/eps",
+    )
     ax.legend(fontsize=7)
     return plotting.save(fig, workdir.figure_path("first_jump_scaling"))
 
@@ -123,11 +149,16 @@ def figures_sgd(cfg, groups, workdir):
         fig, axes = plotting.subplots(1, len(picks), width=2.6, height=2.4)
         for ax, p in zip(axes[0], picks):
             attention = res.snapshots["attention"][0, p]
-            plotting.heatmap(ax, attention, row_labels=[f"head {h + 1}" for h in
-                                                        range(attention.shape[0])],
-                             col_labels=[str(o + 1) for o in range(attention.shape[1])],
-                             title=f"step {steps[p]} (L = {loss0[p]:.3f})", vmin=0, vmax=1,
-                             colorbar=ax is axes[0, -1])
+            plotting.heatmap(
+                ax,
+                attention,
+                row_labels=[f"head {h + 1}" for h in range(attention.shape[0])],
+                col_labels=[str(o + 1) for o in range(attention.shape[1])],
+                title=f"step {steps[p]} (L = {loss0[p]:.3f})",
+                vmin=0,
+                vmax=1,
+                colorbar=ax is axes[0, -1],
+            )
             ax.set_xlabel("offset")
         paths.append(plotting.save(fig, workdir.figure_path(f"fig1_attention{i}")))
     return paths

@@ -23,14 +23,17 @@ from landscape.recall import task as task_lib
 
 def _check_model(model, caller: str) -> None:
     if not isinstance(model, model_lib.RecallModel):
-        raise TypeError(f"{caller} expects a landscape.recall.RecallModel (e.g. RecallModel(k=3, "
-                        f"num_responses=3)) as model; got {type(model).__name__}.")
+        raise TypeError(
+            f"{caller} expects a landscape.recall.RecallModel (e.g. RecallModel(k=3, "
+            f"num_responses=3)) as model; got {type(model).__name__}."
+        )
 
 
 def _check_eps(eps) -> None:
     """eps > 0 (elementwise for an array; a traced eps, in a sweep, is not checked)."""
-    _checks.check_real("eps", eps, low=0, low_open=True, scalar=False,
-                       meaning="the initialisation scale")
+    _checks.check_real(
+        "eps", eps, low=0, low_open=True, scalar=False, meaning="the initialisation scale"
+    )
 
 
 def init_first_jump(model: model_lib.RecallModel, eps) -> dict:
@@ -45,10 +48,17 @@ def init_later_jump(model: model_lib.RecallModel, eps, stage: int, big) -> dict:
     """I_h (notes §2.3): heads < h macroscopic (beta = big, w^i = big e_i), beta_h = eps, rest 0."""
     _check_model(model, "init_later_jump")
     _check_eps(eps)
-    _checks.check_int("stage", stage, 1, "the head h that jumps next, 1..num_heads",
-                      high=model.num_heads)
-    _checks.check_real("big", big, low=0, low_open=True, scalar=False,
-                       meaning="the macroscopic scale of the heads before h")
+    _checks.check_int(
+        "stage", stage, 1, "the head h that jumps next, 1..num_heads", high=model.num_heads
+    )
+    _checks.check_real(
+        "big",
+        big,
+        low=0,
+        low_open=True,
+        scalar=False,
+        meaning="the macroscopic scale of the heads before h",
+    )
     heads = jnp.arange(model.num_heads)
     beta = jnp.where(heads < stage - 1, big, jnp.where(heads == stage - 1, eps, 0.0))
     w = jnp.where((heads < stage - 1)[:, None], big * jnp.eye(model.num_heads, model.k), 0.0)
@@ -61,9 +71,11 @@ def init_shape(model: model_lib.RecallModel, eps, beta_shape, key=None, w_noise=
     _check_eps(eps)
     _checks.check_real("beta_shape", beta_shape, scalar=False, meaning="one entry per head")
     if np.shape(beta_shape) != (model.num_heads,):
-        raise ValueError(f"beta_shape has shape {np.shape(beta_shape)}: must be "
-                         f"({model.num_heads},), one entry per head (num_heads = "
-                         f"{model.num_heads}).")
+        raise ValueError(
+            f"beta_shape has shape {np.shape(beta_shape)}: must be "
+            f"({model.num_heads},), one entry per head (num_heads = "
+            f"{model.num_heads})."
+        )
     _checks.check_key("key", key)
     _checks.check_real("w_noise", w_noise, low=0, meaning="the relative scale of the w noise")
     beta = eps * jnp.asarray(beta_shape)
@@ -77,8 +89,12 @@ def init_shape(model: model_lib.RecallModel, eps, beta_shape, key=None, w_noise=
 # ----------------------------------------------------------------------------- gradient flow
 
 
-def population_flow(model: model_lib.RecallModel, params0, save_times,
-                    settings: gradient_flow.FlowSettings = gradient_flow.FlowSettings()):
+def population_flow(
+    model: model_lib.RecallModel,
+    params0,
+    save_times,
+    settings: gradient_flow.FlowSettings = gradient_flow.FlowSettings(),
+):
     """Gradient flow on the exact DP population loss for a batch of runs (leading axis R).
 
     save_times: (R, S) times per run. Returns (params (R, S, ...), loss (R, S), ok (R,)).
@@ -96,14 +112,16 @@ def _compiled_flow(model: model_lib.RecallModel, settings: gradient_flow.FlowSet
     def one_run(params0, save_times):
         params, ok = gradient_flow.gradient_flow(loss_fn, params0, save_times, settings)
         return params, jax.vmap(loss_fn)(params), ok
+
     return jax.jit(jax.vmap(one_run))
 
 
 # ----------------------------------------------------------------------------- SGD / GD problems
 
 
-def sgd_problem(model: model_lib.RecallModel, *, batch_size: int, sampler: str, init_fn,
-                eval_size: int = 512) -> training.Problem:
+def sgd_problem(
+    model: model_lib.RecallModel, *, batch_size: int, sampler: str, init_fn, eval_size: int = 512
+) -> training.Problem:
     """The recall task for the training engine: fresh batches each step.
 
     sampler: "collisions" (exact fast sampler of notes §1; simplified model only), "tokens" (the
@@ -117,7 +135,8 @@ def sgd_problem(model: model_lib.RecallModel, *, batch_size: int, sampler: str, 
     eval_tokens = eval_target = None
     if not closed_form:
         eval_tokens, eval_target = task_lib.sample_tokens(
-            jax.random.key(12345), model.k, model.num_responses, eval_size)
+            jax.random.key(12345), model.k, model.num_responses, eval_size
+        )
 
     def loss(params, key, hp):
         if sampler == "population":
@@ -129,16 +148,23 @@ def sgd_problem(model: model_lib.RecallModel, *, batch_size: int, sampler: str, 
         return model_lib.loss_tokens(params, tokens, target, model), {}
 
     def snapshot(params, hp):
-        eval_loss = (model_lib.population_loss(params, dp) if closed_form else
-                     model_lib.loss_tokens(params, eval_tokens, eval_target, dp))
-        out = {"eval_loss": eval_loss, "w_sum": params["w"].sum(axis=-1),
-               "attention": model_lib.layer1_attention(params, model)}
+        eval_loss = (
+            model_lib.population_loss(params, dp)
+            if closed_form
+            else model_lib.loss_tokens(params, eval_tokens, eval_target, dp)
+        )
+        out = {
+            "eval_loss": eval_loss,
+            "w_sum": params["w"].sum(axis=-1),
+            "attention": model_lib.layer1_attention(params, model),
+        }
         if "beta" in params:
             out["beta"] = params["beta"]
         return out
 
-    return training.Problem(init=init_fn, loss=loss,
-                            learning_rates=lambda hp: hp["optim.lr"], snapshot=snapshot)
+    return training.Problem(
+        init=init_fn, loss=loss, learning_rates=lambda hp: hp["optim.lr"], snapshot=snapshot
+    )
 
 
 def has_closed_form(model: model_lib.RecallModel) -> bool:

@@ -33,7 +33,7 @@ from landscape.recall import task as task_lib
 
 LOSSES = ("dp", "ce")
 QKS = ("beta", "full")
-_jit = functools.partial(jax.jit, static_argnames="model")   # model is static (hashable)
+_jit = functools.partial(jax.jit, static_argnames="model")  # model is static (hashable)
 
 
 class RecallModel(nn.Module):
@@ -50,6 +50,7 @@ class RecallModel(nn.Module):
     dtype          computation dtype (None = the parameters' dtype); half = autocast.
     param_dtype    dtype of the parameters `init` makes.
     """
+
     k: int
     num_responses: int
     num_heads: int | None = None
@@ -70,12 +71,20 @@ class RecallModel(nn.Module):
         _checks.check_int("num_heads", self.num_heads, meaning="k or k - 1")
         for field in ("window", "exact_query", "response_only"):
             _checks.check_bool(field, getattr(self, field))
-        _checks.check_real("gamma", self.gamma, meaning="the matching offset of I~_k = I_k - gamma 11^T")
-        _checks.check_real("scale", self.scale, low=0, low_open=True,
-                           meaning="the score scale c of the beta coupling")
+        _checks.check_real(
+            "gamma", self.gamma, meaning="the matching offset of I~_k = I_k - gamma 11^T"
+        )
+        _checks.check_real(
+            "scale",
+            self.scale,
+            low=0,
+            low_open=True,
+            meaning="the score scale c of the beta coupling",
+        )
         if self.num_heads not in (self.k - 1, self.k):
-            raise ValueError(f"num_heads = {self.num_heads!r}: must be k = {self.k} or "
-                             f"k - 1 = {self.k - 1}.")
+            raise ValueError(
+                f"num_heads = {self.num_heads!r}: must be k = {self.k} or k - 1 = {self.k - 1}."
+            )
         if self.loss not in LOSSES:
             raise ValueError(f"loss = {self.loss!r}: must be one of {LOSSES}.")
         if self.qk not in QKS:
@@ -126,8 +135,11 @@ class RecallModel(nn.Module):
             self.qk_DD = self.param("qk", zeros, (self.qk_dim, self.qk_dim), self.param_dtype)
 
     def _params(self) -> dict:
-        return ({"w": self.w, "beta": self.beta} if self.qk == "beta" else
-                {"w": self.w, "qk": self.qk_DD})
+        return (
+            {"w": self.w, "beta": self.beta}
+            if self.qk == "beta"
+            else {"w": self.w, "qk": self.qk_DD}
+        )
 
     def _dtypes(self):
         """(computation dtype, accumulation dtype): dtype or the parameters' own."""
@@ -175,7 +187,7 @@ class RecallModel(nn.Module):
         _check_simplified(self, "loss_collisions")
         accum = self._dtypes()[1]
         logits_BP = jnp.broadcast_to(self.scores().astype(accum), y_BP.shape)
-        hit_BP = y_BP if self.dtype is None else y_BP.astype(accum)   # None: as given (no cast)
+        hit_BP = y_BP if self.dtype is None else y_BP.astype(accum)  # None: as given (no cast)
         return _loss_from_logits(logits_BP, hit_BP, self)
 
     def population_loss(self):
@@ -183,22 +195,26 @@ class RecallModel(nn.Module):
         in the accumulation dtype (the parameters' dtype unless autocast)."""
         _check_simplified(self, "population_loss")
         if self.loss != "dp":
-            raise ValueError("The population CE loss has no closed form (notes §3); estimate it "
-                             "with loss_collisions on a large sample_collisions batch instead.")
+            raise ValueError(
+                "The population CE loss has no closed form (notes §3); estimate it "
+                "with loss_collisions on a large sample_collisions batch instead."
+            )
         return self.response_weight * (1.0 - jax.nn.softmax(self.scores(exact=True))[0])
 
 
 def _check_simplified(model: RecallModel, what: str) -> None:
     if not model.simplified:
-        raise ValueError(f"{what} is the closed form of the simplified model: it needs window, "
-                         f"exact_query and response_only all True and qk = 'beta' (got {model}).")
+        raise ValueError(
+            f"{what} is the closed form of the simplified model: it needs window, "
+            f"exact_query and response_only all True and qk = 'beta' (got {model})."
+        )
 
 
 def matching_matrix(model: RecallModel, dtype=None) -> jax.Array:
     """(|S|, |S|) I~_k: top-left block I_k - gamma 11^T, zeros on responses (notes §2.1)."""
     block_kk = np.eye(model.k) - model.gamma * np.ones((model.k, model.k))
     full = np.zeros((model.vocab_size, model.vocab_size))
-    full[:model.k, :model.k] = block_kk
+    full[: model.k, : model.k] = block_kk
     return jnp.asarray(full, dtype)
 
 
@@ -209,7 +225,7 @@ def coupling_matrix(model: RecallModel, beta_H: jax.Array, super_diagonal: bool 
     solve the task (notes §2.1).
     """
     beta_H = jnp.asarray(beta_H)
-    couple_GG = jnp.diag(beta_H ** 2, 1 if super_diagonal else -1)
+    couple_GG = jnp.diag(beta_H**2, 1 if super_diagonal else -1)
     return model.scale * jnp.kron(couple_GG, matching_matrix(model, beta_H.dtype))
 
 
@@ -282,25 +298,26 @@ def _logits_and_keys(params, tokens_BL, model: RecallModel, dtype):
     l, num_heads = model.seq_len, model.num_heads
     onehot_BLV = jax.nn.one_hot(tokens_BL, model.vocab_size, dtype=dtype)
     if model.response_only:
-        keys_P = task_lib.response_positions(model.k)            # (A3)
+        keys_P = task_lib.response_positions(model.k)  # (A3)
     else:
-        keys_P = np.arange(l)                                    # causal: row l-1 sees all
+        keys_P = np.arange(l)  # causal: row l-1 sees all
     need_query = not model.exact_query
     positions_P = np.append(keys_P, l - 1) if need_query else keys_P
     heads_BHPV = _layer1(params["w"], onehot_BLV, positions_P, model)
     num_keys = keys_P.shape[0]
     key_heads_BHPV = heads_BHPV[:, :, :num_keys]
     key_skip_BPV = onehot_BLV[:, keys_P]
-    if model.exact_query:                                         # (A2): query block g
-        query_BGV = onehot_BLV[:, l - 1 - np.arange(num_heads + 1)]   # = e_{x_{l-1-g}}
-    else:                                                         # [X, R^1, ..., R^H] at l-1
-        query_BGV = jnp.concatenate([onehot_BLV[:, l - 1:l], heads_BHPV[:, :, -1]], axis=1)
-    if model.qk == "beta":                                        # Eq. (9b), notes §2.1 erratum
+    if model.exact_query:  # (A2): query block g
+        query_BGV = onehot_BLV[:, l - 1 - np.arange(num_heads + 1)]  # = e_{x_{l-1-g}}
+    else:  # [X, R^1, ..., R^H] at l-1
+        query_BGV = jnp.concatenate([onehot_BLV[:, l - 1 : l], heads_BHPV[:, :, -1]], axis=1)
+    if model.qk == "beta":  # Eq. (9b), notes §2.1 erratum
         matched_BGV = query_BGV[:, :num_heads] @ matching_matrix(model, dtype)
         overlap_BHP = jnp.einsum("bhv,bhpv->bhp", matched_BGV, key_heads_BHPV)
-        logits_BP = model.scale * jnp.einsum("h,bhp->bp", params["beta"].astype(dtype) ** 2,
-                                             overlap_BHP)
-    else:                                                         # R_{l-1} Q^T K R_t^T, §2.1
+        logits_BP = model.scale * jnp.einsum(
+            "h,bhp->bp", params["beta"].astype(dtype) ** 2, overlap_BHP
+        )
+    else:  # R_{l-1} Q^T K R_t^T, §2.1
         batch = tokens_BL.shape[0]
         query_BD = query_BGV.reshape(batch, -1)
         key_BGPV = jnp.concatenate([key_skip_BPV[:, None], key_heads_BHPV], axis=1)
@@ -320,8 +337,9 @@ def _loss_from_logits(logits_BP, hit_BP, model: RecallModel):
     if model.loss == "dp":
         p_y_B = jnp.sum(jax.nn.softmax(logits_BP, axis=-1) * hit_BP, axis=-1)
         return jnp.mean(1.0 - p_y_B)
-    log_p_y_B = (jax.nn.logsumexp(logits_BP, axis=-1, b=hit_BP)
-                 - jax.nn.logsumexp(logits_BP, axis=-1))
+    log_p_y_B = jax.nn.logsumexp(logits_BP, axis=-1, b=hit_BP) - jax.nn.logsumexp(
+        logits_BP, axis=-1
+    )
     return -jnp.mean(log_p_y_B)
 
 
@@ -334,7 +352,7 @@ def loss_tokens(params, tokens_BL, target_B, model: RecallModel) -> jax.Array:
 @_jit
 def scores(params, model: RecallModel) -> jax.Array:
     """(k!,) S(pi) of notes §3 (RecallModel.scores), jitted."""
-    _check_simplified(model, "scores")      # before Flax checks the shapes of params
+    _check_simplified(model, "scores")  # before Flax checks the shapes of params
     return _apply(params, model, method=RecallModel.scores)
 
 
@@ -357,6 +375,10 @@ def from_config(cfg) -> RecallModel:
     the computation runs in the parameters' own dtype (dtype None)."""
     fields = dict(cfg.model)
     prec = precision.of(cfg.train.dtype, fields.pop("dtype"))
-    return RecallModel(k=cfg.task.k, num_responses=cfg.task.num_responses, **fields,
-                       dtype=prec.dtype if cfg.model.dtype else None,
-                       param_dtype=prec.param_dtype)
+    return RecallModel(
+        k=cfg.task.k,
+        num_responses=cfg.task.num_responses,
+        **fields,
+        dtype=prec.dtype if cfg.model.dtype else None,
+        param_dtype=prec.param_dtype,
+    )

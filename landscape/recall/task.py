@@ -27,8 +27,9 @@ def check_order(k: int, num_responses: int | None = None) -> None:
     if num_responses is not None:
         _checks.check_int("num_responses", num_responses, meaning="the number of responses |R|")
         if num_responses < 2:
-            raise ValueError(f"num_responses = {num_responses!r}: there must be at least 2 "
-                             "responses.")
+            raise ValueError(
+                f"num_responses = {num_responses!r}: there must be at least 2 responses."
+            )
 
 
 def permutations(k: int) -> np.ndarray:
@@ -60,14 +61,15 @@ def match_tensor(k: int, num_heads: int | None = None) -> np.ndarray:
     _checks.check_int("num_heads", num_heads, meaning="the number of heads H")
     if not 1 <= num_heads <= k:
         raise ValueError(f"num_heads = {num_heads!r}: must be between 1 and k = {k}.")
-    reversed_PI = permutations(k)[:, ::-1]                      # column i-1 = pi_{k-i}
-    query_H = k - np.arange(1, num_heads + 1)                   # q_{k-h} = k - h
+    reversed_PI = permutations(k)[:, ::-1]  # column i-1 = pi_{k-i}
+    query_H = k - np.arange(1, num_heads + 1)  # q_{k-h} = k - h
     return (reversed_PI[:, None, :] == query_H[None, :, None]).astype(np.float64)
 
 
 @functools.partial(jax.jit, static_argnums=0)
-def build_tokens(k: int, responses_BP: jax.Array, query_B: jax.Array,
-                 order_BP: jax.Array | None = None) -> jax.Array:
+def build_tokens(
+    k: int, responses_BP: jax.Array, query_B: jax.Array, order_BP: jax.Array | None = None
+) -> jax.Array:
     """(B, l) int32 token sequences from f (response index per permutation) and q (notes §1).
 
     responses_BP[b, j] in [0, |R|) is f(pi_j) for the j-th lexicographic permutation, query_B[b]
@@ -86,19 +88,20 @@ def build_tokens(k: int, responses_BP: jax.Array, query_B: jax.Array,
 
 
 @functools.partial(jax.jit, static_argnums=(1, 2, 3, 4))
-def sample_tokens(key: jax.Array, k: int, num_responses: int, batch_size: int,
-                  shuffle_blocks: bool = False):
+def sample_tokens(
+    key: jax.Array, k: int, num_responses: int, batch_size: int, shuffle_blocks: bool = False
+):
     """(tokens_BL int32, target_B int32): the exact token-level process of notes §1.
 
     Per sequence: fresh f with i.i.d. uniform responses, uniform query q, blocks in lexicographic
     order unless `shuffle_blocks` (then a uniform block order per sequence). target = k + f(q).
     f and q do not depend on `shuffle_blocks` for a given key.
     """
-    check_order(k, num_responses)      # static arguments: checked once, while tracing
+    check_order(k, num_responses)  # static arguments: checked once, while tracing
     _checks.check_int("batch_size", batch_size, 1, "the number of sequences")
     num_perms = math.factorial(k)
     draw_key, order_key = jax.random.split(key)
-    maxval_P1 = np.append(np.full(num_perms, num_responses), num_perms)   # f(pi_1..pi_k!), q
+    maxval_P1 = np.append(np.full(num_perms, num_responses), num_perms)  # f(pi_1..pi_k!), q
     draws_BP1 = jax.random.randint(draw_key, (batch_size, num_perms + 1), 0, maxval_P1)
     responses_BP, query_B = draws_BP1[:, :num_perms], draws_BP1[:, num_perms]
     order_BP = None
@@ -110,14 +113,15 @@ def sample_tokens(key: jax.Array, k: int, num_responses: int, batch_size: int,
 
 
 @functools.partial(jax.jit, static_argnums=(1, 2, 3, 4))
-def sample_collisions(key: jax.Array, k: int, num_responses: int, batch_size: int,
-                      dtype=None) -> jax.Array:
+def sample_collisions(
+    key: jax.Array, k: int, num_responses: int, batch_size: int, dtype=None
+) -> jax.Array:
     """y_BP (float): the fast exact sampler of notes §1, relative to q = identity.
 
     y_pi = 1{f(pi) = f(q)}: y[:, 0] = 1 (the identity is permutation 0), the others i.i.d.
     Bernoulli(1/|R|). Equal in distribution to collisions_of(sample_tokens(...)).
     """
-    check_order(k, num_responses)      # static arguments: checked once, while tracing
+    check_order(k, num_responses)  # static arguments: checked once, while tracing
     _checks.check_int("batch_size", batch_size, 1, "the number of sequences")
     dtype = dtype or (jnp.float64 if jax.config.jax_enable_x64 else jnp.float32)
     num_perms = math.factorial(k)
@@ -129,7 +133,7 @@ def sample_collisions(key: jax.Array, k: int, num_responses: int, batch_size: in
 def permutation_index(perms_BPk: jax.Array) -> jax.Array:
     """Lexicographic rank of each permutation (Lehmer code), so rank(identity) = 0."""
     k = perms_BPk.shape[-1]
-    later_kk = np.arange(k)[None, :] > np.arange(k)[:, None]       # [j, m] = m > j
+    later_kk = np.arange(k)[None, :] > np.arange(k)[:, None]  # [j, m] = m > j
     smaller_BPkk = perms_BPk[..., None, :] < perms_BPk[..., :, None]  # [j, m] = pi_m < pi_j
     lehmer_BPk = jnp.sum(smaller_BPkk & later_kk, axis=-1)
     weights_k = np.asarray([math.factorial(k - 1 - j) for j in range(k)])
@@ -147,8 +151,8 @@ def collisions_of(tokens_BL: jax.Array, k: int, dtype=None) -> jax.Array:
     dtype = dtype or (jnp.float64 if jax.config.jax_enable_x64 else jnp.float32)
     num_perms = math.factorial(k)
     batch = tokens_BL.shape[0]
-    blocks_BPK = tokens_BL[:, :num_perms * (k + 1)].reshape(batch, num_perms, k + 1)
-    relabel_Bk = jnp.argsort(tokens_BL[:, -k:], axis=1)          # sigma[q_j] = j
+    blocks_BPK = tokens_BL[:, : num_perms * (k + 1)].reshape(batch, num_perms, k + 1)
+    relabel_Bk = jnp.argsort(tokens_BL[:, -k:], axis=1)  # sigma[q_j] = j
     relabelled_BPk = jnp.take_along_axis(relabel_Bk[:, None, :], blocks_BPK[:, :, :k], axis=2)
     index_BP = permutation_index(relabelled_BPk)
     response_BP = blocks_BPK[:, :, k]

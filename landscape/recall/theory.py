@@ -14,6 +14,7 @@ Contents:
   timescales:      stage_constants, jump_time (notes §4.4, §4.5), ei_tail (notes §4.4 regime 2)
   vanishing init:  blow_up_time, advance, vanishing_init_jumps (notes §4.8), head_death (notes §4.7)
 """
+
 from __future__ import annotations
 
 import math
@@ -63,10 +64,10 @@ def conserved_quantity(alpha, beta, k):
 def _focus_fraction(alpha, k):
     # u = (e^a - 1)/(e^a + k - 1) (notes §4 notation), overflow-free for large |alpha|
     alpha = np.asarray(alpha, dtype=np.float64)
-    x = np.exp(-np.abs(alpha))                          # in (0, 1]
-    em1 = np.expm1(-np.abs(alpha))                      # e^-|a| - 1
-    pos = -em1 / (1.0 + (k - 1) * x)                    # alpha >= 0, divided through by e^a
-    neg = em1 / (x + k - 1)                             # alpha < 0
+    x = np.exp(-np.abs(alpha))  # in (0, 1]
+    em1 = np.expm1(-np.abs(alpha))  # e^-|a| - 1
+    pos = -em1 / (1.0 + (k - 1) * x)  # alpha >= 0, divided through by e^a
+    neg = em1 / (x + k - 1)  # alpha < 0
     return np.where(alpha >= 0, pos, neg)
 
 
@@ -74,8 +75,8 @@ def _softmax_weight(gamma1, k):
     # e^g / (e^g + k - 1)^2, overflow-free
     g = np.asarray(gamma1, dtype=np.float64)
     x = np.exp(-np.abs(g))
-    pos = x / (1.0 + (k - 1) * x) ** 2                  # g >= 0
-    neg = x / (x + k - 1) ** 2                          # g < 0
+    pos = x / (1.0 + (k - 1) * x) ** 2  # g >= 0
+    neg = x / (x + k - 1) ** 2  # g < 0
     return np.where(g >= 0, pos, neg)
 
 
@@ -235,7 +236,7 @@ def advance(a, b, kappa, lam, t):
         return math.inf, math.copysign(math.inf, b)
     if b == 0.0 or t == 0.0:
         return a, b
-    if lam == 0.0:                                       # a' = kappa b^2, b constant
+    if lam == 0.0:  # a' = kappa b^2, b constant
         return a + kappa * b * b * t, b
     E = b * b - lam * a * a
     if E > 0.0:
@@ -312,7 +313,7 @@ def vanishing_init_jumps(b0, k, num_responses, a0=None, w0=None, c=1.0):
                 a[h], b[h] = math.inf, math.copysign(math.inf, b[h])
                 continue
             a[h], b[h] = advance(a[h], b[h], kappa, lam, t_min)
-            if w0 is not None and stage < k - 1:          # step 3 (no later stage to shift for)
+            if w0 is not None and stage < k - 1:  # step 3 (no later stage to shift for)
                 old_live = [i for i in range(k) if i != h and i not in order[:-1]]
                 new_live = [i for i in old_live if i != first]
                 a[h] += w0[h, old_live].mean() - w0[h, new_live].mean()

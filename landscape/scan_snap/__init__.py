@@ -11,4 +11,12 @@ from landscape.scan_snap import model, task, theory
 from landscape.scan_snap.model import YZModel, population_point
 from landscape.scan_snap.task import SequenceClasses, sequence_classes
 
-__all__ = ["model", "task", "theory", "YZModel", "population_point", "SequenceClasses", "sequence_classes"]
+__all__ = [
+    "model",
+    "task",
+    "theory",
+    "YZModel",
+    "population_point",
+    "SequenceClasses",
+    "sequence_classes",
+]

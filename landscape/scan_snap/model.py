@@ -47,8 +47,10 @@ def init_params(key: jax.Array, num_tokens: int, init: str = "zeros", dtype=jnp.
     if init == "uniform":
         bound = _uniform_bound(num_tokens)
         y_key, z_key = jax.random.split(key)
-        return {"Y": jax.random.uniform(y_key, shape, dtype, -bound, bound),
-                "Z": jax.random.uniform(z_key, shape, dtype, -bound, bound)}
+        return {
+            "Y": jax.random.uniform(y_key, shape, dtype, -bound, bound),
+            "Z": jax.random.uniform(z_key, shape, dtype, -bound, bound),
+        }
     raise ValueError(f"init = {init!r}: must be one of {INITS}.")
 
 
@@ -69,6 +71,7 @@ class YZModel(nn.Module):
     dtype            computation dtype (None = param_dtype); half = autocast, see the module doc.
     param_dtype      dtype of Y and Z.
     """
+
     num_tokens: int
     attend_to_query: bool = False
     residual: bool = False
@@ -135,42 +138,57 @@ class YZModel(nn.Module):
         return cross_entropy(f_KM @ self.Y.astype(self.accum_dtype), jnp.asarray(task.next_token))
 
 
-def population_point(task: SequenceClasses, params=None, *, residual: bool = False,
-                     name: str = "") -> Point:
+def population_point(
+    task: SequenceClasses, params=None, *, residual: bool = False, name: str = ""
+) -> Point:
     """The population loss (§3.5) at (Y, Z) as a Point; default Y = Z = 0, where the loss is ln M.
 
     params is YZModel's inner params dict {"Y": (M, M), "Z": (M, M)}.
     """
     if not isinstance(task, SequenceClasses):
-        raise TypeError(f"population_point expects a SequenceClasses task (e.g. "
-                        f"landscape.scan_snap.sequence_classes(...)); got {type(task).__name__}.")
+        raise TypeError(
+            f"population_point expects a SequenceClasses task (e.g. "
+            f"landscape.scan_snap.sequence_classes(...)); got {type(task).__name__}."
+        )
     _checks.check_bool("residual", residual, "add the last token's one-hot to c_n")
     shape = (task.num_tokens, task.num_tokens)
     if params is not None:
         if not isinstance(params, dict) or set(params) != {"Y", "Z"}:
-            raise ValueError(f"params = {type(params).__name__}: must be a dict with keys 'Y' and "
-                             f"'Z', both {shape} (or None for Y = Z = 0).")
+            raise ValueError(
+                f"params = {type(params).__name__}: must be a dict with keys 'Y' and "
+                f"'Z', both {shape} (or None for Y = Z = 0)."
+            )
         for key in ("Y", "Z"):
             if jnp.shape(params[key]) != shape:
-                raise ValueError(f"params['{key}'] has shape {jnp.shape(params[key])}: must be "
-                                 f"{shape} (M = {task.num_tokens} tokens).")
-    model = YZModel(task.num_tokens, residual=residual,
-                    param_dtype=jnp.float64 if jax.config.jax_enable_x64 else jnp.float32)
+                raise ValueError(
+                    f"params['{key}'] has shape {jnp.shape(params[key])}: must be "
+                    f"{shape} (M = {task.num_tokens} tokens)."
+                )
+    model = YZModel(
+        task.num_tokens,
+        residual=residual,
+        param_dtype=jnp.float64 if jax.config.jax_enable_x64 else jnp.float32,
+    )
     if params is None:
         params = model.init(jax.random.key(0), method=YZModel.population_loss, task=task)["params"]
 
     def loss_fn(p):
         return model.apply({"params": p}, task, method=YZModel.population_loss)
-    return Point(params, loss_fn,
-                 name=name or f"Y/Z population loss (K={task.num_classes}, M={task.num_tokens})")
+
+    return Point(
+        params,
+        loss_fn,
+        name=name or f"Y/Z population loss (K={task.num_classes}, M={task.num_tokens})",
+    )
 
 
 # ----------------------------------------------------------------------------- WikiText (§3.7)
 
 
 def _uniform(bound: float):
-    return lambda key, shape, dtype=jnp.float32: jax.random.uniform(key, shape, dtype, -bound,
-                                                                     bound)
+    return lambda key, shape, dtype=jnp.float32: jax.random.uniform(
+        key, shape, dtype, -bound, bound
+    )
 
 
 def sinusoidal_positions(length: int, width: int) -> jax.Array:
@@ -180,7 +198,7 @@ def sinusoidal_positions(length: int, width: int) -> jax.Array:
     frequency = jnp.exp(jnp.arange(0, width, 2, dtype=jnp.float32) * (-jnp.log(10000.0) / width))
     table = jnp.zeros((length, width), jnp.float32)
     table = table.at[:, 0::2].set(jnp.sin(position * frequency))
-    return table.at[:, 1::2].set(jnp.cos(position * frequency[:width // 2]))
+    return table.at[:, 1::2].set(jnp.cos(position * frequency[: width // 2]))
 
 
 def attention_entropy(attention_BTT: jax.Array) -> jax.Array:
@@ -192,6 +210,7 @@ def attention_entropy(attention_BTT: jax.Array) -> jax.Array:
 
 class _Block(nn.Module):
     """The fields of a layer's parts: model width, FFN width, dropout rate, precision."""
+
     width: int
     hidden: int
     dropout: float
@@ -206,8 +225,13 @@ class _FeedForward(_Block):
     @nn.compact
     def __call__(self, x, deterministic: bool):
         dense = lambda n, fan_in, name: nn.Dense(
-            n, kernel_init=_uniform(fan_in ** -0.5), bias_init=_uniform(fan_in ** -0.5),
-            dtype=self.dtype, param_dtype=self.param_dtype, name=name)
+            n,
+            kernel_init=_uniform(fan_in**-0.5),
+            bias_init=_uniform(fan_in**-0.5),
+            dtype=self.dtype,
+            param_dtype=self.param_dtype,
+            name=name,
+        )
         h = nn.relu(dense(self.hidden, self.width, "linear1")(x))
         h = nn.Dropout(self.dropout)(h, deterministic=deterministic)
         return dense(self.width, self.hidden, "linear2")(h)
@@ -223,19 +247,31 @@ class _EncoderLayer(_Block):
     def __call__(self, x_BTD, deterministic: bool):
         d, T = self.width, x_BTD.shape[1]
         accum = precision.accum_dtype(self.dtype or self.param_dtype)
-        qkv = nn.Dense(3 * d, kernel_init=_uniform((6.0 / (4 * d)) ** 0.5),
-                       bias_init=nn.initializers.zeros, dtype=self.dtype,
-                       param_dtype=self.param_dtype, name="qkv")(x_BTD)
+        qkv = nn.Dense(
+            3 * d,
+            kernel_init=_uniform((6.0 / (4 * d)) ** 0.5),
+            bias_init=nn.initializers.zeros,
+            dtype=self.dtype,
+            param_dtype=self.param_dtype,
+            name="qkv",
+        )(x_BTD)
         q, k, v = jnp.split(qkv, 3, axis=-1)
         scores = jnp.einsum("btd,bsd->bts", q, k).astype(accum) / jnp.sqrt(jnp.asarray(d, accum))
         causal = jnp.tril(jnp.ones((T, T), bool))
         weights = jax.nn.softmax(jnp.where(causal, scores, -jnp.inf), axis=-1)
         dropped = nn.Dropout(self.dropout)(weights, deterministic=deterministic)
         mixed = jnp.einsum("bts,bsd->btd", dropped.astype(v.dtype), v)
-        out = nn.Dense(d, kernel_init=_uniform(d ** -0.5), bias_init=nn.initializers.zeros,
-                       dtype=self.dtype, param_dtype=self.param_dtype, name="out")(mixed)
-        norm = lambda name: nn.LayerNorm(epsilon=1e-5, dtype=accum, param_dtype=self.param_dtype,
-                                         name=name)
+        out = nn.Dense(
+            d,
+            kernel_init=_uniform(d**-0.5),
+            bias_init=nn.initializers.zeros,
+            dtype=self.dtype,
+            param_dtype=self.param_dtype,
+            name="out",
+        )(mixed)
+        norm = lambda name: nn.LayerNorm(
+            epsilon=1e-5, dtype=accum, param_dtype=self.param_dtype, name=name
+        )
         drop = lambda y: nn.Dropout(self.dropout)(y, deterministic=deterministic)
         x = norm("ln_attention")(x_BTD + drop(out))
         ffn = _FeedForward(d, self.hidden, self.dropout, self.dtype, self.param_dtype, name="ffn")
@@ -254,6 +290,7 @@ class TextTransformer(nn.Module):
     Parameters: "embed", "layers_<i>" (with "qkv", "out", "ffn": {"linear1", "linear2"},
     "ln_attention", "ln_ffn") and "decoder". Tokens are (B, T) ids.
     """
+
     vocab_size: int
     width: int = 200
     hidden: int = 200
@@ -264,10 +301,13 @@ class TextTransformer(nn.Module):
     param_dtype: Any = jnp.float32
 
     def setup(self):
-        self.embed = nn.Embed(self.vocab_size, self.width, embedding_init=_uniform(0.1),
-                              param_dtype=self.param_dtype)
-        self.layers = [_EncoderLayer(self.width, self.hidden, self.dropout, self.dtype,
-                                     self.param_dtype) for _ in range(self.num_layers)]
+        self.embed = nn.Embed(
+            self.vocab_size, self.width, embedding_init=_uniform(0.1), param_dtype=self.param_dtype
+        )
+        self.layers = [
+            _EncoderLayer(self.width, self.hidden, self.dropout, self.dtype, self.param_dtype)
+            for _ in range(self.num_layers)
+        ]
         self.decoder = _Decoder(self.width, self.vocab_size, self.dtype, self.param_dtype)
         self.drop = nn.Dropout(self.dropout)
 
@@ -294,23 +334,25 @@ class TextTransformer(nn.Module):
     def loss(self, tokens_BT, targets_BT, deterministic: bool = True):
         """(mean next-token cross-entropy over every position, attention weights)."""
         x, maps = self.encode(tokens_BT, deterministic)
-        return self.decoder.mean_cross_entropy(x.reshape(-1, x.shape[-1]),
-                                               targets_BT.reshape(-1)), maps
+        return self.decoder.mean_cross_entropy(
+            x.reshape(-1, x.shape[-1]), targets_BT.reshape(-1)
+        ), maps
 
 
 class _Decoder(nn.Module):
     """The untied decoder, PyTorch's Linear(width, V): "kernel" (width, V) U(-0.1, 0.1) and
     "bias" 0, the parameters and init of `nn.Dense` (same names, same draws)."""
+
     width: int
     vocab_size: int
     dtype: Any
     param_dtype: Any
 
     def setup(self):
-        self.kernel = self.param("kernel", _uniform(0.1), (self.width, self.vocab_size),
-                                 self.param_dtype)
-        self.bias = self.param("bias", nn.initializers.zeros, (self.vocab_size,),
-                               self.param_dtype)
+        self.kernel = self.param(
+            "kernel", _uniform(0.1), (self.width, self.vocab_size), self.param_dtype
+        )
+        self.bias = self.param("bias", nn.initializers.zeros, (self.vocab_size,), self.param_dtype)
 
     def _operands(self, x):
         """x, W, b in the promoted dtype (`dtype` when it is set), as nn.Dense."""

@@ -23,12 +23,13 @@ class SequenceClasses:
     class_probs[n, l] = P(l | n); support[n] lists the tokens with P > 0 and support_cdf[n] their
     cumulative probabilities (sampling is an inverse CDF over the support, notes §3.2 tip).
     """
-    class_probs: np.ndarray     # (K, M)
-    last_token: np.ndarray      # (K,) psi(n), the query token of class n
-    next_token: np.ndarray      # (K,) the label of class n
-    seq_len: int                # L: L-1 contextual tokens + the last token; label outside
-    support: np.ndarray         # (K, S)
-    support_cdf: np.ndarray     # (K, S)
+
+    class_probs: np.ndarray  # (K, M)
+    last_token: np.ndarray  # (K,) psi(n), the query token of class n
+    next_token: np.ndarray  # (K,) the label of class n
+    seq_len: int  # L: L-1 contextual tokens + the last token; label outside
+    support: np.ndarray  # (K, S)
+    support_cdf: np.ndarray  # (K, S)
 
     @property
     def num_classes(self) -> int:
@@ -59,14 +60,26 @@ class SequenceClasses:
         cdf_BS = jnp.asarray(self.support_cdf)[class_B]
         slot_BT = (u_BT[:, :, None] >= cdf_BS[:, None, :-1]).sum(-1)  # S is small: compare all
         context_BT = jnp.take_along_axis(jnp.asarray(self.support)[class_B], slot_BT, axis=1)
-        return (context_BT.astype(jnp.int32), jnp.asarray(self.last_token)[class_B],
-                        jnp.asarray(self.next_token)[class_B], class_B)
+        return (
+            context_BT.astype(jnp.int32),
+            jnp.asarray(self.last_token)[class_B],
+            jnp.asarray(self.next_token)[class_B],
+            class_B,
+        )
 
 
-def sequence_classes(*, num_last: int, num_next_per_last: int, num_common: int,
-                                          num_common_per_last: int, num_distinct_per_next: int,
-                                          common_unnormalized_prob: float, distinct_unnormalized_min: float,
-                                          distinct_unnormalized_max: float, seq_len: int) -> SequenceClasses:
+def sequence_classes(
+    *,
+    num_last: int,
+    num_next_per_last: int,
+    num_common: int,
+    num_common_per_last: int,
+    num_distinct_per_next: int,
+    common_unnormalized_prob: float,
+    distinct_unnormalized_min: float,
+    distinct_unnormalized_max: float,
+    seq_len: int,
+) -> SequenceClasses:
     """The authors' Dataset2 (notes §2.2); Syn-Small is num_last=2, num_next_per_last=1 (M = 34).
 
     Counts are integers (num_last, num_next_per_last, num_distinct_per_next >= 1; num_common,
@@ -74,37 +87,50 @@ def sequence_classes(*, num_last: int, num_next_per_last: int, num_common: int,
     distinct_unnormalized_min <= distinct_unnormalized_max: one sentence otherwise.
     """
     for name, value, low, meaning in (
-            ("num_last", num_last, 1, "the number of last tokens"),
-            ("num_next_per_last", num_next_per_last, 1, "classes per last token"),
-            ("num_common", num_common, 0, "globally common tokens"),
-            ("num_common_per_last", num_common_per_last, 0, "common tokens per last token"),
-            ("num_distinct_per_next", num_distinct_per_next, 1, "distinct tokens per class"),
-            ("seq_len", seq_len, 2, "L - 1 contextual tokens and the last token")):
+        ("num_last", num_last, 1, "the number of last tokens"),
+        ("num_next_per_last", num_next_per_last, 1, "classes per last token"),
+        ("num_common", num_common, 0, "globally common tokens"),
+        ("num_common_per_last", num_common_per_last, 0, "common tokens per last token"),
+        ("num_distinct_per_next", num_distinct_per_next, 1, "distinct tokens per class"),
+        ("seq_len", seq_len, 2, "L - 1 contextual tokens and the last token"),
+    ):
         _checks.check_int(name, value, low, meaning)
-    for name, value in (("common_unnormalized_prob", common_unnormalized_prob),
-                        ("distinct_unnormalized_min", distinct_unnormalized_min),
-                        ("distinct_unnormalized_max", distinct_unnormalized_max)):
+    for name, value in (
+        ("common_unnormalized_prob", common_unnormalized_prob),
+        ("distinct_unnormalized_min", distinct_unnormalized_min),
+        ("distinct_unnormalized_max", distinct_unnormalized_max),
+    ):
         _checks.check_real(name, value, low=0, low_open=True, meaning="an unnormalised probability")
     if distinct_unnormalized_max < distinct_unnormalized_min:
-        raise ValueError(f"distinct_unnormalized_max = {distinct_unnormalized_max:g}: must be >= "
-                         f"distinct_unnormalized_min = {distinct_unnormalized_min:g}.")
+        raise ValueError(
+            f"distinct_unnormalized_max = {distinct_unnormalized_max:g}: must be >= "
+            f"distinct_unnormalized_min = {distinct_unnormalized_min:g}."
+        )
     K = num_last * num_next_per_last
     local_offset = num_common
     distinct_offset = local_offset + num_last * num_common_per_last
     last_offset = distinct_offset + K * num_distinct_per_next
     next_offset = last_offset + num_last
     M = next_offset + K
-    distinct_weights = np.linspace(distinct_unnormalized_min, distinct_unnormalized_max,
-                                                                  num_distinct_per_next)
+    distinct_weights = np.linspace(
+        distinct_unnormalized_min, distinct_unnormalized_max, num_distinct_per_next
+    )
     probs = np.zeros((K, M))
     supports = []
     for n in range(K):
         m = n // num_next_per_last
         common = list(range(num_common))
-        local = list(range(local_offset + m * num_common_per_last,
-                                              local_offset + (m + 1) * num_common_per_last))
-        distinct = list(range(distinct_offset + n * num_distinct_per_next,
-                                                    distinct_offset + (n + 1) * num_distinct_per_next))
+        local = list(
+            range(
+                local_offset + m * num_common_per_last, local_offset + (m + 1) * num_common_per_last
+            )
+        )
+        distinct = list(
+            range(
+                distinct_offset + n * num_distinct_per_next,
+                distinct_offset + (n + 1) * num_distinct_per_next,
+            )
+        )
         probs[n, common + local] = common_unnormalized_prob
         probs[n, distinct] = distinct_weights
         supports.append(common + local + distinct)
@@ -113,10 +139,13 @@ def sequence_classes(*, num_last: int, num_next_per_last: int, num_common: int,
     cdf = np.cumsum(np.take_along_axis(probs, support, axis=1), axis=1)
     cdf[:, -1] = 1.0
     return SequenceClasses(
-            class_probs=probs,
-            last_token=last_offset + np.arange(K) // num_next_per_last,
-            next_token=next_offset + np.arange(K),
-            seq_len=seq_len, support=support, support_cdf=cdf)
+        class_probs=probs,
+        last_token=last_offset + np.arange(K) // num_next_per_last,
+        next_token=next_offset + np.arange(K),
+        seq_len=seq_len,
+        support=support,
+        support_cdf=cdf,
+    )
 
 
 def attention_weights(Z: jax.Array, task: SequenceClasses) -> jax.Array:
@@ -125,8 +154,9 @@ def attention_weights(Z: jax.Array, task: SequenceClasses) -> jax.Array:
     c_{l|n} = P(l|n) exp(z_{psi(n) l}) / sum_l' P(l'|n) exp(z_{psi(n) l'}). This is what Figs. 4-6 plot.
     """
     probs = jnp.asarray(task.class_probs, Z.dtype)
-    logits = jnp.where(probs > 0, jnp.log(jnp.where(probs > 0, probs, 1.0)) + Z[task.last_token],
-                                          -jnp.inf)
+    logits = jnp.where(
+        probs > 0, jnp.log(jnp.where(probs > 0, probs, 1.0)) + Z[task.last_token], -jnp.inf
+    )
     return jax.nn.softmax(logits, axis=-1)
 
 

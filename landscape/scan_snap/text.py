@@ -37,10 +37,23 @@ SPLITS = ("train", "valid", "test")
 UNK = "<unk>"
 
 # basic_english, in order: lower-case first, then these substitutions, then split on whitespace.
-_SUBSTITUTIONS = [(re.compile(pattern), replacement) for pattern, replacement in (
-    (r"'", " '  "), (r'"', ""), (r"\.", " . "), (r"<br \/>", " "), (r",", " , "),
-    (r"\(", " ( "), (r"\)", " ) "), (r"!", " ! "), (r"\?", " ? "), (r";", " "), (r":", " "),
-    (r"\s+", " "))]
+_SUBSTITUTIONS = [
+    (re.compile(pattern), replacement)
+    for pattern, replacement in (
+        (r"'", " '  "),
+        (r'"', ""),
+        (r"\.", " . "),
+        (r"<br \/>", " "),
+        (r",", " , "),
+        (r"\(", " ( "),
+        (r"\)", " ) "),
+        (r"!", " ! "),
+        (r"\?", " ? "),
+        (r";", " "),
+        (r":", " "),
+        (r"\s+", " "),
+    )
+]
 
 
 class TextDataError(FileNotFoundError):
@@ -76,20 +89,25 @@ def missing_splits_message(path: str | pathlib.Path, splits) -> str | None:
     """One sentence saying why `path` cannot give `splits`, or None when it can."""
     folder = pathlib.Path(path)
     if not folder.is_dir():
-        return (f"there is no folder {str(path)!r} (relative to {pathlib.Path.cwd()}); a "
-                "WikiText folder holds {split}.txt or wiki.{split}.tokens for train, valid, test")
+        return (
+            f"there is no folder {str(path)!r} (relative to {pathlib.Path.cwd()}); a "
+            "WikiText folder holds {split}.txt or wiki.{split}.tokens for train, valid, test"
+        )
     found = splits_in(folder)
     lacking = [s for s in dict.fromkeys(splits) if s not in found]
     if not lacking:
         return None
     names = " or ".join(split_files(lacking[0]))
-    return (f"{str(path)!r} has no {lacking[0]} split ({names}); it holds "
-            f"{', '.join(f'{s} ({f.name})' for s, f in found.items()) or 'none of them'}")
+    return (
+        f"{str(path)!r} has no {lacking[0]} split ({names}); it holds "
+        f"{', '.join(f'{s} ({f.name})' for s, f in found.items()) or 'none of them'}"
+    )
 
 
 @dataclasses.dataclass(frozen=True)
 class Vocabulary:
     """Token types in id order; id 0 is "<unk>", the id of every type not listed."""
+
     types: tuple[str, ...]
 
     @functools.cached_property
@@ -115,8 +133,7 @@ def encode(lines, vocabulary: Vocabulary) -> np.ndarray:
     """One int32 id stream: the ids of every non-empty tokenised line, concatenated (line by
     line into int32 arrays: WikiText-103's 100M ids never sit in a Python list)."""
     index = vocabulary.index
-    pieces = [np.fromiter((index.get(t, 0) for t in tokenize(line)), np.int32)
-              for line in lines]
+    pieces = [np.fromiter((index.get(t, 0) for t in tokenize(line)), np.int32) for line in lines]
     return np.concatenate(pieces) if pieces else np.zeros(0, np.int32)
 
 
@@ -124,9 +141,10 @@ def batchify(stream: np.ndarray, batch_size: int) -> np.ndarray:
     """(rows, batch_size): column b is the stream's b-th contiguous stretch of `rows` ids."""
     rows = len(stream) // batch_size
     if rows < 2:
-        raise ValueError(f"a stream of {len(stream)} ids gives no row pair at batch size "
-                         f"{batch_size}.")
-    return stream[:rows * batch_size].reshape(batch_size, rows).T
+        raise ValueError(
+            f"a stream of {len(stream)} ids gives no row pair at batch size {batch_size}."
+        )
+    return stream[: rows * batch_size].reshape(batch_size, rows).T
 
 
 def num_chunks(rows: int, bptt: int) -> int:
@@ -146,13 +164,14 @@ def chunk(data_RB: jax.Array, i, bptt: int) -> tuple[jax.Array, jax.Array]:
 class Corpus:
     """A vocabulary and two batchified id arrays: train (rows, batch_size) and eval (rows,
     eval_batch_size); the splits they come from and the folder."""
+
     path: str
     train_split: str
     eval_split: str
     vocabulary: Vocabulary
     train: np.ndarray
     eval: np.ndarray
-    train_tokens: int           # ids in the split's stream (before batchify drops its tail)
+    train_tokens: int  # ids in the split's stream (before batchify drops its tail)
     eval_tokens: int
 
     @property
@@ -180,21 +199,43 @@ def read_lines(file: pathlib.Path) -> list[str]:
 
 
 @functools.lru_cache(maxsize=4)
-def _load(path: str, train_split: str, eval_split: str, batch_size: int,
-          eval_batch_size: int, stamp: tuple) -> Corpus:
+def _load(
+    path: str,
+    train_split: str,
+    eval_split: str,
+    batch_size: int,
+    eval_batch_size: int,
+    stamp: tuple,
+) -> Corpus:
     files = splits_in(path)
     train_lines = read_lines(files[train_split])
     vocabulary = build_vocabulary(train_lines)
     train_stream = encode(train_lines, vocabulary)
-    eval_stream = (train_stream if eval_split == train_split
-                   else encode(read_lines(files[eval_split]), vocabulary))
-    return Corpus(str(pathlib.Path(path).resolve()), train_split, eval_split, vocabulary,
-                  batchify(train_stream, batch_size), batchify(eval_stream, eval_batch_size),
-                  len(train_stream), len(eval_stream))
+    eval_stream = (
+        train_stream
+        if eval_split == train_split
+        else encode(read_lines(files[eval_split]), vocabulary)
+    )
+    return Corpus(
+        str(pathlib.Path(path).resolve()),
+        train_split,
+        eval_split,
+        vocabulary,
+        batchify(train_stream, batch_size),
+        batchify(eval_stream, eval_batch_size),
+        len(train_stream),
+        len(eval_stream),
+    )
 
 
-def load(path: str | pathlib.Path, *, train_split: str = "train", eval_split: str = "valid",
-         batch_size: int = 20, eval_batch_size: int = 10) -> Corpus:
+def load(
+    path: str | pathlib.Path,
+    *,
+    train_split: str = "train",
+    eval_split: str = "valid",
+    batch_size: int = 20,
+    eval_batch_size: int = 10,
+) -> Corpus:
     """The corpus of a WikiText folder: the vocabulary of `train_split`, both splits batchified.
     Raises `TextDataError` (one sentence) when the folder or a split is missing. Cached per
     process (the same folder, splits, sizes and file times load once)."""
@@ -202,6 +243,9 @@ def load(path: str | pathlib.Path, *, train_split: str = "train", eval_split: st
     if message:
         raise TextDataError(message + ".")
     files = splits_in(path)
-    stamp = tuple((f.name, f.stat().st_mtime_ns, f.stat().st_size)
-                  for s, f in files.items() if s in (train_split, eval_split))
+    stamp = tuple(
+        (f.name, f.stat().st_mtime_ns, f.stat().st_size)
+        for s, f in files.items()
+        if s in (train_split, eval_split)
+    )
     return _load(str(path), train_split, eval_split, batch_size, eval_batch_size, stamp)

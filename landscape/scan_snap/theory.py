@@ -12,6 +12,7 @@ Contents:
   scanning:   c_n (Eq. 5), relative_gain / relative_gain_predicted (Eq. 11)
   attention:  attention_velocity / integrate_attention_ode (Eqs. 10, 97 with beta = E', Lemma 3)
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -43,7 +44,7 @@ def h_cont(M, eta_y, t):
     decreasing (converged to rounding). Vectorised over t; returns a float for scalar t.
     """
     t = np.asarray(t, dtype=np.float64)
-    a = M * eta_y * t                                   # C - 1
+    a = M * eta_y * t  # C - 1
     u = np.minimum((a + 1.0) / (M - 1), np.log1p(a))
     for _ in range(200):
         f = np.expm1(u) + (M - 1) * u - a
@@ -62,7 +63,7 @@ def omega1(M):
     (1 + omega1) ln M / M is the second zero of exp(Mh) - (M-1) M h.
     """
     lnM = np.log(M)
-    g = lambda w: M**w - (1.0 + w) * lnM * (M - 1) / M   # convex, g(0) < 0 < g(1) for M >= 4
+    g = lambda w: M**w - (1.0 + w) * lnM * (M - 1) / M  # convex, g(0) < 0 < g(1) for M >= 4
     lo, hi = 0.0, 1.0
     if not (g(lo) < 0.0 < g(hi)):
         raise ValueError(f"omega1: no sign change on (0, 1) for M={M}")
@@ -121,7 +122,11 @@ def gamma(M, K, eta_y, t, discrete=False):
     h = h_cont(t/K) (continuous, default) or h_cont(ceil(t/K)) if ``discrete`` (the paper's printed form).
     Depends on t and eta_y only through eta_y t / K.
     """
-    s = np.ceil(np.asarray(t, dtype=np.float64) / K) if discrete else np.asarray(t, dtype=np.float64) / K
+    s = (
+        np.ceil(np.asarray(t, dtype=np.float64) / K)
+        if discrete
+        else np.asarray(t, dtype=np.float64) / K
+    )
     h = np.asarray(h_cont(M, eta_y, s))
     g = (M - 1) ** 2 * h / ((M - 1) + np.exp(M * h))
     return float(g) if g.ndim == 0 else g
@@ -225,20 +230,22 @@ def attention_velocity(Z, P, last_of_class):
     Each row increment has zero sum (f_n^T (f_n f_n^T - I) v = 0 since |f_n| = 1).
     """
     last = np.asarray(last_of_class)
-    c = c_n(Z, P, last)                                  # (K, M), rows ∝ c~_n
-    F = c / np.linalg.norm(c, axis=-1, keepdims=True)    # rows f_n
+    c = c_n(Z, P, last)  # (K, M), rows ∝ c~_n
+    F = c / np.linalg.norm(c, axis=-1, keepdims=True)  # rows f_n
     K = F.shape[0]
-    beta = np.eye(K) - np.linalg.inv(F @ F.T)            # E'
-    np.fill_diagonal(beta, 0.0)                          # n' != n
-    V = beta @ F                                         # v_n = sum_{n'!=n} beta_{nn'} f_{n'}
+    beta = np.eye(K) - np.linalg.inv(F @ F.T)  # E'
+    np.fill_diagonal(beta, 0.0)  # n' != n
+    V = beta @ F  # v_n = sum_{n'!=n} beta_{nn'} f_{n'}
     fv = np.sum(F * V, axis=-1, keepdims=True)
-    rows = F * (fv * F - V)                              # diag(f_n)(f_n f_n^T - I) v_n
+    rows = F * (fv * F - V)  # diag(f_n)(f_n f_n^T - I) v_n
     dZ = np.zeros_like(np.asarray(Z, dtype=np.float64))
-    np.add.at(dZ, last, rows)                            # sum over n in psi^{-1}(m)
+    np.add.at(dZ, last, rows)  # sum over n in psi^{-1}(m)
     return dZ
 
 
-def integrate_attention_ode(P, last_of_class, Z0, M, K, eta_y, eta_z, t_max, num_steps, save_every=1):
+def integrate_attention_ode(
+    P, last_of_class, Z0, M, K, eta_y, eta_z, t_max, num_steps, save_every=1
+):
     """Integrate the attention ODE Eq. (10) with fixed-step RK4 on a uniform grid t_k = k t_max / num_steps.
 
     dZ/dt = eta_z gamma(t) attention_velocity(Z), gamma from Eq. (85) with continuous h (vocabulary M,

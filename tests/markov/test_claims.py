@@ -31,11 +31,21 @@ def group(runs, tied=True, num_layers=1, num_states=2, params=None):
     if num_states == 2:
         snapshots.update(f0=f0, f1=f1)
     result = training.RunResult(
-        hparams={"chain.p": np.array([r[0] for r in runs]), "chain.q": np.array([r[1] for r in runs]),
-                 "optim.lr": np.full(R, 1e-3)},
-        seeds=np.arange(R), losses=np.ones((R, 5)), metrics={},
-        snapshot_steps=np.arange(SNAPS) * 10, snapshots=snapshots, final_params=params or {},
-        first_nonfinite_step=-np.ones(R, np.int64), compile_seconds=0.0, run_seconds=0.0)
+        hparams={
+            "chain.p": np.array([r[0] for r in runs]),
+            "chain.q": np.array([r[1] for r in runs]),
+            "optim.lr": np.full(R, 1e-3),
+        },
+        seeds=np.arange(R),
+        losses=np.ones((R, 5)),
+        metrics={},
+        snapshot_steps=np.arange(SNAPS) * 10,
+        snapshots=snapshots,
+        final_params=params or {},
+        first_nonfinite_step=-np.ones(R, np.int64),
+        compile_seconds=0.0,
+        run_seconds=0.0,
+    )
     return dict(fields={"model.tied": tied}, cfg=cfg, result=result)
 
 
@@ -46,8 +56,10 @@ def failed(claims):
 # ----------------------------------------------------------------------------- Fig. 3
 
 
-FIG3_OK = [group([(0.5, 0.8, "stuck"), (0.2, 0.3, "escaped")], tied=True),
-           group([(0.5, 0.8, "escaped"), (0.2, 0.3, "escaped")], tied=False)]
+FIG3_OK = [
+    group([(0.5, 0.8, "stuck"), (0.2, 0.3, "escaped")], tied=True),
+    group([(0.5, 0.8, "escaped"), (0.2, 0.3, "escaped")], tied=False),
+]
 
 
 def test_fig3_passes_on_the_paper_outcome():
@@ -55,12 +67,15 @@ def test_fig3_passes_on_the_paper_outcome():
     assert len(claims) == 4 and not failed(claims) and {c.kind for c in claims} == {"paper"}
 
 
-@pytest.mark.parametrize("tied, outcomes", [
-    (True, ["escaped", "escaped"]),          # the tied model is not trapped at (0.5, 0.8)
-    (True, ["stuck", "stuck"]),              # the tied model is trapped at (0.2, 0.3)
-    (False, ["stuck", "escaped"]),           # the untied model is trapped
-    (False, [math.nan, "escaped"]),          # a diverged run
-])
+@pytest.mark.parametrize(
+    "tied, outcomes",
+    [
+        (True, ["escaped", "escaped"]),  # the tied model is not trapped at (0.5, 0.8)
+        (True, ["stuck", "stuck"]),  # the tied model is trapped at (0.2, 0.3)
+        (False, ["stuck", "escaped"]),  # the untied model is trapped
+        (False, [math.nan, "escaped"]),  # a diverged run
+    ],
+)
 def test_fig3_fails_on_violating_outcomes(tied, outcomes):
     g = group([(0.5, 0.8, outcomes[0]), (0.2, 0.3, outcomes[1])], tied=tied)
     assert len(failed(claims_lib.claims_fig3(None, [g]))) == 1
@@ -74,7 +89,7 @@ def test_fig3_a_missing_point_is_not_reproduced():
 # ----------------------------------------------------------------------------- Fig. 4
 
 
-GRID = [(p, q) for p in (0.2, 0.8) for q in (0.2, 0.8)]        # p + q < 1, = 1, = 1, > 1
+GRID = [(p, q) for p in (0.2, 0.8) for q in (0.2, 0.8)]  # p + q < 1, = 1, = 1, > 1
 
 
 def fig4_tied(above="stuck", below="escaped"):
@@ -82,8 +97,9 @@ def fig4_tied(above="stuck", below="escaped"):
 
 
 def test_fig4_passes_on_the_demarcation():
-    claims = claims_lib.claims_fig4(None, [fig4_tied(), group([(p, q, "escaped") for p, q in GRID],
-                                                              tied=False)])
+    claims = claims_lib.claims_fig4(
+        None, [fig4_tied(), group([(p, q, "escaped") for p, q in GRID], tied=False)]
+    )
     assert len(claims) == 3 and not failed(claims)
 
 
@@ -157,17 +173,22 @@ def test_fig5_at_the_iid_point_escaped_is_not_free():
 
 def _appendix_params(rng, d=4, value=None):
     r = 4 * d
-    leaf = lambda *shape: (rng.normal(size=(1,) + shape) if value is None
-                           else np.full((1,) + shape, value))
-    return {"e": leaf(d), "pos": leaf(8, d), "b": leaf(),
-            "block_0": {"W_1": leaf(r, d), "W_2": leaf(d, r)}}
+    leaf = lambda *shape: (
+        rng.normal(size=(1,) + shape) if value is None else np.full((1,) + shape, value)
+    )
+    return {
+        "e": leaf(d),
+        "pos": leaf(8, d),
+        "b": leaf(),
+        "block_0": {"W_1": leaf(r, d), "W_2": leaf(d, r)},
+    }
 
 
 def test_appendix_d_fails_on_unstructured_and_nan_weights():
     rng = np.random.default_rng(0)
     g = group([(0.2, 0.3, "escaped")], params=_appendix_params(rng))
-    claim, = claims_lib.claims_appendix_d(None, [g])
+    (claim,) = claims_lib.claims_appendix_d(None, [g])
     assert not claim.passed
     g = group([(0.2, 0.3, "escaped")], params=_appendix_params(rng, value=np.nan))
-    claim, = claims_lib.claims_appendix_d(None, [g])        # used to raise in the SVD
+    (claim,) = claims_lib.claims_appendix_d(None, [g])  # used to raise in the SVD
     assert not claim.passed and claim.measured == "non-finite weights"

@@ -23,7 +23,7 @@ def run(cfg, tmp_path):
 
 def test_fig3_theory_model_tied_trap_and_untied_bigram(tmp_path):
     cfg = markov.get_config("fig3")
-    cfg.num_seeds = 1          # both (p, q) points, tied and untied: Fig. 3's four claims
+    cfg.num_seeds = 1  # both (p, q) points, tied and untied: Fig. 3's four claims
     summary, failed = run(cfg, tmp_path)
     assert not failed and summary["total"] == 4, failed
     runs = {(r["program"], r["p"]): r for r in summary["runs"]}
@@ -35,7 +35,7 @@ def test_fig3_theory_model_tied_trap_and_untied_bigram(tmp_path):
     assert {"test_loss", "f0", "f1", "chain.p", "chain.q", "model.tied"} <= set(rows[-1])
 
 
-@pytest.mark.slow      # ~20 s; the S-state unigram point itself: test_points.py C16
+@pytest.mark.slow  # ~20 s; the S-state unigram point itself: test_points.py C16
 def test_fig5_multistate_threshold(tmp_path):
     cfg = markov.get_config("fig5")
     cfg.num_seeds = 1
@@ -54,12 +54,15 @@ def test_landscape_experiment(tmp_path):
     assert "local minimum (PSD" in (tmp_path / "hessians.txt").read_text()
 
 
-@pytest.mark.parametrize("field, value, message", [
-    ("chain.p", 1.0, r"config.chain.p = 1.0: must be a number in \(0, 1\)"),
-    ("chain.num_states", 1, r"config.chain.num_states = 1: must be an integer >= 2"),
-    ("model.layer_norm", True, r"config.model.layer_norm = True: must be False for the theory"),
-    ("train.batch_size", 0, r"config.train.batch_size = 0: must be an integer >= 1"),
-])
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("chain.p", 1.0, r"config.chain.p = 1.0: must be a number in \(0, 1\)"),
+        ("chain.num_states", 1, r"config.chain.num_states = 1: must be an integer >= 2"),
+        ("model.layer_norm", True, r"config.model.layer_norm = True: must be False for the theory"),
+        ("train.batch_size", 0, r"config.train.batch_size = 0: must be an integer >= 1"),
+    ],
+)
 def test_bad_configs(field, value, message):
     cfg = markov.get_config("fig3")
     group, name = field.split(".")
@@ -76,8 +79,18 @@ def test_sweep_values_are_checked():
 
 
 def test_cli_rejects_bad_p(tmp_path):
-    bad = subprocess.run([sys.executable, "-m", "experiments.markov",
-                          "--config=configs/markov.py", "--config.chain.p=0",
-                          f"--workdir={tmp_path}/bad"], cwd=ROOT, capture_output=True, text=True)
+    bad = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "experiments.markov",
+            "--config=configs/markov.py",
+            "--config.chain.p=0",
+            f"--workdir={tmp_path}/bad",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert bad.returncode != 0 and "config.chain.p = 0" in bad.stderr
     assert not (tmp_path / "bad").exists()

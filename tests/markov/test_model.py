@@ -34,7 +34,9 @@ def random_params(model, seed, scale=0.5):
 
 def blocks(params):
     """The per-layer parameter dicts block_0, block_1, ... in layer order."""
-    return [params[f"block_{layer}"] for layer in range(sum(k.startswith("block_") for k in params))]
+    return [
+        params[f"block_{layer}"] for layer in range(sum(k.startswith("block_") for k in params))
+    ]
 
 
 def set_blocks(params, **values):
@@ -64,18 +66,20 @@ def full_softmax_mix(q_BNHM, k_BNHM, v_BNHM):
 
 
 # Shared models (equal instances hit the same jit cache).
-THEORY = M.MarkovModel(d=4, seq_len=30)                               # tied, 1 layer, r = 16
+THEORY = M.MarkovModel(d=4, seq_len=30)  # tied, 1 layer, r = 16
 THEORY_UNTIED = M.MarkovModel(d=4, seq_len=30, tied=False)
 
 
 # ---------------------------------------------------------------- shapes and counts (§3.2)
 
+
 @pytest.mark.parametrize("tied, expected", [(True, 4310), (False, 4318)])
 def test_gpt_parameter_count_of_table_1(tied, expected):
     """d = 4, N = 1024, 1 layer, LN: wte 8 + wpe 4096 + ln_1 4 + c_attn 48 + c_proj 16 + ln_2 4
     + c_fc 64 + c_proj 64 + ln_f 4 + lm_head bias 2 = 4310 (+ 8 untied lm_head), notes §3.2."""
-    model = M.MarkovModel(family="gpt", d=4, seq_len=1024, tied=tied, activation="gelu",
-                          layer_norm=True)
+    model = M.MarkovModel(
+        family="gpt", d=4, seq_len=1024, tied=tied, activation="gelu", layer_norm=True
+    )
     params = jax.eval_shape(functools.partial(M.init_params, model=model), jax.random.key(0))
     assert M.num_params(model) == expected
     assert sum(leaf.size for leaf in jax.tree_util.tree_leaves(params)) == expected
@@ -87,8 +91,9 @@ def test_model_init_is_the_flax_module_with_init_params_law():
     """model.init (a draw per leaf, Flax's own) and init_params (one draw cut into leaves, the
     training init) make the same tree, shapes and dtypes, with the same law; param_dtype float64
     makes float64 parameters."""
-    model = M.MarkovModel(family="gpt", d=32, seq_len=256, num_layers=2, layer_norm=True,
-                          param_dtype=jnp.float64)
+    model = M.MarkovModel(
+        family="gpt", d=32, seq_len=256, num_layers=2, layer_norm=True, param_dtype=jnp.float64
+    )
     x_BN = jnp.zeros((1, 8), int)
     flax_params = model.init(jax.random.key(0), x_BN)["params"]
     params = M.init_params(jax.random.key(0), model, jnp.float64)
@@ -110,20 +115,33 @@ def test_theory_parameter_count_and_names():
     shapes = M.param_shapes(M.MarkovModel(d=4, seq_len=8, tied=False, num_heads=2))
     assert shapes["b"] == () and shapes["e"] == (4,) and shapes["a"] == (4,)
     assert shapes["pos"] == (8, 4)
-    assert shapes["block_0"] == {"W_Q": (4, 4), "W_K": (4, 4), "W_V": (4, 4), "W_O": (4, 4),
-                                   "W_1": (16, 4), "W_2": (4, 16)}
+    assert shapes["block_0"] == {
+        "W_Q": (4, 4),
+        "W_K": (4, 4),
+        "W_V": (4, 4),
+        "W_O": (4, 4),
+        "W_1": (16, 4),
+        "W_2": (4, 16),
+    }
     multi = M.param_shapes(M.MarkovModel(num_states=5, d=8, seq_len=8, tied=False))
     assert (multi["b"], multi["E"], multi["A"]) == ((5,), (5, 8), (5, 8))
     gpt = M.param_shapes(M.MarkovModel(family="gpt", d=4, seq_len=8, mlp_width=6))
-    assert "ln_f" not in gpt and "ln_1" not in gpt["block_0"]         # 'Markov-Simple': no LN
+    assert "ln_f" not in gpt and "ln_1" not in gpt["block_0"]  # 'Markov-Simple': no LN
     assert gpt["block_0"]["W_1"] == (6, 4) and gpt["head_bias"] == (2,)
 
 
 def test_gpt2_init_statistics():
     """N(0, 0.02^2) weights, W_O and W_2 N(0, (0.02 / sqrt(2 * 2 layers))^2), biases 0, gains 1;
     the theory family uses the same rule (notes §3.2, §11.4)."""
-    model = M.MarkovModel(family="gpt", d=64, seq_len=1024, num_layers=2, tied=False,
-                          layer_norm=True, activation="gelu")
+    model = M.MarkovModel(
+        family="gpt",
+        d=64,
+        seq_len=1024,
+        num_layers=2,
+        tied=False,
+        layer_norm=True,
+        activation="gelu",
+    )
     params = M.init_params(jax.random.key(0), model, jnp.float64)
     layers = blocks(params)
     pooled = {
@@ -132,7 +150,7 @@ def test_gpt2_init_statistics():
         0.01: [b[n] for b in layers for n in ("W_O", "W_2")],
     }
     for std, arrays in pooled.items():
-        for array in arrays:                      # every leaf alone, and each pool as a whole
+        for array in arrays:  # every leaf alone, and each pool as a whole
             assert array.dtype == jnp.float64
             assert abs(np.std(array) / std - 1) < 4 / math.sqrt(array.size) + 0.01
         values = np.concatenate([np.ravel(a) for a in arrays])
@@ -151,8 +169,16 @@ def test_gpt2_init_statistics():
 # ---------------------------------------------------------------- attention and causality
 
 CAUSAL_MODELS = [
-    M.MarkovModel(family="gpt", num_states=3, d=8, seq_len=100, num_layers=2, num_heads=2,
-                  activation="gelu", layer_norm=True),
+    M.MarkovModel(
+        family="gpt",
+        num_states=3,
+        d=8,
+        seq_len=100,
+        num_layers=2,
+        num_heads=2,
+        activation="gelu",
+        layer_norm=True,
+    ),
     M.MarkovModel(family="theory", d=8, seq_len=100, num_layers=2, num_heads=4, tied=False),
 ]
 
@@ -167,11 +193,12 @@ def test_causality(model):
     base_BNS = np.asarray(M.log_probs(params, x_BN, model))
     for cut in (0, 31, 32, 63, 98):
         changed_BN = x_BN.copy()
-        changed_BN[:, cut + 1:] = (x_BN[:, cut + 1:] + 1) % model.num_states
+        changed_BN[:, cut + 1 :] = (x_BN[:, cut + 1 :] + 1) % model.num_states
         new_BNS = np.asarray(M.log_probs(params, changed_BN, model))
-        np.testing.assert_allclose(new_BNS[:, :cut + 1], base_BNS[:, :cut + 1], rtol=0,
-                                   atol=1e-12)
-        assert np.max(np.abs(new_BNS[:, cut + 1:] - base_BNS[:, cut + 1:])) > 1e-3
+        np.testing.assert_allclose(
+            new_BNS[:, : cut + 1], base_BNS[:, : cut + 1], rtol=0, atol=1e-12
+        )
+        assert np.max(np.abs(new_BNS[:, cut + 1 :] - base_BNS[:, cut + 1 :])) > 1e-3
 
 
 @pytest.mark.parametrize("length", [1, 7, 40, 300])
@@ -191,7 +218,7 @@ def _full_mix(q, k, v):
     return jnp.einsum("bhni,bihm->bnhm", jax.nn.softmax(scores, axis=-1), v)
 
 
-@pytest.mark.parametrize("scores_in_cache", [2 ** 19, 1])
+@pytest.mark.parametrize("scores_in_cache", [2**19, 1])
 def test_block_causal_attention_gradient_equals_full_softmax(scores_in_cache, monkeypatch):
     """The hand-written backward pass of `_causal_mix` (N = 300: padded tiles; in one go, or
     looped over single sequences) equals JAX's gradient of the full masked softmax."""
@@ -199,8 +226,9 @@ def test_block_causal_attention_gradient_equals_full_softmax(scores_in_cache, mo
     rng = np.random.default_rng(3)
     q, k, v, g = (3.0 * rng.normal(size=(2, 300, 2, 3)) for _ in range(4))
     grad = lambda mix: jax.jit(jax.grad(lambda *qkv: jnp.sum(mix(*qkv) * g), argnums=(0, 1, 2)))
-    chex.assert_trees_all_close(grad(M._causal_mix)(q, k, v), grad(_full_mix)(q, k, v),
-                                rtol=0, atol=1e-11)
+    chex.assert_trees_all_close(
+        grad(M._causal_mix)(q, k, v), grad(_full_mix)(q, k, v), rtol=0, atol=1e-11
+    )
 
 
 def test_block_causal_attention_hessian_vector_product():
@@ -224,20 +252,21 @@ def test_layer_norm_and_its_hand_written_derivatives(d):
     x, w, dx = (2.0 * rng.normal(size=(3, 5, d)) for _ in range(3))
     gain, dgain = rng.normal(size=d), rng.normal(size=d)
     centred = x - x.mean(-1, keepdims=True)
-    expected = centred / np.sqrt((centred ** 2).mean(-1, keepdims=True) + M.LN_EPS) * gain
+    expected = centred / np.sqrt((centred**2).mean(-1, keepdims=True) + M.LN_EPS) * gain
     np.testing.assert_allclose(M._layer_norm(x, gain), expected, rtol=0, atol=1e-12)
 
     def textbook(x, gain):
         centred = x - jnp.mean(x, -1, keepdims=True)
-        return centred / jnp.sqrt(jnp.mean(centred ** 2, -1, keepdims=True) + M.LN_EPS) * gain
+        return centred / jnp.sqrt(jnp.mean(centred**2, -1, keepdims=True) + M.LN_EPS) * gain
 
     loss = lambda ln: lambda x, gain: jnp.sum(jnp.sin(ln(x, gain)) * w)
     grad = lambda ln: jax.grad(loss(ln), argnums=(0, 1))
     hvp = lambda ln: jax.jvp(grad(ln), (x, gain), (dx, dgain))[1]
     want = (grad(textbook)(x, gain), hvp(textbook))
     assert min(np.max(np.abs(w)) for w in jax.tree.leaves(want)) > 1e-2
-    chex.assert_trees_all_close((grad(M._layer_norm)(x, gain), hvp(M._layer_norm)), want,
-                                rtol=0, atol=1e-11)
+    chex.assert_trees_all_close(
+        (grad(M._layer_norm)(x, gain), hvp(M._layer_norm)), want, rtol=0, atol=1e-11
+    )
 
 
 @pytest.mark.parametrize("num_states", [2, 5, 40])
@@ -247,8 +276,9 @@ def test_log_softmax_by_slices(num_states):
     rng = np.random.default_rng(num_states)
     logits = rng.normal(size=(3, 7, num_states)) * np.array([1.0, 100.0, 300.0])[:, None, None]
     w = rng.normal(size=logits.shape)
-    np.testing.assert_allclose(M._log_softmax_last(logits), jax.nn.log_softmax(logits),
-                               rtol=0, atol=1e-12)
+    np.testing.assert_allclose(
+        M._log_softmax_last(logits), jax.nn.log_softmax(logits), rtol=0, atol=1e-12
+    )
     loss = lambda f: jax.grad(lambda z: jnp.sum(f(z) * w))(logits)
     want = loss(jax.nn.log_softmax)
     assert np.max(np.abs(want)) > 1e-2
@@ -264,21 +294,22 @@ def test_attention_weights_and_ratio():
     x_BND = x_BN[..., None] * params["e"] + params["pos"]
     block = params["block_0"]
     heads = lambda w: (x_BND @ w.T).reshape(3, 50, 2, 2)
-    mixed_BNHM, att_BHNN = full_softmax_mix(heads(block["W_Q"]), heads(block["W_K"]),
-                                            heads(block["W_V"]))
+    mixed_BNHM, att_BHNN = full_softmax_mix(
+        heads(block["W_Q"]), heads(block["W_K"]), heads(block["W_V"])
+    )
     attended_BND = mixed_BNHM.reshape(3, 50, 4) @ block["W_O"].T
-    ratio_BN = (np.linalg.norm(attended_BND, axis=-1)
-                / np.linalg.norm(x_BND + attended_BND, axis=-1))
+    ratio_BN = np.linalg.norm(attended_BND, axis=-1) / np.linalg.norm(x_BND + attended_BND, axis=-1)
     np.testing.assert_allclose(M.attention_ratio(params, x_BN, model), ratio_BN, atol=1e-12)
     np.testing.assert_allclose(M.attention_weights(params, x_BN, model), att_BHNN, atol=1e-12)
     att_BHNN = np.asarray(M.attention_weights(params, x_BN, model, layer=1))
     assert att_BHNN.shape == (3, 2, 50, 50)
     assert np.all(att_BHNN[..., ~np.tri(50, dtype=bool)] == 0.0)
     np.testing.assert_allclose(att_BHNN.sum(-1), 1.0, atol=1e-12)
-    assert np.min(np.abs(np.diff(att_BHNN[..., 10, :11], axis=-1))) > 0    # not uniform
+    assert np.min(np.abs(np.diff(att_BHNN[..., 10, :11], axis=-1))) > 0  # not uniform
 
 
 # ---------------------------------------------------------------- the §3.1 equivalence
+
 
 class ApplyTest(chex.TestCase):
     """model.apply with and without jit (a bug in a static branch or a traced shape could hide
@@ -294,29 +325,36 @@ class ApplyTest(chex.TestCase):
         gpt = M.MarkovModel(family="gpt", **common)
         theory = M.MarkovModel(family="theory", **common)
         g = random_params(gpt, 5)
-        t = {"e": g["wte"][1] - g["wte"][0], "pos": g["wte"][0] + g["wpe"],
-             "b": g["head_bias"][1] - g["head_bias"][0],
-             **{name: g[name] for name in ("block_0", "block_1")}}
+        t = {
+            "e": g["wte"][1] - g["wte"][0],
+            "pos": g["wte"][0] + g["wpe"],
+            "b": g["head_bias"][1] - g["head_bias"][0],
+            **{name: g[name] for name in ("block_0", "block_1")},
+        }
         if not tied:
             t["a"] = g["lm_head"][1] - g["lm_head"][0]
         chex.assert_trees_all_equal_structs(t, random_params(theory, 0))
         x_BN = tokens(6, 4, 40)
         apply = lambda model, method=None: self.variant(
-            lambda p, x: model.apply({"params": p}, x, method=method))
+            lambda p, x: model.apply({"params": p}, x, method=method)
+        )
         logit_gpt = apply(gpt, M.MarkovModel.logit_binary)(g, x_BN)
         chex.assert_shape(logit_gpt, (4, 40))
-        chex.assert_trees_all_close(apply(theory, M.MarkovModel.logit_binary)(t, x_BN),
-                                    logit_gpt, rtol=0, atol=1e-12)
-        assert np.std(logit_gpt) > 0.1                  # a non-trivial, input-dependent logit
+        chex.assert_trees_all_close(
+            apply(theory, M.MarkovModel.logit_binary)(t, x_BN), logit_gpt, rtol=0, atol=1e-12
+        )
+        assert np.std(logit_gpt) > 0.1  # a non-trivial, input-dependent logit
         if tied:
-            chex.assert_trees_all_close(apply(theory)(t, x_BN), apply(gpt)(g, x_BN),
-                                        rtol=0, atol=1e-12)
+            chex.assert_trees_all_close(
+                apply(theory)(t, x_BN), apply(gpt)(g, x_BN), rtol=0, atol=1e-12
+            )
 
     @chex.variants(with_jit=True, without_jit=True)
     def test_theta_pi_loss_and_gradient(self):
         """The population loss of theta_pi through model.apply: H(pi), gradient exactly zero in
         every block, finite (notes §6.2, C3)."""
         from landscape.markov import points
+
         point = points.theta_pi(0.5, 0.8, seq_len=6, pos="random", rest="random")
         loss, grads = self.variant(jax.value_and_grad(point.loss_fn))(point.params)
         assert abs(float(loss) - point.meta["expected_loss"]) < 1e-14
@@ -326,9 +364,12 @@ class ApplyTest(chex.TestCase):
 
 # ---------------------------------------------------------------- theta_pi and theta_star
 
-@pytest.mark.parametrize("model", [THEORY, M.MarkovModel(d=4, seq_len=30, num_layers=2,
-                                                         num_heads=2, tied=False)],
-                         ids=["tied-1-layer", "untied-2-layers-2-heads"])
+
+@pytest.mark.parametrize(
+    "model",
+    [THEORY, M.MarkovModel(d=4, seq_len=30, num_layers=2, num_heads=2, tied=False)],
+    ids=["tied-1-layer", "untied-2-layers-2-heads"],
+)
 def test_theta_pi_predicts_the_unigram(model):
     """e = a = 0, W_O = W_2 = 0, b = log(p/q), everything else random: f = p/(p+q) at every
     position and input (Thm 2 (ii), notes §6.2, C3)."""
@@ -364,7 +405,7 @@ def test_theta_star_b1(model):
     b = log(p/(1-p)), rest random, gives f = p at x_n = 0 and 1 - q at x_n = 1 (C11)."""
     p, q, d = 0.2, 0.3, 4
     e_D = np.full(d, math.sqrt(math.log((1 - p) * (1 - q) / (p * q)) / d))
-    assert abs(e_D[0] - 0.7473) < 1e-4                                 # notes §6.1 example
+    assert abs(e_D[0] - 0.7473) < 1e-4  # notes §6.1 example
     params = set_blocks(random_params(model, 12), W_O=0.0, W_2=0.0)
     params.update(e=e_D, pos=np.zeros((30, d)), b=np.asarray(math.log(p / (1 - p))))
     if not model.tied:
@@ -379,8 +420,9 @@ def theta_star_b2(p, q, d, r, w, seed=13):
     b = log(p/(1-p)) + d/2, everything else random."""
     model = THEORY if r == 4 * d else M.MarkovModel(d=d, seq_len=30, mlp_width=r)
     params = set_blocks(random_params(model, seed), W_O=0.0, W_1=w, W_2=-w)
-    params.update(e=np.ones(d), pos=np.full((30, d), -0.5),
-                  b=np.asarray(math.log(p / (1 - p)) + d / 2))
+    params.update(
+        e=np.ones(d), pos=np.full((30, d), -0.5), b=np.asarray(math.log(p / (1 - p)) + d / 2)
+    )
     return kernel_predictions(params, model)
 
 
@@ -390,19 +432,20 @@ def test_theta_star_b2_needs_the_dr_correction(p, q):
     the paper's sqrt(2/d^2 (...)) is right only for r = d (notes §6.1, §6.9, C11, C12)."""
     d = 4
     bracket = 1 - math.log((1 - p) * (1 - q) / (p * q)) / d
-    if (p, q) == (0.5, 0.8):                                           # notes §6.1 example
+    if (p, q) == (0.5, 0.8):  # notes §6.1 example
         assert abs(math.sqrt(2 / (d * d) * bracket) - 0.4103) < 1e-4
         assert abs(math.sqrt(2 / (d * 4 * d) * bracket) - 0.2051) < 1e-4
     for r in (d, 4 * d):
         f_zero, f_one = theta_star_b2(p, q, d, r, math.sqrt(2 / (d * r) * bracket))
         np.testing.assert_allclose(f_zero, p, atol=1e-12)
         np.testing.assert_allclose(f_one, 1 - q, atol=1e-12)
-    f_zero, f_one = theta_star_b2(p, q, d, 4 * d, math.sqrt(2 / d ** 2 * bracket))
-    np.testing.assert_allclose(f_zero, p, atol=1e-12)                  # x_n = 0: ReLU is off
-    assert np.min(np.abs(f_one - (1 - q))) > 0.1                       # the erratum (C12)
+    f_zero, f_one = theta_star_b2(p, q, d, 4 * d, math.sqrt(2 / d**2 * bracket))
+    np.testing.assert_allclose(f_zero, p, atol=1e-12)  # x_n = 0: ReLU is off
+    assert np.min(np.abs(f_one - (1 - q))) > 0.1  # the erratum (C12)
 
 
 # ---------------------------------------------------------------- float64, vmap, Hessian
+
 
 def test_population_hessian_at_theta_pi_tied():
     """float64 Hessian through the whole model (masked softmax included): exact population loss
@@ -429,10 +472,10 @@ def test_population_hessian_at_theta_pi_tied():
     chex.assert_type(hessian, np.float64)
     chex.assert_shape(hessian, (flat.size, flat.size))
     chex.assert_tree_all_finite(hessian)
-    names = ["b", "block_0", "e", "pos"]                             # ravel_pytree: sorted keys
+    names = ["b", "block_0", "e", "pos"]  # ravel_pytree: sorted keys
     sizes = [1, M.num_params(model) - 1 - d - N * d, d, N * d]
     start = dict(zip(names, np.cumsum([0] + sizes[:-1])))
-    alpha = np.r_[start["b"], start["e"]:start["e"] + d]
+    alpha = np.r_[start["b"], start["e"] : start["e"] + d]
     pi0pi1 = p * q / (p + q) ** 2
     assert abs(pi0pi1 - 0.236686) < 1e-6
     expected = pi0pi1 * np.diag([1.0] + [2 * (p + q - 1)] * d)
@@ -449,27 +492,33 @@ def test_vmap_over_runs_matches_single_runs():
     params = jax.tree_util.tree_map(lambda *a: np.stack(a).astype(np.float32), *runs)
     x_RBN = tokens(3, 6, 16).reshape(3, 2, 16)
     batched = jax.vmap(M.log_probs, in_axes=(0, 0, None))(params, x_RBN, model)
-    singles = [M.log_probs(jax.tree_util.tree_map(lambda a: a[run], params), x_RBN[run], model)
-               for run in range(3)]
+    singles = [
+        M.log_probs(jax.tree_util.tree_map(lambda a: a[run], params), x_RBN[run], model)
+        for run in range(3)
+    ]
     chex.assert_type(singles, jnp.float32)
     chex.assert_trees_all_close(list(batched), singles, rtol=1e-5, atol=1e-6)
 
 
 # ---------------------------------------------------------------- bad inputs
 
-@pytest.mark.parametrize("kwargs, field", [
-    (dict(family="bert"), "family"),
-    (dict(num_states=1), "num_states"),
-    (dict(d=0), "d = 0"),
-    (dict(seq_len=0), "seq_len"),
-    (dict(num_layers=0), "num_layers"),
-    (dict(num_heads=0), "num_heads"),
-    (dict(family="gpt", d=4, num_heads=3), "num_heads"),
-    (dict(d=6, num_heads=4), "num_heads"),
-    (dict(mlp_width=0), "mlp_width"),
-    (dict(activation="tanh"), "activation"),
-    (dict(family="theory", layer_norm=True), "layer_norm"),
-])
+
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        (dict(family="bert"), "family"),
+        (dict(num_states=1), "num_states"),
+        (dict(d=0), "d = 0"),
+        (dict(seq_len=0), "seq_len"),
+        (dict(num_layers=0), "num_layers"),
+        (dict(num_heads=0), "num_heads"),
+        (dict(family="gpt", d=4, num_heads=3), "num_heads"),
+        (dict(d=6, num_heads=4), "num_heads"),
+        (dict(mlp_width=0), "mlp_width"),
+        (dict(activation="tanh"), "activation"),
+        (dict(family="theory", layer_norm=True), "layer_norm"),
+    ],
+)
 def test_bad_model_sentences(kwargs, field):
     with pytest.raises(ValueError, match=field) as error:
         M.MarkovModel(**kwargs)
@@ -482,8 +531,7 @@ def test_bad_call_sentences():
     nothing."""
     model = M.MarkovModel(d=4, seq_len=8)
     params = jax.tree_util.tree_map(np.zeros, M.param_shapes(model), is_leaf=M._is_shape)
-    trace = lambda fn, x, **kw: jax.eval_shape(functools.partial(fn, model=model, **kw),
-                                               params, x)
+    trace = lambda fn, x, **kw: jax.eval_shape(functools.partial(fn, model=model, **kw), params, x)
     with pytest.raises(ValueError, match="at most seq_len = 8"):
         trace(M.log_probs, tokens(0, 2, 9))
     with pytest.raises(ValueError, match="expected"):
@@ -492,5 +540,8 @@ def test_bad_call_sentences():
         trace(M.attention_weights, tokens(0, 2, 8), layer=1)
     three = M.MarkovModel(num_states=3, d=4, seq_len=8)
     with pytest.raises(ValueError, match="num_states = 3"):
-        jax.eval_shape(functools.partial(M.logit_binary, model=three),
-                       random_params(three, 0), tokens(0, 2, 8, 3))
+        jax.eval_shape(
+            functools.partial(M.logit_binary, model=three),
+            random_params(three, 0),
+            tokens(0, 2, 8, 3),
+        )

@@ -23,13 +23,17 @@ def test_C4_tied_local_minimum_alpha_block_and_verdict():
     """p + q > 1, p_n = 0: alpha block pi0 pi1 diag(1, 2(p+q-1) I), zero elsewhere, PSD, exactly
     d + 1 non-zero eigenvalues {0.236686, 0.142012 x d}; verdict 'local minimum'."""
     H = landscape.hessian_at(landscape.markov.theta_pi(p=0.5, q=0.8))
-    pi0pi1 = 0.5 * 0.8 / 1.3 ** 2
-    np.testing.assert_allclose(H.block(["b", "e"]),
-                               pi0pi1 * np.diag([1.0] + [2 * 0.3] * D), atol=1e-14)
+    pi0pi1 = 0.5 * 0.8 / 1.3**2
+    np.testing.assert_allclose(
+        H.block(["b", "e"]), pi0pi1 * np.diag([1.0] + [2 * 0.3] * D), atol=1e-14
+    )
     rest = [n for n, _, _ in H.names if n not in ("b", "e")]
-    assert np.abs(H.block(rest, rest)).max() < 1e-14 and np.abs(H.block(["b", "e"], rest)).max() < 1e-14
+    assert (
+        np.abs(H.block(rest, rest)).max() < 1e-14
+        and np.abs(H.block(["b", "e"], rest)).max() < 1e-14
+    )
     assert H.eigenvalues.min() >= -1e-12 and H.num_zero() == H.matrix.shape[0] - (D + 1)
-    np.testing.assert_allclose(H.eigenvalues[-(D + 1):], [0.142012] * D + [0.236686], atol=1e-6)
+    np.testing.assert_allclose(H.eigenvalues[-(D + 1) :], [0.142012] * D + [0.236686], atol=1e-6)
     assert H.verdict().startswith("local minimum (PSD: positive definite on b, e")
     assert "local minimum (Thm 2" in H.describe()
 
@@ -49,7 +53,7 @@ def test_C6_C7_p_plus_q_below_one():
     H = landscape.hessian_at(landscape.markov.theta_pi(0.2, 0.3))
     np.testing.assert_allclose(np.sort(H.eigenvalues)[:D], [-0.24] * D, atol=1e-12)
     assert H.verdict() == f"saddle ({D} negative eigenvalues)"
-    for scale in (2.0, 0.5):            # Cov eigenvalues well above / partly below 0.2
+    for scale in (2.0, 0.5):  # Cov eigenvalues well above / partly below 0.2
         pos = np.random.default_rng(3).normal(size=(10, D)) * scale
         H = landscape.hessian_at(landscape.markov.theta_pi(0.3, 0.6, pos=pos))
         cov = np.cov(pos.T, bias=True)
@@ -63,14 +67,19 @@ def test_C8_C10_untied_saddle_and_escape():
     negative direction is (a, e) ~ (v, -v), and L drops by ~ lambda_min t^2 / 2 along it."""
     point = landscape.markov.theta_pi(0.5, 0.8, tied=False)
     H = landscape.hessian_at(point)
-    np.testing.assert_allclose(np.sort(H.focus_report()["eigenvalues"]),
-                               [-0.071006] * D + [0.071006] * D + [0.236686], atol=1e-6)
+    np.testing.assert_allclose(
+        np.sort(H.focus_report()["eigenvalues"]),
+        [-0.071006] * D + [0.071006] * D + [0.236686],
+        atol=1e-6,
+    )
     assert H.verdict() == f"saddle ({D} negative eigenvalues)"
     v = H.eigenvectors[:, 0]
     from landscape.point import param_names
+
     slots = {n: s for n, s, _ in param_names(point.params)}
     np.testing.assert_allclose(v[slots["a"]], -v[slots["e"]], atol=1e-10)
     from jax.flatten_util import ravel_pytree
+
     flat, unravel = ravel_pytree(point.params)
     drop = point.loss_fn(unravel(flat + 0.3 * v)) - point.loss()
     assert drop < 0 and drop == pytest.approx(0.5 * H.eigenvalues[0] * 0.09, rel=0.2)
@@ -79,6 +88,7 @@ def test_C8_C10_untied_saddle_and_escape():
 def test_C9_random_directions_do_not_descend_from_the_tied_minimum():
     point = landscape.markov.theta_pi(0.5, 0.8, pos="random", rest="random", key=jax.random.key(2))
     from jax.flatten_util import ravel_pytree
+
     flat, unravel = ravel_pytree(point.params)
     loss = jax.jit(jax.vmap(lambda x: point.loss_fn(unravel(x))))
     directions = jax.random.normal(jax.random.key(0), (100, flat.size))
@@ -87,8 +97,15 @@ def test_C9_random_directions_do_not_descend_from_the_tied_minimum():
         assert float((loss(flat + radius * directions) - point.loss()).min()) >= 0
 
 
-@pytest.mark.parametrize("p, q, r, expected", [(0.2, 0.3, 16, 0.544587), (0.5, 0.8, 4, 0.619015),
-                                               (0.5, 0.8, 16, 0.619015), (0.9, 0.6, 16, 0.533840)])
+@pytest.mark.parametrize(
+    "p, q, r, expected",
+    [
+        (0.2, 0.3, 16, 0.544587),
+        (0.5, 0.8, 4, 0.619015),
+        (0.5, 0.8, 16, 0.619015),
+        (0.9, 0.6, 16, 0.533840),
+    ],
+)
 def test_C11_theta_star_is_a_global_minimum(p, q, r, expected):
     point = landscape.markov.theta_star(p, q, mlp_width=r)
     assert point.loss() == pytest.approx(expected, abs=1e-6)
@@ -110,8 +127,9 @@ def test_C16_multistate_unigram_point():
         eig = H.focus_report()["eigenvalues"]
         assert np.sum(np.isclose(eig, e_value, atol=1e-10)) == 4 * 2
         assert np.sum(np.isclose(eig, 0.2, atol=1e-10)) == 4
-    H = landscape.hessian_at(landscape.markov.theta_pi(0.9, num_states=5, d=2, seq_len=4,
-                                                       tied=False))
+    H = landscape.hessian_at(
+        landscape.markov.theta_pi(0.9, num_states=5, d=2, seq_len=4, tied=False)
+    )
     eig = H.focus_report()["eigenvalues"]
     assert np.sum(np.isclose(eig, -0.025, atol=1e-10)) == 8 and H.verdict().startswith("saddle")
 
@@ -121,9 +139,10 @@ def test_paper_size_alpha_block_by_monte_carlo():
     targets) by restricting the Hessian to (b, e), against pi0 pi1 diag(1, 2(p+q-1))."""
     point = landscape.markov.theta_pi(0.5, 0.8, seq_len=1024, num_sequences=32)
     H = landscape.hessian_at(landscape.restrict(point, point.meta["focus_blocks"]))
-    pi0pi1 = 0.5 * 0.8 / 1.3 ** 2
-    np.testing.assert_allclose(np.diag(H.block(["b", "e"])), pi0pi1 * np.array([1] + [0.6] * D),
-                               rtol=0.05)
+    pi0pi1 = 0.5 * 0.8 / 1.3**2
+    np.testing.assert_allclose(
+        np.diag(H.block(["b", "e"])), pi0pi1 * np.array([1] + [0.6] * D), rtol=0.05
+    )
     assert np.linalg.eigvalsh(H.matrix).min() > 0
 
 
@@ -133,7 +152,11 @@ def test_bad_input_is_one_clear_sentence():
     with pytest.raises(ValueError, match="cover the theory model only"):
         landscape.markov.theta_pi(0.5, 0.8, family="gpt")
     with pytest.raises(ValueError, match="exact-enumeration limit"):
-        points.population_loss_fn(landscape.markov.MarkovModel(seq_len=20), jnp.eye(2) * 0.5 + 0.25,
-                                  jnp.ones(2) / 2, population="exact")
+        points.population_loss_fn(
+            landscape.markov.MarkovModel(seq_len=20),
+            jnp.eye(2) * 0.5 + 0.25,
+            jnp.ones(2) / 2,
+            population="exact",
+        )
     with pytest.raises(ValueError, match="num_states"):
         landscape.markov.theta_pi(0.5, num_states=1)

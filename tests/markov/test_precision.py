@@ -26,10 +26,11 @@ from landscape import precision, training
 from landscape.markov import experiment
 from landscape.markov import model as M
 
-UNIT_ROUNDOFF = {"float16": 2.0 ** -11, "bfloat16": 2.0 ** -8}
+UNIT_ROUNDOFF = {"float16": 2.0**-11, "bfloat16": 2.0**-8}
 FAMILIES = {
-    "gpt": dict(family="gpt", d=8, seq_len=64, num_layers=2, num_heads=2, layer_norm=True,
-                activation="gelu"),
+    "gpt": dict(
+        family="gpt", d=8, seq_len=64, num_layers=2, num_heads=2, layer_norm=True, activation="gelu"
+    ),
     "theory": dict(family="theory", d=8, seq_len=64, num_layers=2, num_heads=2),
 }
 
@@ -42,19 +43,18 @@ def perturbed_init(model, scale=0.3, seed=0):
     """The GPT-2 init plus N(0, scale^2) (float32): attention far from uniform, every path on."""
     rng = np.random.default_rng(seed)
     params = M.init_params(jax.random.key(1), model)
-    return jax.tree.map(lambda a: (a + scale * rng.normal(size=a.shape)).astype(np.float32),
-                        params)
+    return jax.tree.map(lambda a: (a + scale * rng.normal(size=a.shape)).astype(np.float32), params)
 
 
 def loss_fn(model, x_BN):
     def loss(params):
         log_probs = model.apply({"params": params}, x_BN[:, :-1])
         return -jnp.take_along_axis(log_probs, x_BN[:, 1:, None], axis=-1).mean()
+
     return loss
 
 
 class HalfPrecisionTest(chex.TestCase):
-
     @chex.variants(with_jit=True, without_jit=True)
     @parameterized.product(family=("gpt", "theory"), dtype=("float16", "bfloat16"))
     def test_half_gradients_are_float32_within_rounding(self, family, dtype):
@@ -64,17 +64,19 @@ class HalfPrecisionTest(chex.TestCase):
         loss32, grads32 = jax.jit(jax.value_and_grad(loss_fn(full, x_BN)))(params)
         loss, grads = self.variant(jax.value_and_grad(loss_fn(half, x_BN)))(params)
         chex.assert_tree_all_finite(grads)
-        chex.assert_trees_all_equal_shapes_and_dtypes(grads, params)     # float32 master grads
-        assert loss.dtype == jnp.float32                                  # the loss in float32
+        chex.assert_trees_all_equal_shapes_and_dtypes(grads, params)  # float32 master grads
+        assert loss.dtype == jnp.float32  # the loss in float32
         u = UNIT_ROUNDOFF[dtype]
         scale = max(float(jnp.max(jnp.abs(g))) for g in jax.tree.leaves(grads32))
         chex.assert_trees_all_close(grads, grads32, rtol=0, atol=16 * u * scale)
-        error = max(float(jnp.max(jnp.abs(a - b)))
-                    for a, b in zip(jax.tree.leaves(grads), jax.tree.leaves(grads32)))
-        assert error > 0.1 * u * scale            # the half computation really ran
+        error = max(
+            float(jnp.max(jnp.abs(a - b)))
+            for a, b in zip(jax.tree.leaves(grads), jax.tree.leaves(grads32))
+        )
+        assert error > 0.1 * u * scale  # the half computation really ran
         assert abs(float(loss) - float(loss32)) < 16 * u * float(loss32)
 
-    @chex.variants(with_jit=True)   # jit only: un-jitted, the GPT case costs 20 s for the same check
+    @chex.variants(with_jit=True)  # jit only: un-jitted, the GPT case costs 20 s for the same check
     @parameterized.parameters("gpt", "theory")
     def test_float16_flushes_tiny_gradients_to_zero(self, family):
         """GPT-2 init scaled by 1e-3: float16 flushes most gradient entries to zero (products of
@@ -98,8 +100,9 @@ class HalfPrecisionTest(chex.TestCase):
         chex.assert_shape(log_probs, (4, 64, 3))
         chex.assert_type(log_probs, jnp.float32)
         chex.assert_trees_all_close(jnp.exp(log_probs).sum(-1), jnp.ones((4, 64)), atol=1e-5)
-        att = self.variant(lambda p: model.apply({"params": p}, x_BN, 1,
-                                                 method=M.MarkovModel.attention_weights))(params)
+        att = self.variant(
+            lambda p: model.apply({"params": p}, x_BN, 1, method=M.MarkovModel.attention_weights)
+        )(params)
         chex.assert_type(att, jnp.float32)
         chex.assert_trees_all_close(att.sum(-1), jnp.ones((4, 2, 64)), atol=1e-5)
 
@@ -126,8 +129,10 @@ def test_config_precision_switch():
     assert model.dtype == jnp.float16 and model.param_dtype == jnp.float32
     assert experiment.make_problem(cfg).log_grad_zeros
     assert "float16 autocast" in experiment.model_table(cfg)
-    for bad, message in (("float8", "config.model.dtype = 'float8'"),
-                         ("float64", "config.model.dtype = 'float64'")):
+    for bad, message in (
+        ("float8", "config.model.dtype = 'float8'"),
+        ("float64", "config.model.dtype = 'float64'"),
+    ):
         cfg.model.dtype = bad
         with pytest.raises(config_lib.ConfigError, match=message):
             experiment.validate(cfg)

@@ -50,8 +50,9 @@ def test_stationary_is_differentiable_and_vmaps_over_traced_pq():
 
     grid_p, grid_q = jnp.meshgrid(jnp.linspace(0.1, 0.9, 5), jnp.linspace(0.15, 0.95, 4))
     losses = jax.vmap(bigram_loss)(grid_p.ravel(), grid_q.ravel())
-    np.testing.assert_allclose(losses, theory.entropy_rate(grid_p.ravel(), grid_q.ravel()),
-                               atol=1e-14)
+    np.testing.assert_allclose(
+        losses, theory.entropy_rate(grid_p.ravel(), grid_q.ravel()), atol=1e-14
+    )
     keys = jax.random.split(jax.random.key(0), grid_p.size)
     sample_one = lambda key, p, q: task.sample(key, task.binary_kernel(p, q), None, 2, 8)
     x = jax.vmap(sample_one)(keys, grid_p.ravel(), grid_q.ravel())
@@ -63,7 +64,7 @@ def _transition_counts(x_BN, num_states):
     return np.bincount(pairs.ravel(), minlength=num_states**2).reshape(num_states, num_states)
 
 
-C1_BATCH, C1_LENGTH = 2**16, 17                                  # 1,048,576 transitions
+C1_BATCH, C1_LENGTH = 2**16, 17  # 1,048,576 transitions
 
 
 @functools.lru_cache(maxsize=None)
@@ -93,31 +94,36 @@ def test_c1_empirical_kernel_and_marginals(chain):
     for n in (0, C1_LENGTH - 1):
         freq_S = np.bincount(x[:, n], minlength=num_states) / C1_BATCH
         assert np.all(np.abs(freq_S - pi) < 4 * np.sqrt(pi * (1 - pi) / C1_BATCH)), (n, freq_S)
-    slow = task.sample_sequential(jax.random.key(1), kernel, pi, batch_size=C1_BATCH,
-                                  length=C1_LENGTH)
+    slow = task.sample_sequential(
+        jax.random.key(1), kernel, pi, batch_size=C1_BATCH, length=C1_LENGTH
+    )
     np.testing.assert_array_equal(x, slow)
 
 
 def test_uniform_start_is_just_another_init():
     """init = uniform: P(x_1 = 1) = 1/2, not pi_1 = 0.3846 (the notes §2.1 'steady' bug)."""
     kernel = task.binary_kernel(0.5, 0.8)
-    x = task.sample(jax.random.key(2), kernel, jnp.array([0.5, 0.5]), batch_size=C1_BATCH,
-                    length=C1_LENGTH)
+    x = task.sample(
+        jax.random.key(2), kernel, jnp.array([0.5, 0.5]), batch_size=C1_BATCH, length=C1_LENGTH
+    )
     assert abs(np.asarray(x[:, 0]).mean() - 0.5) < 4 * np.sqrt(0.25 / C1_BATCH)
 
 
 def test_samplers_identical():
     """B = 16, N = 1024: the associative-scan and the sequential sampler give the same chain."""
     kernel = task.binary_kernel(0.5, 0.8)
-    for seed, init in [(0, task.stationary(kernel)), (1, jnp.array([0.5, 0.5])),
-                       (2, jnp.array([1.0, 0.0]))]:
+    for seed, init in [
+        (0, task.stationary(kernel)),
+        (1, jnp.array([0.5, 0.5])),
+        (2, jnp.array([1.0, 0.0])),
+    ]:
         key = jax.random.key(seed)
         fast = task.sample(key, kernel, init, batch_size=16, length=1024)
         slow = task.sample_sequential(key, kernel, init, batch_size=16, length=1024)
         assert fast.dtype == slow.dtype == jnp.int32 and fast.shape == (16, 1024)
         np.testing.assert_array_equal(fast, slow)
-        assert 0.3 < fast.mean() < 0.47                           # pi_1 = 0.3846
-    np.testing.assert_array_equal(fast[:, 0], 0)                   # init (1, 0): x_1 = 0
+        assert 0.3 < fast.mean() < 0.47  # pi_1 = 0.3846
+    np.testing.assert_array_equal(fast[:, 0], 0)  # init (1, 0): x_1 = 0
 
 
 def test_enumerate_sequences():
@@ -130,19 +136,23 @@ def test_enumerate_sequences():
         task.enumerate_sequences(2, 20)
     assert str(err.value) == (
         "N = 20 with S = 2 gives 1048576 sequences, above the exact-enumeration limit of 65536; "
-        "use the Monte-Carlo population loss (markov.task.monte_carlo_population).")
+        "use the Monte-Carlo population loss (markov.task.monte_carlo_population)."
+    )
 
 
 @functools.lru_cache(maxsize=None)
 def _kernels():
-    return {"binary (0.5, 0.8)": task.binary_kernel(0.5, 0.8),
-            "binary (0.2, 0.3)": task.binary_kernel(0.2, 0.3),
-            "symmetric S=3": task.symmetric_kernel(3, 0.7),
-            "random S=3": _random_kernel(3, seed=3)}
+    return {
+        "binary (0.5, 0.8)": task.binary_kernel(0.5, 0.8),
+        "binary (0.2, 0.3)": task.binary_kernel(0.2, 0.3),
+        "symmetric S=3": task.symmetric_kernel(3, 0.7),
+        "random S=3": _random_kernel(3, seed=3),
+    }
 
 
-@pytest.mark.parametrize("name", ["binary (0.5, 0.8)", "binary (0.2, 0.3)", "symmetric S=3",
-                                  "random S=3"])
+@pytest.mark.parametrize(
+    "name", ["binary (0.5, 0.8)", "binary (0.2, 0.3)", "symmetric S=3", "random S=3"]
+)
 def test_exact_population_reference_predictors(name):
     """Probabilities sum to 1; CE of the true kernel = entropy rate, of constant pi = H(pi) (§4)."""
     kernel = _kernels()[name]
@@ -157,8 +167,8 @@ def test_exact_population_reference_predictors(name):
     np.testing.assert_array_equal(t[i, 2], kernel[x[i, 2]])
     np.testing.assert_allclose(bigram, theory.entropy_rate_kernel(kernel), atol=1e-14)
     np.testing.assert_allclose(unigram, theory.unigram_loss_kernel(kernel), atol=1e-14)
-    np.testing.assert_allclose(first, pi, atol=1e-14)           # stationary marginals at n = 1
-    np.testing.assert_allclose(last, pi, atol=1e-14)            # and at n = N
+    np.testing.assert_allclose(first, pi, atol=1e-14)  # stationary marginals at n = 1
+    np.testing.assert_allclose(last, pi, atol=1e-14)  # and at n = N
 
 
 @functools.partial(jax.jit, static_argnums=1)
@@ -179,12 +189,18 @@ def test_binary_head_and_kernel_predictor_loss():
     kernel = task.binary_kernel(p, q)
     x, w, t = task.exact_population(2, 8, kernel, task.stationary(kernel))
     logits = jnp.full(x.shape, theory.theta_pi_logit(p, q))
-    np.testing.assert_allclose(task.population_cross_entropy(task.binary_log_probs(logits), w, t),
-                               theory.unigram_loss(p, q), atol=1e-14)
+    np.testing.assert_allclose(
+        task.population_cross_entropy(task.binary_log_probs(logits), w, t),
+        theory.unigram_loss(p, q),
+        atol=1e-14,
+    )
     f0, f1 = 0.45, 0.3
     logits = jnp.where(x == 1, jnp.log(f1 / (1 - f1)), jnp.log(f0 / (1 - f0)))
-    np.testing.assert_allclose(task.population_cross_entropy(task.binary_log_probs(logits), w, t),
-                               theory.kernel_predictor_loss(p, q, f0, f1), atol=1e-14)
+    np.testing.assert_allclose(
+        task.population_cross_entropy(task.binary_log_probs(logits), w, t),
+        theory.kernel_predictor_loss(p, q, f0, f1),
+        atol=1e-14,
+    )
 
 
 def test_c13_soft_targets_equal_hard_targets_and_lemma_1():
@@ -219,32 +235,50 @@ def test_monte_carlo_population_has_the_same_structure():
     """MC measure: weights 1/M, soft targets; true-kernel CE near the entropy rate (notes §7)."""
     p, q = 0.5, 0.8
     kernel = task.binary_kernel(p, q)
-    x, w, t = task.monte_carlo_population(jax.random.key(5), kernel, task.stationary(kernel),
-                                          C1_BATCH, C1_LENGTH)
+    x, w, t = task.monte_carlo_population(
+        jax.random.key(5), kernel, task.stationary(kernel), C1_BATCH, C1_LENGTH
+    )
     assert x.shape == (C1_BATCH, C1_LENGTH) and w.shape == (C1_BATCH,)
     assert t.shape == (C1_BATCH, C1_LENGTH, 2)
     np.testing.assert_allclose(w, 1 / C1_BATCH)
     np.testing.assert_array_equal(t[:, :, 1], jnp.where(x == 1, 1 - q, p))
     loss = task.population_cross_entropy(jnp.log(t), w, t)
-    assert abs(loss - theory.entropy_rate(p, q)) < 5e-4             # ~7 sigma
+    assert abs(loss - theory.entropy_rate(p, q)) < 5e-4  # ~7 sigma
 
 
-@pytest.mark.parametrize("call, message", [
-    (lambda: task.binary_kernel(1.2, 0.5),
-     "p = 1.2: must be in (0, 1) (the switching probability 0 -> 1)."),
-    (lambda: task.binary_kernel(0.5, 0.0),
-     "q = 0: must be in (0, 1) (the switching probability 1 -> 0)."),
-    (lambda: task.symmetric_kernel(5, 1.0),
-     "p = 1: must be in (0, 1) (the probability of leaving the current state)."),
-    (lambda: task.symmetric_kernel(1, 0.5),
-     "num_states = 1: must be an integer >= 2 (the number of chain states)."),
-    (lambda: task.validate_chain(p=np.array([0.2, 0.5, -0.1]), q=0.3),
-     "p = -0.1: must be in (0, 1) (the switching probability 0 -> 1)."),
-    (lambda: task.validate_chain(p=float("nan"), q=0.3),
-     "p = nan: must be in (0, 1) (the switching probability 0 -> 1)."),
-    (lambda: task.enumerate_sequences(2, 0),
-     "length = 0: must be an integer >= 1 (the sequence length N)."),
-])
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (
+            lambda: task.binary_kernel(1.2, 0.5),
+            "p = 1.2: must be in (0, 1) (the switching probability 0 -> 1).",
+        ),
+        (
+            lambda: task.binary_kernel(0.5, 0.0),
+            "q = 0: must be in (0, 1) (the switching probability 1 -> 0).",
+        ),
+        (
+            lambda: task.symmetric_kernel(5, 1.0),
+            "p = 1: must be in (0, 1) (the probability of leaving the current state).",
+        ),
+        (
+            lambda: task.symmetric_kernel(1, 0.5),
+            "num_states = 1: must be an integer >= 2 (the number of chain states).",
+        ),
+        (
+            lambda: task.validate_chain(p=np.array([0.2, 0.5, -0.1]), q=0.3),
+            "p = -0.1: must be in (0, 1) (the switching probability 0 -> 1).",
+        ),
+        (
+            lambda: task.validate_chain(p=float("nan"), q=0.3),
+            "p = nan: must be in (0, 1) (the switching probability 0 -> 1).",
+        ),
+        (
+            lambda: task.enumerate_sequences(2, 0),
+            "length = 0: must be an integer >= 1 (the sequence length N).",
+        ),
+    ],
+)
 def test_bad_inputs_name_the_field(call, message):
     with pytest.raises(ValueError) as err:
         call()

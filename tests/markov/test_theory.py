@@ -25,7 +25,7 @@ TABLE = [
     (0.7, 0.9, 0.4375, 0.6853, 0.4858, 0.1995, 0.2461, 0.2461, +0.2953, 0.1477),
     (0.5, 0.5, 0.5000, 0.6931, 0.6931, 0.0000, 0.2500, 0.2500, 0.0000, 0.0000),
 ]
-ROUNDED = 5e-5 + 1e-12                                           # 4-decimal table entries
+ROUNDED = 5e-5 + 1e-12  # 4-decimal table entries
 
 
 @pytest.mark.parametrize("row", TABLE, ids=[f"p={r[0]},q={r[1]}" for r in TABLE])
@@ -57,23 +57,27 @@ def test_c2_c11_six_digit_values():
 
 def test_c17_gap_identity_and_kernel_versions():
     """C17: H(pi) - L_star = I(x_n; x_{n+1}) (I from its definition), 0 iff p + q = 1."""
-    p_G, q_G = [g.ravel() for g in np.meshgrid(np.linspace(0.05, 0.95, 7),
-                                               np.linspace(0.1, 0.9, 6))]
+    p_G, q_G = [
+        g.ravel() for g in np.meshgrid(np.linspace(0.05, 0.95, 7), np.linspace(0.1, 0.9, 6))
+    ]
     gap_G = theory.unigram_loss(p_G, q_G) - theory.entropy_rate(p_G, q_G)
     info_G = jax.jit(jax.vmap(theory.mutual_information))(p_G, q_G)
     np.testing.assert_allclose(info_G, gap_G, atol=1e-14)
-    assert np.all(info_G > 1e-6)                                 # no p + q = 1 on this grid
+    assert np.all(info_G > 1e-6)  # no p + q = 1 on this grid
     for p in (0.1, 0.37, 0.5, 0.8):
         assert abs(theory.mutual_information(p, 1 - p)) < 1e-15
     raw = np.random.default_rng(0).uniform(0.1, 1.0, (4, 4))
     kernel = jnp.asarray(raw / raw.sum(axis=1, keepdims=True))
     np.testing.assert_allclose(
         theory.unigram_loss_kernel(kernel) - theory.entropy_rate_kernel(kernel),
-        theory.mutual_information_kernel(kernel), atol=1e-14)
+        theory.mutual_information_kernel(kernel),
+        atol=1e-14,
+    )
     binary = task.binary_kernel(0.5, 0.8)
     np.testing.assert_allclose(theory.unigram_loss_kernel(binary), 0.6662785, atol=1e-7)
-    np.testing.assert_allclose(theory.entropy_rate_kernel(binary), theory.entropy_rate(0.5, 0.8),
-                               atol=1e-15)
+    np.testing.assert_allclose(
+        theory.entropy_rate_kernel(binary), theory.entropy_rate(0.5, 0.8), atol=1e-15
+    )
 
 
 def test_multistate_closed_forms():
@@ -82,8 +86,9 @@ def test_multistate_closed_forms():
     for p, bigram in [(0.1, 0.4637), (0.3, 1.0268), (0.6, 1.5048), (0.9, 1.5727)]:
         assert abs(theory.symmetric_entropy_rate(5, p) - bigram) < ROUNDED
         kernel = task.symmetric_kernel(5, p)
-        np.testing.assert_allclose(theory.entropy_rate_kernel(kernel),
-                                   theory.symmetric_entropy_rate(5, p), atol=1e-14)
+        np.testing.assert_allclose(
+            theory.entropy_rate_kernel(kernel), theory.symmetric_entropy_rate(5, p), atol=1e-14
+        )
         np.testing.assert_allclose(theory.unigram_loss_kernel(kernel), np.log(5), atol=1e-14)
 
 
@@ -126,9 +131,9 @@ def test_c15_appendix_d():
 
 def test_stuck_criterion():
     """notes §12.7: |L - H(pi)| < I/4 and |f0 - f1| < 0.02, at (0.5, 0.8) (I = 0.0473)."""
-    assert theory.stuck(0.6656, 0.5, 0.8, 0.384, 0.387)          # §11.4 tied pilot
-    assert not theory.stuck(0.6195, 0.5, 0.8, 0.50, 0.20)        # untied pilot: the bigram
-    assert not theory.stuck(0.6656, 0.5, 0.8, 0.40, 0.36)        # flat loss, distinct outputs
+    assert theory.stuck(0.6656, 0.5, 0.8, 0.384, 0.387)  # §11.4 tied pilot
+    assert not theory.stuck(0.6195, 0.5, 0.8, 0.50, 0.20)  # untied pilot: the bigram
+    assert not theory.stuck(0.6656, 0.5, 0.8, 0.40, 0.36)  # flat loss, distinct outputs
     assert not theory.stuck(0.6663 - 0.0473 / 3, 0.5, 0.8, 0.385, 0.385)
 
 
@@ -145,29 +150,33 @@ def _reduced_loss(flat, p, q, pos_ND, tied):
     """Exact population loss of logit_n = <a, x_n e + p_n> + b, flat = (b, a[, e]) (§6.4)."""
     kernel = task.binary_kernel(p, q)
     w, t = task.sequence_probs(X_MN, kernel), task.soft_targets(X_MN, kernel)
-    b, a = flat[0], flat[1:1 + D]
-    e = a if tied else flat[1 + D:]
+    b, a = flat[0], flat[1 : 1 + D]
+    e = a if tied else flat[1 + D :]
     logits = jnp.einsum("mnd,d->mn", X_MN[:, :, None] * e + pos_ND, a) + b
     return task.population_cross_entropy(task.binary_log_probs(logits), w, t)
 
 
 @functools.partial(jax.jit, static_argnums=4)
 def _reduced_grad_hess(flat, p, q, pos_ND, tied):
-    return (jax.grad(_reduced_loss)(flat, p, q, pos_ND, tied),
-            jax.hessian(_reduced_loss)(flat, p, q, pos_ND, tied))
+    return (
+        jax.grad(_reduced_loss)(flat, p, q, pos_ND, tied),
+        jax.hessian(_reduced_loss)(flat, p, q, pos_ND, tied),
+    )
 
 
 def _reduced_hessian(p, q, pos_ND, tied):
     """Exact Hessian at theta_pi (e = a = 0, b = log(p/q)) in the order (b, a, e)."""
     point = jnp.zeros(1 + D * (1 if tied else 2)).at[0].set(theory.theta_pi_logit(p, q))
     grad, hessian = _reduced_grad_hess(point, p, q, pos_ND, tied)
-    assert abs(grad).max() < 1e-15                               # C3: a stationary point
+    assert abs(grad).max() < 1e-15  # C3: a stationary point
     return hessian
 
 
 @pytest.mark.parametrize("tied", [True, False])
-@pytest.mark.parametrize("p, q, pos", [(0.5, 0.8, "zero"), (0.2, 0.3, "zero"),
-                                       (0.5, 0.8, "random"), (0.3, 0.6, "random")])
+@pytest.mark.parametrize(
+    "p, q, pos",
+    [(0.5, 0.8, "zero"), (0.2, 0.3, "zero"), (0.5, 0.8, "random"), (0.3, 0.6, "random")],
+)
 def test_alpha_block_matches_exact_hessian(p, q, pos, tied):
     """C4-C8: Eq. 12 (tied) and B.5 (untied, order (b, a, e)) equal the exact Hessian block."""
     d = D
@@ -178,20 +187,23 @@ def test_alpha_block_matches_exact_hessian(p, q, pos, tied):
     block = theory.alpha_block(p, q, d, pos=None if pos == "zero" else pos_ND, tied=tied)
     np.testing.assert_allclose(block, hessian, atol=1e-14)
     if pos == "zero":
-        np.testing.assert_allclose(np.linalg.eigvalsh(hessian),
-                                   theory.alpha_spectrum(p, q, d, tied=tied), atol=1e-14)
+        np.testing.assert_allclose(
+            np.linalg.eigvalsh(hessian), theory.alpha_spectrum(p, q, d, tied=tied), atol=1e-14
+        )
 
 
 def test_alpha_spectrum_examples():
     """§6.5: (0.5, 0.8) pi0 pi1 = 0.236686, tied 0.142012, untied +-0.071006; (0.2, 0.3)."""
-    np.testing.assert_allclose(theory.alpha_spectrum(0.5, 0.8, 2), [0.142012, 0.142012, 0.236686],
-                               atol=5e-7)
-    np.testing.assert_allclose(theory.alpha_spectrum(0.5, 0.8, 1, tied=False),
-                               [-0.071006, 0.071006, 0.236686], atol=5e-7)
-    np.testing.assert_allclose(theory.alpha_spectrum(0.2, 0.3, 2), [-0.24, -0.24, 0.24],
-                               atol=1e-15)
-    np.testing.assert_allclose(theory.alpha_spectrum(0.2, 0.3, 1, tied=False),
-                               [-0.12, 0.12, 0.24], atol=1e-15)
+    np.testing.assert_allclose(
+        theory.alpha_spectrum(0.5, 0.8, 2), [0.142012, 0.142012, 0.236686], atol=5e-7
+    )
+    np.testing.assert_allclose(
+        theory.alpha_spectrum(0.5, 0.8, 1, tied=False), [-0.071006, 0.071006, 0.236686], atol=5e-7
+    )
+    np.testing.assert_allclose(theory.alpha_spectrum(0.2, 0.3, 2), [-0.24, -0.24, 0.24], atol=1e-15)
+    np.testing.assert_allclose(
+        theory.alpha_spectrum(0.2, 0.3, 1, tied=False), [-0.12, 0.12, 0.24], atol=1e-15
+    )
 
 
 def test_constant_positions_two_by_two_block():
@@ -201,8 +213,9 @@ def test_constant_positions_two_by_two_block():
     eig = np.linalg.eigvalsh(theory.alpha_block(p, q, d, pos=jnp.tile(c_D, (5, 1))))
     c2, k = float(c_D @ c_D), 2 * (p + q - 1)
     pair = np.linalg.eigvalsh(np.array([[1, np.sqrt(c2)], [np.sqrt(c2), c2 + k]]))
-    expected = np.sort(np.concatenate([[k] * (d - 1), pair])) * float(np.prod(
-        theory.stationary_binary(p, q)))
+    expected = np.sort(np.concatenate([[k] * (d - 1), pair])) * float(
+        np.prod(theory.stationary_binary(p, q))
+    )
     np.testing.assert_allclose(eig, expected, atol=1e-14)
 
 
@@ -212,20 +225,21 @@ def test_theta_pi_verdicts():
     assert theory.theta_pi_verdict(0.2, 0.3).startswith("saddle (Thm 2")
     assert theory.theta_pi_verdict(0.5, 0.8, tied=False).startswith("saddle (Thm 3")
     assert theory.theta_pi_verdict(0.3, 0.7).startswith("global minimum")
-    wide = 2.0 * jax.random.normal(jax.random.key(8), (256, 3))      # C7: Cov ~ 4 I > 0.2
+    wide = 2.0 * jax.random.normal(jax.random.key(8), (256, 3))  # C7: Cov ~ 4 I > 0.2
     assert theory.theta_pi_verdict(0.3, 0.6, pos=wide).startswith("local minimum")
-    narrow = 0.5 * jax.random.normal(jax.random.key(9), (8, 3))      # C7: N(0, 0.25)
+    narrow = 0.5 * jax.random.normal(jax.random.key(9), (8, 3))  # C7: N(0, 0.25)
     pos = np.asarray(narrow)
     cov_eig = np.linalg.eigvalsh(np.cov(pos.T, bias=True))
     negatives = int(np.sum(cov_eig < 2 * (1 - 0.9)))
     assert negatives >= 1
     block_eig = np.linalg.eigvalsh(theory.alpha_block(0.3, 0.6, 3, pos=pos))
-    assert int(np.sum(block_eig < 0)) == negatives              # Schur inertia (Haynsworth)
+    assert int(np.sum(block_eig < 0)) == negatives  # Schur inertia (Haynsworth)
     assert theory.theta_pi_verdict(0.3, 0.6, pos=pos).startswith("saddle")
 
 
-@pytest.mark.parametrize("p, eigenvalue", [(0.5, -0.15), (0.7, -0.05), (0.85, 0.025),
-                                           (0.95, 0.075)])
+@pytest.mark.parametrize(
+    "p, eigenvalue", [(0.5, -0.15), (0.7, -0.05), (0.85, 0.025), (0.95, 0.075)]
+)
 def test_multistate_e_eigenvalue(p, eigenvalue):
     """§6.8 / C16, S = 5: tied E-block eigenvalue (2/S)(pS/(S-1) - 1); threshold 0.8."""
     assert abs(theory.multistate_e_eigenvalue(5, p) - eigenvalue) < 1e-14
@@ -262,6 +276,6 @@ def test_multistate_eigenvalues_match_exact_hessian(tied, p):
     expected = theory.multistate_unigram_eigenvalues(MS_STATES, p, tied=tied, d=MS_D)
     assert len(expected) == len(eig)
     np.testing.assert_allclose(eig, expected, atol=1e-14)
-    if not tied:                                                # untied: +-0.025 at p = 0.9
+    if not tied:  # untied: +-0.025 at p = 0.9
         for value in (0.025, -0.025):
             assert np.sum(np.abs(eig - value) < 1e-14) == (MS_STATES - 1) * MS_D

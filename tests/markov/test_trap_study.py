@@ -21,14 +21,17 @@ def torch_onecycle(step, total, pct_start, div_factor=100.0, final_div_factor=0.
     """torch.optim.lr_scheduler.OneCycleLR.get_lr (anneal_strategy="cos", three_phase=False,
     max_lr = 1), as its source reads: two phases with float end steps, cosine annealing."""
     initial = 1.0 / div_factor
-    phases = [dict(end=float(pct_start * total) - 1, start_lr=initial, end_lr=1.0),
-              dict(end=float(total) - 1, start_lr=1.0, end_lr=initial / final_div_factor)]
+    phases = [
+        dict(end=float(pct_start * total) - 1, start_lr=initial, end_lr=1.0),
+        dict(end=float(total) - 1, start_lr=1.0, end_lr=initial / final_div_factor),
+    ]
     start_step = 0.0
     for i, phase in enumerate(phases):
         if step <= phase["end"] or i == len(phases) - 1:
             pct = (step - start_step) / (phase["end"] - start_step)
             return phase["end_lr"] + (phase["start_lr"] - phase["end_lr"]) / 2 * (
-                math.cos(math.pi * pct) + 1)
+                math.cos(math.pi * pct) + 1
+            )
         start_step = phase["end"]
 
 
@@ -41,13 +44,17 @@ def test_onecycle_matches_pytorch(total):
     optim = cfg.optim.copy_and_resolve_references()
     optim.warmup_steps = int(round(cfg.train.warmup_fraction * total))
     multiplier = training.schedule(optim, total)
-    peak = int(0.02 * total) - 1                        # 7 at 400 iterations, 9 at 500
+    peak = int(0.02 * total) - 1  # 7 at 400 iterations, 9 at 500
     for step in (0, 1, 3, peak, peak + 1, total // 2, total - 2, total - 1):
-        np.testing.assert_allclose(float(multiplier(step)), torch_onecycle(step, total, 0.02),
-                                   rtol=2e-6, err_msg=f"step {step}")
-    assert float(multiplier(0)) == pytest.approx(0.01)                # lr / 100
+        np.testing.assert_allclose(
+            float(multiplier(step)),
+            torch_onecycle(step, total, 0.02),
+            rtol=2e-6,
+            err_msg=f"step {step}",
+        )
+    assert float(multiplier(0)) == pytest.approx(0.01)  # lr / 100
     assert float(multiplier(peak)) == pytest.approx(1.0)
-    assert float(multiplier(total - 1)) == pytest.approx(0.2)         # lr / 5
+    assert float(multiplier(total - 1)) == pytest.approx(0.2)  # lr / 5
     # the warm-up is a half cosine, not a line: at step 1 of 400, 0.059 (a line gives 0.151)
     if total == 400:
         assert float(multiplier(1)) == pytest.approx(0.0590205, rel=1e-5)
@@ -58,7 +65,7 @@ def test_wilson_interval():
     np.testing.assert_allclose(trap_study.wilson(0, 10), (0.0, 0.27753), atol=1e-5)
     np.testing.assert_allclose(trap_study.wilson(5, 10), (0.23659, 0.76341), atol=1e-5)
     np.testing.assert_allclose(trap_study.wilson(10, 10), (0.72247, 1.0), atol=1e-5)
-    for n in range(1, 40):            # exact ends: the figure's error bars must not go negative
+    for n in range(1, 40):  # exact ends: the figure's error bars must not go negative
         assert trap_study.wilson(0, n)[0] == 0.0 and trap_study.wilson(n, n)[1] == 1.0
 
 
@@ -75,6 +82,7 @@ def autocast_loss(params, x_BN, half, num_layers):
     """A 1-head GPT-2 (pre-LN, tied head with bias, exact GELU) under torch.autocast(half), written
     from its rules: Linear layers and the head in `half`, LayerNorm, softmax and the loss in
     float32, the residual stream float32, the attention output cast to `half`."""
+
     def linear(h, W):
         return h.astype(half) @ W.astype(half).T
 
@@ -91,8 +99,9 @@ def autocast_loss(params, x_BN, half, num_layers):
         y = z + linear(mixed, w["W_O"])
         hidden = jax.nn.gelu(linear(_layer_norm(y, w["ln_2"]), w["W_1"]), approximate=False)
         z = y + linear(hidden, w["W_2"])
-    logits = (linear(_layer_norm(z, params["ln_f"]), params["wte"])
-              + params["head_bias"].astype(half)).astype(jnp.float32)
+    logits = (
+        linear(_layer_norm(z, params["ln_f"]), params["wte"]) + params["head_bias"].astype(half)
+    ).astype(jnp.float32)
     log_probs = jax.nn.log_softmax(logits, axis=-1)
     return -jnp.take_along_axis(log_probs, targets[..., None], axis=-1).mean()
 
@@ -103,8 +112,9 @@ def test_float16_flushes_the_entries_an_emulation_flushes():
     mode has exactly the zero gradient entries of the emulation above, entry by entry, and
     float32 has none of them. (At x 0.05 the position embeddings' float32 sums also cancel to
     exactly zero in a few entries, 1e-12 apart between the two codes: not a float16 flush.)"""
-    cfg = dict(family="gpt", d=8, seq_len=64, num_layers=2, num_heads=1, layer_norm=True,
-               activation="gelu")
+    cfg = dict(
+        family="gpt", d=8, seq_len=64, num_layers=2, num_heads=1, layer_norm=True, activation="gelu"
+    )
     half = M.MarkovModel(**cfg, dtype="float16")
     params = jax.tree.map(lambda a: a * 0.1, M.init_params(jax.random.key(3), half))
     x_BN = jnp.asarray(np.random.default_rng(0).integers(0, 2, (16, 65)))
@@ -113,18 +123,18 @@ def test_float16_flushes_the_entries_an_emulation_flushes():
         def loss(p):
             log_probs = model.apply({"params": p}, x_BN[:, :-1])
             return -jnp.take_along_axis(log_probs, x_BN[:, 1:, None], axis=-1).mean()
+
         return loss
 
     grads = jax.jit(jax.grad(model_loss(half)))(params)
-    emulated = jax.jit(jax.grad(autocast_loss), static_argnums=(2, 3))(
-        params, x_BN, jnp.float16, 2)
+    emulated = jax.jit(jax.grad(autocast_loss), static_argnums=(2, 3))(params, x_BN, jnp.float16, 2)
     grads32 = jax.jit(jax.grad(model_loss(half.clone(dtype=jnp.float32))))(params)
     zeros = jax.tree.map(lambda g: np.asarray(g == 0), grads)
     chex.assert_trees_all_equal(zeros, jax.tree.map(lambda g: np.asarray(g == 0), emulated))
     flushed = sum(int(z.sum()) for z in jax.tree.leaves(zeros))
-    assert flushed > 500                                  # 855 of 2696 entries
+    assert flushed > 500  # 855 of 2696 entries
     partly = [z.mean() for z in jax.tree.leaves(zeros) if 0 < z.mean() < 1]
-    assert len(partly) >= 6                   # the mask is sharp: leaves flushed in part
+    assert len(partly) >= 6  # the mask is sharp: leaves flushed in part
     assert not any(np.any(np.asarray(g) == 0) for g in jax.tree.leaves(grads32))
     probe = trap_study.half_vs_float32(half, params, x_BN, "float16")
     total = sum(z.size for z in jax.tree.leaves(zeros))
@@ -154,16 +164,20 @@ def test_trap_study_end_to_end(tmp_path):
     workdir = records.Workdir.open(tmp_path / "trap")
     summary = experiment.run(cfg, workdir, progress=None)
     claims = summary["claims"]
-    cells = [c for c in claims if "trapped at H(pi)" in c["claim"]
-             or "escapes to the entropy rate" in c["claim"]]
+    cells = [
+        c
+        for c in claims
+        if "trapped at H(pi)" in c["claim"] or "escapes to the entropy rate" in c["claim"]
+    ]
     assert len(cells) == 2
     for c in cells:
         k, n = c["measured"]["trapped"], c["measured"]["runs"]
         assert n == 3 and 0 <= k <= 3
         assert c["measured"]["95% interval"] == pytest.approx(
-            [round(x, 3) for x in trap_study.wilson(k, n)])
+            [round(x, 3) for x in trap_study.wilson(k, n)]
+        )
     assert sum("depth escapes the trap" in c["claim"] for c in claims) == 1
-    for c in cells:           # the escape steps: a trapped run never crossed the midpoint
+    for c in cells:  # the escape steps: a trapped run never crossed the midpoint
         escapes = c["measured"]["escape step"]
         assert escapes["runs"] == 3 and escapes["escaped"] <= 3 - c["measured"]["trapped"]
     table = (tmp_path / "trap" / "trap_runs.csv").read_text().splitlines()
@@ -175,8 +189,8 @@ def test_trap_study_end_to_end(tmp_path):
     for i, c in enumerate(cells):
         loss = arrays[f"cell{i}_snapshot_test_loss"][:, -1]
         f0, f1 = (arrays[f"cell{i}_snapshot_f{s}"][:, -1] for s in (0, 1))
-        pi = np.array([0.8, 0.5]) / 1.3                  # stationary law of (p, q) = (0.5, 0.8)
-        unigram = -np.sum(pi * np.log(pi))               # H(pi) = 0.6663
+        pi = np.array([0.8, 0.5]) / 1.3  # stationary law of (p, q) = (0.5, 0.8)
+        unigram = -np.sum(pi * np.log(pi))  # H(pi) = 0.6663
         trapped = (np.abs(loss - unigram) < 0.005) & (np.abs(f0 - f1) < 0.02)
         assert c["measured"]["trapped"] == int(trapped.sum())
 

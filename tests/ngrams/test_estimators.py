@@ -25,10 +25,10 @@ def _counts(x, k, **kw):
 
 def test_counts_by_hand():
     """Def. 2.1 counts for k = 1, 2, 3, lags and min_position (notes §4.1)."""
-    assert _counts(SEQ, 1) == ([4, 2, 1], 7)                # unigram: all T tokens
-    assert _counts(SEQ, 2) == ([0, 2, 1], 3)                # after x_T = 0: l = 2, 4, 6
-    assert _counts(SEQ, 3) == ([0, 0, 1], 1)                # history (1, 0): only l = 4
-    assert _counts(SEQ, 3, lags=(2, 1)) == ([0, 0, 1], 1)   # lag order is irrelevant
+    assert _counts(SEQ, 1) == ([4, 2, 1], 7)  # unigram: all T tokens
+    assert _counts(SEQ, 2) == ([0, 2, 1], 3)  # after x_T = 0: l = 2, 4, 6
+    assert _counts(SEQ, 3) == ([0, 0, 1], 1)  # history (1, 0): only l = 4
+    assert _counts(SEQ, 3, lags=(2, 1)) == ([0, 0, 1], 1)  # lag order is irrelevant
     # far-end lag (the code's n = 3 "bigram"): x_{l-2} = x_{T-1} = 1, l >= 3: only l = 4
     assert _counts(SEQ, 2, lags=(2,)) == ([0, 0, 1], 1)
     # the code's full-history convention: lag 1 but l >= n = 3 drops l = 2
@@ -57,10 +57,10 @@ def test_empty_matching_set_falls_back_to_uniform():
 def test_padded_estimator_by_hand():
     """x = 2 0 1 2 2: keys l < k read x_1 as their missing history (notes §4.4 [ours])."""
     x = jnp.array([[2, 0, 1, 2, 2]])
-    assert _counts(x, 2) == ([1, 0, 1], 2)                  # l = 2, 5
-    assert _counts(x, 2, padded=True) == ([1, 0, 2], 3)     # + l = 1 (history x_1 = 2)
-    assert _counts(x, 3) == ([0, 0, 0], 0)                  # (x_{l-2}, x_{l-1}) never (2, 2)
-    assert _counts(x, 3, padded=True) == ([1, 0, 1], 2)     # l = 1, 2 read (x_1, x_1) = (2, 2)
+    assert _counts(x, 2) == ([1, 0, 1], 2)  # l = 2, 5
+    assert _counts(x, 2, padded=True) == ([1, 0, 2], 3)  # + l = 1 (history x_1 = 2)
+    assert _counts(x, 3) == ([0, 0, 0], 0)  # (x_{l-2}, x_{l-1}) never (2, 2)
+    assert _counts(x, 3, padded=True) == ([1, 0, 1], 2)  # l = 1, 2 read (x_1, x_1) = (2, 2)
     np.testing.assert_allclose(est.padded_kgram_estimate(x, 3, 3), [[0.5, 0.0, 0.5]], rtol=1e-12)
     np.testing.assert_allclose(est.kgram_estimate(x, 3, 3), [[1 / 3] * 3], rtol=1e-12)
     # k = 1 has no history: padded = unigram
@@ -69,12 +69,15 @@ def test_padded_estimator_by_hand():
 
 def test_add_alpha_formula():
     """(counts + alpha)/(|M| + S alpha) (notes §4.1); alpha = 0 is the MLE; alpha vmaps."""
-    np.testing.assert_allclose(est.smoothed_estimate(SEQ, 3, 2, 0.5),
-                               [[0.5 / 4.5, 2.5 / 4.5, 1.5 / 4.5]], rtol=1e-12)
-    np.testing.assert_allclose(est.smoothed_estimate(SEQ, 3, 1, 2.0),
-                               [[6 / 13, 4 / 13, 3 / 13]], rtol=1e-12)
-    np.testing.assert_allclose(est.smoothed_estimate(SEQ, 3, 2, 0.0), [[0, 2 / 3, 1 / 3]],
-                               rtol=1e-12)
+    np.testing.assert_allclose(
+        est.smoothed_estimate(SEQ, 3, 2, 0.5), [[0.5 / 4.5, 2.5 / 4.5, 1.5 / 4.5]], rtol=1e-12
+    )
+    np.testing.assert_allclose(
+        est.smoothed_estimate(SEQ, 3, 1, 2.0), [[6 / 13, 4 / 13, 3 / 13]], rtol=1e-12
+    )
+    np.testing.assert_allclose(
+        est.smoothed_estimate(SEQ, 3, 2, 0.0), [[0, 2 / 3, 1 / 3]], rtol=1e-12
+    )
     alphas = jnp.array([0.0, 1.0, 10.0])
     probs_ABS = jax.vmap(lambda a: est.smoothed_estimate(SEQ, 3, 2, a))(alphas)
     np.testing.assert_allclose(probs_ABS[:, 0, 1], [2 / 3, 3 / 6, 12 / 33], rtol=1e-12)
@@ -86,10 +89,10 @@ def test_bayes_is_add_alpha_at_k_equals_n_brute_force():
     x_BT = jax.random.randint(jax.random.PRNGKey(3), (20, 40), 0, num_states)
     probs_BS = np.asarray(est.bayes_estimate(x_BT, num_states, order_n, alpha))
     for x, probs in zip(np.asarray(x_BT), probs_BS):
-        context = tuple(x[-(order_n - 1):])
+        context = tuple(x[-(order_n - 1) :])
         counts = np.zeros(num_states)
-        for l in range(order_n - 1, len(x)):                    # 0-based keys with full history
-            if tuple(x[l - order_n + 1:l]) == context:
+        for l in range(order_n - 1, len(x)):  # 0-based keys with full history
+            if tuple(x[l - order_n + 1 : l]) == context:
                 counts[x[l]] += 1
         expected = (counts + alpha) / (counts.sum() + num_states * alpha)
         np.testing.assert_allclose(probs, expected, rtol=1e-12)
@@ -126,14 +129,17 @@ def test_jit_and_vmap_agree_with_eager():
     np.testing.assert_allclose(mapped_BS, eager_BS, rtol=1e-12)
 
 
-@pytest.mark.parametrize("call, field", [
-    (lambda: est.kgram_counts(SEQ, 3, 0), "k = 0"),
-    (lambda: est.kgram_estimate(SEQ, 3, 8), "k = 8"),
-    (lambda: est.smoothed_estimate(SEQ, 3, 2, -0.5), "alpha = -0.5"),
-    (lambda: est.kgram_counts(SEQ, 3, 3, lags=(1,)), "lags = (1,)"),
-    (lambda: est.kgram_counts(SEQ, 3, 3, min_position=2), "min_position = 2"),
-    (lambda: est.kgram_counts(SEQ, 2, 2), "x_BT"),
-])
+@pytest.mark.parametrize(
+    "call, field",
+    [
+        (lambda: est.kgram_counts(SEQ, 3, 0), "k = 0"),
+        (lambda: est.kgram_estimate(SEQ, 3, 8), "k = 8"),
+        (lambda: est.smoothed_estimate(SEQ, 3, 2, -0.5), "alpha = -0.5"),
+        (lambda: est.kgram_counts(SEQ, 3, 3, lags=(1,)), "lags = (1,)"),
+        (lambda: est.kgram_counts(SEQ, 3, 3, min_position=2), "min_position = 2"),
+        (lambda: est.kgram_counts(SEQ, 2, 2), "x_BT"),
+    ],
+)
 def test_bad_input_names_the_field(call, field):
     with pytest.raises(ValueError, match=r"^" + field.replace("(", r"\(").replace(")", r"\)")):
         call()
@@ -153,9 +159,10 @@ def test_padded_vs_definition_is_order_one_over_T(k, frac_expected):
         se = np.sqrt(frac_expected * (1 - frac_expected) / num_seq)
         assert abs(differ_B.mean() - frac_expected) < 4 * se
         extra_B = np.asarray(padded_B - matches_B)
-        assert extra_B.min() >= 0 and extra_B.max() <= k - 1        # only keys l < k are added
-        tv_B = 0.5 * np.abs(np.asarray(est.kgram_estimate(x_BT, 3, k)
-                                       - est.padded_kgram_estimate(x_BT, 3, k))).sum(-1)
+        assert extra_B.min() >= 0 and extra_B.max() <= k - 1  # only keys l < k are added
+        tv_B = 0.5 * np.abs(
+            np.asarray(est.kgram_estimate(x_BT, 3, k) - est.padded_kgram_estimate(x_BT, 3, k))
+        ).sum(-1)
         ok_B = np.asarray(matches_B) > 0
         # adding e keys to m moves the empirical law by at most e / (m + e) in TV
         assert np.all(tv_B[ok_B] <= extra_B[ok_B] / np.asarray(padded_B)[ok_B] + 1e-12)
@@ -178,10 +185,13 @@ def _mc_sample(num_states, order_n, seq_len, alpha, seed):
     return task.sample_sequences(sequence_key, P_BCS, num_states, order_n, seq_len)
 
 
-@pytest.mark.parametrize("num_states, alpha, refs", [
-    (5, 0.5, (1.6271, 1.6160, 1.4392)),                       # Fig 3/5 config
-    (3, 1.0, (1.0746, 1.0388, 0.9525)),                       # Fig 4 config
-])
+@pytest.mark.parametrize(
+    "num_states, alpha, refs",
+    [
+        (5, 0.5, (1.6271, 1.6160, 1.4392)),  # Fig 3/5 config
+        (3, 1.0, (1.0746, 1.0388, 0.9525)),  # Fig 4 config
+    ],
+)
 def test_reference_losses(num_states, alpha, refs):
     """unigram +alpha, bigram +alpha (lag 1, keys l >= n), n-gram Bayes at n = 3, T = 32 (§4.1).
 
@@ -190,9 +200,11 @@ def test_reference_losses(num_states, alpha, refs):
     """
     order_n, seq_len = 3, 32
     x_BT, target_BS = _mc_sample(num_states, order_n, seq_len, alpha, seed=num_states)
-    probs = [est.smoothed_estimate(x_BT, num_states, 1, alpha),
-             est.smoothed_estimate(x_BT, num_states, 2, alpha, min_position=order_n),
-             est.bayes_estimate(x_BT, num_states, order_n, alpha)]
+    probs = [
+        est.smoothed_estimate(x_BT, num_states, 1, alpha),
+        est.smoothed_estimate(x_BT, num_states, 2, alpha, min_position=order_n),
+        est.bayes_estimate(x_BT, num_states, order_n, alpha),
+    ]
     for probs_BS, ref in zip(probs, refs):
         loss_B = np.asarray(est.cross_entropy(probs_BS, target_BS))
         se = loss_B.std() / np.sqrt(NUM_MC)
@@ -200,7 +212,7 @@ def test_reference_losses(num_states, alpha, refs):
         assert abs(loss_B.mean() - ref) < 0.005, (loss_B.mean(), ref, se)
     # the Bayes predictor beats both lower-order lines on these very sequences
     losses = [float(est.cross_entropy(p, target_BS).mean()) for p in probs]
-    assert losses[2] < losses[1] - 0.05 and losses[2] < losses[0] - 0.05   # gaps 0.18, 0.09
+    assert losses[2] < losses[1] - 0.05 and losses[2] < losses[0] - 0.05  # gaps 0.18, 0.09
 
 
 def test_far_end_lag_bigram_is_worse_than_contiguous():
@@ -210,10 +222,10 @@ def test_far_end_lag_bigram_is_worse_than_contiguous():
     """
     alpha = 0.5
     x_BT, target_BS = _mc_sample(5, 3, 32, alpha, seed=5)
-    far_B = est.cross_entropy(est.smoothed_estimate(x_BT, 5, 2, alpha, lags=(2,), min_position=3),
-                              target_BS)
-    near_B = est.cross_entropy(est.smoothed_estimate(x_BT, 5, 2, alpha, min_position=3),
-                               target_BS)
+    far_B = est.cross_entropy(
+        est.smoothed_estimate(x_BT, 5, 2, alpha, lags=(2,), min_position=3), target_BS
+    )
+    near_B = est.cross_entropy(est.smoothed_estimate(x_BT, 5, 2, alpha, min_position=3), target_BS)
     diff_B = np.asarray(far_B - near_B)
     se = diff_B.std() / np.sqrt(NUM_MC)
     assert diff_B.mean() > 3 * se and diff_B.mean() < 0.01, (diff_B.mean(), se)

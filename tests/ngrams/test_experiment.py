@@ -18,7 +18,7 @@ def test_smoke_fig3_first_transition(tmp_path):
     summary = experiment.run(cfg, records.Workdir(tmp_path), progress=None)
     arrays = np.load(tmp_path / "arrays.npz")
     loss = arrays["snapshot_test_loss"][0]
-    offsets = arrays["snapshot_head_offsets"][0]                  # (snaps, heads, lags)
+    offsets = arrays["snapshot_head_offsets"][0]  # (snaps, heads, lags)
     assert loss[-1] < 1.63, loss[-1]
     assert offsets[-1, :, 0].max() >= 0.4, offsets[-1]
     assert offsets[-1, :, 1].max() <= 0.3, offsets[-1]
@@ -27,14 +27,19 @@ def test_smoke_fig3_first_transition(tmp_path):
     assert {"test_loss", "head1_lag1", "head2_lag2", "norm_QK"} <= set(rows[-1])
     # the lines of notes §4.1 (Fig 3/5 row; 16384 sequences, about +-0.005)
     lines = summary["lines"]
-    for name, expected in [("uniform", 1.6094), ("1-gram +alpha", 1.6271),
-                           ("2-gram +alpha", 1.6160), ("bayes", 1.4392), ("1-gram opt", 1.5929),
-                           ("2-gram opt", 1.5488)]:
+    for name, expected in [
+        ("uniform", 1.6094),
+        ("1-gram +alpha", 1.6271),
+        ("2-gram +alpha", 1.6160),
+        ("bayes", 1.4392),
+        ("1-gram opt", 1.5929),
+        ("2-gram opt", 1.5488),
+    ]:
         assert abs(lines[name] - expected) < 0.01, (name, lines[name], expected)
     assert (tmp_path / "figures" / "test_loss.png").exists()
 
 
-@pytest.mark.slow      # the engine's vmapped-vs-alone equality: tests/test_sweeps.py, every run
+@pytest.mark.slow  # the engine's vmapped-vs-alone equality: tests/test_sweeps.py, every run
 def test_five_seeds_vmapped_equal_single_seed(tmp_path):
     cfg = ngrams.get_config("fig5")
     cfg.train.update(num_steps=64, log_every=32, test_sequences=256)
@@ -42,8 +47,9 @@ def test_five_seeds_vmapped_equal_single_seed(tmp_path):
     cfg.seed, cfg.num_seeds = 3, 1
     alone = experiment.train_group(cfg, {}, progress=None)["result"]
     np.testing.assert_allclose(together.losses[2], alone.losses[0], rtol=2e-5)
-    np.testing.assert_allclose(together.snapshots["test_loss"][2], alone.snapshots["test_loss"][0],
-                               rtol=2e-5)
+    np.testing.assert_allclose(
+        together.snapshots["test_loss"][2], alone.snapshots["test_loss"][0], rtol=2e-5
+    )
 
 
 def test_plateau_detection_on_a_staircase():
@@ -51,19 +57,24 @@ def test_plateau_detection_on_a_staircase():
     loss = np.where(steps < 300, 1.7 - steps / 1000, np.where(steps < 2000, 1.6, 1.5))
     found = claims.plateaus(steps, loss, window=200, tol=0.01, min_length=500)
     assert [(p["level"], p["final"] if "final" in p else None) for p in found] == [
-        (1.6, None), (1.5, None)]
+        (1.6, None),
+        (1.5, None),
+    ]
     assert found[0]["start"] >= 300 and found[0]["end"] < 2000 and found[1]["end"] == 4000
 
 
-@pytest.mark.parametrize("field, value, message", [
-    ("task.order_n", 1, "order_n"),
-    ("task.seq_len", 3, "seq_len"),
-    ("task.alpha", 0.0, "alpha"),
-    ("task.num_states", 1, "num_states"),
-    ("model.kind", "gpt", "config.model.kind"),
-    ("train.log_every", 100, "config.train.log_every = 100"),
-    ("optim.lr", -1.0, "config.optim.lr = -1.0"),
-])
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("task.order_n", 1, "order_n"),
+        ("task.seq_len", 3, "seq_len"),
+        ("task.alpha", 0.0, "alpha"),
+        ("task.num_states", 1, "num_states"),
+        ("model.kind", "gpt", "config.model.kind"),
+        ("train.log_every", 100, "config.train.log_every = 100"),
+        ("optim.lr", -1.0, "config.optim.lr = -1.0"),
+    ],
+)
 def test_bad_config_names_the_field(field, value, message):
     cfg = ngrams.get_config("fig3")
     cfg = config_lib.with_fields(cfg, {field: value})
@@ -97,15 +108,18 @@ def test_both_measures_end_to_end_and_a_broken_claim_keeps_the_records(tmp_path,
     monkeypatch.setitem(claims.CLAIMS, "staircase", collapsed)
     summary = experiment.run(cfg, records.Workdir(tmp_path), progress=None)
     arrays = np.load(tmp_path / "arrays.npz")
-    assert arrays["snapshot_test_loss"].shape == arrays["snapshot_current_test_loss"].shape \
-        == (1, 5)
+    assert (
+        arrays["snapshot_test_loss"].shape == arrays["snapshot_current_test_loss"].shape == (1, 5)
+    )
     assert arrays["snapshot_test_loss"][0, 0] == arrays["snapshot_current_test_loss"][0, 0]
     assert not np.array_equal(arrays["snapshot_test_loss"], arrays["snapshot_current_test_loss"])
     statements = [c["claim"] for c in summary["claims"]]
     broken = [c for c in summary["claims"] if "could not be evaluated" in c["claim"]]
     assert len(broken) == 1 and broken[0]["measured"].startswith("ZeroDivisionError")
-    assert sum("spiking at the jump" in s for s in statements) == 2      # EMA and current
+    assert sum("spiking at the jump" in s for s in statements) == 2  # EMA and current
     assert any("larger at the parameter EMA" in s for s in statements)
     assert {r["measured_at"] for r in summary["runs"]} == {
-        "at the parameter EMA (0.999)", "at the current parameters"}
+        "at the parameter EMA (0.999)",
+        "at the current parameters",
+    }
     assert (tmp_path / "figures" / "grad_norm.png").stat().st_size > 0

@@ -56,7 +56,7 @@ def ref_simplified(p, x_BT, model):
         for i in range(T):
             blocks = [r0[i]]
             for h in range(m):
-                a = _softmax(A1[h, i, :i + 1])                    # a^(1,h)_(j,i), j <= i
+                a = _softmax(A1[h, i, : i + 1])  # a^(1,h)_(j,i), j <= i
                 blocks.append(sum(a[j] * (V1[h] @ r0[j]) for j in range(i + 1)))
             r1.append(np.concatenate(blocks))
         t = T - 1
@@ -128,8 +128,11 @@ def ref_disentangled(p, x_BT, model):
     return np.array(out)
 
 
-REFERENCES = {"simplified": ref_simplified, "transformer": ref_transformer,
-              "disentangled": ref_disentangled}
+REFERENCES = {
+    "simplified": ref_simplified,
+    "transformer": ref_transformer,
+    "disentangled": ref_disentangled,
+}
 
 
 def random_params(model, seed):
@@ -141,7 +144,7 @@ def random_params(model, seed):
         name = path[-1].key
         if name == "A1":
             std = 2.0
-        elif len(shape) == 1:                        # biases: b sqrt(d) ~ 0.3
+        elif len(shape) == 1:  # biases: b sqrt(d) ~ 0.3
             std = 0.3 / math.sqrt(shape[0])
         elif name == "readout":
             std = 1.0 / math.sqrt(shape[0])
@@ -152,7 +155,7 @@ def random_params(model, seed):
     return jax.tree_util.tree_map_with_path(draw, shapes, is_leaf=M._is_shape)
 
 
-PROBS = jax.jit(M.probs, static_argnums=2)      # one compile per model (eager compiles per op)
+PROBS = jax.jit(M.probs, static_argnums=2)  # one compile per model (eager compiles per op)
 STREAM = jax.jit(M.residual_stream, static_argnums=(2, 3))
 ATTENTION = jax.jit(M.attention_maps, static_argnums=2)
 
@@ -195,19 +198,30 @@ def test_param_counts_by_hand():
 
 
 def test_layout_names_and_init_statistics():
-    model = M.NgramModel(kind="transformer", num_states=3, seq_len=32, mlp=True,
-                         embedding="learned", init_scale=2.0)
+    model = M.NgramModel(
+        kind="transformer", num_states=3, seq_len=32, mlp=True, embedding="learned", init_scale=2.0
+    )
     params = M.init_params(jax.random.key(0), model, jnp.float64)
     names = {name: shape for name, _, shape in point.param_names(params)}
     assert names == {
-        "embed/position": (32, 35), "embed/token": (3, 35),
-        "layers/0/K": (2, 35, 35), "layers/0/Q": (2, 35, 35), "layers/0/V": (2, 35, 35),
-        "layers/0/mlp/W_in": (35, 35), "layers/0/mlp/W_out": (35, 35),
-        "layers/0/mlp/b_in": (35,), "layers/0/mlp/b_out": (35,),
-        "layers/1/K": (1, 35, 35), "layers/1/Q": (1, 35, 35), "layers/1/V": (1, 35, 35),
-        "layers/1/mlp/W_in": (35, 35), "layers/1/mlp/W_out": (35, 35),
-        "layers/1/mlp/b_in": (35,), "layers/1/mlp/b_out": (35,),
-        "readout": (35, 3)}
+        "embed/position": (32, 35),
+        "embed/token": (3, 35),
+        "layers/0/K": (2, 35, 35),
+        "layers/0/Q": (2, 35, 35),
+        "layers/0/V": (2, 35, 35),
+        "layers/0/mlp/W_in": (35, 35),
+        "layers/0/mlp/W_out": (35, 35),
+        "layers/0/mlp/b_in": (35,),
+        "layers/0/mlp/b_out": (35,),
+        "layers/1/K": (1, 35, 35),
+        "layers/1/Q": (1, 35, 35),
+        "layers/1/V": (1, 35, 35),
+        "layers/1/mlp/W_in": (35, 35),
+        "layers/1/mlp/W_out": (35, 35),
+        "layers/1/mlp/b_in": (35,),
+        "layers/1/mlp/b_out": (35,),
+        "readout": (35, 3),
+    }
     assert sum(math.prod(s) for s in names.values()) == M.num_params(model)
     # init_scale N(0, 1)/sqrt(d) for Q, K, V (3675 draws each: std within 6%, ~5 sigma)
     std = 2.0 / math.sqrt(35)
@@ -219,7 +233,7 @@ def test_layout_names_and_init_statistics():
     assert abs(np.std(params["readout"]) * math.sqrt(35) - 1) < 0.3
     mlp0, mlp1 = params["layers"]["0"]["mlp"], params["layers"]["1"]["mlp"]
     assert abs(np.std(mlp0["W_in"]) * math.sqrt(35) - 1) < 0.06
-    for mp in (mlp0, mlp1):                          # last MLP map and biases start at 0
+    for mp in (mlp0, mlp1):  # last MLP map and biases start at 0
         assert not np.any(mp["W_out"]) and not np.any(mp["b_in"]) and not np.any(mp["b_out"])
     # independent keys: the two layers' MLPs (and every block) differ (no shared-key quirk)
     assert not np.allclose(mlp0["W_in"], mlp1["W_in"])
@@ -275,14 +289,15 @@ class ForwardAndGradient(chex.TestCase):
         chex.assert_type(got, jnp.float64)
         chex.assert_trees_all_close(got, want, rtol=0, atol=1e-10)
         chex.assert_trees_all_close(got.sum(-1), np.ones(3), rtol=0, atol=1e-12)
-        assert np.abs(want - want.mean(0)).max() > 1e-3     # the check is not vacuous
+        assert np.abs(want - want.mean(0)).max() > 1e-3  # the check is not vacuous
 
     @chex.variants(with_jit=True, without_jit=True)
     def test_loss_and_grad(self):
         """value_and_grad of the loss: finite, every block moves, and two coordinates match a
         central difference of the NumPy reference loss."""
-        model = M.NgramModel(kind="transformer", num_states=3, seq_len=6, mlp=True,
-                             embedding="learned")
+        model = M.NgramModel(
+            kind="transformer", num_states=3, seq_len=6, mlp=True, embedding="learned"
+        )
         params = random_params(model, seed=3)
         x_BT = _tokens(3, 6, 4, seed=1)
         target = jnp.asarray(np.random.default_rng(0).dirichlet(np.ones(3), 4))
@@ -293,15 +308,17 @@ class ForwardAndGradient(chex.TestCase):
         value, grads = self.variant(jax.value_and_grad(loss))(params)
         chex.assert_tree_all_finite((value, grads))
         chex.assert_trees_all_equal_shapes(grads, params)
-        assert all(np.any(g != 0) for g in jax.tree_util.tree_leaves(grads))   # every block
+        assert all(np.any(g != 0) for g in jax.tree_util.tree_leaves(grads))  # every block
 
         def ref_loss(p):
-            return -np.mean(np.sum(np.asarray(target) * np.log(ref_transformer(p, x_BT, model)),
-                                   -1))
+            return -np.mean(
+                np.sum(np.asarray(target) * np.log(ref_transformer(p, x_BT, model)), -1)
+            )
 
         chex.assert_trees_all_close(value, ref_loss(params), rtol=0, atol=1e-12)
         eps = 1e-6
         for block, index in (("Q", (1, 2, 3)), ("V", (0, 4, 5))):
+
             def shifted(sign):
                 layer = dict(params["layers"]["0"])
                 layer[block] = np.array(layer[block])
@@ -309,8 +326,9 @@ class ForwardAndGradient(chex.TestCase):
                 return ref_loss(dict(params, layers={"0": layer, "1": params["layers"]["1"]}))
 
             fd = (shifted(1) - shifted(-1)) / (2 * eps)
-            chex.assert_trees_all_close(grads["layers"]["0"][block][index], fd, rtol=1e-6,
-                                        atol=1e-10)
+            chex.assert_trees_all_close(
+                grads["layers"]["0"][block][index], fd, rtol=1e-6, atol=1e-10
+            )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -326,14 +344,16 @@ def test_zero_readout_is_uniform(fig4_data):
     zero = M.NgramModel(kind="transformer", num_states=3, seq_len=32, readout_init="zero")
     assert zero.readout_init == "zero" and model.readout_init == "random"
     assert M.param_shapes(zero) == M.param_shapes(model)
-    params = M.init_params(jax.random.key(0), model, jnp.float64)   # shares the jit cache
-    params["readout"] = jnp.zeros_like(params["readout"])           # what readout_init = "zero" draws
+    params = M.init_params(jax.random.key(0), model, jnp.float64)  # shares the jit cache
+    params["readout"] = jnp.zeros_like(params["readout"])  # what readout_init = "zero" draws
     dis = M.NgramModel(kind="disentangled", num_states=3, seq_len=6)
     dis_params = M.init_params(jax.random.key(1), dis, jnp.float64)
-    dis_params["layers"] = random_params(dis, seed=1)["layers"]   # attention far from uniform
+    dis_params["layers"] = random_params(dis, seed=1)["layers"]  # attention far from uniform
     dis_target = np.random.default_rng(2).dirichlet(np.ones(3), 3)
-    for p, t in ((PROBS(params, x_BT, model), target_BS),
-                 (PROBS(dis_params, _tokens(3, 6, 3, seed=7), dis), dis_target)):
+    for p, t in (
+        (PROBS(params, x_BT, model), target_BS),
+        (PROBS(dis_params, _tokens(3, 6, 3, seed=7), dis), dis_target),
+    ):
         p = np.asarray(p)
         assert np.all(p == p[0, 0]) and abs(p[0, 0] - 1 / 3) < 1e-16
         loss = np.asarray(est.cross_entropy(p, t, floor=0.0))
@@ -350,23 +370,23 @@ def test_random_readout_initial_loss(embedding, fig4_data):
         params = M.init_params(jax.random.key(seed), model, jnp.float64)
         losses.append(float(est.cross_entropy(PROBS(params, x_BT, model), target_BS).mean()))
     assert all(1.05 < loss < 1.35 for loss in losses), losses
-    assert max(losses) - min(losses) > 1e-4                          # seeds differ
+    assert max(losses) - min(losses) > 1e-4  # seeds differ
 
 
 @pytest.mark.parametrize("embedding", ["one_hot", "learned"])
 def test_mlp_variant_at_init_is_the_embedding_readout(embedding):
     """mlp = True at init: both layers add exactly 0, so p = softmax(r0[T] W) (notes §3.3)."""
-    model = M.NgramModel(kind="transformer", num_states=3, seq_len=6, mlp=True,
-                         embedding=embedding)
+    model = M.NgramModel(kind="transformer", num_states=3, seq_len=6, mlp=True, embedding=embedding)
     params = M.init_params(jax.random.key(2), model, jnp.float64)
-    x_BT = _tokens(3, 6, 3, seed=7)                     # reference-test shapes: jit cache hits
+    x_BT = _tokens(3, 6, 3, seed=7)  # reference-test shapes: jit cache hits
     r0_T = np.asarray(M.embed(params, x_BT, model))[:, -1]
     want = np.asarray(jax.nn.softmax(r0_T @ params["readout"], axis=-1))
     np.testing.assert_allclose(PROBS(params, x_BT, model), want, rtol=0, atol=1e-15)
     # not vacuous: the same attention blocks without the MLPs do move the output
     plain = M.NgramModel(kind="transformer", num_states=3, seq_len=6, embedding=embedding)
-    plain_params = dict(params, layers={i: {k: layer[k] for k in "QKV"}
-                                        for i, layer in params["layers"].items()})
+    plain_params = dict(
+        params, layers={i: {k: layer[k] for k in "QKV"} for i, layer in params["layers"].items()}
+    )
     assert np.abs(np.asarray(PROBS(plain_params, x_BT, plain)) - want).max() > 1e-3
 
 
@@ -393,9 +413,12 @@ def test_attention_maps_are_causal_and_the_stream_is_causal(kind):
         assert np.abs(a[..., lower[0], lower[1]] - att[0, 0, lower[0], lower[1]]).max() > 1e-3
     # the last-row-only output equals row T of the all-positions stream
     full = np.asarray(STREAM(params, x_BT, model, all_positions=True))
-    np.testing.assert_allclose(PROBS(params, x_BT, model),
-                               jax.nn.softmax(full[:, -1] @ params["readout"], axis=-1),
-                               rtol=0, atol=1e-12)
+    np.testing.assert_allclose(
+        PROBS(params, x_BT, model),
+        jax.nn.softmax(full[:, -1] @ params["readout"], axis=-1),
+        rtol=0,
+        atol=1e-12,
+    )
     # changing x_3 (0-based) leaves rows 0..2 of r_L exactly unchanged and changes rows 3..T-1
     changed = np.array(x_BT)
     changed[:, 3] = (changed[:, 3] + 1) % 3
@@ -416,12 +439,15 @@ def test_simplified_previous_token_heads_compute_the_bigram_estimator():
     S, T, c = 3, 16, 60.0
     model = M.NgramModel(num_states=S, seq_len=T, num_heads=2, head_dim=S)
     offset1 = np.eye(T, k=-1)
-    params = {"A1": jnp.asarray(c * np.stack([offset1, offset1])),
-              "V1": jnp.asarray(np.stack([np.eye(S)] * 2)),
-              "Q2": jnp.asarray(np.hstack([np.eye(S), np.zeros((S, 2 * S))])),
-              "K2": jnp.asarray(c * np.hstack([np.zeros((S, S)), np.eye(S), np.zeros((S, S))]))}
-    np.testing.assert_array_equal(M.layer1_attention(params, model, x_BT=None),
-                                  M.layer1_attention(params, model))
+    params = {
+        "A1": jnp.asarray(c * np.stack([offset1, offset1])),
+        "V1": jnp.asarray(np.stack([np.eye(S)] * 2)),
+        "Q2": jnp.asarray(np.hstack([np.eye(S), np.zeros((S, 2 * S))])),
+        "K2": jnp.asarray(c * np.hstack([np.zeros((S, S)), np.eye(S), np.zeros((S, S))])),
+    }
+    np.testing.assert_array_equal(
+        M.layer1_attention(params, model, x_BT=None), M.layer1_attention(params, model)
+    )
     offsets = np.asarray(M.head_offset_attention(M.layer1_attention(params, model)))
     np.testing.assert_allclose(offsets, [[1, 0, 0], [1, 0, 0]], rtol=0, atol=1e-20)
     x_BT = _tokens(S, T, 64, seed=4)
@@ -444,24 +470,33 @@ def test_simplified_previous_token_heads_compute_the_bigram_estimator():
 def test_head_offset_attention_hand_built():
     T = 5
     prev = np.eye(T, k=-1)
-    prev[0, 0] = 1.0                                        # row 0 can only attend to itself
+    prev[0, 0] = 1.0  # row 0 can only attend to itself
     uniform = np.tril(np.ones((T, T))) / np.arange(1, T + 1)[:, None]
-    half = 0.5 * np.eye(T, k=-1) + 0.5 * np.eye(T, k=-2)    # rows >= 2: half on -1, half on -2
+    half = 0.5 * np.eye(T, k=-1) + 0.5 * np.eye(T, k=-2)  # rows >= 2: half on -1, half on -2
     half[0, 0], half[1, 0] = 1.0, 1.0
     att = np.stack([prev, uniform, half])
     got = np.asarray(M.head_offset_attention(att))
-    want = [[1, 0, 0],
-            [(1 / 2 + 1 / 3 + 1 / 4 + 1 / 5) / 4, (1 / 3 + 1 / 4 + 1 / 5) / 3, (1 / 4 + 1 / 5) / 2],
-            [(1 + 0.5 * 3) / 4, 0.5, 0]]
+    want = [
+        [1, 0, 0],
+        [(1 / 2 + 1 / 3 + 1 / 4 + 1 / 5) / 4, (1 / 3 + 1 / 4 + 1 / 5) / 3, (1 / 4 + 1 / 5) / 2],
+        [(1 + 0.5 * 3) / 4, 0.5, 0],
+    ]
     assert got.shape == (3, 3)
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-15)
-    np.testing.assert_allclose(M.head_offset_attention(att, offsets=(2,)),
-                               [[0], [(1 / 3 + 1 / 4 + 1 / 5) / 3], [0.5]], rtol=0, atol=1e-15)
+    np.testing.assert_allclose(
+        M.head_offset_attention(att, offsets=(2,)),
+        [[0], [(1 / 3 + 1 / 4 + 1 / 5) / 3], [0.5]],
+        rtol=0,
+        atol=1e-15,
+    )
     # (B, m, T, T): averaged over the batch
     batch = np.stack([att, att[[1, 2, 0]]])
-    np.testing.assert_allclose(M.head_offset_attention(batch),
-                               (np.asarray(want) + np.asarray(want)[[1, 2, 0]]) / 2,
-                               rtol=0, atol=1e-15)
+    np.testing.assert_allclose(
+        M.head_offset_attention(batch),
+        (np.asarray(want) + np.asarray(want)[[1, 2, 0]]) / 2,
+        rtol=0,
+        atol=1e-15,
+    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -469,27 +504,30 @@ def test_head_offset_attention_hand_built():
 # --------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kwargs, field", [
-    (dict(kind="catformer"), "kind"),
-    (dict(num_states=1), "num_states"),
-    (dict(seq_len=1.5), "seq_len"),
-    (dict(num_heads=0), "num_heads"),
-    (dict(head_dim=0), "head_dim"),
-    (dict(kind="transformer", head_dim=2.0), "head_dim"),
-    (dict(kind="transformer", embedding="onehot"), "embedding"),
-    (dict(kind="disentangled", embedding="learned"), "embedding"),
-    (dict(embedding="learned"), "embedding"),
-    (dict(kind="transformer", mlp="yes"), "mlp"),
-    (dict(kind="disentangled", mlp=True), "mlp"),
-    (dict(kind="transformer", readout_init="normal"), "readout_init"),
-    (dict(readout_init="zero"), "readout_init"),
-    (dict(layer_heads=(2, 1)), "layer_heads"),
-    (dict(kind="transformer", layer_heads=()), "layer_heads"),
-    (dict(kind="disentangled", layer_heads=(2, 0)), "layer_heads"),
-    (dict(kind="disentangled", layer_heads=3), "layer_heads"),
-    (dict(kind="transformer", learn_value=False), "learn_value"),
-    (dict(init_scale="1"), "init_scale"),
-])
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        (dict(kind="catformer"), "kind"),
+        (dict(num_states=1), "num_states"),
+        (dict(seq_len=1.5), "seq_len"),
+        (dict(num_heads=0), "num_heads"),
+        (dict(head_dim=0), "head_dim"),
+        (dict(kind="transformer", head_dim=2.0), "head_dim"),
+        (dict(kind="transformer", embedding="onehot"), "embedding"),
+        (dict(kind="disentangled", embedding="learned"), "embedding"),
+        (dict(embedding="learned"), "embedding"),
+        (dict(kind="transformer", mlp="yes"), "mlp"),
+        (dict(kind="disentangled", mlp=True), "mlp"),
+        (dict(kind="transformer", readout_init="normal"), "readout_init"),
+        (dict(readout_init="zero"), "readout_init"),
+        (dict(layer_heads=(2, 1)), "layer_heads"),
+        (dict(kind="transformer", layer_heads=()), "layer_heads"),
+        (dict(kind="disentangled", layer_heads=(2, 0)), "layer_heads"),
+        (dict(kind="disentangled", layer_heads=3), "layer_heads"),
+        (dict(kind="transformer", learn_value=False), "learn_value"),
+        (dict(init_scale="1"), "init_scale"),
+    ],
+)
 def test_bad_model_fields(kwargs, field):
     with pytest.raises(ValueError, match=rf"^{field} = ") as info:
         M.NgramModel(**kwargs)
@@ -498,8 +536,11 @@ def test_bad_model_fields(kwargs, field):
 
 def test_layer_heads_normalisation_and_bad_calls():
     a = M.NgramModel(kind="disentangled", layer_heads=[3, 1])
-    assert a.layer_heads == (3, 1) and a.num_heads == 3 and hash(a) == hash(
-        M.NgramModel(kind="disentangled", num_heads=3))
+    assert (
+        a.layer_heads == (3, 1)
+        and a.num_heads == 3
+        and hash(a) == hash(M.NgramModel(kind="disentangled", num_heads=3))
+    )
     assert M.NgramModel(kind="transformer").layer_heads == (2, 1)
     assert M.NgramModel().layer_heads is None and M.NgramModel().readout_init is None
     model = M.NgramModel(kind="transformer", num_states=3, seq_len=6)
@@ -532,8 +573,9 @@ def test_fixed_value_matrix_is_the_identity():
     params = {**params, "A1": jax.random.normal(jax.random.key(4), (2, T, T))}  # not uniform
     with_identity = {**params, "V1": jnp.stack([jnp.eye(S)] * 2)}
     x_BT = _tokens(S, T, 32, seed=5)
-    np.testing.assert_allclose(PROBS(params, x_BT, fixed), PROBS(with_identity, x_BT, learned),
-                               rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(
+        PROBS(params, x_BT, fixed), PROBS(with_identity, x_BT, learned), rtol=1e-6, atol=1e-7
+    )
 
 
 def test_prefix_width_5_is_the_corrected_model_with_zero_rows():
@@ -546,11 +588,13 @@ def test_prefix_width_5_is_the_corrected_model_with_zero_rows():
     params = M.init_params(jax.random.key(6), narrow)
     assert params["Q2"].shape == params["K2"].shape == (5, 15) and wide.head_dim == 15
     # the same initial scale as the authors' (N(0, 1) / sqrt(15) in both versions)
-    assert abs(float(np.std(np.concatenate([params["Q2"], params["K2"]]))) * math.sqrt(15) - 1) \
-        < 0.25
+    assert (
+        abs(float(np.std(np.concatenate([params["Q2"], params["K2"]]))) * math.sqrt(15) - 1) < 0.25
+    )
     params = {**params, "A1": jax.random.normal(jax.random.key(7), (2, T, T))}
     pad = lambda m: jnp.concatenate([m, jnp.zeros((10, 15))])
     padded = {**params, "Q2": pad(params["Q2"]), "K2": pad(params["K2"])}
     x_BT = _tokens(S, T, 32, seed=8)
-    np.testing.assert_allclose(PROBS(params, x_BT, narrow), PROBS(padded, x_BT, wide),
-                               rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(
+        PROBS(params, x_BT, narrow), PROBS(padded, x_BT, wide), rtol=1e-6, atol=1e-7
+    )

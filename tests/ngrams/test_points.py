@@ -17,7 +17,7 @@ from landscape.ngrams import estimators as est
 from landscape.ngrams import model as model_lib
 from landscape.ngrams import points, task
 
-S3 = dict(num_states=3, order_n=3, alpha=1.0)          # the notes' theory-check task
+S3 = dict(num_states=3, order_n=3, alpha=1.0)  # the notes' theory-check task
 
 
 def _model(S, T, m=2):
@@ -34,8 +34,9 @@ def test_construction_entries_match_notes_formulas():
     S, T, c = 2, 6, 2.5
     p = points.construction_params(3, c, _model(S, T))
     assert sorted(p) == ["A1", "K2", "Q2", "V1"]
-    chex.assert_shape([p["A1"], p["V1"], p["Q2"], p["K2"]],
-                      [(2, T, T), (2, S, S), (3 * S, 3 * S), (3 * S, 3 * S)])
+    chex.assert_shape(
+        [p["A1"], p["V1"], p["Q2"], p["K2"]], [(2, T, T), (2, S, S), (3 * S, 3 * S), (3 * S, 3 * S)]
+    )
     chex.assert_type(jax.tree_util.tree_leaves(p), jnp.float64)
     # the construction is a parameter tree of the Flax model: the same structure as its init
     chex.assert_trees_all_equal_shapes(p, model_lib.init_params(jax.random.key(0), _model(S, T)))
@@ -67,8 +68,10 @@ def test_construction_entries_match_notes_formulas():
     point = points.theta_star(3, c, seq_len=16, num_sequences=1024, **S3)
     assert point.meta["k"] == 3 and point.meta["c"] == c and "Thm 4.2" in point.meta["prediction"]
     assert point.meta["model"].head_dim == 9 and point.params["A1"].dtype == jnp.float64
-    assert "exactly stationary" in points.unigram_point(seq_len=16, num_sequences=1024,
-                                                        **S3).meta["prediction"]
+    assert (
+        "exactly stationary"
+        in points.unigram_point(seq_len=16, num_sequences=1024, **S3).meta["prediction"]
+    )
 
 
 def test_population_set_is_reproducible_and_float64():
@@ -76,12 +79,12 @@ def test_population_set_is_reproducible_and_float64():
     points._population_set.cache_clear()
     x2, y2 = points.population_set(3, 3, 16, 1.0, 64, seed=5)
     x3, _ = points.population_set(3, 3, 16, 1.0, 64, seed=6)
-    x4, _ = points.population_set(3, 3, 16, 1.0, 5000, seed=5)     # two sampling blocks
+    x4, _ = points.population_set(3, 3, 16, 1.0, 5000, seed=5)  # two sampling blocks
     np.testing.assert_array_equal(x1, x2)
     np.testing.assert_array_equal(y1, y2)
-    np.testing.assert_array_equal(x4[:64], x1)                      # nested sets
+    np.testing.assert_array_equal(x4[:64], x1)  # nested sets
     assert not np.array_equal(x1, x3)
-    assert not np.array_equal(x4[:904], x4[4096:])                  # blocks differ
+    assert not np.array_equal(x4[:904], x4[4096:])  # blocks differ
     assert y1.dtype == jnp.float64 and x1.shape == (64, 16) and y1.shape == (64, 3)
     np.testing.assert_allclose(y1.sum(-1), 1.0, rtol=1e-12)
     point = points.theta_star(2, 3.0, seq_len=16, num_sequences=64, seed=5, **S3)
@@ -111,7 +114,7 @@ def test_C1_lemma_3_1_gradient_identity():
     jac = jax.jit(jax.vmap(jax.jacrev(log_p), (None, 0)))(params, x_BT)
     for name in params:
         lemma = jnp.einsum("bs,bs...->...", probs_BS - y_BS, jac[name]) / x_BT.shape[0]
-        assert np.abs(np.asarray(grad[name])).max() > 1e-4           # a non-trivial gradient
+        assert np.abs(np.asarray(grad[name])).max() > 1e-4  # a non-trivial gradient
         np.testing.assert_allclose(lemma, grad[name], rtol=1e-9, atol=1e-14)
 
 
@@ -119,7 +122,7 @@ def test_C1_lemma_3_1_gradient_identity():
 # C2: Prop. 3.2 on a non-in-context toy (exact enumeration)
 # --------------------------------------------------------------------------------------------------
 
-TOY_P = np.array([[0.7, 0.3], [0.2, 0.8], [0.6, 0.4], [0.1, 0.9]])   # S = 2, order 2
+TOY_P = np.array([[0.7, 0.3], [0.2, 0.8], [0.6, 0.4], [0.1, 0.9]])  # S = 2, order 2
 
 
 def _toy_population(T, init):
@@ -148,8 +151,9 @@ def test_toy_gradient_matches_autodiff():
     x, w, y = _toy_population(6, "uniform")
     theta = np.array([[0.3, -0.2], [1.0, 0.5]])
     loss = lambda t: jnp.sum(w * -jnp.sum(y * jax.nn.log_softmax(t[x[:, -1]], axis=-1), -1))
-    np.testing.assert_allclose(_toy_grad(theta, 6, "uniform"), jax.grad(loss)(jnp.asarray(theta)),
-                               rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(
+        _toy_grad(theta, 6, "uniform"), jax.grad(loss)(jnp.asarray(theta)), rtol=1e-12, atol=1e-15
+    )
 
 
 def test_C2_prop_3_2_suffix_conditional_is_stationary():
@@ -164,17 +168,22 @@ def test_C2_prop_3_2_suffix_conditional_is_stationary():
     for T in range(3, 13):
         x, w, y = _toy_population(T, "uniform")
         assert abs(w.sum() - 1) < 1e-12
-        exact_q = np.stack([(w[x[:, -1] == a, None] * y[x[:, -1] == a]).sum(0)
-                            / w[x[:, -1] == a].sum() for a in range(2)])
+        exact_q = np.stack(
+            [
+                (w[x[:, -1] == a, None] * y[x[:, -1] == a]).sum(0) / w[x[:, -1] == a].sum()
+                for a in range(2)
+            ]
+        )
         if T <= 8:
             assert np.abs(_toy_grad(np.log(exact_q), T, "uniform")).max() < 1e-12
             assert np.abs(_toy_grad(np.log(stationary_q), T, "stationary")).max() < 1e-12
         norms.append(np.linalg.norm(_toy_grad(np.log(stationary_q), T, "uniform")))
     norms = np.array(norms)
-    assert norms[0] == pytest.approx(0.0174005, rel=1e-5)          # measured at T = 3
+    assert norms[0] == pytest.approx(0.0174005, rel=1e-5)  # measured at T = 3
     ratios = norms[1:] / norms[:-1]
-    lambda_2 = np.sort(np.abs(np.linalg.eigvals(
-        np.asarray(task.lifted_transition(jnp.asarray(TOY_P), 2, 3)))))[-2]
+    lambda_2 = np.sort(
+        np.abs(np.linalg.eigvals(np.asarray(task.lifted_transition(jnp.asarray(TOY_P), 2, 3))))
+    )[-2]
     assert lambda_2 == pytest.approx(0.653113, abs=1e-6)
     assert np.all(ratios < 0.7) and np.all(ratios > 0.5)
     np.testing.assert_allclose(ratios[-3:], lambda_2, rtol=1e-3)
@@ -207,8 +216,9 @@ def test_C3_construction_matches_padded_estimator():
         ok_def = ok & (np.asarray(matches_def) > 0)
         assert ok.mean() > 0.95
         errors = {}
-        probs_at = jax.jit(lambda c: model_lib.probs(points.construction_params(k, c, model),
-                                                     x_BT, model))
+        probs_at = jax.jit(
+            lambda c: model_lib.probs(points.construction_params(k, c, model), x_BT, model)
+        )
         for c, (low, high) in bounds.items():
             p = np.asarray(probs_at(c))
             errors[c] = np.abs(p - padded)[ok].max()
@@ -237,23 +247,25 @@ def test_bigram_all_heads_score_and_output():
     (-1)-token is itself), and the output is the padded bigram estimator as c grows."""
     S, n, T = 3, 4, 16
     for c in (12.0, 30.0):
-        point = points.bigram_point_all_heads(c, num_states=S, order_n=n, seq_len=T, alpha=1.0,
-                                              num_sequences=1024)
+        point = points.bigram_point_all_heads(
+            c, num_states=S, order_n=n, seq_len=T, alpha=1.0, num_sequences=1024
+        )
         model, x_BT = point.meta["model"], point.meta["x_BT"]
         assert model.num_heads == n - 1
         r1 = model_lib.simplified_residual(point.params, x_BT, model)
-        scores = np.asarray(jnp.einsum("btd,bd->bt", r1 @ point.params["K2"].T,
-                                       r1[:, -1] @ point.params["Q2"].T))
+        scores = np.asarray(
+            jnp.einsum("btd,bd->bt", r1 @ point.params["K2"].T, r1[:, -1] @ point.params["Q2"].T)
+        )
         x = np.asarray(x_BT)
         previous = np.concatenate([x[:, :1], x[:, :-1]], axis=1)
-        expected = (n - 1) * c ** 1.5 * (previous == x[:, -1:])
+        expected = (n - 1) * c**1.5 * (previous == x[:, -1:])
         # leakage of the first layer is O(T e^-c) per head, times c^(3/2)
-        np.testing.assert_allclose(scores, expected, rtol=0, atol=(n - 1) * c ** 1.5 * T
-                                   * np.exp(-c))
+        np.testing.assert_allclose(scores, expected, rtol=0, atol=(n - 1) * c**1.5 * T * np.exp(-c))
     ok = np.asarray(est.kgram_counts(x_BT, S, 2, padded=True)[1]) > 0
     p = np.asarray(model_lib.probs(point.params, x_BT, model))
-    np.testing.assert_allclose(p[ok], np.asarray(est.padded_kgram_estimate(x_BT, S, 2))[ok],
-                               atol=1e-9)
+    np.testing.assert_allclose(
+        p[ok], np.asarray(est.padded_kgram_estimate(x_BT, S, 2))[ok], atol=1e-9
+    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -272,19 +284,28 @@ def test_C5_unigram_point_is_exactly_critical(seq_len, c):
     assert norms["loss"] == pytest.approx(point.loss(), rel=1e-12)
 
 
-@pytest.mark.parametrize("order_n, k, num_heads", [(3, 2, 2), (4, 2, 3), (4, 3, 3), (3, 3, 4),
-                                                   (3, 1, 2)])
+@pytest.mark.parametrize(
+    "order_n, k, num_heads", [(3, 2, 2), (4, 2, 3), (4, 3, 3), (3, 3, 4), (3, 1, 2)]
+)
 def test_C6_inactive_heads_have_exactly_zero_gradient(order_n, k, num_heads):
-    point = points.theta_star(k, 6.0, num_states=3, order_n=order_n, seq_len=16, alpha=1.0,
-                              num_heads=num_heads, num_sequences=1024)
+    point = points.theta_star(
+        k,
+        6.0,
+        num_states=3,
+        order_n=order_n,
+        seq_len=16,
+        alpha=1.0,
+        num_heads=num_heads,
+        num_sequences=1024,
+    )
     grad = landscape.gradient_at(point).tree
-    for h in range(num_heads):                      # stored index h = head h + 1
+    for h in range(num_heads):  # stored index h = head h + 1
         inactive = h + 1 >= k
         for name in ("A1", "V1"):
             block = np.asarray(grad[name][h])
             if inactive:
                 assert np.all(block == 0.0), (name, h + 1)
-    if k > 1:    # the active blocks are not zero: the check is not vacuous
+    if k > 1:  # the active blocks are not zero: the check is not vacuous
         assert np.abs(np.asarray(grad["V1"][0])).max() > 1e-6
         assert np.abs(np.asarray(grad["K2"])).max() > 1e-6
 
@@ -299,11 +320,11 @@ def test_gradient_norms_identities_and_chunking():
     plain is the full-set gradient norm, and chunking does not change anything."""
     point = points.random_point(1, seq_len=16, num_sequences=1024, **S3)
     norms = points.gradient_norms(point)
-    other = points.gradient_norms(point, chunk_size=100)    # 512 = 5 x 100 + 12: padded chunks
+    other = points.gradient_norms(point, chunk_size=100)  # 512 = 5 x 100 + 12: padded chunks
     chex.assert_trees_all_close(other, norms, rtol=1e-10, atol=1e-15)
     for suffix in ["", "/A1", "/V1", "/Q2", "/K2", "/V1/head2"]:
         u, plain, noise = (norms[s + suffix] for s in ("unbiased", "plain", "noise"))
-        assert plain ** 2 - noise ** 2 == pytest.approx(np.sign(u) * u ** 2, rel=1e-9, abs=1e-16)
+        assert plain**2 - noise**2 == pytest.approx(np.sign(u) * u**2, rel=1e-9, abs=1e-16)
     total_sq = sum(norms[f"plain/{b}"] ** 2 for b in points.BLOCKS)
     assert total_sq == pytest.approx(norms["plain"] ** 2, rel=1e-12)
     heads_sq = sum(norms[f"plain/A1/head{h}"] ** 2 for h in (1, 2))
@@ -343,7 +364,7 @@ def test_C9_hessian_at_unigram_point_small():
     for p in (point, _with_identity_values(point)):
         ev = np.linalg.eigvalsh(np.asarray(hessian(qk, p.params["V1"])))
         np.testing.assert_allclose(ev, points.saddle_spectrum(p), atol=1e-12)
-        np.testing.assert_allclose(ev, -ev[::-1], atol=1e-12)          # symmetric +-
+        np.testing.assert_allclose(ev, -ev[::-1], atol=1e-12)  # symmetric +-
         hv = hvp(p.params, tangent)
         assert np.all(np.asarray(hv["A1"]) == 0) and np.all(np.asarray(hv["V1"]) == 0)
         assert np.abs(np.asarray(hv["K2"])).max() > 1e-4
@@ -372,7 +393,7 @@ def test_C9_unigram_saddle_spectrum_at_notes_config():
     0.0014 (V1 = I): the notes' 0.031 reproduces; their 0.018 is the smaller of the two
     population singular values (the larger is 0.0195, 8% above it).
     """
-    for num_sequences, tops in ((8192, (0.02100, 0.03318)), (2 ** 17, (0.01947, 0.03140))):
+    for num_sequences, tops in ((8192, (0.02100, 0.03318)), (2**17, (0.01947, 0.03140))):
         point = points.unigram_point(seq_len=16, num_sequences=num_sequences, **S3)
         assert point.meta["focus_blocks"] == ["Q2", "K2"]
         np.testing.assert_allclose(point.meta["focus_prediction"], points.saddle_spectrum(point))
@@ -401,13 +422,14 @@ def test_C9_full_dense_hessian_at_notes_config():
         assert H.num_negative(1e-9) == count and np.sum(H.eigenvalues > 1e-9) == count
         predicted = points.saddle_spectrum(p)
         np.testing.assert_allclose(np.sort(H.eigenvalues)[:count], predicted[:count], atol=1e-12)
-        np.testing.assert_allclose(np.sort(H.eigenvalues)[-count:], predicted[-count:],
-                                   atol=1e-12)
+        np.testing.assert_allclose(np.sort(H.eigenvalues)[-count:], predicted[-count:], atol=1e-12)
         assert H.verdict() == f"saddle ({count} negative eigenvalues)"
     random = points.random_point(0, seq_len=16, num_sequences=8192, **S3)
     H = landscape.hessian_at(random)
-    print(f"random init: lambda_min {H.eigenvalues[0]:.4g}, lambda_max {H.eigenvalues[-1]:.4g}, "
-          f"||g|| {H.gradient.norm:.4g}")
+    print(
+        f"random init: lambda_min {H.eigenvalues[0]:.4g}, lambda_max {H.eigenvalues[-1]:.4g}, "
+        f"||g|| {H.gradient.norm:.4g}"
+    )
     assert H.eigenvalues[0] < 0 < H.eigenvalues[-1]
 
 
@@ -418,23 +440,28 @@ def test_C9_full_dense_hessian_at_notes_config():
 GOOD = dict(num_states=3, order_n=3, seq_len=8, alpha=1.0, num_sequences=8)
 
 
-@pytest.mark.parametrize("call, field", [
-    (lambda: points.theta_star(4, 1.0, **GOOD), "k = 4: a construction needs 1 <= k <= "
-                                                 "order_n = 3"),
-    (lambda: points.theta_star(0, 1.0, **GOOD), "k = 0"),
-    (lambda: points.theta_star(2, 0.0, **GOOD), "c = 0.0"),
-    (lambda: points.theta_star(2, -1.0, **GOOD), "c = -1.0"),
-    (lambda: points.theta_star(2, 1.0, **dict(GOOD, order_n=1)), "order_n = 1"),
-    (lambda: points.theta_star(2, 1.0, **dict(GOOD, seq_len=3)), "seq_len = 3"),
-    (lambda: points.theta_star(2, 1.0, **dict(GOOD, alpha=0.0)), "alpha = 0"),
-    (lambda: points.theta_star(2, 1.0, **dict(GOOD, num_states=1)), "num_states = 1"),
-    (lambda: points.theta_star(3, 1.0, num_heads=1, **GOOD), "num_heads = 1"),
-    (lambda: points.theta_star(2, 1.0, num_heads=0, **GOOD), "num_heads = 0"),
-    (lambda: points.bigram_point_all_heads(-2.0, **GOOD), "c = -2.0"),
-    (lambda: points.random_point(0, **dict(GOOD, num_sequences=1)), "num_sequences = 1"),
-    (lambda: points.population_set(3, 3, 8, 1.0, 8, init="first"), "init = 'first'"),
-    (lambda: points.population_loss(_model(3, 8), None, None, floor=-1.0), "floor = -1.0"),
-])
+@pytest.mark.parametrize(
+    "call, field",
+    [
+        (
+            lambda: points.theta_star(4, 1.0, **GOOD),
+            "k = 4: a construction needs 1 <= k <= order_n = 3",
+        ),
+        (lambda: points.theta_star(0, 1.0, **GOOD), "k = 0"),
+        (lambda: points.theta_star(2, 0.0, **GOOD), "c = 0.0"),
+        (lambda: points.theta_star(2, -1.0, **GOOD), "c = -1.0"),
+        (lambda: points.theta_star(2, 1.0, **dict(GOOD, order_n=1)), "order_n = 1"),
+        (lambda: points.theta_star(2, 1.0, **dict(GOOD, seq_len=3)), "seq_len = 3"),
+        (lambda: points.theta_star(2, 1.0, **dict(GOOD, alpha=0.0)), "alpha = 0"),
+        (lambda: points.theta_star(2, 1.0, **dict(GOOD, num_states=1)), "num_states = 1"),
+        (lambda: points.theta_star(3, 1.0, num_heads=1, **GOOD), "num_heads = 1"),
+        (lambda: points.theta_star(2, 1.0, num_heads=0, **GOOD), "num_heads = 0"),
+        (lambda: points.bigram_point_all_heads(-2.0, **GOOD), "c = -2.0"),
+        (lambda: points.random_point(0, **dict(GOOD, num_sequences=1)), "num_sequences = 1"),
+        (lambda: points.population_set(3, 3, 8, 1.0, 8, init="first"), "init = 'first'"),
+        (lambda: points.population_loss(_model(3, 8), None, None, floor=-1.0), "floor = -1.0"),
+    ],
+)
 def test_bad_inputs_name_the_field(call, field):
     with pytest.raises(ValueError, match="^" + field.replace("(", r"\(")) as info:
         call()

@@ -16,11 +16,13 @@ from landscape.ngrams import model as M
 from landscape.ngrams import task
 
 # Unit roundoff u = 2^-(mantissa bits + 1): bfloat16 keeps 8 significant bits, float16 11.
-UNIT_ROUNDOFF = {"bfloat16": 2.0 ** -8, "float16": 2.0 ** -11}
+UNIT_ROUNDOFF = {"bfloat16": 2.0**-8, "float16": 2.0**-11}
 
-CASES = {"simplified": dict(kind="simplified"),                       # Fig 3's model
-         "transformer": dict(kind="transformer", mlp=True),           # Figs 4 and 7
-         "disentangled": dict(kind="disentangled")}
+CASES = {
+    "simplified": dict(kind="simplified"),  # Fig 3's model
+    "transformer": dict(kind="transformer", mlp=True),  # Figs 4 and 7
+    "disentangled": dict(kind="disentangled"),
+}
 
 
 @pytest.fixture(scope="module")
@@ -39,10 +41,18 @@ def _loss_and_grad(model, params, x_BT, target_BS):
     return value, grads, probs.dtype
 
 
-@pytest.mark.parametrize("case, dtype", [       # bfloat16 beyond the simplified model: slow
-    pytest.param(case, dtype, marks=[pytest.mark.slow] if dtype == "bfloat16"
-                 and case != "simplified" else [])
-    for case in CASES for dtype in ("bfloat16", "float16")])
+@pytest.mark.parametrize(
+    "case, dtype",
+    [  # bfloat16 beyond the simplified model: slow
+        pytest.param(
+            case,
+            dtype,
+            marks=[pytest.mark.slow] if dtype == "bfloat16" and case != "simplified" else [],
+        )
+        for case in CASES
+        for dtype in ("bfloat16", "float16")
+    ],
+)
 def test_half_precision_is_within_rounding_of_float32(case, dtype, batch):
     """Loss and gradient with model.dtype = bfloat16 / float16 on a fixed batch against float32.
 
@@ -66,15 +76,14 @@ def test_half_precision_is_within_rounding_of_float32(case, dtype, batch):
     # move off the init's special values (A1 = 0: uniform heads; zero readout) so every block
     # carries a gradient and the attention is not uniform
     if case == "simplified":
-        params["A1"] = 2.0 * jax.random.normal(jax.random.key(2), params["A1"].shape,
-                                               jnp.float32)
+        params["A1"] = 2.0 * jax.random.normal(jax.random.key(2), params["A1"].shape, jnp.float32)
     else:
-        params["readout"] = (jax.random.normal(jax.random.key(2), params["readout"].shape,
-                                               jnp.float32)
-                             / np.float32(np.sqrt(params["readout"].shape[0])))
+        params["readout"] = jax.random.normal(
+            jax.random.key(2), params["readout"].shape, jnp.float32
+        ) / np.float32(np.sqrt(params["readout"].shape[0]))
     loss32, grad32, probs32 = _loss_and_grad(base, params, x_BT, target_BS)
     loss_h, grad_h, probs_h = _loss_and_grad(half, params, x_BT, target_BS)
-    assert probs32 == jnp.float32 and probs_h == jnp.float32      # softmax in float32
+    assert probs32 == jnp.float32 and probs_h == jnp.float32  # softmax in float32
     chex.assert_tree_all_finite((loss_h, grad_h))
     chex.assert_type(jax.tree_util.tree_leaves(grad_h), jnp.float32)  # grads in param_dtype
     chex.assert_trees_all_close(loss_h, loss32, rtol=u, atol=0)
@@ -95,8 +104,9 @@ def test_float32_and_float64_computation_is_the_params_dtype(batch):
     chex.assert_type(jax.tree_util.tree_leaves(params64), jnp.float64)
     probs = model.apply({"params": params64}, x_BT)
     chex.assert_type(probs, jnp.float64)
-    chex.assert_trees_all_equal(model.clone(dtype="float64").apply({"params": params64}, x_BT),
-                                probs)
+    chex.assert_trees_all_equal(
+        model.clone(dtype="float64").apply({"params": params64}, x_BT), probs
+    )
 
 
 def test_config_model_dtype_builds_the_precision():

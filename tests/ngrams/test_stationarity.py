@@ -17,9 +17,16 @@ from landscape.ngrams import task
 
 
 def _find(rows, T, k=None, c=None, rule="fixed", point="theta_star"):
-    found = [row for row in rows if row["T"] == T and row["point"] == point
-             and (point == "random" or (row["k"] == k and row["rule"] == rule
-                                        and (c is None or row["c"] == c)))]
+    found = [
+        row
+        for row in rows
+        if row["T"] == T
+        and row["point"] == point
+        and (
+            point == "random"
+            or (row["k"] == k and row["rule"] == rule and (c is None or row["c"] == c))
+        )
+    ]
     assert len(found) == 1, (T, k, c, rule, point)
     return found[0]
 
@@ -35,9 +42,16 @@ def _c7_rows():
 
 
 # notes C7 table (2 x 8192 sequences): (k, c, T) -> value; None = "≈0" (a negative estimate)
-C7_NOTES = {(2, 8.0, 32): 0.205, (2, 16.0, 32): 0.347, (3, 8.0, 32): 1.10, (3, 16.0, 32): 1.93,
-            (2, 8.0, 128): None, (2, 16.0, 128): None, (3, 8.0, 128): 0.181,
-            (3, 16.0, 128): 0.340}
+C7_NOTES = {
+    (2, 8.0, 32): 0.205,
+    (2, 16.0, 32): 0.347,
+    (3, 8.0, 32): 1.10,
+    (3, 16.0, 32): 1.93,
+    (2, 8.0, 128): None,
+    (2, 16.0, 128): None,
+    (3, 8.0, 128): 0.181,
+    (3, 16.0, 128): 0.340,
+}
 
 
 def test_C7_gradient_norm_pattern():
@@ -64,10 +78,13 @@ def test_C7_gradient_norm_pattern():
     # decreases with T for c >= 8; k = 2, c = 8 falls by more than 10x from T = 32 to 128
     for k in (2, 3):
         for c in (8.0, 16.0):
-            assert _find(rows, 128, k, c)["grad_unbiased"] < 0.5 * _find(rows, 32, k, c)[
-                "grad_unbiased"]
-    assert _find(rows, 128, 2, 8.0)["grad_unbiased"] < 0.1 * _find(rows, 32, 2, 8.0)[
-        "grad_unbiased"]
+            assert (
+                _find(rows, 128, k, c)["grad_unbiased"]
+                < 0.5 * _find(rows, 32, k, c)["grad_unbiased"]
+            )
+    assert (
+        _find(rows, 128, 2, 8.0)["grad_unbiased"] < 0.1 * _find(rows, 32, 2, 8.0)["grad_unbiased"]
+    )
     assert _find(rows, 128, 2, 8.0)["grad_unbiased"] < 0.02
     # dominated by V1 for k = 3 (notes: 0.33 of 0.34 at T = 128, c = 16; measured 0.311 of 0.320)
     row = _find(rows, 128, 3, 16.0)
@@ -95,7 +112,7 @@ def test_C7_rows_carry_estimator_losses_on_the_same_set():
         for k in (2, 3):
             row = _find(rows, T, k, 16.0)
             assert row["loss_smoothed"] < row["loss"] < row["loss_padded"] + 1e-9
-            assert row["loss_padded"] < row["loss_mle"]          # fewer zero-count events
+            assert row["loss_padded"] < row["loss_mle"]  # fewer zero-count events
     assert _find(rows, 128, 3, 16.0)["loss"] == pytest.approx(1.188, abs=2e-3)
 
 
@@ -105,9 +122,10 @@ def test_table_and_plot(tmp_path):
     assert "k=2 c=8" in text and "k=3 c=16" in text and "random" in text
     lines = text.splitlines()
     grid = [line for line in lines if line.strip().startswith(("32 |", "128 |"))]
-    listing = [line for line in lines if line.strip().startswith(("32 ", "128 "))
-               and "|" not in line]
-    assert len(grid) == 2 and len(listing) == 10          # 2 T x (2 k x 2 c + random)
+    listing = [
+        line for line in lines if line.strip().startswith(("32 ", "128 ")) and "|" not in line
+    ]
+    assert len(grid) == 2 and len(listing) == 10  # 2 T x (2 k x 2 c + random)
     path = st.plot(rows, tmp_path / "grad_vs_T.png")
     assert path.exists() and path.stat().st_size > 20_000
     with pytest.raises(ValueError, match="^rows: no theta_star rows"):
@@ -120,13 +138,23 @@ def test_C7_full_table_against_notes(tmp_path):
     c = 2 + log T curve, the table and the figure (about 70 s on 2 cores). Each notes value
     is matched within 3 noise floors, except the "≈0" cells (see test_C7_gradient_norm_pattern)."""
     notes = {
-        2: {2.0: [0.041, 0.026, 0.020, 0.012, 0.007], 4.0: [0.101, 0.044, 0.021, 0.021, 0.027],
-            8.0: [0.205, 0.045, None, None, None], 16.0: [0.347, 0.074, None, None, None]},
-        3: {2.0: [0.049, 0.030, 0.021, 0.013, 0.008], 4.0: [0.167, 0.046, 0.053, 0.046, 0.040],
-            8.0: [1.10, 0.498, 0.181, 0.055, 0.019], 16.0: [1.93, 0.915, 0.340, 0.101, 0.026]}}
+        2: {
+            2.0: [0.041, 0.026, 0.020, 0.012, 0.007],
+            4.0: [0.101, 0.044, 0.021, 0.021, 0.027],
+            8.0: [0.205, 0.045, None, None, None],
+            16.0: [0.347, 0.074, None, None, None],
+        },
+        3: {
+            2.0: [0.049, 0.030, 0.021, 0.013, 0.008],
+            4.0: [0.167, 0.046, 0.053, 0.046, 0.040],
+            8.0: [1.10, 0.498, 0.181, 0.055, 0.019],
+            16.0: [1.93, 0.915, 0.340, 0.101, 0.026],
+        },
+    }
     seq_lens = (32, 64, 128, 256, 512)
-    rows = st.study((2, 3), (2.0, 4.0, 8.0, 16.0), seq_lens, num_sequences=16384, log_c0=2.0,
-                    verbose=True)
+    rows = st.study(
+        (2, 3), (2.0, 4.0, 8.0, 16.0), seq_lens, num_sequences=16384, log_c0=2.0, verbose=True
+    )
     print(st.table(rows))
     misses = []
     for k, by_c in notes.items():
@@ -156,8 +184,9 @@ def test_C7_k2_bias_is_order_one_over_T():
     """
     pooled = {}
     for T in (128, 256):
-        rows = [st.study((2,), (8.0,), (T,), num_sequences=16384, seed=seed)[0]
-                for seed in range(16)]
+        rows = [
+            st.study((2,), (8.0,), (T,), num_sequences=16384, seed=seed)[0] for seed in range(16)
+        ]
         squares = np.array([np.sign(r["grad_unbiased"]) * r["grad_unbiased"] ** 2 for r in rows])
         mean, se = squares.mean(), squares.std(ddof=1) / np.sqrt(len(squares))
         print(T, np.sqrt(max(mean, 0)), mean, se)
@@ -176,8 +205,10 @@ C8_CS = (0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0)
 
 
 def _best(rows, k):
-    line = sorted((row for row in rows if row["k"] == k and row["point"] == "theta_star"),
-                  key=lambda r: r["c"])
+    line = sorted(
+        (row for row in rows if row["k"] == k and row["point"] == "theta_star"),
+        key=lambda r: r["c"],
+    )
     losses = np.array([row["loss"] for row in line])
     return line, losses, int(np.argmin(losses))
 
@@ -189,8 +220,9 @@ def test_C8_loss_is_u_shaped_in_c(tmp_path):
     measured (seed 0): 1.6913, 1.6766 (c = 2), 1.6602 (c = 3); another set (16384 sequences,
     an earlier sampler layout) gave 1.685 / 1.670 (c = 2.25) / 1.652 (c = 2.75).
     """
-    rows = st.study((1, 2, 3), C8_CS, (32,), num_states=5, alpha=0.5, num_sequences=8192,
-                    gradients=False)
+    rows = st.study(
+        (1, 2, 3), C8_CS, (32,), num_states=5, alpha=0.5, num_sequences=8192, gradients=False
+    )
     assert "grad_unbiased" not in rows[0]
     notes = {1: 1.686, 2: 1.671, 3: 1.655}
     best = {}
@@ -199,34 +231,44 @@ def test_C8_loss_is_u_shaped_in_c(tmp_path):
         best[k] = losses[i]
         assert abs(losses[i] - notes[k]) < 0.01, (k, losses[i])
         if k == 1:
-            np.testing.assert_allclose(losses, losses[0], rtol=1e-12)   # no c dependence
+            np.testing.assert_allclose(losses, losses[0], rtol=1e-12)  # no c dependence
             continue
         # U-shape: down from small c (leakage), up for large c (zero-count penalty)
         assert 0 < i < len(losses) - 1
-        assert np.all(np.diff(losses[:i + 1]) < 0) and np.all(np.diff(losses[i:]) > 0)
+        assert np.all(np.diff(losses[: i + 1]) < 0) and np.all(np.diff(losses[i:]) > 0)
         assert losses[-1] > losses[i] + 0.3
         assert line[i]["c"] == {2: 2.0, 3: 3.0}[k]
     assert best[3] < best[2] < best[1]
     path = st.plot_loss_vs_c(rows, tmp_path / "loss_vs_c.png")
     assert path.exists() and path.stat().st_size > 20_000
-    text = st.table(rows)                    # loss-only rows print too
+    text = st.table(rows)  # loss-only rows print too
     assert "1.677" in text or "1.676" in text
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("num_states, alpha, seq_len, notes, measured", [
-    # notes 1.585 / 1.530 (c ≈ 4) / 1.372 (c ≈ 5); measured 1.587 / 1.533 (c = 4) / 1.378
-    # (c = 5.25)
-    (5, 0.5, 128, (1.585, 1.530, 1.372), None),
-    # notes 1.095 / 1.074 / 1.046; measured (seed 0, c grid step 0.25) 1.091 / 1.070 (c = 2.75)
-    # / 1.037 (c = 3.5), 0.004-0.009 below the notes (MC s.e. about 0.003); on an integer c grid
-    # the k = 3 best would be 1.043 (c = 3), so the notes probably used a coarser grid
-    (3, 1.0, 32, (1.095, 1.074, 1.046), (1.091, 1.070, 1.037)),
-])
+@pytest.mark.parametrize(
+    "num_states, alpha, seq_len, notes, measured",
+    [
+        # notes 1.585 / 1.530 (c ≈ 4) / 1.372 (c ≈ 5); measured 1.587 / 1.533 (c = 4) / 1.378
+        # (c = 5.25)
+        (5, 0.5, 128, (1.585, 1.530, 1.372), None),
+        # notes 1.095 / 1.074 / 1.046; measured (seed 0, c grid step 0.25) 1.091 / 1.070 (c = 2.75)
+        # / 1.037 (c = 3.5), 0.004-0.009 below the notes (MC s.e. about 0.003); on an integer c grid
+        # the k = 3 best would be 1.043 (c = 3), so the notes probably used a coarser grid
+        (3, 1.0, 32, (1.095, 1.074, 1.046), (1.091, 1.070, 1.037)),
+    ],
+)
 def test_C8_other_configs(num_states, alpha, seq_len, notes, measured):
     cs = np.round(np.arange(0.5, 8.01, 0.25), 2)
-    rows = st.study((1, 2, 3), cs, (seq_len,), num_states=num_states, alpha=alpha,
-                    num_sequences=16384, gradients=False)
+    rows = st.study(
+        (1, 2, 3),
+        cs,
+        (seq_len,),
+        num_states=num_states,
+        alpha=alpha,
+        num_sequences=16384,
+        gradients=False,
+    )
     reference = measured or notes
     for k in (1, 2, 3):
         _, losses, i = _best(rows, k)
@@ -257,15 +299,17 @@ def test_C10_kgram_estimator_approaches_plateau_levels():
     levels = np.asarray(jax.vmap(task.kgram_losses, (0, None, None))(P, S, n)).mean(0)
     np.testing.assert_allclose(levels, [1.0502, 0.9800, 0.8202], atol=0.01)
     batch = jnp.arange(B)
-    conditionals = {k: jax.vmap(task.lower_order_conditional, (0, 0, None, None, None))(
-        P, pi, S, n, k) for k in (1, 2, 3)}                          # (B, S^(k-1), S)
+    conditionals = {
+        k: jax.vmap(task.lower_order_conditional, (0, 0, None, None, None))(P, pi, S, n, k)
+        for k in (1, 2, 3)
+    }  # (B, S^(k-1), S)
     excess, gap = {k: [] for k in (1, 2, 3)}, {k: [] for k in (1, 2, 3)}
     for T in (16, 64, 256):
         x_T = x[:, :T]
-        context = x_T[:, -2] * S + x_T[:, -1]                       # newest two tokens
+        context = x_T[:, -2] * S + x_T[:, -1]  # newest two tokens
         y = P[batch, context]
         for k in (1, 2, 3):
-            q_BS = conditionals[k][batch, context % S ** (k - 1)]     # the last k-1 tokens
+            q_BS = conditionals[k][batch, context % S ** (k - 1)]  # the last k-1 tokens
             oracle = np.asarray(est.cross_entropy(q_BS, y))
             loss = np.asarray(est.cross_entropy(est.smoothed_estimate(x_T, S, k, alpha), y))
             assert abs(oracle.mean() - levels[k - 1]) < 4 * oracle.std() / np.sqrt(B)
@@ -282,14 +326,17 @@ def test_C10_kgram_estimator_approaches_plateau_levels():
 # --------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kwargs, field", [
-    (dict(ks=(4,)), "k = 4: a construction needs 1 <= k <= order_n = 3"),
-    (dict(cs=(0.0,)), "c = 0.0"),
-    (dict(seq_lens=(3,)), "seq_len = 3"),
-    (dict(seq_lens=()), r"seq_lens = \[\]"),
-    (dict(alpha=-1.0), "alpha = -1"),
-    (dict(log_c0=-5.0), "log_c0 = -5.0"),
-])
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        (dict(ks=(4,)), "k = 4: a construction needs 1 <= k <= order_n = 3"),
+        (dict(cs=(0.0,)), "c = 0.0"),
+        (dict(seq_lens=(3,)), "seq_len = 3"),
+        (dict(seq_lens=()), r"seq_lens = \[\]"),
+        (dict(alpha=-1.0), "alpha = -1"),
+        (dict(log_c0=-5.0), "log_c0 = -5.0"),
+    ],
+)
 def test_study_bad_inputs_name_the_field(kwargs, field):
     args = dict(ks=(2,), cs=(1.0,), seq_lens=(16,), num_sequences=8)
     args.update(kwargs)

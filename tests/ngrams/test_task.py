@@ -11,7 +11,7 @@ from scipy import stats
 from landscape.markov import task as markov_task
 from landscape.ngrams import task
 
-Z = 4.0                                            # sigmas for every Monte-Carlo tolerance
+Z = 4.0  # sigmas for every Monte-Carlo tolerance
 
 
 def _one_task(num_states, order_n, alpha, seed):
@@ -24,7 +24,7 @@ def _contexts(x_BT, num_states, order_n):
     """(B, T-n+2) base-S index of every window of n-1 tokens, oldest most significant (§2.2)."""
     order = order_n - 1
     x = np.asarray(x_BT, dtype=np.int64)
-    windows = np.stack([x[:, i:x.shape[1] - order + 1 + i] for i in range(order)], axis=-1)
+    windows = np.stack([x[:, i : x.shape[1] - order + 1 + i] for i in range(order)], axis=-1)
     return windows @ (num_states ** np.arange(order - 1, -1, -1))
 
 
@@ -53,10 +53,11 @@ def test_transition_frequencies_match_P_for_one_task():
     """One fixed task over many sequences: empirical P(next | window) = P within 4 sigma (§2.2)."""
     S, n, T, B = 3, 3, 32, 4000
     P = _one_task(S, n, 1.0, seed=3)
-    x, target = task.sample_sequences(jax.random.key(4), jnp.broadcast_to(P, (B,) + P.shape),
-                                      S, n, T)
-    ctx = _contexts(x, S, n)[:, :-1].ravel()               # windows with a next token
-    nxt = np.asarray(x)[:, n - 1:].ravel()
+    x, target = task.sample_sequences(
+        jax.random.key(4), jnp.broadcast_to(P, (B,) + P.shape), S, n, T
+    )
+    ctx = _contexts(x, S, n)[:, :-1].ravel()  # windows with a next token
+    nxt = np.asarray(x)[:, n - 1 :].ravel()
     counts = np.zeros((S ** (n - 1), S))
     np.add.at(counts, (ctx, nxt), 1)
     n_c = counts.sum(1, keepdims=True)
@@ -73,13 +74,13 @@ def test_sample_transitions_follow_each_sequences_own_task():
     S, n, T, B = 5, 3, 32, 4000
     x, _, P = task.sample(jax.random.key(5), S, n, T, 0.5, B)
     ctx = _contexts(x, S, n)[:, :-1]
-    onehot = np.eye(S)[np.asarray(x)[:, n - 1:]]
+    onehot = np.eye(S)[np.asarray(x)[:, n - 1 :]]
     pred = np.take_along_axis(np.asarray(P), ctx[:, :, None], axis=1)
-    resid_BS = (onehot - pred).sum(1)                       # independent across sequences
+    resid_BS = (onehot - pred).sum(1)  # independent across sequences
     se = resid_BS.std(0) / np.sqrt(B)
     assert np.all(np.abs(resid_BS.mean(0)) < Z * se)
     # martingale: E[resid^2] = E[sum_t p (1 - p)] (fails if tokens ignore their own task)
-    second = resid_BS ** 2 - (pred * (1 - pred)).sum(1)
+    second = resid_BS**2 - (pred * (1 - pred)).sum(1)
     assert np.all(np.abs(second.mean(0)) < Z * second.std(0) / np.sqrt(B))
     wrong = np.take_along_axis(np.roll(np.asarray(P), 1, axis=0), ctx[:, :, None], axis=1)
     second = ((onehot - wrong).sum(1)) ** 2 - (wrong * (1 - wrong)).sum(1)
@@ -114,7 +115,7 @@ def test_stationary_init_window_marginals_equal_pi():
     freq0 = np.bincount(_contexts(x, S, n)[:, 0], minlength=S ** (n - 1)) / B
     uniform = 1.0 / S ** (n - 1)
     assert np.all(np.abs(freq0 - uniform) < Z * np.sqrt(uniform * (1 - uniform) / B))
-    assert np.max(np.abs(freq0 - pi) / sigma) > 10           # pi is far from uniform here
+    assert np.max(np.abs(freq0 - pi) / sigma) > 10  # pi is far from uniform here
 
 
 def _lifted_by_loops(P, S, n):
@@ -138,7 +139,7 @@ def test_lifted_stationary_is_invariant(S, n, alpha):
     assert pi.shape == (S ** (n - 1),) and np.all(pi > 0)
     np.testing.assert_allclose(pi @ trans, pi, rtol=0, atol=1e-14)
     np.testing.assert_allclose(pi.sum(), 1.0, rtol=0, atol=1e-14)
-    if n == 2:                                              # the lifted chain is the chain itself
+    if n == 2:  # the lifted chain is the chain itself
         np.testing.assert_allclose(pi, markov_task.stationary(P), rtol=0, atol=1e-14)
 
 
@@ -166,11 +167,14 @@ def test_lower_order_conditionals_lemma_h5(S, n):
         task.lower_order_conditional(P, pi, S, n, 0)
 
 
-@pytest.mark.parametrize("S, n, alpha, table", [
-    (5, 3, 0.5, [1.5700, 1.4475, 1.0549]),
-    (3, 3, 1.0, [1.0502, 0.9800, 0.8202]),
-    (3, 4, 0.5, [1.0498, 0.9916, 0.8693, 0.6382]),
-])
+@pytest.mark.parametrize(
+    "S, n, alpha, table",
+    [
+        (5, 3, 0.5, [1.5700, 1.4475, 1.0549]),
+        (3, 3, 1.0, [1.0502, 0.9800, 0.8202]),
+        (3, 4, 0.5, [1.0498, 0.9916, 0.8693, 0.6382]),
+    ],
+)
 def test_plateau_levels_reproduce_notes_table(S, n, alpha, table):
     """L_k^inf over 4000 tasks vs the notes' §2.3 table (itself 4000 tasks): Z sigma of the diff."""
     num_tasks, key = 4000, jax.random.key(12)
@@ -181,7 +185,7 @@ def test_plateau_levels_reproduce_notes_table(S, n, alpha, table):
     # conditional entropies: nonincreasing in k for every task
     assert np.all(np.diff(per_task, axis=1) <= 1e-12)
     se = per_task.std(0) / np.sqrt(num_tasks)
-    se_diff = np.sqrt(2.0) * se            # the table is an independent 4000-task estimate
+    se_diff = np.sqrt(2.0) * se  # the table is an independent 4000-task estimate
     assert np.all(np.abs(levels - np.asarray(table)) < Z * se_diff), (levels, table, se_diff)
 
 
@@ -204,13 +208,16 @@ def test_jit_vmap_over_alpha_and_keys():
     assert int(x.min()) >= 0 and int(x.max()) < 3
 
 
-@pytest.mark.parametrize("args, match", [
-    ((5, 1, 32, 0.5), r"order_n = 1: must be >= 2 \(an n-gram task needs at least a bigram\)"),
-    ((5, 3, 3, 0.5), r"seq_len = 3: must be an integer > order_n = 3"),
-    ((5, 3, 32, 0.0), r"alpha = 0: must be > 0"),
-    ((5, 3, 32, -1.0), r"alpha = -1: must be > 0"),
-    ((1, 3, 32, 0.5), r"num_states = 1: must be an integer >= 2"),
-])
+@pytest.mark.parametrize(
+    "args, match",
+    [
+        ((5, 1, 32, 0.5), r"order_n = 1: must be >= 2 \(an n-gram task needs at least a bigram\)"),
+        ((5, 3, 3, 0.5), r"seq_len = 3: must be an integer > order_n = 3"),
+        ((5, 3, 32, 0.0), r"alpha = 0: must be > 0"),
+        ((5, 3, 32, -1.0), r"alpha = -1: must be > 0"),
+        ((1, 3, 32, 0.5), r"num_states = 1: must be an integer >= 2"),
+    ],
+)
 def test_bad_inputs_raise_one_sentence(args, match):
     with pytest.raises(ValueError, match=match):
         task.validate_task(*args)

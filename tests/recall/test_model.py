@@ -43,8 +43,8 @@ def sample(k, n_r, batch, shuffle, seed=0):
     return jnp.asarray(np.asarray(tokens)), jnp.asarray(np.asarray(target))
 
 
-K4 = (4, 4, 2048, True)          # k = |R| = 4, shuffled blocks
-K3 = (3, 3, 64, False)           # k = |R| = 3, lexicographic
+K4 = (4, 4, 2048, True)  # k = |R| = 4, shuffled blocks
+K3 = (3, 3, 64, False)  # k = |R| = 3, lexicographic
 
 
 def head(batch, n):
@@ -81,17 +81,19 @@ class TestModelVariants(chex.TestCase):
         params = random_params(base, 0, focus=2.0)
         closed = float(self.variant(apply_population_loss, static_argnums=1)(params, base))
         n = math.factorial(k)
-        responses = jnp.asarray(1 - np.eye(n, dtype=int))         # row q: f = r_0 at q, r_1 elsewhere
+        responses = jnp.asarray(1 - np.eye(n, dtype=int))  # row q: f = r_0 at q, r_1 elsewhere
         rng = np.random.default_rng(1)
         orders = [None, jnp.asarray(np.stack([rng.permutation(n) for _ in range(n)]))]
         for gamma in (0.0, 0.7):
             model = M.RecallModel(k, n_r, gamma=gamma)
             for order in orders:
                 tokens = task.build_tokens(k, responses, jnp.arange(n), order)
-                s_q = np.asarray(self.variant(apply_forward, static_argnums=2)(params, tokens, model))[:, k]
+                s_q = np.asarray(
+                    self.variant(apply_forward, static_argnums=2)(params, tokens, model)
+                )[:, k]
                 token_level = np.mean(1 - s_q - (1 - s_q) / n_r)
                 assert abs(token_level - closed) < 1e-12, (gamma, token_level, closed)
-        assert 0.05 < closed < 0.65                               # well below the plateau L_0
+        assert 0.05 < closed < 0.65  # well below the plateau L_0
 
 
 def test_C1_monte_carlo_token_loss():
@@ -151,19 +153,31 @@ def test_C2_population_gradient(num_heads):
         flat = np.asarray(params[name]).ravel()
         diffs = []
         for j in range(flat.size):
-            bumped = [dict(params, **{name: jnp.asarray(flat + s * step * np.eye(flat.size)[j])
-                                      .reshape(params[name].shape)}) for s in (1, -1)]
+            bumped = [
+                dict(
+                    params,
+                    **{
+                        name: jnp.asarray(flat + s * step * np.eye(flat.size)[j]).reshape(
+                            params[name].shape
+                        )
+                    },
+                )
+                for s in (1, -1)
+            ]
             diffs.append((loss(bumped[0], model) - loss(bumped[1], model)) / (2 * step))
         np.testing.assert_allclose(np.ravel(grad[name]), diffs, rtol=0, atol=1e-8)
     assert np.abs(exact["w"]).max() > 1e-2 and np.abs(exact["beta"]).max() > 1e-2
 
 
 @pytest.mark.parametrize("loss", ["dp", "ce"])
-@pytest.mark.parametrize("variant", [
-    dict(),
-    dict(window=False, exact_query=False, response_only=False),
-    dict(window=False, exact_query=False, response_only=False, qk="full", num_heads=2),
-])
+@pytest.mark.parametrize(
+    "variant",
+    [
+        dict(),
+        dict(window=False, exact_query=False, response_only=False),
+        dict(window=False, exact_query=False, response_only=False, qk="full", num_heads=2),
+    ],
+)
 def test_C3_sum_law_per_sample(loss, variant):
     """notes §4.1.1: 1^T dl/dw^h = 0 per sample, any loss, windowed or windowless."""
     k = 3
@@ -172,8 +186,12 @@ def test_C3_sum_law_per_sample(loss, variant):
     if model.qk == "full":
         params["qk"] = jnp.asarray(np.random.default_rng(6).normal(size=params["qk"].shape))
     tokens, target = head(sample(*K3, seed=7), 16)
-    grads = jax.jit(jax.vmap(jax.grad(lambda p, t, y: apply_loss_tokens(p, t[None], y[None], model)),
-                             in_axes=(None, 0, 0)))(params, tokens, target)
+    grads = jax.jit(
+        jax.vmap(
+            jax.grad(lambda p, t, y: apply_loss_tokens(p, t[None], y[None], model)),
+            in_axes=(None, 0, 0),
+        )
+    )(params, tokens, target)
     chex.assert_tree_all_finite(grads)
     g_BHW = np.asarray(grads["w"])
     chex.assert_shape(g_BHW, (16, model.num_heads, model.window_len))
@@ -197,12 +215,11 @@ def test_hand_built_solution_of_the_original_model():
     'Original' = every simplification off: causal relative w in R^l with offset 0, the skip
     R^0 = X concatenated, learned query R^g_{l-1}, softmax over all positions and p = X^T s.
     """
-    original = M.RecallModel(4, 4, window=False, exact_query=False, response_only=False,
-                             qk="full")
-    tokens, target = sample(4, 4, 256, False, seed=8)           # lexicographic, as in §1
+    original = M.RecallModel(4, 4, window=False, exact_query=False, response_only=False, qk="full")
+    tokens, target = sample(4, 4, 256, False, seed=8)  # lexicographic, as in §1
     solved = float(loss_tokens(hand_built(original, 10.0), tokens, target, original))
     wrong = float(loss_tokens(hand_built(original, 10.0, False), tokens, target, original))
-    assert 1.5e-4 < solved < 3e-4, solved                       # measured 2.00e-4
+    assert 1.5e-4 < solved < 3e-4, solved  # measured 2.00e-4
     assert 0.99 < wrong <= 1.0, wrong
     p = np.asarray(forward(hand_built(original, 10.0), tokens, original))
     np.testing.assert_array_equal(p.argmax(axis=1), target)
@@ -222,14 +239,15 @@ def test_simplified_switches_reduce_to_the_simplified_model():
     # Windowless with offsets outside 1..k at logit -1e3: exp underflows to 0, so the same model.
     windowless = M.RecallModel(k, n_r, gamma=0.2, scale=1.7, window=False)
     w_far = np.full((k, windowless.window_len), -1e3)
-    w_far[:, 1:k + 1] = params["w"]
+    w_far[:, 1 : k + 1] = params["w"]
     far_params = M.init_params(windowless, params["beta"], jnp.asarray(w_far))
     np.testing.assert_allclose(forward(far_params, tokens, windowless), reference, atol=1e-13)
     # Learned query: with w^h = 1e3 e_h, R^h_{l-1} = e_{x_{l-1-h}}, the exact query (A2).
     focused = M.init_params(simplified, params["beta"], 1e3 * jnp.eye(k))
     learned = M.RecallModel(k, n_r, gamma=0.2, scale=1.7, exact_query=False)
-    np.testing.assert_allclose(forward(focused, tokens, learned),
-                               forward(focused, tokens, simplified), atol=1e-13)
+    np.testing.assert_allclose(
+        forward(focused, tokens, learned), forward(focused, tokens, simplified), atol=1e-13
+    )
 
 
 def test_plateau_levels():
@@ -242,7 +260,7 @@ def test_plateau_levels():
     assert abs(mc - 0.71875) < 4 * 0.4 / np.sqrt(len(target))
     expected = [0.71875, 0.625, 0.375, 0.0]
     for m in range(4):
-        beta = jnp.where(jnp.arange(4) < m, 8.0, 0.0)            # c beta^2 = 64 >> 1
+        beta = jnp.where(jnp.arange(4) < m, 8.0, 0.0)  # c beta^2 = 64 >> 1
         params = M.init_params(model, beta, 60.0 * jnp.eye(4))
         assert abs(float(apply_population_loss(params, model)) - expected[m]) < 1e-12
 
@@ -260,14 +278,17 @@ def test_jit_vmap_and_layer1_attention():
     assert params["w"].dtype == jnp.float64
 
 
-@pytest.mark.parametrize("fields, name", [
-    (dict(k=3, num_responses=3, num_heads=1), "num_heads"),
-    (dict(k=3, num_responses=3, num_heads=4), "num_heads"),
-    (dict(k=1, num_responses=3), "k"),
-    (dict(k=3, num_responses=1), "num_responses"),
-    (dict(k=3, num_responses=3, loss="mse"), "loss"),
-    (dict(k=3, num_responses=3, qk="qk"), "qk"),
-])
+@pytest.mark.parametrize(
+    "fields, name",
+    [
+        (dict(k=3, num_responses=3, num_heads=1), "num_heads"),
+        (dict(k=3, num_responses=3, num_heads=4), "num_heads"),
+        (dict(k=1, num_responses=3), "k"),
+        (dict(k=3, num_responses=1), "num_responses"),
+        (dict(k=3, num_responses=3, loss="mse"), "loss"),
+        (dict(k=3, num_responses=3, qk="qk"), "qk"),
+    ],
+)
 def test_bad_model_fields(fields, name):
     with pytest.raises(ValueError, match=f"^{name} = "):
         M.RecallModel(**fields)
@@ -286,8 +307,10 @@ def test_closed_forms_refuse_other_models():
 def test_flax_init_names_shapes_and_dtypes():
     """RecallModel.init: {"params": {"w", "beta"}} (or {"w", "qk"}), the Hessian block names of
     init_params, in param_dtype, at the plateau w = beta = 0 (L_0)."""
-    for fields in (dict(), dict(window=False, exact_query=False, response_only=False, qk="full",
-                                num_heads=2)):
+    for fields in (
+        dict(),
+        dict(window=False, exact_query=False, response_only=False, qk="full", num_heads=2),
+    ):
         for dtype in (jnp.float32, jnp.float64):
             model = RM(3, 3, param_dtype=dtype, **fields)
             tokens = jnp.zeros((1, model.seq_len), jnp.int32)
@@ -323,22 +346,25 @@ def test_half_precision_autocast_is_float32_within_rounding(half, loss):
     mixed_model = model.clone(dtype=prec.dtype, param_dtype=prec.param_dtype)
 
     def both(p, m):
-        return jax.value_and_grad(apply_loss_tokens)(p, tokens, target, m), \
-            apply_loss_collisions(p, y.astype(jnp.float32), m)
+        return jax.value_and_grad(apply_loss_tokens)(p, tokens, target, m), apply_loss_collisions(
+            p, y.astype(jnp.float32), m
+        )
+
     reference = jax.jit(both, static_argnums=1)(params, model)
     mixed = jax.jit(both, static_argnums=1)(params, mixed_model)
     chex.assert_tree_all_finite(mixed)
-    chex.assert_trees_all_equal_shapes_and_dtypes(mixed, reference)    # float32 throughout
+    chex.assert_trees_all_equal_shapes_and_dtypes(mixed, reference)  # float32 throughout
     (ref_loss, ref_grad), ref_y = reference
     (loss_h, grad_h), y_h = mixed
     chex.assert_trees_all_close((loss_h, y_h), (ref_loss, ref_y), rtol=0, atol=16 * eps)
     scale = max(float(jnp.abs(g).max()) for g in jax.tree.leaves(ref_grad))
     chex.assert_trees_all_close(grad_h, ref_grad, rtol=0, atol=16 * eps * scale)
-    assert float(jnp.abs(loss_h - ref_loss)) > 0                         # it did run in half
+    assert float(jnp.abs(loss_h - ref_loss)) > 0  # it did run in half
     variables = mixed_model.init(jax.random.key(0), tokens[:1])
-    chex.assert_trees_all_equal_dtypes(variables["params"], params)       # param_dtype
+    chex.assert_trees_all_equal_dtypes(variables["params"], params)  # param_dtype
     # the closed-form population loss stays exact (float32) under autocast
     pop = apply_population_loss(params, mixed_model.clone(loss="dp"))
     assert pop.dtype == jnp.float32
-    chex.assert_trees_all_close(pop, apply_population_loss(params, model.clone(loss="dp")),
-                                rtol=1e-6)
+    chex.assert_trees_all_close(
+        pop, apply_population_loss(params, model.clone(loss="dp")), rtol=1e-6
+    )

@@ -46,7 +46,7 @@ def test_match_tensor_slices_are_permutation_matrices(num_heads):
     np.testing.assert_array_equal(M.sum(axis=2), 1.0)
     if num_heads == k:
         np.testing.assert_array_equal(M.sum(axis=1), 1.0)
-    np.testing.assert_array_equal(M[0], np.eye(num_heads, k))      # M_q = I
+    np.testing.assert_array_equal(M[0], np.eye(num_heads, k))  # M_q = I
     perms = task.permutations(k)
     for p in (5, 17):
         for h in range(1, num_heads + 1):
@@ -63,7 +63,7 @@ def sample(k, n_r, batch, shuffle, seed=1):
 
 def _blocks(tokens_BL, k):
     n = math.factorial(k)
-    return tokens_BL[:, :n * (k + 1)].reshape(len(tokens_BL), n, k + 1)
+    return tokens_BL[:, : n * (k + 1)].reshape(len(tokens_BL), n, k + 1)
 
 
 @pytest.mark.parametrize("shuffle", [False, True])
@@ -73,7 +73,7 @@ def test_sampler_statistics(shuffle):
     tokens_BL, target_B = sample(k, n_r, batch, shuffle)
     blocks = _blocks(tokens_BL, k)
     perms = [tuple(p) for p in task.permutations(k)]
-    for b in range(batch):                          # every permutation once; order as asked
+    for b in range(batch):  # every permutation once; order as asked
         seen = [tuple(s) for s in blocks[b, :, :k]]
         assert sorted(seen) == perms and (shuffle or seen == perms)
     responses = blocks[:, :, k].ravel()
@@ -81,12 +81,12 @@ def test_sampler_statistics(shuffle):
     sigma = np.sqrt((1 / n_r) * (1 - 1 / n_r) / responses.size)
     assert np.all(np.abs(freq - 1 / n_r) < 4 * sigma), freq
     query_index = np.asarray([perms.index(tuple(q)) for q in tokens_BL[:, -k:]])
-    freq_q = np.bincount(query_index, minlength=6) / batch       # n_r = 4 responses, k! = 6
+    freq_q = np.bincount(query_index, minlength=6) / batch  # n_r = 4 responses, k! = 6
     assert np.all(np.abs(freq_q - 1 / 6) < 4 * np.sqrt((1 / 6) * (5 / 6) / batch)), freq_q
     query_block = np.all(blocks[:, :, :k] == tokens_BL[:, None, -k:], axis=2)
     assert np.all(query_block.sum(axis=1) == 1)
     np.testing.assert_array_equal(target_B, blocks[:, :, k][query_block])
-    if shuffle:                                     # first block's permutation is uniform
+    if shuffle:  # first block's permutation is uniform
         first = np.asarray([perms.index(tuple(s)) for s in blocks[:, 0, :k]])
         freq_first = np.bincount(first, minlength=6) / batch
         assert np.all(np.abs(freq_first - 1 / 6) < 4 * np.sqrt((5 / 36) / batch)), freq_first
@@ -131,16 +131,19 @@ def test_fast_sampler_matches_token_collisions_in_distribution():
         assert y.shape == (batch, 6) and set(np.unique(y)) <= {0.0, 1.0}
         np.testing.assert_array_equal(y[:, 0], 1.0)
         assert np.all(np.abs(y[:, 1:].mean(axis=0) - 1 / n_r) < 4 * sigma), y.mean(axis=0)
-        pair = (y[:, 1] * y[:, 2]).mean()             # independence of two entries
-        assert abs(pair - 1 / n_r ** 2) < 4 * np.sqrt(1 / n_r ** 2 / batch)
+        pair = (y[:, 1] * y[:, 2]).mean()  # independence of two entries
+        assert abs(pair - 1 / n_r**2) < 4 * np.sqrt(1 / n_r**2 / batch)
 
 
-@pytest.mark.parametrize("call, field", [
-    (lambda: task.sequence_length(1), "k"),
-    (lambda: task.permutations(0), "k"),
-    (lambda: task.sample_tokens(jax.random.key(0), 3, 1, 4), "num_responses"),
-    (lambda: task.sample_collisions(jax.random.key(0), 1, 3, 4), "k"),
-])
+@pytest.mark.parametrize(
+    "call, field",
+    [
+        (lambda: task.sequence_length(1), "k"),
+        (lambda: task.permutations(0), "k"),
+        (lambda: task.sample_tokens(jax.random.key(0), 3, 1, 4), "num_responses"),
+        (lambda: task.sample_collisions(jax.random.key(0), 1, 3, 4), "k"),
+    ],
+)
 def test_bad_task_input(call, field):
     with pytest.raises(ValueError, match=f"^{field} = "):
         call()

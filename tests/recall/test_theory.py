@@ -1,4 +1,5 @@
 """Checks of landscape.recall.theory against the numbers in notes/assoc_recall.md §3, §4.1-4.8."""
+
 import math
 
 import numpy as np
@@ -27,8 +28,9 @@ def _ode(k, n_r, c=1.0):
 
 def _f_wrong_sign(alpha, k):
     # Thm 3.1(d) as printed in the main text (l. 131), with the "-" typo (notes §4.1 item 4)
-    return (2 * (k - 1) / k**2 * (np.sinh(alpha) - alpha)
-            - (k - 1) / k * (np.exp(-alpha) + alpha - 1))
+    return 2 * (k - 1) / k**2 * (np.sinh(alpha) - alpha) - (k - 1) / k * (
+        np.exp(-alpha) + alpha - 1
+    )
 
 
 @pytest.fixture(scope="module")
@@ -51,13 +53,16 @@ def test_loss_scale():
     assert T.loss_scale(2) == 0.5
 
 
-@pytest.mark.parametrize("k, n_r, levels", [
-    (3, 2, [0.41667, 0.25, 0.0]),
-    (3, 3, [0.55556, 0.33333, 0.0]),
-    (4, 2, [0.47917, 0.41667, 0.25, 0.0]),
-    (4, 4, [0.71875, 0.625, 0.375, 0.0]),
-    (5, 5, [0.79333, 0.76667, 0.66667, 0.4, 0.0]),
-])
+@pytest.mark.parametrize(
+    "k, n_r, levels",
+    [
+        (3, 2, [0.41667, 0.25, 0.0]),
+        (3, 3, [0.55556, 0.33333, 0.0]),
+        (4, 2, [0.47917, 0.41667, 0.25, 0.0]),
+        (4, 4, [0.71875, 0.625, 0.375, 0.0]),
+        (5, 5, [0.79333, 0.76667, 0.66667, 0.4, 0.0]),
+    ],
+)
 def test_plateau_levels_table(k, n_r, levels):
     # notes §3 table
     got = T.plateau_levels(k, n_r)
@@ -72,8 +77,9 @@ def test_plateau_levels_table(k, n_r, levels):
 def test_f_zero_and_two_written_forms(k):
     assert T.f_conserved(0.0, k) == 0.0
     alpha = np.linspace(-5, 5, 41)
-    sinh_form = (2 * (k - 1) / k**2 * (np.sinh(alpha) - alpha)
-                 + (k - 1) / k * (np.exp(-alpha) + alpha - 1))
+    sinh_form = 2 * (k - 1) / k**2 * (np.sinh(alpha) - alpha) + (k - 1) / k * (
+        np.exp(-alpha) + alpha - 1
+    )
     np.testing.assert_allclose(T.f_conserved(alpha, k), sinh_form, rtol=1e-12, atol=1e-15)
 
 
@@ -98,8 +104,9 @@ def test_f_asymptotics(k):
 
 def test_conserved_quantity_definition():
     alpha, beta = np.array([0.3, -1.0]), np.array([0.2, 2.0])
-    np.testing.assert_allclose(T.conserved_quantity(alpha, beta, 4),
-                               T.f_conserved(alpha, 4) - beta**2 / 4, rtol=1e-15)
+    np.testing.assert_allclose(
+        T.conserved_quantity(alpha, beta, 4), T.f_conserved(alpha, 4) - beta**2 / 4, rtol=1e-15
+    )
 
 
 # ---------------------------------------------------------------------------------------------- ODE
@@ -109,6 +116,7 @@ def test_conserved_quantity_definition():
 def test_ode_is_gradient_flow_on_manifold(k, n_r, c):
     """On M_1, w^1 = alpha (e_1 - 1/k), so alpha' = -k/(k-1) dL/dalpha and beta' = -dL/dbeta, with
     L = loss_one_head(gamma_one(alpha, beta)) (notes §3, §4.3; checks Xi has no factor 2)."""
+
     def loss(a, b):
         return T.loss_one_head(T.gamma_one(a, b, k, c), k, n_r)
 
@@ -125,7 +133,7 @@ def test_ode_conserves_f_minus_beta_sq(first_jump_trajectory):
     # notes §4.1 item 4 / C5: RK4 dt = 1 from alpha = 0, beta = 0.05 over t in [0, 4000]
     ys = first_jump_trajectory
     q = T.conserved_quantity(ys[:, 0], ys[:, 1], 4)
-    assert q[0] == pytest.approx(-0.05**2 / 4, rel=1e-15)
+    assert q[0] == pytest.approx(-(0.05**2) / 4, rel=1e-15)
     assert np.max(np.abs(q - q[0])) < 1e-8
     # the jump happened (eps T_1 ~ 156 at eps = 0.05, notes §4.4), so the check is not vacuous
     assert ys[-1, 0] > 1.0 and ys[-1, 1] > 1.5
@@ -158,10 +166,17 @@ def test_gamma_one_and_xi_stable():
 # --------------------------------------------------------------------------------------- timescales
 
 
-@pytest.mark.parametrize("k, n_r, eps_t1, tol", [
-    (3, 2, 48.97, 0.005), (3, 3, 36.73, 0.005), (4, 2, 246.25, 0.005), (4, 4, 164.17, 0.005),
-    (5, 3, 1117.6, 0.05), (5, 5, 931.4, 0.05),
-])
+@pytest.mark.parametrize(
+    "k, n_r, eps_t1, tol",
+    [
+        (3, 2, 48.97, 0.005),
+        (3, 3, 36.73, 0.005),
+        (4, 2, 246.25, 0.005),
+        (4, 4, 164.17, 0.005),
+        (5, 3, 1117.6, 0.05),
+        (5, 5, 931.4, 0.05),
+    ],
+)
 def test_first_jump_time(k, n_r, eps_t1, tol):
     # notes §4.4: eps T_1 = pi k k! / (2 c A sqrt(2(k-1)/k)), to the digits the notes give
     assert T.jump_time(k, n_r, 1.0) == pytest.approx(eps_t1, abs=tol)
@@ -228,7 +243,8 @@ def test_blow_up_time_branches():
     a, b = 0.5, 0.3
     r = math.sqrt(-(b**2 - lam * a**2) / lam)
     assert T.blow_up_time(a, b, kappa, lam) == pytest.approx(
-        math.log((a + r) / (a - r)) / (2 * kappa * lam * r), rel=1e-12)
+        math.log((a + r) / (a - r)) / (2 * kappa * lam * r), rel=1e-12
+    )
     # dead heads and frozen heads never blow up
     assert T.blow_up_time(-0.5, 0.3, kappa, lam) == math.inf
     assert T.blow_up_time(-0.4, b_sep, kappa, lam) == math.inf
@@ -258,13 +274,16 @@ def test_advance_conserves_energy_and_composes(a, b):
 # ---------------------------------------------------------------------------------------- recursion
 
 
-@pytest.mark.parametrize("b0, taus, order, tol", [
-    ((1, .8, .6, .4), [164.17, 175.26, 182.67], [0, 1, 2], 0.005),
-    ((1, .5, .25, .1), [164.17, 208.39, 243.44], [0, 1, 2], 0.005),
-    ((.7, 1, .3, .5), [164.17, 183.16, 193.30], [1, 0, 3], 0.005),
-    ((1, .9, .2, .15), [164.17, 169.10, 236.25], [0, 1, 2], 0.005),
-    ((1, .3, .1, .03), [164.2, 266.9, 382.3], [0, 1, 2], 0.05),
-])
+@pytest.mark.parametrize(
+    "b0, taus, order, tol",
+    [
+        ((1, 0.8, 0.6, 0.4), [164.17, 175.26, 182.67], [0, 1, 2], 0.005),
+        ((1, 0.5, 0.25, 0.1), [164.17, 208.39, 243.44], [0, 1, 2], 0.005),
+        ((0.7, 1, 0.3, 0.5), [164.17, 183.16, 193.30], [1, 0, 3], 0.005),
+        ((1, 0.9, 0.2, 0.15), [164.17, 169.10, 236.25], [0, 1, 2], 0.005),
+        ((1, 0.3, 0.1, 0.03), [164.2, 266.9, 382.3], [0, 1, 2], 0.05),
+    ],
+)
 def test_vanishing_init_table(b0, taus, order, tol):
     # notes §4.8 table, k = n_R = 4, w(0) = 0
     res = T.vanishing_init_jumps(b0, 4, 4)
@@ -275,7 +294,7 @@ def test_vanishing_init_table(b0, taus, order, tol):
 
 
 def test_vanishing_init_k3():
-    res = T.vanishing_init_jumps((1, .5, .2), 3, 3)
+    res = T.vanishing_init_jumps((1, 0.5, 0.2), 3, 3)
     np.testing.assert_allclose(res["taus"], [36.73, 51.41], atol=0.005)
     assert res["order"] == [0, 1] and res["unused"] == [2]
 
@@ -286,30 +305,31 @@ def test_vanishing_init_ties_and_permutations():
     np.testing.assert_allclose(res["taus"], [164.1664] * 3, atol=1e-4)
     assert res["order"] == [0, 1, 2] and res["unused"] == [3]
     # permuting b0 permutes the heads and keeps the times (notes §4.7, C12)
-    base = T.vanishing_init_jumps((1, .8, .6, .4), 4, 4)
-    perm = [2, 0, 3, 1]                                  # new head j has old head perm[j]'s b0
-    res = T.vanishing_init_jumps(np.array([1, .8, .6, .4])[perm], 4, 4)
+    base = T.vanishing_init_jumps((1, 0.8, 0.6, 0.4), 4, 4)
+    perm = [2, 0, 3, 1]  # new head j has old head perm[j]'s b0
+    res = T.vanishing_init_jumps(np.array([1, 0.8, 0.6, 0.4])[perm], 4, 4)
     np.testing.assert_allclose(res["taus"], base["taus"], rtol=1e-14)
     assert [perm[h] for h in res["order"]] == base["order"]
 
 
 def test_vanishing_init_k_minus_1_heads():
     # heads are independent at leading order: dropping the never-used head changes nothing
-    res = T.vanishing_init_jumps((1, .5, .25), 4, 4)
+    res = T.vanishing_init_jumps((1, 0.5, 0.25), 4, 4)
     np.testing.assert_allclose(res["taus"], [164.17, 208.39, 243.44], atol=0.005)
     assert res["order"] == [0, 1, 2] and res["unused"] == [] and res["dead"] == []
     with pytest.raises(ValueError):
-        T.vanishing_init_jumps((1, .5), 4, 4)
+        T.vanishing_init_jumps((1, 0.5), 4, 4)
 
 
 def test_vanishing_init_w0_shift():
-    b0 = np.array([1, .5, .25, .1])
+    b0 = np.array([1, 0.5, 0.25, 0.1])
     # a constant per head changes nothing (softmax shift symmetry, notes §2.2)
     res = T.vanishing_init_jumps(b0, 4, 4, w0=np.arange(4.0)[:, None] * np.ones((1, 4)))
     np.testing.assert_allclose(res["taus"], [164.17, 208.39, 243.44], atol=0.005)
     # a0 derived from w0 = (focus - mean of the other offsets), same stage-1 time as a0 directly
-    w0 = np.array([[0.3, 0.1, -0.2, 0.4], [0.0, -0.5, 0.2, 0.9],
-                   [1.0, 0.2, 0.0, -1.0], [0.0, 0.0, 0.0, 0.3]])
+    w0 = np.array(
+        [[0.3, 0.1, -0.2, 0.4], [0.0, -0.5, 0.2, 0.9], [1.0, 0.2, 0.0, -1.0], [0.0, 0.0, 0.0, 0.3]]
+    )
     a0 = [w0[h, h] - np.delete(w0[h], h).mean() for h in range(4)]
     with_w0 = T.vanishing_init_jumps(b0, 4, 4, w0=w0)
     with_a0 = T.vanishing_init_jumps(b0, 4, 4, a0=a0)
@@ -318,14 +338,35 @@ def test_vanishing_init_w0_shift():
         T.vanishing_init_jumps(b0, 4, 4, a0=a0, w0=w0)
 
 
-@pytest.mark.parametrize("w0, b0, taus_gf, order, dead", [
-    ([[-0.8019, -1.3244, -0.2484, 0.4204], [1.136, 0.1097, -0.5526, -0.7848],
-      [0.7487, 1.6348, 0.2728, -1.2333], [-0.9583, 1.6, 0.2029, -1.7321]],
-     [0.0837, 1.1632, 0.6293, 0.488], [126.489, 160.131], [1, 2], [0, 3]),
-    ([[-0.7133, 0.5534, -0.0631, -0.5894], [0.4096, 0.8299, -1.643, -0.2567],
-      [-0.9807, -0.1732, -1.2894, 0.0207], [-0.0379, -0.3043, -1.0479, -0.3962]],
-     [1.0913, 1.3552, 0.2248, 1.1093], [72.350, 90.561, 106.975], [1, 3, 0], [2]),
-])
+@pytest.mark.parametrize(
+    "w0, b0, taus_gf, order, dead",
+    [
+        (
+            [
+                [-0.8019, -1.3244, -0.2484, 0.4204],
+                [1.136, 0.1097, -0.5526, -0.7848],
+                [0.7487, 1.6348, 0.2728, -1.2333],
+                [-0.9583, 1.6, 0.2029, -1.7321],
+            ],
+            [0.0837, 1.1632, 0.6293, 0.488],
+            [126.489, 160.131],
+            [1, 2],
+            [0, 3],
+        ),
+        (
+            [
+                [-0.7133, 0.5534, -0.0631, -0.5894],
+                [0.4096, 0.8299, -1.643, -0.2567],
+                [-0.9807, -0.1732, -1.2894, 0.0207],
+                [-0.0379, -0.3043, -1.0479, -0.3962],
+            ],
+            [1.0913, 1.3552, 0.2248, 1.1093],
+            [72.350, 90.561, 106.975],
+            [1, 3, 0],
+            [2],
+        ),
+    ],
+)
 def test_vanishing_init_random_w0_matches_gradient_flow(w0, b0, taus_gf, order, dead):
     """Reference eps T_m: loss crossing (L_{m-1} + L_m)/2 in an LSODA (rtol 1e-10) gradient flow
     of the closed-form population loss (notes §3) at eps = 1e-4, run once by this module's author.
@@ -355,9 +396,9 @@ def test_head_death_example():
 
 
 def test_head_death_criterion():
-    assert T.head_death(0.01, 0.01, 4) == (False, math.inf)          # alpha0 >= 0 activates
-    assert T.head_death(-0.05, 0.2, 4) == (False, math.inf)          # f(alpha0) < beta0^2/4
-    assert T.head_death(-0.05, 0.0, 4) == (True, -0.05)              # frozen head
+    assert T.head_death(0.01, 0.01, 4) == (False, math.inf)  # alpha0 >= 0 activates
+    assert T.head_death(-0.05, 0.2, 4) == (False, math.inf)  # f(alpha0) < beta0^2/4
+    assert T.head_death(-0.05, 0.0, 4) == (True, -0.05)  # frozen head
     # agrees with the blow-up time of the stage-1 2-D system (E < 0, a < 0 <=> dead)
     kappa, lam = T.stage_constants(4, 4, 1)
     for a, b in [(-0.05, 0.01), (-0.05, 0.2), (-0.3, 0.3), (-0.3, 0.45)]:

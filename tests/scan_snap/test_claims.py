@@ -17,11 +17,16 @@ def _result(hparams, losses, attention, entropy, final_params):
     R = len(losses)
     return training.RunResult(
         hparams={k: np.asarray(v, np.float64) for k, v in hparams.items()},
-        seeds=np.zeros(R, np.int64), losses=np.asarray(losses, np.float64), metrics={},
+        seeds=np.zeros(R, np.int64),
+        losses=np.asarray(losses, np.float64),
+        metrics={},
         snapshot_steps=np.arange(SNAPS) * (STEPS // (SNAPS - 1)),
         snapshots={"attention": attention, "distinct_entropy": entropy},
-        final_params=final_params, first_nonfinite_step=-np.ones(R, np.int64),
-        compile_seconds=0.0, run_seconds=0.0)
+        final_params=final_params,
+        first_nonfinite_step=-np.ones(R, np.int64),
+        compile_seconds=0.0,
+        run_seconds=0.0,
+    )
 
 
 def _decay(task, converge_at):
@@ -48,8 +53,13 @@ def fig4_group(converge=(8, 3), entropies=(1.93, 2.08), c0_common=0.01, row_sum=
     entropy = np.tile(np.asarray(entropies)[:, None], (1, SNAPS))
     params = {"Y": np.zeros((2, M, M)), "Z": np.zeros((2, M, M))}
     params["Z"][:, 0, 0] = row_sum
-    result = _result({"optim.lr_z": [1.0, 1.0], "optim.lr_y_over_lr_z": [1.0, 10.0]},
-                     losses, attention, entropy, params)
+    result = _result(
+        {"optim.lr_z": [1.0, 1.0], "optim.lr_y_over_lr_z": [1.0, 10.0]},
+        losses,
+        attention,
+        entropy,
+        params,
+    )
     return [({}, task, grid, result)]
 
 
@@ -71,7 +81,9 @@ def test_fig4_all_claims_pass_on_a_satisfying_result():
     assert all(c.passed for c in claims), [(c.claim, c.measured) for c in claims if not c.passed]
     assert len([c for c in claims if c.kind == "paper"]) == 7
     assert {c.claim[:20] for c in claims if c.kind == "sanity"} == {
-        "loss at step 0 equal", "row sums of Y and Z "}
+        "loss at step 0 equal",
+        "row sums of Y and Z ",
+    }
 
 
 def test_fig4_a_run_that_never_converges_is_not_faster():
@@ -85,19 +97,22 @@ def test_fig4_a_run_that_never_converges_is_not_faster():
     assert by_claim(claims, "eta_Y = 10 converges faster").passed
 
 
-@pytest.mark.parametrize("kwargs, start", [
-    (dict(converge=(12, 3)), None),                                     # reproduced (below)
-    (dict(converge=(3, 3)), "eta_Y = 10 converges faster"),             # a tie is not faster
-    (dict(converge=(50, 3)), "eta_Y = eta_Z = 1: batch loss"),          # too slow at step 30
-    (dict(entropies=(1.95, 1.90)), "eta_Y = 10: higher distinct entropy"),
-    (dict(entropies=(2.05, 2.08)), "distinct entropy of final c"),
-    (dict(c0_common=0.1), "final c_0: every common token"),
-    (dict(row_sum=1e-2), "row sums of Y and Z"),
-])
+@pytest.mark.parametrize(
+    "kwargs, start",
+    [
+        (dict(converge=(12, 3)), None),  # reproduced (below)
+        (dict(converge=(3, 3)), "eta_Y = 10 converges faster"),  # a tie is not faster
+        (dict(converge=(50, 3)), "eta_Y = eta_Z = 1: batch loss"),  # too slow at step 30
+        (dict(entropies=(1.95, 1.90)), "eta_Y = 10: higher distinct entropy"),
+        (dict(entropies=(2.05, 2.08)), "distinct entropy of final c"),
+        (dict(c0_common=0.1), "final c_0: every common token"),
+        (dict(row_sum=1e-2), "row sums of Y and Z"),
+    ],
+)
 def test_fig4_each_claim_fails_on_a_violating_result(kwargs, start):
     claims = experiment.claims_fig4(fig4_cfg(), fig4_group(**kwargs))
     failed = [c.claim for c in claims if not c.passed]
-    if kwargs == dict(converge=(12, 3)):      # eta_Y = 1 at 12, eta_Y = 10 at 3: still reproduced
+    if kwargs == dict(converge=(12, 3)):  # eta_Y = 1 at 12, eta_Y = 10 at 3: still reproduced
         assert not failed, failed
         return
     assert len(failed) == 1 and failed[0].startswith(start), failed
@@ -111,8 +126,11 @@ def test_fig4_scan_order_top_token_and_initial_loss_fail():
     result.losses[:, 0] += 0.1
     claims = experiment.claims_fig4(fig4_cfg(), group)
     failed = {c.claim[:24] for c in claims if not c.passed}
-    assert failed == {"final c_0 on distinct to", "final c_0 of the most fr",
-                      "loss at step 0 equals ln"}, failed
+    assert failed == {
+        "final c_0 on distinct to",
+        "final c_0 of the most fr",
+        "loss at step 0 equals ln",
+    }, failed
     assert by_claim(claims, "loss at step 0").kind == "sanity"
 
 
@@ -143,8 +161,13 @@ def fig5_group(lrs=(0.1, 0.5, 1.0), peaks=(9, 5, 2), z_rows=1.0):
         attention[r, -1, 0, distinct] = 0.02
         attention[r, -1, 0, distinct[peak]] = 0.5
     params = {"Y": np.zeros((R, M, M)), "Z": np.full((R, M, M), z_rows / M)}
-    result = _result({"optim.lr_z": list(lrs), "optim.lr_y_over_lr_z": [1.0] * R},
-                     np.ones((R, STEPS)), attention, np.ones((R, SNAPS)), params)
+    result = _result(
+        {"optim.lr_z": list(lrs), "optim.lr_y_over_lr_z": [1.0] * R},
+        np.ones((R, STEPS)),
+        attention,
+        np.ones((R, SNAPS)),
+        params,
+    )
     return [({}, task, grid, result)]
 
 
@@ -170,19 +193,25 @@ def fig6_groups(Ks=(2, 6), lrs=(0.5, 3.0), ratios=(1.0, 2.0, 10.0), table=None):
     groups = []
     for K in Ks:
         task = common.syn_medium(K // 2)
-        grid = sweeps.Grid.make({"optim.lr_z": list(lrs), "optim.lr_y_over_lr_z": list(ratios)},
-                                [0, 1])
+        grid = sweeps.Grid.make(
+            {"optim.lr_z": list(lrs), "optim.lr_y_over_lr_z": list(ratios)}, [0, 1]
+        )
         hp, seeds = grid.flat()
         lr, ratio = hp["optim.lr_z"], hp["optim.lr_y_over_lr_z"]
         if table is not None:
             entropy = table(K, lr, ratio)
         elif K >= 6:
-            entropy = 3.0 - 0.2 * lr + 0.1 * np.abs(np.log(ratio / 2.0))   # U shape, min at 2
+            entropy = 3.0 - 0.2 * lr + 0.1 * np.abs(np.log(ratio / 2.0))  # U shape, min at 2
         else:
-            entropy = 3.0 - 0.2 * lr + 0.1 * np.log(ratio)                  # rises with ratio
+            entropy = 3.0 - 0.2 * lr + 0.1 * np.log(ratio)  # rises with ratio
         R = len(seeds)
-        result = _result(hp, np.ones((R, STEPS)), np.zeros((R, SNAPS, 1, 1)),
-                         np.tile(entropy[:, None], (1, SNAPS)), {})
+        result = _result(
+            hp,
+            np.ones((R, STEPS)),
+            np.zeros((R, SNAPS, 1, 1)),
+            np.tile(entropy[:, None], (1, SNAPS)),
+            {},
+        )
         groups.append(({}, task, grid, result))
     return groups
 
@@ -192,13 +221,20 @@ def test_fig6_pass_on_the_structure():
     assert len(claims) == 3 and all(c.passed for c in claims), [c.measured for c in claims]
 
 
-@pytest.mark.parametrize("table, start", [
-    (lambda K, lr, r: 3.0 + 0.2 * lr + 0.1 * np.abs(np.log(r / 2)), "K=6: entropy falls"),
-    (lambda K, lr, r: 3.0 - 0.2 * lr + 0.1 * np.abs(np.log(r / (10.0 if K >= 6 else 1.0))),
-     "K=6, eta_Z >= 1"),
-    (lambda K, lr, r: 3.0 - 0.2 * lr - 0.1 * np.log(r) + (K >= 6) * np.abs(np.log(r / 2)),
-     "K=2: entropy at ratio 10"),
-])
+@pytest.mark.parametrize(
+    "table, start",
+    [
+        (lambda K, lr, r: 3.0 + 0.2 * lr + 0.1 * np.abs(np.log(r / 2)), "K=6: entropy falls"),
+        (
+            lambda K, lr, r: 3.0 - 0.2 * lr + 0.1 * np.abs(np.log(r / (10.0 if K >= 6 else 1.0))),
+            "K=6, eta_Z >= 1",
+        ),
+        (
+            lambda K, lr, r: 3.0 - 0.2 * lr - 0.1 * np.log(r) + (K >= 6) * np.abs(np.log(r / 2)),
+            "K=2: entropy at ratio 10",
+        ),
+    ],
+)
 def test_fig6_each_claim_fails_on_a_violating_table(table, start):
     claims = experiment.claims_fig6(None, fig6_groups(table=table))
     failed = [c.claim for c in claims if not c.passed]

@@ -28,17 +28,27 @@ def test_syn_small_acceptance_over_ten_seeds(tmp_path):
     cfg.num_seeds = 10
     summary, failed = run(cfg, tmp_path)
     assert not failed, failed
-    assert summary["total"] == 7      # every check of §7.4 and T12 was made
+    assert summary["total"] == 7  # every check of §7.4 and T12 was made
     # the run's own checks (initial loss ln M, the T2 row-sum invariant) are counted apart
     assert summary["sanity_passed"] == len(summary["sanity_checks"]) == 2, summary["sanity_checks"]
     measured = {c["claim"][:12]: c["measured"] for c in summary["claims"]}
     entropy = measured["eta_Y = 10: "]
-    assert 1.90 < entropy["eta_Y=1"] < 1.97 and 2.05 < entropy["eta_Y=10"] < 2.12  # notes 1.93, 2.08
+    assert (
+        1.90 < entropy["eta_Y=1"] < 1.97 and 2.05 < entropy["eta_Y=10"] < 2.12
+    )  # notes 1.93, 2.08
 
     rows = [json.loads(line) for line in open(tmp_path / "metrics.jsonl")]
-    assert len(rows) == 20 * 51                         # 20 runs x snapshots at 0, 2, ..., 100
-    assert {"step", "run", "seed", "optim.lr_z", "optim.lr_y_over_lr_z", "loss",
-            "distinct_entropy", "population_loss"} <= set(rows[-1])
+    assert len(rows) == 20 * 51  # 20 runs x snapshots at 0, 2, ..., 100
+    assert {
+        "step",
+        "run",
+        "seed",
+        "optim.lr_z",
+        "optim.lr_y_over_lr_z",
+        "loss",
+        "distinct_entropy",
+        "population_loss",
+    } <= set(rows[-1])
     arrays = np.load(tmp_path / "arrays.npz")
     assert arrays["losses"].shape == (20, 100)
     assert arrays["snapshot_attention"].shape == (20, 51, 2, 34)
@@ -52,7 +62,7 @@ def test_fig5_adam_steers_attention(tmp_path):
     cfg.num_seeds = 3
     summary, failed = run(cfg, tmp_path)
     assert not failed and summary["total"] == 2, failed
-    assert summary["sanity_passed"] == len(summary["sanity_checks"]) == 1   # T2 fails under Adam
+    assert summary["sanity_passed"] == len(summary["sanity_checks"]) == 1  # T2 fails under Adam
 
 
 def test_fig6_structure_on_the_ci_grid(tmp_path):
@@ -77,17 +87,36 @@ def test_theory_figures(tmp_path):
         assert (tmp_path / "figures" / f"{name}.png").exists()
 
 
-@pytest.mark.parametrize("field, value, message", [
-    ("optim.lr_z", -1.0, r"config.optim.lr_z = -1.0: must be a number > 0"),
-    ("train.batch_size", 0, r"config.train.batch_size = 0: must be an integer >= 1"),
-    ("data.num_distinct_per_next", 0, r"config.data.num_distinct_per_next = 0: must be an integer >= 1"),
-    ("optim.momentum", 1.0, r"config.optim.momentum = 1.0: must be a number in \[0, 1\)"),
-    ("train.log_every", 3, r"config.train.log_every = 3: must be a divisor of train.num_steps = 100"),
-    ("model.init", "normal", r"config.model.init = 'normal': must be one of 'zeros', 'uniform'"),
-    ("data.seq_len", 1, r"config.data.seq_len = 1: must be an integer >= 2"),
-    ("model.dtype", "float8", r"config.model.dtype = 'float8': must be one of '', 'float32', "
-                              r"'float64', 'bfloat16', 'float16'"),
-])
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("optim.lr_z", -1.0, r"config.optim.lr_z = -1.0: must be a number > 0"),
+        ("train.batch_size", 0, r"config.train.batch_size = 0: must be an integer >= 1"),
+        (
+            "data.num_distinct_per_next",
+            0,
+            r"config.data.num_distinct_per_next = 0: must be an integer >= 1",
+        ),
+        ("optim.momentum", 1.0, r"config.optim.momentum = 1.0: must be a number in \[0, 1\)"),
+        (
+            "train.log_every",
+            3,
+            r"config.train.log_every = 3: must be a divisor of train.num_steps = 100",
+        ),
+        (
+            "model.init",
+            "normal",
+            r"config.model.init = 'normal': must be one of 'zeros', 'uniform'",
+        ),
+        ("data.seq_len", 1, r"config.data.seq_len = 1: must be an integer >= 2"),
+        (
+            "model.dtype",
+            "float8",
+            r"config.model.dtype = 'float8': must be one of '', 'float32', "
+            r"'float64', 'bfloat16', 'float16'",
+        ),
+    ],
+)
 def test_bad_configs_get_one_clear_sentence(field, value, message):
     cfg = syn_small.get_config()
     group, name = field.split(".")
@@ -99,12 +128,17 @@ def test_bad_configs_get_one_clear_sentence(field, value, message):
 def test_unknown_fields_and_bad_sweeps():
     cfg = syn_small.get_config()
     cfg.optim.lr_y = 3.0
-    with pytest.raises(config_lib.ConfigError, match=r"config.optim.lr_y is not a known field. "
-                                                     r"Did you mean config.optim.lr_z\?"):
+    with pytest.raises(
+        config_lib.ConfigError,
+        match=r"config.optim.lr_y is not a known field. "
+        r"Did you mean config.optim.lr_z\?",
+    ):
         experiment.validate(cfg)
     cfg = syn_small.get_config()
     cfg.sweep = {"optim": {"lr_z": [1.0, -2.0]}}
-    with pytest.raises(config_lib.ConfigError, match=r"sweep.optim.lr_z = -2.0: must be a number > 0"):
+    with pytest.raises(
+        config_lib.ConfigError, match=r"sweep.optim.lr_z = -2.0: must be a number > 0"
+    ):
         experiment.validate(cfg)
     cfg.sweep = {"optim": {"momentum": [0.0, 0.9]}}
     with pytest.raises(config_lib.ConfigError, match=r"must be a sweepable field: one of"):
@@ -119,8 +153,12 @@ def test_cli_runs_and_rejects_bad_overrides(tmp_path):
     ok = subprocess.run(cli + [f"--workdir={tmp_path}"], cwd=ROOT, capture_output=True, text=True)
     assert ok.returncode == 0, ok.stderr
     assert "claims reproduced" in ok.stdout and (tmp_path / "summary.json").exists()
-    assert "model: YZModel, float32" in ok.stdout and "2,312" in ok.stdout   # the params table
-    bad = subprocess.run(cli + ["--config.optim.lr_z=-0.5", f"--workdir={tmp_path}/bad"], cwd=ROOT,
-                         capture_output=True, text=True)
+    assert "model: YZModel, float32" in ok.stdout and "2,312" in ok.stdout  # the params table
+    bad = subprocess.run(
+        cli + ["--config.optim.lr_z=-0.5", f"--workdir={tmp_path}/bad"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert bad.returncode != 0 and "config.optim.lr_z = -0.5: must be a number > 0" in bad.stderr
     assert not (tmp_path / "bad").exists()

@@ -19,8 +19,9 @@ YZ = model.YZModel
 
 def loss(params, context, query, label, **fields):
     """The batch loss through YZModel.apply (the inner params dict {"Y", "Z"})."""
-    return YZ(params["Y"].shape[0], **fields).apply({"params": params}, context, query, label,
-                                                    method=YZ.loss)
+    return YZ(params["Y"].shape[0], **fields).apply(
+        {"params": params}, context, query, label, method=YZ.loss
+    )
 
 
 def forward(params, context, query, **fields):
@@ -28,8 +29,7 @@ def forward(params, context, query, **fields):
 
 
 def population_loss(params, task, **fields):
-    return YZ(task.num_tokens, **fields).apply({"params": params}, task,
-                                               method=YZ.population_loss)
+    return YZ(task.num_tokens, **fields).apply({"params": params}, task, method=YZ.population_loss)
 
 
 class TestModelVariants(chex.TestCase):
@@ -40,34 +40,41 @@ class TestModelVariants(chex.TestCase):
         """Eqs. (3)-(4) for one sequence (ascent on J = -loss), random Y, Z, float64: to 1e-10."""
         rng = np.random.default_rng(0)
         M, T = 12, 21
-        params = {"Y": jnp.asarray(rng.normal(size=(M, M))), "Z": jnp.asarray(rng.normal(size=(M, M)))}
+        params = {
+            "Y": jnp.asarray(rng.normal(size=(M, M))),
+            "Z": jnp.asarray(rng.normal(size=(M, M))),
+        }
         context = jnp.asarray(rng.integers(0, M - 2, size=(1, T - 1)), jnp.int32)
         query, label = jnp.asarray([M - 2]), jnp.asarray([M - 1])
         grads = self.variant(jax.grad(loss))(params, context, query, label)
         chex.assert_trees_all_equal_shapes_and_dtypes(grads, params)
 
         Y, Z = np.asarray(params["Y"]), np.asarray(params["Z"])
-        X = np.eye(M)[np.asarray(context[0])]                     # (T-1, M) one-hot rows
+        X = np.eye(M)[np.asarray(context[0])]  # (T-1, M) one-hot rows
         z = Z[M - 2, np.asarray(context[0])]
         b = np.exp(z - z.max()) / np.exp(z - z.max()).sum()
         c = X.T @ b
         f = c / np.linalg.norm(c)
         alpha = np.exp(Y.T @ f - (Y.T @ f).max())
         alpha /= alpha.sum()
-        err = np.eye(M)[M - 1] - alpha                            # x_{T+1} - alpha
-        dY = np.outer(f, err)                                     # Eq. (3), first part
+        err = np.eye(M)[M - 1] - alpha  # x_{T+1} - alpha
+        dY = np.outer(f, err)  # Eq. (3), first part
         P_perp = np.eye(M) - np.outer(c, c) / (c @ c)
         dZ = np.zeros((M, M))
-        dZ[M - 2] = err @ Y.T @ P_perp / np.linalg.norm(c) @ X.T @ np.diag(b) @ X   # Eq. (4)
-        chex.assert_trees_all_close(jax.tree.map(jnp.negative, grads), {"Y": dY, "Z": dZ},
-                                    rtol=0, atol=1e-10)
-        assert np.abs(dZ[np.arange(M) != M - 2]).max() == 0     # only row x_T moves
+        dZ[M - 2] = err @ Y.T @ P_perp / np.linalg.norm(c) @ X.T @ np.diag(b) @ X  # Eq. (4)
+        chex.assert_trees_all_close(
+            jax.tree.map(jnp.negative, grads), {"Y": dY, "Z": dZ}, rtol=0, atol=1e-10
+        )
+        assert np.abs(dZ[np.arange(M) != M - 2]).max() == 0  # only row x_T moves
 
     @chex.variants(with_jit=True, without_jit=True)
     def test_Y_zero_gives_zero_Z_gradient(self):
         """notes §3.3: with Y = 0 the Z-gradient is exactly 0 (Z first moves at step 2)."""
         t = syn_small()
-        params = {"Y": jnp.zeros((34, 34)), "Z": jnp.asarray(np.random.default_rng(1).normal(size=(34, 34)))}
+        params = {
+            "Y": jnp.zeros((34, 34)),
+            "Z": jnp.asarray(np.random.default_rng(1).normal(size=(34, 34))),
+        }
         context, query, label, _ = t.sample(jax.random.key(0), 8)
         grad_Z = self.variant(jax.grad(loss))(params, context, query, label)["Z"]
         chex.assert_trees_all_equal(grad_Z, jnp.zeros_like(grad_Z))
@@ -77,16 +84,21 @@ class TestModelVariants(chex.TestCase):
         t = syn_small()
         params = model.init_params(jax.random.key(0), 34, "zeros", jnp.float64)
         context, query, label, _ = t.sample(jax.random.key(1), 16)
-        assert float(self.variant(loss)(params, context, query, label)) == pytest.approx(math.log(34), abs=1e-12)
+        assert float(self.variant(loss)(params, context, query, label)) == pytest.approx(
+            math.log(34), abs=1e-12
+        )
         logits, attn = self.variant(forward)(params, context, query)
         chex.assert_shape([logits, attn], [(16, 34), (16, 127)])
-        _, attn = self.variant(forward, static_argnames="attend_to_query")(params, context, query,
-                                                                      attend_to_query=True)
+        _, attn = self.variant(forward, static_argnames="attend_to_query")(
+            params, context, query, attend_to_query=True
+        )
         chex.assert_shape(attn, (16, 128))
         # residual: with Y = identity the logit of the query token grows by 1/||c + e_m|| exactly
         eye = {"Y": jnp.eye(34), "Z": jnp.zeros((34, 34))}
         plain, _ = self.variant(forward)(eye, context, query)
-        res, _ = self.variant(forward, static_argnames="residual")(eye, context, query, residual=True)
+        res, _ = self.variant(forward, static_argnames="residual")(
+            eye, context, query, residual=True
+        )
         assert float(plain[0, query[0]]) == 0.0 and float(res[0, query[0]]) > 0.5
         uniform = model.init_params(jax.random.key(2), 34, "uniform")
         assert np.abs(uniform["Y"]).max() <= 1 / math.sqrt(34)
@@ -102,9 +114,11 @@ def test_flax_init_names_shapes_and_dtypes():
         variables = YZ(34, param_dtype=dtype).init(jax.random.key(0), context, query)
         assert list(variables) == ["params"] and sorted(variables["params"]) == ["Y", "Z"]
         chex.assert_trees_all_equal_shapes_and_dtypes(
-            variables["params"], model.init_params(jax.random.key(0), 34, "zeros", dtype))
-        chex.assert_trees_all_equal(variables["params"],
-                                    model.init_params(None, 34, "zeros", dtype))
+            variables["params"], model.init_params(jax.random.key(0), 34, "zeros", dtype)
+        )
+        chex.assert_trees_all_equal(
+            variables["params"], model.init_params(None, 34, "zeros", dtype)
+        )
     uniform = YZ(34, initializer="uniform").init(jax.random.key(0), context, query)["params"]
     chex.assert_tree_all_finite(uniform)
     assert np.abs(uniform["Y"]).max() <= 1 / math.sqrt(34)
@@ -116,16 +130,19 @@ def test_population_loss_is_the_long_sequence_limit():
     """Lemma 18 / Eq. (6): the sampled loss with long sequences approaches the population loss."""
     t = classes(seq_len=2049)
     rng = np.random.default_rng(3)
-    params = {"Y": jnp.asarray(rng.normal(size=(34, 34))),
-              "Z": jnp.asarray(rng.normal(size=(34, 34)) * 0.5)}
+    params = {
+        "Y": jnp.asarray(rng.normal(size=(34, 34))),
+        "Z": jnp.asarray(rng.normal(size=(34, 34)) * 0.5),
+    }
     context, query, label, _ = t.sample(jax.random.key(0), 2048)
     sampled = float(loss(params, context, query, label))
     population = float(population_loss(params, t))
     assert abs(sampled - population) < 0.02
-    short = classes(seq_len=3)   # two contextual tokens: far from the limit
+    short = classes(seq_len=3)  # two contextual tokens: far from the limit
     context, query, label, _ = short.sample(jax.random.key(0), 2048)
     assert abs(float(loss(params, context, query, label)) - population) > 3 * abs(
-        sampled - population)
+        sampled - population
+    )
 
 
 def test_T3_lemma5_exact_discrete_solution():
@@ -133,8 +150,11 @@ def test_T3_lemma5_exact_discrete_solution():
     f_n^T Y = (M-1) h*(s_n) zeta_n with s_n the visits to class n (Eq. 31), to 1e-12."""
     t = classes(num_common=0)
     M, K, eta = t.num_tokens, t.num_classes, 0.5
-    f = YZ(M).apply({"params": {"Y": jnp.zeros((M, M)), "Z": jnp.zeros((M, M))}}, t,
-                    method=YZ.population_features)                        # (K, M), orthonormal
+    f = YZ(M).apply(
+        {"params": {"Y": jnp.zeros((M, M)), "Z": jnp.zeros((M, M))}},
+        t,
+        method=YZ.population_features,
+    )  # (K, M), orthonormal
     np.testing.assert_allclose(f @ f.T, np.eye(K), atol=1e-15)
     labels = jnp.asarray(t.next_token)
     ce = lambda Y, n: model.cross_entropy(f[n][None] @ Y, labels[n][None])
@@ -142,6 +162,7 @@ def test_T3_lemma5_exact_discrete_solution():
 
     def step(Y, n):
         return Y - eta * jax.grad(ce)(Y, n), None
+
     Y, _ = jax.lax.scan(step, jnp.zeros((M, M)), visits)
     W = np.asarray(f @ Y)
     for n in range(K):
@@ -161,9 +182,11 @@ def population_gd(t, eta_y, eta_z, num_steps):
         g = grad(p)
         p = {"Y": p["Y"] - eta_y * g["Y"], "Z": p["Z"] - eta_z * g["Z"]}
         return p, p["Z"][t.last_token[0]]
-    _, rows = jax.lax.scan(step, {"Y": jnp.zeros((M, M)), "Z": jnp.zeros((M, M))}, None,
-                           length=num_steps)
-    return np.asarray(rows)                                               # (steps, M)
+
+    _, rows = jax.lax.scan(
+        step, {"Y": jnp.zeros((M, M)), "Z": jnp.zeros((M, M))}, None, length=num_steps
+    )
+    return np.asarray(rows)  # (steps, M)
 
 
 def test_T9_theorem2_fates_of_tokens():
@@ -175,7 +198,7 @@ def test_T9_theorem2_fates_of_tokens():
     for n in range(2):
         distinct = np.flatnonzero(t.is_distinct[n])
         assert np.all(dz[distinct] > 0)
-        assert np.all(np.diff(dz[distinct]) > 0)        # larger P(l|n), larger gain
+        assert np.all(np.diff(dz[distinct]) > 0)  # larger P(l|n), larger gain
 
 
 def test_T10_theorem3_identity_sharpens_as_eta_z_over_eta_y_shrinks():
@@ -188,9 +211,9 @@ def test_T10_theorem3_identity_sharpens_as_eta_z_over_eta_y_shrinks():
     p = t.class_probs[0, distinct]
     errors = []
     for ratio in (0.2, 0.05, 0.02, 0.005):
-        dz = population_gd(t, 1.0, ratio, 20000)[:, distinct]                # (steps, 10)
+        dz = population_gd(t, 1.0, ratio, 20000)[:, distinct]  # (steps, 10)
         c2 = (p * np.exp(dz)) ** 2
-        r = c2[:, :, None] / c2[:, None, :] - 1                               # r_{l/l'}(t)
+        r = c2[:, :, None] / c2[:, None, :] - 1  # r_{l/l'}(t)
         r0 = (p[:, None] / p[None, :]) ** 2 - 1
         predicted = r0 * np.exp(2 * dz[:, :, None])
         off = ~np.eye(10, dtype=bool)
@@ -212,7 +235,7 @@ def test_population_hessian_at_origin_closed_form():
     p = t.class_probs
     f = p / np.linalg.norm(p, axis=1, keepdims=True)
     rho = float(f[0] @ f[1])
-    assert rho == pytest.approx(0.72202, abs=1e-5)   # 0.041623 / 0.057648: common mass dominates
+    assert rho == pytest.approx(0.72202, abs=1e-5)  # 0.041623 / 0.057648: common mass dominates
     eig_Y = np.linalg.eigvalsh(H.block("Y"))
     nonzero = np.sort(eig_Y[np.abs(eig_Y) > 1e-12])
     expected = np.sort([(1 - rho) / (2 * M)] * (M - 1) + [(1 + rho) / (2 * M)] * (M - 1))
@@ -248,22 +271,26 @@ def test_half_precision_autocast_is_float32_within_rounding(half):
     and ~5x below what a matmul in the wrong dtype or a softmax in half would give at bfloat16."""
     t = syn_small()
     rng = np.random.default_rng(4)
-    params = {"Y": jnp.asarray(0.5 * rng.normal(size=(34, 34)), jnp.float32),
-              "Z": jnp.asarray(rng.normal(size=(34, 34)), jnp.float32)}
+    params = {
+        "Y": jnp.asarray(0.5 * rng.normal(size=(34, 34)), jnp.float32),
+        "Z": jnp.asarray(rng.normal(size=(34, 34)), jnp.float32),
+    }
     context, query, label, _ = t.sample(jax.random.key(0), 64)
     prec = precision.of("float32", half)
     eps = float(jnp.finfo(prec.dtype).eps)
     reference = jax.jit(jax.value_and_grad(loss))(params, context, query, label)
     mixed = jax.jit(jax.value_and_grad(lambda p, *b: loss(p, *b, dtype=prec.dtype)))(
-        params, context, query, label)
+        params, context, query, label
+    )
     chex.assert_tree_all_finite(mixed)
-    chex.assert_trees_all_equal_shapes_and_dtypes(mixed[1], params)    # grads in param_dtype
-    assert mixed[0].dtype == jnp.float32                                # the loss in accum_dtype
+    chex.assert_trees_all_equal_shapes_and_dtypes(mixed[1], params)  # grads in param_dtype
+    assert mixed[0].dtype == jnp.float32  # the loss in accum_dtype
     chex.assert_trees_all_close(mixed, reference, rtol=8 * eps, atol=8 * eps)
-    assert float(jnp.abs(mixed[0] - reference[0])) > 0                  # it did run in half
+    assert float(jnp.abs(mixed[0] - reference[0])) > 0  # it did run in half
     # Flax init with the precision pair: params in param_dtype whatever the computation dtype
     variables = YZ(34, dtype=prec.dtype, param_dtype=prec.param_dtype).init(
-        jax.random.key(0), context, query)
+        jax.random.key(0), context, query
+    )
     chex.assert_trees_all_equal_dtypes(variables["params"], params)
     # the closed-form population loss stays float32 under autocast
     pop = population_loss(params, t, dtype=prec.dtype)

@@ -37,7 +37,7 @@ def test_sampler_matches_class_distributions():
     assert context.shape == (4096, 127) and context.dtype == np.int32
     np.testing.assert_array_equal(query, t.last_token[cls])
     np.testing.assert_array_equal(label, t.next_token[cls])
-    assert abs(cls.mean() - 0.5) < 4 * 0.5 / np.sqrt(4096)      # classes uniform
+    assert abs(cls.mean() - 0.5) < 4 * 0.5 / np.sqrt(4096)  # classes uniform
     for n in range(2):
         tokens = context[cls == n].ravel()
         freq = np.bincount(tokens, minlength=34) / tokens.size
@@ -47,8 +47,9 @@ def test_sampler_matches_class_distributions():
 
 def test_attention_weights_eq5():
     t = syn_small()
-    np.testing.assert_allclose(task_lib.attention_weights(jnp.zeros((34, 34)), t), t.class_probs,
-                               atol=1e-15)
+    np.testing.assert_allclose(
+        task_lib.attention_weights(jnp.zeros((34, 34)), t), t.class_probs, atol=1e-15
+    )
     Z = jnp.asarray(np.random.default_rng(0).normal(size=(34, 34)))
     c = np.asarray(task_lib.attention_weights(Z, t))
     tilde = t.class_probs * np.exp(np.asarray(Z)[t.last_token])
@@ -60,13 +61,17 @@ def test_distinct_entropy_at_zero_is_the_notes_reference():
     t = syn_medium(3)
     h = task_lib.distinct_entropy(task_lib.attention_weights(jnp.zeros((79, 79)), t), t)
     np.testing.assert_allclose(h, 2.1513, atol=5e-5)
-    one_hot = jnp.zeros((6, 79)).at[:, t.support[:, -1]].set(1.0)   # all mass on one token
+    one_hot = jnp.zeros((6, 79)).at[:, t.support[:, -1]].set(1.0)  # all mass on one token
     np.testing.assert_allclose(task_lib.distinct_entropy(one_hot, t), 0.0, atol=1e-12)
 
 
 def test_theory_c_n_agrees_with_the_jax_attention_weights():
     from landscape.scan_snap import theory
+
     t = syn_medium(3)
     Z = np.random.default_rng(1).normal(size=(79, 79))
-    np.testing.assert_allclose(theory.c_n(Z, t.class_probs, t.last_token),
-                               task_lib.attention_weights(jnp.asarray(Z), t), rtol=1e-12)
+    np.testing.assert_allclose(
+        theory.c_n(Z, t.class_probs, t.last_token),
+        task_lib.attention_weights(jnp.asarray(Z), t),
+        rtol=1e-12,
+    )

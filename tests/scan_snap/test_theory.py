@@ -1,4 +1,5 @@
 """Checks of landscape.scan_snap.theory against the numbers in notes/scan_snap.md §4.1–4.5, §5.3, §5.8, §5.9."""
+
 import numpy as np
 import pytest
 
@@ -33,7 +34,7 @@ def test_h_cont_solves_eq45(M, eta):
     t = np.concatenate([[0.0], np.logspace(-10, 9, 400)])
     h = T.h_cont(M, eta, t)
     u = M * h
-    lhs = np.expm1(u) + (M - 1) * u            # = M eta t  (Eq. 45 minus 1)
+    lhs = np.expm1(u) + (M - 1) * u  # = M eta t  (Eq. 45 minus 1)
     rhs = M * eta * t
     assert h[0] == 0.0
     np.testing.assert_allclose(lhs[1:], rhs[1:], rtol=1e-14, atol=0)
@@ -76,7 +77,7 @@ def test_transition_time(eta, t_exact, t_formula):
     assert abs(te - tf) / tf < 0.01
     u = M_BIG * T.h_cont(M_BIG, eta, te / K_BIG)
     assert np.exp(u) == pytest.approx((M_BIG - 1) * u, rel=1e-9)
-    assert u > np.log(M_BIG - 1)      # the second (large-h) zero, not the first
+    assert u > np.log(M_BIG - 1)  # the second (large-h) zero, not the first
 
 
 def test_crossing_M_minus_1():
@@ -95,7 +96,9 @@ def test_gamma_peak():
     i = np.argmax(g)
     assert round(g[i], 2) == 4.42
     assert round(x[i], 2) == 5.64
-    np.testing.assert_allclose(T.gamma(M_BIG, K_BIG, 0.5, 2 * K_BIG * x[::1000]), g[::1000], rtol=1e-13)
+    np.testing.assert_allclose(
+        T.gamma(M_BIG, K_BIG, 0.5, 2 * K_BIG * x[::1000]), g[::1000], rtol=1e-13
+    )
 
 
 def test_gamma_discrete_flag():
@@ -115,8 +118,10 @@ def _simpson(y, dx):
     return dx / 3 * (y[0] + y[-1] + 4 * y[1:-1:2].sum() + 2 * y[2:-1:2].sum())
 
 
-@pytest.mark.parametrize("eta_y, eta_z, t", [(1.0, 0.5, 50.0), (1.0, 0.1, 182.3), (0.2, 0.5, 2000.0),
-                                             (2.0, 1.0, 20000.0)])
+@pytest.mark.parametrize(
+    "eta_y, eta_z, t",
+    [(1.0, 0.5, 50.0), (1.0, 0.1, 182.3), (0.2, 0.5, 2000.0), (2.0, 1.0, 20000.0)],
+)
 def test_Gamma_closed_form_vs_quadrature(eta_y, eta_z, t):
     # T6: eta_z int_0^t gamma (continuous h) = (eta_z/eta_y) K (M-1)^2 h(t/K)^2 / 2
     n = 200000
@@ -126,7 +131,9 @@ def test_Gamma_closed_form_vs_quadrature(eta_y, eta_z, t):
     assert abs(quad - closed) / closed < 1e-4
 
 
-@pytest.mark.parametrize("ratio, b_exact, b_paper", [(1, 2.4293, 1.8536), (2, 2.2560, 1.6803), (5, 2.0270, 1.4513)])
+@pytest.mark.parametrize(
+    "ratio, b_exact, b_paper", [(1, 2.4293, 1.8536), (2, 2.2560, 1.6803), (5, 2.0270, 1.4513)]
+)
 def test_B_at_t0_independent_of_eta_z(ratio, b_exact, b_paper):
     # T7 / Fig. 9: B_n(t0) depends on K, M, eta_y/eta_z only
     be, bp = [], []
@@ -143,16 +150,18 @@ def test_B_at_t0_independent_of_eta_z(ratio, b_exact, b_paper):
     assert be[0] - bp[0] == pytest.approx(0.25 * np.log(K_BIG), rel=1e-6)
 
 
-@pytest.mark.parametrize("t, expected", [(1e5, [436, 324, 218, 161, 119]), (100.0, [31.6, 44.6, 68.9, 77.2, 65.6])])
+@pytest.mark.parametrize(
+    "t, expected", [(1e5, [436, 324, 218, 161, 119]), (100.0, [31.6, 44.6, 68.9, 77.2, 65.6])]
+)
 def test_fig3_chi_upper(t, expected):
     # T8 / Fig. 3: chi_up = exp(2 B_exact), eta_z = 0.5, K = 10, M = 1000
     etas = [0.1, 0.2, 0.5, 1.0, 2.0]
     chi = np.array([T.chi_bounds(T.B_exact(M_BIG, K_BIG, e, 0.5, t), 0.5)[1] for e in etas])
     np.testing.assert_allclose(chi, expected, rtol=5e-3)
     if t == 1e5:
-        assert np.all(np.diff(chi) < 0)          # decreasing in eta_y in the snapping phase
+        assert np.all(np.diff(chi) < 0)  # decreasing in eta_y in the snapping phase
     else:
-        assert not np.all(np.diff(chi) < 0)      # non-monotone early on (curves cross)
+        assert not np.all(np.diff(chi) < 0)  # non-monotone early on (curves cross)
 
 
 def test_chi_bounds():
@@ -165,12 +174,18 @@ def test_B_exact_vs_paper_and_regimes():
     M, K, ez = M_BIG, K_BIG, 0.5
     for ey in (0.1, 1.0):
         assert T.B_exact(M, K, ey, ez, 0.0) == 0.0
-        x = np.array([1e-3, 1e-2, 0.1])             # eta_y t / K << ln M: scanning branch of Eq. (14)
-        np.testing.assert_allclose(T.B_scan_approx(M, K, ey, ez, x * K / ey),
-                                   T.B_paper(M, K, ey, ez, x * K / ey), atol=1e-4)
-        x = np.array([1e3, 1e4, 1e5])               # eta_y t / K >> ln M: snapping branch
-        np.testing.assert_allclose(T.B_snap_approx(M, K, ey, ez, x * K / ey),
-                                   T.B_paper(M, K, ey, ez, x * K / ey), atol=1e-3)
+        x = np.array([1e-3, 1e-2, 0.1])  # eta_y t / K << ln M: scanning branch of Eq. (14)
+        np.testing.assert_allclose(
+            T.B_scan_approx(M, K, ey, ez, x * K / ey),
+            T.B_paper(M, K, ey, ez, x * K / ey),
+            atol=1e-4,
+        )
+        x = np.array([1e3, 1e4, 1e5])  # eta_y t / K >> ln M: snapping branch
+        np.testing.assert_allclose(
+            T.B_snap_approx(M, K, ey, ez, x * K / ey),
+            T.B_paper(M, K, ey, ez, x * K / ey),
+            atol=1e-3,
+        )
 
 
 # ---------------------------------------------------------------------------------------------- attention ODE
@@ -190,8 +205,9 @@ def ode_run():
     P, last, M, K = _syn_small()
     out = {}
     for n_steps in (300, 600):
-        out[n_steps] = T.integrate_attention_ode(P, last, np.zeros((M, M)), M, K, eta_y=1.0, eta_z=0.1,
-                                                 t_max=300.0, num_steps=n_steps)
+        out[n_steps] = T.integrate_attention_ode(
+            P, last, np.zeros((M, M)), M, K, eta_y=1.0, eta_z=0.1, t_max=300.0, num_steps=n_steps
+        )
     return P, last, M, K, out
 
 
@@ -203,11 +219,11 @@ def test_ode_theorem2_signs(ode_run):
         z = Zs[:, m]
         distinct = np.arange(10 + 10 * n, 20 + 10 * n)
         others = np.setdiff1d(np.arange(M), np.concatenate([np.arange(10), distinct]))
-        assert np.all(np.diff(z[:, :10], axis=0) < 0)            # common tokens decrease
-        assert np.all(np.diff(z[:, distinct], axis=0) > 0)       # distinct tokens increase
-        assert np.all(np.diff(z[-1, distinct]) > 0)              # ordered by P(l|n)
-        assert z[-1, :10].max() < -0.05 and z[-1, distinct[-1]] > 0.3   # non-trivial motion
-        np.testing.assert_array_equal(z[:, others], 0.0)         # zero f_nl, zero velocity
+        assert np.all(np.diff(z[:, :10], axis=0) < 0)  # common tokens decrease
+        assert np.all(np.diff(z[:, distinct], axis=0) > 0)  # distinct tokens increase
+        assert np.all(np.diff(z[-1, distinct]) > 0)  # ordered by P(l|n)
+        assert z[-1, :10].max() < -0.05 and z[-1, distinct[-1]] > 0.3  # non-trivial motion
+        np.testing.assert_array_equal(z[:, others], 0.0)  # zero f_nl, zero velocity
     # rows of queries that are no class's last token never move
     rest = np.setdiff1d(np.arange(M), last)
     np.testing.assert_array_equal(Zs[:, rest], 0.0)
@@ -228,7 +244,7 @@ def test_ode_theorem3_identity(ode_run):
                         err = max(err, np.max(np.abs(r_t - r_pred) / np.abs(r_pred)))
         errs[n_steps] = err
     assert errs[600] < 1e-8
-    assert errs[300] / errs[600] > 8          # ~2^4 for a 4th-order integrator
+    assert errs[300] / errs[600] > 8  # ~2^4 for a 4th-order integrator
 
 
 def test_ode_row_sums_zero(ode_run):
@@ -254,4 +270,4 @@ def test_ode_save_every_and_velocity():
         n2 = 1 - n
         expect = F[n] * Ep[n, n2] * ((F[n] @ F[n2]) * F[n] - F[n2])
         np.testing.assert_allclose(v[m], expect, rtol=1e-12, atol=1e-15)
-    assert Ep[0, 1] > 0 and Ep[0, 0] < 0      # Lemma 16: E'_ii <= 0
+    assert Ep[0, 1] > 0 and Ep[0, 0] < 0  # Lemma 16: E'_ii <= 0
