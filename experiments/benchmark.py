@@ -33,9 +33,8 @@ from absl import app, flags
 
 from configs import syn_medium, syn_small
 from experiments import host
-from landscape import backend
+from landscape import backend, sweeps, training
 from landscape import config as config_lib
-from landscape import sweeps, training
 from landscape.scan_snap import experiment
 
 _OUT = flags.DEFINE_string("out", None, "JSON output (default runs/benchmark/<time>.json).")

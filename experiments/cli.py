@@ -46,8 +46,8 @@ import ml_collections
 from absl import flags
 
 from experiments import host
-from landscape import config as config_lib
 from landscape import backend, records, training
+from landscape import config as config_lib
 
 FLAGS = flags.FLAGS
 _CONFIG = flags.DEFINE_string(

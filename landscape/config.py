@@ -13,7 +13,8 @@ import functools
 import itertools
 import math
 import numbers
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 import ml_collections
 import numpy as np

@@ -26,7 +26,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp

@@ -10,7 +10,8 @@ initialisations is one program (`jax.vmap(lambda p: gradient_flow(loss, p, ts))`
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import diffrax
 import jax

@@ -7,7 +7,8 @@ curvature engine can probe any of them without knowing the model.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import jax
 import numpy as np
@@ -48,7 +49,7 @@ class Point:
     def loss(self) -> float:
         return float(jax.jit(self.loss_fn)(self.params))
 
-    def with_params(self, params) -> "Point":
+    def with_params(self, params) -> Point:
         return dataclasses.replace(self, params=params)
 
     @property

@@ -22,7 +22,6 @@ from typing import Any
 
 import numpy as np
 
-
 CLAIM_KINDS = ("paper", "sanity")
 
 
@@ -106,7 +105,7 @@ class Workdir:
         self._checkpoints_opened = 0
 
     @classmethod
-    def new(cls, name: str, root: str | pathlib.Path = "runs") -> "Workdir":
+    def new(cls, name: str, root: str | pathlib.Path = "runs") -> Workdir:
         """runs/<name>/<UTC time>/ (a suffix keeps two runs in the same second apart)."""
         return cls(new_path(name, root))
 
@@ -118,7 +117,7 @@ class Workdir:
         overwrite: bool = False,
         resume: bool = False,
         checkpoint_seconds: float = 60.0,
-    ) -> "Workdir":
+    ) -> Workdir:
         """The workdir at `path` under the workdir policy (`check_path`): a folder with earlier
         records is refused unless `overwrite` (its records are removed first) or `resume` (they
         are kept, metrics.jsonl is cut back to the latest checkpoint, and arrays.npz, which
@@ -234,7 +233,7 @@ class Workdir:
     def figure_path(self, name: str) -> pathlib.Path:
         return self.path / "figures" / f"{name}.png"
 
-    def next_checkpoint(self) -> "Checkpoint":
+    def next_checkpoint(self) -> Checkpoint:
         """The checkpoint of the next training program of this run (cell0, cell1, ... in the
         order the experiment trains them, which a resumed run repeats)."""
         index, self._checkpoints_opened = self._checkpoints_opened, self._checkpoints_opened + 1

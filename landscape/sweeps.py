@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import jax
 import numpy as np
@@ -36,7 +37,7 @@ class Grid:
     @classmethod
     def make(
         cls, axes: Mapping[str, Sequence[float]], seeds: Sequence[int], zipped: bool = False
-    ) -> "Grid":
+    ) -> Grid:
         axes = {k: np.asarray(v, np.float64).reshape(-1) for k, v in axes.items()}
         if zipped and len({len(v) for v in axes.values()}) > 1:
             raise ValueError(

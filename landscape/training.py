@@ -21,14 +21,16 @@ import contextvars
 import dataclasses
 import threading
 import time
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import optax
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from landscape import config as config_lib
 

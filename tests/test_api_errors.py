@@ -13,7 +13,8 @@ import landscape
 from landscape.markov import task as markov_task
 from landscape.ngrams import points as ngram_points
 from landscape.ngrams import task as ngram_task
-from landscape.recall import flow, task as recall_task
+from landscape.recall import flow
+from landscape.recall import task as recall_task
 from landscape.recall.model import RecallModel
 
 QUADRATIC = landscape.Point(

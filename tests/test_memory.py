@@ -3,9 +3,9 @@
 import importlib
 import time
 
+import chex
 import jax
 import jax.numpy as jnp
-import chex
 import numpy as np
 import pytest
 

@@ -6,14 +6,13 @@ import pathlib
 import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
 
+import configs.syn_medium
 from landscape import records
 from landscape.scan_snap import experiment
-import configs.syn_medium
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 

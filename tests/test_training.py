@@ -3,9 +3,9 @@
 import dataclasses
 import json
 
+import chex
 import jax
 import jax.numpy as jnp
-import chex
 import numpy as np
 import optax
 import pytest

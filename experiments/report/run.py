@@ -15,7 +15,6 @@ import multiprocessing
 import os
 import pathlib
 import shlex
-import subprocess
 import sys
 import time
 import traceback

@@ -22,13 +22,13 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
+from landscape import backend, curvature, precision, records, sweeps, training
 from landscape import config as config_lib
 from landscape.config import format_bytes
-from landscape import backend, curvature, precision, records, sweeps, training
-from landscape.point import params_table
-from landscape.markov import model as model_lib
 from landscape.markov import figures, points, task
+from landscape.markov import model as model_lib
 from landscape.markov.claims import CLAIMS, run_table
+from landscape.point import params_table
 
 TRACED = ("chain.p", "chain.q", "optim.lr")
 CLAIM_SETS = ("fig1", "fig3", "fig4", "fig5", "appendix_d", "trap", "landscape", "none")

@@ -17,9 +17,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from landscape import _checks
 from landscape.markov import model as model_lib
 from landscape.markov import task, theory
-from landscape import _checks
 from landscape.point import Point
 
 EXACT_LIMIT = 2**16

@@ -29,9 +29,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from landscape import _checks
 from landscape.ngrams import estimators, task
 from landscape.ngrams import model as model_lib
-from landscape import _checks
 from landscape.point import Point
 
 BLOCKS = ("A1", "V1", "Q2", "K2")

@@ -22,9 +22,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from landscape.ngrams import estimators
+from landscape.ngrams import estimators, points
 from landscape.ngrams import model as model_lib
-from landscape.ngrams import points
 
 
 def _estimator_losses(x_BT, target_BS, num_states, k, alpha, floor) -> dict:

@@ -16,7 +16,6 @@ from landscape import records
 from landscape.recall import flow, theory
 from landscape.recall import model as model_lib
 
-
 # notes §4.4: eps * T_mid of the first jump (k = |R| = 4) measured by the notes' author with GF
 NOTES_FIRST_JUMP = {
     0.2: 140.3,

@@ -25,8 +25,8 @@ import ml_collections
 import numpy as np
 
 from landscape import config as config_lib
-from landscape.config import format_bytes
 from landscape import gradient_flow, precision, records, sweeps, training
+from landscape.config import format_bytes
 from landscape.point import params_table
 from landscape.recall import flow, theory
 from landscape.recall import model as model_lib

@@ -17,7 +17,6 @@ from landscape import _checks, gradient_flow, training
 from landscape.recall import model as model_lib
 from landscape.recall import task as task_lib
 
-
 # ----------------------------------------------------------------------------- initialisations
 
 

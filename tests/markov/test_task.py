@@ -67,7 +67,7 @@ def _transition_counts(x_BN, num_states):
 C1_BATCH, C1_LENGTH = 2**16, 17  # 1,048,576 transitions
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _c1_chain(chain):
     """(kernel, pi, x) for the C1 sample; one compiled sampler shape per number of states."""
     if chain == "binary":
@@ -140,7 +140,7 @@ def test_enumerate_sequences():
     )
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _kernels():
     return {
         "binary (0.5, 0.8)": task.binary_kernel(0.5, 0.8),

@@ -19,7 +19,6 @@ from landscape.ngrams import estimators as est
 from landscape.ngrams import model as M
 from landscape.ngrams import task
 
-
 # --------------------------------------------------------------------------------------------------
 # NumPy references (per-token loops, notes §3)
 # --------------------------------------------------------------------------------------------------

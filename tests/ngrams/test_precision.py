@@ -11,9 +11,8 @@ from jax.flatten_util import ravel_pytree
 from configs import ngrams
 from landscape import config as config_lib
 from landscape.ngrams import estimators as est
-from landscape.ngrams import experiment
+from landscape.ngrams import experiment, task
 from landscape.ngrams import model as M
-from landscape.ngrams import task
 
 # Unit roundoff u = 2^-(mantissa bits + 1): bfloat16 keeps 8 significant bits, float16 11.
 UNIT_ROUNDOFF = {"bfloat16": 2.0**-8, "float16": 2.0**-11}

@@ -2,8 +2,6 @@
 violates it (no claim passes vacuously, none raises on it) and, where cheap to build, passes on
 input that satisfies it. No training, no gradient flow."""
 
-import math
-
 import numpy as np
 import pytest
 

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from landscape import training
-from landscape.recall import flow, model as model_lib, theory
+from landscape.recall import flow, theory
+from landscape.recall import model as model_lib
 
 MODEL = model_lib.RecallModel(k=4, num_responses=4)
 

@@ -36,7 +36,7 @@ loss_tokens = jax.jit(apply_loss_tokens, static_argnums=3)
 forward = jax.jit(apply_forward, static_argnums=2)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def sample(k, n_r, batch, shuffle, seed=0):
     """Shared samples: the sampler compiles once per shape, so tests reuse two settings."""
     tokens, target = task.sample_tokens(jax.random.key(seed), k, n_r, batch, shuffle)

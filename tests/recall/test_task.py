@@ -54,7 +54,7 @@ def test_match_tensor_slices_are_permutation_matrices(num_heads):
                 assert M[p, h - 1, i - 1] == float(perms[p][k - i] == k - h)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def sample(k, n_r, batch, shuffle, seed=1):
     """One shared numpy sample per setting (a sampler compiles once per shape)."""
     tokens, target = task.sample_tokens(jax.random.key(seed), k, n_r, batch, shuffle)

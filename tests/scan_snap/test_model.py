@@ -10,8 +10,7 @@ import pytest
 
 import landscape
 from landscape import precision
-from landscape.scan_snap import model, task as task_lib, theory
-
+from landscape.scan_snap import model, theory
 from tests.scan_snap.common import classes, syn_medium, syn_small
 
 YZ = model.YZModel

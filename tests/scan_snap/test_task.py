@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 
 from landscape.scan_snap import task as task_lib
-
-from tests.scan_snap.common import syn_small, syn_medium
+from tests.scan_snap.common import syn_medium, syn_small
 
 
 def test_syn_small_layout_is_the_authors():
