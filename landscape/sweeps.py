@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
+import ml_collections
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from landscape import config as config_lib
 from landscape import training
+from landscape.typing import ArrayLike
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,16 +37,14 @@ class Grid:
     zipped: bool = False
 
     @classmethod
-    def make(
-        cls, axes: Mapping[str, Sequence[float]], seeds: Sequence[int], zipped: bool = False
-    ) -> Grid:
-        axes = {k: np.asarray(v, np.float64).reshape(-1) for k, v in axes.items()}
-        if zipped and len({len(v) for v in axes.values()}) > 1:
+    def make(cls, axes: Mapping[str, ArrayLike], seeds: ArrayLike, zipped: bool = False) -> Grid:
+        flat = {k: np.asarray(v, np.float64).reshape(-1) for k, v in axes.items()}
+        if zipped and len({len(v) for v in flat.values()}) > 1:
             raise ValueError(
                 "zipped sweep axes must have equal lengths; got "
-                + ", ".join(f"{k}: {len(v)}" for k, v in axes.items())
+                + ", ".join(f"{k}: {len(v)}" for k, v in flat.items())
             )
-        return cls(axes, np.asarray(seeds, np.int64).reshape(-1), zipped)
+        return cls(flat, np.asarray(seeds, np.int64).reshape(-1), zipped)
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -59,7 +59,7 @@ class Grid:
     def flat(self) -> tuple[dict[str, np.ndarray], np.ndarray]:
         """(hparams {name: (R,)}, seeds (R,)) for every cell and seed."""
         cells = (
-            list(zip(*self.axes.values()))
+            list(zip(*self.axes.values(), strict=True))  # equal lengths: make() checks
             if self.zipped
             else list(itertools.product(*self.axes.values()))
         ) or [()]
@@ -82,12 +82,12 @@ def run_axis_sharding(devices: Sequence[jax.Device] | None = None) -> NamedShard
 
 def run(
     problem: training.Problem,
-    optim,
+    optim: ml_collections.ConfigDict,
     base_hparams: Mapping[str, float],
     grid: Grid,
     *,
     devices: Sequence[jax.Device] | None = None,
-    dtype=np.float32,
+    dtype: Any = np.float32,
     **train_kwargs: Any,
 ) -> training.RunResult:
     """Train every cell of `grid` (and every seed) as one program, sharded over `devices`.
@@ -134,13 +134,13 @@ def run(
 
 def run_cell(
     problem: training.Problem,
-    cell,
+    cell: ml_collections.ConfigDict,
     traced: Sequence[str],
     grid: Grid,
     *,
     fields: Mapping[str, Any],
-    workdir=None,
-    progress=print,
+    workdir: Any = None,
+    progress: Callable[[str], None] | None = print,
 ) -> training.RunResult:
     """`run` for one structural cell of an experiment config: the traced fields' values in `cell`
     are the base hyperparameters, and `cell.optim` / `cell.train` (dtype and `train_options`)
@@ -159,7 +159,7 @@ def run_cell(
     )
 
 
-def train_options(cfg) -> dict[str, Any]:
+def train_options(cfg: ml_collections.ConfigDict) -> dict[str, Any]:
     """`training.train`'s run options from a config's `train` group: num_steps, log_every,
     chunk_steps (0 or absent: about ten chunks), on_nonfinite, metrics_at and ema_decay."""
     t = cfg.train

@@ -19,9 +19,10 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+import functools
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NamedTuple
 
 import jax
@@ -33,6 +34,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from landscape import config as config_lib
+from landscape.typing import ArrayLike
 
 Params = Any
 HParams = dict[str, jax.Array]
@@ -48,7 +50,7 @@ class Problem:
     """What a paper package hands the engine.
 
     init: (key, hparams) -> params, for one run.
-    loss: (params, key, hparams) -> (scalar loss, dict of scalar metrics); samples its batch from key.
+    loss: (params, key, hparams) -> (scalar loss, dict of scalar metrics); draws its batch from key.
     learning_rates: hparams -> a pytree that is a prefix of params (e.g. {"Y": lr_y, "Z": lr_z}).
     snapshot: (params, hparams) -> dict of arrays recorded every `log_every` steps (attention maps,
         entropies, ...). Scalars among them also go to metrics.jsonl.
@@ -101,7 +103,7 @@ def batch_share(x_B: jax.Array) -> jax.Array:
 
 
 @contextlib.contextmanager
-def _splitting_batch(shares: int):
+def _splitting_batch(shares: int) -> Iterator[None]:
     token = _batch_shares.set(shares)
     try:
         yield
@@ -109,7 +111,7 @@ def _splitting_batch(shares: int):
         _batch_shares.reset(token)
 
 
-def batch_devices(problem: Problem, devices) -> list:
+def batch_devices(problem: Problem, devices: Iterable[jax.Device]) -> list[jax.Device]:
     """The devices a single run of `problem` splits its batch over: the most of `devices` whose
     count divides `problem.batch_size` (one device, i.e. no split, without a batch_size)."""
     devices = list(devices)
@@ -233,10 +235,11 @@ def onecycle(initial: float, final: float, warmup_steps: int, num_steps: int) ->
     peak_step = float(warmup_steps - 1)
     last = float(max(num_steps - 1, peak_step + 1))
 
-    def anneal(start, end, fraction):  # PyTorch's _annealing_cos
+    def anneal(start: float, end: float, fraction: jax.Array) -> jax.Array:
+        """PyTorch's _annealing_cos."""
         return end + (start - end) / 2.0 * (jnp.cos(jnp.pi * fraction) + 1.0)
 
-    def multiplier(step):
+    def multiplier(step: ArrayLike) -> jax.Array:
         step = jnp.asarray(step, jnp.float32)
         up = anneal(initial, 1.0, step / max(peak_step, 1.0))
         down = anneal(1.0, final, jnp.clip((step - peak_step) / (last - peak_step), 0.0, 1.0))
@@ -258,9 +261,11 @@ class TrainState(NamedTuple):
 def averaged_params(state: TrainState, decay: float) -> Params:
     """The debiased EMA of the parameters after `count` updates (optax.ema's output,
     m_t / (1 - decay^t)); the parameters themselves before the first update (t = 0)."""
-    debiased = optax.tree.bias_correction(state.average.ema, decay, state.average.count)
+    average = state.average
+    assert average is not None, "the state keeps no average (metrics_at is 'current')"
+    debiased = optax.tree.bias_correction(average.ema, decay, average.count)
     return jax.tree.map(
-        lambda m, p: jnp.where(state.average.count > 0, m, p).astype(p.dtype),
+        lambda m, p: jnp.where(average.count > 0, m, p).astype(p.dtype),
         debiased,
         state.params,
     )
@@ -341,6 +346,132 @@ def run_timing(results: list[RunResult]) -> dict[str, Any]:
     }
 
 
+# ----------------------------------------------------------------------------- one run's step
+
+
+@dataclasses.dataclass(frozen=True)
+class StepSpec:
+    """The static parts of one run's training step: the problem, the optimizer's lr-free
+    direction, the learning-rate multiplier, the snapshot cadence and where snapshots are
+    measured. `init_state`, `train_step` and `train_chunk` take it first."""
+
+    problem: Problem
+    direction: optax.GradientTransformation
+    lr_multiplier: optax.Schedule
+    log_every: int = 1
+    snapshots_per_chunk: int = 1
+    metrics_at: str = "current"
+    ema_decay: float = 0.999
+    batch_shares: int = 1  # devices a single run's batch is split over (`batch_share`)
+
+    @property
+    def average(self) -> optax.GradientTransformation | None:
+        """The parameters' EMA, when snapshots are measured at it."""
+        return optax.ema(self.ema_decay) if self.metrics_at != "current" else None
+
+
+def step_spec(
+    problem: Problem,
+    optim: ml_collections.ConfigDict,
+    *,
+    num_steps: int,
+    log_every: int = 1,
+    chunk_steps: int | None = None,
+    metrics_at: str = "current",
+    ema_decay: float = 0.999,
+) -> StepSpec:
+    """The step of `problem` under `optim` (its direction and schedule over `num_steps`)."""
+    return StepSpec(
+        problem,
+        direction(optim, problem.weight_decay_mask),
+        schedule(optim, num_steps),
+        log_every,
+        _snapshots_per_chunk(num_steps // log_every, log_every, chunk_steps),
+        metrics_at,
+        ema_decay,
+    )
+
+
+def init_state(spec: StepSpec, seed: jax.Array, hp: HParams) -> TrainState:
+    """One run's state: `jax.random.key(seed)` split into an init key and a data key, so runs
+    with the same seed share initial weights and batches (common random numbers)."""
+    init_key, data_key = jax.random.split(jax.random.key(seed))
+    params = spec.problem.init(init_key, hp)
+    average = spec.average
+    return TrainState(
+        params, spec.direction.init(params), data_key, average.init(params) if average else None
+    )
+
+
+def snapshot_at(spec: StepSpec, state: TrainState, hp: HParams) -> dict[str, jax.Array]:
+    """The problem's snapshot at the parameters `spec.metrics_at` names (current, EMA, both)."""
+    if spec.average is None:
+        return spec.problem.snapshot(state.params, hp)
+    out = spec.problem.snapshot(averaged_params(state, spec.ema_decay), hp)
+    if spec.metrics_at == "both":
+        current = spec.problem.snapshot(state.params, hp)
+        out.update({CURRENT_PREFIX + k: v for k, v in current.items()})
+    return out
+
+
+def train_step(
+    spec: StepSpec, state: TrainState, step: jax.Array, hp: HParams
+) -> tuple[TrainState, tuple[jax.Array, dict[str, jax.Array]]]:
+    """One update: the minibatch gradient (batch drawn from the state's key), the optimizer's
+    direction, then `-lr_group * schedule(step) * direction` per parameter group."""
+    problem = spec.problem
+    key, batch_key = jax.random.split(state.key)
+    with _splitting_batch(spec.batch_shares):
+        (loss, metrics), grads = jax.value_and_grad(problem.loss, has_aux=True)(
+            state.params, batch_key, hp, *((step,) if problem.loss_takes_step else ())
+        )
+    if spec.batch_shares > 1:  # each device's loss is the mean over its share: average them
+        loss, metrics, grads = jax.lax.pmean((loss, metrics, grads), BATCH_AXIS)
+    if problem.log_grad_norm:
+        metrics = {**metrics, "grad_norm": optax.tree.norm(grads)}
+    if problem.log_grad_zeros:
+        metrics = {**metrics, "grad_zero_fraction": grad_zero_fraction(grads)}
+    updates, opt_state = spec.direction.update(grads, state.opt_state, state.params)
+    updates = _scaled(updates, problem.learning_rates(hp), -spec.lr_multiplier(step))
+    params = optax.apply_updates(state.params, updates)
+    average = spec.average
+    averaged = average.update(params, state.average)[1] if average else None
+    return TrainState(params, opt_state, key, averaged), (loss, metrics)
+
+
+def _scaled(updates: Params, learning_rates: Any, scale: jax.Array) -> Params:
+    """scale * lr * update, each group of `updates` with its own learning rate."""
+
+    def group_scaled(lr: jax.Array, group: Params) -> Params:
+        return jax.tree.map(lambda u: (scale * lr * u).astype(u.dtype), group)
+
+    return jax.tree.map(group_scaled, learning_rates, updates)
+
+
+def train_chunk(
+    spec: StepSpec, state: TrainState, first_step: jax.Array, hp: HParams
+) -> tuple[TrainState, jax.Array, dict[str, jax.Array], dict[str, jax.Array]]:
+    """`spec.snapshots_per_chunk * spec.log_every` steps from `first_step`, a snapshot after
+    every `log_every`: (state, losses (steps,), metrics (steps,) each, snapshots (S, ...))."""
+
+    def between_snapshots(state: TrainState, start: jax.Array) -> tuple[TrainState, Any]:
+        state, (loss, metrics) = jax.lax.scan(
+            lambda s, t: train_step(spec, s, t, hp), state, start + jnp.arange(spec.log_every)
+        )
+        return state, (loss, metrics, snapshot_at(spec, state, hp))
+
+    starts = first_step + spec.log_every * jnp.arange(spec.snapshots_per_chunk)
+    state, (loss, metrics, snaps) = jax.lax.scan(between_snapshots, state, starts)
+
+    def flat(x: jax.Array) -> jax.Array:
+        return x.reshape((-1,) + x.shape[2:])
+
+    return state, flat(loss), jax.tree.map(flat, metrics), snaps
+
+
+# ----------------------------------------------------------------------------- the host loop
+
+
 def train(
     problem: Problem,
     optim: ml_collections.ConfigDict,
@@ -354,41 +485,74 @@ def train(
     batch_over: list | None = None,
     on_nonfinite: str = "stop",
     progress: Callable[[str], None] | None = print,
-    workdir=None,
+    workdir: Any = None,
     record_tags: dict[str, Any] | None = None,
-    hparam_dtype=None,
+    hparam_dtype: Any = None,
     metrics_at: str = "current",
     ema_decay: float = 0.999,
 ) -> RunResult:
     """Train R runs at once (R = len(seeds)); hparams maps names to arrays of shape (R,).
 
-    The run's key is `jax.random.key(seed)`, split into an init key and a data key, so runs with the
-    same seed share initial weights and batches across a grid (common random numbers).
-    `log_every` is the snapshot cadence; `chunk_steps` (a multiple of it) the cadence of progress
-    output, non-finite checks, stop requests, checkpoints and streamed records. `on_nonfinite`:
-    "stop" raises `NonFiniteLossError` naming the step (after writing the records so far to
-    `workdir`); "mark" carries on and reports the first bad step per run in the result.
-    `record_tags` are extra columns for every metrics.jsonl row (e.g. the structural sweep cell).
-    `sharding` spreads the runs over devices; `batch_over` (devices, for a single run of a problem
-    with a `batch_size`; see `batch_devices`) splits each step's batch over them instead.
-    `hparam_dtype` is the dtype the hyperparameters are traced in; the result and the records
-    keep the numbers as given (0.35 stays 0.35, not float32's 0.3499999940395355).
+    Each run starts from `init_state` and takes `train_step`s, `train_chunk` by `train_chunk`
+    (one compiled program, vmapped over runs); Python only loops over chunks. `log_every` is the
+    snapshot cadence; `chunk_steps` (a multiple of it) the cadence of progress lines, non-finite
+    checks, stop requests, checkpoints and streamed records. `on_nonfinite`: "stop" raises
+    `NonFiniteLossError` naming the step (after writing the records so far); "mark" carries on
+    and reports the first bad step per run. `record_tags`: extra metrics.jsonl columns.
+    `sharding` spreads the runs over devices; `batch_over` splits a single run's batch over
+    devices instead (`batch_devices`). `hparam_dtype`: the dtype hyperparameters are traced in
+    (records keep the numbers as given). `metrics_at`: snapshots at the "current" parameters,
+    their debiased "ema" (`optax.ema(ema_decay)`), or "both" (current ones prefixed "current_").
 
-    `metrics_at` says which parameters the snapshots (and so a package's analyses, claims and
-    figures) are measured at: "current" (the trained parameters), "ema" (a debiased
-    `optax.ema(ema_decay)` of them, updated after every step inside the compiled step, as the
-    n-gram authors' `ema_metrics` measured Fig. 6), or "both" ("ema" under the snapshot's own
-    names, and the current parameters' snapshot beside it under names prefixed "current_").
-    Training itself never reads the average; the losses and metrics are the minibatch's at the
-    current parameters.
-
-    With a `workdir`, the program checkpoints its state (`workdir.next_checkpoint()`) every
-    `workdir.checkpoint_seconds` at a chunk boundary, when it finishes and when it is stopped
-    (`request_stop`, which raises `Interrupted` at the next boundary). A checkpoint already
-    there (a resumed run) is continued from: the same chunks follow, so the numbers are
-    bit-identical to an uninterrupted run's. Over several processes every chunk boundary takes
-    one decision for all (`_agree`): every process gathers the state, process 0 writes it.
+    With a `workdir`, the state is checkpointed every `workdir.checkpoint_seconds` at a chunk
+    boundary, at the end and on `request_stop` (then `Interrupted`); a checkpoint already there
+    is continued from, bit-identically. Over several processes each boundary takes one decision
+    for all (`_agree`); process 0 writes.
     """
+    _check_train_arguments(num_steps, log_every, on_nonfinite, metrics_at, ema_decay)
+    spec = step_spec(
+        problem,
+        optim,
+        num_steps=num_steps,
+        log_every=log_every,
+        chunk_steps=chunk_steps,
+        metrics_at=metrics_at,
+        ema_decay=ema_decay,
+    )
+    runs = _place_runs(problem, hparams, seeds, sharding, batch_over, hparam_dtype)
+    spec = dataclasses.replace(spec, batch_shares=runs.shares)
+    t_start = time.perf_counter()
+    state, first_snapshot, chunk = _compile(spec, runs)
+    host = _Host(
+        runs,
+        num_steps,
+        spec.snapshots_per_chunk * log_every,
+        on_nonfinite,
+        progress,
+        workdir,
+        time.perf_counter() - t_start,
+    )
+    _check_compiled_memory(chunk, 1 if runs.sharding is None else len(runs.sharding.device_set))
+    host.start(first_snapshot, log_every, record_tags or {})
+    start, state = host.resume(state)
+    host.t_run = host.last_save = time.perf_counter()
+    _in_loop.set()
+    try:
+        for first_step in range(start, num_steps, host.chunk_len):
+            state, loss, chunk_metrics, chunk_snaps = chunk(
+                state, jnp.int32(first_step), runs.hparams
+            )
+            done = host.record(first_step, loss, chunk_metrics, chunk_snaps)
+            host.save_or_stop(done, state)
+    finally:
+        _in_loop.clear()
+    jax.block_until_ready(state)
+    return host.result(state, log_every)
+
+
+def _check_train_arguments(
+    num_steps: int, log_every: int, on_nonfinite: str, metrics_at: str, ema_decay: float
+) -> None:
     if num_steps % log_every:
         raise ValueError(f"num_steps = {num_steps} must be a multiple of log_every = {log_every}.")
     if on_nonfinite not in ("stop", "mark"):
@@ -397,23 +561,33 @@ def train(
         raise ValueError(f"metrics_at = {metrics_at!r}: must be one of {METRICS_AT}.")
     if not 0 < ema_decay < 1:
         raise ValueError(f"ema_decay = {ema_decay!r}: must be in (0, 1).")
-    snaps_per_chunk = _snapshots_per_chunk(num_steps // log_every, log_every, chunk_steps)
-    chunk_len = snaps_per_chunk * log_every
+
+
+class _Runs(NamedTuple):
+    """The runs as the compiled program sees them: padded to a multiple of the devices."""
+
+    seeds: np.ndarray  # (R padded,) int64
+    given_hparams: dict[str, np.ndarray]  # (R,) each, the numbers as given
+    seeds_dev: jax.Array  # (R padded,) uint32, laid out by `sharding`
+    hparams: dict[str, jax.Array]  # (R padded,) each, traced in hparam_dtype
+    sharding: jax.sharding.Sharding | None
+    shares: int  # devices one run's batch is split over
+    num_runs: int  # R, the real runs
+
+
+def _place_runs(
+    problem: Problem,
+    hparams: dict[str, Any],
+    seeds: Any,
+    sharding: jax.sharding.Sharding | None,
+    batch_over: list | None,
+    hparam_dtype: Any,
+) -> _Runs:
     seeds = np.asarray(seeds, np.int64)
     num_runs = len(seeds)
     shares = 1
     if batch_over is not None and len(batch_over) > 1:
-        if sharding is not None or num_runs != 1 or problem.batch_size is None:
-            raise ValueError(
-                "batch_over splits the batch of a single run of a problem with a "
-                "batch_size, without a run sharding."
-            )
-        shares = len(batch_over)
-        if problem.batch_size % shares:
-            raise ValueError(
-                f"batch_size = {problem.batch_size} does not split over {shares} devices."
-            )
-        sharding = NamedSharding(Mesh(np.asarray(batch_over), (BATCH_AXIS,)), P())
+        shares, sharding = len(batch_over), _batch_sharding(problem, batch_over, sharding, num_runs)
     hparams = {k: np.asarray(v) for k, v in hparams.items()}
     given_hparams = dict(hparams)  # the numbers as given, for records and result
     if hparam_dtype is not None:
@@ -422,203 +596,205 @@ def train(
         pad = -num_runs % len(sharding.device_set)
         hparams = {k: np.concatenate([v, np.repeat(v[-1:], pad)]) for k, v in hparams.items()}
         seeds = np.concatenate([seeds, np.repeat(seeds[-1:], pad)])
-    put = lambda x: _to_devices(x, sharding)
-    seeds_dev, hparams = put(np.asarray(seeds, np.uint32)), jax.tree.map(put, hparams)
 
-    opt = direction(optim, problem.weight_decay_mask)
-    lr_multiplier = schedule(optim, num_steps)
-    average = optax.ema(ema_decay) if metrics_at != "current" else None
+    def put(x: Any) -> jax.Array:
+        return _to_devices(x, sharding)
 
-    def init_one(seed, hp):
-        init_key, data_key = jax.random.split(jax.random.key(seed))
-        params = problem.init(init_key, hp)
-        return TrainState(
-            params, opt.init(params), data_key, average.init(params) if average else None
+    seeds_dev = put(np.asarray(seeds, np.uint32))
+    return _Runs(
+        seeds, given_hparams, seeds_dev, jax.tree.map(put, hparams), sharding, shares, num_runs
+    )
+
+
+def _batch_sharding(
+    problem: Problem, batch_over: list, sharding: Any, num_runs: int
+) -> NamedSharding:
+    if sharding is not None or num_runs != 1 or problem.batch_size is None:
+        raise ValueError(
+            "batch_over splits the batch of a single run of a problem with a "
+            "batch_size, without a run sharding."
         )
-
-    def snapshot_one(state, hp):
-        if average is None:
-            return problem.snapshot(state.params, hp)
-        out = problem.snapshot(averaged_params(state, ema_decay), hp)
-        if metrics_at == "both":
-            current = problem.snapshot(state.params, hp)
-            out.update({CURRENT_PREFIX + k: v for k, v in current.items()})
-        return out
-
-    def step_one(state, step, hp):
-        key, batch_key = jax.random.split(state.key)
-        with _splitting_batch(shares):
-            (loss, metrics), grads = jax.value_and_grad(problem.loss, has_aux=True)(
-                state.params, batch_key, hp, *((step,) if problem.loss_takes_step else ())
-            )
-        if shares > 1:  # each device's loss is the mean over its share: average the shares
-            loss, metrics, grads = jax.lax.pmean((loss, metrics, grads), BATCH_AXIS)
-        if problem.log_grad_norm:
-            metrics = {**metrics, "grad_norm": optax.tree.norm(grads)}
-        if problem.log_grad_zeros:
-            metrics = {**metrics, "grad_zero_fraction": grad_zero_fraction(grads)}
-        updates, opt_state = opt.update(grads, state.opt_state, state.params)
-        scale = -lr_multiplier(step)
-        updates = jax.tree.map(
-            lambda lr, group: jax.tree.map(lambda u: (scale * lr * u).astype(u.dtype), group),
-            problem.learning_rates(hp),
-            updates,
+    if problem.batch_size % len(batch_over):
+        raise ValueError(
+            f"batch_size = {problem.batch_size} does not split over {len(batch_over)} devices."
         )
-        params = optax.apply_updates(state.params, updates)
-        averaged = average.update(params, state.average)[1] if average else None
-        return TrainState(params, opt_state, key, averaged), (loss, metrics)
+    return NamedSharding(Mesh(np.asarray(batch_over), (BATCH_AXIS,)), P())
 
-    def chunk_one(state, first_step, hp):
-        def between_snapshots(state, start):
-            state, (loss, metrics) = jax.lax.scan(
-                lambda s, t: step_one(s, t, hp), state, start + jnp.arange(log_every)
-            )
-            return state, (loss, metrics, snapshot_one(state, hp))
 
-        starts = first_step + log_every * jnp.arange(snaps_per_chunk)
-        state, (loss, metrics, snaps) = jax.lax.scan(between_snapshots, state, starts)
-        flat = lambda x: x.reshape((chunk_len,) + x.shape[2:])
-        return state, flat(loss), jax.tree.map(flat, metrics), snaps
-
-    # Every input and output has the run axis first: pin it to the sharding (if any) so the
-    # compiled chunk keeps runs spread over devices from one call to the next.
-    pinned = {} if sharding is None else dict(out_shardings=sharding)
-    t_start = time.perf_counter()
-    state = jax.jit(jax.vmap(init_one), **pinned)(seeds_dev, hparams)
-    first_snapshot = jax.jit(jax.vmap(snapshot_one), **pinned)(state, hparams)
+def _compile(spec: StepSpec, runs: _Runs) -> tuple[TrainState, dict[str, jax.Array], Any]:
+    """The runs' initial states and first snapshots, and the compiled chunk. Every input and
+    output has the run axis first: pinned to the sharding (if any) so the compiled chunk keeps
+    runs spread over devices from one call to the next."""
+    sharding = runs.sharding
+    pinned: dict[str, Any] = {} if sharding is None else dict(out_shardings=sharding)
+    init = jax.vmap(functools.partial(init_state, spec))
+    state = jax.jit(init, **pinned)(runs.seeds_dev, runs.hparams)
+    snapshot = jax.vmap(functools.partial(snapshot_at, spec))
+    first_snapshot = jax.jit(snapshot, **pinned)(state, runs.hparams)
     if sharding is not None:
         pinned["in_shardings"] = (sharding, None, sharding)
+    chunk_runs = jax.vmap(functools.partial(train_chunk, spec), in_axes=(0, None, 0))
     chunk = jax.jit(
-        _per_device(
-            _grouped(jax.vmap(chunk_one, in_axes=(0, None, 0)), problem.runs_per_group),
-            sharding,
-            shares > 1,
-        ),
+        _per_device(_grouped(chunk_runs, spec.problem.runs_per_group), sharding, runs.shares > 1),
         donate_argnums=0,
         **pinned,
     )
-    chunk = chunk.lower(state, jnp.int32(0), hparams).compile()
-    compile_seconds = time.perf_counter() - t_start
-    _check_compiled_memory(chunk, 1 if sharding is None else len(sharding.device_set))
+    return state, first_snapshot, chunk.lower(state, jnp.int32(0), runs.hparams).compile()
 
-    losses, metrics = [], []
-    snaps = [jax.tree.map(lambda x: _on_host(x)[:, None], first_snapshot)]
-    first_bad = np.full(len(seeds), -1)
-    recorder = (
-        _Recorder(workdir, given_hparams, seeds, log_every, num_runs, record_tags or {})
-        if workdir
-        else None
-    )
-    # several processes (jax.distributed): process 0 writes the checkpoints and the records
-    # (experiments/cli.py); every process reads the same checkpoint on --resume
-    checkpoint = workdir.next_checkpoint() if workdir else None
-    start, elapsed = 0, 0.0
-    if checkpoint is not None and _latest_step_everywhere(checkpoint) is not None:  # --resume
+
+@dataclasses.dataclass
+class _Host:
+    """The host's side of a run between chunks: what it keeps, records, checks and saves."""
+
+    runs: _Runs
+    num_steps: int
+    chunk_len: int
+    on_nonfinite: str
+    progress: Callable[[str], None] | None
+    workdir: Any
+    compile_seconds: float
+    losses: list = dataclasses.field(default_factory=list)
+    metrics: list = dataclasses.field(default_factory=list)
+    snaps: list = dataclasses.field(default_factory=list)
+    first_bad: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, int))
+    recorder: _Recorder | None = None
+    checkpoint: Any = None
+    elapsed: float = 0.0  # run seconds of earlier processes (a resumed run)
+    t_run: float = 0.0
+    last_save: float = 0.0
+
+    def seconds(self) -> float:
+        return self.elapsed + time.perf_counter() - self.t_run
+
+    def start(self, first_snapshot: dict[str, jax.Array], log_every: int, tags: dict) -> None:
+        runs = self.runs
+        self.snaps = [jax.tree.map(lambda x: _on_host(x)[:, None], first_snapshot)]
+        self.first_bad = np.full(len(runs.seeds), -1)
+        if self.workdir:
+            self.recorder = _Recorder(
+                self.workdir, runs.given_hparams, runs.seeds, log_every, runs.num_runs, tags
+            )
+            # several processes (jax.distributed): process 0 writes the checkpoints and the
+            # records (experiments/cli.py); every process reads the same checkpoint on --resume
+            self.checkpoint = self.workdir.next_checkpoint()
+
+    def resume(self, state: TrainState) -> tuple[int, TrainState]:
+        """The step to start from and the state there: a checkpoint's (--resume), or 0."""
+        checkpoint = self.checkpoint
+        if checkpoint is None or _latest_step_everywhere(checkpoint) is None:
+            if self.recorder:
+                self.recorder.write_rows(0, None, self.snaps[0])
+            return 0, state
         start, state, host = checkpoint.restore(_saveable(state))
-        state = _device_state(state, sharding)
-        losses, metrics, snaps = (
-            [host["losses"]],
-            [_unprefix(host, "metrics/")],
-            [_unprefix(host, "snapshots/")],
-        )
-        first_bad, elapsed = host["first_bad"], float(host["run_seconds"])
-        if progress:
-            progress(f"resumed at step {start}/{num_steps} from {checkpoint.path}")
-    elif recorder:
-        recorder.write_rows(0, None, snaps[0])
+        self.losses = [host["losses"]]
+        self.metrics = [_unprefix(host, "metrics/")]
+        self.snaps = [_unprefix(host, "snapshots/")]
+        self.first_bad, self.elapsed = host["first_bad"], float(host["run_seconds"])
+        if self.progress:
+            self.progress(f"resumed at step {start}/{self.num_steps} from {checkpoint.path}")
+        return start, _device_state(state, self.runs.sharding)
 
-    def host_arrays(complete: bool) -> dict[str, np.ndarray]:
-        cat = lambda parts, axis=1: np.concatenate(parts, axis=axis)
+    def record(self, first_step: int, loss: Any, metrics: Any, snaps: Any) -> int:
+        """Keep a chunk's numbers, stream its rows, print progress, stop at a non-finite loss;
+        returns the steps done."""
+        loss = _on_host(loss)
+        self.losses.append(loss)
+        self.metrics.append(jax.tree.map(_on_host, metrics))
+        self.snaps.append(jax.tree.map(_on_host, snaps))
+        bad = ~np.isfinite(loss)
+        newly_bad = bad.any(axis=1) & (self.first_bad < 0)
+        self.first_bad[newly_bad] = first_step + bad[newly_bad].argmax(axis=1)
+        newly_bad[self.runs.num_runs :] = False  # padding runs are never reported
+        done = first_step + self.chunk_len
+        if self.recorder:
+            self.recorder.write_rows(first_step, loss, self.snaps[-1])
+        if self.progress:
+            n = self.runs.num_runs
+            line = _progress_line(
+                done, self.num_steps, loss[:n], self.first_bad[:n], self.seconds()
+            )
+            self.progress(line)
+        if self.on_nonfinite == "stop" and newly_bad.any():
+            self._stop_at_nonfinite(int(np.flatnonzero(newly_bad)[0]), done)
+        return done
+
+    def _stop_at_nonfinite(self, run: int, done: int) -> None:
+        where = ""
+        if self.workdir is not None:
+            where = f"; records up to step {done} are in {self.workdir.path}"
+        given = self.runs.given_hparams
+        setting = ", ".join(f"{k}={float(v[run]):g}" for k, v in given.items())
+        if self.recorder:
+            self.recorder.save_partial(self.losses, self.snaps)
+        raise NonFiniteLossError(
+            f"The loss became non-finite at step {self.first_bad[run]} in run {run} "
+            f"(seed {self.runs.seeds[run]}{', ' + setting if setting else ''}){where}.",
+            step=int(self.first_bad[run]),
+        )
+
+    def save_or_stop(self, done: int, state: TrainState) -> None:
+        """At a chunk boundary: checkpoint when due, and stop when asked to."""
+        stop = _stop.is_set() and done < self.num_steps
+        save = self.checkpoint is not None and (
+            done == self.num_steps
+            or stop
+            or time.perf_counter() - self.last_save >= self.workdir.checkpoint_seconds
+        )
+        if jax.process_count() > 1:
+            save, stop = _agree(save, stop)
+        if save:  # over several processes every one gathers, process 0 writes
+            self.checkpoint.save(done, _saveable(state), self.arrays(done == self.num_steps))
+            self.last_save = time.perf_counter()
+        if stop:
+            if self.recorder:
+                self.recorder.save_partial(self.losses, self.snaps)
+            raise Interrupted(f"Stopped at step {done}/{self.num_steps}", step=done)
+
+    def arrays(self, complete: bool) -> dict[str, np.ndarray]:
+        """The host's records as a checkpoint's arrays."""
+
+        def cat(parts: list) -> np.ndarray:
+            return np.concatenate(parts, axis=1)
+
+        losses, metrics, snaps = self.losses, self.metrics, self.snaps
         return {
-            "losses": cat(losses) if losses else np.zeros((len(seeds), 0), np.float32),
+            "losses": cat(losses) if losses else np.zeros((len(self.runs.seeds), 0), np.float32),
             **{
                 f"metrics/{k}": cat([m[k] for m in metrics])
                 for k in (metrics[0] if metrics else {})
             },
             **{f"snapshots/{k}": cat([x[k] for x in snaps]) for k in snaps[0]},
-            "first_bad": first_bad,
-            "metrics_bytes": np.int64(workdir.metrics_bytes()),
+            "first_bad": self.first_bad,
+            "metrics_bytes": np.int64(self.workdir.metrics_bytes()),
             "complete": np.bool_(complete),
-            "compile_seconds": np.float64(compile_seconds),
-            "run_seconds": np.float64(elapsed + time.perf_counter() - t_run),
+            "compile_seconds": np.float64(self.compile_seconds),
+            "run_seconds": np.float64(self.seconds()),
         }
 
-    t_run = time.perf_counter()
-    last_save = t_run
-    _in_loop.set()
-    try:
-        for first_step in range(start, num_steps, chunk_len):
-            state, loss, chunk_metrics, chunk_snaps = chunk(state, jnp.int32(first_step), hparams)
-            loss = _on_host(loss)
-            losses.append(loss)
-            metrics.append(jax.tree.map(_on_host, chunk_metrics))
-            snaps.append(jax.tree.map(_on_host, chunk_snaps))
-            bad = ~np.isfinite(loss)
-            newly_bad = bad.any(axis=1) & (first_bad < 0)
-            first_bad[newly_bad] = first_step + bad[newly_bad].argmax(axis=1)
-            newly_bad[num_runs:] = False  # padding runs are never reported
-            done = first_step + chunk_len
-            if recorder:
-                recorder.write_rows(first_step, loss, snaps[-1])
-            if progress:
-                progress(
-                    _progress_line(
-                        done,
-                        num_steps,
-                        loss[:num_runs],
-                        first_bad[:num_runs],
-                        elapsed + time.perf_counter() - t_run,
-                    )
-                )
-            if on_nonfinite == "stop" and newly_bad.any():
-                run = int(np.flatnonzero(newly_bad)[0])
-                where = (
-                    "" if workdir is None else f"; records up to step {done} are in {workdir.path}"
-                )
-                setting = ", ".join(f"{k}={float(v[run]):g}" for k, v in given_hparams.items())
-                if recorder:
-                    recorder.save_partial(losses, snaps)
-                raise NonFiniteLossError(
-                    f"The loss became non-finite at step {first_bad[run]} in run {run} "
-                    f"(seed {seeds[run]}{', ' + setting if setting else ''}){where}.",
-                    step=int(first_bad[run]),
-                )
-            stop = _stop.is_set() and done < num_steps
-            save = checkpoint is not None and (
-                done == num_steps
-                or stop
-                or time.perf_counter() - last_save >= workdir.checkpoint_seconds
-            )
-            if jax.process_count() > 1:
-                save, stop = _agree(save, stop)
-            if save:  # over several processes every one gathers, process 0 writes
-                checkpoint.save(done, _saveable(state), host_arrays(done == num_steps))
-                last_save = time.perf_counter()
-            if stop:
-                if recorder:
-                    recorder.save_partial(losses, snaps)
-                raise Interrupted(f"Stopped at step {done}/{num_steps}", step=done)
-    finally:
-        _in_loop.clear()
-    jax.block_until_ready(state)
-    run_seconds = elapsed + time.perf_counter() - t_run
+    def result(self, state: TrainState, log_every: int) -> RunResult:
+        run_seconds = self.seconds()
 
-    real = lambda x: _on_host(x)[:num_runs]
-    return RunResult(
-        hparams={k: real(v) for k, v in given_hparams.items()},
-        seeds=real(seeds),
-        losses=real(np.concatenate(losses, axis=1)),
-        metrics={k: real(np.concatenate([m[k] for m in metrics], axis=1)) for k in metrics[0]},
-        snapshot_steps=np.arange(0, num_steps + 1, log_every),
-        snapshots={k: real(np.concatenate([s[k] for s in snaps], axis=1)) for k in snaps[0]},
-        final_params=jax.tree.map(real, state.params),
-        first_nonfinite_step=real(first_bad),
-        compile_seconds=compile_seconds,
-        run_seconds=run_seconds,
-    )
+        def real(x: Any) -> np.ndarray:
+            return _on_host(x)[: self.runs.num_runs]
+
+        def joined(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+            return {k: real(np.concatenate([p[k] for p in parts], axis=1)) for k in parts[0]}
+
+        return RunResult(
+            hparams={k: real(v) for k, v in self.runs.given_hparams.items()},
+            seeds=real(self.runs.seeds),
+            losses=real(np.concatenate(self.losses, axis=1)),
+            metrics=joined(self.metrics),
+            snapshot_steps=np.arange(0, self.num_steps + 1, log_every),
+            snapshots=joined(self.snaps),
+            final_params=jax.tree.map(real, state.params),
+            first_nonfinite_step=real(self.first_bad),
+            compile_seconds=self.compile_seconds,
+            run_seconds=run_seconds,
+        )
 
 
-def _check_compiled_memory(compiled, num_devices: int) -> None:
+def _check_compiled_memory(compiled: jax.stages.Compiled, num_devices: int) -> None:
     """Refuse a program whose buffers (XLA's memory analysis, on every device) exceed the memory
     available, before its first step: one sentence instead of an allocation failure."""
     try:
@@ -647,7 +823,7 @@ def _saveable(state: TrainState) -> TrainState:
     return jax.tree.map(_on_host, state._replace(key=jax.random.key_data(state.key)))
 
 
-def _device_state(state: TrainState, sharding) -> TrainState:
+def _device_state(state: TrainState, sharding: jax.sharding.Sharding | None) -> TrainState:
     state = jax.tree.map(lambda x: _to_devices(x, sharding), state)
     return state._replace(key=jax.random.wrap_key_data(state.key))
 
@@ -662,7 +838,7 @@ def _agree(save: bool, stop: bool) -> tuple[bool, bool]:
     return bool(wants[0, 0]), bool(wants[:, 1].any())
 
 
-def _latest_step_everywhere(checkpoint) -> int | None:
+def _latest_step_everywhere(checkpoint: Any) -> int | None:
     """The checkpoint's latest step, which every process must see alike (they restore it
     together): a process that sees another one is told so in one sentence."""
     step = checkpoint.latest_step()
@@ -680,7 +856,7 @@ def _latest_step_everywhere(checkpoint) -> int | None:
     return step
 
 
-def _to_devices(x, sharding):
+def _to_devices(x: Any, sharding: jax.sharding.Sharding | None) -> jax.Array:
     """A host array laid out by `sharding` (None: as it is). A sharding over several processes'
     devices (jax.distributed) gets each process's shards from the same host array, which every
     process holds whole (the grid is the same everywhere)."""
@@ -692,7 +868,7 @@ def _to_devices(x, sharding):
     return jax.make_array_from_callback(x.shape, sharding, lambda index: x[index])
 
 
-def _on_host(x) -> np.ndarray:
+def _on_host(x: Any) -> np.ndarray:
     """A device array as numpy; one that spans several processes is gathered from all of them
     (every process then holds every run's numbers)."""
     if isinstance(x, jax.Array) and not x.is_fully_addressable:
@@ -706,14 +882,16 @@ def _unprefix(host: dict[str, np.ndarray], prefix: str) -> dict[str, np.ndarray]
     return {k[len(prefix) :]: v for k, v in host.items() if k.startswith(prefix)}
 
 
-def grad_zero_fraction(grads) -> jax.Array:
+def grad_zero_fraction(grads: Params) -> jax.Array:
     """Fraction of the gradient's entries that are exactly zero (float16 underflows)."""
     leaves = jax.tree.leaves(grads)
-    zeros = sum(jnp.sum(g == 0) for g in leaves)
+    zeros = jnp.sum(jnp.stack([jnp.sum(g == 0) for g in leaves]))
     return zeros.astype(jnp.float32) / sum(g.size for g in leaves)
 
 
-def _per_device(chunk, sharding: jax.sharding.Sharding | None, split_batch: bool = False):
+def _per_device(
+    chunk: Callable, sharding: jax.sharding.Sharding | None, split_batch: bool = False
+) -> Callable:
     """chunk(state, step, hparams) on each device's own runs (a shard_map over the run axis), so
     that groups of runs apply per device and devices never talk to each other; other shardings
     are left to the partitioner. With split_batch, every device holds the same (single) run and
@@ -729,13 +907,13 @@ def _per_device(chunk, sharding: jax.sharding.Sharding | None, split_batch: bool
     return jax.shard_map(chunk, mesh=sharding.mesh, in_specs=(runs, P(), runs), out_specs=runs)
 
 
-def _grouped(vmapped, runs_per_group: int | None):
+def _grouped(vmapped: Callable, runs_per_group: int | None) -> Callable:
     """vmapped(state, step, hparams) over at most runs_per_group runs at a time: a lax.map over
     groups (the last group padded with copies of the first run, dropped after)."""
     if runs_per_group is None:
         return vmapped
 
-    def grouped(state, first_step, hparams):
+    def grouped(state: TrainState, first_step: jax.Array, hparams: HParams) -> Any:
         num_runs = jax.tree.leaves(state)[0].shape[0]
         if num_runs <= runs_per_group:
             return vmapped(state, first_step, hparams)
@@ -743,7 +921,9 @@ def _grouped(vmapped, runs_per_group: int | None):
         pad = num_groups * runs_per_group - num_runs
 
         runs = np.concatenate([np.arange(num_runs), np.zeros(pad, int)])
-        split = lambda x: x[runs].reshape((num_groups, runs_per_group) + x.shape[1:])
+
+        def split(x: jax.Array) -> jax.Array:
+            return x[runs].reshape((num_groups, runs_per_group) + x.shape[1:])
 
         out = jax.lax.map(
             lambda group: vmapped(group[0], first_step, group[1]),
@@ -768,7 +948,9 @@ def _snapshots_per_chunk(num_snapshots: int, log_every: int, chunk_steps: int | 
     return min(divisors, key=lambda d: (abs(d - target), d))
 
 
-def _progress_line(done, num_steps, loss, first_bad, seconds) -> str:
+def _progress_line(
+    done: int, num_steps: int, loss: np.ndarray, first_bad: np.ndarray, seconds: float
+) -> str:
     last = loss[:, -1]
     finite = last[np.isfinite(last)]
     spread = (
@@ -786,12 +968,22 @@ def _progress_line(done, num_steps, loss, first_bad, seconds) -> str:
 class _Recorder:
     """Streams metrics.jsonl rows (one per run per snapshot step) while a run goes on."""
 
-    def __init__(self, workdir, hparams, seeds, log_every, num_runs, tags):
+    def __init__(
+        self,
+        workdir: Any,
+        hparams: dict[str, np.ndarray],
+        seeds: np.ndarray,
+        log_every: int,
+        num_runs: int,
+        tags: dict[str, Any],
+    ) -> None:
         self.workdir, self.log_every, self.tags = workdir, log_every, tags
         self.hparams = {k: np.asarray(v)[:num_runs] for k, v in hparams.items()}
         self.seeds = seeds[:num_runs]
 
-    def write_rows(self, first_step, loss, snaps):
+    def write_rows(
+        self, first_step: int, loss: np.ndarray | None, snaps: dict[str, np.ndarray]
+    ) -> None:
         scalars = {k: v for k, v in snaps.items() if np.ndim(v) == 2}  # (R, S), padded R
         num_snaps = (
             next(iter(snaps.values())).shape[1]
@@ -810,7 +1002,7 @@ class _Recorder:
                 rows.append(row)
         self.workdir.append_metrics(rows)
 
-    def save_partial(self, losses, snaps):
+    def save_partial(self, losses: list[np.ndarray], snaps: list[dict[str, np.ndarray]]) -> None:
         """arrays.npz of a run stopped early: the steps so far, real runs only."""
         n = len(self.seeds)
         self.workdir.save_arrays(

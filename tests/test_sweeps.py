@@ -102,9 +102,9 @@ def test_single_run_splits_its_batch_over_devices(tmp_path, targets):
 
 
 def test_batch_devices_divide_the_batch():
-    problem = lambda batch_size: training.Problem(
-        init=None, loss=None, learning_rates=None, batch_size=batch_size
-    )
+    def problem(batch_size):
+        return training.Problem(init=None, loss=None, learning_rates=None, batch_size=batch_size)
+
     assert training.batch_devices(problem(None), range(4)) == [0]
     assert training.batch_devices(problem(16), range(2)) == [0, 1]
     assert training.batch_devices(problem(6), range(4)) == [0, 1, 2]

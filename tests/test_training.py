@@ -1,6 +1,7 @@
 """The shared training engine: optimizer semantics, vmapped runs, chunking, non-finite losses."""
 
 import dataclasses
+import functools
 import json
 
 import chex
@@ -14,7 +15,7 @@ from landscape import records, training
 
 
 def quadratic_problem(dim=3):
-    """loss = 0.5 |A w - b|^2 + noise-free; two parameter groups 'u' and 'v'; batch = a key-dependent b."""
+    """loss = 0.5 |A w - b|^2; parameter groups 'u' and 'v'; the batch is a key-dependent b."""
     A = jnp.asarray(np.random.default_rng(0).normal(size=(dim, 2 * dim)))
 
     def loss(params, key, hp):
@@ -103,7 +104,7 @@ def test_sgd_momentum_is_pytorch_heavy_ball():
     v = jax.tree.map(jnp.zeros_like, p)
     for _ in range(5):
         key, batch_key = jax.random.split(key)
-        g = jax.grad(lambda q: problem.loss(q, batch_key, None)[0])(p)
+        g = jax.grad(lambda q, k: problem.loss(q, k, None)[0])(p, batch_key)
         g = jax.tree.map(lambda gi, pi: gi + wd * pi, g, p)
         v = jax.tree.map(lambda vi, gi: mu * vi + gi, v, g)
         p = jax.tree.map(lambda pi, vi: pi - lr * vi, p, v)
@@ -155,16 +156,19 @@ def test_groups_of_runs_equal_all_runs_vmapped():
     """runs_per_group = 2 over 3 runs (a padded last group): the same results as one vmap."""
     problem, _ = quadratic_problem()
     hp = {"lr": [0.01, 0.02, 0.05], "ratio": [1.0, 2.0, 0.5]}
-    run = lambda p: training.train(
-        p,
-        optim(momentum=0.9),
-        hp,
-        [0, 1, 2],
-        num_steps=8,
-        log_every=2,
-        chunk_steps=4,
-        progress=None,
-    )
+
+    def run(p):
+        return training.train(
+            p,
+            optim(momentum=0.9),
+            hp,
+            [0, 1, 2],
+            num_steps=8,
+            log_every=2,
+            chunk_steps=4,
+            progress=None,
+        )
+
     together, grouped = run(problem), run(dataclasses.replace(problem, runs_per_group=2))
     np.testing.assert_allclose(grouped.losses, together.losses, rtol=1e-12)
     np.testing.assert_allclose(grouped.snapshots["u"], together.snapshots["u"], rtol=1e-12)
@@ -173,15 +177,11 @@ def test_groups_of_runs_equal_all_runs_vmapped():
 
 def test_same_seed_same_numbers_and_common_random_numbers_across_grid():
     problem, _ = quadratic_problem()
-    run = lambda: training.train(
-        problem,
-        optim(),
-        {"lr": [0.01, 0.03], "ratio": [1.0, 1.0]},
-        [7, 7],
-        num_steps=6,
-        log_every=2,
-        progress=None,
-    )
+    hp = {"lr": [0.01, 0.03], "ratio": [1.0, 1.0]}
+
+    def run():
+        return training.train(problem, optim(), hp, [7, 7], num_steps=6, log_every=2, progress=None)
+
     a, b = run(), run()
     np.testing.assert_array_equal(a.losses, b.losses)
     assert a.losses[0, 0] == a.losses[1, 0]  # same seed: same init and first batch at any lr
@@ -315,7 +315,7 @@ def test_clip_norm_clips_the_global_gradient_before_the_group_learning_rates():
     clipped = 0
     for _ in range(4):
         key, batch_key = jax.random.split(key)
-        grads = jax.grad(lambda p: problem.loss(p, batch_key, None)[0])(params)
+        grads = jax.grad(lambda p, k: problem.loss(p, k, None)[0])(params, batch_key)
         norm = float(optax.tree.norm(grads))
         clipped += norm > clip
         params = {k: params[k] - lrs[k] * grads[k] * min(1.0, clip / norm) for k in params}
@@ -456,3 +456,71 @@ def test_metrics_at_and_ema_decay_are_checked():
                 progress=None,
                 **kw,
             )
+
+
+# ----------------------------------------------------------------------------- the step alone
+
+
+def fixed_quadratic(A, b):
+    """loss = 0.5 |A w - b|^2 with w = (u, v), the same batch at every key."""
+
+    def loss(params, key, hp):
+        w = jnp.concatenate([params["u"], params["v"]])
+        return 0.5 * jnp.sum((A @ w - b) ** 2), {}
+
+    return training.Problem(
+        init=lambda key, hp: {"u": jnp.ones(2, jnp.float64), "v": -jnp.ones(2, jnp.float64)},
+        loss=loss,
+        learning_rates=lambda hp: {"u": hp["lr"], "v": hp["lr"] * hp["ratio"]},
+    )
+
+
+def test_one_sgd_step_is_the_hand_computed_update():
+    A = jnp.asarray([[1.0, 2.0, 0.0, -1.0], [0.5, 0.0, 3.0, 1.0]])
+    b = jnp.asarray([1.0, -2.0])
+    problem = fixed_quadratic(A, b)
+    spec = training.step_spec(problem, optim(name="sgd", momentum=0.9), num_steps=10)
+    hp = {"lr": jnp.float64(0.1), "ratio": jnp.float64(2.0)}
+    state = training.init_state(spec, jnp.uint32(3), hp)
+    w0 = np.asarray([1.0, 1.0, -1.0, -1.0])
+    residual = np.asarray(A) @ w0 - np.asarray(b)  # (3, -1.5): loss 0.5 (9 + 2.25)
+    g0 = np.asarray(A).T @ residual
+    lrs = np.asarray([0.1, 0.1, 0.2, 0.2])
+    state, (loss, _) = training.train_step(spec, state, jnp.int32(0), hp)
+    np.testing.assert_allclose(float(loss), 5.625, rtol=1e-12)
+    w1 = w0 - lrs * g0
+    np.testing.assert_allclose(np.concatenate([state.params["u"], state.params["v"]]), w1)
+    # heavy ball, PyTorch semantics: v <- 0.9 v + g; w <- w - lr v
+    state, _ = training.train_step(spec, state, jnp.int32(1), hp)
+    g1 = np.asarray(A).T @ (np.asarray(A) @ w1 - np.asarray(b))
+    w2 = w1 - lrs * (0.9 * g0 + g1)
+    np.testing.assert_allclose(np.concatenate([state.params["u"], state.params["v"]]), w2)
+
+
+@pytest.mark.parametrize(
+    "schedule, rtol",
+    [
+        ("constant", 1e-12),
+        # the multiplier is float32: its cosine rounds differently compiled inside the scan;
+        # a chunk that numbered its steps wrongly would be off by tens of percent
+        ("warmup_cosine", 1e-6),
+    ],
+)
+def test_a_chunk_is_its_steps_one_by_one(schedule, rtol):
+    problem, _ = quadratic_problem()
+    cfg = optim(name="sgd", momentum=0.9, schedule=schedule, warmup_steps=3)
+    spec = training.step_spec(problem, cfg, num_steps=8, log_every=2, chunk_steps=8)
+    assert spec.snapshots_per_chunk == 4
+    hp = {"lr": jnp.float64(0.05), "ratio": jnp.float64(0.5)}
+    start = training.init_state(spec, jnp.uint32(1), hp)
+    chunked, losses, _, snaps = training.train_chunk(spec, start, jnp.int32(0), hp)
+    step_once = jax.jit(functools.partial(training.train_step, spec))
+    state, single = start, []
+    for step in range(8):
+        state, (loss, _) = step_once(state, jnp.int32(step), hp)
+        single.append(float(loss))
+        if step % 2 == 1:  # a snapshot after every log_every steps
+            np.testing.assert_allclose(snaps["u"][step // 2], state.params["u"], rtol=rtol)
+    np.testing.assert_allclose(losses, single, rtol=rtol)
+    chex.assert_trees_all_close(chunked.params, state.params, rtol=rtol)
+    np.testing.assert_array_equal(jax.random.key_data(chunked.key), jax.random.key_data(state.key))
