@@ -7,6 +7,7 @@ print(H.describe())                                 # blocks, spectrum, verdict,
 """
 
 import importlib
+from types import ModuleType
 
 from landscape.curvature import gradient_at, hessian_at, hvp, lanczos_spectrum
 from landscape.point import Point, param_names, params_table, restrict
@@ -14,7 +15,7 @@ from landscape.point import Point, param_names, params_table, restrict
 PAPERS = ("markov", "ngrams", "recall", "scan_snap")
 
 
-def __getattr__(name):
+def __getattr__(name: str) -> ModuleType:
     """The paper packages load on first use (`landscape.markov` ...): a CLI run of one paper
     does not import the others (recall's gradient flow alone pulls in diffrax, ~1 s)."""
     if name in PAPERS:

@@ -9,9 +9,14 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Collection
+from typing import TYPE_CHECKING, Any
 
 import jax
 import numpy as np
+
+if TYPE_CHECKING:
+    from landscape.point import Point
 
 
 class ArgumentTypeError(TypeError, ValueError):
@@ -19,15 +24,15 @@ class ArgumentTypeError(TypeError, ValueError):
     the ValueError these checks used to raise (config validation) still catch it."""
 
 
-def is_traced(value) -> bool:
+def is_traced(value: object) -> bool:
     return isinstance(value, jax.core.Tracer)
 
 
-def type_name(value) -> str:
+def type_name(value: object) -> str:
     return type(value).__name__
 
 
-def require_point(point, caller: str):
+def require_point(point: object, caller: str) -> Point:
     """TypeError unless `point` is a landscape.Point."""
     from landscape.point import Point
 
@@ -42,7 +47,9 @@ def require_point(point, caller: str):
     )
 
 
-def check_int(name: str, value, low: int | None = None, meaning: str = "", high: int | None = None):
+def check_int(
+    name: str, value: object, low: int | None = None, meaning: str = "", high: int | None = None
+) -> int:
     """An int (or numpy integer, not a bool) with low <= value <= high; returns int(value)."""
     what = f" ({meaning})" if meaning else ""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
@@ -61,7 +68,7 @@ def check_int(name: str, value, low: int | None = None, meaning: str = "", high:
     return int(value)
 
 
-def check_bool(name: str, value, meaning: str = "") -> bool:
+def check_bool(name: str, value: object, meaning: str = "") -> bool:
     if not isinstance(value, (bool, np.bool_)):
         what = f" ({meaning})" if meaning else ""
         raise ArgumentTypeError(
@@ -70,13 +77,13 @@ def check_bool(name: str, value, meaning: str = "") -> bool:
     return bool(value)
 
 
-def check_choice(name: str, value, choices) -> None:
+def check_choice(name: str, value: object, choices: Collection[str]) -> None:
     if not isinstance(value, str) or value not in choices:
         options = ", ".join(repr(c) for c in choices)
         raise ValueError(f"{name} = {value!r}: must be one of {options}.")
 
 
-def real_array(name: str, value, scalar: bool) -> np.ndarray | None:
+def real_array(name: str, value: object, scalar: bool) -> np.ndarray | None:
     """value as a float64 array (None when traced); ArgumentTypeError unless real numbers."""
     if is_traced(value):
         return None
@@ -103,10 +110,10 @@ def real_array(name: str, value, scalar: bool) -> np.ndarray | None:
 
 def check_real(
     name: str,
-    value,
+    value: object,
     *,
-    low=None,
-    high=None,
+    low: float | None = None,
+    high: float | None = None,
     low_open: bool = False,
     high_open: bool = False,
     finite: bool = True,
@@ -143,7 +150,7 @@ def check_real(
     raise ValueError(f"{name} = {shown:g}: must be {expected or 'a number'}{what}.")
 
 
-def check_key(name: str, key) -> None:
+def check_key(name: str, key: object) -> None:
     """None or a jax PRNG key (jax.random.key(0) or jax.random.PRNGKey(0))."""
     if key is None or is_traced(key):
         return
@@ -158,7 +165,7 @@ def check_key(name: str, key) -> None:
     )
 
 
-def finite_number(value) -> bool:
+def finite_number(value: Any) -> bool:
     try:
         return math.isfinite(float(value))
     except (TypeError, ValueError):

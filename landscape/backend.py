@@ -22,11 +22,14 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+from collections.abc import Iterator
 
 import jax
 
 TUNINGS = ("cpu", "plain")
-_forced = contextvars.ContextVar("landscape_tuning", default=None)
+_forced: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "landscape_tuning", default=None
+)
 
 
 def current() -> str:
@@ -47,7 +50,7 @@ def use_float32_matmuls() -> None:
 
 
 @contextlib.contextmanager
-def tuning(name: str):
+def tuning(name: str) -> Iterator[None]:
     """Trace with the formulations of `name` ("cpu" or "plain") on any backend (tests,
     benchmarks)."""
     if name not in TUNINGS:

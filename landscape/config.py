@@ -113,7 +113,9 @@ def check_sweep(
             require(rules[field](v), f"sweep.{field}", v, allowed[field])
 
 
-def _describe_interval(low, high, low_open, high_open, integer) -> str:
+def _describe_interval(
+    low: float | None, high: float | None, low_open: bool, high_open: bool, integer: bool
+) -> str:
     kind = "an integer" if integer else "a number"
     if low is not None and high is not None:
         left, right = "(" if low_open else "[", ")" if high_open else "]"
@@ -143,7 +145,7 @@ def structural_cells(cfg: ml_collections.ConfigDict, traced: Sequence[str]) -> l
     axes = {k: list(v) for k, v in flatten(cfg.get("sweep", {})).items() if k not in traced}
     variants = [flatten(v) for v in cfg.get("variants", None) or [{}]]
     return [
-        dict(variant, **dict(zip(axes, values)))
+        dict(variant, **dict(zip(axes, values, strict=True)))
         for variant in variants
         for values in itertools.product(*axes.values())
     ]
@@ -179,7 +181,7 @@ class Fields(dict):
     """A plain nested dict read like a ConfigDict (cfg.train.num_steps, cfg["train"], .get):
     what validation checks, built once per config (ConfigDict copies are ~1 ms each)."""
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Any:
         try:
             return self[name]
         except KeyError:
@@ -219,7 +221,7 @@ def kind_of(default: Any) -> Any:
     return None
 
 
-_EXACT = {"float": float, "int": int, "str": str, "bool": bool}
+_EXACT: dict[str, type[Any]] = {"float": float, "int": int, "str": str, "bool": bool}
 
 
 def has_kind(value: Any, kind: Any) -> bool:
@@ -638,10 +640,10 @@ def validate_cells(
 
     1. unknown fields (with a suggestion), 2. every field's kind (that of its default in
     `reference`), 3. the sweep's axes and the variants (known fields, lists, kinds), 4.
-    `before(cfg)` (the fields of the whole run, e.g. `experiment`), 5. `validate_cell` (ranges and relations)
-    on every program's resolved config: each variant x structural sweep value, and in each, every
-    traced axis at its extremes. `traced` may be a function of the config. Cells are `Fields`
-    (dicts read like ConfigDicts). Returns the config as `Fields`.
+    `before(cfg)` (the fields of the whole run, e.g. `experiment`), 5. `validate_cell` (ranges
+    and relations) on every program's resolved config: each variant x structural sweep value, and
+    in each, every traced axis at its extremes. `traced` may be a function of the config. Cells
+    are `Fields` (dicts read like ConfigDicts). Returns the config as `Fields`.
     """
     free = tuple(f for f in ("sweep", "variants") if f in reference)
     check_known_fields(cfg, reference, free=free)
@@ -665,7 +667,7 @@ def validate_cells(
     traced_axes = {k: v for k, v in axes.items() if k in traced}
     for i, variant in enumerate(variants):
         for values in itertools.product(*structural.values()):
-            overrides = dict(variant, **dict(zip(structural, values)))
+            overrides = dict(variant, **dict(zip(structural, values, strict=True)))
             origin = {k: f"variants[{i}].{k}" for k in variant}
             origin.update({k: f"sweep.{k}" for k in structural})
             cell = _copy_groups(fields)
@@ -686,7 +688,13 @@ def validate_cells(
     return fields
 
 
-def _check_cell(validate_cell, cell, base, overrides, origin) -> None:
+def _check_cell(
+    validate_cell: Callable[[Any], None],
+    cell: Fields,
+    base: Fields,
+    overrides: dict[str, Any],
+    origin: dict[str, str],
+) -> None:
     try:
         _run_cell(validate_cell, cell)
     except ConfigError as error:

@@ -26,21 +26,24 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import Literal, overload
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
+from jax.typing import DTypeLike
 
 from landscape import _checks
 from landscape.point import Point, block_names, param_names, params_table
+from landscape.typing import PyTree
 
-Names = list[tuple[str, slice, tuple]]
+Names = list[tuple[str, slice, tuple[int, ...]]]
+BlockName = str | Iterable[str]  # a block name, or a list of them (a joint block)
 
 
-def _select(names: Names, name) -> np.ndarray:
+def _select(names: Names, name: BlockName) -> np.ndarray:
     """Flat indices of the leaves called `name` or lying under `name/`, in leaf order; a list of
     names gives the concatenation of each one's indices."""
     if not isinstance(name, str):
@@ -64,7 +67,7 @@ _NO_SPECTRUM = (
 )
 
 
-def _check_tol(tol) -> None:
+def _check_tol(tol: float | None) -> None:
     if tol is not None:
         _checks.check_real(
             "tol", tol, low=0, meaning="an absolute eigenvalue threshold; None for the default"
@@ -111,7 +114,7 @@ def _nonfinite_lines(
     return lines
 
 
-def _default_tol(eigenvalues: np.ndarray, dtype) -> float:
+def _default_tol(eigenvalues: np.ndarray, dtype: DTypeLike) -> float:
     relative = max(1e-9, 100 * float(np.finfo(dtype).eps))
     return relative * float(np.max(np.abs(eigenvalues), initial=0.0))
 
@@ -136,11 +139,11 @@ def _name_width(names: Names) -> int:
     return max([len("name")] + [len(leaf) for leaf, _, _ in names]) + 2
 
 
-def _numbers(values) -> str:
+def _numbers(values: Iterable[float]) -> str:
     return "  ".join(f"{v: .6g}" for v in values)
 
 
-def _header(kind: str, gradient: Gradient, dtype) -> list[str]:
+def _header(kind: str, gradient: Gradient, dtype: DTypeLike) -> list[str]:
     point = gradient.point
     loss_line = f"  loss           {gradient.loss:.12g}"
     expected = point.meta.get("expected_loss")
@@ -186,7 +189,7 @@ class Gradient:
     """The gradient of the population loss at a point, labelled by parameter names."""
 
     point: Point
-    tree: Any
+    tree: PyTree
     vector: np.ndarray
     names: Names
     loss: float
@@ -216,7 +219,7 @@ class Gradient:
             return f"stationary (gradient norm {self.norm:.3e} <= tol = {tol:.3g})"
         return f"not stationary (gradient norm {self.norm:.3e} > tol = {tol:.3g})"
 
-    def block(self, name: str) -> np.ndarray:
+    def block(self, name: BlockName) -> np.ndarray:
         return self.vector[_select(self.names, name)]
 
     def block_norms(self) -> dict[str, float]:
@@ -226,7 +229,8 @@ class Gradient:
         width = _name_width(self.names)
         lines = _header("Gradient", self, self.vector.dtype)
         lines += ["", f"  {'name':<{width}}{'shape':<14}{'norm':>12}"]
-        for (leaf, _, shape), norm in zip(self.names, self.block_norms().values()):
+        for leaf, s, shape in self.names:
+            norm = float(np.linalg.norm(self.vector[s]))
             lines.append(f"  {leaf:<{width}}{str(shape):<14}{norm:>12.4e}")
         if not self.finite:
             lines += [""] + _nonfinite_lines(self)
@@ -237,9 +241,9 @@ class Gradient:
         return f"Gradient({self.point.name!r}, D={self.vector.size}, norm={self.norm:.3e})"
 
 
-def _check_point(point, caller: str) -> Point:
+def _check_point(point: object, caller: str) -> Point:
     """TypeError unless a Point whose params are floating-point arrays (at least one entry)."""
-    _checks.require_point(point, caller)
+    point = _checks.require_point(point, caller)
     leaves = jax.tree_util.tree_leaves_with_path(point.params)
     for path, leaf in leaves:
         dtype = getattr(leaf, "dtype", None)
@@ -266,13 +270,14 @@ def gradient_at(point: Point) -> Gradient:
     return Gradient(point, tree, vector, param_names(point.params), float(loss))
 
 
-def hvp(point: Point) -> Callable[[Any], Any]:
-    """v -> H v at the point (forward-over-reverse, jitted); v is a pytree shaped like the params."""
+def hvp(point: Point) -> Callable[[PyTree], PyTree]:
+    """v -> H v at the point (forward-over-reverse, jitted); v is a pytree shaped like the
+    params."""
     _check_point(point, "hvp")
     grad_fn = jax.grad(point.loss_fn)
 
     @jax.jit
-    def hessian_vector_product(params, tangent):
+    def hessian_vector_product(params: PyTree, tangent: PyTree) -> PyTree:
         return jax.jvp(grad_fn, (params,), (tangent,))[1]
 
     return functools.partial(hessian_vector_product, point.params)
@@ -287,7 +292,7 @@ class Hessian:
     point: Point
     gradient: Gradient
 
-    def block(self, a, b=None) -> np.ndarray:
+    def block(self, a: BlockName, b: BlockName | None = None) -> np.ndarray:
         """The (a, b) block; b defaults to a; each may be a name or a list of names."""
         rows = _select(self.names, a)
         cols = rows if b is None else _select(self.names, b)
@@ -387,7 +392,8 @@ class Hessian:
         }
 
     def describe(self, tol: float | None = None) -> str:
-        """Loss, gradient norm, per-block eigenvalues and norms, spectrum, verdict and prediction."""
+        """Loss, gradient norm, per-block eigenvalues and norms, spectrum, verdict and
+        prediction."""
         tol = self.tolerance(tol)
         width = _name_width(self.names)
         lines = _header("Hessian", self.gradient, self.matrix.dtype)
@@ -450,12 +456,14 @@ class Hessian:
         return f"Hessian({self.point.name!r}, D={self.matrix.shape[0]}, dtype={self.matrix.dtype})"
 
 
-def _dense_hessian(loss_of_flat, flat: jax.Array, columns_per_batch: int) -> np.ndarray:
+def _dense_hessian(
+    loss_of_flat: Callable[[jax.Array], jax.Array], flat: jax.Array, columns_per_batch: int
+) -> np.ndarray:
     """H column by column as the linearised gradient map applied to the unit vectors (the
     forward-over-reverse product of jax.hessian, with the primal pass done once), in batches of
     `columns_per_batch` columns."""
 
-    def hessian(x):
+    def hessian(x: jax.Array) -> jax.Array:
         _, linear_grad = jax.linearize(jax.grad(loss_of_flat), x)
         basis = jnp.eye(x.size, dtype=x.dtype)
         if x.size <= columns_per_batch:
@@ -464,6 +472,42 @@ def _dense_hessian(loss_of_flat, flat: jax.Array, columns_per_batch: int) -> np.
 
     matrix = np.asarray(jax.jit(hessian)(flat))
     return 0.5 * (matrix + matrix.T)
+
+
+@overload
+def hessian_at(
+    point: Point,
+    method: Literal["dense"] = "dense",
+    *,
+    num_iters: int = 100,
+    key: jax.Array | None = None,
+    max_dense_dim: int = 6000,
+    columns_per_batch: int = 256,
+) -> Hessian: ...
+
+
+@overload
+def hessian_at(
+    point: Point,
+    method: Literal["lanczos"],
+    *,
+    num_iters: int = 100,
+    key: jax.Array | None = None,
+    max_dense_dim: int = 6000,
+    columns_per_batch: int = 256,
+) -> Spectrum: ...
+
+
+@overload
+def hessian_at(
+    point: Point,
+    method: str,
+    *,
+    num_iters: int = 100,
+    key: jax.Array | None = None,
+    max_dense_dim: int = 6000,
+    columns_per_batch: int = 256,
+) -> Hessian | Spectrum: ...
 
 
 def hessian_at(
@@ -496,16 +540,24 @@ def hessian_at(
     if dim > max_dense_dim:
         raise ValueError(
             f"{point.name or 'The point'} has D = {dim} parameters, above max_dense_dim = "
-            f"{max_dense_dim} for a dense D x D Hessian; use hessian_at(point, method='lanczos') for "
-            f"its spectrum (or hvp(point) for products), or raise max_dense_dim."
+            f"{max_dense_dim} for a dense D x D Hessian; use hessian_at(point, "
+            f"method='lanczos') for its spectrum (or hvp(point) for products), or raise "
+            f"max_dense_dim."
         )
     flat, loss_of_flat = _flat_loss(point)
     matrix = _dense_hessian(loss_of_flat, flat, columns_per_batch)
     return Hessian(matrix, param_names(point.params), point, gradient_at(point))
 
 
+LanczosState = tuple[jax.Array, jax.Array, jax.Array]  # (basis V, alphas, betas)
+
+
 def lanczos(
-    matvec: Callable[[jax.Array], jax.Array], dim: int, num_iters: int, key: jax.Array, dtype
+    matvec: Callable[[jax.Array], jax.Array],
+    dim: int,
+    num_iters: int,
+    key: jax.Array,
+    dtype: DTypeLike,
 ) -> tuple[jax.Array, jax.Array]:
     """Lanczos tridiagonalisation of a symmetric operator, with full reorthogonalisation.
 
@@ -520,16 +572,16 @@ def lanczos(
     dot = functools.partial(jnp.matmul, precision=jax.lax.Precision.HIGHEST)
     eps = jnp.finfo(dtype).eps
 
-    def orthogonalise(basis, w):
+    def orthogonalise(basis: jax.Array, w: jax.Array) -> jax.Array:
         w = w - dot(basis.T, dot(basis, w))  # twice: one pass loses orthogonality in rounding
         return w - dot(basis.T, dot(basis, w))
 
-    def fresh_direction(basis, i):
+    def fresh_direction(basis: jax.Array, i: jax.Array) -> jax.Array:
         w = jax.random.normal(jax.random.fold_in(restart_key, i), (dim,), dtype)
         w = orthogonalise(basis, w)
         return w / jnp.linalg.norm(w)
 
-    def step(i, state):
+    def step(i: jax.Array, state: LanczosState) -> LanczosState:
         basis, alphas, betas = state
         v = basis[i]
         av = matvec(v)
@@ -641,9 +693,12 @@ def lanczos_spectrum(point: Point, num_iters: int = 100, key: jax.Array | None =
     key = jax.random.key(0) if key is None else key
 
     @jax.jit
-    def tridiagonal(x, key):
+    def tridiagonal(x: jax.Array, key: jax.Array) -> tuple[jax.Array, jax.Array]:
         grad_fn = jax.grad(loss_of_flat)
-        matvec = lambda v: jax.jvp(grad_fn, (x,), (v,))[1]
+
+        def matvec(v: jax.Array) -> jax.Array:
+            return jax.jvp(grad_fn, (x,), (v,))[1]
+
         return lanczos(matvec, x.size, num_iters, key, x.dtype)
 
     alphas, betas = (np.asarray(a) for a in tridiagonal(flat, key))

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any
 
 import diffrax
 import jax
 import jax.numpy as jnp
+
+from landscape.typing import PyTree
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,11 +27,11 @@ class FlowSettings:
 
 
 def gradient_flow(
-    loss_fn: Callable[[Any], jax.Array],
-    params0: Any,
+    loss_fn: Callable[[PyTree], jax.Array],
+    params0: PyTree,
     save_times: jax.Array,
     settings: FlowSettings = FlowSettings(),
-):
+) -> tuple[PyTree, jax.Array]:
     """Integrate the flow from params0 (at t = 0) and return (params at save_times, ok).
 
     The returned pytree has a leading axis of len(save_times); `ok` is False if the solver

@@ -5,12 +5,18 @@ from __future__ import annotations
 import os
 import pathlib
 from collections.abc import Sequence
+from typing import Any
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from matplotlib.axes import Axes  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.image import AxesImage  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
+from matplotlib.typing import ColorType  # noqa: E402
 
 plt.rcParams.update(
     {
@@ -24,7 +30,9 @@ plt.rcParams.update(
 )
 
 
-def subplots(rows: int, cols: int, *, width: float = 3.2, height: float = 2.6, **kwargs):
+def subplots(
+    rows: int, cols: int, *, width: float = 3.2, height: float = 2.6, **kwargs: Any
+) -> tuple[Figure, np.ndarray]:
     fig, axes = plt.subplots(
         rows, cols, figsize=(width * cols, height * rows), squeeze=False, **kwargs
     )
@@ -32,7 +40,7 @@ def subplots(rows: int, cols: int, *, width: float = 3.2, height: float = 2.6, *
 
 
 def heatmap(
-    ax,
+    ax: Axes,
     values: np.ndarray,
     *,
     row_labels: Sequence[str],
@@ -43,7 +51,7 @@ def heatmap(
     vmin: float | None = None,
     vmax: float | None = None,
     colorbar: bool = True,
-):
+) -> AxesImage:
     """A rows x columns heat map with labelled ticks and dashed vertical separators."""
     image = ax.imshow(
         values, aspect="auto", cmap=cmap, vmin=vmin, vmax=vmax, interpolation="nearest"
@@ -61,8 +69,14 @@ def heatmap(
 
 
 def mean_and_band(
-    ax, x: np.ndarray, runs_by_x: np.ndarray, *, label: str, color=None, log_y: bool = False
-):
+    ax: Axes,
+    x: np.ndarray,
+    runs_by_x: np.ndarray,
+    *,
+    label: str,
+    color: ColorType | None = None,
+    log_y: bool = False,
+) -> Line2D:
     """Mean over runs (rows) with a min-max band; runs_by_x has shape (runs, len(x))."""
     mean = np.nanmean(runs_by_x, axis=0)
     (line,) = ax.plot(x, mean, label=label, color=color)
@@ -79,7 +93,7 @@ def mean_and_band(
     return line
 
 
-def save(fig, path: str | pathlib.Path) -> pathlib.Path:
+def save(fig: Figure, path: str | pathlib.Path) -> pathlib.Path:
     """Write the figure atomically (a temporary file, then a rename) and close it."""
     path = pathlib.Path(path)
     tmp = path.with_name(f".{path.name}.tmp")

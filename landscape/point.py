@@ -7,13 +7,14 @@ curvature engine can probe any of them without knowing the model.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import jax
 import numpy as np
 
 from landscape import _checks
+from landscape.typing import PyTree
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -26,12 +27,12 @@ class Point:
     "local minimum (Thm 2)"; "expected_loss" (float), a closed-form value of the loss.
     """
 
-    params: Any
-    loss_fn: Callable[[Any], jax.Array]
+    params: PyTree
+    loss_fn: Callable[[PyTree], jax.Array]
     name: str = ""
     meta: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not callable(self.loss_fn):
             raise TypeError(
                 f"loss_fn = {self.loss_fn!r}: must be a function params -> scalar "
@@ -49,7 +50,7 @@ class Point:
     def loss(self) -> float:
         return float(jax.jit(self.loss_fn)(self.params))
 
-    def with_params(self, params) -> Point:
+    def with_params(self, params: PyTree) -> Point:
         return dataclasses.replace(self, params=params)
 
     @property
@@ -57,7 +58,7 @@ class Point:
         return sum(int(np.size(leaf)) for leaf in jax.tree_util.tree_leaves(self.params))
 
 
-def param_names(params) -> list[tuple[str, slice, tuple]]:
+def param_names(params: PyTree) -> list[tuple[str, slice, tuple[int, ...]]]:
     """(name, slice, shape) per leaf, in `ravel_pytree` order.
 
     The name is the leaf's key path joined with "/" ("Y", "e", "block_0/W_K"); the slice
@@ -77,10 +78,11 @@ def param_names(params) -> list[tuple[str, slice, tuple]]:
     return entries
 
 
-def block_names(names, caller: str) -> list[str]:
+def block_names(names: str | Iterable[str], caller: str) -> list[str]:
     """`names` (a block name or a list of them) as a non-empty list of strings."""
     if isinstance(names, str):
         return [names]
+    listed: list[str] | None
     try:
         listed = list(names)
     except TypeError:
@@ -99,9 +101,11 @@ def block_names(names, caller: str) -> list[str]:
     return names
 
 
-def params_table(params) -> str:
+def params_table(params: PyTree) -> str:
     """The parameter table of a model (what `flax.linen.tabulate` reports per parameter): each
-    leaf's name, shape, dtype and count, and the total."""
+    leaf's name, shape, dtype and count, and the total. A Point stands for its params."""
+    if isinstance(params, Point):
+        params = params.params
     rows = [
         (
             name,
@@ -109,7 +113,9 @@ def params_table(params) -> str:
             str(np.dtype(leaf.dtype)) if hasattr(leaf, "dtype") else "",
             s.stop - s.start,
         )
-        for (name, s, shape), leaf in zip(param_names(params), jax.tree_util.tree_leaves(params))
+        for (name, s, shape), leaf in zip(
+            param_names(params), jax.tree_util.tree_leaves(params), strict=True
+        )
     ]
     width = max([len("parameter")] + [len(r[0]) for r in rows]) + 2
     lines = [f"{'parameter':<{width}}{'shape':<16}{'dtype':<10}{'count':>9}"]
@@ -118,7 +124,7 @@ def params_table(params) -> str:
     return "\n".join(lines)
 
 
-def restrict(point: Point, names) -> Point:
+def restrict(point: Point, names: str | Iterable[str]) -> Point:
     """The same loss as a function of the named blocks only, every other parameter held fixed.
 
     `names` are block names as in `param_names` (a name also selects the leaves under it). The
@@ -140,7 +146,7 @@ def restrict(point: Point, names) -> Point:
             f"no parameter named {', '.join(map(repr, names))}; available: {', '.join(leaf_names)}."
         )
 
-    def loss_fn(sub):
+    def loss_fn(sub: Mapping[str, Any]) -> jax.Array:
         leaves = list(flat)
         for i in chosen:
             leaves[i] = sub[leaf_names[i]]

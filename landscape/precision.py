@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 
 import jax.numpy as jnp
+from jax.typing import DTypeLike
 
 PARAM_DTYPES = ("float32", "float64")
 COMPUTE_DTYPES = ("", "float32", "float64", "bfloat16", "float16")
@@ -55,10 +56,10 @@ def of(param_dtype: str = "float32", dtype: str = "") -> Precision:
     return Precision(jnp.dtype(param_dtype), jnp.dtype(dtype or param_dtype))
 
 
-def is_half(dtype) -> bool:
+def is_half(dtype: DTypeLike) -> bool:
     return jnp.dtype(dtype) in tuple(jnp.dtype(h) for h in HALF)
 
 
-def accum_dtype(dtype) -> jnp.dtype:
+def accum_dtype(dtype: DTypeLike) -> jnp.dtype:
     """Where autocast keeps float32: softmax, normalisation, reductions of the loss."""
     return jnp.dtype(jnp.float32) if is_half(dtype) else jnp.dtype(dtype)

@@ -18,7 +18,8 @@ import math
 import os
 import pathlib
 import shutil
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
+from typing import IO, Any
 
 import numpy as np
 
@@ -47,7 +48,12 @@ class Claim:
 
 
 def claim(
-    statement: str, measured: Any, expected: Any, passed, source: str = "", kind: str = "paper"
+    statement: str,
+    measured: Any,
+    expected: Any,
+    passed: object,
+    source: str = "",
+    kind: str = "paper",
 ) -> Claim:
     """A Claim with `passed` coerced to a Python bool (numpy bools are common here)."""
     if kind not in CLAIM_KINDS:
@@ -55,12 +61,12 @@ def claim(
     return Claim(statement, measured, expected, bool(passed), source, kind)
 
 
-def sanity(statement: str, measured: Any, expected: Any, passed, source: str = "") -> Claim:
+def sanity(statement: str, measured: Any, expected: Any, passed: object, source: str = "") -> Claim:
     """A check of the run itself, reported apart from the paper's claims."""
     return claim(statement, measured, expected, passed, source, kind="sanity")
 
 
-def evaluated(name: str, evaluate) -> list[Claim]:
+def evaluated(name: str, evaluate: Callable[[], Iterable[Claim]]) -> list[Claim]:
     """The claims `evaluate()` returns; if it raises (data its claims were not written for, e.g. a
     collapsed run), one claim saying that claim set could not be evaluated and why (NOT
     reproduced), so the run's other claims, figures and summary are still written."""
@@ -92,7 +98,7 @@ class Workdir:
     and cut back to the last checkpoint on resume (`truncate_metrics`).
     """
 
-    def __init__(self, path: str | pathlib.Path, checkpoint_seconds: float = 60.0):
+    def __init__(self, path: str | pathlib.Path, checkpoint_seconds: float = 60.0) -> None:
         self.path = pathlib.Path(path)
         (self.path / "figures").mkdir(parents=True, exist_ok=True)
         self.checkpoint_seconds = checkpoint_seconds  # training state saved at least this often
@@ -185,7 +191,11 @@ class Workdir:
         return summary
 
     def finish(
-        self, claims: list[Claim], progress=print, where: str = "", **extra: Any
+        self,
+        claims: list[Claim],
+        progress: Callable[[str], object] | None = print,
+        where: str = "",
+        **extra: Any,
     ) -> dict[str, Any]:
         """The end of a run: summary.json (`write_summary`), then the claims and the records'
         folder (with `where`, e.g. a file to look at) through `progress` (None: silent)."""
@@ -310,7 +320,7 @@ def load_config_json(path: str | pathlib.Path) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def _atomic(path: pathlib.Path, mode: str, **kwargs):
+def _atomic(path: pathlib.Path, mode: str, **kwargs: Any) -> Iterator[IO[Any]]:
     """Open a temporary file beside `path`; rename it onto `path` once written."""
     tmp = path.with_name(f".{path.name}.tmp")
     try:
@@ -339,17 +349,17 @@ class Checkpoint:
     from the same folder, so the workdir must be on a filesystem they all see.
     """
 
-    def __init__(self, path: pathlib.Path, writable: bool = True):
+    def __init__(self, path: pathlib.Path, writable: bool = True) -> None:
         self.path = pathlib.Path(path)
         self.writable = writable
-        self._manager = None
+        self._manager: Any = None  # an orbax CheckpointManager, made on first use
 
-    def _orbax(self):
+    def _orbax(self) -> Any:
         if self._manager is None:
             import jax
             import orbax.checkpoint as ocp  # here: importing orbax costs ~0.5 s
 
-            options = dict(max_to_keep=1, enable_async_checkpointing=False)
+            options: dict[str, Any] = dict(max_to_keep=1, enable_async_checkpointing=False)
             if jax.process_count() > 1:  # this process alone: no barrier with the others
                 me = jax.process_index()
                 options.update(
@@ -378,7 +388,7 @@ class Checkpoint:
 
         self.path.mkdir(parents=True, exist_ok=True)
         with _atomic(self.path / f"host-{step}.npz", "wb") as f:
-            np.savez(f, **host)
+            np.savez(f, **host)  # type: ignore[arg-type]  # stub: a key could be allow_pickle
         self._orbax().save(step, args=ocp.args.StandardSave(state), force=True)
         self._orbax().wait_until_finished()
         for old in _host_steps(self.path)[:-1]:
@@ -399,7 +409,7 @@ class Checkpoint:
 
 
 @contextlib.contextmanager
-def _absl_quiet():
+def _absl_quiet() -> Iterator[None]:
     from absl import logging as absl_logging
 
     level = absl_logging.get_verbosity()

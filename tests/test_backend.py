@@ -64,5 +64,5 @@ def test_plain_formulations_give_the_cpu_ones_numbers():
     # the sequential sampler and the loop over chunks of sequences (scans) are the CPU's only
     assert cpu.count("scan[") > 0 and plain.count("scan[") == 0
     np.testing.assert_allclose(loss_plain, loss_cpu, rtol=1e-6)
-    for a, b in zip(jax.tree.leaves(grad_plain), jax.tree.leaves(grad_cpu)):
+    for a, b in zip(jax.tree.leaves(grad_plain), jax.tree.leaves(grad_cpu), strict=True):
         np.testing.assert_allclose(a, b, rtol=2e-4, atol=1e-6)

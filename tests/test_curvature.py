@@ -7,7 +7,7 @@ import pytest
 from jax.flatten_util import ravel_pytree
 
 from landscape.curvature import gradient_at, hessian_at, hvp, lanczos_spectrum
-from landscape.point import Point, param_names
+from landscape.point import Point, param_names, params_table
 
 
 def _random_symmetric(dim, seed):
@@ -51,12 +51,14 @@ def test_param_names_match_ravel_pytree():
     ]
     leaves = jax.tree_util.tree_leaves(params)
     assert names[-1][1].stop == flat.size
-    for (_, s, shape), leaf in zip(names, leaves):
+    for (_, s, shape), leaf in zip(names, leaves, strict=True):
         assert shape == np.shape(leaf)
         np.testing.assert_array_equal(flat[s], np.ravel(leaf))
 
     point = Point(params, lambda p: 0.0)
     assert point.num_params == flat.size == 2 * 3 + 3 + 4 + 4 + 5 + 1
+    assert params_table(point) == params_table(params)  # a Point stands for its params
+    assert params_table(params).splitlines()[-1].endswith(f"{flat.size:>9,}")
     assert point.with_params({"a": np.zeros(2)}).num_params == 2
 
 
@@ -183,7 +185,9 @@ def test_lanczos_on_a_positive_definite_point_does_not_claim_a_minimum():
 
 
 def test_describe_reports_blocks_verdict_and_prediction():
-    f = lambda x, y: x**2 - y**2 + x * y**3 + 0.5 * x * y
+    def f(x, y):
+        return x**2 - y**2 + x * y**3 + 0.5 * x * y
+
     point = _scalar_point(
         f, 0.0, 0.0, name="origin", meta={"prediction": "saddle (Prop. 1)", "expected_loss": 0.0}
     )
@@ -216,7 +220,10 @@ def test_dense_hessian_refuses_large_dimensions():
 def test_joint_blocks_and_focus_verdict():
     """A list of names selects a joint block; with meta['focus_blocks'] a PSD Hessian that is
     PD on the focus and zero elsewhere is called a local minimum, with the stated argument."""
-    loss = lambda p: p["x"][0] ** 2 + 3 * p["x"][1] ** 2 + 0.5 * p["b"] ** 2 + 0.0 * p["y"].sum()
+
+    def loss(p):
+        return p["x"][0] ** 2 + 3 * p["x"][1] ** 2 + 0.5 * p["b"] ** 2 + 0.0 * p["y"].sum()
+
     params = {"x": jnp.zeros(2), "y": jnp.zeros(3), "b": jnp.zeros(())}
     plain = hessian_at(Point(params, loss))
     np.testing.assert_allclose(plain.block(["b", "x"]), np.diag([1.0, 2.0, 6.0]))

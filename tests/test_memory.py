@@ -106,9 +106,9 @@ def test_chunked_ngram_snapshot_matches_the_whole_test_set():
     key_x, key_y = jax.random.split(jax.random.key(4))
     x = jax.random.randint(key_x, (50, 12), 0, cfg.task.num_states)
     y = jax.nn.softmax(jax.random.normal(key_y, (50, cfg.task.num_states)))
-    half_loss = lambda p, x, y: jnp.mean(
-        estimators.cross_entropy(ngram_model.probs(p, x, model), y, floor)
-    )
+
+    def half_loss(p, x, y):
+        return jnp.mean(estimators.cross_entropy(ngram_model.probs(p, x, model), y, floor))
 
     @jax.jit
     def both(params):
@@ -123,7 +123,9 @@ def test_chunked_ngram_snapshot_matches_the_whole_test_set():
 
     def loss_and_norm(halves):
         (loss_a, g_a), (loss_b, g_b) = halves
-        dot = sum(jnp.vdot(a, b) for a, b in zip(jax.tree.leaves(g_a), jax.tree.leaves(g_b)))
+        dot = sum(
+            jnp.vdot(a, b) for a, b in zip(jax.tree.leaves(g_a), jax.tree.leaves(g_b), strict=True)
+        )
         return (loss_a + loss_b) / 2, jnp.sign(dot) * jnp.sqrt(jnp.abs(dot))
 
     whole, chunked = both(params)

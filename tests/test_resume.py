@@ -46,7 +46,7 @@ def test_crash_between_rows_and_checkpoint_resumes_bit_identical(tmp_path):
 
     def dies_in_second_program(line):
         lines.append(line)
-        if sum(l.startswith("step") for l in lines) == 6 + 3:  # cell 1, after step 30's rows
+        if sum(text.startswith("step") for text in lines) == 6 + 3:  # cell 1, after step 30's rows
             raise Crash
 
     with pytest.raises(Crash):
@@ -65,8 +65,8 @@ def test_crash_between_rows_and_checkpoint_resumes_bit_identical(tmp_path):
         records.Workdir.open(tmp_path / "run", resume=True, checkpoint_seconds=0),
         progress=resumed.append,
     )
-    assert any(l.startswith("resumed at step 60/60") for l in resumed)  # cell 0: finished
-    assert any(l.startswith("resumed at step 20/60") for l in resumed)  # cell 1: from step 20
+    assert any(line.startswith("resumed at step 60/60") for line in resumed)  # cell 0: finished
+    assert any(line.startswith("resumed at step 20/60") for line in resumed)  # cell 1: from step 20
     _same_records(tmp_path / "run", tmp_path / "reference")
 
 
