@@ -21,7 +21,6 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from landscape import config as config_lib
 from landscape import training
-from landscape.typing import ArrayLike
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,7 +36,12 @@ class Grid:
     zipped: bool = False
 
     @classmethod
-    def make(cls, axes: Mapping[str, ArrayLike], seeds: ArrayLike, zipped: bool = False) -> Grid:
+    def make(
+        cls,
+        axes: Mapping[str, Sequence[float] | np.ndarray],
+        seeds: Sequence[int] | np.ndarray,
+        zipped: bool = False,
+    ) -> Grid:
         flat = {k: np.asarray(v, np.float64).reshape(-1) for k, v in axes.items()}
         if zipped and len({len(v) for v in flat.values()}) > 1:
             raise ValueError(

@@ -75,7 +75,8 @@ class Problem:
     """
 
     init: Callable[[jax.Array, HParams], Params]
-    loss: Callable[[Params, jax.Array, HParams], tuple[jax.Array, dict[str, jax.Array]]]
+    # (params, key, hparams) or, with loss_takes_step, (params, key, hparams, step)
+    loss: Callable[..., tuple[jax.Array, dict[str, jax.Array]]]
     learning_rates: Callable[[HParams], Any]
     snapshot: Callable[[Params, HParams], dict[str, jax.Array]] = lambda params, hparams: {}
     weight_decay_mask: Callable[[Params], Any] | None = None

@@ -2,9 +2,14 @@
 
 task.py        sequence classes (the authors' Dataset2), c_n (Eq. 5), distinct-token entropy
 model.py       YZModel (flax.linen: params Y, Z), its long-sequence population loss, that loss
-               as a Point
+               as a Point; TextTransformer, the WikiText model
+text.py        WikiText as arrays: the tutorial's tokenizer, vocabulary, id stream and chunks
+wikitext.py    experiment = "wikitext": the text transformer on WikiText, its claims and figures
+               (Figs. 7, 10)
 theory.py      closed forms: h*, h, omega1, t0, gamma, Gamma, B_n, chi bounds, the attention ODE
-experiment.py  configs -> compiled sweeps -> records, figures (Figs. 3-6, 8, 9) and checked claims
+experiment.py  configs -> compiled sweeps -> records, figures and checked claims
+claims.py      the claims of Figs. 4-6 (notes §7.4), the theory figures' curves and claims
+figures.py     the figures: losses, attention (Figs. 4, 5), entropy vs ratio (Fig. 6), Figs. 3, 8, 9
 """
 
 from landscape.scan_snap import model, task, theory

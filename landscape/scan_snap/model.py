@@ -9,13 +9,15 @@ blocks ("Y", "Z") see. Use it through `model.init` / `model.apply` (pure functio
 `TextTransformer` is the standard-parameterisation transformer the paper trains on WikiText
 (Figs. 7, 10; notes §3.7): the PyTorch transformer tutorial's model.
 
-Precision (`landscape.precision`): `param_dtype` holds Y and Z (every weight of TextTransformer), `dtype` is the computation dtype
-(None = param_dtype). A half `dtype` is autocast: the matmul Y^T f in half, the attention softmax,
-c = X^T b, its normalisation and the loss in float32 (`precision.accum_dtype`).
+Precision (`landscape.precision`): `param_dtype` holds Y and Z (every weight of TextTransformer),
+`dtype` is the computation dtype (None = param_dtype). A half `dtype` is autocast: the matmul
+Y^T f in half, the attention softmax, c = X^T b, its normalisation and the loss in float32
+(`precision.accum_dtype`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import flax.linen as nn
@@ -25,15 +27,18 @@ import jax.numpy as jnp
 from landscape import _checks, precision
 from landscape.point import Point
 from landscape.scan_snap.task import SequenceClasses, attention_weights
+from landscape.typing import PyTree
 
 INITS = ("zeros", "uniform")
 
 
-def _uniform_bound(num_tokens: int) -> float:
+def _uniform_bound(num_tokens: int) -> jax.Array:
     return 1.0 / jnp.sqrt(num_tokens)
 
 
-def init_params(key: jax.Array, num_tokens: int, init: str = "zeros", dtype=jnp.float32):
+def init_params(
+    key: jax.Array, num_tokens: int, init: str = "zeros", dtype: jax.typing.DTypeLike = jnp.float32
+) -> dict[str, jax.Array]:
     """The inner params dict {"Y", "Z"} of `YZModel`: Y(0) = Z(0) = 0, or both i.i.d.
     U(-1/sqrt(M), 1/sqrt(M)) (PyTorch nn.Linear default, §3.2) from `jax.random.split(key)`.
 
@@ -65,7 +70,8 @@ class YZModel(nn.Module):
 
     num_tokens       M: Y and Z are (M, M).
     attend_to_query  the query attends to itself too (default: masked).
-    residual         add e_{x_T} to X^T b before the normalisation (the authors' residual=true, §3.6).
+    residual         add e_{x_T} to X^T b before the normalisation (the authors'
+                     residual=true, §3.6).
     normalize        l2-normalise X^T b (LN of the paper).
     initializer      "zeros" or "uniform": what `init` draws (see `init_params` for training).
     dtype            computation dtype (None = param_dtype); half = autocast, see the module doc.
@@ -80,28 +86,28 @@ class YZModel(nn.Module):
     dtype: Any = None
     param_dtype: Any = jnp.float32
 
-    def setup(self):
+    def setup(self) -> None:
         if self.initializer not in INITS:
             raise ValueError(f"initializer = {self.initializer!r}: must be one of {INITS}.")
         shape = (self.num_tokens, self.num_tokens)
+        init: Callable[..., jax.Array]
         if self.initializer == "zeros":
             init = nn.initializers.zeros
         else:
-            bound = _uniform_bound(self.num_tokens)
-            init = lambda key, shape, dtype: jax.random.uniform(key, shape, dtype, -bound, bound)
+            init = _uniform(_uniform_bound(self.num_tokens))
         self.Y = self.param("Y", init, shape, self.param_dtype)
         self.Z = self.param("Z", init, shape, self.param_dtype)
 
     @property
-    def compute_dtype(self):
+    def compute_dtype(self) -> Any:
         """`dtype`, or with dtype None the parameters' own dtype (no cast, as Flax infers it)."""
         return jnp.dtype(self.dtype) if self.dtype is not None else self.Y.dtype
 
     @property
-    def accum_dtype(self):
+    def accum_dtype(self) -> Any:
         return precision.accum_dtype(self.compute_dtype)
 
-    def __call__(self, context_BT: jax.Array, query_B: jax.Array):
+    def __call__(self, context_BT: jax.Array, query_B: jax.Array) -> tuple[jax.Array, jax.Array]:
         """(logits_BM, attention_BT) for a batch of sequences; the query does not attend to
         itself unless `attend_to_query`. Logits are in accum_dtype (float32 under autocast)."""
         Y, Z = self.Y, self.Z
@@ -119,7 +125,7 @@ class YZModel(nn.Module):
         logits_BM = f_BM.astype(dtype) @ Y.astype(dtype)
         return logits_BM.astype(accum), b_BT
 
-    def loss(self, context_BT, query_B, label_B) -> jax.Array:
+    def loss(self, context_BT: jax.Array, query_B: jax.Array, label_B: jax.Array) -> jax.Array:
         """Mean cross-entropy of a batch (in accum_dtype)."""
         logits_BM, _ = self(context_BT, query_B)
         return cross_entropy(logits_BM, label_B)
@@ -139,7 +145,7 @@ class YZModel(nn.Module):
 
 
 def population_point(
-    task: SequenceClasses, params=None, *, residual: bool = False, name: str = ""
+    task: SequenceClasses, params: PyTree | None = None, *, residual: bool = False, name: str = ""
 ) -> Point:
     """The population loss (§3.5) at (Y, Z) as a Point; default Y = Z = 0, where the loss is ln M.
 
@@ -167,13 +173,15 @@ def population_point(
     model = YZModel(
         task.num_tokens,
         residual=residual,
-        param_dtype=jnp.float64 if jax.config.jax_enable_x64 else jnp.float32,
+        param_dtype=jnp.float64 if jax.config.read("jax_enable_x64") else jnp.float32,
     )
     if params is None:
         params = model.init(jax.random.key(0), method=YZModel.population_loss, task=task)["params"]
 
-    def loss_fn(p):
-        return model.apply({"params": p}, task, method=YZModel.population_loss)
+    def loss_fn(p: PyTree) -> jax.Array:
+        return model.apply(  # type: ignore[return-value]  # flax types apply for mutable too
+            {"params": p}, task, method=YZModel.population_loss
+        )
 
     return Point(
         params,
@@ -185,10 +193,15 @@ def population_point(
 # ----------------------------------------------------------------------------- WikiText (§3.7)
 
 
-def _uniform(bound: float):
-    return lambda key, shape, dtype=jnp.float32: jax.random.uniform(
-        key, shape, dtype, -bound, bound
-    )
+def _uniform(bound: float | jax.Array) -> Callable[..., jax.Array]:
+    """The initializer U(-bound, bound): (key, shape, dtype=float32) -> array."""
+
+    def init(
+        key: jax.Array, shape: tuple[int, ...], dtype: jax.typing.DTypeLike = jnp.float32
+    ) -> jax.Array:
+        return jax.random.uniform(key, shape, dtype, -bound, bound)
+
+    return init
 
 
 def sinusoidal_positions(length: int, width: int) -> jax.Array:
@@ -223,15 +236,17 @@ class _FeedForward(_Block):
     weights and biases. Its own module so its parameters ("ffn") can have their own lr."""
 
     @nn.compact
-    def __call__(self, x, deterministic: bool):
-        dense = lambda n, fan_in, name: nn.Dense(
-            n,
-            kernel_init=_uniform(fan_in**-0.5),
-            bias_init=_uniform(fan_in**-0.5),
-            dtype=self.dtype,
-            param_dtype=self.param_dtype,
-            name=name,
-        )
+    def __call__(self, x: jax.Array, deterministic: bool) -> jax.Array:
+        def dense(n: int, fan_in: int, name: str) -> nn.Dense:
+            return nn.Dense(
+                n,
+                kernel_init=_uniform(fan_in**-0.5),
+                bias_init=_uniform(fan_in**-0.5),
+                dtype=self.dtype,
+                param_dtype=self.param_dtype,
+                name=name,
+            )
+
         h = nn.relu(dense(self.hidden, self.width, "linear1")(x))
         h = nn.Dropout(self.dropout)(h, deterministic=deterministic)
         return dense(self.width, self.hidden, "linear2")(h)
@@ -244,7 +259,7 @@ class _EncoderLayer(_Block):
     on the weights, out projection U(+-1/sqrt(d)) with bias 0. Returns (x, attention weights)."""
 
     @nn.compact
-    def __call__(self, x_BTD, deterministic: bool):
+    def __call__(self, x_BTD: jax.Array, deterministic: bool) -> tuple[jax.Array, jax.Array]:
         d, T = self.width, x_BTD.shape[1]
         accum = precision.accum_dtype(self.dtype or self.param_dtype)
         qkv = nn.Dense(
@@ -269,10 +284,13 @@ class _EncoderLayer(_Block):
             param_dtype=self.param_dtype,
             name="out",
         )(mixed)
-        norm = lambda name: nn.LayerNorm(
-            epsilon=1e-5, dtype=accum, param_dtype=self.param_dtype, name=name
-        )
-        drop = lambda y: nn.Dropout(self.dropout)(y, deterministic=deterministic)
+
+        def norm(name: str) -> nn.LayerNorm:
+            return nn.LayerNorm(epsilon=1e-5, dtype=accum, param_dtype=self.param_dtype, name=name)
+
+        def drop(y: jax.Array) -> jax.Array:
+            return nn.Dropout(self.dropout)(y, deterministic=deterministic)
+
         x = norm("ln_attention")(x_BTD + drop(out))
         ffn = _FeedForward(d, self.hidden, self.dropout, self.dtype, self.param_dtype, name="ffn")
         x = norm("ln_ffn")(x + drop(ffn(x, deterministic)))
@@ -300,7 +318,7 @@ class TextTransformer(nn.Module):
     dtype: Any = None
     param_dtype: Any = jnp.float32
 
-    def setup(self):
+    def setup(self) -> None:
         self.embed = nn.Embed(
             self.vocab_size, self.width, embedding_init=_uniform(0.1), param_dtype=self.param_dtype
         )
@@ -311,7 +329,9 @@ class TextTransformer(nn.Module):
         self.decoder = _Decoder(self.width, self.vocab_size, self.dtype, self.param_dtype)
         self.drop = nn.Dropout(self.dropout)
 
-    def encode(self, tokens_BT: jax.Array, deterministic: bool = True):
+    def encode(
+        self, tokens_BT: jax.Array, deterministic: bool = True
+    ) -> tuple[jax.Array, jax.Array]:
         """(the last layer's output (B, T, d), attention weights (num_layers, B, T, T))."""
         T = tokens_BT.shape[1]
         x = self.embed(tokens_BT) * jnp.sqrt(float(self.width))
@@ -325,13 +345,17 @@ class TextTransformer(nn.Module):
             maps.append(weights)
         return x, jnp.stack(maps)
 
-    def __call__(self, tokens_BT: jax.Array, deterministic: bool = True):
+    def __call__(
+        self, tokens_BT: jax.Array, deterministic: bool = True
+    ) -> tuple[jax.Array, jax.Array]:
         """(logits (B, T, vocab) in float32 or wider, attention weights (num_layers, B, T, T))."""
         x, maps = self.encode(tokens_BT, deterministic)
         logits = self.decoder(x)
         return logits.astype(precision.accum_dtype(logits.dtype)), maps
 
-    def loss(self, tokens_BT, targets_BT, deterministic: bool = True):
+    def loss(
+        self, tokens_BT: jax.Array, targets_BT: jax.Array, deterministic: bool = True
+    ) -> tuple[jax.Array, jax.Array]:
         """(mean next-token cross-entropy over every position, attention weights)."""
         x, maps = self.encode(tokens_BT, deterministic)
         return self.decoder.mean_cross_entropy(
@@ -348,22 +372,22 @@ class _Decoder(nn.Module):
     dtype: Any
     param_dtype: Any
 
-    def setup(self):
+    def setup(self) -> None:
         self.kernel = self.param(
             "kernel", _uniform(0.1), (self.width, self.vocab_size), self.param_dtype
         )
         self.bias = self.param("bias", nn.initializers.zeros, (self.vocab_size,), self.param_dtype)
 
-    def _operands(self, x):
+    def _operands(self, x: jax.Array) -> list[jax.Array]:
         """x, W, b in the promoted dtype (`dtype` when it is set), as nn.Dense."""
         return nn.dtypes.promote_dtype(x, self.kernel, self.bias, dtype=self.dtype)
 
-    def __call__(self, x):
+    def __call__(self, x: jax.Array) -> jax.Array:
         """Logits x W + b."""
         x, kernel, bias = self._operands(x)
         return x @ kernel + bias
 
-    def mean_cross_entropy(self, x_ND, labels_N):
+    def mean_cross_entropy(self, x_ND: jax.Array, labels_N: jax.Array) -> jax.Array:
         """The mean cross-entropy of the logits x W + b against labels. In float32 (or wider)
         `decoder_cross_entropy`, which never writes the N x V logits + bias out; a half `dtype`
         is autocast: logits in half, the loss in float32."""
@@ -373,7 +397,9 @@ class _Decoder(nn.Module):
 
 
 @jax.custom_vjp
-def decoder_cross_entropy(x_ND, kernel_DV, bias_V, labels_N) -> jax.Array:
+def decoder_cross_entropy(
+    x_ND: jax.Array, kernel_DV: jax.Array, bias_V: jax.Array, labels_N: jax.Array
+) -> jax.Array:
     """mean_n [logsumexp(z_n) - z_n[label_n]] for the logits z = x W + b, with the gradient
     written out: G = (softmax(z) - onehot) / N, then G W^T, x^T G and the column sums of G.
     The bias joins the reductions and the backward's one elementwise pass instead of a pass of

@@ -50,7 +50,9 @@ class SequenceClasses:
         """(M,): token l occurs in several classes."""
         return (self.class_probs > 0).sum(axis=0) > 1
 
-    def sample(self, key: jax.Array, batch_size: int):
+    def sample(
+        self, key: jax.Array, batch_size: int
+    ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
         """(context_BT int32 with T = L-1, query_B, label_B, class_B); classes uniform."""
         _checks.check_key("key", key)
         _checks.check_int("batch_size", batch_size, 1, "the number of sequences")
@@ -95,12 +97,12 @@ def sequence_classes(
         ("seq_len", seq_len, 2, "L - 1 contextual tokens and the last token"),
     ):
         _checks.check_int(name, value, low, meaning)
-    for name, value in (
+    for name, prob in (
         ("common_unnormalized_prob", common_unnormalized_prob),
         ("distinct_unnormalized_min", distinct_unnormalized_min),
         ("distinct_unnormalized_max", distinct_unnormalized_max),
     ):
-        _checks.check_real(name, value, low=0, low_open=True, meaning="an unnormalised probability")
+        _checks.check_real(name, prob, low=0, low_open=True, meaning="an unnormalised probability")
     if distinct_unnormalized_max < distinct_unnormalized_min:
         raise ValueError(
             f"distinct_unnormalized_max = {distinct_unnormalized_max:g}: must be >= "
@@ -151,7 +153,8 @@ def sequence_classes(
 def attention_weights(Z: jax.Array, task: SequenceClasses) -> jax.Array:
     """c_n (K, M), Eq. (5): the long-sequence attention of class n from row psi(n) of Z.
 
-    c_{l|n} = P(l|n) exp(z_{psi(n) l}) / sum_l' P(l'|n) exp(z_{psi(n) l'}). This is what Figs. 4-6 plot.
+    c_{l|n} = P(l|n) exp(z_{psi(n) l}) / sum_l' P(l'|n) exp(z_{psi(n) l'}). This is what Figs. 4-6
+    plot.
     """
     probs = jnp.asarray(task.class_probs, Z.dtype)
     logits = jnp.where(
@@ -161,7 +164,8 @@ def attention_weights(Z: jax.Array, task: SequenceClasses) -> jax.Array:
 
 
 def distinct_entropy(c_KM: jax.Array, task: SequenceClasses) -> jax.Array:
-    """(K,) entropy in nats of c_n restricted to n's distinct tokens and renormalised (notes §5.6)."""
+    """(K,) entropy in nats of c_n restricted to n's distinct tokens and renormalised (notes
+    §5.6)."""
     mask = jnp.asarray(task.is_distinct)
     mass = jnp.where(mask, c_KM, 0.0)
     p = mass / mass.sum(axis=-1, keepdims=True)

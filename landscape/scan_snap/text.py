@@ -28,6 +28,7 @@ import dataclasses
 import functools
 import pathlib
 import re
+from collections.abc import Iterable
 
 import jax
 import jax.numpy as jnp
@@ -69,7 +70,8 @@ def tokenize(line: str) -> list[str]:
 
 
 def split_files(split: str) -> tuple[str, str]:
-    """The file names a split may have: PyTorch's `{split}.txt`, Salesforce's `wiki.{split}.tokens`."""
+    """The file names a split may have: PyTorch's `{split}.txt`, Salesforce's
+    `wiki.{split}.tokens`."""
     return f"{split}.txt", f"wiki.{split}.tokens"
 
 
@@ -85,7 +87,7 @@ def splits_in(path: str | pathlib.Path) -> dict[str, pathlib.Path]:
     return found
 
 
-def missing_splits_message(path: str | pathlib.Path, splits) -> str | None:
+def missing_splits_message(path: str | pathlib.Path, splits: Iterable[str]) -> str | None:
     """One sentence saying why `path` cannot give `splits`, or None when it can."""
     folder = pathlib.Path(path)
     if not folder.is_dir():
@@ -122,14 +124,14 @@ class Vocabulary:
         return [index.get(t, 0) for t in tokens]
 
 
-def build_vocabulary(lines) -> Vocabulary:
+def build_vocabulary(lines: Iterable[str]) -> Vocabulary:
     """The types of the tokenised lines, most frequent first (ties alphabetical), after <unk>."""
     counts = collections.Counter(t for line in lines for t in tokenize(line))
     counts.pop(UNK, None)
     return Vocabulary((UNK,) + tuple(sorted(counts, key=lambda t: (-counts[t], t))))
 
 
-def encode(lines, vocabulary: Vocabulary) -> np.ndarray:
+def encode(lines: Iterable[str], vocabulary: Vocabulary) -> np.ndarray:
     """One int32 id stream: the ids of every non-empty tokenised line, concatenated (line by
     line into int32 arrays: WikiText-103's 100M ids never sit in a Python list)."""
     index = vocabulary.index
@@ -152,7 +154,9 @@ def num_chunks(rows: int, bptt: int) -> int:
     return (rows - 1) // bptt
 
 
-def chunk(data_RB: jax.Array, i, bptt: int) -> tuple[jax.Array, jax.Array]:
+def chunk(
+    data_RB: jax.typing.ArrayLike, i: jax.typing.ArrayLike, bptt: int
+) -> tuple[jax.Array, jax.Array]:
     """(inputs, targets), each (bptt, B): rows [i bptt, (i + 1) bptt) and the next row of each.
     `i` may be traced (a dynamic slice), so a compiled loop walks the chunks on device."""
     start = jnp.asarray(i) * bptt

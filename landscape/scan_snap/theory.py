@@ -1,14 +1,14 @@
 """Closed-form predictions of Tian et al., "Scan and Snap" (NeurIPS 2023), in NumPy float64.
 
-Equation numbers refer to the paper; "notes" to /work/shared/notes/scan_snap.md (authoritative where
-the paper text is garbled). Time ``t`` counts batch-1 SGD steps over all K classes, so class n has been
-visited about t/K times and the decoder speed is h(t/K).
+Equation numbers refer to the paper; "notes" to /work/shared/notes/scan_snap.md (authoritative
+where the paper text is garbled). Time ``t`` counts batch-1 SGD steps over all K classes, so class
+n has been visited about t/K times and the decoder speed is h(t/K).
 
 Contents:
-  decoder:    h_star (Eq. 33), h_cont (Eq. 45), omega1 (Lemma 8), t0 / t0_prime / transition_time_exact
-              (Lemma 9), gamma (Eq. 85)
-  snapping:   Gamma (Eqs. 123-126), B_paper (Eq. 127), B_exact, B_scan_approx / B_snap_approx (Eq. 14),
-              chi_bounds (Eq. 12)
+  decoder:    h_star (Eq. 33), h_cont (Eq. 45), omega1 (Lemma 8), t0 / t0_prime /
+              transition_time_exact (Lemma 9), gamma (Eq. 85)
+  snapping:   Gamma (Eqs. 123-126), B_paper (Eq. 127), B_exact, B_scan_approx / B_snap_approx
+              (Eq. 14), chi_bounds (Eq. 12)
   scanning:   c_n (Eq. 5), relative_gain / relative_gain_predicted (Eq. 11)
   attention:  attention_velocity / integrate_attention_ode (Eqs. 10, 97 with beta = E', Lemma 3)
 """
@@ -17,13 +17,16 @@ from __future__ import annotations
 
 import numpy as np
 
-# ----------------------------------------------------------------------------------------------------
+from landscape.typing import ArrayLike, NDArray
+
+# --------------------------------------------------------------------------------------------------
 # Decoder dynamics (Sec. 4, App. B; notes §4.1)
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 
 
-def h_star(M, eta_y, num_steps):
-    """Exact discrete speed h*(s), s = 0..num_steps, from the recursion Eq. (33), notes §4.1 (Lemma 5).
+def h_star(M: int, eta_y: float, num_steps: int) -> NDArray:
+    """Exact discrete speed h*(s), s = 0..num_steps, from the recursion Eq. (33), notes §4.1
+    (Lemma 5).
 
     h*(0) = 0,  h*(s) = h*(s-1) + eta_y / ((M-1) + exp(M h*(s-1))).
     """
@@ -35,13 +38,15 @@ def h_star(M, eta_y, num_steps):
     return h
 
 
-def h_cont(M, eta_y, t):
-    """Continuous speed h(t) solving exp(Mh) + (M-1) M h = M eta_y t + 1, Eq. (45), notes §4.1 (Lemma 6).
+def h_cont(M: int, eta_y: float, t: ArrayLike) -> float | NDArray:
+    """Continuous speed h(t) solving exp(Mh) + (M-1) M h = M eta_y t + 1, Eq. (45), notes §4.1
+    (Lemma 6).
 
-    Newton on u = Mh for f(u) = expm1(u) + (M-1) u - M eta_y t (the same equation, written so that small
-    t loses no digits). f is increasing and convex and f(u0) >= 0 for u0 = min(C/(M-1), log C),
-    C = M eta_y t + 1, so the iterates decrease monotonically onto the root; we stop when they stop
-    decreasing (converged to rounding). Vectorised over t; returns a float for scalar t.
+    Newton on u = Mh for f(u) = expm1(u) + (M-1) u - M eta_y t (the same equation, written so that
+    small t loses no digits). f is increasing and convex and f(u0) >= 0 for
+    u0 = min(C/(M-1), log C), C = M eta_y t + 1, so the iterates decrease monotonically onto the
+    root; we stop when they stop decreasing (converged to rounding). Vectorised over t; returns a
+    float for scalar t.
     """
     t = np.asarray(t, dtype=np.float64)
     a = M * eta_y * t  # C - 1
@@ -57,13 +62,16 @@ def h_cont(M, eta_y, t):
     return float(h) if h.ndim == 0 else h
 
 
-def omega1(M):
+def omega1(M: int) -> float:
     """Root on (0, 1) of M**w = (1 + w) ln M (M-1)/M, by bisection. Lemma 8, notes §4.1.
 
     (1 + omega1) ln M / M is the second zero of exp(Mh) - (M-1) M h.
     """
     lnM = np.log(M)
-    g = lambda w: M**w - (1.0 + w) * lnM * (M - 1) / M  # convex, g(0) < 0 < g(1) for M >= 4
+
+    def g(w: float) -> float:  # convex, g(0) < 0 < g(1) for M >= 4
+        return M**w - (1.0 + w) * lnM * (M - 1) / M
+
     lo, hi = 0.0, 1.0
     if not (g(lo) < 0.0 < g(hi)):
         raise ValueError(f"omega1: no sign change on (0, 1) for M={M}")
@@ -78,23 +86,25 @@ def omega1(M):
     return 0.5 * (lo + hi)
 
 
-def t0(M, K, eta_y):
-    """Start of the snapping phase, t0 = 2 (1 + omega1) K ln M / eta_y. Lemma 9 / Theorem 4, notes §4.3."""
+def t0(M: int, K: int, eta_y: float) -> float:
+    """Start of the snapping phase, t0 = 2 (1 + omega1) K ln M / eta_y. Lemma 9 / Theorem 4,
+    notes §4.3."""
     return 2.0 * (1.0 + omega1(M)) * K * np.log(M) / eta_y
 
 
-def t0_prime(M, K, eta_y):
+def t0_prime(M: int, K: int, eta_y: float) -> float:
     """End of the scanning phase, t0' = K ln M / eta_y. Lemma 9 / Eq. (14), notes §4.3."""
     return K * np.log(M) / eta_y
 
 
-def _phi(M, K, eta_y, t):
+def _phi(M: int, K: int, eta_y: float, t: float) -> float | NDArray:
     u = M * h_cont(M, eta_y, t / K)
     return np.exp(u) - (M - 1) * u
 
 
-def transition_time_exact(M, K, eta_y):
-    """Time t where exp(M h(t/K)) = (M-1) M h(t/K) for the second time (the two terms of Eq. 45 are equal).
+def transition_time_exact(M: int, K: int, eta_y: float) -> float:
+    """Time t where exp(M h(t/K)) = (M-1) M h(t/K) for the second time (the two terms of Eq. 45
+    are equal).
 
     Lemma 9, notes §4.1: bisection in t on h_cont. The bracket starts at the crossing exp(Mh) = M-1,
     t = K (M-2 + (M-1) ln(M-1)) / (M eta_y), which lies between the two zeros (for M-1 > e).
@@ -116,10 +126,11 @@ def transition_time_exact(M, K, eta_y):
     return 0.5 * (lo + hi)
 
 
-def gamma(M, K, eta_y, t, discrete=False):
+def gamma(M: int, K: int, eta_y: float, t: ArrayLike, discrete: bool = False) -> float | NDArray:
     """Speed coefficient gamma(t) = (M-1)^2 h / ((M-1) + exp(M h)), Eq. (85), notes §4.1.
 
-    h = h_cont(t/K) (continuous, default) or h_cont(ceil(t/K)) if ``discrete`` (the paper's printed form).
+    h = h_cont(t/K) (continuous, default) or h_cont(ceil(t/K)) if ``discrete`` (the paper's
+    printed form).
     Depends on t and eta_y only through eta_y t / K.
     """
     s = (
@@ -132,13 +143,14 @@ def gamma(M, K, eta_y, t, discrete=False):
     return float(g) if g.ndim == 0 else g
 
 
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Snapping (Sec. 6, App. D; notes §4.3)
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 
 
-def Gamma(M, K, eta_y, eta_z, t):
-    """Gamma(t) = eta_z int_0^t gamma = (eta_z/eta_y) K (M-1)^2 h(t/K)^2 / 2, Eqs. (123)-(126), notes §4.3.
+def Gamma(M: int, K: int, eta_y: float, eta_z: float, t: ArrayLike) -> float | NDArray:
+    """Gamma(t) = eta_z int_0^t gamma = (eta_z/eta_y) K (M-1)^2 h(t/K)^2 / 2, Eqs. (123)-(126),
+    notes §4.3.
 
     Exact for the continuous h (substitute h' = h(t'/K), dt' = K (M-1+exp(Mh')) dh' / eta_y).
     """
@@ -147,62 +159,72 @@ def Gamma(M, K, eta_y, eta_z, t):
     return float(G) if G.ndim == 0 else G
 
 
-def B_paper(M, K, eta_y, eta_z, t, rho0=1.0):
+def B_paper(M: int, K: int, eta_y: float, eta_z: float, t: ArrayLike, rho0: float = 1.0) -> NDArray:
     """B_n(t) as printed, 0.25 ln(rho0^4/K + 4 Gamma(t)), Eq. (127) (= Eq. 122). Notes §4.3."""
     return 0.25 * np.log(rho0**4 / K + 4.0 * np.asarray(Gamma(M, K, eta_y, eta_z, t)))
 
 
-def B_exact(M, K, eta_y, eta_z, t, rho0=1.0):
-    """B_n(t) = int_0^t dGamma / (rho0^4/K + 4 Gamma) = 0.25 ln(1 + 4 K Gamma / rho0^4), notes §4.3 [R].
+def B_exact(M: int, K: int, eta_y: float, eta_z: float, t: ArrayLike, rho0: float = 1.0) -> NDArray:
+    """B_n(t) = int_0^t dGamma / (rho0^4/K + 4 Gamma) = 0.25 ln(1 + 4 K Gamma / rho0^4), notes
+    §4.3 [R].
 
     Differs from B_paper by the constant 0.25 ln(K / rho0^4); B_exact(0) = 0.
     """
     return 0.25 * np.log1p(4.0 * K * np.asarray(Gamma(M, K, eta_y, eta_z, t)) / rho0**4)
 
 
-def B_scan_approx(M, K, eta_y, eta_z, t, rho0=1.0):
+def B_scan_approx(
+    M: int, K: int, eta_y: float, eta_z: float, t: ArrayLike, rho0: float = 1.0
+) -> NDArray:
     """Eq. (14), first branch (t < t0'): h ~ eta_y t / (M K)."""
     t = np.asarray(t, dtype=np.float64)
     return 0.25 * np.log(rho0**4 / K + 2.0 * (M - 1) ** 2 / (K * M**2) * eta_y * eta_z * t**2)
 
 
-def B_snap_approx(M, K, eta_y, eta_z, t, rho0=1.0):
+def B_snap_approx(
+    M: int, K: int, eta_y: float, eta_z: float, t: ArrayLike, rho0: float = 1.0
+) -> NDArray:
     """Eq. (14), second branch (t >= t0): h ~ ln(M eta_y t / K) / M."""
     t = np.asarray(t, dtype=np.float64)
     L = np.log(M * eta_y * t / K)
     return 0.25 * np.log(rho0**4 / K + 2.0 * K * (M - 1) ** 2 / M**2 * eta_z / eta_y * L**2)
 
 
-def chi_bounds(B, f0_sq):
-    """Bounds on the growth factor chi_{l0}(t), Eq. (12): (exp(2 f0_sq B), exp(2 B)); f0_sq = f_{n l0}(0)^2."""
+def chi_bounds(B: ArrayLike, f0_sq: float) -> tuple[NDArray, NDArray]:
+    """Bounds on the growth factor chi_{l0}(t), Eq. (12): (exp(2 f0_sq B), exp(2 B));
+    f0_sq = f_{n l0}(0)^2."""
     B = np.asarray(B, dtype=np.float64)
     return np.exp(2.0 * f0_sq * B), np.exp(2.0 * B)
 
 
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Scanning (Sec. 5, App. C; notes §4.2)
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 
 
-def c_n(Z, P, last_of_class):
+def c_n(Z: ArrayLike, P: ArrayLike, last_of_class: ArrayLike) -> NDArray:
     """Attention c_n (K, M), Eq. (5): c_n ∝ P(.|n) * exp(Z[psi(n)]), normalised to sum 1."""
     Zq = np.asarray(Z, dtype=np.float64)[np.asarray(last_of_class)]
     ct = np.asarray(P, dtype=np.float64) * np.exp(Zq - Zq.max(axis=-1, keepdims=True))
     return ct / ct.sum(axis=-1, keepdims=True)
 
 
-def _r_from_z(z, p_l, p_l2, l, l2):
-    # r = c~_l^2 / c~_l2^2 - 1 with c~ = P exp(z) (Eq. 11); z may carry leading (time) axes.
-    return (p_l / p_l2) ** 2 * np.exp(2.0 * (z[..., l] - z[..., l2])) - 1.0
+def _r_from_z(z: NDArray, p_l: float, p_l2: float, token: int, token2: int) -> NDArray:
+    # r = c~_l^2 / c~_l2^2 - 1 with c~ = P exp(z) (Eq. 11), l = token, l2 = token2; z may carry
+    # leading (time) axes.
+    return (p_l / p_l2) ** 2 * np.exp(2.0 * (z[..., token] - z[..., token2])) - 1.0
 
 
-def relative_gain_predicted(r0, dz_l):
+def relative_gain_predicted(r0: float | NDArray, dz_l: ArrayLike) -> NDArray:
     """Theorem 3, Eq. (11): r(t) = r(0) exp(2 (z_l(t) - z_l(0)))."""
     return r0 * np.exp(2.0 * np.asarray(dz_l, dtype=np.float64))
 
 
-def relative_gain(z_t, z_0, P, l, l2):
-    """Both sides of Eq. (11) for distinct tokens l, l2 of the same class (notes §4.2, Theorem 3).
+def relative_gain(
+    z_t: ArrayLike, z_0: ArrayLike, P: NDArray, token: int, token2: int
+) -> tuple[NDArray, NDArray]:
+    """Both sides of Eq. (11) for distinct tokens l = token, l2 = token2 of the same class (notes
+    §4.2, Theorem 3).
 
     z_t: attention row z_{psi(n)} at time t, shape (..., M) (leading axes, e.g. time, allowed);
     z_0: that row at t = 0, shape (M,); P: P(.|n), shape (M,).
@@ -211,22 +233,23 @@ def relative_gain(z_t, z_0, P, l, l2):
     """
     z_t = np.asarray(z_t, dtype=np.float64)
     z_0 = np.asarray(z_0, dtype=np.float64)
-    r_t = _r_from_z(z_t, P[l], P[l2], l, l2)
-    r_0 = _r_from_z(z_0, P[l], P[l2], l, l2)
-    return r_t, relative_gain_predicted(r_0, z_t[..., l] - z_0[l])
+    r_t = _r_from_z(z_t, P[token], P[token2], token, token2)
+    r_0 = _r_from_z(z_0, P[token], P[token2], token, token2)
+    return r_t, relative_gain_predicted(r_0, z_t[..., token] - z_0[token])
 
 
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Attention ODE (Lemma 4, Eqs. 10 / 97; notes §4.2)
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 
 
-def attention_velocity(Z, P, last_of_class):
+def attention_velocity(Z: ArrayLike, P: ArrayLike, last_of_class: ArrayLike) -> NDArray:
     """dZ/dt / (eta_z gamma) from Eq. (10), with beta_{nn'} = E'_{nn'} at the current f_n.
 
     f_n = LN(P(.|n) * exp(Z[psi(n)])); E = F^T F - I; E' = I - (I+E)^{-1} = I - (F^T F)^{-1}
-    (notes §4.1, Lemma 3). Row psi(n) gets diag(f_n) sum_{n' != n} beta_{nn'} (f_n f_n^T - I) f_{n'};
-    the inner sum runs over all classes n' != n (a diagonal term would vanish anyway: (f_n f_n^T - I) f_n = 0).
+    (notes §4.1, Lemma 3). Row psi(n) gets diag(f_n) sum_{n' != n} beta_{nn'} (f_n f_n^T - I)
+    f_{n'}; the inner sum runs over all classes n' != n (a diagonal term would vanish anyway:
+    (f_n f_n^T - I) f_n = 0).
     Each row increment has zero sum (f_n^T (f_n f_n^T - I) v = 0 since |f_n| = 1).
     """
     last = np.asarray(last_of_class)
@@ -244,13 +267,23 @@ def attention_velocity(Z, P, last_of_class):
 
 
 def integrate_attention_ode(
-    P, last_of_class, Z0, M, K, eta_y, eta_z, t_max, num_steps, save_every=1
-):
-    """Integrate the attention ODE Eq. (10) with fixed-step RK4 on a uniform grid t_k = k t_max / num_steps.
+    P: ArrayLike,
+    last_of_class: ArrayLike,
+    Z0: ArrayLike,
+    M: int,
+    K: int,
+    eta_y: float,
+    eta_z: float,
+    t_max: float,
+    num_steps: int,
+    save_every: int = 1,
+) -> tuple[NDArray, NDArray]:
+    """Integrate the attention ODE Eq. (10) with fixed-step RK4 on a uniform grid
+    t_k = k t_max / num_steps.
 
-    dZ/dt = eta_z gamma(t) attention_velocity(Z), gamma from Eq. (85) with continuous h (vocabulary M,
-    K classes). Returns (times, Zs) saved every ``save_every`` steps (and at the last step):
-    times (S,), Zs (S, M, M); with save_every=1, S = num_steps + 1.
+    dZ/dt = eta_z gamma(t) attention_velocity(Z), gamma from Eq. (85) with continuous h
+    (vocabulary M, K classes). Returns (times, Zs) saved every ``save_every`` steps (and at the
+    last step): times (S,), Zs (S, M, M); with save_every=1, S = num_steps + 1.
     """
     P = np.asarray(P, dtype=np.float64)
     Z = np.array(Z0, dtype=np.float64)
@@ -259,7 +292,10 @@ def integrate_attention_ode(
     grid = dt * np.arange(num_steps + 1)
     g_full = eta_z * np.asarray(gamma(M, K, eta_y, grid))
     g_half = eta_z * np.asarray(gamma(M, K, eta_y, grid[:-1] + 0.5 * dt))
-    rhs = lambda Zc, g: g * attention_velocity(Zc, P, last_of_class)
+
+    def rhs(Zc: NDArray, g: float) -> NDArray:
+        return g * attention_velocity(Zc, P, last_of_class)
+
     times, Zs = [0.0], [Z.copy()]
     for k in range(num_steps):
         k1 = rhs(Z, g_full[k])

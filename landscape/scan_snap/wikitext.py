@@ -22,10 +22,13 @@ finite and learnt; the others are marked).
 from __future__ import annotations
 
 import math
+import pathlib
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 
 from landscape import config as config_lib
@@ -33,6 +36,7 @@ from landscape import plotting, precision, records, sweeps, training
 from landscape.point import params_table
 from landscape.scan_snap import model as model_lib
 from landscape.scan_snap import text
+from landscape.typing import PyTree
 
 TRACED = ("optim.lr_z", "optim.lr_y_over_lr_z")  # the package's: vmapped within a program
 CLAIM_SETS = ("fig7", "fig10")
@@ -46,6 +50,8 @@ SWEEPABLE = (
 )
 FREEZE_SHARE = 0.25  # fig7: the last third's entropy range is under this share of its fall
 FALL_SHARE = 0.9  # fig7: the final entropy is under this share of the initial one
+Group = tuple[dict[str, Any], training.RunResult]  # a structural cell's fields and its runs
+_NOT_CONSTANT = "scheduled (NOT constant: the claim is about a constant lr)"
 
 
 def default_fields() -> dict[str, dict[str, Any]]:
@@ -69,7 +75,7 @@ def default_fields() -> dict[str, dict[str, Any]]:
 # ----------------------------------------------------------------------------- validation
 
 
-def validate_run(cfg) -> None:
+def validate_run(cfg: ml_collections.ConfigDict) -> None:
     """Whole-run fields of a wikitext config: the folder and its splits, the claim set."""
     t = cfg.text
     config_lib.require_choice(cfg, "text.train_split", text.SPLITS)
@@ -92,7 +98,7 @@ def validate_run(cfg) -> None:
         )
 
 
-def validate_cell(cfg) -> None:
+def validate_cell(cfg: ml_collections.ConfigDict) -> None:
     """Ranges and relations of one program's wikitext fields."""
     r = config_lib.require_number
     t, m = cfg.text, cfg.transformer
@@ -138,7 +144,7 @@ def validate_cell(cfg) -> None:
     )
 
 
-def load(cfg) -> text.Corpus:
+def load(cfg: ml_collections.ConfigDict) -> text.Corpus:
     t = cfg.text
     return text.load(
         t.path,
@@ -152,7 +158,7 @@ def load(cfg) -> text.Corpus:
 _BASELINE_BYTES = 6e8
 
 
-def cell_bytes(v: dict) -> tuple[float, str]:
+def cell_bytes(v: dict[str, Any]) -> tuple[float, str]:
     """(bytes, what) of one program: per run, the parameters with their gradient and update,
     a step's activations (B x bptt positions x the vocabulary, logits and their gradient, and
     each layer's B x bptt x (4 width + hidden) and attention), one evaluation chunk's logits."""
@@ -187,7 +193,7 @@ MEMORY_FIELDS = ("train.batch_size", "num_seeds", "text.bptt", "transformer.widt
 # ----------------------------------------------------------------------------- the problem
 
 
-def model_of(cfg, vocab_size: int) -> model_lib.TextTransformer:
+def model_of(cfg: ml_collections.ConfigDict, vocab_size: int) -> model_lib.TextTransformer:
     prec = precision.of(cfg.train.dtype, cfg.model.dtype)
     m = cfg.transformer
     return model_lib.TextTransformer(
@@ -201,7 +207,7 @@ def model_of(cfg, vocab_size: int) -> model_lib.TextTransformer:
     )
 
 
-def eval_chunk_indices(cfg, corpus: text.Corpus) -> np.ndarray:
+def eval_chunk_indices(cfg: ml_collections.ConfigDict, corpus: text.Corpus) -> np.ndarray:
     """`text.eval_chunks` chunk indices spread evenly over the evaluation split (all of them
     when it is 0 or more than the split has)."""
     total = text.num_chunks(corpus.eval.shape[0], cfg.text.bptt)
@@ -209,7 +215,7 @@ def eval_chunk_indices(cfg, corpus: text.Corpus) -> np.ndarray:
     return np.unique(np.linspace(0, total - 1, count).round().astype(np.int32))
 
 
-def make_problem(cfg, corpus: text.Corpus) -> training.Problem:
+def make_problem(cfg: ml_collections.ConfigDict, corpus: text.Corpus) -> training.Problem:
     """SGD on the training split's chunks in order (step mod chunks per epoch); hparams are the
     TRACED learning rates: lr_z for every parameter, lr_z * lr_y_over_lr_z for the FFNs."""
     net = model_of(cfg, corpus.vocab_size)
@@ -218,10 +224,12 @@ def make_problem(cfg, corpus: text.Corpus) -> training.Problem:
     chunks_per_epoch = text.num_chunks(corpus.train.shape[0], bptt)
     eval_chunks = jnp.asarray(eval_chunk_indices(cfg, corpus))
 
-    def init(key, hparams):
+    def init(key: jax.Array, hparams: Any) -> PyTree:
         return net.init({"params": key}, jnp.zeros((1, bptt), jnp.int32))["params"]
 
-    def loss(params, key, hparams, step):
+    def loss(
+        params: PyTree, key: jax.Array, hparams: Any, step: jax.Array
+    ) -> tuple[jax.Array, dict[str, jax.Array]]:
         inputs, targets = text.chunk(train_data, step % chunks_per_epoch, bptt)
         value, _ = net.apply(
             {"params": params},
@@ -233,13 +241,15 @@ def make_problem(cfg, corpus: text.Corpus) -> training.Problem:
         )
         return value, {}
 
-    def snapshot(params, hparams):
-        def evaluate(i):  # one chunk at a time: B x bptt x V logits
+    def snapshot(params: PyTree, hparams: Any) -> dict[str, jax.Array]:
+        def evaluate(i: jax.Array) -> tuple[jax.Array, jax.Array]:
+            # one chunk at a time: B x bptt x V logits
             inputs, targets = text.chunk(eval_data, i, bptt)
             value, maps = net.apply(
                 {"params": params}, inputs.T, targets.T, method=model_lib.TextTransformer.loss
             )
-            return value, jax.vmap(model_lib.attention_entropy)(maps)
+            # (flax types apply's result for mutable collections too: maps is an array here)
+            return value, jax.vmap(model_lib.attention_entropy)(maps)  # type: ignore[arg-type]
 
         losses, entropies = jax.lax.map(evaluate, eval_chunks)  # (C,), (C, layers)
         inputs, _ = text.chunk(eval_data, cfg.text.map_chunk, bptt)
@@ -254,12 +264,12 @@ def make_problem(cfg, corpus: text.Corpus) -> training.Problem:
             "val_perplexity": jnp.exp(val_loss),
             "entropy_layer0": entropies[:, 0].mean(),
             "entropy": entropies.mean(),
-            "attention_maps": maps[:, 0],
+            "attention_maps": maps[:, 0],  # type: ignore[index]  # an array (flax's apply)
         }  # (layers, bptt, bptt)
 
     shapes = jax.eval_shape(init, jax.random.key(0), None)
 
-    def learning_rates(hp):
+    def learning_rates(hp: Mapping[str, jax.Array]) -> PyTree:
         lr, ffn = hp["optim.lr_z"], hp["optim.lr_z"] * hp["optim.lr_y_over_lr_z"]
         return jax.tree_util.tree_map_with_path(
             lambda path, _: ffn if any(getattr(k, "key", None) == "ffn" for k in path) else lr,
@@ -282,7 +292,11 @@ def make_problem(cfg, corpus: text.Corpus) -> training.Problem:
 # ----------------------------------------------------------------------------- run
 
 
-def run(cfg, workdir: records.Workdir, progress=print) -> dict[str, Any]:
+def run(
+    cfg: ml_collections.ConfigDict,
+    workdir: records.Workdir,
+    progress: Callable[[str], None] | None = print,
+) -> dict[str, Any]:
     """Train every structural cell (e.g. each depth) as one program of lrs x seeds; records,
     figures and the claims of `cfg.claims`."""
     cells = config_lib.structural_cells(cfg, TRACED)
@@ -300,20 +314,21 @@ def run(cfg, workdir: records.Workdir, progress=print) -> dict[str, Any]:
     grid = sweeps.Grid.make(
         config_lib.traced_axes(cfg, TRACED), np.arange(cfg.seed, cfg.seed + cfg.num_seeds)
     )
-    groups = []
+    groups: list[Group] = []
     for i, fields in enumerate(cells):
         cell = config_lib.with_fields(cfg, fields)
         corpus = load(cell)
         problem = make_problem(cell, corpus)
         if progress:
+            prec = precision.of(cell.train.dtype, cell.model.dtype)
             progress(
                 (
                     "structural cell " + ", ".join(f"{k}={v}" for k, v in fields.items()) + "\n"
                     if fields
                     else ""
                 )
-                + f"model: TextTransformer, {precision.of(cell.train.dtype, cell.model.dtype).name}\n"
-                + params_table(problem.init(jax.random.key(0), None))
+                + f"model: TextTransformer, {prec.name}\n"
+                + params_table(problem.init(jax.random.key(0), {}))
             )
         result = sweeps.run_cell(
             problem, cell, TRACED, grid, fields=fields, workdir=workdir, progress=progress
@@ -349,7 +364,7 @@ def run(cfg, workdir: records.Workdir, progress=print) -> dict[str, Any]:
     )
 
 
-def describe_data(cfg, corpus: text.Corpus) -> dict[str, Any]:
+def describe_data(cfg: ml_collections.ConfigDict, corpus: text.Corpus) -> dict[str, Any]:
     """What the run trained and evaluated on, for the progress line and summary.json."""
     per_epoch = text.num_chunks(corpus.train.shape[0], cfg.text.bptt)
     return dict(
@@ -366,13 +381,13 @@ def describe_data(cfg, corpus: text.Corpus) -> dict[str, Any]:
     )
 
 
-def _layers(fields) -> str:
+def _layers(fields: Mapping[str, Any]) -> str:
     """ "3 layers" for a depth-sweep cell, "" for a cell without one."""
     n = fields.get("transformer.num_layers")
     return "" if n is None else f"{n} layer{'s' if n > 1 else ''}"
 
 
-def final_rows(groups, unigram: float) -> list[dict[str, Any]]:
+def final_rows(groups: list[Group], unigram: float) -> list[dict[str, Any]]:
     """One row per run: its cell, lr, seed, final entropy, validation loss, whether it stayed
     finite, and whether it learnt (finite and below the unigram loss) (final_by_run.csv)."""
     rows = []
@@ -409,13 +424,15 @@ def initial_loss(vocab_size: int, width: int) -> float:
     return math.log(vocab_size) + width * 0.01 / 6
 
 
-def _learnt(result, unigram: float) -> np.ndarray:
+def _learnt(result: training.RunResult, unigram: float) -> np.ndarray:
     """Per run: finite throughout, and a final validation loss below the unigram model's."""
     loss = result.snapshots["val_loss"][:, -1]
     return (result.first_nonfinite_step < 0) & np.isfinite(loss) & (loss < unigram)
 
 
-def _sanity(cfg, groups, unigram: float, every_run_learns: bool) -> list[records.Claim]:
+def _sanity(
+    cfg: ml_collections.ConfigDict, groups: list[Group], unigram: float, every_run_learns: bool
+) -> list[records.Claim]:
     """The initial loss against its closed form; with `every_run_learns` (Fig. 7: one lr per
     depth), that every run ends below the unigram loss (Fig. 10 marks the runs that do not)."""
     out = []
@@ -451,7 +468,9 @@ def _sanity(cfg, groups, unigram: float, every_run_learns: bool) -> list[records
     return out
 
 
-def claims_fig7(cfg, groups, unigram: float) -> list[records.Claim]:
+def claims_fig7(
+    cfg: ml_collections.ConfigDict, groups: list[Group], unigram: float
+) -> list[records.Claim]:
     """Fig. 7 (notes §5.7): per depth, layer 0's mean attention entropy falls from step 0 and
     freezes over the last third of training while the lr stays constant."""
     out = _sanity(cfg, groups, unigram, every_run_learns=True)
@@ -478,7 +497,7 @@ def claims_fig7(cfg, groups, unigram: float) -> list[records.Claim]:
         out.append(
             records.claim(
                 f"Fig. 7, {at}: the entropy freezes while the lr is "
-                f"{'constant' if constant else 'scheduled (NOT constant: the claim is about a constant lr)'}"
+                f"{'constant' if constant else _NOT_CONSTANT}"
                 f": its range over the last third of training (steps >= {int(steps[-1] * 2 / 3)}) "
                 f"is under {FREEZE_SHARE:g} x its fall",
                 {"range": np.round(drift, 4).tolist(), "fall": np.round(fall, 3).tolist()},
@@ -491,7 +510,7 @@ def claims_fig7(cfg, groups, unigram: float) -> list[records.Claim]:
     return out
 
 
-def entropy_by_lr(result, unigram: float) -> list[dict[str, Any]]:
+def entropy_by_lr(result: training.RunResult, unigram: float) -> list[dict[str, Any]]:
     """Per lr (ascending): the final layer-0 entropy's mean and std (ddof 1) over the runs that
     learnt (`_learnt`), and how many runs did not."""
     lrs = result.hparams["optim.lr_z"]
@@ -518,7 +537,9 @@ def entropy_by_lr(result, unigram: float) -> list[dict[str, Any]]:
     return rows
 
 
-def claims_fig10(cfg, groups, unigram: float) -> list[records.Claim]:
+def claims_fig10(
+    cfg: ml_collections.ConfigDict, groups: list[Group], unigram: float
+) -> list[records.Claim]:
     """Fig. 10 (notes §5.10): the final mean attention entropy falls as the (unified) lr rises,
     over the lrs whose runs all learnt; the lrs with failed runs are reported, not dropped."""
     out = _sanity(cfg, groups, unigram, every_run_learns=False)
@@ -532,7 +553,9 @@ def claims_fig10(cfg, groups, unigram: float) -> list[records.Claim]:
             if r["learnt"] < r["runs"]
         }
         means = [r["mean"] for r in stable]
-        measured = {f"lr {r['lr']:g}": f"{r['mean']:.3f} +- {r['std']:.3f}" for r in stable}
+        measured: dict[str, Any] = {
+            f"lr {r['lr']:g}": f"{r['mean']:.3f} +- {r['std']:.3f}" for r in stable
+        }
         if failed:
             measured["not learnt (excluded)"] = {f"lr {k:g}": v for k, v in failed.items()}
         out.append(
@@ -548,19 +571,33 @@ def claims_fig10(cfg, groups, unigram: float) -> list[records.Claim]:
     return out
 
 
-CLAIMS = {"fig7": claims_fig7, "fig10": claims_fig10, "none": lambda cfg, groups, unigram: []}
+def _no_claims(
+    cfg: ml_collections.ConfigDict, groups: list[Group], unigram: float
+) -> list[records.Claim]:
+    return []
+
+
+CLAIMS: dict[
+    str, Callable[[ml_collections.ConfigDict, list[Group], float], list[records.Claim]]
+] = {
+    "fig7": claims_fig7,
+    "fig10": claims_fig10,
+    "none": _no_claims,
+}
 
 
 # ----------------------------------------------------------------------------- figures
 
 
-def plot_attention_maps(cfg, groups, path):
+def plot_attention_maps(
+    cfg: ml_collections.ConfigDict, groups: list[Group], path: pathlib.Path
+) -> pathlib.Path:
     """Fig. 7: layer 0's attention on the fixed evaluation chunk (rows: depth; columns: the
     map steps), first run of each cell; one colour scale."""
     steps_wanted = list(cfg.text.map_steps)
     fig, axes = plotting.subplots(len(groups), len(steps_wanted), width=2.6, height=2.5)
     image = None
-    for row, (fields, result) in enumerate(groups):
+    for row, (_, result) in enumerate(groups):
         steps = list(result.snapshot_steps)
         layers = result.snapshots["attention_maps"].shape[2]
         for col, step in enumerate(steps_wanted):
@@ -574,13 +611,14 @@ def plot_attention_maps(cfg, groups, path):
             )
             ax.set_xticks([]), ax.set_yticks([])
         axes[row, 0].set_ylabel("query position")
+        assert image is not None  # subplots needs a column: map_steps is not empty
         fig.colorbar(image, ax=axes[row, -1], fraction=0.046, pad=0.04)
     for ax in axes[-1]:
         ax.set_xlabel("key position")
     return plotting.save(fig, path)
 
 
-def plot_entropy_curves(groups, unigram: float, path):
+def plot_entropy_curves(groups: list[Group], unigram: float, path: pathlib.Path) -> pathlib.Path:
     """Layer 0's mean attention entropy and the validation loss against the step, per cell and
     lr (mean over seeds with a min-max band); the unigram loss dashed."""
     fig, axes = plotting.subplots(1, 2, width=4.4, height=3.2)
@@ -604,12 +642,12 @@ def plot_entropy_curves(groups, unigram: float, path):
     return plotting.save(fig, path)
 
 
-def plot_entropy_vs_lr(groups, unigram: float, path):
+def plot_entropy_vs_lr(groups: list[Group], unigram: float, path: pathlib.Path) -> pathlib.Path:
     """Fig. 10: the final mean attention entropy (mean +- std over the runs that learnt) against
     the lr, every run a faint dot; runs that did not learn (non-finite, or a validation loss
     above the unigram model's) a red x, so no lr is dropped silently. Right: validation loss."""
     fig, axes = plotting.subplots(1, 2, width=4.2, height=3.2)
-    grid_lrs = set()
+    grid_lrs: set[float] = set()
     for fields, result in groups:
         rows = entropy_by_lr(result, unigram)
         label = _layers(fields) or "runs that learnt"
@@ -620,7 +658,7 @@ def plot_entropy_vs_lr(groups, unigram: float, path):
             "entropy_layer0": result.snapshots["entropy_layer0"][:, -1],
             "val_loss": result.snapshots["val_loss"][:, -1],
         }
-        for ax, key in zip(axes[0], finals):
+        for ax, key in zip(axes[0], finals, strict=True):
             ax.plot(lrs[learnt], finals[key][learnt], ".", color="gray", alpha=0.5)
             failed = ~learnt & np.isfinite(finals[key])
             if failed.any():

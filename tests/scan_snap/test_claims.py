@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from landscape import sweeps, training
+from landscape.scan_snap import claims as claims_lib
 from landscape.scan_snap import experiment
 from tests.scan_snap import common
 
@@ -77,7 +78,7 @@ def by_claim(claims, start):
 
 
 def test_fig4_all_claims_pass_on_a_satisfying_result():
-    claims = experiment.claims_fig4(fig4_cfg(), fig4_group())
+    claims = claims_lib.claims_fig4(fig4_cfg(), fig4_group())
     assert all(c.passed for c in claims), [(c.claim, c.measured) for c in claims if not c.passed]
     assert len([c for c in claims if c.kind == "paper"]) == 7
     assert {c.claim[:20] for c in claims if c.kind == "sanity"} == {
@@ -88,12 +89,12 @@ def test_fig4_all_claims_pass_on_a_satisfying_result():
 
 def test_fig4_a_run_that_never_converges_is_not_faster():
     """The eta_Y = 10 run never gets below 1e-2: it must not count as converging at step 0."""
-    claims = experiment.claims_fig4(fig4_cfg(), fig4_group(converge=(8, None)))
+    claims = claims_lib.claims_fig4(fig4_cfg(), fig4_group(converge=(8, None)))
     faster = by_claim(claims, "eta_Y = 10 converges faster")
     assert not faster.passed and faster.measured["eta_Y=10"] == ["never"]
     assert faster.measured["eta_Y=1"] == [8]
     # eta_Y = 1 never converging while eta_Y = 10 does by step 3: eta_Y = 10 is faster
-    claims = experiment.claims_fig4(fig4_cfg(), fig4_group(converge=(None, 3)))
+    claims = claims_lib.claims_fig4(fig4_cfg(), fig4_group(converge=(None, 3)))
     assert by_claim(claims, "eta_Y = 10 converges faster").passed
 
 
@@ -110,7 +111,7 @@ def test_fig4_a_run_that_never_converges_is_not_faster():
     ],
 )
 def test_fig4_each_claim_fails_on_a_violating_result(kwargs, start):
-    claims = experiment.claims_fig4(fig4_cfg(), fig4_group(**kwargs))
+    claims = claims_lib.claims_fig4(fig4_cfg(), fig4_group(**kwargs))
     failed = [c.claim for c in claims if not c.passed]
     if kwargs == dict(converge=(12, 3)):  # eta_Y = 1 at 12, eta_Y = 10 at 3: still reproduced
         assert not failed, failed
@@ -124,7 +125,7 @@ def test_fig4_scan_order_top_token_and_initial_loss_fail():
     distinct = np.flatnonzero(task.is_distinct[0])
     result.snapshots["attention"][:, -1, 0, distinct] = np.linspace(0.2, 0.05, len(distinct))
     result.losses[:, 0] += 0.1
-    claims = experiment.claims_fig4(fig4_cfg(), group)
+    claims = claims_lib.claims_fig4(fig4_cfg(), group)
     failed = {c.claim[:24] for c in claims if not c.passed}
     assert failed == {
         "final c_0 on distinct to",
@@ -137,7 +138,7 @@ def test_fig4_scan_order_top_token_and_initial_loss_fail():
 def test_fig4_nan_losses_fail():
     group = fig4_group()
     group[0][3].losses[:] = np.nan
-    claims = experiment.claims_fig4(fig4_cfg(), group)
+    claims = claims_lib.claims_fig4(fig4_cfg(), group)
     assert not by_claim(claims, "eta_Y = 10 converges faster").passed
     assert not by_claim(claims, "eta_Y = eta_Z = 1: batch loss").passed
 
@@ -145,7 +146,7 @@ def test_fig4_nan_losses_fail():
 def test_fig4_without_the_eta_z_1_cells_is_not_reproduced():
     group = fig4_group()
     group[0][3].hparams["optim.lr_z"][:] = 0.5
-    claims = experiment.claims_fig4(fig4_cfg(), group)
+    claims = claims_lib.claims_fig4(fig4_cfg(), group)
     paper = [c for c in claims if c.kind == "paper"]
     assert len(paper) == 1 and not paper[0].passed and "not measured" in paper[0].measured
 
@@ -173,16 +174,16 @@ def fig5_group(lrs=(0.1, 0.5, 1.0), peaks=(9, 5, 2), z_rows=1.0):
 
 def test_fig5_pass_and_fail():
     cfg = fig4_cfg("adam")
-    claims = experiment.claims_fig5(cfg, fig5_group())
+    claims = claims_lib.claims_fig5(cfg, fig5_group())
     assert all(c.passed for c in claims) and len(claims) == 3
     assert [c.kind for c in claims] == ["paper", "paper", "sanity"]
     # argmax at the most frequent token at lr 0.5; two lrs with the same pattern; invariant holds
-    claims = experiment.claims_fig5(cfg, fig5_group(peaks=(9, 9, 2), z_rows=0.0))
+    claims = claims_lib.claims_fig5(cfg, fig5_group(peaks=(9, 9, 2), z_rows=0.0))
     assert not any(c.passed for c in claims), [(c.claim, c.measured) for c in claims]
 
 
 def test_fig5_missing_lr_and_single_lr_are_not_reproduced():
-    claims = experiment.claims_fig5(fig4_cfg("adam"), fig5_group(lrs=(1.0,), peaks=(5,)))
+    claims = claims_lib.claims_fig5(fig4_cfg("adam"), fig5_group(lrs=(1.0,), peaks=(5,)))
     paper = [c for c in claims if c.kind == "paper"]
     assert len(paper) == 2 and not any(c.passed for c in paper)
     assert all("not measured" in c.measured for c in paper)
@@ -217,7 +218,7 @@ def fig6_groups(Ks=(2, 6), lrs=(0.5, 3.0), ratios=(1.0, 2.0, 10.0), table=None):
 
 
 def test_fig6_pass_on_the_structure():
-    claims = experiment.claims_fig6(None, fig6_groups())
+    claims = claims_lib.claims_fig6(None, fig6_groups())
     assert len(claims) == 3 and all(c.passed for c in claims), [c.measured for c in claims]
 
 
@@ -236,20 +237,22 @@ def test_fig6_pass_on_the_structure():
     ],
 )
 def test_fig6_each_claim_fails_on_a_violating_table(table, start):
-    claims = experiment.claims_fig6(None, fig6_groups(table=table))
+    claims = claims_lib.claims_fig6(None, fig6_groups(table=table))
     failed = [c.claim for c in claims if not c.passed]
     assert len(failed) == 1 and failed[0].startswith(start), failed
 
 
 def test_fig6_missing_cells_are_not_reproduced():
     """One eta_Z (the 'falls with eta_Z' check had an empty diff), no ratio 10, no K = 2."""
-    claims = experiment.claims_fig6(None, fig6_groups(Ks=(6,), lrs=(3.0,), ratios=(1.0, 2.0)))
+    claims = claims_lib.claims_fig6(None, fig6_groups(Ks=(6,), lrs=(3.0,), ratios=(1.0, 2.0)))
     assert len(claims) == 3 and not any(c.passed for c in claims)
-    claims = experiment.claims_fig6(None, fig6_groups(Ks=(2,), ratios=(1.0, 2.0)))
+    claims = claims_lib.claims_fig6(None, fig6_groups(Ks=(2,), ratios=(1.0, 2.0)))
     assert len(claims) == 2 and not any(c.passed for c in claims)
 
 
 def test_fig6_nan_entropy_fails():
-    nan = lambda K, lr, r: np.where(np.isclose(r, 2.0), np.nan, 3.0 - 0.2 * lr + 0 * r)
-    claims = experiment.claims_fig6(None, fig6_groups(table=nan))
+    def nan(K, lr, r):
+        return np.where(np.isclose(r, 2.0), np.nan, 3.0 - 0.2 * lr + 0 * r)
+
+    claims = claims_lib.claims_fig6(None, fig6_groups(table=nan))
     assert not any(c.passed for c in claims), [(c.claim, c.measured) for c in claims]

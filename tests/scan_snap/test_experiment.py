@@ -1,4 +1,5 @@
-"""Scan & Snap experiments end to end: notes §7.4 acceptance, Figs. 5, 6 structure, theory figures."""
+"""Scan & Snap experiments end to end: notes §7.4 acceptance, Figs. 5, 6 structure, theory
+figures."""
 
 import json
 import os

@@ -156,7 +156,10 @@ def test_T3_lemma5_exact_discrete_solution():
     )  # (K, M), orthonormal
     np.testing.assert_allclose(f @ f.T, np.eye(K), atol=1e-15)
     labels = jnp.asarray(t.next_token)
-    ce = lambda Y, n: model.cross_entropy(f[n][None] @ Y, labels[n][None])
+
+    def ce(Y, n):
+        return model.cross_entropy(f[n][None] @ Y, labels[n][None])
+
     visits = jax.random.randint(jax.random.key(0), (3000,), 0, K)
 
     def step(Y, n):
@@ -225,7 +228,8 @@ def test_T10_theorem3_identity_sharpens_as_eta_z_over_eta_y_shrinks():
 
 def test_population_hessian_at_origin_closed_form():
     """At Y = Z = 0: H_YY = (F F^T / K) kron (I/M - 11^T/M^2), so its non-zero eigenvalues are
-    (1 +- rho)/(K M), each M-1 times, with rho = f_1 . f_2; H_ZZ = 0; grad_Y = -(1/K) sum f_n (e_n - 1/M)^T."""
+    (1 +- rho)/(K M), each M-1 times, with rho = f_1 . f_2; H_ZZ = 0;
+    grad_Y = -(1/K) sum f_n (e_n - 1/M)^T."""
     t = syn_small()
     M = t.num_tokens
     point = landscape.scan_snap.population_point(t)

@@ -121,7 +121,9 @@ def test_decoder_cross_entropy_equals_autodiff_through_the_logits():
         logp = jax.nn.log_softmax(x @ kernel + bias)
         return -jnp.take_along_axis(logp, labels[:, None], axis=1).mean()
 
-    fused = lambda x, kernel, bias: model.decoder_cross_entropy(x, kernel, bias, labels)
+    def fused(x, kernel, bias):
+        return model.decoder_cross_entropy(x, kernel, bias, labels)
+
     chex.assert_trees_all_close(fused(x, kernel, bias), reference(x, kernel, bias), rtol=1e-12)
     chex.assert_trees_all_close(
         jax.grad(fused, argnums=(0, 1, 2))(x, kernel, bias),
@@ -144,7 +146,9 @@ def test_loss_is_the_cross_entropy_of_the_logits(dtype):
         logp = jax.nn.log_softmax(logits.reshape(-1, 50))
         return -jnp.take_along_axis(logp, targets.reshape(-1, 1), axis=1).mean()
 
-    loss = lambda p: net.apply({"params": p}, tokens, targets, method=model.TextTransformer.loss)[0]
+    def loss(p):
+        return net.apply({"params": p}, tokens, targets, method=model.TextTransformer.loss)[0]
+
     tol = 1e-5 if dtype is None else 1e-2
     chex.assert_trees_all_close(loss(params), via_logits(params), rtol=tol)
     chex.assert_trees_all_close(

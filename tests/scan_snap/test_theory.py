@@ -1,4 +1,5 @@
-"""Checks of landscape.scan_snap.theory against the numbers in notes/scan_snap.md §4.1–4.5, §5.3, §5.8, §5.9."""
+"""Checks of landscape.scan_snap.theory against the numbers in notes/scan_snap.md §4.1–4.5, §5.3,
+§5.8, §5.9."""
 
 import numpy as np
 import pytest
@@ -8,7 +9,7 @@ from landscape.scan_snap import theory as T
 M_BIG, K_BIG = 1000, 10
 
 
-# ---------------------------------------------------------------------------------------------- decoder
+# ------------------------------------------------------------------------------------------ decoder
 
 
 @pytest.mark.parametrize("M, expected", [(30, 0.4615), (34, 0.4553), (100, 0.4030), (1000, 0.3198)])
@@ -90,7 +91,8 @@ def test_crossing_M_minus_1():
 
 
 def test_gamma_peak():
-    # gamma depends on t only through eta_y t / K; for M = 1000 it peaks at 4.42 at eta_y t / K = 5.64
+    # gamma depends on t only through eta_y t / K; for M = 1000 it peaks at 4.42 at
+    # eta_y t / K = 5.64
     x = np.linspace(0.0, 30.0, 300001)
     g = T.gamma(M_BIG, 1, 1.0, x)
     i = np.argmax(g)
@@ -110,7 +112,7 @@ def test_gamma_discrete_flag():
     assert T.gamma(M, K, eta, 0.0) == 0.0
 
 
-# ---------------------------------------------------------------------------------------------- snapping
+# ----------------------------------------------------------------------------------------- snapping
 
 
 def _simpson(y, dx):
@@ -188,7 +190,7 @@ def test_B_exact_vs_paper_and_regimes():
         )
 
 
-# ---------------------------------------------------------------------------------------------- attention ODE
+# ------------------------------------------------------------------------------------ attention ODE
 
 
 def _syn_small():
@@ -237,10 +239,10 @@ def test_ode_theorem3_identity(ode_run):
         err = 0.0
         for n, m in enumerate(last):
             distinct = range(10 + 10 * n, 20 + 10 * n)
-            for l in distinct:
-                for l2 in distinct:
-                    if l != l2:
-                        r_t, r_pred = T.relative_gain(Zs[:, m], Zs[0, m], P[n], l, l2)
+            for token in distinct:
+                for token2 in distinct:
+                    if token != token2:
+                        r_t, r_pred = T.relative_gain(Zs[:, m], Zs[0, m], P[n], token, token2)
                         err = max(err, np.max(np.abs(r_t - r_pred) / np.abs(r_pred)))
         errs[n_steps] = err
     assert errs[600] < 1e-8
@@ -248,7 +250,8 @@ def test_ode_theorem3_identity(ode_run):
 
 
 def test_ode_row_sums_zero(ode_run):
-    # f_n^T (f_n f_n^T - I) v = 0 since |f_n| = 1, so each row of dZ/dt sums to 0 (cf. notes §3.3 invariant)
+    # f_n^T (f_n f_n^T - I) v = 0 since |f_n| = 1, so each row of dZ/dt sums to 0 (cf. notes §3.3
+    # invariant)
     _, _, _, _, out = ode_run
     _, Zs = out[600]
     assert np.abs(Zs.sum(axis=-1)).max() < 1e-13
