@@ -1,4 +1,5 @@
-"""Times the hot paths and writes JSON: python -m experiments.benchmark [--only=scan_snap] [--out=f].
+"""Times the hot paths and writes JSON:
+python -m experiments.benchmark [--only=scan_snap] [--out=f].
 
 Scan & Snap (issue targets on 2 CPU cores, against the authors' PyTorch code):
   syn_small_single_run   100 steps, batch 128, L = 128, one run: run time after compilation
@@ -17,6 +18,7 @@ Compilation cache (`--only=cache`, subprocesses with a fresh cache folder):
   syn_medium_warm_cache  the Fig. 6 grid's compile seconds from a warm cache, beside a cold one
 """
 
+import functools
 import json
 import os
 import pathlib
@@ -25,9 +27,12 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 from absl import app, flags
 
@@ -36,6 +41,7 @@ from experiments import host
 from landscape import backend, sweeps, training
 from landscape import config as config_lib
 from landscape.scan_snap import experiment
+from landscape.typing import PyTree
 
 _OUT = flags.DEFINE_string("out", None, "JSON output (default runs/benchmark/<time>.json).")
 _ONLY = flags.DEFINE_list(
@@ -83,7 +89,7 @@ def _best_run_seconds(fn, repeats):
     return min(r.run_seconds for r in results), results[0].compile_seconds
 
 
-def bench_scan_snap(repeats, one_by_one):
+def bench_scan_snap(repeats: int, one_by_one: int) -> dict[str, Any]:
     out = _Rows()
     cfg = syn_small.get_config("fig4_left")
     single, compile_s = _best_run_seconds(lambda: _train(cfg, [2]), repeats)
@@ -150,7 +156,7 @@ def bench_scan_snap(repeats, one_by_one):
     return out
 
 
-def bench_recall(repeats, one_by_one):
+def bench_recall(repeats: int, one_by_one: int) -> dict[str, Any]:
     """Gradient flow on the recall model (k = 4, 20 parameters) and the E3 grid as one program."""
     jax.config.update("jax_enable_x64", True)
     from configs import recall
@@ -159,7 +165,9 @@ def bench_recall(repeats, one_by_one):
     from landscape.recall import model as recall_model
 
     model = recall_model.from_config(recall.get_config("fig1"))
-    params0 = jax.tree.map(lambda x: x[None], flow.init_shape(model, 0.02, [1, 0.5, 0.25, 0.1]))
+    params0 = jax.tree.map(
+        lambda x: x[None], flow.init_shape(model, 0.02, np.array([1, 0.5, 0.25, 0.1]))
+    )
     ts = np.linspace(0.0, 250.0 / 0.02, 4000)[None]
     t0 = time.perf_counter()
     flow.population_flow(model, params0, ts)
@@ -203,7 +211,7 @@ def bench_recall(repeats, one_by_one):
     return out
 
 
-def bench_markov(repeats, one_by_one):
+def bench_markov(repeats: int, one_by_one: int) -> dict[str, Any]:
     """Attention with Markov: training steps at the authors' default and the small size, and the
     exact Hessian at theta_pi (issue targets: <= 20 ms; <= 0.5 ms per step per run vmapped;
     seconds)."""
@@ -213,7 +221,7 @@ def bench_markov(repeats, one_by_one):
 
     out = _Rows()
 
-    def step_time(cfg, runs, steps):
+    def step_time(cfg: ml_collections.ConfigDict, runs: int, steps: int) -> tuple[float, float]:
         cfg.train.update(num_steps=steps, log_every=steps)
         cfg.num_seeds = runs
         timings = [
@@ -270,7 +278,7 @@ def bench_markov(repeats, one_by_one):
     return out
 
 
-def bench_ngrams(repeats, one_by_one):
+def bench_ngrams(repeats: int, one_by_one: int) -> dict[str, Any]:
     """In-context n-grams, Fig. 3 setting (S = 5, n = 3, T = 32, batch 128, simplified model,
     Adam): ms per training step with sampling, one seed vs 5 seeds vmapped (issue target <= 3 ms
     per step; the authors' JAX code: 19.4 ms, of which 15.4 ms sampling, jitted step 2.6 ms)."""
@@ -308,7 +316,7 @@ def bench_ngrams(repeats, one_by_one):
     sample = jax.jit(lambda key: ngrams_task.sample(key, 5, 3, 32, 0.5, 128)[:2])
     jax.block_until_ready(sample(jax.random.key(0)))
     best = float("inf")
-    for r in range(repeats):
+    for _ in range(repeats):
         t0 = time.perf_counter()
         for i in range(200):
             batch = sample(jax.random.key(i))
@@ -322,7 +330,7 @@ def bench_ngrams(repeats, one_by_one):
     return out
 
 
-def bench_cache(repeats, one_by_one):
+def bench_cache(repeats: int, one_by_one: int) -> dict[str, Any]:
     """The CLI's persistent compilation cache: each command twice in fresh processes, the first
     filling an empty cache folder, the second reading it (wall time from the shell's view)."""
     del one_by_one
@@ -335,30 +343,8 @@ def bench_cache(repeats, one_by_one):
         ("syn_medium", "configs/syn_medium.py", 1, None),
     ):
         with tempfile.TemporaryDirectory() as folder:
-
-            def command(i):
-                t0 = time.perf_counter()
-                subprocess.run(
-                    [
-                        sys.executable,
-                        "-m",
-                        "experiments.scan_snap",
-                        f"--config={config}",
-                        f"--compilation_cache={folder}/cache",
-                        f"--workdir={folder}/w{i}",
-                    ],
-                    cwd=root,
-                    env=env,
-                    check=True,
-                    capture_output=True,
-                )
-                timing = json.loads((pathlib.Path(folder) / f"w{i}" / "summary.json").read_text())[
-                    "timing"
-                ]
-                return time.perf_counter() - t0, timing["compile_seconds"]
-
-            cold = command(0)
-            warm = min(command(i + 1) for i in range(times))
+            cold = _cli_seconds(root, env, config, folder, 0)
+            warm = min(_cli_seconds(root, env, config, folder, i + 1) for i in range(times))
         out[name] = dict(
             cold_wall_seconds=cold[0],
             cold_compile_seconds=cold[1],
@@ -371,7 +357,31 @@ def bench_cache(repeats, one_by_one):
     return out
 
 
-def bench_wikitext(repeats, one_by_one):
+def _cli_seconds(
+    root: pathlib.Path, env: dict[str, str], config: str, folder: str, i: int
+) -> tuple[float, float]:
+    """(wall seconds, compile seconds) of the scan_snap CLI on `config` in a fresh process, with
+    the compilation cache `<folder>/cache` and the workdir `<folder>/w<i>`."""
+    t0 = time.perf_counter()
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "experiments.scan_snap",
+            f"--config={config}",
+            f"--compilation_cache={folder}/cache",
+            f"--workdir={folder}/w{i}",
+        ],
+        cwd=root,
+        env=env,
+        check=True,
+        capture_output=True,
+    )
+    timing = json.loads((pathlib.Path(folder) / f"w{i}" / "summary.json").read_text())["timing"]
+    return time.perf_counter() - t0, timing["compile_seconds"]
+
+
+def bench_wikitext(repeats: int, one_by_one: int) -> dict[str, Any]:
     """Scan & Snap on WikiText (Figs. 7, 10): SGD steps of the d = 200 transformer at batch 20 x
     bptt 35 over the WikiText-2 valid split's vocabulary (issue 15: the decoder's three matmuls,
     ~10 GFLOP a step, set the floor: tens of ms). Needs the text folder of configs/wikitext.py."""
@@ -392,20 +402,7 @@ def bench_wikitext(repeats, one_by_one):
         corpus = wikitext.load(cell)
         steps = 50
         hparams = {"optim.lr_z": np.full(runs, 5.0), "optim.lr_y_over_lr_z": np.full(runs, 2.0)}
-
-        def once():
-            return training.train(
-                wikitext.make_problem(cell, corpus),
-                cell.optim,
-                hparams,
-                list(range(runs)),
-                num_steps=steps,
-                log_every=steps,
-                chunk_steps=steps,
-                progress=None,
-                sharding=None if runs == 1 else sweeps.run_axis_sharding(),
-            )
-
+        once = functools.partial(_train_wikitext, cell, corpus, hparams, runs, steps)
         best, compile_s = _best_run_seconds(once, repeats)
         V, d, positions = corpus.vocab_size, cell.transformer.width, 20 * 35
         gflop = 3 * 2 * positions * d * V / 1e9  # decoder: forward, two backward
@@ -458,7 +455,31 @@ def bench_wikitext(repeats, one_by_one):
     return out
 
 
-def _encoder_ms(cfg, corpus, repeats) -> float:
+def _train_wikitext(
+    cell: ml_collections.ConfigDict,
+    corpus: Any,
+    hparams: dict[str, np.ndarray],
+    runs: int,
+    steps: int,
+) -> training.RunResult:
+    """`steps` SGD steps of `runs` runs of the WikiText problem (sharded over the devices when
+    there are several runs)."""
+    from landscape.scan_snap import wikitext
+
+    return training.train(
+        wikitext.make_problem(cell, corpus),
+        cell.optim,
+        hparams,
+        list(range(runs)),
+        num_steps=steps,
+        log_every=steps,
+        chunk_steps=steps,
+        progress=None,
+        sharding=None if runs == 1 else sweeps.run_axis_sharding(),
+    )
+
+
+def _encoder_ms(cfg: ml_collections.ConfigDict, corpus: Any, repeats: int) -> float:
     """Best ms of one forward and backward pass through the model below its decoder."""
     from landscape.scan_snap import model as model_lib
     from landscape.scan_snap import text, wikitext
@@ -468,7 +489,7 @@ def _encoder_ms(cfg, corpus, repeats) -> float:
     inputs, _ = text.chunk(jnp.asarray(corpus.train), 0, cfg.text.bptt)
     cotangent = jnp.ones(inputs.T.shape + (cfg.transformer.width,), jnp.float32)
 
-    def encoded(p):
+    def encoded(p: PyTree) -> jax.Array:
         x, _ = net.apply(
             p,
             inputs.T,
@@ -482,7 +503,7 @@ def _encoder_ms(cfg, corpus, repeats) -> float:
     return 1e3 * _best_call_seconds(lambda: jax.block_until_ready(grad(params)), 10 * repeats)
 
 
-def _best_call_seconds(call, times: int) -> float:
+def _best_call_seconds(call: Callable[[], object], times: int) -> float:
     """The fastest of `times` calls, after one untimed call (compilation, first touch)."""
     call()
     best = float("inf")
@@ -504,7 +525,7 @@ def _decoder_matmul_rates(V, d, positions, repeats):
 
     xla_args = [jax.device_put(a) for a in (h, W, G)]
     xla = sum(
-        _best_call_seconds(lambda f=jax.jit(f): f(*xla_args).block_until_ready(), 5 * repeats)
+        _best_call_seconds(functools.partial(_call_and_wait, jax.jit(f), xla_args), 5 * repeats)
         for f in products
     )
     blas = sum(_best_call_seconds(lambda f=f: f(h, W, G), 5 * repeats) for f in products)
@@ -528,7 +549,12 @@ BENCHMARKS = {
 }
 
 
-def main(argv):
+def _call_and_wait(f: Callable[..., jax.Array], args: list[jax.Array]) -> jax.Array:
+    """f(*args), waited for."""
+    return f(*args).block_until_ready()
+
+
+def main(argv: list[str]) -> None:
     del argv
     host.use_host_devices(host.HOST_DEVICES.value)  # before anything initialises the backends
     tuned = host.tune_allocator() if _ALLOCATOR.value else False

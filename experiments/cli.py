@@ -40,7 +40,9 @@ import sys
 import tempfile
 import time
 import traceback
-from typing import Any
+import types
+from collections.abc import Iterator
+from typing import Any, cast
 
 import ml_collections
 from absl import flags
@@ -89,12 +91,12 @@ class UsageError(ValueError):
     """A mistake in the command: one sentence, exit status 2."""
 
 
-def run(experiment) -> None:
+def run(experiment: types.ModuleType) -> None:
     """The entry point of `python -m experiments.<paper>`."""
     sys.exit(main(experiment, sys.argv))
 
 
-def main(experiment, argv: list[str]) -> int:
+def main(experiment: types.ModuleType, argv: list[str]) -> int:
     """Run the CLI on `argv` (argv[0] is the program) in this process; returns the exit status."""
     started = time.perf_counter()
     try:
@@ -116,7 +118,14 @@ def main(experiment, argv: list[str]) -> int:
         return _run(experiment, argv, cfg, workdir_path, validated, cache)
 
 
-def _run(experiment, argv, cfg, workdir_path, validated, cache) -> int:
+def _run(
+    experiment: types.ModuleType,
+    argv: list[str],
+    cfg: ml_collections.ConfigDict,
+    workdir_path: pathlib.Path,
+    validated: float,
+    cache: str | None,
+) -> int:
     """The resolved config run in its workdir, with records, status and interruptions."""
     import jax
 
@@ -231,7 +240,7 @@ def _parse_flags(argv: list[str]) -> None:
         raise UsageError(f"unexpected argument {extra[1]!r}: flags are --name=value.")
 
 
-def _help(experiment) -> str:
+def _help(experiment: types.ModuleType) -> str:
     module = sys.modules.get(f"experiments.{_paper(experiment)}")
     ours = [
         _CONFIG,
@@ -252,7 +261,7 @@ def _help(experiment) -> str:
     return "\n".join(lines)
 
 
-def _paper(experiment) -> str:
+def _paper(experiment: types.ModuleType) -> str:
     return experiment.__name__.split(".")[1]
 
 
@@ -265,27 +274,32 @@ def _fail(message: str, status: int) -> int:
 # ----------------------------------------------------------------------------- the config
 
 
-def _resolve(experiment, overrides) -> tuple[ml_collections.ConfigDict, pathlib.Path]:
+def _resolve(
+    experiment: types.ModuleType, overrides: list[tuple[str, str]]
+) -> tuple[ml_collections.ConfigDict, pathlib.Path]:
     """The validated config and the workdir path, creating nothing."""
     resume, workdir = _RESUME.value, _WORKDIR.value
-    if resume and not workdir:
-        raise UsageError("--resume needs --workdir: the folder of the run to continue.")
     stored = None
     if resume:
+        if not workdir:
+            raise UsageError("--resume needs --workdir: the folder of the run to continue.")
         records.check_path(workdir, overwrite=_OVERWRITE.value, resume=True)
         stored = records.load_config_json(pathlib.Path(workdir) / "config.json")
-    if _CONFIG.value is None and stored is None:
+    if _CONFIG.value is not None:
+        data = load_config(_CONFIG.value)
+    elif stored is not None:
+        data = stored
+    else:
         raise UsageError(
             "--config is required, e.g. --config=configs/syn_small.py "
             "(or --workdir=DIR --resume to continue a recorded run)."
         )
-    data = load_config(_CONFIG.value) if _CONFIG.value is not None else stored
     schema = config_lib.flatten(experiment.default_config())
     notes = apply_overrides(data, overrides, schema)
     cfg = ml_collections.ConfigDict(data)
     experiment.validate(cfg)
     if stored is not None:
-        _require_same_config(stored, cfg.to_dict(), workdir)
+        _require_same_config(stored, cfg.to_dict(), cast(str, workdir))  # --resume needs it
     path = pathlib.Path(workdir) if workdir else records.new_path(cfg.name)
     # Every process checks (only process 0 writes): a process other than 0 that skipped it
     # would wait for a coordinator that already refused a used workdir. Nothing is written
@@ -329,9 +343,10 @@ def load_config(spec: str) -> dict[str, Any]:
     return cfg.to_dict() if hasattr(cfg, "to_dict") else dict(cfg)
 
 
-def _import_file(file: pathlib.Path):
+def _import_file(file: pathlib.Path) -> types.ModuleType:
     name = f"_config_{abs(hash(str(file.resolve())))}"
     spec = importlib.util.spec_from_file_location(name, file)
+    assert spec is not None and spec.loader is not None  # a .py file always has both
     module = importlib.util.module_from_spec(spec)
     try:
         spec.loader.exec_module(module)
@@ -431,9 +446,10 @@ def _literal(text: str) -> Any:
 
 
 def _get(data: dict, field: str) -> Any:
+    value: Any = data
     for part in field.split("."):
-        data = data.get(part) if isinstance(data, dict) else None
-    return data
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
 
 
 def _set(data: dict, field: str, value: Any) -> None:
@@ -451,7 +467,8 @@ def _drop_sweep_axis(data: dict, field: str) -> None:
     for part in path[:-1]:
         chain.append(chain[-1][part])
     del chain[-1][path[-1]]
-    for group, part in zip(reversed(chain[:-1]), reversed(path[:-1])):  # drop emptied groups
+    # drop emptied groups (chain holds the sweep and one group per part of path[:-1])
+    for group, part in zip(reversed(chain[:-1]), reversed(path[:-1]), strict=True):
         if not group[part]:
             del group[part]
 
@@ -471,7 +488,7 @@ def _require_same_config(stored: dict, given: dict, workdir: str) -> None:
 # ----------------------------------------------------------------------------- the process
 
 
-def _start_backend(experiment, cfg) -> str | None:
+def _start_backend(experiment: types.ModuleType, cfg: ml_collections.ConfigDict) -> str | None:
     """Host devices, allocator, compilation cache (its folder is returned), x64, quiet logs."""
     try:
         host.use_host_devices(host.HOST_DEVICES.value)  # first: before the backends start
@@ -492,12 +509,12 @@ def _start_backend(experiment, cfg) -> str | None:
 
 
 @contextlib.contextmanager
-def _stop_on_signals():
+def _stop_on_signals() -> Iterator[None]:
     """First Ctrl-C / SIGTERM: stop training at the next chunk boundary (outside a training
     loop: at once); a second one: at once."""
-    asked = []
+    asked: list[int] = []
 
-    def handler(signum, frame):
+    def handler(signum: int, frame: types.FrameType | None) -> None:
         if asked or not training.request_stop():
             raise KeyboardInterrupt
         asked.append(signum)
@@ -508,7 +525,7 @@ def _stop_on_signals():
             flush=True,
         )
 
-    previous = {}
+    previous: dict[signal.Signals, Any] = {}
     try:
         for sig in (signal.SIGINT, signal.SIGTERM):
             previous[sig] = signal.signal(sig, handler)
@@ -526,7 +543,7 @@ def provenance(argv: list[str], **extra: Any) -> dict[str, Any]:
     """What ran a config: the command, package versions, the git commit, backend and devices."""
     import jax
 
-    versions = {}
+    versions: dict[str, str | None] = {}
     for name in PACKAGES:
         try:
             versions[name] = importlib.metadata.version(name)
@@ -549,7 +566,8 @@ def provenance(argv: list[str], **extra: Any) -> dict[str, Any]:
         backend=jax.default_backend(),
         device_count=jax.device_count(),
         devices=sorted({d.device_kind for d in jax.devices()}),
-        matmul_precision=jax.config.jax_default_matmul_precision,
+        # a flag: jax.config sets it as an attribute, which its type does not declare
+        matmul_precision=jax.config.jax_default_matmul_precision,  # type: ignore[attr-defined]
         formulations=backend.current(),
         cwd=os.getcwd(),
         **extra,

@@ -73,10 +73,10 @@ def distributed_flags_error() -> str | None:
             "--coordinator_address, --num_processes and --process_id go together (or "
             "--distributed alone, to let jax.distributed detect them)."
         )
-    if all(given) and PROCESS_ID.value >= NUM_PROCESSES.value:
-        return (
-            f"--process_id={PROCESS_ID.value}: must be below --num_processes={NUM_PROCESSES.value}."
-        )
+    process_id, num_processes = PROCESS_ID.value, NUM_PROCESSES.value
+    if all(given) and process_id is not None and num_processes is not None:
+        if process_id >= num_processes:
+            return f"--process_id={process_id}: must be below --num_processes={num_processes}."
     if all(given) and DISTRIBUTED.value:
         return "--distributed detects the processes itself: leave out --coordinator_address."
     return None

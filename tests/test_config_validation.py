@@ -28,7 +28,7 @@ VARIANTS = {
 
 def shipped():
     out = []
-    for module, package in PACKAGE.items():
+    for module in PACKAGE:
         configs = importlib.import_module(f"configs.{module}")
         for variant in VARIANTS.get(module) or configs.VARIANTS:
             out.append(f"{module}:{variant}" if variant else module)

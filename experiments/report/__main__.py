@@ -21,6 +21,8 @@ from __future__ import annotations
 import pathlib
 import sys
 import time
+from collections.abc import Callable
+from typing import Any
 
 from absl import flags
 
@@ -73,11 +75,11 @@ _README = flags.DEFINE_bool(
 )
 
 
-def main(argv: list[str], progress=print) -> int:
+def main(argv: list[str], progress: Callable[[str], object] = print) -> int:
     started = time.perf_counter()
     try:
         cli._parse_flags(argv)
-        options = dict(
+        options: dict[str, Any] = dict(
             scale=_SCALE.value,
             quick=_QUICK.value,
             only=tuple(_ONLY.value),
@@ -112,20 +114,20 @@ def main(argv: list[str], progress=print) -> int:
 
 
 def report(
-    argv,
+    argv: list[str],
     *,
-    scale,
-    quick,
-    only,
-    reuse,
-    out,
-    runs,
-    sets,
-    list_only,
-    readme,
-    workers,
-    started,
-    progress=print,
+    scale: str,
+    quick: bool,
+    only: tuple[str, ...],
+    reuse: bool,
+    out: pathlib.Path,
+    runs: pathlib.Path,
+    sets: list[str],
+    list_only: bool,
+    readme: bool,
+    workers: int,
+    started: float,
+    progress: Callable[[str], object] = print,
 ) -> int:
     figures = catalog.figures(only)
     jobs = run.plan(figures, scale, quick, sets, runs)
@@ -160,7 +162,7 @@ def report(
     )
 
     table = write.rows(figures, jobs, scale, quick)
-    context = dict(
+    context: dict[str, Any] = dict(
         scale=label,
         command="python -m experiments.report " + " ".join(argv[1:]),
         time=write.now(),

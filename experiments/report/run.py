@@ -18,7 +18,9 @@ import shlex
 import sys
 import time
 import traceback
-from typing import Any
+import types
+from collections.abc import Callable, Iterable
+from typing import Any, cast
 
 import ml_collections
 
@@ -62,7 +64,7 @@ class Job:
         return json.loads(path.read_text()) if path.is_file() else None
 
 
-def experiment_module(paper: str):
+def experiment_module(paper: str) -> types.ModuleType:
     return importlib.import_module(f"landscape.{paper}.experiment")
 
 
@@ -94,7 +96,11 @@ def config_hash(cfg: ml_collections.ConfigDict) -> str:
 
 
 def plan(
-    figures, scale: str, quick: bool, sets: list[str], runs_root: pathlib.Path
+    figures: Iterable[catalog.Figure],
+    scale: str,
+    quick: bool,
+    sets: list[str],
+    runs_root: pathlib.Path,
 ) -> dict[str, Job]:
     """The job of every run of `figures` at `scale` (quick: the cpu set, shrunk), keyed by
     `job_key`, each config resolved and validated before anything runs. Runs whose configs
@@ -132,7 +138,9 @@ def resolve(run: catalog.Run, overrides: list[str], folder: pathlib.Path) -> Job
     kept = [o for o in overrides if o.partition("=")[0] in schema or o.startswith("sweep.")]
     try:
         data = cli.load_config(run.spec)
-        cli.apply_overrides(data, [tuple(o.split("=", 1)) for o in kept], schema)
+        # an override without "=" is a 1-tuple: apply_overrides' unpacking raises ValueError
+        pairs = cast(list[tuple[str, str]], [tuple(o.split("=", 1)) for o in kept])
+        cli.apply_overrides(data, pairs, schema)
         cfg = ml_collections.ConfigDict(data)
         experiment.validate(cfg)
     except (cli.UsageError, config_lib.ConfigError, ValueError) as error:
@@ -232,7 +240,7 @@ def run_all(
     reuse: bool,
     version: dict[str, Any],
     workers: int = 1,
-    progress=print,
+    progress: Callable[[str], object] = print,
     xla_flags: str = "",
 ) -> int:
     """Run (or reuse) every job with one progress line each and the time left. `workers` > 1
@@ -257,6 +265,7 @@ def run_all(
     pending = [j for j in todo if j.status == "pending"]
 
     def done(job: Job, head: str) -> None:
+        assert job.seconds is not None  # set by execute
         measured.append((job.seconds, estimates[id(job)]))
         summary = job.summary() or {}
         outcome = (
@@ -289,7 +298,11 @@ def run_all(
 
 
 def _run_parallel(
-    pending: list[Job], version: dict[str, Any], workers: int, xla_flags: str, done
+    pending: list[Job],
+    version: dict[str, Any],
+    workers: int,
+    xla_flags: str,
+    done: Callable[[Job], None],
 ) -> int:
     context = multiprocessing.get_context("spawn")
     interrupted = 0
@@ -320,7 +333,7 @@ def _add_xla_flags(flags: str) -> None:
         os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {flags}".strip()
 
 
-def _execute_elsewhere(job: Job, version: dict[str, Any]) -> tuple[int, str, float, str]:
+def _execute_elsewhere(job: Job, version: dict[str, Any]) -> tuple[int, str, float | None, str]:
     """`execute` in a worker process: what the parent's Job needs back."""
     status = execute(job, version)
     return status, job.status, job.seconds, job.message
@@ -334,4 +347,4 @@ def time_left(
     pairs = [(s, e) for s, e in measured if e]
     speed = sum(s for s, _ in pairs) / sum(e for _, e in pairs) if pairs else 1.0
     mean = sum(s for s, _ in measured) / len(measured)
-    return sum(speed * estimates[id(j)] if estimates[id(j)] else mean for j in rest)
+    return sum(speed * e if e else mean for e in (estimates[id(j)] for j in rest))

@@ -12,6 +12,7 @@ import html
 import pathlib
 import re
 import shutil
+from collections.abc import Iterable
 from typing import Any
 
 from experiments.report import catalog
@@ -54,7 +55,9 @@ class Row:
         return sum(times) if times else None
 
 
-def rows(figures, jobs: dict[str, Job], scale: str, quick: bool) -> list[Row]:
+def rows(
+    figures: Iterable[catalog.Figure], jobs: dict[str, Job], scale: str, quick: bool
+) -> list[Row]:
     return [row(f, jobs, "cpu" if quick else scale, quick) for f in figures]
 
 

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, SupportsFloat
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from ml_collections import ConfigDict
 
 from landscape import records, training
 from landscape.ngrams import estimators, task
@@ -35,7 +37,7 @@ class Lines:
     attend to.
     """
 
-    def __init__(self, cfg):
+    def __init__(self, cfg: ConfigDict) -> None:
         t = cfg.task
         self.num_states, self.order_n, self.alpha = t.num_states, t.order_n, t.alpha
         self.floor = cfg.train.floor
@@ -49,7 +51,7 @@ class Lines:
             t.init,
         )
         self.y = y.astype(jnp.float32)
-        self._cache = {}
+        self._cache: dict[tuple[int, ...], dict[str, float]] = {}
         S, n = self.num_states, self.order_n
         self.base = {"uniform": math.log(S)}
         for k in range(1, n + 1):
@@ -64,24 +66,24 @@ class Lines:
                     )["+alpha"]
             self.base[f"{name} opt"] = self.for_lags(lags)["opt"]
 
-    def _loss(self, probs) -> float:
+    def _loss(self, probs: jax.Array) -> float:
         return float(jnp.mean(estimators.cross_entropy(probs, self.y, self.floor)))
 
-    def for_lags(self, lags) -> dict[str, float]:
+    def for_lags(self, lags: Iterable[int]) -> dict[str, float]:
         """{"+alpha", "opt"} losses of the estimator reading the offsets `lags` (() = unigram)."""
-        lags = tuple(sorted(lags))
-        if lags not in self._cache:
+        key = tuple(sorted(lags))
+        if key not in self._cache:
             S, n = self.num_states, self.order_n
-            k = len(lags) + 1
+            k = len(key) + 1
             smoothed = estimators.smoothed_estimate(
-                self.x, S, k, self.alpha, lags=lags or None, min_position=n if lags else None
+                self.x, S, k, self.alpha, lags=key or None, min_position=n if key else None
             )
-            counts, matches = estimators.kgram_counts(self.x, S, k, lags=lags or None)
+            counts, matches = estimators.kgram_counts(self.x, S, k, lags=key or None)
             best = min(
                 self._loss(estimators._normalise(counts, matches, beta, S)) for beta in BETA_GRID
             )
-            self._cache[lags] = {"+alpha": self._loss(smoothed), "opt": best}
-        return self._cache[lags]
+            self._cache[key] = {"+alpha": self._loss(smoothed), "opt": best}
+        return self._cache[key]
 
 
 # ----------------------------------------------------------------------------- analysis
@@ -114,7 +116,9 @@ def plateaus(
     return out
 
 
-def _stage(plateau, steps, offsets_SHL, threshold, lines: Lines) -> dict[str, Any]:
+def _stage(
+    plateau: dict, steps: np.ndarray, offsets_SHL: np.ndarray, threshold: float, lines: Lines
+) -> dict[str, Any]:
     """What the heads implement at the end of a plateau, and the matching estimator's losses.
 
     The history read is the set of offsets -l some head attends to with weight > threshold (at
@@ -139,7 +143,7 @@ def _stage(plateau, steps, offsets_SHL, threshold, lines: Lines) -> dict[str, An
     )
 
 
-def run_analysis(group, lines: Lines) -> list[dict[str, Any]]:
+def run_analysis(group: dict, lines: Lines) -> list[dict[str, Any]]:
     """Per run: plateaus with the history their heads read and that estimator's loss, the step
     each offset's head forms, and the mean minibatch gradient norm per log interval."""
     cfg, res = group["cfg"], group["result"]
@@ -152,7 +156,7 @@ def run_analysis(group, lines: Lines) -> list[dict[str, Any]]:
         found = plateaus(steps, loss, a.flat_window, a.flat_tol, a.min_plateau)
         for p in found:
             p.update(_stage(p, steps, offsets, a.head_threshold, lines))
-        formed = {}
+        formed: dict[str, int | None] = {}
         for j, lag in enumerate(OFFSETS[: n - 1]):
             hit = np.flatnonzero(offsets[:, :, j].max(axis=1) > a.head_threshold)
             formed[f"lag{lag}"] = int(steps[hit[0]]) if hit.size else None
@@ -170,7 +174,7 @@ def run_analysis(group, lines: Lines) -> list[dict[str, Any]]:
     return rows
 
 
-def _jump(steps, loss, after: int) -> int:
+def _jump(steps: np.ndarray, loss: np.ndarray, after: int) -> int:
     """Index j (snapshot) of the largest test-loss drop loss[j-1] - loss[j] after step `after`."""
     drops = np.where(steps[1:] > after, loss[:-1] - loss[1:], -np.inf)
     return int(np.argmax(drops)) + 1
@@ -179,7 +183,9 @@ def _jump(steps, loss, after: int) -> int:
 # ----------------------------------------------------------------------------- claims
 
 
-def claims_staircase(cfg, group, lines, rows) -> list[records.Claim]:
+def claims_staircase(
+    cfg: ConfigDict, group: dict, lines: Lines, rows: list[dict]
+) -> list[records.Claim]:
     """Figs 1/3/4/6: every sub-n-gram plateau sits at the loss of the k-gram estimator whose
     history the heads read at its end, and the histories grow along training (notes §7: within
     ~0.01-0.02 of the lines)."""
@@ -201,8 +207,8 @@ def claims_staircase(cfg, group, lines, rows) -> list[records.Claim]:
         ok = bool(sub) and all(p["distance"] <= tol for p in sub) and orders == sorted(orders)
         out.append(
             records.claim(
-                f"{program_label(group)}, seed {row['seed']}: sub-n-gram plateaus sit at the loss of the "
-                "estimator of the history the heads read",
+                f"{program_label(group)}, seed {row['seed']}: sub-n-gram plateaus sit at the "
+                "loss of the estimator of the history the heads read",
                 measured or "no sub-n-gram plateau found",
                 f"each within {tol} of that estimator's +alpha or best-smoothed loss; k increasing",
                 ok,
@@ -212,8 +218,8 @@ def claims_staircase(cfg, group, lines, rows) -> list[records.Claim]:
         final = row["final_loss"]
         out.append(
             records.sanity(
-                f"{program_label(group)}, seed {row['seed']}: final test loss against the n-gram (Bayes) "
-                "line",
+                f"{program_label(group)}, seed {row['seed']}: final test loss against the "
+                "n-gram (Bayes) line",
                 dict(
                     final=round(final, 4),
                     bayes=round(lines.base["bayes"], 4),
@@ -227,7 +233,9 @@ def claims_staircase(cfg, group, lines, rows) -> list[records.Claim]:
     return out
 
 
-def claims_heads(cfg, group, lines, rows) -> list[records.Claim]:
+def claims_heads(
+    cfg: ConfigDict, group: dict, lines: Lines, rows: list[dict]
+) -> list[records.Claim]:
     """Figs 3-5: the previous-token (-1) head forms before the (-2) head (notes §5 Fig. 5).
 
     A seed counts only when both heads formed, the -1 head first: a seed whose -2 head never
@@ -241,7 +249,7 @@ def claims_heads(cfg, group, lines, rows) -> list[records.Claim]:
     ]
     escaped = sum(f["lag2"] is not None for f in first)
     need = max(1, math.ceil(0.8 * len(rows)))
-    measured = dict(
+    measured: dict[str, Any] = dict(
         first_step_per_seed=first, seeds_in_order=int(sum(before)), seeds_with_a_minus2_head=escaped
     )
     if escaped < len(rows):
@@ -258,7 +266,7 @@ def claims_heads(cfg, group, lines, rows) -> list[records.Claim]:
     ]
 
 
-def spike(cfg, group, r: int, row) -> dict[str, Any] | None:
+def spike(cfg: ConfigDict, group: dict, r: int, row: dict) -> dict[str, Any] | None:
     """Run r's gradient norm on its longest sub-n-gram plateau and at the largest test-loss drop
     after it (None without such a plateau). Measured on the test-set gradient (a population
     estimate: sign(<g_A, g_B>) sqrt|<g_A, g_B>| over two halves, unbiased for ||grad L||^2); the
@@ -300,7 +308,9 @@ def spike(cfg, group, r: int, row) -> dict[str, Any] | None:
     )
 
 
-def claims_grad_norm(cfg, group, lines, rows) -> list[records.Claim]:
+def claims_grad_norm(
+    cfg: ConfigDict, group: dict, lines: Lines, rows: list[dict]
+) -> list[records.Claim]:
     """Figs 6-7: the gradient norm is small on the plateau before the largest jump and spikes at
     the jump (paper: ~10x, measured at averaged parameters, notes §8), per run (`spike`)."""
     out = []
@@ -336,15 +346,19 @@ def claims_grad_norm(cfg, group, lines, rows) -> list[records.Claim]:
 
 
 def claims_spike_by_measure(
-    cfg, averaged, rows_averaged, current, rows_current
+    cfg: ConfigDict,
+    averaged: dict,
+    rows_averaged: list[dict],
+    current: dict,
+    rows_current: list[dict],
 ) -> list[records.Claim]:
     """Notes §8: the paper's ~10x spike is a measure at averaged parameters. Per seed, the spike
     ratio at the parameter EMA against the ratio at the current parameters (each on its own
     plateau and jump; a seed that never leaves its plateau shows no spike at either)."""
     out = []
-    for r, (row_a, row_c) in enumerate(zip(rows_averaged, rows_current)):
+    for r, (row_a, row_c) in enumerate(zip(rows_averaged, rows_current, strict=True)):
         a, c = spike(cfg, averaged, r, row_a), spike(cfg, current, r, row_c)
-        measured = {
+        measured: dict[str, Any] = {
             "averaged": a or "no sub-n-gram plateau",
             "current": c or "no sub-n-gram plateau",
         }
@@ -355,13 +369,13 @@ def claims_spike_by_measure(
             and c["escaped"]
             and a["ratio"] > c["ratio"]
         )
-        if ok:
+        if ok and a is not None and c is not None:  # ok implies both (for mypy)
             measured["averaged / current"] = round(_ratio(a["ratio"], c["ratio"]), 2)
         out.append(
             records.claim(
-                f"{program_label(current, measured_at=False)}, seed {row_a['seed']}: the gradient spike is "
-                f"larger at the parameter EMA (decay {cfg.train.ema_decay}) than at the current "
-                "parameters",
+                f"{program_label(current, measured_at=False)}, seed {row_a['seed']}: the "
+                f"gradient spike is larger at the parameter EMA (decay {cfg.train.ema_decay}) "
+                "than at the current parameters",
                 measured,
                 "peak / plateau ratio at the EMA > at the current parameters",
                 ok,
@@ -371,7 +385,9 @@ def claims_spike_by_measure(
     return out
 
 
-def claims_paper_levels(cfg, group, lines, rows) -> list[records.Claim]:
+def claims_paper_levels(
+    cfg: ConfigDict, group: dict, lines: Lines, rows: list[dict]
+) -> list[records.Claim]:
     """Fig. 3's absolute values (the authors' notebook, notes §5): the longest sub-n-gram plateau
     and the final test loss against analysis.paper_plateau / paper_final, within line_tol. The
     authors' Fig. 3 model had a layer-2 query/key width of S (notes §8), so model.head_dim = S
@@ -397,8 +413,9 @@ def claims_paper_levels(cfg, group, lines, rows) -> list[records.Claim]:
             measured["note"] = f"no escape: the run ends on the plateau (step {int(last)})"
         out.append(
             records.claim(
-                f"{program_label(group)}, seed {row['seed']}: plateau and final test loss (after leaving "
-                f"the plateau) at the paper's values ({a.paper_plateau}, {a.paper_final})",
+                f"{program_label(group)}, seed {row['seed']}: plateau and final test loss "
+                f"(after leaving the plateau) at the paper's values ({a.paper_plateau}, "
+                f"{a.paper_final})",
                 measured,
                 f"an escape, and both within {a.line_tol}",
                 escaped and max(abs(v) for v in gaps.values()) <= a.line_tol,
@@ -408,7 +425,9 @@ def claims_paper_levels(cfg, group, lines, rows) -> list[records.Claim]:
     return out
 
 
-def claims_single_plateau(cfg, group, lines, rows) -> list[records.Claim]:
+def claims_single_plateau(
+    cfg: ConfigDict, group: dict, lines: Lines, rows: list[dict]
+) -> list[records.Claim]:
     """Fig. 7 (MLP variant): one intermediate plateau only, at the unigram level (notes §5: the
     plateau ~1.602 is the best-smoothed unigram). The plateau is judged by its level against the
     unigram lines, not by the heads at its end: a plateau that slides into the escape ends with
@@ -438,7 +457,8 @@ def claims_single_plateau(cfg, group, lines, rows) -> list[records.Claim]:
         )
         out.append(
             records.claim(
-                f"{program_label(group)}, seed {row['seed']}: a single intermediate plateau, the unigram",
+                f"{program_label(group)}, seed {row['seed']}: a single intermediate plateau, "
+                "the unigram",
                 dict(
                     plateaus=measured or "none",
                     steps_near_bigram_line=at_bigram,
@@ -455,13 +475,13 @@ def claims_single_plateau(cfg, group, lines, rows) -> list[records.Claim]:
     return out
 
 
-def _fall(first, last) -> float:
+def _fall(first: dict, last: dict) -> float:
     """How many times a study row's unbiased gradient norm falls from `first` to `last` (whose
     norm counts as at least its Monte-Carlo noise floor)."""
     return _ratio(first["grad_unbiased"], np.max([last["grad_unbiased"], last["grad_noise"]]))
 
 
-def _ratio(a, b) -> float:
+def _ratio(a: SupportsFloat, b: SupportsFloat) -> float:
     """a / b as a float: inf for a positive a over 0, NaN for 0/0 or a NaN (a failing ratio)."""
     with np.errstate(divide="ignore", invalid="ignore"):
         return float(np.float64(a) / np.float64(b))
@@ -476,7 +496,7 @@ CLAIMS = {
 }
 
 
-def program_label(group, measured_at: bool = True) -> str:
+def program_label(group: dict, measured_at: bool = True) -> str:
     """The program in words (model, task) and, for a run measured at averaged parameters, where
     its snapshots were measured (group["measured_at"], set by `measured_view`)."""
     cfg = group["cfg"]
@@ -496,7 +516,7 @@ def program_label(group, measured_at: bool = True) -> str:
     return label
 
 
-def measures(cfg) -> list[tuple[str, str]]:
+def measures(cfg: ConfigDict) -> list[tuple[str, str]]:
     """(snapshot-name prefix, words) of each measure a run logged (training.train's metrics_at):
     the analysed one first."""
     t = cfg.train
@@ -508,7 +528,7 @@ def measures(cfg) -> list[tuple[str, str]]:
     }[t.metrics_at]
 
 
-def measured_view(group, prefix: str, words: str) -> dict[str, Any]:
+def measured_view(group: dict, prefix: str, words: str) -> dict[str, Any]:
     """The group as seen by one measure: its result's snapshots are the ones named with `prefix`
     (prefix stripped; "" keeps the names that carry no measure's prefix)."""
     snaps = group["result"].snapshots
@@ -525,16 +545,17 @@ def measured_view(group, prefix: str, words: str) -> dict[str, Any]:
     }
 
 
-def claims_stationarity(rows) -> list[records.Claim]:
-    """Theorem 4.2 and the notes' checks C5-C7 on the study's rows (notes §4.5-4.7)."""
-    stars = [r for r in rows if r["point"] == "theta_star"]
-    seq_lens = sorted({r["T"] for r in rows})
-    short, long = seq_lens[0], seq_lens[-1]
-    at = lambda k, c, T, rule="fixed": next(
+def _at(stars: list[dict], k: int, c: float | None, T: int, rule: str = "fixed") -> dict:
+    """The study row of theta_*^k(c) at T under `rule` (c None: any c)."""
+    return next(
         r
         for r in stars
         if r["k"] == k and r["T"] == T and r["rule"] == rule and (c is None or r["c"] == c)
     )
+
+
+def _exact_zero_claims(stars: list[dict]) -> list[records.Claim]:
+    """C5, C6: theta_*^1 and the inactive heads' blocks have exactly zero gradient."""
     out = []
     unigram = [r["grad_plain"] for r in stars if r["k"] == 1]
     if unigram:
@@ -564,101 +585,140 @@ def claims_stationarity(rows) -> list[records.Claim]:
                 "Thm 4.2 proof, C6",
             )
         )
-    for k in sorted({r["k"] for r in stars if r["k"] > 1}):
-        large = sorted(c for c in {r["c"] for r in stars if r["rule"] == "fixed"} if c >= 8)
-        if not large or short == long:
-            out.append(
-                records.claim(
-                    f"theta_*^{k}(c >= 8): the population gradient norm falls with T",
-                    "not measured: "
-                    + (
-                        "no fixed c >= 8 in the study"
-                        if not large
-                        else f"one sequence length only (T = {short})"
-                    ),
-                    ">= 4x smaller at the longest T than at the shortest",
-                    False,
-                    "Thm 4.2; notes C7 table",
-                )
+    return out
+
+
+def _fall_claims(stars: list[dict], k: int, short: int, long: int) -> list[records.Claim]:
+    """Thm 4.2 at fixed c >= 8: theta_*^k(c)'s norm falls >= 4x from the shortest T to the
+    longest (one failing claim when the study has no such c or a single T)."""
+    large = sorted(c for c in {r["c"] for r in stars if r["rule"] == "fixed"} if c >= 8)
+    if not large or short == long:
+        return [
+            records.claim(
+                f"theta_*^{k}(c >= 8): the population gradient norm falls with T",
+                "not measured: "
+                + (
+                    "no fixed c >= 8 in the study"
+                    if not large
+                    else f"one sequence length only (T = {short})"
+                ),
+                ">= 4x smaller at the longest T than at the shortest",
+                False,
+                "Thm 4.2; notes C7 table",
             )
-            large = []
-        for c in large:
-            first, last = at(k, c, short), at(k, c, long)
-            ratio = _fall(first, last)
-            out.append(
-                records.claim(
-                    f"theta_*^{k}(c = {c:g}): the population gradient norm falls with T",
-                    {
-                        f"T={short}": round(first["grad_unbiased"], 4),
-                        f"T={long}": round(last["grad_unbiased"], 4),
-                        "noise floor": round(last["grad_noise"], 4),
-                        "ratio": round(ratio, 1),
-                    },
-                    f">= 4x smaller at T = {long} than at T = {short} (or within the noise floor)",
-                    ratio >= 4,
-                    "Thm 4.2; notes C7 table",
-                )
+        ]
+    out = []
+    for c in large:
+        first, last = _at(stars, k, c, short), _at(stars, k, c, long)
+        ratio = _fall(first, last)
+        out.append(
+            records.claim(
+                f"theta_*^{k}(c = {c:g}): the population gradient norm falls with T",
+                {
+                    f"T={short}": round(first["grad_unbiased"], 4),
+                    f"T={long}": round(last["grad_unbiased"], 4),
+                    "noise floor": round(last["grad_noise"], 4),
+                    "ratio": round(ratio, 1),
+                },
+                f">= 4x smaller at T = {long} than at T = {short} (or within the noise floor)",
+                ratio >= 4,
+                "Thm 4.2; notes C7 table",
             )
-        logs = [r for r in stars if r["k"] == k and r["rule"] == "log"]
-        if len(logs) > 1:
-            norms = [r["grad_unbiased"] for r in sorted(logs, key=lambda r: r["T"])]
-            floors = [r["grad_noise"] for r in sorted(logs, key=lambda r: r["T"])]
-            ok = all(b < a or b <= f for a, b, f in zip(norms, norms[1:], floors[1:]))
-            out.append(
-                records.claim(
-                    f"theta_*^{k}(c = c0 + log T): the gradient norm decreases along T",
-                    [round(v, 4) for v in norms],
-                    "decreasing (or within the noise floor)",
-                    ok,
-                    "Thm 4.2 with c growing like log T (notes §4.6 caveat 2)",
-                )
-            )
-        small = [c for c in {r["c"] for r in stars if r["rule"] == "fixed"} if c <= 4]
-        middle = seq_lens[len(seq_lens) // 2]
-        for c in sorted(small)[-1:]:
-            if middle == long:  # one or two sequence lengths: the ratio of a row to itself
-                out.append(
-                    records.claim(
-                        f"theta_*^{k}(c = {c:g}): at fixed small c the norm levels off in T",
-                        f"not measured: no T between {short} and {long}",
-                        "< 2x decrease from the middle T to the longest",
-                        False,
-                        "notes C7 table, c = 4 column",
-                    )
-                )
-                continue
-            first, last = at(k, c, middle), at(k, c, long)
-            ratio = _fall(first, last)
+        )
+    return out
+
+
+def _log_claims(stars: list[dict], k: int) -> list[records.Claim]:
+    """Thm 4.2 with c = c0 + log T: theta_*^k's norm decreases along T (needs two T or more)."""
+    logs = [r for r in stars if r["k"] == k and r["rule"] == "log"]
+    if len(logs) <= 1:
+        return []
+    norms = [r["grad_unbiased"] for r in sorted(logs, key=lambda r: r["T"])]
+    floors = [r["grad_noise"] for r in sorted(logs, key=lambda r: r["T"])]
+    # consecutive pairs: norms[1:] is one shorter, so the zip stops there
+    ok = all(b < a or b <= f for a, b, f in zip(norms, norms[1:], floors[1:], strict=False))
+    return [
+        records.claim(
+            f"theta_*^{k}(c = c0 + log T): the gradient norm decreases along T",
+            [round(v, 4) for v in norms],
+            "decreasing (or within the noise floor)",
+            ok,
+            "Thm 4.2 with c growing like log T (notes §4.6 caveat 2)",
+        )
+    ]
+
+
+def _level_off_claims(stars: list[dict], k: int, seq_lens: list[int]) -> list[records.Claim]:
+    """Notes C7's c = 4 column: at the largest fixed c <= 4 the norm of theta_*^k(c) falls < 2x
+    from the middle T to the longest."""
+    long = seq_lens[-1]
+    small = [c for c in {r["c"] for r in stars if r["rule"] == "fixed"} if c <= 4]
+    middle = seq_lens[len(seq_lens) // 2]
+    out = []
+    for c in sorted(small)[-1:]:
+        if middle == long:  # one or two sequence lengths: the ratio of a row to itself
             out.append(
                 records.claim(
                     f"theta_*^{k}(c = {c:g}): at fixed small c the norm levels off in T",
-                    {
-                        f"T={middle}": round(first["grad_unbiased"], 4),
-                        f"T={long}": round(last["grad_unbiased"], 4),
-                        "ratio": round(ratio, 1),
-                    },
-                    f"< 2x decrease from T = {middle} to {long} (the O(T sqrt(c) e^-c) term, notes "
-                    "§4.6 caveat 2: c must grow with T)",
-                    ratio < 2,
+                    f"not measured: no T between {seq_lens[0]} and {long}",
+                    "< 2x decrease from the middle T to the longest",
+                    False,
                     "notes C7 table, c = 4 column",
                 )
             )
+            continue
+        first, last = _at(stars, k, c, middle), _at(stars, k, c, long)
+        ratio = _fall(first, last)
+        out.append(
+            records.claim(
+                f"theta_*^{k}(c = {c:g}): at fixed small c the norm levels off in T",
+                {
+                    f"T={middle}": round(first["grad_unbiased"], 4),
+                    f"T={long}": round(last["grad_unbiased"], 4),
+                    "ratio": round(ratio, 1),
+                },
+                f"< 2x decrease from T = {middle} to {long} (the O(T sqrt(c) e^-c) term, notes "
+                "§4.6 caveat 2: c must grow with T)",
+                ratio < 2,
+                "notes C7 table, c = 4 column",
+            )
+        )
+    return out
+
+
+def _random_claims(rows: list[dict], stars: list[dict], long: int) -> list[records.Claim]:
+    """C7: at the longest T the converged constructions (k > 1, c >= 8) are flatter than the
+    random initialisation."""
     randoms = [r for r in rows if r["point"] == "random" and r["T"] == long]
     converged = [
         r for r in stars if r["T"] == long and r["k"] > 1 and r["rule"] == "fixed" and r["c"] >= 8
     ]
-    if randoms and converged:
-        worst = float(np.max([r["grad_unbiased"] for r in converged]))
-        out.append(
-            records.claim(
-                f"at T = {long} the constructions (c >= 8) are flatter than a random initialisation",
-                {
-                    "max construction": round(worst, 4),
-                    "random init": round(randoms[0]["grad_unbiased"], 4),
-                },
-                "construction < random",
-                worst < randoms[0]["grad_unbiased"],
-                "notes C7",
-            )
+    if not (randoms and converged):
+        return []
+    worst = float(np.max([r["grad_unbiased"] for r in converged]))
+    return [
+        records.claim(
+            f"at T = {long} the constructions (c >= 8) are flatter than a random initialisation",
+            {
+                "max construction": round(worst, 4),
+                "random init": round(randoms[0]["grad_unbiased"], 4),
+            },
+            "construction < random",
+            worst < randoms[0]["grad_unbiased"],
+            "notes C7",
         )
+    ]
+
+
+def claims_stationarity(rows: list[dict]) -> list[records.Claim]:
+    """Theorem 4.2 and the notes' checks C5-C7 on the study's rows (notes §4.5-4.7)."""
+    stars = [r for r in rows if r["point"] == "theta_star"]
+    seq_lens = sorted({r["T"] for r in rows})
+    short, long = seq_lens[0], seq_lens[-1]
+    out = _exact_zero_claims(stars)
+    for k in sorted({r["k"] for r in stars if r["k"] > 1}):
+        out += _fall_claims(stars, k, short, long)
+        out += _log_claims(stars, k)
+        out += _level_off_claims(stars, k, seq_lens)
+    out += _random_claims(rows, stars, long)
     return out

@@ -20,21 +20,31 @@ Contents:
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from landscape.typing import ArrayLike
 
 # --------------------------------------------------------------------------------------------------
 # Checks
 # --------------------------------------------------------------------------------------------------
 
 
-def _is_int(value) -> bool:
+def _is_int(value: object) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
 
 
-def _resolve(x_BT, num_states, k, lags, min_position, padded) -> tuple[tuple[int, ...], int]:
+def _resolve(
+    x_BT: ArrayLike,
+    num_states: int,
+    k: int,
+    lags: Sequence[int] | None,
+    min_position: int | None,
+    padded: bool,
+) -> tuple[tuple[int, ...], int]:
     """Validated (lags, min_position) for sequences of length T = x_BT.shape[-1] (notes §4.1)."""
     seq_len = int(np.shape(x_BT)[-1]) if np.ndim(x_BT) else 0
     if seq_len < 1:
@@ -81,7 +91,7 @@ def _resolve(x_BT, num_states, k, lags, min_position, padded) -> tuple[tuple[int
     return lags, int(min_position)
 
 
-def _check_alpha(alpha) -> None:
+def _check_alpha(alpha: ArrayLike) -> None:
     if isinstance(alpha, jax.core.Tracer):
         return
     arr = np.asarray(alpha, dtype=np.float64)
@@ -110,7 +120,14 @@ def _counts(x_BT, num_states, lags, min_position, padded):
     return counts_BS, jnp.sum(match_BT, axis=-1, dtype=jnp.int32)
 
 
-def kgram_counts(x_BT, num_states: int, k: int, lags=None, min_position=None, padded=False):
+def kgram_counts(
+    x_BT: ArrayLike,
+    num_states: int,
+    k: int,
+    lags: Sequence[int] | None = None,
+    min_position: int | None = None,
+    padded: bool = False,
+) -> tuple[jax.Array, jax.Array]:
     """(counts_BS, matches_B): next-token counts over the matching set M_T^k (Def. 2.1, §4.1).
 
     Key l counts when l >= min_position and x_{l-h} = x_{T+1-h} for every h in lags (default
@@ -137,7 +154,13 @@ def _normalise(counts_BS, matches_B, alpha, num_states):
     return jnp.where(den_B1 > 0, num_BS / safe_B1, 1.0 / num_states)
 
 
-def kgram_estimate(x_BT, num_states: int, k: int, lags=None, min_position=None) -> jax.Array:
+def kgram_estimate(
+    x_BT: ArrayLike,
+    num_states: int,
+    k: int,
+    lags: Sequence[int] | None = None,
+    min_position: int | None = None,
+) -> jax.Array:
     """probs_BS: the k-gram MLE p_k(x_{T+1} | x^T) = counts/|M| of Def. 2.1 (notes §4.1).
 
     Fallback: uniform 1/S when |M| = 0 (undefined in the paper). Arguments as in kgram_counts.
@@ -146,7 +169,9 @@ def kgram_estimate(x_BT, num_states: int, k: int, lags=None, min_position=None) 
     return _normalise(counts_BS, matches_B, 0.0, num_states)
 
 
-def padded_kgram_estimate(x_BT, num_states: int, k: int, lags=None) -> jax.Array:
+def padded_kgram_estimate(
+    x_BT: ArrayLike, num_states: int, k: int, lags: Sequence[int] | None = None
+) -> jax.Array:
     """probs_BS: the c -> inf limit of the construction theta_*^k (notes §4.4 [ours], §4.7 C3).
 
     The k-gram MLE over all keys l in [1, T], key l's (-h)-token being x_{max(l-h, 1)} (head h
@@ -159,7 +184,12 @@ def padded_kgram_estimate(x_BT, num_states: int, k: int, lags=None) -> jax.Array
 
 
 def smoothed_estimate(
-    x_BT, num_states: int, k: int, alpha, lags=None, min_position=None
+    x_BT: ArrayLike,
+    num_states: int,
+    k: int,
+    alpha: ArrayLike,
+    lags: Sequence[int] | None = None,
+    min_position: int | None = None,
 ) -> jax.Array:
     """probs_BS = (counts + alpha)/(|M| + S alpha): add-alpha smoothing (notes §4.1 [code]).
 
@@ -170,7 +200,7 @@ def smoothed_estimate(
     return _normalise(counts_BS, matches_B, alpha, num_states)
 
 
-def bayes_estimate(x_BT, num_states: int, order_n: int, alpha) -> jax.Array:
+def bayes_estimate(x_BT: ArrayLike, num_states: int, order_n: int, alpha: ArrayLike) -> jax.Array:
     """probs_BS: the posterior predictive under the Dir(alpha) n-gram prior (notes §2.2, §4.1).
 
     Rows P[u] are i.i.d. Dir(alpha 1_S), so given x^T the row of the last n - 1 tokens is
@@ -185,6 +215,6 @@ def bayes_estimate(x_BT, num_states: int, order_n: int, alpha) -> jax.Array:
 
 
 @jax.jit
-def cross_entropy(probs_BS, target_BS, floor=1e-8) -> jax.Array:
+def cross_entropy(probs_BS: ArrayLike, target_BS: ArrayLike, floor: float = 1e-8) -> jax.Array:
     """(B,) -sum_s target[s] log(probs[s] + floor): the code's soft-target loss (notes §2.1)."""
     return -jnp.sum(target_BS * jnp.log(probs_BS + floor), axis=-1)

@@ -18,7 +18,9 @@ before any analysis, and a claim set that cannot be evaluated on a run says so i
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -33,6 +35,9 @@ from landscape.config import format_bytes
 from landscape.ngrams import claims as claims_lib
 from landscape.ngrams import estimators, figures, task
 from landscape.ngrams import model as model_lib
+from landscape.typing import PyTree
+
+Progress = Callable[[str], None] | None  # a line printer (None: quiet)
 
 TRACED = ("optim.lr",)
 CLAIM_SETS = tuple(claims_lib.CLAIMS)
@@ -111,7 +116,7 @@ def default_config() -> ml_collections.ConfigDict:
 ONE_PER_RUN = config_lib.UNSWEEPABLE + ("task", "lines", "stationarity", "analysis", "figure")
 
 
-def validate(cfg) -> None:
+def validate(cfg: ml_collections.ConfigDict) -> None:
     """One clear ConfigError for the first field that is unknown, of the wrong kind, out of range
     or inconsistent with another, in any program of the sweep; nothing is built."""
     config_lib.validate_cells(
@@ -120,7 +125,7 @@ def validate(cfg) -> None:
     config_lib.check_memory(memory_estimate(cfg))  # before compiling: shape arithmetic
 
 
-def _validate_run(cfg) -> None:
+def _validate_run(cfg: ml_collections.ConfigDict) -> None:
     """The fields of the whole run (not per program): name, experiment, seeds, claims, the
     estimator lines, the stationarity study, the analysis and the figures."""
     r = config_lib.require_number
@@ -176,7 +181,7 @@ def _validate_run(cfg) -> None:
     )
 
 
-def _validate_task(cfg, group) -> None:
+def _validate_task(cfg: ml_collections.ConfigDict, group: str) -> None:
     r, t = config_lib.require_number, cfg[group]
     r(cfg, f"{group}.num_states", low=2, integer=True)
     r(cfg, f"{group}.order_n", low=2, integer=True)
@@ -196,7 +201,7 @@ def _validate_task(cfg, group) -> None:
             raise config_lib.field_error(error, group) from None
 
 
-def _validate_cell(cfg) -> None:
+def _validate_cell(cfg: ml_collections.ConfigDict) -> None:
     """Ranges and relations of every field of one program's config."""
     r, choice, m = config_lib.require_number, config_lib.require_choice, cfg.model
     choice(cfg, "model.kind", ("simplified", "transformer", "disentangled"))
@@ -243,11 +248,11 @@ def _validate_cell(cfg) -> None:
     training.validate_averaging(cfg)
 
 
-def needs_x64(cfg) -> bool:
+def needs_x64(cfg: ml_collections.ConfigDict) -> bool:
     return cfg.experiment == "stationarity" or cfg.train.dtype == "float64"
 
 
-def model_of(cfg) -> model_lib.NgramModel:
+def model_of(cfg: ml_collections.ConfigDict) -> model_lib.NgramModel:
     m, prec = cfg.model, precision.of(cfg.train.dtype, cfg.model.dtype)
     fields = dict(
         kind=m.kind,
@@ -320,7 +325,7 @@ def _sample_bytes(v: dict, count: int) -> float:
     return count * (8.0 * S ** (v["task.order_n"] - 1) * S + 3 * v["task.seq_len"]) * 4
 
 
-def snapshot_chunk(cfg) -> int:
+def snapshot_chunk(cfg: ml_collections.ConfigDict) -> int:
     """Test sequences per chunk of the snapshot's loss and gradient (at most a half test set)."""
     half = max(1, cfg.train.test_sequences // 2)
     per_sequence = _sequence_bytes(config_lib.flatten(cfg))
@@ -393,7 +398,7 @@ def _cell_bytes(v: dict) -> tuple[float, str]:
     return _BASELINE_BYTES + need + held, what
 
 
-def memory_estimate(cfg) -> config_lib.MemoryEstimate:
+def memory_estimate(cfg: ml_collections.ConfigDict) -> config_lib.MemoryEstimate:
     """The largest program's peak resident memory, by shape arithmetic (no compiling, no
     allocation): the max over the config's structural cells of `_cell_bytes`."""
     return config_lib.estimate_memory(cfg, TRACED, _cell_bytes, _MEMORY_FIELDS, default_config)
@@ -402,7 +407,7 @@ def memory_estimate(cfg) -> config_lib.MemoryEstimate:
 # ----------------------------------------------------------------------------- training problem
 
 
-def test_set(cfg):
+def test_set(cfg: ml_collections.ConfigDict) -> tuple[jax.Array, jax.Array]:
     """(x_ET, target_ES): the fixed held-out set, the same for every seed and program."""
     t = cfg.task
     x, target, _ = task.sample(
@@ -417,7 +422,7 @@ def test_set(cfg):
     return x, target
 
 
-def _block_norms(params, model) -> dict[str, jax.Array]:
+def _block_norms(params: PyTree, model: model_lib.NgramModel) -> dict[str, jax.Array]:
     """Fig. 6's companion norms: ||A1^h|| / sqrt(T) per head and ||Q2^T K2|| / sqrt(d)."""
     if model.kind != "simplified":
         return {"param_norm": optax.tree.norm(params)}
@@ -430,7 +435,7 @@ def _block_norms(params, model) -> dict[str, jax.Array]:
     return out
 
 
-def make_problem(cfg) -> training.Problem:
+def make_problem(cfg: ml_collections.ConfigDict) -> training.Problem:
     model, t = model_of(cfg), cfg.task
     dtype = jnp.dtype(cfg.train.dtype)
     B, floor = cfg.train.batch_size, cfg.train.floor
@@ -438,9 +443,11 @@ def make_problem(cfg) -> training.Problem:
     y_test = y_test.astype(dtype)
     map_x = x_test[:256]  # input-dependent maps: averaged over 256 test sequences
 
-    def loss(params, key, hp):
+    def loss(
+        params: PyTree, key: jax.Array, hp: training.HParams
+    ) -> tuple[jax.Array, dict[str, jax.Array]]:
         x, target, _ = task.sample(key, t.num_states, t.order_n, t.seq_len, t.alpha, B, t.init)
-        probs = model.apply({"params": params}, x)
+        probs = model_lib.probs(params, x, model)
         return jnp.mean(estimators.cross_entropy(probs, target.astype(probs.dtype), floor)), {}
 
     half = x_test.shape[0] // 2
@@ -450,7 +457,7 @@ def make_problem(cfg) -> training.Problem:
         _chunked(x_test[half:], y_test[half:], chunk),
     ]
 
-    def snapshot(params, hp):
+    def snapshot(params: PyTree, hp: training.HParams) -> dict[str, jax.Array]:
         # the population gradient's norm without the Monte-Carlo noise floor (notes §4.7 C7):
         # <g_A, g_B> over two independent halves of the test set is unbiased for ||grad L||^2
         (loss_a, g_a), (loss_b, g_b) = [
@@ -458,7 +465,9 @@ def make_problem(cfg) -> training.Problem:
         ]
         dot = sum(
             jnp.vdot(a, b)
-            for a, b in zip(jax.tree_util.tree_leaves(g_a), jax.tree_util.tree_leaves(g_b))
+            for a, b in zip(
+                jax.tree_util.tree_leaves(g_a), jax.tree_util.tree_leaves(g_b), strict=True
+            )
         )
         out = {
             "test_loss": (loss_a + loss_b) / 2,
@@ -486,7 +495,9 @@ def make_problem(cfg) -> training.Problem:
     )
 
 
-def _chunked(x_ET, y_ES, chunk: int):
+def _chunked(
+    x_ET: jax.Array, y_ES: jax.Array, chunk: int
+) -> tuple[jax.Array, jax.Array, jax.Array, int]:
     """(x (C, chunk, T), y (C, chunk, S), weight (C, chunk), count): E sequences in C chunks, the
     last padded with copies of the first sequence at weight 0."""
     count = x_ET.shape[0]
@@ -495,7 +506,10 @@ def _chunked(x_ET, y_ES, chunk: int):
     if pad:
         x_ET = jnp.concatenate([x_ET, jnp.broadcast_to(x_ET[:1], (pad,) + x_ET.shape[1:])])
         y_ES = jnp.concatenate([y_ES, jnp.broadcast_to(y_ES[:1], (pad,) + y_ES.shape[1:])])
-    split = lambda a: a.reshape((-1, chunk) + a.shape[1:])
+
+    def split(a: jax.Array) -> jax.Array:
+        return a.reshape((-1, chunk) + a.shape[1:])
+
     return split(x_ET), split(y_ES), split(weight), count
 
 
@@ -504,10 +518,10 @@ def _mean_loss_and_grad(params, model, floor, x_CNT, y_CNS, w_CN, count):
     per-sequence losses and of their gradients, divided by the count (the mean's numbers, up to
     the rounding of the summation order)."""
 
-    def chunk_sum(p, x, y, w):
+    def chunk_sum(p: PyTree, x: jax.Array, y: jax.Array, w: jax.Array) -> jax.Array:
         return jnp.sum(w * estimators.cross_entropy(model_lib.probs(p, x, model), y, floor))
 
-    def body(carry, chunk):
+    def body(carry: PyTree, chunk: Sequence[jax.Array]) -> tuple[PyTree, None]:
         value, grad = jax.value_and_grad(chunk_sum)(params, *chunk)
         return jax.tree.map(jnp.add, carry, (value, grad)), None
 
@@ -521,7 +535,12 @@ def _mean_loss_and_grad(params, model, floor, x_CNT, y_CNS, w_CN, count):
     return total / count, jax.tree.map(lambda g: g / count, grad)
 
 
-def train_group(cfg, fields, workdir=None, progress=print) -> dict[str, Any]:
+def train_group(
+    cfg: ml_collections.ConfigDict,
+    fields: dict[str, Any],
+    workdir: records.Workdir | None = None,
+    progress: Progress = print,
+) -> dict[str, Any]:
     cell = config_lib.with_fields(cfg, fields)
     grid = sweeps.Grid.make(
         config_lib.traced_axes(cfg, TRACED), np.arange(cfg.seed, cfg.seed + cfg.num_seeds)
@@ -535,7 +554,66 @@ def train_group(cfg, fields, workdir=None, progress=print) -> dict[str, Any]:
 # ----------------------------------------------------------------------------- run
 
 
-def run(cfg, workdir: records.Workdir, progress=print) -> dict[str, Any]:
+def _save_arrays(workdir: records.Workdir, res: training.RunResult, prefix: str) -> None:
+    """A program's arrays, names prefixed with its cell (saved before any analysis can fail)."""
+    workdir.save_arrays(
+        **{
+            prefix + k: v
+            for k, v in {
+                "losses": res.losses,
+                "seeds": res.seeds,
+                "snapshot_steps": res.snapshot_steps,
+                "grad_norm": res.metrics["grad_norm"],
+                "lr": res.hparams["optim.lr"],
+                **{f"snapshot_{k}": v for k, v in res.snapshots.items()},
+            }.items()
+        }
+    )
+
+
+def _analyse(
+    cfg: ml_collections.ConfigDict, group: dict, lines: claims_lib.Lines
+) -> tuple[list[dict], list[records.Claim], list[dict]]:
+    """(views, claims, table rows) of a trained program: per measure its analysis rows and the
+    config's claim sets (the second measure, metrics_at "both": the spike only), then the spike
+    compared across the two measures."""
+    claims: list[records.Claim] = []
+    table: list[dict] = []
+    views = [claims_lib.measured_view(group, *m) for m in claims_lib.measures(group["cfg"])]
+    for j, view in enumerate(views):
+        view["rows"] = claims_lib.run_analysis(view, lines)
+        names = [c for c in cfg.claims.split(",") if c and (j == 0 or c == "grad_norm")]
+        for name in names:  # the second measure (metrics_at "both"): the spike only
+            claims += records.evaluated(
+                name,
+                functools.partial(claims_lib.CLAIMS[name], view["cfg"], view, lines, view["rows"]),
+            )
+        table += [
+            dict(
+                program=claims_lib.program_label(group),
+                measured_at=view["measured_at"] or "current parameters",
+                **{k: v for k, v in row.items() if k != "grad_norm_per_snapshot"},
+            )
+            for row in view["rows"]
+        ]
+    if len(views) == 2 and "grad_norm" in cfg.claims.split(","):
+        claims += records.evaluated(
+            "grad_norm by measure",
+            functools.partial(
+                claims_lib.claims_spike_by_measure,
+                cfg,
+                views[0],
+                views[0]["rows"],
+                views[1],
+                views[1]["rows"],
+            ),
+        )
+    return views, claims, table
+
+
+def run(
+    cfg: ml_collections.ConfigDict, workdir: records.Workdir, progress: Progress = print
+) -> dict[str, Any]:
     validate(cfg)
     workdir.write_config(cfg)
     if cfg.experiment == "stationarity":
@@ -543,7 +621,9 @@ def run(cfg, workdir: records.Workdir, progress=print) -> dict[str, Any]:
     lines = claims_lib.Lines(cfg)
     if progress:
         progress("estimator lines: " + ", ".join(f"{k} {v:.4f}" for k, v in lines.base.items()))
-    groups, claims, table = [], [], []
+    groups: list[dict] = []
+    claims: list[records.Claim] = []
+    table: list[dict] = []
     cells = config_lib.structural_cells(cfg, TRACED)
     for i, fields in enumerate(cells):
         if fields and progress:
@@ -556,44 +636,10 @@ def run(cfg, workdir: records.Workdir, progress=print) -> dict[str, Any]:
                 + params_table(model_lib.init_params(jax.random.key(cell_cfg.seed), model))
             )
         group = train_group(cfg, fields, workdir, progress)
-        res = group["result"]
-        prefix = f"cell{i}_" if len(cells) > 1 else ""
-        workdir.save_arrays(
-            **{
-                prefix + k: v
-                for k, v in {  # before any analysis can fail
-                    "losses": res.losses,
-                    "seeds": res.seeds,
-                    "snapshot_steps": res.snapshot_steps,
-                    "grad_norm": res.metrics["grad_norm"],
-                    "lr": res.hparams["optim.lr"],
-                    **{f"snapshot_{k}": v for k, v in res.snapshots.items()},
-                }.items()
-            }
-        )
-        views = [claims_lib.measured_view(group, *m) for m in claims_lib.measures(group["cfg"])]
-        for j, view in enumerate(views):
-            view["rows"] = claims_lib.run_analysis(view, lines)
-            names = [c for c in cfg.claims.split(",") if c and (j == 0 or c == "grad_norm")]
-            for name in names:  # the second measure (metrics_at "both"): the spike only
-                claims += records.evaluated(
-                    name, lambda: claims_lib.CLAIMS[name](view["cfg"], view, lines, view["rows"])
-                )
-            table += [
-                dict(
-                    program=claims_lib.program_label(group),
-                    measured_at=view["measured_at"] or "current parameters",
-                    **{k: v for k, v in row.items() if k != "grad_norm_per_snapshot"},
-                )
-                for row in view["rows"]
-            ]
-        if len(views) == 2 and "grad_norm" in cfg.claims.split(","):
-            claims += records.evaluated(
-                "grad_norm by measure",
-                lambda: claims_lib.claims_spike_by_measure(
-                    cfg, views[0], views[0]["rows"], views[1], views[1]["rows"]
-                ),
-            )
+        _save_arrays(workdir, group["result"], f"cell{i}_" if len(cells) > 1 else "")
+        views, group_claims, rows = _analyse(cfg, group, lines)
+        claims += group_claims
+        table += rows
         groups.append(dict(views[0], other_measure=views[1] if len(views) == 2 else None))
     paths = [str(p) for p in figures.figures_train(cfg, groups, lines, workdir)]
     return workdir.finish(
@@ -609,7 +655,9 @@ def run(cfg, workdir: records.Workdir, progress=print) -> dict[str, Any]:
     )
 
 
-def run_stationarity(cfg, workdir, progress=print) -> dict[str, Any]:
+def run_stationarity(
+    cfg: ml_collections.ConfigDict, workdir: records.Workdir, progress: Progress = print
+) -> dict[str, Any]:
     from landscape.ngrams import stationarity
 
     s = cfg.stationarity

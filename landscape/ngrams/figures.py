@@ -4,13 +4,17 @@ norm along training (Figs 6, 7)."""
 
 from __future__ import annotations
 
-import numpy as np
+import pathlib
+from typing import Any
 
-from landscape import plotting
+import numpy as np
+from ml_collections import ConfigDict
+
+from landscape import plotting, records
 from landscape.ngrams.claims import Lines, program_label
 
 
-def _highlights(cfg, group) -> list[int]:
+def _highlights(cfg: ConfigDict, group: dict) -> list[int]:
     """Steps shown in the attention panels: the config's, else start / mid-plateau / end."""
     steps = group["result"].snapshot_steps
     if cfg.figure.highlight_steps:
@@ -22,7 +26,9 @@ def _highlights(cfg, group) -> list[int]:
     return sorted(set(chosen))
 
 
-def figures_train(cfg, groups, lines, workdir) -> list:
+def figures_train(
+    cfg: ConfigDict, groups: list[dict], lines: Lines, workdir: records.Workdir
+) -> list[pathlib.Path]:
     paths = []
     for i, g in enumerate(groups):
         suffix = f"_{i}" if len(groups) > 1 else ""
@@ -38,7 +44,7 @@ def figures_train(cfg, groups, lines, workdir) -> list:
 _LINE_COLORS = ("tab:gray", "tab:red", "tab:orange", "tab:green", "tab:blue")
 
 
-def _draw_lines(ax, lines: Lines, n: int):
+def _draw_lines(ax: Any, lines: Lines, n: int) -> None:
     """k-gram lines: add-alpha dashed, best smoothing dotted; the Bayes n-gram dashed."""
     for k in range(1, n + 1):
         color = _LINE_COLORS[k % len(_LINE_COLORS)]
@@ -50,7 +56,7 @@ def _draw_lines(ax, lines: Lines, n: int):
             )
 
 
-def plot_loss(group, lines, path):
+def plot_loss(group: dict, lines: Lines, path: str | pathlib.Path) -> pathlib.Path:
     """Test loss against step (every seed), the estimator lines dashed (add-alpha, the authors'
     lines) and dotted (best smoothing), the highlighted steps marked (Figs 1, 3a, 4a/c)."""
     cfg, res = group["cfg"], group["result"]
@@ -74,7 +80,7 @@ def plot_loss(group, lines, path):
     return plotting.save(fig, path)
 
 
-def plot_attention(group, path):
+def plot_attention(group: dict, path: str | pathlib.Path) -> pathlib.Path:
     """First-layer attention of each head (rows) at the highlighted steps (columns): Fig 3b/4b."""
     cfg, res = group["cfg"], group["result"]
     chosen = _highlights(cfg, group)
@@ -95,7 +101,7 @@ def plot_attention(group, path):
     return plotting.save(fig, path)
 
 
-def plot_seeds(group, path):
+def plot_seeds(group: dict, path: str | pathlib.Path) -> pathlib.Path:
     """Fig. 5: each seed's heads (columns) at the middle of its longest intermediate plateau,
     and each head's attention on offsets -1 / -2 along training."""
     res, rows = group["result"], group["rows"]
@@ -134,7 +140,9 @@ def plot_seeds(group, path):
     return plotting.save(fig, path)
 
 
-def plot_grad_norm(group, lines, path, max_runs: int = 4):
+def plot_grad_norm(
+    group: dict, lines: Lines, path: str | pathlib.Path, max_runs: int = 4
+) -> pathlib.Path:
     """Figs 6-7: test loss (left axis) and gradient norms (right axis), one row per seed (at most
     `max_runs`), one column per measure (metrics_at "both": the parameter EMA, then the current
     parameters); every panel shares one gradient scale, so spikes compare by eye."""

@@ -82,7 +82,8 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, cast
 
 import flax.linen as nn
 import jax
@@ -90,6 +91,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from landscape import precision
+from landscape.typing import ArrayLike, PyTree
 
 KINDS = ("simplified", "transformer", "disentangled")
 EMBEDDINGS = ("one_hot", "learned")
@@ -98,15 +100,15 @@ _DEFAULT_READOUT = {"transformer": "random", "disentangled": "zero"}
 _FLOATS = ("float16", "bfloat16", "float32", "float64")
 
 
-def _is_int(value) -> bool:
+def _is_int(value: object) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
 
 
-def _is_shape(value) -> bool:
+def _is_shape(value: object) -> bool:
     return isinstance(value, tuple) and all(_is_int(v) for v in value)
 
 
-def _float_dtype(field: str, value, allow_none: bool):
+def _float_dtype(field: str, value: Any, allow_none: bool) -> np.dtype | None:
     """value as a jnp.dtype (None or "" -> None where allowed); one sentence if not a float."""
     if allow_none and (value is None or (isinstance(value, str) and value == "")):
         return None
@@ -143,7 +145,7 @@ def causal_softmax(logits_HTT: jax.Array) -> jax.Array:
     return jax.nn.softmax(masked, axis=-1)
 
 
-def _normal(std: float):
+def _normal(std: float) -> nn.initializers.Initializer:
     """N(0, std^2) initialiser (std = 0: zeros, no draw)."""
     return nn.initializers.normal(std) if std else nn.initializers.zeros
 
@@ -215,7 +217,7 @@ class AttentionLayer(nn.Module):
     dtype: Any = None
     param_dtype: Any = jnp.float32
 
-    def setup(self):
+    def setup(self) -> None:
         h, d_in, d_h, pd = self.heads, self.d_in, self.d_h, self.param_dtype
         init = _normal(self.init_scale / math.sqrt(d_in))
         self.Q = self.param("Q", init, (h, d_in, d_h), pd)
@@ -277,20 +279,20 @@ class Layers(nn.Module):
     dtype: Any = None
     param_dtype: Any = jnp.float32
 
-    def setup(self):
+    def setup(self) -> None:
         self.blocks = [
             AttentionLayer(
                 heads,
-                self.widths[l],
-                self.widths[l] if self.head_dim is None else self.head_dim,
+                self.widths[index],
+                self.widths[index] if self.head_dim is None else self.head_dim,
                 self.init_scale,
                 self.use_mlp,
                 self.disentangled,
                 self.dtype,
                 self.param_dtype,
-                name=str(l),
+                name=str(index),
             )
-            for l, heads in enumerate(self.layer_heads)
+            for index, heads in enumerate(self.layer_heads)
         ]
 
     def __call__(self, H_BTD: jax.Array, all_positions: bool = False) -> jax.Array:
@@ -449,13 +451,14 @@ class NgramModel(nn.Module):
         if self.kind == "simplified":
             return (d0, (self.num_heads + 1) * d0)
         widths = [d0]
+        assert self.layer_heads is not None  # the general kinds': set by _validate
         for heads in self.layer_heads:
             widths.append(widths[-1] * (1 + heads) if self.kind == "disentangled" else d0)
         return tuple(widths)
 
     # ----------------------------------------------------------------------------- parameters
 
-    def setup(self):
+    def setup(self) -> None:
         S, T, pd = self.num_states, self.seq_len, self.param_dtype
         if self.kind == "simplified":
             m = self.num_heads
@@ -467,6 +470,7 @@ class NgramModel(nn.Module):
             self.K2 = self.param("K2", init, (self.head_dim, self.width), pd)
             return
         widths = self.residual_widths
+        assert self.layer_heads is not None  # the general kinds': set by _validate
         if self.embedding == "learned":
             self.embed = Embedding(S, T, widths[0], self.dtype, pd)
         self.layers = Layers(
@@ -488,7 +492,7 @@ class NgramModel(nn.Module):
             return self.dtype
         return (self.A1 if self.kind == "simplified" else self.readout).dtype
 
-    def _check_tokens(self, x_BT) -> None:
+    def _check_tokens(self, x_BT: ArrayLike) -> None:
         if np.shape(x_BT)[-1] != self.seq_len:
             what = "its A1 is T x T" if self.kind == "simplified" else "it embeds T positions"
             raise ValueError(
@@ -560,7 +564,8 @@ class NgramModel(nn.Module):
         if self.kind == "simplified":
             (A1,) = _cast(self.dtype, self.A1)
             return causal_softmax(A1)
-        return self.layers.first_attention(self.r0(x_BT))
+        # the general kinds need the tokens (layer1_attention below checks for None)
+        return self.layers.first_attention(self.r0(cast(jax.Array, x_BT)))
 
     def attention_maps(self, x_BT: jax.Array) -> list[jax.Array]:
         """[(B, h_l, T, T)] every layer's attention of a general model."""
@@ -582,7 +587,7 @@ def _init(key: jax.Array, model: NgramModel) -> dict:
     return model.init(key, dummy_tokens(model))["params"]
 
 
-def init_params(key: jax.Array, model: NgramModel, dtype=None) -> dict:
+def init_params(key: jax.Array, model: NgramModel, dtype: Any = None) -> dict:
     """model.init(key, tokens)["params"], jitted (the forward pass init traces is dropped); dtype
     overrides model.param_dtype."""
     if dtype is not None:
@@ -616,18 +621,26 @@ def num_params(model: NgramModel) -> int:
 # --------------------------------------------------------------------------------------------------
 
 
-def probs(params, x_BT: jax.Array, model: NgramModel) -> jax.Array:
+def _apply(
+    params: PyTree, model: NgramModel, *args: Any, method: Callable[..., Any] | None = None
+) -> Any:
+    """model.apply({"params": params}, *args, method=method): the output alone (no mutable
+    collections, so never an (output, state) pair)."""
+    return model.apply({"params": params}, *args, method=method)
+
+
+def probs(params: PyTree, x_BT: jax.Array, model: NgramModel) -> jax.Array:
     """(B, S) p_theta(x^T) = model.apply({"params": params}, x_BT)."""
-    return model.apply({"params": params}, x_BT)
+    return _apply(params, model, x_BT)
 
 
-def embed(params, x_BT: jax.Array, model: NgramModel) -> jax.Array:
+def embed(params: PyTree, x_BT: jax.Array, model: NgramModel) -> jax.Array:
     """(B, T, d_0) r0 (NgramModel.r0)."""
-    return model.apply({"params": params}, x_BT, method=NgramModel.r0)
+    return _apply(params, model, x_BT, method=NgramModel.r0)
 
 
 def residual_stream(
-    params, x_BT: jax.Array, model: NgramModel, all_positions: bool = False
+    params: PyTree, x_BT: jax.Array, model: NgramModel, all_positions: bool = False
 ) -> jax.Array:
     """(B, d_L) r_L[T] of a general model; (B, T, d_L) every position with all_positions (the last
     layer then also attends from every query row; its row T equals the default's output)."""
@@ -635,42 +648,42 @@ def residual_stream(
         raise ValueError(
             "model.kind = 'simplified': use simplified_residual (its layer 2 reads r0)."
         )
-    return model.apply({"params": params}, x_BT, all_positions, method=NgramModel.residual)
+    return _apply(params, model, x_BT, all_positions, method=NgramModel.residual)
 
 
-def simplified_residual(params, x_BT: jax.Array, model: NgramModel) -> jax.Array:
+def simplified_residual(params: PyTree, x_BT: jax.Array, model: NgramModel) -> jax.Array:
     """(B, T, (m+1) S) r1 of the simplified model (§3.2)."""
-    return model.apply({"params": params}, x_BT, method=NgramModel.simplified_residual)
+    return _apply(params, model, x_BT, method=NgramModel.simplified_residual)
 
 
-def layer2_attention(params, x_BT: jax.Array, model: NgramModel) -> jax.Array:
+def layer2_attention(params: PyTree, x_BT: jax.Array, model: NgramModel) -> jax.Array:
     """(B, T) a2(i, T) of the simplified model (Eq. 9)."""
-    return model.apply({"params": params}, x_BT, method=NgramModel.layer2_attention)
+    return _apply(params, model, x_BT, method=NgramModel.layer2_attention)
 
 
-def layer1_attention(params, model: NgramModel, x_BT: jax.Array | None = None) -> jax.Array:
+def layer1_attention(params: PyTree, model: NgramModel, x_BT: jax.Array | None = None) -> jax.Array:
     """First-layer attention (row = query position, column = key position; Figs 3 and 4).
 
     simplified: (m, T, T) sigma(A1^h), input-independent (x_BT is ignored).
     transformer / disentangled: (B, h_1, T, T) sigma(r0 Q_h K_h^T r0^T) for the sequences x_BT.
     """
     if model.kind == "simplified":
-        return model.apply({"params": params}, method=NgramModel.layer1_attention)
+        return _apply(params, model, method=NgramModel.layer1_attention)
     if x_BT is None:
         raise ValueError(
             f"x_BT = None: kind = {model.kind!r} has input-dependent attention; "
             "pass the (B, T) sequences."
         )
     model._check_tokens(x_BT)
-    return model.apply({"params": params}, x_BT, method=NgramModel.layer1_attention)
+    return _apply(params, model, x_BT, method=NgramModel.layer1_attention)
 
 
-def attention_maps(params, x_BT: jax.Array, model: NgramModel) -> list[jax.Array]:
+def attention_maps(params: PyTree, x_BT: jax.Array, model: NgramModel) -> list[jax.Array]:
     """[(B, h_l, T, T)] every layer's attention of a general model for the sequences x_BT."""
     if model.kind == "simplified":
         raise ValueError("model.kind = 'simplified': use layer1_attention and layer2_attention.")
     model._check_tokens(x_BT)
-    return model.apply({"params": params}, x_BT, method=NgramModel.attention_maps)
+    return _apply(params, model, x_BT, method=NgramModel.attention_maps)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -678,7 +691,7 @@ def attention_maps(params, x_BT: jax.Array, model: NgramModel) -> list[jax.Array
 # --------------------------------------------------------------------------------------------------
 
 
-def head_offset_attention(att, offsets=(1, 2, 3)) -> jax.Array:
+def head_offset_attention(att: ArrayLike, offsets: int | Sequence[int] = (1, 2, 3)) -> jax.Array:
     """(m, len(offsets)) mean attention weight of each head on relative offset -o, averaged over
     the query rows t >= o (0-based rows and keys: entries att[t, t - o]), and over the batch when
     att is (B, m, T, T) (notes §7 item 5: heat maps as testable numbers)."""
@@ -686,11 +699,11 @@ def head_offset_attention(att, offsets=(1, 2, 3)) -> jax.Array:
     if att.ndim not in (3, 4) or att.shape[-1] != att.shape[-2]:
         raise ValueError(f"att has shape {att.shape}: must be (m, T, T) or (B, m, T, T).")
     T = att.shape[-1]
-    offsets = tuple(offsets) if isinstance(offsets, (tuple, list)) else (offsets,)
-    if not offsets or not all(_is_int(o) and 1 <= o < T for o in offsets):
-        raise ValueError(f"offsets = {offsets!r}: must be integers in 1..T-1 = 1..{T - 1}.")
+    chosen: tuple[Any, ...] = tuple(offsets) if isinstance(offsets, (tuple, list)) else (offsets,)
+    if not chosen or not all(_is_int(o) and 1 <= o < T for o in chosen):
+        raise ValueError(f"offsets = {chosen!r}: must be integers in 1..T-1 = 1..{T - 1}.")
     per_offset = [
-        jnp.mean(jnp.diagonal(att, offset=-o, axis1=-2, axis2=-1), axis=-1) for o in offsets
+        jnp.mean(jnp.diagonal(att, offset=-o, axis1=-2, axis2=-1), axis=-1) for o in chosen
     ]
     summary = jnp.stack(per_offset, axis=-1)
     return jnp.mean(summary, axis=0) if att.ndim == 4 else summary

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
+from typing import Any, cast
 
 import jax
 import jax.numpy as jnp
@@ -33,6 +35,7 @@ from landscape import _checks
 from landscape.ngrams import estimators, task
 from landscape.ngrams import model as model_lib
 from landscape.point import Point
+from landscape.typing import ArrayLike, PyTree
 
 BLOCKS = ("A1", "V1", "Q2", "K2")
 
@@ -46,7 +49,7 @@ def _dtype():
     return jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
 
 
-def _is_int(value) -> bool:
+def _is_int(value: object) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
 
 
@@ -57,11 +60,11 @@ def population_set(
     num_states: int,
     order_n: int,
     seq_len: int,
-    alpha,
+    alpha: float,
     num_sequences: int,
     seed: int = 0,
     init: str = "uniform",
-):
+) -> tuple[jax.Array, jax.Array]:
     """(x_BT int32, target_BS float64): a fixed Monte-Carlo sample of the in-context n-gram task.
 
     Each sequence has its own Dirichlet(alpha) n-gram task (task.sample, notes §2.2); the target is
@@ -120,7 +123,9 @@ def _mean_ce(params, x_BT, target_BS, model, floor):
     return jnp.mean(estimators.cross_entropy(probs_BS, target_BS, floor))
 
 
-def population_loss(model: model_lib.NgramModel, x_BT, target_BS, floor: float = 1e-8):
+def population_loss(
+    model: model_lib.NgramModel, x_BT: ArrayLike, target_BS: ArrayLike, floor: float = 1e-8
+) -> Callable[[PyTree], jax.Array]:
     """params -> mean over the set of -sum_s y_s log(p_theta(x^T)[s] + floor) (notes §2.1).
 
     floor = 1e-8 is the authors' code; floor = 0 is the exact CE of the theory (infinite when a
@@ -185,7 +190,9 @@ def _validate(num_states, order_n, seq_len, alpha, num_heads, k=_UNSET, c=_UNSET
     return num_heads
 
 
-def construction_params(k: int, c, model: model_lib.NgramModel, dtype=None) -> dict:
+def construction_params(
+    k: int, c: ArrayLike, model: model_lib.NgramModel, dtype: Any = None
+) -> dict:
     """theta_*^k(c) of notes §4.4 for `model` (0-based positions; c may be traced).
 
     Head h = 1..k-1 (A1[h-1], V1[h-1]): A1[p, q] = c iff (p >= h and q = p - h) or (p < h and
@@ -196,14 +203,15 @@ def construction_params(k: int, c, model: model_lib.NgramModel, dtype=None) -> d
     """
     dtype = _dtype() if dtype is None else dtype
     S, T, m = model.num_states, model.seq_len, model.num_heads
+    head_dim = cast(int, model.head_dim)  # None only for the disentangled kind
     if not model.learn_value:
         raise ValueError(
             "learn_value = False: the constructions set V1 = 0 on inactive heads, so "
             "the model must learn V1 (learn_value=True)."
         )
-    if model.head_dim < (k - 1) * S + S:
+    if head_dim < (k - 1) * S + S:
         raise ValueError(
-            f"head_dim = {model.head_dim}: theta_*^{k} needs head_dim >= k S = "
+            f"head_dim = {head_dim}: theta_*^{k} needs head_dim >= k S = "
             f"{k * S} (rows hS + j, h <= k - 1)."
         )
     pattern = np.zeros((m, T, T))
@@ -212,8 +220,8 @@ def construction_params(k: int, c, model: model_lib.NgramModel, dtype=None) -> d
         pattern[h - 1, p, np.where(p >= h, p - h, 0)] = 1.0
     value = np.zeros((m, S, S))
     value[: k - 1] = np.eye(S)
-    q2 = np.zeros((model.head_dim, model.width))
-    k2 = np.zeros((model.head_dim, model.width))
+    q2 = np.zeros((head_dim, model.width))
+    k2 = np.zeros((head_dim, model.width))
     for h in range(1, k):
         for j in range(S):
             q2[h * S + j, (h - 1) * S + j] = 1.0
@@ -228,7 +236,7 @@ def construction_params(k: int, c, model: model_lib.NgramModel, dtype=None) -> d
     }
 
 
-def bigram_all_heads_params(c, model: model_lib.NgramModel, dtype=None) -> dict:
+def bigram_all_heads_params(c: ArrayLike, model: model_lib.NgramModel, dtype: Any = None) -> dict:
     """App. F Eq. 30 (notes §4.4): every head on the (-1)-token, V1 = sqrt(c) I,
     Q2^T = sqrt(c) sum_j sum_h s_j^0 s_j^h^T (i.e. Q2[hS + j, j] = sqrt(c)) and
     K2 = sqrt(c) sum_j sum_h s_j^h s_j^h^T (K2[hS + j, hS + j] = sqrt(c)), h = 1..m.
@@ -238,15 +246,16 @@ def bigram_all_heads_params(c, model: model_lib.NgramModel, dtype=None) -> dict:
     """
     dtype = _dtype() if dtype is None else dtype
     S, T, m = model.num_states, model.seq_len, model.num_heads
-    if model.head_dim < model.width:
+    head_dim = cast(int, model.head_dim)  # None only for the disentangled kind
+    if head_dim < model.width:
         raise ValueError(
-            f"head_dim = {model.head_dim}: Eq. 30 needs head_dim >= (m + 1) S = {model.width}."
+            f"head_dim = {head_dim}: Eq. 30 needs head_dim >= (m + 1) S = {model.width}."
         )
     p = np.arange(T)
     pattern = np.zeros((m, T, T))
     pattern[:, p, np.maximum(p - 1, 0)] = 1.0
-    q2 = np.zeros((model.head_dim, model.width))
-    k2 = np.zeros((model.head_dim, model.width))
+    q2 = np.zeros((head_dim, model.width))
+    k2 = np.zeros((head_dim, model.width))
     for h in range(1, m + 1):
         for j in range(S):
             q2[h * S + j, j] = 1.0
@@ -307,7 +316,7 @@ def saddle_spectrum(point: Point) -> np.ndarray:
     x_BT, target_BS = point.meta["x_BT"], point.meta["target_BS"]
     params = point.params
 
-    def loss_of_w(w):
+    def loss_of_w(w: jax.Array) -> jax.Array:
         r1_BTX = model_lib.simplified_residual(params, x_BT, model)
         scores_BT = jnp.einsum("btx,xy,by->bt", r1_BTX, w.T, r1_BTX[:, -1])
         a2_BT = jax.nn.softmax(scores_BT, axis=-1)
@@ -325,12 +334,12 @@ def saddle_spectrum(point: Point) -> np.ndarray:
 
 def theta_star(
     k: int,
-    c,
+    c: float,
     *,
     num_states: int,
     order_n: int,
     seq_len: int,
-    alpha,
+    alpha: float,
     num_heads: int | None = None,
     num_sequences: int = 8192,
     seed: int = 0,
@@ -400,12 +409,12 @@ def theta_star(
 
 
 def unigram_point(
-    c=1.0,
+    c: float = 1.0,
     *,
     num_states: int,
     order_n: int,
     seq_len: int,
-    alpha,
+    alpha: float,
     num_heads: int | None = None,
     num_sequences: int = 8192,
     seed: int = 0,
@@ -432,12 +441,12 @@ def unigram_point(
 
 
 def bigram_point_all_heads(
-    c,
+    c: float,
     *,
     num_states: int,
     order_n: int,
     seq_len: int,
-    alpha,
+    alpha: float,
     num_heads: int | None = None,
     num_sequences: int = 8192,
     seed: int = 0,
@@ -491,7 +500,7 @@ def random_point(
     num_states: int,
     order_n: int,
     seq_len: int,
-    alpha,
+    alpha: float,
     num_heads: int | None = None,
     num_sequences: int = 8192,
     data_seed: int = 0,
@@ -548,11 +557,11 @@ def _chunked_grad(params, x_BT, target_BS, model, floor, chunk_size):
     y_NCS = jnp.pad(target_BS, ((0, pad), (0, 0))).reshape(num_chunks, chunk, -1)
     w_NC = weight_B.reshape(num_chunks, chunk)
 
-    def chunk_loss(params, x_CT, y_CS, w_C):
+    def chunk_loss(params: PyTree, x_CT: jax.Array, y_CS: jax.Array, w_C: jax.Array) -> jax.Array:
         probs_CS = model.apply({"params": params}, x_CT)
         return jnp.sum(w_C * estimators.cross_entropy(probs_CS, y_CS, floor)) / B
 
-    def body(total, inputs):
+    def body(total: PyTree, inputs: tuple[jax.Array, ...]) -> tuple[PyTree, None]:
         loss, grad = jax.value_and_grad(chunk_loss)(params, *inputs)
         return jax.tree.map(jnp.add, total, (loss, grad)), None
 
@@ -561,7 +570,7 @@ def _chunked_grad(params, x_BT, target_BS, model, floor, chunk_size):
     return loss, grad
 
 
-def _block_vectors(tree) -> dict:
+def _block_vectors(tree: PyTree) -> dict:
     """{block name: flat vector}: "total", each top-level block, and "A1/head h", "V1/head h"."""
     out = {"total": jnp.concatenate([jnp.ravel(tree[name]) for name in sorted(tree)])}
     for name in BLOCKS:
@@ -594,10 +603,10 @@ def _gradient_statistics(params, x_BT, target_BS, *, model, floor, chunk_size):
 
 
 def gradient_statistics(
-    params,
+    params: PyTree,
     model: model_lib.NgramModel,
-    x_BT,
-    target_BS,
+    x_BT: ArrayLike,
+    target_BS: ArrayLike,
     floor: float = 1e-8,
     chunk_size: int = 2048,
 ) -> dict:

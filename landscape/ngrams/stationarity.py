@@ -17,6 +17,9 @@ from __future__ import annotations
 
 import functools
 import math
+import pathlib
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -24,9 +27,12 @@ import numpy as np
 
 from landscape.ngrams import estimators, points
 from landscape.ngrams import model as model_lib
+from landscape.typing import PyTree
 
 
-def _estimator_losses(x_BT, target_BS, num_states, k, alpha, floor) -> dict:
+def _estimator_losses(
+    x_BT: jax.Array, target_BS: jax.Array, num_states: int, k: int, alpha: float, floor: float
+) -> dict:
     """Mean CE on the set of the k-gram estimators with the same floor (notes §4.1, §4.4)."""
     probs = {
         "loss_padded": estimators.padded_kgram_estimate(x_BT, num_states, k),
@@ -39,7 +45,7 @@ def _estimator_losses(x_BT, target_BS, num_states, k, alpha, floor) -> dict:
     }
 
 
-def _row(stats: dict, **fields) -> dict:
+def _row(stats: dict, **fields: Any) -> dict:
     row = dict(fields)
     row["loss"] = stats["loss"]
     for name, value in stats.items():
@@ -48,10 +54,102 @@ def _row(stats: dict, **fields) -> dict:
     return row
 
 
+def _checked_grid(
+    ks: Iterable[int],
+    cs: Iterable[float],
+    seq_lens: Iterable[int],
+    num_states: int,
+    order_n: int,
+    alpha: float,
+    log_c0: float | None,
+) -> tuple[list[int], list[float], list[int]]:
+    """(ks, cs, seq_lens) as lists, each value checked as points._validate checks it."""
+    ks = [int(k) for k in ks]
+    cs = [float(c) for c in cs]
+    for k in ks:
+        points._validate(num_states, order_n, None, alpha, None, k=k)
+    for c in cs:
+        points._validate(num_states, order_n, None, alpha, None, c=c)
+    seq_lens = list(seq_lens)
+    if not seq_lens:
+        raise ValueError("seq_lens = []: give at least one sequence length T.")
+    for T in seq_lens:
+        points._validate(num_states, order_n, T, alpha, None)
+        if log_c0 is not None and not float(log_c0) + math.log(T) > 0:
+            raise ValueError(
+                f"log_c0 = {log_c0!r}: c = log_c0 + log T = "
+                f"{float(log_c0) + math.log(T):g} at T = {T} must be > 0."
+            )
+    return ks, cs, seq_lens
+
+
+def _statistics(
+    model: model_lib.NgramModel,
+    x_BT: jax.Array,
+    target_BS: jax.Array,
+    floor: float,
+    gradients: bool,
+    chunk_size: int,
+) -> Callable[[PyTree], dict]:
+    """params -> the point's statistics on the set: the gradient statistics, or the loss alone."""
+    if gradients:
+        return functools.partial(
+            points.gradient_statistics,
+            model=model,
+            x_BT=x_BT,
+            target_BS=target_BS,
+            floor=floor,
+            chunk_size=chunk_size,
+        )
+    loss_at = jax.jit(
+        functools.partial(points._mean_ce, x_BT=x_BT, target_BS=target_BS, model=model, floor=floor)
+    )
+
+    def loss_only(params: PyTree) -> dict:
+        return {"loss": float(loss_at(params))}
+
+    return loss_only
+
+
+def _construction_rows(
+    grads: Callable[[PyTree], dict],
+    model: model_lib.NgramModel,
+    x_BT: jax.Array,
+    target_BS: jax.Array,
+    T: int,
+    ks: list[int],
+    cs: list[float],
+    log_c0: float | None,
+    alpha: float,
+    common: dict,
+    verbose: bool,
+) -> list[dict]:
+    """The theta_star rows at one T: per k, every fixed c, then c = log_c0 + log T if given."""
+    rows = []
+    for k in ks:
+        estimator = _estimator_losses(x_BT, target_BS, model.num_states, k, alpha, common["floor"])
+        scales = [("fixed", c) for c in cs]
+        if log_c0 is not None:
+            scales.append(("log", float(log_c0) + math.log(T)))
+        for rule, c in scales:
+            stats = grads(points.construction_params(k, c, model))
+            rows.append(
+                _row(stats, point="theta_star", rule=rule, k=k, c=c, T=T, **estimator, **common)
+            )
+            if verbose:
+                print(
+                    f"T={T} k={k} c={c:.3g}: loss {stats['loss']:.4f}, grad "
+                    f"{stats.get('unbiased', math.nan):.4g} (noise "
+                    f"{stats.get('noise', math.nan):.2g})",
+                    flush=True,
+                )
+    return rows
+
+
 def study(
-    ks,
-    cs,
-    seq_lens,
+    ks: Iterable[int],
+    cs: Iterable[float],
+    seq_lens: Iterable[int],
     *,
     num_states: int = 3,
     order_n: int = 3,
@@ -84,22 +182,7 @@ def study(
     loss-vs-c curve). The jitted loss / gradient functions take the params as traced arguments,
     so they compile once per T whatever the number of (k, c).
     """
-    ks = [int(k) for k in ks]
-    cs = [float(c) for c in cs]
-    for k in ks:
-        points._validate(num_states, order_n, None, alpha, None, k=k)
-    for c in cs:
-        points._validate(num_states, order_n, None, alpha, None, c=c)
-    seq_lens = list(seq_lens)
-    if not seq_lens:
-        raise ValueError("seq_lens = []: give at least one sequence length T.")
-    for T in seq_lens:
-        points._validate(num_states, order_n, T, alpha, None)
-        if log_c0 is not None and not float(log_c0) + math.log(T) > 0:
-            raise ValueError(
-                f"log_c0 = {log_c0!r}: c = log_c0 + log T = "
-                f"{float(log_c0) + math.log(T):g} at T = {T} must be > 0."
-            )
+    ks, cs, seq_lens = _checked_grid(ks, cs, seq_lens, num_states, order_n, alpha, log_c0)
     rows = []
     common = dict(
         S=num_states,
@@ -121,39 +204,10 @@ def study(
         x_BT, target_BS = points.population_set(
             num_states, order_n, T, alpha, num_sequences, seed, init
         )
-        if gradients:
-            grads = functools.partial(
-                points.gradient_statistics,
-                model=model,
-                x_BT=x_BT,
-                target_BS=target_BS,
-                floor=floor,
-                chunk_size=chunk_size,
-            )
-        else:
-            loss_at = jax.jit(
-                functools.partial(
-                    points._mean_ce, x_BT=x_BT, target_BS=target_BS, model=model, floor=floor
-                )
-            )
-            grads = lambda params: {"loss": float(loss_at(params))}
-        for k in ks:
-            estimator = _estimator_losses(x_BT, target_BS, num_states, k, alpha, floor)
-            scales = [("fixed", c) for c in cs]
-            if log_c0 is not None:
-                scales.append(("log", float(log_c0) + math.log(T)))
-            for rule, c in scales:
-                stats = grads(points.construction_params(k, c, model))
-                rows.append(
-                    _row(stats, point="theta_star", rule=rule, k=k, c=c, T=T, **estimator, **common)
-                )
-                if verbose:
-                    print(
-                        f"T={T} k={k} c={c:.3g}: loss {stats['loss']:.4f}, grad "
-                        f"{stats.get('unbiased', math.nan):.4g} (noise "
-                        f"{stats.get('noise', math.nan):.2g})",
-                        flush=True,
-                    )
+        grads = _statistics(model, x_BT, target_BS, floor, gradients, chunk_size)
+        rows += _construction_rows(
+            grads, model, x_BT, target_BS, T, ks, cs, log_c0, alpha, common, verbose
+        )
         params = model_lib.init_params(jax.random.PRNGKey(random_seed), model, points._dtype())
         rows.append(
             _row(
@@ -175,7 +229,7 @@ def study(
 # --------------------------------------------------------------------------------------------------
 
 
-def _fmt(value: float, width: int = 10) -> str:
+def _fmt(value: float | None, width: int = 10) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return f"{'-':>{width}}"
     return f" {value:>{width - 1}.4g}"
@@ -189,16 +243,11 @@ def _grid_cell(row: dict, width: int) -> str:
     return f"{value:>{width - 1}.3g}{mark}"
 
 
-def table(rows: list[dict]) -> str:
-    """The C7 grid (T down, (k, c) across; '~' marks an unbiased norm <= the noise floor, i.e.
-    not distinguishable from an exactly stationary point), then one line per row with the
-    per-block norms, the loss and the estimator losses."""
-    if not rows:
-        return "(no rows)"
+def _grid_lines(rows: list[dict], width: int) -> list[str]:
+    """The C7 grid: title, header, then one line per T."""
     seq_lens = sorted({row["T"] for row in rows})
     fixed = sorted({(row["k"], row["c"]) for row in rows if row["rule"] == "fixed"})
     log_ks = sorted({row["k"] for row in rows if row["rule"] == "log"})
-    width = 10
     first = rows[0]
     lines = [
         f"||grad L(theta_*^k(c))||, unbiased estimate sign(<g_A, g_B>) sqrt|<g_A, g_B>| "
@@ -230,7 +279,21 @@ def table(rows: list[dict]) -> str:
             float(np.median(construction_noise)) if construction_noise else math.nan, width
         )
         lines.append(line)
-    lines += ["", "noise: median noise floor of the construction rows at that T", ""]
+    return lines
+
+
+def _listing_order(row: dict) -> tuple:
+    """Sort key of the per-row listing: T, k (the random point last), rule, c."""
+    return (
+        row["T"],
+        row["k"] if row["k"] is not None else 99,
+        row["rule"],
+        0 if math.isnan(row["c"]) else row["c"],
+    )
+
+
+def _listing_lines(rows: list[dict]) -> list[str]:
+    """One line per row: the per-block norms, the loss and the estimator losses."""
     columns = [
         "T",
         "k",
@@ -248,16 +311,8 @@ def table(rows: list[dict]) -> str:
         "mle",
         "+alpha",
     ]
-    lines.append("".join(f"{name:>10}" for name in columns))
-    for row in sorted(
-        rows,
-        key=lambda r: (
-            r["T"],
-            r["k"] if r["k"] is not None else 99,
-            r["rule"],
-            0 if math.isnan(r["c"]) else r["c"],
-        ),
-    ):
+    lines = ["".join(f"{name:>10}" for name in columns)]
+    for row in sorted(rows, key=_listing_order):
         cells = [
             f"{row['T']:>10}",
             f"{'-' if row['k'] is None else row['k']:>10}",
@@ -276,6 +331,18 @@ def table(rows: list[dict]) -> str:
         "(A1..K2: per-block unbiased norms; padded/mle/+alpha: the k-gram estimators' "
         "losses on the same set)"
     )
+    return lines
+
+
+def table(rows: list[dict]) -> str:
+    """The C7 grid (T down, (k, c) across; '~' marks an unbiased norm <= the noise floor, i.e.
+    not distinguishable from an exactly stationary point), then one line per row with the
+    per-block norms, the loss and the estimator losses."""
+    if not rows:
+        return "(no rows)"
+    lines = _grid_lines(rows, width=10)
+    lines += ["", "noise: median noise floor of the construction rows at that T", ""]
+    lines += _listing_lines(rows)
     return "\n".join(lines)
 
 
@@ -284,7 +351,109 @@ def table(rows: list[dict]) -> str:
 # --------------------------------------------------------------------------------------------------
 
 
-def plot(rows: list[dict], path):
+def _plot_curve(
+    ax: Any,
+    label: str,
+    color: Any,
+    width: float,
+    marker: str,
+    line_rows: list[dict],
+    below_label: str | None,
+) -> str | None:
+    """One curve of a panel: the unbiased norm vs T, its noise floor dashed, and open triangles at
+    the floor where the estimate is <= 0 (labelled once: returns the label still unused)."""
+    line_rows = sorted(line_rows, key=lambda r: r["T"])
+    if not line_rows:
+        return below_label
+    T_ = np.array([row["T"] for row in line_rows], float)
+    value = np.array([row["grad_unbiased"] for row in line_rows])
+    floor = np.array([row["grad_noise"] for row in line_rows])
+    style = ":" if label == "random init" else "-"
+    ax.plot(
+        T_,
+        np.where(value > 0, value, np.nan),
+        style,
+        marker=marker,
+        color=color,
+        label=label,
+        linewidth=width,
+        markersize=4,
+    )
+    floor = np.where(floor > 0, floor, np.nan)  # k = 1: exactly 0, no floor
+    ax.plot(T_, floor, "--", color=color, linewidth=0.8, alpha=0.6)
+    low = (value <= 0) & np.isfinite(floor)
+    if low.any():
+        ax.plot(
+            T_[low],
+            floor[low],
+            "v",
+            markerfacecolor="none",
+            color=color,
+            markersize=7,
+            label=below_label,
+        )
+        below_label = None
+    return below_label
+
+
+def _plot_panel(
+    ax: Any,
+    k: int,
+    panel: list[dict],
+    random_rows: list[dict],
+    cs: list[float],
+    colors: Any,
+) -> None:
+    """Panel k of `plot`: the noise band, one curve per fixed c, the log curve, the random init."""
+    seq_lens = sorted({row["T"] for row in panel})
+    noise = [[row["grad_noise"] for row in panel if row["T"] == T] for T in seq_lens]
+    ax.fill_between(
+        seq_lens,
+        [min(n) for n in noise],
+        [max(n) for n in noise],
+        color="0.6",
+        alpha=0.2,
+        linewidth=0,
+        label="noise floors (MC s.e.)",
+    )
+    series = [
+        (
+            f"c = {c:g}",
+            color,
+            1.4,
+            "o",
+            [row for row in panel if row["rule"] == "fixed" and row["c"] == c],
+        )
+        for c, color in zip(cs, colors, strict=False)
+    ]
+    log_rows = [row for row in panel if row["rule"] == "log"]
+    if log_rows:
+        c0 = log_rows[0]["c"] - math.log(log_rows[0]["T"])
+        series.append((f"c = {c0:.3g} + ln T", "crimson", 2.4, "s", log_rows))
+    series.append(("random init", "black", 1.2, "x", [row for row in random_rows]))
+    below_label: str | None = "estimate <= 0 (drawn at its noise floor)"
+    for label, color, width, marker, line_rows in series:
+        below_label = _plot_curve(ax, label, color, width, marker, line_rows, below_label)
+    ax.plot([], [], "--", color="0.3", linewidth=0.8, label="noise floor of each curve")
+    if all(row["grad_plain"] == 0 for row in panel):
+        ax.text(
+            0.5,
+            0.75,
+            "||grad L|| = 0 exactly\n(Q2 = K2 = 0, notes C5)",
+            transform=ax.transAxes,
+            ha="center",
+            va="center",
+        )
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xticks(seq_lens, [str(T) for T in seq_lens])
+    ax.minorticks_off()
+    ax.set_xlabel("sequence length T")
+    ax.set_title(rf"k = {k}: $\theta_*^{{{k}}}(c)$")
+    ax.grid(True, which="both", alpha=0.25)
+
+
+def plot(rows: list[dict], path: str | pathlib.Path) -> pathlib.Path:
     """Log-log ||grad L(theta_*^k(c))|| vs T: one panel per k, one solid line per fixed c, the
     c = log_c0 + ln T curve (thick, crimson) and the random initialisation (black, dotted). Each
     curve's noise floor ||g_A - g_B||/2 is the thin dashed line of its colour, and the grey band
@@ -307,84 +476,8 @@ def plot(rows: list[dict], path):
     cs = sorted({row["c"] for row in star if row["rule"] == "fixed"})
     colors = plotting.plt.cm.viridis(np.linspace(0.0, 0.85, max(len(cs), 1)))
     first = rows[0]
-    for ax, k in zip(axes[0], ks):
-        panel = [row for row in star if row["k"] == k]
-        seq_lens = sorted({row["T"] for row in panel})
-        noise = [[row["grad_noise"] for row in panel if row["T"] == T] for T in seq_lens]
-        ax.fill_between(
-            seq_lens,
-            [min(n) for n in noise],
-            [max(n) for n in noise],
-            color="0.6",
-            alpha=0.2,
-            linewidth=0,
-            label="noise floors (MC s.e.)",
-        )
-        series = [
-            (
-                f"c = {c:g}",
-                color,
-                1.4,
-                "o",
-                [row for row in panel if row["rule"] == "fixed" and row["c"] == c],
-            )
-            for c, color in zip(cs, colors)
-        ]
-        log_rows = [row for row in panel if row["rule"] == "log"]
-        if log_rows:
-            c0 = log_rows[0]["c"] - math.log(log_rows[0]["T"])
-            series.append((f"c = {c0:.3g} + ln T", "crimson", 2.4, "s", log_rows))
-        series.append(("random init", "black", 1.2, "x", [row for row in random_rows]))
-        below_label = "estimate <= 0 (drawn at its noise floor)"
-        for label, color, width, marker, line_rows in series:
-            line_rows = sorted(line_rows, key=lambda r: r["T"])
-            if not line_rows:
-                continue
-            T_ = np.array([row["T"] for row in line_rows], float)
-            value = np.array([row["grad_unbiased"] for row in line_rows])
-            floor = np.array([row["grad_noise"] for row in line_rows])
-            style = ":" if label == "random init" else "-"
-            ax.plot(
-                T_,
-                np.where(value > 0, value, np.nan),
-                style,
-                marker=marker,
-                color=color,
-                label=label,
-                linewidth=width,
-                markersize=4,
-            )
-            floor = np.where(floor > 0, floor, np.nan)  # k = 1: exactly 0, no floor
-            ax.plot(T_, floor, "--", color=color, linewidth=0.8, alpha=0.6)
-            low = (value <= 0) & np.isfinite(floor)
-            if low.any():
-                ax.plot(
-                    T_[low],
-                    floor[low],
-                    "v",
-                    markerfacecolor="none",
-                    color=color,
-                    markersize=7,
-                    label=below_label,
-                )
-                below_label = None
-        ax.plot([], [], "--", color="0.3", linewidth=0.8, label="noise floor of each curve")
-        if all(row["grad_plain"] == 0 for row in panel):
-            ax.text(
-                0.5,
-                0.75,
-                "||grad L|| = 0 exactly\n(Q2 = K2 = 0, notes C5)",
-                transform=ax.transAxes,
-                ha="center",
-                va="center",
-            )
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xticks(seq_lens, [str(T) for T in seq_lens])
-        ax.minorticks_off()
-        ax.set_xlabel("sequence length T")
-        ax.set_title(rf"k = {k}: $\theta_*^{{{k}}}(c)$")
-        ax.grid(True, which="both", alpha=0.25)
+    for ax, k in zip(axes[0], ks, strict=True):
+        _plot_panel(ax, k, [row for row in star if row["k"] == k], random_rows, cs, colors)
     axes[0][0].set_ylabel(r"$\|\nabla L(\theta_*^k(c))\|$  (unbiased, two halves)")
     axes[0][-1].legend(fontsize=7.5, loc="upper left", bbox_to_anchor=(1.02, 1.0))
     fig.suptitle(
@@ -395,7 +488,7 @@ def plot(rows: list[dict], path):
     return plotting.save(fig, path)
 
 
-def plot_loss_vs_c(rows: list[dict], path):
+def plot_loss_vs_c(rows: list[dict], path: str | pathlib.Path) -> pathlib.Path:
     """C8: the loss at theta_*^k(c) against c, one panel per T, one colour per k, each curve's
     minimum starred; dashed lines: the add-alpha k-gram estimator's loss; dotted: the padded
     k-gram MLE (the c -> inf limit of theta_*^k); the Def. 2.1 MLE's loss (usually far above
@@ -407,10 +500,10 @@ def plot_loss_vs_c(rows: list[dict], path):
         raise ValueError("rows: no fixed-c theta_star rows to plot.")
     seq_lens = sorted({row["T"] for row in star})
     ks = sorted({row["k"] for row in star})
-    colors = dict(zip(ks, plotting.plt.cm.tab10(np.arange(len(ks)))))
+    colors = dict(zip(ks, plotting.plt.cm.tab10(np.arange(len(ks))), strict=True))
     fig, axes = plotting.subplots(1, len(seq_lens), width=7.6, height=3.6)
     first = star[0]
-    for ax, T in zip(axes[0], seq_lens):
+    for ax, T in zip(axes[0], seq_lens, strict=True):
         at_T = [row for row in star if row["T"] == T]
         lows, highs = [], []
         for k in ks:

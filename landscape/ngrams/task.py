@@ -28,6 +28,7 @@ import numpy as np
 from jax.scipy.special import xlogy
 
 from landscape import _checks
+from landscape.typing import ArrayLike
 
 INITS = ("uniform", "stationary")
 
@@ -37,11 +38,13 @@ INITS = ("uniform", "stationary")
 # --------------------------------------------------------------------------------------------------
 
 
-def _is_int(value) -> bool:
+def _is_int(value: object) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
 
 
-def validate_task(num_states, order_n, seq_len=None, alpha=None) -> None:
+def validate_task(
+    num_states: int, order_n: int, seq_len: int | None = None, alpha: ArrayLike | None = None
+) -> None:
     """One ValueError sentence naming the bad field: S >= 2, n >= 2, T > n, alpha > 0 (notes §2.2).
 
     seq_len / alpha None skip their checks; a traced alpha (a vmapped sweep) is not checked.
@@ -76,7 +79,7 @@ def validate_task(num_states, order_n, seq_len=None, alpha=None) -> None:
             )
 
 
-def _validate_init(init) -> None:
+def _validate_init(init: str) -> None:
     if init not in INITS:
         raise ValueError(
             f"init = {init!r}: must be one of {INITS} (how the first n-1 tokens are drawn)."
@@ -88,7 +91,9 @@ def _validate_init(init) -> None:
 # --------------------------------------------------------------------------------------------------
 
 
-def sample_tasks(key, num_states: int, order_n: int, alpha, batch_size: int) -> jax.Array:
+def sample_tasks(
+    key: jax.Array, num_states: int, order_n: int, alpha: ArrayLike, batch_size: int
+) -> jax.Array:
     """P (B, S^(n-1), S): every context row ~ Dir(alpha 1_S), i.i.d. (notes §2.2 step 1)."""
     if alpha is None:
         raise _checks.ArgumentTypeError(
@@ -105,7 +110,9 @@ def _sample_tasks(key, num_states, order_n, alpha, batch_size):
     return jax.nn.softmax(_log_gamma(key, alpha, shape, jnp.result_type(float)), axis=-1)
 
 
-def _log_gamma(key, alpha, shape, dtype) -> jax.Array:
+def _log_gamma(
+    key: jax.Array, alpha: ArrayLike, shape: tuple[int, ...], dtype: jnp.dtype
+) -> jax.Array:
     """log G, G ~ Gamma(alpha, 1) i.i.d. of `shape`: exact, vectorised Marsaglia-Tsang.
 
     G(alpha) = G(alpha + 1) U^(1/alpha), so any alpha > 0 works, and in log space a small alpha
@@ -119,7 +126,7 @@ def _log_gamma(key, alpha, shape, dtype) -> jax.Array:
     size = int(np.prod(shape))
     refill = max(size // 8, 1)
 
-    def propose(key, count):
+    def propose(key: jax.Array, count: int) -> tuple[jax.Array, jax.Array]:
         key_z, key_u = jax.random.split(key)
         z = jax.random.normal(key_z, (count,), dtype)
         u = jax.random.uniform(key_u, (count,), dtype)
@@ -128,7 +135,9 @@ def _log_gamma(key, alpha, shape, dtype) -> jax.Array:
         ok = (v > 0) & (jnp.log(u) < 0.5 * z**2 + d - d * safe_v + d * jnp.log(safe_v))
         return jnp.log(d) + jnp.log(safe_v), ok
 
-    def body(state):
+    def body(
+        state: tuple[jax.Array, jax.Array, jax.Array],
+    ) -> tuple[jax.Array, jax.Array, jax.Array]:
         key, log_g_N, done_N = state
         key, key_round = jax.random.split(key)
         idx_R = jnp.nonzero(~done_N, size=refill, fill_value=size)[0]  # size: out of range
@@ -145,7 +154,7 @@ def _log_gamma(key, alpha, shape, dtype) -> jax.Array:
 
 
 @functools.partial(jax.jit, static_argnums=(1, 2))
-def lifted_transition(P_CS, num_states: int, order_n: int) -> jax.Array:
+def lifted_transition(P_CS: jax.Array, num_states: int, order_n: int) -> jax.Array:
     """(C, C) T[c, (c S mod C) + j] = P[c, j], C = S^(n-1): the lifted order-1 chain (§2.3)."""
     num_contexts = num_states ** (order_n - 1)
     rows_C1 = jnp.arange(num_contexts)[:, None]
@@ -154,7 +163,7 @@ def lifted_transition(P_CS, num_states: int, order_n: int) -> jax.Array:
 
 
 @functools.partial(jax.jit, static_argnums=(1, 2))
-def lifted_stationary(P_CS, num_states: int, order_n: int) -> jax.Array:
+def lifted_stationary(P_CS: jax.Array, num_states: int, order_n: int) -> jax.Array:
     """(C,) pi over contexts with pi T = pi, sum pi = 1, for one task (notes §2.3, Eq. 37).
 
     Dirichlet rows have full support, so T is irreducible and I - T + 1 1^T is nonsingular:
@@ -171,13 +180,13 @@ def lifted_stationary(P_CS, num_states: int, order_n: int) -> jax.Array:
 # --------------------------------------------------------------------------------------------------
 
 
-def _digits(c_B, num_states, order_n) -> jax.Array:
+def _digits(c_B: jax.Array, num_states: int, order_n: int) -> jax.Array:
     """(B, n-1) tokens oldest..newest of base-S context indices c_B."""
     powers_O = num_states ** jnp.arange(order_n - 2, -1, -1)
     return (c_B[:, None] // powers_O) % num_states
 
 
-def _encode(tokens_BO, num_states) -> jax.Array:
+def _encode(tokens_BO: jax.Array, num_states: int) -> jax.Array:
     """(B,) base-S context index of (B, o) tokens oldest..newest (oldest most significant)."""
     order = tokens_BO.shape[1]
     powers_O = num_states ** jnp.arange(order - 1, -1, -1)
@@ -185,8 +194,13 @@ def _encode(tokens_BO, num_states) -> jax.Array:
 
 
 def sample_sequences(
-    key, P_BCS, num_states: int, order_n: int, seq_len: int, init: str = "uniform"
-):
+    key: jax.Array,
+    P_BCS: jax.Array,
+    num_states: int,
+    order_n: int,
+    seq_len: int,
+    init: str = "uniform",
+) -> tuple[jax.Array, jax.Array]:
     """(x_BT int32, target_BS) for given tasks P_BCS (notes §2.2 steps 2-4).
 
     init "uniform": x_1..x_{n-1} i.i.d. uniform (the authors' code); "stationary": the first window
@@ -220,7 +234,7 @@ def _sample_sequences(key, P_BCS, num_states, order_n, seq_len, init):
     u_RB = jax.random.uniform(key_roll, (seq_len - order, batch_size), P_BCS.dtype)
     batch_B = jnp.arange(batch_size)
 
-    def step(c_B, u_B):
+    def step(c_B: jax.Array, u_B: jax.Array) -> tuple[jax.Array, jax.Array]:
         x_B = jnp.sum(u_B[:, None] >= cuts_BCS[batch_B, c_B], axis=-1).astype(jnp.int32)
         return (c_B * num_states) % num_contexts + x_B, x_B
 
@@ -230,8 +244,14 @@ def _sample_sequences(key, P_BCS, num_states, order_n, seq_len, init):
 
 
 def sample(
-    key, num_states: int, order_n: int, seq_len: int, alpha, batch_size: int, init: str = "uniform"
-):
+    key: jax.Array,
+    num_states: int,
+    order_n: int,
+    seq_len: int,
+    alpha: ArrayLike,
+    batch_size: int,
+    init: str = "uniform",
+) -> tuple[jax.Array, jax.Array, jax.Array]:
     """(x_BT int32, target_BS, P_BCS): the per-sequence n-gram sampler (notes §2.2).
 
     Per sequence: P ~ Dirichlet rows, the first n-1 tokens from `init` (see `sample_sequences`),
@@ -262,7 +282,9 @@ def _sample(key, num_states, order_n, seq_len, alpha, batch_size, init):
 
 
 @functools.partial(jax.jit, static_argnums=(2, 3, 4))
-def lower_order_conditional(P_CS, pi_C, num_states: int, order_n: int, k: int) -> jax.Array:
+def lower_order_conditional(
+    P_CS: jax.Array, pi_C: jax.Array, num_states: int, order_n: int, k: int
+) -> jax.Array:
     """(S^(k-1), S) q[u, j] = p(x_{t+1} = j | last k-1 tokens = u) under pi (Lemma H.5).
 
     u is indexed base-S oldest..newest like contexts. k = n gives P; k = 1 the (1, S) stationary
@@ -278,7 +300,7 @@ def lower_order_conditional(P_CS, pi_C, num_states: int, order_n: int, k: int) -
 
 
 @functools.partial(jax.jit, static_argnums=(1, 2))
-def kgram_losses(P_CS, num_states: int, order_n: int) -> jax.Array:
+def kgram_losses(P_CS: jax.Array, num_states: int, order_n: int) -> jax.Array:
     """(n,) for one task: L_k = sum_c pi_c sum_j P[c, j] (-log q_{u(c)}(j)), k = 1..n (§2.3).
 
     u(c) = c mod S^(k-1) is the newest k-1 tokens; L_k is the stationary conditional entropy
@@ -294,7 +316,9 @@ def kgram_losses(P_CS, num_states: int, order_n: int) -> jax.Array:
     return jnp.stack(losses)
 
 
-def plateau_levels(key, num_states: int, order_n: int, alpha, num_tasks: int) -> jax.Array:
+def plateau_levels(
+    key: jax.Array, num_states: int, order_n: int, alpha: ArrayLike, num_tasks: int
+) -> jax.Array:
     """(n,) Monte-Carlo T -> inf k-gram losses L_k^inf = E_tau[kgram_losses] (notes §2.3 table)."""
     _checks.check_int("num_tasks", num_tasks, 1, "the Monte-Carlo sample of tasks")
     P_BCS = sample_tasks(key, num_states, order_n, alpha, num_tasks)

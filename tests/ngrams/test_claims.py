@@ -335,7 +335,10 @@ def test_stationarity_each_claim_fails_on_violating_rows():
         "theta_*^1 (Q2 = K2 = 0) is exactly stationary for every T and c",
         "the inactive heads' blocks (h >= k) have exactly zero gradient",
     ]
-    flat = lambda k, c, T, rule: 0.0 if k == 1 else 2.0  # no fall; above the random init
+
+    def flat(k, c, T, rule):  # no fall; above the random init
+        return 0.0 if k == 1 else 2.0
+
     failed = _failed(stationarity_rows(grad=flat))
     assert (
         len(failed) == 3
@@ -343,7 +346,10 @@ def test_stationarity_each_claim_fails_on_violating_rows():
         and "decreases along T" in failed[1]
         and "flatter than a random" in failed[2]
     )
-    falling = lambda k, c, T, rule: 0.0 if k == 1 else 10.0 / T  # c = 4 keeps falling
+
+    def falling(k, c, T, rule):  # c = 4 keeps falling
+        return 0.0 if k == 1 else 10.0 / T
+
     assert _failed(stationarity_rows(grad=falling)) == [
         "theta_*^2(c = 4): at fixed small c the norm levels off in T"
     ]

@@ -88,12 +88,12 @@ def test_bayes_is_add_alpha_at_k_equals_n_brute_force():
     num_states, order_n, alpha = 3, 3, 0.7
     x_BT = jax.random.randint(jax.random.PRNGKey(3), (20, 40), 0, num_states)
     probs_BS = np.asarray(est.bayes_estimate(x_BT, num_states, order_n, alpha))
-    for x, probs in zip(np.asarray(x_BT), probs_BS):
+    for x, probs in zip(np.asarray(x_BT), probs_BS, strict=True):
         context = tuple(x[-(order_n - 1) :])
         counts = np.zeros(num_states)
-        for l in range(order_n - 1, len(x)):  # 0-based keys with full history
-            if tuple(x[l - order_n + 1 : l]) == context:
-                counts[x[l]] += 1
+        for key in range(order_n - 1, len(x)):  # 0-based keys with full history
+            if tuple(x[key - order_n + 1 : key]) == context:
+                counts[x[key]] += 1
         expected = (counts + alpha) / (counts.sum() + num_states * alpha)
         np.testing.assert_allclose(probs, expected, rtol=1e-12)
 
@@ -205,7 +205,7 @@ def test_reference_losses(num_states, alpha, refs):
         est.smoothed_estimate(x_BT, num_states, 2, alpha, min_position=order_n),
         est.bayes_estimate(x_BT, num_states, order_n, alpha),
     ]
-    for probs_BS, ref in zip(probs, refs):
+    for probs_BS, ref in zip(probs, refs, strict=True):
         loss_B = np.asarray(est.cross_entropy(probs_BS, target_BS))
         se = loss_B.std() / np.sqrt(NUM_MC)
         assert 4 * se < 0.005

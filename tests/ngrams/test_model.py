@@ -318,7 +318,7 @@ class ForwardAndGradient(chex.TestCase):
         eps = 1e-6
         for block, index in (("Q", (1, 2, 3)), ("V", (0, 4, 5))):
 
-            def shifted(sign):
+            def shifted(sign, block=block, index=index):
                 layer = dict(params["layers"]["0"])
                 layer[block] = np.array(layer[block])
                 layer[block][index] += sign * eps
@@ -591,7 +591,10 @@ def test_prefix_width_5_is_the_corrected_model_with_zero_rows():
         abs(float(np.std(np.concatenate([params["Q2"], params["K2"]]))) * math.sqrt(15) - 1) < 0.25
     )
     params = {**params, "A1": jax.random.normal(jax.random.key(7), (2, T, T))}
-    pad = lambda m: jnp.concatenate([m, jnp.zeros((10, 15))])
+
+    def pad(m):
+        return jnp.concatenate([m, jnp.zeros((10, 15))])
+
     padded = {**params, "Q2": pad(params["Q2"]), "K2": pad(params["K2"])}
     x_BT = _tokens(S, T, 32, seed=8)
     np.testing.assert_allclose(

@@ -110,7 +110,10 @@ def test_C1_lemma_3_1_gradient_identity():
     grad = jax.jit(jax.grad(loss_fn))(params)
     probs_BS = jax.jit(model_lib.probs, static_argnums=2)(params, x_BT, model)
     # per-sequence Jacobians of log p_theta(x^T): (B, S, *param shape)
-    log_p = lambda p, x_T: jnp.log(model_lib.probs(p, x_T[None], model)[0])
+
+    def log_p(p, x_T):
+        return jnp.log(model_lib.probs(p, x_T[None], model)[0])
+
     jac = jax.jit(jax.vmap(jax.jacrev(log_p), (None, 0)))(params, x_BT)
     for name in params:
         lemma = jnp.einsum("bs,bs...->...", probs_BS - y_BS, jac[name]) / x_BT.shape[0]
@@ -150,7 +153,10 @@ def _toy_grad(theta, T, init):
 def test_toy_gradient_matches_autodiff():
     x, w, y = _toy_population(6, "uniform")
     theta = np.array([[0.3, -0.2], [1.0, 0.5]])
-    loss = lambda t: jnp.sum(w * -jnp.sum(y * jax.nn.log_softmax(t[x[:, -1]], axis=-1), -1))
+
+    def loss(t):
+        return jnp.sum(w * -jnp.sum(y * jax.nn.log_softmax(t[x[:, -1]], axis=-1), -1))
+
     np.testing.assert_allclose(
         _toy_grad(theta, 6, "uniform"), jax.grad(loss)(jnp.asarray(theta)), rtol=1e-12, atol=1e-15
     )
@@ -217,7 +223,7 @@ def test_C3_construction_matches_padded_estimator():
         assert ok.mean() > 0.95
         errors = {}
         probs_at = jax.jit(
-            lambda c: model_lib.probs(points.construction_params(k, c, model), x_BT, model)
+            lambda c, k=k: model_lib.probs(points.construction_params(k, c, model), x_BT, model)
         )
         for c, (low, high) in bounds.items():
             p = np.asarray(probs_at(c))

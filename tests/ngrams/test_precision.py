@@ -26,7 +26,8 @@ CASES = {
 
 @pytest.fixture(scope="module")
 def batch():
-    """256 sequences of Fig 3's task (S = 5, n = 3, T = 32, alpha = 0.5), soft targets in float32."""
+    """256 sequences of Fig 3's task (S = 5, n = 3, T = 32, alpha = 0.5), soft targets in
+    float32."""
     x_BT, target_BS, _ = task.sample(jax.random.key(5), 5, 3, 32, 0.5, 256)
     return x_BT, target_BS.astype(jnp.float32)
 

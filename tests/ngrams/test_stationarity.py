@@ -159,7 +159,7 @@ def test_C7_full_table_against_notes(tmp_path):
     misses = []
     for k, by_c in notes.items():
         for c, values in by_c.items():
-            for T, note in zip(seq_lens, values):
+            for T, note in zip(seq_lens, values, strict=True):
                 row = _find(rows, T, k, c)
                 value, noise = row["grad_unbiased"], row["grad_noise"]
                 if note is not None and abs(value - note) > 3 * noise:

@@ -201,7 +201,10 @@ def test_jit_vmap_over_alpha_and_keys():
     """sample vmaps over traced alpha and keys (sweeps); alpha = 0.01 stays finite (log space)."""
     alphas = jnp.asarray([0.01, 1.0, 3.0])
     keys = jax.random.split(jax.random.key(13), 3)
-    one = lambda key, a: task._sample(key, 3, 3, 8, a, 2, "uniform")
+
+    def one(key, a):
+        return task._sample(key, 3, 3, 8, a, 2, "uniform")
+
     x, target, P = jax.jit(jax.vmap(one))(keys, alphas)
     assert x.shape == (3, 2, 8) and target.shape == (3, 2, 3) and P.shape == (3, 2, 9, 3)
     assert np.all(np.isfinite(P)) and np.allclose(P.sum(-1), 1.0, atol=1e-13)
