@@ -50,6 +50,7 @@ from absl import flags
 from experiments import host
 from landscape import backend, records, training
 from landscape import config as config_lib
+from landscape.protocols import Experiment
 
 FLAGS = flags.FLAGS
 _CONFIG = flags.DEFINE_string(
@@ -91,12 +92,12 @@ class UsageError(ValueError):
     """A mistake in the command: one sentence, exit status 2."""
 
 
-def run(experiment: types.ModuleType) -> None:
+def run(experiment: Experiment) -> None:
     """The entry point of `python -m experiments.<paper>`."""
     sys.exit(main(experiment, sys.argv))
 
 
-def main(experiment: types.ModuleType, argv: list[str]) -> int:
+def main(experiment: Experiment, argv: list[str]) -> int:
     """Run the CLI on `argv` (argv[0] is the program) in this process; returns the exit status."""
     started = time.perf_counter()
     try:
@@ -119,7 +120,7 @@ def main(experiment: types.ModuleType, argv: list[str]) -> int:
 
 
 def _run(
-    experiment: types.ModuleType,
+    experiment: Experiment,
     argv: list[str],
     cfg: ml_collections.ConfigDict,
     workdir_path: pathlib.Path,
@@ -240,7 +241,7 @@ def _parse_flags(argv: list[str]) -> None:
         raise UsageError(f"unexpected argument {extra[1]!r}: flags are --name=value.")
 
 
-def _help(experiment: types.ModuleType) -> str:
+def _help(experiment: Experiment) -> str:
     module = sys.modules.get(f"experiments.{_paper(experiment)}")
     ours = [
         _CONFIG,
@@ -261,7 +262,7 @@ def _help(experiment: types.ModuleType) -> str:
     return "\n".join(lines)
 
 
-def _paper(experiment: types.ModuleType) -> str:
+def _paper(experiment: Experiment) -> str:
     return experiment.__name__.split(".")[1]
 
 
@@ -275,7 +276,7 @@ def _fail(message: str, status: int) -> int:
 
 
 def _resolve(
-    experiment: types.ModuleType, overrides: list[tuple[str, str]]
+    experiment: Experiment, overrides: list[tuple[str, str]]
 ) -> tuple[ml_collections.ConfigDict, pathlib.Path]:
     """The validated config and the workdir path, creating nothing."""
     resume, workdir = _RESUME.value, _WORKDIR.value
@@ -488,7 +489,7 @@ def _require_same_config(stored: dict, given: dict, workdir: str) -> None:
 # ----------------------------------------------------------------------------- the process
 
 
-def _start_backend(experiment: types.ModuleType, cfg: ml_collections.ConfigDict) -> str | None:
+def _start_backend(experiment: Experiment, cfg: ml_collections.ConfigDict) -> str | None:
     """Host devices, allocator, compilation cache (its folder is returned), x64, quiet logs."""
     try:
         host.use_host_devices(host.HOST_DEVICES.value)  # first: before the backends start

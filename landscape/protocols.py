@@ -31,6 +31,8 @@ class Experiment(Protocol):
         return the summary.
     """
 
+    __name__: str
+
     def default_config(self) -> ml_collections.ConfigDict: ...
 
     def validate(self, cfg: ml_collections.ConfigDict) -> None: ...
