@@ -5,6 +5,9 @@ model.py       the theory model (no LayerNorm) and the GPT-2 model, one attentio
 points.py      theta_pi (Thm 2 / Thm 3, multi-state), theta_star (Thm 1) as Points
 theory.py      closed forms: losses, information, alpha block and spectra, App. D
 experiment.py  configs -> compiled sweeps -> records, figures and claims (Figs. 1, 3, 4, 5, App. D)
+claims.py      per-run outcomes (final loss, f0, f1, stuck) and one claim function per config
+figures.py     test-loss curves, the Fig. 4 grid of trapped fractions, the trap study's plots
+trap_study.py  the single-layer trap: depth x precision, trapped fractions, plateau gradients
 """
 
 from landscape.markov import model, points, task, theory

@@ -5,16 +5,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
 import numpy as np
+from ml_collections import ConfigDict
 
 from landscape import records
 from landscape.markov import theory, trap_study
+from landscape.markov.trap_study import Group, Row
+from landscape.typing import PyTree
 
 
-def references(cfg, p, q):
+def references(cfg: ConfigDict, p: float, q: float) -> tuple[float, float]:
     """(unigram loss, bigram loss) of the chain of a run."""
     S = cfg.chain.num_states
     if S == 2:
@@ -22,7 +26,7 @@ def references(cfg, p, q):
     return float(theory.symmetric_unigram_loss(S)), float(theory.symmetric_entropy_rate(S, p))
 
 
-def outcomes(group) -> list[dict[str, Any]]:
+def outcomes(group: Group) -> list[Row]:
     """Per run: p, q, seed, final test loss, f0, f1, and whether it is stuck at the unigram.
 
     Stuck (notes §12.7): |L - H(pi)| < I/4 (and |f0 - f1| < 0.02 for S = 2), with I the gap
@@ -54,7 +58,7 @@ def outcomes(group) -> list[dict[str, Any]]:
     return rows
 
 
-def run_table(groups):
+def run_table(groups: Sequence[Group]) -> list[Row]:
     return [
         dict(program=", ".join(f"{k}={v}" for k, v in g["fields"].items()) or "base", **row)
         for g in groups
@@ -62,7 +66,7 @@ def run_table(groups):
     ]
 
 
-def program_label(group):
+def program_label(group: Group) -> str:
     fields = group["fields"]
     cfg = group["cfg"]
     fam = "GPT-2 (LN)" if cfg.model.layer_norm else cfg.model.family
@@ -76,18 +80,18 @@ def program_label(group):
 # ----------------------------------------------------------------------------- claims
 
 
-def runs_at(rows, p, q):
+def runs_at(rows: Sequence[Row], p: float, q: float) -> list[Row]:
     return [r for r in rows if np.isclose(r["p"], p) and np.isclose(r["q"], q)]
 
 
 FIG3_POINTS = ((0.5, 0.8), (0.2, 0.3))
 
 
-def all_finite(rows) -> bool:
+def all_finite(rows: Sequence[Row]) -> bool:
     return all(np.isfinite(r["loss"]) for r in rows)
 
 
-def claims_fig3(cfg, groups) -> list[records.Claim]:
+def claims_fig3(cfg: ConfigDict, groups: Sequence[Group]) -> list[records.Claim]:
     """Fig. 3 (a-d): tied stuck at the unigram for (0.5, 0.8), untied at the bigram; both at the
     bigram for (0.2, 0.3) (notes §8, §11.2)."""
     out = []
@@ -140,7 +144,7 @@ def claims_fig3(cfg, groups) -> list[records.Claim]:
     return out
 
 
-def claims_fig4(cfg, groups) -> list[records.Claim]:
+def claims_fig4(cfg: ConfigDict, groups: Sequence[Group]) -> list[records.Claim]:
     """Fig. 4: tied models get stuck only when p + q > 1; untied never (notes §8)."""
     out = []
     for g in groups:
@@ -201,7 +205,7 @@ def claims_fig4(cfg, groups) -> list[records.Claim]:
     return out
 
 
-def claims_fig1(cfg, groups) -> list[records.Claim]:
+def claims_fig1(cfg: ConfigDict, groups: Sequence[Group]) -> list[records.Claim]:
     """Fig. 1: at (0.5, 0.8) a 1-layer tied model stays at the unigram; depth >= 2 escapes after a
     plateau at H(pi) (notes §8; §11.4 expects each model family to miss one half)."""
     out = []
@@ -252,7 +256,7 @@ def claims_fig1(cfg, groups) -> list[records.Claim]:
     return out
 
 
-def claims_fig5(cfg, groups) -> list[records.Claim]:
+def claims_fig5(cfg: ConfigDict, groups: Sequence[Group]) -> list[records.Claim]:
     """Fig. 5 (S = 5): tied stuck at log 5 for p above the threshold (S-1)/S = 0.8 (the notes'
     derivation, §6.8), the bigram below it; untied always the bigram."""
     out = []
@@ -281,14 +285,14 @@ def claims_fig5(cfg, groups) -> list[records.Claim]:
     return out
 
 
-def claims_appendix_d(cfg, groups) -> list[records.Claim]:
+def claims_appendix_d(cfg: ConfigDict, groups: Sequence[Group]) -> list[records.Claim]:
     """App. D: the learned global minimum at (0.2, 0.3), tied, has the rank-one structure, and the
     formula evaluated on the fitted scalars predicts p and 1 - q (notes §6.6)."""
     out = []
     for g in groups:
         res, c = g["result"], g["cfg"]
         for r in range(res.num_runs):
-            params = jax.tree.map(lambda x: np.asarray(x[r], np.float64), res.final_params)
+            params = jax.tree.map(lambda x, r=r: np.asarray(x[r], np.float64), res.final_params)
             p, q = float(res.hparams["chain.p"][r]), float(res.hparams["chain.q"][r])
             statement = (
                 f"{program_label(g)}, seed {int(res.seeds[r])}: e and p_n share one sign "
@@ -327,7 +331,7 @@ def claims_appendix_d(cfg, groups) -> list[records.Claim]:
     return out
 
 
-def fit_appendix_d(params, cfg) -> dict[str, Any]:
+def fit_appendix_d(params: PyTree, cfg: ConfigDict) -> dict[str, Any]:
     """Fit App. D's scalars (e, p, w_1, b, beta) to trained tied theory-model weights."""
     d = cfg.model.d
     r = cfg.model.mlp_width or 4 * d
@@ -355,12 +359,14 @@ def fit_appendix_d(params, cfg) -> dict[str, Any]:
     }
 
 
-def claims_trap(cfg, groups) -> list[records.Claim]:
+def claims_trap(cfg: ConfigDict, groups: Sequence[Group]) -> list[records.Claim]:
     """The trap study (issue 13): trapped fractions per (depth, precision) with intervals."""
     return trap_study.claims(cfg, groups)
 
 
-CLAIMS = {
+ClaimFn = Callable[[ConfigDict, Sequence[Group]], list[records.Claim]]
+
+CLAIMS: dict[str, ClaimFn] = {
     "fig1": claims_fig1,
     "fig3": claims_fig3,
     "fig4": claims_fig4,

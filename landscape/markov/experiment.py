@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, cast
 
 import jax
 import jax.numpy as jnp
@@ -29,6 +30,9 @@ from landscape.markov import figures, points, task
 from landscape.markov import model as model_lib
 from landscape.markov.claims import CLAIMS, run_table
 from landscape.point import params_table
+from landscape.typing import PyTree
+
+Progress = Callable[[str], None] | None
 
 TRACED = ("chain.p", "chain.q", "optim.lr")
 CLAIM_SETS = ("fig1", "fig3", "fig4", "fig5", "appendix_d", "trap", "landscape", "none")
@@ -93,14 +97,14 @@ def default_config() -> ml_collections.ConfigDict:
     return c
 
 
-def validate(cfg) -> None:
+def validate(cfg: ml_collections.ConfigDict) -> None:
     """One clear ConfigError for the first field that is unknown, of the wrong kind, out of range
     or inconsistent with another, in any program of the sweep; nothing is built."""
     config_lib.validate_cells(cfg, default_config(), TRACED, _validate_cell, before=_validate_run)
     config_lib.check_memory(memory_estimate(cfg))  # before compiling: shape arithmetic
 
 
-def _validate_run(cfg) -> None:
+def _validate_run(cfg: ml_collections.ConfigDict) -> None:
     """The fields of the whole run (not per program): name, experiment, seeds, claims, sweep_zip."""
     choice = config_lib.require_choice
     config_lib.require_text(cfg, "name")
@@ -141,7 +145,7 @@ def _validate_run(cfg) -> None:
         )
 
 
-def _validate_cell(cfg) -> None:
+def _validate_cell(cfg: ml_collections.ConfigDict) -> None:
     """Ranges and relations of every field of one program's config."""
     r, choice = config_lib.require_number, config_lib.require_choice
     r(cfg, "chain.num_states", low=2, integer=True)
@@ -215,7 +219,7 @@ def _validate_cell(cfg) -> None:
     _validate_landscape(cfg)
 
 
-def _validate_landscape(cfg) -> None:
+def _validate_landscape(cfg: ml_collections.ConfigDict) -> None:
     r, ls = config_lib.require_number, cfg.landscape
     pts = ls.points
     config_lib.require(
@@ -242,7 +246,7 @@ def _validate_landscape(cfg) -> None:
     r(cfg, "landscape.multistate_seq_len", low=1, integer=True)
 
 
-def needs_x64(cfg) -> bool:
+def needs_x64(cfg: ml_collections.ConfigDict) -> bool:
     return cfg.experiment == "landscape" or cfg.train.dtype == "float64"
 
 
@@ -345,7 +349,7 @@ def _cell_bytes(v: dict) -> tuple[float, str]:
     )
 
 
-def memory_estimate(cfg) -> config_lib.MemoryEstimate:
+def memory_estimate(cfg: ml_collections.ConfigDict) -> config_lib.MemoryEstimate:
     """The largest program's peak resident memory, by shape arithmetic (no compiling, no
     allocation): the max over the config's structural cells of `_cell_bytes`."""
     return config_lib.estimate_memory(cfg, TRACED, _cell_bytes, _MEMORY_FIELDS, default_config)
@@ -354,41 +358,43 @@ def memory_estimate(cfg) -> config_lib.MemoryEstimate:
 # ----------------------------------------------------------------------------- training problem
 
 
-def _kernel(cfg, hp):
+def _kernel(cfg: ml_collections.ConfigDict, hp: Mapping[str, jax.Array]) -> jax.Array:
     if cfg.chain.num_states == 2:
         return task.binary_kernel(hp["chain.p"], hp["chain.q"])
     return task.symmetric_kernel(cfg.chain.num_states, hp["chain.p"])
 
 
-def _init_law(cfg, kernel):
+def _init_law(cfg: ml_collections.ConfigDict, kernel: jax.Array) -> jax.Array:
     S = cfg.chain.num_states
     return task.stationary(kernel) if cfg.chain.initial == "stationary" else jnp.ones(S) / S
 
 
-def _decay_mask(params):
+def _decay_mask(params: PyTree) -> PyTree:
     """Weight decay on Linear weights only (W_*, an untied head), as the authors' AdamW."""
 
-    def decayed(path, _):
+    def decayed(path: tuple[Any, ...], _: jax.Array) -> bool:
         name = jax.tree_util.keystr(path, simple=True, separator="/").split("/")[-1]
         return name.startswith("W_") or name in ("a", "A", "lm_head")
 
     return jax.tree_util.tree_map_with_path(decayed, params)
 
 
-def make_problem(cfg) -> training.Problem:
+def make_problem(cfg: ml_collections.ConfigDict) -> training.Problem:
     model = model_lib.from_config(cfg)
     dtype = jnp.dtype(cfg.train.dtype)
     B, N, E = cfg.train.batch_size, cfg.model.seq_len, cfg.train.eval_sequences
     eval_key = jax.random.key(10_000 + cfg.seed)  # one test set per (p, q): common numbers
 
-    def loss(params, key, hp):
+    def loss(
+        params: PyTree, key: jax.Array, hp: training.HParams
+    ) -> tuple[jax.Array, dict[str, jax.Array]]:
         kernel = _kernel(cfg, hp)
         # the sequential sampler: faster than the associative scan on CPU (notes on task.sample);
         # elsewhere the scan (the same sequences, landscape/backend.py)
         sampler = task.sample_sequential if backend.cpu_tuned() else task.sample
         x = sampler(key, kernel, _init_law(cfg, kernel), B, N + 1)
         x = training.batch_share(x)  # this device's sequences when a run splits its batch
-        log_probs = model.apply({"params": params}, x[:, :N])
+        log_probs = cast(jax.Array, model.apply({"params": params}, x[:, :N]))
         if cfg.train.targets == "hard":
             return -jnp.take_along_axis(log_probs, x[:, 1:, None], axis=-1).mean(), {}
         share = x.shape[0]
@@ -396,10 +402,10 @@ def make_problem(cfg) -> training.Problem:
             log_probs, jnp.full(share, 1.0 / share), task.soft_targets(x[:, :N], kernel)
         ), {}
 
-    def snapshot(params, hp):
+    def snapshot(params: PyTree, hp: training.HParams) -> dict[str, jax.Array]:
         kernel = _kernel(cfg, hp)
         x = task.sample_sequential(eval_key, kernel, _init_law(cfg, kernel), E, N)
-        log_probs = model.apply({"params": params}, x)
+        log_probs = cast(jax.Array, model.apply({"params": params}, x))
         out = {
             "test_loss": task.population_cross_entropy(
                 log_probs, jnp.full(E, 1.0 / E), task.soft_targets(x, kernel)
@@ -438,7 +444,7 @@ _SCORES_PER_GROUP = 2**19
 _SCORES_TO_SPLIT = 2**22
 
 
-def model_table(cfg) -> str:
+def model_table(cfg: ml_collections.ConfigDict) -> str:
     """The model summary: each parameter's name, shape, dtype and count (landscape.params_table),
     and the precision; from the shapes alone (nothing is compiled)."""
     model = model_lib.from_config(cfg)
@@ -451,14 +457,19 @@ def model_table(cfg) -> str:
     return f"{model.family} model, {prec.name}:\n{params_table(params)}"
 
 
-def runs_per_group(cfg) -> int:
+def runs_per_group(cfg: ml_collections.ConfigDict) -> int:
     """Runs per vmapped group (2 at N = 128): the scores of a run's B sequences of length N,
     with the tiles' masked halves, are fewer than B N^2."""
     B, N = cfg.train.batch_size, cfg.model.seq_len
     return max(1, _SCORES_PER_GROUP // (B * N * N))
 
 
-def train_group(cfg, fields, workdir=None, progress=print):
+def train_group(
+    cfg: ml_collections.ConfigDict,
+    fields: dict[str, Any],
+    workdir: records.Workdir | None = None,
+    progress: Progress = print,
+) -> dict[str, Any]:
     cell = config_lib.with_fields(cfg, fields)
     cell.optim.warmup_steps = int(round(cell.train.warmup_fraction * cell.train.num_steps))
     grid = sweeps.Grid.make(
@@ -472,7 +483,9 @@ def train_group(cfg, fields, workdir=None, progress=print):
     return dict(fields=fields, cfg=cell, grid=grid, result=result)
 
 
-def run(cfg, workdir: records.Workdir, progress=print) -> dict[str, Any]:
+def run(
+    cfg: ml_collections.ConfigDict, workdir: records.Workdir, progress: Progress = print
+) -> dict[str, Any]:
     validate(cfg)
     workdir.write_config(cfg)
     if cfg.experiment == "landscape":
@@ -516,7 +529,9 @@ def run(cfg, workdir: records.Workdir, progress=print) -> dict[str, Any]:
 # ----------------------------------------------------------------------------- landscape
 
 
-def run_landscape(cfg, workdir, progress=print) -> dict[str, Any]:
+def run_landscape(
+    cfg: ml_collections.ConfigDict, workdir: records.Workdir, progress: Progress = print
+) -> dict[str, Any]:
     """Exact Hessians at theta_pi (tied and untied) and theta_star for each (p, q), against
     §6.5 (binary) and §6.8 (multi-state); the describe() reports go to hessians.txt."""
     ls = cfg.landscape
@@ -527,6 +542,7 @@ def run_landscape(cfg, workdir, progress=print) -> dict[str, Any]:
             H = curvature.hessian_at(point)
             reports.append(H.describe())
             focus = H.focus_report()
+            assert focus is not None  # theta_pi names its focus blocks
             predicted = np.sort(point.meta["focus_prediction"])
             ok = (
                 np.allclose(focus["eigenvalues"], predicted, atol=1e-10)
@@ -568,6 +584,7 @@ def run_landscape(cfg, workdir, progress=print) -> dict[str, Any]:
         H = curvature.hessian_at(point)
         reports.append(H.describe())
         focus = H.focus_report()
+        assert focus is not None  # theta_pi names its focus blocks
         predicted = np.sort(point.meta["focus_prediction"])
         claims.append(
             records.claim(

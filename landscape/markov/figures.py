@@ -3,14 +3,19 @@ Fig. 4 grid of trapped fractions, and the trap study's curves and fractions (tra
 
 from __future__ import annotations
 
+import pathlib
+from collections.abc import Sequence
+
 import numpy as np
+from ml_collections import ConfigDict
 
-from landscape import plotting
+from landscape import plotting, records
 from landscape.markov import trap_study
-from landscape.markov.claims import outcomes, program_label, references, runs_at
+from landscape.markov.claims import Group, outcomes, program_label, references, runs_at
+from landscape.typing import NDArray
 
 
-def draw(cfg, groups, workdir):
+def draw(cfg: ConfigDict, groups: Sequence[Group], workdir: records.Workdir) -> list[pathlib.Path]:
     if cfg.claims == "trap":
         workdir.save_table("trap_runs", [row for g in groups for row in trap_study.run_rows(g)])
         return [
@@ -23,11 +28,11 @@ def draw(cfg, groups, workdir):
     return paths
 
 
-def plot_losses(groups, path):
+def plot_losses(groups: Sequence[Group], path: pathlib.Path) -> pathlib.Path:
     """Test loss against iteration per program, unigram and bigram levels dashed (Figs. 1, 3, 5)."""
     cells = [(g, c) for g in groups for c in _cells_of(g)]
     fig, axes = plotting.subplots(1, len(cells), width=3.6, height=2.9)
-    for ax, (g, (p, q, runs)) in zip(axes[0], cells):
+    for ax, (g, (p, q, runs)) in zip(axes[0], cells, strict=True):
         res = g["result"]
         plotting.mean_and_band(
             ax, res.snapshot_steps, res.snapshots["test_loss"][runs], label="test loss"
@@ -46,10 +51,13 @@ def plot_losses(groups, path):
     return plotting.save(fig, path)
 
 
-def _cells_of(group):
+def _cells_of(group: Group) -> list[tuple[float, float, NDArray]]:
     res = group["result"]
     keys = sorted(
-        {(float(p), float(q)) for p, q in zip(res.hparams["chain.p"], res.hparams["chain.q"])}
+        {
+            (float(p), float(q))
+            for p, q in zip(res.hparams["chain.p"], res.hparams["chain.q"], strict=True)
+        }
     )
     return [
         (
@@ -63,7 +71,7 @@ def _cells_of(group):
     ]
 
 
-def plot_grid(groups, path):
+def plot_grid(groups: Sequence[Group], path: pathlib.Path) -> pathlib.Path:
     """Fig. 4: mean predicted P(1 | x_n = 0) and the stuck fraction over the (p, q) grid."""
     fig, axes = plotting.subplots(2, len(groups), width=3.8, height=3.2)
     for j, g in enumerate(groups):

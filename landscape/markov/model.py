@@ -41,15 +41,18 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+from ml_collections import ConfigDict
 
 from landscape import _checks, backend
 from landscape import precision as precision_lib
+from landscape.typing import NDArray, PyTree
 
 FAMILIES = ("theory", "gpt")
 ACTIVATIONS = ("relu", "gelu")
@@ -61,14 +64,14 @@ _GAINS = ("ln_1", "ln_2", "ln_f")
 _DTYPES = ("float16", "bfloat16", "float32", "float64")
 
 
-def _cast(dtype, *arrays):
+def _cast(dtype: Any, *arrays: jax.Array) -> tuple[jax.Array, ...]:
     """The arrays in the computation dtype (unchanged when dtype is None: no op is added)."""
     if dtype is None:
         return arrays
     return tuple(a.astype(dtype) for a in arrays)
 
 
-def _accum(dtype):
+def _accum(dtype: Any) -> Any:
     """Where autocast keeps float32 (softmax, LayerNorm, loss); None: the operands' dtype."""
     return None if dtype is None else precision_lib.accum_dtype(dtype)
 
@@ -77,7 +80,7 @@ def _init_std(name: str, num_layers: int) -> float:
     return INIT_STD / math.sqrt(2 * num_layers) if name in _PROJECTIONS else INIT_STD
 
 
-def _initializer(name: str, num_layers: int):
+def _initializer(name: str, num_layers: int) -> nn.initializers.Initializer:
     """GPT-2 init (notes §3.2): biases 0, LN gains 1, W_O and W_2 N(0, (0.02 / sqrt(2 L))^2),
     every other weight and embedding N(0, 0.02^2)."""
     if name in _BIASES:
@@ -101,9 +104,9 @@ class Block(nn.Module):
     dtype: Any = None
     param_dtype: Any = jnp.float32
 
-    def setup(self):
+    def setup(self) -> None:
         d, r = self.d, self.mlp_width
-        shapes = {
+        shapes: dict[str, tuple[int, ...]] = {
             "W_Q": (d, d),
             "W_K": (d, d),
             "W_V": (d, d),
@@ -118,15 +121,16 @@ class Block(nn.Module):
             for name, shape in shapes.items()
         }
 
-    def _norm(self, x_BND, gain):
+    def _norm(self, x_BND: jax.Array, gain: str) -> jax.Array:
         """Gain-only LayerNorm in the accumulation dtype (float32 under autocast)."""
         if not self.layer_norm:
             return x_BND
         x_BND, gain_D = _cast(_accum(self.dtype), x_BND, self.weights[gain])
         return _layer_norm(x_BND, gain_D)
 
-    def _heads(self, x_BND):
-        """(q, k, v) (B, N, H, m): W_Q x, W_K x, W_V x split into heads (rows h m .. (h+1) m - 1)."""
+    def _heads(self, x_BND: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """(q, k, v) (B, N, H, m): W_Q x, W_K x, W_V x split into heads (head h: rows
+        h m .. (h+1) m - 1)."""
         B, N, _ = x_BND.shape
         w = self.weights
         # One product with the stacked (3 d, d) weights: at d = 4-8 a CPU matmul costs about the
@@ -135,13 +139,13 @@ class Block(nn.Module):
         qkv_BN3HM = (x_BND @ qkv_3DD.T).reshape(B, N, 3, self.num_heads, self.d // self.num_heads)
         return qkv_BN3HM[:, :, 0], qkv_BN3HM[:, :, 1], qkv_BN3HM[:, :, 2]
 
-    def attention_matrix(self, x_BND):
+    def attention_matrix(self, x_BND: jax.Array) -> jax.Array:
         """(B, H, N, N) att_{n,i} of this block's input x (plots only; training uses
         `_causal_mix`)."""
         q_BNHM, k_BNHM, _ = _cast(_accum(self.dtype), *self._heads(self._norm(x_BND, "ln_1")))
         return _causal_softmax(q_BNHM, k_BNHM)
 
-    def __call__(self, x_BND):
+    def __call__(self, x_BND: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
         """(z, attention output W_O sum_i att_{n,i} W_V x_i, y)."""
         B, N, _ = x_BND.shape
         w = self.weights
@@ -188,7 +192,7 @@ class MarkovModel(nn.Module):
     dtype: Any = None
     param_dtype: Any = jnp.float32
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.family not in FAMILIES:
             raise ValueError(f"family = {self.family!r}: must be one of {FAMILIES}.")
         if self.activation not in ACTIVATIONS:
@@ -243,7 +247,7 @@ class MarkovModel(nn.Module):
         """The S = 2 theory model: uni-embedding e and scalar sigmoid head (notes §3.1)."""
         return self.family == "theory" and self.num_states == 2
 
-    def setup(self):
+    def setup(self) -> None:
         S, d, N = self.num_states, self.d, self.seq_len
         if self.reduced:
             shapes = {"b": (), "e": (d,), "pos": (N, d)} | ({} if self.tied else {"a": (d,)})
@@ -259,6 +263,7 @@ class MarkovModel(nn.Module):
             name: self.param(name, _initializer(name, self.num_layers), shape, self.param_dtype)
             for name, shape in shapes.items()
         }
+        assert self.mlp_width is not None  # __post_init__ turns None into 4 d
         self.block = [
             Block(
                 d=d,
@@ -273,7 +278,7 @@ class MarkovModel(nn.Module):
             for _ in range(self.num_layers)
         ]
 
-    def _embed(self, x_BN):
+    def _embed(self, x_BN: jax.Array) -> jax.Array:
         """x_BND: x_n e + p_n (theory S = 2), E[x_n] + p_n (theory S > 2), wte[x_n] + wpe[n]
         (gpt); in the parameter dtype (autocast leaves embeddings alone)."""
         w, N = self.weights, x_BN.shape[1]
@@ -284,7 +289,7 @@ class MarkovModel(nn.Module):
             return w["E"][x_BN] + w["pos"][:N]
         return w["wte"][x_BN] + w["wpe"][:N]
 
-    def residual_stream(self, x_BN, num_blocks: int | None = None):
+    def residual_stream(self, x_BN: jax.Array, num_blocks: int | None = None) -> jax.Array:
         """The residual stream (B, N, d) after the first `num_blocks` blocks (default: all)."""
         _check_tokens(x_BN, self)
         z_BND = self._embed(x_BN)
@@ -292,7 +297,7 @@ class MarkovModel(nn.Module):
             z_BND = block(z_BND)[0]
         return z_BND
 
-    def _head(self, z_BND):
+    def _head(self, z_BND: jax.Array) -> jax.Array:
         """Logit (B, N) for the reduced theory model, logits (B, N, S) otherwise, in the
         accumulation dtype (a half-precision head product, then float32 for the loss)."""
         w = self.weights
@@ -309,7 +314,7 @@ class MarkovModel(nn.Module):
         z_BND, head_D, bias = _cast(self.dtype, z_BND, head_D, bias)
         return (z_BND @ head_D + bias).astype(_accum(self.dtype))
 
-    def __call__(self, x_BN):
+    def __call__(self, x_BN: jax.Array) -> jax.Array:
         """(B, N, S) log P(x_{n+1} = s | x_1^n) at every position n (notes §3.1 Prediction).
 
         Reduced theory model: [log sigmoid(-logit), log sigmoid(logit)] = [log P(0), log P(1)].
@@ -319,7 +324,7 @@ class MarkovModel(nn.Module):
             return jnp.stack([jax.nn.log_sigmoid(-out), jax.nn.log_sigmoid(out)], axis=-1)
         return _log_softmax_last(out)
 
-    def logit_binary(self, x_BN):
+    def logit_binary(self, x_BN: jax.Array) -> jax.Array:
         """(B, N) logit_n = <a, z_n> + b (theory, notes §3.1); logit_1 - logit_0 for gpt (S = 2)."""
         if self.num_states != 2:
             raise ValueError(
@@ -329,12 +334,12 @@ class MarkovModel(nn.Module):
         out = self._head(self.residual_stream(x_BN))
         return out if self.reduced else out[..., 1] - out[..., 0]
 
-    def attention_weights(self, x_BN, layer: int = 0):
+    def attention_weights(self, x_BN: jax.Array, layer: int = 0) -> jax.Array:
         """(B, H, N, N) att_{n,i} of block `layer`, zero for i > n (notes §3.1; Fig. R2 of §8)."""
         _check_layer(layer, self)
         return self.block[layer].attention_matrix(self.residual_stream(x_BN, num_blocks=layer))
 
-    def attention_ratio(self, x_BN, layer: int = 0):
+    def attention_ratio(self, x_BN: jax.Array, layer: int = 0) -> jax.Array:
         """(B, N) ||W_O sum_i att_{n,i} W_V x_i|| / ||y_n|| in block `layer` (notes §6.6, §8
         Fig. 3: about 0.01 at the learned (0.2, 0.3) solution)."""
         _check_layer(layer, self)
@@ -343,7 +348,7 @@ class MarkovModel(nn.Module):
         return jnp.linalg.norm(attended_BND, axis=-1) / jnp.linalg.norm(y_BND, axis=-1)
 
 
-def _check_tokens(x_BN, model: MarkovModel) -> None:
+def _check_tokens(x_BN: jax.Array, model: MarkovModel) -> None:
     if x_BN.ndim != 2:
         raise ValueError(f"x_BN has shape {x_BN.shape}: expected (batch, length).")
     if x_BN.shape[1] > model.seq_len:
@@ -362,7 +367,7 @@ def _check_layer(layer: int, model: MarkovModel) -> None:
 
 
 @functools.lru_cache(maxsize=64)
-def _abstract_params(model: MarkovModel):
+def _abstract_params(model: MarkovModel) -> PyTree:
     """model.init's parameter tree as ShapeDtypeStructs (traced, nothing computed)."""
     x_BN = jax.ShapeDtypeStruct((1, model.seq_len), jnp.int32)
     return jax.eval_shape(model.init, jax.random.key(0), x_BN)["params"]
@@ -374,7 +379,7 @@ def param_shapes(model: MarkovModel) -> dict:
     return jax.tree.map(lambda s: tuple(s.shape), _abstract_params(model))
 
 
-def _is_shape(node) -> bool:
+def _is_shape(node: Any) -> bool:
     return isinstance(node, tuple) and all(isinstance(n, int) for n in node)
 
 
@@ -385,7 +390,7 @@ def num_params(model: MarkovModel) -> int:
 
 
 @functools.partial(jax.jit, static_argnames=("model", "dtype"))
-def init_params(key: jax.Array, model: MarkovModel, dtype=jnp.float32) -> dict:
+def init_params(key: jax.Array, model: MarkovModel, dtype: Any = jnp.float32) -> dict:
     """The training init: `model.init`'s parameters with its law (GPT-2 init, notes §3.2, for both
     families: weights and embeddings N(0, 0.02^2), W_O and W_2 N(0, (0.02 / sqrt(2 layers))^2),
     biases 0, LN gains 1), drawn as one normal vector of all weights cut into leaves in
@@ -397,10 +402,12 @@ def init_params(key: jax.Array, model: MarkovModel, dtype=jnp.float32) -> dict:
     )
     names = [path[-1].key for path, _ in paths_shapes]
     drawn = [name not in _BIASES + _GAINS for name in names]
-    total = sum(math.prod(shape) for (_, shape), draw in zip(paths_shapes, drawn) if draw)
+    total = sum(
+        math.prod(shape) for (_, shape), draw in zip(paths_shapes, drawn, strict=True) if draw
+    )
     normal = jax.random.normal(key, (total,), dtype)
     leaves, offset = [], 0
-    for name, draw, (_, shape) in zip(names, drawn, paths_shapes):
+    for name, draw, (_, shape) in zip(names, drawn, paths_shapes, strict=True):
         if not draw:
             leaves.append((jnp.zeros if name in _BIASES else jnp.ones)(shape, dtype))
             continue
@@ -415,7 +422,9 @@ def init_params(key: jax.Array, model: MarkovModel, dtype=jnp.float32) -> dict:
 # ----------------------------------------------------------------------------- kernels
 
 
-def _reduce_last(x_BND: jax.Array, op=jnp.add) -> jax.Array:
+def _reduce_last(
+    x_BND: jax.Array, op: Callable[[jax.Array, jax.Array], jax.Array] = jnp.add
+) -> jax.Array:
     """op (add or maximum) over a short last axis, keepdims: a chain of its slices, which XLA
     fuses into the surrounding elementwise loop. XLA's CPU reduce over a minor axis of 2-16 is
     many times slower (~0.2 ms for 4096 rows of 4; ~0.6 ms for a log-softmax over S = 2 at
@@ -443,14 +452,18 @@ def _layer_norm(x_BND: jax.Array, gain_D: jax.Array) -> jax.Array:
     return _layer_norm_fwd(x_BND, gain_D)[0]
 
 
-def _layer_norm_fwd(x_BND, gain_D):
+def _layer_norm_fwd(
+    x_BND: jax.Array, gain_D: jax.Array
+) -> tuple[jax.Array, tuple[jax.Array, jax.Array, jax.Array]]:
     centred_BND = x_BND - _mean_last(x_BND)
     inv_std_BN1 = jax.lax.rsqrt(_mean_last(centred_BND * centred_BND) + LN_EPS)
     normed_BND = centred_BND * inv_std_BN1
     return normed_BND * gain_D, (normed_BND, inv_std_BN1, gain_D)
 
 
-def _layer_norm_bwd(saved, dout_BND):
+def _layer_norm_bwd(
+    saved: tuple[jax.Array, jax.Array, jax.Array], dout_BND: jax.Array
+) -> tuple[jax.Array, jax.Array]:
     """dx = (g - mean(g) - x_hat mean(g x_hat)) / std with g = dout * gain (x_hat: normed x)."""
     normed_BND, inv_std_BN1, gain_D = saved
     dnormed_BND = dout_BND * gain_D
@@ -464,7 +477,7 @@ def _layer_norm_bwd(saved, dout_BND):
 _layer_norm.defvjp(_layer_norm_fwd, _layer_norm_bwd)
 
 
-def _activation(h, activation: str):
+def _activation(h: jax.Array, activation: str) -> jax.Array:
     if activation == "relu":
         return jax.nn.relu(h)
     return jax.nn.gelu(h, approximate=False)  # PyTorch nn.GELU() is the exact erf form
@@ -515,7 +528,7 @@ def _causal_mix(q_BNHM: jax.Array, k_BNHM: jax.Array, v_BNHM: jax.Array) -> jax.
     return jnp.moveaxis(mixed_BHKTM, 1, 3).reshape(B, K * T, H, m)[:, :N]
 
 
-def _in_chunks(fn, *arrays_B):
+def _in_chunks(fn: Callable[..., PyTree], *arrays_B: jax.Array) -> PyTree:
     """fn over the batch, in one go or (when its scores overflow `_SCORES_IN_CACHE`) as a loop
     over chunks of C sequences, C the largest divisor of B that fits (at least 1)."""
     B, H, K, T, _ = arrays_B[0].shape
@@ -527,7 +540,10 @@ def _in_chunks(fn, *arrays_B):
         for c in range(1, B + 1)
         if B % c == 0 and (c == 1 or c * scores_per_sequence <= _SCORES_IN_CACHE)
     )
-    split = lambda t: t.reshape((B // C, C) + t.shape[1:])
+
+    def split(t: jax.Array) -> jax.Array:
+        return t.reshape((B // C, C) + t.shape[1:])
+
     out = jax.lax.map(lambda chunk: fn(*chunk), tuple(split(t) for t in arrays_B))
     return jax.tree.map(lambda t: t.reshape((B,) + t.shape[2:]), out)
 
@@ -550,7 +566,7 @@ def chunk_scores(N: int, heads: int) -> int:
     return max(_SCORES_IN_CACHE, heads * K * (K + 1) // 2 * T * T)
 
 
-def _tile_pairs(K: int, T: int):
+def _tile_pairs(K: int, T: int) -> tuple[NDArray, NDArray, NDArray, NDArray, NDArray]:
     """Lower-triangular tile pairs P: query tile row_P, key tile col_P, causal mask (P, T, T)
     inside each pair, and one-hot (P, K) maps that sum pairs into query / key tiles."""
     row_P, col_P = np.tril_indices(K)
@@ -616,12 +632,18 @@ def _tiled_backward(q_BHKTM, k_BHKTM, v_BHKTM, mixed_BHKTM, lse_BHKT, dmixed_BHK
     datt_BHPTU = jnp.einsum("bhptm,bhpum->bhptu", dmixed_BHPTM, v_BHPUM)
     delta_BHKT = _reduce_last(dmixed_BHKTM * mixed_BHKTM)[..., 0]
     dscores_BHPTU = att_BHPTU * (datt_BHPTU - delta_BHKT[:, :, row_P, :, None])
-    transposed = lambda t_BHPTM: jnp.swapaxes(t_BHPTM, -1, -2)
+
+    def transposed(t_BHPTM: jax.Array) -> jax.Array:
+        return jnp.swapaxes(t_BHPTM, -1, -2)
+
     dq_BHPTM = jnp.einsum("bhptu,bhpum->bhptm", dscores_BHPTU, k_BHPUM)
     dk_BHPMU = jnp.einsum("bhpmt,bhptu->bhpmu", transposed(q_BHPTM), dscores_BHPTU)
     dv_BHPMU = jnp.einsum("bhpmt,bhptu->bhpmu", transposed(dmixed_BHPTM), att_BHPTU)
     to_row_PK, to_col_PK = (jnp.asarray(t, att_BHPTU.dtype) for t in (to_row_PK, to_col_PK))
-    to_key_tiles = lambda d_BHPMU: transposed(jnp.einsum("bhpmu,pk->bhkmu", d_BHPMU, to_col_PK))
+
+    def to_key_tiles(d_BHPMU: jax.Array) -> jax.Array:
+        return transposed(jnp.einsum("bhpmu,pk->bhkmu", d_BHPMU, to_col_PK))
+
     return (
         jnp.einsum("bhptm,pk->bhktm", dq_BHPTM, to_row_PK),
         to_key_tiles(dk_BHPMU),
@@ -656,30 +678,40 @@ _jit_layer = functools.partial(jax.jit, static_argnames=("model", "layer"))
 
 
 @_jit
-def log_probs(params, x_BN: jax.Array, model: MarkovModel) -> jax.Array:
+def log_probs(params: PyTree, x_BN: jax.Array, model: MarkovModel) -> jax.Array:
     """(B, N, S) log-probabilities: model.apply({"params": params}, x_BN)."""
-    return model.apply({"params": params}, x_BN)
+    return cast(jax.Array, model.apply({"params": params}, x_BN))
 
 
 @_jit
-def logit_binary(params, x_BN: jax.Array, model: MarkovModel) -> jax.Array:
+def logit_binary(params: PyTree, x_BN: jax.Array, model: MarkovModel) -> jax.Array:
     """(B, N) binary logit (MarkovModel.logit_binary)."""
-    return model.apply({"params": params}, x_BN, method=MarkovModel.logit_binary)
+    return cast(jax.Array, model.apply({"params": params}, x_BN, method=MarkovModel.logit_binary))
 
 
 @_jit_layer
-def attention_weights(params, x_BN: jax.Array, model: MarkovModel, layer: int = 0):
+def attention_weights(
+    params: PyTree, x_BN: jax.Array, model: MarkovModel, layer: int = 0
+) -> jax.Array:
     """(B, H, N, N) att_{n,i} of block `layer` (MarkovModel.attention_weights)."""
-    return model.apply({"params": params}, x_BN, layer, method=MarkovModel.attention_weights)
+    return cast(
+        jax.Array,
+        model.apply({"params": params}, x_BN, layer, method=MarkovModel.attention_weights),
+    )
 
 
 @_jit_layer
-def attention_ratio(params, x_BN: jax.Array, model: MarkovModel, layer: int = 0):
+def attention_ratio(
+    params: PyTree, x_BN: jax.Array, model: MarkovModel, layer: int = 0
+) -> jax.Array:
     """(B, N) attention-output / residual norm ratio (MarkovModel.attention_ratio)."""
-    return model.apply({"params": params}, x_BN, layer, method=MarkovModel.attention_ratio)
+    return cast(
+        jax.Array,
+        model.apply({"params": params}, x_BN, layer, method=MarkovModel.attention_ratio),
+    )
 
 
-def from_config(cfg) -> MarkovModel:
+def from_config(cfg: ConfigDict) -> MarkovModel:
     """The Flax module of cfg: param_dtype = train.dtype, dtype = model.dtype (or the same)."""
     fields = dict(cfg.model)
     fields["mlp_width"] = fields["mlp_width"] or None

@@ -13,6 +13,9 @@ report, and the loss the theory predicts.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -21,6 +24,7 @@ from landscape import _checks
 from landscape.markov import model as model_lib
 from landscape.markov import task, theory
 from landscape.point import Point
+from landscape.typing import ArrayLike, NDArray, PyTree
 
 EXACT_LIMIT = 2**16
 
@@ -33,13 +37,13 @@ _FLAT_ARGUMENT = (
 
 def population_loss_fn(
     model: model_lib.MarkovModel,
-    kernel,
-    init,
+    kernel: ArrayLike,
+    init: ArrayLike | None,
     *,
     population: str = "auto",
     num_sequences: int = 256,
-    key=None,
-):
+    key: jax.Array | None = None,
+) -> Callable[[PyTree], jax.Array]:
     """params -> population cross-entropy with soft targets (notes §4), exact or Monte Carlo."""
     if not isinstance(model, model_lib.MarkovModel):
         raise TypeError(
@@ -51,6 +55,7 @@ def population_loss_fn(
     size = model.num_states**model.seq_len
     if population == "auto":
         population = "exact" if size <= EXACT_LIMIT else "mc"
+    x: ArrayLike
     if population == "exact":
         x, weights, targets = task.exact_population(model.num_states, model.seq_len, kernel, init)
     elif population == "mc":
@@ -65,7 +70,7 @@ def population_loss_fn(
     )
 
 
-def _check_probabilities(caller, p, q, num_states):
+def _check_probabilities(caller: str, p: float | None, q: float | None, num_states: int) -> None:
     """p (and q for S = 2) must be given as single real numbers; their range is validate_chain's."""
     binary = num_states == 2
     meaning = {
@@ -82,8 +87,9 @@ def _check_probabilities(caller, p, q, num_states):
         _checks.real_array(name, value, scalar=True)
 
 
-def _chain(p, q, num_states):
+def _chain(p: float, q: float | None, num_states: int) -> tuple[jax.Array, jax.Array]:
     if num_states == 2:
+        assert q is not None  # _check_probabilities ran first: q is given for S = 2
         task.validate_chain(p=p, q=q)
         kernel = task.binary_kernel(p, q)
     else:
@@ -97,7 +103,17 @@ def _chain(p, q, num_states):
     return kernel, task.stationary(kernel)
 
 
-def _theory_model(family, num_states, d, seq_len, num_layers, num_heads, mlp_width, tied, dtype):
+def _theory_model(
+    family: str,
+    num_states: int,
+    d: int,
+    seq_len: int,
+    num_layers: int,
+    num_heads: int,
+    mlp_width: int | None,
+    tied: bool,
+    dtype: Any,
+) -> model_lib.MarkovModel:
     if family != "theory":
         raise ValueError(
             f"family = {family!r}: theta_pi and theta_star are the points of Theorems 1-3, which "
@@ -120,7 +136,7 @@ def _theory_model(family, num_states, d, seq_len, num_layers, num_heads, mlp_wid
     )
 
 
-def _zeros(model, dtype):
+def _zeros(model: model_lib.MarkovModel, dtype: Any) -> PyTree:
     """The Flax parameter tree of `model`, every leaf zero."""
     shapes = model_lib.param_shapes(model)
     return jax.tree.map(
@@ -129,8 +145,8 @@ def _zeros(model, dtype):
 
 
 def theta_pi(
-    p,
-    q=None,
+    p: float,
+    q: float | None = None,
     *,
     d: int = 4,
     seq_len: int = 10,
@@ -139,9 +155,9 @@ def theta_pi(
     num_heads: int = 1,
     mlp_width: int | None = None,
     tied: bool = True,
-    pos=None,
+    pos: ArrayLike | str | None = None,
     rest: str = "zero",
-    key=None,
+    key: jax.Array | None = None,
     family: str = "theory",
     population: str = "auto",
     num_sequences: int = 256,
@@ -155,7 +171,7 @@ def theta_pi(
     and Cov(p_n) enter the alpha block (Eq. 12).
     """
     _checks.check_bool("tied", tied, "tied head a = e, Thm 2; untied, Thm 3")
-    dtype = jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
+    dtype = jnp.float64 if jax.config.read("jax_enable_x64") else jnp.float32
     model = _theory_model(
         family, num_states, d, seq_len, num_layers, num_heads, mlp_width, tied, dtype
     )
@@ -165,50 +181,17 @@ def theta_pi(
     params = _zeros(model, dtype)
     key = jax.random.key(0) if key is None else key
     pos_key, rest_key = jax.random.split(key)
-    if isinstance(pos, str):
-        if pos != "random":
-            raise ValueError(f"pos = {pos!r}: must be an (N, d) array, 'random' or None.")
-        pos = jax.random.normal(pos_key, (seq_len, d), dtype)
-    if pos is not None:
-        if np.shape(pos) != (seq_len, d):
-            raise ValueError(
-                f"pos has shape {np.shape(pos)}: must be (seq_len, d) = "
-                f"({seq_len}, {d}), one positional vector p_n per position."
-            )
-        params["pos"] = jnp.asarray(pos, dtype)
-    if rest == "random":
-        for layer in range(num_layers):
-            block = params[f"block_{layer}"]
-            keys = jax.random.split(jax.random.fold_in(rest_key, layer), 4)
-            for k, name in zip(keys, ("W_Q", "W_K", "W_V", "W_1")):
-                block[name] = jax.random.normal(k, block[name].shape, dtype) / np.sqrt(d)
-    elif rest != "zero":
-        raise ValueError(f"rest = {rest!r}: must be 'zero' or 'random'.")
+    positions = _positions(pos, pos_key, seq_len, d, dtype)
+    if positions is not None:
+        params["pos"] = positions
+    _draw_rest(params, rest, rest_key, num_layers, d, dtype)
     if num_states == 2:
-        params["b"] = jnp.asarray(theory.theta_pi_logit(p, q), dtype)
-        focus = ["b", "e"] if tied else ["b", "a", "e"]
-        pos_np = np.asarray(params["pos"])
-        predicted = np.linalg.eigvalsh(
-            np.asarray(theory.alpha_block(p, q, d, pos=pos_np, tied=tied))
-        )
-        prediction = theory.theta_pi_verdict(p, q, pos=pos_np, tied=tied)
-        expected = float(theory.unigram_loss(p, q))
-        label = f"p={p:g}, q={q:g}"
+        assert q is not None  # _check_probabilities: q is given for S = 2
+        b, unigram = _binary_unigram(p, q, d, tied, np.asarray(params["pos"]))
+        params["b"] = jnp.asarray(b, dtype)
     else:
         params["b"] = jnp.log(init).astype(dtype)
-        focus = ["b", "E"] if tied else ["b", "A", "E"]
-        predicted = np.sort(
-            np.asarray(theory.multistate_unigram_eigenvalues(num_states, p, tied=tied, d=d))
-        )
-        threshold = theory.multistate_threshold(num_states)
-        prediction = f"{'tied' if tied else 'untied'} multi-state unigram point: " + (
-            f"local-minimum candidate iff p > (S-1)/S = {threshold:g} (here p = {p:g}: "
-            f"{'yes' if p > threshold else 'no, a saddle'}; notes §6.8)"
-            if tied
-            else "a saddle whenever p != (S-1)/S (notes §6.8)"
-        )
-        expected = float(np.log(num_states))
-        label = f"S={num_states}, p={p:g}"
+        unigram = _multistate_unigram(p, num_states, d, tied)
     loss_fn = population_loss_fn(
         model,
         kernel,
@@ -218,22 +201,100 @@ def theta_pi(
         key=jax.random.fold_in(key, 7),
     )
     meta = {
-        "prediction": prediction,
-        "expected_loss": expected,
-        "focus_blocks": focus,
-        "focus_prediction": predicted,
+        "prediction": unigram.prediction,
+        "expected_loss": unigram.expected_loss,
+        "focus_blocks": unigram.focus_blocks,
+        "focus_prediction": unigram.focus_prediction,
         "flat_argument": _FLAT_ARGUMENT,
         "model": model,
         "p": p,
         "q": q,
     }
-    name = f"theta_pi ({'tied' if tied else 'untied'}, {label}, d={d}, N={seq_len})"
+    name = f"theta_pi ({'tied' if tied else 'untied'}, {unigram.label}, d={d}, N={seq_len})"
     return Point(params, loss_fn, name=name, meta=meta)
 
 
+def _positions(
+    pos: ArrayLike | str | None, pos_key: jax.Array, seq_len: int, d: int, dtype: Any
+) -> jax.Array | None:
+    """theta_pi's (N, d) positional vectors p_n: `pos`, N(0, 1) for "random"; None keeps 0."""
+    if isinstance(pos, str):
+        if pos != "random":
+            raise ValueError(f"pos = {pos!r}: must be an (N, d) array, 'random' or None.")
+        pos = jax.random.normal(pos_key, (seq_len, d), dtype)
+    if pos is None:
+        return None
+    if np.shape(pos) != (seq_len, d):
+        raise ValueError(
+            f"pos has shape {np.shape(pos)}: must be (seq_len, d) = "
+            f"({seq_len}, {d}), one positional vector p_n per position."
+        )
+    return jnp.asarray(pos, dtype)
+
+
+def _draw_rest(
+    params: PyTree, rest: str, rest_key: jax.Array, num_layers: int, d: int, dtype: Any
+) -> None:
+    """rest="random": W_Q, W_K, W_V, W_1 of every block from N(0, 1/d), in place."""
+    if rest == "random":
+        for layer in range(num_layers):
+            block = params[f"block_{layer}"]
+            keys = jax.random.split(jax.random.fold_in(rest_key, layer), 4)
+            for k, name in zip(keys, ("W_Q", "W_K", "W_V", "W_1"), strict=True):
+                block[name] = jax.random.normal(k, block[name].shape, dtype) / np.sqrt(d)
+    elif rest != "zero":
+        raise ValueError(f"rest = {rest!r}: must be 'zero' or 'random'.")
+
+
+class _Unigram(NamedTuple):
+    """What theory says about a unigram point: its `meta` entries and its name's label."""
+
+    prediction: str
+    expected_loss: float
+    focus_blocks: list[str]
+    focus_prediction: NDArray
+    label: str
+
+
+def _binary_unigram(
+    p: float, q: float, d: int, tied: bool, pos_np: NDArray
+) -> tuple[jax.Array, _Unigram]:
+    """(b = log(p/q), the prediction) at the S = 2 unigram point (Thm 2 / Thm 3, Eq. 12)."""
+    b = theory.theta_pi_logit(p, q)
+    predicted = np.linalg.eigvalsh(np.asarray(theory.alpha_block(p, q, d, pos=pos_np, tied=tied)))
+    return b, _Unigram(
+        prediction=theory.theta_pi_verdict(p, q, pos=pos_np, tied=tied),
+        expected_loss=float(theory.unigram_loss(p, q)),
+        focus_blocks=["b", "e"] if tied else ["b", "a", "e"],
+        focus_prediction=predicted,
+        label=f"p={p:g}, q={q:g}",
+    )
+
+
+def _multistate_unigram(p: float, num_states: int, d: int, tied: bool) -> _Unigram:
+    """The prediction at the S > 2 symmetric unigram point (notes §6.8)."""
+    predicted = np.sort(
+        np.asarray(theory.multistate_unigram_eigenvalues(num_states, p, tied=tied, d=d))
+    )
+    threshold = theory.multistate_threshold(num_states)
+    prediction = f"{'tied' if tied else 'untied'} multi-state unigram point: " + (
+        f"local-minimum candidate iff p > (S-1)/S = {threshold:g} (here p = {p:g}: "
+        f"{'yes' if p > threshold else 'no, a saddle'}; notes §6.8)"
+        if tied
+        else "a saddle whenever p != (S-1)/S (notes §6.8)"
+    )
+    return _Unigram(
+        prediction=prediction,
+        expected_loss=float(np.log(num_states)),
+        focus_blocks=["b", "E"] if tied else ["b", "A", "E"],
+        focus_prediction=predicted,
+        label=f"S={num_states}, p={p:g}",
+    )
+
+
 def theta_star(
-    p,
-    q,
+    p: float,
+    q: float,
     *,
     d: int = 4,
     seq_len: int = 10,
@@ -245,7 +306,7 @@ def theta_star(
     family: str = "theory",
     population: str = "auto",
     num_sequences: int = 256,
-    key=None,
+    key: jax.Array | None = None,
 ) -> Point:
     """A global minimum of Thm 1 that outputs the bigram kernel (notes §6.1).
 
@@ -256,7 +317,7 @@ def theta_star(
     """
     _checks.check_bool("tied", tied, "tied head a = e, or untied")
     _checks.check_bool("paper_w_star", paper_w_star, "the paper's d^2 w_star instead of d r")
-    dtype = jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
+    dtype = jnp.float64 if jax.config.read("jax_enable_x64") else jnp.float32
     model = _theory_model(family, 2, d, seq_len, num_layers, num_heads, mlp_width, tied, dtype)
     _check_probabilities("theta_star", p, q, 2)
     kernel, init = _chain(p, q, 2)

@@ -20,26 +20,29 @@ import jax.numpy as jnp
 import numpy as np
 
 from landscape import _checks
+from landscape.typing import ArrayLike, NDArray
 
 # --------------------------------------------------------------------------------------------------
 # Kernels (notes §2)
 # --------------------------------------------------------------------------------------------------
 
 
-def _concrete(value) -> np.ndarray | None:
+def _concrete(value: ArrayLike | None) -> NDArray | None:
     """value as a NumPy array, or None when it is traced (no checks on traced sweep values)."""
     if value is None or isinstance(value, jax.core.Tracer):
         return None
     return np.asarray(value, dtype=np.float64)
 
 
-def _float(value) -> jax.Array:
+def _float(value: ArrayLike) -> jax.Array:
     """value as a jnp array of a float dtype (keeps float32/float64, promotes integers)."""
     value = jnp.asarray(value)
     return value if jnp.issubdtype(value.dtype, jnp.floating) else value.astype(float)
 
 
-def validate_chain(p=None, q=None, num_states=None) -> None:
+def validate_chain(
+    p: ArrayLike | None = None, q: ArrayLike | None = None, num_states: int | None = None
+) -> None:
     """One ValueError sentence naming the bad field: p, q in (0, 1), S >= 2 (notes §2.1, §2.2).
 
     p alone with num_states is the symmetric chain's switching probability (§2.2). Arrays (a grid
@@ -57,13 +60,14 @@ def validate_chain(p=None, q=None, num_states=None) -> None:
         if value is None or _checks.real_array(name, value, scalar=False) is None:
             continue
         arr = _concrete(value)
+        assert arr is not None  # real_array gave an array: the value is concrete
         bad = ~((arr > 0.0) & (arr < 1.0))
         if np.any(bad):
             shown = arr[bad].flat[0] if arr.ndim else arr.item()
             raise ValueError(f"{name} = {shown:g}: must be in (0, 1) ({meaning[name]}).")
 
 
-def _require_probabilities(caller: str, **values) -> None:
+def _require_probabilities(caller: str, **values: ArrayLike | None) -> None:
     for name, value in values.items():
         if value is None:
             raise _checks.ArgumentTypeError(
@@ -71,7 +75,7 @@ def _require_probabilities(caller: str, **values) -> None:
             )
 
 
-def binary_kernel(p, q) -> jax.Array:
+def binary_kernel(p: ArrayLike, q: ArrayLike) -> jax.Array:
     """(2, 2) P(p, q) = [[1-p, p], [q, 1-q]] (notes §2.1)."""
     _require_probabilities("binary_kernel", p=p, q=q)
     validate_chain(p=p, q=q)
@@ -79,11 +83,11 @@ def binary_kernel(p, q) -> jax.Array:
 
 
 @jax.jit
-def _binary_kernel(p, q):
+def _binary_kernel(p: jax.Array, q: jax.Array) -> jax.Array:
     return jnp.stack([jnp.stack([1.0 - p, p]), jnp.stack([q, 1.0 - q])])
 
 
-def symmetric_kernel(num_states: int, p) -> jax.Array:
+def symmetric_kernel(num_states: int, p: ArrayLike) -> jax.Array:
     """(S, S): stay with 1 - p, else switch to one of the S - 1 other states uniformly (§2.2)."""
     _require_probabilities("symmetric_kernel", p=p)
     validate_chain(p=p, num_states=num_states)
@@ -91,13 +95,13 @@ def symmetric_kernel(num_states: int, p) -> jax.Array:
 
 
 @functools.partial(jax.jit, static_argnums=0)
-def _symmetric_kernel(num_states, p):
+def _symmetric_kernel(num_states: int, p: jax.Array) -> jax.Array:
     eye_SS = jnp.eye(num_states, dtype=p.dtype)
     return (1.0 - p) * eye_SS + p / (num_states - 1) * (1.0 - eye_SS)
 
 
 @jax.jit
-def stationary(kernel) -> jax.Array:
+def stationary(kernel: ArrayLike) -> jax.Array:
     """(S,) pi with pi P = pi, sum pi = 1, for an irreducible kernel (notes §2.1).
 
     pi (I - P + 1 1^T) = 1^T, and I - P + 1 1^T is nonsingular for an irreducible chain, so one
@@ -116,7 +120,9 @@ def stationary(kernel) -> jax.Array:
 # --------------------------------------------------------------------------------------------------
 
 
-def _draws(key, kernel, init, batch_size, length):
+def _draws(
+    key: jax.Array, kernel: ArrayLike, init: ArrayLike | None, batch_size: int, length: int
+) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Shared by both samplers: (uniforms_BN, x1_B, thresholds_S(S-1)) (inverse-CDF cut points)."""
     kernel = jnp.asarray(kernel)
     init = stationary(kernel) if init is None else jnp.asarray(init, kernel.dtype)
@@ -129,7 +135,13 @@ def _draws(key, kernel, init, batch_size, length):
 
 
 @functools.partial(jax.jit, static_argnames=("batch_size", "length"))
-def sample(key, kernel, init=None, batch_size: int = 16, length: int = 1024) -> jax.Array:
+def sample(
+    key: jax.Array,
+    kernel: ArrayLike,
+    init: ArrayLike | None = None,
+    batch_size: int = 16,
+    length: int = 1024,
+) -> jax.Array:
     """x (B, length) int32: x_1 ~ init (None: the stationary law), x_{n+1} ~ P[x_n] (notes §2.1).
 
     Position n >= 2 applies the map f_n: s -> #{cuts of row s <= u_n} (inverse CDF of the uniform
@@ -143,7 +155,7 @@ def sample(key, kernel, init=None, batch_size: int = 16, length: int = 1024) -> 
     first_BS = jnp.broadcast_to(x1_B[:, None], (batch_size, num_states))
     maps_BNS = maps_BNS.at[:, 0, :].set(first_BS)
 
-    def then(earlier, later):  # (later o earlier)[s]
+    def then(earlier: jax.Array, later: jax.Array) -> jax.Array:  # (later o earlier)[s]
         return jnp.take_along_axis(later, earlier, axis=-1)
 
     return jax.lax.associative_scan(then, maps_BNS, axis=1)[:, :, 0]
@@ -151,12 +163,16 @@ def sample(key, kernel, init=None, batch_size: int = 16, length: int = 1024) -> 
 
 @functools.partial(jax.jit, static_argnames=("batch_size", "length"))
 def sample_sequential(
-    key, kernel, init=None, batch_size: int = 16, length: int = 1024
+    key: jax.Array,
+    kernel: ArrayLike,
+    init: ArrayLike | None = None,
+    batch_size: int = 16,
+    length: int = 1024,
 ) -> jax.Array:
     """The same chain (same uniforms, same comparisons) as `sample`, by a length-N lax.scan."""
     u_BN, x1_B, cuts_SC = _draws(key, kernel, init, batch_size, length)
 
-    def step(x_B, u_B):
+    def step(x_B: jax.Array, u_B: jax.Array) -> tuple[jax.Array, jax.Array]:
         x_B = jnp.sum(u_B[:, None] >= cuts_SC[x_B], axis=-1).astype(jnp.int32)
         return x_B, x_B
 
@@ -169,7 +185,7 @@ def sample_sequential(
 # --------------------------------------------------------------------------------------------------
 
 
-def enumerate_sequences(num_states: int, length: int, max_sequences: int = 2**16) -> np.ndarray:
+def enumerate_sequences(num_states: int, length: int, max_sequences: int = 2**16) -> NDArray:
     """(S^N, N) int32: every sequence, lexicographic (first position most significant) (§4)."""
     validate_chain(num_states=num_states)
     _checks.check_int("length", length, 1, "the sequence length N")
@@ -186,7 +202,7 @@ def enumerate_sequences(num_states: int, length: int, max_sequences: int = 2**16
 
 
 @jax.jit
-def sequence_probs(x_MN, kernel, init=None) -> jax.Array:
+def sequence_probs(x_MN: ArrayLike, kernel: ArrayLike, init: ArrayLike | None = None) -> jax.Array:
     """(M,) init[x_1] prod_n P[x_n, x_{n+1}] (notes §7; init None: the stationary law)."""
     kernel = jnp.asarray(kernel)
     init = stationary(kernel) if init is None else jnp.asarray(init, kernel.dtype)
@@ -196,12 +212,14 @@ def sequence_probs(x_MN, kernel, init=None) -> jax.Array:
 
 
 @jax.jit
-def soft_targets(x_MN, kernel) -> jax.Array:
+def soft_targets(x_MN: ArrayLike, kernel: ArrayLike) -> jax.Array:
     """(M, N, S) t_n = P[x_n, :], the law of x_{n+1} given x_n (notes §4, low-variance form)."""
     return jnp.asarray(kernel)[jnp.asarray(x_MN)]
 
 
-def exact_population(num_states: int, length: int, kernel, init=None):
+def exact_population(
+    num_states: int, length: int, kernel: ArrayLike, init: ArrayLike | None = None
+) -> tuple[NDArray, jax.Array, jax.Array]:
     """(x_MN, weights_M, targets_MNS): all S^N sequences with their probabilities (notes §4, §7).
 
     With soft targets, the weighted CE over this measure is the exact population loss.
@@ -215,7 +233,9 @@ def exact_population(num_states: int, length: int, kernel, init=None):
     return x_MN, sequence_probs(x_MN, kernel, init), soft_targets(x_MN, kernel)
 
 
-def monte_carlo_population(key, kernel, init, num_sequences: int, length: int):
+def monte_carlo_population(
+    key: jax.Array, kernel: ArrayLike, init: ArrayLike | None, num_sequences: int, length: int
+) -> tuple[jax.Array, jax.Array, jax.Array]:
     """(x_MN, weights_M = 1/M, targets_MNS): M sampled sequences with soft targets (notes §7).
 
     Unbiased for the population loss and lower variance than hard targets; the same structure as
@@ -229,13 +249,15 @@ def monte_carlo_population(key, kernel, init, num_sequences: int, length: int):
     return x_MN, weights_M, soft_targets(x_MN, kernel)
 
 
-def binary_log_probs(logits_MN) -> jax.Array:
+def binary_log_probs(logits_MN: jax.Array) -> jax.Array:
     """(M, N, 2) log(1 - f), log f for f = sigma(logit) (the theory model's head, notes §3.1)."""
     return jnp.stack([jax.nn.log_sigmoid(-logits_MN), jax.nn.log_sigmoid(logits_MN)], axis=-1)
 
 
 @jax.jit
-def population_cross_entropy(log_probs_MNS, weights_M, targets_MNS) -> jax.Array:
+def population_cross_entropy(
+    log_probs_MNS: jax.Array, weights_M: jax.Array, targets_MNS: jax.Array
+) -> jax.Array:
     """(1/N) sum_n sum_m w_m CE(t_mn, probs_mn) (notes §4 Eq. 1, soft-target form).
 
     Entries with target 0 contribute 0 even where the log-probability is -inf.

@@ -21,15 +21,22 @@ lies below the 1-layer one.
 from __future__ import annotations
 
 import math
-from typing import Any
+import pathlib
+from collections.abc import Sequence
+from typing import Any, cast
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from ml_collections import ConfigDict
 
 from landscape import plotting, precision, records
 from landscape.markov import model as model_lib
 from landscape.markov import task, theory
+from landscape.typing import ArrayLike, PyTree
+
+Group = dict[str, Any]  # one program's results: fields, cfg, grid, result (experiment.train_group)
+Row = dict[str, Any]  # one run (`run_rows`)
 
 TRAP_TOLERANCE = 0.005  # |final loss - H(pi)| (the issue's criterion)
 FLAT = 0.02  # |f0 - f1|: the prediction ignores x_n
@@ -52,15 +59,15 @@ def depth_name(layers: int) -> str:
     return f"{layers} layer{'s' if layers > 1 else ''}"
 
 
-def precision_name(cfg) -> str:
+def precision_name(cfg: ConfigDict) -> str:
     return precision.of(cfg.train.dtype, cfg.model.dtype).name
 
 
-def cell_name(cfg) -> str:
+def cell_name(cfg: ConfigDict) -> str:
     return f"{depth_name(cfg.model.num_layers)}, {precision_name(cfg)}"
 
 
-def run_rows(group) -> list[dict[str, Any]]:
+def run_rows(group: Group) -> list[Row]:
     """Per run: seed, final loss, f0, f1, trapped, escape step (None if never), and under a half
     type the fraction of gradient entries flushed to zero over the last 10% of steps."""
     cfg, res = group["cfg"], group["result"]
@@ -100,8 +107,8 @@ def run_rows(group) -> list[dict[str, Any]]:
 # ----------------------------------------------------------------------------- the plateau probe
 
 
-def _probe_loss(model, params, x_BN):
-    log_probs = model.apply({"params": params}, x_BN[:, :-1])
+def _probe_loss(model: model_lib.MarkovModel, params: PyTree, x_BN: jax.Array) -> jax.Array:
+    log_probs = cast(jax.Array, model.apply({"params": params}, x_BN[:, :-1]))
     return -jnp.take_along_axis(log_probs, x_BN[:, 1:, None], axis=-1).mean()
 
 
@@ -115,7 +122,9 @@ def probe_batch(p: float, q: float, seq_len: int, batch: int = PROBE_BATCH) -> j
     )
 
 
-def half_vs_float32(model: model_lib.MarkovModel, params, x_BN, half) -> dict[str, Any]:
+def half_vs_float32(
+    model: model_lib.MarkovModel, params: PyTree, x_BN: jax.Array, half: str
+) -> dict[str, Any]:
     """The gradient at `params` on the batch x_BN computed with `half` as the computation dtype
     against float32: cosine, flushed fraction (exactly zero in half, not in float32) overall and
     per parameter, and the norm ratio."""
@@ -126,13 +135,15 @@ def half_vs_float32(model: model_lib.MarkovModel, params, x_BN, half) -> dict[st
     norms = np.linalg.norm(flat32) * np.linalg.norm(flath)
     live = flat32 != 0
 
-    def flushed(a32, ah):
+    def flushed(a32: ArrayLike, ah: ArrayLike) -> float:
         a32, ah = np.ravel(a32), np.ravel(ah)
         return float(np.mean(ah[a32 != 0] == 0)) if np.any(a32 != 0) else 0.0
 
     per_parameter = {
         jax.tree_util.keystr(path, simple=True, separator="/"): flushed(a, b)
-        for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(g32), jax.tree.leaves(gh))
+        for (path, a), b in zip(
+            jax.tree_util.tree_leaves_with_path(g32), jax.tree.leaves(gh), strict=True
+        )
     }
     return dict(
         cosine=float(flat32 @ flath / norms) if norms > 0 else float("nan"),
@@ -142,7 +153,7 @@ def half_vs_float32(model: model_lib.MarkovModel, params, x_BN, half) -> dict[st
     )
 
 
-def plateau_probe(group) -> list[dict[str, Any]]:
+def plateau_probe(group: Group) -> list[dict[str, Any]]:
     """half_vs_float32 with float16 autocast (the authors' mode) at the final weights of each
     trapped run of the group: the gradient on the unigram plateau."""
     cfg, res = group["cfg"], group["result"]
@@ -151,7 +162,7 @@ def plateau_probe(group) -> list[dict[str, Any]]:
     for r, row in enumerate(run_rows(group)):
         if not row["trapped"]:
             continue
-        params = jax.tree.map(lambda a: jnp.asarray(a[r]), res.final_params)
+        params = jax.tree.map(lambda a, r=r: jnp.asarray(a[r]), res.final_params)
         x = probe_batch(row["p"], row["q"], cfg.model.seq_len)
         out.append(dict(seed=row["seed"], **half_vs_float32(model, params, x, "float16")))
     return out
@@ -160,7 +171,7 @@ def plateau_probe(group) -> list[dict[str, Any]]:
 # ----------------------------------------------------------------------------- claims
 
 
-def _fraction(rows) -> dict[str, Any]:
+def _fraction(rows: Sequence[Row]) -> dict[str, Any]:
     k, n = sum(r["trapped"] for r in rows), len(rows)
     lo, hi = wilson(k, n)
     return {
@@ -171,10 +182,11 @@ def _fraction(rows) -> dict[str, Any]:
     }
 
 
-def claims(cfg, groups) -> list[records.Claim]:
+def claims(cfg: ConfigDict, groups: Sequence[Group]) -> list[records.Claim]:
     """The paper's statements per (depth, precision) with trapped counts and intervals, the depth
     contrast per precision, the escape-step distribution and the plateau gradients."""
-    out, by_precision = [], {}
+    out: list[records.Claim] = []
+    by_precision: dict[str, list[tuple[int, dict[str, Any]]]] = {}
     source = "Fig. 1" if any(g["cfg"].model.num_layers > 1 for g in groups) else "Fig. 3"
     for g in groups:
         c, rows = g["cfg"], run_rows(g)
@@ -228,12 +240,12 @@ def claims(cfg, groups) -> list[records.Claim]:
     return out
 
 
-def _fig1_recipe(cfg) -> bool:
+def _fig1_recipe(cfg: ConfigDict) -> bool:
     """N = 512 and 500 iterations: where notes §13 measured the float32 escape step."""
     return cfg.model.seq_len == 512 and cfg.train.num_steps == 500
 
 
-def escape_steps(rows) -> dict[str, Any]:
+def escape_steps(rows: Sequence[Row]) -> dict[str, Any]:
     """How many runs escaped (test loss below the midpoint of H(pi) and the entropy rate) and the
     median, quartiles and range of the first evaluation step where they did."""
     steps = [r["escape_step"] for r in rows if r["escape_step"] is not None]
@@ -246,7 +258,7 @@ def escape_steps(rows) -> dict[str, Any]:
     return out
 
 
-def _escape_claim(name: str, escapes) -> records.Claim:
+def _escape_claim(name: str, escapes: dict[str, Any]) -> records.Claim:
     """Notes §13: in float32 under the Fig. 1 recipe the authors' code and this model escape at
     about 200 iterations."""
     median = escapes.get("median")
@@ -259,7 +271,7 @@ def _escape_claim(name: str, escapes) -> records.Claim:
     )
 
 
-def _probe_claim(name: str, probe) -> records.Claim:
+def _probe_claim(name: str, probe: Sequence[dict[str, Any]]) -> records.Claim:
     """Notes §13: at the plateau float16 flushes the query, key and first-LayerNorm gradients."""
     blocks = ("block_0/W_Q", "block_0/W_K", "block_0/ln_1")
     per = {
@@ -292,12 +304,12 @@ def _probe_claim(name: str, probe) -> records.Claim:
 # ----------------------------------------------------------------------------- figures
 
 
-def plot_curves(groups, path):
+def plot_curves(groups: Sequence[Group], path: pathlib.Path) -> pathlib.Path:
     """Test loss against iteration: median and interquartile band over seeds per depth, one panel
     per precision, H(pi) and the entropy rate dashed."""
     names = list(dict.fromkeys(precision_name(g["cfg"]) for g in groups))
     fig, axes = plotting.subplots(1, len(names), width=3.8, height=3.0, sharey=True)
-    colors = {}
+    colors: dict[int, str] = {}
     for g in groups:
         c, res = g["cfg"], g["result"]
         ax = axes[0, names.index(precision_name(c))]
@@ -331,7 +343,7 @@ def plot_curves(groups, path):
     return plotting.save(fig, path)
 
 
-def plot_fractions(groups, path):
+def plot_fractions(groups: Sequence[Group], path: pathlib.Path) -> pathlib.Path:
     """Trapped fraction per depth, one bar per precision, with 95% Wilson intervals."""
     cells = {
         (g["cfg"].model.num_layers, precision_name(g["cfg"])): _fraction(run_rows(g))
@@ -349,8 +361,8 @@ def plot_fractions(groups, path):
         fractions = [st["trapped"] / st["runs"] for _, st in present]
         intervals = [wilson(st["trapped"], st["runs"]) for _, st in present]
         errors = [
-            [f - lo for f, (lo, _) in zip(fractions, intervals)],
-            [hi - f for f, (_, hi) in zip(fractions, intervals)],
+            [f - lo for f, (lo, _) in zip(fractions, intervals, strict=True)],
+            [hi - f for f, (_, hi) in zip(fractions, intervals, strict=True)],
         ]
         ax.bar(
             xs,
@@ -362,7 +374,7 @@ def plot_fractions(groups, path):
             color=f"C{j}",
             error_kw=dict(ecolor=f"C{j}", alpha=0.8),
         )
-        for x, (_, st) in zip(xs, present):
+        for x, (_, st) in zip(xs, present, strict=True):
             ax.annotate(
                 f"{st['trapped']}/{st['runs']}", (x, 0.01), ha="center", va="bottom", fontsize=7
             )

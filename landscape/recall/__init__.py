@@ -6,6 +6,8 @@ model.py       RecallModel (flax.linen): the simplified model (Eqs. 9a-e) with i
 flow.py        the theory's initialisations, gradient flow, SGD/GD problems, jump readouts
 theory.py      plateau levels, the conservation law, Thm 3.1 ODE, jump times, the recursion
 experiment.py  experiments E1-E6 with claims and figures
+claims.py      which associative-recall claims a run reproduces, one function per config
+figures.py     gradient-flow losses and stage plots (E1-E4), SGD curves and attention maps
 """
 
 from landscape.recall import flow, model, task, theory

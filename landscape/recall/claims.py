@@ -6,15 +6,21 @@ run's groups (a flow or SGD program's results) and returning `records.Claim`s.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from ml_collections import ConfigDict
 
 from landscape import config as config_lib
-from landscape import records
+from landscape import records, training
 from landscape.recall import flow, theory
 from landscape.recall import model as model_lib
+from landscape.typing import NDArray
+
+Group = dict[str, Any]  # one program's results (experiment.run_flow / run_sgd) and its fields
 
 # notes §4.4: eps * T_mid of the first jump (k = |R| = 4) measured by the notes' author with GF
 NOTES_FIRST_JUMP = {
@@ -29,16 +35,26 @@ NOTES_FIRST_JUMP = {
 }
 
 
-def levels(cfg):
+def levels(cfg: ConfigDict) -> NDArray:
     return theory.plateau_levels(cfg.task.k, cfg.task.num_responses)
 
 
-def claims_first_jump(cfg, groups) -> list[records.Claim]:
+def claims_first_jump(cfg: ConfigDict, groups: Sequence[Group]) -> list[records.Claim]:
     """E1 (notes §4.1, §4.4; checks C4, C5, C7, C8, C9) from I_1."""
     (g,) = groups
     k, nr = cfg.task.k, cfg.task.num_responses
     L = levels(cfg)
     eps, times, loss = g["eps"], g["times"], g["loss"]
+    out = _first_jump_time_claims(eps, times, loss, L, k, nr)
+    out += _first_manifold_claims(g["params"]["w"], g["params"]["beta"], k)
+    out.append(_first_plateaus_claim(loss, L))
+    return out
+
+
+def _first_jump_time_claims(
+    eps: NDArray, times: NDArray, loss: NDArray, L: NDArray, k: int, nr: int
+) -> list[records.Claim]:
+    """eps*T_mid against the notes' GF values and the eps -> 0 limit; the jump's width (C8, C9)."""
     T = flow.jump_times(times, loss, L[:2])[:, 0]
     eps_T = eps * T
     theory_eps_T = eps * theory.jump_time(k, nr, eps)
@@ -81,49 +97,51 @@ def claims_first_jump(cfg, groups) -> list[records.Claim]:
                 "notes §4.4 (C9)",
             )
         )
-    w, beta = g["params"]["w"], g["params"]["beta"]
+    return out
+
+
+def _first_manifold_claims(w: NDArray, beta: NDArray, k: int) -> list[records.Claim]:
+    """The conservation law of Thm 3.1(d) and the flow staying on M_1 (C4, C5)."""
     alpha = flow.focus_logit(w)[..., 0]
-    conserved = theory.conserved_quantity(alpha, beta[..., 0], k)
+    conserved = np.asarray(theory.conserved_quantity(alpha, beta[..., 0], k))
     drift = float(np.abs(conserved - conserved[:, :1]).max())
-    out.append(
+    others = max(float(np.abs(w[:, :, 1:]).max()), float(np.abs(beta[:, :, 1:]).max()))
+    spread = float(np.ptp(w[:, :, 0, 1:], axis=-1).max())
+    on_line = float(np.abs(w[:, :, 0] - alpha[..., None] * (np.eye(k)[0] - 1 / k)).max())
+    return [
         records.claim(
             "f(alpha_1) - beta_1^2/4 is conserved along the flow (Thm 3.1(d), '+' sign)",
             drift,
             "<= 1e-8",
             drift <= 1e-8,
             "notes §4.1 (C5)",
-        )
-    )
-    others = max(float(np.abs(w[:, :, 1:]).max()), float(np.abs(beta[:, :, 1:]).max()))
-    spread = float(np.ptp(w[:, :, 0, 1:], axis=-1).max())
-    on_line = float(np.abs(w[:, :, 0] - alpha[..., None] * (np.eye(k)[0] - 1 / k)).max())
-    out.append(
+        ),
         records.claim(
             "the flow stays on M_1: other heads exactly 0, w^1 = alpha (e_1 - 1/k)",
             {"other heads": others, "spread of w^1_{i!=1}": spread, "off the line": on_line},
             "all <= 1e-12",
             np.max([others, spread, on_line]) <= 1e-12,
             "notes §4.1 (C4)",
-        )
-    )
+        ),
+    ]
+
+
+def _first_plateaus_claim(loss: NDArray, L: NDArray) -> records.Claim:
+    """The loss starts on L_0 and settles on L_1 (C7)."""
     final = loss[:, -1]
-    out.append(
-        records.claim(
-            f"plateaus: L(0) = L_0 = {L[0]:.5f}, then the loss settles on L_1 = {L[1]:.5f}",
-            {
-                "L(0)": float(np.abs(loss[:, 0] - L[0]).max()),
-                "L(end) - L_1": float((final - L[1]).max()),
-            },
-            "|L(0) - L_0| <= 1e-12, 0 < L(end) - L_1 < 0.01",
-            np.abs(loss[:, 0] - L[0]).max() <= 1e-12
-            and np.all((final > L[1]) & (final - L[1] < 0.01)),
-            "notes §3 (C7)",
-        )
+    return records.claim(
+        f"plateaus: L(0) = L_0 = {L[0]:.5f}, then the loss settles on L_1 = {L[1]:.5f}",
+        {
+            "L(0)": float(np.abs(loss[:, 0] - L[0]).max()),
+            "L(end) - L_1": float((final - L[1]).max()),
+        },
+        "|L(0) - L_0| <= 1e-12, 0 < L(end) - L_1 < 0.01",
+        np.abs(loss[:, 0] - L[0]).max() <= 1e-12 and np.all((final > L[1]) & (final - L[1] < 0.01)),
+        "notes §3 (C7)",
     )
-    return out
 
 
-def claims_ei_tail(cfg, groups) -> list[records.Claim]:
+def claims_ei_tail(cfg: ConfigDict, groups: Sequence[Group]) -> list[records.Claim]:
     """E1 tail (notes §4.4 regime 2, C10): e^alpha ~ k^2/(4(k-1)) ln t, t ln t (L - L_1) -> 1/4."""
     (g,) = groups
     k, L = cfg.task.k, levels(cfg)
@@ -169,7 +187,7 @@ def claims_ei_tail(cfg, groups) -> list[records.Claim]:
     ]
 
 
-def claims_later_jumps(cfg, groups) -> list[records.Claim]:
+def claims_later_jumps(cfg: ConfigDict, groups: Sequence[Group]) -> list[records.Claim]:
     """E2 (Prop. A.2 with the notes' k/k' correction, §4.5; C11) from I_h."""
     (g,) = groups
     k, nr = cfg.task.k, cfg.task.num_responses
@@ -228,7 +246,7 @@ def claims_later_jumps(cfg, groups) -> list[records.Claim]:
     return out
 
 
-def claims_stages(cfg, groups) -> list[records.Claim]:
+def claims_stages(cfg: ConfigDict, groups: Sequence[Group]) -> list[records.Claim]:
     """E3 (notes §4.7-4.8; C12, C13): order follows beta(0), jump times -> the recursion."""
     (g,) = groups
     k, nr = cfg.task.k, cfg.task.num_responses
@@ -292,7 +310,7 @@ def claims_stages(cfg, groups) -> list[records.Claim]:
                     "notes §4.8 (C13)",
                 )
             )
-    by_sorted = {}
+    by_sorted: dict[tuple[float, ...], list[NDArray]] = {}
     for shape, tau in limit_taus.items():
         by_sorted.setdefault(tuple(sorted(shape)), []).append(tau)
     for same in by_sorted.values():
@@ -310,7 +328,7 @@ def claims_stages(cfg, groups) -> list[records.Claim]:
     return out
 
 
-def longest_run(mask: np.ndarray) -> tuple[int, int]:
+def longest_run(mask: NDArray) -> tuple[int, int]:
     """(start, length) of the longest run of True in a 1-D mask; length 0 if none."""
     best, best_start, start = 0, 0, 0
     for i, v in enumerate(list(mask) + [False]):
@@ -321,22 +339,22 @@ def longest_run(mask: np.ndarray) -> tuple[int, int]:
     return best_start, best
 
 
-def _stagewise(loss_RS: np.ndarray, levels: np.ndarray, tol: float) -> np.ndarray:
+def _stagewise(loss_RS: NDArray, levels: NDArray, tol: float) -> NDArray:
     """(R, k-1) dwell fractions on the intermediate plateaus L_0..L_{k-2}."""
     return np.array(
         [
-            [longest_run(np.abs(l - level) < tol)[1] / len(l) for level in levels[:-1]]
-            for l in loss_RS
+            [longest_run(np.abs(curve - level) < tol)[1] / len(curve) for level in levels[:-1]]
+            for curve in loss_RS
         ]
     )
 
 
-def _label(group, default: str) -> str:
+def _label(group: Group, default: str) -> str:
     """The overrides that define a program, e.g. 'model.loss=ce, optim.lr=0.3'."""
     return ", ".join(f"{k}={v}" for k, v in group["fields"].items()) or default
 
 
-def claims_fig1(cfg, groups) -> list[records.Claim]:
+def claims_fig1(cfg: ConfigDict, groups: Sequence[Group]) -> list[records.Claim]:
     """E4 (Fig. 1, notes §5): SGD with momentum shows the plateaus, the order and the time map."""
     out = []
     for g in groups:
@@ -393,7 +411,7 @@ def claims_fig1(cfg, groups) -> list[records.Claim]:
     return out
 
 
-def _gf_time_map_claim(c, res, label):
+def _gf_time_map_claim(c: ConfigDict, res: training.RunResult, label: str) -> records.Claim:
     """SGD jump steps against gradient flow from the same init, t = lr * steps / (1 - mu)."""
     model = model_lib.from_config(c)
     eps = float(res.hparams["init.eps"][0])
@@ -420,7 +438,7 @@ def _gf_time_map_claim(c, res, label):
     )
 
 
-def claims_dp_vs_ce(cfg, groups) -> list[records.Claim]:
+def claims_dp_vs_ce(cfg: ConfigDict, groups: Sequence[Group]) -> list[records.Claim]:
     """E5 (notes §3, C15): DP and CE give the same stages in the same order."""
     out = claims_fig1(cfg, groups)
     orders = []
@@ -430,9 +448,11 @@ def claims_dp_vs_ce(cfg, groups) -> list[records.Claim]:
     losses = {g["cfg"].model.loss for g in groups}
     # the same order of all k - 1 heads in every run: runs where no head (or not every one)
     # activates show no order
-    full = all(len(o) == g["cfg"].task.k - 1 for g, run in zip(groups, orders) for o in run)
+    full = all(
+        len(o) == g["cfg"].task.k - 1 for g, run in zip(groups, orders, strict=True) for o in run
+    )
     same = full and all(o == orders[0][0] for run in orders for o in run)
-    measured = [[[h + 1 for h in o] for o in run] for run in orders]
+    measured: list[list[list[int]]] | str = [[[h + 1 for h in o] for o in run] for run in orders]
     if not {"dp", "ce"} <= losses:
         measured = f"not measured: losses {sorted(losses)} (DP and CE both needed)"
     out.append(
@@ -447,7 +467,7 @@ def claims_dp_vs_ce(cfg, groups) -> list[records.Claim]:
     return out
 
 
-def claims_ablations(cfg, groups) -> list[records.Claim]:
+def claims_ablations(cfg: ConfigDict, groups: Sequence[Group]) -> list[records.Claim]:
     """E6 (notes §2.4 table): which simplifications the stage-wise picture needs."""
     out = []
     for g in groups:
@@ -479,7 +499,9 @@ def claims_ablations(cfg, groups) -> list[records.Claim]:
     return out
 
 
-CLAIMS = {
+ClaimFn = Callable[[ConfigDict, Sequence[Group]], list[records.Claim]]
+
+CLAIMS: dict[str, ClaimFn] = {
     "first_jump": claims_first_jump,
     "ei_tail": claims_ei_tail,
     "later_jumps": claims_later_jumps,

@@ -17,12 +17,14 @@ from __future__ import annotations
 import itertools
 import math
 import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
+from ml_collections import ConfigDict
 
 from landscape import config as config_lib
 from landscape import gradient_flow, precision, records, sweeps, training
@@ -32,6 +34,9 @@ from landscape.recall import flow, theory
 from landscape.recall import model as model_lib
 from landscape.recall.claims import CLAIMS
 from landscape.recall.figures import FIGURES
+from landscape.typing import NDArray, PyTree
+
+Progress = Callable[[str], None] | None
 
 FLOW_TRACED = ("init.eps", "init.beta_shape", "init.stage", "init.big")
 SGD_TRACED = ("optim.lr", "init.eps")
@@ -110,7 +115,7 @@ FLOW_CLAIMS = ("first_jump", "ei_tail", "later_jumps", "stages")
 SGD_CLAIMS = ("fig1", "dp_vs_ce", "ablations")
 
 
-def validate(cfg) -> None:
+def validate(cfg: ConfigDict) -> None:
     """One clear ConfigError for the first field that is unknown, of the wrong kind, out of range
     or inconsistent with another, in any program of the sweep; nothing is built."""
     config_lib.validate_cells(
@@ -123,7 +128,7 @@ def validate(cfg) -> None:
     config_lib.check_memory(memory_estimate(cfg))  # before compiling: shape arithmetic
 
 
-def _validate_run(cfg) -> None:
+def _validate_run(cfg: ConfigDict) -> None:
     """The fields of the whole run (not per program): name, experiment, seeds, claims, and which
     groups a sweep or variant may change (flow runs read no optim / train, SGD runs no flow)."""
     choice = config_lib.require_choice
@@ -154,8 +159,16 @@ def _validate_run(cfg) -> None:
         )
 
 
-def _validate_cell(cfg) -> None:
+def _validate_cell(cfg: ConfigDict) -> None:
     """Ranges and relations of every field of one program's config."""
+    model = _validate_model(cfg)
+    _validate_init(cfg)
+    _validate_flow_and_training(cfg)
+    _validate_experiment_kind(cfg, model)
+
+
+def _validate_model(cfg: ConfigDict) -> model_lib.RecallModel:
+    """task.* and model.* (and train.dtype, which sets the precision); the model they build."""
     r, choice = config_lib.require_number, config_lib.require_choice
     r(cfg, "task.k", low=2, high=6, integer=True)
     r(cfg, "task.num_responses", low=2, integer=True)
@@ -173,9 +186,14 @@ def _validate_cell(cfg) -> None:
     choice(cfg, "model.dtype", precision.COMPUTE_DTYPES)
     choice(cfg, "train.dtype", ("float32", "float64"))
     try:
-        model = model_lib.from_config(cfg)
+        return model_lib.from_config(cfg)
     except (ValueError, TypeError) as error:
         raise config_lib.field_error(error, "model") from None
+
+
+def _validate_init(cfg: ConfigDict) -> None:
+    """init.*: the kind, eps, one beta_shape entry per head, w_noise, stage and big."""
+    r, choice = config_lib.require_number, config_lib.require_choice
     H = cfg.model.num_heads
     choice(cfg, "init.kind", ("shape", "first_jump", "later_jump"))
     r(cfg, "init.eps", low=0, low_open=True)
@@ -185,6 +203,11 @@ def _validate_cell(cfg) -> None:
     r(cfg, "init.w_noise", low=0)
     r(cfg, "init.stage", low=2, high=H, integer=True)
     r(cfg, "init.big", low=0, low_open=True)
+
+
+def _validate_flow_and_training(cfg: ConfigDict) -> None:
+    """flow.* (the solver and its saves), optim.* and train.*."""
+    r, choice = config_lib.require_number, config_lib.require_choice
     r(cfg, "flow.tau_max", low=0, low_open=True)
     r(cfg, "flow.num_saves", low=2, integer=True)
     r(cfg, "flow.zoom", low=0)
@@ -201,6 +224,10 @@ def _validate_cell(cfg) -> None:
     choice(cfg, "train.sampler", ("collisions", "tokens", "population"))
     config_lib.require_nonfinite_policy(cfg)
     training.validate_averaging(cfg)
+
+
+def _validate_experiment_kind(cfg: ConfigDict, model: model_lib.RecallModel) -> None:
+    """What a flow run (the closed-form DP loss) and an SGD run (its init and sampler) need."""
     if cfg.experiment == "flow":
         config_lib.require(
             cfg.train.metrics_at == "current",
@@ -241,12 +268,12 @@ def _validate_cell(cfg) -> None:
         )
 
 
-def needs_x64(cfg) -> bool:
+def needs_x64(cfg: ConfigDict) -> bool:
     """Always: plateau gradients are ~1e-6 (notes §7.1); flows and SGD run in float64."""
     return True
 
 
-def _cells(cfg) -> list[tuple[dict, ml_collections.ConfigDict]]:
+def _cells(cfg: ConfigDict) -> list[tuple[dict, ConfigDict]]:
     """[(fields, cell config)]: one compiled program per variant x structural sweep value."""
     traced = FLOW_TRACED if cfg.experiment == "flow" else SGD_TRACED
     return [
@@ -312,7 +339,7 @@ def _cell_bytes(v: dict) -> tuple[float, str]:
     )
 
 
-def memory_estimate(cfg) -> config_lib.MemoryEstimate:
+def memory_estimate(cfg: ConfigDict) -> config_lib.MemoryEstimate:
     """The largest program's peak resident memory, by shape arithmetic (no compiling, no
     allocation): the max over the config's structural cells of `_cell_bytes`."""
     traced = FLOW_TRACED if cfg.experiment == "flow" else SGD_TRACED
@@ -322,7 +349,7 @@ def memory_estimate(cfg) -> config_lib.MemoryEstimate:
 # ----------------------------------------------------------------------------- running
 
 
-def run(cfg, workdir: records.Workdir, progress=print) -> dict[str, Any]:
+def run(cfg: ConfigDict, workdir: records.Workdir, progress: Progress = print) -> dict[str, Any]:
     """Run `cfg`, write records, figures and claims; return the summary."""
     validate(cfg)
     workdir.write_config(cfg)
@@ -358,10 +385,10 @@ def run(cfg, workdir: records.Workdir, progress=print) -> dict[str, Any]:
     )
 
 
-def _flow_inits(cfg) -> tuple[list[dict], Any]:
+def _flow_inits(cfg: ConfigDict) -> tuple[list[dict], PyTree]:
     """The grid of initialisations of a flow config: [{axis: value}], stacked params (R, ...)."""
     axes = config_lib.traced_axes(cfg, FLOW_TRACED)
-    grid = [dict(zip(axes, values)) for values in itertools.product(*axes.values())]
+    grid = [dict(zip(axes, values, strict=True)) for values in itertools.product(*axes.values())]
     model = model_lib.from_config(cfg)
     params = []
     for point in grid:
@@ -376,7 +403,7 @@ def _flow_inits(cfg) -> tuple[list[dict], Any]:
     return grid, jax.tree.map(lambda *x: jnp.stack(x), *params)
 
 
-def run_flow(cfg, progress=print) -> dict[str, Any]:
+def run_flow(cfg: ConfigDict, progress: Progress = print) -> dict[str, Any]:
     """Gradient flow from every initialisation of the sweep, as one vmapped program."""
     grid, params0 = _flow_inits(cfg)
     eps = np.array([config_lib.with_fields(cfg, p).init.eps for p in grid])
@@ -390,7 +417,7 @@ def run_flow(cfg, progress=print) -> dict[str, Any]:
             save_times = np.stack(
                 [
                     _with_zoom(ts, _predicted_jump(cfg, point), f)
-                    for ts, point in zip(save_times, grid)
+                    for ts, point in zip(save_times, grid, strict=True)
                 ]
             )
     settings = gradient_flow.FlowSettings(rtol=f.rtol, atol=f.atol, max_steps=f.max_steps)
@@ -429,13 +456,13 @@ def run_flow(cfg, progress=print) -> dict[str, Any]:
     )  # flow time includes compile
 
 
-def _predicted_jump(cfg, point) -> float:
+def _predicted_jump(cfg: ConfigDict, point: dict[str, Any]) -> float:
     init = config_lib.with_fields(cfg, point).init
     stage = init.stage if init.kind == "later_jump" else 1
-    return theory.jump_time(cfg.task.k, cfg.task.num_responses, init.eps, stage=stage)
+    return float(theory.jump_time(cfg.task.k, cfg.task.num_responses, init.eps, stage=stage))
 
 
-def _with_zoom(ts: np.ndarray, center: float, f) -> np.ndarray:
+def _with_zoom(ts: NDArray, center: float, f: ConfigDict) -> NDArray:
     """ts plus f.zoom_saves evenly spaced times within +-f.zoom of center (same count per run)."""
     if not np.isfinite(center):  # no jump predicted (stage k): spread the extra saves evenly
         extra = np.linspace(ts[0], ts[-1], f.zoom_saves + 2)[1:-1]
@@ -446,7 +473,7 @@ def _with_zoom(ts: np.ndarray, center: float, f) -> np.ndarray:
     return merged
 
 
-def _flow_rows(result, fields) -> list[dict]:
+def _flow_rows(result: Mapping[str, Any], fields: Mapping[str, Any]) -> list[dict]:
     """metrics.jsonl rows: about 200 per run (loss, beta), subsampled from the saves."""
     rows = []
     times, loss, beta = result["times"], result["loss"], result["params"]["beta"]
@@ -465,20 +492,26 @@ def _flow_rows(result, fields) -> list[dict]:
     return rows
 
 
-def run_sgd(cfg, fields, workdir, progress=print) -> dict[str, Any]:
+def run_sgd(
+    cfg: ConfigDict,
+    fields: Mapping[str, Any],
+    workdir: records.Workdir | None,
+    progress: Progress = print,
+) -> dict[str, Any]:
     """SGD (or full-batch GD) on sampled batches via the training engine; seeds x traced grid."""
     model = model_lib.from_config(cfg)
     shape = jnp.asarray(cfg.init.beta_shape)
     w_noise = cfg.init.w_noise
 
-    def init(key, hp):
+    def init(key: jax.Array, hp: training.HParams) -> PyTree:
         return flow.init_shape(model, hp["init.eps"], shape, key if w_noise else None, w_noise)
 
     problem = flow.sgd_problem(
         model, batch_size=cfg.train.batch_size, sampler=cfg.train.sampler, init_fn=init
     )
     grid = sweeps.Grid.make(
-        config_lib.traced_axes(cfg, SGD_TRACED), np.arange(cfg.seed, cfg.seed + cfg.num_seeds)
+        config_lib.traced_axes(cfg, SGD_TRACED),
+        np.arange(cfg.seed, cfg.seed + cfg.num_seeds),
     )
     result = sweeps.run(
         problem,

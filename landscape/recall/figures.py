@@ -3,15 +3,21 @@ and attention maps (Fig. 1, E5, E6)."""
 
 from __future__ import annotations
 
+import pathlib
+from collections.abc import Callable, Sequence
+
 import numpy as np
+from ml_collections import ConfigDict
 
 from landscape import config as config_lib
-from landscape import plotting
+from landscape import plotting, records
 from landscape.recall import flow, theory
-from landscape.recall.claims import levels, longest_run
+from landscape.recall.claims import Group, levels, longest_run
 
 
-def figures_flow(cfg, groups, workdir):
+def figures_flow(
+    cfg: ConfigDict, groups: Sequence[Group], workdir: records.Workdir
+) -> list[pathlib.Path]:
     if cfg.claims == "stages":
         return [_plot_stages(cfg, g, workdir, i) for i, g in enumerate(groups)]
     paths = []
@@ -50,7 +56,7 @@ def figures_flow(cfg, groups, workdir):
     return paths
 
 
-def _plot_stages(cfg, g, workdir, index):
+def _plot_stages(cfg: ConfigDict, g: Group, workdir: records.Workdir, index: int) -> pathlib.Path:
     """E3: per beta(0) shape, L against eps*t for every eps (colour) with the eps -> 0 step
     function of the recursion (dashed), and beta_h at the smallest eps."""
     L = levels(cfg)
@@ -100,7 +106,7 @@ def _plot_stages(cfg, g, workdir, index):
     return plotting.save(fig, workdir.figure_path(f"stages{index}"))
 
 
-def _plot_first_jump_scaling(cfg, g, workdir):
+def _plot_first_jump_scaling(cfg: ConfigDict, g: Group, workdir: records.Workdir) -> pathlib.Path:
     k, nr = cfg.task.k, cfg.task.num_responses
     L = levels(cfg)
     eps = g["eps"]
@@ -124,7 +130,9 @@ def _plot_first_jump_scaling(cfg, g, workdir):
     return plotting.save(fig, workdir.figure_path("first_jump_scaling"))
 
 
-def figures_sgd(cfg, groups, workdir):
+def figures_sgd(
+    cfg: ConfigDict, groups: Sequence[Group], workdir: records.Workdir
+) -> list[pathlib.Path]:
     """Fig. 1: loss and beta over training; layer-1 attention at a step inside each plateau."""
     paths = []
     for i, g in enumerate(groups):
@@ -147,7 +155,7 @@ def figures_sgd(cfg, groups, workdir):
         runs = [longest_run(np.abs(loss0 - level) < 0.01) for level in L]
         picks = [start + length // 2 for start, length in runs if length]
         fig, axes = plotting.subplots(1, len(picks), width=2.6, height=2.4)
-        for ax, p in zip(axes[0], picks):
+        for ax, p in zip(axes[0], picks, strict=True):
             attention = res.snapshots["attention"][0, p]
             plotting.heatmap(
                 ax,
@@ -164,4 +172,6 @@ def figures_sgd(cfg, groups, workdir):
     return paths
 
 
-FIGURES = {"flow": figures_flow, "sgd": figures_sgd}
+FigureFn = Callable[[ConfigDict, Sequence[Group], records.Workdir], list[pathlib.Path]]
+
+FIGURES: dict[str, FigureFn] = {"flow": figures_flow, "sgd": figures_sgd}

@@ -8,6 +8,7 @@ learning rate eta and momentum mu covers t ~ eta * steps / (1 - mu) of flow time
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -16,11 +17,12 @@ import numpy as np
 from landscape import _checks, gradient_flow, training
 from landscape.recall import model as model_lib
 from landscape.recall import task as task_lib
+from landscape.typing import ArrayLike, NDArray, PyTree
 
 # ----------------------------------------------------------------------------- initialisations
 
 
-def _check_model(model, caller: str) -> None:
+def _check_model(model: object, caller: str) -> None:
     if not isinstance(model, model_lib.RecallModel):
         raise TypeError(
             f"{caller} expects a landscape.recall.RecallModel (e.g. RecallModel(k=3, "
@@ -28,14 +30,14 @@ def _check_model(model, caller: str) -> None:
         )
 
 
-def _check_eps(eps) -> None:
+def _check_eps(eps: ArrayLike) -> None:
     """eps > 0 (elementwise for an array; a traced eps, in a sweep, is not checked)."""
     _checks.check_real(
         "eps", eps, low=0, low_open=True, scalar=False, meaning="the initialisation scale"
     )
 
 
-def init_first_jump(model: model_lib.RecallModel, eps) -> dict:
+def init_first_jump(model: model_lib.RecallModel, eps: ArrayLike) -> dict:
     """I_1 (notes §2.3): beta_1 = eps, every other beta 0, every w 0."""
     _check_model(model, "init_first_jump")
     _check_eps(eps)
@@ -43,7 +45,9 @@ def init_first_jump(model: model_lib.RecallModel, eps) -> dict:
     return model_lib.init_params(model, beta)
 
 
-def init_later_jump(model: model_lib.RecallModel, eps, stage: int, big) -> dict:
+def init_later_jump(
+    model: model_lib.RecallModel, eps: ArrayLike, stage: int, big: ArrayLike
+) -> dict:
     """I_h (notes §2.3): heads < h macroscopic (beta = big, w^i = big e_i), beta_h = eps, rest 0."""
     _check_model(model, "init_later_jump")
     _check_eps(eps)
@@ -64,7 +68,13 @@ def init_later_jump(model: model_lib.RecallModel, eps, stage: int, big) -> dict:
     return model_lib.init_params(model, beta, w)
 
 
-def init_shape(model: model_lib.RecallModel, eps, beta_shape, key=None, w_noise=0.0) -> dict:
+def init_shape(
+    model: model_lib.RecallModel,
+    eps: ArrayLike,
+    beta_shape: ArrayLike | Sequence[float],
+    key: jax.Array | None = None,
+    w_noise: float = 0.0,
+) -> dict:
     """beta(0) = eps * shape (a vector) and w(0) = eps * w_noise * N(0, 1) (notes §4.7)."""
     _check_model(model, "init_shape")
     _check_eps(eps)
@@ -79,21 +89,23 @@ def init_shape(model: model_lib.RecallModel, eps, beta_shape, key=None, w_noise=
     _checks.check_real("w_noise", w_noise, low=0, meaning="the relative scale of the w noise")
     beta = eps * jnp.asarray(beta_shape)
     window = model.k if model.window else task_lib.sequence_length(model.k)
-    w = jnp.zeros((model.num_heads, window))
+    w: ArrayLike = jnp.zeros((model.num_heads, window))
     if key is not None:
-        w = eps * w_noise * jax.random.normal(key, w.shape)
+        w = eps * w_noise * jax.random.normal(key, np.shape(w))
     return model_lib.init_params(model, beta, w)
 
 
 # ----------------------------------------------------------------------------- gradient flow
 
+_DEFAULT_SETTINGS = gradient_flow.FlowSettings()
+
 
 def population_flow(
     model: model_lib.RecallModel,
-    params0,
-    save_times,
-    settings: gradient_flow.FlowSettings = gradient_flow.FlowSettings(),
-):
+    params0: PyTree,
+    save_times: ArrayLike,
+    settings: gradient_flow.FlowSettings = _DEFAULT_SETTINGS,
+) -> tuple[PyTree, NDArray, NDArray]:
     """Gradient flow on the exact DP population loss for a batch of runs (leading axis R).
 
     save_times: (R, S) times per run. Returns (params (R, S, ...), loss (R, S), ok (R,)).
@@ -105,10 +117,12 @@ def population_flow(
 
 
 @functools.lru_cache(maxsize=16)
-def _compiled_flow(model: model_lib.RecallModel, settings: gradient_flow.FlowSettings):
+def _compiled_flow(
+    model: model_lib.RecallModel, settings: gradient_flow.FlowSettings
+) -> Callable[[PyTree, ArrayLike], tuple[PyTree, jax.Array, jax.Array]]:
     loss_fn = functools.partial(model_lib.population_loss, model=model)
 
-    def one_run(params0, save_times):
+    def one_run(params0: PyTree, save_times: jax.Array) -> tuple[PyTree, jax.Array, jax.Array]:
         params, ok = gradient_flow.gradient_flow(loss_fn, params0, save_times, settings)
         return params, jax.vmap(loss_fn)(params), ok
 
@@ -119,7 +133,12 @@ def _compiled_flow(model: model_lib.RecallModel, settings: gradient_flow.FlowSet
 
 
 def sgd_problem(
-    model: model_lib.RecallModel, *, batch_size: int, sampler: str, init_fn, eval_size: int = 512
+    model: model_lib.RecallModel,
+    *,
+    batch_size: int,
+    sampler: str,
+    init_fn: Callable[[jax.Array, training.HParams], PyTree],
+    eval_size: int = 512,
 ) -> training.Problem:
     """The recall task for the training engine: fresh batches each step.
 
@@ -137,7 +156,9 @@ def sgd_problem(
             jax.random.key(12345), model.k, model.num_responses, eval_size
         )
 
-    def loss(params, key, hp):
+    def loss(
+        params: PyTree, key: jax.Array, hp: training.HParams
+    ) -> tuple[jax.Array, dict[str, jax.Array]]:
         if sampler == "population":
             return model_lib.population_loss(params, model), {}
         if sampler == "collisions":
@@ -146,7 +167,7 @@ def sgd_problem(
         tokens, target = task_lib.sample_tokens(key, model.k, model.num_responses, batch_size)
         return model_lib.loss_tokens(params, tokens, target, model), {}
 
-    def snapshot(params, hp):
+    def snapshot(params: PyTree, hp: training.HParams) -> dict[str, jax.Array]:
         eval_loss = (
             model_lib.population_loss(params, dp)
             if closed_form
@@ -174,7 +195,9 @@ def has_closed_form(model: model_lib.RecallModel) -> bool:
 # ----------------------------------------------------------------------------- readouts
 
 
-def crossing_times(times: np.ndarray, values: np.ndarray, thresholds) -> np.ndarray:
+def crossing_times(
+    times: NDArray, values: NDArray, thresholds: Sequence[float] | NDArray
+) -> NDArray:
     """First time each run's decreasing curve goes below each threshold (linear interpolation).
 
     times, values: (R, S); thresholds: (J,). Returns (R, J), NaN where never crossed.
@@ -195,26 +218,26 @@ def crossing_times(times: np.ndarray, values: np.ndarray, thresholds) -> np.ndar
     return out
 
 
-def jump_times(times, losses, levels) -> np.ndarray:
+def jump_times(times: NDArray, losses: NDArray, levels: ArrayLike) -> NDArray:
     """(R, len(levels)-1): time the loss crosses the midpoint of consecutive plateau levels."""
     levels = np.asarray(levels)
     return crossing_times(times, losses, (levels[:-1] + levels[1:]) / 2)
 
 
-def activation_order(times, beta, threshold: float) -> list[list[int]]:
+def activation_order(times: NDArray, beta: NDArray, threshold: float) -> list[list[int]]:
     """Per run, the heads (0-based) in the order their |beta| first exceeds `threshold`."""
     orders = []
     for r in range(beta.shape[0]):
-        first = {}
+        first: dict[int, float] = {}
         for h in range(beta.shape[-1]):
             above = np.flatnonzero(np.abs(beta[r, :, h]) > threshold)
             if above.size:
                 first[h] = times[r, above[0]] if np.ndim(times) == 2 else times[above[0]]
-        orders.append(sorted(first, key=first.get))
+        orders.append(sorted(first, key=first.__getitem__))
     return orders
 
 
-def focus_logit(w: np.ndarray) -> np.ndarray:
+def focus_logit(w: NDArray) -> NDArray:
     """alpha_h = w^h_h - mean of w^h over the other offsets (notes §4.1); w (..., H, k)."""
     H, k = w.shape[-2:]
     own = np.stack([w[..., h, h] for h in range(H)], axis=-1)

@@ -21,15 +21,18 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from typing import Any
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+from ml_collections import ConfigDict
 
 from landscape import _checks, precision
 from landscape.recall import task as task_lib
+from landscape.typing import ArrayLike, NDArray, PyTree
 
 LOSSES = ("dp", "ce")
 QKS = ("beta", "full")
@@ -64,7 +67,7 @@ class RecallModel(nn.Module):
     dtype: Any = None
     param_dtype: Any = jnp.float32
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         task_lib.check_order(self.k, self.num_responses)
         if self.num_heads is None:
             object.__setattr__(self, "num_heads", self.k)
@@ -111,6 +114,7 @@ class RecallModel(nn.Module):
     @property
     def qk_dim(self) -> int:
         """D = (H+1)|S|: the width of R = [R^0 R^1 ... R^H] (notes §2.1)."""
+        assert self.num_heads is not None  # __post_init__ turns None into k
         return (self.num_heads + 1) * self.vocab_size
 
     @property
@@ -124,7 +128,7 @@ class RecallModel(nn.Module):
         return self.window and self.exact_query and self.response_only and self.qk == "beta"
 
     # ------------------------------------------------------------------------- Flax
-    def setup(self):
+    def setup(self) -> None:
         """w = 0 and beta = 0 (or Q^T K = 0): the plateau L_0; the theory's inits are built
         directly as the inner params dict (`init_params`, `flow.init_*`)."""
         zeros = nn.initializers.zeros
@@ -141,12 +145,12 @@ class RecallModel(nn.Module):
             else {"w": self.w, "qk": self.qk_DD}
         )
 
-    def _dtypes(self):
+    def _dtypes(self) -> tuple[Any, Any]:
         """(computation dtype, accumulation dtype): dtype or the parameters' own."""
         dtype = jnp.dtype(self.dtype) if self.dtype is not None else self.w.dtype
         return dtype, precision.accum_dtype(dtype)
 
-    def __call__(self, tokens_BL):
+    def __call__(self, tokens_BL: jax.Array) -> jax.Array:
         """p_BV, the output distribution over the full vocabulary (Eqs. 9c-d; §2.1 p = X^T s).
 
         With response_only, p is supported on the response ids k..k+|R|-1 (zeros on symbols).
@@ -157,18 +161,18 @@ class RecallModel(nn.Module):
         onehot_BPV = jax.nn.one_hot(tokens_BL[:, keys_P], self.vocab_size, dtype=s_BP.dtype)
         return jnp.einsum("bp,bpv->bv", s_BP, onehot_BPV)
 
-    def loss_tokens(self, tokens_BL, target_B):
+    def loss_tokens(self, tokens_BL: jax.Array, target_B: jax.Array) -> jax.Array:
         """Mean token-level loss (DP or CE per self.loss) of a batch, Eq. (9e) / notes §3."""
         dtype, accum = self._dtypes()
         logits_BP, keys_P = _logits_and_keys(self._params(), tokens_BL, self, dtype)
         hit_BP = (tokens_BL[:, keys_P] == target_B[:, None]).astype(accum)
         return _loss_from_logits(logits_BP.astype(accum), hit_BP, self)
 
-    def layer1_attention(self):
+    def layer1_attention(self) -> jax.Array:
         """(H, window_len) softmax(w^h) per head, Eq. (9a); windowless: the last row's."""
         return jax.nn.softmax(self.w.astype(self._dtypes()[1]), axis=-1)
 
-    def scores(self, exact: bool = False):
+    def scores(self, exact: bool = False) -> jax.Array:
         """(k!,) S(pi) = c sum_h beta_h^2 sum_i a^h_i M_pi[h, i], query = identity (notes §3).
 
         gamma is left out: it shifts every S(pi) by the same constant (notes §2.2). In the
@@ -182,7 +186,7 @@ class RecallModel(nn.Module):
         b_HI = self.scale * self.beta.astype(dtype)[:, None] ** 2 * a_HI
         return jnp.einsum("hi,phi->p", b_HI, match_PHI)
 
-    def loss_collisions(self, y_BP):
+    def loss_collisions(self, y_BP: jax.Array) -> jax.Array:
         """Mean loss of collision vectors (fast path, notes §1): p_y = sum_pi softmax(S)_pi y_pi."""
         _check_simplified(self, "loss_collisions")
         accum = self._dtypes()[1]
@@ -190,7 +194,7 @@ class RecallModel(nn.Module):
         hit_BP = y_BP if self.dtype is None else y_BP.astype(accum)  # None: as given (no cast)
         return _loss_from_logits(logits_BP, hit_BP, self)
 
-    def population_loss(self):
+    def population_loss(self) -> jax.Array:
         """Exact population DP loss A (1 - softmax(S)_q), q = identity = permutation 0 (notes §3),
         in the accumulation dtype (the parameters' dtype unless autocast)."""
         _check_simplified(self, "population_loss")
@@ -210,7 +214,7 @@ def _check_simplified(model: RecallModel, what: str) -> None:
         )
 
 
-def matching_matrix(model: RecallModel, dtype=None) -> jax.Array:
+def matching_matrix(model: RecallModel, dtype: Any = None) -> jax.Array:
     """(|S|, |S|) I~_k: top-left block I_k - gamma 11^T, zeros on responses (notes §2.1)."""
     block_kk = np.eye(model.k) - model.gamma * np.ones((model.k, model.k))
     full = np.zeros((model.vocab_size, model.vocab_size))
@@ -218,7 +222,9 @@ def matching_matrix(model: RecallModel, dtype=None) -> jax.Array:
     return jnp.asarray(full, dtype)
 
 
-def coupling_matrix(model: RecallModel, beta_H: jax.Array, super_diagonal: bool = True):
+def coupling_matrix(
+    model: RecallModel, beta_H: ArrayLike, super_diagonal: bool = True
+) -> jax.Array:
     """(D, D) Q^T K = c (B ⊗ I~_k) with B[g, g+1] = beta_{g+1}^2 (notes §2.1 erratum).
 
     `super_diagonal=False` gives the literal diag_{-1}: B[g+1, g] = beta_{g+1}^2, which cannot
@@ -229,7 +235,12 @@ def coupling_matrix(model: RecallModel, beta_H: jax.Array, super_diagonal: bool 
     return model.scale * jnp.kron(couple_GG, matching_matrix(model, beta_H.dtype))
 
 
-def init_params(model: RecallModel, beta0, w0=None, qk0=None):
+def init_params(
+    model: RecallModel,
+    beta0: ArrayLike,
+    w0: ArrayLike | None = None,
+    qk0: ArrayLike | None = None,
+) -> dict[str, jax.Array]:
     """Parameter dict at (w0, beta0); w0 defaults to zeros.
 
     For qk = "full" the matrix qk0 defaults to coupling_matrix(model, beta0), so that the full
@@ -237,7 +248,7 @@ def init_params(model: RecallModel, beta0, w0=None, qk0=None):
     """
     beta_H = jnp.asarray(beta0)
     if not jnp.issubdtype(beta_H.dtype, jnp.floating):
-        beta_H = beta_H.astype(jnp.float64 if jax.config.jax_enable_x64 else jnp.float32)
+        beta_H = beta_H.astype(jnp.float64 if jax.config.read("jax_enable_x64") else jnp.float32)
     shape = (model.num_heads, model.window_len)
     if beta_H.shape != (model.num_heads,):
         raise ValueError(f"beta0 has shape {beta_H.shape}: expected ({model.num_heads},).")
@@ -252,17 +263,19 @@ def init_params(model: RecallModel, beta0, w0=None, qk0=None):
     return {"w": w_HW, "qk": qk_DD}
 
 
-def _apply(params, model: RecallModel, *args, method):
+def _apply(
+    params: PyTree, model: RecallModel, *args: jax.Array, method: Callable[..., jax.Array]
+) -> Any:
     return model.apply({"params": params}, *args, method=method)
 
 
 @_jit
-def layer1_attention(params, model: RecallModel) -> jax.Array:
+def layer1_attention(params: PyTree, model: RecallModel) -> jax.Array:
     """model.apply(..., method=RecallModel.layer1_attention), jitted."""
     return _apply(params, model, method=RecallModel.layer1_attention)
 
 
-def _masked_softmax(logits, mask, axis=-1):
+def _masked_softmax(logits: jax.Array, mask: ArrayLike, axis: int = -1) -> jax.Array:
     """Softmax over the entries where mask holds; an all-masked row gives zeros (no NaNs)."""
     peak = jnp.max(jnp.where(mask, logits, -jnp.inf), axis=axis, keepdims=True)
     peak = jax.lax.stop_gradient(jnp.where(jnp.isfinite(peak), peak, 0.0))
@@ -271,7 +284,9 @@ def _masked_softmax(logits, mask, axis=-1):
     return exp / jnp.where(total > 0, total, 1.0)
 
 
-def _layer1(w_HW, onehot_BLV, positions_P, model: RecallModel):
+def _layer1(
+    w_HW: jax.Array, onehot_BLV: jax.Array, positions_P: NDArray, model: RecallModel
+) -> jax.Array:
     """R^h at the given positions, (B, H, P, |S|): Eq. (9a) / notes §2.1 layer 1.
 
     window: logits w^h_{i-1} on offsets i = 1..k (others masked, offset 0 included);
@@ -292,25 +307,30 @@ def _layer1(w_HW, onehot_BLV, positions_P, model: RecallModel):
     return jnp.einsum("hpl,blv->bhpv", attention_HPL, onehot_BLV)
 
 
-def _logits_and_keys(params, tokens_BL, model: RecallModel, dtype):
+def _logits_and_keys(
+    params: PyTree, tokens_BL: jax.Array, model: RecallModel, dtype: Any
+) -> tuple[jax.Array, NDArray]:
     """(layer-2 logits s~_BP of the last row, key positions P), in `dtype`: Eqs. (9a-b) / §2.1
     layer 2."""
-    l, num_heads = model.seq_len, model.num_heads
+    length, num_heads = model.seq_len, model.num_heads
+    assert num_heads is not None  # RecallModel.__post_init__ turns None into k
     onehot_BLV = jax.nn.one_hot(tokens_BL, model.vocab_size, dtype=dtype)
     if model.response_only:
         keys_P = task_lib.response_positions(model.k)  # (A3)
     else:
-        keys_P = np.arange(l)  # causal: row l-1 sees all
+        keys_P = np.arange(length)  # causal: row l-1 sees all
     need_query = not model.exact_query
-    positions_P = np.append(keys_P, l - 1) if need_query else keys_P
+    positions_P = np.append(keys_P, length - 1) if need_query else keys_P
     heads_BHPV = _layer1(params["w"], onehot_BLV, positions_P, model)
     num_keys = keys_P.shape[0]
     key_heads_BHPV = heads_BHPV[:, :, :num_keys]
     key_skip_BPV = onehot_BLV[:, keys_P]
     if model.exact_query:  # (A2): query block g
-        query_BGV = onehot_BLV[:, l - 1 - np.arange(num_heads + 1)]  # = e_{x_{l-1-g}}
+        query_BGV = onehot_BLV[:, length - 1 - np.arange(num_heads + 1)]  # = e_{x_{l-1-g}}
     else:  # [X, R^1, ..., R^H] at l-1
-        query_BGV = jnp.concatenate([onehot_BLV[:, l - 1 : l], heads_BHPV[:, :, -1]], axis=1)
+        query_BGV = jnp.concatenate(
+            [onehot_BLV[:, length - 1 : length], heads_BHPV[:, :, -1]], axis=1
+        )
     if model.qk == "beta":  # Eq. (9b), notes §2.1 erratum
         matched_BGV = query_BGV[:, :num_heads] @ matching_matrix(model, dtype)
         overlap_BHP = jnp.einsum("bhv,bhpv->bhp", matched_BGV, key_heads_BHPV)
@@ -327,12 +347,12 @@ def _logits_and_keys(params, tokens_BL, model: RecallModel, dtype):
 
 
 @_jit
-def forward(params, tokens_BL, model: RecallModel) -> jax.Array:
+def forward(params: PyTree, tokens_BL: jax.Array, model: RecallModel) -> jax.Array:
     """p_BV = model.apply(params, tokens), jitted (Eqs. 9c-d; §2.1 p = X^T s)."""
     return _apply(params, model, tokens_BL, method=RecallModel.__call__)
 
 
-def _loss_from_logits(logits_BP, hit_BP, model: RecallModel):
+def _loss_from_logits(logits_BP: jax.Array, hit_BP: jax.Array, model: RecallModel) -> jax.Array:
     """Mean DP 1 - p_y or CE -log p_y with p_y = sum_t softmax(logits)_t hit_t (Eq. 9e, §3)."""
     if model.loss == "dp":
         p_y_B = jnp.sum(jax.nn.softmax(logits_BP, axis=-1) * hit_BP, axis=-1)
@@ -344,33 +364,35 @@ def _loss_from_logits(logits_BP, hit_BP, model: RecallModel):
 
 
 @_jit
-def loss_tokens(params, tokens_BL, target_B, model: RecallModel) -> jax.Array:
+def loss_tokens(
+    params: PyTree, tokens_BL: jax.Array, target_B: jax.Array, model: RecallModel
+) -> jax.Array:
     """Mean token-level loss (DP or CE per model.loss) of a batch, Eq. (9e) / notes §3."""
     return _apply(params, model, tokens_BL, target_B, method=RecallModel.loss_tokens)
 
 
 @_jit
-def scores(params, model: RecallModel) -> jax.Array:
+def scores(params: PyTree, model: RecallModel) -> jax.Array:
     """(k!,) S(pi) of notes §3 (RecallModel.scores), jitted."""
     _check_simplified(model, "scores")  # before Flax checks the shapes of params
     return _apply(params, model, method=RecallModel.scores)
 
 
 @_jit
-def loss_collisions(params, y_BP, model: RecallModel) -> jax.Array:
+def loss_collisions(params: PyTree, y_BP: jax.Array, model: RecallModel) -> jax.Array:
     """Mean loss of collision vectors (fast path, notes §1), jitted."""
     _check_simplified(model, "loss_collisions")
     return _apply(params, model, y_BP, method=RecallModel.loss_collisions)
 
 
 @_jit
-def population_loss(params, model: RecallModel) -> jax.Array:
+def population_loss(params: PyTree, model: RecallModel) -> jax.Array:
     """Exact population DP loss A (1 - softmax(S)_q) (notes §3, RecallModel.population_loss)."""
     _check_simplified(model, "population_loss")
     return _apply(params, model, method=RecallModel.population_loss)
 
 
-def from_config(cfg) -> RecallModel:
+def from_config(cfg: ConfigDict) -> RecallModel:
     """The model of a config at precision.of(train.dtype, model.dtype); with model.dtype = ""
     the computation runs in the parameters' own dtype (dtype None)."""
     fields = dict(cfg.model)

@@ -10,12 +10,14 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from landscape import _checks
+from landscape.typing import NDArray
 
 
 def check_order(k: int, num_responses: int | None = None) -> None:
@@ -32,7 +34,7 @@ def check_order(k: int, num_responses: int | None = None) -> None:
             )
 
 
-def permutations(k: int) -> np.ndarray:
+def permutations(k: int) -> NDArray:
     """(k!, k) int32: all permutations of [k] in lexicographic order, identity first (notes §1)."""
     check_order(k)
     return np.asarray(list(itertools.permutations(range(k))), np.int32)
@@ -44,13 +46,13 @@ def sequence_length(k: int) -> int:
     return math.factorial(k + 1) + k
 
 
-def response_positions(k: int) -> np.ndarray:
+def response_positions(k: int) -> NDArray:
     """(k!,) int: p_t = t(k+1) + k, the response of block t (notes §1, index conventions)."""
     check_order(k)
     return np.arange(math.factorial(k)) * (k + 1) + k
 
 
-def match_tensor(k: int, num_heads: int | None = None) -> np.ndarray:
+def match_tensor(k: int, num_heads: int | None = None) -> NDArray:
     """(k!, H, k) float: M_pi[h-1, i-1] = 1{pi_{k-i} = q_{k-h}} with q = identity (notes §3).
 
     Head h = 1..H reads query symbol q_{k-h}; offset i = 1..k reads pi_{k-i}. For H = k each slice
@@ -90,7 +92,7 @@ def build_tokens(
 @functools.partial(jax.jit, static_argnums=(1, 2, 3, 4))
 def sample_tokens(
     key: jax.Array, k: int, num_responses: int, batch_size: int, shuffle_blocks: bool = False
-):
+) -> tuple[jax.Array, jax.Array]:
     """(tokens_BL int32, target_B int32): the exact token-level process of notes §1.
 
     Per sequence: fresh f with i.i.d. uniform responses, uniform query q, blocks in lexicographic
@@ -114,7 +116,7 @@ def sample_tokens(
 
 @functools.partial(jax.jit, static_argnums=(1, 2, 3, 4))
 def sample_collisions(
-    key: jax.Array, k: int, num_responses: int, batch_size: int, dtype=None
+    key: jax.Array, k: int, num_responses: int, batch_size: int, dtype: Any = None
 ) -> jax.Array:
     """y_BP (float): the fast exact sampler of notes §1, relative to q = identity.
 
@@ -123,7 +125,7 @@ def sample_collisions(
     """
     check_order(k, num_responses)  # static arguments: checked once, while tracing
     _checks.check_int("batch_size", batch_size, 1, "the number of sequences")
-    dtype = dtype or (jnp.float64 if jax.config.jax_enable_x64 else jnp.float32)
+    dtype = dtype or (jnp.float64 if jax.config.read("jax_enable_x64") else jnp.float32)
     num_perms = math.factorial(k)
     others_BP = jax.random.bernoulli(key, 1.0 / num_responses, (batch_size, num_perms - 1))
     ones_B1 = jnp.ones((batch_size, 1), bool)
@@ -141,14 +143,14 @@ def permutation_index(perms_BPk: jax.Array) -> jax.Array:
 
 
 @functools.partial(jax.jit, static_argnums=(1, 2))
-def collisions_of(tokens_BL: jax.Array, k: int, dtype=None) -> jax.Array:
+def collisions_of(tokens_BL: jax.Array, k: int, dtype: Any = None) -> jax.Array:
     """y_BP: the collision vector of token sequences, relabelled so that q = identity (notes §1).
 
     Symbols are renamed by sigma = q^{-1} (q_j -> j); y[b, rank(sigma o pi_t)] = 1{r_t = f(q)}.
     Assumes each permutation occurs once in the context (as in every sampled sequence).
     """
     check_order(k)
-    dtype = dtype or (jnp.float64 if jax.config.jax_enable_x64 else jnp.float32)
+    dtype = dtype or (jnp.float64 if jax.config.read("jax_enable_x64") else jnp.float32)
     num_perms = math.factorial(k)
     batch = tokens_BL.shape[0]
     blocks_BPK = tokens_BL[:, : num_perms * (k + 1)].reshape(batch, num_perms, k + 1)

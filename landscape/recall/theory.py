@@ -18,20 +18,23 @@ Contents:
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
+
+from landscape.typing import ArrayLike, NDArray
 
 # --------------------------------------------------------------------------------------------------
 # Plateaus (notes §3, §4.6)
 # --------------------------------------------------------------------------------------------------
 
 
-def loss_scale(num_responses):
+def loss_scale(num_responses: int) -> float:
     """A = 1 - 1/n_R, the prefactor of the closed-form population loss (notes §3)."""
     return 1.0 - 1.0 / num_responses
 
 
-def plateau_levels(k, num_responses):
+def plateau_levels(k: int, num_responses: int) -> NDArray:
     """Plateau losses L_m = A (1 - 1/(k-m)!), m = 0..k-1, shape (k,) (notes §3, §4.6).
 
     L_m is the loss with m heads fully active; L_{k-1} = 0, so only k-1 jumps happen.
@@ -45,7 +48,7 @@ def plateau_levels(k, num_responses):
 # --------------------------------------------------------------------------------------------------
 
 
-def f_conserved(alpha, k):
+def f_conserved(alpha: ArrayLike, k: int) -> float | NDArray:
     """f(alpha) = (k-1)/k^2 (e^a + (k-1) e^-a + (k-2) a - k): Thm 3.1(d), "+" sign (notes §4.1).
 
     Written with expm1 so that small alpha (f ~ (k-1)/(2k) alpha^2) keeps its digits. Vectorised.
@@ -55,13 +58,13 @@ def f_conserved(alpha, k):
     return float(f) if f.ndim == 0 else f
 
 
-def conserved_quantity(alpha, beta, k):
+def conserved_quantity(alpha: ArrayLike, beta: ArrayLike, k: int) -> float | NDArray:
     """f(alpha) - beta^2/4, constant along gradient flow on M_1 (Thm 3.1(d), notes §4.1 item 4)."""
     q = np.asarray(f_conserved(alpha, k)) - np.asarray(beta, dtype=np.float64) ** 2 / 4.0
     return float(q) if q.ndim == 0 else q
 
 
-def _focus_fraction(alpha, k):
+def _focus_fraction(alpha: ArrayLike, k: int) -> NDArray:
     # u = (e^a - 1)/(e^a + k - 1) (notes §4 notation), overflow-free for large |alpha|
     alpha = np.asarray(alpha, dtype=np.float64)
     x = np.exp(-np.abs(alpha))  # in (0, 1]
@@ -71,7 +74,7 @@ def _focus_fraction(alpha, k):
     return np.where(alpha >= 0, pos, neg)
 
 
-def _softmax_weight(gamma1, k):
+def _softmax_weight(gamma1: ArrayLike, k: int) -> NDArray:
     # e^g / (e^g + k - 1)^2, overflow-free
     g = np.asarray(gamma1, dtype=np.float64)
     x = np.exp(-np.abs(g))
@@ -80,19 +83,21 @@ def _softmax_weight(gamma1, k):
     return np.where(g >= 0, pos, neg)
 
 
-def gamma_one(alpha, beta, k, c=1.0):
+def gamma_one(alpha: ArrayLike, beta: ArrayLike, k: int, c: float = 1.0) -> float | NDArray:
     """gamma_1 = c beta^2 (e^alpha - 1)/(e^alpha + k - 1): eq. (13), notes §3."""
     g = c * np.asarray(beta, dtype=np.float64) ** 2 * _focus_fraction(alpha, k)
     return float(g) if g.ndim == 0 else g
 
 
-def xi(gamma1, k, num_responses, c=1.0):
+def xi(gamma1: ArrayLike, k: int, num_responses: int, c: float = 1.0) -> float | NDArray:
     """Xi = -c E[Delta_11] = c A e^g / ((k-2)! (e^g + k - 1)^2), notes §4.3 (no factor 2)."""
     x = c * loss_scale(num_responses) / math.factorial(k - 2) * _softmax_weight(gamma1, k)
     return float(x) if np.ndim(x) == 0 else x
 
 
-def first_jump_ode(alpha, beta, k, num_responses, c=1.0):
+def first_jump_ode(
+    alpha: ArrayLike, beta: ArrayLike, k: int, num_responses: int, c: float = 1.0
+) -> tuple[float, float] | tuple[NDArray, NDArray]:
     """Right-hand side (dalpha/dt, dbeta/dt) of Thm 3.1(c), corrected as in notes §4.3.
 
     dalpha/dt = beta^2 e^a / (e^a + k - 1)^2 * k^2/(k-1) * Xi,
@@ -108,7 +113,7 @@ def first_jump_ode(alpha, beta, k, num_responses, c=1.0):
     return dalpha, dbeta
 
 
-def loss_one_head(gamma1, k, num_responses):
+def loss_one_head(gamma1: ArrayLike, k: int, num_responses: int) -> float | NDArray:
     """L = A (1 - e^g / ((k-1)! (e^g + k - 1))) with only head 1 active (notes §3, §4.3).
 
     Equals L_0 at gamma_1 = 0 and tends to L_1 as gamma_1 -> infinity.
@@ -125,7 +130,7 @@ def loss_one_head(gamma1, k, num_responses):
 # --------------------------------------------------------------------------------------------------
 
 
-def stage_constants(k, num_responses, stage, c=1.0):
+def stage_constants(k: int, num_responses: int, stage: int, c: float = 1.0) -> tuple[float, float]:
     """(kappa_m, lambda_m) of stage m: kappa = c A / (k k'!), lambda = 2 (k'-1)/k', k' = k - m + 1.
 
     Notes §4.5 (Prop. A.2 corrected) and §4.8. Stage 1 is the first jump (notes §4.4). Stage k has
@@ -139,7 +144,9 @@ def stage_constants(k, num_responses, stage, c=1.0):
     return kappa, lam
 
 
-def jump_time(k, num_responses, eps, stage=1, c=1.0):
+def jump_time(
+    k: int, num_responses: int, eps: float | NDArray, stage: int = 1, c: float = 1.0
+) -> float | NDArray:
     """T_h ~ pi / (2 kappa_h sqrt(lambda_h) eps), leading order in eps (notes §4.4 regime 1, §4.5).
 
     For stage 1 this is the first-jump time from I_1 (beta_1(0) = eps, w = 0); for stage h the time
@@ -151,7 +158,7 @@ def jump_time(k, num_responses, eps, stage=1, c=1.0):
     return math.pi / (2.0 * kappa * math.sqrt(lam) * eps)
 
 
-def ei_tail(t, k, num_responses, c=1.0):
+def ei_tail(t: ArrayLike, k: int, num_responses: int, c: float = 1.0) -> dict[str, Any]:
     """Regime-2 ('exponential integral') predictions after the first jump, notes §4.4.
 
     For t >> T_1, gamma_1 = z solves Ei(z) ~ 4 c A t/(k-2)!, so z ~ ln t and, at leading order,
@@ -186,7 +193,7 @@ def ei_tail(t, k, num_responses, c=1.0):
 # --------------------------------------------------------------------------------------------------
 
 
-def _arccoth_of_ratio(a, b, r, lam):
+def _arccoth_of_ratio(a: float, b: float, r: float, lam: float) -> float:
     # arccoth(|a|/r) = ln((|a| + r)/(|a| - r))/2 for E < 0; atanh near the separatrix (r << |a|),
     # else ln((|a| + r) sqrt(lam)/|b|), using |a|^2 - r^2 = b^2/lam to avoid |a| - r
     if r < 0.5 * abs(a):
@@ -194,7 +201,7 @@ def _arccoth_of_ratio(a, b, r, lam):
     return math.log((abs(a) + r) * math.sqrt(lam) / abs(b))
 
 
-def blow_up_time(a, b, kappa, lam):
+def blow_up_time(a: float, b: float, kappa: float, lam: float) -> float:
     """Time for a' = kappa b^2, b' = kappa lam a b to blow up from (a, b) (notes §4.8).
 
     With E = b^2 - lam a^2 (conserved) and r = sqrt(-E/lam):
@@ -222,7 +229,7 @@ def blow_up_time(a, b, kappa, lam):
     return 1.0 / (kappa * lam * a) if a > 0.0 else math.inf
 
 
-def advance(a, b, kappa, lam, t):
+def advance(a: float, b: float, kappa: float, lam: float, t: float) -> tuple[float, float]:
     """State (a(t), b(t)) of a' = kappa b^2, b' = kappa lam a b after time t (notes §4.8).
 
     E > 0: a = sqrt(E/lam) tan(theta0 + kappa sqrt(lam E) t), b = b0 cos(theta0)/cos(theta);
@@ -253,7 +260,14 @@ def advance(a, b, kappa, lam, t):
     return a / growth, b / growth
 
 
-def vanishing_init_jumps(b0, k, num_responses, a0=None, w0=None, c=1.0):
+def vanishing_init_jumps(
+    b0: ArrayLike,
+    k: int,
+    num_responses: int,
+    a0: ArrayLike | None = None,
+    w0: ArrayLike | None = None,
+    c: float = 1.0,
+) -> dict[str, list[Any]]:
     """Jump times tau_m = lim eps T_m in the vanishing-init limit: the recursion of notes §4.8.
 
     Rescaled variables a = alpha/eps, b = beta/eps, tau = eps t. n_heads = len(b0) (k or k-1);
@@ -322,7 +336,7 @@ def vanishing_init_jumps(b0, k, num_responses, a0=None, w0=None, c=1.0):
     return {"taus": taus, "order": order, "dead": dead, "unused": unused}
 
 
-def head_death(alpha0, beta0, k, exact=False):
+def head_death(alpha0: float, beta0: float, k: int, exact: bool = False) -> tuple[bool, float]:
     """Head-death criterion of notes §4.7: (dies, final_alpha) for a head from (alpha0, beta0).
 
     The head dies iff alpha0 < 0 and C = f(alpha0) - beta0^2/4 > 0 (E = b^2 - lam a^2 < 0, a < 0);

@@ -173,9 +173,10 @@ def test_fig5_at_the_iid_point_escaped_is_not_free():
 
 def _appendix_params(rng, d=4, value=None):
     r = 4 * d
-    leaf = lambda *shape: (
-        rng.normal(size=(1,) + shape) if value is None else np.full((1,) + shape, value)
-    )
+
+    def leaf(*shape):
+        return rng.normal(size=(1,) + shape) if value is None else np.full((1,) + shape, value)
+
     return {
         "e": leaf(d),
         "pos": leaf(8, d),

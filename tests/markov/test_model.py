@@ -87,6 +87,11 @@ def test_gpt_parameter_count_of_table_1(tied, expected):
     chex.assert_trees_all_equal_shapes_and_dtypes(flax_params, params)
 
 
+def _leaf(tree, name):
+    """The leaf of a nested dict at a "/"-separated path, e.g. "block_1/W_1"."""
+    return functools.reduce(lambda t, k: t[k], name.split("/"), tree)
+
+
 def test_model_init_is_the_flax_module_with_init_params_law():
     """model.init (a draw per leaf, Flax's own) and init_params (one draw cut into leaves, the
     training init) make the same tree, shapes and dtypes, with the same law; param_dtype float64
@@ -100,10 +105,9 @@ def test_model_init_is_the_flax_module_with_init_params_law():
     chex.assert_trees_all_equal_shapes_and_dtypes(flax_params, params)
     chex.assert_type(jax.tree.leaves(flax_params), jnp.float64)
     for name in ("wpe", "block_1/W_1", "block_1/W_O"):
-        leaf = lambda tree: functools.reduce(lambda t, k: t[k], name.split("/"), tree)
         std = 0.02 / (2 if name.endswith("W_O") else 1)
-        assert abs(np.std(leaf(flax_params)) / std - 1) < 0.1
-        assert abs(np.std(leaf(params)) / std - 1) < 0.1
+        assert abs(np.std(_leaf(flax_params, name)) / std - 1) < 0.1
+        assert abs(np.std(_leaf(params, name)) / std - 1) < 0.1
     chex.assert_trees_all_equal(flax_params["head_bias"], params["head_bias"])
     chex.assert_trees_all_equal(flax_params["block_0"]["ln_2"], params["block_0"]["ln_2"])
 
@@ -225,7 +229,10 @@ def test_block_causal_attention_gradient_equals_full_softmax(scores_in_cache, mo
     monkeypatch.setattr(M, "_SCORES_IN_CACHE", scores_in_cache)
     rng = np.random.default_rng(3)
     q, k, v, g = (3.0 * rng.normal(size=(2, 300, 2, 3)) for _ in range(4))
-    grad = lambda mix: jax.jit(jax.grad(lambda *qkv: jnp.sum(mix(*qkv) * g), argnums=(0, 1, 2)))
+
+    def grad(mix):
+        return jax.jit(jax.grad(lambda *qkv: jnp.sum(mix(*qkv) * g), argnums=(0, 1, 2)))
+
     chex.assert_trees_all_close(
         grad(M._causal_mix)(q, k, v), grad(_full_mix)(q, k, v), rtol=0, atol=1e-11
     )
@@ -236,8 +243,13 @@ def test_block_causal_attention_hessian_vector_product():
     custom backward pass and equals the full softmax's, in every argument."""
     rng = np.random.default_rng(4)
     q, k, v, g, dq, dk, dv = (rng.normal(size=(2, 100, 1, 4)) for _ in range(7))
-    loss = lambda mix: lambda *qkv: jnp.sum(jnp.sin(mix(*qkv)) * g)
-    hvp = lambda mix: jax.jvp(jax.grad(loss(mix), argnums=(0, 1, 2)), (q, k, v), (dq, dk, dv))[1]
+
+    def loss(mix):
+        return lambda *qkv: jnp.sum(jnp.sin(mix(*qkv)) * g)
+
+    def hvp(mix):
+        return jax.jvp(jax.grad(loss(mix), argnums=(0, 1, 2)), (q, k, v), (dq, dk, dv))[1]
+
     expected = hvp(_full_mix)
     assert min(np.max(np.abs(e)) for e in expected) > 1e-2
     chex.assert_trees_all_close(hvp(M._causal_mix), expected, rtol=0, atol=1e-11)
@@ -259,9 +271,15 @@ def test_layer_norm_and_its_hand_written_derivatives(d):
         centred = x - jnp.mean(x, -1, keepdims=True)
         return centred / jnp.sqrt(jnp.mean(centred**2, -1, keepdims=True) + M.LN_EPS) * gain
 
-    loss = lambda ln: lambda x, gain: jnp.sum(jnp.sin(ln(x, gain)) * w)
-    grad = lambda ln: jax.grad(loss(ln), argnums=(0, 1))
-    hvp = lambda ln: jax.jvp(grad(ln), (x, gain), (dx, dgain))[1]
+    def loss(ln):
+        return lambda x, gain: jnp.sum(jnp.sin(ln(x, gain)) * w)
+
+    def grad(ln):
+        return jax.grad(loss(ln), argnums=(0, 1))
+
+    def hvp(ln):
+        return jax.jvp(grad(ln), (x, gain), (dx, dgain))[1]
+
     want = (grad(textbook)(x, gain), hvp(textbook))
     assert min(np.max(np.abs(w)) for w in jax.tree.leaves(want)) > 1e-2
     chex.assert_trees_all_close(
@@ -279,7 +297,10 @@ def test_log_softmax_by_slices(num_states):
     np.testing.assert_allclose(
         M._log_softmax_last(logits), jax.nn.log_softmax(logits), rtol=0, atol=1e-12
     )
-    loss = lambda f: jax.grad(lambda z: jnp.sum(f(z) * w))(logits)
+
+    def loss(f):
+        return jax.grad(lambda z: jnp.sum(f(z) * w))(logits)
+
     want = loss(jax.nn.log_softmax)
     assert np.max(np.abs(want)) > 1e-2
     np.testing.assert_allclose(loss(M._log_softmax_last), want, rtol=0, atol=1e-12)
@@ -293,7 +314,10 @@ def test_attention_weights_and_ratio():
     x_BN = tokens(4, 3, 50)
     x_BND = x_BN[..., None] * params["e"] + params["pos"]
     block = params["block_0"]
-    heads = lambda w: (x_BND @ w.T).reshape(3, 50, 2, 2)
+
+    def heads(w):
+        return (x_BND @ w.T).reshape(3, 50, 2, 2)
+
     mixed_BNHM, att_BHNN = full_softmax_mix(
         heads(block["W_Q"]), heads(block["W_K"]), heads(block["W_V"])
     )
@@ -335,9 +359,10 @@ class ApplyTest(chex.TestCase):
             t["a"] = g["lm_head"][1] - g["lm_head"][0]
         chex.assert_trees_all_equal_structs(t, random_params(theory, 0))
         x_BN = tokens(6, 4, 40)
-        apply = lambda model, method=None: self.variant(
-            lambda p, x: model.apply({"params": p}, x, method=method)
-        )
+
+        def apply(model, method=None):
+            return self.variant(lambda p, x: model.apply({"params": p}, x, method=method))
+
         logit_gpt = apply(gpt, M.MarkovModel.logit_binary)(g, x_BN)
         chex.assert_shape(logit_gpt, (4, 40))
         chex.assert_trees_all_close(
@@ -474,7 +499,7 @@ def test_population_hessian_at_theta_pi_tied():
     chex.assert_tree_all_finite(hessian)
     names = ["b", "block_0", "e", "pos"]  # ravel_pytree: sorted keys
     sizes = [1, M.num_params(model) - 1 - d - N * d, d, N * d]
-    start = dict(zip(names, np.cumsum([0] + sizes[:-1])))
+    start = dict(zip(names, np.cumsum([0] + sizes[:-1]), strict=True))
     alpha = np.r_[start["b"], start["e"] : start["e"] + d]
     pi0pi1 = p * q / (p + q) ** 2
     assert abs(pi0pi1 - 0.236686) < 1e-6
@@ -493,7 +518,7 @@ def test_vmap_over_runs_matches_single_runs():
     x_RBN = tokens(3, 6, 16).reshape(3, 2, 16)
     batched = jax.vmap(M.log_probs, in_axes=(0, 0, None))(params, x_RBN, model)
     singles = [
-        M.log_probs(jax.tree_util.tree_map(lambda a: a[run], params), x_RBN[run], model)
+        M.log_probs(jax.tree_util.tree_map(lambda a, run=run: a[run], params), x_RBN[run], model)
         for run in range(3)
     ]
     chex.assert_type(singles, jnp.float32)
@@ -531,7 +556,10 @@ def test_bad_call_sentences():
     nothing."""
     model = M.MarkovModel(d=4, seq_len=8)
     params = jax.tree_util.tree_map(np.zeros, M.param_shapes(model), is_leaf=M._is_shape)
-    trace = lambda fn, x, **kw: jax.eval_shape(functools.partial(fn, model=model, **kw), params, x)
+
+    def trace(fn, x, **kw):
+        return jax.eval_shape(functools.partial(fn, model=model, **kw), params, x)
+
     with pytest.raises(ValueError, match="at most seq_len = 8"):
         trace(M.log_probs, tokens(0, 2, 9))
     with pytest.raises(ValueError, match="expected"):

@@ -71,7 +71,7 @@ class HalfPrecisionTest(chex.TestCase):
         chex.assert_trees_all_close(grads, grads32, rtol=0, atol=16 * u * scale)
         error = max(
             float(jnp.max(jnp.abs(a - b)))
-            for a, b in zip(jax.tree.leaves(grads), jax.tree.leaves(grads32))
+            for a, b in zip(jax.tree.leaves(grads), jax.tree.leaves(grads32), strict=True)
         )
         assert error > 0.1 * u * scale  # the half computation really ran
         assert abs(float(loss) - float(loss32)) < 16 * u * float(loss32)

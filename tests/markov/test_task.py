@@ -37,7 +37,10 @@ def test_kernels_and_stationary_closed_forms():
 
 def test_stationary_is_differentiable_and_vmaps_over_traced_pq():
     """d pi_1 / dp = q/(p+q)^2; the whole population engine runs vmapped over a (p, q) grid."""
-    pi1 = lambda p, q: task.stationary(task.binary_kernel(p, q))[1]
+
+    def pi1(p, q):
+        return task.stationary(task.binary_kernel(p, q))[1]
+
     p, q = 0.5, 0.8
     grads = jax.jit(jax.grad(pi1, argnums=(0, 1)))(p, q)
     np.testing.assert_allclose(grads, [q / (p + q) ** 2, -p / (p + q) ** 2], rtol=1e-13)
@@ -54,7 +57,10 @@ def test_stationary_is_differentiable_and_vmaps_over_traced_pq():
         losses, theory.entropy_rate(grid_p.ravel(), grid_q.ravel()), atol=1e-14
     )
     keys = jax.random.split(jax.random.key(0), grid_p.size)
-    sample_one = lambda key, p, q: task.sample(key, task.binary_kernel(p, q), None, 2, 8)
+
+    def sample_one(key, p, q):
+        return task.sample(key, task.binary_kernel(p, q), None, 2, 8)
+
     x = jax.vmap(sample_one)(keys, grid_p.ravel(), grid_q.ravel())
     assert x.shape == (grid_p.size, 2, 8) and x.dtype == jnp.int32
 
@@ -162,7 +168,7 @@ def test_exact_population_reference_predictors(name):
     assert x.shape == (num_states**length, length) and t.shape == x.shape + (num_states,)
     np.testing.assert_allclose(w.sum(), 1.0, atol=1e-14)
     i = 1234 % len(x)
-    manual = pi[x[i, 0]] * np.prod([kernel[a, b] for a, b in zip(x[i, :-1], x[i, 1:])])
+    manual = pi[x[i, 0]] * np.prod([kernel[a, b] for a, b in zip(x[i, :-1], x[i, 1:], strict=True)])
     np.testing.assert_allclose(w[i], manual, rtol=1e-13)
     np.testing.assert_array_equal(t[i, 2], kernel[x[i, 2]])
     np.testing.assert_allclose(bigram, theory.entropy_rate_kernel(kernel), atol=1e-14)

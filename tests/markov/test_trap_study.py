@@ -147,8 +147,8 @@ def test_float16_flushes_the_entries_an_emulation_flushes():
 
 
 def tiny_trap_config():
-    """fig1_paper's recipe at a CPU-test size (N = 32): 2 depths x float16 (the precision the plateau
-    probe examines) x 3 seeds, 60 steps; two programs."""
+    """fig1_paper's recipe at a CPU-test size (N = 32): 2 depths x float16 (the precision the
+    plateau probe examines) x 3 seeds, 60 steps; two programs."""
     cfg = markov.get_config("fig1_paper")
     cfg.num_seeds = 3
     cfg.model.seq_len = 32

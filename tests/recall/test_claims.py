@@ -158,7 +158,7 @@ def test_stages_wrong_order_and_no_jumps_fail():
     cfg = flow_cfg("shape")
     times = np.linspace(0, 1e5, 301)[None]
     beta = np.zeros((1, 301, K))
-    for h, start in zip((2, 1, 0), (50, 100, 150)):  # smallest beta(0) first
+    for h, start in zip((2, 1, 0), (50, 100, 150), strict=True):  # smallest beta(0) first
         beta[0, start:, h] = 2.0
     claims = claims_lib.claims_stages(
         cfg, [flow_group([0.01], times, np.full((1, 301), L[0]), beta=beta)]
@@ -227,7 +227,9 @@ def test_fig1_each_claim_fails(kwargs, failing):
 
 
 def test_dp_vs_ce():
-    dp = lambda **kw: sgd_group("dp", exact_query=False, **kw)  # no closed form: no GF map
+    def dp(**kw):  # no closed form: no GF map
+        return sgd_group("dp", exact_query=False, **kw)
+
     same = by_claim(claims_lib.claims_dp_vs_ce(None, [dp(), sgd_group("ce")]), "DP and CE")
     assert same.passed
     differ = claims_lib.claims_dp_vs_ce(None, [dp(), sgd_group("ce", order=(1, 0, 2))])

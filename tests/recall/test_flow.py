@@ -71,7 +71,10 @@ def test_gradient_descent_tracks_gradient_flow():
     """Full-batch GD (the engine, sampler 'population') with a small step follows the flow at
     t = lr * steps (notes C16: GD matches to ~1%)."""
     lr, steps = 0.5, 2000
-    init = lambda key, hp: flow.init_shape(MODEL, hp["init.eps"], [1.0, 0.5, 0.25, 0.1])
+
+    def init(key, hp):
+        return flow.init_shape(MODEL, hp["init.eps"], [1.0, 0.5, 0.25, 0.1])
+
     problem = flow.sgd_problem(MODEL, batch_size=1, sampler="population", init_fn=init)
     optim = training.default_optim_config()
     result = training.train(

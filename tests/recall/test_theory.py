@@ -208,7 +208,10 @@ def test_ei_tail_predictions(first_jump_trajectory):
     """notes §4.4 regime 2 (C10): continue the I_1 run in s = ln t to t = 1e12 and compare."""
     k, n_r = 4, 4
     rhs_t = _ode(k, n_r)
-    rhs_s = lambda s, y: np.exp(s) * rhs_t(0.0, y)
+
+    def rhs_s(s, y):
+        return np.exp(s) * rhs_t(0.0, y)
+
     y4000 = first_jump_trajectory[-1]
     y8 = _rk4(rhs_s, y4000, np.log(4000.0), np.log(1e8), 1500)
     y12 = _rk4(rhs_s, y8, np.log(1e8), np.log(1e12), 1000)
@@ -266,7 +269,10 @@ def test_advance_conserves_energy_and_composes(a, b):
     # the remaining blow-up time shrinks by t
     assert T.blow_up_time(a1, b1, kappa, lam) == pytest.approx(T_blow - t, rel=1e-9)
     # and it agrees with integrating a' = kappa b^2, b' = kappa lam a b directly
-    rhs = lambda _, y: np.array([kappa * y[1] ** 2, kappa * lam * y[0] * y[1]])
+
+    def rhs(_, y):
+        return np.array([kappa * y[1] ** 2, kappa * lam * y[0] * y[1]])
+
     np.testing.assert_allclose(_rk4(rhs, np.array([a, b]), 0.0, t, 400), [a1, b1], rtol=1e-8)
     assert T.advance(a, b, kappa, lam, T_blow * 1.01)[0] == math.inf or T_blow == math.inf
 
