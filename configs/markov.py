@@ -32,6 +32,8 @@ without a gradient scaler, bfloat16 autocast}, 10 seeds per cell:
   fig3_paper_long   as fig3_paper for Table 2's 8000 iterations at its lr 1e-3 (~3 h)
 """
 
+import ml_collections
+
 from landscape.markov.experiment import default_config
 
 VARIANTS = (
@@ -54,7 +56,7 @@ TIED_UNTIED = [{"model": {"tied": True}}, {"model": {"tied": False}}]
 GPT2 = {"family": "gpt", "layer_norm": True, "activation": "gelu"}
 
 
-def get_config(variant: str = "fig3"):
+def get_config(variant: str = "fig3") -> ml_collections.ConfigDict:
     if variant not in VARIANTS:
         raise ValueError(f"unknown variant {variant!r}: one of {', '.join(VARIANTS)}")
     c = default_config()
@@ -98,7 +100,7 @@ def get_config(variant: str = "fig3"):
     return c
 
 
-def _trap_study(c, variant: str):
+def _trap_study(c: ml_collections.ConfigDict, variant: str) -> ml_collections.ConfigDict:
     """The authors' recipe (notes §13) crossed with precision: claims = 'trap'."""
     c.claims = "trap"
     c.num_seeds = 10

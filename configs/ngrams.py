@@ -29,6 +29,8 @@ settings (notes §5 and the settings the notes recover by matching the figures' 
   smoke               fig3 for 1536 steps with 2048 test sequences (the CI check of notes §7)
 """
 
+import ml_collections
+
 from landscape.ngrams.experiment import default_config
 
 FIGURES = ("fig1", "fig1_t128", "fig3", "fig4", "fig5", "fig6", "fig7")
@@ -36,7 +38,7 @@ FIG3_PAPER_LEVELS = dict(paper_plateau=1.6355, paper_final=1.6068)  # authors' n
 VARIANTS = FIGURES + tuple(f + "_paper" for f in FIGURES) + ("stationarity", "smoke")
 
 
-def get_config(variant: str = "fig3"):
+def get_config(variant: str = "fig3") -> ml_collections.ConfigDict:
     if variant not in VARIANTS:
         raise ValueError(f"unknown variant {variant!r}: one of {', '.join(VARIANTS)}")
     c = default_config()

@@ -17,12 +17,14 @@ Variants (`--config=configs/recall.py:<variant>`), with the CPU time on 2 cores:
   ablations    E6: token-level SGD, k = |R| = 3: simplified, no A2, no A0, no A3 (~10 s)
 """
 
+import ml_collections
+
 from landscape.recall.experiment import default_config
 
 VARIANTS = ("fig1", "first_jump", "ei_tail", "later_jumps", "stages", "dp_vs_ce", "ablations")
 
 
-def get_config(variant: str = "fig1"):
+def get_config(variant: str = "fig1") -> ml_collections.ConfigDict:
     if variant not in VARIANTS:
         raise ValueError(f"unknown variant {variant!r}: one of {', '.join(VARIANTS)}")
     c = default_config()

@@ -8,10 +8,12 @@ h(s). Fig. 9: B_n(t) for eta_Z in {0.1, 0.5, 1} at ratios eta_Y/eta_Z in {1, 2, 
 Expected time: about a second (NumPy, float64).
 """
 
+import ml_collections
+
 from landscape.scan_snap.experiment import default_config
 
 
-def get_config():
+def get_config() -> ml_collections.ConfigDict:
     c = default_config()
     c.name = "scan_snap_theory"
     c.experiment = "theory"

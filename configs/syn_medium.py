@@ -11,10 +11,12 @@ averaged over classes; mean and sample std over seeds.
 Expected time on 2 CPU cores: under a minute for the paper grid; ~10 s for `quick`.
 """
 
+import ml_collections
+
 from landscape.scan_snap.experiment import default_config
 
 
-def get_config(variant: str = "paper"):
+def get_config(variant: str = "paper") -> ml_collections.ConfigDict:
     c = default_config()
     c.name = f"syn_medium_{variant}"
     c.seed = 1  # seeds 1..10, as the authors' sweep

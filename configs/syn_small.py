@@ -15,10 +15,12 @@ Variants (`--config=configs/syn_small.py:<variant>`):
   fig5_adam   Fig. 5: Adam with eta_Y = eta_Z in {0.1, 0.5, 1}
 """
 
+import ml_collections
+
 from landscape.scan_snap.experiment import default_config
 
 
-def get_config(variant: str = "fig4"):
+def get_config(variant: str = "fig4") -> ml_collections.ConfigDict:
     c = default_config()
     c.name = f"syn_small_{variant}"
     c.seed = 2  # the authors' Fig. 4 seed

@@ -22,13 +22,15 @@ fig10: 1 layer, one unified lr over a grid, 5 seeds, the grid x seeds one vmappe
        of train (14915 steps) with the whole validation split evaluated.
 """
 
+import ml_collections
+
 from landscape.scan_snap.experiment import default_config
 
 VARIANTS = ("fig7", "fig7_paper", "fig10", "fig10_paper")
 LR_GRID = [0.5, 1.0, 2.0, 5.0, 10.0]
 
 
-def get_config(variant: str = "fig7"):
+def get_config(variant: str = "fig7") -> ml_collections.ConfigDict:
     if variant not in VARIANTS:
         raise ValueError(f"unknown variant {variant!r}: one of {', '.join(VARIANTS)}")
     c = default_config()
