@@ -26,8 +26,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
-from collections.abc import Callable, Iterable
-from typing import Literal, overload
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Literal, overload
 
 import jax
 import jax.numpy as jnp
@@ -35,7 +35,8 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 from jax.typing import DTypeLike
 
-from landscape import _checks
+from landscape import _checks, compiled
+from landscape import config as config_lib
 from landscape.point import Point, block_names, param_names, params_table
 from landscape.typing import PyTree
 
@@ -178,12 +179,6 @@ def _verdict_lines(measured: str, point: Point) -> list[str]:
     return lines
 
 
-def _flat_loss(point: Point) -> tuple[jax.Array, Callable[[jax.Array], jax.Array]]:
-    """The raveled params and the loss as a function of the raveled params."""
-    flat, unravel = ravel_pytree(point.params)
-    return flat, lambda x: point.loss_fn(unravel(x))
-
-
 @dataclasses.dataclass(frozen=True, eq=False, repr=False)
 class Gradient:
     """The gradient of the population loss at a point, labelled by parameter names."""
@@ -262,25 +257,87 @@ def _check_point(point: object, caller: str) -> Point:
     return point
 
 
-def gradient_at(point: Point) -> Gradient:
-    """The exact gradient of `point.loss_fn` at `point.params`."""
-    _check_point(point, "gradient_at")
-    loss, tree = jax.jit(jax.value_and_grad(point.loss_fn))(point.params)
+PointOrPoints = Point | Sequence[Point]
+
+
+def as_points(points: object, caller: str) -> tuple[list[Point], bool]:
+    """(the points, whether a list was given): one Point, or a non-empty list of one model's."""
+    if not isinstance(points, list | tuple):
+        return [_check_point(points, caller)], False
+    if not points:
+        raise ValueError(f"{caller} got an empty list of points: give a Point or a list of them.")
+    checked = [_check_point(p, caller) for p in points]
+    _check_one_model(checked, caller)
+    return checked, True
+
+
+def _signature(tree: PyTree) -> tuple:
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    return treedef, tuple((np.shape(x), jnp.result_type(x)) for x in leaves)
+
+
+def _check_one_model(points: list[Point], caller: str) -> None:
+    """A list is one compiled call: its points share the objective and every shape."""
+    objective, inputs = points[0].shared
+    first = (_signature(points[0].params), _signature(inputs))
+    for i, point in enumerate(points[1:], start=1):
+        other, other_inputs = point.shared
+        if other is not objective:
+            what = "a different loss (objective)"
+        elif _signature(point.params) != first[0]:
+            what = "parameters of other names or shapes"
+        elif _signature(other_inputs) != first[1]:
+            what = "inputs of other shapes"
+        else:
+            continue
+        raise ValueError(
+            f"{caller}: the points of a list must be points of one model; point {i} "
+            f"({point.name or 'unnamed'}) has {what} than point 0 ({points[0].name or 'unnamed'}). "
+            "Call it once per model."
+        )
+
+
+def _program_arguments(points: list[Point], listed: bool) -> tuple[Any, PyTree, PyTree]:
+    if listed:
+        return compiled.stack(points)
+    objective, inputs = points[0].shared
+    return objective, points[0].params, inputs
+
+
+def _row(tree: PyTree, i: int) -> PyTree:
+    return jax.tree.map(lambda x: x[i], tree)
+
+
+@overload
+def gradient_at(point: Point) -> Gradient: ...
+
+
+@overload
+def gradient_at(point: Sequence[Point]) -> list[Gradient]: ...
+
+
+def gradient_at(point: PointOrPoints) -> Gradient | list[Gradient]:
+    """The exact gradient of the point's loss at its params; a list of points of one model gives
+    a list, from one compiled call."""
+    points, listed = as_points(point, "gradient_at")
+    objective, params, inputs = _program_arguments(points, listed)
+    loss, tree = compiled.value_and_grad(objective, params, inputs, batched=listed)
+    if not listed:
+        return _gradient(points[0], tree, loss)
+    return [_gradient(p, _row(tree, i), loss[i]) for i, p in enumerate(points)]
+
+
+def _gradient(point: Point, tree: PyTree, loss: jax.Array) -> Gradient:
     vector = np.asarray(ravel_pytree(tree)[0])
     return Gradient(point, tree, vector, param_names(point.params), float(loss))
 
 
 def hvp(point: Point) -> Callable[[PyTree], PyTree]:
-    """v -> H v at the point (forward-over-reverse, jitted); v is a pytree shaped like the
-    params."""
+    """v -> H v at the point (forward-over-reverse, compiled once per model); v is a pytree
+    shaped like the params."""
     _check_point(point, "hvp")
-    grad_fn = jax.grad(point.loss_fn)
-
-    @jax.jit
-    def hessian_vector_product(params: PyTree, tangent: PyTree) -> PyTree:
-        return jax.jvp(grad_fn, (params,), (tangent,))[1]
-
-    return functools.partial(hessian_vector_product, point.params)
+    objective, inputs = point.shared
+    return functools.partial(compiled.hvp, objective, point.params, inputs, batched=False)
 
 
 @dataclasses.dataclass(frozen=True, eq=False, repr=False)
@@ -456,24 +513,6 @@ class Hessian:
         return f"Hessian({self.point.name!r}, D={self.matrix.shape[0]}, dtype={self.matrix.dtype})"
 
 
-def _dense_hessian(
-    loss_of_flat: Callable[[jax.Array], jax.Array], flat: jax.Array, columns_per_batch: int
-) -> np.ndarray:
-    """H column by column as the linearised gradient map applied to the unit vectors (the
-    forward-over-reverse product of jax.hessian, with the primal pass done once), in batches of
-    `columns_per_batch` columns."""
-
-    def hessian(x: jax.Array) -> jax.Array:
-        _, linear_grad = jax.linearize(jax.grad(loss_of_flat), x)
-        basis = jnp.eye(x.size, dtype=x.dtype)
-        if x.size <= columns_per_batch:
-            return jax.vmap(linear_grad)(basis)
-        return jax.lax.map(linear_grad, basis, batch_size=columns_per_batch)
-
-    matrix = np.asarray(jax.jit(hessian)(flat))
-    return 0.5 * (matrix + matrix.T)
-
-
 @overload
 def hessian_at(
     point: Point,
@@ -500,32 +539,45 @@ def hessian_at(
 
 @overload
 def hessian_at(
-    point: Point,
+    point: Sequence[Point],
+    method: Literal["dense"] = "dense",
+    *,
+    num_iters: int = 100,
+    key: jax.Array | None = None,
+    max_dense_dim: int = 6000,
+    columns_per_batch: int = 256,
+) -> list[Hessian]: ...
+
+
+@overload
+def hessian_at(
+    point: PointOrPoints,
     method: str,
     *,
     num_iters: int = 100,
     key: jax.Array | None = None,
     max_dense_dim: int = 6000,
     columns_per_batch: int = 256,
-) -> Hessian | Spectrum: ...
+) -> Any: ...
 
 
 def hessian_at(
-    point: Point,
+    point: PointOrPoints,
     method: str = "dense",
     *,
     num_iters: int = 100,
     key: jax.Array | None = None,
     max_dense_dim: int = 6000,
     columns_per_batch: int = 256,
-) -> Hessian | Spectrum:
-    """The exact Hessian of the population loss at `point`.
+) -> Any:
+    """The exact Hessian of the population loss at `point` (or at each of a list of points of
+    one model, from one compiled, vmapped call; compiled once per model either way).
 
     method="dense": the (D, D) matrix in the params' dtype, for D <= max_dense_dim; its columns are
     computed `columns_per_batch` at a time (lower it if memory runs out).
     method="lanczos": a `Spectrum` from `num_iters` Lanczos steps (see `lanczos_spectrum`).
     """
-    _check_point(point, "hessian_at")
+    points, listed = as_points(point, "hessian_at")
     if not isinstance(method, str) or method not in ("dense", "lanczos"):
         raise ValueError(f"method={method!r}: must be 'dense' or 'lanczos'.")
     _checks.check_int("num_iters", num_iters, 1, "the number of Lanczos steps")
@@ -535,8 +587,20 @@ def hessian_at(
     )
     _checks.check_int("columns_per_batch", columns_per_batch, 1, "Hessian columns computed at once")
     if method == "lanczos":
-        return lanczos_spectrum(point, num_iters, key)
-    dim = point.num_params
+        spectra = [lanczos_spectrum(p, num_iters, key) for p in points]
+        return spectra if listed else spectra[0]
+    _check_dense_size(points, max_dense_dim, columns_per_batch)
+    objective, params, inputs = _program_arguments(points, listed)
+    loss, grad, matrix = compiled.hessian(objective, params, inputs, columns_per_batch, listed)
+    if not listed:
+        return _hessian(points[0], loss, grad, matrix)
+    return [_hessian(p, loss[i], grad[i], matrix[i]) for i, p in enumerate(points)]
+
+
+def _check_dense_size(points: list[Point], max_dense_dim: int, columns_per_batch: int) -> None:
+    """Refuse a dense Hessian above max_dense_dim, or one whose matrices would not fit in memory,
+    before anything is formed."""
+    point, dim = points[0], points[0].num_params
     if dim > max_dense_dim:
         raise ValueError(
             f"{point.name or 'The point'} has D = {dim} parameters, above max_dense_dim = "
@@ -544,9 +608,23 @@ def hessian_at(
             f"method='lanczos') for its spectrum (or hvp(point) for products), or raise "
             f"max_dense_dim."
         )
-    flat, loss_of_flat = _flat_loss(point)
-    matrix = _dense_hessian(loss_of_flat, flat, columns_per_batch)
-    return Hessian(matrix, param_names(point.params), point, gradient_at(point))
+    itemsize = np.dtype(jax.tree.leaves(point.params)[0].dtype).itemsize
+    needed = 3 * len(points) * dim * dim * itemsize  # the matrix, its copy to host, H + H^T
+    available = config_lib.available_memory_bytes()
+    if needed > available:
+        raise MemoryError(
+            f"{len(points)} dense Hessian(s) of D = {dim} need about "
+            f"{config_lib.format_bytes(needed)} but {config_lib.format_bytes(available)} is "
+            "available: pass fewer points at once, or use method='lanczos'."
+        )
+
+
+def _hessian(point: Point, loss: jax.Array, grad: jax.Array, matrix: jax.Array) -> Hessian:
+    unravel = ravel_pytree(point.params)[1]
+    vector = np.asarray(grad)
+    gradient = Gradient(point, unravel(grad), vector, param_names(point.params), float(loss))
+    dense = np.asarray(matrix)
+    return Hessian(0.5 * (dense + dense.T), param_names(point.params), point, gradient)
 
 
 LanczosState = tuple[jax.Array, jax.Array, jax.Array]  # (basis V, alphas, betas)
@@ -680,6 +758,15 @@ class Spectrum:
         )
 
 
+@functools.partial(jax.jit, static_argnames=("objective", "num_iters"))
+def _tridiagonal(
+    objective: compiled.Objective, params: PyTree, inputs: PyTree, key: jax.Array, num_iters: int
+) -> tuple[jax.Array, jax.Array]:
+    flat = ravel_pytree(params)[0]
+    matvec = compiled.flat_hvp(objective, params, inputs)
+    return lanczos(matvec, flat.size, num_iters, key, flat.dtype)
+
+
 def lanczos_spectrum(point: Point, num_iters: int = 100, key: jax.Array | None = None) -> Spectrum:
     """Ritz values of the Hessian at `point` from Lanczos on exact HVPs; no D x D matrix is formed.
 
@@ -688,20 +775,11 @@ def lanczos_spectrum(point: Point, num_iters: int = 100, key: jax.Array | None =
     _check_point(point, "lanczos_spectrum")
     _checks.check_int("num_iters", num_iters, 1, "the number of Lanczos steps")
     _checks.check_key("key", key)
-    flat, loss_of_flat = _flat_loss(point)
-    num_iters = min(num_iters, flat.size)
+    num_iters = min(num_iters, point.num_params)
     key = jax.random.key(0) if key is None else key
-
-    @jax.jit
-    def tridiagonal(x: jax.Array, key: jax.Array) -> tuple[jax.Array, jax.Array]:
-        grad_fn = jax.grad(loss_of_flat)
-
-        def matvec(v: jax.Array) -> jax.Array:
-            return jax.jvp(grad_fn, (x,), (v,))[1]
-
-        return lanczos(matvec, x.size, num_iters, key, x.dtype)
-
-    alphas, betas = (np.asarray(a) for a in tridiagonal(flat, key))
+    objective, inputs = point.shared
+    tridiagonal = _tridiagonal(objective, point.params, inputs, key, num_iters)
+    alphas, betas = (np.asarray(a) for a in tridiagonal)
     if not (np.all(np.isfinite(alphas)) and np.all(np.isfinite(betas))):
         nan = np.full(num_iters, np.nan, alphas.dtype)  # eigh on NaN/inf: garbage or an error
         return Spectrum(point, nan, nan.copy(), gradient_at(point))

@@ -7,6 +7,7 @@ curvature engine can probe any of them without knowing the model.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -21,19 +22,37 @@ from landscape.typing import PyTree
 class Point:
     """Parameters with the population loss they are judged by.
 
-    Equality and hashing are by identity (params are arrays, which have no truth value).
+    Give the loss either as `loss_fn(params)`, or as `objective(params, inputs)` with its
+    `inputs` (a pytree of arrays: sequences, weights, a chain's kernel, an evaluation batch). The
+    second form lets points of one model share compiled programs: probes compile once per
+    `objective` (the same function object) and take `inputs` as an argument, so a new (p, q) or
+    a new batch costs no compile. `loss_fn` is then `objective` with `inputs` filled in.
 
+    Equality and hashing are by identity (params are arrays, which have no truth value).
     `meta` is free-form. Keys the engine reads: "prediction" (str), the theory's verdict, e.g.
     "local minimum (Thm 2)"; "expected_loss" (float), a closed-form value of the loss.
     """
 
     params: PyTree
-    loss_fn: Callable[[PyTree], jax.Array]
+    loss_fn: Callable[[PyTree], jax.Array] = None  # type: ignore[assignment]  # from objective
     name: str = ""
     meta: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    objective: Callable[[PyTree, PyTree], jax.Array] | None = None
+    inputs: PyTree = None
 
     def __post_init__(self) -> None:
-        if not callable(self.loss_fn):
+        if self.objective is not None:
+            if not callable(self.objective):
+                raise TypeError(
+                    f"objective = {self.objective!r}: must be a function (params, inputs) -> "
+                    f"scalar loss, not {type(self.objective).__name__}."
+                )
+            if self.loss_fn is not None:
+                raise TypeError("give a Point either loss_fn(params) or objective(params, inputs).")
+            object.__setattr__(
+                self, "loss_fn", functools.partial(_fill, self.objective, self.inputs)
+            )
+        elif not callable(self.loss_fn):
             raise TypeError(
                 f"loss_fn = {self.loss_fn!r}: must be a function params -> scalar "
                 f"loss, not {type(self.loss_fn).__name__}."
@@ -47,15 +66,43 @@ class Point:
                 f"meta = {self.meta!r}: must be a mapping (a dict), not {type(self.meta).__name__}."
             )
 
+    @property
+    def shared(self) -> tuple[Callable[[PyTree, PyTree], jax.Array], PyTree]:
+        """(objective, inputs): the loss as a function compiled programs can share, and its
+        inputs; a point given by `loss_fn` alone shares nothing (its inputs are empty)."""
+        if self.objective is not None:
+            return self.objective, self.inputs
+        return _ignoring_inputs(self.loss_fn), None
+
     def loss(self) -> float:
-        return float(jax.jit(self.loss_fn)(self.params))
+        objective, inputs = self.shared
+        return float(_jitted(objective)(self.params, inputs))
 
     def with_params(self, params: PyTree) -> Point:
-        return dataclasses.replace(self, params=params)
+        if self.objective is None:
+            return dataclasses.replace(self, params=params)
+        return Point(
+            params, name=self.name, meta=self.meta, objective=self.objective, inputs=self.inputs
+        )
 
     @property
     def num_params(self) -> int:
         return sum(int(np.size(leaf)) for leaf in jax.tree_util.tree_leaves(self.params))
+
+
+def _fill(objective: Callable, inputs: PyTree, params: PyTree) -> jax.Array:
+    return objective(params, inputs)
+
+
+@functools.lru_cache(maxsize=64)
+def _ignoring_inputs(loss_fn: Callable) -> Callable[[PyTree, PyTree], jax.Array]:
+    """loss_fn as an objective (params, inputs) -> loss; the same object for the same loss_fn."""
+    return lambda params, inputs: loss_fn(params)
+
+
+@functools.lru_cache(maxsize=256)
+def _jitted(objective: Callable) -> Callable:
+    return jax.jit(objective)
 
 
 def param_names(params: PyTree) -> list[tuple[str, slice, tuple[int, ...]]]:

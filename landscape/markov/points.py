@@ -13,6 +13,7 @@ report, and the loss the theory predicts.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -45,6 +46,36 @@ def population_loss_fn(
     key: jax.Array | None = None,
 ) -> Callable[[PyTree], jax.Array]:
     """params -> population cross-entropy with soft targets (notes §4), exact or Monte Carlo."""
+    inputs = population_inputs(
+        model, kernel, init, population=population, num_sequences=num_sequences, key=key
+    )
+    objective = population_objective(model)
+    return lambda params: objective(params, inputs)
+
+
+@functools.cache
+def population_objective(model: model_lib.MarkovModel) -> Callable[[PyTree, Any], jax.Array]:
+    """(params, (x_MN, weights_M, targets_MNS)) -> the soft-target cross-entropy of `model`
+    (notes §4): one function object per model, so its points share compiled programs."""
+
+    def objective(params: PyTree, inputs: Any) -> jax.Array:
+        x, weights, targets = inputs
+        return task.population_cross_entropy(model.apply({"params": params}, x), weights, targets)
+
+    return objective
+
+
+def population_inputs(
+    model: model_lib.MarkovModel,
+    kernel: ArrayLike,
+    init: ArrayLike | None,
+    *,
+    population: str = "auto",
+    num_sequences: int = 256,
+    key: jax.Array | None = None,
+) -> tuple[Any, jax.Array, jax.Array]:
+    """(x_MN, weights_M, targets_MNS) of the chain: all S^N sequences when S^N <= 2^16 (or
+    population="exact"), else `num_sequences` sampled from `key` (common random numbers)."""
     if not isinstance(model, model_lib.MarkovModel):
         raise TypeError(
             f"model = {model!r}: must be a landscape.markov.MarkovModel, not "
@@ -55,19 +86,12 @@ def population_loss_fn(
     size = model.num_states**model.seq_len
     if population == "auto":
         population = "exact" if size <= EXACT_LIMIT else "mc"
-    x: ArrayLike
     if population == "exact":
-        x, weights, targets = task.exact_population(model.num_states, model.seq_len, kernel, init)
-    elif population == "mc":
+        return task.exact_population(model.num_states, model.seq_len, kernel, init)
+    if population == "mc":
         key = jax.random.key(0) if key is None else key
-        x, weights, targets = task.monte_carlo_population(
-            key, kernel, init, num_sequences, model.seq_len
-        )
-    else:
-        raise ValueError(f"population = {population!r}: must be 'auto', 'exact' or 'mc'.")
-    return lambda params: task.population_cross_entropy(
-        model.apply({"params": params}, x), weights, targets
-    )
+        return task.monte_carlo_population(key, kernel, init, num_sequences, model.seq_len)
+    raise ValueError(f"population = {population!r}: must be 'auto', 'exact' or 'mc'.")
 
 
 def _check_probabilities(caller: str, p: float | None, q: float | None, num_states: int) -> None:
@@ -192,7 +216,7 @@ def theta_pi(
     else:
         params["b"] = jnp.log(init).astype(dtype)
         unigram = _multistate_unigram(p, num_states, d, tied)
-    loss_fn = population_loss_fn(
+    inputs = population_inputs(
         model,
         kernel,
         init,
@@ -211,7 +235,8 @@ def theta_pi(
         "q": q,
     }
     name = f"theta_pi ({'tied' if tied else 'untied'}, {unigram.label}, d={d}, N={seq_len})"
-    return Point(params, loss_fn, name=name, meta=meta)
+    objective = population_objective(model)
+    return Point(params, name=name, meta=meta, objective=objective, inputs=inputs)
 
 
 def _positions(
@@ -339,7 +364,7 @@ def theta_star(
     params["b"] = jnp.asarray(b, dtype)
     if not tied:
         params["a"] = params["e"]
-    loss_fn = population_loss_fn(
+    inputs = population_inputs(
         model, kernel, init, population=population, num_sequences=num_sequences, key=key
     )
     meta = {
@@ -351,4 +376,5 @@ def theta_star(
         "q": q,
     }
     name = f"theta_star ({construction}, {'tied' if tied else 'untied'}, p={p:g}, q={q:g}, d={d})"
-    return Point(params, loss_fn, name=name, meta=meta)
+    objective = population_objective(model)
+    return Point(params, name=name, meta=meta, objective=objective, inputs=inputs)

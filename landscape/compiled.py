@@ -1,0 +1,105 @@
+"""The compiled programs behind every probe, shared by all points of one model.
+
+Each program takes a point's `objective` as a static argument and its params and inputs as traced
+ones (`Point.shared`), so jax compiles it once per objective (and shapes) and a new (p, q), key or
+batch reuses it. `batched=True` vmaps the same body over a leading axis of params and inputs: a
+list of points is one call (`stack`).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax.flatten_util import ravel_pytree
+
+from landscape.point import Point
+from landscape.typing import PyTree
+
+Objective = Callable[[PyTree, PyTree], jax.Array]
+
+
+def stack(points: Sequence[Point]) -> tuple[Objective, PyTree, PyTree]:
+    """(objective, params_P, inputs_P): the points' params and inputs stacked on a new axis."""
+    objective, _ = points[0].shared
+
+    def stacked(*leaves: Any) -> jax.Array:
+        return jnp.stack([jnp.asarray(x) for x in leaves])
+
+    params = jax.tree.map(stacked, *[p.params for p in points])
+    inputs = jax.tree.map(stacked, *[p.shared[1] for p in points])
+    return objective, params, inputs
+
+
+def _maybe_batched(body: Callable, batched: bool, *args: Any) -> Any:
+    return jax.vmap(body)(*args) if batched else body(*args)
+
+
+def _flat(objective: Objective, params: PyTree, inputs: PyTree) -> tuple[jax.Array, Callable]:
+    """The raveled params and the loss as a function of them."""
+    flat, unravel = ravel_pytree(params)
+    return flat, lambda x: objective(unravel(x), inputs)
+
+
+def _value_and_grad(objective: Objective, params: PyTree, inputs: PyTree) -> Any:
+    return jax.value_and_grad(objective)(params, inputs)
+
+
+@functools.partial(jax.jit, static_argnames=("objective", "batched"))
+def value_and_grad(objective: Objective, params: PyTree, inputs: PyTree, batched: bool) -> Any:
+    """(loss, gradient pytree) at params."""
+    return _maybe_batched(functools.partial(_value_and_grad, objective), batched, params, inputs)
+
+
+def _hessian(
+    objective: Objective, columns_per_batch: int, params: PyTree, inputs: PyTree
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    flat, loss_of_flat = _flat(objective, params, inputs)
+    grad, linear_grad = jax.linearize(jax.grad(loss_of_flat), flat)
+    basis = jnp.eye(flat.size, dtype=flat.dtype)
+    if flat.size <= columns_per_batch:
+        matrix = jax.vmap(linear_grad)(basis)
+    else:
+        matrix = jax.lax.map(linear_grad, basis, batch_size=columns_per_batch)
+    return loss_of_flat(flat), grad, matrix
+
+
+@functools.partial(jax.jit, static_argnames=("objective", "columns_per_batch", "batched"))
+def hessian(
+    objective: Objective, params: PyTree, inputs: PyTree, columns_per_batch: int, batched: bool
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """(loss, flat gradient (D,), Hessian (D, D)): the linearised gradient map applied to the
+    unit vectors (forward-over-reverse, the primal pass once), `columns_per_batch` at a time."""
+    body = functools.partial(_hessian, objective, columns_per_batch)
+    if not batched:
+        return body(params, inputs)
+    # points one after another (several at once when their columns fit in one batch): a
+    # vmap over points would hold every point's columns at once
+    dim = ravel_pytree(jax.tree.map(lambda x: x[0], params))[0].size
+    return jax.lax.map(
+        lambda args: body(*args), (params, inputs), batch_size=max(1, columns_per_batch // dim)
+    )
+
+
+def _hvp(objective: Objective, params: PyTree, inputs: PyTree, tangent: PyTree) -> PyTree:
+    grad = jax.grad(objective)
+    return jax.jvp(lambda p: grad(p, inputs), (params,), (tangent,))[1]
+
+
+@functools.partial(jax.jit, static_argnames=("objective", "batched"))
+def hvp(
+    objective: Objective, params: PyTree, inputs: PyTree, tangent: PyTree, batched: bool
+) -> PyTree:
+    """H v at params, v a pytree shaped like the params."""
+    body = functools.partial(_hvp, objective)
+    return _maybe_batched(body, batched, params, inputs, tangent)
+
+
+def flat_hvp(objective: Objective, params: PyTree, inputs: PyTree) -> Callable:
+    """v (D,) -> H v (D,) at params: for use inside a traced program (Lanczos, estimators)."""
+    flat, loss_of_flat = _flat(objective, params, inputs)
+    grad = jax.grad(loss_of_flat)
+    return lambda v: jax.jvp(grad, (flat,), (v,))[1]

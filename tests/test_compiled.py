@@ -1,0 +1,61 @@
+"""Points of one model share compiled programs; a list of points is one call (compiled.py)."""
+
+import jax
+import numpy as np
+import pytest
+
+import landscape
+from landscape import compiled
+from landscape.markov import theory
+
+
+def _theta_pi(p, q, **kw):
+    return landscape.markov.theta_pi(p=p, q=q, seq_len=6, **kw)
+
+
+def test_a_new_chain_reuses_the_compiled_hessian():
+    landscape.hessian_at(_theta_pi(0.5, 0.8))
+    programs = compiled.hessian._cache_size()
+    landscape.gradient_at(_theta_pi(0.3, 0.9))
+    landscape.hessian_at(_theta_pi(0.3, 0.9))
+    assert compiled.hessian._cache_size() == programs  # no new program for a new (p, q)
+
+
+def test_a_list_of_points_equals_one_at_a_time_and_the_closed_forms():
+    chains = [(0.5, 0.8), (0.3, 0.9), (0.2, 0.3)]
+    points = [_theta_pi(p, q) for p, q in chains]
+    together = landscape.hessian_at(points)
+    gradients = landscape.gradient_at(points)
+    assert isinstance(together, list) and len(together) == 3
+    for point, hessian, gradient, (p, q) in zip(points, together, gradients, chains, strict=True):
+        alone = landscape.hessian_at(point)
+        np.testing.assert_allclose(hessian.matrix, alone.matrix, rtol=1e-9, atol=1e-13)
+        np.testing.assert_allclose(gradient.vector, alone.gradient.vector, rtol=1e-9, atol=1e-13)
+        assert hessian.point is point
+        # the alpha block (b, e) of Thm 2 (tied): pi0 pi1 once, 2 pi0 pi1 (p + q - 1) d times
+        pi0, pi1 = q / (p + q), p / (p + q)
+        expected = np.sort([pi0 * pi1] + [2 * pi0 * pi1 * (p + q - 1)] * 4)
+        focus = np.linalg.eigvalsh(hessian.block(["b", "e"]))
+        np.testing.assert_allclose(focus, expected, rtol=1e-8, atol=1e-12)
+        assert np.isclose(hessian.gradient.loss, float(theory.unigram_loss(p, q)), rtol=1e-10)
+
+
+def test_points_of_different_models_in_one_list_are_refused():
+    with pytest.raises(
+        ValueError, match="must be points of one model; point 1 .* a different loss"
+    ):
+        landscape.hessian_at([_theta_pi(0.5, 0.8), _theta_pi(0.5, 0.8, tied=False)])
+    with pytest.raises(ValueError, match="empty list of points"):
+        landscape.gradient_at([])
+    with pytest.raises(TypeError):
+        landscape.hessian_at([_theta_pi(0.5, 0.8), "theta_pi"])
+
+
+def test_a_loss_fn_point_still_works_and_compiles_once_per_function():
+    def loss(params):
+        return 0.5 * params["x"] @ params["x"] - params["y"] ** 3
+
+    point = landscape.Point({"x": jax.numpy.ones(3), "y": jax.numpy.zeros(())}, loss)
+    hessian = landscape.hessian_at(point)
+    np.testing.assert_allclose(hessian.eigenvalues, [0.0, 1.0, 1.0, 1.0], atol=1e-12)
+    assert point.shared[0] is point.shared[0]  # one objective per loss_fn: one program
