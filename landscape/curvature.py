@@ -61,6 +61,7 @@ def _select(names: Names, name: BlockName) -> np.ndarray:
 
 
 NON_FINITE = "non-finite"
+STATIONARITY_RULE = "sqrt(eps) max(1, |L|)"
 _NO_SPECTRUM = (
     "eigenvalues not computed: a matrix with NaN or inf entries has no meaningful "
     "spectrum, so no curvature verdict is given (look for log(0), sqrt or log of a "
@@ -136,6 +137,13 @@ def _verdict(eigenvalues: np.ndarray, tol: float) -> str:
     return "local minimum (positive definite)"
 
 
+def _not_stationary(gradient: Gradient) -> str:
+    return (
+        f"not stationary (|g| = {gradient.norm:.3e} > {STATIONARITY_RULE} = "
+        f"{gradient.stationarity_tol():.3g}): no curvature verdict at a point that is not critical"
+    )
+
+
 def _name_width(names: Names) -> int:
     return max([len("name")] + [len(leaf) for leaf, _, _ in names]) + 2
 
@@ -208,11 +216,22 @@ class Gradient:
         _check_tol(tol)
         if not self.finite:
             return NON_FINITE
-        if tol is None:
-            return f"finite (gradient norm {self.norm:.3e}; pass tol= to judge stationarity)"
+        bound = f"tol = {tol:.3g}" if tol is not None else STATIONARITY_RULE
+        tol = self.stationarity_tol() if tol is None else tol
         if self.norm <= tol:
-            return f"stationary (gradient norm {self.norm:.3e} <= tol = {tol:.3g})"
-        return f"not stationary (gradient norm {self.norm:.3e} > tol = {tol:.3g})"
+            return f"stationary (|g| = {self.norm:.3e} <= {bound} = {tol:.3g})"
+        return f"not stationary (|g| = {self.norm:.3e} > {bound} = {tol:.3g})"
+
+    def stationarity_tol(self) -> float:
+        """The default bound on |g| for a stationary point: sqrt(eps) * max(1, |L|) in the
+        gradient's dtype (1.5e-8 for float64, 3.5e-4 for float32, for a loss of order 1)."""
+        eps = float(np.finfo(self.vector.dtype).eps)
+        return float(np.sqrt(eps) * max(1.0, abs(self.loss)))
+
+    @property
+    def stationary(self) -> bool:
+        """|g| within `stationarity_tol()` (and every number finite)."""
+        return self.finite and self.norm <= self.stationarity_tol()
 
     def block(self, name: BlockName) -> np.ndarray:
         return self.vector[_select(self.names, name)]
@@ -407,10 +426,13 @@ class Hessian:
         return int(np.sum(np.abs(self.eigenvalues) <= self.tolerance(tol)))
 
     def verdict(self, tol: float | None = None) -> str:
-        """A curvature verdict from the spectrum, or "non-finite" (module docstring)."""
+        """A curvature verdict from the spectrum; "non-finite", or "not stationary" when the
+        gradient is not small (`Gradient.stationarity_tol`), before any (module docstring)."""
         tol = self.tolerance(tol)
         if not self.finite:
             return NON_FINITE
+        if not self.gradient.stationary:
+            return _not_stationary(self.gradient)
         focus = self.focus_report(tol)
         if focus and self.num_negative(tol) == 0 and focus["min"] > tol and focus["outside"] <= tol:
             return (
@@ -718,6 +740,8 @@ class Spectrum:
         tol = self.tolerance(tol)
         if not self.finite:
             return NON_FINITE
+        if not self.gradient.stationary:
+            return _not_stationary(self.gradient)
         smallest = f"Lanczos: smallest Ritz value λ_min={self.min:.6g}"
         if self.min < -tol:
             consequence = "saddle" if self.max > tol else "not a minimum"

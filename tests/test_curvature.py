@@ -271,3 +271,20 @@ def test_restrict_gives_the_block_of_the_full_hessian():
     np.testing.assert_allclose(sub.block(["b", "w"]), full.block(["b", "w"]), atol=1e-12)
     with pytest.raises(KeyError, match="no parameter named"):
         restrict(Point(params, loss), ["nope"])
+
+
+def test_a_point_that_is_not_critical_gets_no_curvature_verdict():
+    """A saddle's Hessian at a point with |g| = 1: 'not stationary', before any curvature."""
+
+    def loss(p):
+        return 0.5 * p["x"] ** 2 - p["y"] ** 2
+
+    point = Point({"x": jnp.asarray(1.0), "y": jnp.asarray(0.0)}, loss, name="off-critical")
+    hessian = hessian_at(point)
+    np.testing.assert_allclose(hessian.eigenvalues, [-2.0, 1.0])  # a saddle's spectrum
+    assert hessian.verdict().startswith("not stationary (|g| = 1.000e+00 > sqrt(eps) max(1, |L|)")
+    assert "verdict (measured)   not stationary" in hessian.describe()
+    assert lanczos_spectrum(point, num_iters=2).verdict().startswith("not stationary")
+    at_origin = hessian_at(point.with_params({"x": jnp.asarray(0.0), "y": jnp.asarray(0.0)}))
+    assert at_origin.gradient.verdict().startswith("stationary (|g| = 0.000e+00")
+    assert at_origin.verdict() == "saddle (1 negative eigenvalue)"
