@@ -12,6 +12,10 @@ WikiText (`--only=wikitext`; needs configs/wikitext.py's text folder, skipped wi
   1_layer_1_run, 3_layers_1_run, 1_layer_4_runs
                          ms per SGD step per run of the d = 200 transformer at batch 20 x bptt
                          35 (WikiText-2 valid's 12000 types), with the decoder's GFLOP/s
+Curvature (`--only=curvature`, experiments/probe_timing.py in a fresh process, x64):
+  theta_pi, gradient_at, hessian_at, lanczos_spectrum_30
+                         seconds of the first call, the same point again, a new (p, q)
+  grid_hessians          a 10 x 10 (p, q) grid of theta_pi Hessians in one call, compile included
 Compilation cache (`--only=cache`, subprocesses with a fresh cache folder):
   main_job_second_run    wall time of the main job's command when its programs are cached
                          (target <= 1.5 s end to end on 2 CPU cores), beside the first run's
@@ -539,6 +543,25 @@ def _decoder_matmul_rates(V, d, positions, repeats):
     )
 
 
+def bench_curvature(repeats: int, one_by_one: int) -> dict[str, Any]:
+    """The probes' first call, the same point again and a new (p, q) at theta_pi (D = 237), and a
+    10 x 10 grid of Hessians in one call: `experiments.probe_timing` in a fresh process."""
+    del repeats, one_by_one
+    out = subprocess.run(
+        [sys.executable, "-m", "experiments.probe_timing"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=pathlib.Path(__file__).resolve().parents[1],
+    ).stdout
+    rows = _Rows()
+    for line in out.splitlines():
+        if line.startswith("{"):
+            row = json.loads(line)
+            rows[row.pop("row")] = row
+    return dict(rows)
+
+
 BENCHMARKS = {
     "scan_snap": bench_scan_snap,
     "wikitext": bench_wikitext,
@@ -546,6 +569,7 @@ BENCHMARKS = {
     "markov": bench_markov,
     "ngrams": bench_ngrams,
     "cache": bench_cache,
+    "curvature": bench_curvature,
 }
 
 

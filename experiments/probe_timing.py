@@ -1,0 +1,72 @@
+"""Seconds of the interactive probes in a fresh process, as a user at a prompt meets them.
+
+python -m experiments.probe_timing [--grid=10] [--seq_len=10]: theta_pi (tied, d = 4), x64, the
+first call, the same point again and a new (p, q), for each probe; then a grid x grid of theta_pi
+Hessians in one call. Prints one JSON object per row (`experiments.benchmark --only=curvature`
+runs it in a subprocess, so every "first" is a cold start).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import numpy as np
+from absl import app, flags
+
+_GRID = flags.DEFINE_integer("grid", 10, "The (p, q) grid is grid x grid points.")
+_SEQ_LEN = flags.DEFINE_integer("seq_len", 10, "theta_pi's sequence length N (2^N sequences).")
+
+
+def _seconds(call: Callable[..., Any], *args: Any) -> float:
+    start = time.perf_counter()
+    jax.block_until_ready(call(*args))
+    return time.perf_counter() - start
+
+
+def _row(name: str, **values: Any) -> None:
+    print(json.dumps({"row": name, **values}), flush=True)
+
+
+def main(argv: list[str]) -> None:
+    del argv
+    jax.config.update("jax_enable_x64", True)
+    import landscape  # after x64: its points are float64
+
+    seq_len = _SEQ_LEN.value
+
+    def theta_pi(p: float, q: float) -> landscape.Point:
+        return landscape.markov.theta_pi(p=p, q=q, seq_len=seq_len)
+
+    first = _seconds(lambda: theta_pi(0.5, 0.8).params)
+    point, other = theta_pi(0.5, 0.8), theta_pi(0.6, 0.7)
+    _row(
+        "theta_pi",
+        first=first,
+        again=_seconds(lambda: theta_pi(0.5, 0.8).params),
+        D=point.num_params,
+    )
+    probes: dict[str, Callable[[landscape.Point], Any]] = {
+        "gradient_at": lambda x: landscape.gradient_at(x).vector,
+        "hessian_at": lambda x: landscape.hessian_at(x).matrix,
+        "lanczos_spectrum_30": lambda x: landscape.lanczos_spectrum(x, num_iters=30).ritz_values,
+    }
+    for name, probe in probes.items():
+        cold = _seconds(probe, point)
+        again = _seconds(probe, point)
+        new = _seconds(probe, other)
+        _row(name, first=cold, again=again, new_point=new)
+    axis = np.linspace(0.1, 0.9, _GRID.value)
+    grid = [theta_pi(float(p), float(q)) for p in axis for q in axis]
+    _row(
+        "grid_hessians",
+        points=len(grid),
+        seconds=_seconds(lambda: landscape.hessian_at(grid)[-1].matrix),
+    )
+
+
+if __name__ == "__main__":
+    app.run(main)
