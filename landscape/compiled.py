@@ -103,3 +103,32 @@ def flat_hvp(objective: Objective, params: PyTree, inputs: PyTree) -> Callable:
     flat, loss_of_flat = _flat(objective, params, inputs)
     grad = jax.grad(loss_of_flat)
     return lambda v: jax.jvp(grad, (flat,), (v,))[1]
+
+
+def _columns(
+    objective: Objective,
+    columns_per_batch: int,
+    count: int,
+    params: PyTree,
+    inputs: PyTree,
+    first: jax.Array,
+) -> jax.Array:
+    flat, loss_of_flat = _flat(objective, params, inputs)
+    _, linear_grad = jax.linearize(jax.grad(loss_of_flat), flat)
+    rows = first + jnp.arange(count)  # rows past D are zero vectors: zero columns, dropped
+    basis = jax.nn.one_hot(rows, flat.size, dtype=flat.dtype)
+    return jax.lax.map(linear_grad, basis, batch_size=min(columns_per_batch, count))
+
+
+@functools.partial(jax.jit, static_argnames=("objective", "columns_per_batch", "count"))
+def hessian_columns(
+    objective: Objective,
+    params: PyTree,
+    inputs: PyTree,
+    first: jax.Array,
+    columns_per_batch: int,
+    count: int,
+) -> jax.Array:
+    """Columns first, ..., first + count - 1 of the Hessian (count, D): one program for every
+    chunk of a large Hessian, so the host can report progress between chunks."""
+    return _columns(objective, columns_per_batch, count, params, inputs, first)

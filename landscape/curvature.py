@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
+import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Literal, overload
 
@@ -544,6 +545,7 @@ def hessian_at(
     key: jax.Array | None = None,
     max_dense_dim: int = 6000,
     columns_per_batch: int = 256,
+    progress: Callable[[str], None] | None = print,
 ) -> Hessian: ...
 
 
@@ -556,6 +558,7 @@ def hessian_at(
     key: jax.Array | None = None,
     max_dense_dim: int = 6000,
     columns_per_batch: int = 256,
+    progress: Callable[[str], None] | None = print,
 ) -> Spectrum: ...
 
 
@@ -568,6 +571,7 @@ def hessian_at(
     key: jax.Array | None = None,
     max_dense_dim: int = 6000,
     columns_per_batch: int = 256,
+    progress: Callable[[str], None] | None = print,
 ) -> list[Hessian]: ...
 
 
@@ -580,6 +584,7 @@ def hessian_at(
     key: jax.Array | None = None,
     max_dense_dim: int = 6000,
     columns_per_batch: int = 256,
+    progress: Callable[[str], None] | None = print,
 ) -> Any: ...
 
 
@@ -591,6 +596,7 @@ def hessian_at(
     key: jax.Array | None = None,
     max_dense_dim: int = 6000,
     columns_per_batch: int = 256,
+    progress: Callable[[str], None] | None = print,
 ) -> Any:
     """The exact Hessian of the population loss at `point` (or at each of a list of points of
     one model, from one compiled, vmapped call; compiled once per model either way).
@@ -598,6 +604,8 @@ def hessian_at(
     method="dense": the (D, D) matrix in the params' dtype, for D <= max_dense_dim; its columns are
     computed `columns_per_batch` at a time (lower it if memory runs out).
     method="lanczos": a `Spectrum` from `num_iters` Lanczos steps (see `lanczos_spectrum`).
+    Above D = CHUNKED_ABOVE a single point's matrix is formed in chunks, with its memory first
+    and a progress line with the time left after each chunk (`progress=None`: silent).
     """
     points, listed = as_points(point, "hessian_at")
     if not isinstance(method, str) or method not in ("dense", "lanczos"):
@@ -612,11 +620,49 @@ def hessian_at(
         spectra = [lanczos_spectrum(p, num_iters, key) for p in points]
         return spectra if listed else spectra[0]
     _check_dense_size(points, max_dense_dim, columns_per_batch)
+    if not listed and points[0].num_params > CHUNKED_ABOVE:
+        return _hessian_in_chunks(points[0], columns_per_batch, progress)
     objective, params, inputs = _program_arguments(points, listed)
     loss, grad, matrix = compiled.hessian(objective, params, inputs, columns_per_batch, listed)
     if not listed:
         return _hessian(points[0], loss, grad, matrix)
     return [_hessian(p, loss[i], grad[i], matrix[i]) for i, p in enumerate(points)]
+
+
+CHUNKED_ABOVE = 1024  # a dense Hessian of more parameters is formed in chunks, with progress
+
+
+def _hessian_in_chunks(
+    point: Point, columns_per_batch: int, progress: Callable[[str], None] | None
+) -> Hessian:
+    """A large dense Hessian chunk by chunk (one compiled program for every chunk), with an
+    estimate of memory at the start and a progress line with the time left after each chunk."""
+    objective, inputs = point.shared
+    dim = point.num_params
+    count = max(columns_per_batch, -(-dim // 10))  # about ten progress lines
+    itemsize = np.dtype(ravel_pytree(point.params)[0].dtype).itemsize
+    if progress:
+        progress(
+            f"dense Hessian of {point.name or 'the point'}: D = {dim}, "
+            f"{config_lib.format_bytes(dim * dim * itemsize)} for the matrix, {dim} "
+            f"Hessian-vector products in chunks of {count}"
+        )
+    start, chunks = time.perf_counter(), []
+    for first in range(0, dim, count):
+        chunks.append(
+            np.asarray(
+                compiled.hessian_columns(
+                    objective, point.params, inputs, jnp.int32(first), columns_per_batch, count
+                )
+            )
+        )
+        done, seconds = min(first + count, dim), time.perf_counter() - start
+        if progress:
+            left = seconds / done * (dim - done)
+            progress(f"  columns {done}/{dim} | {seconds:.1f} s | about {left:.0f} s left")
+    gradient = gradient_at(point)
+    matrix = np.concatenate(chunks)[:dim]
+    return Hessian(0.5 * (matrix + matrix.T), param_names(point.params), point, gradient)
 
 
 def _check_dense_size(points: list[Point], max_dense_dim: int, columns_per_batch: int) -> None:

@@ -59,3 +59,20 @@ def test_a_loss_fn_point_still_works_and_compiles_once_per_function():
     hessian = landscape.hessian_at(point)
     np.testing.assert_allclose(hessian.eigenvalues, [0.0, 1.0, 1.0, 1.0], atol=1e-12)
     assert point.shared[0] is point.shared[0]  # one objective per loss_fn: one program
+
+
+def test_a_large_hessian_comes_in_chunks_with_progress():
+    dim = landscape.curvature.CHUNKED_ABOVE + 76
+    a = np.random.default_rng(0).normal(size=(dim, dim)) / np.sqrt(dim)
+    matrix = jax.numpy.asarray(a + a.T)
+
+    def objective(params, inputs):
+        return 0.5 * params["x"] @ inputs @ params["x"]
+
+    point = landscape.Point({"x": jax.numpy.ones(dim)}, objective=objective, inputs=matrix)
+    lines = []
+    hessian = landscape.hessian_at(point, columns_per_batch=64, progress=lines.append)
+    np.testing.assert_allclose(hessian.matrix, a + a.T, atol=1e-12)
+    np.testing.assert_allclose(hessian.gradient.vector, (a + a.T) @ np.ones(dim), atol=1e-10)
+    assert lines[0].startswith(f"dense Hessian of the point: D = {dim}, ")
+    assert lines[-1].startswith(f"  columns {dim}/{dim} |") and len(lines) == 11
