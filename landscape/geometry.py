@@ -1,0 +1,591 @@
+"""Loss along paths and on planes between points of one model: straight lines and their barriers,
+fitted quadratic Bézier curves (mode connectivity), and 2-D slices with filter normalisation.
+Derivations: docs/notes/landscape_geometry.md, whose sections (§N) the list below cites.
+
+    path(a, b)                 the loss on (1 - t) a + t b and its barrier (§1)
+    bezier_path(a, b)          a quadratic Bézier curve a -> m -> b, m trained to lower the
+                               expected loss over t ~ U(0, 1) (Garipov et al. 2018; §2)
+    slice_2d(point, u, v, ...) the loss on point + alpha u + beta v, the directions optionally
+                               rescaled per filter or per block (Li et al. 2018; §3)
+    random_direction, direction_to      directions shaped like a point's params
+    plot_path, plot_slice               matplotlib figures (Agg)
+
+Every loss here comes from one call of `_losses_at`: the loss at combinations sum_k w_k c_k of a
+few control pytrees c_k (two endpoints; three Bézier controls; the point and two directions),
+vmapped over the rows of w, with the point's objective static and its params and inputs traced
+(landscape/compiled.py). Points of one model (a new (p, q), a new pair of endpoints) reuse one
+compiled program per grid shape (§6). The closed forms the tests check, for the Markov theory
+model where only b and e are non-zero, are docs/notes/landscape_geometry.md §4-§5.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.flatten_util import ravel_pytree
+from matplotlib.axes import Axes
+from matplotlib.colors import BoundaryNorm
+from matplotlib.figure import Figure
+
+from landscape import _checks, training
+from landscape import plotting as plotting_lib
+from landscape.curvature import as_points
+from landscape.point import Point, param_names
+from landscape.typing import PyTree
+
+Objective = Callable[[PyTree, PyTree], jax.Array]
+NORMALIZATIONS = (None, "filter", "block")
+OPTIMIZERS = ("adam", "sgd")
+FITTED_FRACTION = 0.25  # the last quarter of the Bézier fit's steps estimate its expected loss
+
+
+# ----------------------------------------------------------------------------- the program
+
+
+def _combine(controls: PyTree, weights_K: jax.Array) -> PyTree:
+    """sum_k weights_K[k] controls[k], leaf by leaf (controls stacked on a leading K axis)."""
+    return jax.tree.map(lambda c: jnp.tensordot(weights_K.astype(c.dtype), c, axes=1), controls)
+
+
+@functools.partial(jax.jit, static_argnames=("objective", "batch_size"))
+def _losses_at(
+    objective: Objective,
+    controls: PyTree,
+    inputs: PyTree,
+    weights_TK: jax.Array,
+    batch_size: int | None,
+) -> jax.Array:
+    """(T,) loss at sum_k weights_TK[t, k] controls[k] for every row t: vmapped over
+    the rows, or `batch_size` rows at a time (lax.map, one program still) to bound memory
+    (docs/notes/landscape_geometry.md §6)."""
+
+    def one(weights_K: jax.Array) -> jax.Array:
+        return objective(_combine(controls, weights_K), inputs)
+
+    if batch_size is None:
+        return jax.vmap(one)(weights_TK)
+    return jax.lax.map(one, weights_TK, batch_size=batch_size)
+
+
+def _stacked(*trees: PyTree) -> PyTree:
+    return jax.tree.map(lambda *leaves: jnp.stack([jnp.asarray(x) for x in leaves]), *trees)
+
+
+def _evaluate(
+    point: Point, controls: Sequence[PyTree], weights_TK: np.ndarray, batch_size: int | None
+) -> np.ndarray:
+    """The losses of `point`'s model at the combinations weights_TK of `controls`."""
+    objective, inputs = point.shared
+    weights = jnp.asarray(np.asarray(weights_TK, np.float64))
+    return np.asarray(_losses_at(objective, _stacked(*controls), inputs, weights, batch_size))
+
+
+# ----------------------------------------------------------------------------- checks
+
+
+def _check_grid(name: str, values: Any, unit: bool = False) -> np.ndarray:
+    """A non-empty 1-D array of finite real numbers (in [0, 1] when `unit`)."""
+    arr = _checks.real_array(name, values, scalar=False)
+    if arr is None or arr.ndim != 1 or arr.size == 0:
+        shape = None if arr is None else arr.shape
+        raise ValueError(f"{name} has shape {shape}: must be a non-empty 1-D array of numbers.")
+    meaning = "the curve parameter t" if unit else "grid coordinates"
+    low, high = (0.0, 1.0) if unit else (None, None)
+    _checks.check_real(name, arr, low=low, high=high, scalar=False, meaning=meaning)
+    return arr
+
+
+def _check_batch_size(batch_size: object) -> int | None:
+    if batch_size is None:
+        return None
+    return _checks.check_int("batch_size", batch_size, 1, "grid points per batch; None for all")
+
+
+def _same_inputs(a: Point, b: Point, caller: str) -> None:
+    """The loss along a path is one loss: both ends must be judged by the same inputs."""
+    ia, ib = a.shared[1], b.shared[1]
+    if ia is ib:
+        return
+    same = all(
+        np.array_equal(np.asarray(x), np.asarray(y))
+        for x, y in zip(jax.tree.leaves(ia), jax.tree.leaves(ib), strict=True)
+    )
+    if not same:
+        raise ValueError(
+            f"{caller}: a and b are judged by different inputs (e.g. two chains (p, q) or two "
+            "batches), so no single loss lies between them; give b as a.with_params(...)."
+        )
+
+
+def _check_direction(name: str, direction: object, point: Point) -> PyTree:
+    """`direction` (a pytree shaped like the point's params, or a Point standing for its
+    params) as numpy arrays in the point's dtypes."""
+    if isinstance(direction, Point):
+        direction = direction.params
+    names = param_names(point.params)
+    p_leaves, treedef = jax.tree_util.tree_flatten(point.params)
+    try:  # each leaf may be any array-like (a list too) where the point has an array
+        leaves = treedef.flatten_up_to(direction)  # type: ignore[attr-defined]  # not in the stubs
+    except (ValueError, TypeError):
+        raise ValueError(
+            f"{name} must be a pytree shaped like the point's params (leaves "
+            f"{', '.join(n for n, _, _ in names)}); got {type(direction).__name__} "
+            f"{jax.tree_util.tree_structure(direction)}."
+        ) from None
+    for (leaf_name, _, shape), leaf in zip(names, leaves, strict=True):
+        if np.shape(leaf) != shape:
+            raise ValueError(
+                f"{name}[{leaf_name!r}] has shape {np.shape(leaf)}: must be {shape}, the point's."
+            )
+        _checks.check_real(f"{name}[{leaf_name!r}]", leaf, scalar=False, meaning="a direction")
+    return jax.tree_util.tree_unflatten(
+        treedef,
+        [np.asarray(x, np.asarray(p).dtype) for x, p in zip(leaves, p_leaves, strict=True)],
+    )
+
+
+def _flat(tree: PyTree) -> np.ndarray:
+    return np.asarray(ravel_pytree(jax.tree.map(jnp.asarray, tree))[0], np.float64)
+
+
+# ----------------------------------------------------------------------------- paths
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class PathResult:
+    """The loss along a path from a (t = 0) to b (t = 1) (docs/notes/landscape_geometry.md §1-§2).
+
+    kind: "line" ((1 - t) a + t b) or "bezier" ((1-t)^2 a + 2 t (1-t) m + t^2 b, m = midpoint).
+    barrier: max of the loss over the ts in [0, 1] (and both ends) minus max(L(a), L(b)): >= 0,
+    and a lower bound of the barrier of the continuous path (a grid misses peaks between ts).
+    train_losses: the Bézier fit's minibatch estimates of E_t L(phi(t)), one per step.
+    """
+
+    kind: str
+    names: tuple[str, str]
+    ts: np.ndarray
+    losses: np.ndarray
+    loss_a: float
+    loss_b: float
+    barrier: float
+    argmax_t: float
+    midpoint: PyTree | None = None
+    train_losses: np.ndarray | None = None
+    num_ts: int = 0
+
+    def fitted_loss(self) -> tuple[float, float]:
+        """(mean, standard error) of the minibatch estimates of E_t L(phi(t)) over the fit's
+        last quarter of steps (each step draws fresh t's; m barely moves there). Bézier only."""
+        if self.train_losses is None:
+            raise ValueError("fitted_loss: a straight path has no fit; use bezier_path.")
+        tail = self.train_losses[-max(1, int(len(self.train_losses) * FITTED_FRACTION)) :]
+        stderr = float(np.std(tail, ddof=1) / np.sqrt(tail.size)) if tail.size > 1 else np.nan
+        return float(np.mean(tail)), stderr
+
+    def describe(self) -> str:
+        """A few lines: the ends' losses, the peak and the barrier."""
+        shape = "straight line" if self.kind == "line" else "quadratic Bézier curve (fitted m)"
+        lines = [
+            f"{shape} from {self.names[0] or 'a'} (t = 0) to {self.names[1] or 'b'} (t = 1)",
+            f"  L(a) = {self.loss_a:.10g}, L(b) = {self.loss_b:.10g}",
+            f"  barrier {self.barrier:.6g} at t = {self.argmax_t:.4g}  (max over {self.ts.size} "
+            "ts in [0, 1] minus max(L(a), L(b)); a grid gives a lower bound)",
+        ]
+        if self.train_losses is not None:
+            mean, stderr = self.fitted_loss()
+            lines.append(
+                f"  fitted E_t L(phi(t)) = {mean:.6g} ± {stderr:.2g} (minibatches of "
+                f"{self.num_ts} t's, last quarter of {self.train_losses.size} steps)"
+            )
+        return "\n".join(lines)
+
+
+def _path_result(
+    kind: str, a: Point, b: Point, ts: np.ndarray, all_losses: np.ndarray, **extra: Any
+) -> PathResult:
+    """all_losses = [L(a), L(b), losses at ts...]: the barrier over the ts in [0, 1] and ends."""
+    loss_a, loss_b, losses = float(all_losses[0]), float(all_losses[1]), all_losses[2:]
+    inside = (ts >= 0) & (ts <= 1)
+    candidates_t = np.concatenate([[0.0, 1.0], ts[inside]])
+    candidates = np.concatenate([[loss_a, loss_b], losses[inside]])
+    peak = int(np.argmax(candidates))
+    return PathResult(
+        kind=kind,
+        names=(a.name, b.name),
+        ts=ts,
+        losses=losses,
+        loss_a=loss_a,
+        loss_b=loss_b,
+        barrier=float(candidates[peak] - max(loss_a, loss_b)),
+        argmax_t=float(candidates_t[peak]),
+        **extra,
+    )
+
+
+def _path_points(a: Point, b: Point, caller: str) -> None:
+    as_points([a, b], caller)
+    _same_inputs(a, b, caller)
+
+
+def path(a: Point, b: Point, ts: Any = None, *, batch_size: int | None = None) -> PathResult:
+    """The loss on the straight line (1 - t) a + t b, t in `ts` (default 51 points in [0, 1];
+    ts outside [0, 1] extrapolate, but only those inside count for the barrier), from one
+    compiled call shared by every pair of points of the model (docs/notes/landscape_geometry.md §1,
+    §6)."""
+    _path_points(a, b, "path")
+    ts = np.linspace(0.0, 1.0, 51) if ts is None else _check_grid("ts", ts)
+    grid = np.concatenate([[0.0, 1.0], ts])
+    weights = np.stack([1.0 - grid, grid], axis=1)
+    losses = _evaluate(a, [a.params, b.params], weights, _check_batch_size(batch_size))
+    return _path_result("line", a, b, ts, losses)
+
+
+def _bernstein(ts: np.ndarray | jax.Array) -> Any:
+    """(T, 3) weights of a, m, b on the quadratic Bézier curve at ts."""
+    xp = jnp if isinstance(ts, jax.Array) else np
+    return xp.stack([(1.0 - ts) ** 2, 2.0 * ts * (1.0 - ts), ts**2], axis=1)
+
+
+def _bezier_problem(a: Point, b: Point, num_ts: int, init_scale: float) -> training.Problem:
+    """The fit as a training problem (docs/notes/landscape_geometry.md §2): params m, init
+    (a + b)/2 plus a jitter of init_scale |b - a| / sqrt(D) (a symmetric landscape has a saddle at
+    m = (a + b)/2 exactly); loss = mean of L(phi(t)) over `num_ts` stratified t's drawn from
+    the step's key."""
+    objective, inputs = a.shared
+    midpoint = jax.tree.map(lambda x, y: (jnp.asarray(x) + jnp.asarray(y)) / 2, a.params, b.params)
+    jitter = init_scale * np.linalg.norm(_flat(b.params) - _flat(a.params)) / np.sqrt(a.num_params)
+
+    def init(key: jax.Array, hp: training.HParams) -> PyTree:
+        leaves, treedef = jax.tree_util.tree_flatten(midpoint)
+        keys = jax.random.split(key, len(leaves))
+        noisy = [
+            x + (jitter * jax.random.normal(k, x.shape, x.dtype)).astype(x.dtype)
+            for x, k in zip(leaves, keys, strict=True)
+        ]
+        return jax.tree_util.tree_unflatten(treedef, noisy)
+
+    def loss(m: PyTree, key: jax.Array, hp: training.HParams) -> tuple[jax.Array, dict]:
+        offsets = jax.random.uniform(key, (num_ts,))
+        ts = (jnp.arange(num_ts) + offsets) / num_ts  # one t per stratum: unbiased, low variance
+        controls = _stacked(a.params, m, b.params)
+        return jnp.mean(_losses_at(objective, controls, inputs, _bernstein(ts), None)), {}
+
+    return training.Problem(init=init, loss=loss, learning_rates=lambda hp: hp["lr"])
+
+
+def _check_bezier_arguments(
+    num_steps: int, lr: float, num_ts: int, optimizer: str, init_scale: float, key: object
+) -> None:
+    _checks.check_int("num_steps", num_steps, 1, "optimisation steps of the midpoint")
+    _checks.check_real("lr", lr, low=0, low_open=True, meaning="the learning rate of m")
+    _checks.check_int("num_ts", num_ts, 1, "t's drawn per step")
+    _checks.check_choice("optimizer", optimizer, OPTIMIZERS)
+    _checks.check_real("init_scale", init_scale, low=0, meaning="jitter of m's start / |b - a|")
+    _checks.check_key("key", key)
+
+
+def bezier_path(
+    a: Point,
+    b: Point,
+    *,
+    num_steps: int = 200,
+    lr: float = 0.05,
+    num_ts: int = 16,
+    optimizer: str = "adam",
+    init_scale: float = 1e-2,
+    ts: Any = None,
+    key: jax.Array | None = None,
+    batch_size: int | None = None,
+) -> PathResult:
+    """The quadratic Bézier curve (1-t)^2 a + 2t(1-t) m + t^2 b with m trained by the project's
+    engine (`landscape.training.train`, `optimizer` at `lr`) to lower E_{t ~ U(0,1)} L(phi(t))
+    (Garipov et al. 2018; docs/notes/landscape_geometry.md §2), then the loss on `ts` (default 51
+    points in [0, 1]) and its barrier. `key` seeds m's jitter and the t's (None: seed 0)."""
+    _path_points(a, b, "bezier_path")
+    _check_bezier_arguments(num_steps, lr, num_ts, optimizer, init_scale, key)
+    ts = np.linspace(0.0, 1.0, 51) if ts is None else _check_grid("ts", ts, unit=True)
+    batch_size = _check_batch_size(batch_size)
+    seed = 0 if key is None else int(jax.random.randint(key, (), 0, 2**31 - 1))
+    optim = training.default_optim_config()
+    optim.name = optimizer
+    run = training.train(
+        _bezier_problem(a, b, num_ts, float(init_scale)),
+        optim,
+        {"lr": np.asarray([lr], np.float64)},
+        seeds=[seed],
+        num_steps=num_steps,
+        log_every=num_steps,
+        progress=None,
+    )
+    midpoint = jax.tree.map(lambda x: np.asarray(x[0]), run.final_params)
+    grid = np.concatenate([[0.0, 1.0], ts])
+    losses = _evaluate(a, [a.params, midpoint, b.params], _bernstein(grid), batch_size)
+    return _path_result(
+        "bezier", a, b, ts, losses, midpoint=midpoint, train_losses=run.losses[0], num_ts=num_ts
+    )
+
+
+# ----------------------------------------------------------------------------- directions
+
+
+def random_direction(point: Point, key: jax.Array) -> PyTree:
+    """A direction shaped like the point's params with N(0, 1) entries (in each leaf's dtype)."""
+    (point,), _ = as_points(point, "random_direction")
+    _checks.check_key("key", key)
+    if key is None:
+        raise TypeError("key = None: random_direction needs a jax random key (jax.random.key(0)).")
+    leaves, treedef = jax.tree_util.tree_flatten(point.params)
+    keys = jax.random.split(key, len(leaves))
+    drawn = [
+        np.asarray(jax.random.normal(k, np.shape(x), jnp.result_type(x)))
+        for x, k in zip(leaves, keys, strict=True)
+    ]
+    return jax.tree_util.tree_unflatten(treedef, drawn)
+
+
+def direction_to(point: Point, other: Point | PyTree) -> PyTree:
+    """other - point, leaf by leaf (`other` a Point of the same model or a params pytree)."""
+    (point,), _ = as_points(point, "direction_to")
+    target = _check_direction("other", other, point)
+    return jax.tree.map(lambda y, x: y - np.asarray(x, y.dtype), target, point.params)
+
+
+# ----------------------------------------------------------------------------- slices
+
+
+def _filter_rows(leaf: np.ndarray, mode: str) -> np.ndarray:
+    """The leaf as (filters, entries): rows of a matrix leaf (its first axis) under "filter",
+    one row (the whole leaf) for vectors and scalars, or for every leaf under "block"."""
+    rows = leaf.shape[0] if mode == "filter" and leaf.ndim >= 2 else 1
+    return np.asarray(leaf, np.float64).reshape(rows, -1)
+
+
+def _normalised(
+    direction: PyTree, params: PyTree, mode: str
+) -> tuple[PyTree, dict[str, tuple[int, int]]]:
+    """The direction with each filter (block) rescaled to the norm of the point's
+    (docs/notes/landscape_geometry.md §3), and {leaf: (zero filters, filters)} where the point's
+    filter is zero and the direction's is not: those keep their unnormalised entries
+    (rescaling would zero them)."""
+    names = param_names(params)
+    leaves, treedef = jax.tree_util.tree_flatten(direction)
+    out, kept = [], {}
+    for (leaf_name, _, _), d, theta in zip(names, leaves, jax.tree.leaves(params), strict=True):
+        d_rows, theta_rows = _filter_rows(d, mode), _filter_rows(np.asarray(theta), mode)
+        d_norm = np.linalg.norm(d_rows, axis=1)
+        theta_norm = np.linalg.norm(theta_rows, axis=1)
+        scale = np.where(
+            (theta_norm > 0) & (d_norm > 0), theta_norm / np.maximum(d_norm, 1e-300), 1.0
+        )
+        out.append((d_rows * scale[:, None]).reshape(d.shape).astype(d.dtype))
+        zero = int(np.sum((theta_norm == 0) & (d_norm > 0)))
+        if zero:
+            kept[leaf_name] = (zero, theta_norm.size)
+    return jax.tree_util.tree_unflatten(treedef, out), kept
+
+
+def _fallback_note(mode: str, kept: dict[str, tuple[int, int]]) -> str:
+    blocks = ", ".join(
+        name if zero == total else f"{name} ({zero} of {total} filters)"
+        for name, (zero, total) in kept.items()
+    )
+    return (
+        f"normalize={mode!r}: the point is zero in {blocks}, where rescaling to "
+        "the point's norm would zero the directions, so u and v keep their unnormalised entries "
+        "there."
+    )
+
+
+def _slice_directions(
+    point: Point, u: object, v: object, normalize: str | None
+) -> tuple[PyTree, PyTree, tuple[str, ...], tuple[str, ...]]:
+    """(u, v, notes, blocks kept unnormalised): checked, normalised, and not degenerate."""
+    if normalize not in NORMALIZATIONS:
+        raise ValueError(f"normalize = {normalize!r}: must be None, 'filter' or 'block'.")
+    directions = {"u": _check_direction("u", u, point), "v": _check_direction("v", v, point)}
+    for name, d in directions.items():
+        if not np.any(_flat(d)):
+            raise ValueError(f"{name} is zero everywhere: the slice needs two non-zero directions.")
+    kept: dict[str, tuple[int, int]] = {}
+    if normalize is not None:
+        for name, d in directions.items():
+            directions[name], kept_here = _normalised(d, point.params, normalize)
+            kept.update({k: max(kept.get(k, (0, 0)), z) for k, z in kept_here.items()})
+    flat_u, flat_v = _flat(directions["u"]), _flat(directions["v"])
+    for name, flat in (("u", flat_u), ("v", flat_v)):
+        if not np.any(flat):
+            raise ValueError(f"{name} became zero after normalize={normalize!r}: nothing to draw.")
+    cosine = flat_u @ flat_v / (np.linalg.norm(flat_u) * np.linalg.norm(flat_v))
+    if abs(cosine) > 1 - 1e-12:
+        raise ValueError("u and v are parallel: they span a line, not a plane; choose another v.")
+    notes = (_fallback_note(str(normalize), kept),) if kept else ()
+    return directions["u"], directions["v"], notes, tuple(kept)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class SliceResult:
+    """The loss on point + alpha u + beta v: losses[i, j] at (alphas[i], betas[j])
+    (docs/notes/landscape_geometry.md §3). u and v are the directions used (after normalisation);
+    `notes` says where normalisation fell back to the unnormalised direction (`kept_blocks`)."""
+
+    point: Point
+    alphas: np.ndarray
+    betas: np.ndarray
+    losses: np.ndarray
+    center_loss: float
+    u: PyTree
+    v: PyTree
+    normalize: str | None
+    notes: tuple[str, ...] = ()
+    kept_blocks: tuple[str, ...] = ()
+
+    def project(self, other: Point | PyTree) -> tuple[float, float, float]:
+        """(alpha, beta, distance from the plane) of another point of the model: the least-squares
+        coordinates of other - point in the basis (u, v)."""
+        delta = _flat(direction_to(self.point, other))
+        basis = np.stack([_flat(self.u), _flat(self.v)], axis=1)
+        coords, *_ = np.linalg.lstsq(basis, delta, rcond=None)
+        return float(coords[0]), float(coords[1]), float(np.linalg.norm(delta - basis @ coords))
+
+    def describe(self) -> str:
+        """A few lines: the grid, the directions, the loss at the point, the grid's extremes."""
+        flat_u, flat_v = _flat(self.u), _flat(self.v)
+        cosine = flat_u @ flat_v / (np.linalg.norm(flat_u) * np.linalg.norm(flat_v))
+        low = np.unravel_index(np.argmin(self.losses), self.losses.shape)
+        high = np.unravel_index(np.argmax(self.losses), self.losses.shape)
+        how = "unnormalised" if self.normalize is None else f"{self.normalize}-normalised"
+        lines = [
+            f"2-D slice at {self.point.name or '<unnamed point>'}: loss at point + α u + β v",
+            f"  α in [{self.alphas.min():.4g}, {self.alphas.max():.4g}] ({self.alphas.size}), "
+            f"β in [{self.betas.min():.4g}, {self.betas.max():.4g}] ({self.betas.size})",
+            f"  directions {how}: |u| = {np.linalg.norm(flat_u):.4g}, "
+            f"|v| = {np.linalg.norm(flat_v):.4g}, cos(u, v) = {cosine:.3g}",
+            f"  loss at the point {self.center_loss:.10g}",
+            f"  grid min {self.losses[low]:.6g} at (α, β) = ({self.alphas[low[0]]:.4g}, "
+            f"{self.betas[low[1]]:.4g}); max {self.losses[high]:.6g} at "
+            f"({self.alphas[high[0]]:.4g}, {self.betas[high[1]]:.4g})",
+        ]
+        return "\n".join(lines + [f"  note: {note}" for note in self.notes])
+
+
+def slice_2d(
+    point: Point,
+    u: PyTree,
+    v: PyTree,
+    alphas: Any,
+    betas: Any,
+    normalize: str | None = None,
+    *,
+    batch_size: int | None = None,
+) -> SliceResult:
+    """The loss on point + alpha u + beta v over the grid alphas x betas, from one compiled call
+    shared by every point of the model (docs/notes/landscape_geometry.md §3, §6).
+    normalize="filter" rescales each filter (row of a matrix leaf; whole vectors and scalars)
+    of u and v to the norm of the point's, "block" each leaf; where the point is zero the
+    direction is kept unnormalised and `notes` says so."""
+    (point,), _ = as_points(point, "slice_2d")
+    alphas, betas = _check_grid("alphas", alphas), _check_grid("betas", betas)
+    u, v, notes, kept = _slice_directions(point, u, v, normalize)
+    grid_a, grid_b = np.meshgrid(alphas, betas, indexing="ij")
+    rows = np.concatenate([[0.0], grid_a.ravel()]), np.concatenate([[0.0], grid_b.ravel()])
+    weights = np.stack([np.ones_like(rows[0]), rows[0], rows[1]], axis=1)
+    losses = _evaluate(point, [point.params, u, v], weights, _check_batch_size(batch_size))
+    return SliceResult(
+        point=point,
+        alphas=alphas,
+        betas=betas,
+        losses=losses[1:].reshape(alphas.size, betas.size),
+        center_loss=float(losses[0]),
+        u=u,
+        v=v,
+        normalize=normalize,
+        notes=notes,
+        kept_blocks=kept,
+    )
+
+
+# ----------------------------------------------------------------------------- figures
+
+
+def _axes(ax: Axes | None) -> tuple[Axes, bool]:
+    """(the axes to draw on, whether this module made its figure)."""
+    if ax is None:
+        _, axes = plotting_lib.subplots(1, 1, width=4.2, height=3.2)
+        return axes[0, 0], True
+    if not isinstance(ax, Axes):
+        raise TypeError(f"ax = {ax!r}: must be a matplotlib Axes or None, not {type(ax).__name__}.")
+    return ax, False
+
+
+def _finished(ax: Axes, made: bool) -> Figure:
+    figure = ax.get_figure()
+    assert isinstance(figure, Figure)  # an Axes drawn on by pyplot lies in a Figure
+    if made:
+        figure.tight_layout()
+    return figure
+
+
+def _short(name: str, fallback: str) -> str:
+    """A point's name up to its parenthesised details: "theta_pi (tied, ...)" -> "theta_pi"."""
+    return name.split(" (")[0] or fallback
+
+
+def plot_path(results: PathResult | Sequence[PathResult], ax: Axes | None = None) -> Figure:
+    """Loss against t for one or more paths, each peak marked; returns the figure."""
+    listed = [results] if isinstance(results, PathResult) else list(results)
+    if not listed or not all(isinstance(r, PathResult) for r in listed):
+        raise TypeError("plot_path expects a PathResult or a non-empty list of them.")
+    ax, made = _axes(ax)
+    for r in listed:
+        label = f"{'line' if r.kind == 'line' else 'Bézier'} (barrier {r.barrier:.3g})"
+        (line,) = ax.plot(r.ts, r.losses, label=label)
+        peak = max(r.loss_a, r.loss_b) + r.barrier
+        ax.plot([r.argmax_t], [peak], "o", color=line.get_color(), markersize=4)
+    ends = listed[0]
+    ax.axhline(max(ends.loss_a, ends.loss_b), color="grey", linestyle=":", linewidth=1)
+    ax.set_xlabel(f"t  ({_short(ends.names[0], 'a')} → {_short(ends.names[1], 'b')})")
+    ax.set_ylabel("loss")
+    ax.legend(fontsize=7)
+    return _finished(ax, made)
+
+
+def plot_slice(
+    result: SliceResult,
+    ax: Axes | None = None,
+    points: Point | Sequence[Point] = (),
+    levels: int = 30,
+) -> Figure:
+    """Filled contours of the slice, the point marked at (0, 0) and `points` (of the same model)
+    at their projections onto the plane (off-plane distance in the label); returns the figure."""
+    if not isinstance(result, SliceResult):
+        raise TypeError(f"plot_slice expects a SliceResult, not {type(result).__name__}.")
+    _checks.check_int("levels", levels, 2, "contour levels")
+    others = [points] if isinstance(points, Point) else list(points)
+    ax, made = _axes(ax)
+    # levels at quantiles of the grid: equal areas per band, so a sharp wall far from the point
+    # does not flatten the basin around it into one colour
+    bounds = np.unique(np.quantile(result.losses, np.linspace(0.0, 1.0, levels)))
+    contour_levels: Any = bounds if bounds.size >= 2 else levels
+    norm = BoundaryNorm(bounds, ncolors=256) if bounds.size >= 2 else None
+    alphas, betas, values = result.alphas, result.betas, result.losses.T
+    filled = ax.contourf(alphas, betas, values, levels=contour_levels, norm=norm)
+    ax.contour(alphas, betas, values, levels=contour_levels, colors="k", linewidths=0.3)
+    ax.figure.colorbar(filled, ax=ax, label="loss", format="%.3g")
+    ax.plot([0.0], [0.0], "*", color="white", markeredgecolor="k", markersize=11)
+    ax.annotate(_short(result.point.name, "point"), (0.0, 0.0), fontsize=7, color="white")
+    for other in others:
+        alpha, beta, off = result.project(other)
+        ax.plot([alpha], [beta], "o", color="red", markeredgecolor="k", markersize=6)
+        label = _short(other.name, "point") + (f" (off plane {off:.2g})" if off > 1e-9 else "")
+        ax.annotate(label, (alpha, beta), fontsize=7, color="white")
+    how = "" if result.normalize is None else f", {result.normalize}-normalised"
+    ax.set_xlabel(f"α (u{how})")
+    ax.set_ylabel(f"β (v{how})")
+    ax.set_title(result.point.name, fontsize=8)
+    return _finished(ax, made)
