@@ -1,0 +1,215 @@
+"""Stochastic spectra, traces and diagonals (landscape/spectra.py) against exact dense values.
+
+The random-matrix points have the loss 0.5 x^T A x (Hessian A, spectrum chosen), written as one
+`objective(params, inputs)` with A as the inputs, so every matrix of one size shares one compiled
+program. Tolerances are multiples of the estimators' own standard errors.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from matplotlib.figure import Figure
+
+import landscape
+from landscape import spectra
+
+D = 40  # every random matrix has this size, and SLQ this shape: the tests share compiled programs
+SLQ_SHAPE = (64, 12)  # (num_probes, num_iters)
+
+
+def _quadratic(params, inputs):
+    x = jnp.concatenate([params["u"], params["w"].ravel()])
+    return 0.5 * x @ inputs["A"] @ x
+
+
+def _point(eigenvalues, seed):
+    """The loss 0.5 x^T A x with A = Q diag(eigenvalues) Q^T, Q a random rotation; two leaves."""
+    eigenvalues = np.asarray(eigenvalues, np.float64)
+    dim = eigenvalues.size
+    q = np.linalg.qr(np.random.default_rng(seed).standard_normal((dim, dim)))[0]
+    matrix = (q * eigenvalues) @ q.T
+    matrix = 0.5 * (matrix + matrix.T)
+    params = {"u": jnp.zeros(dim - 20), "w": jnp.zeros((4, 5))}
+    return landscape.Point(params, objective=_quadratic, inputs={"A": jnp.asarray(matrix)}), matrix
+
+
+@pytest.mark.parametrize(
+    "seed, num_values, probe",
+    [(0, 2, "rademacher"), (1, 3, "gaussian"), (2, 4, "rademacher"), (3, 5, "gaussian")],
+)
+def test_slq_is_exact_quadrature_on_a_clustered_spectrum(seed, num_values, probe):
+    # k <= 5 distinct eigenvalues, each several times: Lanczos exhausts the Krylov space after k
+    # steps and restarts, so every node with weight is an eigenvalue and each probe's mass of a
+    # cluster is exactly v^T P v / |v|^2, an unbiased estimate of multiplicity / D
+    rng = np.random.default_rng(seed)
+    values = np.sort(rng.choice(np.linspace(-5, 5, 41), num_values, replace=False))
+    counts = rng.multinomial(D - 3 * num_values, np.ones(num_values) / num_values) + 3
+    eigenvalues = np.repeat(values, counts)
+    point, _ = _point(eigenvalues, seed)
+    density = spectra.spectral_density(point, *SLQ_SHAPE, jax.random.key(seed), probe=probe)
+    assert density.nodes.shape == density.weights.shape == SLQ_SHAPE and density.dim == D
+    np.testing.assert_allclose(density.weights.sum(axis=1), 1.0, atol=1e-12)
+    weighted = density.nodes[density.weights > 1e-10]
+    assert np.all(np.min(np.abs(weighted[:, None] - values), axis=1) < 1e-8)
+    assert density.nodes.min() >= values[0] - 1e-8 and density.nodes.max() <= values[-1] + 1e-8
+    edges = np.concatenate([[-np.inf], 0.5 * (values[1:] + values[:-1]), [np.inf]])
+    for count, lo, hi in zip(counts, edges[:-1], edges[1:], strict=True):
+        mass, stderr = density.mass(lo, hi)
+        assert stderr > 0
+        assert abs(mass - count / D) < 4 * stderr, (mass, count / D, stderr)
+
+
+@pytest.mark.parametrize("value", [0.0, 2.0])
+def test_slq_survives_a_krylov_space_exhausted_at_once(value):
+    # H = value * I: the first Lanczos step already spans an invariant space (beta = 0 exactly
+    # for H = 0); the restarted steps must not divide by it, and their nodes carry no weight
+    point, _ = _point(np.full(D, value), seed=11)
+    density = spectra.spectral_density(point, *SLQ_SHAPE)
+    assert density.finite
+    np.testing.assert_allclose(density.nodes, value, atol=1e-12)
+    np.testing.assert_allclose(density.weights.sum(axis=1), 1.0, atol=1e-12)
+    assert density.mass(value - 1e-9, value + 1e-9) == pytest.approx((1.0, 0.0), abs=1e-12)
+
+
+def test_slq_extreme_ritz_values_converge_and_the_bulk_mass_is_right():
+    # a bulk in [-1, 1] and two isolated eigenvalues, -3 and 4: 12 steps of Lanczos find both
+    bulk = np.random.default_rng(1).uniform(-1, 1, 38)
+    point, _ = _point(np.concatenate([bulk, [-3.0, 4.0]]), seed=2)
+    density = spectra.spectral_density(point, *SLQ_SHAPE)
+    np.testing.assert_allclose(density.nodes[:, 0], -3.0, atol=1e-8)
+    np.testing.assert_allclose(density.nodes[:, -1], 4.0, atol=1e-8)
+    assert np.all(density.nodes[:, 1:-1] >= bulk.min() - 1e-8)
+    assert np.all(density.nodes[:, 1:-1] <= bulk.max() + 1e-8)
+    mass, stderr = density.mass(-1.5, 1.5)
+    assert abs(mass - 38 / 40) < 4 * stderr
+    # the smoothed density integrates to 1 and piles up where the eigenvalues are
+    grid = np.linspace(-4, 5, 4001)
+    smooth = density.density(grid, sigma=0.05)
+    assert abs(np.trapezoid(smooth, grid) - 1.0) < 1e-3
+    assert smooth[np.abs(grid) < 0.9].min() > 10 * smooth[(grid > 1.5) & (grid < 3.5)].max()
+    assert "fraction λ < -tol" in density.describe()
+    figure = spectra.density_figure(density)
+    assert isinstance(figure, Figure) and figure.axes[0].get_yscale() == "log"
+
+
+def test_trace_estimates_are_calibrated_by_their_stderr():
+    eigenvalues = np.random.default_rng(3).normal(0.5, 1.0, D)
+    point, matrix = _point(eigenvalues, seed=3)
+    exact = np.trace(matrix)
+    for method in ("hutchinson", "hutch++"):
+        estimates = [spectra.trace(point, 30, jax.random.key(k), method) for k in range(20)]
+        z = np.array([(e.value - exact) / e.stderr for e in estimates])
+        assert np.sum(np.abs(z) < 4) >= 19, (method, z)
+        assert 0.5 < np.std(z) < 2.0, (method, z)  # stderr neither far too small nor too large
+        assert estimates[0].method == method and "± " in estimates[0].describe()
+
+
+def test_hutch_plus_plus_beats_hutchinson_on_a_low_rank_dominated_spectrum():
+    rng = np.random.default_rng(4)
+    eigenvalues = np.concatenate([rng.uniform(50, 100, 5), rng.uniform(0, 0.01, D - 5)])
+    point, matrix = _point(eigenvalues, seed=4)
+    exact = np.trace(matrix)
+    errors = {}
+    for method in ("hutchinson", "hutch++"):
+        estimates = [spectra.trace(point, 30, jax.random.key(k), method) for k in range(10)]
+        errors[method] = np.sqrt(np.mean([(e.value - exact) ** 2 for e in estimates]))
+    assert errors["hutch++"] < 1e-2 * errors["hutchinson"], errors
+
+
+def test_diagonal_matches_the_exact_diagonal_by_block():
+    eigenvalues = np.random.default_rng(5).normal(0, 1, D)
+    point, matrix = _point(eigenvalues, seed=5)
+    estimate = spectra.diagonal(point, num_probes=200)
+    exact = np.diag(matrix)
+    assert np.all(estimate.stderr > 0)
+    assert np.all(np.abs(estimate.values - exact) < 4 * estimate.stderr)
+    values, stderr = estimate.block("w")
+    np.testing.assert_array_equal(values, estimate.values[D - 20 :])
+    np.testing.assert_array_equal(stderr, estimate.stderr[D - 20 :])
+    trace_w, stderr_w = estimate.block_traces["w"]
+    assert abs(trace_w - exact[D - 20 :].sum()) < 4 * stderr_w
+    assert "w" in estimate.describe()
+    with pytest.raises(KeyError, match="no parameter named 'v'"):
+        estimate.block("v")
+    assert estimate.values.size == D
+    # a diagonal Hessian: Rademacher probes give it exactly (v_i^2 = 1), with zero spread
+    diag_point = landscape.Point(
+        point.params, objective=_quadratic, inputs={"A": jnp.diag(jnp.arange(float(D)))}
+    )
+    exact_estimate = spectra.diagonal(diag_point, num_probes=200)
+    np.testing.assert_allclose(exact_estimate.values, np.arange(float(D)), atol=1e-12)
+    np.testing.assert_allclose(exact_estimate.stderr, 0.0, atol=1e-12)
+
+
+def test_a_list_of_points_is_one_call_and_equals_one_at_a_time():
+    points = [_point(np.linspace(-1, 2, D), seed=s)[0] for s in (6, 7)]
+    key = jax.random.key(8)
+    before = spectra.slq_program._cache_size()
+    together = spectra.spectral_density(points, *SLQ_SHAPE, key)
+    assert spectra.slq_program._cache_size() <= before + 1  # one batched program at most
+    for point, density in zip(points, together, strict=True):
+        alone = spectra.spectral_density(point, *SLQ_SHAPE, key)
+        np.testing.assert_allclose(density.nodes, alone.nodes, atol=1e-10)
+        assert density.point is point
+    traces = spectra.trace(points, 30, key)
+    diagonals = spectra.diagonal(points, 200, key)
+    for point, tr, dg in zip(points, traces, diagonals, strict=True):
+        assert np.isclose(tr.value, spectra.trace(point, 30, key).value, rtol=1e-10)
+        np.testing.assert_allclose(dg.values, spectra.diagonal(point, 200, key).values, atol=1e-10)
+
+
+def test_trace_at_theta_pi_matches_the_closed_form_and_compiles_once():
+    # untied theta_pi: the only curvature is the (b, a, e) block, with eigenvalues pi0 pi1 once
+    # and +-pi0 pi1 |p + q - 1| four times each (a saddle), so tr H = pi0 pi1 (the dense
+    # Hessian's trace, to 1e-15, at both chains). The block is not diagonal, so Rademacher
+    # probes have a spread and the stderr is a real one. (The dense Hessian is left out: its
+    # compile costs ~10 s; tests/test_compiled.py checks it against the same closed forms.)
+    point = landscape.markov.theta_pi(p=0.5, q=0.8, seq_len=6, tied=False)
+    estimate = spectra.trace(point, num_probes=32, method="hutchinson")
+    assert estimate.dim == point.num_params and estimate.stderr > 0
+    assert abs(estimate.value - 0.5 * 0.8 / 1.3**2) < 4 * estimate.stderr
+    programs = spectra.trace_program._cache_size()
+    other = landscape.markov.theta_pi(p=0.3, q=0.9, seq_len=6, tied=False)
+    for key in range(5):
+        again = spectra.trace(other, 32, jax.random.key(key), method="hutchinson")
+        assert again.stderr > 0 and abs(again.value - 0.3 * 0.9 / 1.2**2) < 4 * again.stderr
+    assert spectra.trace_program._cache_size() == programs  # a new (p, q) reuses the program
+
+
+def test_nonfinite_hvps_give_nan_nodes_and_say_so():
+    point, _ = _point(np.linspace(0, 1, D), seed=9)
+    broken = landscape.Point(
+        point.params, objective=_quadratic, inputs={"A": jnp.full((D, D), jnp.nan)}
+    )
+    density = spectra.spectral_density(broken, *SLQ_SHAPE)
+    assert np.all(np.isnan(density.nodes)) and not density.finite
+    assert "NaN or inf" in density.describe()
+
+
+def test_bad_arguments_get_one_sentence_errors():
+    point, _ = _point(np.linspace(0, 1, D), seed=10)
+    for function in (spectra.spectral_density, spectra.trace, spectra.diagonal):
+        with pytest.raises(ValueError, match=r"num_probes = 0: must be an integer >= \d"):
+            function(point, 0)
+        with pytest.raises(TypeError, match="expects a landscape.Point"):
+            function({"x": jnp.zeros(3)})
+        with pytest.raises(TypeError, match="key = .*: must be a jax random key"):
+            function(point, key=3)
+    with pytest.raises(ValueError, match="num_iters = 41: must be an integer between 1 and 40"):
+        spectra.spectral_density(point, num_iters=41)
+    with pytest.raises(ValueError, match="num_iters = 0: must be an integer between 1 and 40"):
+        spectra.spectral_density(point, num_iters=0)
+    with pytest.raises(ValueError, match="probe = 'uniform': must be one of"):
+        spectra.spectral_density(point, probe="uniform")
+    with pytest.raises(ValueError, match="method = 'exact': must be one of"):
+        spectra.trace(point, method="exact")
+    with pytest.raises(ValueError, match="num_probes = 3: must be an integer >= 4"):
+        spectra.trace(point, 3, method="hutch++")
+    density = spectra.spectral_density(point, *SLQ_SHAPE)
+    with pytest.raises(ValueError, match="hi = 0 is below lo = 1"):
+        density.mass(1, 0)
+    with pytest.raises(ValueError, match="sigma = 0: must be a finite number > 0"):
+        density.density(np.linspace(0, 1, 5), 0.0)
+    with pytest.raises(TypeError, match="density_figure expects a SpectralDensity"):
+        spectra.density_figure(point)
