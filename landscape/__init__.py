@@ -7,19 +7,39 @@ print(H.describe())                                 # blocks, spectrum, verdict,
 """
 
 import importlib
-from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from landscape.curvature import gradient_at, hessian_at, hvp, lanczos_spectrum
 from landscape.point import Point, param_names, params_table, restrict
 
+if TYPE_CHECKING:
+    from landscape.eigen import eigenpairs, escape_directions
+    from landscape.geometry import bezier_path, direction_to, path, random_direction, slice_2d
+    from landscape.spectra import diagonal, spectral_density, trace
+
 PAPERS = ("markov", "ngrams", "recall", "scan_snap")
+PROBES = {  # name: module; loaded on first use, like the papers
+    "spectral_density": "spectra",
+    "trace": "spectra",
+    "diagonal": "spectra",
+    "eigenpairs": "eigen",
+    "escape_directions": "eigen",
+    "path": "geometry",
+    "bezier_path": "geometry",
+    "slice_2d": "geometry",
+    "random_direction": "geometry",
+    "direction_to": "geometry",
+}
 
 
-def __getattr__(name: str) -> ModuleType:
-    """The paper packages load on first use (`landscape.markov` ...): a CLI run of one paper
-    does not import the others (recall's gradient flow alone pulls in diffrax, ~1 s)."""
+def __getattr__(name: str) -> Any:
+    """The paper packages and the probes load on first use (`landscape.markov`,
+    `landscape.slice_2d` ...): a CLI run of one paper does not import the others (recall's
+    gradient flow alone pulls in diffrax, ~1 s)."""
     if name in PAPERS:
         return importlib.import_module(f"landscape.{name}")
+    if name in PROBES:
+        return getattr(importlib.import_module(f"landscape.{PROBES[name]}"), name)
     raise AttributeError(f"module 'landscape' has no attribute {name!r}")
 
 
@@ -32,6 +52,16 @@ __all__ = [
     "hessian_at",
     "hvp",
     "lanczos_spectrum",
+    "spectral_density",
+    "trace",
+    "diagonal",
+    "eigenpairs",
+    "escape_directions",
+    "path",
+    "bezier_path",
+    "slice_2d",
+    "random_direction",
+    "direction_to",
     "markov",
     "ngrams",
     "recall",

@@ -60,3 +60,11 @@ def test_package_map_names_every_module(paper):
     assert listed == files, (
         f"{paper}: missing from the map {sorted(files - listed)}, stale {sorted(listed - files)}"
     )
+
+
+def test_every_lazy_probe_is_exported():
+    import landscape
+
+    assert set(landscape.PROBES) <= set(landscape.__all__)
+    for name in landscape.PROBES:
+        assert callable(getattr(landscape, name))

@@ -1,0 +1,149 @@
+"""Certified eigenpairs and escape directions (landscape/eigen.py), against the closed forms of the
+alpha block at theta_pi (Thm 2 tied, Thm 3 untied; landscape/markov/theory.py) and a quadratic
+with a known repeated spectrum for the Lanczos path."""
+
+import functools
+import re
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import landscape
+from landscape import eigen
+from landscape.markov import theory
+
+P, Q, D_EMBED = 0.5, 0.8, 4
+PI0, PI1 = Q / (P + Q), P / (P + Q)
+
+
+@functools.cache
+def _alpha_block(tied):
+    """theta_pi's alpha block as a point: (b, e) tied (D = 5), (b, a, e) untied (D = 9)."""
+    point = landscape.markov.theta_pi(p=P, q=Q, seq_len=6, tied=tied)
+    return landscape.restrict(point, ["b", "e"] if tied else ["b", "a", "e"])
+
+
+def _quadratic(params, inputs):
+    return 0.5 * params["x"] @ inputs @ params["x"]
+
+
+def _quadratic_point(spectrum, seed):
+    """0.5 x^T A x at x = 0, A = U diag(spectrum) U^T with a random orthogonal U: one model (one
+    objective) for every spectrum of the same size."""
+    rng = np.random.default_rng(seed)
+    basis = np.linalg.qr(rng.normal(size=(spectrum.size, spectrum.size)))[0]
+    matrix = (basis * spectrum) @ basis.T
+    params = {"x": jnp.zeros(spectrum.size)}
+    return landscape.Point(
+        params, objective=_quadratic, inputs=jnp.asarray(0.5 * (matrix + matrix.T))
+    )
+
+
+def _spectrum(seed):
+    """2.5 once above 2.0 four times (the shape of the tied alpha block), a bulk in (-1, 1.8)
+    and -1.5 three times at the bottom: D = 78."""
+    bulk = np.random.default_rng(100 + seed).uniform(-1.0, 1.8, 70)
+    return np.concatenate([[2.5], [2.0] * 4, bulk, [-1.5] * 3])
+
+
+def test_tied_alpha_block_largest_pairs_are_thm2_with_multiplicity_four():
+    point = _alpha_block(True)
+    pairs = eigen.eigenpairs(point, k=5, which="largest")
+    top, repeated = PI0 * PI1, 2 * PI0 * PI1 * (P + Q - 1)  # Thm 2: once, and d = 4 times
+    assert pairs.method == "dense"
+    np.testing.assert_allclose(pairs.values, [top] + [repeated] * 4, rtol=1e-10)
+    groups = pairs.multiplicities()
+    assert [count for _, count in groups] == [1, 4]
+    np.testing.assert_allclose([value for value, _ in groups], [top, repeated], rtol=1e-10)
+    assert np.all(pairs.residuals < 1e-8)
+    np.testing.assert_allclose(pairs.flat_vectors @ pairs.flat_vectors.T, np.eye(5), atol=1e-12)
+    assert sorted(pairs.vectors[0]) == ["b", "e"]
+    assert "x4" in pairs.describe()
+    # the certificate is a fresh HVP, not the eigensolver's word: a wrong value shows up in it
+    wrong = eigen._certified(
+        point, "largest", pairs.values + 1e-3, pairs.flat_vectors, "dense", (0.0, top)
+    )
+    np.testing.assert_allclose(wrong.residuals, 1e-3, rtol=1e-6)
+
+
+def test_lanczos_recovers_repeated_eigenvalues_and_compiles_once_per_model():
+    spectrum = _spectrum(0)
+    point = _quadratic_point(spectrum, seed=0)
+    largest = eigen.eigenpairs(point, k=6, which="largest", dense_below=0)
+    assert largest.method == "lanczos" and largest.converged
+    np.testing.assert_allclose(largest.values, np.sort(spectrum)[::-1][:6], atol=1e-9)
+    assert [count for _, count in largest.multiplicities()][:2] == [1, 4]
+    assert np.all(largest.residuals < 1e-8)
+    np.testing.assert_allclose(largest.flat_vectors @ largest.flat_vectors.T, np.eye(6), atol=1e-9)
+    smallest = eigen.eigenpairs(point, k=4, which="smallest", dense_below=0)
+    np.testing.assert_allclose(smallest.values, np.sort(spectrum)[:4], atol=1e-9)
+    assert smallest.multiplicities()[0] == (pytest.approx(-1.5, abs=1e-9), 3)
+    # a list: one result per point, and a new matrix of the same model reuses the program
+    programs = eigen.krylov_run._cache_size()
+    other = _quadratic_point(_spectrum(1), seed=1)
+    both = eigen.eigenpairs([point, other], k=6, which="largest", dense_below=0)
+    assert eigen.krylov_run._cache_size() == programs
+    np.testing.assert_allclose(both[1].values, np.sort(_spectrum(1))[::-1][:6], atol=1e-9)
+    dense = eigen.eigenpairs([point, other], k=6, which="largest")
+    assert [d.method for d in dense] == ["dense", "dense"]
+    np.testing.assert_allclose(dense[0].values, largest.values, atol=1e-9)
+
+
+def test_untied_alpha_block_escape_directions_are_thm3_negative_eigenvalues():
+    closed = np.asarray(theory.alpha_spectrum(P, Q, D_EMBED, tied=False))  # ascending
+    negative = -PI0 * PI1 * abs(P + Q - 1)
+    # theory's closed form: -pi0 pi1 |p+q-1| d times (not once), the rest positive
+    np.testing.assert_allclose(closed[:D_EMBED], negative, rtol=1e-12)
+    assert np.all(closed[D_EMBED:] > 0)
+    escape = eigen.escape_directions(_alpha_block(False))
+    assert escape.stationary and escape.gradient.norm < 1e-12
+    assert escape.num_negative == D_EMBED
+    np.testing.assert_allclose(escape.values, negative, rtol=1e-10)
+    assert np.all(escape.residuals < 1e-8)
+    # the eigenvectors of [[0, s I], [s I, 0]] for -|s|, s = p+q-1 > 0: a = -e, b untouched
+    for vector in escape.vectors:
+        assert abs(vector["b"]) < 1e-10
+        np.testing.assert_allclose(vector["a"], -vector["e"], atol=1e-10)
+    np.testing.assert_allclose(escape.predicted[:, 0], 0.5 * 1e-6 * negative, rtol=1e-10)
+    assert np.all(escape.measured < 0)  # the loss goes down along each
+    np.testing.assert_allclose(escape.ratios[:, 0], 1.0, atol=0.05)  # at ε = 1e-3
+    text = escape.describe()
+    assert f"verdict: saddle ({D_EMBED} negative eigenvalues" in text
+    assert text.index("gradient norm") < text.index("verdict")
+
+
+def test_a_shifted_point_is_not_stationary_before_any_curvature_verdict():
+    point = _alpha_block(False)
+    shifted = point.with_params({**point.params, "b": point.params["b"] + 0.3})
+    escape = eigen.escape_directions(shifted)
+    # at e = a = 0 the prediction is sigma(b): dL/db = sigma(b) - pi1, the other blocks 0
+    sigma = 1 / (1 + np.exp(-(float(point.params["b"]) + 0.3)))
+    assert escape.gradient.norm == pytest.approx(abs(sigma - PI1), rel=1e-10)
+    assert not escape.stationary
+    lines = escape.describe().splitlines()
+    assert lines[1].strip().startswith("gradient norm  |g| = 7.299e-02")
+    assert lines[2].strip().startswith("verdict: not stationary (|g| = 7.299e-02 > ")
+    assert "saddle" not in escape.describe() and "minimum" not in escape.describe()
+
+
+def test_bad_arguments_are_refused_in_one_sentence():
+    point = _alpha_block(True)
+    cases = [
+        (ValueError, "k = 6: must be at most D = 5", lambda: eigen.eigenpairs(point, k=6)),
+        (ValueError, "k = 0: must be an integer >= 1", lambda: eigen.eigenpairs(point, k=0)),
+        (
+            ValueError,
+            "which = 'middle': must be one of",
+            lambda: eigen.eigenpairs(point, 3, "middle"),
+        ),
+        (TypeError, "expects a landscape.Point", lambda: eigen.eigenpairs({"b": 1.0})),
+        (TypeError, "expects a landscape.Point", lambda: eigen.escape_directions("theta_pi")),
+        (ValueError, "num_iters = 0", lambda: eigen.eigenpairs(point, 2, num_iters=0)),
+        (ValueError, "epsilons", lambda: eigen.escape_directions(point, epsilons=(1e-3, 0.0))),
+    ]
+    for error, message, call in cases:
+        with pytest.raises(error, match=message) as caught:
+            call()
+        text = str(caught.value)
+        assert text.endswith(".") and not re.search(r"\. [A-Z]", text)  # one sentence
