@@ -544,7 +544,7 @@ def hessian_at(
     num_iters: int = 100,
     key: jax.Array | None = None,
     max_dense_dim: int = 6000,
-    columns_per_batch: int = 256,
+    columns_per_batch: int | None = None,
     progress: Callable[[str], None] | None = print,
 ) -> Hessian: ...
 
@@ -557,7 +557,7 @@ def hessian_at(
     num_iters: int = 100,
     key: jax.Array | None = None,
     max_dense_dim: int = 6000,
-    columns_per_batch: int = 256,
+    columns_per_batch: int | None = None,
     progress: Callable[[str], None] | None = print,
 ) -> Spectrum: ...
 
@@ -570,7 +570,7 @@ def hessian_at(
     num_iters: int = 100,
     key: jax.Array | None = None,
     max_dense_dim: int = 6000,
-    columns_per_batch: int = 256,
+    columns_per_batch: int | None = None,
     progress: Callable[[str], None] | None = print,
 ) -> list[Hessian]: ...
 
@@ -583,7 +583,7 @@ def hessian_at(
     num_iters: int = 100,
     key: jax.Array | None = None,
     max_dense_dim: int = 6000,
-    columns_per_batch: int = 256,
+    columns_per_batch: int | None = None,
     progress: Callable[[str], None] | None = print,
 ) -> Any: ...
 
@@ -595,14 +595,14 @@ def hessian_at(
     num_iters: int = 100,
     key: jax.Array | None = None,
     max_dense_dim: int = 6000,
-    columns_per_batch: int = 256,
+    columns_per_batch: int | None = None,
     progress: Callable[[str], None] | None = print,
 ) -> Any:
     """The exact Hessian of the population loss at `point` (or at each of a list of points of
     one model, from one compiled, vmapped call; compiled once per model either way).
 
     method="dense": the (D, D) matrix in the params' dtype, for D <= max_dense_dim; its columns are
-    computed `columns_per_batch` at a time (lower it if memory runs out).
+    computed `columns_per_batch` at a time (default: `default_columns_per_batch`).
     method="lanczos": a `Spectrum` from `num_iters` Lanczos steps (see `lanczos_spectrum`).
     Above D = CHUNKED_ABOVE a single point's matrix is formed in chunks, with its memory first
     and a progress line with the time left after each chunk (`progress=None`: silent).
@@ -615,6 +615,8 @@ def hessian_at(
     _checks.check_int(
         "max_dense_dim", max_dense_dim, 1, "the largest D for which a dense D x D Hessian is formed"
     )
+    if columns_per_batch is None:
+        columns_per_batch = default_columns_per_batch(points[0])
     _checks.check_int("columns_per_batch", columns_per_batch, 1, "Hessian columns computed at once")
     if method == "lanczos":
         spectra = [lanczos_spectrum(p, num_iters, key) for p in points]
@@ -627,6 +629,21 @@ def hessian_at(
     if not listed:
         return _hessian(points[0], loss, grad, matrix)
     return [_hessian(p, loss[i], grad[i], matrix[i]) for i, p in enumerate(points)]
+
+
+COLUMN_BYTES = 16 * 2**20  # memory traffic of one batch of Hessian columns, about a cache's
+
+
+def default_columns_per_batch(point: Point) -> int:
+    """Hessian columns per vmapped batch: as many as keep a batch's memory traffic (XLA's cost
+    estimate of one loss evaluation, a column's share) under COLUMN_BYTES, at least 1 and at most
+    256. A population loss over many sequences gets 1 (theta_pi at N = 10 moves ~50 MB a loss:
+    one column at a time ran 237 columns in 1.5 s, 256 at once in 5.0 s); a small loss gets more."""
+    objective, inputs = point.shared
+    cost = jax.jit(objective).lower(point.params, inputs).cost_analysis() or {}
+    cost = cost[0] if isinstance(cost, list) else cost  # older jax: one dict per program
+    moved = float(cost.get("bytes accessed", 0.0))
+    return int(min(256, max(1, COLUMN_BYTES // max(moved, 1.0))))
 
 
 CHUNKED_ABOVE = 1024  # a dense Hessian of more parameters is formed in chunks, with progress

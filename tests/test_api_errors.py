@@ -259,9 +259,13 @@ def test_inf_hessian_is_non_finite():
 
 
 def test_finite_points_keep_their_verdicts():
-    H = landscape.hessian_at(QUADRATIC)
-    assert H.finite and H.verdict() == "local minimum (positive definite)"
+    H = landscape.hessian_at(QUADRATIC)  # at x = (1, 1): |g| = 2 sqrt(2), not a critical point
+    assert H.finite and H.verdict().startswith("not stationary (|g| = 2.828e+00 > sqrt(eps)")
+    at_minimum = landscape.hessian_at(
+        QUADRATIC.with_params({"x": jnp.zeros(2), "y": jnp.zeros(())})
+    )
+    assert at_minimum.verdict() == "local minimum (positive definite)"
     gradient = landscape.gradient_at(QUADRATIC)
     assert gradient.finite and gradient.verdict(tol=1e-12).startswith("not stationary")
-    assert gradient.verdict().startswith("finite")
+    assert gradient.verdict().startswith("not stationary (|g| = 2.828e+00")
     assert "non-finite" not in H.describe() and "non-finite" not in gradient.describe()
