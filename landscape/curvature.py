@@ -722,16 +722,28 @@ def lanczos(
     key: jax.Array,
     dtype: DTypeLike,
 ) -> tuple[jax.Array, jax.Array]:
-    """Lanczos tridiagonalisation of a symmetric operator, with full reorthogonalisation.
-
-    Returns T's diagonal `alphas` (num_iters,) and off-diagonal `betas` (num_iters - 1,), where
-    T = V^T A V and V's orthonormal columns span the Krylov space of a random start vector (the
-    first column). If the Krylov space is exhausted early, the next vector is a fresh random one
-    orthogonal to V and that beta is 0, so T's eigenvalues stay eigenvalues of A. Jittable with
-    `dim` and `num_iters` static; keeps V in memory (num_iters * dim numbers).
-    """
+    """`lanczos_from` a random start vector drawn from `key` (dim and num_iters static)."""
     if not 1 <= num_iters <= dim:
         raise ValueError(f"num_iters = {num_iters}: must be between 1 and dim = {dim}.")
+    start_key, restart_key = jax.random.split(key)
+    start = jax.random.normal(start_key, (dim,), dtype)
+    return lanczos_from(matvec, start, num_iters, restart_key)
+
+
+def lanczos_from(
+    matvec: Callable[[jax.Array], jax.Array], start: jax.Array, num_iters: int, key: jax.Array
+) -> tuple[jax.Array, jax.Array]:
+    """Lanczos tridiagonalisation of a symmetric operator from `start` (any non-zero vector),
+    with full reorthogonalisation.
+
+    Returns T's diagonal `alphas` (num_iters,) and off-diagonal `betas` (num_iters - 1,), where
+    T = V^T A V and V's orthonormal columns span the Krylov space of `start` (the first column).
+    If the Krylov space is exhausted early, the next vector is a fresh random one (from `key`)
+    orthogonal to V and that beta is 0, so T's eigenvalues stay eigenvalues of A and Gauss
+    quadrature weights stay exact. Jittable and vmappable with `num_iters` static; keeps V in
+    memory (num_iters * dim numbers).
+    """
+    dim, dtype = start.shape[0], start.dtype
     dot = functools.partial(jnp.matmul, precision=jax.lax.Precision.HIGHEST)
     eps = jnp.finfo(dtype).eps
 
@@ -740,8 +752,7 @@ def lanczos(
         return w - dot(basis.T, dot(basis, w))
 
     def fresh_direction(basis: jax.Array, i: jax.Array) -> jax.Array:
-        w = jax.random.normal(jax.random.fold_in(restart_key, i), (dim,), dtype)
-        w = orthogonalise(basis, w)
+        w = orthogonalise(basis, jax.random.normal(jax.random.fold_in(key, i), (dim,), dtype))
         return w / jnp.linalg.norm(w)
 
     def step(i: jax.Array, state: LanczosState) -> LanczosState:
@@ -757,8 +768,6 @@ def lanczos(
         betas = betas.at[i].set(jnp.where(exhausted, 0, beta))
         return basis, alphas, betas
 
-    start_key, restart_key = jax.random.split(key)
-    start = jax.random.normal(start_key, (dim,), dtype)
     basis = jnp.zeros((num_iters, dim), dtype).at[0].set(start / jnp.linalg.norm(start))
     state = (basis, jnp.zeros(num_iters, dtype), jnp.zeros(num_iters, dtype))
     _, alphas, betas = jax.lax.fori_loop(0, num_iters, step, state)

@@ -28,7 +28,7 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from landscape import _checks, compiled
-from landscape.curvature import as_points
+from landscape.curvature import as_points, lanczos_from
 from landscape.point import Point, block_names, param_names
 from landscape.typing import PyTree
 
@@ -54,49 +54,6 @@ def _probes(key: jax.Array, kind: str, num: int, dim: int, dtype: Any) -> jax.Ar
 
 def _maybe_batched(body: Callable, batched: bool, *args: Any) -> Any:
     return jax.vmap(body)(*args) if batched else body(*args)
-
-
-def lanczos_from(
-    matvec: Callable[[jax.Array], jax.Array], start: jax.Array, num_iters: int, key: jax.Array
-) -> tuple[jax.Array, jax.Array]:
-    """Lanczos tridiagonalisation started at `start` (any non-zero vector), with full
-    reorthogonalisation: T's diagonal (num_iters,) and off-diagonal (num_iters - 1,).
-
-    Like `landscape.curvature.lanczos`, which draws its own start vector: if the Krylov space is
-    exhausted early, the next vector is a fresh random one (from `key`) orthogonal to the basis and
-    that beta is 0, so T stays block diagonal and the Gauss quadrature weights stay exact (the
-    later blocks get weight 0). Jittable and vmappable; `num_iters` is static.
-    """
-    dim, dtype = start.shape[0], start.dtype
-    dot = functools.partial(jnp.matmul, precision=jax.lax.Precision.HIGHEST)
-    eps = jnp.finfo(dtype).eps
-
-    def orthogonalise(basis: jax.Array, w: jax.Array) -> jax.Array:
-        w = w - dot(basis.T, dot(basis, w))  # twice: one pass loses orthogonality in rounding
-        return w - dot(basis.T, dot(basis, w))
-
-    def fresh_direction(basis: jax.Array, i: jax.Array) -> jax.Array:
-        w = orthogonalise(basis, jax.random.normal(jax.random.fold_in(key, i), (dim,), dtype))
-        return w / jnp.linalg.norm(w)
-
-    def step(i: jax.Array, state: tuple[jax.Array, ...]) -> tuple[jax.Array, ...]:
-        basis, alphas, betas = state
-        v = basis[i]
-        av = matvec(v)
-        w = orthogonalise(basis, av)  # rows after i are still zero
-        beta = jnp.linalg.norm(w)
-        exhausted = beta <= 100 * eps * jnp.linalg.norm(av)
-        safe = jnp.where(exhausted, 1, beta)
-        next_v = jnp.where(exhausted, fresh_direction(basis, i), w / safe)
-        basis = basis.at[i + 1].set(next_v, mode="drop")
-        alphas = alphas.at[i].set(dot(v, av))
-        betas = betas.at[i].set(jnp.where(exhausted, 0, beta))
-        return basis, alphas, betas
-
-    basis = jnp.zeros((num_iters, dim), dtype).at[0].set(start / jnp.linalg.norm(start))
-    state = (basis, jnp.zeros(num_iters, dtype), jnp.zeros(num_iters, dtype))
-    _, alphas, betas = jax.lax.fori_loop(0, num_iters, step, state)
-    return alphas, betas[:-1]
 
 
 def _slq_one(
