@@ -25,16 +25,18 @@ Objective = Callable[[PyTree, PyTree], jax.Array]
 def stack(points: Sequence[Point]) -> tuple[Objective, PyTree, PyTree]:
     """(objective, params_P, inputs_P): the points' params and inputs stacked on a new axis."""
     objective, _ = points[0].shared
-
-    def stacked(*leaves: Any) -> jax.Array:
-        return jnp.stack([jnp.asarray(x) for x in leaves])
-
-    params = jax.tree.map(stacked, *[p.params for p in points])
-    inputs = jax.tree.map(stacked, *[p.shared[1] for p in points])
+    params = stack_trees(*[p.params for p in points])
+    inputs = stack_trees(*[p.shared[1] for p in points])
     return objective, params, inputs
 
 
-def _maybe_batched(body: Callable, batched: bool, *args: Any) -> Any:
+def stack_trees(*trees: PyTree) -> PyTree:
+    """Pytrees of one structure stacked leaf by leaf on a new leading axis."""
+    return jax.tree.map(lambda *leaves: jnp.stack([jnp.asarray(x) for x in leaves]), *trees)
+
+
+def maybe_batched(body: Callable, batched: bool, *args: Any) -> Any:
+    """body(*args), vmapped over the leading axis of every argument when `batched`."""
     return jax.vmap(body)(*args) if batched else body(*args)
 
 
@@ -51,7 +53,7 @@ def _value_and_grad(objective: Objective, params: PyTree, inputs: PyTree) -> Any
 @functools.partial(jax.jit, static_argnames=("objective", "batched"))
 def value_and_grad(objective: Objective, params: PyTree, inputs: PyTree, batched: bool) -> Any:
     """(loss, gradient pytree) at params."""
-    return _maybe_batched(functools.partial(_value_and_grad, objective), batched, params, inputs)
+    return maybe_batched(functools.partial(_value_and_grad, objective), batched, params, inputs)
 
 
 def _hessian(
@@ -95,7 +97,7 @@ def hvp(
 ) -> PyTree:
     """H v at params, v a pytree shaped like the params."""
     body = functools.partial(_hvp, objective)
-    return _maybe_batched(body, batched, params, inputs, tangent)
+    return maybe_batched(body, batched, params, inputs, tangent)
 
 
 def flat_hvp(objective: Objective, params: PyTree, inputs: PyTree) -> Callable:

@@ -33,7 +33,7 @@ from matplotlib.axes import Axes
 from matplotlib.colors import BoundaryNorm
 from matplotlib.figure import Figure
 
-from landscape import _checks, training
+from landscape import _checks, compiled, training
 from landscape import plotting as plotting_lib
 from landscape.curvature import as_points
 from landscape.point import Point, param_names
@@ -73,17 +73,15 @@ def _losses_at(
     return jax.lax.map(one, weights_TK, batch_size=batch_size)
 
 
-def _stacked(*trees: PyTree) -> PyTree:
-    return jax.tree.map(lambda *leaves: jnp.stack([jnp.asarray(x) for x in leaves]), *trees)
-
-
 def _evaluate(
     point: Point, controls: Sequence[PyTree], weights_TK: np.ndarray, batch_size: int | None
 ) -> np.ndarray:
     """The losses of `point`'s model at the combinations weights_TK of `controls`."""
     objective, inputs = point.shared
     weights = jnp.asarray(np.asarray(weights_TK, np.float64))
-    return np.asarray(_losses_at(objective, _stacked(*controls), inputs, weights, batch_size))
+    return np.asarray(
+        _losses_at(objective, compiled.stack_trees(*controls), inputs, weights, batch_size)
+    )
 
 
 # ----------------------------------------------------------------------------- checks
@@ -273,7 +271,7 @@ def _bezier_problem(a: Point, b: Point, num_ts: int, init_scale: float) -> train
     def loss(m: PyTree, key: jax.Array, hp: training.HParams) -> tuple[jax.Array, dict]:
         offsets = jax.random.uniform(key, (num_ts,))
         ts = (jnp.arange(num_ts) + offsets) / num_ts  # one t per stratum: unbiased, low variance
-        controls = _stacked(a.params, m, b.params)
+        controls = compiled.stack_trees(a.params, m, b.params)
         return jnp.mean(_losses_at(objective, controls, inputs, _bernstein(ts), None)), {}
 
     return training.Problem(init=init, loss=loss, learning_rates=lambda hp: hp["lr"])

@@ -52,10 +52,6 @@ def _probes(key: jax.Array, kind: str, num: int, dim: int, dtype: Any) -> jax.Ar
     return gaussian * (math.sqrt(dim) / jnp.linalg.norm(gaussian, axis=1, keepdims=True))
 
 
-def _maybe_batched(body: Callable, batched: bool, *args: Any) -> Any:
-    return jax.vmap(body)(*args) if batched else body(*args)
-
-
 def _slq_one(
     objective: compiled.Objective,
     num_probes: int,
@@ -88,7 +84,7 @@ def slq_program(
 ) -> tuple[jax.Array, jax.Array]:
     """(alphas (P, m), betas (P, m - 1)): Lanczos from each of P probes, one vmapped program."""
     body = functools.partial(_slq_one, objective, num_probes, num_iters, probe, key)
-    return _maybe_batched(body, batched, params, inputs)
+    return compiled.maybe_batched(body, batched, params, inputs)
 
 
 def _quadratic_forms(matvec: Callable, vectors: jax.Array) -> jax.Array:
@@ -132,7 +128,7 @@ def trace_program(
 ) -> tuple[jax.Array, jax.Array]:
     """(exact part, samples) of a Hutchinson or Hutch++ trace estimate, num_probes HVPs."""
     body = functools.partial(_trace_one, objective, num_probes, method, key)
-    return _maybe_batched(body, batched, params, inputs)
+    return compiled.maybe_batched(body, batched, params, inputs)
 
 
 def _diagonal_one(
@@ -155,7 +151,7 @@ def diagonal_program(
 ) -> jax.Array:
     """Samples v * Hv (P, D) of Hutchinson's diagonal estimator, one vmapped program."""
     body = functools.partial(_diagonal_one, objective, num_probes, key)
-    return _maybe_batched(body, batched, params, inputs)
+    return compiled.maybe_batched(body, batched, params, inputs)
 
 
 # ---------------------------------------------------------------- results
