@@ -28,6 +28,10 @@ class Point:
     `objective` (the same function object) and take `inputs` as an argument, so a new (p, q) or
     a new batch costs no compile. `loss_fn` is then `objective` with `inputs` filled in.
 
+    A loss that is a function of model outputs may also give `outputs(params, inputs) -> z` and
+    `output_loss(z, inputs) -> scalar` with objective = output_loss ∘ outputs: the split the
+    Gauss-Newton matrix needs (`landscape.ggn_at`, notes/landscape_geometry.md §7).
+
     Equality and hashing are by identity (params are arrays, which have no truth value).
     `meta` is free-form. Keys the engine reads: "prediction" (str), the theory's verdict, e.g.
     "local minimum (Thm 2)"; "expected_loss" (float), a closed-form value of the loss.
@@ -39,8 +43,11 @@ class Point:
     meta: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     objective: Callable[[PyTree, PyTree], jax.Array] | None = None
     inputs: PyTree = None
+    outputs: Callable[[PyTree, PyTree], jax.Array] | None = None
+    output_loss: Callable[[jax.Array, PyTree], jax.Array] | None = None
 
     def __post_init__(self) -> None:
+        _check_split(self)
         if self.objective is not None:
             if not callable(self.objective):
                 raise TypeError(
@@ -82,12 +89,35 @@ class Point:
         if self.objective is None:
             return dataclasses.replace(self, params=params)
         return Point(
-            params, name=self.name, meta=self.meta, objective=self.objective, inputs=self.inputs
+            params,
+            name=self.name,
+            meta=self.meta,
+            objective=self.objective,
+            inputs=self.inputs,
+            outputs=self.outputs,
+            output_loss=self.output_loss,
         )
 
     @property
     def num_params(self) -> int:
         return sum(int(np.size(leaf)) for leaf in jax.tree_util.tree_leaves(self.params))
+
+
+def _check_split(point: Point) -> None:
+    """outputs and output_loss come together, with an objective they compose to."""
+    given = [point.outputs is not None, point.output_loss is not None]
+    if not any(given):
+        return
+    if not all(given):
+        raise TypeError(
+            "give a Point both outputs(params, inputs) and output_loss(z, inputs), or neither."
+        )
+    if point.objective is None:
+        raise TypeError(
+            "outputs and output_loss split an objective(params, inputs): give the objective too."
+        )
+    if not (callable(point.outputs) and callable(point.output_loss)):
+        raise TypeError("outputs and output_loss must be functions.")
 
 
 def _fill(objective: Callable, inputs: PyTree, params: PyTree) -> jax.Array:

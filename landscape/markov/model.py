@@ -1,40 +1,10 @@
 """Theory and GPT-2 transformers for Markov chains (notes/markov.md §3.1, §3.2, §3.5, §6.8).
 
-Both families are one `flax.linen` Module, `MarkovModel`, used as pure functions through
-`model.init` / `model.apply({"params": params}, x_BN, method=...)`. They run the same `Block`
-(causal self-attention + MLP) and differ only in the embedding, the LayerNorms and the head.
-Every parameter is named explicitly, so the parameter tree (the dict under "params") reads as
-the Hessian block names: "b", "e", "pos", "block_0/W_Q", ... (one `Block` per layer, named
-block_<l>, holding its matrices and LN gains directly).
-
-Orientation (notes §3.1, = PyTorch nn.Linear.weight, = Table 1): every matrix acts on column
-vectors from the left, W x. With H heads of width m = d / H:
-  W_Q, W_K, W_V (H m, d)   rows h m .. (h+1) m - 1 belong to head h
-  W_O (d, H m)             columns likewise
-  W_1 (r, d), W_2 (d, r)   FF: z = y + W_2 act(W_1 y)
-Token tables are (S, d) with row s the embedding of state s; positions are (N, d), row n = p_n.
-
-theory, S = 2 (notes §3.1 uni-embedding): {"b": (), "e": (d,), ["a": (d,) untied],
-  "pos": (N, d), "block_0": {...}, ...}; x_n = x_n e + p_n, logit_n = <a, z_n> + b (a = e if tied).
-theory, S > 2 (notes §6.8): {"b": (S,), "E": (S, d), ["A": (S, d) untied], "pos", "block_<l>"};
-  x_n = E[x_n] + p_n, logits_n = E z_n + b (A z_n + b untied).
-gpt (notes §3.2): {"wte": (S, d), "wpe": (N, d), "block_<l>": {["ln_1": (d,)], "W_Q", "W_K",
-  "W_V", "W_O", ["ln_2": (d,)], "W_1", "W_2"}, ["ln_f": (d,)], "head_bias": (S,),
-  ["lm_head": (S, d) untied]}; the LN gains exist only when layer_norm is True.
-
-Precision, the Flax way (landscape/precision.py): `param_dtype` is the parameters' dtype (what
-`model.init` makes), `dtype` the computation's (None: the parameters' own). A half `dtype`
-(float16, bfloat16) is torch.autocast without a gradient scaler, op for op: every matmul (the
-Linear layers and the head) casts its operands to `dtype` and returns `dtype`; GELU/ReLU run on
-those; embeddings stay in the parameter dtype, so the residual stream (x + a half-precision
-branch promotes) stays float32; the attention softmax, the LayerNorms and the log-softmax /
-log-sigmoid of the loss run in float32 (`precision.accum_dtype`), and the attention output is
-cast back to `dtype`, as a fused float16 attention kernel returns it.
-
-The forward pass mixes values on the lower-triangular tile pairs only (`_causal_mix`, exact, a
-hand-written flash-style backward pass); `attention_weights` builds the full (B, H, N, N) matrix
-for plots. Tokens x_BN are ints in 0..S-1 (not checked: a gather clamps), of length <= seq_len
-(positions p_1..p_len are used).
+Both are one `flax.linen` Module, `MarkovModel`, used through `model.init` / `model.apply`: the
+same `Block` (causal self-attention + MLP), different embeddings, LayerNorms and heads. Matrices
+act on column vectors from the left (PyTorch's `nn.Linear.weight`), and parameter names are the
+Hessian block names. Orientation, parameter trees and the causal attention:
+docs/design/markov.md; precision: docs/design/precision.md.
 """
 
 from __future__ import annotations
@@ -319,10 +289,12 @@ class MarkovModel(nn.Module):
 
         Reduced theory model: [log sigmoid(-logit), log sigmoid(logit)] = [log P(0), log P(1)].
         """
-        out = self._head(self.residual_stream(x_BN))
-        if self.reduced:
-            return jnp.stack([jax.nn.log_sigmoid(-out), jax.nn.log_sigmoid(out)], axis=-1)
-        return _log_softmax_last(out)
+        return log_probs_of(self.logits(x_BN), self.reduced)
+
+    def logits(self, x_BN: jax.Array) -> jax.Array:
+        """The head's output before the log-softmax: (B, N) for the reduced theory model, else
+        (B, N, S); `log_probs_of` turns it into `__call__`'s output (the Gauss-Newton split)."""
+        return self._head(self.residual_stream(x_BN))
 
     def logit_binary(self, x_BN: jax.Array) -> jax.Array:
         """(B, N) logit_n = <a, z_n> + b (theory, notes §3.1); logit_1 - logit_0 for gpt (S = 2)."""
@@ -438,6 +410,14 @@ def _reduce_last(
 def _mean_last(x_BND: jax.Array) -> jax.Array:
     """Mean over the last axis, keepdims (`_reduce_last`)."""
     return _reduce_last(x_BND) / x_BND.shape[-1]
+
+
+def log_probs_of(logits: jax.Array, reduced: bool) -> jax.Array:
+    """(B, N, S) log-probabilities from `MarkovModel.logits`: [log sigmoid(-l), log sigmoid(l)]
+    for the reduced model's single logit l, the log-softmax over S otherwise."""
+    if reduced:
+        return jnp.stack([jax.nn.log_sigmoid(-logits), jax.nn.log_sigmoid(logits)], axis=-1)
+    return _log_softmax_last(logits)
 
 
 def _log_softmax_last(logits_BNS: jax.Array) -> jax.Array:

@@ -1,14 +1,10 @@
 """The constructed points of Attention with Markov (notes/markov.md §6), as `Point`s.
 
-    theta_pi(p, q)        the unigram point of Thm 2 (tied: a local minimum for p + q > 1) and
-                          Thm 3 (untied: a saddle); S > 2: the multi-state unigram point (§6.8)
+    theta_pi(p, q)        the unigram point of Thm 2 (tied) and Thm 3 (untied); S > 2 (§6.8)
     theta_star(p, q)      a global minimum of Thm 1 (B.1 for p + q <= 1, B.2 for p + q > 1)
 
-Each point's loss is the population loss of the theory model (no LayerNorm): exact, by
-enumerating all S^N sequences with soft targets, when S^N is at most 2^16; otherwise Monte Carlo
-on a fixed sample of sequences with soft targets (common random numbers across points).
-Its `meta` carries the closed-form prediction, the alpha block as the focus block of the Hessian
-report, and the loss the theory predicts.
+Losses are the theory model's population loss, exact up to S^N = 2^16 sequences, else Monte
+Carlo; `meta` carries the predictions. See docs/design/markov.md.
 """
 
 from __future__ import annotations
@@ -63,6 +59,46 @@ def population_objective(model: model_lib.MarkovModel) -> Callable[[PyTree, Any]
         return task.population_cross_entropy(model.apply({"params": params}, x), weights, targets)
 
     return objective
+
+
+@functools.cache
+def population_outputs(model: model_lib.MarkovModel) -> Callable[[PyTree, Any], jax.Array]:
+    """(params, inputs) -> the model's logits on the population's sequences: the outputs of the
+    Gauss-Newton split of `population_objective` (notes/landscape_geometry.md §7)."""
+
+    def outputs(params: PyTree, inputs: Any) -> jax.Array:
+        return model.apply({"params": params}, inputs[0], method=model_lib.MarkovModel.logits)
+
+    return outputs
+
+
+@functools.cache
+def population_output_loss(model: model_lib.MarkovModel) -> Callable[[jax.Array, Any], jax.Array]:
+    """(logits, inputs) -> the soft-target cross-entropy: `population_objective` is this
+    composed with `population_outputs`."""
+
+    def output_loss(logits: jax.Array, inputs: Any) -> jax.Array:
+        _, weights, targets = inputs
+        log_probs = model_lib.log_probs_of(logits, model.reduced)
+        return task.population_cross_entropy(log_probs, weights, targets)
+
+    return output_loss
+
+
+def population_point(
+    model: model_lib.MarkovModel, params: PyTree, inputs: Any, name: str, meta: dict
+) -> Point:
+    """A Point of `model` judged by its population loss on `inputs` (`population_inputs`),
+    carrying the logits/cross-entropy split for the Gauss-Newton matrix."""
+    return Point(
+        params,
+        name=name,
+        meta=meta,
+        objective=population_objective(model),
+        inputs=inputs,
+        outputs=population_outputs(model),
+        output_loss=population_output_loss(model),
+    )
 
 
 def population_inputs(
@@ -235,8 +271,7 @@ def theta_pi(
         "q": q,
     }
     name = f"theta_pi ({'tied' if tied else 'untied'}, {unigram.label}, d={d}, N={seq_len})"
-    objective = population_objective(model)
-    return Point(params, name=name, meta=meta, objective=objective, inputs=inputs)
+    return population_point(model, params, inputs, name, meta)
 
 
 def _positions(
@@ -376,5 +411,4 @@ def theta_star(
         "q": q,
     }
     name = f"theta_star ({construction}, {'tied' if tied else 'untied'}, p={p:g}, q={q:g}, d={d})"
-    objective = population_objective(model)
-    return Point(params, name=name, meta=meta, objective=objective, inputs=inputs)
+    return population_point(model, params, inputs, name, meta)

@@ -1,0 +1,159 @@
+"""The Gauss-Newton part of the Hessian, G = Jᵀ H_z J, and the remainder H - G.
+
+`ggn_at(point)` needs a Point that carries the split of its loss into model outputs and an output
+loss (`Point.outputs`, `Point.output_loss`; the Markov points do). G is positive semi-definite
+whenever the output loss is convex in the outputs (a cross-entropy of logits is), so the negative
+curvature of a saddle lives in the remainder. See notes/landscape_geometry.md §7.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable, Sequence
+from typing import overload
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.flatten_util import ravel_pytree
+
+from landscape import compiled, curvature
+from landscape.point import Point
+from landscape.typing import PyTree
+
+Outputs = Callable[[PyTree, PyTree], jax.Array]
+OutputLoss = Callable[[jax.Array, PyTree], jax.Array]
+
+
+def _ggn_columns(
+    outputs: Outputs, output_loss: OutputLoss, params: PyTree, inputs: PyTree
+) -> tuple[jax.Array, jax.Array]:
+    """(the loss through the split, G (D, D)): column j is Jᵀ H_z J e_j (a JVP through the model,
+    the output loss's Hessian-vector product, the transposed JVP)."""
+    flat, unravel = ravel_pytree(params)
+    z, jvp = jax.linearize(lambda x: outputs(unravel(x), inputs), flat)
+    vjp = jax.linear_transpose(jvp, flat)
+    grad_z = jax.grad(output_loss)
+
+    def column(e: jax.Array) -> jax.Array:
+        hz = jax.jvp(lambda u: grad_z(u, inputs), (z,), (jvp(e),))[1]
+        return vjp(hz)[0]
+
+    basis = jnp.eye(flat.size, dtype=flat.dtype)
+    return output_loss(z, inputs), jax.lax.map(column, basis, batch_size=min(flat.size, 64))
+
+
+@functools.partial(jax.jit, static_argnames=("outputs", "output_loss", "batched"))
+def ggn_matrix(
+    outputs: Outputs, output_loss: OutputLoss, params: PyTree, inputs: PyTree, batched: bool
+) -> tuple[jax.Array, jax.Array]:
+    """(loss, G): compiled once per (outputs, output_loss), vmapped over points when batched."""
+    body = functools.partial(_ggn_columns, outputs, output_loss)
+    return compiled.maybe_batched(body, batched, params, inputs)
+
+
+@dataclasses.dataclass(frozen=True, eq=False, repr=False)
+class GaussNewton:
+    """G (the Gauss-Newton matrix), the Hessian H, and R = H - G at a point, with named blocks."""
+
+    ggn: np.ndarray
+    hessian: curvature.Hessian
+
+    @property
+    def names(self) -> curvature.Names:
+        return self.hessian.names
+
+    @property
+    def remainder(self) -> np.ndarray:
+        """R = H - G: the outputs' curvature weighted by the loss's output gradient."""
+        return self.hessian.matrix - self.ggn
+
+    def block(self, a: str | list[str], b: str | list[str] | None = None) -> np.ndarray:
+        """The (a, b) block of G (names as in `Hessian.block`)."""
+        rows = curvature._select(self.names, a)
+        cols = rows if b is None else curvature._select(self.names, b)
+        return self.ggn[np.ix_(rows, cols)]
+
+    @functools.cached_property
+    def ggn_eigenvalues(self) -> np.ndarray:
+        return np.linalg.eigvalsh(self.ggn)
+
+    @functools.cached_property
+    def remainder_eigenvalues(self) -> np.ndarray:
+        return np.linalg.eigvalsh(self.remainder)
+
+    def describe(self) -> str:
+        """G's spectrum (PSD check), H's negative eigenvalues, and where they come from."""
+        tol = self.hessian.tolerance()
+        h_neg = int(np.sum(self.hessian.eigenvalues < -tol))
+        g_neg = int(np.sum(self.ggn_eigenvalues < -tol))
+        g_min, g_max = self.ggn_eigenvalues[0], self.ggn_eigenvalues[-1]
+        name = self.hessian.point.name or "the point"
+        lines = [
+            f"Gauss-Newton at {name}: D = {self.ggn.shape[0]}, tolerance {tol:.2e}",
+            f"  G = JᵀH_zJ: eigenvalues in [{g_min:.6g}, {g_max:.6g}], "
+            + ("positive semi-definite" if g_neg == 0 else f"{g_neg} negative (not PSD)"),
+            f"  H: {h_neg} negative eigenvalue(s), smallest {self.hessian.eigenvalues[0]:.6g}",
+            f"  R = H - G: eigenvalues in [{self.remainder_eigenvalues[0]:.6g}, "
+            f"{self.remainder_eigenvalues[-1]:.6g}]",
+        ]
+        blind = [name for name, cols, _ in self.names if not np.any(self.ggn[cols])]
+        if blind:
+            lines.append(
+                f"  G is zero in the rows of {', '.join(blind)}: the curvature there is all R"
+            )
+        if h_neg and not g_neg:
+            lines.append(
+                f"  H's {h_neg} negative direction(s) come from R, the part a positive "
+                "semi-definite method (Gauss-Newton, K-FAC, Fisher) cannot see."
+            )
+        return "\n".join(lines)
+
+
+@overload
+def ggn_at(point: Point) -> GaussNewton: ...
+
+
+@overload
+def ggn_at(point: Sequence[Point]) -> list[GaussNewton]: ...
+
+
+def ggn_at(point: Point | Sequence[Point]) -> GaussNewton | list[GaussNewton]:
+    """The Gauss-Newton matrix G and the remainder H - G at a point (or each point of a list of
+    one model, one compiled call), for a point whose loss is `output_loss(outputs(params))`."""
+    points, listed = curvature.as_points(point, "ggn_at")
+    first = points[0]
+    if first.outputs is None or first.output_loss is None:
+        raise ValueError(
+            f"ggn_at: {first.name or 'the point'} does not split its loss into model outputs and "
+            "an output loss; build it with Point(..., objective=..., inputs=..., outputs=..., "
+            "output_loss=...) (the Markov points carry the split)."
+        )
+    if any(
+        p.outputs is not first.outputs or p.output_loss is not first.output_loss for p in points
+    ):
+        raise ValueError("ggn_at: the points of a list must share outputs and output_loss.")
+    if listed:
+        hessians = curvature.hessian_at(points, progress=None)
+        _, params, inputs = compiled.stack(points)
+    else:
+        hessians, params, inputs = (
+            [curvature.hessian_at(first, progress=None)],
+            first.params,
+            first.inputs,
+        )
+    losses, ggns = ggn_matrix(first.outputs, first.output_loss, params, inputs, listed)
+    losses, ggns = (losses, ggns) if listed else (losses[None], ggns[None])
+    results = [_result(h, float(losses[i]), np.asarray(ggns[i])) for i, h in enumerate(hessians)]
+    return results if listed else results[0]
+
+
+def _result(hessian: curvature.Hessian, loss: float, ggn: np.ndarray) -> GaussNewton:
+    """Check the split reproduces the point's loss, then symmetrise G."""
+    if not np.isclose(loss, hessian.gradient.loss, rtol=1e-6, atol=1e-9):
+        raise ValueError(
+            f"ggn_at: output_loss(outputs(params)) = {loss:.10g} but the point's loss is "
+            f"{hessian.gradient.loss:.10g}; the split must compose to the objective."
+        )
+    return GaussNewton(0.5 * (ggn + ggn.T), hessian)

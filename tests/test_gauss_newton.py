@@ -1,0 +1,119 @@
+"""ggn_at: the Gauss-Newton matrix and the remainder H - G, against closed forms."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import landscape
+from landscape.point import Point
+
+P, Q = 0.5, 0.8
+PI0PI1 = P * Q / (P + Q) ** 2
+
+
+@pytest.fixture(scope="module")
+def untied():
+    return landscape.ggn_at(landscape.markov.theta_pi(p=P, q=Q, seq_len=6, tied=False))
+
+
+def test_untied_theta_pi_negative_curvature_lives_in_the_remainder(untied):
+    # Thm 3: the untied unigram point is a saddle with eigenvalues -pi0 pi1 |p+q-1| (d-fold);
+    # G is a sum of J^T H_z J with H_z >= 0, so it holds none of them.
+    tol = untied.hessian.tolerance()
+    h = untied.hessian.eigenvalues
+    np.testing.assert_allclose(h[:4], -PI0PI1 * abs(P + Q - 1), rtol=1e-9)
+    assert h[4] > -tol
+    assert untied.ggn_eigenvalues[0] > -tol
+    assert untied.remainder_eigenvalues[0] == pytest.approx(-PI0PI1 * abs(P + Q - 1), rel=1e-9)
+    assert "come from R" in untied.describe()
+
+
+def test_ggn_blocks_at_theta_pi_match_closed_forms(untied):
+    # logit = <a, z_n> + b with a = e = 0: J_b = 1, so G_bb = sigma'(b) = pi0 pi1, and the logit
+    # has no first-order dependence on e, so G's e rows vanish.
+    np.testing.assert_allclose(untied.block("b"), [[PI0PI1]], rtol=1e-12)
+    assert np.abs(untied.block("e", ["b", "e", "a"])).max() == 0.0
+    np.testing.assert_allclose(untied.ggn, untied.ggn.T, atol=0)
+
+
+def test_remainder_equals_output_curvature_weighted_by_the_output_gradient(untied):
+    # R = sum_k (dl/dz_k) d^2 z_k / d theta^2, computed here independently of H and G.
+    point = untied.hessian.point
+    flat, unravel = jax.flatten_util.ravel_pytree(point.params)
+    z = point.outputs(point.params, point.inputs)
+    grad_z = jax.grad(point.output_loss)(z, point.inputs)
+
+    def weighted_outputs(x):
+        return jnp.vdot(grad_z, point.outputs(unravel(x), point.inputs))
+
+    remainder = np.asarray(jax.hessian(weighted_outputs)(flat))
+    np.testing.assert_allclose(untied.remainder, remainder, atol=1e-12)
+
+
+def _logistic_point(key, n=40, d=5):
+    x_kx, y_key, w_key = jax.random.split(key, 3)
+    x_nd = jax.random.normal(x_kx, (n, d), jnp.float64)
+    y_n = (jax.random.uniform(y_key, (n,)) < 0.5).astype(jnp.float64)
+
+    def outputs(params, inputs):
+        return inputs[0] @ params["w"] + params["c"]
+
+    def output_loss(z, inputs):
+        return jnp.mean(jnp.logaddexp(0.0, z) - inputs[1] * z)
+
+    def objective(params, inputs):
+        return output_loss(outputs(params, inputs), inputs)
+
+    params = {"w": 0.3 * jax.random.normal(w_key, (d,), jnp.float64), "c": jnp.array(0.1)}
+    return Point(
+        params, objective=objective, inputs=(x_nd, y_n), outputs=outputs, output_loss=output_loss
+    )
+
+
+def test_logistic_regression_ggn_is_the_hessian():
+    # outputs linear in the params: R = 0 and G = X^T diag(sigma'(z)) X / n, with X = [x, 1].
+    point = _logistic_point(jax.random.key(3))
+    result = landscape.ggn_at(point)
+    x_nd = np.asarray(point.inputs[0])
+    z = x_nd @ np.asarray(point.params["w"]) + float(point.params["c"])
+    s = 1 / (1 + np.exp(-z))
+    design = np.concatenate([np.ones((len(z), 1)), x_nd], axis=1)  # "c" sorts before "w"
+    expected = design.T @ (design * (s * (1 - s))[:, None]) / len(z)
+    np.testing.assert_allclose(result.ggn, expected, rtol=1e-10, atol=1e-14)
+    np.testing.assert_allclose(result.remainder, 0.0, atol=1e-14)
+
+
+def test_a_list_equals_one_at_a_time():
+    points = [_logistic_point(jax.random.key(k)) for k in (1, 2)]
+    points[1] = Point(  # one model: the first point's functions, the second's data
+        points[0].params,
+        objective=points[0].objective,
+        inputs=points[1].inputs,
+        outputs=points[0].outputs,
+        output_loss=points[0].output_loss,
+    )
+    listed = landscape.ggn_at(points)
+    for point, result in zip(points, listed, strict=True):
+        np.testing.assert_allclose(result.ggn, landscape.ggn_at(point).ggn, rtol=1e-12)
+
+
+def test_a_point_without_the_split_is_refused_in_one_sentence():
+    point = Point({"w": jnp.ones(3)}, lambda p: jnp.sum(p["w"] ** 2))
+    with pytest.raises(ValueError, match="does not split its loss"):
+        landscape.ggn_at(point)
+    with pytest.raises(TypeError, match="both outputs"):
+        Point(point.params, objective=lambda p, i: 0.0, inputs=None, outputs=lambda p, i: 0.0)
+
+
+def test_a_split_that_does_not_compose_to_the_objective_is_refused():
+    good = _logistic_point(jax.random.key(0))
+    bad = Point(
+        good.params,
+        objective=good.objective,
+        inputs=good.inputs,
+        outputs=good.outputs,
+        output_loss=lambda z, inputs: 2.0 * good.output_loss(z, inputs),
+    )
+    with pytest.raises(ValueError, match="must compose to the objective"):
+        landscape.ggn_at(bad)
