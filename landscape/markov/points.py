@@ -67,7 +67,8 @@ def population_outputs(model: model_lib.MarkovModel) -> Callable[[PyTree, Any], 
     Gauss-Newton split of `population_objective` (notes/landscape_geometry.md §7)."""
 
     def outputs(params: PyTree, inputs: Any) -> jax.Array:
-        return model.apply({"params": params}, inputs[0], method=model_lib.MarkovModel.logits)
+        logits = model.apply({"params": params}, inputs[0], method=model_lib.MarkovModel.logits)
+        return logits  # type: ignore[return-value]  # flax types apply for mutable too
 
     return outputs
 
