@@ -1,21 +1,9 @@
 """Which formulation of a hot path to trace: the one place that decides.
 
-Some formulations are tuned for XLA's CPU backend on a few cores and would only cost elsewhere:
-reductions over a short minor axis written as chains of slices, the attention's values padded to
-8 columns, the block-causal tiled attention with its hand-written backward pass and its loop over
-chunks of sequences that keeps the scores in cache, the sequential Markov sampler, glibc
-allocator tuning. They apply when `cpu_tuned()` is true: on the CPU backend. On a GPU or TPU the
-plain XLA formulations are traced instead (the dense masked softmax, jnp reductions, the
-associative-scan sampler). Both give the same numbers up to float rounding (the samplers the
-same sequences); tests/test_backend.py checks that on CPU with `tuning("plain")`.
-
-The decision is read while a function is traced, so a jitted function keeps the formulation it
-was traced with.
-
-`use_float32_matmuls()` (the CLIs and the benchmark call it) makes float32 dots float32 on every
-backend: on NVIDIA GPUs JAX's default rounds their inputs to TensorFloat-32 (10-bit mantissa),
-which broke Lemma 1's zero row sums by 2e-4 on an H200 and would make the Markov precision
-study's "float32" cells TF32. Half-precision models (`model.dtype`) are unaffected.
+`cpu_tuned()`: the formulations tuned for XLA's CPU backend on a few cores apply on CPU, the plain
+XLA ones elsewhere (same numbers up to float rounding), decided at trace time.
+`use_float32_matmuls()` keeps float32 dots float32 on GPUs (no TF32).
+See docs/design/cpu_formulations.md and docs/design/precision.md.
 """
 
 from __future__ import annotations

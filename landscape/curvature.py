@@ -1,24 +1,8 @@
 """Curvature at a Point: gradient, Hessian-vector products, the dense Hessian, Lanczos spectra.
 
 Results keep the parameter names, so `H.block("e")` or `H.block("b", "e")` reads like the paper.
-A name selects every leaf whose path equals it or starts with it + "/" ("layer0" selects all of
-layer 0's leaves), concatenated in leaf order; a list of names selects all of them, in list order
-(`H.block(["b", "e"])` is the joint (b, e) block).
-
-A point may name a focus block in `point.meta["focus_blocks"]` (e.g. ["b", "e"], the alpha block
-of Thm 2 in Attention with Markov). `describe()` then reports that block's spectrum, the size of
-everything outside it, and `meta["focus_prediction"]` beside them; and the verdict of a Hessian
-that is PSD, positive definite on the focus block and zero elsewhere is "local minimum", with
-`meta["flat_argument"]` saying why the flat directions cannot descend (a Hessian alone cannot).
-
-Eigenvalue tolerance, used by every verdict and count: |λ| <= tol counts as zero. By default
-tol = max(1e-9, 100 * eps(dtype)) * max|λ|, relative to the largest eigenvalue in magnitude;
-pass `tol=` (an absolute threshold) to override it.
-
-Non-finite results: a gradient or Hessian with a NaN or inf entry (or a non-finite loss) gets the
-verdict "non-finite", never a curvature verdict; `describe()` names the blocks holding the
-non-finite entries, and no eigenvalue is computed from such a matrix (`eigenvalues` is all NaN,
-`num_negative` / `num_zero` refuse). Lanczos spectra and focus reports likewise.
+Block selection, focus blocks, the eigenvalue tolerance and non-finite results:
+docs/design/curvature.md.
 """
 
 from __future__ import annotations

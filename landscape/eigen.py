@@ -1,33 +1,10 @@
 """Certified extreme eigenpairs of the Hessian at a Point, and the escape directions of a saddle.
 
-    eigenpairs(point, k, which)   the k largest or smallest eigenpairs, each with the residual
-                                  ||H v - λ v|| of a fresh exact Hessian-vector product
-    escape_directions(point)      the eigenvectors of negative eigenvalues, each checked at second
-                                  order: L(θ + ε v) - L(θ) against ε² λ / 2
+    eigenpairs(point, k, which)   the k largest or smallest eigenpairs, each with its residual
+    escape_directions(point)      eigenvectors of negative eigenvalues, checked at second order
 
-Method. D <= dense_below: the exact dense Hessian (`hessian_at`) and numpy's eigh. Above: Lanczos
-on exact Hessian-vector products, thick-restarted (each run keeps the unconverged Ritz pairs and
-continues the Krylov space from the next Lanczos vector; Rayleigh-Ritz on that subspace, whose
-products H v are all kept, so Ritz residuals are exact) with deflation: converged wanted pairs are
-locked, and later runs work in the orthogonal complement of the locked vectors. One Krylov space
-holds only one copy of a repeated eigenvalue, so once k pairs are locked and the locked set changed,
-a new phase starts from a random vector (seeded with the best unconverged Ritz vectors). The search
-stops in a phase begun after the last lock, when its most wanted Ritz value θ, moved by its
-residual toward the wanted end, is no more wanted than the k-th locked value: no further copy of
-a wanted eigenvalue is left in the complement (up to the usual Krylov caveat: a direction absent
-from every random start is never seen).
-
-Tolerances, relative to the spectral scale s = max|λ| (dense: exact; Lanczos: the largest |Ritz
-value| seen, a lower bound on ||H||):
-    Lanczos acceptance   a Ritz pair is locked when its residual ||H y - θ y|| (from the kept
-                         products) is <= tol * s, tol defaulting to max(1e-10, 100 eps);
-    multiplicities       values within rtol * s of a group's first value are one eigenvalue, rtol
-                         defaulting to max(1e-6, 1e5 eps);
-    negative             λ < -tol_neg, tol_neg = max(1e-9, 1000 eps) * s unless given (absolute);
-    stationary           |g| <= sqrt(eps) max(1, |L|) (`Gradient.stationarity_tol`, as in every
-                         curvature verdict), eps of the params' dtype.
-The compiled programs take the objective as a static argument (landscape/compiled.py), so every
-point of one model shares them.
+Dense `eigh` for small D, thick-restarted Lanczos with deflation on exact HVPs above. The method,
+its stopping rule and its tolerances: docs/design/curvature.md.
 """
 
 from __future__ import annotations

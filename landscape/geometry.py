@@ -1,21 +1,10 @@
 """Loss along paths and on planes between points of one model: straight lines and their barriers,
 fitted quadratic Bézier curves (mode connectivity), and 2-D slices with filter normalisation.
-Derivations: docs/notes/landscape_geometry.md, whose sections (§N) the list below cites.
 
-    path(a, b)                 the loss on (1 - t) a + t b and its barrier (§1)
-    bezier_path(a, b)          a quadratic Bézier curve a -> m -> b, m trained to lower the
-                               expected loss over t ~ U(0, 1) (Garipov et al. 2018; §2)
-    slice_2d(point, u, v, ...) the loss on point + alpha u + beta v, the directions optionally
-                               rescaled per filter or per block (Li et al. 2018; §3)
-    random_direction, direction_to      directions shaped like a point's params
-    plot_path, plot_slice               matplotlib figures (Agg)
+    path, bezier_path, slice_2d, random_direction, direction_to, plot_path, plot_slice
 
-Every loss here comes from one call of `_losses_at`: the loss at combinations sum_k w_k c_k of a
-few control pytrees c_k (two endpoints; three Bézier controls; the point and two directions),
-vmapped over the rows of w, with the point's objective static and its params and inputs traced
-(landscape/compiled.py). Points of one model (a new (p, q), a new pair of endpoints) reuse one
-compiled program per grid shape (§6). The closed forms the tests check, for the Markov theory
-model where only b and e are non-zero, are docs/notes/landscape_geometry.md §4-§5.
+Derivations: docs/notes/landscape_geometry.md; how the losses are computed and compiled:
+docs/design/curvature.md.
 """
 
 from __future__ import annotations

@@ -1,17 +1,8 @@
 """Stochastic estimates of the Hessian's spectrum, trace and diagonal at a Point, from HVPs alone.
 
-spectral_density  stochastic Lanczos quadrature (SLQ): per random probe, Lanczos with full
-                  reorthogonalisation started at the probe gives Ritz values (nodes) and Gauss
-                  quadrature weights; their average over probes estimates the eigenvalue density.
-trace             Hutchinson (mean of v^T H v over Rademacher v) or Hutch++ (Meyer, Musco, Musco
-                  and Woodruff 2021: the exact trace on a sketched range, Hutchinson on the rest).
-diagonal          Hutchinson's diagonal estimator E[v * Hv], labelled by parameter names.
-
-Every estimate carries its standard error over probes. All probes of one call are a single
-compiled, vmapped program; the programs take the point's objective as a static argument and its
-params and inputs as traced ones, so every point of one model (a new (p, q), a new key) reuses
-them. A list of points of one model is one call, vmapped over the points (the same probes at
-each point).
+spectral_density (stochastic Lanczos quadrature), trace (Hutchinson or Hutch++) and diagonal
+(Hutchinson), each with its standard error over probes; one compiled, vmapped program per call,
+shared by every point of one model. Details: docs/design/curvature.md.
 """
 
 from __future__ import annotations

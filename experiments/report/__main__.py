@@ -5,15 +5,7 @@
     python -m experiments.report --scale=paper --only=markov,ngrams --reuse
     python -m experiments.report --list                # the plan: configs, commands, reusable?
 
-It runs each figure's configs (`experiments/report/catalog.py`) through the experiment CLI, one
-progress line per config with the time left, keeps their records in `<runs>/<scale>/<config>/`,
-and writes `<out>/REPORT.md`, `<out>/index.html` (one self-contained page) and `<out>/SUMMARY.md`:
-per figure the paper's claim, our figure, each claim's measurement and verdict, the run time, the
-command that reruns it, the config's hash and the code version; non-reproductions first, with
-the known reason. `--reuse` keeps complete records of the same config under the same library
-code (hash of landscape/*.py) and JAX version instead of running them again. Exit status: 0 when
-every config ran (whatever the verdicts), 1 when one failed, 2 for a mistake in the command, 130
-when interrupted (the report then covers the configs run so far).
+Outputs, `--reuse` and exit statuses: docs/design/experiments.md.
 """
 
 from __future__ import annotations

@@ -1,16 +1,8 @@
 """Every figure of the four papers, the configs that reproduce it, and how to shrink them.
 
-A `Figure` is one row of the report's summary table: the paper's claim in one line, the runs whose
-paper claims decide its verdict, and (for a figure that is a diagram, or absent) why nothing runs.
-A `Run` is one config (`configs/<file>.py[:variant]`) at the scales it belongs to:
-
-    cpu    the CPU-sized configs (the default report; about 80 minutes on 2 cores)
-    paper  the paper-scale configs (a `_paper` variant where one exists; hours on a CPU)
-
-`--quick` runs the cpu set with the paper's `QUICK` overrides and the run's own `quick` ones: every
-config at its smallest size (claims are evaluated, not expected to hold). `reason` is the known
-explanation of a non-reproduction, shown next to its evidence when the verdict is not
-"reproduced".
+A `Figure` is one row of the report's summary table; a `Run` is one config
+(`configs/<file>.py[:variant]`) at the scales it belongs to ("cpu", "paper"), with its `quick`
+overrides and the known `reason` of a non-reproduction. See docs/design/experiments.md.
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
 """Attention with Markov experiments (notes/markov.md §8, §11): configs -> compiled sweeps ->
 records, figures and checked claims.
 
-experiment = "train": single- or multi-layer transformers (the theory model without LayerNorm, or
-the GPT-2 model of the experiments) on fresh Markov sequences; p, q and the learning rate are
-traced, so a (p, q) grid x seeds is one program per model variant (tied / untied, depth, family).
-experiment = "landscape": exact Hessians at the constructed points against the closed forms.
-
-This module holds the config schema, the training problem and the runs; `claims.py` the
-outcomes per run and the claims, `figures.py` the figures (`trap_study.py` the precision study's
-own analysis, claims and figures).
+experiment = "train" (a (p, q) grid x seeds as one program per model variant) or "landscape"
+(exact Hessians at the constructed points). This module holds the config schema, the training
+problem and the runs; `claims.py` the claims, `figures.py` the figures (`trap_study.py` the
+precision study's own). See docs/design/markov.md.
 """
 
 from __future__ import annotations

@@ -1,14 +1,7 @@
 """First-order Markov chains: kernels, samplers and population measures (notes/markov.md §2, §4).
 
-Rows of a kernel are the current state: P[i, j] = P(x_{n+1} = j | x_n = i). Everything here is
-jit/vmap-able with p, q traced (sweeps vmap over a (p, q) grid); the integer arguments (number of
-states, lengths, batch sizes) are static. Value checks run only on concrete inputs.
-
-Contents:
-  kernels:     validate_chain, binary_kernel (§2.1), symmetric_kernel (§2.2), stationary
-  samplers:    sample (associative scan over per-position maps), sample_sequential (lax.scan)
-  population:  enumerate_sequences, sequence_probs, soft_targets (§4), exact_population,
-               monte_carlo_population, binary_log_probs, population_cross_entropy (§4, §7)
+Rows of a kernel are the current state: P[i, j] = P(x_{n+1} = j | x_n = i). Everything is
+jit/vmap-able with p, q traced; integer sizes are static. Contents: docs/design/markov.md.
 """
 
 from __future__ import annotations

@@ -1,21 +1,8 @@
 """Closed forms of "Attention with Markov" (Makkuva, Bondaschi et al.), written with jnp.
 
-Equation numbers refer to the workshop version (003); "notes" is /work/shared/notes/markov.md,
-authoritative over the paper text (errata in notes §6.9). Losses are in nats. The closed forms
-are jitted (sizes and switches such as d, S, tied static) and take traced p, q, so sweeps can vmap
-them over a (p, q) grid; values are float64 when jax_enable_x64 is on. Plain Python: the string
-theta_pi_verdict and multistate_threshold.
-
-Contents:
-  losses:       binary_entropy, unigram_loss, entropy_rate, mutual_information (§4), their
-                general-kernel versions, symmetric_unigram_loss / symmetric_entropy_rate (§2.2),
-                kernel_predictor_loss (§4), stuck (§12.7)
-  points:       theta_pi_logit (Eq. 11), bigram_slope (Eq. 6), theta_star_b1 (B.1),
-                theta_star_b2 / b2_logits (B.2, d*r-corrected; paper=True for the erratum)
-  Hessian:      alpha_block (Eq. 12, B.5), alpha_spectrum (§6.5), theta_pi_verdict (§6.2, §6.3)
-  multi-state:  multistate_e_block, multistate_e_eigenvalue, multistate_unigram_eigenvalues,
-                multistate_threshold (§6.8, our derivation)
-  App. D:       appendix_d_logits (Eq. 26, corrected, §6.6)
+Losses, the constructed points' logits, the alpha block and its spectrum, the multi-state
+thresholds and App. D (workshop version's equation numbers; errata in notes/markov.md §6.9).
+Jitted with p, q traced, so sweeps vmap them; nats. Contents by section: docs/design/markov.md.
 """
 
 from __future__ import annotations

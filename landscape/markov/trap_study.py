@@ -1,21 +1,8 @@
 """The single-layer trap at the authors' recipe and precision (issue 13; notes/markov.md §13).
 
-Fig. 1 and Fig. 3 say a tied 1-layer transformer on the (0.5, 0.8) chain stays at the unigram
-loss H(pi) while deeper ones escape to the entropy rate. The authors trained under float16
-autocast without a gradient scaler; this study crosses depth with precision, over enough seeds
-for the fractions to carry 95% intervals:
-
-- trapped: final test loss within `TRAP_TOLERANCE` of H(pi) and a prediction that ignores the
-  context (|f0 - f1| < `FLAT`: mean predicted P(1 | x_n = 0) and P(1 | x_n = 1) agree);
-- escape step: the first evaluation where the test loss is below the midpoint of H(pi) and the
-  entropy rate;
-- at the plateau (the final weights of trapped runs): the gradient on one fixed batch under
-  float16 autocast against float32, their cosine, and the fraction of entries that float16
-  flushes to zero, per parameter.
-
-Intervals are Wilson score intervals. A paper statement holds when the interval lies on its side
-of 1/2 (most runs trapped, or most escape); "depth escapes" when every deeper model's interval
-lies below the 1-layer one.
+Depth crossed with precision (float16 autocast, as the authors trained, against float32), over
+enough seeds for trapped fractions with 95% Wilson intervals; escape steps and the gradients at
+the plateau. Definitions and decision rules: docs/design/markov.md.
 """
 
 from __future__ import annotations

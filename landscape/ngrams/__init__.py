@@ -1,14 +1,9 @@
-"""In-context n-grams (Varre et al.): sub-n-grams are near-stationary points.
+"""In-context n-grams (Varre et al.): sub-n-grams are near-stationary points; docs/design/ngrams.md.
 
-task.py          the per-sequence Dirichlet n-gram sampler (uniform or stationary start, soft
-                 targets), the lifted chain and its stationary law, Lemma H.5, T -> infinity
-                 plateaus
-estimators.py    the k-gram estimators of Def. 2.1, the padded variant, add-alpha / Bayes, losses
-model.py         the simplified disentangled transformer (§3.2), the attention-only transformer
-                 with one-hot or learned embeddings and its MLP variant (§3.3), Def. 2.2's model:
-                 one flax.linen Module (NgramModel) with dtype / param_dtype
-points.py        the constructions theta_*^k(c) (§4.4), Eq. 30's bigram point, random init, as
-                 Points on a fixed Monte-Carlo population loss; unbiased gradient norms
+task.py          per-sequence Dirichlet n-gram sampler, lifted chain, Lemma H.5, plateaus
+estimators.py    the k-gram estimators of Def. 2.1, padded variant, add-alpha / Bayes, losses
+model.py         NgramModel: the simplified (§3.2), attention-only (§3.3) and Def. 2.2 models
+points.py        theta_*^k(c) (§4.4), Eq. 30's bigram point, random init; gradient norms
 stationarity.py  Theorem 4.2's study: ||grad L(theta_*^k(c))|| against T and c, tables, plots
 experiment.py    configs -> compiled runs (seeds x lr vmapped) -> records, figures, claims
 claims.py        the estimator lines, the plateau analysis, the claims of a run and of the study

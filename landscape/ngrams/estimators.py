@@ -1,20 +1,8 @@
 """In-context k-gram estimators of the next token and their cross-entropy (notes/ngrams.md §4.1).
 
-Tokens x_BT are integers in 0..S-1 (the code's convention, notes §1); any leading batch shape
-works, the last axis is time. Positions in docstrings are 1-based as in Def. 2.1: l = 1..T, and
-the query is position T + 1. A lag h means "the (-h)-token": key l has history
-(x_{l-h})_{h in lags}, the query has (x_{T+1-h})_{h in lags}. Contiguous lags (1, ..., k-1) give
-Def. 2.1; the authors' code takes the far-end lags (n-k+1, ..., n-1) for its lower-order lines
-(notes §4.1 [code quirk]).
-
-Everything is jit/vmap-able in x_BT and alpha; num_states, k, lags, min_position are static. Value
-checks run only on concrete inputs (one ValueError sentence naming the field).
-
-Contents:
-  counting:    kgram_counts (matching set M_T^k of Def. 2.1, or the padded variant of §4.4)
-  estimators:  kgram_estimate (MLE, Def. 2.1), padded_kgram_estimate (the c -> inf limit of
-               theta_*^k, §4.4 [ours]), smoothed_estimate (add-alpha, §4.1), bayes_estimate
-  loss:        cross_entropy (soft targets, 1e-8 floor, §2.1)
+kgram_counts, kgram_estimate (Def. 2.1), padded_kgram_estimate, smoothed_estimate,
+bayes_estimate and cross_entropy; jit/vmap-able in x_BT and alpha. Position and lag conventions:
+docs/design/ngrams.md.
 """
 
 from __future__ import annotations

@@ -1,19 +1,9 @@
 """In-context n-gram experiments (notes/ngrams.md §5, §7): configs -> compiled runs -> records,
 figures and checked claims.
 
-experiment = "train": a model of `model.py` on fresh per-sequence n-gram tasks (Figs 1, 3-7).
-  Seeds and learning rates are traced, so seeds x lr is one vmapped program; `variants` (one-hot
-  vs learned embeddings, ...) compile one program each. Every `log_every` steps a snapshot holds
-  the loss on a fixed test set, the first-layer attention maps, each head's mean attention on
-  offsets -1, -2, -3 and parameter norms; every step logs the minibatch gradient norm.
-  train.metrics_at = "ema" measures the snapshots at a debiased EMA of the parameters (the
-  authors' `ema_metrics`, Fig. 6), "both" at the EMA and at the current parameters: the analysis
-  and claims use the EMA, the gradient-spike claim is checked at both (notes §8).
-experiment = "stationarity": Theorem 4.2's study at the constructions theta_*^k(c) (notes C7, C8).
-
-This module holds the config schema, the training problem and the run; `claims.py` the
-estimator lines, the plateau analysis and the claims; `figures.py` the figures. Arrays are saved
-before any analysis, and a claim set that cannot be evaluated on a run says so in its verdict.
+experiment = "train" (Figs 1, 3-7; seeds x lr one vmapped program) or "stationarity" (Theorem
+4.2's study). This module holds the config schema, the training problem and the run; `claims.py`
+the analysis and claims, `figures.py` the figures. What is logged: docs/design/ngrams.md.
 """
 
 from __future__ import annotations

@@ -1,81 +1,10 @@
-"""Transformers for in-context n-grams (notes/ngrams.md §3).
+"""Transformers for in-context n-grams (notes/ngrams.md §3): one `flax.linen` Module, `NgramModel`.
 
-Every model maps tokens x_BT (ints in 0..S-1, exactly T positions) to next-token probabilities
-probs_BS at the last position (the experiments train on position T only, notes §2.1). Every model
-is a `flax.linen` Module, `NgramModel`, used as pure functions:
-
-    params = model.init(key, x_BT)["params"]          (x_BT: any (B, T) int tokens, e.g. zeros)
-    probs_BS = model.apply({"params": params}, x_BT)
-
-Submodules and parameters are named explicitly, so the parameter tree (the dict under "params")
-has the readable "/"-joined key paths that name Hessian blocks and gradient-norm blocks
-(`landscape.point.param_names`): "A1", "layers/0/Q", "layers/1/mlp/W_in", ... ("layers" is the
-`Layers` submodule, "0", "1", ... its `AttentionLayer`s, "mlp" an `MLP`, "embed" the `Embedding`).
-Heads are stacked on a leading axis, so one block holds all heads of one matrix of one layer, and
-"layers/0" selects everything of layer 1 (layers are 0-based in names, 1-based in the notes).
-The functions probs, embed, residual_stream, simplified_residual, layer1_attention,
-layer2_attention and attention_maps are `model.apply` with the matching method, for callers that
-hold (params, model).
-
-Precision, the Flax way: `param_dtype` (the initialisers' dtype: parameters and so the optimizer
-state) and `dtype` (the computation; None = the dtype of the parameters passed in, so float64
-parameters compute in float64). `landscape.precision.of(train.dtype, model.dtype)` gives the pair.
-A half `dtype` (float16, bfloat16) is autocast: parameters are cast to it, one-hot inputs, matmuls
-and activations are in it, and every softmax (so the attention weights and the output
-probabilities) is taken in float32 (`precision.accum_dtype`); the loss then sees float32 probs.
-
-kind = "simplified" (the simplified disentangled transformer of §3.2, the model of the theory and
-of Figs 1, 3, 5, 6), with m first-layer heads, one-hot tokens (d = S) and d_h = head_dim:
-  {"A1": (m, T, T), ["V1": (m, S, S) if learn_value], "Q2": (d_h, (m+1) S), "K2": (d_h, (m+1) S)}
-  r1 = [r0, sigma(A1^h) r0 V1^h^T ...] (heads concatenated, block 0 = skip),
-  p(x^T) = sum_i a2(i, T) e_{x_i},  a2(., T) = softmax_i <K2 r1[i], Q2 r1[T]>   (Eq. 9, no softmax
-  on the output: p is a convex combination of one-hot past tokens).
-  Init (authors' Simpleformer, §3.2): A1 = 0 (uniform causal heads), V1 ~ N(0, 1/S),
-  Q2, K2 ~ init_scale N(0, 1) / sqrt((m+1) S). Every parameter block gets its own key (Flax's
-  per-parameter `make_rng("params")`).
-
-The two general kinds share one layout. Every matrix multiplies from the RIGHT (row vectors, the
-authors' code convention); layer l (0-based) has h_l = layer_heads[l] heads, input width d_in = d_l
-and head width d_h (head_dim, default below):
-  {["embed": {"token": (S, d), "position": (T, d)}]    (transformer with embedding = "learned")
-   "layers": {"0": layer 1, "1": layer 2, ...} with layer l =
-              {"Q": (h_l, d_in, d_h), "K": (h_l, d_in, d_h), "V": (h_l, d_in, d_in),
-               ["mlp": {"W_in": (d, d), "b_in": (d,), "W_out": (d, d), "b_out": (d,)}]}  (mlp),
-   "readout": (d_L, S)}
-  head h of a layer:  SA_h(H) = sigma(H Q_h K_h^T H^T) H V_h   (sigma = causal softmax, notes §1;
-                      no 1/sqrt(d_h) on the scores, no LayerNorm).
-  output:             p = softmax(r_L[T] readout).
-
-kind = "transformer" (attention-only transformer of §3.3 / Fig 4, MLP variant of Fig 7), d = S + T,
-  d_h = head_dim (default d), heads layer_heads (default (num_heads, 1)):
-  r0[t] = [e_{x_t}; e^T_t] (embedding = "one_hot", concatenated, no parameters) or
-  r0[t] = W_te[x_t] + W_pe[t] (embedding = "learned", summed; W_te = embed/token,
-  W_pe = embed/position);
-  per layer  Delta = sum_h SA_h(H),  [Delta <- MLP(Delta) if mlp],  H <- H + Delta  (residual in
-  every layer); readout = W of the notes, (d, S).
-  MLP (mlp = True, widths [d, d, d], ReLU, muP-style linear maps):
-    MLP(x) = lin_out(relu(lin_in(x))),  lin(x) = x W sqrt(out/in) + b sqrt(out)  (W: (in, out)).
-  Init: Q, K, V ~ init_scale N(0, 1)/sqrt(d); W_te, W_pe ~ N(0, 1)/sqrt(d); readout ~
-  N(0, 1)/sqrt(d) (readout_init = "random", the default) or 0 ("zero": initial loss exactly
-  log S); W_in ~ N(0, 1)/sqrt(d), W_out = 0, biases 0, so with mlp every Delta is 0 at init and
-  p = softmax(r0[T] W). Every parameter block is drawn with its own key (the authors' shared
-  MLP key is not copied).
-
-kind = "disentangled" (general disentangled transformer, Def. 2.2 / §3.1; CatFormer-like model):
-  r0 = [one-hot token; one-hot position] (d_0 = S + T), r_l = [r_{l-1}, SA_1(r_{l-1}), ...,
-  SA_h(r_{l-1})] (concatenated, d_l = (1 + h_l) d_{l-1}); d_h = head_dim, or d_{l-1} per layer when
-  head_dim is None (the default). In Def. 2.2's notation the stored blocks are the TRANSPOSES:
-    Q = Q_def^T, K = K_def^T (Q_def, K_def in R^{d_h x d_{l-1}}), V = V_def^T, readout = U^T,
-  so SA(r) = sigma(r Q_def^T K_def r^T) r V_def^T and p = softmax(U r_L[T]).
-  Init: Q, K, V ~ init_scale N(0, 1)/sqrt(d_{l-1}); readout = 0 (readout_init = "zero", the
-  default: initial loss exactly log S) or N(0, 1)/sqrt(d_L) ("random").
-
-The last layer only needs the last query row: `probs` computes layer L's attention for position T
-only (all earlier layers need every position); `residual_stream(..., all_positions=True)` gives the
-full r_L for checks.
-
-Diagnostics: layer1_attention (Fig 3 / Fig 4 heat maps), attention_maps (every layer),
-head_offset_attention (mean weight on offsets -1, -2, -3: heat maps as numbers, notes §7 item 5).
+kind = "simplified" (the simplified disentangled transformer of the theory, §3.2), "transformer"
+(attention-only, one-hot or learned embeddings, optional MLP, §3.3) or "disentangled" (Def. 2.2).
+Each maps tokens x_BT to next-token probabilities probs_BS at the last position; the module-level
+functions are `model.apply` with the matching method. Parameter trees, orientation and
+initialisation: docs/design/ngrams.md; precision: docs/design/precision.md.
 """
 
 from __future__ import annotations

@@ -1,23 +1,9 @@
-"""The constructed points of "Sub-n-grams are near-stationary points" (notes/ngrams.md §4.4), as
-`Point`s of the simplified disentangled transformer (§3.2), plus the unbiased gradient norm (C7).
-A point's params are the Flax parameter tree of model.NgramModel (the dict under "params"); its
-loss calls `model.apply({"params": params}, x_BT)`.
+"""The constructed points of "Sub-n-grams are near-stationary points" (notes/ngrams.md §4.4).
 
-    population_set(S, n, T, alpha, B, seed)   a fixed Monte-Carlo set (x_BT, target_BS): the same
-                                              seed gives the same set (common random numbers)
-    population_loss(model, x_BT, target_BS)   params -> mean soft-target CE (§2.1, floor 1e-8)
-    theta_star(k, c, ...)                     theta_*^k(c) of §4.4 (Def. A.2), exactly
-    unigram_point(...)                        theta_*^1: heads off, Q2 = K2 = 0 (an exact critical
-                                              point, a strict saddle; §4.6 caveat 4)
-    bigram_point_all_heads(c, ...)            App. F Eq. 30: every head on the (-1)-token
-    random_point(seed, ...)                   the authors' initialisation (model.init)
-    gradient_norms(point)                     unbiased / plain / noise-floor gradient norms, total
-                                              and per block (notes §4.7 C7)
-
-Positions are 0-based (p, q in 0..T-1), heads h = 1..m are stored at A1[h - 1] / V1[h - 1], and
-r1 has blocks 0..m (block 0 = the one-hot token, block h = head h), as in model.py. Every point's
-`meta` carries the model, the Monte-Carlo set (x_BT, target_BS) and the floor, so gradient_norms
-and the study reuse exactly the set the point's loss is judged by.
+theta_star (θ_*^k(c)), unigram_point, bigram_point_all_heads and random_point, as `Point`s of the
+simplified disentangled transformer (§3.2) on a fixed Monte-Carlo population (`population_set`,
+common random numbers), plus the unbiased gradient norms (`gradient_norms`, notes §4.7 C7).
+Conventions (positions, head indices, `meta`): docs/design/ngrams.md.
 """
 
 from __future__ import annotations

@@ -2,15 +2,9 @@
 §4.6, §4.7 C3, C7, C8, C10)
 
     rows = study(ks=(2, 3), cs=(2, 4, 8, 16), seq_lens=(32, 64, 128, 256, 512), log_c0=2.0)
-    print(table(rows))                       # the notes' C7 table, plus a per-block listing
-    plot(rows, "grad_vs_T.png")              # log-log ||grad L(theta_*^k(c))|| vs T, panel per k
-    plot_loss_vs_c(rows, "loss_vs_c.png")    # C8: the U-shape of the loss in c, estimator lines
+    print(table(rows)); plot(rows, "grad_vs_T.png"); plot_loss_vs_c(rows, "loss_vs_c.png")
 
-For every T one Monte-Carlo set (points.population_set, common random numbers) judges every point:
-theta_*^k(c) for each (k, c), theta_*^k(log_c0 + log T) when log_c0 is given (the notes' "c grows
-like log T" curve, §4.6 caveat 2), and the authors' random initialisation. The gradient statistics
-are points.gradient_statistics (two independent halves, notes C7), jitted once per T: c enters
-through the params, which are traced.
+One Monte-Carlo set per T judges every point. Details: docs/design/ngrams.md.
 """
 
 from __future__ import annotations

@@ -1,21 +1,8 @@
 """In-context n-gram task: Dirichlet priors, samplers, k-gram plateau levels (notes/ngrams.md §2).
 
-Each sequence has its own order-(n-1) chain whose rows P[u, :] ~ Dir(alpha 1_S) i.i.d. (notes §2.2).
-A context u = (u_1, ..., u_o), o = n - 1, holds the last o tokens **oldest..newest**
-(u_1 = x_{t-o+1}, u_o = x_t) and is stored as the base-S integer
-
-    c(u) = u_1 S^(o-1) + ... + u_{o-1} S + u_o        (oldest most significant),
-
-so appending a token j gives c' = (c S mod S^o) + j, and the newest l tokens are c mod S^l.
-(The authors' code indexes (x_{t-1}, ..., x_{t-o}); the axis order is irrelevant, notes §2.2.)
-
-Everything is jit/vmap-able with alpha traced; the integers (S, n, T, B, k) are static and value
-checks run only on concrete inputs.
-
-Contents:
-  validate_task, sample_tasks (§2.2 step 1), sample (§2.2), sample_sequences (given tasks),
-  lifted_transition, lifted_stationary (§2.3), lower_order_conditional (Lemma H.5),
-  kgram_losses, plateau_levels (§2.3 L_k^inf)
+Each sequence has its own order-(n-1) chain with rows P[u, :] ~ Dir(alpha 1_S) (notes §2.2); a
+context is stored as a base-S integer, oldest token most significant. Everything is jit/vmap-able
+with alpha traced. The context encoding and the contents: docs/design/ngrams.md.
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
 """Associative-recall experiments E1-E6 (notes/assoc_recall.md §7.1): configs -> programs ->
 records, figures and checked claims.
 
-Two kinds of experiment:
-  flow  gradient flow on the exact population loss from the theory's initialisations; a sweep
-        over init.* (eps, beta shape, stage) is one vmapped program (the same parameter shapes).
-  sgd   the training engine on sampled batches (collision vectors or token sequences), a sweep
-        over optim.lr / init.eps x seeds vmapped in one program.
-`variants` (a list of override dicts) and sweeps over model/task fields compile one program each.
-
-This module holds the config schema, the programs and the run; `claims.py` the claims and
-`figures.py` the figures.
+Two kinds: "flow" (gradient flow on the exact population loss) and "sgd" (the training engine on
+sampled batches), each sweep one vmapped program. This module holds the config schema, the
+programs and the run; `claims.py` the claims, `figures.py` the figures. See docs/design/recall.md.
 """
 
 from __future__ import annotations

@@ -1,20 +1,9 @@
 """Two-layer attention-only model for associative recall (notes/assoc_recall.md §2, §3).
 
-`RecallModel` is a `flax.linen` Module holding the static switches of notes §7.1; use it through
-`model.init` / `model.apply` (pure functions). Its parameter tree is {"params": {...}} with the
-inner dict
-  {"w": (H, k) if window (column i-1 = offset i) else (H, l) (column d = offset d),
-   "beta": (H,)} for qk = "beta", or {"w": ..., "qk": (D, D)} with D = (H+1)|S| for qk = "full",
-whose keys are the Hessian block names. The theory's points and initialisations are built as that
-inner dict (`init_params`, `flow.init_*`); the module-level functions (`population_loss(params,
-model)`, `loss_tokens`, ...) are jitted `model.apply` calls kept as the package's API.
-With every switch on (window, exact_query, response_only, qk = "beta") this is the simplified
-model of Eqs. (9a-e); switching them off gives the original model of §2.1 piece by piece.
-
-Precision (`landscape.precision`): `param_dtype` for the parameters `init` makes, `dtype` for the
-computation (None = the parameters' own dtype, no cast). A half dtype is autocast: one-hots,
-layer-1 mixing and the layer-2 scores in half; softmaxes, the loss and the closed-form
-population loss in float32 (`precision.accum_dtype`).
+`RecallModel` (flax.linen) holds the static switches of notes §7.1: all on gives the simplified
+model of Eqs. (9a-e), off the original model of §2.1. The inner params dict (keys = Hessian block
+names) is what points and initialisations are built as. Parameter tree: docs/design/recall.md;
+precision: docs/design/precision.md.
 """
 
 from __future__ import annotations

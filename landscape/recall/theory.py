@@ -1,18 +1,8 @@
 """Closed-form predictions of "Incremental learning in transformers for in-context associative
 recall", in NumPy float64.
 
-"Notes" means /work/shared/notes/assoc_recall.md, authoritative where the paper is garbled (errata
-in notes §8). Notation: k = task order = window, n_R = |R| responses, A = 1 - 1/n_R, c = score
-scale (1 for the literal model, notes §2.2), alpha = focus logit of a head (w_h minus the mean of
-its other live offsets), beta = its layer-2 scale.
-
-Contents:
-  plateaus:        loss_scale, plateau_levels (notes §3)
-  first jump:      f_conserved, conserved_quantity (Thm 3.1(d), notes §4.1 item 4),
-                   gamma_one (eq. 13), xi, first_jump_ode (Thm 3.1(c), notes §4.3),
-                   loss_one_head (notes §3, §4.3)
-  timescales:      stage_constants, jump_time (notes §4.4, §4.5), ei_tail (notes §4.4 regime 2)
-  vanishing init:  blow_up_time, advance, vanishing_init_jumps (notes §4.8), head_death (notes §4.7)
+Plateaus, the first jump, the timescales and vanishing initialisation (notes/assoc_recall.md §3,
+§4; errata in §8). Notation and contents by section: docs/design/recall.md.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
-"""Scan and Snap (Tian et al., NeurIPS 2023): 1-layer transformer dynamics in the Y/Z form.
+"""Scan and Snap (Tian et al.): 1-layer transformer dynamics, Y/Z form; docs/design/scan_snap.md.
 
 task.py        sequence classes (the authors' Dataset2), c_n (Eq. 5), distinct-token entropy
-model.py       YZModel (flax.linen: params Y, Z), its long-sequence population loss, that loss
-               as a Point; TextTransformer, the WikiText model
+model.py       YZModel (params Y, Z), its long-sequence loss as a Point; TextTransformer
 text.py        WikiText as arrays: the tutorial's tokenizer, vocabulary, id stream and chunks
-wikitext.py    experiment = "wikitext": the text transformer on WikiText, its claims and figures
-               (Figs. 7, 10)
+wikitext.py    experiment = "wikitext": the text transformer on WikiText (Figs. 7, 10)
 theory.py      closed forms: h*, h, omega1, t0, gamma, Gamma, B_n, chi bounds, the attention ODE
 experiment.py  configs -> compiled sweeps -> records, figures and checked claims
 claims.py      the claims of Figs. 4-6 (notes §7.4), the theory figures' curves and claims

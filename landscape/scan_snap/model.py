@@ -1,18 +1,8 @@
 """The Y/Z model of Tian et al. (notes/scan_snap.md §3.2) and its long-sequence limit (§3.5).
 
-`YZModel` is a `flax.linen` Module with two M x M parameters, named "Y" (decoder) and "Z"
-(attention logits), trained directly: Z[m, l] is the logit with which query (last token) m attends
-to contextual token l (row = query, notes §1), and the logits are Y^T LN(X^T b). Its parameter
-tree is {"params": {"Y": ..., "Z": ...}}; the inner dict is what training, Points and the Hessian
-blocks ("Y", "Z") see. Use it through `model.init` / `model.apply` (pure functions).
-
-`TextTransformer` is the standard-parameterisation transformer the paper trains on WikiText
-(Figs. 7, 10; notes §3.7): the PyTorch transformer tutorial's model.
-
-Precision (`landscape.precision`): `param_dtype` holds Y and Z (every weight of TextTransformer),
-`dtype` is the computation dtype (None = param_dtype). A half `dtype` is autocast: the matmul
-Y^T f in half, the attention softmax, c = X^T b, its normalisation and the loss in float32
-(`precision.accum_dtype`).
+`YZModel` (flax.linen) has two M x M parameters, "Y" (decoder) and "Z" (attention logits, row =
+query); `TextTransformer` is the WikiText model (Figs. 7, 10; notes §3.7). The parameter tree:
+docs/design/scan_snap.md; precision: docs/design/precision.md.
 """
 
 from __future__ import annotations

@@ -1,24 +1,8 @@
-"""Real text for the WikiText experiments (Figs. 7, 10): the PyTorch transformer tutorial's
-pipeline as arrays (notes/scan_snap.md §2.5).
+"""Real text for the WikiText experiments (Figs. 7, 10; notes/scan_snap.md §2.5).
 
-    corpus = text.load("../shared/data/wikitext-2", train_split="valid", eval_split="test",
-                       batch_size=20, eval_batch_size=10)
-    inputs_TB, targets_TB = text.chunk(corpus.train, i, bptt=35)   # jit-able, i traced
-
-- `tokenize`: torchtext's `basic_english` (lower-case; spaces around ' . , ( ) ! ?; " removed;
-  ; : and <br /> become spaces; split on whitespace).
-- `build_vocabulary`: the training split's types, most frequent first (ties alphabetical), after
-  "<unk>" = id 0, the id of every type the vocabulary lacks.
-- `encode`: every non-empty line's ids, concatenated into one stream (no end-of-sentence token).
-- `batchify`: the stream cut into `batch_size` contiguous columns, (rows, batch_size): column b
-  reads the stream's b-th stretch top to bottom; the tail that fills no row is dropped.
-- `chunk`: rows [i * bptt, (i + 1) * bptt) as inputs and the same rows shifted by one as targets.
-  The tutorial's last, shorter chunk is dropped (`num_chunks` = (rows - 1) // bptt), so every
-  chunk has one shape and a training run indexes them on device, epoch after epoch.
-
-A folder is in the standard WikiText layout when it holds `{split}.txt` (the PyTorch
-word-language-model example) or `wiki.{split}.tokens` (the Salesforce archives) for the splits
-used; `splits_in` says which it has, `load` names what is missing in one sentence.
+The PyTorch transformer tutorial's pipeline as arrays: `tokenize`, `build_vocabulary`, `encode`,
+`batchify`, then `chunk` (jit-able, the chunk index traced); `load` reads a folder in the
+standard WikiText layout. Each step's exact rules: docs/design/scan_snap.md.
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
 """Closed-form predictions of Tian et al., "Scan and Snap" (NeurIPS 2023), in NumPy float64.
 
-Equation numbers refer to the paper; "notes" to /work/shared/notes/scan_snap.md (authoritative
-where the paper text is garbled). Time ``t`` counts batch-1 SGD steps over all K classes, so class
-n has been visited about t/K times and the decoder speed is h(t/K).
-
-Contents:
-  decoder:    h_star (Eq. 33), h_cont (Eq. 45), omega1 (Lemma 8), t0 / t0_prime /
-              transition_time_exact (Lemma 9), gamma (Eq. 85)
-  snapping:   Gamma (Eqs. 123-126), B_paper (Eq. 127), B_exact, B_scan_approx / B_snap_approx
-              (Eq. 14), chi_bounds (Eq. 12)
-  scanning:   c_n (Eq. 5), relative_gain / relative_gain_predicted (Eq. 11)
-  attention:  attention_velocity / integrate_attention_ode (Eqs. 10, 97 with beta = E', Lemma 3)
+The decoder, snapping, scanning and the attention ODE, by the paper's equation numbers
+(notes/scan_snap.md is authoritative where the text is garbled). Time `t` counts batch-1 SGD
+steps over all K classes, so class n has been visited about t/K times. Contents by section:
+docs/design/scan_snap.md.
 """
 
 from __future__ import annotations

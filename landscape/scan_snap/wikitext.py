@@ -1,22 +1,8 @@
 """Scan & Snap on real text (Figs. 7, 10; notes/scan_snap.md §2.5, §3.7, §5.7, §5.10).
 
-`experiment = "wikitext"` of the scan_snap configs runs here: the standard-parameterisation
-transformer (`model.TextTransformer`) trained with plain SGD on a WikiText folder's id stream
-(`text.py`), chunk after chunk in order, epoch after epoch, inside the compiled run
-(`Problem.loss_takes_step`). The FFN of every layer has its own learning rate:
-optim.lr_z for everything, optim.lr_z * optim.lr_y_over_lr_z for "ffn" (Fig. 7: 5 and 10;
-Fig. 10: one unified lr, ratio 1), so a learning-rate grid x seeds is one vmapped program and a
-depth sweep is one program per depth.
-
-Every `train.log_every` steps, at the current parameters in eval mode (no dropout), on
-`text.eval_chunks` chunks of the evaluation split spread evenly over it: the validation loss and
-perplexity, the mean attention entropy of layer 0 and of all layers (notes §5.10), and every
-layer's attention map on the fixed chunk `text.map_chunk`, column `text.map_column` (Fig. 7:
-chunk 100 = row 100 x 35, column 0).
-
-Claims: `fig7` (per depth: layer 0's entropy falls from its value at step 0, then freezes while
-the lr is constant) and `fig10` (the final entropy falls with the lr over the runs that stayed
-finite and learnt; the others are marked).
+`experiment = "wikitext"`: `model.TextTransformer` trained with plain SGD on a WikiText id stream
+(`text.py`) inside the compiled run, with its own learning rate for the FFNs; logs the validation
+loss, attention entropies and maps; claims `fig7` and `fig10`. Details: docs/design/scan_snap.md.
 """
 
 from __future__ import annotations
