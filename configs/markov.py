@@ -3,6 +3,7 @@
     python -m experiments.markov --config=configs/markov.py                 # Fig. 3, theory model
     python -m experiments.markov --config=configs/markov.py:fig3_gpt        # Fig. 3, GPT-2 model
     python -m experiments.markov --config=configs/markov.py:landscape       # Thms 1-3, Hessians
+    python -m experiments.markov --config=configs/markov.py:atlas           # the probes' atlas
 
 CPU-sized settings (notes §11.3): d = 4, N = 128, batch 16, AdamW(0.9, 0.95) lr 1e-3, wd 1e-3 on
 Linear weights, 2% warm-up from lr/100 then cosine to lr/5. The paper's N = 1024 and 8000 steps
@@ -20,6 +21,8 @@ Variants (`--config=configs/markov.py:<variant>`), with CPU times on 2 cores:
   fig5              S = 5, p in {0.3, 0.6, 0.9}, tied vs untied, d = 8 (~2 min)
   appendix_d        tied (0.2, 0.3): the rank-one structure of the learned minimum (~30 s)
   landscape         exact Hessians at theta_pi / theta_star against the closed forms (~20 s)
+  atlas             the probes over a 4 x 4 (p, q) grid, tied and untied: verdicts against
+                    Thms 2-3, escape directions, Gauss-Newton, paths to theta_star, SLQ (~1 min)
 
 The trap at the authors' recipe and precision (issue 13, notes §13): GPT-2 blocks, d = 8, tied,
 (p, q) = (0.5, 0.8), batch 16, AdamW(0.9, 0.95) lr 2e-3, PyTorch's OneCycle (cosine warm-up over
@@ -47,6 +50,7 @@ VARIANTS = (
     "fig5",
     "appendix_d",
     "landscape",
+    "atlas",
     "fig1_paper",
     "fig3_paper",
     "fig3_paper_long",
@@ -97,6 +101,8 @@ def get_config(variant: str = "fig3") -> ml_collections.ConfigDict:
         c.train.update(num_steps=2000, log_every=100)
     elif variant == "landscape":
         c.experiment = "landscape"
+    elif variant == "atlas":
+        c.update(experiment="atlas", claims="atlas")
     return c
 
 

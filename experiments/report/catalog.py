@@ -254,6 +254,27 @@ FIGURES = (
             ),
         ),
     ),
+    Figure(
+        "markov",
+        "Atlas",
+        "across (p, q), theta_pi is a minimum exactly where tied and p + q > 1 (Thms 2-3); "
+        "the probes agree with the closed forms",
+        (
+            Run(
+                "configs/markov.py:atlas",
+                CPU,
+                minutes=2.5,
+                quick=(
+                    "atlas.p=[0.8]",
+                    "atlas.q=[0.4]",
+                    "atlas.d=2",
+                    "atlas.seq_len=4",
+                    "atlas.path_ts=11",
+                    "atlas.num_iters=20",
+                ),
+            ),
+        ),
+    ),
     # --------------------------------------------------------------------------- n-grams
     Figure(
         "ngrams",

@@ -8,6 +8,7 @@ experiment.py  configs -> compiled sweeps -> records, figures and claims (Figs. 
 claims.py      per-run outcomes (final loss, f0, f1, stuck) and one claim function per config
 figures.py     test-loss curves, the Fig. 4 grid of trapped fractions, the trap study's plots
 trap_study.py  the single-layer trap: depth x precision, trapped fractions, plateau gradients
+atlas.py       the probes over a (p, q) grid, tied and untied, against Thms 2-3
 """
 
 from landscape.markov import model, points, task, theory

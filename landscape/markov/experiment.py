@@ -22,7 +22,7 @@ import numpy as np
 from landscape import backend, curvature, precision, records, sweeps, training
 from landscape import config as config_lib
 from landscape.config import format_bytes
-from landscape.markov import figures, points, task
+from landscape.markov import atlas, figures, points, task
 from landscape.markov import model as model_lib
 from landscape.markov.claims import CLAIMS, run_table
 from landscape.point import params_table
@@ -31,14 +31,15 @@ from landscape.typing import PyTree
 Progress = Callable[[str], None] | None
 
 TRACED = ("chain.p", "chain.q", "optim.lr")
-CLAIM_SETS = ("fig1", "fig3", "fig4", "fig5", "appendix_d", "trap", "landscape", "none")
+CLAIM_SETS = ("fig1", "fig3", "fig4", "fig5", "appendix_d", "trap", "landscape", "atlas", "none")
+ANALYSES = ("landscape", "atlas")  # experiments that train nothing: one fixed set of points
 
 
 def default_config() -> ml_collections.ConfigDict:
     """Every field a Markov config may set; defaults are the notes' CPU-sized Fig. 3 setting."""
     c = ml_collections.ConfigDict()
     c.name = "markov"
-    c.experiment = "train"  # train | landscape
+    c.experiment = "train"  # train | landscape | atlas
     c.seed = 0
     c.num_seeds = 1
     c.chain = dict(num_states=2, p=0.5, q=0.8, initial="stationary")  # q unused when S > 2
@@ -89,6 +90,15 @@ def default_config() -> ml_collections.ConfigDict:
         multistate_states=5,
         multistate_seq_len=4,
     )
+    c.atlas = dict(
+        p=[0.2, 0.4, 0.6, 0.8],
+        q=[0.2, 0.4, 0.6, 0.8],
+        d=4,
+        seq_len=6,
+        path_ts=41,
+        num_probes=16,
+        num_iters=40,
+    )
     c.claims = "none"
     return c
 
@@ -104,19 +114,19 @@ def _validate_run(cfg: ml_collections.ConfigDict) -> None:
     """The fields of the whole run (not per program): name, experiment, seeds, claims, sweep_zip."""
     choice = config_lib.require_choice
     config_lib.require_text(cfg, "name")
-    choice(cfg, "experiment", ("train", "landscape"))
+    choice(cfg, "experiment", ("train", *ANALYSES))
     choice(cfg, "claims", CLAIM_SETS)
     config_lib.require_seeds(cfg)
-    if cfg.experiment == "landscape":
-        config_lib.require_empty_sweep(cfg, "experiment = 'landscape'")
-        choice(cfg, "claims", ("landscape", "none"))
+    if cfg.experiment in ANALYSES:
+        config_lib.require_empty_sweep(cfg, f"experiment = {cfg.experiment!r}")
+        choice(cfg, "claims", (cfg.experiment, "none"))
     else:
         config_lib.require(
-            cfg.claims != "landscape",
+            cfg.claims not in ANALYSES,
             "claims",
             cfg.claims,
             "one of the training claims (or 'none') for experiment = 'train'; "
-            "'landscape' goes with experiment = 'landscape'",
+            "'landscape' and 'atlas' go with the experiments of those names",
         )
     if cfg.claims == "trap":
         config_lib.require(
@@ -213,6 +223,28 @@ def _validate_cell(cfg: ml_collections.ConfigDict) -> None:
             "an integer >= 3 for claims = 'fig5' (the multi-state chain)",
         )
     _validate_landscape(cfg)
+    _validate_atlas(cfg)
+
+
+def _validate_atlas(cfg: ml_collections.ConfigDict) -> None:
+    r = config_lib.require_number
+    for axis in ("atlas.p", "atlas.q"):
+        config_lib.require_numbers(cfg, axis, low=0, high=1, low_open=True, high_open=True)
+    off_boundary = [
+        (p, q) for p in cfg.atlas.p for q in cfg.atlas.q if abs(p + q - 1) > atlas.BOUNDARY_GAP
+    ]
+    config_lib.require(
+        bool(off_boundary),
+        "atlas.p",
+        list(cfg.atlas.p),
+        "values that, with atlas.q, give at least one cell off the line p + q = 1 (where the "
+        "alpha block is degenerate)",
+    )
+    r(cfg, "atlas.d", low=1, integer=True)
+    r(cfg, "atlas.seq_len", low=2, high=14, integer=True)  # exact: 2^N sequences
+    r(cfg, "atlas.path_ts", low=3, integer=True)
+    r(cfg, "atlas.num_probes", low=2, integer=True)
+    r(cfg, "atlas.num_iters", low=2, integer=True)
 
 
 def _validate_landscape(cfg: ml_collections.ConfigDict) -> None:
@@ -243,7 +275,7 @@ def _validate_landscape(cfg: ml_collections.ConfigDict) -> None:
 
 
 def needs_x64(cfg: ml_collections.ConfigDict) -> bool:
-    return cfg.experiment == "landscape" or cfg.train.dtype == "float64"
+    return cfg.experiment in ANALYSES or cfg.train.dtype == "float64"
 
 
 # ----------------------------------------------------------------------------- memory
@@ -486,6 +518,8 @@ def run(
     workdir.write_config(cfg)
     if cfg.experiment == "landscape":
         return run_landscape(cfg, workdir, progress)
+    if cfg.experiment == "atlas":
+        return atlas.run_atlas(cfg, workdir, progress)
     groups, cells = [], config_lib.structural_cells(cfg, TRACED)
     for i, fields in enumerate(cells):
         if fields and progress:

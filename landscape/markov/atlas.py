@@ -1,0 +1,272 @@
+"""The atlas: the probes applied to theta_pi across a (p, q) grid, tied and untied (Thms 2-3).
+
+Per grid cell: the exact Hessian (one vmapped call per tying), its verdict against the theorems'
+boundary p + q = 1, the escape directions of the saddles, the Gauss-Newton split, the straight
+path from theta_pi to theta_star, and one spectral density. See docs/papers/markov.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import ml_collections
+import numpy as np
+
+from landscape import curvature, eigen, gauss_newton, geometry, plotting, records, spectra
+from landscape.markov import points
+
+Progress = Callable[[str], object] | None
+_SECOND_ORDER_RTOL = 0.01  # |ΔL / (ε² λ / 2) - 1| at the smallest ε
+BOUNDARY_GAP = 1e-9  # cells this close to p + q = 1 are degenerate (zero alpha curvature)
+
+
+def expected_verdict(p: float, q: float, tied: bool) -> str:
+    """Thm 2: tied and p + q > 1, a local minimum; Thm 3 and p + q < 1: a saddle."""
+    return "local minimum" if tied and p + q > 1 else "saddle"
+
+
+def _cells(cfg: ml_collections.ConfigDict) -> list[tuple[float, float]]:
+    return [
+        (float(p), float(q))
+        for p in cfg.atlas.p
+        for q in cfg.atlas.q
+        if abs(p + q - 1) > BOUNDARY_GAP
+    ]
+
+
+def _theta_pi(cfg: ml_collections.ConfigDict, p: float, q: float, tied: bool) -> Any:
+    return points.theta_pi(p, q, d=cfg.atlas.d, seq_len=cfg.atlas.seq_len, tied=tied)
+
+
+def _hessian_rows(cfg: ml_collections.ConfigDict, tied: bool, progress: Progress) -> list[dict]:
+    """One row per cell: verdicts and alpha-block eigenvalues against the closed forms."""
+    cells = _cells(cfg)
+    pts = [_theta_pi(cfg, p, q, tied) for p, q in cells]
+    if progress:
+        progress(f"atlas: {len(pts)} {'tied' if tied else 'untied'} Hessians in one call")
+    hessians = curvature.hessian_at(pts, progress=None)
+    gauss = gauss_newton.ggn_at(pts)
+    rows = []
+    for (p, q), pt, h, g in zip(cells, pts, hessians, gauss, strict=True):
+        focus = h.focus_report()
+        assert focus is not None  # theta_pi names its focus blocks
+        tol = h.tolerance()
+        rows.append(
+            {
+                "tied": tied,
+                "p": p,
+                "q": q,
+                "verdict": h.verdict().split(" (")[0],
+                "expected": expected_verdict(p, q, tied),
+                "smallest_eigenvalue": float(h.eigenvalues[0]),
+                "alpha_smallest": float(focus["min"]),
+                "num_negative": int(np.sum(h.eigenvalues < -tol)),
+                "alpha_error": float(
+                    np.max(np.abs(focus["eigenvalues"] - np.sort(pt.meta["focus_prediction"])))
+                ),
+                "ggn_negative": int(np.sum(g.ggn_eigenvalues < -tol)),
+                "remainder_smallest": float(g.remainder_eigenvalues[0]),
+            }
+        )
+    return rows
+
+
+def _escape_rows(cfg: ml_collections.ConfigDict, saddles: list[dict]) -> list[dict]:
+    """The second-order check along each escape direction of every saddle of the grid."""
+    rows = []
+    for tied in (True, False):
+        cells = [(r["p"], r["q"]) for r in saddles if r["tied"] == tied]
+        if not cells:
+            continue
+        found = eigen.escape_directions([_theta_pi(cfg, p, q, tied) for p, q in cells])
+        for (p, q), esc in zip(cells, found, strict=True):
+            ratios = esc.ratios[:, 0] if esc.num_negative else np.array([np.nan])
+            rows.append(
+                {
+                    "tied": tied,
+                    "p": p,
+                    "q": q,
+                    "directions": esc.num_negative,
+                    "worst_ratio_error": float(np.max(np.abs(ratios - 1))),
+                }
+            )
+    return rows
+
+
+def _path_rows(cfg: ml_collections.ConfigDict) -> tuple[list[dict], list[geometry.PathResult]]:
+    """The straight path from theta_pi to theta_star (same tying) in every cell."""
+    rows, results = [], []
+    ts = np.linspace(0.0, 1.0, cfg.atlas.path_ts)
+    for tied in (True, False):
+        for p, q in _cells(cfg):
+            star = points.theta_star(p, q, d=cfg.atlas.d, seq_len=cfg.atlas.seq_len, tied=tied)
+            result = geometry.path(_theta_pi(cfg, p, q, tied), star, ts)
+            rows.append(
+                {
+                    "tied": tied,
+                    "p": p,
+                    "q": q,
+                    "barrier": result.barrier,
+                    "argmax_t": result.argmax_t,
+                    "loss_pi": result.loss_a,
+                    "loss_star": result.loss_b,
+                }
+            )
+            results.append(result)
+    return rows, results
+
+
+def _density(cfg: ml_collections.ConfigDict) -> tuple[spectra.SpectralDensity, int, tuple]:
+    """SLQ at the untied theta_pi of the grid's first cell, and its exact negative count."""
+    p, q = _cells(cfg)[0]
+    point = _theta_pi(cfg, p, q, tied=False)
+    density = spectra.spectral_density(
+        point, cfg.atlas.num_probes, cfg.atlas.num_iters, jax.random.key(cfg.seed)
+    )
+    h = curvature.hessian_at(point, progress=None)
+    return density, int(np.sum(h.eigenvalues < -h.tolerance())), (p, q)
+
+
+def _claims(
+    hessians: list[dict], escapes: list[dict], paths: list[dict], density: tuple
+) -> list[records.Claim]:
+    """Thms 2-3 cell by cell, the closed-form alpha eigenvalues, the escape directions' second
+    order, the Gauss-Newton split, the tied minima's barriers and SLQ's negative mass."""
+    wrong = [r for r in hessians if r["verdict"] != r["expected"]]
+    worst_alpha = max(r["alpha_error"] for r in hessians)
+    worst_ratio = max((r["worst_ratio_error"] for r in escapes), default=0.0)
+    saddles = [r for r in hessians if r["expected"] == "saddle"]
+    minima = [r for r in paths if r["tied"] and r["p"] + r["q"] > 1]
+    slq, exact_negative, (p, q) = density
+    mass, stderr = slq.mass(-np.inf, -1e-6)
+    return [
+        records.claim(
+            f"theta_pi over the grid ({len(hessians)} cells, tied and untied): verdict",
+            f"{len(hessians) - len(wrong)}/{len(hessians)} cells agree"
+            + "".join(f"; {_cell(r)}: {r['verdict']}" for r in wrong[:3]),
+            "local minimum where tied and p + q > 1, saddle elsewhere",
+            not wrong,
+            "Thms 2-3, notes/markov.md §6.5",
+        ),
+        records.claim(
+            "theta_pi alpha-block eigenvalues at every cell",
+            {"largest |error|": worst_alpha},
+            "the closed forms, to 1e-10",
+            worst_alpha < 1e-10,
+            "notes/markov.md §6.5",
+        ),
+        records.claim(
+            "escape directions at every saddle: L(θ + εv) - L(θ) = ε²λ/2 (ε = 1e-3)",
+            {"largest |ratio - 1|": worst_ratio, "saddles": len(escapes)},
+            f"every ratio within {_SECOND_ORDER_RTOL:g} of 1",
+            len(escapes) == len(saddles) and worst_ratio < _SECOND_ORDER_RTOL,
+            "notes/markov.md §6.5",
+            kind="sanity",
+        ),
+        records.claim(
+            "Gauss-Newton G at every cell: no negative eigenvalue; the saddles' lie in H - G",
+            {
+                "cells with G not PSD": sum(r["ggn_negative"] > 0 for r in hessians),
+                "saddles with a negative eigenvalue of H - G": sum(
+                    r["remainder_smallest"] < 0 for r in saddles
+                ),
+            },
+            f"0 and {len(saddles)}",
+            all(r["ggn_negative"] == 0 for r in hessians)
+            and all(r["remainder_smallest"] < 0 for r in saddles),
+            "notes/landscape_geometry.md §7",
+            kind="sanity",
+        ),
+        records.claim(
+            "straight path theta_pi -> theta_star at the tied minima: a barrier (the loss rises "
+            "before it falls)",
+            {"smallest barrier": min((r["barrier"] for r in minima), default=np.nan)},
+            "> 0 at every tied cell with p + q > 1",
+            bool(minima) and all(r["barrier"] > 0 for r in minima),
+            "Thm 2, notes/landscape_geometry.md §1",
+        ),
+        records.claim(
+            f"SLQ at untied theta_pi (p={p:g}, q={q:g}): number of negative eigenvalues",
+            f"{mass * slq.dim:.3f} ± {stderr * slq.dim:.3f}",
+            f"{exact_negative} (dense eigh)",
+            abs(mass * slq.dim - exact_negative) <= max(3 * stderr * slq.dim, 0.05),
+            "notes/landscape_geometry.md §6",
+            kind="sanity",
+        ),
+    ]
+
+
+def _cell(row: dict) -> str:
+    return f"{'tied' if row['tied'] else 'untied'} (p={row['p']:g}, q={row['q']:g})"
+
+
+def draw(cfg: ml_collections.ConfigDict, hessians: list[dict], paths: list[tuple]) -> Any:
+    """Maps of the alpha block's smallest eigenvalue over (p, q), tied and untied, with the
+    theorems' boundary p + q = 1 and each cell's verdict; a few paths to theta_star beside."""
+    fig, axes = plotting.subplots(1, 3, width=4.0, height=3.4)
+    for ax, tied in zip(axes[0][:2], (True, False), strict=True):
+        rows = [r for r in hessians if r["tied"] == tied]
+        values = np.array([r["alpha_smallest"] for r in rows])
+        scale = float(np.max(np.abs(values))) or 1.0
+        image = ax.scatter(
+            [r["p"] for r in rows],
+            [r["q"] for r in rows],
+            c=values,
+            cmap="coolwarm_r",
+            vmin=-scale,
+            vmax=scale,
+            s=160,
+        )
+        for r in rows:
+            mark = "o" if r["verdict"] == "local minimum" else "x"
+            ax.scatter(r["p"], r["q"], marker=mark, color="black", s=30)
+        ax.plot([0, 1], [1, 0], "k--", linewidth=1)
+        ax.set(xlim=(0, 1), ylim=(0, 1), xlabel="p", ylabel="q")
+        ax.set_title(
+            f"theta_pi {'tied' if tied else 'untied'}: smallest alpha eigenvalue", fontsize=9
+        )
+        fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
+    ax = axes[0][2]
+    for row, result in _shown_paths(paths):
+        ax.plot(result.ts, result.losses, label=f"{_cell(row)}, barrier {row['barrier']:.3g}")
+    ax.set(xlabel="t (theta_pi -> theta_star)", ylabel="population loss")
+    ax.set_title("straight paths", fontsize=9)
+    ax.legend(fontsize=7)
+    fig.suptitle("o: local minimum, x: saddle (measured); dashed: p + q = 1 (Thms 2-3)", fontsize=9)
+    return fig
+
+
+def _shown_paths(paths: list[tuple]) -> list[tuple]:
+    """Two tied minima and two untied saddles (or what the grid has)."""
+    minima = [pr for pr in paths if pr[0]["tied"] and pr[0]["p"] + pr[0]["q"] > 1]
+    untied = [pr for pr in paths if not pr[0]["tied"]]
+    return minima[:2] + untied[:2]
+
+
+def run_atlas(
+    cfg: ml_collections.ConfigDict, workdir: records.Workdir, progress: Progress = print
+) -> dict[str, Any]:
+    """The atlas of `cfg.atlas`'s grid: tables (hessians, escapes, paths .csv), figures
+    (atlas.png, density.png) and claims against Thms 2-3."""
+    hessians = _hessian_rows(cfg, True, progress) + _hessian_rows(cfg, False, progress)
+    saddles = [r for r in hessians if r["verdict"] == "saddle"]
+    escapes = _escape_rows(cfg, saddles)
+    if progress:
+        progress(f"atlas: escape directions at {len(saddles)} saddles; paths to theta_star")
+    paths, path_results = _path_rows(cfg)
+    density = _density(cfg)
+    for name, rows in (("hessians", hessians), ("escapes", escapes), ("paths", paths)):
+        workdir.save_table(name, rows)
+    figures = [
+        str(
+            plotting.save(
+                draw(cfg, hessians, list(zip(paths, path_results, strict=True))),
+                workdir.figure_path("atlas"),
+            )
+        ),
+        str(plotting.save(spectra.density_figure(density[0]), workdir.figure_path("density"))),
+    ]
+    claims = _claims(hessians, escapes, paths, density)
+    return workdir.finish(claims, progress, figures=figures)
