@@ -109,6 +109,40 @@ def _mean_ce(params, x_BT, target_BS, model, floor):
     return jnp.mean(estimators.cross_entropy(probs_BS, target_BS, floor))
 
 
+@functools.cache
+def population_objective(
+    model: model_lib.NgramModel, floor: float
+) -> Callable[[PyTree, Any], jax.Array]:
+    """(params, (x_BT, target_BS)) -> `population_loss`'s value: one function per (model,
+    floor), so the points of a model share compiled programs."""
+
+    def objective(params: PyTree, inputs: Any) -> jax.Array:
+        x_BT, target_BS = inputs
+        return _mean_ce(params, x_BT, target_BS, model, floor)
+
+    return objective
+
+
+@functools.cache
+def _probabilities(model: model_lib.NgramModel) -> Callable[[PyTree, Any], jax.Array]:
+    """(params, inputs) -> the next-token probabilities (B, S): the Gauss-Newton outputs."""
+
+    def outputs(params: PyTree, inputs: Any) -> jax.Array:
+        return model.apply({"params": params}, inputs[0])  # type: ignore[return-value]
+
+    return outputs
+
+
+@functools.cache
+def _output_loss(floor: float) -> Callable[[jax.Array, Any], jax.Array]:
+    """(probs, inputs) -> the mean cross-entropy, convex in the probabilities (floor >= 0)."""
+
+    def output_loss(probs_BS: jax.Array, inputs: Any) -> jax.Array:
+        return jnp.mean(estimators.cross_entropy(probs_BS, inputs[1], floor))
+
+    return output_loss
+
+
 def population_loss(
     model: model_lib.NgramModel, x_BT: ArrayLike, target_BS: ArrayLike, floor: float = 1e-8
 ) -> Callable[[PyTree], jax.Array]:
@@ -288,7 +322,16 @@ def _population_point(
             init=init,
         ),
     )
-    return Point(params, population_loss(model, x_BT, target_BS, floor), name=name, meta=meta)
+    population_loss(model, x_BT, target_BS, floor)  # validates floor
+    return Point(
+        params,
+        name=name,
+        meta=meta,
+        objective=population_objective(model, float(floor)),
+        inputs=(jnp.asarray(x_BT), jnp.asarray(target_BS)),
+        outputs=_probabilities(model),
+        output_loss=_output_loss(float(floor)),
+    )
 
 
 def saddle_spectrum(point: Point) -> np.ndarray:
