@@ -223,16 +223,39 @@ def restrict(point: Point, names: str | Iterable[str]) -> Point:
             f"no parameter named {', '.join(map(repr, names))}; available: {', '.join(leaf_names)}."
         )
 
-    def loss_fn(sub: Mapping[str, Any]) -> jax.Array:
-        leaves = list(flat)
-        for i in chosen:
-            leaves[i] = sub[leaf_names[i]]
-        return point.loss_fn(jax.tree_util.tree_unflatten(treedef, leaves))
-
+    objective, inputs = point.shared
+    key = (treedef, tuple(leaf_names), tuple(chosen))
+    has_split = point.outputs is not None and point.output_loss is not None
     meta = {k: v for k, v in point.meta.items() if k != "focus_blocks"}
     return Point(
         {leaf_names[i]: flat[i] for i in chosen},
-        loss_fn,
+        objective=_restricted(objective, *key),
+        inputs=(tuple(flat), inputs),
+        outputs=_restricted(point.outputs, *key) if has_split else None,
+        output_loss=_on_inner_inputs(point.output_loss) if has_split else None,
         name=f"{point.name} restricted to {', '.join(names)}",
         meta=meta,
     )
+
+
+@functools.lru_cache(maxsize=256)
+def _restricted(
+    function: Callable, treedef: Any, leaf_names: tuple[str, ...], chosen: tuple[int, ...]
+) -> Callable[[Mapping[str, Any], Any], Any]:
+    """function(params, inputs) as a function of the chosen leaves, the others (and the inner
+    inputs) passed as inputs: one object per (function, blocks), so restricted points of one
+    model share compiled programs too."""
+
+    def restricted(sub: Mapping[str, Any], inputs: Any) -> Any:
+        leaves, inner = list(inputs[0]), inputs[1]
+        for i in chosen:
+            leaves[i] = sub[leaf_names[i]]
+        return function(jax.tree_util.tree_unflatten(treedef, leaves), inner)
+
+    return restricted
+
+
+@functools.lru_cache(maxsize=256)
+def _on_inner_inputs(output_loss: Callable) -> Callable[[jax.Array, Any], jax.Array]:
+    """output_loss(z, inner inputs) for a restricted point's (all leaves, inner) inputs."""
+    return lambda z, inputs: output_loss(z, inputs[1])
