@@ -1,7 +1,4 @@
-"""What every experiment CLI shares: config loading and overrides, validation, the workdir
-policy, interruptions, resume and provenance. A paper's CLI is `cli.run(experiment)`, where
-`experiment` is the paper's experiment module (`default_config()`, `validate(cfg)`,
-`run(cfg, workdir)`, `needs_x64(cfg)`).
+"""What every experiment CLI shares: overrides, validation, workdirs, resume and provenance.
 
     python -m experiments.<paper> --config=configs/<file>.py[:variant] [--config.a.b=value ...]
         [--workdir=DIR] [--overwrite | --resume] [--checkpoint_seconds=S] [--host_devices=N]
@@ -10,14 +7,7 @@ policy, interruptions, resume and provenance. A paper's CLI is `cli.run(experime
     python -m experiments.<paper> --config=runs/<name>/<time>/config.json   # rerun a record
     python -m experiments.<paper> --workdir=runs/<name>/<time> --resume      # continue a run
 
-`--config.a.b=value` sets a field (its value is read as the field's type; lists and dicts as
-Python literals). Overriding a swept field fixes it and removes its sweep axis (said in one
-line); `--config.sweep.a.b=[v1,v2]` sets a sweep axis. A field that the config's `variants` set
-cannot be overridden: change `--config.variants` instead.
-
-Every mistake ends the command with one sentence on stderr and exit status 2, before anything
-is created. Ctrl-C or SIGTERM stops a training run at its next chunk boundary, with a checkpoint,
-the records so far, and a line saying how to resume (exit status 130).
+Overrides, sweep axes and exit statuses (2: a mistake, 130: interrupted): docs/design/experiments.md
 """
 
 from __future__ import annotations
@@ -25,17 +15,13 @@ from __future__ import annotations
 import ast
 import atexit
 import contextlib
-import datetime
 import difflib
-import importlib.metadata
 import importlib.util
 import json
 import logging
-import os
 import pathlib
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -50,6 +36,7 @@ from absl import flags
 from experiments import host
 from landscape import backend, records, training
 from landscape import config as config_lib
+from landscape import host as landscape_host
 from landscape.protocols import Experiment
 
 FLAGS = flags.FLAGS
@@ -72,19 +59,6 @@ _CHECKPOINT_SECONDS = flags.DEFINE_float(
     lower_bound=0.0,
 )
 
-PACKAGES = (
-    "jax",
-    "jaxlib",
-    "flax",
-    "optax",
-    "chex",
-    "numpy",
-    "ml_collections",
-    "absl-py",
-    "diffrax",
-    "orbax-checkpoint",
-    "matplotlib",
-)
 EXIT_USAGE, EXIT_FAILED, EXIT_INTERRUPTED = 2, 1, 130
 
 
@@ -159,7 +133,7 @@ def _run(
         f"device(s) ({', '.join(workdir.provenance['devices'])}){processes}; compilation "
         f"cache: {cache or 'off'}"
     )
-    resume_line = f"python -m experiments.{_paper(experiment)} --workdir={workdir_path} --resume"
+    resume_line = f"{command(experiment)} --workdir={workdir_path} --resume"
     if host.FORMULATIONS.value:
         resume_line += f" --formulations={host.FORMULATIONS.value}"
     if jax.process_count() > 1:  # process 0's workdir, which every process resumes from
@@ -242,7 +216,8 @@ def _parse_flags(argv: list[str]) -> None:
 
 
 def _help(experiment: Experiment) -> str:
-    module = sys.modules.get(f"experiments.{_paper(experiment)}")
+    paper = _paper(experiment)
+    module = sys.modules.get(f"experiments.{paper}") if paper else experiment
     ours = [
         _CONFIG,
         _WORKDIR,
@@ -262,8 +237,22 @@ def _help(experiment: Experiment) -> str:
     return "\n".join(lines)
 
 
-def _paper(experiment: Experiment) -> str:
-    return experiment.__name__.split(".")[1]
+def _paper(experiment: Experiment) -> str | None:
+    """The paper of `landscape.<paper>.experiment`; None for any other module (a user's)."""
+    parts = experiment.__name__.split(".")
+    is_paper = len(parts) == 3 and parts[0] == "landscape" and parts[2] == "experiment"
+    return parts[1] if is_paper else None
+
+
+def command(experiment: Experiment) -> str:
+    """The command that runs `experiment`: a paper's own CLI, or experiments.run with the
+    module's name."""
+    paper = _paper(experiment)
+    return (
+        f"python -m experiments.{paper}"
+        if paper
+        else f"python -m experiments.run {experiment.__name__}"
+    )
 
 
 def _fail(message: str, status: int) -> int:
@@ -297,11 +286,12 @@ def _resolve(
         )
     schema = config_lib.flatten(experiment.default_config())
     notes = apply_overrides(data, overrides, schema)
-    cfg = ml_collections.ConfigDict(data)
+    cfg = ml_collections.ConfigDict(nested(data))  # sweep axes may be dotted: "optim.lr"
     experiment.validate(cfg)
     if stored is not None:
         _require_same_config(stored, cfg.to_dict(), cast(str, workdir))  # --resume needs it
-    path = pathlib.Path(workdir) if workdir else records.new_path(cfg.name)
+    name = cfg.get("name") or experiment.__name__.replace(".", "_")
+    path = pathlib.Path(workdir) if workdir else records.new_path(name)
     # Every process checks (only process 0 writes): a process other than 0 that skipped it
     # would wait for a coordinator that already refused a used workdir. Nothing is written
     # before all processes have joined, so none of them sees process 0's new records here.
@@ -474,6 +464,27 @@ def _drop_sweep_axis(data: dict, field: str) -> None:
             del group[part]
 
 
+def nested(data: Any) -> Any:
+    """A config's dicts with dotted keys nested: {"sweep": {"optim.lr": v}} -> {"sweep":
+    {"optim": {"lr": v}}} (ConfigDict takes no dots), in lists (variants) too."""
+    if isinstance(data, list):
+        return [nested(item) for item in data]
+    if not isinstance(data, dict):
+        return data
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        value = nested(value)
+        *groups, name = key.split(".") if isinstance(key, str) else [key]
+        target = out
+        for part in groups:
+            target = target.setdefault(part, {})
+        if isinstance(target.get(name), dict) and isinstance(value, dict):
+            target[name].update(value)
+        else:
+            target[name] = value
+    return out
+
+
 def _require_same_config(stored: dict, given: dict, workdir: str) -> None:
     a = config_lib.flatten(json.loads(json.dumps(records._jsonable(stored))))
     b = config_lib.flatten(json.loads(json.dumps(records._jsonable(given))))
@@ -490,23 +501,21 @@ def _require_same_config(stored: dict, given: dict, workdir: str) -> None:
 
 
 def _start_backend(experiment: Experiment, cfg: ml_collections.ConfigDict) -> str | None:
-    """Host devices, allocator, compilation cache (its folder is returned), x64, quiet logs."""
-    try:
-        host.use_host_devices(host.HOST_DEVICES.value)  # first: before the backends start
-    except RuntimeError:
-        pass  # in-process use (tests): the backend is already up as it is
-    host.start_distributed()  # also before the backends start
-    if backend.cpu_tuned():  # the host's heap serves the CPU backend's buffers only
-        host.tune_allocator()
-    cache = host.use_compilation_cache(host.COMPILATION_CACHE.value)
-    backend.use_float32_matmuls()
-    logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)  # no "no TPU" notice
+    """Host devices, allocator, compilation cache (its folder is returned), float32 matmuls (the
+    same `landscape.setup()` a script calls), then x64 and quiet logs. In-process use (tests)
+    finds the backend up already and keeps it as it is."""
+    settings = landscape_host.setup(
+        host.HOST_DEVICES.value,
+        host.COMPILATION_CACHE.value,
+        before_backend=host.start_distributed,  # also before the backends start
+        progress=None,
+    )
     logging.getLogger("absl").setLevel(logging.WARNING)  # orbax's INFO lines
     if experiment.needs_x64(cfg):
         import jax
 
         jax.config.update("jax_enable_x64", True)
-    return cache
+    return settings.compilation_cache
 
 
 @contextlib.contextmanager
@@ -541,53 +550,16 @@ def _stop_on_signals() -> Iterator[None]:
 
 
 def provenance(argv: list[str], **extra: Any) -> dict[str, Any]:
-    """What ran a config: the command, package versions, the git commit, backend and devices."""
-    import jax
-
-    versions: dict[str, str | None] = {}
-    for name in PACKAGES:
-        try:
-            versions[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            versions[name] = None
-    root = pathlib.Path(__file__).resolve().parent.parent
-    return dict(
-        command=" ".join(
-            [
-                "python -m experiments." + pathlib.Path(argv[0]).stem
-                if argv[0].endswith(".py")
-                else argv[0]
-            ]
-            + list(argv[1:])
-        ),
-        time=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        python=sys.version.split()[0],
-        packages=versions,
-        git=_git(root),
-        backend=jax.default_backend(),
-        device_count=jax.device_count(),
-        devices=sorted({d.device_kind for d in jax.devices()}),
-        # a flag: jax.config sets it as an attribute, which its type does not declare
-        matmul_precision=jax.config.jax_default_matmul_precision,  # type: ignore[attr-defined]
-        formulations=backend.current(),
-        cwd=os.getcwd(),
-        **extra,
+    """What ran a config (records.provenance), the command being this CLI's."""
+    command = " ".join(
+        [
+            "python -m experiments." + pathlib.Path(argv[0]).stem
+            if argv[0].endswith(".py")
+            else argv[0]
+        ]
+        + list(argv[1:])
     )
+    return records.provenance(command, **extra)
 
 
-def _git(root: pathlib.Path) -> dict[str, Any] | None:
-    try:
-        commit = subprocess.run(
-            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5
-        )
-        if commit.returncode:
-            return None
-        dirty = subprocess.run(
-            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            timeout=5,
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return {"commit": commit.stdout.strip(), "dirty": bool(dirty)}
+_git = records.git_commit  # the report reads it

@@ -1,12 +1,11 @@
-"""Process-wide settings every entry point applies first: host devices, the allocator and the
-persistent compilation cache."""
-
-import ctypes
-import os
-import pathlib
+"""The command-line flags of the process-wide settings every entry point applies first (host
+devices, the compilation cache, formulations, several processes); the settings themselves are
+`landscape.host.setup()`, which scripts call too."""
 
 import jax
 from absl import flags
+
+from landscape import host as landscape_host
 
 HOST_DEVICES = flags.DEFINE_integer(
     "host_devices",
@@ -19,7 +18,7 @@ HOST_DEVICES = flags.DEFINE_integer(
 
 COMPILATION_CACHE = flags.DEFINE_string(
     "compilation_cache",
-    "~/.cache/landscape/jax",
+    landscape_host.DEFAULT_CACHE,
     "Folder of JAX's persistent compilation "
     "cache: a program compiled once (same code, shapes, options and JAX version) is loaded "
     "from it instead of compiled again. '' turns it off. JAX_COMPILATION_CACHE_DIR, if set, "
@@ -97,55 +96,8 @@ def start_distributed() -> bool:
     return True
 
 
-def use_compilation_cache(path: str | None) -> str | None:
-    """Point JAX's persistent compilation cache at `path` (None or '': off) and cache every
-    program that took at least 0.1 s to compile; returns the folder in use. A folder set by
-    JAX_COMPILATION_CACHE_DIR (e.g. the test suite's) is kept. A cache hit is the compiled
-    executable itself, so no number changes."""
-    if os.environ.get("JAX_COMPILATION_CACHE_DIR"):
-        return os.environ["JAX_COMPILATION_CACHE_DIR"]
-    if not path:
-        jax.config.update("jax_enable_compilation_cache", False)
-        return None
-    folder = pathlib.Path(path).expanduser()
-    folder.mkdir(parents=True, exist_ok=True)
-    jax.config.update("jax_compilation_cache_dir", str(folder))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.1)
-    return str(folder)
-
-
-def use_host_devices(count: int | None = None) -> int | None:
-    """Give the CPU backend `count` devices (None: one per usable core) so that a sweep's runs,
-    sharded over all devices (landscape.sweeps), run on every core at once: XLA's CPU fusions use
-    one thread each. Without an explicit count, a device count the user set (XLA_FLAGS'
-    --xla_force_host_platform_device_count or JAX_NUM_CPU_DEVICES) is kept and None returned.
-    Must run before any JAX computation initialises the backends (jax.config raises then).
-    """
-    if count is None:
-        if (
-            "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", "")
-            or "JAX_NUM_CPU_DEVICES" in os.environ
-        ):
-            return None
-        count = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    jax.config.update("jax_num_cpu_devices", count)
-    return count
-
-
-def tune_allocator() -> bool:
-    """Keep glibc from returning XLA's large temporaries to the OS after every step.
-
-    By default each large buffer is a fresh mmap, so every training step page-faults its
-    temporaries in again (~80k faults per GPT step at N = 1024); serving them from a heap that is
-    never trimmed halves such steps on CPU. Process-wide, so only entry points call it.
-    Returns False where glibc's mallopt is unavailable (nothing changes then).
-    """
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:
-        return False
-    M_TRIM_THRESHOLD, M_MMAP_MAX, M_ARENA_MAX = -1, -4, -8
-    return all(
-        libc.mallopt(option, value) == 1
-        for option, value in ((M_MMAP_MAX, 0), (M_TRIM_THRESHOLD, 2**30), (M_ARENA_MAX, 1))
-    )
+# the settings themselves live in the library, so that a script's `landscape.setup()` and the
+# CLIs apply the same ones
+use_compilation_cache = landscape_host.use_compilation_cache
+use_host_devices = landscape_host.use_host_devices
+tune_allocator = landscape_host.use_tuned_allocator

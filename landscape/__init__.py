@@ -10,6 +10,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from landscape.curvature import gradient_at, hessian_at, hvp, lanczos_spectrum
+from landscape.host import setup
 from landscape.point import Point, param_names, params_table, restrict
 
 if TYPE_CHECKING:
@@ -45,6 +46,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "setup",
     "Point",
     "param_names",
     "params_table",

@@ -96,6 +96,7 @@ def mean_and_band(
 def save(fig: Figure, path: str | pathlib.Path) -> pathlib.Path:
     """Write the figure atomically (a temporary file, then a rename) and close it."""
     path = pathlib.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)  # e.g. a workdir's figures/, made on demand
     tmp = path.with_name(f".{path.name}.tmp")
     fig.tight_layout()
     fig.savefig(tmp, format=path.suffix.lstrip(".") or "png")

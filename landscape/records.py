@@ -13,11 +13,14 @@ import contextlib
 import csv
 import dataclasses
 import datetime
+import importlib.metadata
 import json
 import math
 import os
 import pathlib
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable, Iterable, Iterator
 from typing import IO, Any
 
@@ -100,7 +103,7 @@ class Workdir:
 
     def __init__(self, path: str | pathlib.Path, checkpoint_seconds: float = 60.0) -> None:
         self.path = pathlib.Path(path)
-        (self.path / "figures").mkdir(parents=True, exist_ok=True)
+        self.path.mkdir(parents=True, exist_ok=True)  # figures/ only once a figure is drawn
         self.checkpoint_seconds = checkpoint_seconds  # training state saved at least this often
         self.provenance: dict[str, Any] | None = None  # what ran it (command, versions, git, ...)
         # Where the training state is saved. A process other than 0 of a multi-process run keeps
@@ -175,17 +178,18 @@ class Workdir:
             np.savez_compressed(f, **merged)
 
     def write_summary(self, claims: list[Claim], **extra: Any) -> dict[str, Any]:
+        """summary.json of a complete run: its status, the claims with their verdicts (the
+        claim fields only when there are claims), and `extra`."""
         paper = [c for c in claims if c.kind == "paper"]
         checks = [c for c in claims if c.kind == "sanity"]
-        summary = {
-            "status": "complete",
+        tallies = {
             "claims": [dict(dataclasses.asdict(c), verdict=c.verdict) for c in paper],
             "reproduced": sum(c.passed for c in paper),
             "total": len(paper),
             "sanity_checks": [dict(dataclasses.asdict(c), verdict=c.verdict) for c in checks],
             "sanity_passed": sum(c.passed for c in checks),
-            **extra,
         }
+        summary = {"status": "complete", **(tallies if claims else {}), **extra}
         summary = _jsonable(summary)
         self._write_json("summary.json", summary)
         return summary
@@ -200,10 +204,16 @@ class Workdir:
         """The end of a run: summary.json (`write_summary`), then the claims and the records'
         folder (with `where`, e.g. a file to look at) through `progress` (None: silent)."""
         summary = self.write_summary(claims, **extra)
-        if progress:
+        if progress and claims:
             progress(format_claims(claims))
+        if progress:
             progress(f"records: {self.path}{where}")
         return summary
+
+    def read_summary(self) -> dict[str, Any]:
+        """summary.json as written (e.g. what an experiment module's run returns)."""
+        with open(self.path / "summary.json") as f:
+            return json.load(f)
 
     def write_status(self, status: str, **extra: Any) -> dict[str, Any]:
         """summary.json of a run that did not complete: its status ("interrupted",
@@ -241,6 +251,8 @@ class Workdir:
         return path
 
     def figure_path(self, name: str) -> pathlib.Path:
+        """figures/<name>.png (the folder is made here, so a run without figures has none)."""
+        (self.path / "figures").mkdir(exist_ok=True)
         return self.path / "figures" / f"{name}.png"
 
     def next_checkpoint(self) -> Checkpoint:
@@ -499,3 +511,72 @@ def _jsonable(value: Any) -> Any:
         value = float(value)
         return value if math.isfinite(value) else None
     return value
+
+
+# ----------------------------------------------------------------------------- provenance
+
+PACKAGES = (
+    "jax",
+    "jaxlib",
+    "flax",
+    "optax",
+    "chex",
+    "numpy",
+    "ml_collections",
+    "absl-py",
+    "diffrax",
+    "orbax-checkpoint",
+    "matplotlib",
+)
+
+
+def provenance(command: str | None = None, **extra: Any) -> dict[str, Any]:
+    """What ran a config: the command (default: this process's), package versions, the git
+    commit, backend and devices, and what `landscape.setup()` set (None when it was not called)."""
+    import jax
+
+    from landscape import backend
+    from landscape import host as host_lib
+
+    versions: dict[str, str | None] = {}
+    for name in PACKAGES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    settings = host_lib.current()
+    return dict(
+        command=command if command is not None else " ".join(["python", *sys.argv]),
+        time=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        python=sys.version.split()[0],
+        packages=versions,
+        git=git_commit(pathlib.Path(__file__).resolve().parent.parent),
+        backend=jax.default_backend(),
+        device_count=jax.device_count(),
+        devices=sorted({d.device_kind for d in jax.devices()}),
+        # a flag: jax.config sets it as an attribute, which its type does not declare
+        matmul_precision=jax.config.jax_default_matmul_precision,  # type: ignore[attr-defined]
+        formulations=backend.current(),
+        cwd=os.getcwd(),
+        setup=settings.as_dict() if settings else None,
+        **extra,
+    )
+
+
+def git_commit(root: pathlib.Path) -> dict[str, Any] | None:
+    """{"commit", "dirty"} of the git checkout at `root` (None outside one)."""
+    try:
+        commit = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5
+        )
+        if commit.returncode:
+            return None
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return {"commit": commit.stdout.strip(), "dirty": bool(dirty)}

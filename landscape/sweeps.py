@@ -1,16 +1,18 @@
 """A grid of swept numbers x seeds as one compiled program, laid over every visible device.
 
-The grid is flattened into one run axis R = (product of axis lengths) x seeds. That axis is
-sharded over a 1-D `jax.sharding.Mesh` of all devices (GPUs, TPU cores, hosts after
-`jax.distributed.initialize()`, or CPU devices forced with
-`XLA_FLAGS=--xla_force_host_platform_device_count=N`), so the same code runs one process on a
-laptop or a pod. R is padded to a multiple of the device count; the padding is dropped afterwards.
+The grid is flattened into one run axis R = (product of axis lengths) x seeds, sharded over a 1-D
+`jax.sharding.Mesh` of all devices (GPUs, TPU cores, hosts after `jax.distributed.initialize()`,
+or forced CPU devices) and padded to a multiple of the device count. `run(..., workdir=<folder>)`
+writes a complete record (config.json with provenance, metrics.jsonl, arrays.npz, summary.json).
+See docs/guide/sweeps.md and docs/guide/own_task.md.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
+import os
+import pathlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -20,7 +22,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from landscape import config as config_lib
-from landscape import training
+from landscape import records, training
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,11 +40,15 @@ class Grid:
     @classmethod
     def make(
         cls,
-        axes: Mapping[str, Sequence[float] | np.ndarray],
+        axes: Mapping[str, Any],
         seeds: Sequence[int] | np.ndarray,
         zipped: bool = False,
     ) -> Grid:
-        flat = {k: np.asarray(v, np.float64).reshape(-1) for k, v in axes.items()}
+        """Axes {name: values}, nested ({"optim": {"lr": [...]}}) or dotted ({"optim.lr": [...]})
+        alike (both name the axis "optim.lr"), times `seeds`."""
+        flat = {
+            k: np.asarray(v, np.float64).reshape(-1) for k, v in config_lib.flatten(axes).items()
+        }
         if zipped and len({len(v) for v in flat.values()}) > 1:
             raise ValueError(
                 "zipped sweep axes must have equal lengths; got "
@@ -86,33 +92,88 @@ def run_axis_sharding(devices: Sequence[jax.Device] | None = None) -> NamedShard
 
 def run(
     problem: training.Problem,
-    optim: ml_collections.ConfigDict,
-    base_hparams: Mapping[str, float],
+    optim: ml_collections.ConfigDict | Mapping[str, Any],
+    base_hparams: Mapping[str, Any],
     grid: Grid,
     *,
     devices: Sequence[jax.Device] | None = None,
     dtype: Any = np.float32,
+    workdir: str | os.PathLike | records.Workdir | None = None,
+    config: Any = None,
+    resume: bool = False,
+    overwrite: bool = False,
     **train_kwargs: Any,
 ) -> training.RunResult:
     """Train every cell of `grid` (and every seed) as one program, sharded over `devices`.
 
-    `base_hparams` gives every traced number; the grid's axes override some of them per cell.
-    The result has R = grid.size runs in grid order (use `grid.unflatten`); `train` pads R to a
-    multiple of the device count and drops the padding. A single run of a problem with a
-    `batch_size` splits its batch over the devices instead (`training.batch_devices`).
+    `base_hparams` gives every traced number ({"lr": 0.1} or nested, {"optim": {"lr": 0.1}});
+    the grid's axes override some of them per cell. The result has R = grid.size runs in grid
+    order (use `grid.unflatten`), with each run's initial and final parameters.
+
+    Learning rates, the one way: a traced hyperparameter, read by `problem.learning_rates`
+    (`learning_rates=lambda hp: hp["lr"]`, base_hparams={"lr": 0.1}, an axis "lr" to sweep it).
+    `optim` holds the optimizer without its learning rate (training.default_optim_config(); a
+    dict of some of its fields is completed with the defaults). An optim field of another name
+    (e.g. optim.lr) is refused unless it is also the traced hyperparameter "optim.<field>" (the
+    paper packages' configs do so): it would be ignored.
+
+    workdir: a folder: a complete record of the sweep (`record`), continued from its checkpoint
+    with `resume`, or replaced with `overwrite`; a `records.Workdir` with `config` given: the
+    same record into it (an experiment module run by the CLI); a `records.Workdir` alone:
+    metrics.jsonl and checkpoints only (a paper experiment writes the rest itself).
+    `config`: the user's config (ConfigDict or dict) for config.json. A single run of a problem
+    with a `batch_size` splits its batch over the devices instead (`training.batch_devices`).
     """
+    optim = full_optim(optim)
+    base_hparams = config_lib.flatten(base_hparams)
+    progress = train_kwargs.get("progress", print)
+    check_optim_fields(optim, base_hparams, progress)
     unknown = set(grid.axes) - set(base_hparams)
     if unknown:
         raise ValueError(
             f"sweep axes {sorted(unknown)} are not hyperparameters of this problem "
             f"(known: {sorted(base_hparams)})."
         )
+    target, complete = _open_workdir(workdir, config, resume=resume, overwrite=overwrite)
+    description = describe_run(optim, base_hparams, grid, dtype, train_kwargs)
+    owned = complete and not isinstance(workdir, records.Workdir)  # else the CLI keeps status
+    if target is not None and complete:
+        target.write_config(config if config is not None else description)
+    if target is not None and owned:
+        target.write_status("running", started=(target.provenance or {}).get("time"))
+    try:
+        result = _train(problem, optim, base_hparams, grid, devices, dtype, target, train_kwargs)
+    except training.NonFiniteLossError as error:
+        if target is not None and owned:
+            target.write_status("stopped at a non-finite loss", step=error.step, message=str(error))
+        raise
+    except training.Interrupted as stop:
+        if target is not None and owned:
+            target.write_status("interrupted", step=stop.step, resume="run again with resume=True")
+        raise
+    if target is not None and complete:
+        record(target, result, description, progress)
+    return result
+
+
+def _train(
+    problem: training.Problem,
+    optim: ml_collections.ConfigDict,
+    base_hparams: dict[str, Any],
+    grid: Grid,
+    devices: Sequence[jax.Device] | None,
+    dtype: Any,
+    workdir: records.Workdir | None,
+    train_kwargs: dict[str, Any],
+) -> training.RunResult:
+    """`training.train` over the grid's runs: one run's batch split over the devices, or the
+    runs sharded over them."""
     swept, seeds = grid.flat()
     hparams = {
         k: np.asarray(swept.get(k, np.full(len(seeds), v)), np.float64)
         for k, v in base_hparams.items()
     }  # traced in `dtype`, recorded as given
-    train_kwargs["hparam_dtype"] = dtype
+    train_kwargs = dict(train_kwargs, hparam_dtype=dtype, workdir=workdir)
     devices = list(jax.devices() if devices is None else devices)
     if grid.size == 1:  # one run: its batch over the devices, where the problem allows it
         split = training.batch_devices(problem, devices)
@@ -133,6 +194,139 @@ def run(
         seeds,
         sharding=sharding if sharding.mesh.size > 1 else None,
         **train_kwargs,
+    )
+
+
+def full_optim(optim: ml_collections.ConfigDict | Mapping[str, Any]) -> ml_collections.ConfigDict:
+    """`optim` completed with `training.default_optim_config()`'s fields (a copy; a complete
+    ConfigDict is returned as it is)."""
+    defaults = training.default_optim_config()
+    if isinstance(optim, ml_collections.ConfigDict) and set(defaults) <= set(optim):
+        return optim
+    given = optim.to_dict() if isinstance(optim, ml_collections.ConfigDict) else dict(optim)
+    merged = ml_collections.ConfigDict(dict(defaults.to_dict(), **given))
+    training.validate_optim(ml_collections.ConfigDict({"optim": merged}))
+    return merged
+
+
+# which standard optim fields each optimizer and schedule reads
+_READS = {
+    "momentum": lambda o: o.name == "sgd",
+    "nesterov": lambda o: o.name == "sgd",
+    "b1": lambda o: o.name != "sgd",
+    "b2": lambda o: o.name != "sgd",
+    "eps": lambda o: o.name != "sgd",
+    "warmup_steps": lambda o: o.schedule != "constant",
+    "initial_lr_fraction": lambda o: o.schedule != "constant",
+    "final_lr_fraction": lambda o: o.schedule != "constant",
+}
+
+
+def check_optim_fields(
+    optim: ml_collections.ConfigDict,
+    hparams: Mapping[str, Any],
+    progress: Callable[[str], object] | None = print,
+) -> None:
+    """Refuse an optim field that nothing reads: one outside the optimizer's own fields that is
+    not the traced hyperparameter "optim.<field>" (e.g. optim.lr while the learning rate is the
+    hyperparameter "lr"). A standard field the chosen optimizer or schedule does not read, set
+    away from its default (momentum for Adam), gets a note (a shipped config does so)."""
+    defaults = training.default_optim_config()
+    for field in sorted(set(optim) - set(defaults)):
+        if f"optim.{field}" not in hparams:
+            traced = ", ".join(repr(k) for k in hparams) or "none"
+            raise config_lib.ConfigError(
+                f"optim.{field} = {optim[field]!r} would be ignored: learning rates (and any "
+                "other swept number) are traced hyperparameters, read by "
+                f"problem.learning_rates from base_hparams (here {traced}); set it there "
+                f"(e.g. base_hparams={{'lr': {optim[field]!r}}}, learning_rates=lambda hp: "
+                f"hp['lr']) and remove optim.{field}."
+            )
+    unread = [f for f, reads in _READS.items() if optim[f] != defaults[f] and not reads(optim)]
+    if unread and progress:
+        progress(
+            f"note: optim.{', optim.'.join(unread)} not read by optim.name={optim.name!r}, "
+            f"optim.schedule={optim.schedule!r}."
+        )
+
+
+def _open_workdir(
+    workdir: str | os.PathLike | records.Workdir | None,
+    config: Any,
+    *,
+    resume: bool,
+    overwrite: bool,
+) -> tuple[records.Workdir | None, bool]:
+    """(the Workdir to train into, whether `run` writes the complete record)."""
+    if workdir is None:
+        if config is not None or resume or overwrite:
+            raise ValueError("config, resume and overwrite describe a record: give a workdir.")
+        return None, False
+    if isinstance(workdir, records.Workdir):
+        if resume or overwrite:
+            raise ValueError(
+                "resume and overwrite apply to a workdir given as a folder; a records.Workdir "
+                "is opened by its owner (records.Workdir.open)."
+            )
+        if config is not None and workdir.provenance is None:
+            workdir.provenance = records.provenance()
+        return workdir, config is not None
+    try:
+        opened = records.Workdir.open(pathlib.Path(workdir), overwrite=overwrite, resume=resume)
+    except records.WorkdirError as error:  # the CLI's words, as this function's arguments
+        message = str(error).replace("--workdir=", "workdir=").replace("--resume", "resume=True")
+        raise records.WorkdirError(message.replace("--overwrite", "overwrite=True")) from None
+    opened.provenance = records.provenance()
+    return opened, True
+
+
+def describe_run(
+    optim: ml_collections.ConfigDict,
+    base_hparams: Mapping[str, Any],
+    grid: Grid,
+    dtype: Any,
+    train_kwargs: Mapping[str, Any],
+) -> dict[str, Any]:
+    """What `run` trained, as plain data: the optimizer, the hyperparameters, the grid and the
+    run options (config.json without a user config, and summary.json's "run")."""
+    options = {
+        k: v
+        for k, v in train_kwargs.items()
+        if isinstance(v, (int, float, str, bool, type(None))) and k != "progress"
+    }
+    return dict(
+        optim=optim.to_dict(),
+        hparams=dict(base_hparams),
+        sweep={k: v.tolist() for k, v in grid.axes.items()},
+        seeds=grid.seeds.tolist(),
+        zipped=grid.zipped,
+        dtype=np.dtype(dtype).name,
+        train=options,
+    )
+
+
+def record(
+    workdir: records.Workdir,
+    result: training.RunResult,
+    description: Mapping[str, Any],
+    progress: Callable[[str], object] | None = print,
+) -> dict[str, Any]:
+    """arrays.npz (`result.arrays(complete=True)`: losses, per-step metrics, snapshots, initial
+    and final parameters) and summary.json (status, the run, devices, seconds, final losses)
+    of a finished sweep; returns the summary."""
+    workdir.save_arrays(**result.arrays(complete=True))
+    last = result.losses[:, -1] if result.losses.shape[1] else np.zeros(result.num_runs)
+    return workdir.finish(
+        [],
+        progress,
+        run=dict(description),
+        runs=result.num_runs,
+        backend=result.backend,
+        device_count=result.device_count,
+        program_devices=result.program_devices,
+        final_loss=last,
+        first_nonfinite_step=result.first_nonfinite_step,
+        seconds={"compile": result.compile_seconds, "run": result.run_seconds},
     )
 
 
@@ -165,13 +359,14 @@ def run_cell(
 
 def train_options(cfg: ml_collections.ConfigDict) -> dict[str, Any]:
     """`training.train`'s run options from a config's `train` group: num_steps, log_every,
-    chunk_steps (0 or absent: about ten chunks), on_nonfinite, metrics_at and ema_decay."""
+    chunk_steps (0 or absent: about ten chunks), on_nonfinite, metrics_at and ema_decay (the
+    last four optional, with train's defaults)."""
     t = cfg.train
     return dict(
         num_steps=t.num_steps,
         log_every=t.log_every,
         chunk_steps=t.get("chunk_steps", 0) or None,
-        on_nonfinite=t.on_nonfinite,
-        metrics_at=t.metrics_at,
-        ema_decay=t.ema_decay,
+        on_nonfinite=t.get("on_nonfinite", "stop"),
+        metrics_at=t.get("metrics_at", "current"),
+        ema_decay=t.get("ema_decay", 0.999),
     )

@@ -1,17 +1,9 @@
 """Optimizers and compiled training runs, shared by every paper package.
 
-A paper package describes its training problem as a `Problem` (init, a loss that samples its own
-batch from a key, learning rates per parameter group, and what to snapshot). `train` then runs any
-number of runs at once: a run axis R is `vmap`ped, steps run in `lax.scan` chunks, and Python only
-loops over chunks to show progress, check for non-finite losses and stream records.
-
-Swept numbers (learning rates, p, q, ...) live in `hparams`, a dict of arrays of shape (R,). They
-are traced, never static, so a whole grid x seeds compiles once.
-
-Learning rates are applied outside optax: the optimizer from `direction(optim)` is the lr-free part
-(momentum trace, Adam scaling, weight decay) and each update is `-lr_group * schedule(step) *
-direction`. This gives PyTorch semantics (`v <- mu v + g; p <- p - lr v`) with per-group, traced
-learning rates and no re-initialisation per grid cell.
+A paper package describes its training problem as a `Problem`; `train` runs any number of runs at
+once (a vmapped run axis, `lax.scan` chunks, Python looping only over chunks), with swept numbers
+traced in `hparams` and learning rates applied outside optax (PyTorch semantics, per group).
+See docs/design/training.md.
 """
 
 from __future__ import annotations
@@ -22,7 +14,7 @@ import dataclasses
 import functools
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, NamedTuple
 
 import jax
@@ -34,6 +26,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from landscape import config as config_lib
+from landscape import point as point_lib
 from landscape.typing import ArrayLike
 
 Params = Any
@@ -318,15 +311,21 @@ class RunResult:
     first_nonfinite_step: np.ndarray  # (R,): -1 where the loss stayed finite
     compile_seconds: float
     run_seconds: float
+    initial_params: Params = None  # pytree of (R, ...) arrays: `problem.init` at `run_keys`
+    backend: str = ""  # jax.default_backend() of the program
+    device_count: int = 0  # devices visible to JAX (jax.device_count())
+    program_devices: int = 0  # devices this program's runs (or one run's batch) were laid over
 
     @property
     def num_runs(self) -> int:
         return len(self.seeds)
 
-    def arrays(self, prefix: str = "") -> dict[str, np.ndarray]:
+    def arrays(self, prefix: str = "", complete: bool = False) -> dict[str, np.ndarray]:
         """The result as arrays.npz entries: losses, seeds, snapshot_steps,
         first_nonfinite_step, each hyperparameter ("optim.lr" -> "optim_lr") and each snapshot
-        ("snapshot_<name>"), every name after `prefix` (e.g. "cell1_")."""
+        ("snapshot_<name>"), every name after `prefix` (e.g. "cell1_"). complete: also each
+        per-step metric ("metric_<name>", e.g. metric_grad_norm) and the initial and final
+        parameters ("initial_params/<leaf name>", "final_params/<leaf name>")."""
         arrays = {
             "losses": self.losses,
             "seeds": self.seeds,
@@ -335,7 +334,75 @@ class RunResult:
         }
         arrays.update({k.replace(".", "_"): v for k, v in self.hparams.items()})
         arrays.update({f"snapshot_{k}": v for k, v in self.snapshots.items()})
+        if complete:
+            arrays.update({f"metric_{k}": v for k, v in self.metrics.items()})
+            for which in ("initial", "final"):
+                params = self.params(which)
+                for (name, _, _), leaf in zip(
+                    point_lib.param_names(params), jax.tree.leaves(params), strict=True
+                ):
+                    arrays[f"{which}_params" + (f"/{name}" if name else "")] = np.asarray(leaf)
         return {prefix + k: v for k, v in arrays.items()}
+
+    def run_index(self, run: int | Mapping[str, float]) -> int:
+        """The index of a run: an int, or {hyperparameter or "seed": value} naming one run."""
+        if not isinstance(run, Mapping):
+            if not 0 <= int(run) < self.num_runs:
+                raise IndexError(f"run {run}: this result has runs 0 .. {self.num_runs - 1}.")
+            return int(run)
+        columns = {**self.hparams, "seed": self.seeds}
+        unknown = set(run) - set(columns)
+        if unknown:
+            raise KeyError(f"{sorted(unknown)} name no column of this result ({sorted(columns)}).")
+        match = np.ones(self.num_runs, bool)
+        for name, value in run.items():
+            match &= np.isclose(np.asarray(columns[name], np.float64), value)
+        if match.sum() != 1:
+            raise KeyError(f"{dict(run)} matches {int(match.sum())} runs, not one.")
+        return int(np.flatnonzero(match)[0])
+
+    def params(self, which: str = "final", run: int | Mapping[str, float] | None = None) -> Params:
+        """The "initial" or "final" parameters: every run's (R first), or one run's."""
+        if which not in ("initial", "final"):
+            raise ValueError(f"which = {which!r}: must be 'initial' or 'final'.")
+        params = self.initial_params if which == "initial" else self.final_params
+        if params is None:
+            raise ValueError("this result keeps no initial parameters (made before they were).")
+        if run is None:
+            return params
+        index = self.run_index(run)
+        return jax.tree.map(lambda x: np.asarray(x[index]), params)
+
+    def point(
+        self,
+        run: int | Mapping[str, float],
+        loss: Callable[[Params], jax.Array] | tuple[Callable[[Params, Any], jax.Array], Any],
+        which: str = "final",
+        dtype: Any = None,
+    ) -> point_lib.Point:
+        """One run's initial or final parameters as a `Point` for the probes (hessian_at, ...).
+
+        `loss` is loss_fn(params) -> scalar, or an (objective, inputs) pair, objective(params,
+        inputs) -> scalar (points of one model then share compiled programs). `run` is an index
+        or {hyperparameter or "seed": value}, e.g. {"lr": 0.1, "seed": 2}. `dtype`: the
+        floating parameters cast to it (e.g. float64 for curvature, with x64 on).
+        """
+        index = self.run_index(run)
+        setting = ", ".join(
+            [f"{k}={float(v[index]):g}" for k, v in self.hparams.items()]
+            + [f"seed {int(self.seeds[index])}"]
+        )
+
+        def cast(x: np.ndarray) -> jax.Array:
+            floating = dtype is not None and jnp.issubdtype(x.dtype, jnp.floating)
+            return jnp.asarray(x, dtype if floating else None)
+
+        params = jax.tree.map(cast, self.params(which, index))
+        name = f"run {index} ({setting}), {which}"
+        if isinstance(loss, tuple):
+            objective, inputs = loss
+            return point_lib.Point(params, name=name, objective=objective, inputs=inputs)
+        return point_lib.Point(params, loss, name=name)
 
 
 def run_timing(results: list[RunResult]) -> dict[str, Any]:
@@ -393,10 +460,16 @@ def step_spec(
     )
 
 
-def init_state(spec: StepSpec, seed: jax.Array, hp: HParams) -> TrainState:
-    """One run's state: `jax.random.key(seed)` split into an init key and a data key, so runs
-    with the same seed share initial weights and batches (common random numbers)."""
+def run_keys(seed: ArrayLike) -> tuple[jax.Array, jax.Array]:
+    """A run's (init key, data key): `jax.random.key(seed)` split in two, so runs with the same
+    seed share initial weights and batches (common random numbers)."""
     init_key, data_key = jax.random.split(jax.random.key(seed))
+    return init_key, data_key
+
+
+def init_state(spec: StepSpec, seed: jax.Array, hp: HParams) -> TrainState:
+    """One run's state: `problem.init` at the run's init key (`run_keys`), the data key kept."""
+    init_key, data_key = run_keys(seed)
     params = spec.problem.init(init_key, hp)
     average = spec.average
     return TrainState(
@@ -524,6 +597,8 @@ def train(
     spec = dataclasses.replace(spec, batch_shares=runs.shares)
     t_start = time.perf_counter()
     state, first_snapshot, chunk = _compile(spec, runs)
+    initial_params = jax.tree.map(lambda x: np.array(_on_host(x)), state.params)  # copies:
+    # the chunk donates the state's buffers
     host = _Host(
         runs,
         num_steps,
@@ -548,7 +623,7 @@ def train(
     finally:
         _in_loop.clear()
     jax.block_until_ready(state)
-    return host.result(state, log_every)
+    return host.result(state, log_every, initial_params)
 
 
 def _check_train_arguments(
@@ -772,7 +847,7 @@ class _Host:
             "run_seconds": np.float64(self.seconds()),
         }
 
-    def result(self, state: TrainState, log_every: int) -> RunResult:
+    def result(self, state: TrainState, log_every: int, initial_params: Params) -> RunResult:
         run_seconds = self.seconds()
 
         def real(x: Any) -> np.ndarray:
@@ -792,6 +867,10 @@ class _Host:
             first_nonfinite_step=real(self.first_bad),
             compile_seconds=self.compile_seconds,
             run_seconds=run_seconds,
+            initial_params=jax.tree.map(real, initial_params),
+            backend=jax.default_backend(),
+            device_count=jax.device_count(),
+            program_devices=1 if self.runs.sharding is None else len(self.runs.sharding.device_set),
         )
 
 

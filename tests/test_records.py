@@ -34,7 +34,9 @@ def test_workdir_files(tmp_path):
 
 def test_new_workdirs_do_not_collide(tmp_path):
     a, b = records.Workdir.new("x", root=tmp_path), records.Workdir.new("x", root=tmp_path)
-    assert a.path != b.path and (a.path / "figures").is_dir()
+    assert a.path != b.path and a.path.is_dir() and b.path.is_dir()
+    assert not (a.path / "figures").exists()  # made when a figure is drawn
+    assert a.figure_path("loss").parent.is_dir()
 
 
 def test_a_claim_set_that_raises_is_reported_not_raised():

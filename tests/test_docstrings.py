@@ -1,0 +1,64 @@
+"""Module docstrings stay short: what the module is for and where to read more (docs/design/)."""
+
+import ast
+import pathlib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+PAPERS = ("markov", "ngrams", "recall", "scan_snap")
+MAX_LINES = 10
+MAP_SLACK = 4  # a paper package's map, plus its title and a few lines of prose
+
+
+def _docstring_lines(path: pathlib.Path) -> int:
+    doc = ast.get_docstring(ast.parse(path.read_text()))
+    return len(doc.splitlines()) if doc else 0
+
+
+def _limit(path: pathlib.Path) -> int:
+    """10 lines; a paper package's __init__ may be as long as its module map plus MAP_SLACK."""
+    is_paper_init = path.name == "__init__.py" and path.parent.name in PAPERS
+    if not is_paper_init:
+        return MAX_LINES
+    modules = [p for p in path.parent.glob("*.py") if p.name != "__init__.py"]
+    return max(MAX_LINES, len(modules) + MAP_SLACK)
+
+
+@pytest.mark.parametrize("folder", ["landscape", "experiments"])
+def test_every_module_has_a_short_docstring(folder):
+    bad = []
+    for path in sorted((ROOT / folder).rglob("*.py")):
+        lines, limit = _docstring_lines(path), _limit(path)
+        if not 1 <= lines <= limit:
+            bad.append(f"{path.relative_to(ROOT)}: {lines} lines (allowed 1-{limit})")
+    assert not bad, "module docstrings missing or too long:\n" + "\n".join(bad)
+
+
+def test_the_limit_counts_lines_of_the_docstring(tmp_path):
+    short = tmp_path / "short.py"
+    short.write_text('"""One line.\n\nAnd three\nmore lines.\n"""\n')
+    missing = tmp_path / "missing.py"
+    missing.write_text("x = 1\n")
+    assert _docstring_lines(short) == 4
+    assert _docstring_lines(missing) == 0
+    assert _limit(short) == MAX_LINES
+
+
+def test_design_pages_are_listed_in_their_index():
+    folder = ROOT / "docs" / "design"
+    index = (folder / "index.md").read_text()
+    pages = {p.name for p in folder.glob("*.md") if p.name != "index.md"}
+    assert pages and all(f"({name})" in index for name in pages), sorted(pages)
+
+
+def test_docstrings_cite_design_pages_that_exist():
+    missing = []
+    for folder in ("landscape", "experiments"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+            for word in doc.replace("(", " ").replace(")", " ").split():
+                cited = word.rstrip(".,;:")
+                if cited.startswith("docs/design/") and not (ROOT / cited).is_file():
+                    missing.append(f"{path.relative_to(ROOT)}: {cited}")
+    assert not missing, "docstrings cite design pages that do not exist:\n" + "\n".join(missing)

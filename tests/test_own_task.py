@@ -1,0 +1,221 @@
+"""A task of one's own on the engine: complete records from sweeps.run, initial parameters and
+points from a result, refused optimizer fields, nested and dotted sweep axes, a user's module
+through `experiments.run` (override, interruption, --resume), and the tutorial at tiny size."""
+
+import json
+import pathlib
+import runpy
+import sys
+import types
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import pytest
+
+import landscape
+from experiments import run as run_cli
+from landscape import config as config_lib
+from landscape import records, sweeps, training
+from tests import own_experiment
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def _least_squares(steps=12):
+    cfg = own_experiment.default_config()
+    cfg.train.num_steps = steps
+    return cfg, own_experiment.problem(cfg)
+
+
+def test_sweeps_run_writes_complete_records(tmp_path):
+    cfg, problem = _least_squares()
+    grid = sweeps.Grid.make({"optim": {"lr": [0.05, 0.1]}}, seeds=[3, 4])
+    result = sweeps.run(
+        problem,
+        {"name": "sgd", "momentum": 0.5},
+        {"optim.lr": 0.1},
+        grid,
+        num_steps=12,
+        log_every=4,
+        workdir=tmp_path / "w",
+        config={"my_study": 1},
+        progress=None,
+    )
+    w = tmp_path / "w"
+    arrays = np.load(w / "arrays.npz")
+    np.testing.assert_array_equal(arrays["losses"], result.losses)
+    assert arrays["metric_grad_norm"].shape == (4, 12)
+    np.testing.assert_array_equal(arrays["metric_grad_norm"], result.metrics["grad_norm"])
+    np.testing.assert_array_equal(arrays["optim_lr"], [0.05, 0.05, 0.1, 0.1])
+    np.testing.assert_array_equal(arrays["initial_params"], result.initial_params)
+    np.testing.assert_array_equal(arrays["final_params"], result.final_params)
+    # the initial parameters are problem.init at the run's key (the engine's derivation)
+    for r, seed in enumerate(result.seeds):
+        expected = problem.init(training.run_keys(seed)[0], {})
+        np.testing.assert_array_equal(result.params("initial", r), expected)
+    np.testing.assert_array_equal(result.initial_params[0], result.initial_params[2])  # seed 3
+    config = json.loads((w / "config.json").read_text())
+    assert config["my_study"] == 1
+    assert config["provenance"]["device_count"] == jax.device_count()
+    summary = json.loads((w / "summary.json").read_text())
+    assert summary["status"] == "complete" and "claims" not in summary and "total" not in summary
+    assert summary["run"]["optim"]["momentum"] == 0.5 and summary["run"]["seeds"] == [3, 4]
+    assert summary["backend"] == result.backend == jax.default_backend()
+    assert summary["program_devices"] == result.program_devices >= 1
+    assert not (w / "figures").exists()
+    assert len((w / "metrics.jsonl").read_text().splitlines()) == 4 * 4  # 4 runs x steps 0..12
+
+
+def test_a_run_is_a_point(tmp_path):
+    cfg, problem = _least_squares()
+    grid = sweeps.Grid.make({"optim.lr": [0.05, 0.1]}, seeds=[0, 1])
+    result = sweeps.run(
+        problem, cfg.optim, {"optim.lr": 0.1}, grid, num_steps=12, log_every=4, progress=None
+    )
+    target = jnp.arange(1.0, 5.0)
+
+    def population(w):  # E_x[(x.(w - t))^2] / 2 for x ~ N(0, I)
+        return 0.5 * jnp.sum((w - target) ** 2)
+
+    run = result.run_index({"optim.lr": 0.1, "seed": 1})
+    assert run == 3
+    for which in ("initial", "final"):
+        point = result.point({"optim.lr": 0.1, "seed": 1}, population, which=which)
+        w = result.params(which, run)
+        assert point.loss() == pytest.approx(float(population(w)), rel=1e-6)
+        np.testing.assert_allclose(landscape.hessian_at(point).eigenvalues, np.ones(4), rtol=1e-6)
+    shared = result.point(run, (lambda w, t: 0.5 * jnp.sum((w - t) ** 2), target))
+    assert shared.loss() == pytest.approx(float(population(result.params("final", run))))
+    assert shared.loss() < result.point(run, population, which="initial").loss()
+    with pytest.raises(KeyError, match="matches 2 runs"):
+        result.run_index({"optim.lr": 0.1})
+
+
+def test_an_ignored_optimizer_field_is_refused():
+    cfg, _ = _least_squares()
+    problem = training.Problem(
+        init=lambda key, hp: jnp.zeros(2),
+        loss=lambda w, key, hp: (jnp.sum(w**2), {}),
+        learning_rates=lambda hp: hp["lr"],
+    )
+    optim = training.default_optim_config()
+    optim.lr = 0.5
+    grid = sweeps.Grid.make({"lr": [0.1, 0.2]}, seeds=[0])
+    with pytest.raises(config_lib.ConfigError, match=r"optim.lr = 0.5 would be ignored"):
+        sweeps.run(problem, optim, {"lr": 0.1}, grid, num_steps=2, log_every=1, progress=None)
+    lines = []
+    sweeps.run(
+        problem,
+        {"name": "adam", "momentum": 0.9},
+        {"lr": 0.1},
+        grid,
+        num_steps=2,
+        log_every=1,
+        progress=lines.append,
+    )
+    note = "note: optim.momentum not read by optim.name='adam', optim.schedule='constant'."
+    assert lines[0] == note
+
+
+def test_nested_and_dotted_sweep_axes_are_one_grid():
+    nested = sweeps.Grid.make({"optim": {"lr": [0.1, 0.2]}, "init.eps": [1.0]}, seeds=[0, 1])
+    dotted = sweeps.Grid.make({"optim.lr": [0.1, 0.2], "init": {"eps": [1.0]}}, seeds=[0, 1])
+    config = sweeps.Grid.make(ml_collections.ConfigDict({"optim": {"lr": [0.1, 0.2]}}), [0])
+    assert list(nested.axes) == list(dotted.axes) == ["optim.lr", "init.eps"]
+    np.testing.assert_array_equal(nested.flat()[0]["optim.lr"], dotted.flat()[0]["optim.lr"])
+    assert list(config.axes) == ["optim.lr"]
+
+
+def test_records_refuse_a_used_folder_in_the_functions_words(tmp_path):
+    cfg, problem = _least_squares(4)
+    grid = sweeps.Grid.make({}, seeds=[0])
+    kwargs = dict(num_steps=4, log_every=2, workdir=tmp_path, progress=None)
+    sweeps.run(problem, cfg.optim, {"optim.lr": 0.1}, grid, **kwargs)
+    with pytest.raises(records.WorkdirError, match="pass resume=True to continue it"):
+        sweeps.run(problem, cfg.optim, {"optim.lr": 0.1}, grid, **kwargs)
+
+
+CONFIG = """
+from tests.own_experiment import default_config
+
+def get_config():
+    c = default_config().to_dict()
+    c["sweep"] = {"optim.lr": [0.05, 0.1]}   # dotted, in a plain dict
+    return c
+"""
+
+
+def _cli(*args):
+    return run_cli.main(["experiments/run.py", "tests.own_experiment", *args])
+
+
+def test_a_user_module_runs_through_the_cli_and_resumes(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    (tmp_path / "config.py").write_text(CONFIG)
+    args = [f"--config={tmp_path / 'config.py'}", "--config.train.num_steps=40"]
+    assert _cli(*args, f"--workdir={tmp_path / 'reference'}") == 0
+
+    original = training._progress_line
+
+    def stops(*a, **k):  # as a SIGTERM would: stop at the next chunk boundary
+        training.request_stop()
+        return original(*a, **k)
+
+    monkeypatch.setattr(training, "_progress_line", stops)
+    run = tmp_path / "run"
+    assert _cli(*args, f"--workdir={run}", "--checkpoint_seconds=0") == 130
+    assert json.loads((run / "summary.json").read_text())["status"] == "interrupted"
+    monkeypatch.setattr(training, "_progress_line", original)
+    assert _cli(f"--workdir={run}", "--resume") == 0
+    out = capsys.readouterr()
+    assert "python -m experiments.run tests.own_experiment --workdir=" in out.err
+    a, b = np.load(tmp_path / "reference" / "arrays.npz"), np.load(run / "arrays.npz")
+    assert sorted(a.files) == sorted(b.files) and "metric_grad_norm" in a.files
+    for name in a.files:
+        np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+    np.testing.assert_array_equal(a["optim_lr"], [0.05, 0.05, 0.1, 0.1])
+    assert a["losses"].shape == (4, 40)
+    assert (run / "metrics.jsonl").read_text() == (
+        tmp_path / "reference" / "metrics.jsonl"
+    ).read_text()
+    config = json.loads((run / "config.json").read_text())
+    assert config["sweep"] == {"optim": {"lr": [0.05, 0.1]}}
+    assert config["train"]["num_steps"] == 40
+    assert config["provenance"]["command"].startswith("python -m experiments.run tests.own")
+
+
+def test_a_module_without_the_contract_gets_one_sentence(capsys, monkeypatch):
+    broken = types.ModuleType("broken_study")
+    broken.default_config = own_experiment.default_config
+    monkeypatch.setitem(sys.modules, "broken_study", broken)
+    assert run_cli.main(["run", "broken_study", "--config=x.py"]) == 2
+    assert "broken_study is not an experiment module: it has no function validate()" in (
+        capsys.readouterr().err
+    )
+    assert run_cli.main(["run", "no_such_study_module"]) == 2
+    assert "no module no_such_study_module" in capsys.readouterr().err
+
+
+def test_the_tutorial_runs_at_tiny_size(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("LANDSCAPE_TUTORIAL_TINY", "1")
+    monkeypatch.setenv("LANDSCAPE_TUTORIAL_WORKDIR", str(tmp_path / "own"))
+    space = runpy.run_path(str(ROOT / "docs" / "tutorials" / "own_task.py"), run_name="__main__")
+    out = capsys.readouterr().out
+    result, problem, w = space["result"], space["problem"], tmp_path / "own"
+    arrays = np.load(w / "arrays.npz")
+    assert arrays["losses"].shape == (8, space["STEPS"])
+    assert arrays["metric_grad_norm"].shape == (8, space["STEPS"])
+    assert any(k.startswith("initial_params/") for k in arrays.files)
+    for r in (0, 5):  # compiled as the engine compiles it (eagerly: 1-ulp differences)
+        init = jax.jit(problem.init)(training.run_keys(result.seeds[r])[0], {})
+        leaves = jax.tree.leaves(result.params("initial", r))
+        for a, b in zip(leaves, jax.tree.leaves(init), strict=True):
+            np.testing.assert_array_equal(a, b)
+    assert result.losses[:, -5:].mean() < result.losses[:, :5].mean()  # it learns
+    assert (w / "figures" / "loss.png").stat().st_size > 5_000
+    summary = json.loads((w / "summary.json").read_text())
+    assert summary["status"] == "complete" and summary["runs"] == 8
+    assert "provenance" in json.loads((w / "config.json").read_text())
+    assert "landscape.setup:" in out and out.count(", eigenvalues [") == 2
