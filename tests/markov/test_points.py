@@ -142,10 +142,13 @@ def test_paper_size_alpha_block_by_monte_carlo():
     targets) by restricting the Hessian to (b, e), against pi0 pi1 diag(1, 2(p+q-1))."""
     point = landscape.markov.theta_pi(0.5, 0.8, seq_len=1024, num_sequences=32)
     H = landscape.hessian_at(landscape.restrict(point, point.meta["focus_blocks"]))
-    # 1 CI run in 27 once gave NaN here; 31 runs under the suite's settings (re-compiled each
-    # time, heap poisoned with MALLOC_PERTURB_) never did. If it comes back, say where it was.
+    # 1 CI run in 27 once gave NaN here; 65 runs since (re-compiled, re-run, YNNPACK fusions
+    # off, two devices, heap poisoned with NaN under the CLIs' malloc tuning, cache hits) never
+    # did, and no 0/0 or 0*inf exists on this path. If it comes back, say where it was.
+    setup = landscape.host.current()
     assert H.finite, (
-        f"non-finite Hessian (jax {jax.__version__}, jaxlib {jaxlib.__version__}): blocks "
+        f"non-finite Hessian (jax {jax.__version__}, jaxlib {jaxlib.__version__}; this worker's "
+        f"allocator tuned by a CLI test: {setup.allocator_tuned if setup else False}): blocks "
         f"{H.nonfinite_blocks()}, gradient finite: {H.gradient.finite}, loss {H.gradient.loss}, "
         f"XLA_FLAGS={os.environ.get('XLA_FLAGS')!r}, matrix {H.matrix.tolist()}"
     )
