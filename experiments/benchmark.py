@@ -1,25 +1,10 @@
 """Times the hot paths and writes JSON:
 python -m experiments.benchmark [--only=scan_snap] [--out=f].
 
-Scan & Snap (issue targets on 2 CPU cores, against the authors' PyTorch code):
-  syn_small_single_run   100 steps, batch 128, L = 128, one run: run time after compilation
-                         (target <= 0.3 s; PyTorch 3.5 s)
-  seeds_vmap             10 seeds as one vmapped program vs 10 single runs
-  syn_medium_sweep       the 640-run Fig. 6 grid, one compiled program per K, wall time with
-                         compilation (target <= 60 s; PyTorch ~25 min), against the same runs one by
-                         one (measured on `--one_by_one` runs per K and extrapolated to 160)
-WikiText (`--only=wikitext`; needs configs/wikitext.py's text folder, skipped without it):
-  1_layer_1_run, 3_layers_1_run, 1_layer_4_runs
-                         ms per SGD step per run of the d = 200 transformer at batch 20 x bptt
-                         35 (WikiText-2 valid's 12000 types), with the decoder's GFLOP/s
-Curvature (`--only=curvature`, experiments/probe_timing.py in a fresh process, x64):
-  theta_pi, gradient_at, hessian_at, lanczos_spectrum_30
-                         seconds of the first call, the same point again, a new (p, q)
-  grid_hessians          a 10 x 10 (p, q) grid of theta_pi Hessians in one call, compile included
-Compilation cache (`--only=cache`, subprocesses with a fresh cache folder):
-  main_job_second_run    wall time of the main job's command when its programs are cached
-                         (target <= 1.5 s end to end on 2 CPU cores), beside the first run's
-  syn_medium_warm_cache  the Fig. 6 grid's compile seconds from a warm cache, beside a cold one
+Groups: scan_snap (the issue's 2-core targets against the authors' PyTorch code), wikitext,
+recall, markov, ngrams, curvature (experiments/probe_timing.py in a fresh process), cache (a
+warm compilation cache) and compile (each program's trace, lower and XLA compile seconds, cold,
+experiments/compile_timing.py). Every row and its target: docs/design/experiments.md.
 """
 
 import functools
@@ -562,6 +547,106 @@ def bench_curvature(repeats: int, one_by_one: int) -> dict[str, Any]:
     return dict(rows)
 
 
+def bench_compile(repeats: int, one_by_one: int) -> dict[str, Any]:
+    """Trace, lower and XLA compile seconds of each program of the main job, the Fig. 6 grid
+    (one program per K), a Markov Fig. 4 program, n-grams Fig. 3, WikiText Fig. 7 and recall
+    Fig. 1, the persistent cache off, medians of `repeats`; and the floor: the bare loss
+    gradient of the main job's model (issue 31 targets on 2 CPU cores: the main job's
+    programs <= 0.8 s together, the Fig. 6 grid's <= 4 s)."""
+    del one_by_one
+    from experiments import compile_timing
+
+    jax.config.update("jax_enable_compilation_cache", False)
+    out = _Rows()
+    for name, start in _compile_entry_points():
+        rows = compile_timing.median_rows(
+            [compile_timing.programs_of(start) for _ in range(repeats)]
+        )
+        out[name] = dict(total=compile_timing.total(rows), **rows)
+    out["main_job_floor"] = _gradient_floor(compile_timing, repeats)
+    return out
+
+
+def _compile_entry_points() -> list[tuple[str, Callable[[], object]]]:
+    """(row name, a call that would train that program) for the compile group."""
+    from configs import markov, ngrams, recall
+    from configs import wikitext as wikitext_configs
+    from landscape.markov import experiment as markov_experiment
+    from landscape.ngrams import experiment as ngrams_experiment
+    from landscape.recall import experiment as recall_experiment
+    from landscape.scan_snap import text, wikitext
+
+    main, medium = syn_small.get_config(), syn_medium.get_config()
+    entries: list[tuple[str, Callable[[], object]]] = [
+        ("main_job", lambda: experiment.train_group(main, {}, progress=None))
+    ]
+    for fields in experiment.structural_cells(medium):
+        entries.append(
+            (
+                f"fig6_grid_K{2 * fields['data.num_last']}",
+                functools.partial(experiment.train_group, medium, fields, progress=None),
+            )
+        )
+    fig4 = markov.get_config("fig4")
+    cell = config_lib.structural_cells(fig4, markov_experiment.TRACED)[0]
+    entries.append(
+        ("markov_fig4", functools.partial(markov_experiment.train_group, fig4, cell, progress=None))
+    )
+    fig3 = ngrams.get_config("fig3")
+    entries.append(
+        ("ngrams_fig3", functools.partial(ngrams_experiment.train_group, fig3, {}, progress=None))
+    )
+    fig7 = wikitext_configs.get_config("fig7")
+    if not text.missing_splits_message(fig7.text.path, (fig7.text.train_split,)):
+        cell7 = config_lib.with_fields(fig7, {"transformer.num_layers": 1})
+        hp = {"optim.lr_z": np.full(1, 5.0), "optim.lr_y_over_lr_z": np.full(1, 2.0)}
+        entries.append(
+            (
+                "wikitext_fig7",
+                lambda: _train_wikitext(cell7, wikitext.load(cell7), hp, 1, 50),
+            )
+        )
+
+    def recall_fig1() -> object:  # float64, as its experiment runs it; left on for the rest
+        jax.config.update("jax_enable_x64", True)
+        return recall_experiment.run_sgd(recall.get_config("fig1"), {}, None, progress=None)
+
+    entries.append(("recall_fig1", recall_fig1))
+    return entries
+
+
+def _gradient_floor(compile_timing: Any, repeats: int) -> dict[str, Any]:
+    """XLA's compile of the main job model's bare loss gradient, on a fixed batch and with the
+    batch sampled inside: below these no training program of that model compiles."""
+    from landscape.scan_snap import model as model_lib
+
+    cfg = syn_small.get_config()
+    task = experiment.make_task(cfg)
+    model, problem = experiment.model_of(cfg, task), experiment.make_problem(cfg, task)
+    params = experiment.init_params(cfg, task, jax.random.key(0))
+    context, query, label, _ = task.sample(jax.random.key(0), cfg.train.batch_size)
+
+    def on_batch(p: PyTree) -> jax.Array:
+        loss = model.apply({"params": p}, context, query, label, method=model_lib.YZModel.loss)
+        return loss  # type: ignore[return-value]  # flax types apply for mutable too
+
+    def sampled(p: PyTree, key: jax.Array) -> jax.Array:
+        return problem.loss(p, key, {})[0]
+
+    rows = {}
+    for name, f, args in (
+        ("grad_on_a_batch", jax.grad(on_batch), (params,)),
+        ("grad_with_sampling", jax.grad(sampled), (params, jax.random.key(0))),
+    ):
+        runs = [compile_timing.stage_seconds(jax.jit(f), *args) for _ in range(repeats)]
+        rows[name] = {k: float(np.median([r[k] for r in runs])) for k in runs[0]}
+    return dict(
+        **rows,
+        note="jax.jit(jax.grad(loss)) of the Y/Z model (M = 34, batch 128 x L = 128): on one "
+        "fixed batch, and with task.sample inside (the chunk's sampler)",
+    )
+
+
 BENCHMARKS = {
     "scan_snap": bench_scan_snap,
     "wikitext": bench_wikitext,
@@ -570,6 +655,7 @@ BENCHMARKS = {
     "ngrams": bench_ngrams,
     "cache": bench_cache,
     "curvature": bench_curvature,
+    "compile": bench_compile,
 }
 
 

@@ -1,0 +1,124 @@
+"""Where compilation goes: the programs of a training run, each traced, lowered and compiled by
+XLA on its own with the persistent cache off (`python -m experiments.benchmark --only=compile`).
+
+A run's programs are those `training.train` builds (`training._compile`): the vmapped init, the
+first snapshot and the chunk. `programs_of(start)` runs an experiment's own entry point up to the
+point where it would compile them, and times `jax.jit(f).trace(...)`, `.lower()` and
+`.compile()` of each (with XLA's cost analysis and its instruction counts before and after
+optimisation) instead of training.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from landscape import training
+
+
+class _Measured(Exception):
+    """Stops a run once its programs are measured."""
+
+
+def _instructions(hlo_text: str) -> int:
+    """HLO instructions of a module's text (its `name = op(...)` lines)."""
+    return sum(1 for line in hlo_text.splitlines() if " = " in line and not line.startswith("//"))
+
+
+def stage_seconds(jitted: Any, *args: Any) -> dict[str, float]:
+    """Seconds to trace, lower and compile `jitted` at `args`, the compile's CPU seconds (XLA's
+    LLVM code generation runs on several threads), HLO instructions before and after XLA's
+    optimisation, and XLA's estimated flops and bytes."""
+    t0 = time.perf_counter()
+    traced = jitted.trace(*args)
+    t1 = time.perf_counter()
+    lowered = traced.lower()
+    t2, c2 = time.perf_counter(), time.process_time()
+    compiled = lowered.compile()
+    t3, c3 = time.perf_counter(), time.process_time()
+    cost = compiled.cost_analysis() or {}
+    cost = cost[0] if isinstance(cost, list) else cost
+    return dict(
+        trace_seconds=t1 - t0,
+        lower_seconds=t2 - t1,
+        compile_seconds=t3 - t2,
+        compile_cpu_seconds=c3 - c2,
+        hlo_instructions=_instructions(lowered.as_text(dialect="hlo")),
+        optimized_instructions=_instructions(compiled.as_text()),
+        flops=float(cost.get("flops", 0.0)),
+        bytes_accessed=float(cost.get("bytes accessed", 0.0)),
+    )
+
+
+def _measure(spec: training.StepSpec, runs: Any) -> dict[str, dict[str, float]]:
+    """The three programs of `training._compile`, built as it builds them, each measured."""
+    sharding = runs.sharding
+    pinned: dict[str, Any] = {} if sharding is None else dict(out_shardings=sharding)
+    init = jax.jit(jax.vmap(functools.partial(training.init_state, spec)), **pinned)
+    rows = {"init": stage_seconds(init, runs.seeds_dev, runs.hparams)}
+    state = init(runs.seeds_dev, runs.hparams)
+    snapshot = jax.jit(jax.vmap(functools.partial(training.snapshot_at, spec)), **pinned)
+    rows["first_snapshot"] = stage_seconds(snapshot, state, runs.hparams)
+    if sharding is not None:
+        pinned["in_shardings"] = (sharding, None, sharding)
+    chunk_runs = jax.vmap(functools.partial(training.train_chunk, spec), in_axes=(0, None, 0))
+    grouped = training._grouped(chunk_runs, spec.problem.runs_per_group)
+    chunk = jax.jit(
+        training._per_device(grouped, sharding, runs.shares > 1), donate_argnums=0, **pinned
+    )
+    rows["chunk"] = stage_seconds(chunk, state, jnp.int32(0), runs.hparams)
+    return rows
+
+
+@contextlib.contextmanager
+def _capturing(found: list[dict[str, dict[str, float]]]) -> Iterator[None]:
+    """While inside, `training.train` measures its programs into `found` and stops."""
+    original = training._compile
+
+    def measured(spec: training.StepSpec, runs: Any) -> Any:
+        found.append(_measure(spec, runs))
+        raise _Measured
+
+    training._compile = measured  # restored on exit
+    try:
+        yield
+    finally:
+        training._compile = original
+
+
+def programs_of(start: Callable[[], object]) -> dict[str, dict[str, float]]:
+    """The programs `start()` (one training program's entry point) would compile, measured."""
+    found: list[dict[str, dict[str, float]]] = []
+    with _capturing(found), contextlib.suppress(_Measured):
+        start()
+    if not found:
+        raise RuntimeError("the entry point compiled no training program")
+    return found[0]
+
+
+def total(rows: dict[str, dict[str, float]]) -> dict[str, float]:
+    """Trace + lower + compile seconds of a run's programs together, and each stage's sum."""
+    out = {
+        stage: float(sum(r[stage] for r in rows.values()))
+        for stage in ("trace_seconds", "lower_seconds", "compile_seconds", "compile_cpu_seconds")
+    }
+    out["seconds"] = out["trace_seconds"] + out["lower_seconds"] + out["compile_seconds"]
+    return out
+
+
+def median_rows(repeats: list[dict[str, dict[str, float]]]) -> dict[str, dict[str, float]]:
+    """Per program and field, the median over repeated measurements."""
+    return {
+        program: {
+            field: float(np.median([r[program][field] for r in repeats]))
+            for field in repeats[0][program]
+        }
+        for program in repeats[0]
+    }
