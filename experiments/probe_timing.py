@@ -31,6 +31,21 @@ def _row(name: str, **values: Any) -> None:
     print(json.dumps({"row": name, **values}), flush=True)
 
 
+def _star(point: Any) -> Any:
+    """theta_star of theta_pi's (p, q) and size, the other end of its path."""
+    import landscape
+
+    meta, seq_len = point.meta, point.meta["model"].seq_len
+    return landscape.markov.theta_star(meta["p"], meta["q"], seq_len=seq_len)
+
+
+def _slice(landscape: Any, point: Any) -> np.ndarray:
+    u = landscape.random_direction(point, jax.random.key(1))
+    v = landscape.random_direction(point, jax.random.key(2))
+    ticks = np.linspace(-1.0, 1.0, 11)
+    return landscape.slice_2d(point, u, v, ticks, ticks).losses
+
+
 def main(argv: list[str]) -> None:
     del argv
     jax.config.update("jax_enable_x64", True)
@@ -53,6 +68,12 @@ def main(argv: list[str]) -> None:
         "gradient_at": lambda x: landscape.gradient_at(x).vector,
         "hessian_at": lambda x: landscape.hessian_at(x).matrix,
         "lanczos_spectrum_30": lambda x: landscape.lanczos_spectrum(x, num_iters=30).ritz_values,
+        "spectral_density_16x30": lambda x: landscape.spectral_density(x, 16, 30).nodes,
+        "trace_hutchpp_32": lambda x: landscape.trace(x, 32).value,
+        "eigenpairs_lanczos_5": lambda x: landscape.eigenpairs(x, 5, dense_below=0).values,
+        "ggn_at": lambda x: landscape.ggn_at(x).ggn,
+        "path_to_theta_star_51": lambda x: landscape.path(x, _star(x)).losses,
+        "slice_2d_11x11": lambda x: _slice(landscape, x),
     }
     for name, probe in probes.items():
         cold = _seconds(probe, point)
