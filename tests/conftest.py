@@ -44,13 +44,16 @@ def _restore_matmul_precision():
     jax.config.update("jax_default_matmul_precision", before)
 
 
-# The longest test first: the quick report (~6 min, its own two worker processes) starts at once
-# on one pytest-xdist worker while the other works through the rest, instead of starting near the
-# end (files run in name order) and leaving one worker idle for minutes.
+# The longest tests first, so that neither pytest-xdist worker is left with a long one at the
+# end (files run in name order). With -m slow, the full quick report (~6 min, its own two worker
+# processes) leads.
 LONGEST_FIRST = (
     "tests/test_report.py::test_quick_report_evaluates_every_claim_and_draws_every_figure",
+    "tests/ngrams/test_experiment.py::test_smoke_fig3_first_transition",
+    "tests/markov/test_experiment.py::test_fig3_theory_model_tied_trap_and_untied_bigram",
+    "tests/test_report.py::test_quick_report_of_one_paper_runs_its_configs_and_writes_the_pages",
 )
 
 
 def pytest_collection_modifyitems(config, items):
-    items.sort(key=lambda item: item.nodeid not in LONGEST_FIRST)
+    items.sort(key=lambda item: item.nodeid not in LONGEST_FIRST)  # a stable sort

@@ -30,11 +30,11 @@ def tiny_text(folder: pathlib.Path) -> pathlib.Path:
     return folder
 
 
-@pytest.fixture(scope="module")
-def quick_report(tmp_path_factory):
+def _quick(tmp_path_factory, *only: str):
     tmp = tmp_path_factory.mktemp("report")
     text = f"text.path={tiny_text(tmp / 'text')}"
     argv = ["report", "--quick", f"--out={tmp / 'out'}", f"--runs={tmp / 'runs'}", f"--set={text}"]
+    argv += [f"--only={','.join(only)}"] if only else []
     lines = []
     started = time.perf_counter()
     status = report_cli.main(argv, progress=lines.append)
@@ -48,6 +48,41 @@ def quick_report(tmp_path_factory):
     )
 
 
+@pytest.fixture(scope="module")
+def quick_report(tmp_path_factory):
+    return _quick(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def quick_recall_report(tmp_path_factory):
+    return _quick(tmp_path_factory, "recall")
+
+
+def test_quick_report_of_one_paper_runs_its_configs_and_writes_the_pages(quick_recall_report):
+    """The default suite's report end to end, on the paper whose quick configs are cheapest
+    (--only=recall); the slow test below runs every paper."""
+    report = quick_recall_report
+    assert report["status"] == 0, report["lines"]
+    figures = [f for f in catalog.FIGURES if f.paper == "recall"]
+    jobs = run.unique(run.plan(figures, "cpu", True, report["sets"], report["runs"].parent))
+    assert jobs and not [j.error for j in jobs if j.error]
+    for job in jobs:
+        summary = json.loads((report["runs"] / job.workdir.name / "summary.json").read_text())
+        assert summary["status"] == "complete" and summary["total"] >= 1, job.spec
+    table = (report["out"] / "SUMMARY.md").read_text()
+    for figure in figures:
+        if not figure.not_attempted:
+            assert re.search(
+                rf"\| recall \| {re.escape(figure.label)} \| .* \| "
+                r"(\*\*not reproduced\*\*|partly|reproduced) \| \d+/\d+ \|",
+                table,
+            ), figure.label
+    markdown = (report["out"] / "REPORT.md").read_text()
+    linked = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", markdown)
+    assert linked and all((report["out"] / link).stat().st_size > 1000 for link in linked)
+
+
+@pytest.mark.slow  # ~6 min on 2 cores; the one-paper report above runs by default
 def test_quick_report_evaluates_every_claim_and_draws_every_figure(quick_report):
     assert quick_report["status"] == 0, quick_report["lines"]
     runs = quick_report["runs"]
