@@ -142,7 +142,7 @@ def test_paper_size_alpha_block_by_monte_carlo():
     targets) by restricting the Hessian to (b, e), against pi0 pi1 diag(1, 2(p+q-1))."""
     point = landscape.markov.theta_pi(0.5, 0.8, seq_len=1024, num_sequences=32)
     H = landscape.hessian_at(landscape.restrict(point, point.meta["focus_blocks"]))
-    # 1 CI run in 27 once gave NaN here; 65 runs since (re-compiled, re-run, YNNPACK fusions
+    # 1 CI run in 27 once gave NaN here; 125 runs since (re-compiled, re-run, YNNPACK fusions
     # off, two devices, heap poisoned with NaN under the CLIs' malloc tuning, cache hits) never
     # did, and no 0/0 or 0*inf exists on this path. If it comes back, say where it was.
     setup = landscape.host.current()
