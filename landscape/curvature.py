@@ -29,11 +29,11 @@ Names = list[tuple[str, slice, tuple[int, ...]]]
 BlockName = str | Iterable[str]  # a block name, or a list of them (a joint block)
 
 
-def _select(names: Names, name: BlockName) -> np.ndarray:
+def block_indices(names: Names, name: BlockName) -> np.ndarray:
     """Flat indices of the leaves called `name` or lying under `name/`, in leaf order; a list of
     names gives the concatenation of each one's indices."""
     if not isinstance(name, str):
-        return np.concatenate([_select(names, n) for n in block_names(name, "block")])
+        return np.concatenate([block_indices(names, n) for n in block_names(name, "block")])
     chosen = [
         np.arange(s.start, s.stop)
         for leaf, s, _ in names
@@ -219,7 +219,7 @@ class Gradient:
         return self.finite and self.norm <= self.stationarity_tol()
 
     def block(self, name: BlockName) -> np.ndarray:
-        return self.vector[_select(self.names, name)]
+        return self.vector[block_indices(self.names, name)]
 
     def block_norms(self) -> dict[str, float]:
         return {leaf: float(np.linalg.norm(self.vector[s])) for leaf, s, _ in self.names}
@@ -355,8 +355,8 @@ class Hessian:
 
     def block(self, a: BlockName, b: BlockName | None = None) -> np.ndarray:
         """The (a, b) block; b defaults to a; each may be a name or a list of names."""
-        rows = _select(self.names, a)
-        cols = rows if b is None else _select(self.names, b)
+        rows = block_indices(self.names, a)
+        cols = rows if b is None else block_indices(self.names, b)
         return self.matrix[np.ix_(rows, cols)]
 
     @property
@@ -436,7 +436,7 @@ class Hessian:
         names = self.point.meta.get("focus_blocks")
         if not names:
             return None
-        inside = _select(self.names, list(names))
+        inside = block_indices(self.names, list(names))
         outside = np.setdiff1d(np.arange(self.matrix.shape[0]), inside)
         block = self.matrix[np.ix_(inside, inside)]
         finite = bool(np.all(np.isfinite(block)))

@@ -71,8 +71,8 @@ class GaussNewton:
 
     def block(self, a: str | list[str], b: str | list[str] | None = None) -> np.ndarray:
         """The (a, b) block of G (names as in `Hessian.block`)."""
-        rows = curvature._select(self.names, a)
-        cols = rows if b is None else curvature._select(self.names, b)
+        rows = curvature.block_indices(self.names, a)
+        cols = rows if b is None else curvature.block_indices(self.names, b)
         return self.ggn[np.ix_(rows, cols)]
 
     @functools.cached_property

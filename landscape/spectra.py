@@ -19,8 +19,8 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from landscape import _checks, compiled
-from landscape.curvature import as_points, lanczos_from
-from landscape.point import Point, block_names, param_names
+from landscape.curvature import as_points, block_indices, lanczos_from
+from landscape.point import Point, param_names
 from landscape.typing import PyTree
 
 if TYPE_CHECKING:  # matplotlib loads only when a figure is drawn
@@ -275,22 +275,6 @@ class TraceEstimate:
         return f"TraceEstimate({self.point.name!r}, {self.value:.6g} ± {self.stderr:.2g})"
 
 
-def _select(names: Names, name: str | Sequence[str]) -> np.ndarray:
-    """Flat indices of the leaves called `name` or lying under `name/` (a list: concatenated)."""
-    indices = []
-    for one in block_names(name, "block"):
-        chosen = [
-            np.arange(s.start, s.stop)
-            for leaf, s, _ in names
-            if leaf == one or leaf.startswith(one + "/")
-        ]
-        if not chosen:
-            available = ", ".join(leaf for leaf, _, _ in names)
-            raise KeyError(f"no parameter named {one!r}; available: {available}.")
-        indices += chosen
-    return np.concatenate(indices)
-
-
 @dataclasses.dataclass(frozen=True, eq=False, repr=False)
 class DiagonalEstimate:
     """Hutchinson's estimate of diag(H) at a point: `values` and `stderr` (D,), labelled by
@@ -306,7 +290,7 @@ class DiagonalEstimate:
 
     def block(self, name: str | Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """(values, stderr) of the named block (a name, or a list of names: concatenated)."""
-        index = _select(self.names, name)
+        index = block_indices(self.names, name)
         return self.values[index], self.stderr[index]
 
     def describe(self) -> str:
