@@ -22,7 +22,9 @@ Variants (`--config=configs/markov.py:<variant>`), with CPU times on 2 cores:
   appendix_d        tied (0.2, 0.3): the rank-one structure of the learned minimum (~30 s)
   landscape         exact Hessians at theta_pi / theta_star against the closed forms (~20 s)
   atlas             the probes over a 4 x 4 (p, q) grid, tied and untied: verdicts against
-                    Thms 2-3, escape directions, Gauss-Newton, paths to theta_star, SLQ (~1 min)
+                    Thms 2-3, escape directions, Gauss-Newton, paths to theta_star, SLQ; and
+                    the theory model trained at (0.6, 0.8), tied and untied, 2 seeds: where it
+                    ends and its Hessian density (~1 min idle, ~3 min on busy cores)
 
 The trap at the authors' recipe and precision (issue 13, notes §13): GPT-2 blocks, d = 8, tied,
 (p, q) = (0.5, 0.8), batch 16, AdamW(0.9, 0.95) lr 2e-3, PyTorch's OneCycle (cosine warm-up over

@@ -263,14 +263,15 @@ FIGURES = (
             Run(
                 "configs/markov.py:atlas",
                 CPU,
-                minutes=2.5,
+                minutes=3,
                 quick=(
                     "atlas.p=[0.8]",
                     "atlas.q=[0.4]",
                     "atlas.d=2",
                     "atlas.seq_len=4",
                     "atlas.path_ts=11",
-                    "atlas.num_iters=20",
+                    "atlas.num_iters=40",
+                    "atlas.train_steps=3000",  # the trap shows at d = 2, N = 4 (test_atlas)
                 ),
             ),
         ),

@@ -11,15 +11,21 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
 from landscape import curvature, eigen, gauss_newton, geometry, plotting, records, spectra
-from landscape.markov import points
+from landscape.markov import model as model_lib
+from landscape.markov import points, task
 
 Progress = Callable[[str], object] | None
 _SECOND_ORDER_RTOL = 0.01  # |ΔL / (ε² λ / 2) - 1| at the smallest ε
 BOUNDARY_GAP = 1e-9  # cells this close to p + q = 1 are degenerate (zero alpha curvature)
+# SLQ counts the trained points' eigenvalues below -1e-4 λ_max: a run is not exactly stationary,
+# and the dense tolerance (~1e-9 λ_max) also counts dozens of eigenvalues in (-1e-5, 0) that 40
+# Lanczos steps cannot tell from the ~150 zero modes beside them
+SLQ_RESOLUTION = 1e-4
 
 
 def expected_verdict(p: float, q: float, tied: bool) -> str:
@@ -129,11 +135,179 @@ def _density(cfg: ml_collections.ConfigDict) -> tuple[spectra.SpectralDensity, i
     return density, int(np.sum(h.eigenvalues < -h.tolerance())), (p, q)
 
 
+# ----------------------------------------------------------------------------- trained points
+
+
+def _train_config(cfg: ml_collections.ConfigDict, tied: bool) -> ml_collections.ConfigDict:
+    """The engine's config for the trained points: the theory model (no LayerNorm, ReLU) at
+    atlas.train_cell, d and seq_len, with the notes' CPU recipe (notes/markov.md §11.3)."""
+    from landscape.markov import experiment  # experiment imports this module
+
+    cell = experiment.default_config()
+    p, q = cfg.atlas.train_cell
+    cell.name = f"{cfg.name}_trained"
+    cell.update(seed=cfg.seed, num_seeds=cfg.atlas.train_seeds)
+    cell.chain.update(p=float(p), q=float(q))
+    cell.model.update(family="theory", d=cfg.atlas.d, seq_len=cfg.atlas.seq_len, tied=tied)
+    cell.train.update(num_steps=cfg.atlas.train_steps, log_every=cfg.atlas.train_steps)
+    experiment.validate(cell)
+    return cell
+
+
+def _trained_points(cfg: ml_collections.ConfigDict, tied: bool, progress: Progress) -> list:
+    """Train `train_seeds` runs of one tying; each run's final parameters as a float64 Point of
+    the exact population loss of theta_pi's model (all 2^N sequences, notes §4)."""
+    from landscape.markov import experiment  # experiment imports this module
+
+    cell = _train_config(cfg, tied)
+    p, q = cell.chain.p, cell.chain.q
+    model = _theta_pi(cfg, p, q, tied).meta["model"]
+    trained = model_lib.from_config(cell).clone(dtype=None, param_dtype=model.param_dtype)
+    assert trained == model, (trained, model)  # the trained family is theta_pi's
+    if progress:
+        which = "tied" if tied else "untied"
+        progress(f"atlas: training {cell.num_seeds} {which} runs at (p, q) = ({p:g}, {q:g})")
+    result = experiment.train_group(cell, {}, progress=None)["result"]
+    kernel = task.binary_kernel(p, q)
+    inputs = points.population_inputs(model, kernel, task.stationary(kernel), population="exact")
+    found = []
+    for run in range(result.num_runs):
+        params = jax.tree.map(
+            lambda x: jnp.asarray(x, model.param_dtype), result.params("final", run)
+        )
+        seed = int(result.seeds[run])
+        name = f"trained ({'tied' if tied else 'untied'}, p={p:g}, q={q:g}, seed {seed})"
+        meta = {"model": model, "p": p, "q": q, "seed": seed, "tied": tied}
+        found.append(points.population_point(model, params, inputs, name, meta))
+    return found
+
+
+def reached(loss: float, loss_pi: float, loss_star: float) -> str:
+    """Which basin a final loss sits in: within a quarter of the gap L(theta_pi) - L(theta_star)
+    (the mutual information of x_n and x_{n+1}) of either end, the notes' "stuck" rule
+    (notes/markov.md §12.7, on the loss alone)."""
+    margin = abs(loss_pi - loss_star) / 4
+    if abs(loss - loss_pi) < margin:
+        return "unigram"
+    return "bigram" if abs(loss - loss_star) < margin else "neither"
+
+
+def expected_basin(p: float, q: float, tied: bool) -> str:
+    """Thm 2 and the notes' pilot: tied runs with p + q > 1 stay at the unigram point, the rest
+    reach the bigram (notes/markov.md §11.4)."""
+    return "unigram" if tied and p + q > 1 else "bigram"
+
+
+def _trained_rows(
+    cfg: ml_collections.ConfigDict, tied: bool, progress: Progress
+) -> tuple[list[dict], list[spectra.SpectralDensity]]:
+    """The probes at one tying's trained points (one vmapped call each): gradient norm, dense
+    Hessian, SLQ density, and the loss against L(theta_pi) and L(theta_star)."""
+    pts = _trained_points(cfg, tied, progress)
+    p, q = pts[0].meta["p"], pts[0].meta["q"]
+    size = dict(d=cfg.atlas.d, seq_len=cfg.atlas.seq_len, tied=tied)
+    loss_pi = points.theta_pi(p, q, **size).loss()
+    loss_star = points.theta_star(p, q, **size).loss()
+    gradients = curvature.gradient_at(pts)
+    hessians = curvature.hessian_at(pts, progress=None)
+    key = jax.random.key(cfg.seed)
+    densities = spectra.spectral_density(pts, cfg.atlas.num_probes, cfg.atlas.num_iters, key)
+    rows = []
+    for pt, g, h, slq in zip(pts, gradients, hessians, densities, strict=True):
+        tol, resolved = h.tolerance(), SLQ_RESOLUTION * float(h.eigenvalues[-1])
+        mass, stderr = slq.mass(-np.inf, -resolved)
+        rows.append(
+            {
+                "tied": tied,
+                "p": p,
+                "q": q,
+                "seed": pt.meta["seed"],
+                "loss": g.loss,
+                "loss_pi": loss_pi,
+                "loss_star": loss_star,
+                "reached": reached(g.loss, loss_pi, loss_star),
+                "expected": expected_basin(p, q, tied),
+                "grad_norm": g.norm,
+                "negative_eigh": int(np.sum(h.eigenvalues < -tol)),
+                "tolerance": tol,
+                "resolved": resolved,
+                "negative_eigh_resolved": int(np.sum(h.eigenvalues < -resolved)),
+                "negative_slq": mass * slq.dim,
+                "negative_slq_stderr": stderr * slq.dim,
+                "smallest_eigenvalue": float(h.eigenvalues[0]),
+                "largest_eigenvalue": float(h.eigenvalues[-1]),
+            }
+        )
+    return rows, densities
+
+
+def _trained(
+    cfg: ml_collections.ConfigDict, progress: Progress
+) -> tuple[list[dict], list[spectra.SpectralDensity]]:
+    """The trained points of both tyings (none when atlas.train_steps = 0)."""
+    if not cfg.atlas.train_steps:
+        return [], []
+    tied_rows, tied_densities = _trained_rows(cfg, True, progress)
+    untied_rows, untied_densities = _trained_rows(cfg, False, progress)
+    return tied_rows + untied_rows, tied_densities + untied_densities
+
+
+def _trained_claims(trained: list[dict]) -> list[records.Claim]:
+    """Where training ends (the trap of Thm 2, notes §11.4) and SLQ against eigh there."""
+    wrong = [r for r in trained if r["reached"] != r["expected"]]
+    far = max(
+        abs(r["loss"] - (r["loss_pi"] if r["expected"] == "unigram" else r["loss_star"]))
+        / abs(r["loss_pi"] - r["loss_star"])
+        for r in trained
+    )
+    slq_off = [
+        r
+        for r in trained
+        if abs(r["negative_slq"] - r["negative_eigh_resolved"])
+        > max(3 * r["negative_slq_stderr"], 0.05)
+    ]
+    p, q = trained[0]["p"], trained[0]["q"]
+    ends = {
+        tied: "L(theta_pi)" if expected_basin(p, q, tied) == "unigram" else "L(theta_star)"
+        for tied in (True, False)
+    }
+    return [
+        records.claim(
+            f"the theory model trained at (p={p:g}, q={q:g}), {len(trained)} runs: tied ends at "
+            f"{ends[True]}, untied at {ends[False]}",
+            {
+                "reached": [f"{_cell(r)} seed {r['seed']}: {r['reached']}" for r in trained],
+                "largest |L - L(expected)| / (L(theta_pi) - L(theta_star))": far,
+            },
+            "every run within a quarter of the gap L(theta_pi) - L(theta_star) of its end",
+            not wrong,
+            "Thm 2, notes/markov.md §11.4, §12.7",
+        ),
+        records.claim(
+            f"SLQ at the trained points: number of eigenvalues below -{SLQ_RESOLUTION:g} λ_max",
+            [
+                f"{r['negative_slq']:.2f} ± {r['negative_slq_stderr']:.2f} vs "
+                f"{r['negative_eigh_resolved']} (below -tol: {r['negative_eigh']})"
+                for r in trained
+            ],
+            "dense eigh's count, within 3 standard errors (or 0.05)",
+            not slq_off,
+            "notes/landscape_geometry.md §6",
+            kind="sanity",
+        ),
+    ]
+
+
 def _claims(
-    hessians: list[dict], escapes: list[dict], paths: list[dict], density: tuple
+    hessians: list[dict],
+    escapes: list[dict],
+    paths: list[dict],
+    density: tuple,
+    trained: list[dict] | None = None,
 ) -> list[records.Claim]:
     """Thms 2-3 cell by cell, the closed-form alpha eigenvalues, the escape directions' second
-    order, the Gauss-Newton split, the tied minima's barriers and SLQ's negative mass."""
+    order, the Gauss-Newton split, the tied minima's barriers and SLQ's negative mass; and, with
+    `trained` rows, where training ends and SLQ at the trained points."""
     wrong = [r for r in hessians if r["verdict"] != r["expected"]]
     worst_alpha = max(r["alpha_error"] for r in hessians)
     worst_ratio = max((r["worst_ratio_error"] for r in escapes), default=0.0)
@@ -195,7 +369,7 @@ def _claims(
             "notes/landscape_geometry.md §6",
             kind="sanity",
         ),
-    ]
+    ] + (_trained_claims(trained) if trained else [])
 
 
 def _cell(row: dict) -> str:
@@ -245,11 +419,30 @@ def _shown_paths(paths: list[tuple]) -> list[tuple]:
     return minima[:2] + untied[:2]
 
 
+def draw_trained(trained: list[dict], densities: list[spectra.SpectralDensity]) -> Any:
+    """The SLQ densities at the trained points, tied and untied side by side, seeds overlaid."""
+    fig, axes = plotting.subplots(1, 2, width=4.5, height=3.2)
+    for ax, tied in zip(axes[0], (True, False), strict=True):
+        shown = [(r, d) for r, d in zip(trained, densities, strict=True) if r["tied"] == tied]
+        for row, density in shown:
+            spectra.density_figure(density, ax=ax)
+            ax.lines[-1].set_label(f"seed {row['seed']}: {row['reached']}, L = {row['loss']:.4f}")
+        row = shown[0][0]
+        ax.set_title(
+            f"trained, {'tied' if tied else 'untied'} (p={row['p']:g}, q={row['q']:g}): SLQ",
+            fontsize=9,
+        )
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
 def run_atlas(
     cfg: ml_collections.ConfigDict, workdir: records.Workdir, progress: Progress = print
 ) -> dict[str, Any]:
     """The atlas of `cfg.atlas`'s grid: tables (hessians, escapes, paths .csv), figures
-    (atlas.png, density.png) and claims against Thms 2-3."""
+    (atlas.png, density.png) and claims against Thms 2-3; with atlas.train_steps > 0 also the
+    trained points (trained.csv, density_trained.png, notes §11.4)."""
     hessians = _hessian_rows(cfg, True, progress) + _hessian_rows(cfg, False, progress)
     saddles = [r for r in hessians if r["verdict"] == "saddle"]
     escapes = _escape_rows(cfg, saddles)
@@ -257,8 +450,11 @@ def run_atlas(
         progress(f"atlas: escape directions at {len(saddles)} saddles; paths to theta_star")
     paths, path_results = _path_rows(cfg)
     density = _density(cfg)
+    trained, trained_densities = _trained(cfg, progress)
     for name, rows in (("hessians", hessians), ("escapes", escapes), ("paths", paths)):
         workdir.save_table(name, rows)
+    if trained:
+        workdir.save_table("trained", trained)
     figures = [
         str(
             plotting.save(
@@ -268,5 +464,8 @@ def run_atlas(
         ),
         str(plotting.save(spectra.density_figure(density[0]), workdir.figure_path("density"))),
     ]
-    claims = _claims(hessians, escapes, paths, density)
+    if trained:
+        figure = draw_trained(trained, trained_densities)
+        figures.append(str(plotting.save(figure, workdir.figure_path("density_trained"))))
+    claims = _claims(hessians, escapes, paths, density, trained)
     return workdir.finish(claims, progress, figures=figures)

@@ -98,6 +98,11 @@ def default_config() -> ml_collections.ConfigDict:
         path_ts=41,
         num_probes=16,
         num_iters=40,
+        # the trained points (notes §11.4): the theory model trained tied and untied at one
+        # cell, at d and seq_len above; 0 steps trains nothing
+        train_cell=[0.6, 0.8],
+        train_seeds=2,
+        train_steps=1000,
     )
     c.claims = "none"
     return c
@@ -245,6 +250,26 @@ def _validate_atlas(cfg: ml_collections.ConfigDict) -> None:
     r(cfg, "atlas.path_ts", low=3, integer=True)
     r(cfg, "atlas.num_probes", low=2, integer=True)
     r(cfg, "atlas.num_iters", low=2, integer=True)
+    config_lib.require_numbers(
+        cfg,
+        "atlas.train_cell",
+        low=0,
+        high=1,
+        low_open=True,
+        high_open=True,
+        length=2,
+        length_of="[p, q]",
+    )
+    p, q = cfg.atlas.train_cell
+    config_lib.require(
+        abs(p + q - 1) > atlas.BOUNDARY_GAP,
+        "atlas.train_cell",
+        list(cfg.atlas.train_cell),
+        "a cell off the line p + q = 1 (there the unigram and bigram losses coincide, so no "
+        "basin can be told apart)",
+    )
+    r(cfg, "atlas.train_seeds", low=1, integer=True)
+    r(cfg, "atlas.train_steps", low=0, integer=True)  # 0: no trained points
 
 
 def _validate_landscape(cfg: ml_collections.ConfigDict) -> None:
