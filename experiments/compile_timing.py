@@ -66,13 +66,7 @@ def _measure(spec: training.StepSpec, runs: Any) -> dict[str, dict[str, float]]:
     state = init(runs.seeds_dev, runs.hparams)
     snapshot = jax.jit(jax.vmap(functools.partial(training.snapshot_at, spec)), **pinned)
     rows["first_snapshot"] = stage_seconds(snapshot, state, runs.hparams)
-    if sharding is not None:
-        pinned["in_shardings"] = (sharding, None, sharding)
-    chunk_runs = jax.vmap(functools.partial(training.train_chunk, spec), in_axes=(0, None, 0))
-    grouped = training._grouped(chunk_runs, spec.problem.runs_per_group)
-    chunk = jax.jit(
-        training._per_device(grouped, sharding, runs.shares > 1), donate_argnums=0, **pinned
-    )
+    chunk = training._chunk_program(spec, runs)
     rows["chunk"] = stage_seconds(chunk, state, jnp.int32(0), runs.hparams)
     return rows
 

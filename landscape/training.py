@@ -8,6 +8,7 @@ See docs/design/training.md.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import contextvars
 import dataclasses
@@ -703,19 +704,33 @@ def _compile(spec: StepSpec, runs: _Runs) -> tuple[TrainState, dict[str, jax.Arr
     runs spread over devices from one call to the next."""
     sharding = runs.sharding
     pinned: dict[str, Any] = {} if sharding is None else dict(out_shardings=sharding)
-    init = jax.vmap(functools.partial(init_state, spec))
-    state = jax.jit(init, **pinned)(runs.seeds_dev, runs.hparams)
-    snapshot = jax.vmap(functools.partial(snapshot_at, spec))
-    first_snapshot = jax.jit(snapshot, **pinned)(state, runs.hparams)
+    init = jax.jit(jax.vmap(functools.partial(init_state, spec)), **pinned)
+    init_lowered = init.lower(runs.seeds_dev, runs.hparams)
+    chunk_lowered = _chunk_program(spec, runs).lower(
+        init_lowered.out_info, jnp.int32(0), runs.hparams
+    )
+    # XLA compiles the chunk (most of the compile time) on a second thread while this one
+    # compiles and runs init and the first snapshot: the same programs, sooner.
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        chunk = pool.submit(chunk_lowered.compile)
+        state = init_lowered.compile()(runs.seeds_dev, runs.hparams)
+        snapshot = jax.vmap(functools.partial(snapshot_at, spec))
+        first_snapshot = jax.jit(snapshot, **pinned)(state, runs.hparams)
+        return state, first_snapshot, chunk.result()
+
+
+def _chunk_program(spec: StepSpec, runs: _Runs) -> Any:
+    """The jitted chunk: runs vmapped (in groups), per device; the state donated."""
+    sharding = runs.sharding
+    pinned: dict[str, Any] = {}
     if sharding is not None:
-        pinned["in_shardings"] = (sharding, None, sharding)
+        pinned = dict(out_shardings=sharding, in_shardings=(sharding, None, sharding))
     chunk_runs = jax.vmap(functools.partial(train_chunk, spec), in_axes=(0, None, 0))
-    chunk = jax.jit(
+    return jax.jit(
         _per_device(_grouped(chunk_runs, spec.problem.runs_per_group), sharding, runs.shares > 1),
         donate_argnums=0,
         **pinned,
     )
-    return state, first_snapshot, chunk.lower(state, jnp.int32(0), runs.hparams).compile()
 
 
 @dataclasses.dataclass
