@@ -563,7 +563,20 @@ def bench_compile(repeats: int, one_by_one: int) -> dict[str, Any]:
             [compile_timing.programs_of(start) for _ in range(repeats)]
         )
         out[name] = dict(total=compile_timing.total(rows), **rows)
-    out["main_job_floor"] = _gradient_floor(compile_timing, repeats)
+    out["main_job_floor"] = _gradient_floor(compile_timing, repeats, syn_small.get_config())
+    medium = syn_medium.get_config()
+    floors = {
+        f"K{2 * fields['data.num_last']}": _gradient_floor(
+            compile_timing, repeats, config_lib.with_fields(medium, fields)
+        )["grad_with_sampling"]
+        for fields in experiment.structural_cells(medium)
+    }
+    out["fig6_grid_floor"] = dict(
+        compile_seconds=sum(f["compile_seconds"] for f in floors.values()),
+        compile_cpu_seconds=sum(f["compile_cpu_seconds"] for f in floors.values()),
+        **floors,
+        note="jax.jit(jax.grad(loss)) with task.sample inside, one per K: four programs' floor",
+    )
     return out
 
 
@@ -615,12 +628,13 @@ def _compile_entry_points() -> list[tuple[str, Callable[[], object]]]:
     return entries
 
 
-def _gradient_floor(compile_timing: Any, repeats: int) -> dict[str, Any]:
-    """XLA's compile of the main job model's bare loss gradient, on a fixed batch and with the
-    batch sampled inside: below these no training program of that model compiles."""
+def _gradient_floor(
+    compile_timing: Any, repeats: int, cfg: ml_collections.ConfigDict
+) -> dict[str, Any]:
+    """XLA's compile of the bare loss gradient of `cfg`'s Y/Z model, on a fixed batch and with
+    the batch sampled inside: below these no training program of that model compiles."""
     from landscape.scan_snap import model as model_lib
 
-    cfg = syn_small.get_config()
     task = experiment.make_task(cfg)
     model, problem = experiment.model_of(cfg, task), experiment.make_problem(cfg, task)
     params = experiment.init_params(cfg, task, jax.random.key(0))
@@ -642,8 +656,9 @@ def _gradient_floor(compile_timing: Any, repeats: int) -> dict[str, Any]:
         rows[name] = {k: float(np.median([r[k] for r in runs])) for k in runs[0]}
     return dict(
         **rows,
-        note="jax.jit(jax.grad(loss)) of the Y/Z model (M = 34, batch 128 x L = 128): on one "
-        "fixed batch, and with task.sample inside (the chunk's sampler)",
+        note=f"jax.jit(jax.grad(loss)) of the Y/Z model (M = {task.num_tokens}, batch "
+        f"{cfg.train.batch_size} x L = {cfg.data.seq_len}): on one fixed batch, and with "
+        "task.sample inside (the chunk's sampler)",
     )
 
 
