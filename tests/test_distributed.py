@@ -13,6 +13,7 @@ import sys
 import time
 
 import numpy as np
+import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -80,6 +81,8 @@ def _rows(workdir: pathlib.Path) -> list[dict]:
     return [json.loads(line) for line in open(workdir / "metrics.jsonl")]
 
 
+@pytest.mark.slow  # ~90 s on 2 cores (5 processes, each compiling Fig. 6's CI grid); the
+# default suite keeps the two-process refusal below and the one-process resume tests
 def test_two_processes_stop_together_resume_and_give_one_process_numbers(tmp_path):
     run = ["--config=configs/syn_medium.py:quick", "--config.train.chunk_steps=10"]
     two, one = tmp_path / "two", tmp_path / "one"
