@@ -567,7 +567,7 @@ def bench_compile(repeats: int, one_by_one: int) -> dict[str, Any]:
     medium = syn_medium.get_config()
     floors = {
         f"K{2 * fields['data.num_last']}": _gradient_floor(
-            compile_timing, repeats, config_lib.with_fields(medium, fields)
+            compile_timing, repeats, config_lib.with_fields(medium, fields), on_a_batch=False
         )["grad_with_sampling"]
         for fields in experiment.structural_cells(medium)
     }
@@ -629,10 +629,11 @@ def _compile_entry_points() -> list[tuple[str, Callable[[], object]]]:
 
 
 def _gradient_floor(
-    compile_timing: Any, repeats: int, cfg: ml_collections.ConfigDict
+    compile_timing: Any, repeats: int, cfg: ml_collections.ConfigDict, on_a_batch: bool = True
 ) -> dict[str, Any]:
-    """XLA's compile of the bare loss gradient of `cfg`'s Y/Z model, on a fixed batch and with
-    the batch sampled inside: below these no training program of that model compiles."""
+    """XLA's compile of the bare loss gradient of `cfg`'s Y/Z model, with the batch sampled
+    inside (and, if `on_a_batch`, on a fixed batch): below these no training program of that
+    model compiles."""
     from landscape.scan_snap import model as model_lib
 
     task = experiment.make_task(cfg)
@@ -647,11 +648,13 @@ def _gradient_floor(
     def sampled(p: PyTree, key: jax.Array) -> jax.Array:
         return problem.loss(p, key, {})[0]
 
+    programs: list[tuple[str, Callable, tuple]] = [
+        ("grad_with_sampling", jax.grad(sampled), (params, jax.random.key(0)))
+    ]
+    if on_a_batch:
+        programs.insert(0, ("grad_on_a_batch", jax.grad(on_batch), (params,)))
     rows = {}
-    for name, f, args in (
-        ("grad_on_a_batch", jax.grad(on_batch), (params,)),
-        ("grad_with_sampling", jax.grad(sampled), (params, jax.random.key(0))),
-    ):
+    for name, f, args in programs:
         runs = [compile_timing.stage_seconds(jax.jit(f), *args) for _ in range(repeats)]
         rows[name] = {k: float(np.median([r[k] for r in runs])) for k in runs[0]}
     return dict(

@@ -17,7 +17,7 @@ import numpy as np
 
 from landscape import curvature, eigen, gauss_newton, geometry, plotting, records, spectra
 from landscape.markov import model as model_lib
-from landscape.markov import points, task
+from landscape.markov import points
 
 Progress = Callable[[str], object] | None
 _SECOND_ORDER_RTOL = 0.01  # |ΔL / (ε² λ / 2) - 1| at the smallest ε
@@ -154,22 +154,22 @@ def _train_config(cfg: ml_collections.ConfigDict, tied: bool) -> ml_collections.
     return cell
 
 
-def _trained_points(cfg: ml_collections.ConfigDict, tied: bool, progress: Progress) -> list:
+def _trained_points(
+    cfg: ml_collections.ConfigDict, pi: Any, tied: bool, progress: Progress
+) -> list:
     """Train `train_seeds` runs of one tying; each run's final parameters as a float64 Point of
-    the exact population loss of theta_pi's model (all 2^N sequences, notes §4)."""
+    theta_pi's (`pi`) exact population loss: its model and inputs (all 2^N sequences, notes §4)."""
     from landscape.markov import experiment  # experiment imports this module
 
     cell = _train_config(cfg, tied)
     p, q = cell.chain.p, cell.chain.q
-    model = _theta_pi(cfg, p, q, tied).meta["model"]
+    model = pi.meta["model"]
     trained = model_lib.from_config(cell).clone(dtype=None, param_dtype=model.param_dtype)
     assert trained == model, (trained, model)  # the trained family is theta_pi's
     if progress:
         which = "tied" if tied else "untied"
         progress(f"atlas: training {cell.num_seeds} {which} runs at (p, q) = ({p:g}, {q:g})")
     result = experiment.train_group(cell, {}, progress=None)["result"]
-    kernel = task.binary_kernel(p, q)
-    inputs = points.population_inputs(model, kernel, task.stationary(kernel), population="exact")
     found = []
     for run in range(result.num_runs):
         params = jax.tree.map(
@@ -178,7 +178,7 @@ def _trained_points(cfg: ml_collections.ConfigDict, tied: bool, progress: Progre
         seed = int(result.seeds[run])
         name = f"trained ({'tied' if tied else 'untied'}, p={p:g}, q={q:g}, seed {seed})"
         meta = {"model": model, "p": p, "q": q, "seed": seed, "tied": tied}
-        found.append(points.population_point(model, params, inputs, name, meta))
+        found.append(points.population_point(model, params, pi.inputs, name, meta))
     return found
 
 
@@ -203,11 +203,11 @@ def _trained_rows(
 ) -> tuple[list[dict], list[spectra.SpectralDensity]]:
     """The probes at one tying's trained points (one vmapped call each): gradient norm, dense
     Hessian, SLQ density, and the loss against L(theta_pi) and L(theta_star)."""
-    pts = _trained_points(cfg, tied, progress)
-    p, q = pts[0].meta["p"], pts[0].meta["q"]
-    size = dict(d=cfg.atlas.d, seq_len=cfg.atlas.seq_len, tied=tied)
-    loss_pi = points.theta_pi(p, q, **size).loss()
-    loss_star = points.theta_star(p, q, **size).loss()
+    p, q = (float(x) for x in cfg.atlas.train_cell)
+    pi = _theta_pi(cfg, p, q, tied)
+    pts = _trained_points(cfg, pi, tied, progress)
+    star = points.theta_star(p, q, d=cfg.atlas.d, seq_len=cfg.atlas.seq_len, tied=tied)
+    loss_pi, loss_star = pi.loss(), star.loss()
     gradients = curvature.gradient_at(pts)
     hessians = curvature.hessian_at(pts, progress=None)
     key = jax.random.key(cfg.seed)
