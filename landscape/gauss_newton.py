@@ -1,9 +1,10 @@
 """The Gauss-Newton part of the Hessian, G = Jᵀ H_z J, and the remainder H - G.
 
 `ggn_at(point)` needs a Point that carries the split of its loss into model outputs and an output
-loss (`Point.outputs`, `Point.output_loss`; the Markov points do). G is positive semi-definite
-whenever the output loss is convex in the outputs (a cross-entropy of logits is), so the negative
-curvature of a saddle lives in the remainder. See notes/landscape_geometry.md §7.
+loss (`Point.outputs`, `Point.output_loss`; the Markov, n-gram and Scan and Snap points do). G is
+positive semi-definite whenever the output loss is convex in the outputs (a cross-entropy of logits
+is), so the negative curvature of a saddle lives in the remainder. See
+notes/landscape_geometry.md §7.
 """
 
 from __future__ import annotations
@@ -128,7 +129,7 @@ def ggn_at(point: Point | Sequence[Point]) -> GaussNewton | list[GaussNewton]:
         raise ValueError(
             f"ggn_at: {first.name or 'the point'} does not split its loss into model outputs and "
             "an output loss; build it with Point(..., objective=..., inputs=..., outputs=..., "
-            "output_loss=...) (the Markov points carry the split)."
+            "output_loss=...) (the Markov, n-gram and Scan and Snap points carry the split)."
         )
     if any(
         p.outputs is not first.outputs or p.output_loss is not first.output_loss for p in points

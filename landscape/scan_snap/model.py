@@ -7,6 +7,7 @@ docs/design/scan_snap.md; precision: docs/design/precision.md.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -16,7 +17,7 @@ import jax.numpy as jnp
 
 from landscape import _checks, precision
 from landscape.point import Point
-from landscape.scan_snap.task import SequenceClasses, attention_weights
+from landscape.scan_snap.task import Population, SequenceClasses, attention_weights
 from landscape.typing import PyTree
 
 INITS = ("zeros", "uniform")
@@ -120,18 +121,53 @@ class YZModel(nn.Module):
         logits_BM, _ = self(context_BT, query_B)
         return cross_entropy(logits_BM, label_B)
 
-    def population_features(self, task: SequenceClasses) -> jax.Array:
+    def population_features(self, task: SequenceClasses | Population) -> jax.Array:
         """f_n (K, M) = LN(c_n), the T -> infinity limit of LN(X^T b) (Eqs. 5-6)."""
         c_KM = attention_weights(self.Z.astype(self.accum_dtype), task)
         if self.residual:
             c_KM = c_KM + jax.nn.one_hot(task.last_token, task.num_tokens, dtype=c_KM.dtype)
         return c_KM / jnp.linalg.norm(c_KM, axis=-1, keepdims=True)
 
-    def population_loss(self, task: SequenceClasses) -> jax.Array:
+    def population_logits(self, task: SequenceClasses | Population) -> jax.Array:
+        """(K, M) logits Y^T f_n of each class at T -> infinity (§3.5), in accum_dtype."""
+        return self.population_features(task) @ self.Y.astype(self.accum_dtype)
+
+    def population_loss(self, task: SequenceClasses | Population) -> jax.Array:
         """-J_pop(Y, Z) = -(1/K) sum_n log softmax(Y^T f_n)_n (§3.5): classes uniform,
         T -> infinity. Exact: computed in accum_dtype (the param dtype unless autocast)."""
-        f_KM = self.population_features(task)
-        return cross_entropy(f_KM @ self.Y.astype(self.accum_dtype), jnp.asarray(task.next_token))
+        return cross_entropy(self.population_logits(task), jnp.asarray(task.next_token))
+
+
+@functools.cache
+def population_objective(model: YZModel) -> Callable[[PyTree, Population], jax.Array]:
+    """(params, Population) -> the long-sequence loss: one function object per model, so its
+    points share compiled programs."""
+
+    def objective(params: PyTree, population: Population) -> jax.Array:
+        return model.apply(  # type: ignore[return-value]  # flax types apply for mutable too
+            {"params": params}, population, method=YZModel.population_loss
+        )
+
+    return objective
+
+
+@functools.cache
+def population_outputs(model: YZModel) -> Callable[[PyTree, Population], jax.Array]:
+    """(params, Population) -> the (K, M) logits: the outputs of the Gauss-Newton split
+    (docs/notes/landscape_geometry.md §7); the output loss is `population_output_loss`."""
+
+    def outputs(params: PyTree, population: Population) -> jax.Array:
+        return model.apply(  # type: ignore[return-value]  # flax types apply for mutable too
+            {"params": params}, population, method=YZModel.population_logits
+        )
+
+    return outputs
+
+
+def population_output_loss(logits_KM: jax.Array, population: Population) -> jax.Array:
+    """The classes' mean cross-entropy of their logits: the objective is this composed with
+    `population_outputs`."""
+    return cross_entropy(logits_KM, population.next_token)
 
 
 def population_point(
@@ -139,7 +175,8 @@ def population_point(
 ) -> Point:
     """The population loss (§3.5) at (Y, Z) as a Point; default Y = Z = 0, where the loss is ln M.
 
-    params is YZModel's inner params dict {"Y": (M, M), "Z": (M, M)}.
+    params is YZModel's inner params dict {"Y": (M, M), "Z": (M, M)}. Tasks of one (K, M) share
+    compiled programs, and the Point carries the logits/cross-entropy split for `ggn_at`.
     """
     if not isinstance(task, SequenceClasses):
         raise TypeError(
@@ -160,23 +197,18 @@ def population_point(
                     f"params['{key}'] has shape {jnp.shape(params[key])}: must be "
                     f"{shape} (M = {task.num_tokens} tokens)."
                 )
-    model = YZModel(
-        task.num_tokens,
-        residual=residual,
-        param_dtype=jnp.float64 if jax.config.read("jax_enable_x64") else jnp.float32,
-    )
+    dtype = jnp.float64 if jax.config.read("jax_enable_x64") else jnp.float32
+    model = YZModel(task.num_tokens, residual=residual, param_dtype=dtype)
+    population = Population.of(task, dtype)
     if params is None:
-        params = model.init(jax.random.key(0), method=YZModel.population_loss, task=task)["params"]
-
-    def loss_fn(p: PyTree) -> jax.Array:
-        return model.apply(  # type: ignore[return-value]  # flax types apply for mutable too
-            {"params": p}, task, method=YZModel.population_loss
-        )
-
+        params = model.init(jax.random.key(0), population, method=YZModel.population_loss)["params"]
     return Point(
         params,
-        loss_fn,
         name=name or f"Y/Z population loss (K={task.num_classes}, M={task.num_tokens})",
+        objective=population_objective(model),
+        inputs=population,
+        outputs=population_outputs(model),
+        output_loss=population_output_loss,
     )
 
 

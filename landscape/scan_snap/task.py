@@ -8,6 +8,7 @@ exactly (notes §2.2): [global common | local common | distinct, per class | las
 from __future__ import annotations
 
 import dataclasses
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -153,7 +154,28 @@ def sequence_classes(
     )
 
 
-def attention_weights(Z: jax.Array, task: SequenceClasses) -> jax.Array:
+class Population(NamedTuple):
+    """What the long-sequence loss reads of a task, as arrays: the inputs of the compiled
+    programs, so that tasks of one (K, M) share them (a pytree; attributes as SequenceClasses)."""
+
+    class_probs: jax.Array  # (K, M) P(l | n)
+    last_token: jax.Array  # (K,) psi(n)
+    next_token: jax.Array  # (K,) the label of class n
+
+    @property
+    def num_tokens(self) -> int:
+        return self.class_probs.shape[1]
+
+    @classmethod
+    def of(cls, task: SequenceClasses, dtype: Any) -> Population:
+        return cls(
+            jnp.asarray(task.class_probs, dtype),
+            jnp.asarray(task.last_token),
+            jnp.asarray(task.next_token),
+        )
+
+
+def attention_weights(Z: jax.Array, task: SequenceClasses | Population) -> jax.Array:
     """c_n (K, M), Eq. (5): the long-sequence attention of class n from row psi(n) of Z.
 
     c_{l|n} = P(l|n) exp(z_{psi(n) l}) / sum_l' P(l'|n) exp(z_{psi(n) l'}). This is what Figs. 4-6

@@ -250,6 +250,45 @@ def test_population_hessian_at_origin_closed_form():
     assert np.abs(g.block("Z")).max() == 0.0
 
 
+def test_gauss_newton_split_at_origin_closed_form():
+    """At Y = Z = 0 the logits Y^T f_n are linear in Y and do not move with Z, so G = H_YY on the
+    Y block and zero elsewhere, and R = H - G is the Y-Z cross block alone:
+    R[(a,b),(psi(n),d)] = (1/K) sum_n df_{n,a}/dz_d (1/M - [b = y_n]), with
+    df_n/dz = (I - f f^T)(diag(p) - p p^T)/|p| for p = P(.|n). Its spectrum is symmetric."""
+    small = [
+        classes(num_common=2, num_distinct_per_next=3, common_unnormalized_prob=w)
+        for w in (1.0, 2.0)
+    ]
+    gn = landscape.ggn_at([landscape.scan_snap.population_point(t) for t in small])
+    for t, result in zip(small, gn, strict=True):
+        K, M = t.num_classes, t.num_tokens
+        H = result.hessian
+        np.testing.assert_allclose(result.block("Y"), H.block("Y"), atol=1e-15)
+        assert np.abs(result.block("Z", ["Y", "Z"])).max() == 0.0
+        p = t.class_probs
+        f = p / np.linalg.norm(p, axis=1, keepdims=True)
+        df_NMM = np.stack(
+            [
+                (np.eye(M) - np.outer(fn, fn))
+                @ (np.diag(pn) - np.outer(pn, pn))
+                / np.linalg.norm(pn)
+                for pn, fn in zip(p, f, strict=True)
+            ]
+        )
+        u_NM = 1 / M - np.eye(M)[t.next_token]
+        at_row_NM = np.eye(M)[t.last_token]
+        expected = np.einsum("nad,nb,nc->abcd", df_NMM, u_NM, at_row_NM).reshape(M * M, M * M) / K
+        R = result.remainder
+        Y, Z = slice(0, M * M), slice(M * M, 2 * M * M)
+        np.testing.assert_allclose(R[Y, Z], expected, atol=1e-15)
+        assert np.abs(expected).max() > 0.01 and np.abs(R[Y, Y]).max() < 1e-15
+        assert np.abs(R[Z, Z]).max() == 0.0
+        np.testing.assert_allclose(
+            result.remainder_eigenvalues, -result.remainder_eigenvalues[::-1], atol=1e-14
+        )
+    assert not np.allclose(gn[0].ggn, gn[1].ggn)  # two tasks, one compiled program, two answers
+
+
 def test_lanczos_on_the_population_hessian_matches_dense():
     """D = 2312: HVP-based Lanczos finds the dense extreme eigenvalues of the Y/Z Hessian."""
     point = landscape.scan_snap.population_point(syn_small())
