@@ -153,6 +153,34 @@ def _mean_and_stderr(samples: np.ndarray, axis: int = 0) -> tuple[np.ndarray, np
     return samples.mean(axis=axis), samples.std(axis=axis, ddof=1) / math.sqrt(count)
 
 
+def quadrature_bounds(
+    nodes: np.ndarray, weights: np.ndarray, lo: float, hi: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per row (a probe's Gauss rule: nodes, weights), the certified range of its measure's mass
+    in [lo, hi], by the Chebyshev-Markov-Stieltjes inequalities
+    sum_{x_i < x_j} w_i <= mu(-inf, x_j) <= mu(-inf, x_j] <= sum_{x_i <= x_j} w_i
+    (docs/notes/landscape_geometry.md §8)."""
+    nodes, weights = np.asarray(nodes, np.float64), np.asarray(weights, np.float64)
+
+    def below(x: np.ndarray, strict: bool) -> np.ndarray:  # sum of w_i over x_i < x (or <=)
+        return np.sum(
+            np.where(nodes < x[:, None] if strict else nodes <= x[:, None], weights, 0), 1
+        )
+
+    def cdf_range(t: float, closed: bool) -> tuple[np.ndarray, np.ndarray]:
+        """(lower, upper) for mu(-inf, t] (closed) or mu(-inf, t)."""
+        if np.isinf(t):
+            value = np.full(len(nodes), 1.0 if t > 0 else 0.0)
+            return value, value
+        first_at_or_above = np.where(nodes >= t, nodes, np.inf).min(1)
+        inside = nodes <= t if closed else nodes < t
+        last_inside = np.where(inside, nodes, -np.inf).max(1)
+        return below(last_inside, strict=True), below(first_at_or_above, strict=False)
+
+    (hi_low, hi_high), (lo_low, lo_high) = cdf_range(hi, True), cdf_range(lo, False)
+    return np.clip(hi_low - lo_high, 0.0, 1.0), np.clip(hi_high - lo_low, 0.0, 1.0)
+
+
 def _label(point: Point) -> str:
     return point.name or "<unnamed point>"
 
@@ -214,6 +242,23 @@ class SpectralDensity:
         value, stderr = _mean_and_stderr(self.mass_per_probe(lo, hi))
         return float(value), float(stderr)
 
+    def mass_bounds_per_probe(self, lo: float, hi: float) -> tuple[np.ndarray, np.ndarray]:
+        """Each probe's certified range (lower, upper), (num_probes,) each, for its own spectral
+        measure's mass in [lo, hi]: what its Gauss rule guarantees, whatever the eigenvalues
+        between the nodes (`quadrature_bounds`)."""
+        self.mass_per_probe(lo, hi)  # the same checks
+        return quadrature_bounds(self.nodes, self.weights, lo, hi)
+
+    def mass_interval(self, lo: float, hi: float, z: float = 2.0) -> tuple[float, float]:
+        """A range for the fraction of eigenvalues in [lo, hi] that covers the quadrature's
+        error (certified per probe) and the probes' sampling (z standard errors of the mean
+        bounds): wider than `mass` +- stderr where a threshold cuts a cluster the Lanczos steps
+        cannot resolve, which `mass` alone cannot show."""
+        _checks.check_real("z", z, low=0, meaning="the standard errors of sampling to cover")
+        lower, upper = self.mass_bounds_per_probe(lo, hi)
+        (low, low_se), (high, high_se) = _mean_and_stderr(lower), _mean_and_stderr(upper)
+        return max(0.0, float(low - z * low_se)), min(1.0, float(high + z * high_se))
+
     def describe(self) -> str:
         kind = "Rademacher" if self.probe == "rademacher" else "normalised Gaussian"
         lines = [
@@ -232,7 +277,11 @@ class SpectralDensity:
             ("λ > tol   ", tol, np.inf),
         ):
             value, stderr = self.mass(lo, hi)
-            count = f"≈ {value * self.dim:.1f} ± {stderr * self.dim:.1f} eigenvalues"
+            low, high = self.mass_interval(lo, hi)
+            count = (
+                f"≈ {value * self.dim:.1f} ± {stderr * self.dim:.1f} eigenvalues, "
+                f"{low * self.dim:.1f}-{high * self.dim:.1f} with the quadrature's error"
+            )
             lines.append(f"  fraction {label} {_plus_minus(value, stderr)}  ({count})")
         lines.append(f"  (tol = {tol:.3g}, relative to the largest |Ritz value|)")
         return "\n".join(lines)

@@ -216,6 +216,7 @@ def _trained_rows(
     for pt, g, h, slq in zip(pts, gradients, hessians, densities, strict=True):
         tol, resolved = h.tolerance(), SLQ_RESOLUTION * float(h.eigenvalues[-1])
         mass, stderr = slq.mass(-np.inf, -resolved)
+        low, high = slq.mass_interval(-np.inf, -resolved)
         rows.append(
             {
                 "tied": tied,
@@ -234,6 +235,8 @@ def _trained_rows(
                 "negative_eigh_resolved": int(np.sum(h.eigenvalues < -resolved)),
                 "negative_slq": mass * slq.dim,
                 "negative_slq_stderr": stderr * slq.dim,
+                "negative_slq_low": low * slq.dim,  # with the quadrature's error (2 s.e.)
+                "negative_slq_high": high * slq.dim,
                 "smallest_eigenvalue": float(h.eigenvalues[0]),
                 "largest_eigenvalue": float(h.eigenvalues[-1]),
             }
