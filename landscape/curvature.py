@@ -11,6 +11,7 @@ import dataclasses
 import functools
 import itertools
 import time
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Literal, overload
 
@@ -609,10 +610,37 @@ def hessian_at(
     if not listed and points[0].num_params > CHUNKED_ABOVE:
         return _hessian_in_chunks(points[0], columns_per_batch, progress)
     objective, params, inputs = _program_arguments(points, listed)
-    loss, grad, matrix = compiled.hessian(objective, params, inputs, columns_per_batch, listed)
+    loss, grad, matrix = _dense_hessian(objective, params, inputs, columns_per_batch, listed)
     if not listed:
         return _hessian(points[0], loss, grad, matrix)
     return [_hessian(p, loss[i], grad[i], matrix[i]) for i, p in enumerate(points)]
+
+
+def _dense_hessian(
+    objective: Callable, params: PyTree, inputs: PyTree, columns_per_batch: int, listed: bool
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """`compiled.hessian`, run once more on a fresh executable when its matrix alone is
+    non-finite: on XLA:CPU about 1 compile in 100 of a batched-column Hessian program gave an
+    executable that returns NaN on every call while a fresh one of the same HLO is finite
+    (docs/design/curvature.md, "A rare bad executable"). Says so in a warning."""
+    loss, grad, matrix = compiled.hessian(objective, params, inputs, columns_per_batch, listed)
+    if not (_all_finite(loss, grad) and not _all_finite(matrix)):
+        return loss, grad, matrix
+    compiled.hessian.clear_cache()  # type: ignore[attr-defined]  # jitted functions have it
+    loss, grad, matrix = compiled.hessian(objective, params, inputs, columns_per_batch, listed)
+    again = "finite" if _all_finite(matrix) else "non-finite"
+    warnings.warn(
+        "hessian_at: the compiled Hessian program returned non-finite entries at a finite loss "
+        f"and gradient; a fresh compile of it gave {again} ones (a rare XLA:CPU fault, "
+        "docs/design/curvature.md: 'A rare bad executable').",
+        RuntimeWarning,
+        stacklevel=3,
+    )
+    return loss, grad, matrix
+
+
+def _all_finite(*arrays: jax.Array) -> bool:
+    return all(bool(np.all(np.isfinite(np.asarray(a)))) for a in arrays)
 
 
 COLUMN_BYTES = 16 * 2**20  # memory traffic of one batch of Hessian columns, about a cache's

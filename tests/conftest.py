@@ -55,5 +55,19 @@ LONGEST_FIRST = (
 )
 
 
+_STARTED: list[str] = []  # this worker's tests, in the order they started
+
+
+def pytest_runtest_logstart(nodeid, location):
+    _STARTED.append(nodeid)
+
+
+@pytest.fixture
+def tests_before() -> list[str]:
+    """The five tests that ran before this one in this worker process, the last one last: what
+    a test that fails only in some orders reports (xdist hands out tests in no fixed order)."""
+    return _STARTED[-6:-1]
+
+
 def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: item.nodeid not in LONGEST_FIRST)  # a stable sort

@@ -288,3 +288,44 @@ def test_a_point_that_is_not_critical_gets_no_curvature_verdict():
     at_origin = hessian_at(point.with_params({"x": jnp.asarray(0.0), "y": jnp.asarray(0.0)}))
     assert at_origin.gradient.verdict().startswith("stationary (|g| = 0.000e+00")
     assert at_origin.verdict() == "saddle (1 negative eigenvalue)"
+
+
+class _BadOnce:
+    """compiled.hessian whose first executable returns a NaN matrix (the rare XLA:CPU fault of
+    docs/design/curvature.md), until its cache is cleared."""
+
+    def __init__(self, real):
+        self.real, self.bad, self.cleared = real, True, 0
+
+    def __call__(self, *args):
+        loss, grad, matrix = self.real(*args)
+        return loss, grad, matrix * jnp.nan if self.bad else matrix
+
+    def clear_cache(self):
+        self.bad, self.cleared = False, self.cleared + 1
+
+
+def _cubic(params, inputs):
+    return jnp.sum(inputs * params["x"] ** 2) + jnp.sum(params["x"] ** 3)
+
+
+def test_a_bad_executable_is_replaced_by_a_fresh_compile_and_said(monkeypatch):
+    from landscape import compiled
+
+    point = Point({"x": jnp.array([1.0, -2.0])}, objective=_cubic, inputs=jnp.array([0.5, 1.5]))
+    fake = _BadOnce(compiled.hessian)
+    monkeypatch.setattr(compiled, "hessian", fake)
+    with pytest.warns(RuntimeWarning, match="a fresh compile of it gave finite ones"):
+        H = hessian_at(point)
+    assert fake.cleared == 1 and H.finite
+    np.testing.assert_allclose(H.matrix, np.diag([2 * 0.5 + 6 * 1.0, 2 * 1.5 - 12.0]))
+
+
+def test_a_nonfinite_loss_is_not_recompiled(monkeypatch):
+    from landscape import compiled
+
+    point = Point({"x": jnp.array([jnp.nan, 1.0])}, objective=_cubic, inputs=jnp.array([0.5, 1.5]))
+    fake = _BadOnce(compiled.hessian)
+    monkeypatch.setattr(compiled, "hessian", fake)
+    H = hessian_at(point)
+    assert fake.cleared == 0 and not H.finite and H.verdict() == "non-finite"
