@@ -153,6 +153,13 @@ def _mean_and_stderr(samples: np.ndarray, axis: int = 0) -> tuple[np.ndarray, np
     return samples.mean(axis=axis), samples.std(axis=axis, ddof=1) / math.sqrt(count)
 
 
+def _check_interval(lo: float, hi: float) -> None:
+    _checks.check_real("lo", lo, finite=False, meaning="the interval's lower end")
+    _checks.check_real("hi", hi, finite=False, meaning="the interval's upper end")
+    if hi < lo:
+        raise ValueError(f"hi = {hi:g} is below lo = {lo:g}: give an interval lo <= hi.")
+
+
 def quadrature_bounds(
     nodes: np.ndarray, weights: np.ndarray, lo: float, hi: float
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -229,10 +236,7 @@ class SpectralDensity:
 
     def mass_per_probe(self, lo: float, hi: float) -> np.ndarray:
         """Each probe's estimate of the fraction of eigenvalues in [lo, hi] (num_probes,)."""
-        _checks.check_real("lo", lo, finite=False, meaning="the interval's lower end")
-        _checks.check_real("hi", hi, finite=False, meaning="the interval's upper end")
-        if hi < lo:
-            raise ValueError(f"hi = {hi:g} is below lo = {lo:g}: give an interval lo <= hi.")
+        _check_interval(lo, hi)
         inside = (self.nodes >= lo) & (self.nodes <= hi)
         return np.sum(np.where(inside, self.weights, 0.0), axis=1)
 
@@ -246,7 +250,7 @@ class SpectralDensity:
         """Each probe's certified range (lower, upper), (num_probes,) each, for its own spectral
         measure's mass in [lo, hi]: what its Gauss rule guarantees, whatever the eigenvalues
         between the nodes (`quadrature_bounds`)."""
-        self.mass_per_probe(lo, hi)  # the same checks
+        _check_interval(lo, hi)
         return quadrature_bounds(self.nodes, self.weights, lo, hi)
 
     def mass_interval(self, lo: float, hi: float, z: float = 2.0) -> tuple[float, float]:
