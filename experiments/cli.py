@@ -44,7 +44,14 @@ _CONFIG = flags.DEFINE_string(
     "config", None, "configs/<file>.py[:variant], or a workdir's config.json to rerun it."
 )
 _WORKDIR = flags.DEFINE_string("workdir", None, "Output folder (default runs/<name>/<UTC time>/).")
-_OVERWRITE = flags.DEFINE_bool("overwrite", False, "Remove the workdir's earlier records first.")
+_OVERWRITE = flags.DEFINE_bool(
+    "overwrite", False, "Remove the files earlier runs wrote in the workdir first (and no other)."
+)
+_KEEP_OTHERS = flags.DEFINE_bool(
+    "keep_others",
+    False,
+    "With --overwrite: keep files in the workdir that no run wrote, instead of refusing.",
+)
 _RESUME = flags.DEFINE_bool(
     "resume",
     False,
@@ -110,6 +117,7 @@ def _run(
             workdir_path,
             overwrite=_OVERWRITE.value,
             resume=_RESUME.value,
+            keep_others=_KEEP_OTHERS.value,
             checkpoint_seconds=_CHECKPOINT_SECONDS.value,
         )
     else:  # the same run, its records thrown away: process 0 writes records and checkpoints
@@ -295,7 +303,9 @@ def _resolve(
     # Every process checks (only process 0 writes): a process other than 0 that skipped it
     # would wait for a coordinator that already refused a used workdir. Nothing is written
     # before all processes have joined, so none of them sees process 0's new records here.
-    records.check_path(path, overwrite=_OVERWRITE.value, resume=resume)
+    records.check_path(
+        path, overwrite=_OVERWRITE.value, resume=resume, keep_others=_KEEP_OTHERS.value
+    )
     for note in notes:
         print(note)
     return cfg, path

@@ -5,6 +5,7 @@
 <workdir>/arrays.npz      loss curves, snapshots (attention maps, Z rows), final values
 <workdir>/summary.json    the paper's claims: statement, measured value, expected, verdict
 <workdir>/figures/*.png   paper-style plots
+<workdir>/manifest.json   every file the runs wrote here: what `overwrite` may remove
 """
 
 from __future__ import annotations
@@ -87,6 +88,7 @@ def evaluated(name: str, evaluate: Callable[[], Iterable[Claim]]) -> list[Claim]
 
 
 RECORD_FILES = ("config.json", "metrics.jsonl", "arrays.npz", "summary.json")
+MANIFEST = "manifest.json"
 
 
 class WorkdirError(ValueError):
@@ -112,6 +114,7 @@ class Workdir:
         self.checkpoints = self.path / "checkpoints"
         self.writes_checkpoints = True
         self._checkpoints_opened = 0
+        self._written = set(read_manifest(self.path))  # what `overwrite` may remove
 
     @classmethod
     def new(cls, name: str, root: str | pathlib.Path = "runs") -> Workdir:
@@ -125,14 +128,17 @@ class Workdir:
         *,
         overwrite: bool = False,
         resume: bool = False,
+        keep_others: bool = False,
         checkpoint_seconds: float = 60.0,
     ) -> Workdir:
         """The workdir at `path` under the workdir policy (`check_path`): a folder with earlier
-        records is refused unless `overwrite` (its records are removed first) or `resume` (they
-        are kept, metrics.jsonl is cut back to the latest checkpoint, and arrays.npz, which
-        the resumed run writes whole again, is removed: a stopped program's partial arrays go)."""
+        records is refused unless `overwrite` (the files its runs wrote are removed first, and
+        nothing else: a folder holding files they did not write is refused unless
+        `keep_others`) or `resume` (they are kept, metrics.jsonl is cut back to the latest
+        checkpoint, and arrays.npz, which the resumed run writes whole again, is removed: a
+        stopped program's partial arrays go)."""
         path = pathlib.Path(path)
-        check_path(path, overwrite=overwrite, resume=resume)
+        check_path(path, overwrite=overwrite, resume=resume, keep_others=keep_others)
         if overwrite:
             remove_records(path)
         workdir = cls(path, checkpoint_seconds)
@@ -154,7 +160,7 @@ class Workdir:
 
     def append_metrics(self, rows: list[dict[str, Any]]) -> None:
         text = "".join(json.dumps(_jsonable(row)) + "\n" for row in rows)
-        with open(self.path / "metrics.jsonl", "a") as f:  # one write per chunk of rows
+        with open(self.file("metrics.jsonl"), "a") as f:  # one write per chunk of rows
             f.write(text)
             f.flush()
 
@@ -171,7 +177,7 @@ class Workdir:
 
     def save_arrays(self, **arrays: Any) -> None:
         """Write arrays.npz, keeping arrays saved earlier (in this run) under other names."""
-        file = self.path / "arrays.npz"
+        file = self.file("arrays.npz")
         merged = dict(np.load(file)) if file.exists() else {}
         merged.update({k: np.asarray(v) for k, v in arrays.items()})
         with _atomic(file, "wb") as f:
@@ -226,7 +232,7 @@ class Workdir:
         """<name>.csv, one row per dict (columns: the union of keys, in first-seen order), for
         `pandas.read_csv`; nested values are written as JSON."""
         columns = list(dict.fromkeys(key for row in rows for key in row))
-        path = self.path / f"{name}.csv"
+        path = self.file(f"{name}.csv")
         with _atomic(path, "w", newline="") as f:
             writer = csv.DictWriter(f, columns)
             writer.writeheader()
@@ -245,7 +251,7 @@ class Workdir:
 
     def write_text(self, name: str, text: str) -> pathlib.Path:
         """A plain-text report next to the records (e.g. Hessian descriptions)."""
-        path = self.path / name
+        path = self.file(name)
         with _atomic(path, "w") as f:
             f.write(text + "\n")
         return path
@@ -253,16 +259,28 @@ class Workdir:
     def figure_path(self, name: str) -> pathlib.Path:
         """figures/<name>.png (the folder is made here, so a run without figures has none)."""
         (self.path / "figures").mkdir(exist_ok=True)
-        return self.path / "figures" / f"{name}.png"
+        return self.file(f"figures/{name}.png")
+
+    def file(self, name: str) -> pathlib.Path:
+        """The path of the record `name` (relative to the workdir), entered in manifest.json
+        before anything writes it: `overwrite` removes the files the manifest lists, no other."""
+        if name not in self._written:
+            self._written.add(name)
+            with _atomic(self.path / MANIFEST, "w") as f:
+                json.dump(sorted(self._written), f, indent=0)
+                f.write("\n")
+        return self.path / name
 
     def next_checkpoint(self) -> Checkpoint:
         """The checkpoint of the next training program of this run (cell0, cell1, ... in the
         order the experiment trains them, which a resumed run repeats)."""
         index, self._checkpoints_opened = self._checkpoints_opened, self._checkpoints_opened + 1
+        if self.writes_checkpoints and self.checkpoints.parent == self.path:
+            self.file(f"{self.checkpoints.name}/cell{index}")  # the folder, with all it holds
         return Checkpoint(self.checkpoints / f"cell{index}", writable=self.writes_checkpoints)
 
     def _write_json(self, name: str, data: Any) -> None:
-        with _atomic(self.path / name, "w") as f:
+        with _atomic(self.file(name), "w") as f:
             json.dump(_jsonable(data), f, indent=2)
             f.write("\n")
 
@@ -278,13 +296,54 @@ def new_path(name: str, root: str | pathlib.Path = "runs") -> pathlib.Path:
 
 def has_records(path: str | pathlib.Path) -> bool:
     path = pathlib.Path(path)
-    return path.is_dir() and any((path / name).exists() for name in RECORD_FILES)
+    return path.is_dir() and any((path / name).exists() for name in (*RECORD_FILES, MANIFEST))
 
 
-def check_path(path: str | pathlib.Path, *, overwrite: bool = False, resume: bool = False) -> None:
+def read_manifest(path: str | pathlib.Path) -> list[str]:
+    """The files (and checkpoint folders) the runs in `path` wrote, relative to it; a folder
+    written before manifests existed owns its four record files alone."""
+    path = pathlib.Path(path)
+    try:
+        with open(path / MANIFEST) as f:
+            names = json.load(f)
+    except FileNotFoundError:
+        return [name for name in RECORD_FILES if (path / name).exists()]
+    except (OSError, ValueError):
+        raise WorkdirError(
+            f"{path / MANIFEST} cannot be read: it is not a landscape manifest."
+        ) from None
+    if not (isinstance(names, list) and all(isinstance(n, str) for n in names)):
+        raise WorkdirError(f"{path / MANIFEST} is not a landscape manifest (a list of names).")
+    return names
+
+
+def others(path: str | pathlib.Path) -> list[str]:
+    """The files in `path` (relative names) that no run recorded in its manifest wrote."""
+    path = pathlib.Path(path)
+    owned = set(read_manifest(path)) | {MANIFEST}
+    owned |= {
+        str(pathlib.PurePosixPath(n).with_name(f".{pathlib.PurePosixPath(n).name}.tmp"))
+        for n in owned
+    }  # what a killed atomic write left
+    found = []
+    for root, dirs, files in os.walk(path):
+        relative = pathlib.Path(root).relative_to(path)
+        dirs[:] = sorted(d for d in dirs if (relative / d).as_posix() not in owned)
+        found += [(relative / f).as_posix() for f in sorted(files)]
+    return [name for name in found if name not in owned]
+
+
+def check_path(
+    path: str | pathlib.Path,
+    *,
+    overwrite: bool = False,
+    resume: bool = False,
+    keep_others: bool = False,
+) -> None:
     """Raise WorkdirError (one sentence) unless `path` can take this run's records, creating
-    nothing: it must not be a file, its first existing ancestor must be writable, and a folder
-    with earlier records needs `overwrite` or `resume` (and `resume` needs such a folder)."""
+    nothing: it must not be a file, its first existing ancestor must be writable, a folder
+    with earlier records needs `overwrite` or `resume` (and `resume` needs such a folder), and
+    `overwrite` needs a folder holding nothing but what earlier runs wrote (or `keep_others`)."""
     path = pathlib.Path(path)
     if overwrite and resume:
         raise WorkdirError("--overwrite and --resume exclude each other: pick one.")
@@ -304,21 +363,30 @@ def check_path(path: str | pathlib.Path, *, overwrite: bool = False, resume: boo
             f"--workdir={path} already holds the records of an earlier run: pass "
             "--resume to continue it or --overwrite to start over."
         )
+    if overwrite and not keep_others and has_records(path) and (foreign := others(path)):
+        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if foreign[5:] else "")
+        raise WorkdirError(
+            f"--overwrite: {path} also holds files no run wrote ({shown}); --overwrite removes "
+            "only what runs wrote, so move those files or pass --keep_others to keep them there."
+        )
 
 
 def remove_records(path: str | pathlib.Path) -> None:
-    """Remove what a run writes into `path` (record files, tables, reports, figures,
-    checkpoints), leaving any other file alone."""
+    """Remove what the runs in `path` wrote (the files its manifest lists, with their folders
+    once empty), and nothing else."""
     path = pathlib.Path(path)
     if not path.is_dir():
         return
-    for child in path.iterdir():
-        if child.is_dir() and child.name in ("figures", "checkpoints"):
-            shutil.rmtree(child)
-        elif child.is_file() and (
-            child.name in RECORD_FILES or child.suffix in (".csv", ".txt", ".tmp")
-        ):
-            child.unlink()
+    for name in [*read_manifest(path), MANIFEST]:
+        target = path / name
+        for leftover in (target, target.with_name(f".{target.name}.tmp")):
+            if leftover.is_dir() and not leftover.is_symlink():
+                shutil.rmtree(leftover)
+            elif leftover.exists() or leftover.is_symlink():
+                leftover.unlink()
+        for parent in target.relative_to(path).parents[:-1]:  # figures/, checkpoints/ if empty
+            with contextlib.suppress(OSError):
+                (path / parent).rmdir()
 
 
 def load_config_json(path: str | pathlib.Path) -> dict[str, Any]:

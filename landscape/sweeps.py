@@ -102,6 +102,7 @@ def run(
     config: Any = None,
     resume: bool = False,
     overwrite: bool = False,
+    keep_others: bool = False,
     **train_kwargs: Any,
 ) -> training.RunResult:
     """Train every cell of `grid` (and every seed) as one program, sharded over `devices`.
@@ -118,7 +119,8 @@ def run(
     paper packages' configs do so): it would be ignored.
 
     workdir: a folder: a complete record of the sweep (`record`), continued from its checkpoint
-    with `resume`, or replaced with `overwrite`; a `records.Workdir` with `config` given: the
+    with `resume`, or replaced with `overwrite` (which removes only the files earlier runs wrote,
+    and refuses a folder holding others unless `keep_others`); a `records.Workdir` with `config` given: the
     same record into it (an experiment module run by the CLI); a `records.Workdir` alone:
     metrics.jsonl and checkpoints only (a paper experiment writes the rest itself).
     `config`: the user's config (ConfigDict or dict) for config.json. A single run of a problem
@@ -134,7 +136,9 @@ def run(
             f"sweep axes {sorted(unknown)} are not hyperparameters of this problem "
             f"(known: {sorted(base_hparams)})."
         )
-    target, complete = _open_workdir(workdir, config, resume=resume, overwrite=overwrite)
+    target, complete = _open_workdir(
+        workdir, config, resume=resume, overwrite=overwrite, keep_others=keep_others
+    )
     description = describe_run(optim, base_hparams, grid, dtype, train_kwargs)
     owned = complete and not isinstance(workdir, records.Workdir)  # else the CLI keeps status
     if target is not None and complete:
@@ -256,6 +260,7 @@ def _open_workdir(
     *,
     resume: bool,
     overwrite: bool,
+    keep_others: bool = False,
 ) -> tuple[records.Workdir | None, bool]:
     """(the Workdir to train into, whether `run` writes the complete record)."""
     if workdir is None:
@@ -272,9 +277,12 @@ def _open_workdir(
             workdir.provenance = records.provenance()
         return workdir, config is not None
     try:
-        opened = records.Workdir.open(pathlib.Path(workdir), overwrite=overwrite, resume=resume)
+        opened = records.Workdir.open(
+            pathlib.Path(workdir), overwrite=overwrite, resume=resume, keep_others=keep_others
+        )
     except records.WorkdirError as error:  # the CLI's words, as this function's arguments
         message = str(error).replace("--workdir=", "workdir=").replace("--resume", "resume=True")
+        message = message.replace("--keep_others", "keep_others=True")
         raise records.WorkdirError(message.replace("--overwrite", "overwrite=True")) from None
     opened.provenance = records.provenance()
     return opened, True

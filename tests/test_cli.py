@@ -168,12 +168,14 @@ def test_workdir_policy(tmp_path, capsys, monkeypatch):
     used = tmp_path / "used"
     used.mkdir()
     (used / "config.json").write_text("{}")
+    (used / "notes.txt").write_text("the user's")
     empty = tmp_path / "empty"
     cases = [
         ([f"--workdir={a_file}"], "is a file"),
         ([f"--workdir={a_file}/sub"], "lies under the file"),
         ([f"--workdir={used}"], "already holds the records of an earlier run"),
         ([f"--workdir={used}", "--overwrite", "--resume"], "exclude each other"),
+        ([f"--workdir={used}", "--overwrite"], "holds files no run wrote (notes.txt)"),
         (["--resume"], "--resume needs --workdir"),
         ([f"--workdir={empty}", "--resume"], "holds no records"),
     ]
@@ -181,6 +183,7 @@ def test_workdir_policy(tmp_path, capsys, monkeypatch):
         status, out = _main("scan_snap", args, capsys)
         _assert_one_sentence(status, out, words)
     assert not empty.exists() and (used / "config.json").read_text() == "{}"
+    assert (used / "notes.txt").read_text() == "the user's"
 
 
 def test_missing_config_flag(capsys, monkeypatch):

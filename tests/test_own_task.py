@@ -135,6 +135,17 @@ def test_records_refuse_a_used_folder_in_the_functions_words(tmp_path):
     sweeps.run(problem, cfg.optim, {"optim.lr": 0.1}, grid, **kwargs)
     with pytest.raises(records.WorkdirError, match="pass resume=True to continue it"):
         sweeps.run(problem, cfg.optim, {"optim.lr": 0.1}, grid, **kwargs)
+    (tmp_path / "notes.txt").write_text("the user's")
+    (tmp_path / "figures").mkdir()
+    (tmp_path / "figures" / "sketch.png").write_bytes(b"the user's")
+    with pytest.raises(records.WorkdirError, match=r"figures/sketch.png.*keep_others=True"):
+        sweeps.run(problem, cfg.optim, {"optim.lr": 0.1}, grid, overwrite=True, **kwargs)
+    sweeps.run(
+        problem, cfg.optim, {"optim.lr": 0.1}, grid, overwrite=True, keep_others=True, **kwargs
+    )
+    assert (tmp_path / "notes.txt").read_text() == "the user's"
+    assert (tmp_path / "figures" / "sketch.png").read_bytes() == b"the user's"
+    assert "config.json" in records.read_manifest(tmp_path)
 
 
 CONFIG = """

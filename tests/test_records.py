@@ -4,6 +4,7 @@ import json
 import math
 
 import numpy as np
+import pytest
 
 from landscape import records
 
@@ -47,3 +48,68 @@ def test_a_claim_set_that_raises_is_reported_not_raised():
     assert not claim.passed and "could not be evaluated" in claim.claim
     assert claim.measured.startswith("ZeroDivisionError")
     assert records.evaluated("ok", lambda: [records.claim("fine", 1, 1, True)])[0].passed
+
+
+def _earlier_run(path):
+    """A workdir as a run leaves it: records, a table, a text report, a figure, a checkpoint."""
+    w = records.Workdir(path)
+    w.write_config({"name": "x"})
+    w.append_metrics([{"step": 0, "loss": 1.0}])
+    w.save_arrays(a=np.arange(3))
+    w.save_table("table", [{"a": 1}])
+    w.write_text("report.txt", "text")
+    w.figure_path("loss").write_bytes(b"png")
+    checkpoint = w.next_checkpoint()
+    checkpoint.path.mkdir(parents=True)
+    (checkpoint.path / "host-1.npz").write_bytes(b"state")
+    w.write_summary([])
+    return w
+
+
+def _user_files(path):
+    (path / "notes.txt").write_text("my notes")
+    (path / "data.csv").write_text("x,y\n")
+    (path / "figures" / "sketch.png").write_bytes(b"mine")
+
+
+def test_overwrite_removes_what_runs_wrote_and_nothing_else(tmp_path):
+    path = tmp_path / "run"
+    _earlier_run(path)
+    assert records.others(path) == []
+    _user_files(path)
+    assert records.others(path) == ["data.csv", "notes.txt", "figures/sketch.png"]
+    with pytest.raises(records.WorkdirError, match=r"holds files no run wrote \(data.csv, notes"):
+        records.Workdir.open(path, overwrite=True)
+    assert (path / "config.json").exists()  # refused before anything was removed
+    fresh = records.Workdir.open(path, overwrite=True, keep_others=True)
+    left = sorted(p.relative_to(path).as_posix() for p in path.rglob("*"))
+    assert left == ["data.csv", "figures", "figures/sketch.png", "notes.txt"]
+    assert (path / "notes.txt").read_text() == "my notes"
+    fresh.write_config({"name": "y"})  # the new run's manifest lists its own files only
+    assert records.read_manifest(path) == ["config.json"]
+
+
+def test_overwrite_of_a_clean_run_folder_leaves_it_empty(tmp_path):
+    path = tmp_path / "run"
+    _earlier_run(path)
+    (path / ".arrays.npz.tmp").write_bytes(b"half")  # what a killed write leaves
+    records.Workdir.open(path, overwrite=True)
+    assert list(path.iterdir()) == []
+
+
+def test_a_folder_from_before_manifests_owns_its_record_files_only(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "summary.json").write_text("{}")
+    (tmp_path / "plateaus.csv").write_text("a\n")
+    assert records.others(tmp_path) == ["plateaus.csv"]
+    with pytest.raises(records.WorkdirError, match="plateaus.csv"):
+        records.check_path(tmp_path, overwrite=True)
+    records.Workdir.open(tmp_path, overwrite=True, keep_others=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plateaus.csv"]
+
+
+def test_a_manifest_that_is_not_ours_is_refused(tmp_path):
+    (tmp_path / "summary.json").write_text("{}")
+    (tmp_path / "manifest.json").write_text('{"name": "a user file"}')
+    with pytest.raises(records.WorkdirError, match="is not a landscape manifest"):
+        records.Workdir.open(tmp_path, overwrite=True)

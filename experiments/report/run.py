@@ -201,7 +201,7 @@ def execute(job: Job, version: dict[str, Any]) -> int:
             command=job.command,
             spec=job.spec,
         )
-        (job.workdir / "report.json").write_text(json.dumps(stamp, indent=1))
+        records.Workdir(job.workdir).file("report.json").write_text(json.dumps(stamp, indent=1))
     else:
         job.status = "failed"
         job.message = job.message or summary.get("message") or _last_line(log)
