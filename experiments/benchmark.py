@@ -27,8 +27,8 @@ from absl import app, flags
 
 from configs import syn_medium, syn_small
 from experiments import host
-from landscape import backend, sweeps, training
-from landscape import config as config_lib
+from landscape.engine import backend, sweeps, training
+from landscape.engine import config as config_lib
 from landscape.scan_snap import experiment
 from landscape.typing import PyTree
 
@@ -205,7 +205,7 @@ def bench_markov(repeats: int, one_by_one: int) -> dict[str, Any]:
     exact Hessian at theta_pi (issue targets: <= 20 ms; <= 0.5 ms per step per run vmapped;
     seconds)."""
     from configs import markov
-    from landscape import training
+    from landscape.engine import training
     from landscape.markov import experiment as markov_experiment
 
     out = _Rows()

@@ -34,10 +34,10 @@ import ml_collections
 from absl import flags
 
 from experiments import host
-from landscape import backend, records, training
-from landscape import config as config_lib
-from landscape import host as landscape_host
-from landscape.protocols import Experiment
+from landscape.engine import backend, records, training
+from landscape.engine import config as config_lib
+from landscape.engine import host as landscape_host
+from landscape.engine.protocols import Experiment
 
 FLAGS = flags.FLAGS
 _CONFIG = flags.DEFINE_string(

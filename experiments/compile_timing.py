@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from landscape import training
+from landscape.engine import training
 
 
 class _Measured(Exception):

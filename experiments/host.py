@@ -1,11 +1,11 @@
 """The command-line flags of the process-wide settings every entry point applies first (host
 devices, the compilation cache, formulations, several processes); the settings themselves are
-`landscape.host.setup()`, which scripts call too."""
+`landscape.engine.host.setup()`, which scripts call too."""
 
 import jax
 from absl import flags
 
-from landscape import host as landscape_host
+from landscape.engine import host as landscape_host
 
 HOST_DEVICES = flags.DEFINE_integer(
     "host_devices",
@@ -30,10 +30,10 @@ FORMULATIONS = flags.DEFINE_enum(
     None,
     ["cpu", "plain"],
     "Trace the hot paths' CPU-tuned or plain XLA "
-    "formulations (landscape/backend.py) instead of the backend's own choice (the CPU-tuned ones "
-    "on the CPU). They give the same numbers up to float rounding: on one machine, 'plain' checks "
-    "how much a result depends on the order of the arithmetic (half precision, chaotic runs). "
-    "Recorded in config.json's provenance; pass it again with --resume.",
+    "formulations (landscape/engine/backend.py) instead of the backend's own choice "
+    "(the CPU-tuned ones on the CPU). They give the same numbers up to float rounding: "
+    "on one machine, 'plain' checks how much a result depends on the order of the "
+    "arithmetic (half precision, chaotic runs). Recorded in config.json's provenance; pass it again with --resume.",
 )
 
 COORDINATOR = flags.DEFINE_string(

@@ -7,7 +7,7 @@ validation, sweeps, records, interruptions and resume, as for the four papers.
 
 The module (importable from the current folder) provides default_config(), validate(cfg),
 needs_x64(cfg) and run(cfg, workdir, progress=print): the `Experiment` protocol of
-landscape/protocols.py, explained in docs/guide/own_task.md.
+landscape/engine/protocols.py, explained in docs/guide/own_task.md.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import os
 import sys
 
 from experiments import cli
-from landscape.protocols import check_experiment
+from landscape.engine.protocols import check_experiment
 
 USAGE = (
     "usage: python -m experiments.run MODULE --config=FILE [--config.a.b=value ...] "

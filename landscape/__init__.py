@@ -9,17 +9,39 @@ print(H.describe())                                 # blocks, spectrum, verdict,
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from landscape.curvature import gradient_at, hessian_at, hvp, lanczos_spectrum
-from landscape.host import setup
+from landscape.engine.host import setup
 from landscape.point import Point, param_names, params_table, restrict
+from landscape.probes.curvature import gradient_at, hessian_at, hvp, lanczos_spectrum
 
 if TYPE_CHECKING:
-    from landscape.eigen import eigenpairs, escape_directions
-    from landscape.geometry import bezier_path, direction_to, path, random_direction, slice_2d
-    from landscape.spectra import diagonal, spectral_density, trace
+    from landscape.probes.eigen import eigenpairs, escape_directions
+    from landscape.probes.gauss_newton import ggn_at
+    from landscape.probes.geometry import (
+        bezier_path,
+        direction_to,
+        path,
+        random_direction,
+        slice_2d,
+    )
+    from landscape.probes.spectra import diagonal, spectral_density, trace
 
 PAPERS = ("markov", "ngrams", "recall", "scan_snap")
-PROBES = {  # name: module; loaded on first use, like the papers
+# The engine's modules, where scripts import them from: `from landscape import sweeps, training`.
+ENGINE = (
+    "backend",
+    "config",
+    "gradient_flow",
+    "host",
+    "memory",
+    "optimizers",
+    "plotting",
+    "precision",
+    "protocols",
+    "records",
+    "sweeps",
+    "training",
+)
+PROBES = {  # name: module of landscape/probes/; loaded on first use, like the papers
     "spectral_density": "spectra",
     "trace": "spectra",
     "diagonal": "spectra",
@@ -35,13 +57,15 @@ PROBES = {  # name: module; loaded on first use, like the papers
 
 
 def __getattr__(name: str) -> Any:
-    """The paper packages and the probes load on first use (`landscape.markov`,
-    `landscape.slice_2d` ...): a CLI run of one paper does not import the others (recall's
-    gradient flow alone pulls in diffrax, ~1 s)."""
+    """The paper packages, the engine's modules and the probes load on first use
+    (`landscape.markov`, `landscape.sweeps`, `landscape.slice_2d` ...): a CLI run of one paper
+    does not import the others (recall's gradient flow alone pulls in diffrax, ~1 s)."""
     if name in PAPERS:
         return importlib.import_module(f"landscape.{name}")
+    if name in ENGINE:
+        return importlib.import_module(f"landscape.engine.{name}")
     if name in PROBES:
-        return getattr(importlib.import_module(f"landscape.{PROBES[name]}"), name)
+        return getattr(importlib.import_module(f"landscape.probes.{PROBES[name]}"), name)
     raise AttributeError(f"module 'landscape' has no attribute {name!r}")
 
 

@@ -6,8 +6,8 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from landscape import config as config_lib
-from landscape import records, sweeps, training
+from landscape.engine import config as config_lib
+from landscape.engine import records, sweeps, training
 
 
 def default_config() -> ml_collections.ConfigDict:

@@ -1,5 +1,5 @@
-"""landscape/backend.py: the CPU-tuned formulations and the plain ones give the same numbers, so
-an accelerator (which traces the plain ones) trains the same model."""
+"""landscape/engine/backend.py: the CPU-tuned formulations and the plain ones give the same
+numbers, so an accelerator (which traces the plain ones) trains the same model."""
 
 import jax
 import jax.numpy as jnp
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from configs import markov as markov_configs
-from landscape import backend
+from landscape.engine import backend
 from landscape.markov import experiment as markov
 from landscape.markov import model as markov_model
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from experiments import cli
-from landscape import config as config_lib
+from landscape.engine import config as config_lib
 from landscape.markov import experiment as markov
 from landscape.ngrams import experiment as ngrams
 from landscape.recall import experiment as recall
@@ -388,7 +388,7 @@ def test_formulations_flag_traces_the_plain_attention(tmp_path, capsys, monkeypa
     """--formulations=plain: the GPT-2 Markov model traces the dense masked softmax instead of the
     CPU's tiled attention (N = 128 in tiles of 64); the same losses up to float rounding; the
     choice is recorded in the provenance and the process's own choice is back afterwards."""
-    from landscape import backend
+    from landscape.engine import backend
     from landscape.markov import model as model_lib
 
     tiled = []

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 import landscape
-from landscape import compiled
 from landscape.markov import theory
+from landscape.probes import compiled
 
 
 def _theta_pi(p, q, **kw):
@@ -62,7 +62,7 @@ def test_a_loss_fn_point_still_works_and_compiles_once_per_function():
 
 
 def test_a_large_hessian_comes_in_chunks_with_progress():
-    dim = landscape.curvature.CHUNKED_ABOVE + 76
+    dim = landscape.probes.curvature.CHUNKED_ABOVE + 76
     a = np.random.default_rng(0).normal(size=(dim, dim)) / np.sqrt(dim)
     matrix = jax.numpy.asarray(a + a.T)
 

@@ -9,7 +9,7 @@ import time
 import ml_collections
 import pytest
 
-from landscape import config as config_lib
+from landscape.engine import config as config_lib
 
 PACKAGE = {
     "syn_small": "scan_snap",

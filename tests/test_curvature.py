@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from jax.flatten_util import ravel_pytree
 
-from landscape.curvature import gradient_at, hessian_at, hvp, lanczos_spectrum
 from landscape.point import Point, param_names, params_table
+from landscape.probes.curvature import gradient_at, hessian_at, hvp, lanczos_spectrum
 
 
 def _random_symmetric(dim, seed):
@@ -310,7 +310,7 @@ def _cubic(params, inputs):
 
 
 def test_a_bad_executable_is_replaced_by_a_fresh_compile_and_said(monkeypatch):
-    from landscape import compiled
+    from landscape.probes import compiled
 
     point = Point({"x": jnp.array([1.0, -2.0])}, objective=_cubic, inputs=jnp.array([0.5, 1.5]))
     fake = _BadOnce(compiled.hessian)
@@ -322,7 +322,7 @@ def test_a_bad_executable_is_replaced_by_a_fresh_compile_and_said(monkeypatch):
 
 
 def test_a_nonfinite_loss_is_not_recompiled(monkeypatch):
-    from landscape import compiled
+    from landscape.probes import compiled
 
     point = Point({"x": jnp.array([jnp.nan, 1.0])}, objective=_cubic, inputs=jnp.array([0.5, 1.5]))
     fake = _BadOnce(compiled.hessian)

@@ -1,6 +1,6 @@
-"""Certified eigenpairs and escape directions (landscape/eigen.py), against the closed forms of the
-alpha block at theta_pi (Thm 2 tied, Thm 3 untied; landscape/markov/theory.py) and a quadratic
-with a known repeated spectrum for the Lanczos path."""
+"""Certified eigenpairs and escape directions (landscape/probes/eigen.py), against the closed
+forms of the alpha block at theta_pi (Thm 2 tied, Thm 3 untied; landscape/markov/theory.py) and
+a quadratic with a known repeated spectrum for the Lanczos path."""
 
 import functools
 import re
@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import landscape
-from landscape import eigen
 from landscape.markov import theory
+from landscape.probes import eigen
 
 P, Q, D_EMBED = 0.5, 0.8, 4
 PI0, PI1 = Q / (P + Q), P / (P + Q)

@@ -1,4 +1,4 @@
-"""Paths, barriers, Bézier curves and 2-D slices (landscape/geometry.py) against closed forms
+"""Paths, barriers, Bézier curves and 2-D slices (landscape/probes/geometry.py) against closed forms
 (docs/notes/landscape_geometry.md): the Markov theory model where only b and e (and a) are
 non-zero, a convex quadratic, a double well and a ring-shaped valley."""
 
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import landscape
-from landscape import geometry
 from landscape.markov import theory
+from landscape.probes import geometry
 
 TOL = 1e-10  # float64 closed forms against the model code: observed differences ~1e-15
 

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from landscape import config as config_lib
+from landscape.engine import config as config_lib
 from landscape.markov import experiment as markov
 from landscape.ngrams import estimators
 from landscape.ngrams import experiment as ngrams

@@ -16,8 +16,8 @@ import pytest
 
 import landscape
 from experiments import run as run_cli
-from landscape import config as config_lib
-from landscape import records, sweeps, training
+from landscape.engine import config as config_lib
+from landscape.engine import records, sweeps, training
 from tests import own_experiment
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent

@@ -1,11 +1,11 @@
-"""Every paper's experiment module provides what the CLI runs (landscape/protocols.py)."""
+"""Every paper's experiment module provides what the CLI runs (landscape/engine/protocols.py)."""
 
 import importlib
 import types
 
 import pytest
 
-from landscape import protocols
+from landscape.engine import protocols
 
 
 @pytest.mark.parametrize("paper", ["markov", "ngrams", "recall", "scan_snap"])

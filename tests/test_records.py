@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from landscape import records
+from landscape.engine import records
 
 
 def test_workdir_files(tmp_path):

@@ -3,7 +3,7 @@
 import numpy as np
 
 import landscape
-from landscape import compiled
+from landscape.probes import compiled
 
 
 def _theta_pi(p, tied=False):

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import configs.syn_medium
-from landscape import records
+from landscape.engine import records
 from landscape.scan_snap import experiment
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent

@@ -1,4 +1,5 @@
-"""Stochastic spectra, traces and diagonals (landscape/spectra.py) against exact dense values.
+"""Stochastic spectra, traces and diagonals (landscape/probes/spectra.py) against exact dense
+values.
 
 The random-matrix points have the loss 0.5 x^T A x (Hessian A, spectrum chosen), written as one
 `objective(params, inputs)` with A as the inputs, so every matrix of one size shares one compiled
@@ -12,7 +13,7 @@ import pytest
 from matplotlib.figure import Figure
 
 import landscape
-from landscape import spectra
+from landscape.probes import spectra
 
 D = 40  # every random matrix has this size, and SLQ this shape: the tests share compiled programs
 SLQ_SHAPE = (64, 12)  # (num_probes, num_iters)

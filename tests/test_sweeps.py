@@ -8,7 +8,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from landscape import sweeps, training
+from landscape.engine import sweeps, training
 
 SWEEP = textwrap.dedent("""
     import dataclasses, sys, numpy as np, jax
@@ -78,7 +78,7 @@ def test_sharded_sweep_gives_the_same_numbers(tmp_path, runs_per_group):
 SINGLE_RUN = textwrap.dedent("""
     import sys, numpy as np, jax
     from configs import markov
-    from landscape import training
+    from landscape.engine import training
     from landscape.markov import experiment
     experiment._SCORES_TO_SPLIT = 1           # split even this short run (N = 48)
     cfg = markov.get_config("fig3_gpt")

@@ -11,7 +11,7 @@ import numpy as np
 import optax
 import pytest
 
-from landscape import records, training
+from landscape.engine import records, training
 
 
 def quadratic_problem(dim=3):

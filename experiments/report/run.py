@@ -26,8 +26,8 @@ import ml_collections
 
 from experiments import cli
 from experiments.report import catalog
-from landscape import config as config_lib
-from landscape import records
+from landscape.engine import config as config_lib
+from landscape.engine import records
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CODE_DIRS = ("landscape",)  # what computes the numbers (configs are in the config hash)

@@ -17,7 +17,7 @@ from typing import Any
 
 from experiments.report import catalog
 from experiments.report.run import Job, format_minutes, job_key
-from landscape import records
+from landscape.engine import records
 
 # A paper's section lists its figures in this order: non-reproductions first.
 ORDER = ("not reproduced", "partly", "not run", "reproduced", "not attempted")

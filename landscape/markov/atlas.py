@@ -15,9 +15,10 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from landscape import curvature, eigen, gauss_newton, geometry, plotting, records, spectra
+from landscape.engine import plotting, records
 from landscape.markov import model as model_lib
 from landscape.markov import points
+from landscape.probes import curvature, eigen, gauss_newton, geometry, spectra
 
 Progress = Callable[[str], object] | None
 _SECOND_ORDER_RTOL = 0.01  # |ΔL / (ε² λ / 2) - 1| at the smallest ε

@@ -12,7 +12,7 @@ import jax
 import numpy as np
 from ml_collections import ConfigDict
 
-from landscape import records
+from landscape.engine import records
 from landscape.markov import theory, trap_study
 from landscape.markov.trap_study import Group, Row
 from landscape.typing import PyTree

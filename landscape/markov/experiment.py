@@ -19,13 +19,14 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from landscape import backend, curvature, precision, records, sweeps, training
-from landscape import config as config_lib
-from landscape.config import format_bytes
+from landscape.engine import backend, precision, records, sweeps, training
+from landscape.engine import config as config_lib
+from landscape.engine.config import format_bytes
 from landscape.markov import atlas, figures, points, task
 from landscape.markov import model as model_lib
 from landscape.markov.claims import CLAIMS, run_table
 from landscape.point import params_table
+from landscape.probes import curvature
 from landscape.typing import PyTree
 
 Progress = Callable[[str], None] | None
@@ -443,7 +444,7 @@ def make_problem(cfg: ml_collections.ConfigDict) -> training.Problem:
     ) -> tuple[jax.Array, dict[str, jax.Array]]:
         kernel = _kernel(cfg, hp)
         # the sequential sampler: faster than the associative scan on CPU (notes on task.sample);
-        # elsewhere the scan (the same sequences, landscape/backend.py)
+        # elsewhere the scan (the same sequences, landscape/engine/backend.py)
         sampler = task.sample_sequential if backend.cpu_tuned() else task.sample
         x = sampler(key, kernel, _init_law(cfg, kernel), B, N + 1)
         x = training.batch_share(x)  # this device's sequences when a run splits its batch

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import numpy as np
 from ml_collections import ConfigDict
 
-from landscape import plotting, records
+from landscape.engine import plotting, records
 from landscape.markov import trap_study
 from landscape.markov.claims import Group, outcomes, program_label, references, runs_at
 from landscape.typing import NDArray

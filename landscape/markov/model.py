@@ -20,8 +20,9 @@ import jax.numpy as jnp
 import numpy as np
 from ml_collections import ConfigDict
 
-from landscape import _checks, backend
-from landscape import precision as precision_lib
+from landscape import _checks
+from landscape.engine import backend
+from landscape.engine import precision as precision_lib
 from landscape.typing import NDArray, PyTree
 
 FAMILIES = ("theory", "gpt")
@@ -489,7 +490,7 @@ def _causal_mix(q_BNHM: jax.Array, k_BNHM: jax.Array, v_BNHM: jax.Array) -> jax.
     it is the plain masked softmax (differentiated by JAX: cheap to compile and to Hessian).
     Longer sequences go through `_tiled_attention`: the K (K+1) / 2 lower-triangular (query tile,
     key tile) pairs only, about half of the N x N work, with a hand-written backward pass. Off
-    the CPU (`landscape.backend`) every length takes the plain masked softmax.
+    the CPU (`landscape.engine.backend`) every length takes the plain masked softmax.
     """
     B, N, H, m = q_BNHM.shape
     T = _tile(N)

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 from ml_collections import ConfigDict
 
-from landscape import plotting, precision, records
+from landscape.engine import plotting, precision, records
 from landscape.markov import model as model_lib
 from landscape.markov import task, theory
 from landscape.typing import ArrayLike, PyTree

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 from ml_collections import ConfigDict
 
-from landscape import records, training
+from landscape.engine import records, training
 from landscape.ngrams import estimators, task
 
 OFFSETS = (1, 2, 3)

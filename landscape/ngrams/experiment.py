@@ -19,9 +19,10 @@ import ml_collections
 import numpy as np
 import optax
 
-from landscape import config as config_lib
-from landscape import params_table, precision, records, sweeps, training
-from landscape.config import format_bytes
+from landscape import params_table
+from landscape.engine import config as config_lib
+from landscape.engine import precision, records, sweeps, training
+from landscape.engine.config import format_bytes
 from landscape.ngrams import claims as claims_lib
 from landscape.ngrams import estimators, figures, task
 from landscape.ngrams import model as model_lib

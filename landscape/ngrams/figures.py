@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 from ml_collections import ConfigDict
 
-from landscape import plotting, records
+from landscape.engine import plotting, records
 from landscape.ngrams.claims import Lines, program_label
 
 

@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from landscape import precision
+from landscape.engine import precision
 from landscape.typing import ArrayLike, PyTree
 
 KINDS = ("simplified", "transformer", "disentangled")

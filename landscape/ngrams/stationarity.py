@@ -454,7 +454,7 @@ def plot(rows: list[dict], path: str | pathlib.Path) -> pathlib.Path:
     spans the noise floors of all the panel's points: a value inside it is indistinguishable from
     an exactly stationary point. Unbiased estimates <= 0 are open triangles at their noise floor.
     Saved as a png at `path`; returns the path."""
-    from landscape import plotting
+    from landscape.engine import plotting
 
     star = [row for row in rows if row["point"] == "theta_star"]
     ks = sorted({row["k"] for row in star})
@@ -487,7 +487,7 @@ def plot_loss_vs_c(rows: list[dict], path: str | pathlib.Path) -> pathlib.Path:
     minimum starred; dashed lines: the add-alpha k-gram estimator's loss; dotted: the padded
     k-gram MLE (the c -> inf limit of theta_*^k); the Def. 2.1 MLE's loss (usually far above
     the chart, zero-count events) is in the legend. Saved as a png at `path`; returns the path."""
-    from landscape import plotting
+    from landscape.engine import plotting
 
     star = [row for row in rows if row["point"] == "theta_star" and row["rule"] == "fixed"]
     if not star:

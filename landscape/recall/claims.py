@@ -14,8 +14,8 @@ import jax.numpy as jnp
 import numpy as np
 from ml_collections import ConfigDict
 
-from landscape import config as config_lib
-from landscape import records, training
+from landscape.engine import config as config_lib
+from landscape.engine import records, training
 from landscape.recall import flow, theory
 from landscape.recall import model as model_lib
 from landscape.typing import NDArray

@@ -20,9 +20,9 @@ import ml_collections
 import numpy as np
 from ml_collections import ConfigDict
 
-from landscape import config as config_lib
-from landscape import gradient_flow, precision, records, sweeps, training
-from landscape.config import format_bytes
+from landscape.engine import config as config_lib
+from landscape.engine import gradient_flow, precision, records, sweeps, training
+from landscape.engine.config import format_bytes
 from landscape.point import params_table
 from landscape.recall import flow, theory
 from landscape.recall import model as model_lib

@@ -9,8 +9,8 @@ from collections.abc import Callable, Sequence
 import numpy as np
 from ml_collections import ConfigDict
 
-from landscape import config as config_lib
-from landscape import plotting, records
+from landscape.engine import config as config_lib
+from landscape.engine import plotting, records
 from landscape.recall import flow, theory
 from landscape.recall.claims import Group, levels, longest_run
 

@@ -14,7 +14,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from landscape import _checks, gradient_flow, training
+from landscape import _checks
+from landscape.engine import gradient_flow, training
 from landscape.recall import model as model_lib
 from landscape.recall import task as task_lib
 from landscape.typing import ArrayLike, NDArray, PyTree

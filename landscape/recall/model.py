@@ -19,7 +19,8 @@ import jax.numpy as jnp
 import numpy as np
 from ml_collections import ConfigDict
 
-from landscape import _checks, precision
+from landscape import _checks
+from landscape.engine import precision
 from landscape.recall import task as task_lib
 from landscape.typing import ArrayLike, NDArray, PyTree
 

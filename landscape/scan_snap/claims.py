@@ -12,7 +12,7 @@ from typing import Any
 import ml_collections
 import numpy as np
 
-from landscape import records, sweeps, training
+from landscape.engine import records, sweeps, training
 from landscape.scan_snap import task as task_lib
 from landscape.scan_snap import theory
 from landscape.scan_snap.wikitext import TRACED

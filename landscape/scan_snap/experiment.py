@@ -20,8 +20,8 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from landscape import config as config_lib
-from landscape import precision, records, sweeps, training
+from landscape.engine import config as config_lib
+from landscape.engine import precision, records, sweeps, training
 from landscape.point import params_table
 from landscape.scan_snap import claims as claims_lib
 from landscape.scan_snap import figures, wikitext

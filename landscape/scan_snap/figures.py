@@ -8,8 +8,8 @@ import pathlib
 import ml_collections
 import numpy as np
 
-from landscape import config as config_lib
-from landscape import plotting, records, sweeps, training
+from landscape.engine import config as config_lib
+from landscape.engine import plotting, records, sweeps, training
 from landscape.scan_snap import task as task_lib
 from landscape.scan_snap import theory
 from landscape.scan_snap.claims import Group, fig6_table, traced_cells

@@ -15,7 +15,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from landscape import _checks, precision
+from landscape import _checks
+from landscape.engine import precision
 from landscape.point import Point
 from landscape.scan_snap.task import Population, SequenceClasses, attention_weights
 from landscape.typing import PyTree

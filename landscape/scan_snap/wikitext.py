@@ -17,8 +17,8 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from landscape import config as config_lib
-from landscape import plotting, precision, records, sweeps, training
+from landscape.engine import config as config_lib
+from landscape.engine import plotting, precision, records, sweeps, training
 from landscape.point import params_table
 from landscape.scan_snap import model as model_lib
 from landscape.scan_snap import text

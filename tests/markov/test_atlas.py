@@ -5,8 +5,8 @@ import pandas as pd
 import pytest
 
 from configs import markov
-from landscape import config as config_lib
-from landscape import records
+from landscape.engine import config as config_lib
+from landscape.engine import records
 from landscape.markov import atlas, experiment
 
 

@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from landscape import training
+from landscape.engine import training
 from landscape.markov import claims as claims_lib
 from landscape.markov import experiment
 

@@ -165,7 +165,7 @@ def _nonfinite_report(H, restricted, tests_before) -> str:
     model = next(
         (line.split(":")[1].strip() for line in cpu.splitlines() if "model name" in line), "?"
     )
-    setup = landscape.host.current()
+    setup = landscape.engine.host.current()
     return (
         f"non-finite Hessian in blocks {H.nonfinite_blocks()} (gradient finite: "
         f"{H.gradient.finite}, loss {H.gradient.loss}); the same executable again: finite "

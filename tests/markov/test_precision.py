@@ -1,7 +1,7 @@
-"""Mixed precision the Flax way (landscape/precision.py, notes/markov.md §13): param_dtype float32
-master weights, a float16 / bfloat16 computation dtype as torch.autocast without a gradient
-scaler. On a fixed batch the half-precision gradients are float32's within the half type's
-rounding; where gradients are tiny (a small init, as on the unigram plateau at N = 1024) float16
+"""Mixed precision the Flax way (landscape/engine/precision.py, notes/markov.md §13):
+param_dtype float32 master weights, a float16 / bfloat16 computation dtype as torch.autocast
+without a gradient scaler. On a fixed batch the half-precision gradients are float32's within the
+half type's rounding; where gradients are tiny (a small init, as on the unigram plateau at N = 1024) float16
 flushes them to zero and bfloat16 (float32's exponent range) does not.
 
 Tolerance: a gradient entry is a sum of products through ~a dozen roundings to the half type
@@ -21,8 +21,8 @@ import pytest
 from absl.testing import parameterized
 
 from configs import markov
-from landscape import config as config_lib
-from landscape import precision, training
+from landscape.engine import config as config_lib
+from landscape.engine import precision, training
 from landscape.markov import experiment
 from landscape.markov import model as M
 

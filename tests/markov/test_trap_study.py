@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from configs import markov
-from landscape import config as config_lib
-from landscape import records, training
+from landscape.engine import config as config_lib
+from landscape.engine import records, training
 from landscape.markov import experiment, trap_study
 from landscape.markov import model as M
 

@@ -7,7 +7,7 @@ import types
 import numpy as np
 import pytest
 
-from landscape import training
+from landscape.engine import training
 from landscape.ngrams import claims, experiment
 
 BAYES = 1.4392

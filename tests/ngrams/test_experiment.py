@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from configs import ngrams
-from landscape import config as config_lib
-from landscape import records
+from landscape.engine import config as config_lib
+from landscape.engine import records
 from landscape.ngrams import claims, experiment
 
 

@@ -1,4 +1,4 @@
-"""The precision switch of the n-gram models (landscape/precision.py): param_dtype for the
+"""The precision switch of the n-gram models (landscape/engine/precision.py): param_dtype for the
 parameters, dtype for the computation, half types as autocast (softmax and the loss in float32)."""
 
 import chex
@@ -9,7 +9,7 @@ import pytest
 from jax.flatten_util import ravel_pytree
 
 from configs import ngrams
-from landscape import config as config_lib
+from landscape.engine import config as config_lib
 from landscape.ngrams import estimators as est
 from landscape.ngrams import experiment, task
 from landscape.ngrams import model as M

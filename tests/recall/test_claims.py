@@ -5,7 +5,7 @@ input that satisfies it. No training, no gradient flow."""
 import numpy as np
 import pytest
 
-from landscape import training
+from landscape.engine import training
 from landscape.recall import claims as claims_lib
 from landscape.recall import experiment, theory
 

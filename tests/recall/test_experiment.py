@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from configs import recall
-from landscape import config as config_lib
-from landscape import records
+from landscape.engine import config as config_lib
+from landscape.engine import records
 from landscape.recall import experiment
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

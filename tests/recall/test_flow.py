@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from landscape import training
+from landscape.engine import training
 from landscape.recall import flow, theory
 from landscape.recall import model as model_lib
 

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from landscape import precision
+from landscape.engine import precision
 from landscape.recall import model as M
 from landscape.recall import task
 

@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from landscape import sweeps, training
+from landscape.engine import sweeps, training
 from landscape.scan_snap import claims as claims_lib
 from landscape.scan_snap import experiment
 from tests.scan_snap import common

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from configs import scan_snap_theory, syn_medium, syn_small
-from landscape import config as config_lib
-from landscape import records
+from landscape.engine import config as config_lib
+from landscape.engine import records
 from landscape.scan_snap import experiment
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import landscape
-from landscape import precision
+from landscape.engine import precision
 from landscape.scan_snap import model, theory
 from tests.scan_snap.common import classes, syn_medium, syn_small
 

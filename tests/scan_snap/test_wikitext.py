@@ -15,7 +15,7 @@ import pytest
 
 from configs import wikitext as wikitext_configs
 from experiments import cli
-from landscape import config as config_lib
+from landscape.engine import config as config_lib
 from landscape.scan_snap import experiment, text, wikitext
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -124,7 +124,7 @@ def test_fig7_runs_each_depth_and_checks_its_claims(tmp_path):
     )
     cfg.transformer.update(width=16, hidden=16)
     cfg.train.update(num_steps=20, log_every=10)
-    from landscape import records
+    from landscape.engine import records
 
     summary = experiment.run(cfg, records.Workdir.open(tmp_path / "run"), progress=None)
     arrays = np.load(tmp_path / "run" / "arrays.npz")
@@ -156,7 +156,7 @@ def test_each_step_reads_the_next_chunk_in_order(tmp_path):
     corpus = wikitext.load(cfg)
     per_epoch = text.num_chunks(corpus.train.shape[0], 35)
     assert per_epoch == 4  # 3200 tokens / 20 columns / 35
-    from landscape import records
+    from landscape.engine import records
 
     experiment.run(cfg, records.Workdir.open(tmp_path / "run"), progress=None)
     losses = np.load(tmp_path / "run" / "arrays.npz")["losses"][0]

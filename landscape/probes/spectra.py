@@ -18,9 +18,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
-from landscape import _checks, compiled
-from landscape.curvature import as_points, block_indices, lanczos_from
+from landscape import _checks
 from landscape.point import Point, param_names
+from landscape.probes import compiled
+from landscape.probes.curvature import as_points, block_indices, lanczos_from
 from landscape.typing import PyTree
 
 if TYPE_CHECKING:  # matplotlib loads only when a figure is drawn
@@ -547,8 +548,8 @@ def density_figure(
 ) -> Figure:
     """A plot of the smoothed SLQ density (Gaussian kernel of width `sigma`, default 1% of the
     Ritz values' range) on a new figure or on `ax`; a log density axis by default. Returns the
-    figure (save it with landscape.plotting.save)."""
-    from landscape import plotting
+    figure (save it with landscape.engine.plotting.save)."""
+    from landscape.engine import plotting
 
     if not isinstance(density, SpectralDensity):
         raise TypeError(

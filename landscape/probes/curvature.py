@@ -21,9 +21,10 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 from jax.typing import DTypeLike
 
-from landscape import _checks, compiled
-from landscape import config as config_lib
+from landscape import _checks
+from landscape.engine import config as config_lib
 from landscape.point import Point, block_names, param_names, params_table
+from landscape.probes import compiled
 from landscape.typing import PyTree
 
 Names = list[tuple[str, slice, tuple[int, ...]]]

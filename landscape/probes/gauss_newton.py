@@ -19,8 +19,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
-from landscape import compiled, curvature
 from landscape.point import Point
+from landscape.probes import compiled, curvature
 from landscape.typing import PyTree
 
 Outputs = Callable[[PyTree, PyTree], jax.Array]

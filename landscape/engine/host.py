@@ -3,7 +3,7 @@
 The CLIs (experiments/cli.py) and a user's script call the same function, so a sweep computes the
 same numbers from both: one CPU device per core (a sweep's runs are sharded over the devices, and
 the device count changes float32 rounding), JAX's persistent compilation cache, float32 matmuls
-in full float32 (landscape/backend.py), and glibc's allocator kept from trimming XLA's heap.
+in full float32 (landscape/engine/backend.py), and glibc's allocator kept from trimming XLA's heap.
 `current()` is what the latest `setup()` set; records (records.provenance) include it.
 """
 
@@ -19,7 +19,7 @@ from typing import Any
 
 import jax
 
-from landscape import backend
+from landscape.engine import backend
 
 DEFAULT_CACHE = "~/.cache/landscape/jax"
 
@@ -113,8 +113,8 @@ def setup(
 
 def use_host_devices(count: int | None = None) -> int | None:
     """Give the CPU backend `count` devices (None: one per usable core) so that a sweep's runs,
-    sharded over all devices (landscape.sweeps), run on every core at once: XLA's CPU fusions use
-    one thread each. Without an explicit count, a device count the user set (XLA_FLAGS'
+    sharded over all devices (landscape.engine.sweeps), run on every core at once: XLA's CPU
+    fusions use one thread each. Without an explicit count, a device count the user set (XLA_FLAGS'
     --xla_force_host_platform_device_count or JAX_NUM_CPU_DEVICES) is kept and None returned.
     Must run before any JAX computation initialises the backends (jax.config raises then).
     """

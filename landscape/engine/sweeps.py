@@ -21,8 +21,8 @@ import ml_collections
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from landscape import config as config_lib
-from landscape import records, training
+from landscape.engine import config as config_lib
+from landscape.engine import records, training
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,8 +120,8 @@ def run(
 
     workdir: a folder: a complete record of the sweep (`record`), continued from its checkpoint
     with `resume`, or replaced with `overwrite` (which removes only the files earlier runs wrote,
-    and refuses a folder holding others unless `keep_others`); a `records.Workdir` with `config` given: the
-    same record into it (an experiment module run by the CLI); a `records.Workdir` alone:
+    and refuses a folder holding others unless `keep_others`); a `records.Workdir` with `config`
+    given: the same record into it (an experiment module run by the CLI); a `records.Workdir` alone:
     metrics.jsonl and checkpoints only (a paper experiment writes the rest itself).
     `config`: the user's config (ConfigDict or dict) for config.json. A single run of a problem
     with a `batch_size` splits its batch over the devices instead (`training.batch_devices`).

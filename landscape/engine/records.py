@@ -603,8 +603,8 @@ def provenance(command: str | None = None, **extra: Any) -> dict[str, Any]:
     commit, backend and devices, and what `landscape.setup()` set (None when it was not called)."""
     import jax
 
-    from landscape import backend
-    from landscape import host as host_lib
+    from landscape.engine import backend
+    from landscape.engine import host as host_lib
 
     versions: dict[str, str | None] = {}
     for name in PACKAGES:

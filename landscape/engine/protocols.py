@@ -13,7 +13,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import ml_collections
 
-from landscape import records
+from landscape.engine import records
 
 Progress = Callable[[str], None] | None
 
@@ -55,7 +55,8 @@ def check_experiment(module: types.ModuleType) -> Experiment:
         if not callable(function):
             raise TypeError(
                 f"{name} is not an experiment module: it has no function {attr}() "
-                f"(an experiment module defines {', '.join(REQUIRED)}; see landscape/protocols.py)."
+                f"(an experiment module defines {', '.join(REQUIRED)}; "
+                "see landscape/engine/protocols.py)."
             )
         if not _accepts(function, arity):
             raise TypeError(f"{name}.{attr} must accept {arity} positional argument(s).")

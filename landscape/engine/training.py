@@ -26,8 +26,8 @@ import optax
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from landscape import config as config_lib
 from landscape import point as point_lib
+from landscape.engine import config as config_lib
 from landscape.typing import ArrayLike
 
 Params = Any
@@ -54,7 +54,7 @@ class Problem:
         "grad_norm" (before the optimizer), e.g. for plateau/jump diagnostics.
     log_grad_zeros: record the fraction of gradient entries that are exactly zero at every step
         as the metric "grad_zero_fraction" (float16 flushes small gradients to zero: the
-        underflows of a half-precision computation; see landscape/precision.py).
+        underflows of a half-precision computation; see landscape/engine/precision.py).
     runs_per_group: at most this many runs are vmapped together (None: all); more runs go
         through a loop over groups of them, which keeps a memory-bound step's temporaries in cache
         (runs are independent, so the results are the same).

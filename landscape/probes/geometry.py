@@ -22,10 +22,12 @@ from matplotlib.axes import Axes
 from matplotlib.colors import BoundaryNorm
 from matplotlib.figure import Figure
 
-from landscape import _checks, compiled, training
-from landscape import plotting as plotting_lib
-from landscape.curvature import as_points
+from landscape import _checks
+from landscape.engine import plotting as plotting_lib
+from landscape.engine import training
 from landscape.point import Point, param_names
+from landscape.probes import compiled
+from landscape.probes.curvature import as_points
 from landscape.typing import PyTree
 
 Objective = Callable[[PyTree, PyTree], jax.Array]
@@ -291,7 +293,8 @@ def bezier_path(
     batch_size: int | None = None,
 ) -> PathResult:
     """The quadratic Bézier curve (1-t)^2 a + 2t(1-t) m + t^2 b with m trained by the project's
-    engine (`landscape.training.train`, `optimizer` at `lr`) to lower E_{t ~ U(0,1)} L(phi(t))
+    engine (`landscape.engine.training.train`, `optimizer` at `lr`) to lower
+    E_{t ~ U(0,1)} L(phi(t))
     (Garipov et al. 2018; docs/notes/landscape_geometry.md §2), then the loss on `ts` (default 51
     points in [0, 1]) and its barrier. `key` seeds m's jitter and the t's (None: seed 0)."""
     _path_points(a, b, "bezier_path")

@@ -19,8 +19,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
-from landscape import _checks, compiled, curvature
+from landscape import _checks
 from landscape.point import Point
+from landscape.probes import compiled, curvature
 from landscape.typing import PyTree
 
 WHICH = ("largest", "smallest")
