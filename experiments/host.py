@@ -33,7 +33,8 @@ FORMULATIONS = flags.DEFINE_enum(
     "formulations (landscape/engine/backend.py) instead of the backend's own choice "
     "(the CPU-tuned ones on the CPU). They give the same numbers up to float rounding: "
     "on one machine, 'plain' checks how much a result depends on the order of the "
-    "arithmetic (half precision, chaotic runs). Recorded in config.json's provenance; pass it again with --resume.",
+    "arithmetic (half precision, chaotic runs). Recorded in config.json's provenance; pass it "
+    "again with --resume.",
 )
 
 COORDINATOR = flags.DEFINE_string(

@@ -1,8 +1,8 @@
 """Mixed precision the Flax way (landscape/engine/precision.py, notes/markov.md §13):
 param_dtype float32 master weights, a float16 / bfloat16 computation dtype as torch.autocast
 without a gradient scaler. On a fixed batch the half-precision gradients are float32's within the
-half type's rounding; where gradients are tiny (a small init, as on the unigram plateau at N = 1024) float16
-flushes them to zero and bfloat16 (float32's exponent range) does not.
+half type's rounding; where gradients are tiny (a small init, as on the unigram plateau at
+N = 1024) float16 flushes them to zero and bfloat16 (float32's exponent range) does not.
 
 Tolerance: a gradient entry is a sum of products through ~a dozen roundings to the half type
 (the qkv, W_O, W_1, W_2 and head products of two blocks, the activations, the value mix), each
