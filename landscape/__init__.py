@@ -11,7 +11,9 @@ from typing import TYPE_CHECKING, Any
 
 from landscape.engine.host import setup
 from landscape.point import Point, param_names, params_table, restrict
-from landscape.probes.curvature import gradient_at, hessian_at, hvp, lanczos_spectrum
+from landscape.probes.curvature import hessian_at
+from landscape.probes.gradient import gradient_at, hvp
+from landscape.probes.lanczos import lanczos_spectrum
 
 if TYPE_CHECKING:
     from landscape.probes.eigen import eigenpairs, escape_directions

@@ -10,13 +10,10 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Collection
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import jax
 import numpy as np
-
-if TYPE_CHECKING:
-    from landscape.point import Point
 
 
 class ArgumentTypeError(TypeError, ValueError):
@@ -30,21 +27,6 @@ def is_traced(value: object) -> bool:
 
 def type_name(value: object) -> str:
     return type(value).__name__
-
-
-def require_point(point: object, caller: str) -> Point:
-    """TypeError unless `point` is a landscape.Point."""
-    from landscape.point import Point
-
-    if isinstance(point, Point):
-        return point
-    hint = ""
-    if isinstance(point, dict):
-        hint = " (wrap parameters and their loss as landscape.Point(params, loss_fn))"
-    raise TypeError(
-        f"{caller} expects a landscape.Point (e.g. landscape.markov.theta_pi(0.5, "
-        f"0.8)); got {type_name(point)}{hint}."
-    )
 
 
 def check_int(

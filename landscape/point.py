@@ -1,17 +1,19 @@
-"""Point: a parameter pytree with its pure population loss, a name and metadata.
+"""Point: a parameter pytree with its pure population loss, a name and metadata; its blocks.
 
 Paper packages return their constructed points (theta_pi, theta_star, ...) as `Point`s, so the
-curvature engine can probe any of them without knowing the model.
+probes can judge any of them without knowing the model. The block helpers (`Names`,
+`block_indices`, `as_points`) serve every probe.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from landscape import _checks
@@ -209,7 +211,7 @@ def restrict(point: Point, names: str | Iterable[str]) -> Point:
     `hessian_at(restrict(point, ["b", "e"]))` is the (b, e) block of the Hessian, computed
     without the rest: what a paper-size model (D in the thousands, costly losses) can afford.
     """
-    _checks.require_point(point, "restrict")
+    require_point(point, "restrict")
     names = block_names(names, "restrict")
     flat, treedef = jax.tree_util.tree_flatten(point.params)
     leaf_names = [name for name, _, _ in param_names(point.params)]
@@ -259,3 +261,99 @@ def _restricted(
 def _on_inner_inputs(output_loss: Callable) -> Callable[[jax.Array, Any], jax.Array]:
     """output_loss(z, inner inputs) for a restricted point's (all leaves, inner) inputs."""
     return lambda z, inputs: output_loss(z, inputs[1])
+
+
+Names = list[tuple[str, slice, tuple[int, ...]]]
+
+
+BlockName = str | Iterable[str]  # a block name, or a list of them (a joint block)
+
+
+def block_indices(names: Names, name: BlockName) -> np.ndarray:
+    """Flat indices of the leaves called `name` or lying under `name/`, in leaf order; a list of
+    names gives the concatenation of each one's indices."""
+    if not isinstance(name, str):
+        return np.concatenate([block_indices(names, n) for n in block_names(name, "block")])
+    chosen = [
+        np.arange(s.start, s.stop)
+        for leaf, s, _ in names
+        if leaf == name or leaf.startswith(name + "/")
+    ]
+    if not chosen:
+        available = ", ".join(leaf for leaf, _, _ in names)
+        raise KeyError(f"no parameter named {name!r}; available: {available}.")
+    return np.concatenate(chosen)
+
+
+def check_point(point: object, caller: str) -> Point:
+    """TypeError unless a Point whose params are floating-point arrays (at least one entry)."""
+    point = require_point(point, caller)
+    leaves = jax.tree_util.tree_leaves_with_path(point.params)
+    for path, leaf in leaves:
+        dtype = getattr(leaf, "dtype", None)
+        dtype = np.asarray(leaf).dtype if dtype is None else dtype
+        if not jnp.issubdtype(dtype, jnp.floating):
+            name = jax.tree_util.keystr(path, simple=True, separator="/") or "params"
+            raise TypeError(
+                f"{caller}: parameter {name!r} has dtype {dtype}; every parameter "
+                "must be a floating-point array (the loss is differentiated in it)."
+            )
+    if sum(int(np.size(leaf)) for _, leaf in leaves) == 0:
+        raise ValueError(
+            f"{caller}: {point.name or 'the point'} has no parameters (its params "
+            "hold no array entries), so there is nothing to differentiate."
+        )
+    return point
+
+
+PointOrPoints = Point | Sequence[Point]
+
+
+def as_points(points: object, caller: str) -> tuple[list[Point], bool]:
+    """(the points, whether a list was given): one Point, or a non-empty list of one model's."""
+    if not isinstance(points, list | tuple):
+        return [check_point(points, caller)], False
+    if not points:
+        raise ValueError(f"{caller} got an empty list of points: give a Point or a list of them.")
+    checked = [check_point(p, caller) for p in points]
+    _check_one_model(checked, caller)
+    return checked, True
+
+
+def _signature(tree: PyTree) -> tuple:
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    return treedef, tuple((np.shape(x), jnp.result_type(x)) for x in leaves)
+
+
+def _check_one_model(points: list[Point], caller: str) -> None:
+    """A list is one compiled call: its points share the objective and every shape."""
+    objective, inputs = points[0].shared
+    first = (_signature(points[0].params), _signature(inputs))
+    for i, point in enumerate(points[1:], start=1):
+        other, other_inputs = point.shared
+        if other is not objective:
+            what = "a different loss (objective)"
+        elif _signature(point.params) != first[0]:
+            what = "parameters of other names or shapes"
+        elif _signature(other_inputs) != first[1]:
+            what = "inputs of other shapes"
+        else:
+            continue
+        raise ValueError(
+            f"{caller}: the points of a list must be points of one model; point {i} "
+            f"({point.name or 'unnamed'}) has {what} than point 0 ({points[0].name or 'unnamed'}). "
+            "Call it once per model."
+        )
+
+
+def require_point(point: object, caller: str) -> Point:
+    """TypeError unless `point` is a landscape.Point."""
+    if isinstance(point, Point):
+        return point
+    hint = ""
+    if isinstance(point, dict):
+        hint = " (wrap parameters and their loss as landscape.Point(params, loss_fn))"
+    raise TypeError(
+        f"{caller} expects a landscape.Point (e.g. landscape.markov.theta_pi(0.5, "
+        f"0.8)); got {_checks.type_name(point)}{hint}."
+    )

@@ -10,6 +10,7 @@ import ml_collections
 import pytest
 
 from landscape.engine import config as config_lib
+from landscape.engine import validation
 
 PACKAGE = {
     "syn_small": "scan_snap",
@@ -282,14 +283,14 @@ def test_bad_config_gets_one_sentence_naming_the_field(spec, fields, names):
 
 
 def test_kinds_are_those_of_the_defaults():
-    assert config_lib.has_kind(2, "float") and config_lib.has_kind(2.5, "float")
-    assert not config_lib.has_kind(True, "float") and not config_lib.has_kind("2", "float")
-    assert not config_lib.has_kind(2.0, "int") and not config_lib.has_kind(False, "int")
-    assert not config_lib.has_kind(0, "bool") and config_lib.has_kind(False, "bool")
-    assert config_lib.has_kind((1, 2), ("list", "int"))
-    assert not config_lib.has_kind([1, 2.5], ("list", "int"))
-    assert config_lib.has_kind([[0.5, 0.8]], ("list", ("list", "float")))
-    assert config_lib.has_kind(["anything", 1], ("list", None))
+    assert validation.has_kind(2, "float") and validation.has_kind(2.5, "float")
+    assert not validation.has_kind(True, "float") and not validation.has_kind("2", "float")
+    assert not validation.has_kind(2.0, "int") and not validation.has_kind(False, "int")
+    assert not validation.has_kind(0, "bool") and validation.has_kind(False, "bool")
+    assert validation.has_kind((1, 2), ("list", "int"))
+    assert not validation.has_kind([1, 2.5], ("list", "int"))
+    assert validation.has_kind([[0.5, 0.8]], ("list", ("list", "float")))
+    assert validation.has_kind(["anything", 1], ("list", None))
 
 
 def test_missing_field_is_one_sentence():

@@ -7,7 +7,9 @@ import pytest
 from jax.flatten_util import ravel_pytree
 
 from landscape.point import Point, param_names, params_table
-from landscape.probes.curvature import gradient_at, hessian_at, hvp, lanczos_spectrum
+from landscape.probes.curvature import hessian_at
+from landscape.probes.gradient import gradient_at, hvp
+from landscape.probes.lanczos import lanczos_spectrum
 
 
 def _random_symmetric(dim, seed):

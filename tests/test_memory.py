@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from landscape.engine import config as config_lib
+from landscape.engine import memory
 from landscape.markov import experiment as markov
 from landscape.ngrams import estimators
 from landscape.ngrams import experiment as ngrams
@@ -85,11 +86,11 @@ def test_absurd_sizes_are_refused_before_allocating(package, cfg, field):
 
 
 def test_check_memory_against_a_given_budget():
-    estimate = config_lib.MemoryEstimate(3e9, "the test set", "train.test_sequences")
-    config_lib.check_memory(estimate, available=4e9)
-    config_lib.check_memory(None, available=1.0)
+    estimate = memory.MemoryEstimate(3e9, "the test set", "train.test_sequences")
+    memory.check_memory(estimate, available=4e9)
+    memory.check_memory(None, available=1.0)
     with pytest.raises(config_lib.ConfigError) as error:
-        config_lib.check_memory(estimate, available=2e9)
+        memory.check_memory(estimate, available=2e9)
     message = str(error.value)
     assert "needs about 3 GB" in message and "(the test set)" in message
     assert "2 GB of memory is available" in message

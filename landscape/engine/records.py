@@ -22,10 +22,12 @@ import pathlib
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable, Iterable, Iterator
-from typing import IO, Any
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import numpy as np
+
+from landscape.engine.checkpoints import Checkpoint, atomic, latest_checkpoint_metrics_bytes
 
 CLAIM_KINDS = ("paper", "sanity")
 
@@ -180,7 +182,7 @@ class Workdir:
         file = self.file("arrays.npz")
         merged = dict(np.load(file)) if file.exists() else {}
         merged.update({k: np.asarray(v) for k, v in arrays.items()})
-        with _atomic(file, "wb") as f:
+        with atomic(file, "wb") as f:
             np.savez_compressed(f, **merged)
 
     def write_summary(self, claims: list[Claim], **extra: Any) -> dict[str, Any]:
@@ -233,7 +235,7 @@ class Workdir:
         `pandas.read_csv`; nested values are written as JSON."""
         columns = list(dict.fromkeys(key for row in rows for key in row))
         path = self.file(f"{name}.csv")
-        with _atomic(path, "w", newline="") as f:
+        with atomic(path, "w", newline="") as f:
             writer = csv.DictWriter(f, columns)
             writer.writeheader()
             for row in rows:
@@ -252,7 +254,7 @@ class Workdir:
     def write_text(self, name: str, text: str) -> pathlib.Path:
         """A plain-text report next to the records (e.g. Hessian descriptions)."""
         path = self.file(name)
-        with _atomic(path, "w") as f:
+        with atomic(path, "w") as f:
             f.write(text + "\n")
         return path
 
@@ -266,7 +268,7 @@ class Workdir:
         before anything writes it: `overwrite` removes the files the manifest lists, no other."""
         if name not in self._written:
             self._written.add(name)
-            with _atomic(self.path / MANIFEST, "w") as f:
+            with atomic(self.path / MANIFEST, "w") as f:
                 json.dump(sorted(self._written), f, indent=0)
                 f.write("\n")
         return self.path / name
@@ -280,7 +282,7 @@ class Workdir:
         return Checkpoint(self.checkpoints / f"cell{index}", writable=self.writes_checkpoints)
 
     def _write_json(self, name: str, data: Any) -> None:
-        with _atomic(self.file(name), "w") as f:
+        with atomic(self.file(name), "w") as f:
             json.dump(_jsonable(data), f, indent=2)
             f.write("\n")
 
@@ -399,134 +401,7 @@ def load_config_json(path: str | pathlib.Path) -> dict[str, Any]:
     return data
 
 
-@contextlib.contextmanager
-def _atomic(path: pathlib.Path, mode: str, **kwargs: Any) -> Iterator[IO[Any]]:
-    """Open a temporary file beside `path`; rename it onto `path` once written."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        with open(tmp, mode, **kwargs) as f:
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-
-
 # ----------------------------------------------------------------------------- checkpoints
-
-
-class Checkpoint:
-    """The latest training state of one program, for `--resume` (orbax, keeping only the latest).
-
-    A save holds the device state (params, optimizer state, data keys) through orbax, and beside
-    it `host-<step>.npz`: what the host had recorded so far (losses, metrics, snapshots), the
-    size of metrics.jsonl at that point, and whether the program had finished.
-
-    Over several processes (jax.distributed) the state is the whole gathered state, which every
-    process holds: process 0 alone writes it (`writable`), and on --resume every process reads it
-    from the same folder, so the workdir must be on a filesystem they all see.
-    """
-
-    def __init__(self, path: pathlib.Path, writable: bool = True) -> None:
-        self.path = pathlib.Path(path)
-        self.writable = writable
-        self._manager: Any = None  # an orbax CheckpointManager, made on first use
-
-    def _orbax(self) -> Any:
-        if self._manager is None:
-            import jax
-            import orbax.checkpoint as ocp  # here: importing orbax costs ~0.5 s
-
-            options: dict[str, Any] = dict(max_to_keep=1, enable_async_checkpointing=False)
-            if jax.process_count() > 1:  # this process alone: no barrier with the others
-                me = jax.process_index()
-                options.update(
-                    create=False,
-                    multiprocessing_options=ocp.options.MultiprocessingOptions(
-                        primary_host=me, active_processes={me}
-                    ),
-                )
-            if not self.writable:
-                options.update(read_only=True, max_to_keep=None)
-            with _absl_quiet():  # orbax warns that a read-only folder is read-only
-                self._manager = ocp.CheckpointManager(
-                    self.path.absolute(), options=ocp.CheckpointManagerOptions(**options)
-                )
-        return self._manager
-
-    def latest_step(self) -> int | None:
-        steps = _committed_steps(self.path)
-        return steps[-1] if steps else None
-
-    def save(self, step: int, state: Any, host: dict[str, np.ndarray]) -> None:
-        """Save (a reader, i.e. a process other than 0, saves nothing)."""
-        if not self.writable:
-            return
-        import orbax.checkpoint as ocp
-
-        self.path.mkdir(parents=True, exist_ok=True)
-        with _atomic(self.path / f"host-{step}.npz", "wb") as f:
-            np.savez(f, **host)  # type: ignore[arg-type]  # stub: a key could be allow_pickle
-        self._orbax().save(step, args=ocp.args.StandardSave(state), force=True)
-        self._orbax().wait_until_finished()
-        for old in _host_steps(self.path)[:-1]:
-            if old != step:
-                (self.path / f"host-{old}.npz").unlink()
-
-    def restore(self, template: Any) -> tuple[int, Any, dict[str, np.ndarray]]:
-        """(step, state shaped like `template` (numpy arrays), host arrays) of the latest save."""
-        import orbax.checkpoint as ocp
-
-        steps = _committed_steps(self.path)
-        if not steps:
-            raise FileNotFoundError(f"no complete checkpoint in {self.path}")
-        step = steps[-1]
-        state = self._orbax().restore(step, args=ocp.args.StandardRestore(template))
-        with np.load(self.path / f"host-{step}.npz") as host:
-            return step, state, dict(host)
-
-
-@contextlib.contextmanager
-def _absl_quiet() -> Iterator[None]:
-    from absl import logging as absl_logging
-
-    level = absl_logging.get_verbosity()
-    absl_logging.set_verbosity(absl_logging.ERROR)
-    try:
-        yield
-    finally:
-        absl_logging.set_verbosity(level)
-
-
-def _host_steps(path: pathlib.Path) -> list[int]:
-    if not path.is_dir():
-        return []
-    return sorted(int(f.stem.split("-")[1]) for f in path.glob("host-*.npz"))
-
-
-def _committed_steps(path: pathlib.Path) -> list[int]:
-    """Steps saved whole: the host records and orbax's finished step folder (a save killed
-    midway leaves only a temporary folder, and the step before it stays the latest)."""
-    return [s for s in _host_steps(path) if (path / str(s)).is_dir()]
-
-
-def latest_checkpoint_metrics_bytes(path: str | pathlib.Path) -> int:
-    """Size of metrics.jsonl at the newest checkpoint of a workdir (0 without one): rows past it
-    belong to work a resumed run redoes."""
-    root = pathlib.Path(path) / "checkpoints"
-    cells = (
-        sorted((int(c.name[4:]), c) for c in root.glob("cell*") if c.name[4:].isdigit())
-        if root.is_dir()
-        else []
-    )
-    for _, cell in reversed(cells):
-        steps = _committed_steps(cell)
-        if steps:
-            with np.load(cell / f"host-{steps[-1]}.npz") as host:
-                return int(host["metrics_bytes"])
-    return 0
 
 
 def format_claims(claims: list[Claim]) -> str:
@@ -648,3 +523,51 @@ def git_commit(root: pathlib.Path) -> dict[str, Any] | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return {"commit": commit.stdout.strip(), "dirty": bool(dirty)}
+
+
+class MetricsRecorder:
+    """Streams metrics.jsonl rows (one per run per snapshot step) while a run goes on."""
+
+    def __init__(
+        self,
+        workdir: Any,
+        hparams: dict[str, np.ndarray],
+        seeds: np.ndarray,
+        log_every: int,
+        num_runs: int,
+        tags: dict[str, Any],
+    ) -> None:
+        self.workdir, self.log_every, self.tags = workdir, log_every, tags
+        self.hparams = {k: np.asarray(v)[:num_runs] for k, v in hparams.items()}
+        self.seeds = seeds[:num_runs]
+
+    def write_rows(
+        self, first_step: int, loss: np.ndarray | None, snaps: dict[str, np.ndarray]
+    ) -> None:
+        scalars = {k: v for k, v in snaps.items() if np.ndim(v) == 2}  # (R, S), padded R
+        num_snaps = (
+            next(iter(snaps.values())).shape[1]
+            if snaps
+            else (1 if loss is None else loss.shape[1] // self.log_every)
+        )
+        rows = []
+        for s in range(num_snaps):
+            step = first_step + (0 if loss is None else (s + 1) * self.log_every)
+            for r, seed in enumerate(self.seeds):
+                row = {"step": int(step), "run": r, "seed": int(seed), **self.tags}
+                row.update({k: v[r].item() for k, v in self.hparams.items()})
+                if loss is not None:  # batch loss of the last step before this snapshot
+                    row["loss"] = float(loss[r, (s + 1) * self.log_every - 1])
+                row.update({k: float(v[r, s]) for k, v in scalars.items()})
+                rows.append(row)
+        self.workdir.append_metrics(rows)
+
+    def save_partial(self, losses: list[np.ndarray], snaps: list[dict[str, np.ndarray]]) -> None:
+        """arrays.npz of a run stopped early: the steps so far, real runs only."""
+        n = len(self.seeds)
+        self.workdir.save_arrays(
+            losses=np.concatenate(losses, axis=1)[:n],
+            **{
+                f"snapshot_{k}": np.concatenate([s[k] for s in snaps], axis=1)[:n] for k in snaps[0]
+            },
+        )

@@ -18,7 +18,7 @@ import numpy as np
 from landscape.engine import plotting, records
 from landscape.markov import model as model_lib
 from landscape.markov import points
-from landscape.probes import curvature, eigen, gauss_newton, geometry, spectra
+from landscape.probes import curvature, eigen, gauss_newton, geometry, gradient, spectra
 
 Progress = Callable[[str], object] | None
 _SECOND_ORDER_RTOL = 0.01  # |ΔL / (ε² λ / 2) - 1| at the smallest ε
@@ -209,7 +209,7 @@ def _trained_rows(
     pts = _trained_points(cfg, pi, tied, progress)
     star = points.theta_star(p, q, d=cfg.atlas.d, seq_len=cfg.atlas.seq_len, tied=tied)
     loss_pi, loss_star = pi.loss(), star.loss()
-    gradients = curvature.gradient_at(pts)
+    gradients = gradient.gradient_at(pts)
     hessians = curvature.hessian_at(pts, progress=None)
     key = jax.random.key(cfg.seed)
     densities = spectra.spectral_density(pts, cfg.atlas.num_probes, cfg.atlas.num_iters, key)

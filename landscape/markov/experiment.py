@@ -19,14 +19,14 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from landscape.engine import backend, precision, records, sweeps, training
+from landscape.engine import backend, memory, precision, records, sweeps, training, validation
 from landscape.engine import config as config_lib
-from landscape.engine.config import format_bytes
+from landscape.engine.memory import format_bytes
 from landscape.markov import atlas, figures, points, task
 from landscape.markov import model as model_lib
 from landscape.markov.claims import CLAIMS, run_table
 from landscape.point import params_table
-from landscape.probes import curvature
+from landscape.probes import curvature, gradient
 from landscape.typing import PyTree
 
 Progress = Callable[[str], None] | None
@@ -112,8 +112,8 @@ def default_config() -> ml_collections.ConfigDict:
 def validate(cfg: ml_collections.ConfigDict) -> None:
     """One clear ConfigError for the first field that is unknown, of the wrong kind, out of range
     or inconsistent with another, in any program of the sweep; nothing is built."""
-    config_lib.validate_cells(cfg, default_config(), TRACED, _validate_cell, before=_validate_run)
-    config_lib.check_memory(memory_estimate(cfg))  # before compiling: shape arithmetic
+    validation.validate_cells(cfg, default_config(), TRACED, _validate_cell, before=_validate_run)
+    memory.check_memory(memory_estimate(cfg))  # before compiling: shape arithmetic
 
 
 def _validate_run(cfg: ml_collections.ConfigDict) -> None:
@@ -376,7 +376,7 @@ def _cell_bytes(v: dict) -> tuple[float, str]:
         v["model.num_heads"],
         v["model.mlp_width"],
     )
-    runs = config_lib.traced_runs(v, TRACED, zipped=v["sweep_zip"])
+    runs = memory.traced_runs(v, TRACED, zipped=v["sweep_zip"])
     devices = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     group = max(1, _SCORES_PER_GROUP // (B * N * N))
     at_once = min(runs, group * (devices or 1))
@@ -403,10 +403,10 @@ def _cell_bytes(v: dict) -> tuple[float, str]:
     )
 
 
-def memory_estimate(cfg: ml_collections.ConfigDict) -> config_lib.MemoryEstimate:
+def memory_estimate(cfg: ml_collections.ConfigDict) -> memory.MemoryEstimate:
     """The largest program's peak resident memory, by shape arithmetic (no compiling, no
     allocation): the max over the config's structural cells of `_cell_bytes`."""
-    return config_lib.estimate_memory(cfg, TRACED, _cell_bytes, _MEMORY_FIELDS, default_config)
+    return memory.estimate_memory(cfg, TRACED, _cell_bytes, _MEMORY_FIELDS, default_config)
 
 
 # ----------------------------------------------------------------------------- training problem
@@ -623,7 +623,7 @@ def run_landscape(
                 )
             )
         star = points.theta_star(p, q, d=ls.d, seq_len=ls.seq_len)
-        g = curvature.gradient_at(star)
+        g = gradient.gradient_at(star)
         claims.append(
             records.claim(
                 f"theta_star (p={p:g}, q={q:g}): loss = entropy rate, gradient 0",

@@ -21,8 +21,8 @@ import optax
 
 from landscape import params_table
 from landscape.engine import config as config_lib
-from landscape.engine import precision, records, sweeps, training
-from landscape.engine.config import format_bytes
+from landscape.engine import memory, precision, records, sweeps, training, validation
+from landscape.engine.memory import format_bytes
 from landscape.ngrams import claims as claims_lib
 from landscape.ngrams import estimators, figures, task
 from landscape.ngrams import model as model_lib
@@ -104,16 +104,16 @@ def default_config() -> ml_collections.ConfigDict:
 
 # Fields every program of a run shares: the estimator lines, the stationarity study, the
 # analysis and the figures are computed once per run from the top-level config.
-ONE_PER_RUN = config_lib.UNSWEEPABLE + ("task", "lines", "stationarity", "analysis", "figure")
+ONE_PER_RUN = validation.UNSWEEPABLE + ("task", "lines", "stationarity", "analysis", "figure")
 
 
 def validate(cfg: ml_collections.ConfigDict) -> None:
     """One clear ConfigError for the first field that is unknown, of the wrong kind, out of range
     or inconsistent with another, in any program of the sweep; nothing is built."""
-    config_lib.validate_cells(
+    validation.validate_cells(
         cfg, default_config(), TRACED, _validate_cell, unsweepable=ONE_PER_RUN, before=_validate_run
     )
-    config_lib.check_memory(memory_estimate(cfg))  # before compiling: shape arithmetic
+    memory.check_memory(memory_estimate(cfg))  # before compiling: shape arithmetic
 
 
 def _validate_run(cfg: ml_collections.ConfigDict) -> None:
@@ -355,7 +355,7 @@ def _cell_bytes(v: dict) -> tuple[float, str]:
     B = v["train.batch_size"]
     size = np.dtype(v["train.dtype"]).itemsize
     E, lines = v["train.test_sequences"], v["lines.num_sequences"]
-    runs = config_lib.traced_runs(v, TRACED)
+    runs = memory.traced_runs(v, TRACED)
     params, per_sequence = _num_params(v) * size, _sequence_bytes(v)
     chunk = int(max(1, min(max(1, E // 2), _SNAPSHOT_CHUNK_BYTES // per_sequence)))
     maps = 256 * h * T * T * size * 3 if v["model.kind"] != "simplified" else 0
@@ -389,10 +389,10 @@ def _cell_bytes(v: dict) -> tuple[float, str]:
     return _BASELINE_BYTES + need + held, what
 
 
-def memory_estimate(cfg: ml_collections.ConfigDict) -> config_lib.MemoryEstimate:
+def memory_estimate(cfg: ml_collections.ConfigDict) -> memory.MemoryEstimate:
     """The largest program's peak resident memory, by shape arithmetic (no compiling, no
     allocation): the max over the config's structural cells of `_cell_bytes`."""
-    return config_lib.estimate_memory(cfg, TRACED, _cell_bytes, _MEMORY_FIELDS, default_config)
+    return memory.estimate_memory(cfg, TRACED, _cell_bytes, _MEMORY_FIELDS, default_config)
 
 
 # ----------------------------------------------------------------------------- training problem

@@ -20,8 +20,9 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from landscape import _checks
+from landscape import point as point_lib
 from landscape.point import Point
-from landscape.probes import compiled, curvature
+from landscape.probes import compiled, curvature, gradient, results
 from landscape.typing import PyTree
 
 WHICH = ("largest", "smallest")
@@ -197,7 +198,7 @@ class Eigenpairs:
     num_hvps: int
     runs: int
     tol: float
-    gradient: curvature.Gradient | None = None  # the dense path's, computed with the Hessian
+    gradient: gradient.Gradient | None = None  # the dense path's, computed with the Hessian
 
     @property
     def scale(self) -> float:
@@ -309,7 +310,7 @@ def _certified(
     method: str,
     extremes: tuple[float, float],
     lanczos: tuple[bool, int, int, float] | None = None,
-    gradient: curvature.Gradient | None = None,
+    gradient: gradient.Gradient | None = None,
 ) -> Eigenpairs:
     """An Eigenpairs with residuals from fresh exact HVPs (one batched call); `lanczos` is
     (converged, HVPs, runs, tol) for the Lanczos path."""
@@ -513,7 +514,7 @@ def eigenpairs(
     residual <= tol * scale, tol default `lanczos_rtol`). Repeated eigenvalues come out with their
     multiplicity. A list of points of one model gives a list (compiled once per model).
     """
-    points, listed = curvature.as_points(point, "eigenpairs")
+    points, listed = point_lib.as_points(point, "eigenpairs")
     _check_arguments(points, k, which, dense_below, num_iters, tol, max_restarts)
     _checks.check_key("key", key)
     dim = points[0].num_params
@@ -544,7 +545,7 @@ class EscapeDirections:
     """
 
     eigen: Eigenpairs
-    gradient: curvature.Gradient
+    gradient: gradient.Gradient
     tol: float
     tol_rule: str
     values: np.ndarray
@@ -575,10 +576,10 @@ class EscapeDirections:
         computed eigenvalues show."""
         g = self.gradient
         if not (g.finite and self.eigen.finite):
-            return curvature.NON_FINITE
+            return results.NON_FINITE
         if not g.stationary:
             return (
-                f"not stationary (|g| = {g.norm:.3e} > {curvature.STATIONARITY_RULE} = "
+                f"not stationary (|g| = {g.norm:.3e} > {results.STATIONARITY_RULE} = "
                 f"{g.stationarity_tol():.3g}): no curvature verdict"
             )
         n, shown = self.num_negative, self.eigen.values.size
@@ -601,7 +602,7 @@ class EscapeDirections:
             f"Escape directions at {eigen.point.name or '<unnamed point>'}  "
             f"(D = {g.vector.size}, {eigen.method}, {g.vector.dtype})",
             f"  gradient norm  |g| = {g.norm:.3e}  (stationary iff |g| <= "
-            f"{curvature.STATIONARITY_RULE} = {g.stationarity_tol():.3g}); loss {g.loss:.12g}",
+            f"{results.STATIONARITY_RULE} = {g.stationarity_tol():.3g}); loss {g.loss:.12g}",
             f"  verdict: {self.verdict()}",
         ]
         if not (g.finite and eigen.finite):
@@ -635,7 +636,7 @@ def _check_epsilons(epsilons: object) -> np.ndarray:
 
 
 def _escape_one(
-    eigen: Eigenpairs, gradient: curvature.Gradient | None, tol: float | None, epsilons: np.ndarray
+    eigen: Eigenpairs, gradient: gradient.Gradient | None, tol: float | None, epsilons: np.ndarray
 ) -> EscapeDirections:
     point = eigen.point
     assert gradient is not None  # escape_directions computes it where the dense path did not
@@ -683,7 +684,7 @@ def escape_directions(
     (λ < -tol; tol default max(1e-9, 1000 eps) * spectral scale, or an absolute threshold), each
     checked at second order by L(θ + ε v) - L(θ) against ε² λ / 2 for each ε; the gradient
     judges stationarity first. A list of points of one model gives a list."""
-    points, listed = curvature.as_points(point, "escape_directions")
+    points, listed = point_lib.as_points(point, "escape_directions")
     if tol is not None:
         _checks.check_real("tol", tol, low=0, meaning="an absolute eigenvalue threshold")
     steps = _check_epsilons(epsilons)
@@ -693,6 +694,6 @@ def escape_directions(
     eigens: list[Eigenpairs] = found if listed else [found]
     gradients: list[Any] = [e.gradient for e in eigens]  # the dense path's, from the Hessian
     if any(g is None for g in gradients):
-        gradients = curvature.gradient_at(points) if listed else [curvature.gradient_at(points[0])]
+        gradients = gradient.gradient_at(points) if listed else [gradient.gradient_at(points[0])]
     results = [_escape_one(e, g, tol, steps) for e, g in zip(eigens, gradients, strict=True)]
     return results if listed else results[0]

@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
+from landscape import point as point_lib
 from landscape.point import Point
 from landscape.probes import compiled, curvature
 from landscape.typing import PyTree
@@ -62,7 +63,7 @@ class GaussNewton:
     hessian: curvature.Hessian
 
     @property
-    def names(self) -> curvature.Names:
+    def names(self) -> point_lib.Names:
         return self.hessian.names
 
     @property
@@ -72,8 +73,8 @@ class GaussNewton:
 
     def block(self, a: str | list[str], b: str | list[str] | None = None) -> np.ndarray:
         """The (a, b) block of G (names as in `Hessian.block`)."""
-        rows = curvature.block_indices(self.names, a)
-        cols = rows if b is None else curvature.block_indices(self.names, b)
+        rows = point_lib.block_indices(self.names, a)
+        cols = rows if b is None else point_lib.block_indices(self.names, b)
         return self.ggn[np.ix_(rows, cols)]
 
     @functools.cached_property
@@ -123,7 +124,7 @@ def ggn_at(point: Sequence[Point]) -> list[GaussNewton]: ...
 def ggn_at(point: Point | Sequence[Point]) -> GaussNewton | list[GaussNewton]:
     """The Gauss-Newton matrix G and the remainder H - G at a point (or each point of a list of
     one model, one compiled call), for a point whose loss is `output_loss(outputs(params))`."""
-    points, listed = curvature.as_points(point, "ggn_at")
+    points, listed = point_lib.as_points(point, "ggn_at")
     first = points[0]
     if first.outputs is None or first.output_loss is None:
         raise ValueError(

@@ -25,9 +25,8 @@ from matplotlib.figure import Figure
 from landscape import _checks
 from landscape.engine import plotting as plotting_lib
 from landscape.engine import training
-from landscape.point import Point, param_names
+from landscape.point import Point, as_points, param_names
 from landscape.probes import compiled
-from landscape.probes.curvature import as_points
 from landscape.typing import PyTree
 
 Objective = Callable[[PyTree, PyTree], jax.Array]

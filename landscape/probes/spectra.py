@@ -19,9 +19,9 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from landscape import _checks
-from landscape.point import Point, param_names
+from landscape.point import Point, as_points, block_indices, param_names
 from landscape.probes import compiled
-from landscape.probes.curvature import as_points, block_indices, lanczos_from
+from landscape.probes.lanczos import lanczos_from
 from landscape.typing import PyTree
 
 if TYPE_CHECKING:  # matplotlib loads only when a figure is drawn

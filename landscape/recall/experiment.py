@@ -21,8 +21,8 @@ import numpy as np
 from ml_collections import ConfigDict
 
 from landscape.engine import config as config_lib
-from landscape.engine import gradient_flow, precision, records, sweeps, training
-from landscape.engine.config import format_bytes
+from landscape.engine import gradient_flow, memory, precision, records, sweeps, training, validation
+from landscape.engine.memory import format_bytes
 from landscape.point import params_table
 from landscape.recall import flow, theory
 from landscape.recall import model as model_lib
@@ -112,14 +112,14 @@ SGD_CLAIMS = ("fig1", "dp_vs_ce", "ablations")
 def validate(cfg: ConfigDict) -> None:
     """One clear ConfigError for the first field that is unknown, of the wrong kind, out of range
     or inconsistent with another, in any program of the sweep; nothing is built."""
-    config_lib.validate_cells(
+    validation.validate_cells(
         cfg,
         default_config(),
         lambda c: FLOW_TRACED if c.experiment == "flow" else SGD_TRACED,
         _validate_cell,
         before=_validate_run,
     )
-    config_lib.check_memory(memory_estimate(cfg))  # before compiling: shape arithmetic
+    memory.check_memory(memory_estimate(cfg))  # before compiling: shape arithmetic
 
 
 def _validate_run(cfg: ConfigDict) -> None:
@@ -304,7 +304,7 @@ def _cell_bytes(v: dict) -> tuple[float, str]:
     width = (H + 1) * vocab
     params = H + H * window + (width * width if v["model.qk"] != "beta" else 0)
     if v["experiment"] == "flow":
-        runs = config_lib.traced_runs(v, FLOW_TRACED) // v["num_seeds"]
+        runs = memory.traced_runs(v, FLOW_TRACED) // v["num_seeds"]
         saves = v["flow.num_saves"]
         if (
             v["flow.zoom"]
@@ -316,7 +316,7 @@ def _cell_bytes(v: dict) -> tuple[float, str]:
         return _BASELINE_BYTES + need, (
             f"{runs} flow(s) x {saves} saves of {params} parameters and the loss"
         )
-    runs = config_lib.traced_runs(v, SGD_TRACED)
+    runs = memory.traced_runs(v, SGD_TRACED)
     B, steps = v["train.batch_size"], v["train.num_steps"]
     if v["train.sampler"] == "collisions":
         per_sequence = perms * (H + vocab) * 4
@@ -333,11 +333,11 @@ def _cell_bytes(v: dict) -> tuple[float, str]:
     )
 
 
-def memory_estimate(cfg: ConfigDict) -> config_lib.MemoryEstimate:
+def memory_estimate(cfg: ConfigDict) -> memory.MemoryEstimate:
     """The largest program's peak resident memory, by shape arithmetic (no compiling, no
     allocation): the max over the config's structural cells of `_cell_bytes`."""
     traced = FLOW_TRACED if cfg.experiment == "flow" else SGD_TRACED
-    return config_lib.estimate_memory(cfg, traced, _cell_bytes, _MEMORY_FIELDS, default_config)
+    return memory.estimate_memory(cfg, traced, _cell_bytes, _MEMORY_FIELDS, default_config)
 
 
 # ----------------------------------------------------------------------------- running

@@ -21,7 +21,7 @@ import ml_collections
 import numpy as np
 
 from landscape.engine import config as config_lib
-from landscape.engine import precision, records, sweeps, training
+from landscape.engine import memory, precision, records, sweeps, training, validation
 from landscape.point import params_table
 from landscape.scan_snap import claims as claims_lib
 from landscape.scan_snap import figures, wikitext
@@ -108,10 +108,10 @@ SWEEPABLE = (
 def validate(cfg: ml_collections.ConfigDict) -> None:
     """One clear ConfigError for the first field that is unknown, of the wrong kind, out of range
     or inconsistent with another, in any program of the sweep; nothing is built."""
-    config_lib.validate_cells(
+    validation.validate_cells(
         cfg, default_config(), TRACED, _validate_cell, sweepable=SWEEPABLE, before=_validate_run
     )
-    config_lib.check_memory(memory_estimate(cfg))  # before compiling: shape arithmetic
+    memory.check_memory(memory_estimate(cfg))  # before compiling: shape arithmetic
 
 
 def _validate_run(cfg: ml_collections.ConfigDict) -> None:
@@ -258,7 +258,7 @@ def _cell_bytes(v: dict[str, Any]) -> tuple[float, str]:
     )
     B, L = v["train.batch_size"], v["data.seq_len"]
     size = np.dtype(v["train.dtype"]).itemsize
-    runs = config_lib.traced_runs(v, TRACED)
+    runs = memory.traced_runs(v, TRACED)
     step = runs * (B * (L * (support + 8) + 8 * M) * size + 10 * M * M * size)
     snapshots = v["train.num_steps"] // v["train.log_every"] + 1
     kept = runs * snapshots * (K * M * 4 * bool(v["eval.snapshot_attention"]) + 16)
@@ -268,17 +268,17 @@ def _cell_bytes(v: dict[str, Any]) -> tuple[float, str]:
     )
 
 
-def memory_estimate(cfg: ml_collections.ConfigDict) -> config_lib.MemoryEstimate:
+def memory_estimate(cfg: ml_collections.ConfigDict) -> memory.MemoryEstimate:
     """The largest program's peak resident memory, by shape arithmetic (no compiling, no
     allocation): the max over the config's structural cells of `_cell_bytes`; the theory
     figures (closed forms in NumPy) need the baseline only."""
     if cfg.experiment == "theory":
-        return config_lib.MemoryEstimate(_BASELINE_BYTES, "the closed forms", "theory.M")
+        return memory.MemoryEstimate(_BASELINE_BYTES, "the closed forms", "theory.M")
     if cfg.experiment == "wikitext":
-        return config_lib.estimate_memory(
+        return memory.estimate_memory(
             cfg, TRACED, wikitext.cell_bytes, wikitext.MEMORY_FIELDS, default_config
         )
-    return config_lib.estimate_memory(cfg, TRACED, _cell_bytes, _MEMORY_FIELDS, default_config)
+    return memory.estimate_memory(cfg, TRACED, _cell_bytes, _MEMORY_FIELDS, default_config)
 
 
 # ----------------------------------------------------------------------------- training problem

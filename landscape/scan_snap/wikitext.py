@@ -18,7 +18,7 @@ import ml_collections
 import numpy as np
 
 from landscape.engine import config as config_lib
-from landscape.engine import plotting, precision, records, sweeps, training
+from landscape.engine import memory, plotting, precision, records, sweeps, training
 from landscape.point import params_table
 from landscape.scan_snap import model as model_lib
 from landscape.scan_snap import text
@@ -163,7 +163,7 @@ def cell_bytes(v: dict[str, Any]) -> tuple[float, str]:
     )
     B, T = v["train.batch_size"], v["text.bptt"]
     size = np.dtype(v["train.dtype"]).itemsize
-    runs = config_lib.traced_runs(v, TRACED)
+    runs = memory.traced_runs(v, TRACED)
     params = 2 * V * d + V + L * (4 * d * d + 2 * d * h + 10 * d)
     step = 4 * params + 3 * B * T * V + L * B * T * (6 * d + 2 * h + 3 * T)
     evaluation = 2 * v["text.eval_batch_size"] * T * V

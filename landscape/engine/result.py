@@ -1,0 +1,133 @@
+"""What a training program returns: every run's losses, metrics, snapshots and parameters, and
+one run as a `Point` for the probes."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from landscape import point as point_lib
+
+Params = Any
+
+
+@dataclasses.dataclass
+class RunResult:
+    """What `train` returns; every array has the run axis R first."""
+
+    hparams: dict[str, np.ndarray]
+    seeds: np.ndarray
+    losses: np.ndarray  # (R, steps): batch loss at each step, before its update
+    metrics: dict[str, np.ndarray]  # (R, steps) each: the loss function's scalar metrics
+    snapshot_steps: np.ndarray  # (S,): 0, log_every, ..., num_steps
+    snapshots: dict[str, np.ndarray]  # (R, S, ...) each
+    final_params: Params  # pytree of (R, ...) arrays
+    first_nonfinite_step: np.ndarray  # (R,): -1 where the loss stayed finite
+    compile_seconds: float
+    run_seconds: float
+    initial_params: Params = None  # pytree of (R, ...) arrays: `problem.init` at `run_keys`
+    backend: str = ""  # jax.default_backend() of the program
+    device_count: int = 0  # devices visible to JAX (jax.device_count())
+    program_devices: int = 0  # devices this program's runs (or one run's batch) were laid over
+
+    @property
+    def num_runs(self) -> int:
+        return len(self.seeds)
+
+    def arrays(self, prefix: str = "", complete: bool = False) -> dict[str, np.ndarray]:
+        """The result as arrays.npz entries: losses, seeds, snapshot_steps,
+        first_nonfinite_step, each hyperparameter ("optim.lr" -> "optim_lr") and each snapshot
+        ("snapshot_<name>"), every name after `prefix` (e.g. "cell1_"). complete: also each
+        per-step metric ("metric_<name>", e.g. metric_grad_norm) and the initial and final
+        parameters ("initial_params/<leaf name>", "final_params/<leaf name>")."""
+        arrays = {
+            "losses": self.losses,
+            "seeds": self.seeds,
+            "snapshot_steps": self.snapshot_steps,
+            "first_nonfinite_step": self.first_nonfinite_step,
+        }
+        arrays.update({k.replace(".", "_"): v for k, v in self.hparams.items()})
+        arrays.update({f"snapshot_{k}": v for k, v in self.snapshots.items()})
+        if complete:
+            arrays.update({f"metric_{k}": v for k, v in self.metrics.items()})
+            for which in ("initial", "final"):
+                params = self.params(which)
+                for (name, _, _), leaf in zip(
+                    point_lib.param_names(params), jax.tree.leaves(params), strict=True
+                ):
+                    arrays[f"{which}_params" + (f"/{name}" if name else "")] = np.asarray(leaf)
+        return {prefix + k: v for k, v in arrays.items()}
+
+    def run_index(self, run: int | Mapping[str, float]) -> int:
+        """The index of a run: an int, or {hyperparameter or "seed": value} naming one run."""
+        if not isinstance(run, Mapping):
+            if not 0 <= int(run) < self.num_runs:
+                raise IndexError(f"run {run}: this result has runs 0 .. {self.num_runs - 1}.")
+            return int(run)
+        columns = {**self.hparams, "seed": self.seeds}
+        unknown = set(run) - set(columns)
+        if unknown:
+            raise KeyError(f"{sorted(unknown)} name no column of this result ({sorted(columns)}).")
+        match = np.ones(self.num_runs, bool)
+        for name, value in run.items():
+            match &= np.isclose(np.asarray(columns[name], np.float64), value)
+        if match.sum() != 1:
+            raise KeyError(f"{dict(run)} matches {int(match.sum())} runs, not one.")
+        return int(np.flatnonzero(match)[0])
+
+    def params(self, which: str = "final", run: int | Mapping[str, float] | None = None) -> Params:
+        """The "initial" or "final" parameters: every run's (R first), or one run's."""
+        if which not in ("initial", "final"):
+            raise ValueError(f"which = {which!r}: must be 'initial' or 'final'.")
+        params = self.initial_params if which == "initial" else self.final_params
+        if params is None:
+            raise ValueError("this result keeps no initial parameters (made before they were).")
+        if run is None:
+            return params
+        index = self.run_index(run)
+        return jax.tree.map(lambda x: np.asarray(x[index]), params)
+
+    def point(
+        self,
+        run: int | Mapping[str, float],
+        loss: Callable[[Params], jax.Array] | tuple[Callable[[Params, Any], jax.Array], Any],
+        which: str = "final",
+        dtype: Any = None,
+    ) -> point_lib.Point:
+        """One run's initial or final parameters as a `Point` for the probes (hessian_at, ...).
+
+        `loss` is loss_fn(params) -> scalar, or an (objective, inputs) pair, objective(params,
+        inputs) -> scalar (points of one model then share compiled programs). `run` is an index
+        or {hyperparameter or "seed": value}, e.g. {"lr": 0.1, "seed": 2}. `dtype`: the
+        floating parameters cast to it (e.g. float64 for curvature, with x64 on).
+        """
+        index = self.run_index(run)
+        setting = ", ".join(
+            [f"{k}={float(v[index]):g}" for k, v in self.hparams.items()]
+            + [f"seed {int(self.seeds[index])}"]
+        )
+
+        def cast(x: np.ndarray) -> jax.Array:
+            floating = dtype is not None and jnp.issubdtype(x.dtype, jnp.floating)
+            return jnp.asarray(x, dtype if floating else None)
+
+        params = jax.tree.map(cast, self.params(which, index))
+        name = f"run {index} ({setting}), {which}"
+        if isinstance(loss, tuple):
+            objective, inputs = loss
+            return point_lib.Point(params, name=name, objective=objective, inputs=inputs)
+        return point_lib.Point(params, loss, name=name)
+
+
+def run_timing(results: list[RunResult]) -> dict[str, Any]:
+    """Compile and run seconds and the number of runs of several programs' results."""
+    return {
+        "compile_seconds": sum(r.compile_seconds for r in results),
+        "run_seconds": sum(r.run_seconds for r in results),
+        "runs": sum(r.num_runs for r in results),
+    }

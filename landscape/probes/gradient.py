@@ -1,0 +1,147 @@
+"""The gradient at a point (or at a list of points of one model, in one compiled call) and
+Hessian-vector products; the gradient decides whether a point is stationary."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any, overload
+
+import jax
+import numpy as np
+from jax.flatten_util import ravel_pytree
+
+from landscape.point import (
+    BlockName,
+    Names,
+    Point,
+    PointOrPoints,
+    as_points,
+    block_indices,
+    check_point,
+    param_names,
+)
+from landscape.probes import compiled
+from landscape.probes.results import (
+    NON_FINITE,
+    STATIONARITY_RULE,
+    _check_tol,
+    _header,
+    _name_width,
+    _nonfinite_lines,
+    _nonfinite_vector_blocks,
+    _verdict_lines,
+)
+from landscape.typing import PyTree
+
+
+@dataclasses.dataclass(frozen=True, eq=False, repr=False)
+class Gradient:
+    """The gradient of the population loss at a point, labelled by parameter names."""
+
+    point: Point
+    tree: PyTree
+    vector: np.ndarray
+    names: Names
+    loss: float
+
+    @property
+    def norm(self) -> float:
+        return float(np.linalg.norm(self.vector))
+
+    @property
+    def finite(self) -> bool:
+        """The loss and every gradient entry are finite numbers (no NaN, no inf)."""
+        return bool(np.isfinite(self.loss) and np.all(np.isfinite(self.vector)))
+
+    def nonfinite_blocks(self) -> dict[str, str]:
+        """{block name: "n NaN, m inf"} for the blocks holding non-finite entries."""
+        return _nonfinite_vector_blocks(self.vector, self.names)
+
+    def verdict(self, tol: float | None = None) -> str:
+        """ "non-finite" if the loss or an entry is NaN or inf; else, with `tol`, whether the
+        gradient norm is <= tol ("stationary") or not; without `tol`, the norm."""
+        _check_tol(tol)
+        if not self.finite:
+            return NON_FINITE
+        bound = f"tol = {tol:.3g}" if tol is not None else STATIONARITY_RULE
+        tol = self.stationarity_tol() if tol is None else tol
+        if self.norm <= tol:
+            return f"stationary (|g| = {self.norm:.3e} <= {bound} = {tol:.3g})"
+        return f"not stationary (|g| = {self.norm:.3e} > {bound} = {tol:.3g})"
+
+    def stationarity_tol(self) -> float:
+        """The default bound on |g| for a stationary point: sqrt(eps) * max(1, |L|) in the
+        gradient's dtype (1.5e-8 for float64, 3.5e-4 for float32, for a loss of order 1)."""
+        eps = float(np.finfo(self.vector.dtype).eps)
+        return float(np.sqrt(eps) * max(1.0, abs(self.loss)))
+
+    @property
+    def stationary(self) -> bool:
+        """|g| within `stationarity_tol()` (and every number finite)."""
+        return self.finite and self.norm <= self.stationarity_tol()
+
+    def block(self, name: BlockName) -> np.ndarray:
+        return self.vector[block_indices(self.names, name)]
+
+    def block_norms(self) -> dict[str, float]:
+        return {leaf: float(np.linalg.norm(self.vector[s])) for leaf, s, _ in self.names}
+
+    def describe(self) -> str:
+        width = _name_width(self.names)
+        lines = _header("Gradient", self, self.vector.dtype)
+        lines += ["", f"  {'name':<{width}}{'shape':<14}{'norm':>12}"]
+        for leaf, s, shape in self.names:
+            norm = float(np.linalg.norm(self.vector[s]))
+            lines.append(f"  {leaf:<{width}}{str(shape):<14}{norm:>12.4e}")
+        if not self.finite:
+            lines += [""] + _nonfinite_lines(self)
+            lines += [""] + _verdict_lines(self.verdict(), self.point)
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return f"Gradient({self.point.name!r}, D={self.vector.size}, norm={self.norm:.3e})"
+
+
+def _program_arguments(points: list[Point], listed: bool) -> tuple[Any, PyTree, PyTree]:
+    if listed:
+        return compiled.stack(points)
+    objective, inputs = points[0].shared
+    return objective, points[0].params, inputs
+
+
+def _row(tree: PyTree, i: int) -> PyTree:
+    return jax.tree.map(lambda x: x[i], tree)
+
+
+@overload
+def gradient_at(point: Point) -> Gradient: ...
+
+
+@overload
+def gradient_at(point: Sequence[Point]) -> list[Gradient]: ...
+
+
+def gradient_at(point: PointOrPoints) -> Gradient | list[Gradient]:
+    """The exact gradient of the point's loss at its params; a list of points of one model gives
+    a list, from one compiled call."""
+    points, listed = as_points(point, "gradient_at")
+    objective, params, inputs = _program_arguments(points, listed)
+    loss, tree = compiled.value_and_grad(objective, params, inputs, batched=listed)
+    if not listed:
+        return _gradient(points[0], tree, loss)
+    return [_gradient(p, _row(tree, i), loss[i]) for i, p in enumerate(points)]
+
+
+def _gradient(point: Point, tree: PyTree, loss: jax.Array) -> Gradient:
+    vector = np.asarray(ravel_pytree(tree)[0])
+    return Gradient(point, tree, vector, param_names(point.params), float(loss))
+
+
+def hvp(point: Point) -> Callable[[PyTree], PyTree]:
+    """v -> H v at the point (forward-over-reverse, compiled once per model); v is a pytree
+    shaped like the params."""
+    check_point(point, "hvp")
+    objective, inputs = point.shared
+    return functools.partial(compiled.hvp, objective, point.params, inputs, batched=False)

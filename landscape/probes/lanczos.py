@@ -1,0 +1,202 @@
+"""Lanczos on exact Hessian-vector products: the tridiagonalisation every large-D probe builds
+on, and `lanczos_spectrum`, the Ritz values at a point without forming the D x D matrix."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.flatten_util import ravel_pytree
+from jax.typing import DTypeLike
+
+from landscape import _checks
+from landscape.point import Point, check_point
+from landscape.probes import compiled
+from landscape.probes.gradient import Gradient, gradient_at
+from landscape.probes.results import (
+    NON_FINITE,
+    _check_tol,
+    _default_tol,
+    _header,
+    _nonfinite_lines,
+    _not_stationary,
+    _spectrum_lines,
+    _verdict_lines,
+)
+from landscape.typing import PyTree
+
+LanczosState = tuple[jax.Array, jax.Array, jax.Array]  # (basis V, alphas, betas)
+
+
+def lanczos(
+    matvec: Callable[[jax.Array], jax.Array],
+    dim: int,
+    num_iters: int,
+    key: jax.Array,
+    dtype: DTypeLike,
+) -> tuple[jax.Array, jax.Array]:
+    """`lanczos_from` a random start vector drawn from `key` (dim and num_iters static)."""
+    if not 1 <= num_iters <= dim:
+        raise ValueError(f"num_iters = {num_iters}: must be between 1 and dim = {dim}.")
+    start_key, restart_key = jax.random.split(key)
+    start = jax.random.normal(start_key, (dim,), dtype)
+    return lanczos_from(matvec, start, num_iters, restart_key)
+
+
+def lanczos_from(
+    matvec: Callable[[jax.Array], jax.Array], start: jax.Array, num_iters: int, key: jax.Array
+) -> tuple[jax.Array, jax.Array]:
+    """Lanczos tridiagonalisation of a symmetric operator from `start` (any non-zero vector),
+    with full reorthogonalisation.
+
+    Returns T's diagonal `alphas` (num_iters,) and off-diagonal `betas` (num_iters - 1,), where
+    T = V^T A V and V's orthonormal columns span the Krylov space of `start` (the first column).
+    If the Krylov space is exhausted early, the next vector is a fresh random one (from `key`)
+    orthogonal to V and that beta is 0, so T's eigenvalues stay eigenvalues of A and Gauss
+    quadrature weights stay exact. Jittable and vmappable with `num_iters` static; keeps V in
+    memory (num_iters * dim numbers).
+    """
+    dim, dtype = start.shape[0], start.dtype
+    dot = functools.partial(jnp.matmul, precision=jax.lax.Precision.HIGHEST)
+    eps = jnp.finfo(dtype).eps
+
+    def orthogonalise(basis: jax.Array, w: jax.Array) -> jax.Array:
+        w = w - dot(basis.T, dot(basis, w))  # twice: one pass loses orthogonality in rounding
+        return w - dot(basis.T, dot(basis, w))
+
+    def fresh_direction(basis: jax.Array, i: jax.Array) -> jax.Array:
+        w = orthogonalise(basis, jax.random.normal(jax.random.fold_in(key, i), (dim,), dtype))
+        return w / jnp.linalg.norm(w)
+
+    def step(i: jax.Array, state: LanczosState) -> LanczosState:
+        basis, alphas, betas = state
+        v = basis[i]
+        av = matvec(v)
+        w = orthogonalise(basis, av)  # rows after i are still zero
+        beta = jnp.linalg.norm(w)
+        exhausted = beta <= 100 * eps * jnp.linalg.norm(av)
+        next_v = jax.lax.cond(exhausted, fresh_direction, lambda *_: w / beta, basis, i)
+        basis = basis.at[i + 1].set(next_v, mode="drop")
+        alphas = alphas.at[i].set(dot(v, av))
+        betas = betas.at[i].set(jnp.where(exhausted, 0, beta))
+        return basis, alphas, betas
+
+    basis = jnp.zeros((num_iters, dim), dtype).at[0].set(start / jnp.linalg.norm(start))
+    state = (basis, jnp.zeros(num_iters, dtype), jnp.zeros(num_iters, dtype))
+    _, alphas, betas = jax.lax.fori_loop(0, num_iters, step, state)
+    return alphas, betas[:-1]
+
+
+@dataclasses.dataclass(frozen=True, eq=False, repr=False)
+class Spectrum:
+    """Lanczos estimate of the Hessian spectrum at a point.
+
+    `ritz_values` (ascending) lie inside [λ_min, λ_max] and the extreme ones converge first;
+    `weights` (squared first components of the Ritz vectors, summing to 1) make the spectral
+    density estimate sum_j weights[j] * delta(λ - ritz_values[j]).
+    """
+
+    point: Point
+    ritz_values: np.ndarray
+    weights: np.ndarray
+    gradient: Gradient
+
+    @property
+    def min(self) -> float:
+        return float(self.ritz_values[0])
+
+    @property
+    def max(self) -> float:
+        return float(self.ritz_values[-1])
+
+    @property
+    def finite(self) -> bool:
+        """The Ritz values, the gradient and the loss are finite (no NaN, no inf)."""
+        return bool(np.all(np.isfinite(self.ritz_values)) and self.gradient.finite)
+
+    def tolerance(self, tol: float | None = None) -> float:
+        """`tol` if given, else the default relative tolerance (module docstring)."""
+        _check_tol(tol)
+        return _default_tol(self.ritz_values, self.ritz_values.dtype) if tol is None else tol
+
+    def verdict(self, tol: float | None = None) -> str:
+        """What the Ritz values prove: negative curvature if one is below -tol, else nothing;
+        "non-finite" if the Hessian-vector products (or the loss, or the gradient) were NaN/inf."""
+        tol = self.tolerance(tol)
+        if not self.finite:
+            return NON_FINITE
+        if not self.gradient.stationary:
+            return _not_stationary(self.gradient)
+        smallest = f"Lanczos: smallest Ritz value λ_min={self.min:.6g}"
+        if self.min < -tol:
+            consequence = "saddle" if self.max > tol else "not a minimum"
+            return f"{smallest}; negative curvature found → {consequence}"
+        return (
+            f"{smallest}; no negative Ritz value below -{tol:.3g} found (not a proof of a minimum)"
+        )
+
+    def describe(self, tol: float | None = None) -> str:
+        tol = self.tolerance(tol)
+        lines = _header("Hessian spectrum (Lanczos)", self.gradient, self.ritz_values.dtype)
+        lines += [f"  iterations     {self.ritz_values.size}", ""]
+        if not self.finite:
+            lines += _nonfinite_lines(self.gradient)
+            if not np.all(np.isfinite(self.ritz_values)):
+                lines.append(
+                    "  Hessian-vector products: NaN or inf (the Lanczos tridiagonal "
+                    "matrix is non-finite)"
+                )
+            lines += [
+                "",
+                "Ritz values not computed: Hessian-vector products with NaN or inf "
+                "entries have no meaningful spectrum, so no curvature verdict is given."
+                if not np.all(np.isfinite(self.ritz_values))
+                else "Ritz values are finite, but the loss or gradient is not, so no curvature "
+                "verdict is given.",
+            ]
+            lines += [""] + _verdict_lines(self.verdict(), self.point)
+            return "\n".join(lines)
+        lines += _spectrum_lines(self.ritz_values, tol, "Ritz values")
+        lines += [""] + _verdict_lines(self.verdict(tol), self.point)
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return (
+            f"Spectrum({self.point.name!r}, D={self.gradient.vector.size}, "
+            f"iterations={self.ritz_values.size}, min={self.min:.4g}, max={self.max:.4g})"
+        )
+
+
+@functools.partial(jax.jit, static_argnames=("objective", "num_iters"))
+def _tridiagonal(
+    objective: compiled.Objective, params: PyTree, inputs: PyTree, key: jax.Array, num_iters: int
+) -> tuple[jax.Array, jax.Array]:
+    flat = ravel_pytree(params)[0]
+    matvec = compiled.flat_hvp(objective, params, inputs)
+    return lanczos(matvec, flat.size, num_iters, key, flat.dtype)
+
+
+def lanczos_spectrum(point: Point, num_iters: int = 100, key: jax.Array | None = None) -> Spectrum:
+    """Ritz values of the Hessian at `point` from Lanczos on exact HVPs; no D x D matrix is formed.
+
+    num_iters is capped at D; key defaults to jax.random.key(0), so repeated calls agree.
+    """
+    check_point(point, "lanczos_spectrum")
+    _checks.check_int("num_iters", num_iters, 1, "the number of Lanczos steps")
+    _checks.check_key("key", key)
+    num_iters = min(num_iters, point.num_params)
+    key = jax.random.key(0) if key is None else key
+    objective, inputs = point.shared
+    tridiagonal = _tridiagonal(objective, point.params, inputs, key, num_iters)
+    alphas, betas = (np.asarray(a) for a in tridiagonal)
+    if not (np.all(np.isfinite(alphas)) and np.all(np.isfinite(betas))):
+        nan = np.full(num_iters, np.nan, alphas.dtype)  # eigh on NaN/inf: garbage or an error
+        return Spectrum(point, nan, nan.copy(), gradient_at(point))
+    ritz_values, ritz_vectors = np.linalg.eigh(
+        np.diag(alphas) + np.diag(betas, 1) + np.diag(betas, -1)
+    )
+    return Spectrum(point, ritz_values, ritz_vectors[0] ** 2, gradient_at(point))
