@@ -139,30 +139,16 @@ def _density(cfg: ml_collections.ConfigDict) -> tuple[spectra.SpectralDensity, i
 # ----------------------------------------------------------------------------- trained points
 
 
-def _train_config(cfg: ml_collections.ConfigDict, tied: bool) -> ml_collections.ConfigDict:
-    """The engine's config for the trained points: the theory model (no LayerNorm, ReLU) at
-    atlas.train_cell, d and seq_len, with the notes' CPU recipe (notes/markov.md §11.3)."""
-    from landscape.markov import experiment  # experiment imports this module
-
-    cell = experiment.default_config()
-    p, q = cfg.atlas.train_cell
-    cell.name = f"{cfg.name}_trained"
-    cell.update(seed=cfg.seed, num_seeds=cfg.atlas.train_seeds)
-    cell.chain.update(p=float(p), q=float(q))
-    cell.model.update(family="theory", d=cfg.atlas.d, seq_len=cfg.atlas.seq_len, tied=tied)
-    cell.train.update(num_steps=cfg.atlas.train_steps, log_every=cfg.atlas.train_steps)
-    experiment.validate(cell)
-    return cell
+Train = Callable[[bool], tuple[ml_collections.ConfigDict, Any]]  # tied -> (config, RunResult)
 
 
 def _trained_points(
-    cfg: ml_collections.ConfigDict, pi: Any, tied: bool, progress: Progress
+    cfg: ml_collections.ConfigDict, pi: Any, tied: bool, progress: Progress, train: Train
 ) -> list:
-    """Train `train_seeds` runs of one tying; each run's final parameters as a float64 Point of
-    theta_pi's (`pi`) exact population loss: its model and inputs (all 2^N sequences, notes §4)."""
-    from landscape.markov import experiment  # experiment imports this module
-
-    cell = _train_config(cfg, tied)
+    """Train `train_seeds` runs of one tying (`train`, the experiment's training); each run's
+    final parameters as a float64 Point of theta_pi's (`pi`) exact population loss: its model
+    and inputs (all 2^N sequences, notes §4)."""
+    cell, result = train(tied)
     p, q = cell.chain.p, cell.chain.q
     model = pi.meta["model"]
     trained = model_lib.from_config(cell).clone(dtype=None, param_dtype=model.param_dtype)
@@ -170,7 +156,6 @@ def _trained_points(
     if progress:
         which = "tied" if tied else "untied"
         progress(f"atlas: training {cell.num_seeds} {which} runs at (p, q) = ({p:g}, {q:g})")
-    result = experiment.train_group(cell, {}, progress=None)["result"]
     found = []
     for run in range(result.num_runs):
         params = jax.tree.map(
@@ -200,13 +185,13 @@ def expected_basin(p: float, q: float, tied: bool) -> str:
 
 
 def _trained_rows(
-    cfg: ml_collections.ConfigDict, tied: bool, progress: Progress
+    cfg: ml_collections.ConfigDict, tied: bool, progress: Progress, train: Train
 ) -> tuple[list[dict], list[spectra.SpectralDensity]]:
     """The probes at one tying's trained points (one vmapped call each): gradient norm, dense
     Hessian, SLQ density, and the loss against L(theta_pi) and L(theta_star)."""
     p, q = (float(x) for x in cfg.atlas.train_cell)
     pi = _theta_pi(cfg, p, q, tied)
-    pts = _trained_points(cfg, pi, tied, progress)
+    pts = _trained_points(cfg, pi, tied, progress, train)
     star = points.theta_star(p, q, d=cfg.atlas.d, seq_len=cfg.atlas.seq_len, tied=tied)
     loss_pi, loss_star = pi.loss(), star.loss()
     gradients = gradient.gradient_at(pts)
@@ -246,13 +231,13 @@ def _trained_rows(
 
 
 def _trained(
-    cfg: ml_collections.ConfigDict, progress: Progress
+    cfg: ml_collections.ConfigDict, progress: Progress, train: Train | None
 ) -> tuple[list[dict], list[spectra.SpectralDensity]]:
-    """The trained points of both tyings (none when atlas.train_steps = 0)."""
-    if not cfg.atlas.train_steps:
+    """The trained points of both tyings (none when atlas.train_steps = 0 or without `train`)."""
+    if not cfg.atlas.train_steps or train is None:
         return [], []
-    tied_rows, tied_densities = _trained_rows(cfg, True, progress)
-    untied_rows, untied_densities = _trained_rows(cfg, False, progress)
+    tied_rows, tied_densities = _trained_rows(cfg, True, progress, train)
+    untied_rows, untied_densities = _trained_rows(cfg, False, progress, train)
     return tied_rows + untied_rows, tied_densities + untied_densities
 
 
@@ -442,11 +427,14 @@ def draw_trained(trained: list[dict], densities: list[spectra.SpectralDensity]) 
 
 
 def run_atlas(
-    cfg: ml_collections.ConfigDict, workdir: records.Workdir, progress: Progress = print
+    cfg: ml_collections.ConfigDict,
+    workdir: records.Workdir,
+    progress: Progress = print,
+    train: Train | None = None,
 ) -> dict[str, Any]:
     """The atlas of `cfg.atlas`'s grid: tables (hessians, escapes, paths .csv), figures
-    (atlas.png, density.png) and claims against Thms 2-3; with atlas.train_steps > 0 also the
-    trained points (trained.csv, density_trained.png, notes §11.4)."""
+    (atlas.png, density.png) and claims against Thms 2-3; with atlas.train_steps > 0 and the
+    experiment's `train` also the trained points (trained.csv, density_trained.png, §11.4)."""
     hessians = _hessian_rows(cfg, True, progress) + _hessian_rows(cfg, False, progress)
     saddles = [r for r in hessians if r["verdict"] == "saddle"]
     escapes = _escape_rows(cfg, saddles)
@@ -454,7 +442,7 @@ def run_atlas(
         progress(f"atlas: escape directions at {len(saddles)} saddles; paths to theta_star")
     paths, path_results = _path_rows(cfg)
     density = _density(cfg)
-    trained, trained_densities = _trained(cfg, progress)
+    trained, trained_densities = _trained(cfg, progress, train)
     for name, rows in (("hessians", hessians), ("escapes", escapes), ("paths", paths)):
         workdir.save_table(name, rows)
     if trained:

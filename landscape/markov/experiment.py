@@ -537,6 +537,28 @@ def train_group(
     return dict(fields=fields, cfg=cell, grid=grid, result=result)
 
 
+def atlas_training_config(cfg: ml_collections.ConfigDict, tied: bool) -> ml_collections.ConfigDict:
+    """The engine's config for the trained points: the theory model (no LayerNorm, ReLU) at
+    atlas.train_cell, d and seq_len, with the notes' CPU recipe (notes/markov.md §11.3)."""
+    cell = default_config()
+    p, q = cfg.atlas.train_cell
+    cell.name = f"{cfg.name}_trained"
+    cell.update(seed=cfg.seed, num_seeds=cfg.atlas.train_seeds)
+    cell.chain.update(p=float(p), q=float(q))
+    cell.model.update(family="theory", d=cfg.atlas.d, seq_len=cfg.atlas.seq_len, tied=tied)
+    cell.train.update(num_steps=cfg.atlas.train_steps, log_every=cfg.atlas.train_steps)
+    validate(cell)
+    return cell
+
+
+def _atlas_train(
+    cfg: ml_collections.ConfigDict, tied: bool
+) -> tuple[ml_collections.ConfigDict, training.RunResult]:
+    """The atlas's trained runs of one tying: its config and their result."""
+    cell = atlas_training_config(cfg, tied)
+    return cell, train_group(cell, {}, progress=None)["result"]
+
+
 def run(
     cfg: ml_collections.ConfigDict, workdir: records.Workdir, progress: Progress = print
 ) -> dict[str, Any]:
@@ -545,7 +567,7 @@ def run(
     if cfg.experiment == "landscape":
         return run_landscape(cfg, workdir, progress)
     if cfg.experiment == "atlas":
-        return atlas.run_atlas(cfg, workdir, progress)
+        return atlas.run_atlas(cfg, workdir, progress, train=functools.partial(_atlas_train, cfg))
     groups, cells = [], config_lib.structural_cells(cfg, TRACED)
     for i, fields in enumerate(cells):
         if fields and progress:

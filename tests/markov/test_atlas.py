@@ -79,7 +79,7 @@ def _h2(x):
 def test_no_training_steps_no_trained_points():
     cfg = _tiny()
     cfg.atlas.train_steps = 0
-    assert atlas._trained(cfg, progress=None) == ([], [])
+    assert atlas._trained(cfg, progress=None, train=None) == ([], [])
 
 
 def test_reached_uses_a_quarter_of_the_gap():
