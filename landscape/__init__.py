@@ -11,21 +11,31 @@ from typing import TYPE_CHECKING, Any
 
 from landscape.engine.host import setup
 from landscape.point import Point, param_names, params_table, restrict
-from landscape.probes.curvature import hessian_at
-from landscape.probes.gradient import gradient_at, hvp
-from landscape.probes.lanczos import lanczos_spectrum
+from landscape.probes.curvature import FocusReport, Hessian, hessian_at
+from landscape.probes.gradient import Gradient, gradient_at, hvp
+from landscape.probes.lanczos import Spectrum, lanczos_spectrum
+from landscape.probes.results import Curvature, Result
 
 if TYPE_CHECKING:
-    from landscape.probes.eigen import eigenpairs, escape_directions
-    from landscape.probes.gauss_newton import ggn_at
+    from landscape.probes.eigen import Eigenpairs, EscapeDirections, eigenpairs, escape_directions
+    from landscape.probes.gauss_newton import GaussNewton, ggn_at
     from landscape.probes.geometry import (
+        PathResult,
+        SliceResult,
         bezier_path,
         direction_to,
         path,
         random_direction,
         slice_2d,
     )
-    from landscape.probes.spectra import diagonal, spectral_density, trace
+    from landscape.probes.spectra import (
+        DiagonalEstimate,
+        SpectralDensity,
+        TraceEstimate,
+        diagonal,
+        spectral_density,
+        trace,
+    )
 
 PAPERS = ("markov", "ngrams", "recall", "scan_snap")
 # The engine's modules, where scripts import them from: `from landscape import sweeps, training`.
@@ -55,6 +65,15 @@ PROBES = {  # name: module of landscape/probes/; loaded on first use, like the p
     "slice_2d": "geometry",
     "random_direction": "geometry",
     "direction_to": "geometry",
+    # their results
+    "SpectralDensity": "spectra",
+    "TraceEstimate": "spectra",
+    "DiagonalEstimate": "spectra",
+    "Eigenpairs": "eigen",
+    "EscapeDirections": "eigen",
+    "GaussNewton": "gauss_newton",
+    "PathResult": "geometry",
+    "SliceResult": "geometry",
 }
 
 
@@ -92,6 +111,21 @@ __all__ = [
     "slice_2d",
     "random_direction",
     "direction_to",
+    # results: every one has point, finite, describe(), summary(); kind() where it judges
+    "Curvature",
+    "Result",
+    "Gradient",
+    "Hessian",
+    "FocusReport",
+    "Spectrum",
+    "SpectralDensity",
+    "TraceEstimate",
+    "DiagonalEstimate",
+    "Eigenpairs",
+    "EscapeDirections",
+    "GaussNewton",
+    "PathResult",
+    "SliceResult",
     "markov",
     "ngrams",
     "recall",

@@ -10,6 +10,7 @@ from landscape.point import Point, param_names, params_table
 from landscape.probes.curvature import hessian_at
 from landscape.probes.gradient import gradient_at, hvp
 from landscape.probes.lanczos import lanczos_spectrum
+from landscape.probes.results import Curvature
 
 
 def _random_symmetric(dim, seed):
@@ -127,7 +128,8 @@ def test_saddle_eigenvalues_and_tolerances():
     assert hessian.num_negative() == 1 and hessian.num_zero() == 0
     # An absolute tolerance above |λ| turns every eigenvalue into a zero mode.
     assert hessian.num_zero(tol=3.0) == 2
-    assert hessian.verdict(tol=3.0).startswith("degenerate minimum candidate")
+    assert hessian.kind(tol=3.0) is Curvature.DEGENERATE_MINIMUM
+    assert "degenerate minimum candidate" in hessian.verdict(tol=3.0)
 
 
 def test_hvp_equals_dense_hessian_times_vector():
@@ -162,8 +164,8 @@ def test_lanczos_recovers_extreme_and_full_spectrum():
 
     spectrum = lanczos_spectrum(point, num_iters=80, key=jax.random.key(1))
     assert spectrum.ritz_values.size == 80
-    assert spectrum.min == pytest.approx(exact[0], rel=1e-8)
-    assert spectrum.max == pytest.approx(exact[-1], rel=1e-8)
+    assert spectrum.lambda_min == pytest.approx(exact[0], rel=1e-8)
+    assert spectrum.lambda_max == pytest.approx(exact[-1], rel=1e-8)
     assert spectrum.weights.sum() == pytest.approx(1.0, rel=1e-12)
     assert "negative curvature found → saddle" in spectrum.verdict()
 
@@ -229,7 +231,7 @@ def test_joint_blocks_and_focus_verdict():
     params = {"x": jnp.zeros(2), "y": jnp.zeros(3), "b": jnp.zeros(())}
     plain = hessian_at(Point(params, loss))
     np.testing.assert_allclose(plain.block(["b", "x"]), np.diag([1.0, 2.0, 6.0]))
-    assert plain.verdict().startswith("degenerate minimum candidate")
+    assert plain.kind() is Curvature.DEGENERATE_MINIMUM
     focused = hessian_at(
         Point(
             params,
@@ -249,7 +251,7 @@ def test_joint_blocks_and_focus_verdict():
     saddle = hessian_at(
         Point(params, lambda p: loss(p) - p["y"][0] ** 2, meta={"focus_blocks": ["b", "x"]})
     )
-    assert saddle.verdict().startswith("saddle (1 negative")
+    assert saddle.kind() is Curvature.SADDLE and "saddle (1 negative" in saddle.verdict()
 
 
 def test_restrict_gives_the_block_of_the_full_hessian():
@@ -284,11 +286,13 @@ def test_a_point_that_is_not_critical_gets_no_curvature_verdict():
     point = Point({"x": jnp.asarray(1.0), "y": jnp.asarray(0.0)}, loss, name="off-critical")
     hessian = hessian_at(point)
     np.testing.assert_allclose(hessian.eigenvalues, [-2.0, 1.0])  # a saddle's spectrum
-    assert hessian.verdict().startswith("not stationary (|g| = 1.000e+00 > sqrt(eps) max(1, |L|)")
+    assert hessian.kind() is Curvature.NOT_STATIONARY
+    assert "not stationary (|g| = 1.000e+00 > sqrt(eps) max(1, |L|)" in hessian.verdict()
     assert "verdict (measured)   not stationary" in hessian.describe()
-    assert lanczos_spectrum(point, num_iters=2).verdict().startswith("not stationary")
+    assert lanczos_spectrum(point, num_iters=2).kind() is Curvature.NOT_STATIONARY
     at_origin = hessian_at(point.with_params({"x": jnp.asarray(0.0), "y": jnp.asarray(0.0)}))
-    assert at_origin.gradient.verdict().startswith("stationary (|g| = 0.000e+00")
+    assert at_origin.gradient.kind() is Curvature.STATIONARY
+    assert "stationary (|g| = 0.000e+00" in at_origin.gradient.verdict()
     assert at_origin.verdict() == "saddle (1 negative eigenvalue)"
 
 

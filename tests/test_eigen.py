@@ -98,7 +98,7 @@ def test_untied_alpha_block_escape_directions_are_thm3_negative_eigenvalues():
     assert np.all(closed[D_EMBED:] > 0)
     escape = eigen.escape_directions(_alpha_block(False))
     assert escape.stationary and escape.gradient.norm < 1e-12
-    assert escape.num_negative == D_EMBED
+    assert escape.num_negative() == D_EMBED
     np.testing.assert_allclose(escape.values, negative, rtol=1e-10)
     assert np.all(escape.residuals < 1e-8)
     # the eigenvectors of [[0, s I], [s I, 0]] for -|s|, s = p+q-1 > 0: a = -e, b untouched

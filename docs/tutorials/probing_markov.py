@@ -98,8 +98,8 @@ untied_closed_form = np.sort(
 untied_alpha = np.linalg.eigvalsh(H_untied.block(["b", "a", "e"]))
 print("untied α eigenvalues", untied_alpha)
 print("       closed form  ", untied_closed_form)
-print("largest |H| entry outside α:", H.focus_report()["outside"])
-print("verdicts:", H.verdict().split(" (")[0], "(tied);", H_untied.verdict(), "(untied)")
+print("largest |H| entry outside α:", H.focus_report().outside)
+print("kinds:", H.kind().value, "(tied);", H_untied.kind().value, "(untied)")
 np.testing.assert_allclose(tied_alpha, tied_closed_form, rtol=1e-10)
 np.testing.assert_allclose(untied_alpha, untied_closed_form, rtol=1e-10)
 

@@ -18,7 +18,7 @@ import numpy as np
 from landscape.engine import plotting, records
 from landscape.markov import model as model_lib
 from landscape.markov import points
-from landscape.probes import curvature, eigen, gauss_newton, geometry, gradient, spectra
+from landscape.probes import curvature, eigen, gauss_newton, geometry, gradient, results, spectra
 
 Progress = Callable[[str], object] | None
 _SECOND_ORDER_RTOL = 0.01  # |ΔL / (ε² λ / 2) - 1| at the smallest ε
@@ -29,9 +29,9 @@ BOUNDARY_GAP = 1e-9  # cells this close to p + q = 1 are degenerate (zero alpha 
 SLQ_RESOLUTION = 1e-4
 
 
-def expected_verdict(p: float, q: float, tied: bool) -> str:
+def expected_kind(p: float, q: float, tied: bool) -> results.Curvature:
     """Thm 2: tied and p + q > 1, a local minimum; Thm 3 and p + q < 1: a saddle."""
-    return "local minimum" if tied and p + q > 1 else "saddle"
+    return results.Curvature.MINIMUM if tied and p + q > 1 else results.Curvature.SADDLE
 
 
 def _cells(cfg: ml_collections.ConfigDict) -> list[tuple[float, float]]:
@@ -65,13 +65,13 @@ def _hessian_rows(cfg: ml_collections.ConfigDict, tied: bool, progress: Progress
                 "tied": tied,
                 "p": p,
                 "q": q,
-                "verdict": h.verdict().split(" (")[0],
-                "expected": expected_verdict(p, q, tied),
+                "kind": h.kind().value,
+                "expected": expected_kind(p, q, tied).value,
                 "smallest_eigenvalue": float(h.eigenvalues[0]),
-                "alpha_smallest": float(focus["min"]),
+                "alpha_smallest": float(focus.lambda_min),
                 "num_negative": int(np.sum(h.eigenvalues < -tol)),
                 "alpha_error": float(
-                    np.max(np.abs(focus["eigenvalues"] - np.sort(pt.meta["focus_prediction"])))
+                    np.max(np.abs(focus.eigenvalues - np.sort(pt.meta["focus_prediction"])))
                 ),
                 "ggn_negative": int(np.sum(g.ggn_eigenvalues < -tol)),
                 "remainder_smallest": float(g.remainder_eigenvalues[0]),
@@ -89,13 +89,13 @@ def _escape_rows(cfg: ml_collections.ConfigDict, saddles: list[dict]) -> list[di
             continue
         found = eigen.escape_directions([_theta_pi(cfg, p, q, tied) for p, q in cells])
         for (p, q), esc in zip(cells, found, strict=True):
-            ratios = esc.ratios[:, 0] if esc.num_negative else np.array([np.nan])
+            ratios = esc.ratios[:, 0] if esc.num_negative() else np.array([np.nan])
             rows.append(
                 {
                     "tied": tied,
                     "p": p,
                     "q": q,
-                    "directions": esc.num_negative,
+                    "directions": esc.num_negative(),
                     "worst_ratio_error": float(np.max(np.abs(ratios - 1))),
                 }
             )
@@ -297,10 +297,10 @@ def _claims(
     """Thms 2-3 cell by cell, the closed-form alpha eigenvalues, the escape directions' second
     order, the Gauss-Newton split, the tied minima's barriers and SLQ's negative mass; and, with
     `trained` rows, where training ends and SLQ at the trained points."""
-    wrong = [r for r in hessians if r["verdict"] != r["expected"]]
+    wrong = [r for r in hessians if r["kind"] != r["expected"]]
     worst_alpha = max(r["alpha_error"] for r in hessians)
     worst_ratio = max((r["worst_ratio_error"] for r in escapes), default=0.0)
-    saddles = [r for r in hessians if r["expected"] == "saddle"]
+    saddles = [r for r in hessians if r["expected"] == results.Curvature.SADDLE.value]
     minima = [r for r in paths if r["tied"] and r["p"] + r["q"] > 1]
     slq, exact_negative, (p, q) = density
     mass, stderr = slq.mass(-np.inf, -1e-6)
@@ -308,8 +308,8 @@ def _claims(
         records.claim(
             f"theta_pi over the grid ({len(hessians)} cells, tied and untied): verdict",
             f"{len(hessians) - len(wrong)}/{len(hessians)} cells agree"
-            + "".join(f"; {_cell(r)}: {r['verdict']}" for r in wrong[:3]),
-            "local minimum where tied and p + q > 1, saddle elsewhere",
+            + "".join(f"; {_cell(r)}: {r['kind']}" for r in wrong[:3]),
+            "minimum where tied and p + q > 1, saddle elsewhere",
             not wrong,
             "Thms 2-3, notes/markov.md §6.5",
         ),
@@ -383,7 +383,7 @@ def draw(cfg: ml_collections.ConfigDict, hessians: list[dict], paths: list[tuple
             s=160,
         )
         for r in rows:
-            mark = "o" if r["verdict"] == "local minimum" else "x"
+            mark = "o" if r["kind"] == results.Curvature.MINIMUM.value else "x"
             ax.scatter(r["p"], r["q"], marker=mark, color="black", s=30)
         ax.plot([0, 1], [1, 0], "k--", linewidth=1)
         ax.set(xlim=(0, 1), ylim=(0, 1), xlabel="p", ylabel="q")
@@ -436,7 +436,7 @@ def run_atlas(
     (atlas.png, density.png) and claims against Thms 2-3; with atlas.train_steps > 0 and the
     experiment's `train` also the trained points (trained.csv, density_trained.png, §11.4)."""
     hessians = _hessian_rows(cfg, True, progress) + _hessian_rows(cfg, False, progress)
-    saddles = [r for r in hessians if r["verdict"] == "saddle"]
+    saddles = [r for r in hessians if r["kind"] == results.Curvature.SADDLE.value]
     escapes = _escape_rows(cfg, saddles)
     if progress:
         progress(f"atlas: escape directions at {len(saddles)} saddles; paths to theta_star")

@@ -622,25 +622,21 @@ def run_landscape(
             focus = H.focus_report()
             assert focus is not None  # theta_pi names its focus blocks
             predicted = np.sort(point.meta["focus_prediction"])
-            ok = (
-                np.allclose(focus["eigenvalues"], predicted, atol=1e-10)
-                and focus["outside"] < 1e-10
-            )
-            verdict = H.verdict()
-            expected_verdict = "local minimum" if tied and p + q > 1 else "saddle"
+            ok = np.allclose(focus.eigenvalues, predicted, atol=1e-10) and focus.outside < 1e-10
+            kind, expected_kind = H.kind(), atlas.expected_kind(p, q, tied)
             claims.append(
                 records.claim(
                     f"theta_pi ({'tied' if tied else 'untied'}, p={p:g}, q={q:g}): alpha-block "
                     f"eigenvalues and verdict",
                     {
-                        "alpha eigenvalues": np.round(focus["eigenvalues"], 6).tolist(),
-                        "verdict": verdict.split(" (")[0],
+                        "alpha eigenvalues": np.round(focus.eigenvalues, 6).tolist(),
+                        "verdict": kind.value,
                     },
                     {
                         "alpha eigenvalues": np.round(predicted, 6).tolist(),
-                        "verdict": expected_verdict,
+                        "verdict": expected_kind.value,
                     },
-                    ok and verdict.startswith(expected_verdict),
+                    ok and kind is expected_kind,
                     "Thms 2-3, notes §6.5",
                 )
             )
@@ -668,9 +664,9 @@ def run_landscape(
             records.claim(
                 f"multi-state unigram point (S={ls.multistate_states}, p={p:g}): "
                 "(b, E) eigenvalues (the notes' derivation)",
-                np.round(focus["eigenvalues"], 6).tolist(),
+                np.round(focus.eigenvalues, 6).tolist(),
                 np.round(predicted, 6).tolist(),
-                np.allclose(focus["eigenvalues"], predicted, atol=1e-10),
+                np.allclose(focus.eigenvalues, predicted, atol=1e-10),
                 "notes §6.8",
             )
         )

@@ -15,6 +15,7 @@ import numpy as np
 from jax.scipy.special import xlogy
 
 from landscape.markov import task
+from landscape.probes.results import Curvature
 from landscape.typing import ArrayLike
 
 # --------------------------------------------------------------------------------------------------
@@ -227,14 +228,36 @@ def alpha_spectrum(p: ArrayLike, q: ArrayLike, d: int, tied: bool = True) -> jax
     return jnp.sort(jnp.concatenate(values))
 
 
-def theta_pi_verdict(p: float, q: float, pos: ArrayLike | None = None, tied: bool = True) -> str:
-    """What theta_pi is, with the reason (Thm 2 / Schur criterion, notes §6.2; Thm 3, §6.3).
+def _schur_smallest(p: float, q: float, pos: ArrayLike | None) -> float:
+    """The smallest eigenvalue of 2(p+q-1) I + Cov(p_n), the Schur criterion of Thm 2 (§6.2)."""
+    cov_DD = np.zeros((1, 1))
+    if pos is not None:
+        pos_ND = np.asarray(pos, dtype=np.float64)
+        centred_ND = pos_ND - pos_ND.mean(axis=0)
+        cov_DD = centred_ND.T @ centred_ND / pos_ND.shape[0]
+    return float(np.linalg.eigvalsh(2.0 * (p + q - 1.0) * np.eye(len(cov_DD)) + cov_DD)[0])
 
-    Tied: a local minimum iff 2(p+q-1) I + Cov(p_n) is PD, else a saddle. Untied: a saddle
-    whenever p + q != 1. At p + q = 1, H(pi) = L_star, so theta_pi is a global minimum.
-    """
+
+def theta_pi_kind(p: float, q: float, pos: ArrayLike | None = None, tied: bool = True) -> Curvature:
+    """What theta_pi is (Thm 2 / Schur criterion, notes §6.2; Thm 3, §6.3): tied, a MINIMUM iff
+    2(p+q-1) I + Cov(p_n) is PD, a SADDLE if it has a negative eigenvalue, else INCONCLUSIVE;
+    untied, a SADDLE whenever p + q != 1; at p + q = 1 a (global) MINIMUM."""
+    p, q = float(p), float(q)
+    if abs(p + q - 1.0) <= 1e-12:
+        return Curvature.MINIMUM
+    if not tied:
+        return Curvature.SADDLE
+    smallest = _schur_smallest(p, q, pos)
+    if smallest > 1e-12:
+        return Curvature.MINIMUM
+    return Curvature.SADDLE if smallest < -1e-12 else Curvature.INCONCLUSIVE
+
+
+def theta_pi_verdict(p: float, q: float, pos: ArrayLike | None = None, tied: bool = True) -> str:
+    """`theta_pi_kind` as a sentence, with the reason."""
     p, q = float(p), float(q)
     switch = p + q - 1.0
+    kind = theta_pi_kind(p, q, pos, tied)
     if abs(switch) <= 1e-12:
         return (
             "global minimum (p + q = 1: x_{n+1} is independent of x_n, so H(pi) equals the "
@@ -245,16 +268,10 @@ def theta_pi_verdict(p: float, q: float, pos: ArrayLike | None = None, tied: boo
             f"saddle (Thm 3: the a-e block pi0 pi1 (p+q-1) [[0, I], [I, 0]] has eigenvalues "
             f"+-{abs(switch):.4g} pi0 pi1, indefinite since p + q != 1; notes §6.3)"
         )
-    cov_DD = np.zeros((1, 1))
-    if pos is not None:
-        pos_ND = np.asarray(pos, dtype=np.float64)
-        centred_ND = pos_ND - pos_ND.mean(axis=0)
-        cov_DD = centred_ND.T @ centred_ND / pos_ND.shape[0]
-    smallest = float(np.linalg.eigvalsh(2.0 * switch * np.eye(len(cov_DD)) + cov_DD)[0])
-    schur = f"2(p+q-1) I + Cov(p_n) has smallest eigenvalue {smallest:.4g}"
-    if smallest > 1e-12:
+    schur = f"2(p+q-1) I + Cov(p_n) has smallest eigenvalue {_schur_smallest(p, q, pos):.4g}"
+    if kind is Curvature.MINIMUM:
         return f"local minimum (Thm 2 / Schur criterion: {schur} > 0, notes §6.2)"
-    if smallest < -1e-12:
+    if kind is Curvature.SADDLE:
         return f"saddle (Thm 2 / Schur criterion: {schur} < 0, notes §6.2)"
     return f"degenerate (Schur criterion: {schur}; the second-order test is inconclusive)"
 

@@ -35,19 +35,23 @@ from landscape.probes import compiled
 from landscape.probes.gradient import Gradient, _program_arguments, gradient_at
 from landscape.probes.lanczos import Spectrum, lanczos_spectrum
 from landscape.probes.results import (
-    _NO_SPECTRUM,
+    NO_SPECTRUM,
     NON_FINITE,
-    _check_tol,
-    _default_tol,
-    _header,
-    _name_width,
-    _nonfinite_lines,
-    _nonfinite_matrix_blocks,
-    _not_stationary,
-    _numbers,
-    _spectrum_lines,
-    _verdict,
-    _verdict_lines,
+    Curvature,
+    check_tol,
+    counts,
+    curvature_kind,
+    default_tol,
+    format_numbers,
+    header_lines,
+    name_width,
+    nonfinite_lines,
+    nonfinite_matrix_blocks,
+    not_stationary,
+    point_row,
+    spectrum_lines,
+    verdict_lines,
+    verdict_sentence,
 )
 from landscape.typing import PyTree
 
@@ -74,7 +78,7 @@ class Hessian:
 
     def nonfinite_blocks(self) -> dict[str, str]:
         """{"a" or "a × b": "n NaN, m inf"} for the blocks holding non-finite entries."""
-        return _nonfinite_matrix_blocks(self.matrix, self.names)
+        return nonfinite_matrix_blocks(self.matrix, self.names)
 
     @functools.cached_property
     def _eigh(self) -> tuple[np.ndarray, np.ndarray]:
@@ -107,8 +111,8 @@ class Hessian:
     def tolerance(self, tol: float | None = None) -> float:
         """`tol` if given, else the default relative tolerance (module docstring); NaN for a
         non-finite matrix."""
-        _check_tol(tol)
-        return _default_tol(self.eigenvalues, self.matrix.dtype) if tol is None else tol
+        check_tol(tol)
+        return default_tol(self.eigenvalues, self.matrix.dtype) if tol is None else tol
 
     def num_negative(self, tol: float | None = None) -> int:
         self._require_finite("num_negative")
@@ -118,29 +122,66 @@ class Hessian:
         self._require_finite("num_zero")
         return int(np.sum(np.abs(self.eigenvalues) <= self.tolerance(tol)))
 
-    def verdict(self, tol: float | None = None) -> str:
-        """A curvature verdict from the spectrum; "non-finite", or "not stationary" when the
-        gradient is not small (`Gradient.stationarity_tol`), before any (module docstring)."""
+    def num_positive(self, tol: float | None = None) -> int:
+        self._require_finite("num_positive")
+        return int(np.sum(self.eigenvalues > self.tolerance(tol)))
+
+    @property
+    def lambda_min(self) -> float:
+        """The smallest eigenvalue (NaN for a non-finite matrix)."""
+        return float(self.eigenvalues[0])
+
+    @property
+    def lambda_max(self) -> float:
+        """The largest eigenvalue (NaN for a non-finite matrix)."""
+        return float(self.eigenvalues[-1])
+
+    def kind(self, tol: float | None = None) -> Curvature:
+        """What the Hessian shows (`Curvature`): NON_FINITE, NOT_STATIONARY when the gradient is
+        not small (`Gradient.stationarity_tol`), else the kind of its spectrum; a focus block
+        that is positive definite with zero elsewhere makes a MINIMUM (docs/design/curvature.md)."""
         tol = self.tolerance(tol)
         if not self.finite:
-            return NON_FINITE
+            return Curvature.NON_FINITE
         if not self.gradient.stationary:
-            return _not_stationary(self.gradient)
-        focus = self.focus_report(tol)
-        if focus and self.num_negative(tol) == 0 and focus["min"] > tol and focus["outside"] <= tol:
+            return Curvature.NOT_STATIONARY
+        if self._focus_minimum(tol):
+            return Curvature.MINIMUM
+        return curvature_kind(self.eigenvalues, tol)
+
+    def verdict(self, tol: float | None = None) -> str:
+        """`kind()` as a sentence, with the counts or the bound that decided it."""
+        tol = self.tolerance(tol)
+        kind = self.kind(tol)
+        if kind is Curvature.NON_FINITE:
+            return NON_FINITE
+        if kind is Curvature.NOT_STATIONARY:
+            return not_stationary(self.gradient)
+        focus = self._focus_minimum(tol)
+        if focus:
             return (
-                f"local minimum (PSD: positive definite on {', '.join(focus['names'])}, zero "
+                f"local minimum (PSD: positive definite on {', '.join(focus.names)}, zero "
                 f"elsewhere; {self.point.meta.get('flat_argument', 'flat directions unchecked')})"
             )
-        return _verdict(self.eigenvalues, tol)
+        return verdict_sentence(self.eigenvalues, tol)
 
-    def focus_report(self, tol: float | None = None) -> dict | None:
-        """Spectrum of the focus block and the largest |entry| outside it (None without focus).
+    def _focus_minimum(self, tol: float) -> FocusReport | None:
+        """The focus report when it proves a minimum: no negative eigenvalue, the focus block
+        positive definite and nothing outside it (the flat directions argued in meta)."""
+        focus = self.focus_report(tol)
+        if (
+            focus
+            and self.num_negative(tol) == 0
+            and focus.lambda_min > tol
+            and focus.outside <= tol
+        ):
+            return focus
+        return None
 
-        "finite" says whether the focus block's entries are all finite; if not, its eigenvalues
-        are NaN (not computed); "outside" is NaN when an entry outside the block is non-finite.
-        """
-        _check_tol(tol)
+    def focus_report(self, tol: float | None = None) -> FocusReport | None:
+        """The focus block's spectrum and the largest |entry| outside it (None without
+        `meta["focus_blocks"]`)."""
+        check_tol(tol)
         names = self.point.meta.get("focus_blocks")
         if not names:
             return None
@@ -155,20 +196,38 @@ class Hessian:
         rest = (
             (np.abs(rows).max() if np.all(np.isfinite(rows)) else np.nan) if outside.size else 0.0
         )
-        return {
-            "names": list(names),
-            "eigenvalues": eigenvalues,
-            "min": eigenvalues[0],
-            "outside": float(rest),
-            "finite": finite,
-        }
+        return FocusReport(self.point, list(names), eigenvalues, float(rest), finite)
+
+    def summary(self, tol: float | None = None) -> dict[str, Any]:
+        """One row: the point, D, dtype, kind, loss, gradient norm, the extreme eigenvalues, the
+        negative, zero and positive counts at the tolerance (NaN counts when non-finite)."""
+        tol = self.tolerance(tol)
+        finite_matrix = bool(np.all(np.isfinite(self.matrix)))
+        negative, zero, positive = (
+            counts(self.eigenvalues, tol) if finite_matrix else (np.nan, np.nan, np.nan)
+        )
+        return point_row(
+            self.point,
+            self.matrix.shape[0],
+            self.matrix.dtype,
+            kind=self.kind(tol).value,
+            loss=self.gradient.loss,
+            grad_norm=self.gradient.norm,
+            lambda_min=self.lambda_min,
+            lambda_max=self.lambda_max,
+            num_negative=negative,
+            num_zero=zero,
+            num_positive=positive,
+            tol=tol,
+            finite=self.finite,
+        )
 
     def describe(self, tol: float | None = None) -> str:
         """Loss, gradient norm, per-block eigenvalues and norms, spectrum, verdict and
         prediction."""
         tol = self.tolerance(tol)
-        width = _name_width(self.names)
-        lines = _header("Hessian", self.gradient, self.matrix.dtype)
+        width = name_width(self.names)
+        lines = header_lines("Hessian", self.gradient, self.matrix.dtype)
         lines += [
             "",
             "diagonal blocks",
@@ -188,18 +247,18 @@ class Hessian:
                 f"{block_eigenvalues[-1]:>13.5g}{np.linalg.norm(block):>13.5g}"
             )
         if not self.finite:
-            lines += [""] + _nonfinite_lines(self.gradient, self.nonfinite_blocks())
+            lines += [""] + nonfinite_lines(self.gradient, self.nonfinite_blocks())
             lines += [
                 "",
                 (
-                    _NO_SPECTRUM
+                    NO_SPECTRUM
                     if not np.all(np.isfinite(self.matrix))
                     else "the Hessian is finite but the loss or gradient is not, so no "
                     "curvature verdict is given"
                 )
                 + ".",
             ]
-            lines += [""] + _verdict_lines(self.verdict(), self.point)
+            lines += [""] + verdict_lines(self.verdict(), self.point)
             return "\n".join(lines)
         coupled = [
             (a, b, np.linalg.norm(self.matrix[sa, sb]))
@@ -212,20 +271,67 @@ class Hessian:
         if focus:
             lines += [
                 "",
-                f"focus block ({', '.join(focus['names'])})",
-                f"  eigenvalues  {_numbers(focus['eigenvalues'])}",
+                f"focus block ({', '.join(focus.names)})",
+                f"  eigenvalues  {format_numbers(focus.eigenvalues)}",
             ]
             if "focus_prediction" in self.point.meta:
-                lines.append(f"  predicted    {_numbers(self.point.meta['focus_prediction'])}")
+                lines.append(
+                    f"  predicted    {format_numbers(self.point.meta['focus_prediction'])}"
+                )
             lines.append(
-                f"  max |H| outside the focus block (rows and columns): {focus['outside']:.3g}"
+                f"  max |H| outside the focus block (rows and columns): {focus.outside:.3g}"
             )
-        lines += [""] + _spectrum_lines(self.eigenvalues, tol, "spectrum")
-        lines += [""] + _verdict_lines(self.verdict(tol), self.point)
+        lines += [""] + spectrum_lines(self.eigenvalues, tol, "spectrum")
+        lines += [""] + verdict_lines(self.verdict(tol), self.point)
         return "\n".join(lines)
 
     def __repr__(self) -> str:
-        return f"Hessian({self.point.name!r}, D={self.matrix.shape[0]}, dtype={self.matrix.dtype})"
+        return (
+            f"Hessian({self.point.name!r}, D={self.matrix.shape[0]}, dtype={self.matrix.dtype}, "
+            f"kind={self.kind().value!r})"
+        )
+
+
+@dataclasses.dataclass(frozen=True, eq=False, repr=False)
+class FocusReport:
+    """The spectrum of a Hessian's focus block (`meta["focus_blocks"]`, e.g. the alpha block of
+    Thm 2) and the largest |entry| in its other rows and columns. `eigenvalues` are NaN when the
+    block holds a non-finite entry (`finite` False); `outside` is NaN when a row outside it does."""
+
+    point: Point
+    names: list[str]
+    eigenvalues: np.ndarray
+    outside: float
+    finite: bool
+
+    @property
+    def lambda_min(self) -> float:
+        return float(self.eigenvalues[0])
+
+    @property
+    def lambda_max(self) -> float:
+        return float(self.eigenvalues[-1])
+
+    def describe(self) -> str:
+        return (
+            f"focus block ({', '.join(self.names)}) at {self.point.name or '<unnamed point>'}: "
+            f"eigenvalues {format_numbers(self.eigenvalues)}; max |H| outside {self.outside:.3g}"
+        )
+
+    def summary(self) -> dict[str, Any]:
+        return point_row(
+            self.point,
+            self.eigenvalues.size,
+            self.eigenvalues.dtype,
+            focus="+".join(self.names),
+            lambda_min=self.lambda_min,
+            lambda_max=self.lambda_max,
+            outside=self.outside,
+            finite=self.finite,
+        )
+
+    def __repr__(self) -> str:
+        return f"FocusReport({'+'.join(self.names)}, λ_min={self.lambda_min:.4g})"
 
 
 @overload

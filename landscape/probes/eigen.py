@@ -206,6 +206,37 @@ class Eigenpairs:
         return max(abs(self.spectrum_min), abs(self.spectrum_max))
 
     @property
+    def lambda_min(self) -> float:
+        """The smallest eigenvalue (dense) or the smallest Ritz value seen (Lanczos)."""
+        return float(self.spectrum_min)
+
+    @property
+    def lambda_max(self) -> float:
+        """The largest eigenvalue (dense) or the largest Ritz value seen (Lanczos)."""
+        return float(self.spectrum_max)
+
+    def summary(self) -> dict[str, Any]:
+        """One row: the point, D, dtype, which and how many, the method, the most and least
+        wanted values found, the largest residual, the spectrum's ends, convergence."""
+        finite = self.finite and self.values.size > 0
+        return results.point_row(
+            self.point,
+            self.flat_vectors.shape[1],
+            self.values.dtype,
+            which=self.which,
+            k=self.values.size,
+            method=self.method,
+            first=float(self.values[0]) if finite else np.nan,
+            last=float(self.values[-1]) if finite else np.nan,
+            max_residual=float(np.max(self.residuals, initial=0.0)),
+            lambda_min=self.lambda_min,
+            lambda_max=self.lambda_max,
+            converged=self.converged,
+            num_hvps=self.num_hvps,
+            finite=self.finite,
+        )
+
+    @property
     def finite(self) -> bool:
         """Every value and residual is a finite number (no NaN from a non-finite Hessian)."""
         return bool(np.all(np.isfinite(self.values)) and np.all(np.isfinite(self.residuals)))
@@ -567,9 +598,51 @@ class EscapeDirections:
         return self.gradient.stationary
 
     @property
+    def point(self) -> Point:
+        return self.eigen.point
+
+    @property
+    def finite(self) -> bool:
+        return self.gradient.finite and self.eigen.finite
+
     def num_negative(self) -> int:
         """The number of computed eigenvalues below -tol (at most k)."""
         return int(self.values.size)
+
+    def kind(self) -> results.Curvature:
+        """NON_FINITE, NOT_STATIONARY, SADDLE (a direction below -tol and a positive eigenvalue
+        seen); with the k smallest all >= -tol, MINIMUM or DEGENERATE_MINIMUM by the smallest;
+        INCONCLUSIVE when negatives were found but no positive eigenvalue."""
+        Curvature = results.Curvature
+        if not self.finite:
+            return Curvature.NON_FINITE
+        if not self.gradient.stationary:
+            return Curvature.NOT_STATIONARY
+        if self.num_negative() == 0:
+            zero = self.eigen.values.size and self.eigen.values[0] <= self.tol
+            return Curvature.DEGENERATE_MINIMUM if zero else Curvature.MINIMUM
+        if self.eigen.spectrum_max > self.tol:
+            return Curvature.SADDLE
+        return Curvature.INCONCLUSIVE
+
+    def summary(self) -> dict[str, Any]:
+        """One row: the point, D, dtype, kind, loss, gradient norm, the directions found, the
+        most negative value and its second-order ratio at the smallest epsilon."""
+        found = self.values.size > 0
+        return results.point_row(
+            self.point,
+            self.gradient.vector.size,
+            self.gradient.vector.dtype,
+            kind=self.kind().value,
+            loss=self.gradient.loss,
+            grad_norm=self.gradient.norm,
+            num_negative=self.num_negative(),
+            lambda_min=float(self.values[0]) if found else np.nan,
+            ratio=float(self.ratios[0, 0]) if found else np.nan,
+            tol=self.tol,
+            method=self.eigen.method,
+            finite=self.finite,
+        )
 
     def verdict(self) -> str:
         """ "not stationary (...)" when |g| is not small, before any curvature; else what the
@@ -582,7 +655,7 @@ class EscapeDirections:
                 f"not stationary (|g| = {g.norm:.3e} > {results.STATIONARITY_RULE} = "
                 f"{g.stationarity_tol():.3g}): no curvature verdict"
             )
-        n, shown = self.num_negative, self.eigen.values.size
+        n, shown = self.num_negative(), self.eigen.values.size
         if n == 0:
             return (
                 f"no negative eigenvalue below -tol = -{self.tol:.3g} among the {shown} "
@@ -623,7 +696,10 @@ class EscapeDirections:
         return "\n".join(lines)
 
     def __repr__(self) -> str:
-        return f"EscapeDirections({self.eigen.point.name!r}, negative={self.num_negative})"
+        return (
+            f"EscapeDirections({self.eigen.point.name!r}, negative={self.num_negative()}, "
+            f"kind={self.kind().value!r})"
+        )
 
 
 def _check_epsilons(epsilons: object) -> np.ndarray:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Callable, Sequence
-from typing import overload
+from typing import Any, overload
 
 import jax
 import jax.numpy as jnp
@@ -21,7 +21,7 @@ from jax.flatten_util import ravel_pytree
 
 from landscape import point as point_lib
 from landscape.point import Point
-from landscape.probes import compiled, curvature
+from landscape.probes import compiled, curvature, results
 from landscape.typing import PyTree
 
 Outputs = Callable[[PyTree, PyTree], jax.Array]
@@ -77,6 +77,14 @@ class GaussNewton:
         cols = rows if b is None else point_lib.block_indices(self.names, b)
         return self.ggn[np.ix_(rows, cols)]
 
+    @property
+    def point(self) -> Point:
+        return self.hessian.point
+
+    @property
+    def finite(self) -> bool:
+        return bool(self.hessian.finite and np.all(np.isfinite(self.ggn)))
+
     @functools.cached_property
     def ggn_eigenvalues(self) -> np.ndarray:
         return np.linalg.eigvalsh(self.ggn)
@@ -84,6 +92,33 @@ class GaussNewton:
     @functools.cached_property
     def remainder_eigenvalues(self) -> np.ndarray:
         return np.linalg.eigvalsh(self.remainder)
+
+    def summary(self) -> dict[str, Any]:
+        """One row: the point, D, H's kind and negative count, G's and R's extreme eigenvalues
+        and negative counts at H's tolerance."""
+        tol = self.hessian.tolerance()
+        finite = self.finite
+        g, r = (self.ggn_eigenvalues, self.remainder_eigenvalues) if finite else ([np.nan],) * 2
+        return results.point_row(
+            self.point,
+            self.ggn.shape[0],
+            self.ggn.dtype,
+            kind=self.hessian.kind().value,
+            num_negative=int(np.sum(self.hessian.eigenvalues < -tol)) if finite else np.nan,
+            ggn_min=float(g[0]),
+            ggn_max=float(g[-1]),
+            ggn_negative=int(np.sum(np.asarray(g) < -tol)) if finite else np.nan,
+            remainder_min=float(r[0]),
+            remainder_max=float(r[-1]),
+            tol=tol,
+            finite=finite,
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"GaussNewton({self.point.name!r}, D={self.ggn.shape[0]}, "
+            f"kind={self.hessian.kind().value!r})"
+        )
 
     def describe(self) -> str:
         """G's spectrum (PSD check), H's negative eigenvalues, and where they come from."""

@@ -26,7 +26,7 @@ from landscape import _checks
 from landscape.engine import plotting as plotting_lib
 from landscape.engine import training
 from landscape.point import Point, as_points, param_names
-from landscape.probes import compiled
+from landscape.probes import compiled, results
 from landscape.typing import PyTree
 
 Objective = Callable[[PyTree, PyTree], jax.Array]
@@ -145,18 +145,19 @@ def _flat(tree: PyTree) -> np.ndarray:
 # ----------------------------------------------------------------------------- paths
 
 
-@dataclasses.dataclass(frozen=True, eq=False)
+@dataclasses.dataclass(frozen=True, eq=False, repr=False)
 class PathResult:
     """The loss along a path from a (t = 0) to b (t = 1) (docs/notes/landscape_geometry.md §1-§2).
 
-    kind: "line" ((1 - t) a + t b) or "bezier" ((1-t)^2 a + 2 t (1-t) m + t^2 b, m = midpoint).
+    shape: "line" ((1 - t) a + t b) or "bezier" ((1-t)^2 a + 2 t (1-t) m + t^2 b, m = midpoint);
+    `endpoints` the names of a and b; `point` is a.
     barrier: max of the loss over the ts in [0, 1] (and both ends) minus max(L(a), L(b)): >= 0,
     and a lower bound of the barrier of the continuous path (a grid misses peaks between ts).
     train_losses: the Bézier fit's minibatch estimates of E_t L(phi(t)), one per step.
     """
 
-    kind: str
-    names: tuple[str, str]
+    shape: str
+    endpoints: tuple[str, str]
     ts: np.ndarray
     losses: np.ndarray
     loss_a: float
@@ -166,6 +167,42 @@ class PathResult:
     midpoint: PyTree | None = None
     train_losses: np.ndarray | None = None
     num_ts: int = 0
+    a: Point | None = None
+    b: Point | None = None
+
+    @property
+    def point(self) -> Point | None:
+        """The start a (t = 0)."""
+        return self.a
+
+    @property
+    def finite(self) -> bool:
+        return bool(np.all(np.isfinite(self.losses)) and np.isfinite(self.loss_a + self.loss_b))
+
+    def summary(self) -> dict[str, Any]:
+        """One row: the shape, both ends and their losses, the barrier and where it peaks (with
+        the Bézier fit's expected loss and its standard error)."""
+        fitted = self.fitted_loss() if self.train_losses is not None else (np.nan, np.nan)
+        return dict(
+            shape=self.shape,
+            start=self.endpoints[0],
+            end=self.endpoints[1],
+            dim=self.a.num_params if self.a is not None else np.nan,
+            loss_start=self.loss_a,
+            loss_end=self.loss_b,
+            barrier=self.barrier,
+            argmax_t=self.argmax_t,
+            num_ts=int(self.ts.size),
+            fitted_loss=fitted[0],
+            fitted_loss_stderr=fitted[1],
+            finite=self.finite,
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"PathResult({self.shape}, {self.endpoints[0]!r} -> {self.endpoints[1]!r}, "
+            f"barrier={self.barrier:.4g})"
+        )
 
     def fitted_loss(self) -> tuple[float, float]:
         """(mean, standard error) of the minibatch estimates of E_t L(phi(t)) over the fit's
@@ -178,9 +215,10 @@ class PathResult:
 
     def describe(self) -> str:
         """A few lines: the ends' losses, the peak and the barrier."""
-        shape = "straight line" if self.kind == "line" else "quadratic Bézier curve (fitted m)"
+        shape = "straight line" if self.shape == "line" else "quadratic Bézier curve (fitted m)"
         lines = [
-            f"{shape} from {self.names[0] or 'a'} (t = 0) to {self.names[1] or 'b'} (t = 1)",
+            f"{shape} from {self.endpoints[0] or 'a'} (t = 0) to {self.endpoints[1] or 'b'} "
+            "(t = 1)",
             f"  L(a) = {self.loss_a:.10g}, L(b) = {self.loss_b:.10g}",
             f"  barrier {self.barrier:.6g} at t = {self.argmax_t:.4g}  (max over {self.ts.size} "
             "ts in [0, 1] minus max(L(a), L(b)); a grid gives a lower bound)",
@@ -195,7 +233,7 @@ class PathResult:
 
 
 def _path_result(
-    kind: str, a: Point, b: Point, ts: np.ndarray, all_losses: np.ndarray, **extra: Any
+    shape: str, a: Point, b: Point, ts: np.ndarray, all_losses: np.ndarray, **extra: Any
 ) -> PathResult:
     """all_losses = [L(a), L(b), losses at ts...]: the barrier over the ts in [0, 1] and ends."""
     loss_a, loss_b, losses = float(all_losses[0]), float(all_losses[1]), all_losses[2:]
@@ -204,14 +242,16 @@ def _path_result(
     candidates = np.concatenate([[loss_a, loss_b], losses[inside]])
     peak = int(np.argmax(candidates))
     return PathResult(
-        kind=kind,
-        names=(a.name, b.name),
+        shape=shape,
+        endpoints=(a.name, b.name),
         ts=ts,
         losses=losses,
         loss_a=loss_a,
         loss_b=loss_b,
         barrier=float(candidates[peak] - max(loss_a, loss_b)),
         argmax_t=float(candidates_t[peak]),
+        a=a,
+        b=b,
         **extra,
     )
 
@@ -417,7 +457,7 @@ def _slice_directions(
     return directions["u"], directions["v"], notes, tuple(kept)
 
 
-@dataclasses.dataclass(frozen=True, eq=False)
+@dataclasses.dataclass(frozen=True, eq=False, repr=False)
 class SliceResult:
     """The loss on point + alpha u + beta v: losses[i, j] at (alphas[i], betas[j])
     (docs/notes/landscape_geometry.md §3). u and v are the directions used (after normalisation);
@@ -441,6 +481,34 @@ class SliceResult:
         basis = np.stack([_flat(self.u), _flat(self.v)], axis=1)
         coords, *_ = np.linalg.lstsq(basis, delta, rcond=None)
         return float(coords[0]), float(coords[1]), float(np.linalg.norm(delta - basis @ coords))
+
+    @property
+    def finite(self) -> bool:
+        return bool(np.all(np.isfinite(self.losses)))
+
+    def summary(self) -> dict[str, Any]:
+        """One row: the point, D, the grid's size and ranges, the normalisation, the loss at the
+        point and the grid's lowest and highest losses."""
+        return results.point_row(
+            self.point,
+            self.point.num_params,
+            self.losses.dtype,
+            num_alphas=self.alphas.size,
+            num_betas=self.betas.size,
+            alpha_range=float(np.ptp(self.alphas)),
+            beta_range=float(np.ptp(self.betas)),
+            normalize=self.normalize or "none",
+            center_loss=self.center_loss,
+            min_loss=float(np.nanmin(self.losses)),
+            max_loss=float(np.nanmax(self.losses)),
+            finite=self.finite,
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"SliceResult({self.point.name!r}, {self.alphas.size} x {self.betas.size}, "
+            f"loss in [{np.nanmin(self.losses):.4g}, {np.nanmax(self.losses):.4g}])"
+        )
 
     def describe(self) -> str:
         """A few lines: the grid, the directions, the loss at the point, the grid's extremes."""
@@ -532,13 +600,13 @@ def plot_path(results: PathResult | Sequence[PathResult], ax: Axes | None = None
         raise TypeError("plot_path expects a PathResult or a non-empty list of them.")
     ax, made = _axes(ax)
     for r in listed:
-        label = f"{'line' if r.kind == 'line' else 'Bézier'} (barrier {r.barrier:.3g})"
+        label = f"{'line' if r.shape == 'line' else 'Bézier'} (barrier {r.barrier:.3g})"
         (line,) = ax.plot(r.ts, r.losses, label=label)
         peak = max(r.loss_a, r.loss_b) + r.barrier
         ax.plot([r.argmax_t], [peak], "o", color=line.get_color(), markersize=4)
     ends = listed[0]
     ax.axhline(max(ends.loss_a, ends.loss_b), color="grey", linestyle=":", linewidth=1)
-    ax.set_xlabel(f"t  ({_short(ends.names[0], 'a')} → {_short(ends.names[1], 'b')})")
+    ax.set_xlabel(f"t  ({_short(ends.endpoints[0], 'a')} → {_short(ends.endpoints[1], 'b')})")
     ax.set_ylabel("loss")
     ax.legend(fontsize=7)
     return _finished(ax, made)

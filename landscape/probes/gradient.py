@@ -26,12 +26,14 @@ from landscape.probes import compiled
 from landscape.probes.results import (
     NON_FINITE,
     STATIONARITY_RULE,
-    _check_tol,
-    _header,
-    _name_width,
-    _nonfinite_lines,
-    _nonfinite_vector_blocks,
-    _verdict_lines,
+    Curvature,
+    check_tol,
+    header_lines,
+    name_width,
+    nonfinite_lines,
+    nonfinite_vector_blocks,
+    point_row,
+    verdict_lines,
 )
 from landscape.typing import PyTree
 
@@ -57,12 +59,12 @@ class Gradient:
 
     def nonfinite_blocks(self) -> dict[str, str]:
         """{block name: "n NaN, m inf"} for the blocks holding non-finite entries."""
-        return _nonfinite_vector_blocks(self.vector, self.names)
+        return nonfinite_vector_blocks(self.vector, self.names)
 
     def verdict(self, tol: float | None = None) -> str:
         """ "non-finite" if the loss or an entry is NaN or inf; else, with `tol`, whether the
         gradient norm is <= tol ("stationary") or not; without `tol`, the norm."""
-        _check_tol(tol)
+        check_tol(tol)
         if not self.finite:
             return NON_FINITE
         bound = f"tol = {tol:.3g}" if tol is not None else STATIONARITY_RULE
@@ -82,6 +84,28 @@ class Gradient:
         """|g| within `stationarity_tol()` (and every number finite)."""
         return self.finite and self.norm <= self.stationarity_tol()
 
+    def kind(self, tol: float | None = None) -> Curvature:
+        """NON_FINITE, STATIONARY (|g| <= `tol`, default `stationarity_tol()`) or
+        NOT_STATIONARY: the gradient alone says nothing of the curvature."""
+        check_tol(tol)
+        if not self.finite:
+            return Curvature.NON_FINITE
+        bound = self.stationarity_tol() if tol is None else tol
+        return Curvature.STATIONARY if self.norm <= bound else Curvature.NOT_STATIONARY
+
+    def summary(self) -> dict[str, Any]:
+        """One row: the point, D, dtype, loss, gradient norm, the stationarity bound, kind."""
+        return point_row(
+            self.point,
+            self.vector.size,
+            self.vector.dtype,
+            kind=self.kind().value,
+            loss=self.loss,
+            grad_norm=self.norm,
+            grad_tol=self.stationarity_tol(),
+            finite=self.finite,
+        )
+
     def block(self, name: BlockName) -> np.ndarray:
         return self.vector[block_indices(self.names, name)]
 
@@ -89,15 +113,15 @@ class Gradient:
         return {leaf: float(np.linalg.norm(self.vector[s])) for leaf, s, _ in self.names}
 
     def describe(self) -> str:
-        width = _name_width(self.names)
-        lines = _header("Gradient", self, self.vector.dtype)
+        width = name_width(self.names)
+        lines = header_lines("Gradient", self, self.vector.dtype)
         lines += ["", f"  {'name':<{width}}{'shape':<14}{'norm':>12}"]
         for leaf, s, shape in self.names:
             norm = float(np.linalg.norm(self.vector[s]))
             lines.append(f"  {leaf:<{width}}{str(shape):<14}{norm:>12.4e}")
         if not self.finite:
-            lines += [""] + _nonfinite_lines(self)
-            lines += [""] + _verdict_lines(self.verdict(), self.point)
+            lines += [""] + nonfinite_lines(self)
+            lines += [""] + verdict_lines(self.verdict(), self.point)
         return "\n".join(lines)
 
     def __repr__(self) -> str:

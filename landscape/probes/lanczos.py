@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -19,13 +20,15 @@ from landscape.probes import compiled
 from landscape.probes.gradient import Gradient, gradient_at
 from landscape.probes.results import (
     NON_FINITE,
-    _check_tol,
-    _default_tol,
-    _header,
-    _nonfinite_lines,
-    _not_stationary,
-    _spectrum_lines,
-    _verdict_lines,
+    Curvature,
+    check_tol,
+    default_tol,
+    header_lines,
+    nonfinite_lines,
+    not_stationary,
+    point_row,
+    spectrum_lines,
+    verdict_lines,
 )
 from landscape.typing import PyTree
 
@@ -106,11 +109,13 @@ class Spectrum:
     gradient: Gradient
 
     @property
-    def min(self) -> float:
+    def lambda_min(self) -> float:
+        """The smallest Ritz value: an upper bound of the smallest eigenvalue."""
         return float(self.ritz_values[0])
 
     @property
-    def max(self) -> float:
+    def lambda_max(self) -> float:
+        """The largest Ritz value: a lower bound of the largest eigenvalue."""
         return float(self.ritz_values[-1])
 
     @property
@@ -120,31 +125,62 @@ class Spectrum:
 
     def tolerance(self, tol: float | None = None) -> float:
         """`tol` if given, else the default relative tolerance (module docstring)."""
-        _check_tol(tol)
-        return _default_tol(self.ritz_values, self.ritz_values.dtype) if tol is None else tol
+        check_tol(tol)
+        return default_tol(self.ritz_values, self.ritz_values.dtype) if tol is None else tol
 
-    def verdict(self, tol: float | None = None) -> str:
-        """What the Ritz values prove: negative curvature if one is below -tol, else nothing;
-        "non-finite" if the Hessian-vector products (or the loss, or the gradient) were NaN/inf."""
+    def kind(self, tol: float | None = None) -> Curvature:
+        """What the Ritz values prove: NON_FINITE, NOT_STATIONARY, SADDLE when one is below -tol
+        and one above tol; otherwise INCONCLUSIVE (Ritz values lie inside the spectrum, so they
+        never prove a minimum, nor a maximum)."""
         tol = self.tolerance(tol)
         if not self.finite:
-            return NON_FINITE
+            return Curvature.NON_FINITE
         if not self.gradient.stationary:
-            return _not_stationary(self.gradient)
-        smallest = f"Lanczos: smallest Ritz value λ_min={self.min:.6g}"
-        if self.min < -tol:
-            consequence = "saddle" if self.max > tol else "not a minimum"
+            return Curvature.NOT_STATIONARY
+        if self.lambda_min < -tol and self.lambda_max > tol:
+            return Curvature.SADDLE
+        return Curvature.INCONCLUSIVE
+
+    def verdict(self, tol: float | None = None) -> str:
+        """`kind()` as a sentence: negative curvature found, or what was not found."""
+        tol = self.tolerance(tol)
+        kind = self.kind(tol)
+        if kind is Curvature.NON_FINITE:
+            return NON_FINITE
+        if kind is Curvature.NOT_STATIONARY:
+            return not_stationary(self.gradient)
+        smallest = f"Lanczos: smallest Ritz value λ_min={self.lambda_min:.6g}"
+        if self.lambda_min < -tol:
+            consequence = "saddle" if kind is Curvature.SADDLE else "not a minimum"
             return f"{smallest}; negative curvature found → {consequence}"
         return (
             f"{smallest}; no negative Ritz value below -{tol:.3g} found (not a proof of a minimum)"
         )
 
+    def summary(self, tol: float | None = None) -> dict[str, Any]:
+        """One row: the point, D, dtype, kind, loss, gradient norm, the extreme Ritz values, the
+        iterations and the tolerance."""
+        tol = self.tolerance(tol)
+        return point_row(
+            self.point,
+            self.gradient.vector.size,
+            self.ritz_values.dtype,
+            kind=self.kind(tol).value,
+            loss=self.gradient.loss,
+            grad_norm=self.gradient.norm,
+            lambda_min=self.lambda_min,
+            lambda_max=self.lambda_max,
+            iterations=self.ritz_values.size,
+            tol=tol,
+            finite=self.finite,
+        )
+
     def describe(self, tol: float | None = None) -> str:
         tol = self.tolerance(tol)
-        lines = _header("Hessian spectrum (Lanczos)", self.gradient, self.ritz_values.dtype)
+        lines = header_lines("Hessian spectrum (Lanczos)", self.gradient, self.ritz_values.dtype)
         lines += [f"  iterations     {self.ritz_values.size}", ""]
         if not self.finite:
-            lines += _nonfinite_lines(self.gradient)
+            lines += nonfinite_lines(self.gradient)
             if not np.all(np.isfinite(self.ritz_values)):
                 lines.append(
                     "  Hessian-vector products: NaN or inf (the Lanczos tridiagonal "
@@ -158,16 +194,17 @@ class Spectrum:
                 else "Ritz values are finite, but the loss or gradient is not, so no curvature "
                 "verdict is given.",
             ]
-            lines += [""] + _verdict_lines(self.verdict(), self.point)
+            lines += [""] + verdict_lines(self.verdict(), self.point)
             return "\n".join(lines)
-        lines += _spectrum_lines(self.ritz_values, tol, "Ritz values")
-        lines += [""] + _verdict_lines(self.verdict(tol), self.point)
+        lines += spectrum_lines(self.ritz_values, tol, "Ritz values")
+        lines += [""] + verdict_lines(self.verdict(tol), self.point)
         return "\n".join(lines)
 
     def __repr__(self) -> str:
         return (
             f"Spectrum({self.point.name!r}, D={self.gradient.vector.size}, "
-            f"iterations={self.ritz_values.size}, min={self.min:.4g}, max={self.max:.4g})"
+            f"iterations={self.ritz_values.size}, "
+            f"λ in [{self.lambda_min:.4g}, {self.lambda_max:.4g}])"
         )
 
 

@@ -20,7 +20,7 @@ from jax.flatten_util import ravel_pytree
 
 from landscape import _checks
 from landscape.point import Point, as_points, block_indices, param_names
-from landscape.probes import compiled
+from landscape.probes import compiled, results
 from landscape.probes.lanczos import lanczos_from
 from landscape.typing import PyTree
 
@@ -291,6 +291,32 @@ class SpectralDensity:
         lines.append(f"  (tol = {tol:.3g}, relative to the largest |Ritz value|)")
         return "\n".join(lines)
 
+    def summary(self) -> dict[str, Any]:
+        """One row: the point, D, the probes and steps, the Ritz values' range, and the
+        estimated number of eigenvalues below -tol (relative to the largest |Ritz value|) with
+        its standard error and its range with the quadrature's error (`mass_interval`)."""
+        nodes = self.nodes[np.all(np.isfinite(self.nodes), axis=1)]
+        low, high = (float(nodes.min()), float(nodes.max())) if nodes.size else (np.nan, np.nan)
+        tol = max(1e-9, 100 * float(np.finfo(np.float64).eps)) * max(abs(low), abs(high))
+        negative = (np.nan, np.nan) if not self.finite else self.mass(-np.inf, -tol)
+        interval = (np.nan, np.nan) if not self.finite else self.mass_interval(-np.inf, -tol)
+        return results.point_row(
+            self.point,
+            self.dim,
+            self.nodes.dtype,
+            probes=self.num_probes,
+            iterations=self.num_iters,
+            probe=self.probe,
+            lambda_min=low,
+            lambda_max=high,
+            num_negative=negative[0] * self.dim,
+            num_negative_stderr=negative[1] * self.dim,
+            num_negative_low=interval[0] * self.dim,
+            num_negative_high=interval[1] * self.dim,
+            tol=tol,
+            finite=self.finite,
+        )
+
     def __repr__(self) -> str:
         return (
             f"SpectralDensity({self.point.name!r}, D={self.dim}, probes={self.num_probes}, "
@@ -324,6 +350,24 @@ class TraceEstimate:
         if self.method == "hutch++":
             lines.append(f"  of which {self.exact_part:.6g} exactly on the sketched range")
         return "\n".join(lines)
+
+    @property
+    def finite(self) -> bool:
+        return bool(np.isfinite(self.value) and np.isfinite(self.stderr))
+
+    def summary(self) -> dict[str, Any]:
+        """One row: the point, D, the trace with its standard error, the method and its HVPs."""
+        return results.point_row(
+            self.point,
+            self.dim,
+            np.asarray(self.value).dtype,
+            trace=self.value,
+            trace_stderr=self.stderr,
+            exact_part=self.exact_part,
+            method=self.method,
+            num_hvps=self.num_probes,
+            finite=self.finite,
+        )
 
     def __repr__(self) -> str:
         return f"TraceEstimate({self.point.name!r}, {self.value:.6g} ± {self.stderr:.2g})"
@@ -360,6 +404,23 @@ class DiagonalEstimate:
             trace = _plus_minus(value, stderr)
             lines.append(f"  {leaf:<{width}}{s.stop - s.start:>6}  {trace:>22}  {top:>11.4g}")
         return "\n".join(lines)
+
+    @property
+    def finite(self) -> bool:
+        return bool(np.all(np.isfinite(self.values)) and np.all(np.isfinite(self.stderr)))
+
+    def summary(self) -> dict[str, Any]:
+        """One row: the point, D, the probes, the largest |diagonal entry| and the largest
+        standard error of an entry (`trace` estimates the trace with its own error)."""
+        return results.point_row(
+            self.point,
+            self.values.size,
+            self.values.dtype,
+            probes=self.num_probes,
+            max_abs_diagonal=float(np.max(np.abs(self.values), initial=0.0)),
+            max_stderr=float(np.max(self.stderr, initial=0.0)),
+            finite=self.finite,
+        )
 
     def __repr__(self) -> str:
         return f"DiagonalEstimate({self.point.name!r}, D={self.values.size})"

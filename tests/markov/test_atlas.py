@@ -4,6 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+import landscape
 from configs import markov
 from landscape.engine import config as config_lib
 from landscape.engine import records
@@ -39,11 +40,11 @@ def test_atlas_end_to_end_reproduces_thms_2_and_3(atlas_run):
     # Thm 2: tied, p + q > 1: a local minimum, smallest alpha eigenvalue 2 pi0 pi1 (p + q - 1);
     # p + q < 1: a saddle, the same formula now negative
     pi0pi1 = {p: p * 0.4 / (p + 0.4) ** 2 for p in (0.3, 0.8)}
-    assert list(tied.verdict) == ["saddle", "local minimum"]
+    assert list(tied.kind) == ["saddle", "minimum"]
     for p in (0.3, 0.8):
         np.testing.assert_allclose(tied.alpha_smallest[p], 2 * pi0pi1[p] * (p + 0.4 - 1), rtol=1e-9)
     untied = hessians[~hessians.tied]
-    assert set(untied.verdict) == {"saddle"} and (untied.ggn_negative == 0).all()
+    assert set(untied.kind) == {"saddle"} and (untied.ggn_negative == 0).all()
     paths = pd.read_csv(tmp_path / "paths.csv")
     assert (paths[paths.tied & (paths.p + paths.q > 1)].barrier > 0).all()
     figures = {p.name for p in (tmp_path / "figures").iterdir()}
@@ -93,7 +94,7 @@ def test_reached_uses_a_quarter_of_the_gap():
 
 
 def test_a_wrong_verdict_fails_the_claim():
-    row = {"tied": True, "p": 0.8, "q": 0.8, "verdict": "saddle", "expected": "local minimum"}
+    row = {"tied": True, "p": 0.8, "q": 0.8, "kind": "saddle", "expected": "minimum"}
     row.update(alpha_error=0.0, ggn_negative=0, remainder_smallest=0.0)
     slq = type("SLQ", (), {"dim": 10, "mass": lambda self, lo, hi: (0.4, 0.01)})()
     claims = atlas._claims([row], [], [], (slq, 4, (0.8, 0.8)))
@@ -119,7 +120,7 @@ def test_bad_atlas_configs(field, value, message):
         experiment.validate(cfg)
 
 
-def test_expected_verdict_follows_the_theorems():
-    assert atlas.expected_verdict(0.5, 0.8, tied=True) == "local minimum"
-    assert atlas.expected_verdict(0.2, 0.3, tied=True) == "saddle"
-    assert atlas.expected_verdict(0.5, 0.8, tied=False) == "saddle"
+def test_expected_kind_follows_the_theorems():
+    assert atlas.expected_kind(0.5, 0.8, tied=True) is landscape.Curvature.MINIMUM
+    assert atlas.expected_kind(0.2, 0.3, tied=True) is landscape.Curvature.SADDLE
+    assert atlas.expected_kind(0.5, 0.8, tied=False) is landscape.Curvature.SADDLE

@@ -11,6 +11,7 @@ import pytest
 
 import landscape
 from landscape.markov import points, theory
+from landscape.probes.results import Curvature
 
 D = 4
 
@@ -37,7 +38,8 @@ def test_C4_tied_local_minimum_alpha_block_and_verdict():
     )
     assert H.eigenvalues.min() >= -1e-12 and H.num_zero() == H.matrix.shape[0] - (D + 1)
     np.testing.assert_allclose(H.eigenvalues[-(D + 1) :], [0.142012] * D + [0.236686], atol=1e-6)
-    assert H.verdict().startswith("local minimum (PSD: positive definite on b, e")
+    assert H.kind() is Curvature.MINIMUM
+    assert "local minimum (PSD: positive definite on b, e" in H.verdict()
     assert "local minimum (Thm 2" in H.describe()
 
 
@@ -47,7 +49,7 @@ def test_C5_random_positions_give_eq12():
     H = landscape.hessian_at(landscape.markov.theta_pi(0.5, 0.8, pos=pos, rest="random"))
     expected = np.asarray(theory.alpha_block(0.5, 0.8, D, pos=pos, tied=True))
     np.testing.assert_allclose(H.block(["b", "e"]), expected, atol=1e-12)
-    assert np.linalg.eigvalsh(expected).min() > 0 and H.verdict().startswith("local minimum")
+    assert np.linalg.eigvalsh(expected).min() > 0 and H.kind() is Curvature.MINIMUM
 
 
 def test_C6_C7_p_plus_q_below_one():
@@ -62,7 +64,7 @@ def test_C6_C7_p_plus_q_below_one():
         cov = np.cov(pos.T, bias=True)
         expected_negative = int(np.sum(np.linalg.eigvalsh(cov) < 2 * (1 - 0.9)))
         assert H.num_negative() == expected_negative
-        assert H.verdict().startswith("local minimum" if expected_negative == 0 else "saddle")
+        assert H.kind() is (Curvature.MINIMUM if expected_negative == 0 else Curvature.SADDLE)
 
 
 def test_C8_C10_untied_saddle_and_escape():
@@ -71,7 +73,7 @@ def test_C8_C10_untied_saddle_and_escape():
     point = landscape.markov.theta_pi(0.5, 0.8, tied=False)
     H = landscape.hessian_at(point)
     np.testing.assert_allclose(
-        np.sort(H.focus_report()["eigenvalues"]),
+        np.sort(H.focus_report().eigenvalues),
         [-0.071006] * D + [0.071006] * D + [0.236686],
         atol=1e-6,
     )
@@ -127,14 +129,14 @@ def test_C16_multistate_unigram_point():
     +0.025 at p = 0.85; b block 1/S; untied +-(1/S)(...) at p = 0.9."""
     for p, e_value in [(0.5, -0.15), (0.85, 0.025)]:
         H = landscape.hessian_at(landscape.markov.theta_pi(p, num_states=5, d=2, seq_len=4))
-        eig = H.focus_report()["eigenvalues"]
+        eig = H.focus_report().eigenvalues
         assert np.sum(np.isclose(eig, e_value, atol=1e-10)) == 4 * 2
         assert np.sum(np.isclose(eig, 0.2, atol=1e-10)) == 4
     H = landscape.hessian_at(
         landscape.markov.theta_pi(0.9, num_states=5, d=2, seq_len=4, tied=False)
     )
-    eig = H.focus_report()["eigenvalues"]
-    assert np.sum(np.isclose(eig, -0.025, atol=1e-10)) == 8 and H.verdict().startswith("saddle")
+    eig = H.focus_report().eigenvalues
+    assert np.sum(np.isclose(eig, -0.025, atol=1e-10)) == 8 and H.kind() is Curvature.SADDLE
 
 
 def test_paper_size_alpha_block_by_monte_carlo(tests_before):

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from landscape.markov import task, theory
+from landscape.probes.results import Curvature
 
 # notes §4 reference table: p, q, pi_1, H(pi), entropy rate, gap I, pi0 pi1, tied b / e, untied +-
 TABLE = [
@@ -221,12 +222,16 @@ def test_constant_positions_two_by_two_block():
 
 def test_theta_pi_verdicts():
     """Tied: local min iff 2(p+q-1) I + Cov(p_n) PD (C4, C6, C7); untied: saddle (Thm 3)."""
-    assert theory.theta_pi_verdict(0.5, 0.8).startswith("local minimum (Thm 2")
-    assert theory.theta_pi_verdict(0.2, 0.3).startswith("saddle (Thm 2")
-    assert theory.theta_pi_verdict(0.5, 0.8, tied=False).startswith("saddle (Thm 3")
-    assert theory.theta_pi_verdict(0.3, 0.7).startswith("global minimum")
+    assert theory.theta_pi_kind(0.5, 0.8) is Curvature.MINIMUM
+    assert "local minimum (Thm 2" in theory.theta_pi_verdict(0.5, 0.8)
+    assert theory.theta_pi_kind(0.2, 0.3) is Curvature.SADDLE
+    assert "saddle (Thm 2" in theory.theta_pi_verdict(0.2, 0.3)
+    assert theory.theta_pi_kind(0.5, 0.8, tied=False) is Curvature.SADDLE
+    assert "saddle (Thm 3" in theory.theta_pi_verdict(0.5, 0.8, tied=False)
+    assert theory.theta_pi_kind(0.3, 0.7) is Curvature.MINIMUM
+    assert "global minimum" in theory.theta_pi_verdict(0.3, 0.7)
     wide = 2.0 * jax.random.normal(jax.random.key(8), (256, 3))  # C7: Cov ~ 4 I > 0.2
-    assert theory.theta_pi_verdict(0.3, 0.6, pos=wide).startswith("local minimum")
+    assert theory.theta_pi_kind(0.3, 0.6, pos=wide) is Curvature.MINIMUM
     narrow = 0.5 * jax.random.normal(jax.random.key(9), (8, 3))  # C7: N(0, 0.25)
     pos = np.asarray(narrow)
     cov_eig = np.linalg.eigvalsh(np.cov(pos.T, bias=True))
@@ -234,7 +239,7 @@ def test_theta_pi_verdicts():
     assert negatives >= 1
     block_eig = np.linalg.eigvalsh(theory.alpha_block(0.3, 0.6, 3, pos=pos))
     assert int(np.sum(block_eig < 0)) == negatives  # Schur inertia (Haynsworth)
-    assert theory.theta_pi_verdict(0.3, 0.6, pos=pos).startswith("saddle")
+    assert theory.theta_pi_kind(0.3, 0.6, pos=pos) is Curvature.SADDLE
 
 
 @pytest.mark.parametrize(
