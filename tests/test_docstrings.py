@@ -2,6 +2,7 @@
 
 import ast
 import pathlib
+import re
 
 import pytest
 
@@ -62,3 +63,33 @@ def test_docstrings_cite_design_pages_that_exist():
                 if cited.startswith("docs/design/") and not (ROOT / cited).is_file():
                     missing.append(f"{path.relative_to(ROOT)}: {cited}")
     assert not missing, "docstrings cite design pages that do not exist:\n" + "\n".join(missing)
+
+
+def _legend(path: pathlib.Path) -> set[str]:
+    """The letters of a module's shape legend: the comment block after '# Shape suffixes'."""
+    letters, inside = set(), False
+    for line in path.read_text().splitlines():
+        if line.startswith("# Shape suffixes"):
+            inside = True
+        elif inside and line.startswith("#   "):
+            letters.add(line.split()[1])
+        elif inside:
+            break
+    return letters
+
+
+@pytest.mark.parametrize("paper", PAPERS)
+def test_every_models_shape_letters_have_a_legend(paper):
+    """x_BT, q_BNHM, ...: each capital letter of a shape suffix in model.py is in its legend
+    (the letters mean different things in different papers, e.g. N or T for the length)."""
+    path = ROOT / "landscape" / paper / "model.py"
+    legend = _legend(path)
+    assert legend, f"{path.relative_to(ROOT)} has no '# Shape suffixes' legend"
+    names = {
+        node.id if isinstance(node, ast.Name) else node.arg
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Name | ast.arg)
+    }
+    suffixes = {n.rsplit("_", 1)[1] for n in names if re.fullmatch(r"[a-z][a-z0-9_]*_[A-Z]+", n)}
+    missing = sorted({letter for suffix in suffixes for letter in suffix} - legend)
+    assert not missing, f"{paper}/model.py: shape letters without a legend entry: {missing}"

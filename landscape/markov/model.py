@@ -7,6 +7,21 @@ Hessian block names. Orientation, parameter trees and the causal attention:
 docs/design/markov.md; precision: docs/design/precision.md.
 """
 
+# Shape suffixes (q_BNHM has shape (B, N, H, M)):
+#   B  sequences in a batch
+#   N  positions of a sequence (its length)
+#   I  key positions (scores_BHNI)
+#   D  model width d
+#   H  attention heads
+#   M  a head's width m
+#   S  chain states (the vocabulary)
+#   K  tiles of the tiled attention (N padded to K T)
+#   T  positions in a query tile
+#   U  positions in a key tile
+#   P  lower-triangular (query tile, key tile) pairs
+#   W  the values' width with their column of ones (m + 1, padded)
+#   O  (w_O: the output projection W_O, a parameter name, not a shape)
+
 from __future__ import annotations
 
 import functools

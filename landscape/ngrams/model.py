@@ -7,6 +7,18 @@ functions are `model.apply` with the matching method. Parameter trees, orientati
 initialisation: docs/design/ngrams.md; precision: docs/design/precision.md.
 """
 
+# Shape suffixes (x_BT has shape (B, T)):
+#   B  sequences in a batch
+#   T  positions of a sequence (its length)
+#   J  key positions
+#   S  states (the vocabulary)
+#   D  residual-stream width
+#   E  a head's width
+#   F  the residual-stream width again (the second index of a D x D bilinear form)
+#   H  attention heads
+#   X  the stacked [input, heads] stream of the disentangled model
+#   L  layers
+
 from __future__ import annotations
 
 import functools

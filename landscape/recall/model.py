@@ -6,6 +6,17 @@ names) is what points and initialisations are built as. Parameter tree: docs/des
 precision: docs/design/precision.md.
 """
 
+# Shape suffixes (tokens_BL has shape (B, L)):
+#   B  sequences in a batch
+#   L  positions of a sequence (its length)
+#   V  the vocabulary
+#   D  the layer-2 stream's width (query and key vectors)
+#   H  heads of layer 1
+#   G  blocks of the layer-2 stream: the input and the H heads (H + 1)
+#   I  positions of layer 1's attention window (a_HI)
+#   W  positions of layer 1's attention window
+#   P  key positions queried by layer 2; in match_PHI and scores, the k! permutations
+
 from __future__ import annotations
 
 import functools

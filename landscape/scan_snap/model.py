@@ -5,6 +5,15 @@ query); `TextTransformer` is the WikiText model (Figs. 7, 10; notes §3.7). The 
 docs/design/scan_snap.md; precision: docs/design/precision.md.
 """
 
+# Shape suffixes (x_BTD has shape (B, T, D)):
+#   B  sequences in a batch
+#   T  positions of a sequence (the context)
+#   M  the Y/Z model's tokens (Y and Z are M x M)
+#   K  the task's sequence classes (one per last token)
+#   D  the WikiText model's embedding width
+#   V  the WikiText model's vocabulary
+#   N  positions whose next token is predicted, flattened over the batch (WikiText decoder)
+
 from __future__ import annotations
 
 import functools
