@@ -7,6 +7,7 @@ print(H.describe())                                 # blocks, spectrum, verdict,
 """
 
 import importlib
+import importlib.metadata
 from typing import TYPE_CHECKING, Any
 
 from landscape.engine.host import setup
@@ -36,6 +37,11 @@ if TYPE_CHECKING:
         spectral_density,
         trace,
     )
+
+try:
+    __version__ = importlib.metadata.version("landscape")
+except importlib.metadata.PackageNotFoundError:  # a source tree that was not installed
+    __version__ = "0+unknown"
 
 PAPERS = ("markov", "ngrams", "recall", "scan_snap")
 # The engine's modules, where scripts import them from: `from landscape import sweeps, training`.
@@ -91,6 +97,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "__version__",
     "setup",
     "Point",
     "param_names",

@@ -68,3 +68,14 @@ def test_every_lazy_probe_is_exported():
     assert set(landscape.PROBES) <= set(landscape.__all__)
     for name in landscape.PROBES:
         assert callable(getattr(landscape, name))
+
+
+def test_the_version_is_the_installed_packages():
+    import importlib.metadata
+
+    import landscape
+
+    assert landscape.__version__ == importlib.metadata.version("landscape")
+    text = (ROOT / "CITATION.cff").read_text()
+    assert f"version: {landscape.__version__}" in text  # the citation names this version
+    assert f"## {landscape.__version__}" in (ROOT / "CHANGELOG.md").read_text()
