@@ -209,7 +209,7 @@ def test_describe_reports_blocks_verdict_and_prediction():
     ]:
         assert text in report
     assert "prediction" not in hessian_at(_scalar_point(f, 0.0, 0.0)).describe()
-    assert repr(hessian) == "Hessian('origin', D=2, dtype=float64)"
+    assert repr(hessian) == "Hessian('origin', D=2, dtype=float64, kind='saddle')"
     assert "\n  y     ()" in gradient_at(point).describe()
 
 

@@ -78,7 +78,7 @@ def _two_processes(
 
 
 def _rows(workdir: pathlib.Path) -> list[dict]:
-    return [json.loads(line) for line in open(workdir / "metrics.jsonl")]
+    return [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
 
 
 @pytest.mark.slow  # ~90 s on 2 cores (5 processes, each compiling Fig. 6's CI grid); the

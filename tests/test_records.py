@@ -13,18 +13,18 @@ def test_workdir_files(tmp_path):
     w = records.Workdir(tmp_path / "run")
     w.append_metrics([{"step": 0, "loss": float("nan"), "x": np.float32(1.5)}])
     w.append_metrics([{"step": 1, "loss": 0.25, "x": np.int64(2)}])
-    rows = [json.loads(line) for line in open(w.path / "metrics.jsonl")]
+    rows = [json.loads(line) for line in (w.path / "metrics.jsonl").read_text().splitlines()]
     assert rows == [{"step": 0, "loss": None, "x": 1.5}, {"step": 1, "loss": 0.25, "x": 2}]
     w.save_arrays(a=np.arange(3))
     w.save_arrays(b=np.ones((2, 2)))
-    saved = np.load(w.path / "arrays.npz")
-    assert set(saved.files) == {"a", "b"} and saved["a"].tolist() == [0, 1, 2]
+    with np.load(w.path / "arrays.npz") as saved:
+        assert set(saved.files) == {"a", "b"} and saved["a"].tolist() == [0, 1, 2]
     claims = [
         records.Claim("x > 1", 1.5, "> 1", True, "eq. 1"),
         records.Claim("y < 0", math.inf, "< 0", False),
     ]
     summary = w.write_summary(claims, timing={"run_seconds": 0.1})
-    on_disk = json.load(open(w.path / "summary.json"))
+    on_disk = json.loads((w.path / "summary.json").read_text())
     assert on_disk == summary and on_disk["reproduced"] == 1 and on_disk["total"] == 2
     assert (
         on_disk["claims"][1]["measured"] is None

@@ -204,7 +204,7 @@ def test_nonfinite_loss_stops_names_the_step_and_keeps_records(tmp_path):
             progress=None,
             workdir=workdir,
         )
-    rows = [json.loads(line) for line in open(tmp_path / "metrics.jsonl")]
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert rows[0]["step"] == 0 and rows[-1]["step"] >= 10
     assert {r["run"] for r in rows} == {0, 1} and rows[-1]["lr"] in (0.01, 50.0)
     saved = np.load(tmp_path / "arrays.npz")

@@ -180,7 +180,10 @@ class Workdir:
     def save_arrays(self, **arrays: Any) -> None:
         """Write arrays.npz, keeping arrays saved earlier (in this run) under other names."""
         file = self.file("arrays.npz")
-        merged = dict(np.load(file)) if file.exists() else {}
+        merged = {}
+        if file.exists():
+            with np.load(file) as saved:  # closed: a leaked handle is a ResourceWarning
+                merged = dict(saved)
         merged.update({k: np.asarray(v) for k, v in arrays.items()})
         with atomic(file, "wb") as f:
             np.savez_compressed(f, **merged)

@@ -140,23 +140,24 @@ class Hessian:
         """What the Hessian shows (`Curvature`): NON_FINITE, NOT_STATIONARY when the gradient is
         not small (`Gradient.stationarity_tol`), else the kind of its spectrum; a focus block
         that is positive definite with zero elsewhere makes a MINIMUM (docs/design/curvature.md)."""
-        tol = self.tolerance(tol)
+        check_tol(tol)
         if not self.finite:
             return Curvature.NON_FINITE
         if not self.gradient.stationary:
             return Curvature.NOT_STATIONARY
+        tol = self.tolerance(tol)
         if self._focus_minimum(tol):
             return Curvature.MINIMUM
         return curvature_kind(self.eigenvalues, tol)
 
     def verdict(self, tol: float | None = None) -> str:
         """`kind()` as a sentence, with the counts or the bound that decided it."""
-        tol = self.tolerance(tol)
         kind = self.kind(tol)
         if kind is Curvature.NON_FINITE:
             return NON_FINITE
         if kind is Curvature.NOT_STATIONARY:
             return not_stationary(self.gradient)
+        tol = self.tolerance(tol)
         focus = self._focus_minimum(tol)
         if focus:
             return (
@@ -201,6 +202,7 @@ class Hessian:
     def summary(self, tol: float | None = None) -> dict[str, Any]:
         """One row: the point, D, dtype, kind, loss, gradient norm, the extreme eigenvalues, the
         negative, zero and positive counts at the tolerance (NaN counts when non-finite)."""
+        kind = self.kind(tol)
         tol = self.tolerance(tol)
         finite_matrix = bool(np.all(np.isfinite(self.matrix)))
         negative, zero, positive = (
@@ -210,7 +212,7 @@ class Hessian:
             self.point,
             self.matrix.shape[0],
             self.matrix.dtype,
-            kind=self.kind(tol).value,
+            kind=kind.value,
             loss=self.gradient.loss,
             grad_norm=self.gradient.norm,
             lambda_min=self.lambda_min,

@@ -132,23 +132,24 @@ class Spectrum:
         """What the Ritz values prove: NON_FINITE, NOT_STATIONARY, SADDLE when one is below -tol
         and one above tol; otherwise INCONCLUSIVE (Ritz values lie inside the spectrum, so they
         never prove a minimum, nor a maximum)."""
-        tol = self.tolerance(tol)
+        check_tol(tol)
         if not self.finite:
             return Curvature.NON_FINITE
         if not self.gradient.stationary:
             return Curvature.NOT_STATIONARY
+        tol = self.tolerance(tol)
         if self.lambda_min < -tol and self.lambda_max > tol:
             return Curvature.SADDLE
         return Curvature.INCONCLUSIVE
 
     def verdict(self, tol: float | None = None) -> str:
         """`kind()` as a sentence: negative curvature found, or what was not found."""
-        tol = self.tolerance(tol)
         kind = self.kind(tol)
         if kind is Curvature.NON_FINITE:
             return NON_FINITE
         if kind is Curvature.NOT_STATIONARY:
             return not_stationary(self.gradient)
+        tol = self.tolerance(tol)
         smallest = f"Lanczos: smallest Ritz value λ_min={self.lambda_min:.6g}"
         if self.lambda_min < -tol:
             consequence = "saddle" if kind is Curvature.SADDLE else "not a minimum"
@@ -160,12 +161,13 @@ class Spectrum:
     def summary(self, tol: float | None = None) -> dict[str, Any]:
         """One row: the point, D, dtype, kind, loss, gradient norm, the extreme Ritz values, the
         iterations and the tolerance."""
+        kind = self.kind(tol)
         tol = self.tolerance(tol)
         return point_row(
             self.point,
             self.gradient.vector.size,
             self.ritz_values.dtype,
-            kind=self.kind(tol).value,
+            kind=kind.value,
             loss=self.gradient.loss,
             grad_norm=self.gradient.norm,
             lambda_min=self.lambda_min,

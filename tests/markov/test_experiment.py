@@ -31,7 +31,7 @@ def test_fig3_theory_model_tied_trap_and_untied_bigram(tmp_path):
     assert tied["stuck"] and abs(tied["f0"] - 0.3846) < 0.01 and abs(tied["loss"] - 0.6663) < 0.005
     untied = runs[("model.tied=False", 0.5)]
     assert untied["escaped"] and abs(untied["f0"] - 0.5) < 0.02 and abs(untied["f1"] - 0.2) < 0.02
-    rows = [json.loads(line) for line in open(tmp_path / "metrics.jsonl")]
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert {"test_loss", "f0", "f1", "chain.p", "chain.q", "model.tied"} <= set(rows[-1])
 
 

@@ -2,6 +2,7 @@
 population loss by enumeration)."""
 
 import os
+import pathlib
 
 import jax
 import jax.numpy as jnp
@@ -163,7 +164,7 @@ def _nonfinite_report(H, restricted, tests_before) -> str:
     again = landscape.hessian_at(restricted)
     jax.clear_caches()
     recompiled = landscape.hessian_at(restricted)
-    cpu = open("/proc/cpuinfo").read() if os.path.exists("/proc/cpuinfo") else ""
+    cpu = pathlib.Path("/proc/cpuinfo").read_text() if os.path.exists("/proc/cpuinfo") else ""
     model = next(
         (line.split(":")[1].strip() for line in cpu.splitlines() if "model name" in line), "?"
     )

@@ -23,7 +23,7 @@ def test_smoke_fig3_first_transition(tmp_path):
     assert offsets[-1, :, 0].max() >= 0.4, offsets[-1]
     assert offsets[-1, :, 1].max() <= 0.3, offsets[-1]
     assert arrays["grad_norm"].shape == (1, 1536)
-    rows = [json.loads(line) for line in open(tmp_path / "metrics.jsonl")]
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert {"test_loss", "head1_lag1", "head2_lag2", "norm_QK"} <= set(rows[-1])
     # the lines of notes §4.1 (Fig 3/5 row; 16384 sequences, about +-0.005)
     lines = summary["lines"]

@@ -55,7 +55,7 @@ def test_fig1_records_and_numbers(tmp_path):
     attention = arrays["snapshot_attention"][0, -1]
     assert np.all(np.diag(attention)[:3] > 0.95)  # heads 1-3 on their own offset
     np.testing.assert_allclose(attention[3], 0.25, atol=1e-3)  # head 4 unused: uniform
-    rows = [json.loads(line) for line in open(tmp_path / "metrics.jsonl")]
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert len(rows) == 2 * 301 and "eval_loss" in rows[-1]
     for name in ("fig1_loss_beta0", "fig1_attention0"):
         assert (tmp_path / "figures" / f"{name}.png").exists()

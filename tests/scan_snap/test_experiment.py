@@ -38,7 +38,7 @@ def test_syn_small_acceptance_over_ten_seeds(tmp_path):
         1.90 < entropy["eta_Y=1"] < 1.97 and 2.05 < entropy["eta_Y=10"] < 2.12
     )  # notes 1.93, 2.08
 
-    rows = [json.loads(line) for line in open(tmp_path / "metrics.jsonl")]
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert len(rows) == 20 * 51  # 20 runs x snapshots at 0, 2, ..., 100
     assert {
         "step",
@@ -54,7 +54,7 @@ def test_syn_small_acceptance_over_ten_seeds(tmp_path):
     assert arrays["losses"].shape == (20, 100)
     assert arrays["snapshot_attention"].shape == (20, 51, 2, 34)
     assert (tmp_path / "figures" / "attention.png").stat().st_size > 10_000
-    assert json.load(open(tmp_path / "config.json"))["data"]["seq_len"] == 128
+    assert json.loads((tmp_path / "config.json").read_text())["data"]["seq_len"] == 128
 
 
 def test_fig5_adam_steers_attention(tmp_path):

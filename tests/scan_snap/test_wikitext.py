@@ -90,7 +90,7 @@ def test_attention_entropy_falls_and_falls_further_at_a_larger_lr(tmp_path, caps
     assert entropy[:, 0] == pytest.approx(uniform, abs=0.03)  # near-uniform at init
     assert np.all(entropy[:, -1] < entropy[:, 0] - 0.05)  # the fall
     assert entropy[1, -1] < entropy[0, -1] - 0.3  # lr 5 sparser than lr 1
-    rows = list(csv.DictReader(open(tmp_path / "run" / "final_by_run.csv")))
+    rows = list(csv.DictReader((tmp_path / "run" / "final_by_run.csv").read_text().splitlines()))
     assert [float(r["lr"]) for r in rows] == [1.0, 5.0]
     assert float(rows[1]["entropy_layer0"]) == pytest.approx(entropy[1, -1], rel=1e-6)
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
@@ -100,7 +100,9 @@ def test_attention_entropy_falls_and_falls_further_at_a_larger_lr(tmp_path, caps
     assert summary["reproduced"] == 0
     for name in ("attention_maps", "entropy_curves", "entropy_vs_lr"):
         assert (tmp_path / "run" / "figures" / f"{name}.png").stat().st_size > 10_000
-    metrics = [json.loads(line) for line in open(tmp_path / "run" / "metrics.jsonl")]
+    metrics = [
+        json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    ]
     logged = [m for m in metrics if "val_perplexity" in m]
     assert logged and all(
         m["val_perplexity"] == pytest.approx(np.exp(m["val_loss"]), rel=1e-5) for m in logged
