@@ -23,8 +23,8 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from landscape.engine import backend, memory, records
 from landscape.engine import config as config_lib
-from landscape.engine import memory, records
 from landscape.engine.optimizers import OPTIMIZERS as OPTIMIZERS
 from landscape.engine.optimizers import SCHEDULES as SCHEDULES
 from landscape.engine.optimizers import default_optim_config as default_optim_config
@@ -270,8 +270,9 @@ def _chunk_program(spec: StepSpec, runs: _Runs) -> Any:
     if sharding is not None:
         pinned = dict(out_shardings=sharding, in_shardings=(sharding, None, sharding))
     chunk_runs = jax.vmap(functools.partial(train_chunk, spec), in_axes=(0, None, 0))
+    group = backend.runs_per_group(spec.problem.runs_per_group, spec.problem.run_bytes)
     return jax.jit(
-        _per_device(_grouped(chunk_runs, spec.problem.runs_per_group), sharding, runs.shares > 1),
+        _per_device(_grouped(chunk_runs, group), sharding, runs.shares > 1),
         donate_argnums=0,
         **pinned,
     )
