@@ -35,6 +35,13 @@ without a gradient scaler, bfloat16 autocast}, 10 seeds per cell:
                     for a 6-minute part)
   fig3_paper        1 layer; N = 1024; 400 iterations (3 programs; ~9 min)
   fig3_paper_long   as fig3_paper for Table 2's 8000 iterations at its lr 1e-3 (~3 h)
+  trap_gpu          fig1_paper's recipe at depth 1 and 2 with 50 seeds a cell (6 programs of
+                    50 runs): trapped fractions with 95% Wilson intervals of +-0.14 at most.
+                    Prepared for one GPU, the device check's optional last row (python -m
+                    experiments.device_check --trap): about 3 minutes there (fig1_paper's H200
+                    run, 85 s for 45 layer-programs of 10 seeds, scaled linearly to 9 of 50
+                    seeds: 85 s, an upper bound now that the runs are vmapped; compile 6 x 13 s);
+                    ~25 min on 2 CPU cores (fig1_paper's 1471 s x 9/45 x 5)
 """
 
 import ml_collections
@@ -56,6 +63,7 @@ VARIANTS = (
     "fig1_paper",
     "fig3_paper",
     "fig3_paper_long",
+    "trap_gpu",
 )
 PRECISIONS = ["float32", "float16", "bfloat16"]  # model.dtype: float16 = torch autocast
 TIED_UNTIED = [{"model": {"tied": True}}, {"model": {"tied": False}}]
@@ -68,7 +76,7 @@ def get_config(variant: str = "fig3") -> ml_collections.ConfigDict:
     c = default_config()
     c.name = f"markov_{variant}"
     c.claims = variant.split("_gpt")[0].replace("_paper", "")
-    if variant in ("fig1_paper", "fig3_paper", "fig3_paper_long"):
+    if variant in ("fig1_paper", "fig3_paper", "fig3_paper_long", "trap_gpu"):
         return _trap_study(c, variant)
     if variant.endswith("_gpt"):
         c.model.update(GPT2)
@@ -116,10 +124,13 @@ def _trap_study(c: ml_collections.ConfigDict, variant: str) -> ml_collections.Co
     c.model.update(GPT2, d=8, tied=True)
     c.optim.update(lr=2e-3, schedule="onecycle", initial_lr_fraction=0.01, final_lr_fraction=0.2)
     c.train.update(batch_size=16, warmup_fraction=0.02, eval_sequences=32)
-    if variant == "fig1_paper":
+    if variant in ("fig1_paper", "trap_gpu"):
         c.model.seq_len = 512
         c.train.update(num_steps=500, log_every=10)
         c.sweep = {"model": {"num_layers": [1, 2, 4, 8], "dtype": PRECISIONS}}
+        if variant == "trap_gpu":
+            c.num_seeds = 50
+            c.sweep.model.num_layers = [1, 2]
     else:
         c.model.seq_len = 1024
         c.train.update(num_steps=400, log_every=10)

@@ -4,7 +4,8 @@ python -m experiments.benchmark [--only=scan_snap] [--out=f].
 Groups: scan_snap (the issue's 2-core targets against the authors' PyTorch code), wikitext,
 recall, markov, ngrams, curvature (experiments/probe_timing.py in a fresh process), cache (a
 warm compilation cache) and compile (each program's trace, lower and XLA compile seconds, cold,
-experiments/compile_timing.py). Every row and its target: docs/design/experiments.md.
+experiments/compile_timing.py). --only=device: the device check (experiments/device_check.py,
+--budget). Every row and its target: docs/design/experiments.md.
 """
 
 import functools
@@ -26,7 +27,7 @@ import numpy as np
 from absl import app, flags
 
 from configs import syn_medium, syn_small
-from experiments import host
+from experiments import device_check, host
 from landscape.engine import backend, sweeps, training
 from landscape.engine import config as config_lib
 from landscape.scan_snap import experiment
@@ -684,6 +685,8 @@ def _call_and_wait(f: Callable[..., jax.Array], args: list[jax.Array]) -> jax.Ar
 
 def main(argv: list[str]) -> None:
     del argv
+    if _ONLY.value == ["device"]:  # before this process takes the accelerator
+        return device_check.run_from_flags()
     host.use_host_devices(host.HOST_DEVICES.value)  # before anything initialises the backends
     tuned = host.tune_allocator() if _ALLOCATOR.value else False
     backend.use_float32_matmuls()

@@ -11,7 +11,7 @@ import numpy as np
 import optax
 import pytest
 
-from landscape.engine import records, training
+from landscape.engine import backend, records, training
 
 
 def quadratic_problem(dim=3):
@@ -172,6 +172,33 @@ def test_groups_of_runs_equal_all_runs_vmapped():
     together, grouped = run(problem), run(dataclasses.replace(problem, runs_per_group=2))
     np.testing.assert_allclose(grouped.losses, together.losses, rtol=1e-12)
     np.testing.assert_allclose(grouped.snapshots["u"], together.snapshots["u"], rtol=1e-12)
+    chex.assert_trees_all_close(grouped.final_params, together.final_params, rtol=1e-12)
+
+
+def test_plain_groups_of_equal_size_equal_all_runs_vmapped():
+    """Off the CPU a group holds what fits (here 4 runs of run_bytes in the memory given) and 5
+    runs go in 2 groups of 3 (one padded run, not 3): the numbers of one vmap."""
+    problem, _ = quadratic_problem()
+    hp = {"lr": [0.01, 0.02, 0.05, 0.03, 0.04], "ratio": [1.0, 2.0, 0.5, 1.0, 3.0]}
+    sized = dataclasses.replace(problem, run_bytes=1e6)
+    memory = 4e6 / backend.USABLE
+
+    def run(p):
+        return training.train(p, optim(momentum=0.9), hp, range(5), num_steps=6, log_every=2)
+
+    together = run(problem)
+    with backend.tuning("plain", device_bytes=memory):
+        assert backend.runs_per_group(None, sized.run_bytes) == 4
+        grouped = run(sized)
+        spec = training.step_spec(sized, optim(), num_steps=6, log_every=2)
+        placed = training._place_runs(sized, hp, np.arange(5), None, None, None)
+        state = jax.eval_shape(
+            jax.vmap(functools.partial(training.init_state, spec)), placed.seeds_dev, placed.hparams
+        )
+        jaxpr = str(training._chunk_program(spec, placed).trace(state, 0, placed.hparams).jaxpr)
+    # 2 groups of 3 runs of 3 parameters (unbalanced: groups of 4, f64[4,3])
+    assert "length=2" in jaxpr and "f64[3,3]" in jaxpr and "f64[4,3]" not in jaxpr
+    np.testing.assert_allclose(grouped.losses, together.losses, rtol=1e-12)
     chex.assert_trees_all_close(grouped.final_params, together.final_params, rtol=1e-12)
 
 

@@ -1,9 +1,10 @@
 """Which formulation of a hot path to trace: the one place that decides.
 
 `cpu_tuned()`: the formulations tuned for XLA's CPU backend on a few cores apply on CPU, the plain
-XLA ones elsewhere (same numbers up to float rounding), decided at trace time.
-`use_float32_matmuls()` keeps float32 dots float32 on GPUs (no TF32).
-See docs/design/cpu_formulations.md and docs/design/precision.md.
+XLA ones elsewhere (same numbers up to float rounding), decided at trace time. Sizes follow:
+`runs_per_group` and `per_batch` give the CPU's cache-sized groups on the CPU and, on an
+accelerator, as many as fit in its free memory. `use_float32_matmuls()` keeps float32 dots
+float32 on GPUs (no TF32). See docs/design/cpu_formulations.md and docs/design/precision.md.
 """
 
 from __future__ import annotations
@@ -14,10 +15,20 @@ from collections.abc import Iterator
 
 import jax
 
+from landscape.engine import memory
+
 TUNINGS = ("cpu", "plain")
 _forced: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "landscape_tuning", default=None
 )
+_device_bytes: contextvars.ContextVar[float | None] = contextvars.ContextVar(
+    "landscape_device_bytes", default=None
+)
+
+# The share of a device's free memory that the plain formulation fills with vmapped runs (or
+# items of a batched loop): the sizes come from shape arithmetic, which leaves out XLA's own
+# temporaries, fusion buffers and the programs themselves.
+USABLE = 0.5
 
 
 def current() -> str:
@@ -38,13 +49,41 @@ def use_float32_matmuls() -> None:
 
 
 @contextlib.contextmanager
-def tuning(name: str) -> Iterator[None]:
+def tuning(name: str, device_bytes: float | None = None) -> Iterator[None]:
     """Trace with the formulations of `name` ("cpu" or "plain") on any backend (tests,
-    benchmarks)."""
+    benchmarks); `device_bytes`: size groups as if the device had that much free memory."""
     if name not in TUNINGS:
         raise ValueError(f"tuning {name!r}: must be one of {TUNINGS}.")
-    token = _forced.set(name)
+    if device_bytes is not None and not device_bytes > 0:
+        raise ValueError(f"device_bytes = {device_bytes!r}: must be a positive number of bytes.")
+    token, bytes_token = _forced.set(name), _device_bytes.set(device_bytes)
     try:
         yield
     finally:
         _forced.reset(token)
+        _device_bytes.reset(bytes_token)
+
+
+def free_bytes() -> float:
+    """The device's free memory (`memory.device_free_bytes`), or what `tuning` says it is."""
+    forced = _device_bytes.get()
+    return memory.device_free_bytes() if forced is None else forced
+
+
+def runs_per_group(cpu_group: int | None, run_bytes: float | None) -> int | None:
+    """Runs vmapped together (None: all of them). CPU: `cpu_group`, a cache-sized group. Plain:
+    as many as fit in USABLE x the free memory at `run_bytes` each (at least one), or all of
+    them when a problem gives no size (XLA's memory analysis still checks the program)."""
+    if cpu_tuned():
+        return cpu_group
+    if run_bytes is None:
+        return None
+    return max(1, int(USABLE * free_bytes() // max(run_bytes, 1.0)))
+
+
+def per_batch(cpu_size: int, item_bytes: float, total: int) -> int:
+    """Items of a loop (test sequences, evaluation chunks) taken at once, vmapped: `cpu_size`
+    on the CPU; plain: as many of `total` as fit in USABLE x the free memory (at least one)."""
+    if cpu_tuned():
+        return max(1, min(cpu_size, total))
+    return max(1, min(total, int(USABLE * free_bytes() // max(item_bytes, 1.0))))

@@ -51,6 +51,20 @@ def available_memory_bytes() -> float:
     return available
 
 
+def device_free_bytes(device: jax.Device | None = None) -> float:
+    """Memory still free on `device` (default: the first local device) for XLA's buffers: its
+    allocator's limit less what is in use (`device.memory_stats()`, reported by GPUs and TPUs),
+    or, where the device reports none (the CPU), `available_memory_bytes()`."""
+    device = jax.local_devices()[0] if device is None else device
+    try:
+        stats = device.memory_stats()
+    except Exception:  # not every backend implements it
+        stats = None
+    if not stats or "bytes_limit" not in stats:
+        return available_memory_bytes()
+    return float(stats["bytes_limit"] - stats.get("bytes_in_use", 0))
+
+
 def format_bytes(n: float) -> str:
     for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
         if n >= size:
@@ -124,20 +138,21 @@ def estimate_memory(
 
 def check_compiled_memory(compiled: jax.stages.Compiled, num_devices: int) -> None:
     """Refuse a program whose buffers (XLA's memory analysis, on every device) exceed the memory
-    available, before its first step: one sentence instead of an allocation failure."""
+    available, before its first step: one sentence instead of an allocation failure. Host
+    devices share the host's memory; an accelerator has its own (`device_free_bytes`)."""
     try:
         analysis = compiled.memory_analysis()
     except Exception:  # not every backend reports it
         return
     if analysis is None:
         return
-    per_device = (
-        analysis.temp_size_in_bytes
-        + analysis.argument_size_in_bytes
-        + analysis.output_size_in_bytes
-        - analysis.alias_size_in_bytes
-    )
-    needed, available = per_device * num_devices, available_memory_bytes()
+    # on an accelerator the arguments (the runs' state) are on the device already
+    new = analysis.temp_size_in_bytes + analysis.output_size_in_bytes - analysis.alias_size_in_bytes
+    if jax.default_backend() == "cpu":
+        needed = (new + analysis.argument_size_in_bytes) * num_devices
+        available = available_memory_bytes()
+    else:
+        needed, available = new, device_free_bytes()
     if needed > available:
         raise ConfigError(
             f"the compiled training program needs {format_bytes(needed)} (XLA's "

@@ -49,9 +49,11 @@ class Problem:
     log_grad_zeros: record the fraction of gradient entries that are exactly zero at every step
         as the metric "grad_zero_fraction" (float16 flushes small gradients to zero: the
         underflows of a half-precision computation; see landscape/engine/precision.py).
-    runs_per_group: at most this many runs are vmapped together (None: all); more runs go
-        through a loop over groups of them, which keeps a memory-bound step's temporaries in cache
-        (runs are independent, so the results are the same).
+    runs_per_group: on the CPU, at most this many runs are vmapped together (None: all); more
+        runs go through a loop over groups of them, which keeps a memory-bound step's temporaries
+        in cache (runs are independent, so the results are the same).
+    run_bytes: one run's memory in a step, by shape arithmetic; off the CPU the groups hold as
+        many runs as fit in the device's free memory (`backend.runs_per_group`; None: all).
     batch_size: set when the loss is a mean over `batch_size` examples that it passes through
         `batch_share`: then a single run may split its batch over devices (`sweeps.run` does so
         when it has one run and several devices). Each device draws the whole batch from the same
@@ -71,6 +73,7 @@ class Problem:
     log_grad_norm: bool = False
     log_grad_zeros: bool = False
     runs_per_group: int | None = None
+    run_bytes: float | None = None
     batch_size: int | None = None
     loss_takes_step: bool = False
 

@@ -23,8 +23,8 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from landscape.engine import backend, memory, records
 from landscape.engine import config as config_lib
-from landscape.engine import memory, records
 from landscape.engine.optimizers import OPTIMIZERS as OPTIMIZERS
 from landscape.engine.optimizers import SCHEDULES as SCHEDULES
 from landscape.engine.optimizers import default_optim_config as default_optim_config
@@ -270,8 +270,13 @@ def _chunk_program(spec: StepSpec, runs: _Runs) -> Any:
     if sharding is not None:
         pinned = dict(out_shardings=sharding, in_shardings=(sharding, None, sharding))
     chunk_runs = jax.vmap(functools.partial(train_chunk, spec), in_axes=(0, None, 0))
+    group = backend.runs_per_group(spec.problem.runs_per_group, spec.problem.run_bytes)
     return jax.jit(
-        _per_device(_grouped(chunk_runs, spec.problem.runs_per_group), sharding, runs.shares > 1),
+        _per_device(
+            _grouped(chunk_runs, group, balance=not backend.cpu_tuned()),
+            sharding,
+            runs.shares > 1,
+        ),
         donate_argnums=0,
         **pinned,
     )
@@ -515,9 +520,10 @@ def _per_device(
     return jax.shard_map(chunk, mesh=sharding.mesh, in_specs=(runs, P(), runs), out_specs=runs)
 
 
-def _grouped(vmapped: Callable, runs_per_group: int | None) -> Callable:
+def _grouped(vmapped: Callable, runs_per_group: int | None, balance: bool = False) -> Callable:
     """vmapped(state, step, hparams) over at most runs_per_group runs at a time: a lax.map over
-    groups (the last group padded with copies of the first run, dropped after)."""
+    groups (the last group padded with copies of the first run, dropped after). `balance`: as
+    many groups, of equal sizes (50 runs at most 42 a group: 2 of 25, not 2 of 42)."""
     if runs_per_group is None:
         return vmapped
 
@@ -526,12 +532,13 @@ def _grouped(vmapped: Callable, runs_per_group: int | None) -> Callable:
         if num_runs <= runs_per_group:
             return vmapped(state, first_step, hparams)
         num_groups = -(-num_runs // runs_per_group)
-        pad = num_groups * runs_per_group - num_runs
+        size = -(-num_runs // num_groups) if balance else runs_per_group
+        pad = num_groups * size - num_runs
 
         runs = np.concatenate([np.arange(num_runs), np.zeros(pad, int)])
 
         def split(x: jax.Array) -> jax.Array:
-            return x[runs].reshape((num_groups, runs_per_group) + x.shape[1:])
+            return x[runs].reshape((num_groups, size) + x.shape[1:])
 
         out = jax.lax.map(
             lambda group: vmapped(group[0], first_step, group[1]),

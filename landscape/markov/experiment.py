@@ -321,12 +321,15 @@ _MEMORY_FIELDS = (
 )
 
 
-def _sequence_floats(N: int, S: int, d: int, layers: int, heads: int, mlp: int) -> int:
+def _sequence_floats(
+    N: int, S: int, d: int, layers: int, heads: int, mlp: int, whole: bool = False
+) -> int:
     """Activations of one sequence's forward pass: per layer q, k, v, the residual stream, the
     LayerNorms and the MLP's hidden layer, and the attention scores (heads x N x N, with the mask
-    and softmax) where they are held whole (model.scores_held_whole); the logits. Longer sequences
-    go through the tiled attention, which keeps each row's log-sum-exp only."""
-    scores = 3 * heads * N * N if model_lib.scores_held_whole(N) else heads * N
+    and softmax) where they are held whole (model.scores_held_whole, or `whole`); the logits.
+    Longer sequences go through the tiled attention, which keeps each row's log-sum-exp only."""
+    whole = whole or model_lib.scores_held_whole(N)
+    scores = 3 * heads * N * N if whole else heads * N
     return layers * (scores + 12 * N * d + 3 * N * (mlp or 4 * d)) + 3 * N * S
 
 
@@ -403,6 +406,17 @@ def _cell_bytes(v: dict) -> tuple[float, str]:
     )
 
 
+def run_bytes(cfg: ml_collections.ConfigDict) -> float:
+    """One run's memory in a step of the plain formulation (every score held whole): a batch's
+    forward and backward, the evaluation's forward and the sampled tokens (`_cell_bytes`)."""
+    B, N, E, m = cfg.train.batch_size, cfg.model.seq_len, cfg.train.eval_sequences, cfg.model
+    floats = _sequence_floats(
+        N, cfg.chain.num_states, m.d, m.num_layers, m.num_heads, m.mlp_width, whole=True
+    )
+    size = np.dtype(cfg.train.dtype).itemsize
+    return float((4 * B + 2 * E) * floats * size + 3 * (B + E) * (N + 1) * 4)
+
+
 def memory_estimate(cfg: ml_collections.ConfigDict) -> memory.MemoryEstimate:
     """The largest program's peak resident memory, by shape arithmetic (no compiling, no
     allocation): the max over the config's structural cells of `_cell_bytes`."""
@@ -443,10 +457,7 @@ def make_problem(cfg: ml_collections.ConfigDict) -> training.Problem:
         params: PyTree, key: jax.Array, hp: training.HParams
     ) -> tuple[jax.Array, dict[str, jax.Array]]:
         kernel = _kernel(cfg, hp)
-        # the sequential sampler: faster than the associative scan on CPU (notes on task.sample);
-        # elsewhere the scan (the same sequences, landscape/engine/backend.py)
-        sampler = task.sample_sequential if backend.cpu_tuned() else task.sample
-        x = sampler(key, kernel, _init_law(cfg, kernel), B, N + 1)
+        x = _sampler()(key, kernel, _init_law(cfg, kernel), B, N + 1)
         x = training.batch_share(x)  # this device's sequences when a run splits its batch
         log_probs = cast(jax.Array, model.apply({"params": params}, x[:, :N]))
         if cfg.train.targets == "hard":
@@ -458,7 +469,7 @@ def make_problem(cfg: ml_collections.ConfigDict) -> training.Problem:
 
     def snapshot(params: PyTree, hp: training.HParams) -> dict[str, jax.Array]:
         kernel = _kernel(cfg, hp)
-        x = task.sample_sequential(eval_key, kernel, _init_law(cfg, kernel), E, N)
+        x = _sampler()(eval_key, kernel, _init_law(cfg, kernel), E, N)
         log_probs = cast(jax.Array, model.apply({"params": params}, x))
         out = {
             "test_loss": task.population_cross_entropy(
@@ -481,9 +492,17 @@ def make_problem(cfg: ml_collections.ConfigDict) -> training.Problem:
         snapshot=snapshot,
         weight_decay_mask=_decay_mask,
         runs_per_group=runs_per_group(cfg),
+        run_bytes=run_bytes(cfg),
         log_grad_zeros=precision.is_half(model.dtype),
-        batch_size=B if B * N * N >= _SCORES_TO_SPLIT else None,
+        # off the CPU a single run splits its batch over several devices at any size
+        batch_size=B if B * N * N >= _SCORES_TO_SPLIT or not backend.cpu_tuned() else None,
     )
+
+
+def _sampler() -> Callable[..., jax.Array]:
+    """The sequential sampler on the CPU (faster than the associative scan there, notes on
+    task.sample); elsewhere the scan: the same sequences (landscape/engine/backend.py)."""
+    return task.sample_sequential if backend.cpu_tuned() else task.sample
 
 
 # Runs vmapped together hold at most about this many attention scores (~2 MiB), so that a step
@@ -512,8 +531,9 @@ def model_table(cfg: ml_collections.ConfigDict) -> str:
 
 
 def runs_per_group(cfg: ml_collections.ConfigDict) -> int:
-    """Runs per vmapped group (2 at N = 128): the scores of a run's B sequences of length N,
-    with the tiles' masked halves, are fewer than B N^2."""
+    """Runs per vmapped group on the CPU (2 at N = 128): the scores of a run's B sequences of
+    length N, with the tiles' masked halves, are fewer than B N^2. Off the CPU the groups hold
+    what fits in the device's memory (`run_bytes`, landscape/engine/backend.py)."""
     B, N = cfg.train.batch_size, cfg.model.seq_len
     return max(1, _SCORES_PER_GROUP // (B * N * N))
 

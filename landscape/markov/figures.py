@@ -18,6 +18,7 @@ from landscape.typing import NDArray
 def draw(cfg: ConfigDict, groups: Sequence[Group], workdir: records.Workdir) -> list[pathlib.Path]:
     if cfg.claims == "trap":
         workdir.save_table("trap_runs", [row for g in groups for row in trap_study.run_rows(g)])
+        workdir.save_table("trap_cells", trap_study.cell_rows(groups))
         return [
             trap_study.plot_curves(groups, workdir.figure_path("trap_curves")),
             trap_study.plot_fractions(groups, workdir.figure_path("trap_fractions")),

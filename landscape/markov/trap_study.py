@@ -169,6 +169,31 @@ def _fraction(rows: Sequence[Row]) -> dict[str, Any]:
     }
 
 
+def cell_rows(groups: Sequence[Group]) -> list[Row]:
+    """Per (depth, precision): runs, trapped count and fraction with its 95% Wilson interval,
+    escaped runs and the median escape step (trap_cells.csv)."""
+    rows = []
+    for g in groups:
+        runs = run_rows(g)
+        k, n = sum(r["trapped"] for r in runs), len(runs)
+        low, high = wilson(k, n)
+        escapes = escape_steps(runs)
+        rows.append(
+            dict(
+                layers=g["cfg"].model.num_layers,
+                precision=precision_name(g["cfg"]),
+                runs=n,
+                trapped=k,
+                fraction=k / n if n else float("nan"),
+                wilson_low=low,
+                wilson_high=high,
+                escaped=escapes["escaped"],
+                median_escape_step=escapes.get("median"),
+            )
+        )
+    return rows
+
+
 def claims(cfg: ConfigDict, groups: Sequence[Group]) -> list[records.Claim]:
     """The paper's statements per (depth, precision) with trapped counts and intervals, the depth
     contrast per precision, the escape-step distribution and the plateau gradients."""

@@ -20,8 +20,8 @@ import numpy as np
 import optax
 
 from landscape import params_table
+from landscape.engine import backend, memory, precision, records, sweeps, training, validation
 from landscape.engine import config as config_lib
-from landscape.engine import memory, precision, records, sweeps, training, validation
 from landscape.engine.memory import format_bytes
 from landscape.ngrams import claims as claims_lib
 from landscape.ngrams import estimators, figures, task
@@ -317,10 +317,14 @@ def _sample_bytes(v: dict, count: int) -> float:
 
 
 def snapshot_chunk(cfg: ml_collections.ConfigDict) -> int:
-    """Test sequences per chunk of the snapshot's loss and gradient (at most a half test set)."""
+    """Test sequences per chunk of the snapshot's loss and gradient (at most a half test set):
+    _SNAPSHOT_CHUNK_BYTES of them on the CPU; off it, what fits in the device's memory for every
+    run of the program at once (landscape/engine/backend.py)."""
     half = max(1, cfg.train.test_sequences // 2)
-    per_sequence = _sequence_bytes(config_lib.flatten(cfg))
-    return int(max(1, min(half, _SNAPSHOT_CHUNK_BYTES // per_sequence)))
+    flat = config_lib.flatten(cfg)
+    per_sequence = _sequence_bytes(flat)
+    runs = memory.traced_runs(flat, TRACED)
+    return backend.per_batch(int(_SNAPSHOT_CHUNK_BYTES // per_sequence), runs * per_sequence, half)
 
 
 def _stationarity_bytes(v: dict) -> tuple[float, str]:

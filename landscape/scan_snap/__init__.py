@@ -6,6 +6,7 @@ text.py        WikiText as arrays: the tutorial's tokenizer, vocabulary, id stre
 wikitext.py    experiment = "wikitext": the text transformer on WikiText (Figs. 7, 10)
 theory.py      closed forms: h*, h, omega1, t0, gamma, Gamma, B_n, chi bounds, the attention ODE
 experiment.py  configs -> compiled sweeps -> records, figures and checked claims
+padded.py      off the CPU, one program for a grid's task sizes (Fig. 6's four K), padded
 claims.py      the claims of Figs. 4-6 (notes §7.4), the theory figures' curves and claims
 figures.py     the figures: losses, attention (Figs. 4, 5), entropy vs ratio (Fig. 6), Figs. 3, 8, 9
 """

@@ -24,7 +24,7 @@ from landscape.engine import config as config_lib
 from landscape.engine import memory, precision, records, sweeps, training, validation
 from landscape.point import params_table
 from landscape.scan_snap import claims as claims_lib
-from landscape.scan_snap import figures, wikitext
+from landscape.scan_snap import figures, padded, wikitext
 from landscape.scan_snap import model as model_lib
 from landscape.scan_snap import task as task_lib
 from landscape.scan_snap.claims import CLAIMS, Group
@@ -379,6 +379,26 @@ def train_group(
     return task, grid, result
 
 
+def train_cells(
+    cfg: ml_collections.ConfigDict,
+    cells: list[dict[str, Any]],
+    workdir: records.Workdir | None = None,
+    progress: Progress = print,
+) -> list[tuple[task_lib.SequenceClasses, sweeps.Grid, training.RunResult]]:
+    """`train_group` of every structural cell: one program each on the CPU; off it one padded
+    program for cells that differ in K and M only (`padded.applies`), the same numbers."""
+    if padded.applies(cfg, cells):
+        if progress:
+            progress(f"one program for {len(cells)} cells, padded to the largest K and M")
+        return padded.train_cells(cfg, cells, TRACED, workdir, progress)
+    out = []
+    for fields in cells:
+        if fields and progress:
+            progress("structural cell " + ", ".join(f"{k}={v}" for k, v in fields.items()))
+        out.append(train_group(cfg, fields, workdir, progress))
+    return out
+
+
 def run(
     cfg: ml_collections.ConfigDict, workdir: records.Workdir, progress: Progress = print
 ) -> dict[str, Any]:
@@ -397,10 +417,9 @@ def run(
             f"model: YZModel, {precision.of(cfg.train.dtype, cfg.model.dtype).name}\n"
             + params_table(init_params(first, make_task(first), jax.random.key(cfg.seed)))
         )
-    for i, fields in enumerate(cells):
-        if fields and progress:
-            progress("structural cell " + ", ".join(f"{k}={v}" for k, v in fields.items()))
-        task, grid, result = train_group(cfg, fields, workdir, progress)
+    for i, (fields, (task, grid, result)) in enumerate(
+        zip(cells, train_cells(cfg, cells, workdir, progress), strict=True)
+    ):
         groups.append((fields, task, grid, result))
         prefix = f"cell{i}_" if len(cells) > 1 else ""
         workdir.save_arrays(**_arrays(result, task, prefix))

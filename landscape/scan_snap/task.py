@@ -57,21 +57,37 @@ class SequenceClasses:
         """(context_BT int32 with T = L-1, query_B, label_B, class_B); classes uniform."""
         _checks.check_key("key", key)
         _checks.check_int("batch_size", batch_size, 1, "the number of sequences")
-        class_key, token_key = jax.random.split(key)
-        class_B = jax.random.randint(class_key, (batch_size,), 0, self.num_classes)
-        # Drawn flat, then reshaped: the same numbers (threefry counts the flat index either
-        # way), and XLA's CPU backend compiles the flat hash loop in about half the time.
-        T = self.seq_len - 1
-        u_BT = jax.random.uniform(token_key, (batch_size * T,)).reshape(batch_size, T)
-        cdf_BS = jnp.asarray(self.support_cdf)[class_B]
-        slot_BT = (u_BT[:, :, None] >= cdf_BS[:, None, :-1]).sum(-1)  # S is small: compare all
-        context_BT = jnp.take_along_axis(jnp.asarray(self.support)[class_B], slot_BT, axis=1)
-        return (
-            context_BT.astype(jnp.int32),
-            jnp.asarray(self.last_token)[class_B],
-            jnp.asarray(self.next_token)[class_B],
-            class_B,
+        return sample_classes(key, batch_size, self.seq_len, self.num_classes, *self._arrays())
+
+    def _arrays(self) -> tuple[jax.Array, ...]:
+        return tuple(
+            jnp.asarray(a)
+            for a in (self.support, self.support_cdf, self.last_token, self.next_token)
         )
+
+
+def sample_classes(
+    key: jax.Array,
+    batch_size: int,
+    seq_len: int,
+    num_classes: int | jax.Array,
+    support: jax.Array,
+    support_cdf: jax.Array,
+    last_token: jax.Array,
+    next_token: jax.Array,
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+    """`SequenceClasses.sample` from its arrays; num_classes may be traced (classes uniform in
+    [0, num_classes): the rows past it, padding, are never drawn; the same draws)."""
+    class_key, token_key = jax.random.split(key)
+    class_B = jax.random.randint(class_key, (batch_size,), 0, num_classes)
+    # Drawn flat, then reshaped: the same numbers (threefry counts the flat index either
+    # way), and XLA's CPU backend compiles the flat hash loop in about half the time.
+    T = seq_len - 1
+    u_BT = jax.random.uniform(token_key, (batch_size * T,)).reshape(batch_size, T)
+    cdf_BS = support_cdf[class_B]
+    slot_BT = (u_BT[:, :, None] >= cdf_BS[:, None, :-1]).sum(-1)  # S is small: compare all
+    context_BT = jnp.take_along_axis(support[class_B], slot_BT, axis=1)
+    return context_BT.astype(jnp.int32), last_token[class_B], next_token[class_B], class_B
 
 
 def sequence_classes(
@@ -191,7 +207,11 @@ def attention_weights(Z: jax.Array, task: SequenceClasses | Population) -> jax.A
 def distinct_entropy(c_KM: jax.Array, task: SequenceClasses) -> jax.Array:
     """(K,) entropy in nats of c_n restricted to n's distinct tokens and renormalised (notes
     §5.6)."""
-    mask = jnp.asarray(task.is_distinct)
+    return masked_entropy(c_KM, jnp.asarray(task.is_distinct))
+
+
+def masked_entropy(c_KM: jax.Array, mask: jax.Array) -> jax.Array:
+    """(K,) entropy in nats of each row of c_KM restricted to `mask` and renormalised."""
     mass = jnp.where(mask, c_KM, 0.0)
     p = mass / mass.sum(axis=-1, keepdims=True)
     return -jnp.sum(jnp.where(mask & (p > 0), p * jnp.log(jnp.where(p > 0, p, 1.0)), 0.0), axis=-1)

@@ -162,15 +162,23 @@ def cell_bytes(v: dict[str, Any]) -> tuple[float, str]:
         v["transformer.num_layers"],
     )
     B, T = v["train.batch_size"], v["text.bptt"]
-    size = np.dtype(v["train.dtype"]).itemsize
     runs = memory.traced_runs(v, TRACED)
+    per_run = _run_bytes(v, V)
     params = 2 * V * d + V + L * (4 * d * d + 2 * d * h + 10 * d)
-    step = 4 * params + 3 * B * T * V + L * B * T * (6 * d + 2 * h + 3 * T)
-    evaluation = 2 * v["text.eval_batch_size"] * T * V
-    return _BASELINE_BYTES + runs * size * (step + evaluation), (
+    return _BASELINE_BYTES + runs * per_run, (
         f"{runs} run(s) at once x a vocabulary of {V} types: {params} parameters, "
         f"{B} x {T} positions of logits"
     )
+
+
+def _run_bytes(v: dict[str, Any], V: int) -> float:
+    """One run's bytes (`cell_bytes`) from a flat config and the vocabulary size V."""
+    d, h, L = v["transformer.width"], v["transformer.hidden"], v["transformer.num_layers"]
+    B, T = v["train.batch_size"], v["text.bptt"]
+    params = 2 * V * d + V + L * (4 * d * d + 2 * d * h + 10 * d)
+    step = 4 * params + 3 * B * T * V + L * B * T * (6 * d + 2 * h + 3 * T)
+    evaluation = 2 * v["text.eval_batch_size"] * T * V
+    return float(np.dtype(v["train.dtype"]).itemsize * (step + evaluation))
 
 
 MEMORY_FIELDS = ("train.batch_size", "num_seeds", "text.bptt", "transformer.width")
@@ -262,9 +270,10 @@ def make_problem(cfg: ml_collections.ConfigDict, corpus: text.Corpus) -> trainin
             shapes,
         )
 
-    # One run at a time on each device: a step is already three large decoder matmuls, and
-    # vmapping 25 runs only multiplies the temporaries (2 CPU cores, Fig. 10's 25 runs x 40 steps:
-    # 230 ms a run-step vmapped, 149 ms one at a time; 160 ms for a single run).
+    # On the CPU one run at a time on each device: a step is already three large decoder
+    # matmuls, and vmapping 25 runs only multiplies the temporaries (2 CPU cores, Fig. 10's 25
+    # runs x 40 steps: 230 ms a run-step vmapped, 149 ms one at a time; 160 ms for a single run).
+    # Off the CPU, as many runs as fit in the device's memory (landscape/engine/backend.py).
     return training.Problem(
         init=init,
         loss=loss,
@@ -272,6 +281,7 @@ def make_problem(cfg: ml_collections.ConfigDict, corpus: text.Corpus) -> trainin
         snapshot=snapshot,
         loss_takes_step=True,
         runs_per_group=1,
+        run_bytes=_run_bytes(config_lib.flatten(cfg), corpus.vocab_size),
     )
 
 

@@ -2,6 +2,7 @@
 OneCycle schedule against PyTorch's formula, float16 autocast against an emulation written here,
 the Wilson interval, and the study end to end at a tiny size."""
 
+import csv
 import math
 
 import chex
@@ -182,6 +183,14 @@ def test_trap_study_end_to_end(tmp_path):
         assert escapes["runs"] == 3 and escapes["escaped"] <= 3 - c["measured"]["trapped"]
     table = (tmp_path / "trap" / "trap_runs.csv").read_text().splitlines()
     assert len(table) == 1 + 6 and "escape_step" in table[0]
+    with open(tmp_path / "trap" / "trap_cells.csv") as f:
+        per_cell = list(csv.DictReader(f))
+    assert [int(row["layers"]) for row in per_cell] == [1, 2]
+    for row, c in zip(per_cell, cells, strict=True):  # the claims' counts and intervals
+        k, n = int(row["trapped"]), int(row["runs"])
+        assert (k, n) == (c["measured"]["trapped"], 3)
+        interval = [float(row["wilson_low"]), float(row["wilson_high"])]
+        np.testing.assert_allclose(interval, trap_study.wilson(k, n), rtol=1e-12)
     for name in ("trap_curves", "trap_fractions"):
         assert (tmp_path / "trap" / "figures" / f"{name}.png").stat().st_size > 10_000
     # the runs table's trapped verdicts follow the criterion from the arrays
@@ -197,11 +206,15 @@ def test_trap_study_end_to_end(tmp_path):
 
 def test_trap_configs_validate():
     """The shipped studies: 12 and 3 programs of 10 seeds, one chain, the authors' recipe."""
-    for variant, programs in (("fig1_paper", 12), ("fig3_paper", 3), ("fig3_paper_long", 3)):
+    shipped = (("fig1_paper", 12), ("fig3_paper", 3), ("fig3_paper_long", 3), ("trap_gpu", 6))
+    for variant, programs in shipped:
         cfg = markov.get_config(variant)
         experiment.validate(cfg)
         assert len(config_lib.structural_cells(cfg, experiment.TRACED)) == programs
         assert cfg.num_seeds >= 10 and cfg.optim.lr in (2e-3, 1e-3)
+    gpu = markov.get_config("trap_gpu")  # depth 1 and 2 x 3 precisions, 50 seeds a cell
+    assert gpu.num_seeds == 50 and sorted(gpu.sweep.model.num_layers) == [1, 2]
+    assert trap_study.wilson(25, 50)[1] - trap_study.wilson(25, 50)[0] < 2 * 0.14
     bad = markov.get_config("fig3_paper")
     bad.sweep.chain = {"p": [0.5, 0.2]}
     with pytest.raises(config_lib.ConfigError, match="without chain.p / chain.q axes"):
