@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from landscape.engine.host import setup
 from landscape.point import Point, param_names, params_table, restrict
 from landscape.probes.curvature import hessian_at
-from landscape.probes.gradient import gradient_at, hvp
+from landscape.probes.gradient import gradient_at, hvp, hvp_flat
 from landscape.probes.lanczos import lanczos_spectrum
 
 if TYPE_CHECKING:
@@ -80,6 +80,7 @@ __all__ = [
     "gradient_at",
     "hessian_at",
     "hvp",
+    "hvp_flat",
     "lanczos_spectrum",
     "spectral_density",
     "trace",
