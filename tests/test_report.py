@@ -168,8 +168,9 @@ def test_catalog_covers_every_paper_and_every_config_resolves(tmp_path):
     assert {f.paper for f in catalog.FIGURES} == set(catalog.PAPERS)
     for paper in catalog.PAPERS:  # Fig. 1 of every paper is listed
         assert (paper, "Fig. 1") in labels
+    text = [f"text.path={tiny_text(tmp_path / 'text')}"]  # never ../shared: a fresh clone
     for scale in ("cpu", "paper"):
-        jobs = run.unique(run.plan(catalog.FIGURES, scale, False, [], tmp_path))
+        jobs = run.unique(run.plan(catalog.FIGURES, scale, False, text, tmp_path))
         for job in jobs:  # only the WikiText paper variants may lack data (a full WikiText)
             assert not job.error or ("wikitext" in job.spec and "_paper" in job.spec), job.error
             assert job.cfg is None or job.config_hash
