@@ -118,9 +118,8 @@ def train(
     `NonFiniteLossError` naming the step (after writing the records so far); "mark" carries on
     and reports the first bad step per run. `record_tags`: extra metrics.jsonl columns.
     `sharding` spreads the runs over devices; `batch_over` splits a single run's batch over
-    devices instead (`batch_devices`). `hparam_dtype`: the dtype hyperparameters are traced in
-    (records keep the numbers as given). `metrics_at`: snapshots at the "current" parameters,
-    their debiased "ema" (`optax.ema(ema_decay)`), or "both" (current ones prefixed "current_").
+    devices instead (`batch_devices`). `hparam_dtype`: the dtype of the traced hyperparameters
+    and the optimizer's scalars (`step_spec`). `metrics_at`: "current", "ema" or "both".
 
     With a `workdir`, the state is checkpointed every `workdir.checkpoint_seconds` at a chunk
     boundary, at the end and on `request_stop` (then `Interrupted`); a checkpoint already there
