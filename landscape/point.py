@@ -361,7 +361,7 @@ def check_loss_output(point: Point, caller: str) -> None:
     """TypeError unless the point's loss returns one floating scalar: checked by tracing it once
     per objective and shapes (`jax.eval_shape`: nothing is compiled or computed)."""
     objective, inputs = point.shared
-    key = (objective, _signature(point.params), _signature(inputs))
+    key = (_loss_of(objective), _signature(point.params), _signature(inputs))
     if key in _CHECKED:
         return
     out = jax.eval_shape(objective, point.params, inputs)
