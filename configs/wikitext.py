@@ -8,10 +8,15 @@
 
 The model is the PyTorch transformer tutorial's (d = 200, one head, FFN 200, post-LN,
 sinusoidal positions, untied decoder), plain SGD with the gradient's norm clipped to 0.5, batch 20,
-bptt 35, a constant lr. `text.path` defaults to ../shared/data/wikitext-2, which holds the valid
-and test splits only: the CPU variants train on valid (214k tokens, 306 chunks an epoch) and
-evaluate on test; the `_paper` variants train on train and evaluate on valid, as the paper did,
-and need the full dataset at `text.path`.
+bptt 35, a constant lr.
+
+Data: `text.path` is a WikiText folder holding `{train,valid,test}.txt` (the PyTorch examples
+repository's word_language_model/data/wikitext-2) or `wiki.{train,valid,test}.tokens` (Salesforce's
+WikiText-2 or -103 archives); it defaults to ../shared/data/wikitext-2, a folder beside the
+repository (not part of it) that holds the valid and test splits only: the CPU variants train on
+valid (214k tokens, 306 chunks an epoch) and evaluate on test; the `_paper` variants train on
+train and evaluate on valid, as the paper did, and need the full dataset at `text.path`. A missing
+folder or split is one sentence saying what it holds and where to get the data.
 
 fig7:  1 and 3 layers (one program each), lr 5 for every parameter and 10 for the FFNs (the
        authors' notebook), dropout 0.3, 1500 iterations; layer 0's attention map on the

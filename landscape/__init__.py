@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from landscape.engine.host import setup
 from landscape.point import Point, param_names, params_table, restrict
 from landscape.probes.curvature import FocusReport, Hessian, hessian_at
-from landscape.probes.gradient import Gradient, gradient_at, hvp
+from landscape.probes.gradient import Gradient, gradient_at, hvp, hvp_flat
 from landscape.probes.lanczos import Spectrum, lanczos_spectrum
 from landscape.probes.results import Curvature, Result
 
@@ -106,6 +106,7 @@ __all__ = [
     "gradient_at",
     "hessian_at",
     "hvp",
+    "hvp_flat",
     "lanczos_spectrum",
     "spectral_density",
     "trace",

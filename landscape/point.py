@@ -7,6 +7,7 @@ probes can judge any of them without knowing the model. The block helpers (`Name
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -28,7 +29,13 @@ class Point:
     `inputs` (a pytree of arrays: sequences, weights, a chain's kernel, an evaluation batch). The
     second form lets points of one model share compiled programs: probes compile once per
     `objective` (the same function object) and take `inputs` as an argument, so a new (p, q) or
-    a new batch costs no compile. `loss_fn` is then `objective` with `inputs` filled in.
+    a new batch costs no compile. `loss_fn` is then `objective` with `inputs` filled in. What a
+    loss reads besides its arguments is fixed when it is traced: each Point made with `loss_fn`
+    traces it afresh (its points by `with_params` share its programs), while an `objective` is
+    traced once per function object; docs/guide/reliability.md.
+
+    The parameters are floating-point arrays of one dtype (the probes' precision and tolerances);
+    the loss returns one floating scalar, checked at a probe's first call.
 
     A loss that is a function of model outputs may also give `outputs(params, inputs) -> z` and
     `output_loss(z, inputs) -> scalar` with objective = output_loss ∘ outputs: the split the
@@ -47,6 +54,10 @@ class Point:
     inputs: PyTree = None
     outputs: Callable[[PyTree, PyTree], jax.Array] | None = None
     output_loss: Callable[[jax.Array, PyTree], jax.Array] | None = None
+    # loss_fn as an objective, made for this point (shared by its with_params points only)
+    _own_objective: Callable[[PyTree, PyTree], jax.Array] | None = dataclasses.field(
+        default=None, init=False, repr=False
+    )
 
     def __post_init__(self) -> None:
         _check_split(self)
@@ -58,6 +69,11 @@ class Point:
                 )
             if self.loss_fn is not None:
                 raise TypeError("give a Point either loss_fn(params) or objective(params, inputs).")
+            if self.inputs is None:
+                raise TypeError(
+                    "objective is given without inputs: give the inputs objective(params, "
+                    "inputs) reads (inputs=(), if none), or give loss_fn(params) instead."
+                )
             object.__setattr__(
                 self, "loss_fn", functools.partial(_fill, self.objective, self.inputs)
             )
@@ -66,6 +82,9 @@ class Point:
                 f"loss_fn = {self.loss_fn!r}: must be a function params -> scalar "
                 f"loss, not {type(self.loss_fn).__name__}."
             )
+        else:
+            object.__setattr__(self, "_own_objective", _ignoring_inputs(self.loss_fn))
+        _check_one_dtype(self.params)
         if not isinstance(self.name, str):
             raise TypeError(
                 f"name = {self.name!r}: must be a string, not {type(self.name).__name__}."
@@ -81,15 +100,20 @@ class Point:
         inputs; a point given by `loss_fn` alone shares nothing (its inputs are empty)."""
         if self.objective is not None:
             return self.objective, self.inputs
-        return _ignoring_inputs(self.loss_fn), None
+        assert self._own_objective is not None  # set for every loss_fn point
+        return self._own_objective, None
 
     def loss(self) -> float:
         objective, inputs = self.shared
+        check_loss_output(self, "Point.loss")
         return float(_jitted(objective)(self.params, inputs))
 
     def with_params(self, params: PyTree) -> Point:
+        """This point's loss at other parameters (the same compiled programs)."""
         if self.objective is None:
-            return dataclasses.replace(self, params=params)
+            point = dataclasses.replace(self, params=params)
+            object.__setattr__(point, "_own_objective", self._own_objective)
+            return point
         return Point(
             params,
             name=self.name,
@@ -126,10 +150,33 @@ def _fill(objective: Callable, inputs: PyTree, params: PyTree) -> jax.Array:
     return objective(params, inputs)
 
 
-@functools.lru_cache(maxsize=64)
 def _ignoring_inputs(loss_fn: Callable) -> Callable[[PyTree, PyTree], jax.Array]:
-    """loss_fn as an objective (params, inputs) -> loss; the same object for the same loss_fn."""
-    return lambda params, inputs: loss_fn(params)
+    """loss_fn as an objective (params, inputs) -> loss: a new function object per call, so a
+    new Point compiles (and reads what its loss reads) afresh."""
+
+    def objective(params: PyTree, inputs: PyTree) -> jax.Array:
+        return loss_fn(params)
+
+    objective.loss_fn = loss_fn  # type: ignore[attr-defined]  # names it in error messages
+    return objective
+
+
+def _check_one_dtype(params: PyTree) -> None:
+    """TypeError when the floating leaves of `params` have more than one dtype."""
+    by_dtype: dict[str, list[str]] = {}
+    for path, leaf in jax.tree_util.tree_leaves_with_path(params):
+        dtype = getattr(leaf, "dtype", None)
+        if dtype is not None and jnp.issubdtype(dtype, jnp.floating):
+            name = jax.tree_util.keystr(path, simple=True, separator="/") or "params"
+            by_dtype.setdefault(np.dtype(dtype).name, []).append(repr(name))
+    if len(by_dtype) > 1:
+        mix = "; ".join(f"{d}: {', '.join(names[:3])}" for d, names in sorted(by_dtype.items()))
+        widest = max(by_dtype, key=lambda d: np.dtype(d).itemsize)
+        raise TypeError(
+            f"params mixes floating dtypes ({mix}): a Point's parameters share one dtype, "
+            "which sets the probes' precision and tolerances; cast them first, e.g. "
+            f"jax.tree.map(lambda a: a.astype(jnp.{widest}), params)."
+        )
 
 
 @functools.lru_cache(maxsize=256)
@@ -303,7 +350,37 @@ def check_point(point: object, caller: str) -> Point:
             f"{caller}: {point.name or 'the point'} has no parameters (its params "
             "hold no array entries), so there is nothing to differentiate."
         )
+    check_loss_output(point, caller)
     return point
+
+
+_CHECKED: collections.OrderedDict[Any, None] = collections.OrderedDict()  # (objective, shapes)
+
+
+def check_loss_output(point: Point, caller: str) -> None:
+    """TypeError unless the point's loss returns one floating scalar: checked by tracing it once
+    per objective and shapes (`jax.eval_shape`: nothing is compiled or computed)."""
+    objective, inputs = point.shared
+    key = (_loss_of(objective), _signature(point.params), _signature(inputs))
+    if key in _CHECKED:
+        return
+    out = jax.eval_shape(objective, point.params, inputs)
+    shape, dtype = getattr(out, "shape", None), getattr(out, "dtype", None)
+    if shape != () or dtype is None or not jnp.issubdtype(dtype, jnp.floating):
+        given = "loss_fn" if point.objective is None else "objective"
+        if isinstance(out, tuple | list):
+            what, hint = f"a {type(out).__name__} of {len(out)}", "return the loss alone"
+        elif shape is not None:
+            what, hint = f"an array of shape {shape} and dtype {dtype}", "reduce it, e.g. jnp.mean"
+        else:
+            what, hint = f"a {type(out).__name__}", "return a jax array"
+        raise TypeError(
+            f"{caller}: {given} returned {what}: a Point's loss must return one floating-point "
+            f"scalar ({hint})."
+        )
+    _CHECKED[key] = None
+    if len(_CHECKED) > 512:
+        _CHECKED.popitem(last=False)
 
 
 PointOrPoints = Point | Sequence[Point]
@@ -331,7 +408,7 @@ def _check_one_model(points: list[Point], caller: str) -> None:
     first = (_signature(points[0].params), _signature(inputs))
     for i, point in enumerate(points[1:], start=1):
         other, other_inputs = point.shared
-        if other is not objective:
+        if _loss_of(other) is not _loss_of(objective):
             what = "a different loss (objective)"
         elif _signature(point.params) != first[0]:
             what = "parameters of other names or shapes"
@@ -344,6 +421,11 @@ def _check_one_model(points: list[Point], caller: str) -> None:
             f"({point.name or 'unnamed'}) has {what} than point 0 ({points[0].name or 'unnamed'}). "
             "Call it once per model."
         )
+
+
+def _loss_of(objective: Callable) -> Callable:
+    """The user's function behind an objective: loss_fn for a point given by loss_fn."""
+    return getattr(objective, "loss_fn", objective)
 
 
 def require_point(point: object, caller: str) -> Point:

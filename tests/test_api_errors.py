@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import landscape
+from landscape import sweeps, training
 from landscape.markov import task as markov_task
 from landscape.ngrams import points as ngram_points
 from landscape.ngrams import task as ngram_task
@@ -36,6 +37,42 @@ SCAN_SNAP = dict(
     seq_len=128,
 )
 RECALL = RecallModel(k=3, num_responses=3)
+VECTOR = {"x": jnp.ones(2)}
+TINY = training.Problem(
+    init=lambda key, hp: {"w": jnp.ones(2)},
+    loss=lambda params, key, hp: (jnp.sum(params["w"] ** 2), {}),
+    learning_rates=lambda hp: hp["lr"],
+)
+ONE_RUN = training.RunResult(
+    hparams={"lr": np.array([0.1])},
+    seeds=np.array([0]),
+    losses=np.zeros((1, 1)),
+    metrics={},
+    snapshot_steps=np.array([0, 1]),
+    snapshots={},
+    final_params={"w": np.ones((1, 2), np.float32)},
+    first_nonfinite_step=np.array([-1]),
+    compile_seconds=0.0,
+    run_seconds=0.0,
+    initial_params={"w": np.ones((1, 2), np.float32)},
+)
+
+
+def _sweep(**kw):
+    """sweeps.run of TINY with `kw` over the defaults (2 steps, one seed)."""
+    options = dict(
+        problem=TINY, grid=sweeps.Grid.make({"lr": [0.1]}, [0]), num_steps=2, log_every=1
+    )
+    options.update(kw)
+    return sweeps.run(optim={}, base_hparams={"lr": 0.1}, progress=None, **options)
+
+
+def _train_with_loss(loss):
+    problem = training.Problem(
+        init=lambda key, hp: {"w": jnp.ones(2)}, loss=loss, learning_rates=lambda hp: hp["lr"]
+    )
+    return _sweep(problem=problem)
+
 
 BAD_CALLS = [
     # the curvature engine and Point helpers: a non-Point, bad options, unknown blocks
@@ -69,6 +106,88 @@ BAD_CALLS = [
         "gradient_at: parameter 'n' has dtype",
     ),
     (lambda: landscape.Point({"x": 1.0}, loss_fn=None), TypeError, "loss_fn = None"),
+    # hvp: a pytree shaped like the params or a flat vector, in the params' dtype
+    (lambda: landscape.hvp(QUADRATIC)(jnp.ones(4)), ValueError, "v has shape (4,): must be (3,)"),
+    (
+        lambda: landscape.hvp(QUADRATIC)({"x": jnp.ones(3), "y": jnp.zeros(())}),
+        ValueError,
+        "v['x'] has shape (3,): must be (2,)",
+    ),
+    (
+        lambda: landscape.hvp(QUADRATIC)({"x": jnp.ones(2, jnp.float32), "y": jnp.zeros(())}),
+        TypeError,
+        "v['x'] has dtype float32: must be the parameter's dtype, float64",
+    ),
+    (lambda: landscape.hvp(QUADRATIC)({"x": jnp.ones(2)}), TypeError, "hvp: v has tree structure"),
+    (
+        lambda: landscape.hvp_flat(QUADRATIC)[1](np.ones(3, np.int64)),
+        TypeError,
+        "v has dtype int64",
+    ),
+    (lambda: landscape.hvp_flat(None), TypeError, "hvp_flat expects a landscape.Point"),
+    # Point: one floating dtype, a scalar loss (checked at the first probe), inputs with objective
+    (
+        lambda: landscape.Point({"x": jnp.ones(2, jnp.float32), "y": jnp.ones(2)}, jnp.sum),
+        TypeError,
+        "params mixes floating dtypes (float32: 'x'; float64: 'y')",
+    ),
+    (
+        lambda: landscape.gradient_at(landscape.Point(VECTOR, lambda p: p["x"] ** 2)),
+        TypeError,
+        "gradient_at: loss_fn returned an array of shape (2,)",
+    ),
+    (
+        lambda: landscape.hessian_at(landscape.Point(VECTOR, lambda p: (jnp.sum(p["x"]), {}))),
+        TypeError,
+        "hessian_at: loss_fn returned a tuple of 2",
+    ),
+    (
+        lambda: landscape.spectral_density(
+            landscape.Point(VECTOR, objective=lambda p, i: p["x"] * i, inputs=jnp.ones(2))
+        ),
+        TypeError,
+        "spectral_density: objective returned an array of shape (2,)",
+    ),
+    (
+        lambda: landscape.Point(VECTOR, lambda p: p["x"] ** 2).loss(),
+        TypeError,
+        "Point.loss: loss_fn returned an array",
+    ),
+    (
+        lambda: landscape.Point(VECTOR, objective=lambda p, i: jnp.sum(p["x"] * i["w"])),
+        TypeError,
+        "objective is given without inputs",
+    ),
+    # the engine: setup, grids, sweeps.run, a Problem's loss, RunResult.point
+    (lambda: landscape.setup(host_devices=0), ValueError, "host_devices = 0: must be an integer"),
+    (lambda: landscape.setup(host_devices=2.0), TypeError, "host_devices = 2.0"),
+    (lambda: landscape.setup(x64="yes"), TypeError, "x64 = 'yes'"),
+    (lambda: sweeps.Grid.make({"lr": [0.1]}, seeds=4), TypeError, "seeds = 4: must be a list"),
+    (lambda: sweeps.Grid.make({"lr": [0.1]}, seeds=[]), ValueError, "seeds is empty"),
+    (lambda: sweeps.Grid.make({"lr": [0.1]}, seeds=[0.5]), TypeError, "seeds = [0.5]"),
+    (lambda: sweeps.Grid.make({"lr": []}, seeds=[0]), ValueError, "sweep axis 'lr' is empty"),
+    (lambda: sweeps.Grid.make({"lr": ["a"]}, seeds=[0]), TypeError, "sweep axis 'lr' = ['a']"),
+    (lambda: sweeps.Grid.make([0.1], seeds=[0]), TypeError, "axes = [0.1]: must be a dict"),
+    (lambda: _sweep(num_steps=1e3), TypeError, "num_steps = 1000.0: must be an integer"),
+    (lambda: _sweep(num_steps=0), ValueError, "num_steps = 0: must be an integer >= 1"),
+    (lambda: _sweep(log_every=0), ValueError, "log_every = 0: must be an integer >= 1"),
+    (lambda: _sweep(chunk_steps=0), ValueError, "chunk_steps = 0"),
+    (lambda: _sweep(dtype="int32"), TypeError, "dtype = 'int32': must be a floating dtype"),
+    (lambda: _sweep(grid={"lr": [0.1]}), TypeError, "grid = {'lr': [0.1]}: must be a sweeps.Grid"),
+    (
+        lambda: _train_with_loss(lambda params, key, hp: jnp.sum(params["w"])),
+        TypeError,
+        "problem.loss returned an array of shape ()",
+    ),
+    (
+        lambda: _train_with_loss(lambda params, key, hp: (params["w"], {})),
+        TypeError,
+        "problem.loss returned (an array of shape (2,)",
+    ),
+    (lambda: ONE_RUN.point("0", jnp.sum), TypeError, "run = '0': must be a run's index"),
+    (lambda: ONE_RUN.point(0, None), TypeError, "loss = None: must be a function"),
+    (lambda: ONE_RUN.point(0, jnp.sum, which="last"), ValueError, "which = 'last'"),
+    (lambda: ONE_RUN.point(0, jnp.sum, dtype=int), TypeError, "dtype: must be a floating dtype"),
     # Attention with Markov
     (lambda: landscape.markov.theta_pi(None, 0.8), TypeError, "p is missing"),
     (lambda: landscape.markov.theta_pi(0.5), TypeError, "q is missing"),

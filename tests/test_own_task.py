@@ -51,10 +51,12 @@ def test_sweeps_run_writes_complete_records(tmp_path):
     np.testing.assert_array_equal(arrays["optim_lr"], [0.05, 0.05, 0.1, 0.1])
     np.testing.assert_array_equal(arrays["initial_params"], result.initial_params)
     np.testing.assert_array_equal(arrays["final_params"], result.final_params)
-    # the initial parameters are problem.init at the run's key (the engine's derivation)
+    # the initial parameters are problem.init at the run's key (the engine's derivation), in
+    # the run's dtype (float32 by default: this init gives float64 with x64 on)
     for r, seed in enumerate(result.seeds):
         expected = problem.init(training.run_keys(seed)[0], {})
-        np.testing.assert_array_equal(result.params("initial", r), expected)
+        assert expected.dtype == np.float64 and result.params("initial", r).dtype == np.float32
+        np.testing.assert_array_equal(result.params("initial", r), expected.astype(np.float32))
     np.testing.assert_array_equal(result.initial_params[0], result.initial_params[2])  # seed 3
     config = json.loads((w / "config.json").read_text())
     assert config["my_study"] == 1
@@ -219,11 +221,13 @@ def test_the_tutorial_runs_at_tiny_size(tmp_path, monkeypatch, capsys):
     assert arrays["losses"].shape == (8, space["STEPS"])
     assert arrays["metric_grad_norm"].shape == (8, space["STEPS"])
     assert any(k.startswith("initial_params/") for k in arrays.files)
-    for r in (0, 5):  # compiled as the engine compiles it (eagerly: 1-ulp differences)
+    for r in (0, 5):  # compiled as the engine compiles it (eagerly: 1-ulp differences), in
+        # the run's float32 (with x64 on, Flax's normal() initializer gives float64)
         init = jax.jit(problem.init)(training.run_keys(result.seeds[r])[0], {})
         leaves = jax.tree.leaves(result.params("initial", r))
         for a, b in zip(leaves, jax.tree.leaves(init), strict=True):
-            np.testing.assert_array_equal(a, b)
+            assert a.dtype == np.float32
+            np.testing.assert_array_equal(a, np.asarray(b, np.float32))
     assert result.losses[:, -5:].mean() < result.losses[:, :5].mean()  # it learns
     assert (w / "figures" / "loss.png").stat().st_size > 5_000
     summary = json.loads((w / "summary.json").read_text())

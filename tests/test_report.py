@@ -19,12 +19,14 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 report_cli = importlib.import_module("experiments.report.__main__")
 
 
-def tiny_text(folder: pathlib.Path) -> pathlib.Path:
-    """valid.txt / test.txt of a few thousand words: the WikiText configs' splits at toy size."""
+def tiny_text(folder: pathlib.Path, size: int = 6000) -> pathlib.Path:
+    """valid.txt / test.txt of `size` words (2/3 valid): the WikiText configs' splits at toy size
+    (the quick configs), or big enough for the full configs' map chunk (size=120_000)."""
     rng = np.random.default_rng(0)
-    words = [f"w{i}" for i in rng.zipf(1.5, size=6000) % 300]
+    words = [f"w{i}" for i in rng.zipf(1.5, size=size) % 300]
     folder.mkdir(parents=True, exist_ok=True)
-    for split, part in (("valid", words[:4000]), ("test", words[4000:])):
+    cut = 2 * size // 3
+    for split, part in (("valid", words[:cut]), ("test", words[cut:])):
         lines = [" ".join(part[i : i + 12]) for i in range(0, len(part), 12)]
         (folder / f"{split}.txt").write_text("\n".join(lines))
     return folder
@@ -168,8 +170,9 @@ def test_catalog_covers_every_paper_and_every_config_resolves(tmp_path):
     assert {f.paper for f in catalog.FIGURES} == set(catalog.PAPERS)
     for paper in catalog.PAPERS:  # Fig. 1 of every paper is listed
         assert (paper, "Fig. 1") in labels
+    text = [f"text.path={tiny_text(tmp_path / 'text', 120_000)}"]  # not ../shared: a fresh clone
     for scale in ("cpu", "paper"):
-        jobs = run.unique(run.plan(catalog.FIGURES, scale, False, [], tmp_path))
+        jobs = run.unique(run.plan(catalog.FIGURES, scale, False, text, tmp_path))
         for job in jobs:  # only the WikiText paper variants may lack data (a full WikiText)
             assert not job.error or ("wikitext" in job.spec and "_paper" in job.spec), job.error
             assert job.cfg is None or job.config_hash

@@ -6,6 +6,8 @@ The random-matrix points have the loss 0.5 x^T A x (Hessian A, spectrum chosen),
 program. Tolerances are multiples of the estimators' own standard errors.
 """
 
+import warnings
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -144,6 +146,49 @@ def test_mass_interval_covers_a_threshold_through_the_bulk():
     value, stderr = density.mass(-np.inf, 0.0)
     assert low <= truth <= high and high - low > 2 * stderr
     assert "with the quadrature's error" in density.describe()
+
+
+def test_mass_warns_when_a_threshold_cuts_ritz_nodes_it_cannot_resolve():
+    """14 eigenvalues in [-1e-3, 1e-3] that 12 Lanczos steps merge into nodes near 0: a threshold
+    at -1e-4 cuts them, and mass +- stderr misses the true fraction by 6 stderr; the warning says
+    so and names mass_interval, which covers it. A threshold in the gap at -0.1 cuts no node."""
+    rng = np.random.default_rng(2)
+    eigenvalues = np.concatenate(
+        [rng.uniform(-1e-3, 1e-3, 14), rng.uniform(-1, -0.2, 13), rng.uniform(0.2, 2, 13)]
+    )
+    point, _ = _point(eigenvalues, seed=2)
+    density = spectra.spectral_density(point, *SLQ_SHAPE)
+    truth = np.mean(eigenvalues <= -1e-4)
+    with pytest.warns(spectra.QuadratureWarning, match=r"hi = -0\.0001 cuts Ritz nodes") as caught:
+        value, stderr = density.mass(-np.inf, -1e-4)
+    assert "mass_interval(-inf, -0.0001) = [" in str(caught[0].message)
+    assert abs(value - truth) > 5 * stderr  # what the warning is about
+    low, high = density.mass_interval(-np.inf, -1e-4)
+    assert low <= truth <= high
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        value, stderr = density.mass(-np.inf, -0.1)
+    assert abs(value - np.mean(eigenvalues <= -0.1)) < 3 * stderr
+
+
+def test_standard_errors_are_floored_at_the_rounding_of_the_computation():
+    """Samples that agree to rounding (Hutch++ whose sketch spans all D, the diagonal and the
+    density of 2 I) state the rounding level eps sqrt(D) |scale|, not 1e-30, and cover the error."""
+    point, matrix = _point(np.random.default_rng(5).normal(0.5, 1.0, D), seed=5)
+    exact = np.trace(matrix)
+    estimate = spectra.trace(point, 3 * D, method="hutch++")  # the sketch's rank is D
+    eps = np.finfo(np.float64).eps
+    assert estimate.stderr >= eps * np.sqrt(D) * abs(exact) * 0.99
+    assert abs(estimate.value - exact) <= 3 * estimate.stderr
+    identity, matrix = _point(np.full(D, 2.0), seed=6)
+    diag = spectra.diagonal(identity, 8)
+    assert np.all(diag.stderr >= eps * np.sqrt(D) * 2.0 * 0.99)
+    assert np.all(np.abs(diag.values - np.diag(matrix)) <= 3 * diag.stderr)
+    assert all(err > 0 for _, err in diag.block_traces.values())
+    hutchinson = spectra.trace(identity, 8, method="hutchinson")
+    assert abs(hutchinson.value - np.trace(matrix)) <= 3 * hutchinson.stderr
+    assert hutchinson.stderr >= eps * np.sqrt(D) * 2.0 * D * 0.99
+    assert spectra.spectral_density(identity, *SLQ_SHAPE).mass(1.0, 3.0)[1] > 0
 
 
 def test_trace_estimates_are_calibrated_by_their_stderr():

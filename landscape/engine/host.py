@@ -19,6 +19,7 @@ from typing import Any
 
 import jax
 
+from landscape import _checks
 from landscape.engine import backend
 
 DEFAULT_CACHE = "~/.cache/landscape/jax"
@@ -78,6 +79,13 @@ def setup(
     theory checks; training stays in its config's dtype).
     """
     global _current
+    _check_setup(host_devices, compilation_cache, float32_matmuls, x64, tune_allocator)
+    for name, function in (("before_backend", before_backend), ("progress", progress)):
+        if function is not None and not callable(function):
+            raise _checks.ArgumentTypeError(
+                f"{name} = {function!r}: must be a function or None, not "
+                f"{_checks.type_name(function)}."
+            )
     note = ""
     try:
         asked = use_host_devices(host_devices)
@@ -109,6 +117,26 @@ def setup(
     if progress:
         progress(str(_current))
     return _current
+
+
+def _check_setup(
+    host_devices: object,
+    compilation_cache: object,
+    float32_matmuls: object,
+    x64: object,
+    tune_allocator: object,
+) -> None:
+    """setup()'s arguments, each refused with one sentence naming it."""
+    if host_devices is not None:
+        _checks.check_int("host_devices", host_devices, 1, "CPU devices; None: one per core")
+    if compilation_cache is not None and not isinstance(compilation_cache, (str, os.PathLike)):
+        raise _checks.ArgumentTypeError(
+            f"compilation_cache = {compilation_cache!r}: must be a folder (a string or path), "
+            f"or '' or None for no cache, not {_checks.type_name(compilation_cache)}."
+        )
+    _checks.check_bool("float32_matmuls", float32_matmuls)
+    _checks.check_bool("x64", x64, "allow float64 arrays")
+    _checks.check_bool("tune_allocator", tune_allocator)
 
 
 def use_host_devices(count: int | None = None) -> int | None:

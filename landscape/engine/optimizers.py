@@ -68,10 +68,13 @@ def validate_optim(cfg: ml_collections.ConfigDict, prefix: str = "optim") -> Non
 
 
 def direction(
-    optim: ml_collections.ConfigDict, decay_mask: Callable[[Params], Any] | None = None
+    optim: ml_collections.ConfigDict,
+    decay_mask: Callable[[Params], Any] | None = None,
+    dtype: Any = None,
 ) -> optax.GradientTransformation:
     """The optimizer without its learning rate (updates are -lr * schedule * direction), after
-    clipping the gradient's global norm when optim.clip_norm > 0 (PyTorch clips before the step)."""
+    clipping the gradient's global norm when optim.clip_norm > 0 (PyTorch clips before the step).
+    `dtype`: the parameters' dtype, in which Adam's bias corrections are computed (`_adam`)."""
     clip = [optax.clip_by_global_norm(optim.clip_norm)] if optim.get("clip_norm", 0.0) else []
     decay = (
         [optax.add_decayed_weights(optim.weight_decay, mask=decay_mask)]
@@ -84,10 +87,33 @@ def direction(
         )
         rest = decay + trace
     elif optim.name == "adam":  # PyTorch Adam: weight decay is an L2 term in the gradient
-        rest = decay + [optax.scale_by_adam(b1=optim.b1, b2=optim.b2, eps=optim.eps)]
+        rest = decay + [_adam(optim.b1, optim.b2, optim.eps, dtype)]
     else:  # AdamW: decoupled decay, scaled by lr as in PyTorch
-        rest = [optax.scale_by_adam(b1=optim.b1, b2=optim.b2, eps=optim.eps)] + decay
+        rest = [_adam(optim.b1, optim.b2, optim.eps, dtype)] + decay
     return optax.chain(*clip, *rest) if clip or rest else optax.identity()
+
+
+def _adam(b1: float, b2: float, eps: float, dtype: Any) -> optax.GradientTransformation:
+    """optax.scale_by_adam, with the bias corrections 1 - b^t computed in `dtype` (None: as
+    optax does, from Python floats: in float64 with x64 on). A float32 run then computes the
+    same numbers with x64 on or off, the numbers optax computes with x64 off."""
+    adam = optax.scale_by_adam(b1=b1, b2=b2, eps=eps)
+    if dtype is None:
+        return adam
+    typed_b1, typed_b2 = jnp.dtype(dtype).type(b1), jnp.dtype(dtype).type(b2)
+
+    def update(updates: Any, state: Any, params: Any = None) -> tuple[Any, Any]:
+        mu = optax.tree.update_moment(updates, state.mu, b1, 1)
+        nu = optax.tree.update_moment_per_elem_norm(updates, state.nu, b2, 2)
+        count = optax.safe_increment(state.count)
+        mu_hat = optax.tree.bias_correction(mu, typed_b1, count)
+        nu_hat = optax.tree.bias_correction(nu, typed_b2, count)
+        out = jax.tree.map(lambda m, v: m / (jnp.sqrt(v + 0.0) + eps), mu_hat, nu_hat)
+        return out, optax.ScaleByAdamState(
+            count=count, mu=mu, nu=optax.tree.cast_like(nu, state.nu)
+        )
+
+    return optax.GradientTransformation(adam.init, update)
 
 
 def schedule(optim: ml_collections.ConfigDict, num_steps: int) -> optax.Schedule:

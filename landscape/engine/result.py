@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from landscape import _checks
 from landscape import point as point_lib
 
 Params = Any
@@ -66,6 +67,11 @@ class RunResult:
     def run_index(self, run: int | Mapping[str, float]) -> int:
         """The index of a run: an int, or {hyperparameter or "seed": value} naming one run."""
         if not isinstance(run, Mapping):
+            if isinstance(run, bool) or not isinstance(run, (int, np.integer)):
+                raise _checks.ArgumentTypeError(
+                    f"run = {run!r}: must be a run's index (an int) or {{hyperparameter or "
+                    f"'seed': value}}, e.g. {{'seed': 0}}, not {_checks.type_name(run)}."
+                )
             if not 0 <= int(run) < self.num_runs:
                 raise IndexError(f"run {run}: this result has runs 0 .. {self.num_runs - 1}.")
             return int(run)
@@ -107,6 +113,19 @@ class RunResult:
         floating parameters cast to it (e.g. float64 for curvature, with x64 on).
         """
         index = self.run_index(run)
+        if which not in ("initial", "final"):
+            raise ValueError(f"which = {which!r}: must be 'initial' or 'final'.")
+        _check_loss(loss)
+        if dtype is not None:
+            try:
+                dtype = jnp.dtype(dtype)
+            except TypeError:
+                dtype = None
+            if dtype is None or not jnp.issubdtype(dtype, jnp.floating):
+                raise _checks.ArgumentTypeError(
+                    "dtype: must be a floating dtype (e.g. np.float64) or None (the trained "
+                    "parameters' own)."
+                )
         setting = ", ".join(
             [f"{k}={float(v[index]):g}" for k, v in self.hparams.items()]
             + [f"seed {int(self.seeds[index])}"]
@@ -122,6 +141,18 @@ class RunResult:
             objective, inputs = loss
             return point_lib.Point(params, name=name, objective=objective, inputs=inputs)
         return point_lib.Point(params, loss, name=name)
+
+
+def _check_loss(loss: object) -> None:
+    """A loss function, or an (objective, inputs) pair."""
+    if callable(loss):
+        return
+    if isinstance(loss, tuple) and len(loss) == 2 and callable(loss[0]):
+        return
+    raise _checks.ArgumentTypeError(
+        f"loss = {loss!r}: must be a function params -> scalar loss, or a pair (objective, "
+        f"inputs) with objective(params, inputs) -> scalar loss, not {_checks.type_name(loss)}."
+    )
 
 
 def run_timing(results: list[RunResult]) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, NamedTuple
 
 import jax
@@ -177,12 +177,18 @@ def step_spec(
     chunk_steps: int | None = None,
     metrics_at: str = "current",
     ema_decay: float = 0.999,
+    dtype: Any = None,
 ) -> StepSpec:
-    """The step of `problem` under `optim` (its direction and schedule over `num_steps`)."""
+    """The step of `problem` under `optim` (its direction and schedule over `num_steps`).
+
+    `dtype`: the parameters' dtype, in which the optimizer's scalars (Adam's bias corrections,
+    the schedule) are computed, so that x64 on or off leaves a float32 run's arithmetic alone;
+    None: from Python floats (in float64 with x64 on)."""
+    sched = schedule(optim, num_steps)
     return StepSpec(
         problem,
-        direction(optim, problem.weight_decay_mask),
-        schedule(optim, num_steps),
+        direction(optim, problem.weight_decay_mask, dtype),
+        sched if dtype is None else lambda step: sched(jnp.asarray(step, dtype)),
         log_every,
         _snapshots_per_chunk(num_steps // log_every, log_every, chunk_steps),
         metrics_at,
@@ -218,6 +224,38 @@ def snapshot_at(spec: StepSpec, state: TrainState, hp: HParams) -> dict[str, jax
     return out
 
 
+def _checked_loss(loss: Callable[..., Any]) -> Callable[..., Any]:
+    """`problem.loss` with its output checked while it is traced (no cost at run time): a
+    (scalar, dict) pair, as `Problem` says."""
+
+    def checked(*args: Any) -> tuple[jax.Array, dict[str, jax.Array]]:
+        out = loss(*args)
+        if not (isinstance(out, tuple) and len(out) == 2):
+            raise TypeError(
+                f"problem.loss returned {_described(out)}: a Problem's loss must return a pair "
+                "(scalar loss, dict of scalar metrics), e.g. `return loss, {}`."
+            )
+        value, metrics = out
+        if jnp.shape(value) != () or not isinstance(metrics, Mapping):
+            raise TypeError(
+                f"problem.loss returned ({_described(value)}, {_described(metrics)}): a Problem's "
+                "loss must return a pair (scalar loss, dict of scalar metrics), e.g. "
+                "`return loss, {}`."
+            )
+        return value, dict(metrics)
+
+    return checked
+
+
+def _described(value: Any) -> str:
+    """A short description of a returned value: an array's shape and dtype, else its type."""
+    if hasattr(value, "shape") and hasattr(value, "dtype"):
+        return f"an array of shape {tuple(value.shape)} and dtype {value.dtype}"
+    if isinstance(value, tuple):
+        return f"a tuple of {len(value)}"
+    return f"a {type(value).__name__}"
+
+
 def train_step(
     spec: StepSpec, state: TrainState, step: jax.Array, hp: HParams
 ) -> tuple[TrainState, tuple[jax.Array, dict[str, jax.Array]]]:
@@ -226,7 +264,7 @@ def train_step(
     problem = spec.problem
     key, batch_key = jax.random.split(state.key)
     with _splitting_batch(spec.batch_shares):
-        (loss, metrics), grads = jax.value_and_grad(problem.loss, has_aux=True)(
+        (loss, metrics), grads = jax.value_and_grad(_checked_loss(problem.loss), has_aux=True)(
             state.params, batch_key, hp, *((step,) if problem.loss_takes_step else ())
         )
     if spec.batch_shares > 1:  # each device's loss is the mean over its share: average them

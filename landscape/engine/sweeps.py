@@ -17,10 +17,12 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import ml_collections
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from landscape import _checks
 from landscape.engine import config as config_lib
 from landscape.engine import records, training
 
@@ -45,16 +47,21 @@ class Grid:
         zipped: bool = False,
     ) -> Grid:
         """Axes {name: values}, nested ({"optim": {"lr": [...]}}) or dotted ({"optim.lr": [...]})
-        alike (both name the axis "optim.lr"), times `seeds`."""
-        flat = {
-            k: np.asarray(v, np.float64).reshape(-1) for k, v in config_lib.flatten(axes).items()
-        }
+        alike (both name the axis "optim.lr"), times `seeds`: a list of seeds (`range(4)` for
+        four runs per cell; a bare int is refused, as it reads both ways)."""
+        if not isinstance(axes, (Mapping, ml_collections.ConfigDict)):
+            raise _checks.ArgumentTypeError(
+                f"axes = {axes!r}: must be a dict {{name: values}}, e.g. {{'lr': [0.1, 0.3]}}, "
+                f"not {_checks.type_name(axes)}."
+            )
+        flat = {k: _axis(k, v) for k, v in config_lib.flatten(axes).items()}
         if zipped and len({len(v) for v in flat.values()}) > 1:
             raise ValueError(
                 "zipped sweep axes must have equal lengths; got "
                 + ", ".join(f"{k}: {len(v)}" for k, v in flat.items())
+                + "."
             )
-        return cls(flat, np.asarray(seeds, np.int64).reshape(-1), zipped)
+        return cls(flat, _seeds(seeds), bool(zipped))
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -82,6 +89,36 @@ class Grid:
         """(R, ...) -> (*axes, seeds, ...)."""
         x = np.asarray(x)
         return x.reshape(self.shape + x.shape[1:])
+
+
+def _axis(name: str, values: Any) -> np.ndarray:
+    """A sweep axis as a non-empty float64 vector of finite numbers."""
+    _checks.check_real(f"sweep axis {name!r}", values, scalar=False)
+    flat = np.asarray(values, np.float64).reshape(-1)
+    if not flat.size:
+        raise ValueError(f"sweep axis {name!r} is empty: give it at least one value.")
+    return flat
+
+
+def _seeds(seeds: Any) -> np.ndarray:
+    """The seeds as a non-empty int64 vector; an int is refused (one seed or that many?)."""
+    if isinstance(seeds, (int, np.integer)) and not isinstance(seeds, bool):
+        raise _checks.ArgumentTypeError(
+            f"seeds = {seeds!r}: must be a list of seeds, not an int: give range({seeds}) "
+            f"for {seeds} seeds, or [{seeds}] for the one seed {seeds}."
+        )
+    array = np.asarray(seeds).reshape(-1)
+    if not array.size:
+        raise ValueError("seeds is empty: give at least one seed (e.g. range(4) or [0]).")
+    if array.dtype == bool or not np.issubdtype(array.dtype, np.integer):
+        raise _checks.ArgumentTypeError(
+            f"seeds = {seeds!r}: must be a list of integers (e.g. range(4)), not "
+            f"{_checks.type_name(seeds)} of dtype {array.dtype}."
+        )
+    array = array.astype(np.int64)
+    if array.min() < 0 or array.max() >= 2**32:
+        raise ValueError(f"seeds = {seeds!r}: must be integers in [0, 2^32).")
+    return array
 
 
 def run_axis_sharding(devices: Sequence[jax.Device] | None = None) -> NamedSharding:
@@ -125,7 +162,10 @@ def run(
     metrics.jsonl and checkpoints only (a paper experiment writes the rest itself).
     `config`: the user's config (ConfigDict or dict) for config.json. A single run of a problem
     with a `batch_size` splits its batch over the devices instead (`training.batch_devices`).
+    `dtype`: the parameters' floating dtype (`problem.init`'s floating leaves are cast to it) and
+    the traced hyperparameters'; float64 needs x64 (`landscape.setup(x64=True)`).
     """
+    problem, dtype = _checked_run(problem, grid, dtype, train_kwargs)
     optim = full_optim(optim)
     base_hparams = config_lib.flatten(base_hparams)
     progress = train_kwargs.get("progress", print)
@@ -158,6 +198,55 @@ def run(
     if target is not None and complete:
         record(target, result, description, progress)
     return result
+
+
+def _checked_run(
+    problem: training.Problem, grid: Grid, dtype: Any, train_kwargs: Mapping[str, Any]
+) -> tuple[training.Problem, np.dtype]:
+    """`run`'s arguments checked before anything is written or compiled; the problem with its
+    init's floating parameters in `dtype`."""
+    if not isinstance(problem, training.Problem):
+        raise _checks.ArgumentTypeError(
+            f"problem = {problem!r}: must be a training.Problem, not {_checks.type_name(problem)}."
+        )
+    if not isinstance(grid, Grid):
+        raise _checks.ArgumentTypeError(
+            f"grid = {grid!r}: must be a sweeps.Grid, e.g. sweeps.Grid.make({{'lr': [0.1]}}, "
+            f"seeds=range(4)), not {_checks.type_name(grid)}."
+        )
+    missing = [k for k in ("num_steps", "log_every") if k not in train_kwargs]
+    if missing:
+        raise TypeError(f"sweeps.run needs {' and '.join(missing)} (keyword arguments).")
+    options = ("num_steps", "log_every", "chunk_steps", "on_nonfinite", "metrics_at", "ema_decay")
+    training.check_run_options(**{k: train_kwargs[k] for k in options if k in train_kwargs})
+    try:
+        resolved = jnp.dtype(dtype)
+    except TypeError:
+        resolved = None
+    if resolved is None or not jnp.issubdtype(resolved, jnp.floating):
+        raise _checks.ArgumentTypeError(
+            f"dtype = {dtype!r}: must be a floating dtype (np.float32 or np.float64), the "
+            "parameters' and hyperparameters' dtype."
+        )
+    dtype = resolved
+    if dtype.itemsize > 4 and not jax.config.read("jax_enable_x64"):
+        raise ValueError(
+            f"dtype = {dtype.name} needs 64-bit arrays, which JAX has off: call "
+            "landscape.setup(x64=True) (or jax.config.update('jax_enable_x64', True)) first."
+        )
+    return dataclasses.replace(problem, init=_init_in(problem.init, dtype)), dtype
+
+
+def _init_in(init: Callable[..., Any], dtype: np.dtype) -> Callable[..., Any]:
+    """`init` with its floating parameters cast to `dtype` (a no-op where they are already)."""
+
+    def cast_init(key: jax.Array, hparams: Any) -> Any:
+        return jax.tree.map(
+            lambda x: x.astype(dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x,
+            init(key, hparams),
+        )
+
+    return cast_init
 
 
 def _train(

@@ -23,6 +23,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from landscape import _checks
 from landscape.engine import backend, memory, records
 from landscape.engine import config as config_lib
 from landscape.engine.optimizers import OPTIMIZERS as OPTIMIZERS
@@ -117,16 +118,15 @@ def train(
     `NonFiniteLossError` naming the step (after writing the records so far); "mark" carries on
     and reports the first bad step per run. `record_tags`: extra metrics.jsonl columns.
     `sharding` spreads the runs over devices; `batch_over` splits a single run's batch over
-    devices instead (`batch_devices`). `hparam_dtype`: the dtype hyperparameters are traced in
-    (records keep the numbers as given). `metrics_at`: snapshots at the "current" parameters,
-    their debiased "ema" (`optax.ema(ema_decay)`), or "both" (current ones prefixed "current_").
+    devices instead (`batch_devices`). `hparam_dtype`: the dtype of the traced hyperparameters
+    and the optimizer's scalars (`step_spec`). `metrics_at`: "current", "ema" or "both".
 
     With a `workdir`, the state is checkpointed every `workdir.checkpoint_seconds` at a chunk
     boundary, at the end and on `request_stop` (then `Interrupted`); a checkpoint already there
     is continued from, bit-identically. Over several processes each boundary takes one decision
     for all (`_agree`); process 0 writes.
     """
-    _check_train_arguments(num_steps, log_every, on_nonfinite, metrics_at, ema_decay)
+    check_run_options(num_steps, log_every, chunk_steps, on_nonfinite, metrics_at, ema_decay)
     spec = step_spec(
         problem,
         optim,
@@ -135,6 +135,7 @@ def train(
         chunk_steps=chunk_steps,
         metrics_at=metrics_at,
         ema_decay=ema_decay,
+        dtype=hparam_dtype,
     )
     runs = _place_runs(problem, hparams, seeds, sharding, batch_over, hparam_dtype)
     spec = dataclasses.replace(spec, batch_shares=runs.shares)
@@ -171,17 +172,27 @@ def train(
     return host.result(state, log_every, initial_params)
 
 
-def _check_train_arguments(
-    num_steps: int, log_every: int, on_nonfinite: str, metrics_at: str, ema_decay: float
+def check_run_options(
+    num_steps: int,
+    log_every: int,
+    chunk_steps: int | None = None,
+    on_nonfinite: str = "stop",
+    metrics_at: str = "current",
+    ema_decay: float = 0.999,
 ) -> None:
+    """`train`'s run options, each refused with one sentence naming it (sweeps.run checks them
+    before it opens a workdir)."""
+    _checks.check_int("num_steps", num_steps, 1, "the training steps of every run")
+    _checks.check_int("log_every", log_every, 1, "the steps between snapshots")
+    if chunk_steps is not None:
+        _checks.check_int("chunk_steps", chunk_steps, 1, "the steps of one compiled chunk")
     if num_steps % log_every:
         raise ValueError(f"num_steps = {num_steps} must be a multiple of log_every = {log_every}.")
     if on_nonfinite not in ("stop", "mark"):
         raise ValueError(f"on_nonfinite = {on_nonfinite!r}: must be 'stop' or 'mark'.")
     if metrics_at not in METRICS_AT:
         raise ValueError(f"metrics_at = {metrics_at!r}: must be one of {METRICS_AT}.")
-    if not 0 < ema_decay < 1:
-        raise ValueError(f"ema_decay = {ema_decay!r}: must be in (0, 1).")
+    _checks.check_real("ema_decay", ema_decay, low=0, high=1, low_open=True, high_open=True)
 
 
 class _Runs(NamedTuple):

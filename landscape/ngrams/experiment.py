@@ -413,6 +413,7 @@ def test_set(cfg: ml_collections.ConfigDict) -> tuple[jax.Array, jax.Array]:
         t.alpha,
         cfg.train.test_sequences,
         t.init,
+        cfg.train.dtype,
     )
     return x, target
 
@@ -441,7 +442,9 @@ def make_problem(cfg: ml_collections.ConfigDict) -> training.Problem:
     def loss(
         params: PyTree, key: jax.Array, hp: training.HParams
     ) -> tuple[jax.Array, dict[str, jax.Array]]:
-        x, target, _ = task.sample(key, t.num_states, t.order_n, t.seq_len, t.alpha, B, t.init)
+        x, target, _ = task.sample(
+            key, t.num_states, t.order_n, t.seq_len, t.alpha, B, t.init, cfg.train.dtype
+        )
         probs = model_lib.probs(params, x, model)
         return jnp.mean(estimators.cross_entropy(probs, target.astype(probs.dtype), floor)), {}
 

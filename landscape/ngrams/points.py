@@ -95,7 +95,14 @@ def _population_set(num_states, order_n, seq_len, alpha, num_sequences, seed, in
     xs, ys = [], []
     for block in range(-(-num_sequences // SAMPLE_BLOCK)):
         x_BT, target_BS, _ = task.sample(
-            jax.random.fold_in(key, block), num_states, order_n, seq_len, alpha, SAMPLE_BLOCK, init
+            jax.random.fold_in(key, block),
+            num_states,
+            order_n,
+            seq_len,
+            alpha,
+            SAMPLE_BLOCK,
+            init,
+            dtype,
         )
         xs.append(x_BT)
         ys.append(target_BS)

@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import xlogy
+from jax.typing import DTypeLike
 
 from landscape import _checks
 from landscape.typing import ArrayLike
@@ -79,22 +80,41 @@ def _validate_init(init: str) -> None:
 
 
 def sample_tasks(
-    key: jax.Array, num_states: int, order_n: int, alpha: ArrayLike, batch_size: int
+    key: jax.Array,
+    num_states: int,
+    order_n: int,
+    alpha: ArrayLike,
+    batch_size: int,
+    dtype: DTypeLike = jnp.float32,
 ) -> jax.Array:
-    """P (B, S^(n-1), S): every context row ~ Dir(alpha 1_S), i.i.d. (notes §2.2 step 1)."""
+    """P (B, S^(n-1), S): every context row ~ Dir(alpha 1_S), i.i.d. (notes §2.2 step 1), drawn
+    and computed in `dtype` (float32 unless asked: never the dtype x64 would pick)."""
     if alpha is None:
         raise _checks.ArgumentTypeError(
             "alpha = None: sample_tasks needs the Dirichlet concentration alpha > 0."
         )
     validate_task(num_states, order_n, alpha=alpha)
     _checks.check_int("batch_size", batch_size, 1, "the number of tasks")
-    return _sample_tasks(key, num_states, order_n, alpha, batch_size)
+    return _sample_tasks(key, num_states, order_n, alpha, batch_size, _floating(dtype))
 
 
-@functools.partial(jax.jit, static_argnums=(1, 2, 4))
-def _sample_tasks(key, num_states, order_n, alpha, batch_size):
+def _floating(dtype: DTypeLike) -> jnp.dtype:
+    """`dtype` as a floating jnp.dtype; one sentence naming it otherwise."""
+    try:
+        resolved = jnp.dtype(dtype)
+    except TypeError:
+        resolved = None
+    if resolved is None or not jnp.issubdtype(resolved, jnp.floating):
+        raise _checks.ArgumentTypeError(
+            f"dtype = {dtype!r}: must be a floating dtype (jnp.float32 or jnp.float64)."
+        )
+    return resolved
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2, 4, 5))
+def _sample_tasks(key, num_states, order_n, alpha, batch_size, dtype):
     shape = (batch_size, num_states ** (order_n - 1), num_states)
-    return jax.nn.softmax(_log_gamma(key, alpha, shape, jnp.result_type(float)), axis=-1)
+    return jax.nn.softmax(_log_gamma(key, alpha, shape, dtype), axis=-1)
 
 
 def _log_gamma(
@@ -238,12 +258,14 @@ def sample(
     alpha: ArrayLike,
     batch_size: int,
     init: str = "uniform",
+    dtype: DTypeLike = jnp.float32,
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """(x_BT int32, target_BS, P_BCS): the per-sequence n-gram sampler (notes §2.2).
 
     Per sequence: P ~ Dirichlet rows, the first n-1 tokens from `init` (see `sample_sequences`),
     x_t ~ P[window of the last n-1 tokens], and target = P[last window, :] (the soft label
-    p_tau(x_{T+1} = . | x^T)).
+    p_tau(x_{T+1} = . | x^T)). Drawn in `dtype` (float32 unless asked), so x64 on or off gives
+    the same sequences.
     """
     if alpha is None:
         raise _checks.ArgumentTypeError(
@@ -252,13 +274,13 @@ def sample(
     validate_task(num_states, order_n, seq_len, alpha)
     _validate_init(init)
     _checks.check_int("batch_size", batch_size, 1, "the number of sequences")
-    return _sample(key, num_states, order_n, seq_len, alpha, batch_size, init)
+    return _sample(key, num_states, order_n, seq_len, alpha, batch_size, init, _floating(dtype))
 
 
-@functools.partial(jax.jit, static_argnums=(1, 2, 3, 5, 6))
-def _sample(key, num_states, order_n, seq_len, alpha, batch_size, init):
+@functools.partial(jax.jit, static_argnums=(1, 2, 3, 5, 6, 7))
+def _sample(key, num_states, order_n, seq_len, alpha, batch_size, init, dtype):
     key_task, key_seq = jax.random.split(key)
-    P_BCS = _sample_tasks(key_task, num_states, order_n, alpha, batch_size)
+    P_BCS = _sample_tasks(key_task, num_states, order_n, alpha, batch_size, dtype)
     x_BT, target_BS = _sample_sequences(key_seq, P_BCS, num_states, order_n, seq_len, init)
     return x_BT, target_BS, P_BCS
 
@@ -304,9 +326,15 @@ def kgram_losses(P_CS: jax.Array, num_states: int, order_n: int) -> jax.Array:
 
 
 def plateau_levels(
-    key: jax.Array, num_states: int, order_n: int, alpha: ArrayLike, num_tasks: int
+    key: jax.Array,
+    num_states: int,
+    order_n: int,
+    alpha: ArrayLike,
+    num_tasks: int,
+    dtype: DTypeLike = jnp.float32,
 ) -> jax.Array:
-    """(n,) Monte-Carlo T -> inf k-gram losses L_k^inf = E_tau[kgram_losses] (notes §2.3 table)."""
+    """(n,) Monte-Carlo T -> inf k-gram losses L_k^inf = E_tau[kgram_losses] (notes §2.3 table),
+    over tasks drawn in `dtype`."""
     _checks.check_int("num_tasks", num_tasks, 1, "the Monte-Carlo sample of tasks")
-    P_BCS = sample_tasks(key, num_states, order_n, alpha, num_tasks)
+    P_BCS = sample_tasks(key, num_states, order_n, alpha, num_tasks, dtype)
     return jnp.mean(jax.vmap(kgram_losses, (0, None, None))(P_BCS, num_states, order_n), axis=0)

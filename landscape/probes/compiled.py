@@ -100,6 +100,12 @@ def hvp(
     return maybe_batched(body, batched, params, inputs, tangent)
 
 
+@functools.partial(jax.jit, static_argnames=("objective",))
+def hvp_of_flat(objective: Objective, params: PyTree, inputs: PyTree, vector: jax.Array) -> Any:
+    """H v at params for a flat v (D,) in `ravel_pytree` order, as a flat (D,) vector."""
+    return flat_hvp(objective, params, inputs)(vector)
+
+
 def flat_hvp(objective: Objective, params: PyTree, inputs: PyTree) -> Callable:
     """v (D,) -> H v (D,) at params: for use inside a traced program (Lanczos, estimators)."""
     flat, loss_of_flat = _flat(objective, params, inputs)

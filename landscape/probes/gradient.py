@@ -4,11 +4,11 @@ Hessian-vector products; the gradient decides whether a point is stationary."""
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Callable, Sequence
 from typing import Any, overload
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
@@ -163,9 +163,71 @@ def _gradient(point: Point, tree: PyTree, loss: jax.Array) -> Gradient:
     return Gradient(point, tree, vector, param_names(point.params), float(loss))
 
 
-def hvp(point: Point) -> Callable[[PyTree], PyTree]:
-    """v -> H v at the point (forward-over-reverse, compiled once per model); v is a pytree
-    shaped like the params."""
+def hvp(point: Point) -> Callable[[Any], Any]:
+    """v -> H v at the point (forward-over-reverse, compiled once per model). v is a pytree
+    shaped like the params (H v is then one too) or a flat vector of all D parameters in
+    `ravel_pytree` order (as `param_names` lists them; H v is then flat), in the params' dtype."""
     check_point(point, "hvp")
     objective, inputs = point.shared
-    return functools.partial(compiled.hvp, objective, point.params, inputs, batched=False)
+    params = point.params
+    structure = jax.tree.structure(params)
+    dim, dtype = point.num_params, ravel_pytree(params)[0].dtype
+
+    def product(v: Any) -> Any:
+        if jax.tree.structure(v) == structure:  # type: ignore[operator]  # PyTreeDef has ==
+            _check_tangent_leaves(v, params)
+            return compiled.hvp(objective, params, inputs, v, batched=False)
+        if np.ndim(v) == 1 and not isinstance(v, list | tuple | dict):
+            return compiled.hvp_of_flat(objective, params, inputs, _flat_vector(v, dim, dtype))
+        raise TypeError(
+            f"hvp: v has tree structure {jax.tree.structure(v)}: must be a pytree shaped like "
+            f"the params ({structure}) or a flat vector of D = {dim} entries (ravel_pytree order)."
+        )
+
+    return product
+
+
+def hvp_flat(point: Point) -> tuple[jax.Array, Callable[[Any], jax.Array]]:
+    """(x0, matvec): the flat params (D,) in `ravel_pytree` order and v (D,) -> H v (D,), compiled
+    once per model, for solvers that work on vectors (scipy's LinearOperator, CG, Lanczos)."""
+    check_point(point, "hvp_flat")
+    objective, inputs = point.shared
+    params = point.params
+    x0 = ravel_pytree(params)[0]
+
+    def matvec(v: Any) -> jax.Array:
+        vector = _flat_vector(v, x0.size, x0.dtype)
+        return compiled.hvp_of_flat(objective, params, inputs, vector)
+
+    return x0, matvec
+
+
+def _flat_vector(v: Any, dim: int, dtype: Any) -> jax.Array:
+    """v as a (D,) array of the params' dtype; one sentence naming v otherwise."""
+    v_dtype = getattr(v, "dtype", None)
+    if v_dtype is None:
+        v = np.asarray(v)
+        v_dtype = v.dtype if v.dtype != np.float64 else dtype  # a list of floats: the params'
+    if np.shape(v) != (dim,):
+        raise ValueError(f"v has shape {np.shape(v)}: must be ({dim},), one entry per parameter.")
+    if not jnp.issubdtype(v_dtype, jnp.floating) or jnp.dtype(v_dtype) != jnp.dtype(dtype):
+        raise TypeError(f"v has dtype {v_dtype}: must be the params' dtype, {dtype}.")
+    return jnp.asarray(v, dtype)
+
+
+def _check_tangent_leaves(v: PyTree, params: PyTree) -> None:
+    """Each leaf of v has its parameter's shape and dtype."""
+    for (path, leaf), param in zip(
+        jax.tree_util.tree_leaves_with_path(v), jax.tree.leaves(params), strict=True
+    ):
+        name = jax.tree_util.keystr(path, simple=True, separator="/") or "v"
+        if np.shape(leaf) != np.shape(param):
+            raise ValueError(
+                f"v[{name!r}] has shape {np.shape(leaf)}: must be {np.shape(param)}, the "
+                "parameter's shape."
+            )
+        leaf_dtype, param_dtype = jnp.result_type(leaf), jnp.result_type(param)
+        if leaf_dtype != param_dtype:
+            raise TypeError(
+                f"v[{name!r}] has dtype {leaf_dtype}: must be the parameter's dtype, {param_dtype}."
+            )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import warnings
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal, cast, overload
 
@@ -22,6 +23,13 @@ from landscape import _checks
 from landscape.point import Point, as_points, block_indices, param_names
 from landscape.probes import compiled, results
 from landscape.probes.lanczos import lanczos_from
+from landscape.probes.uncertainty import (
+    QuadratureWarning,
+    cut_weight,
+    mean_and_stderr,
+    quadrature_bounds,
+    rounding,
+)
 from landscape.typing import PyTree
 
 if TYPE_CHECKING:  # matplotlib loads only when a figure is drawn
@@ -149,11 +157,6 @@ def diagonal_program(
 # ---------------------------------------------------------------- results
 
 
-def _mean_and_stderr(samples: np.ndarray, axis: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    count = samples.shape[axis]
-    return samples.mean(axis=axis), samples.std(axis=axis, ddof=1) / math.sqrt(count)
-
-
 def _check_interval(lo: float, hi: float) -> None:
     _checks.check_real("lo", lo, finite=False, meaning="the interval's lower end")
     _checks.check_real("hi", hi, finite=False, meaning="the interval's upper end")
@@ -161,32 +164,9 @@ def _check_interval(lo: float, hi: float) -> None:
         raise ValueError(f"hi = {hi:g} is below lo = {lo:g}: give an interval lo <= hi.")
 
 
-def quadrature_bounds(
-    nodes: np.ndarray, weights: np.ndarray, lo: float, hi: float
-) -> tuple[np.ndarray, np.ndarray]:
-    """Per row (a probe's Gauss rule: nodes, weights), the certified range of its measure's mass
-    in [lo, hi], by the Chebyshev-Markov-Stieltjes inequalities
-    sum_{x_i < x_j} w_i <= mu(-inf, x_j) <= mu(-inf, x_j] <= sum_{x_i <= x_j} w_i
-    (docs/notes/landscape_geometry.md §8)."""
-    nodes, weights = np.asarray(nodes, np.float64), np.asarray(weights, np.float64)
-
-    def below(x: np.ndarray, strict: bool) -> np.ndarray:  # sum of w_i over x_i < x (or <=)
-        return np.sum(
-            np.where(nodes < x[:, None] if strict else nodes <= x[:, None], weights, 0), 1
-        )
-
-    def cdf_range(t: float, closed: bool) -> tuple[np.ndarray, np.ndarray]:
-        """(lower, upper) for mu(-inf, t] (closed) or mu(-inf, t)."""
-        if np.isinf(t):
-            value = np.full(len(nodes), 1.0 if t > 0 else 0.0)
-            return value, value
-        first_at_or_above = np.where(nodes >= t, nodes, np.inf).min(1)
-        inside = nodes <= t if closed else nodes < t
-        last_inside = np.where(inside, nodes, -np.inf).max(1)
-        return below(last_inside, strict=True), below(first_at_or_above, strict=False)
-
-    (hi_low, hi_high), (lo_low, lo_high) = cdf_range(hi, True), cdf_range(lo, False)
-    return np.clip(hi_low - lo_high, 0.0, 1.0), np.clip(hi_high - lo_low, 0.0, 1.0)
+def _dtype(point: Point) -> np.dtype:
+    """The dtype the point's HVPs are computed in (the rounding of every sample)."""
+    return np.dtype(ravel_pytree(point.params)[0].dtype)
 
 
 def _label(point: Point) -> str:
@@ -225,6 +205,10 @@ class SpectralDensity:
     def finite(self) -> bool:
         return bool(np.all(np.isfinite(self.nodes)))
 
+    @property
+    def dtype(self) -> np.dtype:
+        return _dtype(self.point)
+
     def density(self, grid: np.ndarray, sigma: float) -> np.ndarray:
         """The density smoothed by a Gaussian kernel of width `sigma`, on `grid` (it integrates
         to about 1 over a grid covering the nodes +- a few sigma)."""
@@ -242,9 +226,28 @@ class SpectralDensity:
         return np.sum(np.where(inside, self.weights, 0.0), axis=1)
 
     def mass(self, lo: float, hi: float) -> tuple[float, float]:
-        """(fraction of eigenvalues in [lo, hi], its standard error over probes); times `dim`
-        it estimates their number."""
-        value, stderr = _mean_and_stderr(self.mass_per_probe(lo, hi))
+        """(fraction of eigenvalues in [lo, hi], its standard error over probes, floored at the
+        weights' rounding); times `dim` it estimates their number. A QuadratureWarning says when
+        lo or hi cuts Ritz nodes (`uncertainty.cut_weight`) carrying more than that error: then
+        `mass_interval` is the range to quote."""
+        value, stderr = self._mass(lo, hi)
+        for name, end in (("lo", lo), ("hi", hi)):
+            weight = cut_weight(self.nodes, self.weights, end)
+            if weight > max(stderr, 1.0 / self.dim):
+                low, high = self.mass_interval(lo, hi)
+                warnings.warn(
+                    f"mass({lo:g}, {hi:g}) = {value:.3g} ± {stderr:.2g}: {name} = {end:g} cuts "
+                    f"Ritz nodes carrying {weight:.3g} of the spectrum (mean over probes), whose "
+                    f"side of it {self.num_iters} Lanczos steps do not resolve; "
+                    f"mass_interval({lo:g}, {hi:g}) = [{low:.3g}, {high:.3g}] covers it.",
+                    QuadratureWarning,
+                    stacklevel=2,
+                )
+        return value, stderr
+
+    def _mass(self, lo: float, hi: float) -> tuple[float, float]:
+        floor = rounding(self.dtype, self.num_iters, 1.0)  # weights sum to 1
+        value, stderr = mean_and_stderr(self.mass_per_probe(lo, hi), floor)
         return float(value), float(stderr)
 
     def mass_bounds_per_probe(self, lo: float, hi: float) -> tuple[np.ndarray, np.ndarray]:
@@ -261,7 +264,7 @@ class SpectralDensity:
         cannot resolve, which `mass` alone cannot show."""
         _checks.check_real("z", z, low=0, meaning="the standard errors of sampling to cover")
         lower, upper = self.mass_bounds_per_probe(lo, hi)
-        (low, low_se), (high, high_se) = _mean_and_stderr(lower), _mean_and_stderr(upper)
+        (low, low_se), (high, high_se) = mean_and_stderr(lower), mean_and_stderr(upper)
         return max(0.0, float(low - z * low_se)), min(1.0, float(high + z * high_se))
 
     def describe(self) -> str:
@@ -281,7 +284,7 @@ class SpectralDensity:
             ("|λ| <= tol", -tol, tol),
             ("λ > tol   ", tol, np.inf),
         ):
-            value, stderr = self.mass(lo, hi)
+            value, stderr = self._mass(lo, hi)  # the interval beside it says the rest
             low, high = self.mass_interval(lo, hi)
             count = (
                 f"≈ {value * self.dim:.1f} ± {stderr * self.dim:.1f} eigenvalues, "
@@ -551,7 +554,8 @@ def trace(
     dim = points[0].num_params
 
     def estimate(p: Point, exact_part: np.ndarray, row: np.ndarray) -> TraceEstimate:
-        mean, stderr = _mean_and_stderr(row)
+        scale = abs(exact_part) + np.mean(np.abs(row))  # sums of D products each
+        mean, stderr = mean_and_stderr(row, rounding(_dtype(p), dim, scale))
         value = float(exact_part + mean)
         return TraceEstimate(p, value, float(stderr), method, num_probes, dim, float(exact_part))
 
@@ -561,11 +565,13 @@ def trace(
 
 
 def _diagonal_estimate(point: Point, samples: np.ndarray) -> DiagonalEstimate:
-    values, stderr = _mean_and_stderr(samples)
+    dtype, dim = _dtype(point), samples.shape[1]  # each sample sums D products
+    values, stderr = mean_and_stderr(samples, rounding(dtype, dim, np.abs(samples).mean(0)))
     names = param_names(point.params)
     traces = {}
     for leaf, s, _ in names:
-        mean, err = _mean_and_stderr(samples[:, s].sum(axis=1))
+        sums = samples[:, s].sum(axis=1)
+        mean, err = mean_and_stderr(sums, rounding(dtype, dim, np.abs(sums).mean()))
         traces[leaf] = (float(mean), float(err))
     return DiagonalEstimate(point, values, stderr, names, samples.shape[0], traces)
 

@@ -494,7 +494,7 @@ def run_sgd(
 ) -> dict[str, Any]:
     """SGD (or full-batch GD) on sampled batches via the training engine; seeds x traced grid."""
     model = model_lib.from_config(cfg)
-    shape = jnp.asarray(cfg.init.beta_shape)
+    shape = jnp.asarray(cfg.init.beta_shape, cfg.train.dtype)
     w_noise = cfg.init.w_noise
 
     def init(key: jax.Array, hp: training.HParams) -> PyTree:

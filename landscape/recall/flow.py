@@ -90,9 +90,9 @@ def init_shape(
     _checks.check_real("w_noise", w_noise, low=0, meaning="the relative scale of the w noise")
     beta = eps * jnp.asarray(beta_shape)
     window = model.k if model.window else task_lib.sequence_length(model.k)
-    w: ArrayLike = jnp.zeros((model.num_heads, window))
-    if key is not None:
-        w = eps * w_noise * jax.random.normal(key, np.shape(w))
+    w: ArrayLike = jnp.zeros((model.num_heads, window), beta.dtype)
+    if key is not None:  # drawn in beta's dtype (the config's), never the one x64 picks
+        w = eps * w_noise * jax.random.normal(key, np.shape(w), beta.dtype)
     return model_lib.init_params(model, beta, w)
 
 

@@ -97,18 +97,22 @@ def sample_tokens(
 
     Per sequence: fresh f with i.i.d. uniform responses, uniform query q, blocks in lexicographic
     order unless `shuffle_blocks` (then a uniform block order per sequence). target = k + f(q).
-    f and q do not depend on `shuffle_blocks` for a given key.
+    f and q do not depend on `shuffle_blocks` for a given key. Drawn in int32 and float32 (fixed
+    dtypes), so x64 on or off gives the same sequences.
     """
     check_order(k, num_responses)  # static arguments: checked once, while tracing
     _checks.check_int("batch_size", batch_size, 1, "the number of sequences")
     num_perms = math.factorial(k)
     draw_key, order_key = jax.random.split(key)
     maxval_P1 = np.append(np.full(num_perms, num_responses), num_perms)  # f(pi_1..pi_k!), q
-    draws_BP1 = jax.random.randint(draw_key, (batch_size, num_perms + 1), 0, maxval_P1)
+    draws_BP1 = jax.random.randint(
+        draw_key, (batch_size, num_perms + 1), 0, maxval_P1.astype(np.int32), jnp.int32
+    )
     responses_BP, query_B = draws_BP1[:, :num_perms], draws_BP1[:, num_perms]
     order_BP = None
     if shuffle_blocks:
-        order_BP = jnp.argsort(jax.random.uniform(order_key, (batch_size, num_perms)), axis=1)
+        u_BP = jax.random.uniform(order_key, (batch_size, num_perms), jnp.float32)
+        order_BP = jnp.argsort(u_BP, axis=1)
     tokens_BL = build_tokens(k, responses_BP, query_B, order_BP)
     target_B = k + jnp.take_along_axis(responses_BP, query_B[:, None], axis=1)[:, 0]
     return tokens_BL, target_B.astype(jnp.int32)
@@ -121,13 +125,15 @@ def sample_collisions(
     """y_BP (float): the fast exact sampler of notes §1, relative to q = identity.
 
     y_pi = 1{f(pi) = f(q)}: y[:, 0] = 1 (the identity is permutation 0), the others i.i.d.
-    Bernoulli(1/|R|). Equal in distribution to collisions_of(sample_tokens(...)).
+    Bernoulli(1/|R|). Equal in distribution to collisions_of(sample_tokens(...)). Drawn from
+    float32 uniforms whatever `dtype` (float32 unless given) and the x64 switch.
     """
     check_order(k, num_responses)  # static arguments: checked once, while tracing
     _checks.check_int("batch_size", batch_size, 1, "the number of sequences")
-    dtype = dtype or (jnp.float64 if jax.config.read("jax_enable_x64") else jnp.float32)
+    dtype = dtype or jnp.float32
     num_perms = math.factorial(k)
-    others_BP = jax.random.bernoulli(key, 1.0 / num_responses, (batch_size, num_perms - 1))
+    chance = jnp.float32(1.0 / num_responses)  # float32 draws with x64 on too
+    others_BP = jax.random.bernoulli(key, chance, (batch_size, num_perms - 1))
     ones_B1 = jnp.ones((batch_size, 1), bool)
     return jnp.concatenate([ones_B1, others_BP], axis=1).astype(dtype)
 

@@ -54,7 +54,9 @@ class SequenceClasses:
     def sample(
         self, key: jax.Array, batch_size: int
     ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
-        """(context_BT int32 with T = L-1, query_B, label_B, class_B); classes uniform."""
+        """(context_BT int32 with T = L-1, query_B, label_B, class_B); classes uniform. Drawn
+        in fixed dtypes (int32 classes, float32 uniforms against float32 cut points), so x64
+        on or off gives the same sequences."""
         _checks.check_key("key", key)
         _checks.check_int("batch_size", batch_size, 1, "the number of sequences")
         return sample_classes(key, batch_size, self.seq_len, self.num_classes, *self._arrays())
@@ -79,15 +81,20 @@ def sample_classes(
     """`SequenceClasses.sample` from its arrays; num_classes may be traced (classes uniform in
     [0, num_classes): the rows past it, padding, are never drawn; the same draws)."""
     class_key, token_key = jax.random.split(key)
-    class_B = jax.random.randint(class_key, (batch_size,), 0, num_classes)
+    class_B = jax.random.randint(class_key, (batch_size,), 0, num_classes, jnp.int32)
     # Drawn flat, then reshaped: the same numbers (threefry counts the flat index either
     # way), and XLA's CPU backend compiles the flat hash loop in about half the time.
     T = seq_len - 1
-    u_BT = jax.random.uniform(token_key, (batch_size * T,)).reshape(batch_size, T)
-    cdf_BS = support_cdf[class_B]
+    u_BT = jax.random.uniform(token_key, (batch_size * T,), jnp.float32).reshape(batch_size, T)
+    cdf_BS = jnp.asarray(support_cdf, jnp.float32)[class_B]
     slot_BT = (u_BT[:, :, None] >= cdf_BS[:, None, :-1]).sum(-1)  # S is small: compare all
     context_BT = jnp.take_along_axis(support[class_B], slot_BT, axis=1)
-    return context_BT.astype(jnp.int32), last_token[class_B], next_token[class_B], class_B
+    return (
+        context_BT.astype(jnp.int32),
+        jnp.asarray(last_token, jnp.int32)[class_B],
+        jnp.asarray(next_token, jnp.int32)[class_B],
+        class_B,
+    )
 
 
 def sequence_classes(

@@ -71,13 +71,23 @@ def splits_in(path: str | pathlib.Path) -> dict[str, pathlib.Path]:
     return found
 
 
+# Where the data comes from, in the words every missing-data message ends with.
+SOURCE = (
+    "WikiText-2 (Merity et al. 2016, CC BY-SA) is in the PyTorch examples repository "
+    "(word_language_model/data/wikitext-2: train.txt, valid.txt, test.txt) and in Salesforce's "
+    "WikiText archives (wiki.train.tokens, ...); set text.path to the folder"
+)
+
+
 def missing_splits_message(path: str | pathlib.Path, splits: Iterable[str]) -> str | None:
-    """One sentence saying why `path` cannot give `splits`, or None when it can."""
+    """One sentence saying why `path` cannot give `splits` and where to get them, or None when
+    it can."""
     folder = pathlib.Path(path)
     if not folder.is_dir():
         return (
             f"there is no folder {str(path)!r} (relative to {pathlib.Path.cwd()}); a "
-            "WikiText folder holds {split}.txt or wiki.{split}.tokens for train, valid, test"
+            "WikiText folder holds {split}.txt or wiki.{split}.tokens for train, valid, test: "
+            + SOURCE
         )
     found = splits_in(folder)
     lacking = [s for s in dict.fromkeys(splits) if s not in found]
@@ -86,7 +96,7 @@ def missing_splits_message(path: str | pathlib.Path, splits: Iterable[str]) -> s
     names = " or ".join(split_files(lacking[0]))
     return (
         f"{str(path)!r} has no {lacking[0]} split ({names}); it holds "
-        f"{', '.join(f'{s} ({f.name})' for s, f in found.items()) or 'none of them'}"
+        f"{', '.join(f'{s} ({f.name})' for s, f in found.items()) or 'none of them'}: " + SOURCE
     )
 
 

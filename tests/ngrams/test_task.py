@@ -31,7 +31,7 @@ def _contexts(x_BT, num_states, order_n):
 def test_dirichlet_rows_moments_and_beta_marginal():
     """Dir(alpha 1_S) rows: sum 1, mean 1/S, var (1/S)(1-1/S)/(S alpha+1), Beta marginals (§2.2)."""
     S, n, alpha, B = 5, 3, 0.5, 800
-    P = np.asarray(task.sample_tasks(jax.random.key(0), S, n, alpha, B))
+    P = np.asarray(task.sample_tasks(jax.random.key(0), S, n, alpha, B, jnp.float64))
     assert P.shape == (B, S ** (n - 1), S) and P.dtype == np.float64
     np.testing.assert_allclose(P.sum(-1), 1.0, rtol=0, atol=1e-13)
     assert np.all(P >= 0)
@@ -178,9 +178,9 @@ def test_lower_order_conditionals_lemma_h5(S, n):
 def test_plateau_levels_reproduce_notes_table(S, n, alpha, table):
     """L_k^inf over 4000 tasks vs the notes' §2.3 table (itself 4000 tasks): Z sigma of the diff."""
     num_tasks, key = 4000, jax.random.key(12)
-    P_B = task.sample_tasks(key, S, n, alpha, num_tasks)
+    P_B = task.sample_tasks(key, S, n, alpha, num_tasks, jnp.float64)
     per_task = np.asarray(jax.vmap(task.kgram_losses, (0, None, None))(P_B, S, n))
-    levels = np.asarray(task.plateau_levels(key, S, n, alpha, num_tasks))
+    levels = np.asarray(task.plateau_levels(key, S, n, alpha, num_tasks, jnp.float64))
     np.testing.assert_allclose(levels, per_task.mean(0), rtol=0, atol=1e-12)
     # conditional entropies: nonincreasing in k for every task
     assert np.all(np.diff(per_task, axis=1) <= 1e-12)
@@ -203,7 +203,7 @@ def test_jit_vmap_over_alpha_and_keys():
     keys = jax.random.split(jax.random.key(13), 3)
 
     def one(key, a):
-        return task._sample(key, 3, 3, 8, a, 2, "uniform")
+        return task._sample(key, 3, 3, 8, a, 2, "uniform", jnp.dtype(jnp.float64))
 
     x, target, P = jax.jit(jax.vmap(one))(keys, alphas)
     assert x.shape == (3, 2, 8) and target.shape == (3, 2, 3) and P.shape == (3, 2, 9, 3)

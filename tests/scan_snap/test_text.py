@@ -110,11 +110,15 @@ def test_load_reads_either_layout(tmp_path, layout):
 def test_load_says_what_is_missing_in_one_sentence(tmp_path):
     with pytest.raises(text.TextDataError, match=r"there is no folder '.*nowhere' \(relative to"):
         text.load(tmp_path / "nowhere")
+    with pytest.raises(text.TextDataError, match=r"tokens for train, valid, test: WikiText-2 "):
+        text.load(tmp_path / "nowhere")
     folder = _folder(tmp_path / "wt", ["valid.txt", "wiki.test.tokens"])
     with pytest.raises(
         text.TextDataError,
         match=r"has no train split \(train.txt or wiki.train.tokens\); it holds "
-        r"valid \(valid.txt\), test \(wiki.test.tokens\)\.$",
+        r"valid \(valid.txt\), test \(wiki.test.tokens\): WikiText-2 .* is in the PyTorch "
+        r"examples repository \(word_language_model/data/wikitext-2: .*set text.path to the "
+        r"folder\.$",
     ):
         text.load(folder, train_split="train", eval_split="valid")
     assert set(text.splits_in(folder)) == {"valid", "test"}

@@ -1,0 +1,107 @@
+"""Mistakes that used to give a silently wrong result now give the right one (or one sentence):
+an int `seeds`, `sweeps.run(dtype=)` on float32 parameters, a loss that reads a global, mixed
+float32/float64 parameters (docs/guide/reliability.md)."""
+
+import json
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import landscape
+from landscape.engine import sweeps, training
+
+
+def _dense_problem(param_dtype=jnp.float32):
+    """A one-layer Flax regression whose init gives `param_dtype` parameters (Flax's default:
+    float32 even with x64 on)."""
+    model = nn.Dense(1, param_dtype=param_dtype)
+    x = jnp.linspace(-1.0, 1.0, 8)[:, None]
+
+    def loss(params, key, hp):
+        target = jnp.sin(3.0 * x) + 0.1 * jax.random.normal(key, x.shape, params["kernel"].dtype)
+        return jnp.mean((model.apply({"params": params}, x) - target) ** 2), {}
+
+    return training.Problem(
+        init=lambda key, hp: model.init(key, x)["params"],
+        loss=loss,
+        learning_rates=lambda hp: hp["lr"],
+    )
+
+
+def _run(problem, grid, **kw):
+    return sweeps.run(problem, {}, {"lr": 0.1}, grid, num_steps=4, log_every=2, progress=None, **kw)
+
+
+def test_an_int_seeds_is_refused_and_range_gives_that_many_seeds():
+    with pytest.raises(TypeError, match=r"give range\(4\) for 4 seeds, or \[4\]"):
+        sweeps.Grid.make({"lr": [0.1]}, seeds=4)
+    result = _run(_dense_problem(), sweeps.Grid.make({"lr": [0.1]}, seeds=range(4)))
+    np.testing.assert_array_equal(result.seeds, [0, 1, 2, 3])
+    kernels = result.params("initial")["kernel"][:, 0, 0]
+    assert len(set(kernels.tolist())) == 4  # four seeds, four initialisations
+
+
+def test_dtype_casts_the_parameters_and_config_json_says_so(tmp_path):
+    grid = sweeps.Grid.make({"lr": [0.1]}, seeds=[0])
+    cast = _run(_dense_problem(jnp.float32), grid, dtype=np.float64, workdir=tmp_path / "w")
+    assert {leaf.dtype for leaf in jax.tree.leaves(cast.final_params)} == {np.dtype("float64")}
+    assert {leaf.dtype for leaf in jax.tree.leaves(cast.initial_params)} == {np.dtype("float64")}
+    assert json.loads((tmp_path / "w" / "config.json").read_text())["dtype"] == "float64"
+    # the same float32 draws, cast: the initial parameters of the float32 run, in float64
+    single = _run(_dense_problem(jnp.float32), grid, dtype=np.float32)
+    np.testing.assert_array_equal(
+        cast.params("initial", 0)["kernel"],
+        single.params("initial", 0)["kernel"].astype(np.float64),
+    )
+    # and float32 asked of a float64 init: float32 parameters
+    down = _run(_dense_problem(jnp.float64), grid, dtype=np.float32)
+    assert {leaf.dtype for leaf in jax.tree.leaves(down.final_params)} == {np.dtype("float32")}
+
+
+def test_float64_without_x64_is_refused_not_run_in_float32():
+    with jax.enable_x64(False):
+        with pytest.raises(ValueError, match=r"^dtype = float64 needs 64-bit arrays"):
+            _run(_dense_problem(), sweeps.Grid.make({"lr": [0.1]}, [0]), dtype=np.float64)
+
+
+def test_a_new_point_reads_what_its_loss_reads_afresh():
+    """Programs are cached by function object; a Point given by loss_fn traces it afresh, so a
+    changed global is seen by the next Point (its with_params points share its programs)."""
+    scale = {"value": 1.0}
+
+    def loss(params):
+        return scale["value"] * jnp.sum(params["x"] ** 2)
+
+    first = landscape.Point({"x": jnp.ones(2)}, loss)
+    np.testing.assert_allclose(landscape.hessian_at(first).eigenvalues, [2.0, 2.0])
+    scale["value"] = 3.0
+    second = landscape.Point({"x": jnp.ones(2)}, loss)
+    np.testing.assert_allclose(landscape.hessian_at(second).eigenvalues, [6.0, 6.0])
+    moved = second.with_params({"x": jnp.zeros(2)})
+    assert moved.shared[0] is second.shared[0] and first.shared[0] is not second.shared[0]
+    # a list of points of one loss_fn is still one model (one compiled call)
+    gradients = landscape.gradient_at([second, moved])
+    np.testing.assert_allclose([g.norm for g in gradients], [6.0 * np.sqrt(2.0), 0.0])
+
+
+def _saddle_point(dtype_x, dtype_y):
+    """x^2 - y^2 + x y^4 at the origin: a saddle in float32 and in float64 alike."""
+    return landscape.Point(
+        {"x": jnp.zeros(1, dtype_x), "y": jnp.zeros(1, dtype_y)},
+        lambda p: jnp.sum(p["x"] ** 2 - p["y"] ** 2 + p["x"] * p["y"] ** 4),
+    )
+
+
+def test_mixed_dtypes_are_refused_and_the_cast_gives_the_pure_verdict():
+    with pytest.raises(TypeError, match=r"params mixes floating dtypes \(float32: 'x'"):
+        _saddle_point(jnp.float32, jnp.float64)
+    pure = landscape.hessian_at(_saddle_point(jnp.float64, jnp.float64))
+    single = landscape.hessian_at(_saddle_point(jnp.float32, jnp.float32))
+    params = {"x": jnp.zeros(1, jnp.float32), "y": jnp.zeros(1)}
+    cast = jax.tree.map(lambda a: a.astype(jnp.float64), params)  # what the sentence suggests
+    recast = landscape.hessian_at(_saddle_point(jnp.float64, jnp.float64).with_params(cast))
+    assert pure.verdict() == single.verdict() == recast.verdict()
+    assert pure.verdict().startswith("saddle (1 negative")
