@@ -10,6 +10,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from landscape.engine.host import setup
+from landscape.engine.track import Track
 from landscape.point import Point, param_names, params_table, restrict
 from landscape.probes.curvature import hessian_at
 from landscape.probes.gradient import gradient_at, hvp
@@ -73,6 +74,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "setup",
+    "Track",
     "Point",
     "param_names",
     "params_table",

@@ -56,7 +56,7 @@ class Point:
                     f"objective = {self.objective!r}: must be a function (params, inputs) -> "
                     f"scalar loss, not {type(self.objective).__name__}."
                 )
-            if self.loss_fn is not None:
+            if self.loss_fn is not None and not _derived(self.loss_fn):
                 raise TypeError("give a Point either loss_fn(params) or objective(params, inputs).")
             object.__setattr__(
                 self, "loss_fn", functools.partial(_fill, self.objective, self.inputs)
@@ -87,18 +87,25 @@ class Point:
         objective, inputs = self.shared
         return float(_jitted(objective)(self.params, inputs))
 
-    def with_params(self, params: PyTree) -> Point:
-        if self.objective is None:
-            return dataclasses.replace(self, params=params)
-        return Point(
-            params,
-            name=self.name,
-            meta=self.meta,
-            objective=self.objective,
-            inputs=self.inputs,
-            outputs=self.outputs,
-            output_loss=self.output_loss,
-        )
+    def with_params(
+        self, params: PyTree, name: str | None = None, meta: Mapping[str, Any] | None = None
+    ) -> Point:
+        """The same loss at other parameters. It keeps this point's name and meta (its theory's
+        prediction among them) unless `name` / `meta` are given: a point that is not the
+        construction any more (a trained one, a perturbed one) should say so (`renamed`)."""
+        changes: dict[str, Any] = {"params": params}
+        if name is not None:
+            changes["name"] = name
+        if meta is not None:
+            changes["meta"] = meta
+        return dataclasses.replace(self, **changes)
+
+    def renamed(self, name: str, meta: Mapping[str, Any] | None = None) -> Point:
+        """The same point under another name, with `meta` (default: this point's meta without
+        the theory's "prediction" and "expected_loss", which named the construction)."""
+        if meta is None:
+            meta = {k: v for k, v in self.meta.items() if k not in CONSTRUCTION_KEYS}
+        return dataclasses.replace(self, name=name, meta=meta)
 
     @property
     def num_params(self) -> int:
@@ -124,6 +131,16 @@ def _check_split(point: Point) -> None:
 
 def _fill(objective: Callable, inputs: PyTree, params: PyTree) -> jax.Array:
     return objective(params, inputs)
+
+
+def _derived(loss_fn: Callable) -> bool:
+    """loss_fn is the one a Point made from its objective (`dataclasses.replace` passes it back:
+    it is made again from the objective and inputs then given)."""
+    return isinstance(loss_fn, functools.partial) and loss_fn.func is _fill
+
+
+# meta keys that describe a construction and its theory, not any point with its parameters
+CONSTRUCTION_KEYS = ("prediction", "expected_loss", "focus_prediction")
 
 
 @functools.lru_cache(maxsize=64)
