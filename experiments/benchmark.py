@@ -3,8 +3,9 @@ python -m experiments.benchmark [--only=scan_snap] [--out=f].
 
 Groups: scan_snap (the issue's 2-core targets against the authors' PyTorch code), wikitext,
 recall, markov, ngrams, curvature (experiments/probe_timing.py in a fresh process), cache (a
-warm compilation cache) and compile (each program's trace, lower and XLA compile seconds, cold,
-experiments/compile_timing.py). Every row and its target: docs/design/experiments.md.
+warm compilation cache), compile (each program's trace, lower and XLA compile seconds, cold,
+experiments/compile_timing.py) and track (curvature tracked inside the n-gram Fig. 3 run,
+experiments/track_timing.py). Every row and its target: docs/design/experiments.md.
 """
 
 import functools
@@ -26,7 +27,7 @@ import numpy as np
 from absl import app, flags
 
 from configs import syn_medium, syn_small
-from experiments import host
+from experiments import host, track_timing
 from landscape.engine import backend, sweeps, training
 from landscape.engine import config as config_lib
 from landscape.scan_snap import experiment
@@ -674,6 +675,7 @@ BENCHMARKS = {
     "cache": bench_cache,
     "curvature": bench_curvature,
     "compile": bench_compile,
+    "track": track_timing.bench_track,
 }
 
 
