@@ -218,6 +218,9 @@ def test_records_load_round_trips_a_sweep(tmp_path):
     assert {row["step"] for row in rows} == set(range(0, 17, 2))
     row = next(r for r in tracked_rows if r["step"] == 12 and r["run"] == 1)
     assert row["lambda_min"] == result.metrics["lambda_min"][1, 3]
+    train = json.loads((tmp_path / "w" / "config.json").read_text())["train"]
+    assert train["params_every"] == 8 and train["track"]["every"] == 4
+    assert train["track"]["num_lanczos"] == DIM and "loss" not in train["track"]
 
 
 def test_params_at_and_point_name_what_was_kept():

@@ -298,11 +298,14 @@ def describe_run(
 ) -> dict[str, Any]:
     """What `run` trained, as plain data: the optimizer, the hyperparameters, the grid and the
     run options (config.json without a user config, and summary.json's "run")."""
-    options = {
+    options: dict[str, Any] = {
         k: v
         for k, v in train_kwargs.items()
         if isinstance(v, (int, float, str, bool, type(None))) and k != "progress"
     }
+    track = train_kwargs.get("track")
+    if track is not None:  # what it measures, without its loss (a function)
+        options["track"] = {k: v for k, v in vars(track).items() if k != "loss"}
     return dict(
         optim=optim.to_dict(),
         hparams=dict(base_hparams),

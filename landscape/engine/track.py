@@ -25,7 +25,8 @@ TRACKED = ("lambda_min", "lambda_max", "track_grad_norm", "track_loss")
 
 @dataclasses.dataclass(frozen=True)
 class Track:
-    """What to track along training, passed as `sweeps.run(..., track=Track(...))`.
+    """What to track along training, passed as `sweeps.run(..., track=Track(...))`; measured at
+    the current parameters (whatever `metrics_at` says of the snapshots).
 
     loss: (params, hparams) -> scalar, a deterministic loss (an evaluation batch fixed in
         advance, or a population loss), hparams the run's traced hyperparameters.
