@@ -1,6 +1,7 @@
 """Parameters at chosen steps and curvature tracked inside the compiled run: against closed-form
 Hessians, a separate shorter run, a stopped-and-resumed run and the records read back."""
 
+import dataclasses
 import json
 
 import jax
@@ -11,7 +12,7 @@ import pytest
 import landscape
 from landscape import point as point_lib
 from landscape.engine import config as config_lib
-from landscape.engine import records, sweeps, training
+from landscape.engine import memory, records, sweeps, training
 
 DIM = 6
 RNG = np.random.default_rng(7)
@@ -145,11 +146,27 @@ def test_kept_parameters_equal_a_separate_shorter_run_bit_for_bit():
 
 
 def test_tracking_and_keeping_change_no_number_of_the_run():
-    """Losses, metrics and final parameters of a tracked run are those of the plain run."""
+    """Losses, metrics and final parameters of a tracked run are those of the plain run; runs
+    in groups (a lax.map over groups of 2, the last padded) keep and track the same numbers."""
     plain = run(params_every=0, track=None)
     tracked = run()
     np.testing.assert_array_equal(plain.losses, tracked.losses)
     np.testing.assert_array_equal(plain.final_params["w"], tracked.final_params["w"])
+    grouped = training.train(
+        dataclasses.replace(cosine_problem(), runs_per_group=2),
+        optim(),
+        {"lr": [0.05, 0.02, 0.1]},
+        [0, 1, 2],
+        num_steps=24,
+        log_every=2,
+        chunk_steps=8,
+        params_every=8,
+        track=track(),
+        progress=None,
+    )
+    np.testing.assert_array_equal(grouped.kept_params["w"], tracked.kept_params["w"])
+    for name, value in tracked.metrics.items():
+        np.testing.assert_allclose(grouped.metrics[name], value, rtol=1e-12, err_msg=name)
 
 
 def test_stop_and_resume_keeps_parameters_and_curvature_bit_identical(tmp_path):
@@ -266,8 +283,6 @@ def test_kept_bytes_are_said_and_refused_when_they_do_not_fit(monkeypatch):
     run(num_steps=8, progress=lines.append, params_every=4, track=None)
     # 3 steps x 3 runs x 6 float64 parameters
     assert "keeping the parameters every 4 steps: 3 steps x 3 runs, 432 B" in lines
-    from landscape.engine import memory
-
     monkeypatch.setattr(memory, "available_memory_bytes", lambda: 100.0)
     with pytest.raises(
         config_lib.ConfigError,
@@ -280,8 +295,6 @@ def test_kept_bytes_are_said_and_refused_when_they_do_not_fit(monkeypatch):
 def test_point_renamed_and_replaced():
     """A construction's point renamed (a trained point is not the construction): no prediction;
     dataclasses.replace works on points made from an objective."""
-    import dataclasses
-
     base = point_lib.Point(
         {"w": jnp.zeros(DIM)},
         objective=lambda p, inputs: cosine_loss(p["w"] + inputs),
