@@ -3,8 +3,9 @@ python -m experiments.benchmark [--only=scan_snap] [--out=f].
 
 Groups: scan_snap (the issue's 2-core targets against the authors' PyTorch code), wikitext,
 recall, markov, ngrams, curvature (experiments/probe_timing.py in a fresh process), cache (a
-warm compilation cache) and compile (each program's trace, lower and XLA compile seconds, cold,
-experiments/compile_timing.py). --only=device: the device check (experiments/device_check.py,
+warm compilation cache), compile (each program's trace, lower and XLA compile seconds, cold,
+experiments/compile_timing.py), track (curvature tracked inside the n-gram Fig. 3 run,
+experiments/track_timing.py) and device (the device check, experiments/device_check.py,
 --budget). Every row and its target: docs/design/experiments.md.
 """
 
@@ -27,7 +28,7 @@ import numpy as np
 from absl import app, flags
 
 from configs import syn_medium, syn_small
-from experiments import device_check, host
+from experiments import device_check, host, track_timing
 from landscape.engine import backend, sweeps, training
 from landscape.engine import config as config_lib
 from landscape.scan_snap import experiment
@@ -675,6 +676,7 @@ BENCHMARKS = {
     "cache": bench_cache,
     "curvature": bench_curvature,
     "compile": bench_compile,
+    "track": track_timing.bench_track,
 }
 
 

@@ -11,6 +11,7 @@ import importlib.metadata
 from typing import TYPE_CHECKING, Any
 
 from landscape.engine.host import setup
+from landscape.engine.track import Track
 from landscape.point import Point, param_names, params_table, restrict
 from landscape.probes.curvature import FocusReport, Hessian, hessian_at
 from landscape.probes.gradient import Gradient, gradient_at, hvp, hvp_flat
@@ -99,6 +100,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "__version__",
     "setup",
+    "Track",
     "Point",
     "param_names",
     "params_table",

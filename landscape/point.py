@@ -67,7 +67,7 @@ class Point:
                     f"objective = {self.objective!r}: must be a function (params, inputs) -> "
                     f"scalar loss, not {type(self.objective).__name__}."
                 )
-            if self.loss_fn is not None:
+            if self.loss_fn is not None and not _derived(self.loss_fn):
                 raise TypeError("give a Point either loss_fn(params) or objective(params, inputs).")
             if self.inputs is None:
                 raise TypeError(
@@ -108,21 +108,32 @@ class Point:
         check_loss_output(self, "Point.loss")
         return float(_jitted(objective)(self.params, inputs))
 
-    def with_params(self, params: PyTree) -> Point:
-        """This point's loss at other parameters (the same compiled programs)."""
-        if self.objective is None:
-            point = dataclasses.replace(self, params=params)
+    def with_params(
+        self, params: PyTree, name: str | None = None, meta: Mapping[str, Any] | None = None
+    ) -> Point:
+        """The same loss at other parameters, sharing this point's compiled programs. It keeps
+        this point's name and meta (its theory's prediction among them) unless `name` / `meta`
+        are given: a point that is not the construction any more should say so (`renamed`)."""
+        changes: dict[str, Any] = {"params": params}
+        if name is not None:
+            changes["name"] = name
+        if meta is not None:
+            changes["meta"] = meta
+        return self._replaced(**changes)
+
+    def renamed(self, name: str, meta: Mapping[str, Any] | None = None) -> Point:
+        """The same point under another name, with `meta` (default: this point's meta without
+        the theory's "prediction" and "expected_loss", which named the construction)."""
+        if meta is None:
+            meta = {k: v for k, v in self.meta.items() if k not in CONSTRUCTION_KEYS}
+        return self._replaced(name=name, meta=meta)
+
+    def _replaced(self, **changes: Any) -> Point:
+        """`dataclasses.replace`, keeping a loss_fn point's own programs (the same loss)."""
+        point = dataclasses.replace(self, **changes)
+        if self.objective is None and "loss_fn" not in changes:
             object.__setattr__(point, "_own_objective", self._own_objective)
-            return point
-        return Point(
-            params,
-            name=self.name,
-            meta=self.meta,
-            objective=self.objective,
-            inputs=self.inputs,
-            outputs=self.outputs,
-            output_loss=self.output_loss,
-        )
+        return point
 
     @property
     def num_params(self) -> int:
@@ -148,6 +159,16 @@ def _check_split(point: Point) -> None:
 
 def _fill(objective: Callable, inputs: PyTree, params: PyTree) -> jax.Array:
     return objective(params, inputs)
+
+
+def _derived(loss_fn: Callable) -> bool:
+    """loss_fn is the one a Point made from its objective (`dataclasses.replace` passes it back:
+    it is made again from the objective and inputs then given)."""
+    return isinstance(loss_fn, functools.partial) and loss_fn.func is _fill
+
+
+# meta keys that describe a construction and its theory, not any point with its parameters
+CONSTRUCTION_KEYS = ("prediction", "expected_loss", "focus_prediction")
 
 
 def _ignoring_inputs(loss_fn: Callable) -> Callable[[PyTree, PyTree], jax.Array]:

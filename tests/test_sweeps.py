@@ -75,6 +75,31 @@ def test_sharded_sweep_gives_the_same_numbers(tmp_path, runs_per_group):
     np.testing.assert_allclose(outputs[4], outputs[1], rtol=1e-5, atol=1e-7)
 
 
+TRACKED = textwrap.dedent("""
+    import sys, numpy as np, jax
+    jax.config.update("jax_enable_x64", True)
+    from landscape.engine import sweeps
+    from tests import test_track as t
+    grid = sweeps.Grid.make({"lr": [0.05, 0.02, 0.1]}, [0, 1])   # 6 runs: padded to 8 on 4
+    result = sweeps.run(t.cosine_problem(), t.optim(), {"lr": 0.1}, grid, dtype=np.float64,
+                        num_steps=16, log_every=2, params_every=8, track=t.track(every=4),
+                        progress=None)
+    names = ("lambda_min", "lambda_max", "track_grad_norm", "track_loss")
+    kept = result.kept_params["w"].reshape(6, -1)
+    np.save(sys.argv[1], np.concatenate([result.metrics[k] for k in names] + [kept], 1))
+    print(len(jax.devices()))
+""")
+
+
+@pytest.mark.slow  # two processes compiling a tracked program: 93 s on 2 busy cores
+def test_tracked_sweep_on_four_devices_gives_the_same_numbers(tmp_path):
+    """Tracked curvature and kept parameters inside a shard_map over 4 forced host devices
+    (each device's runs vmapped, padding included): the numbers of one device."""
+    outputs = _on_devices(TRACKED, (1, 4), tmp_path)
+    assert outputs[1].shape == (6, 4 * 5 + 3 * 6)
+    np.testing.assert_allclose(outputs[4], outputs[1], rtol=1e-12)
+
+
 SINGLE_RUN = textwrap.dedent("""
     import sys, numpy as np, jax
     from configs import markov

@@ -540,7 +540,7 @@ def test_a_chunk_is_its_steps_one_by_one(schedule, rtol):
     assert spec.snapshots_per_chunk == 4
     hp = {"lr": jnp.float64(0.05), "ratio": jnp.float64(0.5)}
     start = training.init_state(spec, jnp.uint32(1), hp)
-    chunked, losses, _, snaps = training.train_chunk(spec, start, jnp.int32(0), hp)
+    chunked, losses, _, snaps, _, _ = training.train_chunk(spec, start, jnp.int32(0), hp)
     step_once = jax.jit(functools.partial(training.train_step, spec))
     state, single = start, []
     for step in range(8):

@@ -148,6 +148,16 @@ def structural_cells(cfg: ml_collections.ConfigDict, traced: Sequence[str]) -> l
     ]
 
 
+def program_config(cfg: Any, traced: Sequence[str], cell: int | None = None) -> Any:
+    """The config of program `cell` of a run (None: its only one), its structural cell's fields
+    set, from a ConfigDict or a dict (a workdir's config.json: `records.load_config_json`)."""
+    cfg = ml_collections.ConfigDict(cfg.to_dict() if hasattr(cfg, "to_dict") else dict(cfg))
+    cells = structural_cells(cfg, traced)
+    if (cell is None and len(cells) > 1) or (cell is not None and cell not in range(len(cells))):
+        raise ValueError(f"cell = {cell}: the run has programs (cells) 0 .. {len(cells) - 1}.")
+    return with_fields(cfg, cells[cell or 0])
+
+
 def traced_axes(cfg: ml_collections.ConfigDict, traced: Sequence[str]) -> dict[str, list]:
     """The sweep's axes over traced numbers: vmapped within one program."""
     return {k: list(v) for k, v in flatten(cfg.get("sweep", {})).items() if k in traced}

@@ -103,3 +103,46 @@ def save(fig: Figure, path: str | pathlib.Path) -> pathlib.Path:
     plt.close(fig)
     os.replace(tmp, path)
     return path
+
+
+def tracked_curvature(
+    results: Sequence[Any], path: str | pathlib.Path, labels: Sequence[str] = ()
+) -> pathlib.Path | None:
+    """λ_max and λ_min along training, one line per run (a color per result, e.g. a program),
+    from `RunResult`s that tracked curvature (`landscape.Track`); None when none did."""
+    tracked = [r for r in results if r.tracked_steps is not None]
+    if not tracked:
+        return None
+    names = ["lambda_max", "lambda_min"] + (
+        ["negative_mass"] if "negative_mass" in tracked[0].metrics else []
+    )
+    fig, axes = subplots(1, len(names), width=3.6, height=2.8)
+    titles = {"lambda_max": "λ_max", "lambda_min": "λ_min", "negative_mass": "negative mass (SLQ)"}
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for ax, name in zip(axes[0], names, strict=True):
+        for i, result in enumerate(tracked):
+            label = labels[i] if i < len(labels) else None
+            for r in range(result.num_runs):
+                ax.plot(
+                    result.tracked_steps,
+                    result.metrics[name][r],
+                    color=colors[i % len(colors)],
+                    alpha=0.8,
+                    linewidth=1,
+                    label=label if r == 0 else None,
+                )
+        if name == "lambda_min":
+            ax.axhline(0, color="black", linewidth=0.6)
+        ax.set_xlabel("step")
+        ax.set_title(titles[name])
+    if any(labels):
+        axes[0, 0].legend(fontsize=7)
+    return save(fig, path)
+
+
+def draw_tracked(workdir: Any, results: Sequence[Any], labels: Sequence[str] = ()) -> list[str]:
+    """figures/curvature.png in `workdir` (a records.Workdir) when any of `results` tracked
+    curvature (`tracked_curvature`): its path in a list, or [] (no figure, no figures/ folder)."""
+    if not any(r.tracked_steps is not None for r in results):
+        return []
+    return [str(tracked_curvature(results, workdir.figure_path("curvature"), labels))]

@@ -19,6 +19,7 @@ import json
 import math
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -28,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from landscape.engine.checkpoints import Checkpoint, atomic, latest_checkpoint_metrics_bytes
+from landscape.engine.result import RunResult
 
 CLAIM_KINDS = ("paper", "sanity")
 
@@ -404,7 +406,22 @@ def load_config_json(path: str | pathlib.Path) -> dict[str, Any]:
     return data
 
 
-# ----------------------------------------------------------------------------- checkpoints
+def load(path: str | pathlib.Path, cell: int | None = None) -> RunResult:
+    """The `RunResult` of a finished run from its workdir (arrays.npz), from the CLI or a script:
+    `result.point(run, loss, step=s)` and `result.params_at(s, run)` work on it as on the
+    returned one. A run of several programs names each one's arrays "cell<i>_": pass `cell`."""
+    file = pathlib.Path(path) / "arrays.npz"
+    if not file.is_file():
+        raise FileNotFoundError(f"{path} holds no arrays.npz: give the workdir of a finished run.")
+    with np.load(file) as data:
+        arrays = dict(data)
+    cells = sorted({int(k[4:].split("_")[0]) for k in arrays if re.match(r"cell\d+_", k)})
+    if (cell is None and cells) or (cell is not None and cell not in (cells or [0])):
+        raise ValueError(f"cell = {cell}: {path} holds the programs (cells) {cells or [0]}.")
+    summary = pathlib.Path(path) / "summary.json"  # its seconds: one program's, or a sum
+    recorded = json.loads(summary.read_text()).get("seconds", {}) if summary.is_file() else {}
+    seconds = [np.nan if cells else recorded.get(k, np.nan) for k in ("compile", "run")]
+    return RunResult.from_arrays(arrays, f"cell{cell}_" if cells else "", seconds)
 
 
 def format_claims(claims: list[Claim]) -> str:
@@ -545,9 +562,16 @@ class MetricsRecorder:
         self.seeds = seeds[:num_runs]
 
     def write_rows(
-        self, first_step: int, loss: np.ndarray | None, snaps: dict[str, np.ndarray]
+        self,
+        first_step: int,
+        loss: np.ndarray | None,
+        snaps: dict[str, np.ndarray],
+        tracked: tuple[dict[str, np.ndarray], int] = ({}, 0),
     ) -> None:
+        """The rows of a chunk's snapshots; `tracked`: the tracked metrics (R, S) and their
+        cadence, added to the rows of tracked steps."""
         scalars = {k: v for k, v in snaps.items() if np.ndim(v) == 2}  # (R, S), padded R
+        values, every = tracked
         num_snaps = (
             next(iter(snaps.values())).shape[1]
             if snaps
@@ -562,6 +586,8 @@ class MetricsRecorder:
                 if loss is not None:  # batch loss of the last step before this snapshot
                     row["loss"] = float(loss[r, (s + 1) * self.log_every - 1])
                 row.update({k: float(v[r, s]) for k, v in scalars.items()})
+                if every and step % every == 0:
+                    row.update({k: float(v[r, s]) for k, v in values.items()})
                 rows.append(row)
         self.workdir.append_metrics(rows)
 

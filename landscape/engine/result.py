@@ -13,6 +13,9 @@ import numpy as np
 
 from landscape import _checks
 from landscape import point as point_lib
+from landscape.engine.track import TRACKED
+
+TRACKED_NAMES = (*TRACKED, "negative_mass")
 
 Params = Any
 
@@ -35,17 +38,65 @@ class RunResult:
     backend: str = ""  # jax.default_backend() of the program
     device_count: int = 0  # devices visible to JAX (jax.device_count())
     program_devices: int = 0  # devices this program's runs (or one run's batch) were laid over
+    params_steps: np.ndarray | None = None  # (P,): 0, params_every, ..., num_steps
+    kept_params: Params = None  # pytree of (R, P, ...) arrays: the parameters at params_steps
+    tracked_steps: np.ndarray | None = None  # (T,): the steps of the tracked metrics (R, T)
+
+    @classmethod
+    def from_arrays(
+        cls, arrays: Mapping[str, np.ndarray], prefix: str = "", seconds: Any = (np.nan, np.nan)
+    ) -> RunResult:
+        """The result `arrays(prefix, complete=True)` wrote (what `records.load` reads), with
+        its (compile, run) `seconds` (not among the arrays: they differ between equal runs)."""
+        a = {k[len(prefix) :]: np.asarray(v) for k, v in arrays.items() if k.startswith(prefix)}
+        if "hparam_names" not in a:
+            raise ValueError(
+                "these arrays hold no complete run result (RunResult.arrays(complete=True) "
+                "writes one): the run was recorded before records.load could read it back."
+            )
+        names = a["hparam_names"].tolist()
+        compile_seconds, run_seconds = (float(x) for x in seconds)
+        return cls(
+            hparams={k: a[k.replace(".", "_")] for k in names},
+            seeds=a["seeds"],
+            losses=a["losses"],
+            metrics={k[len("metric_") :]: v for k, v in a.items() if k.startswith("metric_")},
+            snapshot_steps=a["snapshot_steps"],
+            snapshots={k[len("snapshot_") :]: v for k, v in a.items() if k.startswith("snapshot_")},
+            final_params=_tree_of(a, "final_params"),
+            first_nonfinite_step=a["first_nonfinite_step"],
+            compile_seconds=compile_seconds,
+            run_seconds=run_seconds,
+            initial_params=_tree_of(a, "initial_params"),
+            params_steps=a.get("params_steps"),
+            kept_params=_tree_of(a, "params") if "params_steps" in a else None,
+            tracked_steps=a.get("tracked_steps"),
+        )
 
     @property
     def num_runs(self) -> int:
         return len(self.seeds)
 
+    @property
+    def num_steps(self) -> int:
+        return int(self.snapshot_steps[-1])
+
+    @property
+    def tracked(self) -> list[str]:
+        """The names of the tracked metrics among `metrics` ((R, T) each, at `tracked_steps`)."""
+        if self.tracked_steps is None:
+            return []
+        return [k for k in self.metrics if k in TRACKED_NAMES]
+
     def arrays(self, prefix: str = "", complete: bool = False) -> dict[str, np.ndarray]:
         """The result as arrays.npz entries: losses, seeds, snapshot_steps,
-        first_nonfinite_step, each hyperparameter ("optim.lr" -> "optim_lr") and each snapshot
-        ("snapshot_<name>"), every name after `prefix` (e.g. "cell1_"). complete: also each
-        per-step metric ("metric_<name>", e.g. metric_grad_norm) and the initial and final
-        parameters ("initial_params/<leaf name>", "final_params/<leaf name>")."""
+        first_nonfinite_step, each hyperparameter ("optim.lr" -> "optim_lr"), each snapshot
+        ("snapshot_<name>"), the kept parameters ("params/<leaf name>", (R, P, ...), with
+        "params_steps") and the tracked metrics ("metric_lambda_min", ..., (R, T), with
+        "tracked_steps"), every name after `prefix` (e.g. "cell1_"). complete: also each
+        per-step metric ("metric_<name>", e.g. metric_grad_norm), the initial and final
+        parameters ("initial_params/<leaf name>", "final_params/<leaf name>") and the
+        hyperparameters' names: what `records.load` reads back."""
         arrays = {
             "losses": self.losses,
             "seeds": self.seeds,
@@ -54,14 +105,16 @@ class RunResult:
         }
         arrays.update({k.replace(".", "_"): v for k, v in self.hparams.items()})
         arrays.update({f"snapshot_{k}": v for k, v in self.snapshots.items()})
+        if self.kept_params is not None and self.params_steps is not None:
+            arrays.update(_named_leaves("params", self.kept_params), params_steps=self.params_steps)
+        if self.tracked_steps is not None:
+            arrays.update({f"metric_{k}": self.metrics[k] for k in self.tracked})
+            arrays["tracked_steps"] = self.tracked_steps
         if complete:
             arrays.update({f"metric_{k}": v for k, v in self.metrics.items()})
             for which in ("initial", "final"):
-                params = self.params(which)
-                for (name, _, _), leaf in zip(
-                    point_lib.param_names(params), jax.tree.leaves(params), strict=True
-                ):
-                    arrays[f"{which}_params" + (f"/{name}" if name else "")] = np.asarray(leaf)
+                arrays.update(_named_leaves(f"{which}_params", self.params(which)))
+            arrays["hparam_names"] = np.asarray(list(self.hparams), dtype=str)
         return {prefix + k: v for k, v in arrays.items()}
 
     def run_index(self, run: int | Mapping[str, float]) -> int:
@@ -86,6 +139,28 @@ class RunResult:
             raise KeyError(f"{dict(run)} matches {int(match.sum())} runs, not one.")
         return int(np.flatnonzero(match)[0])
 
+    def params_at(self, step: int, run: int | Mapping[str, float] | None = None) -> Params:
+        """The parameters after `step` updates: every run's (R first), or one run's. Step 0 and
+        the last step are always kept; others where the run kept them (`params_every`)."""
+        step = _checks.check_int("step", step, 0, "a training step")
+        if step == 0 and self.initial_params is not None:
+            return self.params("initial", run)
+        if step == self.num_steps:
+            return self.params("final", run)
+        steps = [] if self.params_steps is None else self.params_steps.tolist()
+        if step not in steps:
+            kept = f"steps {_steps_text(steps)}" if steps else "no steps but the first and last"
+            raise ValueError(
+                f"step = {step}: this result kept the parameters at {kept} (train with "
+                "params_every to keep others)."
+            )
+        index = steps.index(step)
+        chosen = jax.tree.map(lambda x: np.asarray(x[:, index]), self.kept_params)
+        if run is None:
+            return chosen
+        run_index = self.run_index(run)
+        return jax.tree.map(lambda x: np.asarray(x[run_index]), chosen)
+
     def params(self, which: str = "final", run: int | Mapping[str, float] | None = None) -> Params:
         """The "initial" or "final" parameters: every run's (R first), or one run's."""
         if which not in ("initial", "final"):
@@ -104,8 +179,10 @@ class RunResult:
         loss: Callable[[Params], jax.Array] | tuple[Callable[[Params, Any], jax.Array], Any],
         which: str = "final",
         dtype: Any = None,
+        step: int | None = None,
     ) -> point_lib.Point:
-        """One run's initial or final parameters as a `Point` for the probes (hessian_at, ...).
+        """One run's initial or final parameters, or those at `step` (`params_at`), as a `Point`
+        for the probes (hessian_at, ...), named after the run and step, with no prediction.
 
         `loss` is loss_fn(params) -> scalar, or an (objective, inputs) pair, objective(params,
         inputs) -> scalar (points of one model then share compiled programs). `run` is an index
@@ -135,8 +212,12 @@ class RunResult:
             floating = dtype is not None and jnp.issubdtype(x.dtype, jnp.floating)
             return jnp.asarray(x, dtype if floating else None)
 
-        params = jax.tree.map(cast, self.params(which, index))
-        name = f"run {index} ({setting}), {which}"
+        if step is None:
+            params, where = self.params(which, index), which
+        else:
+            params, where = self.params_at(step, index), f"step {step}"
+        params = jax.tree.map(cast, params)
+        name = f"run {index} ({setting}), {where}"
         if isinstance(loss, tuple):
             objective, inputs = loss
             return point_lib.Point(params, name=name, objective=objective, inputs=inputs)
@@ -153,6 +234,39 @@ def _check_loss(loss: object) -> None:
         f"loss = {loss!r}: must be a function params -> scalar loss, or a pair (objective, "
         f"inputs) with objective(params, inputs) -> scalar loss, not {_checks.type_name(loss)}."
     )
+
+
+def _named_leaves(prefix: str, params: Params) -> dict[str, np.ndarray]:
+    """{"<prefix>/<leaf name>": leaf} ("<prefix>" alone for a single unnamed leaf)."""
+    return {
+        prefix + (f"/{name}" if name else ""): np.asarray(leaf)
+        for (name, _, _), leaf in zip(
+            point_lib.param_names(params), jax.tree.leaves(params), strict=True
+        )
+    }
+
+
+def _tree_of(arrays: Mapping[str, np.ndarray], prefix: str) -> Params:
+    """The pytree `_named_leaves(prefix, params)` wrote, as nested dicts by the leaf names
+    (what Flax parameters are; their leaves flatten in the same order)."""
+    if prefix in arrays:
+        return arrays[prefix]
+    tree: dict[str, Any] = {}
+    for key, value in arrays.items():
+        if not key.startswith(prefix + "/"):
+            continue
+        *path, leaf = key[len(prefix) + 1 :].split("/")
+        node = tree
+        for part in path:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return tree
+
+
+def _steps_text(steps: list[int]) -> str:
+    if len(steps) > 6:
+        return f"{steps[0]}, {steps[1]}, ..., {steps[-1]}"
+    return ", ".join(map(str, steps))
 
 
 def run_timing(results: list[RunResult]) -> dict[str, Any]:

@@ -18,6 +18,7 @@ import ml_collections
 import optax
 
 from landscape.engine import config as config_lib
+from landscape.engine import track as track_lib
 from landscape.engine.optimizers import direction, schedule
 from landscape.typing import ArrayLike
 
@@ -161,6 +162,18 @@ class StepSpec:
     metrics_at: str = "current"
     ema_decay: float = 0.999
     batch_shares: int = 1  # devices a single run's batch is split over (`batch_share`)
+    params_every: int = 0  # keep the parameters every this many steps (0: never)
+    track: track_lib.Track | None = None  # curvature tracked along training
+
+    @property
+    def chunk_len(self) -> int:
+        return self.snapshots_per_chunk * self.log_every
+
+    @property
+    def kept_per_chunk(self) -> int:
+        """Parameter slots a chunk returns: its steps that are multiples of params_every (one
+        slot, filled at the chunk's end or not at all, when params_every exceeds the chunk)."""
+        return max(1, self.chunk_len // self.params_every) if self.params_every else 0
 
     @property
     def average(self) -> optax.GradientTransformation | None:
@@ -178,8 +191,11 @@ def step_spec(
     metrics_at: str = "current",
     ema_decay: float = 0.999,
     dtype: Any = None,
+    params_every: int = 0,
+    track: track_lib.Track | None = None,
 ) -> StepSpec:
-    """The step of `problem` under `optim` (its direction and schedule over `num_steps`).
+    """The step of `problem` under `optim` (its direction and schedule over `num_steps`); the
+    chunk keeps the parameters every `params_every` steps and measures `track`.
 
     `dtype`: the parameters' dtype, in which the optimizer's scalars (Adam's bias corrections,
     the schedule) are computed, so that x64 on or off leaves a float32 run's arithmetic alone;
@@ -190,9 +206,11 @@ def step_spec(
         direction(optim, problem.weight_decay_mask, dtype),
         sched if dtype is None else lambda step: sched(jnp.asarray(step, dtype)),
         log_every,
-        _snapshots_per_chunk(num_steps // log_every, log_every, chunk_steps),
+        _snapshots_per_chunk(num_steps // log_every, log_every, chunk_steps, params_every),
         metrics_at,
         ema_decay,
+        params_every=params_every,
+        track=track,
     )
 
 
@@ -222,6 +240,15 @@ def snapshot_at(spec: StepSpec, state: TrainState, hp: HParams) -> dict[str, jax
         current = spec.problem.snapshot(state.params, hp)
         out.update({CURRENT_PREFIX + k: v for k, v in current.items()})
     return out
+
+
+def first_records(
+    spec: StepSpec, state: TrainState, hp: HParams
+) -> tuple[dict[str, jax.Array], dict[str, jax.Array]]:
+    """(snapshot, tracked metrics) at step 0, before any update."""
+    return snapshot_at(spec, state, hp), track_lib.measure_at(
+        spec.track, state.params, hp, jnp.int32(0)
+    )
 
 
 def _checked_loss(loss: Callable[..., Any]) -> Callable[..., Any]:
@@ -290,25 +317,71 @@ def _scaled(updates: Params, learning_rates: Any, scale: jax.Array) -> Params:
     return jax.tree.map(group_scaled, learning_rates, updates)
 
 
-def train_chunk(
-    spec: StepSpec, state: TrainState, first_step: jax.Array, hp: HParams
-) -> tuple[TrainState, jax.Array, dict[str, jax.Array], dict[str, jax.Array]]:
-    """`spec.snapshots_per_chunk * spec.log_every` steps from `first_step`, a snapshot after
-    every `log_every`: (state, losses (steps,), metrics (steps,) each, snapshots (S, ...))."""
+class Chunk(NamedTuple):
+    """What `train_chunk` returns for one run."""
 
-    def between_snapshots(state: TrainState, start: jax.Array) -> tuple[TrainState, Any]:
+    state: TrainState
+    losses: jax.Array  # (steps,)
+    metrics: dict[str, jax.Array]  # (steps,) each
+    snapshots: dict[str, jax.Array]  # (S, ...) each
+    tracked: dict[str, jax.Array]  # (S,) each: NaN at snapshots that are not tracked steps
+    kept: Params  # (spec.kept_per_chunk, ...) each leaf: the parameters at params_every steps
+
+
+def train_chunk(spec: StepSpec, state: TrainState, first_step: jax.Array, hp: HParams) -> Chunk:
+    """`spec.snapshots_per_chunk * spec.log_every` steps from `first_step`, a snapshot (and the
+    tracked metrics, `spec.track`) after every `log_every`, the parameters kept in a buffer at
+    the multiples of `spec.params_every` (they come back with the chunk's outputs)."""
+
+    def between_snapshots(carry: tuple, start: jax.Array) -> tuple[tuple, Any]:
+        state, kept = carry
         state, (loss, metrics) = jax.lax.scan(
             lambda s, t: train_step(spec, s, t, hp), state, start + jnp.arange(spec.log_every)
         )
-        return state, (loss, metrics, snapshot_at(spec, state, hp))
+        end = start + spec.log_every
+        tracked = track_lib.measure_at(spec.track, state.params, hp, end)
+        kept = _keep(spec, kept, state.params, first_step, end)
+        return (state, kept), (loss, metrics, snapshot_at(spec, state, hp), tracked)
 
+    slots = spec.kept_per_chunk
+    kept = jax.tree.map(lambda p: jnp.repeat(p[None], slots, axis=0), state.params)  # varies
+    # over a shard_map's runs as the body's output does (scan refuses a carry that does not)
     starts = first_step + spec.log_every * jnp.arange(spec.snapshots_per_chunk)
-    state, (loss, metrics, snaps) = jax.lax.scan(between_snapshots, state, starts)
+    (state, kept), (loss, metrics, snaps, tracked) = jax.lax.scan(
+        between_snapshots, (state, kept), starts
+    )
 
     def flat(x: jax.Array) -> jax.Array:
         return x.reshape((-1,) + x.shape[2:])
 
-    return state, flat(loss), jax.tree.map(flat, metrics), snaps
+    return Chunk(state, flat(loss), jax.tree.map(flat, metrics), snaps, tracked, kept)
+
+
+def _keep(
+    spec: StepSpec, kept: Params, params: Params, first_step: jax.Array, end: jax.Array
+) -> Params:
+    """The buffer with `params` in its slot when `end` is a multiple of params_every (slot j
+    holds step first_step + (j + 1) params_every, or the chunk's end)."""
+    every = spec.params_every
+    if not every:
+        return kept
+    slot = (end - first_step - 1) // every
+
+    def put() -> Params:
+        return jax.tree.map(
+            lambda b, p: jax.lax.dynamic_update_index_in_dim(b, p, slot, 0), kept, params
+        )
+
+    return jax.lax.cond(end % every == 0, put, lambda: kept)
+
+
+def kept_steps(spec: StepSpec, first_step: int) -> list[int]:
+    """The steps whose parameters a chunk from `first_step` keeps, in slot order."""
+    every = spec.params_every
+    if not every:
+        return []
+    first = (first_step // every + 1) * every
+    return list(range(first, first_step + spec.chunk_len + 1, every))
 
 
 def grad_zero_fraction(grads: Params) -> jax.Array:
@@ -318,8 +391,16 @@ def grad_zero_fraction(grads: Params) -> jax.Array:
     return zeros.astype(jnp.float32) / sum(g.size for g in leaves)
 
 
-def _snapshots_per_chunk(num_snapshots: int, log_every: int, chunk_steps: int | None) -> int:
-    """Snapshots per compiled chunk: a divisor of num_snapshots, about chunk_steps / log_every."""
+def _nested(a: int, b: int) -> bool:
+    return a % b == 0 or b % a == 0
+
+
+def _snapshots_per_chunk(
+    num_snapshots: int, log_every: int, chunk_steps: int | None, params_every: int = 0
+) -> int:
+    """Snapshots per compiled chunk: a divisor of num_snapshots, about chunk_steps / log_every;
+    with params_every, one whose steps are a multiple or a divisor of params_every (so a
+    chunk's kept parameters fill fixed slots)."""
     if chunk_steps is None:  # about ten progress lines per run
         target = max(1, round(num_snapshots / 10))
     else:
@@ -329,4 +410,6 @@ def _snapshots_per_chunk(num_snapshots: int, log_every: int, chunk_steps: int | 
             )
         target = chunk_steps // log_every
     divisors = [d for d in range(1, num_snapshots + 1) if num_snapshots % d == 0]
+    if params_every:
+        divisors = [d for d in divisors if _nested(d * log_every, params_every)]
     return min(divisors, key=lambda d: (abs(d - target), d))

@@ -25,6 +25,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from landscape import _checks
 from landscape.engine import config as config_lib
 from landscape.engine import records, training
+from landscape.engine.track import Track
 
 
 @dataclasses.dataclass(frozen=True)
@@ -386,11 +387,14 @@ def describe_run(
 ) -> dict[str, Any]:
     """What `run` trained, as plain data: the optimizer, the hyperparameters, the grid and the
     run options (config.json without a user config, and summary.json's "run")."""
-    options = {
+    options: dict[str, Any] = {
         k: v
         for k, v in train_kwargs.items()
         if isinstance(v, (int, float, str, bool, type(None))) and k != "progress"
     }
+    track = train_kwargs.get("track")
+    if track is not None:  # what it measures, without its loss (a function)
+        options["track"] = {k: v for k, v in vars(track).items() if k != "loss"}
     return dict(
         optim=optim.to_dict(),
         hparams=dict(base_hparams),
@@ -436,10 +440,12 @@ def run_cell(
     fields: Mapping[str, Any],
     workdir: Any = None,
     progress: Callable[[str], None] | None = print,
+    track: Track | None = None,
 ) -> training.RunResult:
     """`run` for one structural cell of an experiment config: the traced fields' values in `cell`
     are the base hyperparameters, and `cell.optim` / `cell.train` (dtype and `train_options`)
-    set the run; metrics rows are tagged with the cell's `fields`."""
+    set the run; metrics rows are tagged with the cell's `fields`; `track`: the curvature
+    tracked along training (`track.track_of(cell, loss)`)."""
     base = {k: config_lib.get(cell, k) for k in traced}
     return run(
         problem,
@@ -450,14 +456,15 @@ def run_cell(
         progress=progress,
         workdir=workdir,
         record_tags=dict(fields),
+        track=track,
         **train_options(cell),
     )
 
 
 def train_options(cfg: ml_collections.ConfigDict) -> dict[str, Any]:
     """`training.train`'s run options from a config's `train` group: num_steps, log_every,
-    chunk_steps (0 or absent: about ten chunks), on_nonfinite, metrics_at and ema_decay (the
-    last four optional, with train's defaults)."""
+    chunk_steps (0 or absent: about ten chunks), on_nonfinite, metrics_at, ema_decay and
+    params_every (the last five optional, with train's defaults)."""
     t = cfg.train
     return dict(
         num_steps=t.num_steps,
@@ -466,4 +473,5 @@ def train_options(cfg: ml_collections.ConfigDict) -> dict[str, Any]:
         on_nonfinite=t.get("on_nonfinite", "stop"),
         metrics_at=t.get("metrics_at", "current"),
         ema_decay=t.get("ema_decay", 0.999),
+        params_every=t.get("params_every", 0),
     )

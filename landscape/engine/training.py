@@ -24,7 +24,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from landscape import _checks
-from landscape.engine import backend, memory, records
+from landscape.engine import backend, keeping, memory, records
 from landscape.engine import config as config_lib
 from landscape.engine.optimizers import OPTIMIZERS as OPTIMIZERS
 from landscape.engine.optimizers import SCHEDULES as SCHEDULES
@@ -42,8 +42,8 @@ from landscape.engine.step import (
     Params,
     StepSpec,
     TrainState,
+    first_records,
     init_state,
-    snapshot_at,
     step_spec,
     train_chunk,
 )
@@ -54,8 +54,10 @@ from landscape.engine.step import batch_share as batch_share
 from landscape.engine.step import default_averaging as default_averaging
 from landscape.engine.step import grad_zero_fraction as grad_zero_fraction
 from landscape.engine.step import run_keys as run_keys
+from landscape.engine.step import snapshot_at as snapshot_at
 from landscape.engine.step import train_step as train_step
 from landscape.engine.step import validate_averaging as validate_averaging
+from landscape.engine.track import Track
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -108,6 +110,8 @@ def train(
     hparam_dtype: Any = None,
     metrics_at: str = "current",
     ema_decay: float = 0.999,
+    params_every: int = 0,
+    track: Track | None = None,
 ) -> RunResult:
     """Train R runs at once (R = len(seeds)); hparams maps names to arrays of shape (R,).
 
@@ -119,7 +123,12 @@ def train(
     and reports the first bad step per run. `record_tags`: extra metrics.jsonl columns.
     `sharding` spreads the runs over devices; `batch_over` splits a single run's batch over
     devices instead (`batch_devices`). `hparam_dtype`: the dtype of the traced hyperparameters
-    and the optimizer's scalars (`step_spec`). `metrics_at`: "current", "ema" or "both".
+    and the optimizer's scalars (`step_spec`); records keep the numbers as given. `metrics_at`:
+    snapshots at the "current" parameters, their debiased "ema" (`optax.ema(ema_decay)`), or
+    "both" (current ones prefixed "current_"). `params_every`: keep every run's parameters at
+    steps 0, params_every, ..., num_steps (`RunResult.params_at`; the bytes are said before the
+    run). `track`: curvature measured inside the chunk every `track.every` steps
+    (`landscape.Track`; `RunResult.tracked_steps`).
 
     With a `workdir`, the state is checkpointed every `workdir.checkpoint_seconds` at a chunk
     boundary, at the end and on `request_stop` (then `Interrupted`); a checkpoint already there
@@ -127,6 +136,7 @@ def train(
     for all (`_agree`); process 0 writes.
     """
     check_run_options(num_steps, log_every, chunk_steps, on_nonfinite, metrics_at, ema_decay)
+    keeping.check_arguments(params_every, track, num_steps, log_every)
     spec = step_spec(
         problem,
         optim,
@@ -136,13 +146,16 @@ def train(
         metrics_at=metrics_at,
         ema_decay=ema_decay,
         dtype=hparam_dtype,
+        params_every=params_every,
+        track=track,
     )
     runs = _place_runs(problem, hparams, seeds, sharding, batch_over, hparam_dtype)
     spec = dataclasses.replace(spec, batch_shares=runs.shares)
     t_start = time.perf_counter()
-    state, first_snapshot, chunk = _compile(spec, runs)
+    state, (first_snapshot, first_tracked), chunk = _compile(spec, runs)
     initial_params = jax.tree.map(lambda x: np.array(_on_host(x)), state.params)  # copies:
     # the chunk donates the state's buffers
+    keeping.check_kept_memory(spec, num_steps, initial_params, progress)
     host = _Host(
         runs,
         num_steps,
@@ -151,25 +164,35 @@ def train(
         progress,
         workdir,
         time.perf_counter() - t_start,
+        kept=keeping.Kept(spec),
     )
     memory.check_compiled_memory(
         chunk, 1 if runs.sharding is None else len(runs.sharding.device_set)
     )
+    host.kept.start(initial_params, jax.tree.map(_on_host, first_tracked))
     host.start(first_snapshot, log_every, record_tags or {})
     start, state = host.resume(state)
+    state = _loop(host, chunk, state, start, runs.hparams)
+    return host.result(state, log_every, initial_params)
+
+
+def _loop(
+    host: _Host, chunk: Callable, state: TrainState, start: int, hparams: HParams
+) -> TrainState:
+    """The chunks from step `start` on: Python's only loop (records, checks, checkpoints)."""
     host.t_run = host.last_save = time.perf_counter()
     _in_loop.set()
     try:
-        for first_step in range(start, num_steps, host.chunk_len):
-            state, loss, chunk_metrics, chunk_snaps = chunk(
-                state, jnp.int32(first_step), runs.hparams
-            )
-            done = host.record(first_step, loss, chunk_metrics, chunk_snaps)
+        for first_step in range(start, host.num_steps, host.chunk_len):
+            out = chunk(state, jnp.int32(first_step), hparams)
+            state = out.state
+            host.kept.add(first_step, *jax.tree.map(_on_host, (out.tracked, out.kept)))
+            done = host.record(first_step, out.losses, out.metrics, out.snapshots)
             host.save_or_stop(done, state)
     finally:
         _in_loop.clear()
     jax.block_until_ready(state)
-    return host.result(state, log_every, initial_params)
+    return state
 
 
 def check_run_options(
@@ -253,8 +276,9 @@ def _batch_sharding(
     return NamedSharding(Mesh(np.asarray(batch_over), (BATCH_AXIS,)), P())
 
 
-def _compile(spec: StepSpec, runs: _Runs) -> tuple[TrainState, dict[str, jax.Array], Any]:
-    """The runs' initial states and first snapshots, and the compiled chunk. Every input and
+def _compile(spec: StepSpec, runs: _Runs) -> tuple[TrainState, tuple[dict, dict], Any]:
+    """The runs' initial states, their first snapshots and tracked metrics (step 0), and the
+    compiled chunk. Every input and
     output has the run axis first: pinned to the sharding (if any) so the compiled chunk keeps
     runs spread over devices from one call to the next."""
     sharding = runs.sharding
@@ -264,14 +288,14 @@ def _compile(spec: StepSpec, runs: _Runs) -> tuple[TrainState, dict[str, jax.Arr
     chunk_lowered = _chunk_program(spec, runs).lower(
         init_lowered.out_info, jnp.int32(0), runs.hparams
     )
+    keeping.check_metric_names(spec.track, chunk_lowered.out_info.metrics)
     # XLA compiles the chunk (most of the compile time) on a second thread while this one
     # compiles and runs init and the first snapshot: the same programs, sooner.
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         chunk = pool.submit(chunk_lowered.compile)
         state = init_lowered.compile()(runs.seeds_dev, runs.hparams)
-        snapshot = jax.vmap(functools.partial(snapshot_at, spec))
-        first_snapshot = jax.jit(snapshot, **pinned)(state, runs.hparams)
-        return state, first_snapshot, chunk.result()
+        first = jax.vmap(functools.partial(first_records, spec))
+        return state, jax.jit(first, **pinned)(state, runs.hparams), chunk.result()
 
 
 def _chunk_program(spec: StepSpec, runs: _Runs) -> Any:
@@ -304,6 +328,7 @@ class _Host:
     progress: Callable[[str], None] | None
     workdir: Any
     compile_seconds: float
+    kept: keeping.Kept
     losses: list = dataclasses.field(default_factory=list)
     metrics: list = dataclasses.field(default_factory=list)
     snaps: list = dataclasses.field(default_factory=list)
@@ -334,13 +359,14 @@ class _Host:
         checkpoint = self.checkpoint
         if checkpoint is None or _latest_step_everywhere(checkpoint) is None:
             if self.recorder:
-                self.recorder.write_rows(0, None, self.snaps[0])
+                self.recorder.write_rows(0, None, self.snaps[0], self._tracked_rows())
             return 0, state
         start, state, host = checkpoint.restore(_saveable(state))
         self.losses = [host["losses"]]
         self.metrics = [_unprefix(host, "metrics/")]
         self.snaps = [_unprefix(host, "snapshots/")]
         self.first_bad, self.elapsed = host["first_bad"], float(host["run_seconds"])
+        self.kept.restore(host)
         if self.progress:
             self.progress(f"resumed at step {start}/{self.num_steps} from {checkpoint.path}")
         return start, _device_state(state, self.runs.sharding)
@@ -358,7 +384,7 @@ class _Host:
         newly_bad[self.runs.num_runs :] = False  # padding runs are never reported
         done = first_step + self.chunk_len
         if self.recorder:
-            self.recorder.write_rows(first_step, loss, self.snaps[-1])
+            self.recorder.write_rows(first_step, loss, self.snaps[-1], self._tracked_rows())
         if self.progress:
             n = self.runs.num_runs
             line = _progress_line(
@@ -368,6 +394,11 @@ class _Host:
         if self.on_nonfinite == "stop" and newly_bad.any():
             self._stop_at_nonfinite(int(np.flatnonzero(newly_bad)[0]), done)
         return done
+
+    def _tracked_rows(self) -> tuple[dict[str, np.ndarray], int]:
+        """The last part's tracked metrics (R, S) for metrics.jsonl, and their cadence."""
+        track = self.kept.spec.track
+        return (self.kept.tracked[-1], track.every) if track is not None else ({}, 0)
 
     def _stop_at_nonfinite(self, run: int, done: int) -> None:
         where = ""
@@ -420,6 +451,7 @@ class _Host:
             "complete": np.bool_(complete),
             "compile_seconds": np.float64(self.compile_seconds),
             "run_seconds": np.float64(self.seconds()),
+            **self.kept.arrays(),
         }
 
     def result(self, state: TrainState, log_every: int, initial_params: Params) -> RunResult:
@@ -431,12 +463,14 @@ class _Host:
         def joined(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
             return {k: real(np.concatenate([p[k] for p in parts], axis=1)) for k in parts[0]}
 
+        snapshot_steps = np.arange(0, self.num_steps + 1, log_every)
+        kept = self.kept.result_fields(snapshot_steps, real)
         return RunResult(
             hparams={k: real(v) for k, v in self.runs.given_hparams.items()},
             seeds=real(self.runs.seeds),
             losses=real(np.concatenate(self.losses, axis=1)),
-            metrics=joined(self.metrics),
-            snapshot_steps=np.arange(0, self.num_steps + 1, log_every),
+            metrics={**joined(self.metrics), **kept.pop("tracked", {})},
+            snapshot_steps=snapshot_steps,
             snapshots=joined(self.snaps),
             final_params=jax.tree.map(real, state.params),
             first_nonfinite_step=real(self.first_bad),
@@ -446,6 +480,7 @@ class _Host:
             backend=jax.default_backend(),
             device_count=jax.device_count(),
             program_devices=1 if self.runs.sharding is None else len(self.runs.sharding.device_set),
+            **kept,
         )
 
 
@@ -555,7 +590,9 @@ def _grouped(vmapped: Callable, runs_per_group: int | None, balance: bool = Fals
             lambda group: vmapped(group[0], first_step, group[1]),
             jax.tree.map(split, (state, hparams)),
         )
-        return jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:])[:num_runs], out)
+        return jax.tree.map(
+            lambda x: x.reshape((x.shape[0] * x.shape[1],) + x.shape[2:])[:num_runs], out
+        )
 
     return grouped
 

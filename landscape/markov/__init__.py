@@ -9,10 +9,31 @@ claims.py      per-run outcomes (final loss, f0, f1, stuck) and one claim functi
 figures.py     test-loss curves, the Fig. 4 grid of trapped fractions, the trap study's plots
 trap_study.py  the single-layer trap: depth x precision, trapped fractions, plateau gradients
 atlas.py       the probes over a (p, q) grid, tied and untied, against Thms 2-3
+trained.py     trained_point: a run's parameters at a step on its chain's population loss
 """
+
+import importlib
+from typing import Any
 
 from landscape.markov import model, points, task, theory
 from landscape.markov.model import MarkovModel
 from landscape.markov.points import theta_pi, theta_star
 
-__all__ = ["model", "points", "task", "theory", "MarkovModel", "theta_pi", "theta_star"]
+__all__ = [
+    "model",
+    "points",
+    "task",
+    "theory",
+    "MarkovModel",
+    "theta_pi",
+    "theta_star",
+    "trained_point",
+]
+
+
+def __getattr__(name: str) -> Any:
+    """trained_point loads on first use: it reads records through the experiment's modules,
+    which `import landscape.markov` alone does not need."""
+    if name == "trained_point":
+        return importlib.import_module("landscape.markov.trained").trained_point
+    raise AttributeError(f"module 'landscape.markov' has no attribute {name!r}")

@@ -21,7 +21,9 @@ import numpy as np
 
 from landscape.engine import backend, memory, precision, records, sweeps, training, validation
 from landscape.engine import config as config_lib
+from landscape.engine import track as track_lib
 from landscape.engine.memory import format_bytes
+from landscape.engine.plotting import draw_tracked
 from landscape.markov import atlas, figures, points, task
 from landscape.markov import model as model_lib
 from landscape.markov.claims import CLAIMS, run_table
@@ -78,7 +80,9 @@ def default_config() -> ml_collections.ConfigDict:
         eval_sequences=64,
         dtype="float32",
         on_nonfinite="stop",
+        track_sequences=64,  # the tracked curvature's batch: the evaluation batch's first
         **training.default_averaging(),
+        **track_lib.default_tracking(),
     )
     c.sweep = ml_collections.ConfigDict()
     c.sweep_zip = False  # pair the traced axes instead of their product
@@ -206,6 +210,9 @@ def _validate_cell(cfg: ml_collections.ConfigDict) -> None:
     choice(cfg, "train.targets", ("hard", "soft"))
     config_lib.require_nonfinite_policy(cfg)
     training.validate_averaging(cfg)
+    track_lib.validate_tracking(cfg)
+    if cfg.train.track_every:  # the tracked batch: the first of the train.eval_sequences
+        r(cfg, "train.track_sequences", low=1, high=cfg.train.eval_sequences, integer=True)
     S = cfg.chain.num_states
     if cfg.claims in ("fig3", "appendix_d", "trap"):
         config_lib.require(
@@ -552,7 +559,14 @@ def train_group(
         zipped=cfg.sweep_zip,
     )
     result = sweeps.run_cell(
-        make_problem(cell), cell, TRACED, grid, fields=fields, workdir=workdir, progress=progress
+        make_problem(cell),
+        cell,
+        TRACED,
+        grid,
+        fields=fields,
+        workdir=workdir,
+        progress=progress,
+        track=track_lib.track_of(cell, tracking_loss(cell)),
     )
     return dict(fields=fields, cfg=cell, grid=grid, result=result)
 
@@ -579,6 +593,23 @@ def _atlas_train(
     return cell, train_group(cell, {}, progress=None)["result"]
 
 
+def tracking_loss(cfg: ml_collections.ConfigDict) -> Callable[[PyTree, Any], jax.Array]:
+    """The tracked curvature's loss: the soft-target cross-entropy on the first
+    train.track_sequences sequences of the run's evaluation batch (test_loss's), at its chain."""
+    model, E, N = model_lib.from_config(cfg), cfg.train.eval_sequences, cfg.model.seq_len
+    n = cfg.train.track_sequences
+    eval_key = jax.random.key(10_000 + cfg.seed)  # make_problem's: the test_loss sequences
+
+    def loss(params: PyTree, hp: training.HParams) -> jax.Array:
+        kernel = _kernel(cfg, hp)
+        x = task.sample_sequential(eval_key, kernel, _init_law(cfg, kernel), E, N)[:n]
+        log_probs = cast(jax.Array, model.apply({"params": params}, x))
+        weights = jnp.full(n, 1.0 / n, log_probs.dtype)
+        return task.population_cross_entropy(log_probs, weights, task.soft_targets(x, kernel))
+
+    return loss
+
+
 def run(
     cfg: ml_collections.ConfigDict, workdir: records.Workdir, progress: Progress = print
 ) -> dict[str, Any]:
@@ -598,20 +629,10 @@ def run(
         groups.append(group)
         res = group["result"]
         prefix = f"cell{i}_" if len(cells) > 1 else ""
-        workdir.save_arrays(
-            **{
-                prefix + k: v
-                for k, v in {
-                    "losses": res.losses,
-                    "seeds": res.seeds,
-                    "snapshot_steps": res.snapshot_steps,
-                    **{k.replace(".", "_"): v for k, v in res.hparams.items()},
-                    **{f"snapshot_{k}": v for k, v in res.snapshots.items()},
-                }.items()
-            }
-        )
+        workdir.save_arrays(**res.arrays(prefix, complete=True))
     claims = CLAIMS[cfg.claims](cfg, groups)
     paths = [str(p) for p in figures.draw(cfg, groups, workdir)]
+    paths += draw_tracked(workdir, [g["result"] for g in groups], [str(c) for c in cells])
     return workdir.finish(
         claims,
         progress,

@@ -8,7 +8,11 @@ stationarity.py  Theorem 4.2's study: ||grad L(theta_*^k(c))|| against T and c, 
 experiment.py    configs -> compiled runs (seeds x lr vmapped) -> records, figures, claims
 claims.py        the estimator lines, the plateau analysis, the claims of a run and of the study
 figures.py       test loss with the estimator lines, attention maps, heads by seed, gradient norms
+trained.py       trained_point: a run's parameters at a step on the constructions' population
 """
+
+import importlib
+from typing import Any
 
 from landscape.ngrams import estimators, model, points, stationarity, task
 from landscape.ngrams.points import bigram_point_all_heads, random_point, theta_star, unigram_point
@@ -23,4 +27,13 @@ __all__ = [
     "unigram_point",
     "bigram_point_all_heads",
     "random_point",
+    "trained_point",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """trained_point loads on first use: it reads records through the experiment's modules,
+    which `import landscape.ngrams` alone does not need."""
+    if name == "trained_point":
+        return importlib.import_module("landscape.ngrams.trained").trained_point
+    raise AttributeError(f"module 'landscape.ngrams' has no attribute {name!r}")

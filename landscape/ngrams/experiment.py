@@ -20,11 +20,21 @@ import numpy as np
 import optax
 
 from landscape import params_table
-from landscape.engine import backend, memory, precision, records, sweeps, training, validation
+from landscape.engine import (
+    backend,
+    memory,
+    plotting,
+    precision,
+    records,
+    sweeps,
+    training,
+    validation,
+)
 from landscape.engine import config as config_lib
+from landscape.engine import track as track_lib
 from landscape.engine.memory import format_bytes
 from landscape.ngrams import claims as claims_lib
-from landscape.ngrams import estimators, figures, task
+from landscape.ngrams import estimators, figures, points, task
 from landscape.ngrams import model as model_lib
 from landscape.typing import PyTree
 
@@ -68,7 +78,9 @@ def default_config() -> ml_collections.ConfigDict:
         dtype="float32",
         on_nonfinite="stop",
         attention_maps=True,
+        track_sequences=128,  # the tracked curvature's evaluation batch: the test set's first
         **training.default_averaging(),
+        **track_lib.default_tracking(),
     )
     c.lines = dict(num_sequences=16384, seed=2**21)
     c.stationarity = dict(
@@ -237,6 +249,9 @@ def _validate_cell(cfg: ml_collections.ConfigDict) -> None:
     r(cfg, "train.floor", low=0, high=1, high_open=True)
     config_lib.require_nonfinite_policy(cfg)
     training.validate_averaging(cfg)
+    track_lib.validate_tracking(cfg)
+    if cfg.train.track_every:  # the tracked batch: the first of the train.test_sequences
+        r(cfg, "train.track_sequences", low=1, high=cfg.train.test_sequences, integer=True)
 
 
 def needs_x64(cfg: ml_collections.ConfigDict) -> bool:
@@ -544,9 +559,28 @@ def train_group(
         config_lib.traced_axes(cfg, TRACED), np.arange(cfg.seed, cfg.seed + cfg.num_seeds)
     )
     result = sweeps.run_cell(
-        make_problem(cell), cell, TRACED, grid, fields=fields, workdir=workdir, progress=progress
+        make_problem(cell),
+        cell,
+        TRACED,
+        grid,
+        fields=fields,
+        workdir=workdir,
+        progress=progress,
+        track=track_lib.track_of(cell, tracking_loss(cell)),
     )
     return dict(fields=fields, cfg=cell, grid=grid, result=result)
+
+
+def tracking_loss(cfg: ml_collections.ConfigDict) -> Callable[[PyTree, Any], jax.Array]:
+    """The tracked curvature's loss: the mean cross-entropy (points.population_objective) on
+    the test set's first train.track_sequences sequences, in the training dtype."""
+    x, y = test_set(cfg)
+    inputs = (
+        x[: cfg.train.track_sequences],
+        y[: cfg.train.track_sequences].astype(cfg.train.dtype),
+    )
+    objective = points.population_objective(model_of(cfg), float(cfg.train.floor))
+    return lambda params, hp: objective(params, inputs)
 
 
 # ----------------------------------------------------------------------------- run
@@ -554,18 +588,9 @@ def train_group(
 
 def _save_arrays(workdir: records.Workdir, res: training.RunResult, prefix: str) -> None:
     """A program's arrays, names prefixed with its cell (saved before any analysis can fail)."""
+    legacy = {"grad_norm": res.metrics["grad_norm"], "lr": res.hparams["optim.lr"]}
     workdir.save_arrays(
-        **{
-            prefix + k: v
-            for k, v in {
-                "losses": res.losses,
-                "seeds": res.seeds,
-                "snapshot_steps": res.snapshot_steps,
-                "grad_norm": res.metrics["grad_norm"],
-                "lr": res.hparams["optim.lr"],
-                **{f"snapshot_{k}": v for k, v in res.snapshots.items()},
-            }.items()
-        }
+        **res.arrays(prefix, complete=True), **{prefix + k: v for k, v in legacy.items()}
     )
 
 
@@ -640,6 +665,14 @@ def run(
         table += rows
         groups.append(dict(views[0], other_measure=views[1] if len(views) == 2 else None))
     paths = [str(p) for p in figures.figures_train(cfg, groups, lines, workdir)]
+    curvature = (
+        plotting.tracked_curvature(
+            [g["result"] for g in groups], workdir.figure_path("curvature"), [str(c) for c in cells]
+        )
+        if any(g["result"].tracked_steps is not None for g in groups)
+        else None
+    )
+    paths += [str(curvature)] if curvature else []
     return workdir.finish(
         claims,
         progress,

@@ -1,20 +1,20 @@
-"""Lanczos on exact Hessian-vector products: the tridiagonalisation every large-D probe builds
-on, and `lanczos_spectrum`, the Ritz values at a point without forming the D x D matrix."""
+"""Lanczos on exact Hessian-vector products: `lanczos_spectrum`, the Ritz values at a point
+without forming the D x D matrix, on the tridiagonalisation of `landscape.linalg` (which the
+probes and the engine's tracking along training share)."""
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
-from jax.typing import DTypeLike
 
 from landscape import _checks
+from landscape.linalg import lanczos as lanczos
+from landscape.linalg import lanczos_from as lanczos_from
 from landscape.point import Point, check_point
 from landscape.probes import compiled
 from landscape.probes.gradient import Gradient, gradient_at
@@ -31,67 +31,6 @@ from landscape.probes.results import (
     verdict_lines,
 )
 from landscape.typing import PyTree
-
-LanczosState = tuple[jax.Array, jax.Array, jax.Array]  # (basis V, alphas, betas)
-
-
-def lanczos(
-    matvec: Callable[[jax.Array], jax.Array],
-    dim: int,
-    num_iters: int,
-    key: jax.Array,
-    dtype: DTypeLike,
-) -> tuple[jax.Array, jax.Array]:
-    """`lanczos_from` a random start vector drawn from `key` (dim and num_iters static)."""
-    if not 1 <= num_iters <= dim:
-        raise ValueError(f"num_iters = {num_iters}: must be between 1 and dim = {dim}.")
-    start_key, restart_key = jax.random.split(key)
-    start = jax.random.normal(start_key, (dim,), dtype)
-    return lanczos_from(matvec, start, num_iters, restart_key)
-
-
-def lanczos_from(
-    matvec: Callable[[jax.Array], jax.Array], start: jax.Array, num_iters: int, key: jax.Array
-) -> tuple[jax.Array, jax.Array]:
-    """Lanczos tridiagonalisation of a symmetric operator from `start` (any non-zero vector),
-    with full reorthogonalisation.
-
-    Returns T's diagonal `alphas` (num_iters,) and off-diagonal `betas` (num_iters - 1,), where
-    T = V^T A V and V's orthonormal columns span the Krylov space of `start` (the first column).
-    If the Krylov space is exhausted early, the next vector is a fresh random one (from `key`)
-    orthogonal to V and that beta is 0, so T's eigenvalues stay eigenvalues of A and Gauss
-    quadrature weights stay exact. Jittable and vmappable with `num_iters` static; keeps V in
-    memory (num_iters * dim numbers).
-    """
-    dim, dtype = start.shape[0], start.dtype
-    dot = functools.partial(jnp.matmul, precision=jax.lax.Precision.HIGHEST)
-    eps = jnp.finfo(dtype).eps
-
-    def orthogonalise(basis: jax.Array, w: jax.Array) -> jax.Array:
-        w = w - dot(basis.T, dot(basis, w))  # twice: one pass loses orthogonality in rounding
-        return w - dot(basis.T, dot(basis, w))
-
-    def fresh_direction(basis: jax.Array, i: jax.Array) -> jax.Array:
-        w = orthogonalise(basis, jax.random.normal(jax.random.fold_in(key, i), (dim,), dtype))
-        return w / jnp.linalg.norm(w)
-
-    def step(i: jax.Array, state: LanczosState) -> LanczosState:
-        basis, alphas, betas = state
-        v = basis[i]
-        av = matvec(v)
-        w = orthogonalise(basis, av)  # rows after i are still zero
-        beta = jnp.linalg.norm(w)
-        exhausted = beta <= 100 * eps * jnp.linalg.norm(av)
-        next_v = jax.lax.cond(exhausted, fresh_direction, lambda *_: w / beta, basis, i)
-        basis = basis.at[i + 1].set(next_v, mode="drop")
-        alphas = alphas.at[i].set(dot(v, av))
-        betas = betas.at[i].set(jnp.where(exhausted, 0, beta))
-        return basis, alphas, betas
-
-    basis = jnp.zeros((num_iters, dim), dtype).at[0].set(start / jnp.linalg.norm(start))
-    state = (basis, jnp.zeros(num_iters, dtype), jnp.zeros(num_iters, dtype))
-    _, alphas, betas = jax.lax.fori_loop(0, num_iters, step, state)
-    return alphas, betas[:-1]
 
 
 @dataclasses.dataclass(frozen=True, eq=False, repr=False)

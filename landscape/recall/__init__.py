@@ -8,9 +8,21 @@ theory.py      plateau levels, the conservation law, Thm 3.1 ODE, jump times, th
 experiment.py  experiments E1-E6 with claims and figures
 claims.py      which associative-recall claims a run reproduces, one function per config
 figures.py     gradient-flow losses and stage plots (E1-E4), SGD curves and attention maps
+trained.py     trained_point: an SGD run's parameters at a step on its evaluation loss
 """
+
+import importlib
+from typing import Any
 
 from landscape.recall import flow, model, task, theory
 from landscape.recall.model import RecallModel
 
-__all__ = ["flow", "model", "task", "theory", "RecallModel"]
+__all__ = ["flow", "model", "task", "theory", "RecallModel", "trained_point"]
+
+
+def __getattr__(name: str) -> Any:
+    """trained_point loads on first use: it reads records through the experiment's modules,
+    which `import landscape.recall` alone does not need."""
+    if name == "trained_point":
+        return importlib.import_module("landscape.recall.trained").trained_point
+    raise AttributeError(f"module 'landscape.recall' has no attribute {name!r}")

@@ -22,7 +22,9 @@ from ml_collections import ConfigDict
 
 from landscape.engine import config as config_lib
 from landscape.engine import gradient_flow, memory, precision, records, sweeps, training, validation
+from landscape.engine import track as track_lib
 from landscape.engine.memory import format_bytes
+from landscape.engine.plotting import draw_tracked
 from landscape.point import params_table
 from landscape.recall import flow, theory
 from landscape.recall import model as model_lib
@@ -98,6 +100,7 @@ def default_config() -> ml_collections.ConfigDict:
         dtype="float64",
         on_nonfinite="stop",
         **training.default_averaging(),
+        **track_lib.default_tracking(),  # tracked on the snapshots' eval_loss (flow.py)
     )
     c.sweep = ml_collections.ConfigDict()
     c.variants = []
@@ -218,6 +221,7 @@ def _validate_flow_and_training(cfg: ConfigDict) -> None:
     choice(cfg, "train.sampler", ("collisions", "tokens", "population"))
     config_lib.require_nonfinite_policy(cfg)
     training.validate_averaging(cfg)
+    track_lib.validate_tracking(cfg)
 
 
 def _validate_experiment_kind(cfg: ConfigDict, model: model_lib.RecallModel) -> None:
@@ -371,6 +375,7 @@ def run(cfg: ConfigDict, workdir: records.Workdir, progress: Progress = print) -
             workdir.append_metrics(_flow_rows(result, fields))
     claims = CLAIMS[cfg.claims](cfg, groups)
     figures = [str(p) for p in FIGURES[cfg.experiment](cfg, groups, workdir)]
+    figures += draw_tracked(workdir, [g["result"] for g in groups if "result" in g])
     return workdir.finish(
         claims,
         progress,
@@ -503,6 +508,7 @@ def run_sgd(
     problem = flow.sgd_problem(
         model, batch_size=cfg.train.batch_size, sampler=cfg.train.sampler, init_fn=init
     )
+    evaluation = flow.evaluation_loss(model)
     grid = sweeps.Grid.make(
         config_lib.traced_axes(cfg, SGD_TRACED),
         np.arange(cfg.seed, cfg.seed + cfg.num_seeds),
@@ -516,19 +522,13 @@ def run_sgd(
         progress=progress,
         workdir=workdir,
         record_tags=dict(fields),
+        track=track_lib.track_of(cfg, lambda params, hp: evaluation(params)),
         **sweeps.train_options(cfg),
     )
-    arrays = {
-        "losses": result.losses,
-        "seeds": result.seeds,
-        "snapshot_steps": result.snapshot_steps,
-        **{k.replace(".", "_"): v for k, v in result.hparams.items()},
-        **{f"snapshot_{k}": v for k, v in result.snapshots.items()},
-    }
     return dict(
         result=result,
         grid=grid,
-        arrays=arrays,
+        arrays=result.arrays(complete=True),
         cfg=cfg,
         seconds={"compile": result.compile_seconds, "run": result.run_seconds},
     )

@@ -149,13 +149,7 @@ def sgd_problem(
     Snapshots: the exact population DP loss where a closed form exists (else the loss on a fixed
     evaluation set of `eval_size` token sequences), beta, layer-1 attention and 1^T w^h.
     """
-    closed_form = has_closed_form(model)
-    dp = model.clone(loss="dp")
-    eval_tokens = eval_target = None
-    if not closed_form:
-        eval_tokens, eval_target = task_lib.sample_tokens(
-            jax.random.key(12345), model.k, model.num_responses, eval_size
-        )
+    eval_loss = evaluation_loss(model, eval_size)
 
     def loss(
         params: PyTree, key: jax.Array, hp: training.HParams
@@ -169,13 +163,8 @@ def sgd_problem(
         return model_lib.loss_tokens(params, tokens, target, model), {}
 
     def snapshot(params: PyTree, hp: training.HParams) -> dict[str, jax.Array]:
-        eval_loss = (
-            model_lib.population_loss(params, dp)
-            if closed_form
-            else model_lib.loss_tokens(params, eval_tokens, eval_target, dp)
-        )
         out = {
-            "eval_loss": eval_loss,
+            "eval_loss": eval_loss(params),
             "w_sum": params["w"].sum(axis=-1),
             "attention": model_lib.layer1_attention(params, model),
         }
@@ -186,6 +175,21 @@ def sgd_problem(
     return training.Problem(
         init=init_fn, loss=loss, learning_rates=lambda hp: hp["optim.lr"], snapshot=snapshot
     )
+
+
+def evaluation_loss(
+    model: model_lib.RecallModel, eval_size: int = 512
+) -> Callable[[PyTree], jax.Array]:
+    """params -> the DP loss the SGD runs are evaluated by (the snapshots' eval_loss, the tracked
+    curvature's loss): the exact population loss where a closed form exists, else the loss on
+    `eval_size` token sequences drawn once from key 12345."""
+    dp = model.clone(loss="dp")
+    if has_closed_form(model):
+        return functools.partial(model_lib.population_loss, model=dp)
+    tokens, target = task_lib.sample_tokens(
+        jax.random.key(12345), model.k, model.num_responses, eval_size
+    )
+    return lambda params: model_lib.loss_tokens(params, tokens, target, dp)
 
 
 def has_closed_form(model: model_lib.RecallModel) -> bool:

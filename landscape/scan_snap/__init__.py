@@ -9,7 +9,11 @@ experiment.py  configs -> compiled sweeps -> records, figures and checked claims
 padded.py      off the CPU, one program for a grid's task sizes (Fig. 6's four K), padded
 claims.py      the claims of Figs. 4-6 (notes §7.4), the theory figures' curves and claims
 figures.py     the figures: losses, attention (Figs. 4, 5), entropy vs ratio (Fig. 6), Figs. 3, 8, 9
+trained.py     trained_point: a run's parameters at a step on its task's population loss
 """
+
+import importlib
+from typing import Any
 
 from landscape.scan_snap import model, task, theory
 from landscape.scan_snap.model import YZModel, population_point
@@ -23,4 +27,13 @@ __all__ = [
     "population_point",
     "SequenceClasses",
     "sequence_classes",
+    "trained_point",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """trained_point loads on first use: it reads records through the experiment's modules,
+    which `import landscape.scan_snap` alone does not need."""
+    if name == "trained_point":
+        return importlib.import_module("landscape.scan_snap.trained").trained_point
+    raise AttributeError(f"module 'landscape.scan_snap' has no attribute {name!r}")

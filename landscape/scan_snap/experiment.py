@@ -22,6 +22,8 @@ import numpy as np
 
 from landscape.engine import config as config_lib
 from landscape.engine import memory, precision, records, sweeps, training, validation
+from landscape.engine import track as track_lib
+from landscape.engine.plotting import draw_tracked
 from landscape.point import params_table
 from landscape.scan_snap import claims as claims_lib
 from landscape.scan_snap import figures, padded, wikitext
@@ -69,6 +71,7 @@ def default_config() -> ml_collections.ConfigDict:
         chunk_steps=0,
         on_nonfinite="stop",
         **training.default_averaging(),
+        **track_lib.default_tracking(),  # tracked on the population loss (§3.5)
     )
     c.eval = dict(
         snapshot_attention=True,  # keep c_n (K x M) every log_every steps (arrays.npz)
@@ -179,6 +182,13 @@ def _validate_cell(cfg: ml_collections.ConfigDict) -> None:
     config_lib.require_choice(cfg, "train.dtype", ("float32", "float64"))
     config_lib.require_nonfinite_policy(cfg)
     training.validate_averaging(cfg)
+    track_lib.validate_tracking(cfg)
+    config_lib.require(
+        cfg.experiment == "train" or not cfg.train.track_every,
+        "train.track_every",
+        cfg.train.track_every,
+        "0 for experiment = 'wikitext' (curvature is tracked on the Y/Z population loss)",
+    )
     if cfg.experiment == "wikitext":
         return wikitext.validate_cell(cfg)
     for f in ("num_last", "num_next_per_last", "num_distinct_per_next"):
@@ -374,6 +384,7 @@ def train_group(
         progress=progress,
         workdir=workdir,
         record_tags=fields,
+        track=track_lib.track_of(cell_cfg, tracking_loss(cell_cfg, task)),
         **sweeps.train_options(cfg),
     )
     return task, grid, result
@@ -397,6 +408,15 @@ def train_cells(
             progress("structural cell " + ", ".join(f"{k}={v}" for k, v in fields.items()))
         out.append(train_group(cfg, fields, workdir, progress))
     return out
+
+
+def tracking_loss(
+    cfg: ml_collections.ConfigDict, task: task_lib.SequenceClasses
+) -> Callable[[PyTree, Any], jax.Array]:
+    """The tracked curvature's loss: the population loss (§3.5, the snapshots'), exact."""
+    population = task_lib.Population.of(task, jnp.dtype(cfg.train.dtype))
+    objective = model_lib.population_objective(model_of(cfg, task))
+    return lambda params, hp: objective(params, population)
 
 
 def run(
@@ -424,6 +444,7 @@ def run(
         prefix = f"cell{i}_" if len(cells) > 1 else ""
         workdir.save_arrays(**_arrays(result, task, prefix))
     paths = figures.draw(cfg, groups, workdir)
+    paths += draw_tracked(workdir, [g[3] for g in groups], [str(g[0]) for g in groups])
     claims = CLAIMS[cfg.claims](cfg, groups)
     timing = training.run_timing([g[3] for g in groups])
     if progress:
@@ -437,7 +458,7 @@ def run(
 def _arrays(
     result: training.RunResult, task: task_lib.SequenceClasses, prefix: str
 ) -> dict[str, np.ndarray]:
-    arrays = result.arrays(prefix)
+    arrays = result.arrays(prefix, complete=True)
     arrays[f"{prefix}class_probs"] = task.class_probs
     arrays[f"{prefix}final_Z_query_rows"] = result.final_params["Z"][:, np.asarray(task.last_token)]
     return arrays

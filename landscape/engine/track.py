@@ -1,0 +1,168 @@
+"""Curvature tracked inside a compiled training run (`landscape.Track`): every `every` steps, the
+extreme Hessian eigenvalues of a deterministic loss by a fixed number of Lanczos steps, its
+gradient norm and loss, and optionally the SLQ negative mass; vmapped over runs with the rest of
+the chunk. docs/guide/tracking.md; notes/landscape_geometry.md §8 for the quadrature."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax.flatten_util import ravel_pytree
+
+from landscape import _checks, linalg
+from landscape.engine import config as config_lib
+
+Params = Any
+HParams = dict[str, jax.Array]
+
+# the per-step metrics a Track adds to a run (negative_mass only with negative_mass=True)
+TRACKED = ("lambda_min", "lambda_max", "track_grad_norm", "track_loss")
+
+
+@dataclasses.dataclass(frozen=True)
+class Track:
+    """What to track along training, passed as `sweeps.run(..., track=Track(...))`; measured at
+    the current parameters (whatever `metrics_at` says of the snapshots).
+
+    loss: (params, hparams) -> scalar, a deterministic loss (an evaluation batch fixed in
+        advance, or a population loss), hparams the run's traced hyperparameters.
+    every: track at the steps 0, every, 2 every, ... (a multiple of the run's log_every).
+    num_lanczos: Lanczos steps (Hessian-vector products) per probe; the extreme Ritz values
+        converge first, so a few steps give lambda_min and lambda_max (from inside the spectrum).
+    probes: Lanczos runs from independent random starts; the extremes are taken over all.
+    negative_mass: also the SLQ estimate of the fraction of eigenvalues below
+        -negative_below * max |Ritz value| (the mean over probes of their Gauss weights there).
+    seed: the start vectors' key is fold_in(key(seed), step): the same for every run.
+    """
+
+    loss: Callable[[Params, HParams], jax.Array]
+    every: int
+    num_lanczos: int = 10
+    probes: int = 1
+    negative_mass: bool = False
+    negative_below: float = 1e-4
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not callable(self.loss):
+            raise TypeError(
+                f"loss = {self.loss!r}: must be a function (params, hparams) -> scalar loss, "
+                f"not {_checks.type_name(self.loss)}."
+            )
+        _checks.check_int("every", self.every, 1, "the steps between two tracked steps")
+        _checks.check_int("num_lanczos", self.num_lanczos, 1, "Lanczos steps per probe")
+        _checks.check_int("probes", self.probes, 1, "Lanczos runs from random starts")
+        _checks.check_bool("negative_mass", self.negative_mass)
+        _checks.check_real(
+            "negative_below", self.negative_below, low=0, meaning="relative to max |λ|"
+        )
+        _checks.check_int("seed", self.seed, 0, "the key of the Lanczos start vectors")
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The metrics this track records."""
+        return TRACKED + (("negative_mass",) if self.negative_mass else ())
+
+    def check_cadence(self, log_every: int) -> None:
+        """ValueError unless `every` is a multiple of the run's snapshot cadence."""
+        if self.every % log_every:
+            raise ValueError(
+                f"track.every = {self.every} must be a multiple of log_every = {log_every} "
+                "(curvature is tracked at snapshot steps)."
+            )
+
+
+def measure(track: Track, params: Params, hp: HParams, step: jax.Array) -> dict[str, jax.Array]:
+    """The tracked metrics at `params` (one run; vmapped by the chunk): one linearisation of
+    the loss's gradient, then `probes` x `num_lanczos` Hessian-vector products."""
+    flat, unravel = ravel_pytree(params)
+    value, grad, hvp = linalg.linearized_gradient(lambda x: track.loss(unravel(x), hp), flat)
+    num_iters = min(track.num_lanczos, flat.size)
+    keys = jax.random.split(jax.random.fold_in(jax.random.key(track.seed), step), track.probes)
+
+    def lanczos(key: jax.Array) -> tuple[jax.Array, jax.Array]:
+        start_key, restart_key = jax.random.split(key)  # as linalg.lanczos draws its start
+        start = linalg.varying_like(jax.random.normal(start_key, flat.shape, flat.dtype), flat)
+        return linalg.lanczos_from(hvp, start, num_iters, restart_key)
+
+    alphas, betas = jax.vmap(lanczos)(keys)
+    nodes, weights = jax.vmap(linalg.tridiagonal_eigh)(alphas, betas)  # (probes, num_iters)
+    out = {
+        "lambda_min": jnp.min(nodes[:, 0]),
+        "lambda_max": jnp.max(nodes[:, -1]),
+        "track_grad_norm": jnp.linalg.norm(grad),
+        "track_loss": value,
+    }
+    if track.negative_mass:
+        below = nodes < -track.negative_below * jnp.max(jnp.abs(nodes))
+        out["negative_mass"] = jnp.mean(jnp.sum(jnp.where(below, weights, 0), axis=1))
+    return out
+
+
+def measure_at(
+    track: Track | None, params: Params, hp: HParams, step: jax.Array
+) -> dict[str, jax.Array]:
+    """`measure` at a step that is a multiple of `track.every`, NaN at any other (a real branch:
+    the step is the same for every run, so vmap keeps the `lax.cond` and other snapshots cost
+    nothing); {} without a track."""
+    if track is None:
+        return {}
+    shapes = jax.eval_shape(lambda: measure(track, params, hp, step))
+    like = jax.tree.leaves(params)[0]
+
+    def skipped() -> dict[str, jax.Array]:
+        return {
+            k: linalg.varying_like(jnp.full(s.shape, jnp.nan, s.dtype), like)
+            for k, s in shapes.items()
+        }
+
+    return jax.lax.cond(step % track.every == 0, lambda: measure(track, params, hp, step), skipped)
+
+
+def default_tracking() -> dict[str, Any]:
+    """The `train` group's fields for parameters at chosen steps and tracked curvature (every
+    package's config has them; 0: off, the default of the CPU figure configs)."""
+    return dict(
+        params_every=0,  # keep the parameters every this many steps (a multiple of log_every)
+        track_every=0,  # lambda_min / lambda_max every this many steps (a multiple of log_every)
+        track_lanczos=10,  # Lanczos steps (Hessian-vector products) per tracked step and probe
+        track_probes=1,  # Lanczos start vectors per tracked step
+        track_negative_mass=False,  # also the SLQ fraction of negative eigenvalues
+    )
+
+
+def validate_tracking(cfg: Any) -> None:
+    """The fields of `default_tracking`: cadences that are multiples of train.log_every (the
+    kept parameters' dividing train.num_steps), at least one Lanczos step and probe."""
+    t, r = cfg.train, config_lib.require_number
+    for field in ("params_every", "track_every"):
+        r(cfg, f"train.{field}", low=0, integer=True)
+        value = t[field]
+        divides = field == "track_every" or t.num_steps % max(value, 1) == 0
+        config_lib.require(
+            value == 0 or (value % t.log_every == 0 and divides),
+            f"train.{field}",
+            value,
+            f"0 (off) or a multiple of train.log_every = {t.log_every}"
+            + (f" that divides train.num_steps = {t.num_steps}" if field == "params_every" else ""),
+        )
+    r(cfg, "train.track_lanczos", low=1, integer=True)
+    r(cfg, "train.track_probes", low=1, integer=True)
+
+
+def track_of(cfg: Any, loss: Callable[[Params, HParams], jax.Array]) -> Track | None:
+    """The Track a config's train group asks for with `loss` (None when train.track_every = 0)."""
+    t = cfg.train
+    if not t.get("track_every", 0):
+        return None
+    return Track(
+        loss=loss,
+        every=t.track_every,
+        num_lanczos=t.track_lanczos,
+        probes=t.track_probes,
+        negative_mass=t.track_negative_mass,
+    )

@@ -1,0 +1,104 @@
+"""Linear algebra on symmetric operators given as matrix-vector products, shared by the probes
+and the engine (which imports no probe): the Lanczos tridiagonalisation with full
+reorthogonalisation, and the Hessian-vector product of a loss of flattened parameters."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+from jax.typing import DTypeLike
+
+LanczosState = tuple[jax.Array, jax.Array, jax.Array]  # (basis V, alphas, betas)
+
+
+def lanczos(
+    matvec: Callable[[jax.Array], jax.Array],
+    dim: int,
+    num_iters: int,
+    key: jax.Array,
+    dtype: DTypeLike,
+) -> tuple[jax.Array, jax.Array]:
+    """`lanczos_from` a random start vector drawn from `key` (dim and num_iters static)."""
+    if not 1 <= num_iters <= dim:
+        raise ValueError(f"num_iters = {num_iters}: must be between 1 and dim = {dim}.")
+    start_key, restart_key = jax.random.split(key)
+    start = jax.random.normal(start_key, (dim,), dtype)
+    return lanczos_from(matvec, start, num_iters, restart_key)
+
+
+def lanczos_from(
+    matvec: Callable[[jax.Array], jax.Array], start: jax.Array, num_iters: int, key: jax.Array
+) -> tuple[jax.Array, jax.Array]:
+    """Lanczos tridiagonalisation of a symmetric operator from `start` (any non-zero vector),
+    with full reorthogonalisation.
+
+    Returns T's diagonal `alphas` (num_iters,) and off-diagonal `betas` (num_iters - 1,), where
+    T = V^T A V and V's orthonormal columns span the Krylov space of `start` (the first column).
+    If the Krylov space is exhausted early, the next vector is a fresh random one (from `key`)
+    orthogonal to V and that beta is 0, so T's eigenvalues stay eigenvalues of A and Gauss
+    quadrature weights stay exact. Jittable and vmappable with `num_iters` static; keeps V in
+    memory (num_iters * dim numbers).
+    """
+    dim, dtype = start.shape[0], start.dtype
+    dot = functools.partial(jnp.matmul, precision=jax.lax.Precision.HIGHEST)
+    eps = jnp.finfo(dtype).eps
+
+    def orthogonalise(basis: jax.Array, w: jax.Array) -> jax.Array:
+        w = w - dot(basis.T, dot(basis, w))  # twice: one pass loses orthogonality in rounding
+        return w - dot(basis.T, dot(basis, w))
+
+    def fresh_direction(basis: jax.Array, i: jax.Array) -> jax.Array:
+        w = orthogonalise(basis, jax.random.normal(jax.random.fold_in(key, i), (dim,), dtype))
+        return w / jnp.linalg.norm(w)
+
+    def step(i: jax.Array, state: LanczosState) -> LanczosState:
+        basis, alphas, betas = state
+        v = basis[i]
+        av = matvec(v)
+        w = orthogonalise(basis, av)  # rows after i are still zero
+        beta = jnp.linalg.norm(w)
+        exhausted = beta <= 100 * eps * jnp.linalg.norm(av)
+        next_v = jax.lax.cond(exhausted, fresh_direction, lambda *_: w / beta, basis, i)
+        basis = basis.at[i + 1].set(next_v, mode="drop")
+        alphas = alphas.at[i].set(dot(v, av))
+        betas = betas.at[i].set(jnp.where(exhausted, 0, beta))
+        return basis, alphas, betas
+
+    basis = jnp.zeros((num_iters, dim), dtype).at[0].set(start / jnp.linalg.norm(start))
+    zeros = varying_like(jnp.zeros(num_iters, dtype), start)  # the carry varies as start does
+    state = (varying_like(basis, start), zeros, zeros)
+    _, alphas, betas = jax.lax.fori_loop(0, num_iters, step, state)
+    return alphas, betas[:-1]
+
+
+def varying_like(x: jax.Array, like: jax.Array) -> jax.Array:
+    """x marked as varying over the manual mesh axes `like` varies over (inside a shard_map,
+    whose loops and linearised functions want matching types; x itself everywhere else)."""
+
+    def varying(a: jax.Array) -> frozenset:
+        return getattr(getattr(jax.typeof(a), "manual_axis_type", None), "varying", frozenset())
+
+    missing = tuple(sorted(varying(like) - varying(x)))
+    return jax.lax.pcast(x, missing, to="varying") if missing else x
+
+
+def linearized_gradient(
+    loss: Callable[[jax.Array], jax.Array], flat: jax.Array
+) -> tuple[jax.Array, jax.Array, Callable[[jax.Array], jax.Array]]:
+    """(L(x), ∇L(x), v -> H v) at the flat parameters x: the gradient linearised once
+    (forward-over-reverse, `jax.linearize`), so each Hessian-vector product after it is one
+    tangent pass, with no second pass of the primal computation."""
+    (value, grad), linear = jax.linearize(jax.value_and_grad(loss), flat)
+    return value, grad, lambda v: linear(v)[1]
+
+
+def tridiagonal_eigh(alphas: jax.Array, betas: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(Ritz values ascending, their Gauss quadrature weights): the eigenvalues of the Lanczos
+    matrix T (diagonal `alphas`, off-diagonal `betas`) and the squared first components of its
+    eigenvectors, which sum to 1 (stochastic Lanczos quadrature's weights)."""
+    matrix = jnp.diag(alphas) + jnp.diag(betas, 1) + jnp.diag(betas, -1)
+    values, vectors = jnp.linalg.eigh(matrix)
+    return values, vectors[0] ** 2

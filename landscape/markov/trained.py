@@ -1,0 +1,63 @@
+"""Trained points of the Markov runs: a run's parameters at a step (`train.params_every`) as a
+`Point` on the population loss of its own chain (exact enumeration for short sequences, else
+Monte Carlo: points.population_inputs), as theta_pi and theta_star are judged. docs/guide/
+tracking.md."""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+
+import jax
+import jax.numpy as jnp
+
+from landscape.engine import config as config_lib
+from landscape.engine import records
+from landscape.markov import experiment, points
+from landscape.markov import model as model_lib
+from landscape.point import Point
+
+
+def trained_point(
+    workdir: str | pathlib.Path,
+    run: int = 0,
+    step: int | None = None,
+    *,
+    cell: int | None = None,
+    population: str = "auto",
+    num_sequences: int = 256,
+    key: jax.Array | None = None,
+) -> Point:
+    """Run `run` of a finished Markov run at `step` (None: the end) as a Point on the population
+    of the run's chain (its p, q): all sequences when S^N <= 2^16 (population "auto"), else
+    `num_sequences` drawn from `key` (points.population_inputs), in float64 when x64 is on.
+    Named after the run and step; no theory's prediction. Steps other than the first and last
+    need the run's train.params_every."""
+    config = records.load_config_json(pathlib.Path(workdir) / "config.json")
+    cfg = config_lib.program_config(config, experiment.TRACED, cell)
+    if jax.config.read("jax_enable_x64"):
+        cfg.train.dtype = "float64"  # the point's model computes in its parameters' dtype
+    model = model_lib.from_config(cfg)
+    result = records.load(workdir, cell)
+    index = result.run_index(run)
+    kernel = experiment._kernel(cfg, {k: jnp.asarray(v[index]) for k, v in result.hparams.items()})
+    inputs = points.population_inputs(
+        model,
+        kernel,
+        experiment._init_law(cfg, kernel),
+        population=population,
+        num_sequences=num_sequences,
+        key=key,
+    )
+    point = result.point(
+        index,
+        (points.population_objective(model), inputs),
+        dtype=model.param_dtype,
+        step=result.num_steps if step is None else step,
+    )
+    return dataclasses.replace(  # the Gauss-Newton split, as theta_pi carries it
+        point,
+        meta={"model": model, "kernel": kernel},
+        outputs=points.population_outputs(model),
+        output_loss=points.population_output_loss(model),
+    )

@@ -1,0 +1,46 @@
+"""Trained points of the recall task's SGD runs: a run's parameters at a step
+(`train.params_every`) as a `Point` on the loss the runs are evaluated by (flow.evaluation_loss:
+the closed-form DP population loss, notes/assoc_recall.md §3, where one exists).
+docs/guide/tracking.md."""
+
+from __future__ import annotations
+
+import pathlib
+
+import jax
+
+from landscape.engine import config as config_lib
+from landscape.engine import records
+from landscape.point import Point
+from landscape.recall import experiment, flow
+from landscape.recall import model as model_lib
+
+
+def trained_point(
+    workdir: str | pathlib.Path,
+    run: int = 0,
+    step: int | None = None,
+    *,
+    cell: int | None = None,
+    eval_size: int = 512,
+) -> Point:
+    """Run `run` of a finished SGD run (experiment = "sgd") at `step` (None: the end) as a Point
+    on flow.evaluation_loss (the snapshots' eval_loss; `eval_size` token sequences where no
+    closed form exists). Named after the run and step; no theory's prediction. Steps other than
+    the first and last need the run's train.params_every."""
+    config = records.load_config_json(pathlib.Path(workdir) / "config.json")
+    if config.get("experiment") != "sgd":
+        raise ValueError(
+            f"{workdir} holds a {config.get('experiment')!r} run: trained points are the SGD "
+            "runs' (experiment = 'sgd'); a gradient-flow run keeps its parameters in arrays.npz."
+        )
+    cfg = config_lib.program_config(config, experiment.SGD_TRACED, cell)
+    model = model_lib.from_config(cfg)
+    result = records.load(workdir, cell)
+    point = result.point(
+        run,
+        flow.evaluation_loss(model, eval_size),
+        dtype=model.param_dtype if jax.config.read("jax_enable_x64") else None,
+        step=result.num_steps if step is None else step,
+    )
+    return point.renamed(point.name, meta={"model": model})

@@ -1,0 +1,50 @@
+"""Trained points of the Scan and Snap runs: a run's parameters at a step
+(`train.params_every`) as a `Point` on the long-sequence population loss (§3.5) of its task, as
+`population_point` judges Y = Z = 0. docs/guide/tracking.md."""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+
+import jax
+
+from landscape.engine import config as config_lib
+from landscape.engine import records
+from landscape.point import Point
+from landscape.scan_snap import experiment
+from landscape.scan_snap import model as model_lib
+from landscape.scan_snap import task as task_lib
+
+
+def trained_point(
+    workdir: str | pathlib.Path, run: int = 0, step: int | None = None, *, cell: int | None = None
+) -> Point:
+    """Run `run` of a finished Y/Z run (experiment = "train") at `step` (None: the end) as a
+    Point on its task's population loss, with the Gauss-Newton split, in float64 when x64 is
+    on. Named after the run and step; no theory's prediction. Steps other than the first and
+    last need the run's train.params_every."""
+    config = records.load_config_json(pathlib.Path(workdir) / "config.json")
+    if config.get("experiment") != "train":
+        raise ValueError(
+            f"{workdir} holds a {config.get('experiment')!r} run: trained points are the Y/Z "
+            "model's runs (experiment = 'train')."
+        )
+    cfg = config_lib.program_config(config, experiment.TRACED, cell)
+    if jax.config.read("jax_enable_x64"):
+        cfg.train.dtype = "float64"  # the point's model computes in its parameters' dtype
+    task = experiment.make_task(cfg)
+    model = experiment.model_of(cfg, task)
+    result = records.load(workdir, cell)
+    point = result.point(
+        run,
+        (model_lib.population_objective(model), task_lib.Population.of(task, model.param_dtype)),
+        dtype=model.param_dtype,
+        step=result.num_steps if step is None else step,
+    )
+    return dataclasses.replace(  # the Gauss-Newton split, as population_point carries it
+        point,
+        meta={"task": task, "model": model},
+        outputs=model_lib.population_outputs(model),
+        output_loss=model_lib.population_output_loss,
+    )
