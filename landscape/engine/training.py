@@ -130,10 +130,7 @@ def train(
     run). `track`: curvature measured inside the chunk every `track.every` steps
     (`landscape.Track`; `RunResult.tracked_steps`).
 
-    With a `workdir`, the state is checkpointed every `workdir.checkpoint_seconds` at a chunk
-    boundary, at the end and on `request_stop` (then `Interrupted`); a checkpoint already there
-    is continued from, bit-identically. Over several processes each boundary takes one decision
-    for all (`_agree`); process 0 writes.
+    With a `workdir`: checkpoints and --resume, bit-identical (docs/guide/resume.md).
     """
     check_run_options(num_steps, log_every, chunk_steps, on_nonfinite, metrics_at, ema_decay)
     keeping.check_arguments(params_every, track, num_steps, log_every)
