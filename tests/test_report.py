@@ -80,6 +80,12 @@ def test_quick_report_of_one_paper_runs_its_configs_and_writes_the_pages(quick_r
     markdown = (report["out"] / "REPORT.md").read_text()
     linked = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", markdown)
     assert linked and all((report["out"] / link).stat().st_size > 1000 for link in linked)
+    # at the top, before any verdict: what the quick sizes skip (every claim's judgement), why
+    top = markdown[: markdown.index("| paper |")]
+    claims = sum(int(m) for m in re.findall(r"\| \d+/(\d+) \|", table))
+    judged = sum(not f.not_attempted for f in figures)
+    assert f"skips judging the papers' claims: the {claims} claims of the {judged} figures" in top
+    assert "at quick sizes (verdicts of the pipeline, not of the papers)" in table
 
 
 @pytest.mark.slow  # ~6 min on 2 cores; the one-paper report above runs by default
