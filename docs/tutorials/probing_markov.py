@@ -32,7 +32,7 @@ SEQ_LEN = 6  # the population is all 2^N sequences: 64 here, 1024 at the default
 
 
 def show(fig, name):
-    """Save the figure under FIGURES; in a notebook (the rendered site) also draw it inline."""
+    """Save the figure under FIGURES; in a notebook also draw it inline."""
     path = plotting.save(fig, FIGURES / f"{name}.png")
     if "ipykernel" in sys.modules:
         from IPython.display import Image, display

@@ -115,13 +115,13 @@ def linked_table(summary: str, docs: pathlib.Path = DOCS) -> str:
     return re.sub(rf"^\| (?P<paper>{papers}) \| (?P<label>[^|]+?) \|", link, summary, flags=re.M)
 
 
-def update_index(readme: pathlib.Path, index: pathlib.Path) -> bool:
+def update_index(readme: pathlib.Path, index: pathlib.Path, docs: pathlib.Path = DOCS) -> bool:
     """Put README's summary table, linked, between docs/index.md's markers; False without them."""
     text, page = readme.read_text(), index.read_text()
     start, end = text.find(write.README_START), text.find(write.README_END)
     at, until = page.find(INDEX_START), page.find(INDEX_END)
     if start < 0 or end < start or at < 0 or until < at:
         return False
-    table = linked_table(text[start + len(write.README_START) : end].strip("\n"))
+    table = linked_table(text[start + len(write.README_START) : end].strip("\n"), docs)
     index.write_text(page[: at + len(INDEX_START)] + "\n" + table + "\n" + page[until:])
     return True
