@@ -272,6 +272,24 @@ def _fail(message: str, status: int) -> int:
 # ----------------------------------------------------------------------------- the config
 
 
+_PAPER_CONFIGS = {
+    "scan_snap": "configs/syn_small.py",
+    "markov": "configs/markov.py",
+    "ngrams": "configs/ngrams.py",
+    "recall": "configs/recall.py",
+}
+
+
+def _config_example(experiment: Experiment) -> str:
+    """The end of "--config is required" for `experiment`: a paper's config file, or, for a
+    user's module `mystudy.experiment`, a file `mystudy/config.py` with a get_config()."""
+    parts = experiment.__name__.split(".")
+    if parts[0] == "landscape" and len(parts) > 1 and parts[1] in _PAPER_CONFIGS:
+        return f", e.g. --config={_PAPER_CONFIGS[parts[1]]}"
+    example = "/".join([*parts[:-1], "config.py"])
+    return f": a Python file whose get_config() returns the config, e.g. --config={example}"
+
+
 def _resolve(
     experiment: Experiment, overrides: list[tuple[str, str]]
 ) -> tuple[ml_collections.ConfigDict, pathlib.Path]:
@@ -289,7 +307,7 @@ def _resolve(
         data = stored
     else:
         raise UsageError(
-            "--config is required, e.g. --config=configs/syn_small.py "
+            f"--config is required{_config_example(experiment)} "
             "(or --workdir=DIR --resume to continue a recorded run)."
         )
     schema = config_lib.flatten(experiment.default_config())

@@ -211,6 +211,47 @@ def test_a_module_without_the_contract_gets_one_sentence(capsys, monkeypatch):
     assert "no module no_such_study_module" in capsys.readouterr().err
 
 
+def test_a_user_module_without_config_is_shown_its_own_config_form(capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    assert _cli() == 2
+    err = capsys.readouterr().err
+    assert "--config is required: a Python file whose get_config() returns the config" in err
+    assert "--config=tests/config.py" in err and "syn_small" not in err
+
+
+def test_a_failing_problem_leaves_its_workdir_failed_not_running(tmp_path):
+    def loss(w, key, hp):
+        raise ValueError("the user's bug")
+
+    problem = training.Problem(
+        init=lambda key, hp: jnp.zeros(2), loss=loss, learning_rates=lambda hp: hp["lr"]
+    )
+    grid = sweeps.Grid.make({}, seeds=[0])
+    with pytest.raises(ValueError, match="the user's bug"):
+        sweeps.run(
+            problem,
+            {"name": "sgd"},
+            {"lr": 0.1},
+            grid,
+            num_steps=4,
+            log_every=2,
+            workdir=tmp_path / "w",
+        )
+    summary = json.loads((tmp_path / "w" / "summary.json").read_text())
+    assert summary == {"status": "failed", "message": "ValueError: the user's bug"}
+    # a next run into the folder needs overwrite=True (or resume), as after any run
+    with pytest.raises(records.WorkdirError, match="already holds the records"):
+        sweeps.run(
+            problem,
+            {"name": "sgd"},
+            {"lr": 0.1},
+            grid,
+            num_steps=4,
+            log_every=2,
+            workdir=tmp_path / "w",
+        )
+
+
 def test_the_tutorial_runs_at_tiny_size(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("LANDSCAPE_TUTORIAL_TINY", "1")
     monkeypatch.setenv("LANDSCAPE_TUTORIAL_WORKDIR", str(tmp_path / "own"))
@@ -233,4 +274,4 @@ def test_the_tutorial_runs_at_tiny_size(tmp_path, monkeypatch, capsys):
     summary = json.loads((w / "summary.json").read_text())
     assert summary["status"] == "complete" and summary["runs"] == 8
     assert "provenance" in json.loads((w / "config.json").read_text())
-    assert "landscape.setup:" in out and out.count(", eigenvalues [") == 2
+    assert "landscape.setup:" in out and out.count("eigenvalues from") == 2

@@ -82,6 +82,12 @@ def test_quick_report_of_one_paper_runs_its_configs_and_writes_the_pages(quick_r
     markdown = (report["out"] / "REPORT.md").read_text()
     linked = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", markdown)
     assert linked and all((report["out"] / link).stat().st_size > 1000 for link in linked)
+    # at the top, before any verdict: what the quick sizes skip (every claim's judgement), why
+    top = markdown[: markdown.index("| paper |")]
+    claims = sum(int(m) for m in re.findall(r"\| \d+/(\d+) \|", table))
+    judged = sum(not f.not_attempted for f in figures)
+    assert f"skips judging the papers' claims: the {claims} claims of the {judged} figures" in top
+    assert "at quick sizes (verdicts of the pipeline, not of the papers)" in table
 
 
 @pytest.mark.slow  # ~6 min on 2 cores; the one-paper report above runs by default
@@ -357,3 +363,68 @@ def test_readme_block_is_replaced_between_its_markers(tmp_path):
     )
     (tmp_path / "plain.md").write_text("no markers")
     assert not write.update_readme(tmp_path / "plain.md", "x")
+
+
+# ----------------------------------------------------------------------------- the site's copy
+
+
+def _png(path: pathlib.Path, width: int, color: int) -> None:
+    from PIL import Image
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    ramp = np.linspace(0, 255, width, dtype=np.uint8)  # a plot-like image: smooth, compressible
+    pixels = np.stack([np.tile(ramp, (width // 2, 1))] * 3, axis=-1)
+    pixels[:, :, 0] = color
+    Image.fromarray(pixels).save(path)
+
+
+def test_docs_figures_take_the_cpu_records_else_the_quick_ones_and_say_so(tmp_path):
+    from experiments.report import docs
+
+    runs, site = tmp_path / "runs", tmp_path / "docs"
+    cpu = run.plan(catalog.FIGURES, "cpu", False, [], runs)
+    quick = run.plan(catalog.FIGURES, "cpu", True, [], runs)
+    fig5 = next(f for f in catalog.FIGURES if f.paper == "markov" and f.label == "Fig. 5")
+    stages = next(f for f in catalog.FIGURES if f.paper == "recall" and f.label == "Fig. 4")
+    # Fig. 5 has CPU-scale records (and quick ones), the stages only quick ones
+    _png(cpu[run.job_key(fig5.runs[0], False)].workdir / "figures" / "test_loss.png", 3000, 1)
+    _png(quick[run.job_key(fig5.runs[0], True)].workdir / "figures" / "test_loss.png", 400, 2)
+    _png(quick[run.job_key(stages.runs[0], True)].workdir / "figures" / "stages0.png", 400, 3)
+    _png(quick[run.job_key(stages.runs[0], True)].workdir / "figures" / "other.png", 400, 4)
+    written = docs.docs_figures(runs, docs=site, progress=lambda line: None)
+    names = sorted(p.relative_to(site).as_posix() for p in written)
+    assert names == [
+        "figures/markov/markov_fig5.test_loss.png",
+        "figures/recall/recall_stages.stages0.quick.png",  # not "other": not chosen
+    ]
+    from PIL import Image
+
+    big = Image.open(site / names[0])
+    assert big.width == docs.MAX_WIDTH and (site / names[0]).stat().st_size <= docs.MAX_KB * 1024
+    # once the stages have CPU-scale records, their quick copy goes
+    _png(cpu[run.job_key(stages.runs[0], False)].workdir / "figures" / "stages0.png", 400, 5)
+    docs.docs_figures(runs, docs=site, progress=lambda line: None)
+    assert sorted(p.name for p in (site / "figures" / "recall").iterdir()) == [
+        "recall_stages.stages0.png"
+    ]
+
+
+def test_the_home_page_table_links_each_row_to_its_figure(tmp_path):
+    from experiments.report import docs
+
+    (tmp_path / "papers").mkdir()
+    (tmp_path / "papers" / "markov.md").write_text("# Markov\n\n### Fig. 1\n\n### Thms 1-3\n")
+    readme, index = tmp_path / "README.md", tmp_path / "index.md"
+    readme.write_text(
+        f"{write.README_START}\n| paper | figure |\n|---|---|\n| markov | Fig. 1 | a | b |\n"
+        f"| markov | Fig. 2 | c | d |\n| markov | Thms 1-3 | e | f |\n{write.README_END}\n"
+    )
+    index.write_text(f"# Home\n\n{docs.INDEX_START}\nold\n{docs.INDEX_END}\n\nmore\n")
+    assert docs.update_index(readme, index, tmp_path)
+    page = index.read_text()
+    assert "old" not in page and page.endswith("\nmore\n")
+    assert "| [markov](papers/markov.md) | [Fig. 1](papers/markov.md#fig-1) | a | b |" in page
+    assert (
+        "| [markov](papers/markov.md) | [Fig. 2](papers/markov.md) | c | d |" in page
+    )  # no section
+    assert "[Thms 1-3](papers/markov.md#thms-1-3)" in page

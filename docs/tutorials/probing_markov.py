@@ -9,9 +9,9 @@
 # ([notes](../../notes/markov/) §6.2-6.5), a spectrum across (p, q) in one call, certified
 # eigenpairs, escape directions, the Gauss-Newton split, a path, a slice and a spectral density.
 #
-# `python docs/tutorials/probing_markov.py` runs it (one to two minutes on 2 cores, nearly all
-# of it compiling; `LANDSCAPE_TUTORIAL_TINY=1` for smaller grids). Figures go to
-# `runs/tutorials/probing_markov/` (or `$LANDSCAPE_TUTORIAL_WORKDIR`).
+# From the repository root, `python docs/tutorials/probing_markov.py` runs it (1-4 min on 2
+# cores, nearly all of it compiling; `LANDSCAPE_TUTORIAL_TINY=1` for smaller grids). Figures go
+# to `runs/tutorials/markov/` (or `$LANDSCAPE_TUTORIAL_WORKDIR`).
 
 # %%
 import os
@@ -22,20 +22,17 @@ import jax
 import numpy as np
 
 import landscape
-from landscape import geometry, plotting, spectra
+from landscape import plotting
+from landscape.probes import geometry, spectra
 
 jax.config.update("jax_enable_x64", True)  # probes in float64 (before any point is built)
 TINY = bool(os.environ.get("LANDSCAPE_TUTORIAL_TINY"))
-HERE = pathlib.Path.cwd()  # the repository, or docs/tutorials/ when the site runs the notebook
-ROOT = next(path for path in (HERE, *HERE.parents) if (path / "configs").is_dir())
-FIGURES = pathlib.Path(
-    os.environ.get("LANDSCAPE_TUTORIAL_WORKDIR", ROOT / "runs/tutorials/probing_markov")
-)
+FIGURES = pathlib.Path(os.environ.get("LANDSCAPE_TUTORIAL_WORKDIR", "runs/tutorials/markov"))
 SEQ_LEN = 6  # the population is all 2^N sequences: 64 here, 1024 at the default N = 10
 
 
 def show(fig, name):
-    """Save the figure under FIGURES; in a notebook (the rendered site) also draw it inline."""
+    """Save the figure under FIGURES; in a notebook also draw it inline."""
     path = plotting.save(fig, FIGURES / f"{name}.png")
     if "ipykernel" in sys.modules:
         from IPython.display import Image, display
@@ -243,4 +240,5 @@ show(fig, "spectral_density")
 # python -m experiments.markov --config=configs/markov.py:atlas
 # ```
 #
-# The probes' API: [Points and curvature](../../api/curvature/), [Probes](../../api/probes/).
+# The probes' API: [Points](../../api/points/), [Probes](../../api/probes/),
+# [Results](../../api/results/).

@@ -7,8 +7,8 @@
 # curves by learning rate with a band over seeds. The same run from the command line closes
 # the tutorial.
 #
-# `python docs/tutorials/sweep.py` runs it (about 15 seconds on 2 cores, most of it
-# compiling; `LANDSCAPE_TUTORIAL_TINY=1` for fewer steps). The records go to
+# From the repository root, `python docs/tutorials/sweep.py` runs it (15-60 s on 2 cores,
+# most of it compiling; `LANDSCAPE_TUTORIAL_TINY=1` for fewer steps). The records go to
 # `runs/tutorials/sweep/` (or `$LANDSCAPE_TUTORIAL_WORKDIR`).
 
 # %%
@@ -23,19 +23,18 @@ import pandas as pd
 import landscape
 from experiments import cli
 from landscape import config as config_lib
-from landscape import plotting, sweeps
+from landscape import plotting, records, sweeps
 from landscape.scan_snap import experiment
 
 landscape.setup()  # as the CLIs do: a CPU device per core, the compilation cache, float32 dots
 TINY = bool(os.environ.get("LANDSCAPE_TUTORIAL_TINY"))
-HERE = pathlib.Path.cwd()  # the repository, or docs/tutorials/ when the site runs the notebook
-ROOT = next(path for path in (HERE, *HERE.parents) if (path / "configs").is_dir())
-WORKDIR = pathlib.Path(os.environ.get("LANDSCAPE_TUTORIAL_WORKDIR", ROOT / "runs/tutorials/sweep"))
+WORKDIR = pathlib.Path(os.environ.get("LANDSCAPE_TUTORIAL_WORKDIR", "runs/tutorials/sweep"))
 
 
 def show(fig, name):
-    """Save the figure under WORKDIR/figures; in a notebook (the rendered site) also draw it."""
-    path = plotting.save(fig, WORKDIR / "figures" / f"{name}.png")
+    """Save the figure as a record of WORKDIR (figures/, in its manifest, so that a rerun with
+    overwrite=True replaces it); in a notebook also draw it."""
+    path = plotting.save(fig, records.Workdir(WORKDIR).figure_path(name))
     if "ipykernel" in sys.modules:
         from IPython.display import Image, display
 
@@ -54,7 +53,7 @@ def show(fig, name):
 # η_Y/η_Z fixed at 1, which drops the config's own sweep over it (and says so).
 
 # %%
-data = cli.load_config(str(ROOT / "configs" / "syn_small.py"))
+data = cli.load_config("configs/syn_small.py")
 overrides = [
     ("num_seeds", "4"),
     ("train.batch_size", "8"),
@@ -94,6 +93,7 @@ result = sweeps.run(
     workdir=WORKDIR,
     config=cfg,
     overwrite=True,
+    progress=None,  # no progress line per chunk
     **sweeps.train_options(cfg),  # num_steps, log_every, ...
 )
 print(f"compile {result.compile_seconds:.1f} s, run {result.run_seconds:.2f} s")

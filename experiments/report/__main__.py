@@ -4,6 +4,7 @@
     python -m experiments.report --quick               # every config at its smallest size (~4 min)
     python -m experiments.report --scale=paper --only=markov,ngrams --reuse
     python -m experiments.report --list                # the plan: configs, commands, reusable?
+    python -m experiments.report --docs_figures        # the site's figures from the records
 
 Outputs, `--reuse` and exit statuses: docs/design/experiments.md.
 """
@@ -19,7 +20,7 @@ from typing import Any
 from absl import flags
 
 from experiments import cli
-from experiments.report import catalog, run, write
+from experiments.report import catalog, docs, run, write
 
 _SCALE = flags.DEFINE_enum(
     "scale",
@@ -63,7 +64,16 @@ _JOBS = flags.DEFINE_integer(
 )
 _LIST = flags.DEFINE_bool("list", False, "Print the plan and exit.")
 _README = flags.DEFINE_bool(
-    "readme", False, "Also put the summary table into README.md (between its report markers)."
+    "readme",
+    False,
+    "Also put the summary table into README.md (between its report markers) and, linked, "
+    "into docs/index.md.",
+)
+_DOCS_FIGURES = flags.DEFINE_bool(
+    "docs_figures",
+    False,
+    "Run nothing: copy each figure's chosen PNGs from the records (--runs; CPU scale, else "
+    "--quick) into docs/figures/<paper>/, and README's summary table into docs/index.md.",
 )
 
 
@@ -102,7 +112,18 @@ def main(argv: list[str], progress: Callable[[str], object] = print) -> int:
                 )
     except cli.UsageError as error:
         return cli._fail(str(error), cli.EXIT_USAGE)
+    if _DOCS_FIGURES.value:
+        return docs_pages(options["runs"], progress)
     return report(argv, started=started, progress=progress, **options)
+
+
+def docs_pages(runs: pathlib.Path, progress: Callable[[str], object] = print) -> int:
+    """--docs-figures: the site's figures from the records, and the home page's table."""
+    written = docs.docs_figures(runs, progress=progress)
+    progress(f"{len(written)} figures in docs/figures/ (from {runs})")
+    if not docs.update_index(run.ROOT / "README.md", docs.DOCS / "index.md"):
+        progress(f"docs/index.md has no {docs.INDEX_START} ... {docs.INDEX_END} markers.")
+    return 0 if written else 1
 
 
 def report(
@@ -168,13 +189,14 @@ def report(
     )
     out.mkdir(parents=True, exist_ok=True)
     paths = write.write(table, context, out)
-    progress(write.summary_markdown(table, "").strip())
+    progress(write.summary_markdown(table, "", quick=quick).strip())
     if readme:
         if not write.update_readme(run.ROOT / "README.md", paths["summary"].read_text()):
             progress(
                 f"README.md has no {write.README_START} ... {write.README_END} markers: "
                 "left as it is."
             )
+        docs.update_index(run.ROOT / "README.md", docs.DOCS / "index.md")
     progress(
         f"report: {paths['markdown']}, {paths['html']} ({run.format_minutes(context['seconds'])})"
     )

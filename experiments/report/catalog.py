@@ -24,6 +24,7 @@ class Run:
     quick: tuple[str, ...] = ()  # extra FIELD=VALUE overrides for --quick
     match: str = ""  # only the paper claims whose statement starts so
     figures: str = "*"  # the workdir's figures/<glob>.png shown ("": none)
+    docs: str = ""  # the figures (stem globs, comma-separated) the paper's page shows
     minutes: float | None = None  # its time on 2 CPU cores, for the first time-left
 
     @property
@@ -119,7 +120,7 @@ FIGURES = (
         "scan_snap",
         "Fig. 3",
         "the growth factor chi_l(t) of Thm 3 is larger for a smaller eta_Y",
-        (Run(_THEORY, match="Fig. 3", figures="fig3*", minutes=0.05),),
+        (Run(_THEORY, match="Fig. 3", figures="fig3*", minutes=0.05, docs="fig3*"),),
     ),
     Figure(
         "scan_snap",
@@ -127,14 +128,14 @@ FIGURES = (
         "with SGD on Syn-Small attention leaves the common tokens and "
         "concentrates on distinct ones in order of P(l|n); a larger eta_Y converges faster "
         "with denser attention",
-        (Run("configs/syn_small.py", minutes=0.1),),
+        (Run("configs/syn_small.py", minutes=0.1, docs="attention,loss"),),
     ),
     Figure(
         "scan_snap",
         "Fig. 5",
         "with Adam the most attended distinct token is not the most "
         "frequent one and depends on the learning rate",
-        (Run("configs/syn_small.py:fig5_adam", minutes=0.1),),
+        (Run("configs/syn_small.py:fig5_adam", minutes=0.1, docs="attention"),),
     ),
     Figure(
         "scan_snap",
@@ -145,6 +146,7 @@ FIGURES = (
             Run(
                 "configs/syn_medium.py",
                 minutes=0.6,
+                docs="entropy_vs_ratio",
                 quick=("num_seeds=2", "sweep.data.num_last=[1, 3]"),
             ),
         ),
@@ -155,7 +157,13 @@ FIGURES = (
         "on WikiText the lowest layer's attention becomes sparse, then "
         "freezes while the learning rate is constant (1 and 3 layers)",
         (
-            Run("configs/wikitext.py:fig7", CPU, minutes=12, quick=_WIKITEXT_QUICK),
+            Run(
+                "configs/wikitext.py:fig7",
+                CPU,
+                minutes=12,
+                quick=_WIKITEXT_QUICK,
+                docs="entropy_curves,attention_maps",
+            ),
             Run("configs/wikitext.py:fig7_paper", PAPER),
         ),
     ),
@@ -163,20 +171,26 @@ FIGURES = (
         "scan_snap",
         "Fig. 8",
         "h*(s) tracks h(s) within 2 eta_Y / M (Lemma 7)",
-        (Run(_THEORY, match="Fig. 8", figures="fig8*"),),
+        (Run(_THEORY, match="Fig. 8", figures="fig8*", docs="fig8*"),),
     ),
     Figure(
         "scan_snap",
         "Fig. 9",
         "B_n(t0) depends on eta_Z only through eta_Y / eta_Z",
-        (Run(_THEORY, match="Fig. 9", figures="fig9*"),),
+        (Run(_THEORY, match="Fig. 9", figures="fig9*", docs="fig9*"),),
     ),
     Figure(
         "scan_snap",
         "Fig. 10",
         "on WikiText a larger learning rate gives sparser attention (lower entropy) after training",
         (
-            Run("configs/wikitext.py:fig10", CPU, minutes=20, quick=_WIKITEXT_QUICK),
+            Run(
+                "configs/wikitext.py:fig10",
+                CPU,
+                minutes=20,
+                quick=_WIKITEXT_QUICK,
+                docs="entropy_vs_lr",
+            ),
             Run("configs/wikitext.py:fig10_paper", PAPER),
         ),
     ),
@@ -193,8 +207,8 @@ FIGURES = (
         "on a (0.5, 0.8) chain a single-layer transformer stays at the "
         "unigram loss H(pi); depth >= 2 escapes to the bigram",
         (
-            Run("configs/markov.py:fig1", minutes=1),
-            Run("configs/markov.py:fig1_gpt", minutes=1),
+            Run("configs/markov.py:fig1", minutes=1, docs="test_loss"),
+            Run("configs/markov.py:fig1_gpt", minutes=1, docs="test_loss"),
             Run("configs/markov.py:fig1_paper", PAPER, minutes=27),
         ),
         reason="at the authors' recipe the trap is a float16 effect (their code trains under "
@@ -209,9 +223,11 @@ FIGURES = (
         "tied, the 1-layer model converges to H(pi) predicting pi_1; "
         "untied it reaches the entropy rate; at (0.2, 0.3) both reach the bigram",
         (
-            Run("configs/markov.py", minutes=1),
-            Run("configs/markov.py:fig3_gpt", minutes=1),
-            Run("configs/markov.py:fig3_paper", minutes=9, quick=_MARKOV_TRAP),
+            Run("configs/markov.py", minutes=1, docs="test_loss"),
+            Run("configs/markov.py:fig3_gpt", minutes=1, docs="test_loss"),
+            Run(
+                "configs/markov.py:fig3_paper", minutes=9, quick=_MARKOV_TRAP, docs="trap_fractions"
+            ),
         ),
         reason="the trap reproduces on the theory model (no LayerNorm); the GPT-2 model "
         "escapes it in float32, and at the authors' recipe it is mostly a float16 effect "
@@ -222,8 +238,8 @@ FIGURES = (
         "Fig. 4",
         "tied: runs stick at the unigram where p + q > 1 and never where p + q < 1; untied: never",
         (
-            Run("configs/markov.py:fig4", CPU, minutes=3),
-            Run("configs/markov.py:fig4_gpt", CPU, minutes=3),
+            Run("configs/markov.py:fig4", CPU, minutes=3, docs="fig4_heatmaps"),
+            Run("configs/markov.py:fig4_gpt", CPU, minutes=3, docs="fig4_heatmaps"),
             Run("configs/markov.py:fig4_paper", PAPER, minutes=22),
         ),
         reason="with LayerNorm (GPT-2 model, float32) the tied model escapes the trap",
@@ -233,13 +249,13 @@ FIGURES = (
         "Fig. 5",
         "S = 5 states: tied is stuck at log 5 above the switching "
         "threshold and reaches the bigram below it; untied always reaches it",
-        (Run("configs/markov.py:fig5", minutes=2),),
+        (Run("configs/markov.py:fig5", minutes=2, docs="test_loss"),),
     ),
     Figure(
         "markov",
         "App. D",
         "the learned minimum at (0.2, 0.3) is rank one with the paper's fitted scalars",
-        (Run("configs/markov.py:appendix_d", minutes=1),),
+        (Run("configs/markov.py:appendix_d", minutes=1, docs="test_loss"),),
     ),
     Figure(
         "markov",
@@ -264,6 +280,7 @@ FIGURES = (
                 "configs/markov.py:atlas",
                 CPU,
                 minutes=3,
+                docs="atlas,density_trained",
                 quick=(
                     "atlas.p=[0.8]",
                     "atlas.q=[0.4]",
@@ -283,8 +300,8 @@ FIGURES = (
         "training on in-context 4-grams climbs a staircase of plateaus "
         "at the k-gram estimators' losses",
         (
-            Run("configs/ngrams.py:fig1", CPU, minutes=3),
-            Run("configs/ngrams.py:fig1_t128", CPU, minutes=1),
+            Run("configs/ngrams.py:fig1", CPU, minutes=3, docs="test_loss"),
+            Run("configs/ngrams.py:fig1_t128", CPU, minutes=1, docs="test_loss"),
             Run("configs/ngrams.py:fig1_paper", PAPER),
             Run("configs/ngrams.py:fig1_t128_paper", PAPER),
         ),
@@ -305,7 +322,7 @@ FIGURES = (
         "the simplified transformer plateaus at the bigram, forms a -2 "
         "head and drops to the trigram (1.6355 -> 1.6068)",
         (
-            Run("configs/ngrams.py", CPU, minutes=1.5),
+            Run("configs/ngrams.py", CPU, minutes=1.5, docs="test_loss,attention"),
             Run("configs/ngrams.py:fig3_paper", PAPER, minutes=12),
         ),
         reason="the paper's absolute levels do not reproduce with either layer-2 width: the "
@@ -318,7 +335,7 @@ FIGURES = (
         "attention-only transformer: heads form in stages; with learned "
         "embeddings one head is not yet formed at the bigram plateau",
         (
-            Run("configs/ngrams.py:fig4", CPU, minutes=2.5),
+            Run("configs/ngrams.py:fig4", CPU, minutes=2.5, docs="test_loss_*"),
             Run("configs/ngrams.py:fig4_paper", PAPER),
         ),
     ),
@@ -327,7 +344,13 @@ FIGURES = (
         "Fig. 5",
         "over seeds, the -1 head forms before the -2 head",
         (
-            Run("configs/ngrams.py:fig5", CPU, minutes=3.5, quick=("num_seeds=2",)),
+            Run(
+                "configs/ngrams.py:fig5",
+                CPU,
+                minutes=3.5,
+                quick=("num_seeds=2",),
+                docs="heads_by_seed",
+            ),
             Run("configs/ngrams.py:fig5_paper", PAPER),
         ),
     ),
@@ -336,7 +359,13 @@ FIGURES = (
         "Fig. 6",
         "the gradient norm spikes (~10x) at each transition between plateaus",
         (
-            Run("configs/ngrams.py:fig6", CPU, minutes=4.5, quick=("num_seeds=2",)),
+            Run(
+                "configs/ngrams.py:fig6",
+                CPU,
+                minutes=4.5,
+                quick=("num_seeds=2",),
+                docs="grad_norm",
+            ),
             Run("configs/ngrams.py:fig6_paper", PAPER, minutes=22),
         ),
         reason="the ~10x is measured at an EMA of the parameters (the authors' code); at the "
@@ -347,7 +376,7 @@ FIGURES = (
         "Fig. 7",
         "with MLPs a single intermediate plateau, and a gradient-norm spike at the drop",
         (
-            Run("configs/ngrams.py:fig7", CPU, minutes=11),
+            Run("configs/ngrams.py:fig7", CPU, minutes=11, docs="test_loss,grad_norm"),
             Run("configs/ngrams.py:fig7_paper", PAPER),
         ),
         reason="the test-set gradient norm rises 2.7x at the drop, under the claim's 3x (the "
@@ -359,7 +388,7 @@ FIGURES = (
         "Thm 4.2",
         "the k-gram constructions theta_*^k(c) are near-stationary: "
         "their gradient norm falls with T",
-        (Run("configs/ngrams.py:stationarity", minutes=2.5),),
+        (Run("configs/ngrams.py:stationarity", minutes=2.5, docs="grad_norm_vs_T"),),
     ),
     # --------------------------------------------------------------------------- recall
     Figure(
@@ -367,7 +396,7 @@ FIGURES = (
         "Fig. 1",
         "SGD with momentum: stage-wise plateaus and sharp drops, each "
         "drop as one beta rises, heads activating one after another",
-        (Run("configs/recall.py", minutes=0.2),),
+        (Run("configs/recall.py", minutes=0.2, docs="fig1_loss_beta0,fig1_attention0"),),
     ),
     Figure(
         "recall",
@@ -386,7 +415,7 @@ FIGURES = (
         "Fig. 4",
         "the order of head activation follows the order of beta(0) "
         "(referenced, absent from the paper)",
-        (Run("configs/recall.py:stages", minutes=0.2),),
+        (Run("configs/recall.py:stages", minutes=0.2, docs="stages0"),),
     ),
     Figure(
         "recall",
@@ -394,27 +423,27 @@ FIGURES = (
         "the first plateau lasts ~1/eps, the jump ~36 time units, "
         "with a conservation law and an exponential-integral tail",
         (
-            Run("configs/recall.py:first_jump", minutes=0.1),
-            Run("configs/recall.py:ei_tail", minutes=0.1),
+            Run("configs/recall.py:first_jump", minutes=0.1, docs="first_jump_scaling"),
+            Run("configs/recall.py:ei_tail", minutes=0.1, docs="flow0"),
         ),
     ),
     Figure(
         "recall",
         "Prop. A.2 (E2)",
         "later plateaus I_h last ~1/eps with their own constants; no jump at h = k",
-        (Run("configs/recall.py:later_jumps", minutes=0.1),),
+        (Run("configs/recall.py:later_jumps", minutes=0.1, docs="flow0"),),
     ),
     Figure(
         "recall",
         "DP vs CE (E5)",
         "the cross-entropy loss learns in the same stages as the DP loss",
-        (Run("configs/recall.py:dp_vs_ce", minutes=0.2),),
+        (Run("configs/recall.py:dp_vs_ce", minutes=0.2, docs="fig1_loss_beta*"),),
     ),
     Figure(
         "recall",
         "Ablations (E6)",
         "the stage-wise picture survives each simplification switched off",
-        (Run("configs/recall.py:ablations", minutes=0.2),),
+        (Run("configs/recall.py:ablations", minutes=0.2, docs="fig1_loss_beta*"),),
     ),
 )
 

@@ -107,14 +107,37 @@ def counts(table: list[Row]) -> dict[str, int]:
 # ----------------------------------------------------------------------------- Markdown
 
 
-def summary_markdown(table: list[Row], heading: str) -> str:
-    """The table of every figure: verdict, claims reproduced, run time."""
+def quick_note(table: list[Row]) -> str:
+    """What a --quick report skips, and why: it judges no paper claim, and some configs may
+    not have run."""
+    judged = [r for r in table if r.total]
+    claims = sum(r.total for r in judged)
+    not_run = sorted({e.job.spec for r in table for e in r.evidence if e.job.status == "not run"})
+    note = (
+        "**Quick sizes check the pipeline, not the papers.** Every config ran shrunk to a few "
+        "steps (`experiments/report/catalog.py`, `QUICK`), so this report skips judging the "
+        f"papers' claims: the {claims} claims of the {len(judged)} figures below are evaluated "
+        "(each has a measured value) on runs too short to show the papers' effects, and their "
+        "verdicts say nothing about the papers. `python -m experiments.report` (CPU scale) "
+        "judges them."
+    )
+    if not_run:
+        note += f" Not run at all: {', '.join(not_run)} (see each one's reason below)."
+    return note
+
+
+def summary_markdown(table: list[Row], heading: str, quick: bool = False) -> str:
+    """The table of every figure: verdict, claims reproduced, run time (at --quick sizes,
+    under the note of what that skips)."""
     tally = counts(table)
     claims = sum(r.passed for r in table), sum(r.total for r in table)
     lines = [
         heading,
         "",
-        f"{len(table)} figures and theorems: "
+        *([quick_note(table), ""] if quick else []),
+        f"{len(table)} figures and theorems"
+        + (" at quick sizes (verdicts of the pipeline, not of the papers)" if quick else "")
+        + ": "
         + ", ".join(
             f"{tally[v]} {v}"
             for v in ("reproduced", "partly", "not reproduced", "not run", "not attempted")
@@ -144,7 +167,7 @@ def report_markdown(table: list[Row], context: dict[str, Any], images: dict) -> 
         "",
         context_line(context),
         "",
-        summary_markdown(table, "## Summary"),
+        summary_markdown(table, "## Summary", quick=context.get("quick", False)),
     ]
     for paper, title in catalog.PAPERS.items():
         section = sorted(
@@ -170,11 +193,7 @@ def context_line(c: dict[str, Any]) -> str:
         f"hash {version['code_hash']}, JAX {version['jax']}; backend {c['backend']}."
     )
     if c.get("quick"):
-        line += (
-            " **Quick sizes**: every config shrunk to a few steps, to check that every "
-            "claim is evaluated and every figure drawn; the verdicts say nothing about "
-            "the papers."
-        )
+        line += " Quick sizes: every claim evaluated and every figure drawn, none judged."
     return line
 
 
@@ -236,6 +255,7 @@ td,th{border:1px solid #ccc;padding:4px 6px;vertical-align:top}th{background:#f3
 .not-reproduced{background:#fbe0e0}.not-run,.not-attempted{background:#eee;color:#666}
 img{max-width:100%;border:1px solid #ddd;margin:4px 0}code{background:#f5f5f5;padding:1px 3px}
 li.no{color:#a00}h3{margin-top:1.6em}.meta{color:#555;font-size:13px}
+.quick{background:#fff4d6;padding:8px 10px;border:1px solid #e8d8a8}
 """
 
 
@@ -247,6 +267,7 @@ def report_html(table: list[Row], context: dict[str, Any]) -> str:
         f"<title>landscape: what reproduces ({e(context['scale'])})</title>",
         f"<style>{_STYLE}</style></head><body>",
         f"<h1>What landscape reproduces ({e(context['scale'])} scale)</h1>",
+        *([f"<p class='quick'>{_inline(quick_note(table))}</p>"] if context.get("quick") else []),
         f"<p class='meta'>{_inline(context_line(context))}</p>",
         "<p>" + ", ".join(f"{tally[v]} {v}" for v in ORDER if tally[v]) + "</p>",
         "<table id='summary'><thead><tr><th>paper</th><th>figure</th><th>the paper's claim"
@@ -360,6 +381,7 @@ def write(table: list[Row], context: dict[str, Any], out: pathlib.Path) -> dict[
             f"Reproduction summary ({context['scale']} scale, `{context['command']}`, "
             f"{context['time'][:10]}; the configs ran for "
             f"{format_minutes(context.get('run_seconds', 0.0))} on {context['backend']}):",
+            quick=context.get("quick", False),
         )
     )
     return paths

@@ -41,7 +41,7 @@ class Setup:
     def __str__(self) -> str:
         line = (
             f"landscape.setup: backend {self.backend}, {self.device_count} device(s), "
-            f"compilation cache {self.compilation_cache or 'off'}, float32 matmuls "
+            f"compilation cache {_home_as_tilde(self.compilation_cache) or 'off'}, float32 matmuls "
             f"{'in full float32' if self.matmul_precision == 'highest' else 'at JAX default'}"
             f"{', float64 allowed' if self.x64 else ''}"
         )
@@ -49,6 +49,14 @@ class Setup:
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def _home_as_tilde(path: str | None) -> str | None:
+    """`path` with the user's home folder written ~ (a printed line shows no user's folder)."""
+    home = str(pathlib.Path.home())
+    if path and home != "/" and (path == home or path.startswith(home + os.sep)):
+        return "~" + path[len(home) :]
+    return path
 
 
 _current: Setup | None = None

@@ -196,6 +196,10 @@ def run(
         if target is not None and owned:
             target.write_status("interrupted", step=stop.step, resume="run again with resume=True")
         raise
+    except Exception as error:  # a failure in the user's problem: not left at "running"
+        if target is not None and owned:
+            target.write_status("failed", message=f"{type(error).__name__}: {error}")
+        raise
     if target is not None and complete:
         record(target, result, description, progress)
     return result
