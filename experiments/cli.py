@@ -37,6 +37,7 @@ from experiments import host
 from landscape.engine import backend, records, training
 from landscape.engine import config as config_lib
 from landscape.engine import host as landscape_host
+from landscape.engine import provenance as provenance_lib
 from landscape.engine.protocols import Experiment
 
 FLAGS = flags.FLAGS
@@ -587,7 +588,7 @@ def provenance(argv: list[str], **extra: Any) -> dict[str, Any]:
         ]
         + list(argv[1:])
     )
-    return records.provenance(command, **extra)
+    return provenance_lib.provenance(command, **extra)
 
 
-_git = records.git_commit  # the report reads it
+_git = provenance_lib.git_commit  # the report reads it

@@ -24,6 +24,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from landscape import _checks
 from landscape.engine import config as config_lib
+from landscape.engine import provenance as provenance_lib
 from landscape.engine import records, training
 from landscape.engine.track import Track
 
@@ -368,7 +369,7 @@ def _open_workdir(
                 "is opened by its owner (records.Workdir.open)."
             )
         if config is not None and workdir.provenance is None:
-            workdir.provenance = records.provenance()
+            workdir.provenance = provenance_lib.provenance()
         return workdir, config is not None
     try:
         opened = records.Workdir.open(
@@ -378,7 +379,7 @@ def _open_workdir(
         message = str(error).replace("--workdir=", "workdir=").replace("--resume", "resume=True")
         message = message.replace("--keep_others", "keep_others=True")
         raise records.WorkdirError(message.replace("--overwrite", "overwrite=True")) from None
-    opened.provenance = records.provenance()
+    opened.provenance = provenance_lib.provenance()
     return opened, True
 
 

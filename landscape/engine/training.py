@@ -24,8 +24,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from landscape import _checks
-from landscape.engine import backend, keeping, memory, records
-from landscape.engine import config as config_lib
+from landscape.engine import backend, distributed, keeping, memory, records
 from landscape.engine.optimizers import OPTIMIZERS as OPTIMIZERS
 from landscape.engine.optimizers import SCHEDULES as SCHEDULES
 from landscape.engine.optimizers import default_optim_config as default_optim_config
@@ -150,7 +149,9 @@ def train(
     spec = dataclasses.replace(spec, batch_shares=runs.shares)
     t_start = time.perf_counter()
     state, (first_snapshot, first_tracked), chunk = _compile(spec, runs)
-    initial_params = jax.tree.map(lambda x: np.array(_on_host(x)), state.params)  # copies:
+    initial_params = jax.tree.map(
+        lambda x: np.array(distributed.on_host(x)), state.params
+    )  # copies:
     # the chunk donates the state's buffers
     keeping.check_kept_memory(spec, num_steps, initial_params, progress)
     host = _Host(
@@ -166,7 +167,7 @@ def train(
     memory.check_compiled_memory(
         chunk, 1 if runs.sharding is None else len(runs.sharding.device_set)
     )
-    host.kept.start(initial_params, jax.tree.map(_on_host, first_tracked))
+    host.kept.start(initial_params, jax.tree.map(distributed.on_host, first_tracked))
     host.start(first_snapshot, log_every, record_tags or {})
     start, state = host.resume(state)
     state = _loop(host, chunk, state, start, runs.hparams)
@@ -183,7 +184,7 @@ def _loop(
         for first_step in range(start, host.num_steps, host.chunk_len):
             out = chunk(state, jnp.int32(first_step), hparams)
             state = out.state
-            host.kept.add(first_step, *jax.tree.map(_on_host, (out.tracked, out.kept)))
+            host.kept.add(first_step, *jax.tree.map(distributed.on_host, (out.tracked, out.kept)))
             done = host.record(first_step, out.losses, out.metrics, out.snapshots)
             host.save_or_stop(done, state)
     finally:
@@ -250,7 +251,7 @@ def _place_runs(
         seeds = np.concatenate([seeds, np.repeat(seeds[-1:], pad)])
 
     def put(x: Any) -> jax.Array:
-        return _to_devices(x, sharding)
+        return distributed.to_devices(x, sharding)
 
     seeds_dev = put(np.asarray(seeds, np.uint32))
     return _Runs(
@@ -341,7 +342,7 @@ class _Host:
 
     def start(self, first_snapshot: dict[str, jax.Array], log_every: int, tags: dict) -> None:
         runs = self.runs
-        self.snaps = [jax.tree.map(lambda x: _on_host(x)[:, None], first_snapshot)]
+        self.snaps = [jax.tree.map(lambda x: distributed.on_host(x)[:, None], first_snapshot)]
         self.first_bad = np.full(len(runs.seeds), -1)
         if self.workdir:
             self.recorder = records.MetricsRecorder(
@@ -354,7 +355,7 @@ class _Host:
     def resume(self, state: TrainState) -> tuple[int, TrainState]:
         """The step to start from and the state there: a checkpoint's (--resume), or 0."""
         checkpoint = self.checkpoint
-        if checkpoint is None or _latest_step_everywhere(checkpoint) is None:
+        if checkpoint is None or distributed.latest_step_everywhere(checkpoint) is None:
             if self.recorder:
                 self.recorder.write_rows(0, None, self.snaps[0], self._tracked_rows())
             return 0, state
@@ -371,10 +372,10 @@ class _Host:
     def record(self, first_step: int, loss: Any, metrics: Any, snaps: Any) -> int:
         """Keep a chunk's numbers, stream its rows, print progress, stop at a non-finite loss;
         returns the steps done."""
-        loss = _on_host(loss)
+        loss = distributed.on_host(loss)
         self.losses.append(loss)
-        self.metrics.append(jax.tree.map(_on_host, metrics))
-        self.snaps.append(jax.tree.map(_on_host, snaps))
+        self.metrics.append(jax.tree.map(distributed.on_host, metrics))
+        self.snaps.append(jax.tree.map(distributed.on_host, snaps))
         bad = ~np.isfinite(loss)
         newly_bad = bad.any(axis=1) & (self.first_bad < 0)
         self.first_bad[newly_bad] = first_step + bad[newly_bad].argmax(axis=1)
@@ -420,7 +421,7 @@ class _Host:
             or time.perf_counter() - self.last_save >= self.workdir.checkpoint_seconds
         )
         if jax.process_count() > 1:
-            save, stop = _agree(save, stop)
+            save, stop = distributed.agree(save, stop)
         if save:  # over several processes every one gathers, process 0 writes
             self.checkpoint.save(done, _saveable(state), self.arrays(done == self.num_steps))
             self.last_save = time.perf_counter()
@@ -455,7 +456,7 @@ class _Host:
         run_seconds = self.seconds()
 
         def real(x: Any) -> np.ndarray:
-            return _on_host(x)[: self.runs.num_runs]
+            return distributed.on_host(x)[: self.runs.num_runs]
 
         def joined(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
             return {k: real(np.concatenate([p[k] for p in parts], axis=1)) for k in parts[0]}
@@ -483,62 +484,12 @@ class _Host:
 
 def _saveable(state: TrainState) -> TrainState:
     """The state as numpy arrays, the typed data keys as their raw key data (for orbax)."""
-    return jax.tree.map(_on_host, state._replace(key=jax.random.key_data(state.key)))
+    return jax.tree.map(distributed.on_host, state._replace(key=jax.random.key_data(state.key)))
 
 
 def _device_state(state: TrainState, sharding: jax.sharding.Sharding | None) -> TrainState:
-    state = jax.tree.map(lambda x: _to_devices(x, sharding), state)
+    state = jax.tree.map(lambda x: distributed.to_devices(x, sharding), state)
     return state._replace(key=jax.random.wrap_key_data(state.key))
-
-
-def _agree(save: bool, stop: bool) -> tuple[bool, bool]:
-    """Over several processes, one decision at a chunk boundary: save when process 0's clock
-    says so (every process gathers the state, process 0 writes it), stop when any process was
-    asked to (a SIGTERM reaching one process stops them all at the same step)."""
-    from jax.experimental import multihost_utils
-
-    wants = np.asarray(multihost_utils.process_allgather(np.array([save, stop], np.int32)))
-    return bool(wants[0, 0]), bool(wants[:, 1].any())
-
-
-def _latest_step_everywhere(checkpoint: Any) -> int | None:
-    """The checkpoint's latest step, which every process must see alike (they restore it
-    together): a process that sees another one is told so in one sentence."""
-    step = checkpoint.latest_step()
-    if jax.process_count() == 1:
-        return step
-    from jax.experimental import multihost_utils
-
-    seen = np.asarray(multihost_utils.process_allgather(np.int64(-1 if step is None else step)))
-    if len(set(seen.tolist())) > 1:
-        raise config_lib.ConfigError(
-            f"--resume: the processes see different checkpoints in {checkpoint.path} (latest "
-            f"step by process: {seen.tolist()}, -1 = none): the workdir must be on a filesystem "
-            "every process sees."
-        )
-    return step
-
-
-def _to_devices(x: Any, sharding: jax.sharding.Sharding | None) -> jax.Array:
-    """A host array laid out by `sharding` (None: as it is). A sharding over several processes'
-    devices (jax.distributed) gets each process's shards from the same host array, which every
-    process holds whole (the grid is the same everywhere)."""
-    if sharding is None:
-        return jnp.asarray(x)
-    if sharding.is_fully_addressable:
-        return jax.device_put(x, sharding)
-    x = np.asarray(x)
-    return jax.make_array_from_callback(x.shape, sharding, lambda index: x[index])
-
-
-def _on_host(x: Any) -> np.ndarray:
-    """A device array as numpy; one that spans several processes is gathered from all of them
-    (every process then holds every run's numbers)."""
-    if isinstance(x, jax.Array) and not x.is_fully_addressable:
-        from jax.experimental import multihost_utils
-
-        return np.asarray(multihost_utils.process_allgather(x, tiled=True))
-    return np.asarray(x)
 
 
 def _unprefix(host: dict[str, np.ndarray], prefix: str) -> dict[str, np.ndarray]:
