@@ -276,17 +276,23 @@ def test_restrict_gives_the_block_of_the_full_hessian():
 
 
 def test_a_point_that_is_not_critical_gets_no_curvature_verdict():
-    """A saddle's Hessian at a point with |g| = 1: 'not stationary', before any curvature."""
+    """A saddle at |g| = 5 whose quartic term breaks the quadratic model over the Newton step:
+    'not stationary', before any curvature (notes/landscape_geometry.md §9). Without the quartic
+    term the model is the loss, and the point is near-stationary, its critical point 1 away."""
 
     def loss(p):
-        return 0.5 * p["x"] ** 2 - p["y"] ** 2
+        return 0.5 * p["x"] ** 2 - p["y"] ** 2 + p["x"] ** 4
 
     point = Point({"x": jnp.asarray(1.0), "y": jnp.asarray(0.0)}, loss, name="off-critical")
     hessian = hessian_at(point)
-    np.testing.assert_allclose(hessian.eigenvalues, [-2.0, 1.0])  # a saddle's spectrum
-    assert hessian.verdict().startswith("not stationary (|g| = 1.000e+00 > sqrt(eps) max(1, |L|)")
+    np.testing.assert_allclose(hessian.eigenvalues, [-2.0, 13.0])  # a saddle's spectrum
+    assert hessian.verdict().startswith("not stationary (|g| = 5.000e+00 > sqrt(eps) max(1, |L|)")
     assert "verdict (measured)   not stationary" in hessian.describe()
     assert lanczos_spectrum(point, num_iters=2).verdict().startswith("not stationary")
+    quadratic = hessian_at(Point(point.params, lambda p: 0.5 * p["x"] ** 2 - p["y"] ** 2))
+    assert quadratic.verdict() == (
+        "near-stationary saddle (1 negative eigenvalue): its critical point 1 away"
+    )
     at_origin = hessian_at(point.with_params({"x": jnp.asarray(0.0), "y": jnp.asarray(0.0)}))
     assert at_origin.gradient.verdict().startswith("stationary (|g| = 0.000e+00")
     assert at_origin.verdict() == "saddle (1 negative eigenvalue)"

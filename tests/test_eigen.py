@@ -105,7 +105,7 @@ def test_untied_alpha_block_escape_directions_are_thm3_negative_eigenvalues():
     for vector in escape.vectors:
         assert abs(vector["b"]) < 1e-10
         np.testing.assert_allclose(vector["a"], -vector["e"], atol=1e-10)
-    np.testing.assert_allclose(escape.predicted[:, 0], 0.5 * 1e-6 * negative, rtol=1e-10)
+    np.testing.assert_allclose(escape.predicted[:, 0], 1e-6 * negative, rtol=1e-10)
     assert np.all(escape.measured < 0)  # the loss goes down along each
     np.testing.assert_allclose(escape.ratios[:, 0], 1.0, atol=0.05)  # at ε = 1e-3
     text = escape.describe()
@@ -125,6 +125,23 @@ def test_a_shifted_point_is_not_stationary_before_any_curvature_verdict():
     assert lines[1].strip().startswith("gradient norm  |g| = 7.299e-02")
     assert lines[2].strip().startswith("verdict: not stationary (|g| = 7.299e-02 > ")
     assert "saddle" not in escape.describe() and "minimum" not in escape.describe()
+
+
+def test_the_second_order_check_holds_off_a_critical_point():
+    """L = x²/2 - y²/2 + 0.3 y + y⁴ at the origin: g = (0, 0.3) lies along the escape direction
+    y (λ = -1). The symmetric difference L(εv) + L(-εv) - 2L(0) = -ε² + 2ε⁴ gives the ratio
+    1 - 2ε² exactly; the one-sided L(εv) - L(0) = 0.3ε - ε²/2 + ε⁴ would give -0.6/ε + 1 - 2ε²
+    (notes/landscape_geometry.md §9)."""
+    point = landscape.Point(
+        {"x": jnp.zeros(()), "y": jnp.zeros(())},
+        lambda p: p["x"] ** 2 / 2 - p["y"] ** 2 / 2 + 0.3 * p["y"] + p["y"] ** 4,
+    )
+    escape = eigen.escape_directions(point)
+    assert not escape.stationary and escape.num_negative == 1
+    np.testing.assert_allclose(escape.values, [-1.0], rtol=1e-12)
+    epsilons = np.asarray(escape.epsilons)
+    np.testing.assert_allclose(escape.predicted[0], -(epsilons**2), rtol=1e-12)
+    np.testing.assert_allclose(escape.ratios[0], 1 - 2 * epsilons**2, rtol=0, atol=1e-9)
 
 
 def test_bad_arguments_are_refused_in_one_sentence():

@@ -100,6 +100,23 @@ def hvp(
     return maybe_batched(body, batched, params, inputs, tangent)
 
 
+def _value_grad_hvp(
+    objective: Objective, params: PyTree, inputs: PyTree, tangent: PyTree
+) -> tuple[jax.Array, PyTree, PyTree]:
+    (loss, grad), (_, product) = jax.jvp(
+        lambda p: jax.value_and_grad(objective)(p, inputs), (params,), (tangent,)
+    )
+    return loss, grad, product
+
+
+@functools.partial(jax.jit, static_argnames=("objective",))
+def value_grad_hvp(
+    objective: Objective, params: PyTree, inputs: PyTree, tangent: PyTree
+) -> tuple[jax.Array, PyTree, PyTree]:
+    """(loss, gradient, H v) at params in one pass (the near-stationary check's program)."""
+    return _value_grad_hvp(objective, params, inputs, tangent)
+
+
 def flat_hvp(objective: Objective, params: PyTree, inputs: PyTree) -> Callable:
     """v (D,) -> H v (D,) at params: for use inside a traced program (Lanczos, estimators)."""
     flat, loss_of_flat = _flat(objective, params, inputs)

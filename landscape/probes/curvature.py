@@ -43,11 +43,16 @@ from landscape.probes.results import (
     _name_width,
     _nonfinite_lines,
     _nonfinite_matrix_blocks,
-    _not_stationary,
     _numbers,
     _spectrum_lines,
     _verdict,
     _verdict_lines,
+)
+from landscape.probes.stationarity import (
+    NearStationary,
+    check_grad_tol,
+    check_rtol,
+    near_stationary,
 )
 from landscape.typing import PyTree
 
@@ -60,6 +65,7 @@ class Hessian:
     names: Names
     point: Point
     gradient: Gradient
+    _near: dict = dataclasses.field(default_factory=dict, init=False, repr=False, compare=False)
 
     def block(self, a: BlockName, b: BlockName | None = None) -> np.ndarray:
         """The (a, b) block; b defaults to a; each may be a name or a list of names."""
@@ -118,14 +124,17 @@ class Hessian:
         self._require_finite("num_zero")
         return int(np.sum(np.abs(self.eigenvalues) <= self.tolerance(tol)))
 
-    def verdict(self, tol: float | None = None) -> str:
-        """A curvature verdict from the spectrum; "non-finite", or "not stationary" when the
-        gradient is not small (`Gradient.stationarity_tol`), before any (module docstring)."""
+    def verdict(self, tol: float | None = None, grad_tol: float | None = None) -> str:
+        """A curvature verdict from the spectrum, or "non-finite"; where |g| > grad_tol (default
+        `Gradient.stationarity_tol`), the verdict of the quadratic model's critical point when
+        `near_stationary` trusts it, else "not stationary" (module docstring)."""
         tol = self.tolerance(tol)
+        check_grad_tol(grad_tol)
         if not self.finite:
             return NON_FINITE
-        if not self.gradient.stationary:
-            return _not_stationary(self.gradient)
+        bound = self.gradient.stationarity_tol() if grad_tol is None else grad_tol
+        if self.gradient.norm > bound:
+            return self.near_stationary(tol, grad_tol).verdict()
         focus = self.focus_report(tol)
         if focus and self.num_negative(tol) == 0 and focus["min"] > tol and focus["outside"] <= tol:
             return (
@@ -133,6 +142,24 @@ class Hessian:
                 f"elsewhere; {self.point.meta.get('flat_argument', 'flat directions unchecked')})"
             )
         return _verdict(self.eigenvalues, tol)
+
+    def near_stationary(
+        self, tol: float | None = None, grad_tol: float | None = None, rtol: float | None = None
+    ) -> NearStationary:
+        """The Newton step to the critical point of the quadratic model in the non-flat
+        directions, the loss there against the model's prediction, and that critical point's
+        curvature (notes/landscape_geometry.md §9); `rtol` the model's allowed relative error."""
+        tol = self.tolerance(tol)
+        check_grad_tol(grad_tol)
+        rtol = check_rtol(rtol)
+        self._require_finite("near_stationary")
+        key = (tol, grad_tol, rtol)
+        if key not in self._near:
+            eigen = (self.eigenvalues, self.eigenvectors)
+            self._near[key] = near_stationary(
+                self.point, self.matrix, eigen, self.gradient, tol, grad_tol, rtol
+            )
+        return self._near[key]
 
     def focus_report(self, tol: float | None = None) -> dict | None:
         """Spectrum of the focus block and the largest |entry| outside it (None without focus).
@@ -163,10 +190,11 @@ class Hessian:
             "finite": finite,
         }
 
-    def describe(self, tol: float | None = None) -> str:
-        """Loss, gradient norm, per-block eigenvalues and norms, spectrum, verdict and
-        prediction."""
+    def describe(self, tol: float | None = None, grad_tol: float | None = None) -> str:
+        """Loss, gradient norm, per-block eigenvalues and norms, spectrum, the near-stationary
+        check where |g| > grad_tol, verdict and prediction."""
         tol = self.tolerance(tol)
+        check_grad_tol(grad_tol)
         width = _name_width(self.names)
         lines = _header("Hessian", self.gradient, self.matrix.dtype)
         lines += [
@@ -221,7 +249,10 @@ class Hessian:
                 f"  max |H| outside the focus block (rows and columns): {focus['outside']:.3g}"
             )
         lines += [""] + _spectrum_lines(self.eigenvalues, tol, "spectrum")
-        lines += [""] + _verdict_lines(self.verdict(tol), self.point)
+        bound = self.gradient.stationarity_tol() if grad_tol is None else grad_tol
+        if self.gradient.norm > bound:
+            lines += [""] + self.near_stationary(tol, grad_tol).describe().splitlines()
+        lines += [""] + _verdict_lines(self.verdict(tol, grad_tol), self.point)
         return "\n".join(lines)
 
     def __repr__(self) -> str:

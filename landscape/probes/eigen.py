@@ -71,7 +71,8 @@ def losses_along(
     epsilons: jax.Array,
 ) -> jax.Array:
     """L(θ + ε v) for each direction v (rows of (N, D)) and each ε of (E,), as (N, E + 1): column
-    0 is ε = 0, evaluated in the same batched program so that differences cancel rounding."""
+    0 is ε = 0, evaluated in the same batched program so that differences cancel rounding
+    (pass ε and -ε for symmetric differences)."""
     flat, unravel = ravel_pytree(params)
     steps = jnp.concatenate([jnp.zeros(1, flat.dtype), epsilons.astype(flat.dtype)])
 
@@ -540,8 +541,9 @@ class EscapeDirections:
     """The negative-curvature directions at a point, each with a second-order check.
 
     `values`, `flat_vectors`, `vectors`, `residuals`: the eigenpairs with λ < -tol, most negative
-    first. `measured[i, j]` = L(θ + ε_j v_i) - L(θ), `predicted[i, j]` = ε_j² λ_i / 2, `ratios`
-    their quotient (about 1 for small ε at a genuine saddle). `gradient` judges stationarity.
+    first. `measured[i, j]` = L(θ + ε_j v_i) + L(θ - ε_j v_i) - 2 L(θ), `predicted[i, j]` =
+    ε_j² λ_i, `ratios` their quotient: about 1 for small ε at any point, critical or not (odd
+    orders cancel; notes/landscape_geometry.md §9). `gradient` judges stationarity.
     """
 
     eigen: Eigenpairs
@@ -558,7 +560,7 @@ class EscapeDirections:
 
     @property
     def ratios(self) -> np.ndarray:
-        """measured / predicted, (directions, epsilons): about 1 at a saddle for small ε."""
+        """measured / predicted, (directions, epsilons): about 1 for small ε."""
         return self.measured / self.predicted
 
     @property
@@ -610,13 +612,11 @@ class EscapeDirections:
         lines.append(f"  negative means λ < -tol, tol = {self.tol:.3g} ({self.tol_rule})")
         if self.values.size == 0:
             return "\n".join(lines + ["  no negative eigenvalues: nothing to escape along."])
-        if not g.stationary:
-            lines.append(
-                "  (|g| is not small: ΔL carries the first-order term ε g·v, so the ratios below "
-                "are no second-order test)"
-            )
         eps = "  ".join(f"ε={e:.0e}" for e in self.epsilons)
-        lines.append(f"  {'#':>3}  {'λ':>13}  {'||Hv - λv||':>11}   ΔL / (ε² λ / 2):  {eps}")
+        lines.append(
+            f"  {'#':>3}  {'λ':>13}  {'||Hv - λv||':>11}   [L(θ+εv) + L(θ-εv) - 2L(θ)] / (ε² λ):  "
+            f"{eps}"
+        )
         for i, (value, res) in enumerate(zip(self.values, self.residuals, strict=True)):
             ratios = "  ".join(f"{r:>7.4f}" for r in self.ratios[i])
             lines.append(f"  {i + 1:>3}  {value:>13.7g}  {res:>11.2e}   {'':>16}  {ratios}")
@@ -648,13 +648,13 @@ def _escape_one(
     measured = np.zeros((negative.size, epsilons.size), dtype)
     if negative.size:
         objective, inputs = point.shared
+        both = jnp.asarray(np.concatenate([epsilons, -epsilons]))
         losses = np.asarray(
-            losses_along(
-                objective, point.params, inputs, jnp.asarray(flat_vectors), jnp.asarray(epsilons)
-            )
+            losses_along(objective, point.params, inputs, jnp.asarray(flat_vectors), both)
         )
-        measured = losses[:, 1:] - losses[:, :1]
-    predicted = epsilons[None, :] ** 2 * values[:, None] / 2
+        plus, minus = losses[:, 1 : 1 + epsilons.size], losses[:, 1 + epsilons.size :]
+        measured = plus + minus - 2 * losses[:, :1]  # odd orders cancel: §9 of the notes
+    predicted = epsilons[None, :] ** 2 * values[:, None]
     return EscapeDirections(
         eigen=eigen,
         gradient=gradient,
@@ -682,8 +682,9 @@ def escape_directions(
 ) -> Any:
     """The eigenvectors of the k smallest eigenvalues (k default min(6, D)) that are negative
     (λ < -tol; tol default max(1e-9, 1000 eps) * spectral scale, or an absolute threshold), each
-    checked at second order by L(θ + ε v) - L(θ) against ε² λ / 2 for each ε; the gradient
-    judges stationarity first. A list of points of one model gives a list."""
+    checked at second order by L(θ + ε v) + L(θ - ε v) - 2 L(θ) against ε² λ for each ε, which
+    holds off a critical point too (notes/landscape_geometry.md §9); the gradient judges
+    stationarity first. A list of points of one model gives a list."""
     points, listed = point_lib.as_points(point, "escape_directions")
     if tol is not None:
         _checks.check_real("tol", tol, low=0, meaning="an absolute eigenvalue threshold")
