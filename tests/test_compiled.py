@@ -1,5 +1,10 @@
 """Points of one model share compiled programs; a list of points is one call (compiled.py)."""
 
+import os
+import subprocess
+import sys
+import textwrap
+
 import jax
 import numpy as np
 import pytest
@@ -76,3 +81,40 @@ def test_a_large_hessian_comes_in_chunks_with_progress():
     np.testing.assert_allclose(hessian.gradient.vector, (a + a.T) @ np.ones(dim), atol=1e-10)
     assert lines[0].startswith(f"dense Hessian of the point: D = {dim}, ")
     assert lines[-1].startswith(f"  columns {dim}/{dim} |") and len(lines) == 11
+
+
+_TWO_DEVICES = textwrap.dedent("""
+    import sys
+    import jax
+    jax.config.update("jax_enable_x64", True)
+    import numpy as np
+    import landscape
+    dim = landscape.probes.curvature.CHUNKED_ABOVE + 76
+    a = np.random.default_rng(0).normal(size=(dim, dim)) / np.sqrt(dim)
+    point = landscape.Point(
+        {"x": jax.numpy.linspace(0.0, 1.0, dim)},
+        objective=lambda p, m: 0.5 * p["x"] @ m @ p["x"] + jax.numpy.sum(jax.numpy.cos(p["x"])),
+        inputs=jax.numpy.asarray(a + a.T),
+    )
+    lines = []
+    hessian = landscape.hessian_at(point, columns_per_batch=64, progress=lines.append)
+    exact = a + a.T - np.diag(np.cos(np.linspace(0.0, 1.0, dim)))
+    print(np.abs(hessian.matrix - exact).max(), len(lines))
+    print(lines[0])
+    print(len(jax.devices()))
+""")
+
+
+def test_a_large_hessian_shares_its_chunks_among_the_devices():
+    """With a CPU device per core (landscape.setup()), each device computes its own chunk of
+    columns at once (compiled.hessian_columns_on_devices): the same matrix, half the rounds."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=root, XLA_FLAGS="--xla_force_host_platform_device_count=2")
+    proc = subprocess.run(
+        [sys.executable, "-c", _TWO_DEVICES], cwd=root, env=env, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    numbers, header, devices = proc.stdout.strip().splitlines()[-3:]
+    error, count = numbers.split()
+    assert devices == "2" and float(error) < 1e-12
+    assert header.endswith("in chunks of 110 on 2 device(s)") and count == "6"  # 5 rounds

@@ -15,6 +15,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
+from jax.sharding import Mesh, PartitionSpec
 
 from landscape.point import Point
 from landscape.typing import PyTree
@@ -151,3 +152,31 @@ def hessian_columns(
     """Columns first, ..., first + count - 1 of the Hessian (count, D): one program for every
     chunk of a large Hessian, so the host can report progress between chunks."""
     return _columns(objective, columns_per_batch, count, params, inputs, first)
+
+
+@functools.partial(jax.jit, static_argnames=("objective", "columns_per_batch", "count", "mesh"))
+def hessian_columns_on_devices(
+    objective: Objective,
+    params: PyTree,
+    inputs: PyTree,
+    firsts: jax.Array,
+    columns_per_batch: int,
+    count: int,
+    mesh: Mesh,
+) -> jax.Array:
+    """`hessian_columns` from each of `firsts` (one per device of the 1-D `mesh`), every device
+    its own chunk (a shard_map; the point replicated): (devices, count, D). XLA's CPU fusions use
+    one thread, so a process with a CPU device per core (`landscape.setup()`) uses every core."""
+
+    def body(params: PyTree, inputs: PyTree, first: jax.Array) -> jax.Array:
+        return _columns(objective, columns_per_batch, count, params, inputs, first[0])[None]
+
+    spec = PartitionSpec(mesh.axis_names[0])
+    # check_vma off: the linearised gradient is replicated, the basis vectors vary by device
+    return jax.shard_map(
+        body,
+        mesh=mesh,
+        in_specs=(PartitionSpec(), PartitionSpec(), spec),
+        out_specs=spec,
+        check_vma=False,
+    )(params, inputs, firsts)

@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
+from jax.sharding import Mesh
 
 from landscape import _checks
 from landscape.engine import memory
@@ -416,34 +417,47 @@ CHUNKED_ABOVE = 1024  # a dense Hessian of more parameters is formed in chunks, 
 def _hessian_in_chunks(
     point: Point, columns_per_batch: int, progress: Callable[[str], None] | None
 ) -> Hessian:
-    """A large dense Hessian chunk by chunk (one compiled program for every chunk), with an
-    estimate of memory at the start and a progress line with the time left after each chunk."""
-    objective, inputs = point.shared
-    dim = point.num_params
-    count = max(columns_per_batch, -(-dim // 10))  # about ten progress lines
+    """A large dense Hessian chunk by chunk (one compiled program for every chunk, each device of
+    the process computing its own chunk at once), with an estimate of memory at the start and a
+    progress line with the time left after each round of chunks."""
+    dim, devices = point.num_params, jax.local_devices()
+    count = max(columns_per_batch, -(-dim // 10))  # about ten chunks
     itemsize = np.dtype(ravel_pytree(point.params)[0].dtype).itemsize
     if progress:
         progress(
             f"dense Hessian of {point.name or 'the point'}: D = {dim}, "
             f"{memory.format_bytes(dim * dim * itemsize)} for the matrix, {dim} "
-            f"Hessian-vector products in chunks of {count}"
+            f"Hessian-vector products in chunks of {count} on {len(devices)} device(s)"
         )
     start, chunks = time.perf_counter(), []
-    for first in range(0, dim, count):
-        chunks.append(
-            np.asarray(
-                compiled.hessian_columns(
-                    objective, point.params, inputs, jnp.int32(first), columns_per_batch, count
-                )
-            )
-        )
-        done, seconds = min(first + count, dim), time.perf_counter() - start
+    for first in range(0, dim, count * len(devices)):
+        chunks.append(_chunks_from(point, first, count, columns_per_batch, devices))
+        done, seconds = min(first + count * len(devices), dim), time.perf_counter() - start
         if progress:
             left = seconds / done * (dim - done)
             progress(f"  columns {done}/{dim} | {seconds:.1f} s | about {left:.0f} s left")
     gradient = gradient_at(point)
     matrix = np.concatenate(chunks)[:dim]
     return Hessian(0.5 * (matrix + matrix.T), param_names(point.params), point, gradient)
+
+
+def _chunks_from(
+    point: Point, first: int, count: int, columns_per_batch: int, devices: list[jax.Device]
+) -> np.ndarray:
+    """Hessian columns first .. first + count * len(devices) - 1 ((count * devices, D)): one
+    chunk on each device (`compiled.hessian_columns_on_devices`), or one chunk on one device."""
+    objective, inputs = point.shared
+    if len(devices) == 1:
+        columns = compiled.hessian_columns(
+            objective, point.params, inputs, jnp.int32(first), columns_per_batch, count
+        )
+        return np.asarray(columns)
+    mesh = Mesh(np.asarray(devices), ("columns",))
+    firsts = jnp.asarray(first + count * np.arange(len(devices)), jnp.int32)
+    columns = compiled.hessian_columns_on_devices(
+        objective, point.params, inputs, firsts, columns_per_batch, count, mesh
+    )
+    return np.asarray(columns).reshape(-1, point.num_params)
 
 
 LANCZOS_BLOCKS_ABOVE = 512  # a larger diagonal block's extremes come from ARPACK, not eigvalsh
