@@ -61,6 +61,28 @@ def test_a_gradient_along_a_flat_direction_is_not_stationary():
     assert hessian.verdict(grad_tol=0.5).startswith("not stationary (|g| = 1.118e+00 > grad_tol")
 
 
+def test_a_step_through_a_tiny_eigenvalue_is_cut_back_by_bisection():
+    """L = ½x² + 1e-8 y²/2 + 1e-3 y + y⁴ at (0.1, 0): at the eigenvalue tolerance (1e-9) the step
+    divides 1e-3 by 1e-8 and lands 1e5 away, where y⁴ changes the curvature by ~1e11, more than
+    every eigenvalue; bisection over the cuts finds 1e-8, the step back to x = 0 alone (exact,
+    κ = 0), and y's 1e-3 of gradient is within rtol = 0.1 of |g| = 0.1."""
+
+    def loss(p):
+        return 0.5 * p["x"] ** 2 + 0.5e-8 * p["y"] ** 2 + 1e-3 * p["y"] + p["y"] ** 4
+
+    hessian = hessian_at(Point({"x": jnp.asarray(0.1), "y": jnp.asarray(0.0)}, loss))
+    near = hessian.near_stationary()
+    assert near.rounds == 2 and near.cut == pytest.approx(1e-8, rel=1e-6)
+    np.testing.assert_allclose(near.step, [-0.1, 0.0], rtol=0, atol=1e-15)
+    assert near.trusted and near.flat_gradient == pytest.approx(1e-3, rel=1e-12)
+    assert hessian.verdict() == (
+        "near-stationary degenerate minimum candidate (positive semi-definite with 1 zero mode): "
+        "its critical point 0.1 away"
+    )
+    strict = hessian.near_stationary(rtol=1e-3)  # y's gradient is now too large a share
+    assert not strict.trusted and "no Newton step removes" in strict.reason
+
+
 @pytest.mark.parametrize(
     ("kwargs", "name"), [({"grad_tol": -1.0}, "grad_tol"), ({"rtol": 0.0}, "rtol")]
 )

@@ -6,6 +6,7 @@ point. The rule and its tolerances: docs/notes/landscape_geometry.md §9.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import jax.numpy as jnp
 import numpy as np
@@ -174,24 +175,14 @@ def near_stationary(
     `grad_tol` the gradient norm that counts as zero (None: `Gradient.stationarity_tol`), `rtol`
     the model's allowed relative error. `Hessian.near_stationary` calls it with its numbers."""
     grad = (gradient.vector, gradient.loss)
-    values, cut, rounds, done, settled = eigen[0], tol, 0, None, False
-    while rounds < MAX_ROUNDS:
-        keep = np.abs(values) > cut
-        if not np.any(keep):
-            break
-        done, rounds = _step(point, matrix, eigen, grad, keep), rounds + 1
-        if not np.isfinite(done.measured) or done.curvature_change <= cut:
-            settled = True
-            break
-        cut = done.curvature_change
-        if np.array_equal(np.abs(values) > cut, keep):  # the same step: κ is the new cut
-            settled = True
-            break
+    values = eigen[0]
+    done, cut, rounds, settled = _settle(
+        lambda keep: _step(point, matrix, eigen, grad, keep), values, tol
+    )
     loss = grad[1]
     floor = 1e3 * float(np.finfo(matrix.dtype).eps) * max(1.0, abs(loss))
     bound = gradient.stationarity_tol() if grad_tol is None else grad_tol
-    largest = float(np.max(np.abs(values), initial=0.0))
-    reason = _distrust(done, settled, cut, largest, rtol, floor, max(bound, rtol * gradient.norm))
+    reason = _distrust(done, settled, cut, rtol, floor, max(bound, rtol * gradient.norm))
     done = done or _Round(np.zeros_like(grad[0]), gradient.norm, 0.0, 0.0, 0.0, gradient.norm)
     return NearStationary(
         point=point,
@@ -214,11 +205,66 @@ def near_stationary(
     )
 
 
+Step = Callable[[np.ndarray], "_Round"]
+
+
+def _settle(step: Step, values: np.ndarray, tol: float) -> tuple[_Round | None, float, int, bool]:
+    """(the last step, the cut, rounds, whether κ <= cut): raise the cut from `tol` to the
+    curvature change over the step until it holds (at most MAX_ROUNDS); where a raise would leave
+    no eigenvalue or a step's loss is not finite (a step divided by tiny eigenvalues can be
+    absurdly long), bisect between that cut and the largest |λ| for the smallest cut that holds
+    (notes/landscape_geometry.md §9)."""
+    magnitudes, cut, rounds, done = np.abs(values), tol, 0, None
+    while rounds < MAX_ROUNDS:
+        keep = magnitudes > cut
+        if not np.any(keep):
+            return done, cut, rounds, False
+        done, rounds = step(keep), rounds + 1
+        change = done.curvature_change
+        if np.isfinite(done.measured) and change <= cut:
+            return done, cut, rounds, True
+        if not (np.isfinite(done.measured) and np.any(magnitudes > change)):
+            return _bisect(step, magnitudes, cut, done, rounds)
+        cut = change
+        if np.array_equal(magnitudes > cut, keep):  # the same step: κ is the new cut
+            return done, cut, rounds, True
+    return done, cut, rounds, False
+
+
+def _bisect(
+    step: Step, magnitudes: np.ndarray, low: float, done: _Round, rounds: int
+) -> tuple[_Round, float, int, bool]:
+    """The smallest cut among the |λ| above `low` (each keeping at least the largest) at which
+    the step's loss is finite and its curvature change at most the cut, by bisection (κ falls as
+    the cut rises and shortens the step); the top cut's step, not settled, when none holds."""
+    cuts = np.unique(magnitudes[magnitudes > low])[:-1]
+    if cuts.size == 0:
+        return done, low, rounds, False
+
+    def holds(i: int) -> tuple[_Round, bool]:
+        trial = step(magnitudes > cuts[i])
+        return trial, bool(np.isfinite(trial.measured) and trial.curvature_change <= cuts[i])
+
+    best, settled = holds(cuts.size - 1)
+    rounds += 1
+    if not settled:
+        return best, float(cuts[-1]), rounds, False
+    lo, hi = -1, cuts.size - 1  # cuts[hi] holds (best); cuts[lo] fails (lo = -1: `low`)
+    while hi - lo > 1:
+        middle = (lo + hi) // 2
+        trial, settled = holds(middle)
+        rounds += 1
+        if settled:
+            best, hi = trial, middle
+        else:
+            lo = middle
+    return best, float(cuts[hi]), rounds, True
+
+
 def _distrust(
     done: _Round | None,
     settled: bool,
     cut: float,
-    largest: float,
     rtol: float,
     floor: float,
     flat_tol: float,
@@ -229,9 +275,11 @@ def _distrust(
     if not np.isfinite(done.measured):
         return "the loss at its critical point is not finite"
     if not settled:
-        beyond = "every |λ|" if cut >= largest else f"the cut after {MAX_ROUNDS} rounds"
-        change = done.curvature_change
-        return f"the curvature changes by {change:.3g} over the step, more than {beyond}"
+        return (
+            "over every step tried the curvature changes by more than the eigenvalues the step "
+            f"divides by (last: κ = {done.curvature_change:.3g} over |s| = "
+            f"{np.linalg.norm(done.step):.3g})"
+        )
     if abs(done.measured - done.predicted) > rtol * abs(done.predicted) + floor:
         return (
             f"at its critical point, |s| = {np.linalg.norm(done.step):.3g} away, the loss "
