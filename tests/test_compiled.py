@@ -118,3 +118,35 @@ def test_a_large_hessian_shares_its_chunks_among_the_devices():
     error, count = numbers.split()
     assert devices == "2" and float(error) < 1e-12
     assert header.endswith("in chunks of 110 on 2 device(s)") and count == "6"  # 5 rounds
+
+
+@pytest.mark.parametrize("rule", ["mean", "sum"])
+def test_a_large_hessian_over_slices_of_its_population(rule, monkeypatch):
+    """meta["population"] = "mean" (the n-gram points) or "sum" (the Markov points' weighted
+    sum): with a slice's share of the memory traffic under COLUMN_BYTES (lowered here), the
+    columns are summed over equal slices of the population in cache; the same matrix."""
+    dim, size = landscape.probes.curvature.CHUNKED_ABOVE + 76, 96
+    rng = np.random.default_rng(1)
+    rows = rng.normal(size=(size, dim)) / np.sqrt(dim)
+    weights = rng.uniform(size=size) / size if rule == "sum" else np.full(size, 1.0 / size)
+
+    def objective(params, inputs):
+        x, w = inputs
+        values = jax.numpy.cos(x @ params["x"])
+        return jax.numpy.sum(w * values) if rule == "sum" else jax.numpy.mean(values)
+
+    point = landscape.Point(
+        {"x": jax.numpy.full(dim, 0.3)},
+        objective=objective,
+        inputs=(jax.numpy.asarray(rows), jax.numpy.asarray(weights)),
+        meta={"population": rule},
+    )
+    moved = landscape.probes.curvature._bytes_moved(point)
+    monkeypatch.setattr(landscape.probes.curvature, "COLUMN_BYTES", moved / 5)
+    assert landscape.probes.curvature.population_parts(point) == (6, rule == "mean")  # 6 | 96
+    lines = []
+    hessian = landscape.hessian_at(point, columns_per_batch=64, progress=lines.append)
+    z = rows @ np.full(dim, 0.3)
+    exact = -(rows.T * (weights * np.cos(z))) @ rows
+    np.testing.assert_allclose(hessian.matrix, exact, rtol=0, atol=1e-13)
+    assert lines[0].endswith("over 6 slices of the population")

@@ -140,7 +140,36 @@ def _columns(
     return jax.lax.map(linear_grad, basis, batch_size=min(columns_per_batch, count))
 
 
-@functools.partial(jax.jit, static_argnames=("objective", "columns_per_batch", "count"))
+Parts = tuple[int, bool]  # (equal slices of the population, whether the loss is their mean)
+
+
+def _columns_by_parts(
+    objective: Objective,
+    columns_per_batch: int,
+    count: int,
+    parts: Parts,
+    params: PyTree,
+    inputs: PyTree,
+    first: jax.Array,
+) -> jax.Array:
+    """`_columns`, summed (or averaged) over `parts[0]` equal slices of the leading axis of every
+    input leaf, a lax.scan: a slice's activations stay in cache, where the whole population's
+    tangents would stream through memory once per column (`Point.meta["population"]`)."""
+    number, mean = parts
+    if number == 1:
+        return _columns(objective, columns_per_batch, count, params, inputs, first)
+    slices = jax.tree.map(lambda x: x.reshape((number, x.shape[0] // number) + x.shape[1:]), inputs)
+
+    def add(total: jax.Array, piece: PyTree) -> tuple[jax.Array, None]:
+        return total + _columns(objective, columns_per_batch, count, params, piece, first), None
+
+    dim = ravel_pytree(params)[0].size
+    zeros = jnp.zeros((count, dim), ravel_pytree(params)[0].dtype)
+    total, _ = jax.lax.scan(add, zeros, slices)
+    return total / number if mean else total
+
+
+@functools.partial(jax.jit, static_argnames=("objective", "columns_per_batch", "count", "parts"))
 def hessian_columns(
     objective: Objective,
     params: PyTree,
@@ -148,13 +177,17 @@ def hessian_columns(
     first: jax.Array,
     columns_per_batch: int,
     count: int,
+    parts: Parts = (1, True),
 ) -> jax.Array:
     """Columns first, ..., first + count - 1 of the Hessian (count, D): one program for every
-    chunk of a large Hessian, so the host can report progress between chunks."""
-    return _columns(objective, columns_per_batch, count, params, inputs, first)
+    chunk of a large Hessian, so the host can report progress between chunks; `parts`: over
+    slices of the population (`_columns_by_parts`)."""
+    return _columns_by_parts(objective, columns_per_batch, count, parts, params, inputs, first)
 
 
-@functools.partial(jax.jit, static_argnames=("objective", "columns_per_batch", "count", "mesh"))
+@functools.partial(
+    jax.jit, static_argnames=("objective", "columns_per_batch", "count", "mesh", "parts")
+)
 def hessian_columns_on_devices(
     objective: Objective,
     params: PyTree,
@@ -163,13 +196,17 @@ def hessian_columns_on_devices(
     columns_per_batch: int,
     count: int,
     mesh: Mesh,
+    parts: Parts = (1, True),
 ) -> jax.Array:
     """`hessian_columns` from each of `firsts` (one per device of the 1-D `mesh`), every device
     its own chunk (a shard_map; the point replicated): (devices, count, D). XLA's CPU fusions use
     one thread, so a process with a CPU device per core (`landscape.setup()`) uses every core."""
 
     def body(params: PyTree, inputs: PyTree, first: jax.Array) -> jax.Array:
-        return _columns(objective, columns_per_batch, count, params, inputs, first[0])[None]
+        columns = _columns_by_parts(
+            objective, columns_per_batch, count, parts, params, inputs, first[0]
+        )
+        return columns[None]
 
     spec = PartitionSpec(mesh.axis_names[0])
     # check_vma off: the linearised gradient is replicated, the basis vectors vary by device
