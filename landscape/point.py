@@ -43,7 +43,9 @@ class Point:
 
     Equality and hashing are by identity (params are arrays, which have no truth value).
     `meta` is free-form. Keys the engine reads: "prediction" (str), the theory's verdict, e.g.
-    "local minimum (Thm 2)"; "expected_loss" (float), a closed-form value of the loss.
+    "local minimum (Thm 2)"; "expected_loss" (float), a closed-form value of the loss;
+    "population" ("mean" or "sum"): the loss is the mean (sum) of its values on equal slices of
+    the leading axis of every input leaf, so a large Hessian may be formed slice by slice.
     """
 
     params: PyTree

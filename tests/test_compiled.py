@@ -1,5 +1,10 @@
 """Points of one model share compiled programs; a list of points is one call (compiled.py)."""
 
+import os
+import subprocess
+import sys
+import textwrap
+
 import jax
 import numpy as np
 import pytest
@@ -76,3 +81,72 @@ def test_a_large_hessian_comes_in_chunks_with_progress():
     np.testing.assert_allclose(hessian.gradient.vector, (a + a.T) @ np.ones(dim), atol=1e-10)
     assert lines[0].startswith(f"dense Hessian of the point: D = {dim}, ")
     assert lines[-1].startswith(f"  columns {dim}/{dim} |") and len(lines) == 11
+
+
+_TWO_DEVICES = textwrap.dedent("""
+    import sys
+    import jax
+    jax.config.update("jax_enable_x64", True)
+    import numpy as np
+    import landscape
+    dim = landscape.probes.curvature.CHUNKED_ABOVE + 76
+    a = np.random.default_rng(0).normal(size=(dim, dim)) / np.sqrt(dim)
+    point = landscape.Point(
+        {"x": jax.numpy.linspace(0.0, 1.0, dim)},
+        objective=lambda p, m: 0.5 * p["x"] @ m @ p["x"] + jax.numpy.sum(jax.numpy.cos(p["x"])),
+        inputs=jax.numpy.asarray(a + a.T),
+    )
+    lines = []
+    hessian = landscape.hessian_at(point, columns_per_batch=64, progress=lines.append)
+    exact = a + a.T - np.diag(np.cos(np.linspace(0.0, 1.0, dim)))
+    print(np.abs(hessian.matrix - exact).max(), len(lines))
+    print(lines[0])
+    print(len(jax.devices()))
+""")
+
+
+def test_a_large_hessian_shares_its_chunks_among_the_devices():
+    """With a CPU device per core (landscape.setup()), each device computes its own chunk of
+    columns at once (compiled.hessian_columns_on_devices): the same matrix, half the rounds."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=root, XLA_FLAGS="--xla_force_host_platform_device_count=2")
+    proc = subprocess.run(
+        [sys.executable, "-c", _TWO_DEVICES], cwd=root, env=env, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    numbers, header, devices = proc.stdout.strip().splitlines()[-3:]
+    error, count = numbers.split()
+    assert devices == "2" and float(error) < 1e-12
+    assert header.endswith("in chunks of 110 on 2 device(s)") and count == "6"  # 5 rounds
+
+
+@pytest.mark.parametrize("rule", ["mean", "sum"])
+def test_a_large_hessian_over_slices_of_its_population(rule, monkeypatch):
+    """meta["population"] = "mean" (the n-gram points) or "sum" (the Markov points' weighted
+    sum): with a slice's share of the memory traffic under COLUMN_BYTES (lowered here), the
+    columns are summed over equal slices of the population in cache; the same matrix."""
+    dim, size = landscape.probes.curvature.CHUNKED_ABOVE + 76, 96
+    rng = np.random.default_rng(1)
+    rows = rng.normal(size=(size, dim)) / np.sqrt(dim)
+    weights = rng.uniform(size=size) / size if rule == "sum" else np.full(size, 1.0 / size)
+
+    def objective(params, inputs):
+        x, w = inputs
+        values = jax.numpy.cos(x @ params["x"])
+        return jax.numpy.sum(w * values) if rule == "sum" else jax.numpy.mean(values)
+
+    point = landscape.Point(
+        {"x": jax.numpy.full(dim, 0.3)},
+        objective=objective,
+        inputs=(jax.numpy.asarray(rows), jax.numpy.asarray(weights)),
+        meta={"population": rule},
+    )
+    moved = landscape.probes.curvature._bytes_moved(point)
+    monkeypatch.setattr(landscape.probes.curvature, "COLUMN_BYTES", moved / 5)
+    assert landscape.probes.curvature.population_parts(point) == (6, rule == "mean")  # 6 | 96
+    lines = []
+    hessian = landscape.hessian_at(point, columns_per_batch=64, progress=lines.append)
+    z = rows @ np.full(dim, 0.3)
+    exact = -(rows.T * (weights * np.cos(z))) @ rows
+    np.testing.assert_allclose(hessian.matrix, exact, rtol=0, atol=1e-13)
+    assert lines[0].endswith("over 6 slices of the population")

@@ -7,6 +7,7 @@ import pytest
 from jax.flatten_util import ravel_pytree
 
 from landscape.point import Point, param_names, params_table
+from landscape.probes import curvature
 from landscape.probes.curvature import hessian_at
 from landscape.probes.gradient import gradient_at, hvp
 from landscape.probes.lanczos import lanczos_spectrum
@@ -278,18 +279,25 @@ def test_restrict_gives_the_block_of_the_full_hessian():
 
 
 def test_a_point_that_is_not_critical_gets_no_curvature_verdict():
-    """A saddle's Hessian at a point with |g| = 1: 'not stationary', before any curvature."""
+    """A saddle at |g| = 5 whose quartic term breaks the quadratic model over the Newton step:
+    'not stationary', before any curvature (notes/landscape_geometry.md §9). Without the quartic
+    term the model is the loss, and the point is near-stationary, its critical point 1 away."""
 
     def loss(p):
-        return 0.5 * p["x"] ** 2 - p["y"] ** 2
+        return 0.5 * p["x"] ** 2 - p["y"] ** 2 + p["x"] ** 4
 
     point = Point({"x": jnp.asarray(1.0), "y": jnp.asarray(0.0)}, loss, name="off-critical")
     hessian = hessian_at(point)
-    np.testing.assert_allclose(hessian.eigenvalues, [-2.0, 1.0])  # a saddle's spectrum
+    np.testing.assert_allclose(hessian.eigenvalues, [-2.0, 13.0])  # a saddle's spectrum
     assert hessian.kind() is Curvature.NOT_STATIONARY
-    assert "not stationary (|g| = 1.000e+00 > sqrt(eps) max(1, |L|)" in hessian.verdict()
+    assert "not stationary (|g| = 5.000e+00 > sqrt(eps) max(1, |L|)" in hessian.verdict()
     assert "verdict (measured)   not stationary" in hessian.describe()
     assert lanczos_spectrum(point, num_iters=2).kind() is Curvature.NOT_STATIONARY
+    quadratic = hessian_at(Point(point.params, lambda p: 0.5 * p["x"] ** 2 - p["y"] ** 2))
+    assert quadratic.kind() is Curvature.SADDLE
+    assert quadratic.verdict() == (
+        "near-stationary saddle (1 negative eigenvalue): its critical point 1 away"
+    )
     at_origin = hessian_at(point.with_params({"x": jnp.asarray(0.0), "y": jnp.asarray(0.0)}))
     assert at_origin.gradient.kind() is Curvature.STATIONARY
     assert "stationary (|g| = 0.000e+00" in at_origin.gradient.verdict()
@@ -335,3 +343,18 @@ def test_a_nonfinite_loss_is_not_recompiled(monkeypatch):
     monkeypatch.setattr(compiled, "hessian", fake)
     H = hessian_at(point)
     assert fake.cleared == 0 and not H.finite and H.verdict() == "non-finite"
+
+
+def test_block_extremes_of_a_large_block_are_eigvalshs():
+    """describe()'s per-block λ_min, λ_max: ARPACK's Lanczos above LANCZOS_BLOCKS_ABOVE rows
+    (about 5x faster than eigvalsh on the n-gram A1 block, 2048 rows) gives eigvalsh's numbers,
+    on a spectrum with a 100-fold degenerate zero and clustered ends."""
+    size = curvature.LANCZOS_BLOCKS_ABOVE + 88
+    rng = np.random.default_rng(5)
+    values = np.concatenate([np.zeros(100), rng.uniform(-1, 2, size - 102), [-1.0, 2.0]])
+    rotation, _ = np.linalg.qr(rng.normal(size=(size, size)))
+    block = (rotation * values) @ rotation.T
+    exact = np.linalg.eigvalsh(block)
+    np.testing.assert_allclose(curvature.block_extremes(block), exact[[0, -1]], rtol=0, atol=1e-12)
+    small = block[:100, :100]
+    assert curvature.block_extremes(small) == tuple(np.linalg.eigvalsh(small)[[0, -1]])

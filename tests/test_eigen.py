@@ -11,7 +11,8 @@ import pytest
 
 import landscape
 from landscape.markov import theory
-from landscape.probes import eigen
+from landscape.probes import eigen, krylov
+from landscape.probes.results import Curvature
 
 P, Q, D_EMBED = 0.5, 0.8, 4
 PI0, PI1 = Q / (P + Q), P / (P + Q)
@@ -80,10 +81,10 @@ def test_lanczos_recovers_repeated_eigenvalues_and_compiles_once_per_model():
     np.testing.assert_allclose(smallest.values, np.sort(spectrum)[:4], atol=1e-9)
     assert smallest.multiplicities()[0] == (pytest.approx(-1.5, abs=1e-9), 3)
     # a list: one result per point, and a new matrix of the same model reuses the program
-    programs = eigen.krylov_run._cache_size()
+    programs = krylov.krylov_run._cache_size()
     other = _quadratic_point(_spectrum(1), seed=1)
     both = eigen.eigenpairs([point, other], k=6, which="largest", dense_below=0)
-    assert eigen.krylov_run._cache_size() == programs
+    assert krylov.krylov_run._cache_size() == programs
     np.testing.assert_allclose(both[1].values, np.sort(_spectrum(1))[::-1][:6], atol=1e-9)
     dense = eigen.eigenpairs([point, other], k=6, which="largest")
     assert [d.method for d in dense] == ["dense", "dense"]
@@ -105,7 +106,7 @@ def test_untied_alpha_block_escape_directions_are_thm3_negative_eigenvalues():
     for vector in escape.vectors:
         assert abs(vector["b"]) < 1e-10
         np.testing.assert_allclose(vector["a"], -vector["e"], atol=1e-10)
-    np.testing.assert_allclose(escape.predicted[:, 0], 0.5 * 1e-6 * negative, rtol=1e-10)
+    np.testing.assert_allclose(escape.predicted[:, 0], 1e-6 * negative, rtol=1e-10)
     assert np.all(escape.measured < 0)  # the loss goes down along each
     np.testing.assert_allclose(escape.ratios[:, 0], 1.0, atol=0.05)  # at ε = 1e-3
     text = escape.describe()
@@ -123,8 +124,76 @@ def test_a_shifted_point_is_not_stationary_before_any_curvature_verdict():
     assert not escape.stationary
     lines = escape.describe().splitlines()
     assert lines[1].strip().startswith("gradient norm  |g| = 7.299e-02")
-    assert lines[2].strip().startswith("verdict: not stationary (|g| = 7.299e-02 > ")
+    assert "verdict: not stationary (|g| = 7.299e-02 > " in lines[2]
+    assert escape.kind() is Curvature.NOT_STATIONARY
     assert "saddle" not in escape.describe() and "minimum" not in escape.describe()
+
+
+def test_the_second_order_check_holds_off_a_critical_point():
+    """L = x²/2 - y²/2 + 0.3 y + y⁴ at the origin: g = (0, 0.3) lies along the escape direction
+    y (λ = -1). The symmetric difference L(εv) + L(-εv) - 2L(0) = -ε² + 2ε⁴ gives the ratio
+    1 - 2ε² exactly; the one-sided L(εv) - L(0) = 0.3ε - ε²/2 + ε⁴ would give -0.6/ε + 1 - 2ε²
+    (notes/landscape_geometry.md §9)."""
+    point = landscape.Point(
+        {"x": jnp.zeros(()), "y": jnp.zeros(())},
+        lambda p: p["x"] ** 2 / 2 - p["y"] ** 2 / 2 + 0.3 * p["y"] + p["y"] ** 4,
+    )
+    escape = eigen.escape_directions(point)
+    assert not escape.stationary and escape.num_negative == 1
+    np.testing.assert_allclose(escape.values, [-1.0], rtol=1e-12)
+    epsilons = np.asarray(escape.epsilons)
+    np.testing.assert_allclose(escape.predicted[0], -(epsilons**2), rtol=1e-12)
+    np.testing.assert_allclose(escape.ratios[0], 1 - 2 * epsilons**2, rtol=0, atol=1e-9)
+
+
+def _clustered_point(size=600, seed=0):
+    """½ xᵀAx with the 4 smallest eigenvalues inside a cluster of 150 tiny negative ones
+    (|λ| ~ 1e-6) beside 300 zeros, the spectrum 0.2 wide: Krylov methods cannot separate them
+    in a few hundred steps (the trained points' case, issue 39)."""
+    rng = np.random.default_rng(seed)
+    values = np.concatenate(
+        [-np.abs(rng.normal(size=150)) * 1e-6, np.zeros(300), rng.uniform(1e-3, 0.2, size - 450)]
+    )
+    rotation, _ = np.linalg.qr(rng.normal(size=(size, size)))
+    matrix = jnp.asarray((rotation * values) @ rotation.T)
+    point = landscape.Point(
+        {"x": jnp.zeros(size)},
+        objective=lambda p, m: 0.5 * p["x"] @ m @ p["x"],
+        inputs=matrix,
+        name="cluster",
+    )
+    return point, np.sort(values)
+
+
+def test_a_search_that_does_not_converge_falls_back_to_dense_and_says_so(monkeypatch):
+    point, values = _clustered_point()
+    monkeypatch.setattr(krylov, "LONG_SECONDS", 0.0)  # a line per run, however fast
+    lines = []
+    found = eigen.eigenpairs(point, k=4, dense_below=0, progress=lines.append)
+    assert found.method == "dense" and found.reason.startswith(
+        "dense fallback: Lanczos did not certify the 4 smallest in 18 runs (720 HVPs)"
+    )
+    np.testing.assert_allclose(found.values, values[:4], rtol=0, atol=1e-15)
+    assert np.all(found.residuals < 1e-14)
+    assert f"  method: {found.reason}" in found.describe()
+    assert sum(line.startswith("eigenpairs: Lanczos run ") for line in lines) == 18
+    assert lines[-1] == f"eigenpairs: {found.reason}"
+    unfinished = eigen.eigenpairs(point, k=4, dense_below=0, fallback_below=0, progress=None)
+    assert not unfinished.converged and unfinished.method == "lanczos"
+    assert unfinished.reason == (
+        "Lanczos: D = 600 > dense_below = 0; not converged, and D > fallback_below = 0"
+    )
+    assert "NOT converged" in unfinished.describe()
+
+
+def test_the_result_says_which_method_and_why():
+    point = _alpha_block(True)
+    dense = eigen.eigenpairs(point, k=2)
+    assert dense.reason == "dense: D = 5 <= dense_below = 3000 (dense_below=0 for Lanczos)"
+    lanczos = eigen.eigenpairs(point, k=2, dense_below=0, progress=None)
+    assert lanczos.converged and lanczos.reason == "Lanczos: D = 5 > dense_below = 0"
+    escape = eigen.escape_directions(point, progress=None)
+    assert f"  method: {escape.eigen.reason}" in escape.describe()
 
 
 def test_bad_arguments_are_refused_in_one_sentence():

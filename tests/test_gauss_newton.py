@@ -6,6 +6,10 @@ import numpy as np
 import pytest
 
 import landscape
+from landscape.engine import backend
+from landscape.markov import model as markov_model
+from landscape.markov import points as markov_points
+from landscape.markov import task as markov_task
 from landscape.point import Point
 
 P, Q = 0.5, 0.8
@@ -122,3 +126,61 @@ def test_a_split_that_does_not_compose_to_the_objective_is_refused():
     )
     with pytest.raises(ValueError, match="must compose to the objective"):
         landscape.ggn_at(bad)
+
+
+def _reference_ggn(point):
+    """G = Jᵀ (∇²_z ℓ) J with J by reverse mode (jax.jacrev, row by row) and ∇²_z ℓ by
+    jax.hessian: no forward-mode product through the model, traced afresh."""
+    flat, unravel = jax.flatten_util.ravel_pytree(point.params)
+    z = point.outputs(point.params, point.inputs)
+    jacobian = jax.jacrev(lambda x: point.outputs(unravel(x), point.inputs).ravel())(flat)
+    hz = jax.hessian(lambda u: point.output_loss(u.reshape(z.shape), point.inputs))(z.ravel())
+    return np.asarray(jacobian.T @ hz @ jacobian)
+
+
+def _gpt_point(seq_len, num_sequences):
+    """A GPT-2-family Markov model (pre-LN: the hand-written LayerNorm and, beyond 64 positions,
+    the tiled attention with its hand-written backward pass) at a random init."""
+    model = markov_model.MarkovModel(
+        family="gpt", d=4, seq_len=seq_len, layer_norm=True, param_dtype=jnp.float64
+    )
+    params = markov_model.init_params(jax.random.key(3), model, jnp.float64)
+    params = jax.tree.map(lambda x: x + 0.3 * jnp.sin(jnp.arange(x.size).reshape(x.shape)), params)
+    kernel = markov_task.binary_kernel(P, Q)
+    inputs = markov_points.population_inputs(
+        model, kernel, None, population="mc", num_sequences=num_sequences
+    )
+    return markov_points.population_point(model, params, inputs, "gpt, random", {})
+
+
+def test_ggn_goes_through_hand_written_backward_passes_at_n_128():
+    """At N = 128 the CPU attention is tiled with a hand-written backward pass (a custom_vjp,
+    which has no forward mode), and the GPT-2 family's LayerNorm has one too: G equals Jᵀ H_z J
+    from the plain formulation (full masked softmax, JAX's own derivatives) to 1e-10."""
+    assert not markov_model.scores_held_whole(128)
+    gpt = _gpt_point(128, num_sequences=2)
+    result = landscape.ggn_at(gpt, progress=None)
+    with backend.tuning("plain"):
+        reference = _reference_ggn(gpt)
+    assert np.abs(reference).max() > 1e-2
+    np.testing.assert_allclose(result.ggn, reference, rtol=0, atol=1e-10)
+
+
+def test_ggn_at_theta_pi_at_n_128():
+    """θ_π at the papers' N = 128 (tiled attention): every logit equals b, so G_bb = π0 π1 and
+    the e rows of G vanish (notes/landscape_geometry.md §7)."""
+    theta_pi = landscape.markov.theta_pi(P, Q, seq_len=128, num_sequences=4)
+    ggn = landscape.ggn_at(theta_pi, progress=None)
+    np.testing.assert_allclose(ggn.block("b"), [[PI0PI1]], rtol=1e-12)
+    assert np.abs(ggn.block("e", ["b", "e"])).max() == 0.0
+
+
+@pytest.mark.slow
+def test_ggn_at_theta_pi_at_n_1024():
+    """The Markov papers' N = 1024 (D = 4307, formed in chunks with progress lines)."""
+    lines = []
+    theta_pi = landscape.markov.theta_pi(P, Q, seq_len=1024, num_sequences=2)
+    ggn = landscape.ggn_at(theta_pi, progress=lines.append)
+    np.testing.assert_allclose(ggn.block("b"), [[PI0PI1]], rtol=1e-12)
+    assert np.abs(ggn.block("e", ["b", "e"])).max() == 0.0
+    assert any(line.startswith("Gauss-Newton matrix of theta_pi") for line in lines)

@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 import landscape
+from landscape.engine import memory
 from landscape.markov import theory
-from landscape.probes import geometry
+from landscape.probes import budget, geometry
 
 TOL = 1e-10  # float64 closed forms against the model code: observed differences ~1e-15
 
@@ -142,6 +143,36 @@ def test_slice_in_a_b_e_plane_is_the_closed_form_and_reuses_its_program():
     assert geometry._losses_at._cache_size() == programs  # a new (p, q): no new program
     exact = markov_loss(np.log(0.3 / 0.9) + 0.7 * grid_a, grid_b**2 * (w @ w), 0.3, 0.9)
     np.testing.assert_allclose(other.losses, exact, rtol=0, atol=TOL)
+
+
+def test_slices_and_paths_pick_a_batch_size_that_fits(monkeypatch):
+    """With room for a few loss evaluations only (the memory shrunk to 5 of them, half of it the
+    budget), slice_2d and path go through lax.map in batches of 2 and give the closed form;
+    with room for less than one, a MemoryError names the call and both sizes."""
+    point = _theta_pi(0.5, 0.8)
+    each = budget.loss_bytes(point)
+    assert each > 1e4  # a loss over the 64 sequences of N = 6 holds its activations
+    chosen = []
+    original = geometry._losses_at
+
+    def spy(objective, controls, inputs, weights, batch_size):
+        chosen.append(batch_size)
+        return original(objective, controls, inputs, weights, batch_size)
+
+    monkeypatch.setattr(geometry, "_losses_at", spy)
+    monkeypatch.setattr(memory, "available_memory_bytes", lambda: 5 * each)
+    u, v = _zeros_like(point, b=1.0), _zeros_like(point, e=np.ones(4))
+    alphas, betas = np.linspace(-1.0, 1.0, 3), np.linspace(-1.0, 1.0, 4)
+    result = geometry.slice_2d(point, u, v, alphas, betas)
+    grid_a, grid_b = np.meshgrid(alphas, betas, indexing="ij")
+    exact = markov_loss(np.log(0.5 / 0.8) + grid_a, 4 * grid_b**2, 0.5, 0.8)
+    np.testing.assert_allclose(result.losses, exact, rtol=0, atol=TOL)
+    line = geometry.path(point, point.with_params(_zeros_like(point, b=0.0)))
+    assert chosen == [2, 2] and line.losses.size == 51
+    monkeypatch.setattr(memory, "available_memory_bytes", lambda: 1.5 * each)
+    with pytest.raises(MemoryError, match=r"^slice_2d: one loss evaluation of theta_pi .* needs"):
+        geometry.slice_2d(point, u, v, alphas, betas)
+    assert geometry.slice_2d(point, u, v, alphas, betas, batch_size=3).losses.shape == (3, 4)
 
 
 def test_paths_from_theta_pi_in_b_and_e_are_the_closed_form():

@@ -155,7 +155,8 @@ print("multiplicities:", top.multiplicities())
 # ## Escape directions at the untied saddle
 #
 # Untied, θ_π is a strict saddle. `escape_directions` returns the eigenvectors of the
-# negative eigenvalues and checks each at second order: L(θ + εv) - L(θ) against ε²λ/2.
+# negative eigenvalues and checks each at second order: L(θ + εv) + L(θ - εv) - 2L(θ)
+# against ε²λ (odd orders cancel, so the check holds off a critical point too).
 # Theory says the directions are a = -e ([notes](../../notes/markov/) §6.3): moving the
 # embedding and the head apart lowers the loss, which tying forbids.
 

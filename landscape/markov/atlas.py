@@ -21,7 +21,7 @@ from landscape.markov import points
 from landscape.probes import curvature, eigen, gauss_newton, geometry, gradient, results, spectra
 
 Progress = Callable[[str], object] | None
-_SECOND_ORDER_RTOL = 0.01  # |ΔL / (ε² λ / 2) - 1| at the smallest ε
+_SECOND_ORDER_RTOL = 0.01  # |[L(θ+εv) + L(θ-εv) - 2L(θ)] / (ε² λ) - 1| at the smallest ε
 BOUNDARY_GAP = 1e-9  # cells this close to p + q = 1 are degenerate (zero alpha curvature)
 # SLQ counts the trained points' eigenvalues below -1e-4 λ_max: a run is not exactly stationary,
 # and the dense tolerance (~1e-9 λ_max) also counts dozens of eigenvalues in (-1e-5, 0) that 40

@@ -94,7 +94,7 @@ def population_point(
     return Point(
         params,
         name=name,
-        meta=meta,
+        meta={"population": "sum", **meta},  # weighted sum over sequences: probes may slice it
         objective=population_objective(model),
         inputs=inputs,
         outputs=population_outputs(model),

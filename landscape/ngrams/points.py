@@ -315,6 +315,7 @@ def _population_point(
     x_BT, target_BS = population_set(num_states, order_n, seq_len, alpha, num_sequences, seed, init)
     meta = dict(
         meta,
+        population="mean",  # the loss is the mean over sequences: probes may slice it
         model=model,
         x_BT=x_BT,
         target_BS=target_BS,

@@ -15,6 +15,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
+from jax.sharding import Mesh, PartitionSpec
 
 from landscape.point import Point
 from landscape.typing import PyTree
@@ -106,6 +107,23 @@ def hvp_of_flat(objective: Objective, params: PyTree, inputs: PyTree, vector: ja
     return flat_hvp(objective, params, inputs)(vector)
 
 
+def _value_grad_hvp(
+    objective: Objective, params: PyTree, inputs: PyTree, tangent: PyTree
+) -> tuple[jax.Array, PyTree, PyTree]:
+    (loss, grad), (_, product) = jax.jvp(
+        lambda p: jax.value_and_grad(objective)(p, inputs), (params,), (tangent,)
+    )
+    return loss, grad, product
+
+
+@functools.partial(jax.jit, static_argnames=("objective",))
+def value_grad_hvp(
+    objective: Objective, params: PyTree, inputs: PyTree, tangent: PyTree
+) -> tuple[jax.Array, PyTree, PyTree]:
+    """(loss, gradient, H v) at params in one pass (the near-stationary check's program)."""
+    return _value_grad_hvp(objective, params, inputs, tangent)
+
+
 def flat_hvp(objective: Objective, params: PyTree, inputs: PyTree) -> Callable:
     """v (D,) -> H v (D,) at params: for use inside a traced program (Lanczos, estimators)."""
     flat, loss_of_flat = _flat(objective, params, inputs)
@@ -128,7 +146,36 @@ def _columns(
     return jax.lax.map(linear_grad, basis, batch_size=min(columns_per_batch, count))
 
 
-@functools.partial(jax.jit, static_argnames=("objective", "columns_per_batch", "count"))
+Parts = tuple[int, bool]  # (equal slices of the population, whether the loss is their mean)
+
+
+def _columns_by_parts(
+    objective: Objective,
+    columns_per_batch: int,
+    count: int,
+    parts: Parts,
+    params: PyTree,
+    inputs: PyTree,
+    first: jax.Array,
+) -> jax.Array:
+    """`_columns`, summed (or averaged) over `parts[0]` equal slices of the leading axis of every
+    input leaf, a lax.scan: a slice's activations stay in cache, where the whole population's
+    tangents would stream through memory once per column (`Point.meta["population"]`)."""
+    number, mean = parts
+    if number == 1:
+        return _columns(objective, columns_per_batch, count, params, inputs, first)
+    slices = jax.tree.map(lambda x: x.reshape((number, x.shape[0] // number) + x.shape[1:]), inputs)
+
+    def add(total: jax.Array, piece: PyTree) -> tuple[jax.Array, None]:
+        return total + _columns(objective, columns_per_batch, count, params, piece, first), None
+
+    dim = ravel_pytree(params)[0].size
+    zeros = jnp.zeros((count, dim), ravel_pytree(params)[0].dtype)
+    total, _ = jax.lax.scan(add, zeros, slices)
+    return total / number if mean else total
+
+
+@functools.partial(jax.jit, static_argnames=("objective", "columns_per_batch", "count", "parts"))
 def hessian_columns(
     objective: Objective,
     params: PyTree,
@@ -136,7 +183,43 @@ def hessian_columns(
     first: jax.Array,
     columns_per_batch: int,
     count: int,
+    parts: Parts = (1, True),
 ) -> jax.Array:
     """Columns first, ..., first + count - 1 of the Hessian (count, D): one program for every
-    chunk of a large Hessian, so the host can report progress between chunks."""
-    return _columns(objective, columns_per_batch, count, params, inputs, first)
+    chunk of a large Hessian, so the host can report progress between chunks; `parts`: over
+    slices of the population (`_columns_by_parts`)."""
+    return _columns_by_parts(objective, columns_per_batch, count, parts, params, inputs, first)
+
+
+@functools.partial(
+    jax.jit, static_argnames=("objective", "columns_per_batch", "count", "mesh", "parts")
+)
+def hessian_columns_on_devices(
+    objective: Objective,
+    params: PyTree,
+    inputs: PyTree,
+    firsts: jax.Array,
+    columns_per_batch: int,
+    count: int,
+    mesh: Mesh,
+    parts: Parts = (1, True),
+) -> jax.Array:
+    """`hessian_columns` from each of `firsts` (one per device of the 1-D `mesh`), every device
+    its own chunk (a shard_map; the point replicated): (devices, count, D). XLA's CPU fusions use
+    one thread, so a process with a CPU device per core (`landscape.setup()`) uses every core."""
+
+    def body(params: PyTree, inputs: PyTree, first: jax.Array) -> jax.Array:
+        columns = _columns_by_parts(
+            objective, columns_per_batch, count, parts, params, inputs, first[0]
+        )
+        return columns[None]
+
+    spec = PartitionSpec(mesh.axis_names[0])
+    # check_vma off: the linearised gradient is replicated, the basis vectors vary by device
+    return jax.shard_map(
+        body,
+        mesh=mesh,
+        in_specs=(PartitionSpec(), PartitionSpec(), spec),
+        out_specs=spec,
+        check_vma=False,
+    )(params, inputs, firsts)

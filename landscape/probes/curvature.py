@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
+from jax.sharding import Mesh
 
 from landscape import _checks
 from landscape.engine import memory
@@ -47,11 +48,16 @@ from landscape.probes.results import (
     name_width,
     nonfinite_lines,
     nonfinite_matrix_blocks,
-    not_stationary,
     point_row,
     spectrum_lines,
     verdict_lines,
     verdict_sentence,
+)
+from landscape.probes.stationarity import (
+    NearStationary,
+    check_grad_tol,
+    check_rtol,
+    near_stationary,
 )
 from landscape.typing import PyTree
 
@@ -64,6 +70,7 @@ class Hessian:
     names: Names
     point: Point
     gradient: Gradient
+    _near: dict = dataclasses.field(default_factory=dict, init=False, repr=False, compare=False)
 
     def block(self, a: BlockName, b: BlockName | None = None) -> np.ndarray:
         """The (a, b) block; b defaults to a; each may be a name or a list of names."""
@@ -89,6 +96,16 @@ class Hessian:
                 np.full((dim, dim), np.nan, self.matrix.dtype),
             )
         return np.linalg.eigh(self.matrix)
+
+    @functools.cached_property
+    def _block_extremes(self) -> dict[str, tuple[float, float] | None]:
+        """{leaf: (λ_min, λ_max) of its diagonal block}, None where the block is non-finite."""
+        return {
+            leaf: block_extremes(self.matrix[s, s])
+            if np.all(np.isfinite(self.matrix[s, s]))
+            else None
+            for leaf, s, _ in self.names
+        }
 
     @property
     def eigenvalues(self) -> np.ndarray:
@@ -136,27 +153,35 @@ class Hessian:
         """The largest eigenvalue (NaN for a non-finite matrix)."""
         return float(self.eigenvalues[-1])
 
-    def kind(self, tol: float | None = None) -> Curvature:
-        """What the Hessian shows (`Curvature`): NON_FINITE, NOT_STATIONARY when the gradient is
-        not small (`Gradient.stationarity_tol`), else the kind of its spectrum; a focus block
-        that is positive definite with zero elsewhere makes a MINIMUM (docs/design/curvature.md)."""
+    def kind(self, tol: float | None = None, grad_tol: float | None = None) -> Curvature:
+        """What the Hessian shows (`Curvature`): NON_FINITE; where |g| > grad_tol (default
+        `Gradient.stationarity_tol`), the kind of the quadratic model's critical point when
+        `near_stationary` trusts it, else NOT_STATIONARY; at a stationary point the kind of the
+        spectrum, a focus block positive definite with zero elsewhere a MINIMUM
+        (docs/design/curvature.md, notes/landscape_geometry.md §9)."""
         check_tol(tol)
+        check_grad_tol(grad_tol)
         if not self.finite:
             return Curvature.NON_FINITE
-        if not self.gradient.stationary:
-            return Curvature.NOT_STATIONARY
+        if not self._stationary(grad_tol):
+            return self.near_stationary(tol, grad_tol).kind()
         tol = self.tolerance(tol)
         if self._focus_minimum(tol):
             return Curvature.MINIMUM
         return curvature_kind(self.eigenvalues, tol)
 
-    def verdict(self, tol: float | None = None) -> str:
-        """`kind()` as a sentence, with the counts or the bound that decided it."""
-        kind = self.kind(tol)
+    def _stationary(self, grad_tol: float | None) -> bool:
+        bound = self.gradient.stationarity_tol() if grad_tol is None else grad_tol
+        return self.gradient.norm <= bound
+
+    def verdict(self, tol: float | None = None, grad_tol: float | None = None) -> str:
+        """`kind()` as a sentence, with the counts, the bound or the near-stationary check that
+        decided it."""
+        kind = self.kind(tol, grad_tol)
         if kind is Curvature.NON_FINITE:
             return NON_FINITE
-        if kind is Curvature.NOT_STATIONARY:
-            return not_stationary(self.gradient)
+        if not self._stationary(grad_tol):
+            return self.near_stationary(tol, grad_tol).verdict()
         tol = self.tolerance(tol)
         focus = self._focus_minimum(tol)
         if focus:
@@ -179,10 +204,33 @@ class Hessian:
             return focus
         return None
 
+    def near_stationary(
+        self, tol: float | None = None, grad_tol: float | None = None, rtol: float | None = None
+    ) -> NearStationary:
+        """The Newton step to the critical point of the quadratic model in the non-flat
+        directions, the loss there against the model's prediction, and that critical point's
+        curvature (notes/landscape_geometry.md §9); `rtol` the model's allowed relative error."""
+        tol = self.tolerance(tol)
+        check_grad_tol(grad_tol)
+        rtol = check_rtol(rtol)
+        self._require_finite("near_stationary")
+        key = (tol, grad_tol, rtol)
+        if key not in self._near:
+            eigen = (self.eigenvalues, self.eigenvectors)
+            self._near[key] = near_stationary(
+                self.point, self.matrix, eigen, self.gradient, tol, grad_tol, rtol
+            )
+        return self._near[key]
+
     def focus_report(self, tol: float | None = None) -> FocusReport | None:
         """The focus block's spectrum and the largest |entry| outside it (None without
         `meta["focus_blocks"]`)."""
         check_tol(tol)
+        return self._focus
+
+    @functools.cached_property
+    def _focus(self) -> FocusReport | None:
+        """`focus_report`'s numbers, computed once (they do not depend on the tolerance)."""
         names = self.point.meta.get("focus_blocks")
         if not names:
             return None
@@ -199,10 +247,17 @@ class Hessian:
         )
         return FocusReport(self.point, list(names), eigenvalues, float(rest), finite)
 
-    def summary(self, tol: float | None = None) -> dict[str, Any]:
-        """One row: the point, D, dtype, kind, loss, gradient norm, the extreme eigenvalues, the
-        negative, zero and positive counts at the tolerance (NaN counts when non-finite)."""
-        kind = self.kind(tol)
+    def summary(self, tol: float | None = None, grad_tol: float | None = None) -> dict[str, Any]:
+        """One row: the point, D, dtype, kind, whether the point is stationary ("exact", "near"
+        with its critical point `critical_distance` away, or "no"), loss, gradient norm, the
+        extreme eigenvalues, the negative, zero and positive counts at the tolerance."""
+        kind = self.kind(tol, grad_tol)
+        near = (
+            None
+            if not self.finite or self._stationary(grad_tol)
+            else self.near_stationary(tol, grad_tol)
+        )
+        stationary = "exact" if near is None else ("near" if near.trusted else "no")
         tol = self.tolerance(tol)
         finite_matrix = bool(np.all(np.isfinite(self.matrix)))
         negative, zero, positive = (
@@ -213,6 +268,8 @@ class Hessian:
             self.matrix.shape[0],
             self.matrix.dtype,
             kind=kind.value,
+            stationary=stationary if self.finite else "non-finite",
+            critical_distance=0.0 if near is None else near.distance,
             loss=self.gradient.loss,
             grad_norm=self.gradient.norm,
             lambda_min=self.lambda_min,
@@ -224,10 +281,11 @@ class Hessian:
             finite=self.finite,
         )
 
-    def describe(self, tol: float | None = None) -> str:
-        """Loss, gradient norm, per-block eigenvalues and norms, spectrum, verdict and
-        prediction."""
+    def describe(self, tol: float | None = None, grad_tol: float | None = None) -> str:
+        """Loss, gradient norm, per-block eigenvalues and norms, spectrum, the near-stationary
+        check where |g| > grad_tol, verdict and prediction."""
         tol = self.tolerance(tol)
+        check_grad_tol(grad_tol)
         width = name_width(self.names)
         lines = header_lines("Hessian", self.gradient, self.matrix.dtype)
         lines += [
@@ -236,17 +294,16 @@ class Hessian:
             f"  {'name':<{width}}{'shape':<14}{'λ_min':>13}{'λ_max':>13}{'‖·‖_F':>13}",
         ]
         for leaf, s, shape in self.names:
-            block = self.matrix[s, s]
-            if not np.all(np.isfinite(block)):
+            block, extremes = self.matrix[s, s], self._block_extremes[leaf]
+            if extremes is None:
                 lines.append(
                     f"  {leaf:<{width}}{str(shape):<14}{'non-finite':>13}{'':>13}"
                     f"{np.linalg.norm(block):>13.5g}"
                 )
                 continue
-            block_eigenvalues = np.linalg.eigvalsh(block)
             lines.append(
-                f"  {leaf:<{width}}{str(shape):<14}{block_eigenvalues[0]:>13.5g}"
-                f"{block_eigenvalues[-1]:>13.5g}{np.linalg.norm(block):>13.5g}"
+                f"  {leaf:<{width}}{str(shape):<14}{extremes[0]:>13.5g}"
+                f"{extremes[1]:>13.5g}{np.linalg.norm(block):>13.5g}"
             )
         if not self.finite:
             lines += [""] + nonfinite_lines(self.gradient, self.nonfinite_blocks())
@@ -284,7 +341,9 @@ class Hessian:
                 f"  max |H| outside the focus block (rows and columns): {focus.outside:.3g}"
             )
         lines += [""] + spectrum_lines(self.eigenvalues, tol, "spectrum")
-        lines += [""] + verdict_lines(self.verdict(tol), self.point)
+        if not self._stationary(grad_tol):
+            lines += [""] + self.near_stationary(tol, grad_tol).describe().splitlines()
+        lines += [""] + verdict_lines(self.verdict(tol, grad_tol), self.point)
         return "\n".join(lines)
 
     def __repr__(self) -> str:
@@ -466,11 +525,29 @@ def default_columns_per_batch(point: Point) -> int:
     estimate of one loss evaluation, a column's share) under COLUMN_BYTES, at least 1 and at most
     256. A population loss over many sequences gets 1 (theta_pi at N = 10 moves ~50 MB a loss:
     one column at a time ran 237 columns in 1.5 s, 256 at once in 5.0 s); a small loss gets more."""
+    return int(min(256, max(1, COLUMN_BYTES // max(_bytes_moved(point), 1.0))))
+
+
+def _bytes_moved(point: Point) -> float:
+    """XLA's estimate of the bytes one loss evaluation of the point reads and writes."""
     objective, inputs = point.shared
     cost = jax.jit(objective).lower(point.params, inputs).cost_analysis() or {}
     cost = cost[0] if isinstance(cost, list) else cost  # older jax: one dict per program
-    moved = float(cost.get("bytes accessed", 0.0))
-    return int(min(256, max(1, COLUMN_BYTES // max(moved, 1.0))))
+    return float(cost.get("bytes accessed", 0.0))
+
+
+def population_parts(point: Point) -> compiled.Parts:
+    """(slices, mean): where `point.meta["population"]` says the loss is the "mean" (or "sum")
+    of its values on equal slices of the leading axis of every input leaf, the fewest such
+    slices whose loss moves at most COLUMN_BYTES, so that a large Hessian's columns are formed
+    slice by slice in cache ((1, True): the whole population at once). On the n-gram Fig. 3
+    point (4096 sequences, 200 MB a loss) 16 slices took a column from 38 ms to 1.2 ms x 16."""
+    rule, leaves = point.meta.get("population"), jax.tree.leaves(point.shared[1])
+    sizes = {np.shape(x)[0] if np.ndim(x) else 0 for x in leaves}
+    if rule not in ("mean", "sum") or len(sizes) != 1 or 0 in sizes:
+        return 1, True
+    size, wanted = sizes.pop(), int(np.ceil(_bytes_moved(point) / COLUMN_BYTES))
+    return next(d for d in range(max(1, wanted), size + 1) if size % d == 0), rule == "mean"
 
 
 CHUNKED_ABOVE = 1024  # a dense Hessian of more parameters is formed in chunks, with progress
@@ -479,34 +556,78 @@ CHUNKED_ABOVE = 1024  # a dense Hessian of more parameters is formed in chunks, 
 def _hessian_in_chunks(
     point: Point, columns_per_batch: int, progress: Callable[[str], None] | None
 ) -> Hessian:
-    """A large dense Hessian chunk by chunk (one compiled program for every chunk), with an
-    estimate of memory at the start and a progress line with the time left after each chunk."""
-    objective, inputs = point.shared
-    dim = point.num_params
-    count = max(columns_per_batch, -(-dim // 10))  # about ten progress lines
+    """A large dense Hessian chunk by chunk (one compiled program for every chunk, each device of
+    the process computing its own chunk at once), with an estimate of memory at the start and a
+    progress line with the time left after each round of chunks."""
+    dim, devices, parts = point.num_params, jax.local_devices(), population_parts(point)
+    count = max(columns_per_batch, -(-dim // 10))  # about ten chunks
     itemsize = np.dtype(ravel_pytree(point.params)[0].dtype).itemsize
     if progress:
+        sliced = f", over {parts[0]} slices of the population" if parts[0] > 1 else ""
         progress(
             f"dense Hessian of {point.name or 'the point'}: D = {dim}, "
             f"{memory.format_bytes(dim * dim * itemsize)} for the matrix, {dim} "
-            f"Hessian-vector products in chunks of {count}"
+            f"Hessian-vector products in chunks of {count} on {len(devices)} device(s){sliced}"
         )
     start, chunks = time.perf_counter(), []
-    for first in range(0, dim, count):
-        chunks.append(
-            np.asarray(
-                compiled.hessian_columns(
-                    objective, point.params, inputs, jnp.int32(first), columns_per_batch, count
-                )
-            )
-        )
-        done, seconds = min(first + count, dim), time.perf_counter() - start
+    for first in range(0, dim, count * len(devices)):
+        chunks.append(_chunks_from(point, first, count, (columns_per_batch, parts), devices))
+        done, seconds = min(first + count * len(devices), dim), time.perf_counter() - start
         if progress:
             left = seconds / done * (dim - done)
             progress(f"  columns {done}/{dim} | {seconds:.1f} s | about {left:.0f} s left")
     gradient = gradient_at(point)
     matrix = np.concatenate(chunks)[:dim]
     return Hessian(0.5 * (matrix + matrix.T), param_names(point.params), point, gradient)
+
+
+def _chunks_from(
+    point: Point,
+    first: int,
+    count: int,
+    batching: tuple[int, compiled.Parts],
+    devices: list[jax.Device],
+) -> np.ndarray:
+    """Hessian columns first .. first + count * len(devices) - 1 ((count * devices, D)): one
+    chunk on each device (`compiled.hessian_columns_on_devices`), or one chunk on one device;
+    `batching`: (columns per vmapped batch, `population_parts`)."""
+    objective, inputs = point.shared
+    columns_per_batch, parts = batching
+    if len(devices) == 1:
+        columns = compiled.hessian_columns(
+            objective, point.params, inputs, jnp.int32(first), columns_per_batch, count, parts
+        )
+        return np.asarray(columns)
+    mesh = Mesh(np.asarray(devices), ("columns",))
+    firsts = jnp.asarray(first + count * np.arange(len(devices)), jnp.int32)
+    columns = compiled.hessian_columns_on_devices(
+        objective, point.params, inputs, firsts, columns_per_batch, count, mesh, parts
+    )
+    return np.asarray(columns).reshape(-1, point.num_params)
+
+
+LANCZOS_BLOCKS_ABOVE = 512  # a larger diagonal block's extremes come from ARPACK, not eigvalsh
+
+
+def block_extremes(block: np.ndarray) -> tuple[float, float]:
+    """(λ_min, λ_max) of a symmetric block: eigvalsh up to LANCZOS_BLOCKS_ABOVE rows; above,
+    ARPACK's Lanczos to machine precision (tol=0), about 5x faster than eigvalsh at 2048 rows
+    (the n-gram Fig. 3 model's A1), eigvalsh again should ARPACK not converge."""
+    if block.shape[0] <= LANCZOS_BLOCKS_ABOVE:
+        values = np.linalg.eigvalsh(block)
+        return float(values[0]), float(values[-1])
+    # scipy ships no type stubs here; imported where needed (0.8 s): large blocks only
+    import scipy.sparse.linalg  # type: ignore[import-untyped]  # no stubs installed
+
+    try:
+        low, high = (
+            float(scipy.sparse.linalg.eigsh(block, 1, which=w, tol=0, return_eigenvectors=False)[0])
+            for w in ("SA", "LA")
+        )
+    except scipy.sparse.linalg.ArpackNoConvergence:
+        values = np.linalg.eigvalsh(block)
+        return float(values[0]), float(values[-1])
+    return low, high
 
 
 def _check_dense_size(points: list[Point], max_dense_dim: int, columns_per_batch: int) -> None:

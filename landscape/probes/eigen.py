@@ -3,8 +3,9 @@
     eigenpairs(point, k, which)   the k largest or smallest eigenpairs, each with its residual
     escape_directions(point)      eigenvectors of negative eigenvalues, checked at second order
 
-Dense `eigh` for small D, thick-restarted Lanczos with deflation on exact HVPs above. The method,
-its stopping rule and its tolerances: docs/design/curvature.md.
+Dense `eigh` for small D, thick-restarted Lanczos with deflation on exact HVPs above (`krylov.py`),
+falling back to the dense solve when Lanczos does not certify the k values. The method, its
+stopping rule and its tolerances: docs/design/curvature.md.
 """
 
 from __future__ import annotations
@@ -22,11 +23,14 @@ from jax.flatten_util import ravel_pytree
 from landscape import _checks
 from landscape import point as point_lib
 from landscape.point import Point
-from landscape.probes import compiled, curvature, gradient, results
+from landscape.probes import compiled, curvature, gradient, krylov, results
+from landscape.probes.krylov import _wanted_order
 from landscape.typing import PyTree
 
 WHICH = ("largest", "smallest")
 _DEFAULT_EPSILONS = (1e-3, 3e-3, 1e-2)
+FALLBACK_BELOW = 6000  # hessian_at's max_dense_dim: the largest D a failed search solves densely
+Progress = Callable[[str], None] | None
 
 
 def _eps(dtype: Any) -> float:
@@ -71,7 +75,8 @@ def losses_along(
     epsilons: jax.Array,
 ) -> jax.Array:
     """L(θ + ε v) for each direction v (rows of (N, D)) and each ε of (E,), as (N, E + 1): column
-    0 is ε = 0, evaluated in the same batched program so that differences cancel rounding."""
+    0 is ε = 0, evaluated in the same batched program so that differences cancel rounding
+    (pass ε and -ε for symmetric differences)."""
     flat, unravel = ravel_pytree(params)
     steps = jnp.concatenate([jnp.zeros(1, flat.dtype), epsilons.astype(flat.dtype)])
 
@@ -80,83 +85,6 @@ def losses_along(
 
     deltas = steps[None, :, None] * directions[:, None, :]
     return jax.vmap(jax.vmap(loss_at))(deltas)
-
-
-KrylovRun = tuple[jax.Array, jax.Array, jax.Array]  # (basis V, products H V, next vector)
-
-
-def krylov_block(
-    matvec: Callable[[jax.Array], jax.Array],
-    fixed: jax.Array,
-    num_active: jax.Array,
-    hint: jax.Array,
-    mix: jax.Array,
-    key: jax.Array,
-    num_iters: int,
-) -> KrylovRun:
-    """Lanczos with full reorthogonalisation in the complement of the rows of `fixed` (the locked
-    and retained vectors, orthonormal; zero rows are ignored).
-
-    The start vector is hint + mix * N(0, I/D), projected off `fixed` and normalised. Returns the
-    orthonormal basis V (num_iters, D), the products H V (row by row, each from one exact HVP) and
-    the next Lanczos vector (the direction a further step would add). An exhausted Krylov space
-    continues from a fresh random direction; rows at or beyond `num_active` (the dimension of the
-    complement) are zero. Jittable, num_iters static.
-    """
-    dim, dtype = hint.shape[0], hint.dtype
-    dot = functools.partial(jnp.matmul, precision=jax.lax.Precision.HIGHEST)
-    eps = jnp.finfo(dtype).eps
-    start_key, restart_key = jax.random.split(key)
-
-    def project(basis: jax.Array, w: jax.Array) -> jax.Array:
-        for _ in range(2):  # twice: one pass loses orthogonality in rounding
-            w = w - dot(fixed.T, dot(fixed, w))
-            w = w - dot(basis.T, dot(basis, w))
-        return w
-
-    def unit(w: jax.Array, before: jax.Array) -> jax.Array:
-        norm = jnp.linalg.norm(w)
-        usable = norm > jnp.sqrt(eps) * before  # else w is rounding noise: the space is full
-        return jnp.where(usable, w / jnp.where(usable, norm, 1), 0)
-
-    def fresh(basis: jax.Array, i: jax.Array, w: jax.Array) -> jax.Array:
-        w = jax.random.normal(jax.random.fold_in(restart_key, i), (dim,), dtype)
-        return unit(project(basis, w), jnp.linalg.norm(w))
-
-    def step(i: jax.Array, state: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array]:
-        basis, products = state
-        v = basis[i]
-        av = matvec(v)
-        w = project(basis, av)  # rows after i are still zero
-        beta = jnp.linalg.norm(w)
-        exhausted = beta <= 100 * eps * jnp.linalg.norm(av)
-        next_v = jax.lax.cond(exhausted, fresh, lambda _, __, w: w / beta, basis, i, w)
-        basis = basis.at[i + 1].set(jnp.where(i + 1 >= num_active, 0, next_v))
-        return basis, products.at[i].set(av)
-
-    raw = hint + mix * jax.random.normal(start_key, (dim,), dtype) / np.sqrt(dim)
-    start = unit(project(jnp.zeros((1, dim), dtype), raw), jnp.linalg.norm(raw))
-    basis = jnp.zeros((num_iters + 1, dim), dtype).at[0].set(start)
-    products = jnp.zeros((num_iters, dim), dtype)
-    basis, products = jax.lax.fori_loop(0, num_iters, step, (basis, products))
-    return basis[:num_iters], products, basis[num_iters]
-
-
-@functools.partial(jax.jit, static_argnames=("objective", "num_iters"))
-def krylov_run(
-    objective: compiled.Objective,
-    params: PyTree,
-    inputs: PyTree,
-    fixed: jax.Array,
-    num_active: jax.Array,
-    hint: jax.Array,
-    mix: jax.Array,
-    key: jax.Array,
-    num_iters: int,
-) -> KrylovRun:
-    """`krylov_block` on the exact Hessian at params (compiled.flat_hvp), one program per model."""
-    matvec = compiled.flat_hvp(objective, params, inputs)
-    return krylov_block(matvec, fixed, num_active, hint, mix, key, num_iters)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -199,6 +127,7 @@ class Eigenpairs:
     runs: int
     tol: float
     gradient: gradient.Gradient | None = None  # the dense path's, computed with the Hessian
+    reason: str = ""  # why this method: D against dense_below, or the dense fallback's cause
 
     @property
     def scale(self) -> float:
@@ -267,7 +196,7 @@ class Eigenpairs:
         lines = [
             f"Eigenpairs at {self.point.name or '<unnamed point>'}  (D = {dim}, "
             f"{self.values.dtype}): the {self.values.size} {self.which}, {how}",
-        ]
+        ] + [f"  method: {self.reason}"] * bool(self.reason)
         if not self.finite:
             return "\n".join(lines + ["  non-finite Hessian-vector products: no eigenpairs."])
         exact = "exact" if self.method == "dense" else "largest |Ritz value| seen"
@@ -328,11 +257,6 @@ def _check_arguments(
         )
 
 
-def _wanted_order(values: np.ndarray, which: str) -> np.ndarray:
-    """Indices of `values`, most wanted first (stable)."""
-    return np.argsort(-values if which == "largest" else values, kind="stable")
-
-
 def _certified(
     point: Point,
     which: str,
@@ -369,12 +293,14 @@ def _certified(
     )
 
 
-def _dense(points: list[Point], listed: bool, k: int, which: str) -> list[Eigenpairs]:
+def _dense(
+    points: list[Point], listed: bool, k: int, which: str, reason: str, progress: Progress
+) -> list[Eigenpairs]:
     size = max(points[0].num_params, 1)  # dense_below decides; hessian_at still checks memory
     hessians = (
-        curvature.hessian_at(points, max_dense_dim=size)
+        curvature.hessian_at(points, max_dense_dim=size, progress=progress)
         if listed
-        else [curvature.hessian_at(points[0], max_dense_dim=size)]
+        else [curvature.hessian_at(points[0], max_dense_dim=size, progress=progress)]
     )
     out = []
     for point, hessian in zip(points, hessians, strict=True):
@@ -386,133 +312,28 @@ def _dense(points: list[Point], listed: bool, k: int, which: str) -> list[Eigenp
         pair = _certified(
             point, which, values[chosen], flat_vectors, "dense", extremes, None, hessian.gradient
         )
-        out.append(pair)
+        out.append(dataclasses.replace(pair, reason=reason))
     return out
 
 
-@dataclasses.dataclass
-class _Search:
-    """The Lanczos search state: locked pairs (most wanted first), retained Ritz pairs (R, H R),
-    the next start (hint, mix) and the extreme Ritz values seen."""
-
-    values: np.ndarray
-    vectors: np.ndarray
-    retained: np.ndarray
-    products: np.ndarray
-    hint: np.ndarray
-    mix: float = 1.0
-    clean: bool = True  # no lock changed since this phase's random start
-    low: float = np.inf
-    high: float = -np.inf
-
-    @property
-    def scale(self) -> float:
-        """The largest |Ritz value| seen so far."""
-        return max(abs(self.low), abs(self.high))
-
-
-def _rayleigh_ritz(
-    basis: np.ndarray, products: np.ndarray, which: str
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(θ, Y, H Y, ||H y - θ y||) of the orthonormal rows `basis` with `products` = H basis,
-    most wanted first; residuals exact up to rounding (H applied to each basis vector)."""
-    projected = basis @ products.T
-    theta, s = np.linalg.eigh(0.5 * (projected + projected.T))
-    order = _wanted_order(theta, which)
-    theta, s = theta[order], s[:, order]
-    ritz, ritz_products = s.T @ basis, s.T @ products
-    return theta, ritz, ritz_products, np.linalg.norm(ritz_products - theta[:, None] * ritz, axis=1)
-
-
-def _more_wanted(a: float, b: float, which: str, margin: float) -> bool:
-    return a > b + margin if which == "largest" else a < b - margin
-
-
-def _lock(
-    state: _Search, theta: np.ndarray, ritz: np.ndarray, count: int, k: int, which: str
-) -> bool:
-    """Merge the first `count` Ritz pairs into the locked set, keeping the k most wanted;
-    whether one of them was kept."""
-    values = np.concatenate([state.values, theta[:count]])
-    vectors = np.concatenate([state.vectors, ritz[:count]])
-    keep = _wanted_order(values, which)[:k]
-    state.values, state.vectors = values[keep], vectors[keep]
-    return bool(np.any(keep >= values.size - count))
-
-
-def _next_start(
-    state: _Search, ritz: np.ndarray, products: np.ndarray, count: int, k: int, changed: bool
-) -> None:
-    """Set up the next run. A fresh phase (random start seeded with the best unconverged Ritz
-    vectors, nothing retained) once k pairs are locked and one changed since the phase began: a
-    further copy of a locked eigenvalue lies outside the current Krylov space. Otherwise a thick
-    restart: keep the unconverged Ritz pairs and continue from the next Lanczos vector."""
-    rest = slice(count, count + k)
-    state.clean = state.clean and not changed
-    exhausted = not np.any(state.hint)
-    if (state.values.size == k and not state.clean) or exhausted:
-        seed = ritz[rest].sum(axis=0)
-        state.retained, state.products = ritz[:0], products[:0]
-        state.hint, state.mix, state.clean = seed, 1.0, True
-    else:
-        state.retained, state.products, state.mix = ritz[rest], products[rest], 0.0
-
-
-def _one_run(
-    point: Point, state: _Search, k: int, num_iters: int, key: jax.Array
-) -> tuple[np.ndarray, np.ndarray] | None:
-    """One Krylov block after the retained vectors: (basis, products) of the whole subspace
-    (retained rows first), or None when a product was not finite. Sets the next hint."""
-    objective, inputs = point.shared
-    dim, dtype = state.hint.size, state.hint.dtype
-    fixed = np.zeros((2 * k, dim), dtype)
-    fixed[: state.values.size] = state.vectors
-    fixed[k : k + len(state.retained)] = state.retained
-    active = dim - state.values.size - len(state.retained)
-    basis, products = state.retained, state.products
-    if active > 0:
-        run = krylov_run(
-            objective, point.params, inputs, jnp.asarray(fixed), jnp.asarray(active),
-            jnp.asarray(state.hint), jnp.asarray(state.mix, dtype), key, num_iters,
-        )  # fmt: skip
-        v, hv, state.hint = (np.asarray(x) for x in run)
-        r = min(num_iters, active)
-        basis, products = np.concatenate([basis, v[:r]]), np.concatenate([products, hv[:r]])
-    if not np.all(np.isfinite(products)):
-        return None
-    return basis, products
-
-
 def _lanczos_one(
-    point: Point, k: int, which: str, num_iters: int, key: jax.Array, tol: float, runs: int
+    point: Point,
+    k: int,
+    which: str,
+    num_iters: int,
+    key: jax.Array,
+    tol: float,
+    runs: int,
+    progress: Progress = None,
 ) -> Eigenpairs:
-    """Thick-restarted, deflated Lanczos (module docstring) on one point."""
-    flat = np.asarray(ravel_pytree(point.params)[0])
-    empty = np.zeros((0, flat.size), flat.dtype)
-    state = _Search(np.zeros(0, flat.dtype), empty, empty, empty, np.zeros_like(flat))
-    converged, done = False, 0
-    while done < runs and not converged:
-        subspace = _one_run(point, state, k, num_iters, jax.random.fold_in(key, done))
-        done += 1
-        if subspace is None:
-            return _nan_result(point, which, np.full(k, np.nan, flat.dtype), done, num_iters, tol)
-        theta, ritz, products, residuals = _rayleigh_ritz(*subspace, which)
-        state.low, state.high = min(state.low, theta.min()), max(state.high, theta.max())
-        margin = tol * state.scale
-        accepted = residuals <= margin
-        count = int(np.argmin(accepted)) if not np.all(accepted) else accepted.size
-        if state.values.size == k and state.clean:  # the phase began after the last lock
-            bound = theta[0] + (residuals[0] if which == "largest" else -residuals[0])
-            converged = not _more_wanted(bound, state.values[-1], which, margin)
-        if not converged:
-            changed = _lock(state, theta, ritz, count, k, which)
-            _next_start(state, ritz, products, count, k, changed)
-        converged = converged or state.values.size == flat.size
-    if state.values.size < k:  # fewer than k accepted: fill with the best Ritz pairs, uncertified
-        _lock(state, theta[count:], ritz[count:], k - state.values.size, k, which)
+    """`krylov.search` on one point, its pairs certified by fresh HVPs."""
+    found = krylov.search(point, k, which, num_iters, key, tol, runs, progress)
+    if found is None:
+        nan = np.full(k, np.nan, ravel_pytree(point.params)[0].dtype)
+        return _nan_result(point, which, nan, runs, num_iters, tol)
     return _certified(
-        point, which, state.values, state.vectors, "lanczos", (state.low, state.high),
-        (converged, done * num_iters, done, tol),
+        point, which, found.values, found.vectors, "lanczos", (found.low, found.high),
+        (found.converged, found.runs * num_iters, found.runs, tol),
     )  # fmt: skip
 
 
@@ -536,6 +357,8 @@ def eigenpairs(
     key: jax.Array | None = None,
     tol: float | None = None,
     max_restarts: int | None = None,
+    fallback_below: int = FALLBACK_BELOW,
+    progress: Progress = print,
 ) -> Any:
     """The k smallest or largest eigenpairs of the Hessian at `point`, with certificates.
 
@@ -543,22 +366,58 @@ def eigenpairs(
     deflation on exact HVPs (module docstring; `num_iters` new Krylov vectors per run, default
     min(D, max(40, 4k)); at most `max_restarts` runs, default 2k + 10; a Ritz pair is accepted at
     residual <= tol * scale, tol default `lanczos_rtol`). Repeated eigenvalues come out with their
-    multiplicity. A list of points of one model gives a list (compiled once per model).
+    multiplicity. A search that has not certified the k values by then is replaced by the dense
+    solve when D <= fallback_below; `reason` says which method and why. `progress`: the dense
+    Hessian's lines, and a line per Lanczos run after LONG_SECONDS (None: silent). A list of
+    points of one model gives a list (compiled once per model).
     """
     points, listed = point_lib.as_points(point, "eigenpairs")
     _check_arguments(points, k, which, dense_below, num_iters, tol, max_restarts)
     _checks.check_key("key", key)
+    _checks.check_int("fallback_below", fallback_below, 0, "the largest D solved densely")
     dim = points[0].num_params
     if dim <= dense_below:
-        results = _dense(points, listed, k, which)
+        reason = f"dense: D = {dim} <= dense_below = {dense_below} (dense_below=0 for Lanczos)"
+        results = _dense(points, listed, k, which, reason, progress)
     else:
         dtype = ravel_pytree(points[0].params)[0].dtype
         steps = min(dim, num_iters if num_iters is not None else max(40, 4 * k))
         key = jax.random.key(0) if key is None else key
         tol = lanczos_rtol(dtype) if tol is None else tol
         restarts = 2 * k + 10 if max_restarts is None else max_restarts
-        results = [_lanczos_one(p, k, which, steps, key, tol, restarts) for p in points]
+        results = [
+            _fallback(
+                _lanczos_one(p, k, which, steps, key, tol, restarts, progress),
+                f"Lanczos: D = {dim} > dense_below = {dense_below}",
+                fallback_below,
+                progress,
+            )
+            for p in points
+        ]
     return results if listed else results[0]
+
+
+def _fallback(
+    found: Eigenpairs, reason: str, fallback_below: int, progress: Progress
+) -> Eigenpairs:
+    """`found` with its reason, or, when Lanczos did not certify the k values and D <=
+    fallback_below, the dense solve in its place, saying why (a cluster of eigenvalues much
+    closer together than the spectrum is wide can need more runs than max_restarts allows)."""
+    dim = found.flat_vectors.shape[1]
+    if found.converged or not found.finite:
+        return dataclasses.replace(found, reason=reason)
+    if dim > fallback_below:
+        return dataclasses.replace(
+            found, reason=f"{reason}; not converged, and D > fallback_below = {fallback_below}"
+        )
+    why = (
+        f"dense fallback: Lanczos did not certify the {found.values.size} {found.which} in "
+        f"{found.runs} runs ({found.num_hvps} HVPs), and D = {dim} <= fallback_below = "
+        f"{fallback_below}"
+    )
+    if progress:
+        progress(f"eigenpairs: {why}")
+    return _dense([found.point], False, found.values.size, found.which, why, progress)[0]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -571,8 +430,9 @@ class EscapeDirections:
     """The negative-curvature directions at a point, each with a second-order check.
 
     `values`, `flat_vectors`, `vectors`, `residuals`: the eigenpairs with λ < -tol, most negative
-    first. `measured[i, j]` = L(θ + ε_j v_i) - L(θ), `predicted[i, j]` = ε_j² λ_i / 2, `ratios`
-    their quotient (about 1 for small ε at a genuine saddle). `gradient` judges stationarity.
+    first. `measured[i, j]` = L(θ + ε_j v_i) + L(θ - ε_j v_i) - 2 L(θ), `predicted[i, j]` =
+    ε_j² λ_i, `ratios` their quotient: about 1 for small ε at any point, critical or not (odd
+    orders cancel; notes/landscape_geometry.md §9). `gradient` judges stationarity.
     """
 
     eigen: Eigenpairs
@@ -589,7 +449,7 @@ class EscapeDirections:
 
     @property
     def ratios(self) -> np.ndarray:
-        """measured / predicted, (directions, epsilons): about 1 at a saddle for small ε."""
+        """measured / predicted, (directions, epsilons): about 1 for small ε."""
         return self.measured / self.predicted
 
     @property
@@ -677,19 +537,18 @@ class EscapeDirections:
             f"  gradient norm  |g| = {g.norm:.3e}  (stationary iff |g| <= "
             f"{results.STATIONARITY_RULE} = {g.stationarity_tol():.3g}); loss {g.loss:.12g}",
             f"  verdict: {self.verdict()}",
+            f"  method: {eigen.reason or eigen.method}",
         ]
         if not (g.finite and eigen.finite):
             return "\n".join(lines + ["  NaN or inf in the loss, gradient or HVPs: no directions."])
         lines.append(f"  negative means λ < -tol, tol = {self.tol:.3g} ({self.tol_rule})")
         if self.values.size == 0:
             return "\n".join(lines + ["  no negative eigenvalues: nothing to escape along."])
-        if not g.stationary:
-            lines.append(
-                "  (|g| is not small: ΔL carries the first-order term ε g·v, so the ratios below "
-                "are no second-order test)"
-            )
         eps = "  ".join(f"ε={e:.0e}" for e in self.epsilons)
-        lines.append(f"  {'#':>3}  {'λ':>13}  {'||Hv - λv||':>11}   ΔL / (ε² λ / 2):  {eps}")
+        lines.append(
+            f"  {'#':>3}  {'λ':>13}  {'||Hv - λv||':>11}   [L(θ+εv) + L(θ-εv) - 2L(θ)] / (ε² λ):  "
+            f"{eps}"
+        )
         for i, (value, res) in enumerate(zip(self.values, self.residuals, strict=True)):
             ratios = "  ".join(f"{r:>7.4f}" for r in self.ratios[i])
             lines.append(f"  {i + 1:>3}  {value:>13.7g}  {res:>11.2e}   {'':>16}  {ratios}")
@@ -724,13 +583,13 @@ def _escape_one(
     measured = np.zeros((negative.size, epsilons.size), dtype)
     if negative.size:
         objective, inputs = point.shared
+        both = jnp.asarray(np.concatenate([epsilons, -epsilons]))
         losses = np.asarray(
-            losses_along(
-                objective, point.params, inputs, jnp.asarray(flat_vectors), jnp.asarray(epsilons)
-            )
+            losses_along(objective, point.params, inputs, jnp.asarray(flat_vectors), both)
         )
-        measured = losses[:, 1:] - losses[:, :1]
-    predicted = epsilons[None, :] ** 2 * values[:, None] / 2
+        plus, minus = losses[:, 1 : 1 + epsilons.size], losses[:, 1 + epsilons.size :]
+        measured = plus + minus - 2 * losses[:, :1]  # odd orders cancel: §9 of the notes
+    predicted = epsilons[None, :] ** 2 * values[:, None]
     return EscapeDirections(
         eigen=eigen,
         gradient=gradient,
@@ -755,18 +614,28 @@ def escape_directions(
     dense_below: int = 3000,
     num_iters: int | None = None,
     key: jax.Array | None = None,
+    progress: Progress = print,
 ) -> Any:
     """The eigenvectors of the k smallest eigenvalues (k default min(6, D)) that are negative
     (λ < -tol; tol default max(1e-9, 1000 eps) * spectral scale, or an absolute threshold), each
-    checked at second order by L(θ + ε v) - L(θ) against ε² λ / 2 for each ε; the gradient
-    judges stationarity first. A list of points of one model gives a list."""
+    checked at second order by L(θ + ε v) + L(θ - ε v) - 2 L(θ) against ε² λ for each ε, which
+    holds off a critical point too (notes/landscape_geometry.md §9); the gradient judges
+    stationarity first. A list of points of one model gives a list."""
     points, listed = point_lib.as_points(point, "escape_directions")
     if tol is not None:
         _checks.check_real("tol", tol, low=0, meaning="an absolute eigenvalue threshold")
     steps = _check_epsilons(epsilons)
     k = min(6, points[0].num_params) if k is None else k
     target = points if listed else points[0]
-    found = eigenpairs(target, k, "smallest", dense_below=dense_below, num_iters=num_iters, key=key)
+    found = eigenpairs(
+        target,
+        k,
+        "smallest",
+        dense_below=dense_below,
+        num_iters=num_iters,
+        key=key,
+        progress=progress,
+    )
     eigens: list[Eigenpairs] = found if listed else [found]
     gradients: list[Any] = [e.gradient for e in eigens]  # the dense path's, from the Hessian
     if any(g is None for g in gradients):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, overload
 
@@ -29,30 +30,73 @@ OutputLoss = Callable[[jax.Array, PyTree], jax.Array]
 
 
 def _ggn_columns(
-    outputs: Outputs, output_loss: OutputLoss, params: PyTree, inputs: PyTree
+    outputs: Outputs,
+    output_loss: OutputLoss,
+    params: PyTree,
+    inputs: PyTree,
+    first: jax.Array,
+    count: int,
 ) -> tuple[jax.Array, jax.Array]:
-    """(the loss through the split, G (D, D)): column j is Jᵀ H_z J e_j (a JVP through the model,
-    the output loss's Hessian-vector product, the transposed JVP)."""
+    """(the loss through the split, columns first .. first + count - 1 of G (count, D)): column j
+    is Jᵀ H_z J e_j. J e_j is the transpose of the model's VJP (linear in its cotangent), so a
+    model with hand-written backward passes (`jax.custom_vjp`, which has no forward mode: the
+    Markov attention and LayerNorm) works too; then the output loss's HVP and the VJP."""
     flat, unravel = ravel_pytree(params)
-    z, jvp = jax.linearize(lambda x: outputs(unravel(x), inputs), flat)
-    vjp = jax.linear_transpose(jvp, flat)
+    z, vjp = jax.vjp(lambda x: outputs(unravel(x), inputs), flat)
+    jvp = jax.linear_transpose(vjp, z)
     grad_z = jax.grad(output_loss)
 
     def column(e: jax.Array) -> jax.Array:
-        hz = jax.jvp(lambda u: grad_z(u, inputs), (z,), (jvp(e),))[1]
+        hz = jax.jvp(lambda u: grad_z(u, inputs), (z,), jvp((e,)))[1]
         return vjp(hz)[0]
 
-    basis = jnp.eye(flat.size, dtype=flat.dtype)
-    return output_loss(z, inputs), jax.lax.map(column, basis, batch_size=min(flat.size, 64))
+    rows = first + jnp.arange(count)  # rows past D are zero vectors: zero columns, dropped
+    basis = jax.nn.one_hot(rows, flat.size, dtype=flat.dtype)
+    return output_loss(z, inputs), jax.lax.map(column, basis, batch_size=min(count, 64))
 
 
-@functools.partial(jax.jit, static_argnames=("outputs", "output_loss", "batched"))
+@functools.partial(jax.jit, static_argnames=("outputs", "output_loss", "count", "batched"))
 def ggn_matrix(
-    outputs: Outputs, output_loss: OutputLoss, params: PyTree, inputs: PyTree, batched: bool
+    outputs: Outputs,
+    output_loss: OutputLoss,
+    params: PyTree,
+    inputs: PyTree,
+    first: jax.Array,
+    count: int,
+    batched: bool,
 ) -> tuple[jax.Array, jax.Array]:
-    """(loss, G): compiled once per (outputs, output_loss), vmapped over points when batched."""
+    """(loss, `count` columns of G from `first`): one program for every chunk, compiled once per
+    (outputs, output_loss), vmapped over points when batched."""
     body = functools.partial(_ggn_columns, outputs, output_loss)
-    return compiled.maybe_batched(body, batched, params, inputs)
+    return compiled.maybe_batched(lambda p, i: body(p, i, first, count), batched, params, inputs)
+
+
+def _ggn_in_chunks(
+    point: Point, progress: Callable[[str], None] | None
+) -> tuple[jax.Array, np.ndarray]:
+    """(loss, G) of one point: the whole matrix in one call up to curvature.CHUNKED_ABOVE
+    parameters, else in about ten chunks with a progress line and the time left after each."""
+    dim = point.num_params
+    if dim <= curvature.CHUNKED_ABOVE:
+        loss, ggn = ggn_matrix(
+            point.outputs, point.output_loss, point.params, point.inputs, jnp.int32(0), dim, False
+        )
+        return loss, np.asarray(ggn)
+    count, start, chunks, loss = -(-dim // 10), time.perf_counter(), [], None
+    if progress:
+        progress(f"Gauss-Newton matrix of {point.name or 'the point'}: D = {dim}, in chunks of "
+                 f"{count} columns")  # fmt: skip
+    for first in range(0, dim, count):
+        loss, ggn = ggn_matrix(
+            point.outputs, point.output_loss, point.params, point.inputs, jnp.int32(first),
+            count, False,
+        )  # fmt: skip
+        chunks.append(np.asarray(ggn))
+        done, seconds = min(first + count, dim), time.perf_counter() - start
+        if progress:
+            left = seconds / done * (dim - done)
+            progress(f"  columns {done}/{dim} | {seconds:.1f} s | about {left:.0f} s left")
+    return loss, np.concatenate(chunks)[:dim]
 
 
 @dataclasses.dataclass(frozen=True, eq=False, repr=False)
@@ -149,16 +193,22 @@ class GaussNewton:
 
 
 @overload
-def ggn_at(point: Point) -> GaussNewton: ...
+def ggn_at(point: Point, *, progress: Callable[[str], None] | None = print) -> GaussNewton: ...
 
 
 @overload
-def ggn_at(point: Sequence[Point]) -> list[GaussNewton]: ...
+def ggn_at(
+    point: Sequence[Point], *, progress: Callable[[str], None] | None = print
+) -> list[GaussNewton]: ...
 
 
-def ggn_at(point: Point | Sequence[Point]) -> GaussNewton | list[GaussNewton]:
+def ggn_at(
+    point: Point | Sequence[Point], *, progress: Callable[[str], None] | None = print
+) -> GaussNewton | list[GaussNewton]:
     """The Gauss-Newton matrix G and the remainder H - G at a point (or each point of a list of
-    one model, one compiled call), for a point whose loss is `output_loss(outputs(params))`."""
+    one model, one compiled call), for a point whose loss is `output_loss(outputs(params))`.
+    Above D = curvature.CHUNKED_ABOVE a single point's H and G are formed in chunks, each with
+    progress lines and the time left (`progress=None`: silent)."""
     points, listed = point_lib.as_points(point, "ggn_at")
     first = points[0]
     if first.outputs is None or first.output_loss is None:
@@ -171,19 +221,17 @@ def ggn_at(point: Point | Sequence[Point]) -> GaussNewton | list[GaussNewton]:
         p.outputs is not first.outputs or p.output_loss is not first.output_loss for p in points
     ):
         raise ValueError("ggn_at: the points of a list must share outputs and output_loss.")
-    if listed:
-        hessians = curvature.hessian_at(points, progress=None)
-        _, params, inputs = compiled.stack(points)
-    else:
-        hessians, params, inputs = (
-            [curvature.hessian_at(first, progress=None)],
-            first.params,
-            first.inputs,
-        )
-    losses, ggns = ggn_matrix(first.outputs, first.output_loss, params, inputs, listed)
-    losses, ggns = (losses, ggns) if listed else (losses[None], ggns[None])
-    results = [_result(h, float(losses[i]), np.asarray(ggns[i])) for i, h in enumerate(hessians)]
-    return results if listed else results[0]
+    if not listed:
+        hessian = curvature.hessian_at(first, progress=progress)
+        loss, ggn = _ggn_in_chunks(first, progress)
+        return _result(hessian, float(loss), ggn)
+    hessians = curvature.hessian_at(points, progress=None)
+    _, params, inputs = compiled.stack(points)
+    dim = first.num_params
+    losses, ggns = ggn_matrix(
+        first.outputs, first.output_loss, params, inputs, jnp.int32(0), dim, True
+    )
+    return [_result(h, float(losses[i]), np.asarray(ggns[i])) for i, h in enumerate(hessians)]
 
 
 def _result(hessian: curvature.Hessian, loss: float, ggn: np.ndarray) -> GaussNewton:

@@ -26,7 +26,7 @@ from landscape import _checks
 from landscape.engine import plotting as plotting_lib
 from landscape.engine import training
 from landscape.point import Point, as_points, param_names
-from landscape.probes import compiled, results
+from landscape.probes import budget, compiled, results
 from landscape.typing import PyTree
 
 Objective = Callable[[PyTree, PyTree], jax.Array]
@@ -64,9 +64,17 @@ def _losses_at(
 
 
 def _evaluate(
-    point: Point, controls: Sequence[PyTree], weights_TK: np.ndarray, batch_size: int | None
+    point: Point,
+    controls: Sequence[PyTree],
+    weights_TK: np.ndarray,
+    batch_size: int | None,
+    caller: str,
 ) -> np.ndarray:
-    """The losses of `point`'s model at the combinations weights_TK of `controls`."""
+    """The losses of `point`'s model at the combinations weights_TK of `controls`; batch_size
+    None: all rows at once if they fit in memory, else as many as fit (`budget.rows_per_batch`,
+    a MemoryError in one sentence when not one does)."""
+    if batch_size is None:
+        batch_size = budget.rows_per_batch(point, len(weights_TK), caller)
     objective, inputs = point.shared
     weights = jnp.asarray(np.asarray(weights_TK, np.float64))
     return np.asarray(
@@ -92,7 +100,8 @@ def _check_grid(name: str, values: Any, unit: bool = False) -> np.ndarray:
 def _check_batch_size(batch_size: object) -> int | None:
     if batch_size is None:
         return None
-    return _checks.check_int("batch_size", batch_size, 1, "grid points per batch; None for all")
+    meaning = "grid points per batch; None: as many as fit in memory"
+    return _checks.check_int("batch_size", batch_size, 1, meaning)
 
 
 def _same_inputs(a: Point, b: Point, caller: str) -> None:
@@ -270,7 +279,7 @@ def path(a: Point, b: Point, ts: Any = None, *, batch_size: int | None = None) -
     ts = np.linspace(0.0, 1.0, 51) if ts is None else _check_grid("ts", ts)
     grid = np.concatenate([[0.0, 1.0], ts])
     weights = np.stack([1.0 - grid, grid], axis=1)
-    losses = _evaluate(a, [a.params, b.params], weights, _check_batch_size(batch_size))
+    losses = _evaluate(a, [a.params, b.params], weights, _check_batch_size(batch_size), "path")
     return _path_result("line", a, b, ts, losses)
 
 
@@ -354,7 +363,8 @@ def bezier_path(
     )
     midpoint = jax.tree.map(lambda x: np.asarray(x[0]), run.final_params)
     grid = np.concatenate([[0.0, 1.0], ts])
-    losses = _evaluate(a, [a.params, midpoint, b.params], _bernstein(grid), batch_size)
+    controls = [a.params, midpoint, b.params]
+    losses = _evaluate(a, controls, _bernstein(grid), batch_size, "bezier_path")
     return _path_result(
         "bezier", a, b, ts, losses, midpoint=midpoint, train_losses=run.losses[0], num_ts=num_ts
     )
@@ -552,7 +562,8 @@ def slice_2d(
     grid_a, grid_b = np.meshgrid(alphas, betas, indexing="ij")
     rows = np.concatenate([[0.0], grid_a.ravel()]), np.concatenate([[0.0], grid_b.ravel()])
     weights = np.stack([np.ones_like(rows[0]), rows[0], rows[1]], axis=1)
-    losses = _evaluate(point, [point.params, u, v], weights, _check_batch_size(batch_size))
+    batch_size = _check_batch_size(batch_size)
+    losses = _evaluate(point, [point.params, u, v], weights, batch_size, "slice_2d")
     return SliceResult(
         point=point,
         alphas=alphas,

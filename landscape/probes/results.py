@@ -149,10 +149,15 @@ def verdict_sentence(eigenvalues: np.ndarray, tol: float) -> str:
     }[curvature_kind(eigenvalues, tol)]
 
 
-def not_stationary(gradient: Any) -> str:
+def not_stationary(gradient: Any, grad_tol: float | None = None) -> str:
+    rule, bound = (
+        (STATIONARITY_RULE, gradient.stationarity_tol())
+        if grad_tol is None
+        else ("grad_tol", grad_tol)
+    )
     return (
-        f"not stationary (|g| = {gradient.norm:.3e} > {STATIONARITY_RULE} = "
-        f"{gradient.stationarity_tol():.3g}): no curvature verdict at a point that is not critical"
+        f"not stationary (|g| = {gradient.norm:.3e} > {rule} = {bound:.3g}): no curvature "
+        "verdict at a point that is not critical"
     )
 
 
