@@ -139,7 +139,7 @@ def test_the_second_order_check_holds_off_a_critical_point():
         lambda p: p["x"] ** 2 / 2 - p["y"] ** 2 / 2 + 0.3 * p["y"] + p["y"] ** 4,
     )
     escape = eigen.escape_directions(point)
-    assert not escape.stationary and escape.num_negative == 1
+    assert not escape.stationary and escape.num_negative() == 1
     np.testing.assert_allclose(escape.values, [-1.0], rtol=1e-12)
     epsilons = np.asarray(escape.epsilons)
     np.testing.assert_allclose(escape.predicted[0], -(epsilons**2), rtol=1e-12)

@@ -69,9 +69,15 @@ def test_the_hessians_kind_is_its_spectrums(eigenvalues, kind):
 
 def test_not_stationary_and_non_finite_come_before_the_spectrum():
     moved = landscape.hessian_at(_quadratic([1.0, 2.0], at=[1.0, 0.0]), progress=None)
-    assert moved.kind() is Curvature.NOT_STATIONARY and moved.gradient.norm == 1.0
-    assert moved.gradient.kind() is Curvature.NOT_STATIONARY
+    assert moved.gradient.norm == 1.0 and moved.gradient.kind() is Curvature.NOT_STATIONARY
     assert moved.gradient.kind(tol=1.5) is Curvature.STATIONARY  # a tolerance of the user's
+    # a quadratic's model is exact: the Newton step -x reaches its minimum (notes §9)
+    assert moved.kind() is Curvature.MINIMUM
+    assert moved.summary()["stationary"] == "near" and moved.summary()["critical_distance"] == 1.0
+    # L = x^4 at x = 1: the model predicts -2/3 at the step -1/3, the loss changes by -0.80
+    quartic = landscape.Point({"x": jnp.ones(())}, lambda p: p["x"] ** 4, name="quartic")
+    far = landscape.hessian_at(quartic, progress=None)
+    assert far.kind() is Curvature.NOT_STATIONARY and far.summary()["stationary"] == "no"
     nan = landscape.Point({"x": jnp.zeros(2)}, lambda p: jnp.sum(jnp.log(p["x"] - 1.0)), name="nan")
     broken = landscape.hessian_at(nan, progress=None)
     assert broken.kind() is Curvature.NON_FINITE and broken.summary()["finite"] is False
