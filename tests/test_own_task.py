@@ -19,6 +19,7 @@ from experiments import run as run_cli
 from landscape.engine import config as config_lib
 from landscape.engine import records, sweeps, training
 from tests import own_experiment
+from tests.arrays import load_npz
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -44,7 +45,7 @@ def test_sweeps_run_writes_complete_records(tmp_path):
         progress=None,
     )
     w = tmp_path / "w"
-    arrays = np.load(w / "arrays.npz")
+    arrays = load_npz(w / "arrays.npz")
     np.testing.assert_array_equal(arrays["losses"], result.losses)
     assert arrays["metric_grad_norm"].shape == (4, 12)
     np.testing.assert_array_equal(arrays["metric_grad_norm"], result.metrics["grad_norm"])
@@ -184,9 +185,9 @@ def test_a_user_module_runs_through_the_cli_and_resumes(tmp_path, capsys, monkey
     assert _cli(f"--workdir={run}", "--resume") == 0
     out = capsys.readouterr()
     assert "python -m experiments.run tests.own_experiment --workdir=" in out.err
-    a, b = np.load(tmp_path / "reference" / "arrays.npz"), np.load(run / "arrays.npz")
-    assert sorted(a.files) == sorted(b.files) and "metric_grad_norm" in a.files
-    for name in a.files:
+    a, b = load_npz(tmp_path / "reference" / "arrays.npz"), load_npz(run / "arrays.npz")
+    assert sorted(list(a)) == sorted(list(b)) and "metric_grad_norm" in list(a)
+    for name in list(a):
         np.testing.assert_array_equal(a[name], b[name], err_msg=name)
     np.testing.assert_array_equal(a["optim_lr"], [0.05, 0.05, 0.1, 0.1])
     assert a["losses"].shape == (4, 40)
@@ -258,10 +259,10 @@ def test_the_tutorial_runs_at_tiny_size(tmp_path, monkeypatch, capsys):
     space = runpy.run_path(str(ROOT / "docs" / "tutorials" / "own_task.py"), run_name="__main__")
     out = capsys.readouterr().out
     result, problem, w = space["result"], space["problem"], tmp_path / "own"
-    arrays = np.load(w / "arrays.npz")
+    arrays = load_npz(w / "arrays.npz")
     assert arrays["losses"].shape == (8, space["STEPS"])
     assert arrays["metric_grad_norm"].shape == (8, space["STEPS"])
-    assert any(k.startswith("initial_params/") for k in arrays.files)
+    assert any(k.startswith("initial_params/") for k in list(arrays))
     for r in (0, 5):  # compiled as the engine compiles it (eagerly: 1-ulp differences), in
         # the run's float32 (with x64 on, Flax's normal() initializer gives float64)
         init = jax.jit(problem.init)(training.run_keys(result.seeds[r])[0], {})

@@ -13,14 +13,15 @@ import pytest
 import configs.syn_medium
 from landscape.engine import records
 from landscape.scan_snap import experiment
+from tests.arrays import load_npz
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
 def _same_records(a: pathlib.Path, b: pathlib.Path) -> None:
-    arrays_a, arrays_b = np.load(a / "arrays.npz"), np.load(b / "arrays.npz")
-    assert sorted(arrays_a.files) == sorted(arrays_b.files)
-    for name in arrays_a.files:
+    arrays_a, arrays_b = load_npz(a / "arrays.npz"), load_npz(b / "arrays.npz")
+    assert sorted(list(arrays_a)) == sorted(list(arrays_b))
+    for name in list(arrays_a):
         np.testing.assert_array_equal(arrays_a[name], arrays_b[name], err_msg=name)
     assert (a / "metrics.jsonl").read_text() == (b / "metrics.jsonl").read_text()
     summary_a, summary_b = (json.loads((p / "summary.json").read_text()) for p in (a, b))

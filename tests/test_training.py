@@ -12,6 +12,7 @@ import optax
 import pytest
 
 from landscape.engine import backend, records, training
+from tests.arrays import load_npz
 
 
 def quadratic_problem(dim=3):
@@ -234,7 +235,7 @@ def test_nonfinite_loss_stops_names_the_step_and_keeps_records(tmp_path):
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert rows[0]["step"] == 0 and rows[-1]["step"] >= 10
     assert {r["run"] for r in rows} == {0, 1} and rows[-1]["lr"] in (0.01, 50.0)
-    saved = np.load(tmp_path / "arrays.npz")
+    saved = load_npz(tmp_path / "arrays.npz")
     assert saved["losses"].shape[0] == 2 and not np.isfinite(saved["losses"][1]).all()
 
 

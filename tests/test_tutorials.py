@@ -15,6 +15,7 @@ import pytest
 import landscape
 from experiments import cli
 from landscape.scan_snap import experiment as scan_snap
+from tests.arrays import load_npz
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 TUTORIALS = ROOT / "docs" / "tutorials"
@@ -104,7 +105,7 @@ def test_sweep_records_one_row_per_run_and_step_as_the_cli(tmp_path, monkeypatch
     final = space["final"].groupby("optim.lr_z").population_loss.mean()
     assert final[0.25] > final[0.5] > final[1.0]  # a larger η_Z learns faster
     w = tmp_path / "tutorial"
-    arrays = np.load(w / "arrays.npz")
+    arrays = load_npz(w / "arrays.npz")
     assert arrays["losses"].shape == (12, steps)
     np.testing.assert_array_equal(arrays["optim_lr_z"], np.repeat(lrs, len(seeds)))
     assert json.loads((w / "summary.json").read_text())["status"] == "complete"

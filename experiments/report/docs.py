@@ -30,7 +30,8 @@ def shrink(source: pathlib.Path, target: pathlib.Path) -> int:
     """`source` as a PNG of at most MAX_WIDTH pixels and 256 colours at `target`; its bytes."""
     from PIL import Image
 
-    image = Image.open(source).convert("RGB")
+    with Image.open(source) as opened:  # closed: a leaked file is a ResourceWarning
+        image = opened.convert("RGB")
     for width in (MAX_WIDTH, 1100, 900, 700):
         if image.width > width:
             image = image.resize(

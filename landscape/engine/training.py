@@ -126,8 +126,7 @@ def train(
     snapshots at the "current" parameters, their debiased "ema" (`optax.ema(ema_decay)`), or
     "both" (current ones prefixed "current_"). `params_every`: keep every run's parameters at
     steps 0, params_every, ..., num_steps (`RunResult.params_at`; the bytes are said before the
-    run). `track`: curvature measured inside the chunk every `track.every` steps
-    (`landscape.Track`; `RunResult.tracked_steps`).
+    run). `track`: curvature measured inside the chunk every `track.every` steps (`Track`).
 
     With a `workdir`: checkpoints and --resume, bit-identical (docs/guide/resume.md).
     """

@@ -16,6 +16,7 @@ from landscape.engine import config as config_lib
 from landscape.engine import records, training
 from landscape.markov import experiment, trap_study
 from landscape.markov import model as M
+from tests.arrays import load_npz
 
 
 def torch_onecycle(step, total, pct_start, div_factor=100.0, final_div_factor=0.05):
@@ -194,7 +195,7 @@ def test_trap_study_end_to_end(tmp_path):
     for name in ("trap_curves", "trap_fractions"):
         assert (tmp_path / "trap" / "figures" / f"{name}.png").stat().st_size > 10_000
     # the runs table's trapped verdicts follow the criterion from the arrays
-    arrays = np.load(tmp_path / "trap" / "arrays.npz")
+    arrays = load_npz(tmp_path / "trap" / "arrays.npz")
     for i, c in enumerate(cells):
         loss = arrays[f"cell{i}_snapshot_test_loss"][:, -1]
         f0, f1 = (arrays[f"cell{i}_snapshot_f{s}"][:, -1] for s in (0, 1))

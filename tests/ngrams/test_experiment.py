@@ -9,6 +9,7 @@ from configs import ngrams
 from landscape.engine import config as config_lib
 from landscape.engine import records
 from landscape.ngrams import claims, experiment
+from tests.arrays import load_npz
 
 
 def test_smoke_fig3_first_transition(tmp_path):
@@ -16,7 +17,7 @@ def test_smoke_fig3_first_transition(tmp_path):
     attention on -1, no head > 0.3 on -2 (the first transition only)."""
     cfg = ngrams.get_config("smoke")
     summary = experiment.run(cfg, records.Workdir(tmp_path), progress=None)
-    arrays = np.load(tmp_path / "arrays.npz")
+    arrays = load_npz(tmp_path / "arrays.npz")
     loss = arrays["snapshot_test_loss"][0]
     offsets = arrays["snapshot_head_offsets"][0]  # (snaps, heads, lags)
     assert loss[-1] < 1.63, loss[-1]
@@ -107,7 +108,7 @@ def test_both_measures_end_to_end_and_a_broken_claim_keeps_the_records(tmp_path,
 
     monkeypatch.setitem(claims.CLAIMS, "staircase", collapsed)
     summary = experiment.run(cfg, records.Workdir(tmp_path), progress=None)
-    arrays = np.load(tmp_path / "arrays.npz")
+    arrays = load_npz(tmp_path / "arrays.npz")
     assert (
         arrays["snapshot_test_loss"].shape == arrays["snapshot_current_test_loss"].shape == (1, 5)
     )

@@ -163,7 +163,7 @@ ATTENTION = jax.jit(M.attention_maps, static_argnums=2)
 def fig4_data():
     """512 sequences of the Fig 4 task (S = 3, n = 3, T = 32, alpha = 1): (x_BT, target_BS). One
     sampler compile for the whole file; every T = 32 test uses these shapes (jit cache hits)."""
-    x_BT, target_BS, _ = task.sample(jax.random.key(5), 3, 3, 32, 1.0, 512)
+    x_BT, target_BS, _ = task.sample(jax.random.key(5), 3, 3, 32, 1.0, 512, dtype=jnp.float64)
     return x_BT, target_BS
 
 

@@ -10,6 +10,7 @@ import landscape
 from configs import ngrams
 from landscape.engine import records
 from landscape.ngrams import experiment, points
+from tests.arrays import load_npz
 
 
 def tracked_config():
@@ -64,7 +65,7 @@ def test_tracked_curvature_is_the_dense_hessian_of_the_evaluation_batch(tracked_
 
 def test_records_hold_the_tracked_metrics_kept_parameters_and_figure(tracked_run):
     _, workdir = tracked_run
-    arrays = np.load(workdir / "arrays.npz")
+    arrays = load_npz(workdir / "arrays.npz")
     assert arrays["metric_lambda_min"].shape == (1, 5) and arrays["params/A1"].shape == (
         1,
         3,

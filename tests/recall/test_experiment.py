@@ -12,6 +12,7 @@ from configs import recall
 from landscape.engine import config as config_lib
 from landscape.engine import records
 from landscape.recall import experiment
+from tests.arrays import load_npz
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -47,7 +48,7 @@ def test_fig1_records_and_numbers(tmp_path):
     summary, failed = run(cfg, tmp_path)
     assert not failed and summary["total"] == 3, failed
     assert summary["sanity_passed"] == len(summary["sanity_checks"]) == 1
-    arrays = np.load(tmp_path / "arrays.npz")
+    arrays = load_npz(tmp_path / "arrays.npz")
     beta = arrays["snapshot_beta"][:, -1]  # (seeds, heads)
     assert np.all(beta[:, :3] > 4.0) and np.all(
         np.abs(beta[:, 3]) < 0.01

@@ -6,13 +6,13 @@ import os
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 
 from configs import scan_snap_theory, syn_medium, syn_small
 from landscape.engine import config as config_lib
 from landscape.engine import records
 from landscape.scan_snap import experiment
+from tests.arrays import load_npz
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -50,7 +50,7 @@ def test_syn_small_acceptance_over_ten_seeds(tmp_path):
         "distinct_entropy",
         "population_loss",
     } <= set(rows[-1])
-    arrays = np.load(tmp_path / "arrays.npz")
+    arrays = load_npz(tmp_path / "arrays.npz")
     assert arrays["losses"].shape == (20, 100)
     assert arrays["snapshot_attention"].shape == (20, 51, 2, 34)
     assert (tmp_path / "figures" / "attention.png").stat().st_size > 10_000

@@ -17,6 +17,7 @@ from configs import wikitext as wikitext_configs
 from experiments import cli
 from landscape.engine import config as config_lib
 from landscape.scan_snap import experiment, text, wikitext
+from tests.arrays import load_npz
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -83,7 +84,7 @@ def test_attention_entropy_falls_and_falls_further_at_a_larger_lr(tmp_path, caps
     status, out = _main(args, tmp_path, capsys, monkeypatch)
     assert status == 0, out.err
     assert "trained on train" in out.out and "evaluated on valid" in out.out
-    arrays = np.load(tmp_path / "run" / "arrays.npz")
+    arrays = load_npz(tmp_path / "run" / "arrays.npz")
     entropy = arrays["snapshot_entropy_layer0"]  # (runs, snapshots)
     np.testing.assert_array_equal(arrays["optim_lr_z"], [1.0, 5.0])
     uniform = np.log(np.arange(1, 36)).mean()  # 2.6325: uniform rows
@@ -129,7 +130,7 @@ def test_fig7_runs_each_depth_and_checks_its_claims(tmp_path):
     from landscape.engine import records
 
     summary = experiment.run(cfg, records.Workdir.open(tmp_path / "run"), progress=None)
-    arrays = np.load(tmp_path / "run" / "arrays.npz")
+    arrays = load_npz(tmp_path / "run" / "arrays.npz")
     assert arrays["cell0_snapshot_attention_maps"].shape == (1, 3, 1, 35, 35)
     assert arrays["cell1_snapshot_attention_maps"].shape == (1, 3, 3, 35, 35)
     np.testing.assert_array_equal(arrays["cell1_snapshot_steps"], [0, 10, 20])
@@ -161,7 +162,7 @@ def test_each_step_reads_the_next_chunk_in_order(tmp_path):
     from landscape.engine import records
 
     experiment.run(cfg, records.Workdir.open(tmp_path / "run"), progress=None)
-    losses = np.load(tmp_path / "run" / "arrays.npz")["losses"][0]
+    losses = load_npz(tmp_path / "run" / "arrays.npz")["losses"][0]
     np.testing.assert_allclose(losses[4:8], losses[:4], rtol=1e-5)
     assert np.ptp(losses[:4]) > 1e-3  # the chunks differ
 
