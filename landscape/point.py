@@ -298,7 +298,8 @@ def restrict(point: Point, names: str | Iterable[str]) -> Point:
     objective, inputs = point.shared
     key = (treedef, tuple(leaf_names), tuple(chosen))
     has_split = point.outputs is not None and point.output_loss is not None
-    meta = {k: v for k, v in point.meta.items() if k != "focus_blocks"}
+    # its inputs carry the fixed leaves beside the population: no longer sliceable as one
+    meta = {k: v for k, v in point.meta.items() if k not in ("focus_blocks", "population")}
     return Point(
         {leaf_names[i]: flat[i] for i in chosen},
         objective=_restricted(objective, *key),

@@ -150,3 +150,19 @@ def test_a_large_hessian_over_slices_of_its_population(rule, monkeypatch):
     exact = -(rows.T * (weights * np.cos(z))) @ rows
     np.testing.assert_allclose(hessian.matrix, exact, rtol=0, atol=1e-13)
     assert lines[0].endswith("over 6 slices of the population")
+    # a point small enough for one program (D <= CHUNKED_ABOVE) slices its population too
+    small = point.with_params({"x": point.params["x"][:200]})
+    small = landscape.Point(
+        small.params, objective=objective, inputs=(jax.numpy.asarray(rows[:, :200]),
+        jax.numpy.asarray(weights)), meta={"population": rule},
+    )  # fmt: skip
+    moved = landscape.probes.curvature._bytes_moved(small)
+    monkeypatch.setattr(landscape.probes.curvature, "COLUMN_BYTES", moved / 2.5)
+    assert landscape.probes.curvature.population_parts(small) == (3, rule == "mean")
+    sliced = landscape.hessian_at(small)
+    z = rows[:, :200] @ np.full(200, 0.3)
+    exact = -(rows[:, :200].T * (weights * np.cos(z))) @ rows[:, :200]
+    np.testing.assert_allclose(sliced.matrix, exact, rtol=0, atol=1e-13)
+    values = np.cos(z)
+    loss = np.sum(weights * values) if rule == "sum" else np.mean(values)
+    assert sliced.gradient.loss == pytest.approx(loss, rel=1e-13)

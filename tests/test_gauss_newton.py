@@ -11,6 +11,7 @@ from landscape.markov import model as markov_model
 from landscape.markov import points as markov_points
 from landscape.markov import task as markov_task
 from landscape.point import Point
+from landscape.probes import curvature
 
 P, Q = 0.5, 0.8
 PI0PI1 = P * Q / (P + Q) ** 2
@@ -80,10 +81,21 @@ def _logistic_point(key, n=40, d=5):
     )
 
 
-def test_logistic_regression_ggn_is_the_hessian():
-    # outputs linear in the params: R = 0 and G = X^T diag(sigma'(z)) X / n, with X = [x, 1].
+@pytest.mark.parametrize("sliced", [False, True])
+def test_logistic_regression_ggn_is_the_hessian(sliced, monkeypatch):
+    # outputs linear in the params: R = 0 and G = X^T diag(sigma'(z)) X / n, with X = [x, 1];
+    # sliced: the loss declared a mean over its 40 rows, formed over 4 slices of 10 (the
+    # Hessian's population_parts, COLUMN_BYTES lowered to a quarter of a loss's traffic)
     point = _logistic_point(jax.random.key(3))
-    result = landscape.ggn_at(point)
+    if sliced:
+        point = Point(
+            point.params, objective=point.objective, inputs=point.inputs, outputs=point.outputs,
+            output_loss=point.output_loss, meta={"population": "mean"},
+        )  # fmt: skip
+        moved = curvature._bytes_moved(point)
+        monkeypatch.setattr(curvature, "COLUMN_BYTES", moved / 3.5)
+        assert curvature.population_parts(point) == (4, True)
+    result = landscape.ggn_at(point, progress=None)
     x_nd = np.asarray(point.inputs[0])
     z = x_nd @ np.asarray(point.params["w"]) + float(point.params["c"])
     s = 1 / (1 + np.exp(-z))

@@ -27,3 +27,11 @@ def test_restricted_points_keep_the_gauss_newton_split():
     assert result.ggn_eigenvalues[0] > -1e-12  # G is PSD
     assert np.abs(result.block("e")).max() == 0.0  # a = 0: the logit is flat in e to first order
     np.testing.assert_allclose(result.block("b"), [[0.5 * 0.8 / 1.3**2]], rtol=1e-12)
+
+
+def test_a_restricted_point_is_not_sliced_by_population():
+    """restrict's inputs hold the fixed leaves beside the population, so the restricted point
+    drops meta["population"] (probes would otherwise slice the leaves too)."""
+    point = landscape.markov.theta_pi(p=0.5, q=0.8, seq_len=6)
+    assert point.meta["population"] == "sum"
+    assert "population" not in landscape.restrict(point, ["b", "e"]).meta

@@ -21,6 +21,7 @@ from landscape.point import Point
 from landscape.typing import PyTree
 
 Objective = Callable[[PyTree, PyTree], jax.Array]
+Parts = tuple[int, bool]  # (equal slices of the population, whether the loss is their mean)
 
 
 def stack(points: Sequence[Point]) -> tuple[Objective, PyTree, PyTree]:
@@ -70,13 +71,39 @@ def _hessian(
     return loss_of_flat(flat), grad, matrix
 
 
-@functools.partial(jax.jit, static_argnames=("objective", "columns_per_batch", "batched"))
+def _hessian_by_parts(
+    objective: Objective, columns_per_batch: int, parts: Parts, params: PyTree, inputs: PyTree
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """`_hessian`, summed (or averaged) over `parts[0]` equal slices of the population, as
+    `_columns_by_parts`."""
+    number, mean = parts
+    if number == 1:
+        return _hessian(objective, columns_per_batch, params, inputs)
+    slices = jax.tree.map(lambda x: x.reshape((number, x.shape[0] // number) + x.shape[1:]), inputs)
+
+    def add(total: tuple, piece: PyTree) -> tuple[tuple, None]:
+        one = _hessian(objective, columns_per_batch, params, piece)
+        return tuple(a + b for a, b in zip(total, one, strict=True)), None
+
+    flat = ravel_pytree(params)[0]
+    zeros = tuple(jnp.zeros(shape, flat.dtype) for shape in ((), flat.shape, 2 * flat.shape))
+    total, _ = jax.lax.scan(add, zeros, slices)
+    return tuple(t / number for t in total) if mean else total  # type: ignore[return-value]
+
+
+@functools.partial(jax.jit, static_argnames=("objective", "columns_per_batch", "batched", "parts"))
 def hessian(
-    objective: Objective, params: PyTree, inputs: PyTree, columns_per_batch: int, batched: bool
+    objective: Objective,
+    params: PyTree,
+    inputs: PyTree,
+    columns_per_batch: int,
+    batched: bool,
+    parts: Parts = (1, True),
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """(loss, flat gradient (D,), Hessian (D, D)): the linearised gradient map applied to the
-    unit vectors (forward-over-reverse, the primal pass once), `columns_per_batch` at a time."""
-    body = functools.partial(_hessian, objective, columns_per_batch)
+    unit vectors (forward-over-reverse, the primal pass once), `columns_per_batch` at a time;
+    `parts`: over slices of each point's population (`_columns_by_parts`)."""
+    body = functools.partial(_hessian_by_parts, objective, columns_per_batch, parts)
     if not batched:
         return body(params, inputs)
     # points one after another (several at once when their columns fit in one batch): a
@@ -144,9 +171,6 @@ def _columns(
     rows = first + jnp.arange(count)  # rows past D are zero vectors: zero columns, dropped
     basis = jax.nn.one_hot(rows, flat.size, dtype=flat.dtype)
     return jax.lax.map(linear_grad, basis, batch_size=min(columns_per_batch, count))
-
-
-Parts = tuple[int, bool]  # (equal slices of the population, whether the loss is their mean)
 
 
 def _columns_by_parts(

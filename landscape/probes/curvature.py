@@ -484,24 +484,34 @@ def hessian_at(
     if not listed and points[0].num_params > CHUNKED_ABOVE:
         return _hessian_in_chunks(points[0], columns_per_batch, progress)
     objective, params, inputs = _program_arguments(points, listed)
-    loss, grad, matrix = _dense_hessian(objective, params, inputs, columns_per_batch, listed)
+    batching = (columns_per_batch, population_parts(points[0]))
+    loss, grad, matrix = _dense_hessian(objective, params, inputs, batching, listed)
     if not listed:
         return _hessian(points[0], loss, grad, matrix)
     return [_hessian(p, loss[i], grad[i], matrix[i]) for i, p in enumerate(points)]
 
 
 def _dense_hessian(
-    objective: Callable, params: PyTree, inputs: PyTree, columns_per_batch: int, listed: bool
+    objective: Callable,
+    params: PyTree,
+    inputs: PyTree,
+    batching: tuple[int, compiled.Parts],
+    listed: bool,
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """`compiled.hessian`, run once more on a fresh executable when its matrix alone is
     non-finite: on XLA:CPU about 1 compile in 100 of a batched-column Hessian program gave an
     executable that returns NaN on every call while a fresh one of the same HLO is finite
     (docs/design/curvature.md, "A rare bad executable"). Says so in a warning."""
-    loss, grad, matrix = compiled.hessian(objective, params, inputs, columns_per_batch, listed)
+    columns_per_batch, parts = batching
+    loss, grad, matrix = compiled.hessian(
+        objective, params, inputs, columns_per_batch, listed, parts
+    )
     if not (_all_finite(loss, grad) and not _all_finite(matrix)):
         return loss, grad, matrix
     compiled.hessian.clear_cache()  # type: ignore[attr-defined]  # jitted functions have it
-    loss, grad, matrix = compiled.hessian(objective, params, inputs, columns_per_batch, listed)
+    loss, grad, matrix = compiled.hessian(
+        objective, params, inputs, columns_per_batch, listed, parts
+    )
     again = "finite" if _all_finite(matrix) else "non-finite"
     warnings.warn(
         "hessian_at: the compiled Hessian program returned non-finite entries at a finite loss "

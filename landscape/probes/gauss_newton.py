@@ -32,6 +32,7 @@ OutputLoss = Callable[[jax.Array, PyTree], jax.Array]
 def _ggn_columns(
     outputs: Outputs,
     output_loss: OutputLoss,
+    batching: tuple[int, compiled.Parts],
     params: PyTree,
     inputs: PyTree,
     first: jax.Array,
@@ -40,7 +41,22 @@ def _ggn_columns(
     """(the loss through the split, columns first .. first + count - 1 of G (count, D)): column j
     is Jᵀ H_z J e_j. J e_j is the transpose of the model's VJP (linear in its cotangent), so a
     model with hand-written backward passes (`jax.custom_vjp`, which has no forward mode: the
-    Markov attention and LayerNorm) works too; then the output loss's HVP and the VJP."""
+    Markov attention and LayerNorm) works too; then the output loss's HVP and the VJP.
+    `batching`: (columns per vmapped batch, (slices of the population, mean)), as the Hessian's
+    (`curvature.population_parts`)."""
+    columns_per_batch, (number, mean) = batching
+    if number > 1:
+        slices = jax.tree.map(lambda x: x.reshape((number, -1) + x.shape[1:]), inputs)
+        one = functools.partial(_ggn_columns, outputs, output_loss, (columns_per_batch, (1, True)))
+
+        def add(total: tuple, piece: PyTree) -> tuple[tuple, None]:
+            loss, columns = one(params, piece, first, count)
+            return (total[0] + loss, total[1] + columns), None
+
+        flat = ravel_pytree(params)[0]
+        zeros = (jnp.zeros((), flat.dtype), jnp.zeros((count, flat.size), flat.dtype))
+        (loss, columns), _ = jax.lax.scan(add, zeros, slices)
+        return (loss / number, columns / number) if mean else (loss, columns)
     flat, unravel = ravel_pytree(params)
     z, vjp = jax.vjp(lambda x: outputs(unravel(x), inputs), flat)
     jvp = jax.linear_transpose(vjp, z)
@@ -52,10 +68,14 @@ def _ggn_columns(
 
     rows = first + jnp.arange(count)  # rows past D are zero vectors: zero columns, dropped
     basis = jax.nn.one_hot(rows, flat.size, dtype=flat.dtype)
-    return output_loss(z, inputs), jax.lax.map(column, basis, batch_size=min(count, 64))
+    return output_loss(z, inputs), jax.lax.map(
+        column, basis, batch_size=min(count, columns_per_batch)
+    )
 
 
-@functools.partial(jax.jit, static_argnames=("outputs", "output_loss", "count", "batched"))
+@functools.partial(
+    jax.jit, static_argnames=("outputs", "output_loss", "count", "batched", "batching")
+)
 def ggn_matrix(
     outputs: Outputs,
     output_loss: OutputLoss,
@@ -64,10 +84,11 @@ def ggn_matrix(
     first: jax.Array,
     count: int,
     batched: bool,
+    batching: tuple[int, compiled.Parts] = (64, (1, True)),
 ) -> tuple[jax.Array, jax.Array]:
     """(loss, `count` columns of G from `first`): one program for every chunk, compiled once per
     (outputs, output_loss), vmapped over points when batched."""
-    body = functools.partial(_ggn_columns, outputs, output_loss)
+    body = functools.partial(_ggn_columns, outputs, output_loss, batching)
     return compiled.maybe_batched(lambda p, i: body(p, i, first, count), batched, params, inputs)
 
 
@@ -75,12 +96,15 @@ def _ggn_in_chunks(
     point: Point, progress: Callable[[str], None] | None
 ) -> tuple[jax.Array, np.ndarray]:
     """(loss, G) of one point: the whole matrix in one call up to curvature.CHUNKED_ABOVE
-    parameters, else in about ten chunks with a progress line and the time left after each."""
+    parameters, else in about ten chunks with a progress line and the time left after each;
+    columns batched and the population sliced as for the Hessian."""
     dim = point.num_params
+    batching = (curvature.default_columns_per_batch(point), curvature.population_parts(point))
     if dim <= curvature.CHUNKED_ABOVE:
         loss, ggn = ggn_matrix(
-            point.outputs, point.output_loss, point.params, point.inputs, jnp.int32(0), dim, False
-        )
+            point.outputs, point.output_loss, point.params, point.inputs, jnp.int32(0), dim,
+            False, batching,
+        )  # fmt: skip
         return loss, np.asarray(ggn)
     count, start, chunks, loss = -(-dim // 10), time.perf_counter(), [], None
     if progress:
@@ -89,7 +113,7 @@ def _ggn_in_chunks(
     for first in range(0, dim, count):
         loss, ggn = ggn_matrix(
             point.outputs, point.output_loss, point.params, point.inputs, jnp.int32(first),
-            count, False,
+            count, False, batching,
         )  # fmt: skip
         chunks.append(np.asarray(ggn))
         done, seconds = min(first + count, dim), time.perf_counter() - start
