@@ -1,4 +1,4 @@
-"""Seconds of the probes at the papers' sizes (issue 39 item 4), one JSON object per row.
+"""Seconds of the probes at the papers' sizes, one JSON object per row.
 
 python -m experiments.paper_size_probes [--rows=hessian,ggn128,...] [--host_devices=2]
 
@@ -6,9 +6,7 @@ hessian     dense hessian_at, numpy eigh of its matrix, describe(): n-gram Fig. 
             4096 sequences)
 ggn128      ggn_at at Markov theta_pi, N = 128 (256 sequences, D = 709), with G_bb
 ggn_ngram   ggn_at at the n-gram Fig. 3 point (its Hessian included)
-eigen       eigenpairs(k=4, "smallest"): default (dense below 3000) at the n-gram point; Lanczos
-            at its unigram point (a 15-fold smallest eigenvalue); and a D = 2548 spectrum whose 4
-            smallest sit in 400 eigenvalues ~ -1e-6 beside 1700 zeros (the dense fallback)
+eigen       eigenpairs(k=4, "smallest"): dense, Lanczos on a 15-fold eigenvalue, the fallback
 Machines here are shared: run it twice, alternating with the code you compare against.
 """
 

@@ -13,13 +13,16 @@ from typing import TYPE_CHECKING, Any
 from landscape.engine.host import setup
 from landscape.engine.track import Track
 from landscape.point import Point, param_names, params_table, restrict
-from landscape.probes.curvature import FocusReport, Hessian, hessian_at
+from landscape.probes.curvature import hessian_at
 from landscape.probes.gradient import Gradient, gradient_at, hvp, hvp_flat
+from landscape.probes.hessian import FocusReport, Hessian
 from landscape.probes.lanczos import Spectrum, lanczos_spectrum
 from landscape.probes.results import Curvature, Result
 
 if TYPE_CHECKING:
-    from landscape.probes.eigen import Eigenpairs, EscapeDirections, eigenpairs, escape_directions
+    from landscape.probes.eigen import Eigenpairs, eigenpairs
+    from landscape.probes.escape import EscapeDirections, escape_directions
+    from landscape.probes.estimates import DiagonalEstimate, SpectralDensity, TraceEstimate
     from landscape.probes.gauss_newton import GaussNewton, ggn_at
     from landscape.probes.geometry import (
         PathResult,
@@ -30,14 +33,7 @@ if TYPE_CHECKING:
         random_direction,
         slice_2d,
     )
-    from landscape.probes.spectra import (
-        DiagonalEstimate,
-        SpectralDensity,
-        TraceEstimate,
-        diagonal,
-        spectral_density,
-        trace,
-    )
+    from landscape.probes.spectra import diagonal, spectral_density, trace
 
 try:
     __version__ = importlib.metadata.version("landscape")
@@ -65,7 +61,7 @@ PROBES = {  # name: module of landscape/probes/; loaded on first use, like the p
     "trace": "spectra",
     "diagonal": "spectra",
     "eigenpairs": "eigen",
-    "escape_directions": "eigen",
+    "escape_directions": "escape",
     "ggn_at": "gauss_newton",
     "path": "geometry",
     "bezier_path": "geometry",
@@ -73,11 +69,11 @@ PROBES = {  # name: module of landscape/probes/; loaded on first use, like the p
     "random_direction": "geometry",
     "direction_to": "geometry",
     # their results
-    "SpectralDensity": "spectra",
-    "TraceEstimate": "spectra",
-    "DiagonalEstimate": "spectra",
+    "SpectralDensity": "estimates",
+    "TraceEstimate": "estimates",
+    "DiagonalEstimate": "estimates",
     "Eigenpairs": "eigen",
-    "EscapeDirections": "eigen",
+    "EscapeDirections": "escape",
     "GaussNewton": "gauss_newton",
     "PathResult": "geometry",
     "SliceResult": "geometry",

@@ -7,7 +7,7 @@ import pytest
 from jax.flatten_util import ravel_pytree
 
 from landscape.point import Point, param_names, params_table
-from landscape.probes import curvature
+from landscape.probes import hessian as hessian_lib
 from landscape.probes.curvature import hessian_at
 from landscape.probes.gradient import gradient_at, hvp
 from landscape.probes.lanczos import lanczos_spectrum
@@ -349,12 +349,14 @@ def test_block_extremes_of_a_large_block_are_eigvalshs():
     """describe()'s per-block λ_min, λ_max: ARPACK's Lanczos above LANCZOS_BLOCKS_ABOVE rows
     (about 5x faster than eigvalsh on the n-gram A1 block, 2048 rows) gives eigvalsh's numbers,
     on a spectrum with a 100-fold degenerate zero and clustered ends."""
-    size = curvature.LANCZOS_BLOCKS_ABOVE + 88
+    size = hessian_lib.LANCZOS_BLOCKS_ABOVE + 88
     rng = np.random.default_rng(5)
     values = np.concatenate([np.zeros(100), rng.uniform(-1, 2, size - 102), [-1.0, 2.0]])
     rotation, _ = np.linalg.qr(rng.normal(size=(size, size)))
     block = (rotation * values) @ rotation.T
     exact = np.linalg.eigvalsh(block)
-    np.testing.assert_allclose(curvature.block_extremes(block), exact[[0, -1]], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(
+        hessian_lib.block_extremes(block), exact[[0, -1]], rtol=0, atol=1e-12
+    )
     small = block[:100, :100]
-    assert curvature.block_extremes(small) == tuple(np.linalg.eigvalsh(small)[[0, -1]])
+    assert hessian_lib.block_extremes(small) == tuple(np.linalg.eigvalsh(small)[[0, -1]])

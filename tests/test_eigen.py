@@ -12,6 +12,7 @@ import pytest
 import landscape
 from landscape.markov import theory
 from landscape.probes import eigen, krylov
+from landscape.probes import escape as escape_lib
 from landscape.probes.results import Curvature
 
 P, Q, D_EMBED = 0.5, 0.8, 4
@@ -97,7 +98,7 @@ def test_untied_alpha_block_escape_directions_are_thm3_negative_eigenvalues():
     # theory's closed form: -pi0 pi1 |p+q-1| d times (not once), the rest positive
     np.testing.assert_allclose(closed[:D_EMBED], negative, rtol=1e-12)
     assert np.all(closed[D_EMBED:] > 0)
-    escape = eigen.escape_directions(_alpha_block(False))
+    escape = escape_lib.escape_directions(_alpha_block(False))
     assert escape.stationary and escape.gradient.norm < 1e-12
     assert escape.num_negative() == D_EMBED
     np.testing.assert_allclose(escape.values, negative, rtol=1e-10)
@@ -117,7 +118,7 @@ def test_untied_alpha_block_escape_directions_are_thm3_negative_eigenvalues():
 def test_a_shifted_point_is_not_stationary_before_any_curvature_verdict():
     point = _alpha_block(False)
     shifted = point.with_params({**point.params, "b": point.params["b"] + 0.3})
-    escape = eigen.escape_directions(shifted)
+    escape = escape_lib.escape_directions(shifted)
     # at e = a = 0 the prediction is sigma(b): dL/db = sigma(b) - pi1, the other blocks 0
     sigma = 1 / (1 + np.exp(-(float(point.params["b"]) + 0.3)))
     assert escape.gradient.norm == pytest.approx(abs(sigma - PI1), rel=1e-10)
@@ -138,7 +139,7 @@ def test_the_second_order_check_holds_off_a_critical_point():
         {"x": jnp.zeros(()), "y": jnp.zeros(())},
         lambda p: p["x"] ** 2 / 2 - p["y"] ** 2 / 2 + 0.3 * p["y"] + p["y"] ** 4,
     )
-    escape = eigen.escape_directions(point)
+    escape = escape_lib.escape_directions(point)
     assert not escape.stationary and escape.num_negative() == 1
     np.testing.assert_allclose(escape.values, [-1.0], rtol=1e-12)
     epsilons = np.asarray(escape.epsilons)
@@ -192,7 +193,7 @@ def test_the_result_says_which_method_and_why():
     assert dense.reason == "dense: D = 5 <= dense_below = 3000 (dense_below=0 for Lanczos)"
     lanczos = eigen.eigenpairs(point, k=2, dense_below=0, progress=None)
     assert lanczos.converged and lanczos.reason == "Lanczos: D = 5 > dense_below = 0"
-    escape = eigen.escape_directions(point, progress=None)
+    escape = escape_lib.escape_directions(point, progress=None)
     assert f"  method: {escape.eigen.reason}" in escape.describe()
 
 
@@ -207,9 +208,9 @@ def test_bad_arguments_are_refused_in_one_sentence():
             lambda: eigen.eigenpairs(point, 3, "middle"),
         ),
         (TypeError, "expects a landscape.Point", lambda: eigen.eigenpairs({"b": 1.0})),
-        (TypeError, "expects a landscape.Point", lambda: eigen.escape_directions("theta_pi")),
+        (TypeError, "expects a landscape.Point", lambda: escape_lib.escape_directions("theta_pi")),
         (ValueError, "num_iters = 0", lambda: eigen.eigenpairs(point, 2, num_iters=0)),
-        (ValueError, "epsilons", lambda: eigen.escape_directions(point, epsilons=(1e-3, 0.0))),
+        (ValueError, "epsilons", lambda: escape_lib.escape_directions(point, epsilons=(1e-3, 0.0))),
     ]
     for error, message, call in cases:
         with pytest.raises(error, match=message) as caught:

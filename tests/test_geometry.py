@@ -12,6 +12,7 @@ import landscape
 from landscape.engine import memory
 from landscape.markov import theory
 from landscape.probes import budget, geometry
+from landscape.probes import figures as probe_figures
 
 TOL = 1e-10  # float64 closed forms against the model code: observed differences ~1e-15
 
@@ -266,13 +267,13 @@ def test_filter_and_block_normalisation_rescale_as_documented():
 def test_figures():
     a = landscape.Point({"x": jnp.array(-1.0)}, _double_well, name="left")
     b = a.with_params({"x": jnp.array(1.0)})
-    fig = geometry.plot_path([geometry.path(a, b)])
+    fig = probe_figures.plot_path([geometry.path(a, b)])
     assert fig.axes and fig.axes[0].get_lines()
     point = _theta_pi(0.5, 0.8)
     u = _zeros_like(point, b=1.0)
     v = _zeros_like(point, e=np.ones(4))
     result = geometry.slice_2d(point, u, v, np.linspace(-1, 1, 5), np.linspace(-1, 1, 5))
-    fig = geometry.plot_slice(result, points=[_set(point, b=np.log(0.5 / 0.8) + 0.5)])
+    fig = probe_figures.plot_slice(result, points=[_set(point, b=np.log(0.5 / 0.8) + 0.5)])
     assert len(fig.axes) == 2  # the contour plot and its colour bar
     plt.close("all")
 

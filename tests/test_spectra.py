@@ -15,7 +15,8 @@ import pytest
 from matplotlib.figure import Figure
 
 import landscape
-from landscape.probes import spectra
+from landscape.probes import figures as probe_figures
+from landscape.probes import spectra, uncertainty
 
 D = 40  # every random matrix has this size, and SLQ this shape: the tests share compiled programs
 SLQ_SHAPE = (64, 12)  # (num_probes, num_iters)
@@ -92,7 +93,7 @@ def test_slq_extreme_ritz_values_converge_and_the_bulk_mass_is_right():
     assert abs(np.trapezoid(smooth, grid) - 1.0) < 1e-3
     assert smooth[np.abs(grid) < 0.9].min() > 10 * smooth[(grid > 1.5) & (grid < 3.5)].max()
     assert "fraction λ < -tol" in density.describe()
-    figure = spectra.density_figure(density)
+    figure = probe_figures.density_figure(density)
     assert isinstance(figure, Figure) and figure.axes[0].get_yscale() == "log"
 
 
@@ -128,7 +129,7 @@ def test_quadrature_bounds_contain_each_probes_exact_mass():
         ends = np.concatenate([nodes, eigenvalues, rng.uniform(-3.5, 4.5, 20), [-np.inf, np.inf]])
         for lo, hi in np.sort(rng.choice(ends, (400, 2)), axis=1):
             exact = exact_weights[(eigenvalues >= lo) & (eigenvalues <= hi)].sum()
-            lower, upper = spectra.quadrature_bounds(nodes[None], weights[None], lo, hi)
+            lower, upper = uncertainty.quadrature_bounds(nodes[None], weights[None], lo, hi)
             assert lower[0] - 1e-12 <= exact <= upper[0] + 1e-12, (lo, hi, lower, exact, upper)
             plain = weights[(nodes >= lo) & (nodes <= hi)].sum()
             outside += abs(plain - exact) > 1e-3
@@ -159,7 +160,9 @@ def test_mass_warns_when_a_threshold_cuts_ritz_nodes_it_cannot_resolve():
     point, _ = _point(eigenvalues, seed=2)
     density = spectra.spectral_density(point, *SLQ_SHAPE)
     truth = np.mean(eigenvalues <= -1e-4)
-    with pytest.warns(spectra.QuadratureWarning, match=r"hi = -0\.0001 cuts Ritz nodes") as caught:
+    with pytest.warns(
+        uncertainty.QuadratureWarning, match=r"hi = -0\.0001 cuts Ritz nodes"
+    ) as caught:
         value, stderr = density.mass(-np.inf, -1e-4)
     assert "mass_interval(-inf, -0.0001) = [" in str(caught[0].message)
     assert abs(value - truth) > 5 * stderr  # what the warning is about
@@ -310,4 +313,4 @@ def test_bad_arguments_get_one_sentence_errors():
     with pytest.raises(ValueError, match="sigma = 0: must be a finite number > 0"):
         density.density(np.linspace(0, 1, 5), 0.0)
     with pytest.raises(TypeError, match="density_figure expects a SpectralDensity"):
-        spectra.density_figure(point)
+        probe_figures.density_figure(point)

@@ -23,7 +23,7 @@ import numpy as np
 
 import landscape
 from landscape import plotting
-from landscape.probes import geometry, spectra
+from landscape.probes import figures as probe_figures
 
 jax.config.update("jax_enable_x64", True)  # probes in float64 (before any point is built)
 TINY = bool(os.environ.get("LANDSCAPE_TUTORIAL_TINY"))
@@ -189,7 +189,7 @@ print(split.describe())
 # %%
 line = landscape.path(theta_pi, theta_star, np.linspace(0, 1, 21 if TINY else 61))
 print(line.describe())
-show(geometry.plot_path(line), "path")
+show(probe_figures.plot_path(line), "path")
 
 # %% [markdown]
 # ## A slice through θ_π
@@ -212,7 +212,7 @@ plane = landscape.slice_2d(
 print(plane.describe())
 alpha, beta, off_plane = plane.project(theta_star)
 print(f"θ* at (α, β) = ({alpha:.3f}, {beta:.3f}), {off_plane:.3f} off the plane")
-show(geometry.plot_slice(plane, points=[theta_star]), "slice")
+show(probe_figures.plot_slice(plane, points=[theta_star]), "slice")
 
 # %% [markdown]
 # ## A spectral density
@@ -227,7 +227,7 @@ print(density.describe())
 exact = landscape.hessian_at(theta_star).eigenvalues
 zero = np.abs(exact) <= 1e-9 * np.abs(exact).max()
 print(f"exact: {np.sum(~zero)} non-zero eigenvalues of D = {exact.size}:", exact[~zero])
-fig = spectra.density_figure(density)
+fig = probe_figures.density_figure(density)
 fig.axes[0].plot(exact[~zero], np.full(np.sum(~zero), 1e-4), "|", color="red", markersize=12)
 show(fig, "spectral_density")
 

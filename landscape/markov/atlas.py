@@ -18,7 +18,17 @@ import numpy as np
 from landscape.engine import plotting, records
 from landscape.markov import model as model_lib
 from landscape.markov import points
-from landscape.probes import curvature, eigen, gauss_newton, geometry, gradient, results, spectra
+from landscape.probes import (
+    curvature,
+    escape,
+    estimates,
+    gauss_newton,
+    geometry,
+    gradient,
+    results,
+    spectra,
+)
+from landscape.probes import figures as probe_figures
 
 Progress = Callable[[str], object] | None
 _SECOND_ORDER_RTOL = 0.01  # |[L(θ+εv) + L(θ-εv) - 2L(θ)] / (ε² λ) - 1| at the smallest ε
@@ -87,7 +97,7 @@ def _escape_rows(cfg: ml_collections.ConfigDict, saddles: list[dict]) -> list[di
         cells = [(r["p"], r["q"]) for r in saddles if r["tied"] == tied]
         if not cells:
             continue
-        found = eigen.escape_directions([_theta_pi(cfg, p, q, tied) for p, q in cells])
+        found = escape.escape_directions([_theta_pi(cfg, p, q, tied) for p, q in cells])
         for (p, q), esc in zip(cells, found, strict=True):
             ratios = esc.ratios[:, 0] if esc.num_negative() else np.array([np.nan])
             rows.append(
@@ -125,7 +135,7 @@ def _path_rows(cfg: ml_collections.ConfigDict) -> tuple[list[dict], list[geometr
     return rows, results
 
 
-def _density(cfg: ml_collections.ConfigDict) -> tuple[spectra.SpectralDensity, int, tuple]:
+def _density(cfg: ml_collections.ConfigDict) -> tuple[estimates.SpectralDensity, int, tuple]:
     """SLQ at the untied theta_pi of the grid's first cell, and its exact negative count."""
     p, q = _cells(cfg)[0]
     point = _theta_pi(cfg, p, q, tied=False)
@@ -186,7 +196,7 @@ def expected_basin(p: float, q: float, tied: bool) -> str:
 
 def _trained_rows(
     cfg: ml_collections.ConfigDict, tied: bool, progress: Progress, train: Train
-) -> tuple[list[dict], list[spectra.SpectralDensity]]:
+) -> tuple[list[dict], list[estimates.SpectralDensity]]:
     """The probes at one tying's trained points (one vmapped call each): gradient norm, dense
     Hessian, SLQ density, and the loss against L(theta_pi) and L(theta_star)."""
     p, q = (float(x) for x in cfg.atlas.train_cell)
@@ -232,7 +242,7 @@ def _trained_rows(
 
 def _trained(
     cfg: ml_collections.ConfigDict, progress: Progress, train: Train | None
-) -> tuple[list[dict], list[spectra.SpectralDensity]]:
+) -> tuple[list[dict], list[estimates.SpectralDensity]]:
     """The trained points of both tyings (none when atlas.train_steps = 0 or without `train`)."""
     if not cfg.atlas.train_steps or train is None:
         return [], []
@@ -408,13 +418,13 @@ def _shown_paths(paths: list[tuple]) -> list[tuple]:
     return minima[:2] + untied[:2]
 
 
-def draw_trained(trained: list[dict], densities: list[spectra.SpectralDensity]) -> Any:
+def draw_trained(trained: list[dict], densities: list[estimates.SpectralDensity]) -> Any:
     """The SLQ densities at the trained points, tied and untied side by side, seeds overlaid."""
     fig, axes = plotting.subplots(1, 2, width=4.5, height=3.2)
     for ax, tied in zip(axes[0], (True, False), strict=True):
         shown = [(r, d) for r, d in zip(trained, densities, strict=True) if r["tied"] == tied]
         for row, density in shown:
-            spectra.density_figure(density, ax=ax)
+            probe_figures.density_figure(density, ax=ax)
             ax.lines[-1].set_label(f"seed {row['seed']}: {row['reached']}, L = {row['loss']:.4f}")
         row = shown[0][0]
         ax.set_title(
@@ -454,7 +464,9 @@ def run_atlas(
                 workdir.figure_path("atlas"),
             )
         ),
-        str(plotting.save(spectra.density_figure(density[0]), workdir.figure_path("density"))),
+        str(
+            plotting.save(probe_figures.density_figure(density[0]), workdir.figure_path("density"))
+        ),
     ]
     if trained:
         figure = draw_trained(trained, trained_densities)

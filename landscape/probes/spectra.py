@@ -7,12 +7,10 @@ shared by every point of one model. Details: docs/design/curvature.md.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
-import warnings
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Literal, cast, overload
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 import jax
 import jax.numpy as jnp
@@ -20,21 +18,23 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from landscape import _checks
-from landscape.point import Point, as_points, block_indices, param_names
-from landscape.probes import compiled, results
+from landscape.point import Point, as_points, param_names
+from landscape.probes import compiled
+from landscape.probes.estimates import (
+    DiagonalEstimate,
+    SpectralDensity,
+    TraceEstimate,
+    point_dtype,
+)
 from landscape.probes.lanczos import lanczos_from
 from landscape.probes.uncertainty import (
-    QuadratureWarning,
-    cut_weight,
     mean_and_stderr,
-    quadrature_bounds,
     rounding,
 )
 from landscape.typing import PyTree
 
 if TYPE_CHECKING:  # matplotlib loads only when a figure is drawn
-    from matplotlib.axes import Axes
-    from matplotlib.figure import Figure
+    pass
 
 ProbeKind = Literal["rademacher", "gaussian"]
 TraceMethod = Literal["hutchinson", "hutch++"]
@@ -155,278 +155,6 @@ def diagonal_program(
 
 
 # ---------------------------------------------------------------- results
-
-
-def _check_interval(lo: float, hi: float) -> None:
-    _checks.check_real("lo", lo, finite=False, meaning="the interval's lower end")
-    _checks.check_real("hi", hi, finite=False, meaning="the interval's upper end")
-    if hi < lo:
-        raise ValueError(f"hi = {hi:g} is below lo = {lo:g}: give an interval lo <= hi.")
-
-
-def _dtype(point: Point) -> np.dtype:
-    """The dtype the point's HVPs are computed in (the rounding of every sample)."""
-    return np.dtype(ravel_pytree(point.params)[0].dtype)
-
-
-def _label(point: Point) -> str:
-    return point.name or "<unnamed point>"
-
-
-def _plus_minus(value: float, stderr: float) -> str:
-    return f"{value:.6g} ± {stderr:.2g}"
-
-
-@dataclasses.dataclass(frozen=True, eq=False, repr=False)
-class SpectralDensity:
-    """SLQ estimate of the Hessian's eigenvalue density at a point.
-
-    `nodes` and `weights` have shape (num_probes, num_iters): per probe, the Ritz values
-    (ascending) and the Gauss quadrature weights (squared first components of the Ritz vectors,
-    summing to 1), so probe i estimates the density as sum_j weights[i, j] delta(λ - nodes[i, j]);
-    the estimate is their mean over probes. A probe whose HVPs were NaN or inf has NaN nodes.
-    """
-
-    point: Point
-    nodes: np.ndarray
-    weights: np.ndarray
-    dim: int
-    probe: str
-
-    @property
-    def num_probes(self) -> int:
-        return int(self.nodes.shape[0])
-
-    @property
-    def num_iters(self) -> int:
-        return int(self.nodes.shape[1])
-
-    @property
-    def finite(self) -> bool:
-        return bool(np.all(np.isfinite(self.nodes)))
-
-    @property
-    def dtype(self) -> np.dtype:
-        return _dtype(self.point)
-
-    def density(self, grid: np.ndarray, sigma: float) -> np.ndarray:
-        """The density smoothed by a Gaussian kernel of width `sigma`, on `grid` (it integrates
-        to about 1 over a grid covering the nodes +- a few sigma)."""
-        _checks.check_real("sigma", sigma, low=0, low_open=True, meaning="the kernel width")
-        _checks.check_real("grid", grid, scalar=False, meaning="eigenvalues to evaluate at")
-        x = np.asarray(grid, np.float64)
-        z = (x[..., None, None] - self.nodes) / sigma
-        kernel = np.exp(-0.5 * z**2) / (sigma * math.sqrt(2 * math.pi))
-        return np.sum(kernel * self.weights, axis=(-2, -1)) / self.num_probes
-
-    def mass_per_probe(self, lo: float, hi: float) -> np.ndarray:
-        """Each probe's estimate of the fraction of eigenvalues in [lo, hi] (num_probes,)."""
-        _check_interval(lo, hi)
-        inside = (self.nodes >= lo) & (self.nodes <= hi)
-        return np.sum(np.where(inside, self.weights, 0.0), axis=1)
-
-    def mass(self, lo: float, hi: float) -> tuple[float, float]:
-        """(fraction of eigenvalues in [lo, hi], its standard error over probes, floored at the
-        weights' rounding); times `dim` it estimates their number. A QuadratureWarning says when
-        lo or hi cuts Ritz nodes (`uncertainty.cut_weight`) carrying more than that error: then
-        `mass_interval` is the range to quote."""
-        value, stderr = self._mass(lo, hi)
-        for name, end in (("lo", lo), ("hi", hi)):
-            weight = cut_weight(self.nodes, self.weights, end)
-            if weight > max(stderr, 1.0 / self.dim):
-                low, high = self.mass_interval(lo, hi)
-                warnings.warn(
-                    f"mass({lo:g}, {hi:g}) = {value:.3g} ± {stderr:.2g}: {name} = {end:g} cuts "
-                    f"Ritz nodes carrying {weight:.3g} of the spectrum (mean over probes), whose "
-                    f"side of it {self.num_iters} Lanczos steps do not resolve; "
-                    f"mass_interval({lo:g}, {hi:g}) = [{low:.3g}, {high:.3g}] covers it.",
-                    QuadratureWarning,
-                    stacklevel=2,
-                )
-        return value, stderr
-
-    def _mass(self, lo: float, hi: float) -> tuple[float, float]:
-        floor = rounding(self.dtype, self.num_iters, 1.0)  # weights sum to 1
-        value, stderr = mean_and_stderr(self.mass_per_probe(lo, hi), floor)
-        return float(value), float(stderr)
-
-    def mass_bounds_per_probe(self, lo: float, hi: float) -> tuple[np.ndarray, np.ndarray]:
-        """Each probe's certified range (lower, upper), (num_probes,) each, for its own spectral
-        measure's mass in [lo, hi]: what its Gauss rule guarantees, whatever the eigenvalues
-        between the nodes (`quadrature_bounds`)."""
-        _check_interval(lo, hi)
-        return quadrature_bounds(self.nodes, self.weights, lo, hi)
-
-    def mass_interval(self, lo: float, hi: float, z: float = 2.0) -> tuple[float, float]:
-        """A range for the fraction of eigenvalues in [lo, hi] that covers the quadrature's
-        error (certified per probe) and the probes' sampling (z standard errors of the mean
-        bounds): wider than `mass` +- stderr where a threshold cuts a cluster the Lanczos steps
-        cannot resolve, which `mass` alone cannot show."""
-        _checks.check_real("z", z, low=0, meaning="the standard errors of sampling to cover")
-        lower, upper = self.mass_bounds_per_probe(lo, hi)
-        (low, low_se), (high, high_se) = mean_and_stderr(lower), mean_and_stderr(upper)
-        return max(0.0, float(low - z * low_se)), min(1.0, float(high + z * high_se))
-
-    def describe(self) -> str:
-        kind = "Rademacher" if self.probe == "rademacher" else "normalised Gaussian"
-        lines = [
-            f"Hessian spectral density (SLQ) at {_label(self.point)}  (D = {self.dim})",
-            f"  {self.num_probes} {kind} probes x {self.num_iters} Lanczos steps",
-        ]
-        if not self.finite:
-            bad = int(np.sum(~np.all(np.isfinite(self.nodes), axis=1)))
-            return "\n".join(lines + [f"  {bad} probe(s) met NaN or inf HVPs: no density."])
-        low, high = float(self.nodes.min()), float(self.nodes.max())
-        tol = max(1e-9, 100 * float(np.finfo(np.float64).eps)) * max(abs(low), abs(high))
-        lines.append(f"  Ritz values in [{low:.6g}, {high:.6g}]")
-        for label, lo, hi in (
-            ("λ < -tol  ", -np.inf, -tol),
-            ("|λ| <= tol", -tol, tol),
-            ("λ > tol   ", tol, np.inf),
-        ):
-            value, stderr = self._mass(lo, hi)  # the interval beside it says the rest
-            low, high = self.mass_interval(lo, hi)
-            count = (
-                f"≈ {value * self.dim:.1f} ± {stderr * self.dim:.1f} eigenvalues, "
-                f"{low * self.dim:.1f}-{high * self.dim:.1f} with the quadrature's error"
-            )
-            lines.append(f"  fraction {label} {_plus_minus(value, stderr)}  ({count})")
-        lines.append(f"  (tol = {tol:.3g}, relative to the largest |Ritz value|)")
-        return "\n".join(lines)
-
-    def summary(self) -> dict[str, Any]:
-        """One row: the point, D, the probes and steps, the Ritz values' range, and the
-        estimated number of eigenvalues below -tol (relative to the largest |Ritz value|) with
-        its standard error and its range with the quadrature's error (`mass_interval`)."""
-        nodes = self.nodes[np.all(np.isfinite(self.nodes), axis=1)]
-        low, high = (float(nodes.min()), float(nodes.max())) if nodes.size else (np.nan, np.nan)
-        tol = max(1e-9, 100 * float(np.finfo(np.float64).eps)) * max(abs(low), abs(high))
-        negative = (np.nan, np.nan) if not self.finite else self.mass(-np.inf, -tol)
-        interval = (np.nan, np.nan) if not self.finite else self.mass_interval(-np.inf, -tol)
-        return results.point_row(
-            self.point,
-            self.dim,
-            self.nodes.dtype,
-            probes=self.num_probes,
-            iterations=self.num_iters,
-            probe=self.probe,
-            lambda_min=low,
-            lambda_max=high,
-            num_negative=negative[0] * self.dim,
-            num_negative_stderr=negative[1] * self.dim,
-            num_negative_low=interval[0] * self.dim,
-            num_negative_high=interval[1] * self.dim,
-            tol=tol,
-            finite=self.finite,
-        )
-
-    def __repr__(self) -> str:
-        return (
-            f"SpectralDensity({self.point.name!r}, D={self.dim}, probes={self.num_probes}, "
-            f"iters={self.num_iters})"
-        )
-
-
-@dataclasses.dataclass(frozen=True, eq=False, repr=False)
-class TraceEstimate:
-    """A stochastic estimate of tr(H) at a point, with its standard error.
-
-    Hutch++: `exact_part` is tr(Q^T H Q) on the sketched range Q and `stderr` is the standard error
-    of the Hutchinson part on its complement (given Q); Hutchinson: exact_part is 0.
-    """
-
-    point: Point
-    value: float
-    stderr: float
-    method: str
-    num_probes: int
-    dim: int
-    exact_part: float
-
-    def describe(self) -> str:
-        lines = [
-            f"Hessian trace at {_label(self.point)}  (D = {self.dim})",
-            f"  trace      {_plus_minus(self.value, self.stderr)}  "
-            f"({self.method}, {self.num_probes} HVPs)",
-            f"  mean λ     {_plus_minus(self.value / self.dim, self.stderr / self.dim)}",
-        ]
-        if self.method == "hutch++":
-            lines.append(f"  of which {self.exact_part:.6g} exactly on the sketched range")
-        return "\n".join(lines)
-
-    @property
-    def finite(self) -> bool:
-        return bool(np.isfinite(self.value) and np.isfinite(self.stderr))
-
-    def summary(self) -> dict[str, Any]:
-        """One row: the point, D, the trace with its standard error, the method and its HVPs."""
-        return results.point_row(
-            self.point,
-            self.dim,
-            np.asarray(self.value).dtype,
-            trace=self.value,
-            trace_stderr=self.stderr,
-            exact_part=self.exact_part,
-            method=self.method,
-            num_hvps=self.num_probes,
-            finite=self.finite,
-        )
-
-    def __repr__(self) -> str:
-        return f"TraceEstimate({self.point.name!r}, {self.value:.6g} ± {self.stderr:.2g})"
-
-
-@dataclasses.dataclass(frozen=True, eq=False, repr=False)
-class DiagonalEstimate:
-    """Hutchinson's estimate of diag(H) at a point: `values` and `stderr` (D,), labelled by
-    parameter names (`names`, as in landscape.param_names); `block_traces` holds each leaf's
-    (trace, standard error), the stderr from the per-probe block sums."""
-
-    point: Point
-    values: np.ndarray
-    stderr: np.ndarray
-    names: Names
-    num_probes: int
-    block_traces: dict[str, tuple[float, float]]
-
-    def block(self, name: str | Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        """(values, stderr) of the named block (a name, or a list of names: concatenated)."""
-        index = block_indices(self.names, name)
-        return self.values[index], self.stderr[index]
-
-    def describe(self) -> str:
-        width = max([len("name")] + [len(leaf) for leaf, _, _ in self.names]) + 2
-        lines = [
-            f"Hessian diagonal (Hutchinson) at {_label(self.point)}  "
-            f"(D = {self.values.size}, {self.num_probes} Rademacher probes)",
-            f"  {'name':<{width}}{'size':>6}  {'block trace':>22}  {'max |diag|':>11}",
-        ]
-        for leaf, s, _ in self.names:
-            value, stderr = self.block_traces[leaf]
-            top = float(np.max(np.abs(self.values[s]), initial=0.0))
-            trace = _plus_minus(value, stderr)
-            lines.append(f"  {leaf:<{width}}{s.stop - s.start:>6}  {trace:>22}  {top:>11.4g}")
-        return "\n".join(lines)
-
-    @property
-    def finite(self) -> bool:
-        return bool(np.all(np.isfinite(self.values)) and np.all(np.isfinite(self.stderr)))
-
-    def summary(self) -> dict[str, Any]:
-        """One row: the point, D, the probes, the largest |diagonal entry| and the largest
-        standard error of an entry (`trace` estimates the trace with its own error)."""
-        return results.point_row(
-            self.point,
-            self.values.size,
-            self.values.dtype,
-            probes=self.num_probes,
-            max_abs_diagonal=float(np.max(np.abs(self.values), initial=0.0)),
-            max_stderr=float(np.max(self.stderr, initial=0.0)),
-            finite=self.finite,
-        )
-
-    def __repr__(self) -> str:
-        return f"DiagonalEstimate({self.point.name!r}, D={self.values.size})"
 
 
 # ---------------------------------------------------------------- public functions
@@ -555,7 +283,7 @@ def trace(
 
     def estimate(p: Point, exact_part: np.ndarray, row: np.ndarray) -> TraceEstimate:
         scale = abs(exact_part) + np.mean(np.abs(row))  # sums of D products each
-        mean, stderr = mean_and_stderr(row, rounding(_dtype(p), dim, scale))
+        mean, stderr = mean_and_stderr(row, rounding(point_dtype(p), dim, scale))
         value = float(exact_part + mean)
         return TraceEstimate(p, value, float(stderr), method, num_probes, dim, float(exact_part))
 
@@ -565,7 +293,7 @@ def trace(
 
 
 def _diagonal_estimate(point: Point, samples: np.ndarray) -> DiagonalEstimate:
-    dtype, dim = _dtype(point), samples.shape[1]  # each sample sums D products
+    dtype, dim = point_dtype(point), samples.shape[1]  # each sample sums D products
     values, stderr = mean_and_stderr(samples, rounding(dtype, dim, np.abs(samples).mean(0)))
     names = param_names(point.params)
     traces = {}
@@ -603,50 +331,3 @@ def diagonal(
     if not listed:
         return _diagonal_estimate(points[0], samples)
     return [_diagonal_estimate(p, samples[i]) for i, p in enumerate(points)]
-
-
-def density_figure(
-    density: SpectralDensity,
-    ax: Axes | None = None,
-    *,
-    sigma: float | None = None,
-    num_grid: int = 1000,
-    log_scale: bool = True,
-) -> Figure:
-    """A plot of the smoothed SLQ density (Gaussian kernel of width `sigma`, default 1% of the
-    Ritz values' range) on a new figure or on `ax`; a log density axis by default. Returns the
-    figure (save it with landscape.engine.plotting.save)."""
-    from landscape.engine import plotting
-
-    if not isinstance(density, SpectralDensity):
-        raise TypeError(
-            f"density_figure expects a SpectralDensity (from spectral_density); got "
-            f"{type(density).__name__}."
-        )
-    if not density.finite:
-        raise ValueError("density_figure: the density has NaN nodes (non-finite HVPs).")
-    num_grid = _checks.check_int("num_grid", num_grid, 2, "grid points")
-    low, high = float(density.nodes.min()), float(density.nodes.max())
-    if sigma is None:
-        sigma = 0.01 * (high - low) or 1e-3 * max(1.0, abs(high))
-    _checks.check_real("sigma", sigma, low=0, low_open=True, meaning="the kernel width")
-    grid = np.linspace(low - 4 * sigma, high + 4 * sigma, num_grid)
-    values = density.density(grid, sigma)
-    if ax is None:
-        fig, axes = plotting.subplots(1, 1, width=4.5, height=3.0)
-        ax = axes[0, 0]
-    else:
-        fig = cast("Figure", ax.get_figure(root=True))
-    ax.plot(grid, values, linewidth=1.2)
-    if log_scale:
-        ax.set_yscale("log")
-        top = max(float(values.max()), np.finfo(np.float64).tiny)
-        ax.set_ylim(bottom=top * 1e-7, top=top * 3)
-    ax.set_xlabel("eigenvalue λ")
-    ax.set_ylabel("density")
-    ax.set_title(
-        f"{density.point.name or 'Hessian'} (SLQ, {density.num_probes}x{density.num_iters})",
-        fontsize=8,
-    )
-    fig.tight_layout()
-    return fig
