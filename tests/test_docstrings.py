@@ -93,3 +93,40 @@ def test_every_models_shape_letters_have_a_legend(paper):
     suffixes = {n.rsplit("_", 1)[1] for n in names if re.fullmatch(r"[a-z][a-z0-9_]*_[A-Z]+", n)}
     missing = sorted({letter for suffix in suffixes for letter in suffix} - legend)
     assert not missing, f"{paper}/model.py: shape letters without a legend entry: {missing}"
+
+
+PUBLIC_PROBES = [
+    "gradient_at",
+    "hessian_at",
+    "hvp",
+    "hvp_flat",
+    "lanczos_spectrum",
+    "spectral_density",
+    "trace",
+    "diagonal",
+    "eigenpairs",
+    "escape_directions",
+    "ggn_at",
+    "path",
+    "bezier_path",
+    "slice_2d",
+    "random_direction",
+    "direction_to",
+]
+
+
+@pytest.mark.parametrize("name", PUBLIC_PROBES)
+def test_public_probes_document_every_argument(name):
+    """Google style (rendered by mkdocstrings): an Args section naming every parameter, and a
+    Returns section."""
+    import inspect
+
+    import landscape
+
+    function = getattr(landscape, name)
+    doc = inspect.getdoc(function) or ""
+    assert "\nArgs:\n" in doc and "\nReturns:\n" in doc, f"{name}: no Args/Returns section"
+    args = doc.split("\nArgs:\n")[1].split("\nReturns:\n")[0]
+    documented = {line.split(":")[0].strip() for line in args.splitlines() if ":" in line}
+    missing = set(inspect.signature(function).parameters) - documented
+    assert not missing, f"{name}: arguments without a line in Args: {sorted(missing)}"

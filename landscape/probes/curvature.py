@@ -95,14 +95,25 @@ def hessian_at(
     columns_per_batch: int | None = None,
     progress: Callable[[str], None] | None = print,
 ) -> Any:
-    """The exact Hessian of the population loss at `point` (or at each of a list of points of
-    one model, from one compiled, vmapped call; compiled once per model either way).
+    """The exact Hessian of the population loss at `point`, compiled once per model.
 
-    method="dense": the (D, D) matrix in the params' dtype, for D <= max_dense_dim; its columns are
-    computed `columns_per_batch` at a time (default: `default_columns_per_batch`).
-    method="lanczos": a `Spectrum` from `num_iters` Lanczos steps (see `lanczos_spectrum`).
-    Above D = CHUNKED_ABOVE a single point's matrix is formed in chunks, with its memory first
-    and a progress line with the time left after each chunk (`progress=None`: silent).
+    Above D = CHUNKED_ABOVE a single point's matrix is formed in chunks (over slices of its
+    population where `meta["population"]` says how), with its memory first and a progress line
+    with the time left after each chunk. Verdicts: docs/design/curvature.md.
+
+    Args:
+        point: a `Point`, or a list of points of one model (one vmapped call).
+        method: "dense", the (D, D) matrix in the params' dtype; or "lanczos", a `Spectrum`.
+        num_iters: Lanczos steps (method="lanczos").
+        key: the Lanczos start vector's key (default `jax.random.key(0)`).
+        max_dense_dim: the largest D for which a dense matrix is formed.
+        columns_per_batch: Hessian columns computed at once (default: from XLA's cost estimate
+            of one loss, `default_columns_per_batch`).
+        progress: where progress lines go (None: silent).
+
+    Returns:
+        A `Hessian` (a list for a list of points; a `Spectrum` for method="lanczos") with its
+        blocks, spectrum, `kind()`, `verdict()`, `near_stationary()` and `summary()`.
     """
     points, listed = as_points(point, "hessian_at")
     if not isinstance(method, str) or method not in ("dense", "lanczos"):

@@ -359,16 +359,28 @@ def eigenpairs(
     fallback_below: int = FALLBACK_BELOW,
     progress: Progress = print,
 ) -> Any:
-    """The k smallest or largest eigenpairs of the Hessian at `point`, with certificates.
+    """The k smallest or largest eigenpairs of the Hessian at `point`, each certified by
+    its residual ||H v - λ v|| (a fresh exact HVP); repeated eigenvalues come with their
+    multiplicity.
 
-    D <= dense_below: dense eigh of the exact Hessian. Above: thick-restarted Lanczos with
-    deflation on exact HVPs (module docstring; `num_iters` new Krylov vectors per run, default
-    min(D, max(40, 4k)); at most `max_restarts` runs, default 2k + 10; a Ritz pair is accepted at
-    residual <= tol * scale, tol default `lanczos_rtol`). Repeated eigenvalues come out with their
-    multiplicity. A search that has not certified the k values by then is replaced by the dense
-    solve when D <= fallback_below; `reason` says which method and why. `progress`: the dense
-    Hessian's lines, and a line per Lanczos run after LONG_SECONDS (None: silent). A list of
-    points of one model gives a list (compiled once per model).
+    Args:
+        point: a `Point`, or a list of points of one model (compiled once per model).
+        k: how many eigenpairs.
+        which: "smallest" or "largest".
+        dense_below: at D <= dense_below, numpy's eigh of the exact Hessian; above it,
+            thick-restarted Lanczos with deflation on exact HVPs.
+        num_iters: new Krylov vectors per Lanczos run (default min(D, max(40, 4k))).
+        key: the Lanczos start's key (default `jax.random.key(0)`).
+        tol: a Ritz pair is accepted at residual <= tol * scale (default `lanczos_rtol`).
+        max_restarts: Lanczos runs at most (default 2k + 10).
+        fallback_below: a search that did not certify the k values is replaced by the dense
+            solve when D <= fallback_below.
+        progress: the dense Hessian's lines and a line per Lanczos run after LONG_SECONDS
+            (None: silent).
+
+    Returns:
+        An `Eigenpairs` (a list for a list of points), whose `method` and `reason` say how
+        the values were found.
     """
     points, listed = point_lib.as_points(point, "eigenpairs")
     _check_arguments(points, k, which, dense_below, num_iters, tol, max_restarts)

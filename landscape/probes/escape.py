@@ -212,11 +212,26 @@ def escape_directions(
     key: jax.Array | None = None,
     progress: Progress = print,
 ) -> Any:
-    """The eigenvectors of the k smallest eigenvalues (k default min(6, D)) that are negative
-    (λ < -tol; tol default max(1e-9, 1000 eps) * spectral scale, or an absolute threshold), each
-    checked at second order by L(θ + ε v) + L(θ - ε v) - 2 L(θ) against ε² λ for each ε, which
-    holds off a critical point too (notes/landscape_geometry.md §9); the gradient judges
-    stationarity first. A list of points of one model gives a list."""
+    """The negative-curvature directions at a point, each checked at second order.
+
+    Each eigenvector of the k smallest eigenvalues with λ < -tol is checked by
+    L(θ + ε v) + L(θ - ε v) - 2 L(θ) against ε² λ, which holds off a critical point too
+    (notes/landscape_geometry.md §9); the gradient judges stationarity first.
+
+    Args:
+        point: a `Point`, or a list of points of one model.
+        tol: the eigenvalue threshold (default max(1e-9, 1000 eps) * spectral scale).
+        epsilons: the step sizes of the second-order check.
+        k: how many of the smallest eigenvalues to examine (default min(6, D)).
+        dense_below: as in `eigenpairs`.
+        num_iters: as in `eigenpairs`.
+        key: as in `eigenpairs`.
+        progress: as in `eigenpairs`.
+
+    Returns:
+        An `EscapeDirections` (a list for a list of points): the directions, their residuals,
+        the measured and predicted changes, `kind()` and `summary()`.
+    """
     points, listed = point_lib.as_points(point, "escape_directions")
     if tol is not None:
         _checks.check_real("tol", tol, low=0, meaning="an absolute eigenvalue threshold")

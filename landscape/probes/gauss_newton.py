@@ -229,10 +229,17 @@ def ggn_at(
 def ggn_at(
     point: Point | Sequence[Point], *, progress: Callable[[str], None] | None = print
 ) -> GaussNewton | list[GaussNewton]:
-    """The Gauss-Newton matrix G and the remainder H - G at a point (or each point of a list of
-    one model, one compiled call), for a point whose loss is `output_loss(outputs(params))`.
-    Above D = curvature.CHUNKED_ABOVE a single point's H and G are formed in chunks, each with
-    progress lines and the time left (`progress=None`: silent)."""
+    """The Gauss-Newton matrix G and the remainder R = H - G at a point whose loss is
+    `output_loss(outputs(params))` (notes/landscape_geometry.md §7).
+
+    Args:
+        point: a `Point` with `outputs` and `output_loss`, or a list of points of one model
+            (one compiled call).
+        progress: progress lines with the time left, above D = CHUNKED_ABOVE (None: silent).
+
+    Returns:
+        A `GaussNewton` (a list for a list of points): G, the Hessian, R and their spectra.
+    """
     points, listed = point_lib.as_points(point, "ggn_at")
     first = points[0]
     if first.outputs is None or first.output_loss is None:

@@ -267,10 +267,19 @@ def _path_points(a: Point, b: Point, caller: str) -> None:
 
 
 def path(a: Point, b: Point, ts: Any = None, *, batch_size: int | None = None) -> PathResult:
-    """The loss on the straight line (1 - t) a + t b, t in `ts` (default 51 points in [0, 1];
-    ts outside [0, 1] extrapolate, but only those inside count for the barrier), from one
-    compiled call shared by every pair of points of the model (docs/notes/landscape_geometry.md §1,
-    §6)."""
+    """The loss on the straight line (1 - t) a + t b, from one compiled call shared by
+    every pair of points of the model (docs/notes/landscape_geometry.md §1, §6).
+
+    Args:
+        a: the start, a `Point`.
+        b: the end, a `Point` of the same model and inputs.
+        ts: where to evaluate (default 51 points in [0, 1]); ts outside [0, 1] extrapolate,
+            but only those inside count for the barrier.
+        batch_size: loss evaluations at once (None: as many as fit in memory).
+
+    Returns:
+        A `PathResult`: the losses, both ends' losses, the barrier and where it peaks.
+    """
     _path_points(a, b, "path")
     ts = np.linspace(0.0, 1.0, 51) if ts is None else _check_grid("ts", ts)
     grid = np.concatenate([[0.0, 1.0], ts])
@@ -336,11 +345,25 @@ def bezier_path(
     key: jax.Array | None = None,
     batch_size: int | None = None,
 ) -> PathResult:
-    """The quadratic Bézier curve (1-t)^2 a + 2t(1-t) m + t^2 b with m trained by the project's
-    engine (`landscape.engine.training.train`, `optimizer` at `lr`) to lower
-    E_{t ~ U(0,1)} L(phi(t))
-    (Garipov et al. 2018; docs/notes/landscape_geometry.md §2), then the loss on `ts` (default 51
-    points in [0, 1]) and its barrier. `key` seeds m's jitter and the t's (None: seed 0)."""
+    """The quadratic Bézier curve (1-t)^2 a + 2t(1-t) m + t^2 b with m trained to
+    lower E_{t ~ U(0,1)} L(phi(t)) by the project's engine (Garipov et al. 2018;
+    docs/notes/landscape_geometry.md §2), then the loss on `ts` and its barrier.
+
+    Args:
+        a: the start, a `Point`.
+        b: the end, a `Point` of the same model and inputs.
+        num_steps: training steps of m.
+        lr: the learning rate.
+        num_ts: t's drawn per step.
+        optimizer: "adam" or "sgd".
+        init_scale: the jitter of m's start (the midpoint of a and b).
+        ts: where to evaluate the fitted curve (default 51 points in [0, 1]).
+        key: seeds m's jitter and the t's (None: seed 0).
+        batch_size: loss evaluations at once (None: as many as fit in memory).
+
+    Returns:
+        A `PathResult` with `midpoint` and the fit's losses (`fitted_loss()`).
+    """
     _path_points(a, b, "bezier_path")
     _check_bezier_arguments(num_steps, lr, num_ts, optimizer, init_scale, key)
     ts = np.linspace(0.0, 1.0, 51) if ts is None else _check_grid("ts", ts, unit=True)
@@ -370,7 +393,15 @@ def bezier_path(
 
 
 def random_direction(point: Point, key: jax.Array) -> PyTree:
-    """A direction shaped like the point's params with N(0, 1) entries (in each leaf's dtype)."""
+    """A direction shaped like the point's params with N(0, 1) entries.
+
+    Args:
+        point: a `Point`.
+        key: a `jax.random` key.
+
+    Returns:
+        A pytree like the params, each leaf in its own dtype.
+    """
     (point,), _ = as_points(point, "random_direction")
     _checks.check_key("key", key)
     if key is None:
@@ -385,7 +416,15 @@ def random_direction(point: Point, key: jax.Array) -> PyTree:
 
 
 def direction_to(point: Point, other: Point | PyTree) -> PyTree:
-    """other - point, leaf by leaf (`other` a Point of the same model or a params pytree)."""
+    """other - point, leaf by leaf.
+
+    Args:
+        point: a `Point`.
+        other: a `Point` of the same model, or a params pytree.
+
+    Returns:
+        A pytree like the params.
+    """
     (point,), _ = as_points(point, "direction_to")
     target = _check_direction("other", other, point)
     return jax.tree.map(lambda y, x: y - np.asarray(x, y.dtype), target, point.params)
@@ -547,11 +586,23 @@ def slice_2d(
     *,
     batch_size: int | None = None,
 ) -> SliceResult:
-    """The loss on point + alpha u + beta v over the grid alphas x betas, from one compiled call
-    shared by every point of the model (docs/notes/landscape_geometry.md §3, §6).
-    normalize="filter" rescales each filter (row of a matrix leaf; whole vectors and scalars)
-    of u and v to the norm of the point's, "block" each leaf; where the point is zero the
-    direction is kept unnormalised and `notes` says so."""
+    """The loss on point + alpha u + beta v over the grid alphas x betas, from one
+    compiled call shared by every point of the model (docs/notes/landscape_geometry.md §3, §6).
+
+    Args:
+        point: a `Point`.
+        u: a direction shaped like the params (e.g. `random_direction`, `direction_to`).
+        v: a second direction.
+        alphas: the grid along u.
+        betas: the grid along v.
+        normalize: None; "filter" rescales each filter (row of a matrix leaf; whole vectors
+            and scalars) of u and v to the norm of the point's; "block" each leaf. Where the
+            point is zero the direction is kept unnormalised and `notes` says so.
+        batch_size: loss evaluations at once (None: as many as fit in memory).
+
+    Returns:
+        A `SliceResult`: the losses on the grid, the directions used, `project()`.
+    """
     (point,), _ = as_points(point, "slice_2d")
     alphas, betas = _check_grid("alphas", alphas), _check_grid("betas", betas)
     u, v, notes, kept = _slice_directions(point, u, v, normalize)

@@ -148,8 +148,15 @@ def gradient_at(point: Sequence[Point]) -> list[Gradient]: ...
 
 
 def gradient_at(point: PointOrPoints) -> Gradient | list[Gradient]:
-    """The exact gradient of the point's loss at its params; a list of points of one model gives
-    a list, from one compiled call."""
+    """The exact gradient of the point's loss at its params.
+
+    Args:
+        point: a `Point`, or a list of points of one model (one compiled call for all).
+
+    Returns:
+        A `Gradient` (a list of them for a list of points): the labelled vector, its norm, the
+        loss, `kind()` (stationary or not) and `summary()`.
+    """
     points, listed = as_points(point, "gradient_at")
     objective, params, inputs = _program_arguments(points, listed)
     loss, tree = compiled.value_and_grad(objective, params, inputs, batched=listed)
@@ -164,9 +171,16 @@ def _gradient(point: Point, tree: PyTree, loss: jax.Array) -> Gradient:
 
 
 def hvp(point: Point) -> Callable[[Any], Any]:
-    """v -> H v at the point (forward-over-reverse, compiled once per model). v is a pytree
-    shaped like the params (H v is then one too) or a flat vector of all D parameters in
-    `ravel_pytree` order (as `param_names` lists them; H v is then flat), in the params' dtype."""
+    """v -> H v at the point (forward-over-reverse, compiled once per model).
+
+    Args:
+        point: a `Point`.
+
+    Returns:
+        A function of v: a pytree shaped like the params (H v is then one too) or a flat
+        vector of all D parameters in `ravel_pytree` order (as `param_names` lists them; H v is
+        then flat), in the params' dtype; a wrong shape or dtype is named in one sentence.
+    """
     check_point(point, "hvp")
     objective, inputs = point.shared
     params = point.params
@@ -188,8 +202,15 @@ def hvp(point: Point) -> Callable[[Any], Any]:
 
 
 def hvp_flat(point: Point) -> tuple[jax.Array, Callable[[Any], jax.Array]]:
-    """(x0, matvec): the flat params (D,) in `ravel_pytree` order and v (D,) -> H v (D,), compiled
-    once per model, for solvers that work on vectors (scipy's LinearOperator, CG, Lanczos)."""
+    """The Hessian as a flat operator, for solvers that work on vectors (scipy, CG, Lanczos).
+
+    Args:
+        point: a `Point`.
+
+    Returns:
+        (x0, matvec): the flat params (D,) in `ravel_pytree` order and v (D,) -> H v (D,),
+        compiled once per model.
+    """
     check_point(point, "hvp_flat")
     objective, inputs = point.shared
     params = point.params

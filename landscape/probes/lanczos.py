@@ -159,9 +159,16 @@ def _tridiagonal(
 
 
 def lanczos_spectrum(point: Point, num_iters: int = 100, key: jax.Array | None = None) -> Spectrum:
-    """Ritz values of the Hessian at `point` from Lanczos on exact HVPs; no D x D matrix is formed.
+    """Ritz values of the Hessian at `point` from Lanczos on exact HVPs; no D x D
+    matrix is formed.
 
-    num_iters is capped at D; key defaults to jax.random.key(0), so repeated calls agree.
+    Args:
+        point: a `Point`.
+        num_iters: Lanczos steps, capped at D.
+        key: the start vector's key (default `jax.random.key(0)`, so repeated calls agree).
+
+    Returns:
+        A `Spectrum`: Ritz values and weights; `kind()` proves a saddle or says inconclusive.
     """
     check_point(point, "lanczos_spectrum")
     _checks.check_int("num_iters", num_iters, 1, "the number of Lanczos steps")
