@@ -302,6 +302,7 @@ def _bezier_problem(a: Point, b: Point, num_ts: int, init_scale: float) -> train
     objective, inputs = a.shared
     midpoint = jax.tree.map(lambda x, y: (jnp.asarray(x) + jnp.asarray(y)) / 2, a.params, b.params)
     jitter = init_scale * np.linalg.norm(_flat(b.params) - _flat(a.params)) / np.sqrt(a.num_params)
+    dtype = jax.tree.leaves(a.params)[0].dtype  # a point's parameters have one dtype
 
     def init(key: jax.Array, hp: training.HParams) -> PyTree:
         leaves, treedef = jax.tree_util.tree_flatten(midpoint)
@@ -313,8 +314,8 @@ def _bezier_problem(a: Point, b: Point, num_ts: int, init_scale: float) -> train
         return jax.tree_util.tree_unflatten(treedef, noisy)
 
     def loss(m: PyTree, key: jax.Array, hp: training.HParams) -> tuple[jax.Array, dict]:
-        offsets = jax.random.uniform(key, (num_ts,))
-        ts = (jnp.arange(num_ts) + offsets) / num_ts  # one t per stratum: unbiased, low variance
+        offsets = jax.random.uniform(key, (num_ts,), jnp.float32)  # float32: x64 on or off
+        ts = (jnp.arange(num_ts) + offsets.astype(dtype)) / num_ts  # one t per stratum
         controls = compiled.stack_trees(a.params, m, b.params)
         return jnp.mean(_losses_at(objective, controls, inputs, _bernstein(ts), None)), {}
 
@@ -368,7 +369,7 @@ def bezier_path(
     _check_bezier_arguments(num_steps, lr, num_ts, optimizer, init_scale, key)
     ts = np.linspace(0.0, 1.0, 51) if ts is None else _check_grid("ts", ts, unit=True)
     batch_size = _check_batch_size(batch_size)
-    seed = 0 if key is None else int(jax.random.randint(key, (), 0, 2**31 - 1))
+    seed = 0 if key is None else int(jax.random.randint(key, (), 0, 2**31 - 1, jnp.int32))
     optim = training.default_optim_config()
     optim.name = optimizer
     run = training.train(
