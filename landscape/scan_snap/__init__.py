@@ -4,6 +4,7 @@ task.py        sequence classes (the authors' Dataset2), c_n (Eq. 5), distinct-t
 model.py       YZModel (params Y, Z), its long-sequence loss as a Point; TextTransformer
 text.py        WikiText as arrays: the tutorial's tokenizer, vocabulary, id stream and chunks
 wikitext.py    experiment = "wikitext": the text transformer on WikiText (Figs. 7, 10)
+wikitext_claims.py  its claims, per-run table and figures
 theory.py      closed forms: h*, h, omega1, t0, gamma, Gamma, B_n, chi bounds, the attention ODE
 experiment.py  configs -> compiled sweeps -> records, figures and checked claims
 padded.py      off the CPU, one program for a grid's task sizes (Fig. 6's four K), padded
