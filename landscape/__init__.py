@@ -26,13 +26,12 @@ if TYPE_CHECKING:
     from landscape.probes.gauss_newton import GaussNewton, ggn_at
     from landscape.probes.geometry import (
         PathResult,
-        SliceResult,
         bezier_path,
         direction_to,
         path,
         random_direction,
-        slice_2d,
     )
+    from landscape.probes.slices import SliceResult, slice_2d
     from landscape.probes.spectra import diagonal, spectral_density, trace
 
 try:
@@ -65,7 +64,7 @@ PROBES = {  # name: module of landscape/probes/; loaded on first use, like the p
     "ggn_at": "gauss_newton",
     "path": "geometry",
     "bezier_path": "geometry",
-    "slice_2d": "geometry",
+    "slice_2d": "slices",
     "random_direction": "geometry",
     "direction_to": "geometry",
     # their results
@@ -76,7 +75,7 @@ PROBES = {  # name: module of landscape/probes/; loaded on first use, like the p
     "EscapeDirections": "escape",
     "GaussNewton": "gauss_newton",
     "PathResult": "geometry",
-    "SliceResult": "geometry",
+    "SliceResult": "slices",
 }
 
 

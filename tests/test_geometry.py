@@ -11,7 +11,7 @@ import pytest
 import landscape
 from landscape.engine import memory
 from landscape.markov import theory
-from landscape.probes import budget, geometry
+from landscape.probes import budget, geometry, slices
 from landscape.probes import figures as probe_figures
 
 TOL = 1e-10  # float64 closed forms against the model code: observed differences ~1e-15
@@ -132,7 +132,7 @@ def test_slice_in_a_b_e_plane_is_the_closed_form_and_reuses_its_program():
     v = _zeros_like(point, e=w, block_0__W_K=rng.normal(size=(4, 4)))
     v["block_0"]["W_V"] = rng.normal(size=(4, 4))
     alphas, betas = np.linspace(-1.0, 1.0, 7), np.linspace(-1.5, 1.5, 9)
-    result = geometry.slice_2d(point, u, v, alphas, betas)
+    result = slices.slice_2d(point, u, v, alphas, betas)
     grid_a, grid_b = np.meshgrid(alphas, betas, indexing="ij")
     b0 = np.log(0.5 / 0.8)
     exact = markov_loss(b0 + 0.7 * grid_a, grid_b**2 * (w @ w), 0.5, 0.8)  # notes §5
@@ -140,7 +140,7 @@ def test_slice_in_a_b_e_plane_is_the_closed_form_and_reuses_its_program():
     np.testing.assert_allclose(result.losses, exact, rtol=0, atol=TOL)
     assert abs(result.center_loss - float(theory.unigram_loss(0.5, 0.8))) < TOL
     programs = geometry._losses_at._cache_size()
-    other = geometry.slice_2d(_theta_pi(0.3, 0.9), u, v, alphas, betas)
+    other = slices.slice_2d(_theta_pi(0.3, 0.9), u, v, alphas, betas)
     assert geometry._losses_at._cache_size() == programs  # a new (p, q): no new program
     exact = markov_loss(np.log(0.3 / 0.9) + 0.7 * grid_a, grid_b**2 * (w @ w), 0.3, 0.9)
     np.testing.assert_allclose(other.losses, exact, rtol=0, atol=TOL)
@@ -164,7 +164,7 @@ def test_slices_and_paths_pick_a_batch_size_that_fits(monkeypatch):
     monkeypatch.setattr(memory, "available_memory_bytes", lambda: 5 * each)
     u, v = _zeros_like(point, b=1.0), _zeros_like(point, e=np.ones(4))
     alphas, betas = np.linspace(-1.0, 1.0, 3), np.linspace(-1.0, 1.0, 4)
-    result = geometry.slice_2d(point, u, v, alphas, betas)
+    result = slices.slice_2d(point, u, v, alphas, betas)
     grid_a, grid_b = np.meshgrid(alphas, betas, indexing="ij")
     exact = markov_loss(np.log(0.5 / 0.8) + grid_a, 4 * grid_b**2, 0.5, 0.8)
     np.testing.assert_allclose(result.losses, exact, rtol=0, atol=TOL)
@@ -172,8 +172,8 @@ def test_slices_and_paths_pick_a_batch_size_that_fits(monkeypatch):
     assert chosen == [2, 2] and line.losses.size == 51
     monkeypatch.setattr(memory, "available_memory_bytes", lambda: 1.5 * each)
     with pytest.raises(MemoryError, match=r"^slice_2d: one loss evaluation of theta_pi .* needs"):
-        geometry.slice_2d(point, u, v, alphas, betas)
-    assert geometry.slice_2d(point, u, v, alphas, betas, batch_size=3).losses.shape == (3, 4)
+        slices.slice_2d(point, u, v, alphas, betas)
+    assert slices.slice_2d(point, u, v, alphas, betas, batch_size=3).losses.shape == (3, 4)
 
 
 def test_paths_from_theta_pi_in_b_and_e_are_the_closed_form():
@@ -206,7 +206,7 @@ def test_untied_a_e_plane_is_the_saddle_of_the_closed_form():
     ua, ve = rng.normal(size=4), rng.normal(size=4)
     u, v = _zeros_like(point, a=ua), _zeros_like(point, e=ve)
     alphas = betas = np.linspace(-1.0, 1.0, 9)
-    result = geometry.slice_2d(point, u, v, alphas, betas)
+    result = slices.slice_2d(point, u, v, alphas, betas)
     grid_a, grid_b = np.meshgrid(alphas, betas, indexing="ij")
     exact = markov_loss(np.log(0.5 / 0.8), grid_a * grid_b * (ua @ ve), 0.5, 0.8)
     np.testing.assert_allclose(result.losses, exact, rtol=0, atol=TOL)
@@ -219,7 +219,7 @@ def test_filter_normalisation_at_theta_pi_keeps_the_zero_blocks_unnormalised():
     w = np.array([0.3, -0.7, 1.1, 0.2])
     u, v = _zeros_like(point, b=1.0), _zeros_like(point, e=w)
     alphas, betas = np.linspace(-1.0, 1.0, 7), np.linspace(-1.5, 1.5, 9)
-    result = geometry.slice_2d(point, u, v, alphas, betas, normalize="filter")
+    result = slices.slice_2d(point, u, v, alphas, betas, normalize="filter")
     # b is a scalar leaf: u's b rescaled to |b0|; e = 0 at theta_pi: v's e kept as given
     assert float(result.u["b"]) == pytest.approx(abs(b0), rel=1e-15)
     np.testing.assert_array_equal(result.v["e"], w)
@@ -231,7 +231,7 @@ def test_filter_normalisation_at_theta_pi_keeps_the_zero_blocks_unnormalised():
     np.testing.assert_allclose(result.losses, exact, rtol=0, atol=TOL)
     # random directions: every block but b is zero at theta_pi (rest="zero", pos = 0)
     key_u, key_v = jax.random.split(jax.random.key(0))
-    random = geometry.slice_2d(
+    random = slices.slice_2d(
         point,
         geometry.random_direction(point, key_u),
         geometry.random_direction(point, key_v),
@@ -249,12 +249,12 @@ def test_filter_and_block_normalisation_rescale_as_documented():
     point = landscape.Point(params, lambda p: jnp.sum(p["W"] ** 2) + jnp.sum(p["c"] ** 3))
     ones = jax.tree.map(np.ones_like, params)
     other = {"W": np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]), "c": np.array([1.0, -1.0])}
-    by_filter = geometry.slice_2d(point, ones, other, [0.0, 1.0], [0.0, 1.0], normalize="filter")
+    by_filter = slices.slice_2d(point, ones, other, [0.0, 1.0], [0.0, 1.0], normalize="filter")
     np.testing.assert_allclose(by_filter.u["W"][0], np.full(3, 5 / np.sqrt(3)), rtol=1e-15)
     np.testing.assert_array_equal(by_filter.u["W"][1], np.ones(3))  # zero filter: kept
     np.testing.assert_allclose(by_filter.u["c"], np.full(2, np.sqrt(5 / 2)), rtol=1e-15)
     assert by_filter.kept_blocks == ("W",) and "W (1 of 2 filters)" in by_filter.notes[0]
-    by_block = geometry.slice_2d(point, ones, other, [0.0, 1.0], [0.0, 1.0], normalize="block")
+    by_block = slices.slice_2d(point, ones, other, [0.0, 1.0], [0.0, 1.0], normalize="block")
     np.testing.assert_allclose(by_block.u["W"], np.full((2, 3), 5 / np.sqrt(6)), rtol=1e-15)
     assert by_block.notes == () and by_block.kept_blocks == ()
     # the loss at (1, 0) is the loss at point + u: exact
@@ -272,7 +272,7 @@ def test_figures():
     point = _theta_pi(0.5, 0.8)
     u = _zeros_like(point, b=1.0)
     v = _zeros_like(point, e=np.ones(4))
-    result = geometry.slice_2d(point, u, v, np.linspace(-1, 1, 5), np.linspace(-1, 1, 5))
+    result = slices.slice_2d(point, u, v, np.linspace(-1, 1, 5), np.linspace(-1, 1, 5))
     fig = probe_figures.plot_slice(result, points=[_set(point, b=np.log(0.5 / 0.8) + 0.5)])
     assert len(fig.axes) == 2  # the contour plot and its colour bar
     plt.close("all")
@@ -298,16 +298,16 @@ def test_mistakes_are_named():
     grid = [0.0, 1.0]
     two = landscape.Point({"x": jnp.array([1.0, 0.0])}, lambda p: jnp.sum(p["x"] ** 2))
     with pytest.raises(ValueError, match="normalize = 'layer'"):
-        geometry.slice_2d(two, {"x": [1.0, 0.0]}, {"x": [0.0, 1.0]}, grid, grid, "layer")
+        slices.slice_2d(two, {"x": [1.0, 0.0]}, {"x": [0.0, 1.0]}, grid, grid, "layer")
     with pytest.raises(ValueError, match="u is zero everywhere"):
-        geometry.slice_2d(two, {"x": [0.0, 0.0]}, {"x": [0.0, 1.0]}, grid, grid)
+        slices.slice_2d(two, {"x": [0.0, 0.0]}, {"x": [0.0, 1.0]}, grid, grid)
     with pytest.raises(ValueError, match="parallel"):
-        geometry.slice_2d(two, {"x": [1.0, 0.0]}, {"x": [-2.0, 0.0]}, grid, grid)
+        slices.slice_2d(two, {"x": [1.0, 0.0]}, {"x": [-2.0, 0.0]}, grid, grid)
     with pytest.raises(ValueError, match=r"v\['x'\] has shape \(3,\)"):
-        geometry.slice_2d(two, {"x": [1.0, 0.0]}, {"x": [0.0, 1.0, 0.0]}, grid, grid)
+        slices.slice_2d(two, {"x": [1.0, 0.0]}, {"x": [0.0, 1.0, 0.0]}, grid, grid)
     with pytest.raises(ValueError, match="u must be a pytree shaped like the point's params"):
-        geometry.slice_2d(two, {"y": [1.0, 0.0]}, {"x": [0.0, 1.0]}, grid, grid)
+        slices.slice_2d(two, {"y": [1.0, 0.0]}, {"x": [0.0, 1.0]}, grid, grid)
     with pytest.raises(ValueError, match="batch_size = 0"):
-        geometry.slice_2d(two, {"x": [1.0, 0.0]}, {"x": [0.0, 1.0]}, grid, grid, batch_size=0)
+        slices.slice_2d(two, {"x": [1.0, 0.0]}, {"x": [0.0, 1.0]}, grid, grid, batch_size=0)
     with pytest.raises(TypeError, match="random key"):
         geometry.random_direction(two, None)

@@ -14,7 +14,8 @@ from landscape import _checks
 from landscape.engine import plotting as plotting_lib
 from landscape.point import Point
 from landscape.probes.estimates import SpectralDensity
-from landscape.probes.geometry import PathResult, SliceResult
+from landscape.probes.geometry import PathResult
+from landscape.probes.slices import SliceResult
 
 
 def _axes(ax: Axes | None) -> tuple[Axes, bool]:
