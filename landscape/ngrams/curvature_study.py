@@ -390,6 +390,23 @@ def probe(
     return dict(row=row, overlaps=overlaps, shares=shares, lanczos=lanczos, text=text)
 
 
+def _point_line(r: dict[str, Any]) -> str:
+    """A probed point in one line: its spectrum, kind, split and the curvature along targets."""
+    along = ", ".join(
+        f"{key.removeprefix('curvature_H_').replace('_', ' ')} {value:+.4f}"
+        for key, value in r.items()
+        if key.startswith("curvature_H_")
+    )
+    return (
+        f"run {r['run']} step {r['step']} ({r['num_sequences']} sequences): loss "
+        f"{r['loss']:.4f}, |g| {r['grad_norm']:.4f}, λ in [{r['lambda_min']:.4f}, "
+        f"{r['lambda_max']:.4f}] with {r['num_negative']} negative (spectrum: "
+        f"{r['spectrum_kind']}); kind {r['kind']}; G in [{r['ggn_min']:.2g}, {r['ggn_max']:.4f}], "
+        f"min eig(H - G) {r['remainder_min']:.4f}; curvature uᵀHu/uᵀu along: {along} (random "
+        f"directions {r['random_curvature_H']:+.4f})"
+    )
+
+
 def _overlap_line(r: dict[str, Any]) -> str:
     return (
         f"run {r['run']} step {r['step']}: {r['target']} against the {r['basis']} (k = {r['k']}, "
@@ -548,7 +565,8 @@ def study(
     if not probed:
         claims.append(records.claim("a plateau point to probe", notes, "one", False))
     path = figures.plot_curvature_study(view, rows, tables, workdir.figure_path("curvature_study"))
-    findings = [_overlap_line(r) for r in tables["overlaps"]] + notes
+    findings = [_point_line(r) for r in tables["curvature_points"]]
+    findings += [_overlap_line(r) for r in tables["overlaps"]] + notes
     if progress:
         progress("\n".join(findings))
     return workdir.finish(
