@@ -33,7 +33,7 @@ settings (notes §5 and the settings the notes recover by matching the figures' 
                       first sub-n-gram plateau on 2048 population sequences: Hessian kind,
                       Gauss-Newton split, escape directions and their overlap with the next
                       stage and with theta_*^3 against chance (docs/studies/ngrams_curvature.md;
-                      3-6 min on 2 cores)
+                      5-7 min on 2 cores)
   curvature_paper     the same for seeds 0-2 over 2^14 steps, at four kept steps per plateau,
                       on 8192 sequences (about 1.5-2 h on 2 cores)
 """

@@ -143,7 +143,8 @@ def after_step(
 def next_construction(point: Point, k: int, c: float, offsets_HL: np.ndarray) -> PyTree:
     """θ_*^k(c) (notes/ngrams.md §4.4) for the trained point's model, its heads permuted so that
     the construction's head for offset o is the trained head attending most to o
-    (`offsets_HL`: heads x offsets 1, 2, ... at the point), in the point's dtype."""
+    (`offsets_HL`: heads x offsets 1, 2, ...; the study takes them after the drop), in the
+    point's dtype."""
     model = point.meta["model"]
     dtype = np.asarray(point.params["A1"]).dtype
     star = points.construction_params(k, c, model, dtype)
@@ -347,7 +348,9 @@ def probe(
     )
     split = gauss_newton.ggn_at(point, progress=progress)
     escape = eigen.escape_directions(point, k=s.num_directions, progress=progress)
-    offsets = _at_step(result.snapshot_steps, result.snapshots["head_offsets"][run], step)
+    # the heads' roles after the drop (else at the point): the construction training reaches
+    roles = step if where["after"] is None else where["after"]
+    offsets = _at_step(result.snapshot_steps, result.snapshots["head_offsets"][run], roles)
     k_next = min(where["plateau"]["k"] + 1, cfg.task.order_n)
     star = next_construction(point, k_next, s.c, np.asarray(offsets))
     targets, live = _directions(point, result, run, where["after"], star)

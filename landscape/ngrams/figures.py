@@ -275,14 +275,16 @@ def _overlap_panel(ax: Any, table: list[dict], measure: str) -> None:
     chance as a black tick with ± 2 std whiskers (random directions in the coordinates training
     moves)."""
     rows, steps = _first_run(table)
-    combos = list(
-        dict.fromkeys((r["target"], r["basis"], r["k"]) for r in rows if r["step"] == steps[0])
-    )
+    combos = list(dict.fromkeys((r["target"], r["basis"]) for r in rows))
+    ks = {
+        c: "/".join(dict.fromkeys(str(r["k"]) for r in rows if (r["target"], r["basis"]) == c))
+        for c in combos
+    }
     width = 0.8 / len(steps)
     for i, step in enumerate(steps):
         at = {(r["target"], r["basis"]): r for r in rows if r["step"] == step}
-        chosen = [at[(t, b)] for t, b, _ in combos if (t, b) in at]
-        x = np.arange(len(chosen)) - 0.4 + width * (i + 0.5)
+        chosen = [at[c] for c in combos if c in at]
+        x = np.flatnonzero([c in at for c in combos]) - 0.4 + width * (i + 0.5)
         ax.bar(x, [r[measure] for r in chosen], width * 0.9, alpha=0.8, label=f"step {step}")
         ax.errorbar(
             x,
@@ -294,7 +296,7 @@ def _overlap_panel(ax: Any, table: list[dict], measure: str) -> None:
             capsize=2,
             label="chance ± 2 std" if i == 0 else None,
         )
-    labels = [f"{t}\n{b} (k={k})" for t, b, k in combos]
+    labels = [f"{t}\n{b} (k={ks[(t, b)]})" for t, b in combos]
     ax.set_xticks(np.arange(len(combos)), labels, fontsize=5.5, rotation=30, ha="right")
     word = "|projection| on the span" if measure == "span" else "max |cos| with one vector"
     ax.set(ylabel=word, title=f"{word}, seed {rows[0]['seed']}")
