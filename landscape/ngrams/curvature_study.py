@@ -19,10 +19,13 @@ from ml_collections import ConfigDict
 from landscape import _checks
 from landscape.engine import config as config_lib
 from landscape.engine import records
+from landscape.engine.result import RunResult
 from landscape.ngrams import claims as claims_lib
 from landscape.ngrams import figures, points, trained
 from landscape.point import Point
 from landscape.probes import curvature, eigen, gauss_newton, results
+from landscape.probes.eigen import EscapeDirections
+from landscape.probes.gauss_newton import GaussNewton
 from landscape.typing import ArrayLike, PyTree
 
 Progress = Callable[[str], None] | None
@@ -116,7 +119,9 @@ def plateau_of(row: dict[str, Any], order_n: int) -> dict[str, Any] | None:
     return next((p for p in row["plateaus"] if p["k"] < order_n), None)
 
 
-def probe_steps(kept: Sequence[int], plateau: dict[str, Any], fractions: Sequence[float]) -> list:
+def probe_steps(
+    kept: Sequence[int], plateau: dict[str, Any], fractions: Sequence[float]
+) -> list[int]:
     """The kept steps nearest to start + f (end - start) for each fraction f, inside the
     plateau (each once, ascending); [] when no kept step lies inside it."""
     inside = np.array([s for s in kept if plateau["start"] <= s <= plateau["end"]], int)
@@ -185,7 +190,9 @@ def _flat(params: PyTree, dtype: Any) -> np.ndarray:
     return np.asarray(ravel_pytree(jax.tree.map(lambda x: np.asarray(x, dtype), params))[0])
 
 
-def _curvature_row(split: Any, escape: Any, tracked: dict[str, float]) -> dict[str, Any]:
+def _curvature_row(
+    split: GaussNewton, escape: EscapeDirections, tracked: dict[str, float]
+) -> dict[str, Any]:
     """The point's numbers: loss, gradient, spectrum, its kind (near-stationary rule) and the
     spectrum's own kind, the quadratic model's check, G and R = H - G, the escape directions."""
     H = split.hessian
@@ -247,7 +254,7 @@ def _lanczos_rows(
 
 
 def _directions(
-    point: Point, result: Any, run: int, after: int | None, star: PyTree
+    point: Point, result: RunResult, run: int, after: int | None, star: PyTree
 ) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """({target: its direction from the point}, the live mask: the coordinates training moved
     from the initialisation by the step or by `after`)."""
@@ -263,7 +270,9 @@ def _directions(
     return targets, live
 
 
-def rayleigh_rows(split: Any, targets: dict[str, np.ndarray], live: np.ndarray) -> dict:
+def rayleigh_rows(
+    split: GaussNewton, targets: dict[str, np.ndarray], live: np.ndarray
+) -> dict[str, float]:
     """The curvature along each target u, uᵀMu / uᵀu for M = H, G and R = H - G, beside the
     mean over random directions in the live coordinates, tr(M_live) / D_live."""
     H, G = split.hessian.matrix, split.ggn
@@ -276,7 +285,7 @@ def rayleigh_rows(split: Any, targets: dict[str, np.ndarray], live: np.ndarray) 
     return out
 
 
-def _bases(split: Any, escape: Any) -> dict[str, np.ndarray]:
+def _bases(split: GaussNewton, escape: EscapeDirections) -> dict[str, np.ndarray]:
     """The subspaces compared with the targets: the escape directions (checked at second
     order), every eigenvector of a negative eigenvalue, and the descent direction -g."""
     H = split.hessian
@@ -335,7 +344,7 @@ def _at_step(steps: np.ndarray, values: np.ndarray, step: int) -> Any:
 def probe(
     cfg: ConfigDict,
     workdir: records.Workdir,
-    result: Any,
+    result: RunResult,
     where: dict[str, Any],
     progress: Progress = print,
 ) -> dict[str, Any]:
@@ -423,7 +432,9 @@ def _overlap_line(r: dict[str, Any]) -> str:
 # ----------------------------------------------------------------------------- claims
 
 
-def claims_of(row: dict[str, Any], lanczos: list[dict], s: ConfigDict, tol: float) -> list:
+def claims_of(
+    row: dict[str, Any], lanczos: list[dict], s: ConfigDict, tol: float
+) -> list[records.Claim]:
     """The theory's predictions at a plateau point (notes/ngrams.md §4.5, §4.6.4-5), the
     identities of the split (notes/landscape_geometry.md §7) and checks of the measurement."""
     where = f"run {row['run']} (seed {row['seed']}), step {row['step']}"
@@ -511,9 +522,9 @@ def validate(cfg: ConfigDict) -> None:
     r(cfg, "curvature.lanczos_iters", low=2, integer=True)
 
 
-def _where(cfg: ConfigDict, result: Any, rows: list[dict]) -> tuple[list[dict], list[str]]:
+def _where(cfg: ConfigDict, result: RunResult, rows: list[dict]) -> tuple[list[dict], list[str]]:
     """(what to probe: run, step, plateau, after; notes on runs with nothing to probe)."""
-    kept = [int(s) for s in result.params_steps]
+    kept = [int(s) for s in np.asarray(result.params_steps)]  # validate: params_every > 0
     chosen, notes = [], []
     for run, row in enumerate(rows):
         plateau = plateau_of(row, cfg.task.order_n)
@@ -577,11 +588,7 @@ def study(
         progress,
         figures=[str(path)],
         lines=lines.base,
-        runs=_jsonable_rows(rows),
+        runs=[{k: v for k, v in row.items() if k != "grad_norm_per_snapshot"} for row in rows],
         points=tables["curvature_points"],
         findings=findings,
     )
-
-
-def _jsonable_rows(rows: list[dict]) -> list[dict]:
-    return [{k: v for k, v in row.items() if k != "grad_norm_per_snapshot"} for row in rows]
