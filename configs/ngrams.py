@@ -3,6 +3,7 @@
     python -m experiments.ngrams --config=configs/ngrams.py                 # Fig. 3 (default)
     python -m experiments.ngrams --config=configs/ngrams.py:fig4
     python -m experiments.ngrams --config=configs/ngrams.py:stationarity    # Thm 4.2, C7/C8
+    python -m experiments.ngrams --config=configs/ngrams.py:curvature       # at Fig. 3's plateau
 
 Each figure has a CPU-sized variant and, where it differs, a `_paper` one with the paper's
 settings (notes §5 and the settings the notes recover by matching the figures' lines):
@@ -27,6 +28,14 @@ settings (notes §5 and the settings the notes recover by matching the figures' 
   stationarity        ||grad L(theta_*^k(c))|| against T and c (S=3, n=3, alpha=1), the loss at
                       theta_*^k against the k-gram estimators (notes §4.7 C7, C8)
   smoke               fig3 for 1536 steps with 2048 test sequences (the CI check of notes §7)
+  curvature           Fig. 3's run (seed 0, 8192 steps) tracked (lambda every 64 steps on 128
+                      test sequences) and kept every 256 steps, probed at 50% and 90% of its
+                      first sub-n-gram plateau on 2048 population sequences: Hessian kind,
+                      Gauss-Newton split, escape directions and their overlap with the next
+                      stage and with theta_*^3 against chance (docs/studies/ngrams_curvature.md;
+                      5-7 min on 2 cores)
+  curvature_paper     the same for seeds 0-2 over 2^14 steps, at four kept steps per plateau,
+                      on 8192 sequences (about 1.5-2 h on 2 cores)
 """
 
 import ml_collections
@@ -36,6 +45,7 @@ from landscape.ngrams.experiment import default_config
 FIGURES = ("fig1", "fig1_t128", "fig3", "fig4", "fig5", "fig6", "fig7")
 FIG3_PAPER_LEVELS = dict(paper_plateau=1.6355, paper_final=1.6068)  # authors' notebook, notes §5
 VARIANTS = FIGURES + tuple(f + "_paper" for f in FIGURES) + ("stationarity", "smoke")
+VARIANTS += ("curvature", "curvature_paper")
 
 
 def get_config(variant: str = "fig3") -> ml_collections.ConfigDict:
@@ -110,4 +120,16 @@ def get_config(variant: str = "fig3") -> ml_collections.ConfigDict:
     elif figure == "stationarity":
         c.experiment = "stationarity"
         c.claims = ""
+    elif figure == "curvature":
+        c.experiment, c.claims = "curvature", ""
+        c.train.update(num_steps=8192, track_every=64, params_every=256)
+        if paper:
+            c.num_seeds = 3
+            c.train.num_steps = 16384
+            c.curvature.update(
+                fractions=[0.25, 0.5, 0.75, 1.0],
+                num_sequences=8192,
+                random_directions=5000,
+                lanczos_sizes=[128, 512, 2048, 8192, 32768],
+            )
     return c

@@ -1,7 +1,8 @@
 """The tutorials in docs/tutorials/ run in-process at their tiny size (LANDSCAPE_TUTORIAL_TINY=1)
 and compute the numbers their text promises: the closed forms of notes/markov.md §6.2-6.5 for
 the probing tutorial, one row per run and logged step (the CLI's rows, number for number) for
-the sweep tutorial. own_task.py has its test in tests/test_own_task.py."""
+the sweep tutorial, the kept parameters and the second-order check of the escape directions for
+the training-run tutorial. own_task.py has its test in tests/test_own_task.py."""
 
 import json
 import math
@@ -130,3 +131,35 @@ def test_sweep_records_one_row_per_run_and_step_as_the_cli(tmp_path, monkeypatch
     assert status == 0
     from_cli = pd.read_json(tmp_path / "cli" / "metrics.jsonl", lines=True)
     pd.testing.assert_frame_equal(from_cli, rows)
+
+
+def test_probing_training_reads_its_run_back_and_checks_its_escape_directions(
+    tmp_path, monkeypatch
+):
+    """512 steps of the small n-gram run: the parameters and tracked steps it kept, the trained
+    points equal to the kept parameters, one summary row per kept step, the escape directions
+    the plateau Hessian's most negative eigenpairs and exact at second order, the chance level
+    the Beta law's mean (curvature_study.chance_overlap) and the block shares whole."""
+    from landscape.ngrams import curvature_study
+
+    space = _run_tiny("probing_training.py", tmp_path, monkeypatch)
+    result, kept, i = space["result"], space["kept"], space["i"]
+    np.testing.assert_array_equal(result.tracked_steps, np.arange(0, 513, 32))
+    assert kept == [0, 128, 256, 384, 512] and 0 < i < len(kept) - 1
+    assert len(space["table"]) == len(kept)
+    assert set(space["table"]["kind"]) <= {c.value for c in landscape.Curvature}
+    for step, point in zip(kept, space["trained"], strict=True):
+        for name, value in result.params_at(step, run=0).items():
+            np.testing.assert_array_equal(point.params[name], value.astype(np.float64))
+    H, escape = space["H"], space["escape"]
+    k = escape.num_negative()
+    assert k == 6 and H.num_negative() >= 6
+    np.testing.assert_allclose(escape.values, H.eigenvalues[:k], rtol=1e-9)
+    np.testing.assert_allclose(escape.ratios[:, 0], 1.0, atol=1e-3)  # ε = 1e-3: O(ε²) off
+    chance, dim = space["chance"], space["dim"]
+    assert dim == int(space["live"].sum()) < H.matrix.shape[0]
+    expected = curvature_study.chance_overlap(k, dim)
+    assert abs(chance["span_mean"] - expected) < 4 * chance["span_std"] / math.sqrt(2000)
+    for shares in space["shares"].values():
+        assert sum(shares.values()) == pytest.approx(1.0, rel=1e-9)
+    assert (tmp_path / "figures" / "tracked.png").stat().st_size > 5_000

@@ -1,9 +1,11 @@
 """In-context n-gram experiments (notes/ngrams.md §5, §7): configs -> compiled runs -> records,
 figures and checked claims.
 
-experiment = "train" (Figs 1, 3-7; seeds x lr one vmapped program) or "stationarity" (Theorem
-4.2's study). This module holds the config schema, the training problem and the run; `claims.py`
-the analysis and claims, `figures.py` the figures. What is logged: docs/design/ngrams.md.
+experiment = "train" (Figs 1, 3-7; seeds x lr one vmapped program), "stationarity" (Theorem
+4.2's study) or "curvature" (a tracked run probed at its plateau, `curvature_study.py`). This
+module holds the validation, the training problem and the run (the schema: `schema.py`);
+`claims.py` the analysis and claims, `figures.py` the figures. What is logged:
+docs/design/ngrams.md.
 """
 
 from __future__ import annotations
@@ -34,89 +36,28 @@ from landscape.engine import config as config_lib
 from landscape.engine import track as track_lib
 from landscape.engine.memory import format_bytes
 from landscape.ngrams import claims as claims_lib
-from landscape.ngrams import estimators, figures, points, task
+from landscape.ngrams import curvature_study, estimators, figures, points, task
 from landscape.ngrams import model as model_lib
+from landscape.ngrams.schema import TRACED, default_config, model_of
 from landscape.typing import PyTree
 
 Progress = Callable[[str], None] | None  # a line printer (None: quiet)
 
-TRACED = ("optim.lr",)
 CLAIM_SETS = tuple(claims_lib.CLAIMS)
-
-
-def default_config() -> ml_collections.ConfigDict:
-    """Every field an n-gram config may set; defaults are Fig. 3's setting (notes §5)."""
-    c = ml_collections.ConfigDict()
-    c.name = "ngrams"
-    c.experiment = "train"  # train | stationarity
-    c.seed = 0  # runs use seeds seed, ..., seed + num_seeds - 1
-    c.num_seeds = 1
-    c.task = dict(num_states=5, order_n=3, seq_len=32, alpha=0.5, init="uniform")
-    c.model = dict(
-        kind="simplified",
-        num_heads=2,
-        head_dim=0,
-        learn_value=True,
-        embedding="one_hot",
-        mlp=False,
-        readout_init="",
-        init_scale=1.0,
-        dtype="",
-    )
-    #              head_dim 0: (heads + 1) S; readout_init "": the kind's default; dtype: the
-    #              computation dtype ("" = train.dtype; bfloat16 / float16: autocast, precision.py)
-    c.optim = training.default_optim_config()
-    c.optim.update(name="adam")  # paper §5: Adam, constant lr, no weight decay
-    c.optim.lr = 0.01
-    c.train = dict(
-        batch_size=128,
-        num_steps=8192,
-        log_every=64,
-        test_sequences=4096,
-        test_seed=2**20,
-        floor=1e-8,
-        dtype="float32",
-        on_nonfinite="stop",
-        attention_maps=True,
-        track_sequences=128,  # the tracked curvature's evaluation batch: the test set's first
-        **training.default_averaging(),
-        **track_lib.default_tracking(),
-    )
-    c.lines = dict(num_sequences=16384, seed=2**21)
-    c.stationarity = dict(
-        ks=[1, 2, 3],
-        cs=[2.0, 4.0, 8.0, 16.0],
-        seq_lens=[32, 64, 128, 256, 512],
-        num_states=3,
-        order_n=3,
-        alpha=1.0,
-        num_sequences=16384,
-        log_c0=4.0,
-        seed=0,
-    )
-    c.analysis = dict(
-        flat_window=256,
-        flat_tol=0.01,
-        min_plateau=384,
-        line_tol=0.02,
-        head_threshold=0.4,
-        spike_ratio=3.0,
-        paper_plateau=0.0,
-        paper_final=0.0,
-    )  # claims "paper_levels": a figure's values
-    c.figure = dict(highlight_steps=[])  # [] picks: start, mid-plateau, end
-    c.sweep = ml_collections.ConfigDict()
-    c.variants = []
-    c.claims = "staircase,heads,grad_norm"
-    return c
-
 
 # ----------------------------------------------------------------------------- validation
 
 
 # Fields every program of a run shares: the estimator lines, the stationarity study, the
 # analysis and the figures are computed once per run from the top-level config.
-ONE_PER_RUN = validation.UNSWEEPABLE + ("task", "lines", "stationarity", "analysis", "figure")
+ONE_PER_RUN = validation.UNSWEEPABLE + (
+    "task",
+    "lines",
+    "stationarity",
+    "curvature",
+    "analysis",
+    "figure",
+)
 
 
 def validate(cfg: ml_collections.ConfigDict) -> None:
@@ -133,7 +74,7 @@ def _validate_run(cfg: ml_collections.ConfigDict) -> None:
     estimator lines, the stationarity study, the analysis and the figures."""
     r = config_lib.require_number
     config_lib.require_text(cfg, "name")
-    config_lib.require_choice(cfg, "experiment", ("train", "stationarity"))
+    config_lib.require_choice(cfg, "experiment", ("train", "stationarity", "curvature"))
     config_lib.require_seeds(cfg)
     names = cfg.claims.split(",") if cfg.claims else []
     config_lib.require(
@@ -150,6 +91,8 @@ def _validate_run(cfg: ml_collections.ConfigDict) -> None:
             cfg.claims,
             "'' for experiment = 'stationarity' (its claims are always checked)",
         )
+    if cfg.experiment == "curvature":
+        curvature_study.validate(cfg)
     _validate_task(cfg, "task")
     r(cfg, "lines.num_sequences", low=1, integer=True)
     r(cfg, "lines.seed", low=0, high=2**31 - 1, integer=True)
@@ -255,25 +198,8 @@ def _validate_cell(cfg: ml_collections.ConfigDict) -> None:
 
 
 def needs_x64(cfg: ml_collections.ConfigDict) -> bool:
-    return cfg.experiment == "stationarity" or cfg.train.dtype == "float64"
-
-
-def model_of(cfg: ml_collections.ConfigDict) -> model_lib.NgramModel:
-    m, prec = cfg.model, precision.of(cfg.train.dtype, cfg.model.dtype)
-    fields = dict(
-        kind=m.kind,
-        num_states=cfg.task.num_states,
-        seq_len=cfg.task.seq_len,
-        num_heads=m.num_heads,
-        init_scale=m.init_scale,
-        dtype=prec.dtype,
-        param_dtype=prec.param_dtype,
-    )
-    if m.kind == "simplified":
-        fields.update(head_dim=m.head_dim or None, learn_value=m.learn_value)
-    else:
-        fields.update(embedding=m.embedding, mlp=m.mlp, readout_init=m.readout_init or None)
-    return model_lib.NgramModel(**fields)
+    """The stationarity and curvature studies probe in float64 (training stays in train.dtype)."""
+    return cfg.experiment in ("stationarity", "curvature") or cfg.train.dtype == "float64"
 
 
 # ----------------------------------------------------------------------------- memory
@@ -642,6 +568,10 @@ def run(
     if cfg.experiment == "stationarity":
         return run_stationarity(cfg, workdir, progress)
     lines = claims_lib.Lines(cfg)
+    if cfg.experiment == "curvature":  # one program, probed at its plateau
+        group = train_group(cfg, {}, workdir, progress)
+        _save_arrays(workdir, group["result"], "")
+        return curvature_study.study(cfg, group, lines, workdir, progress)
     if progress:
         progress("estimator lines: " + ", ".join(f"{k} {v:.4f}" for k, v in lines.base.items()))
     groups: list[dict] = []

@@ -191,3 +191,149 @@ def plot_grad_norm(
     for t in twins:
         t.set_ylim(low, high)
     return plotting.save(fig, path)
+
+
+# ----------------------------------------------------------------------------- curvature study
+
+
+def _shade_plateaus(ax: Any, rows: list[dict], order_n: int) -> None:
+    for row in rows[:1]:  # the first run's plateaus (a sub-n-gram one darker)
+        for p in row["plateaus"]:
+            alpha = 0.18 if p["k"] < order_n else 0.08
+            ax.axvspan(p["start"], p["end"], color="tab:blue", alpha=alpha, linewidth=0)
+
+
+def _training_panels(axes: Any, view: dict, rows: list[dict], tables: dict) -> None:
+    """Test loss, and the tracked λ_max / λ_min (symlog), with the plateaus shaded, the probed
+    steps (solid) and the steps after the drop (dotted) marked, the dense values starred."""
+    res, n = view["result"], view["cfg"].task.order_n
+    points = tables["curvature_points"]
+    tracked = f"{view['cfg'].train.track_sequences} test sequences"
+    for r in range(res.num_runs):
+        axes[0].plot(
+            res.snapshot_steps, res.snapshots["test_loss"][r], lw=1, label=f"seed {res.seeds[r]}"
+        )
+        if res.tracked_steps is not None:
+            for name, color in (("lambda_max", "tab:red"), ("lambda_min", "tab:blue")):
+                axes[1].plot(
+                    res.tracked_steps,
+                    res.metrics[name][r],
+                    lw=0.9,
+                    color=color,
+                    alpha=0.8,
+                    label=name.replace("lambda", "λ") + f" ({tracked})" if r == 0 else None,
+                )
+    for p in points:
+        for ax in axes:
+            ax.axvline(p["step"], color="k", lw=0.8)
+            if p["after"] is not None:
+                ax.axvline(p["after"], color="k", lw=0.8, ls=":")
+        for name in ("lambda_min", "lambda_max"):
+            axes[1].plot(p["step"], p[name], "*", color="k", ms=9)
+    for ax in axes:
+        _shade_plateaus(ax, rows, n)
+        ax.set_xlabel("step")
+    axes[0].set(ylabel="test loss (nats)", title="test loss; plateaus shaded")
+    axes[1].set_yscale("symlog", linthresh=0.01)
+    size = points[0]["num_sequences"] if points else 0
+    axes[1].set(
+        ylabel="Hessian eigenvalue",
+        title=f"extreme eigenvalues (★: dense, {size} population sequences)",
+    )
+    axes[1].legend(fontsize=6)
+
+
+def _population_panel(ax: Any, tables: dict) -> None:
+    """-λ_min and |g| at each probed point against the population's size."""
+    runs = sorted({(r["run"], r["step"]) for r in tables["lambda_vs_population"]})
+    for run, step in runs:
+        rows = [r for r in tables["lambda_vs_population"] if (r["run"], r["step"]) == (run, step)]
+        sizes = [r["num_sequences"] for r in rows]
+        ax.plot(
+            sizes, [-r["lambda_min"] for r in rows], "o-", label=f"-λ_min, run {run} step {step}"
+        )
+        ax.plot(
+            sizes, [r["grad_norm"] for r in rows], "s--", ms=3, label=f"|g|, run {run} step {step}"
+        )
+    ax.set(
+        xscale="log",
+        yscale="log",
+        xlabel="sequences in the population",
+        title="λ_min and |g| against the sample (Lanczos)",
+    )
+    ax.legend(fontsize=6)
+
+
+def _first_run(table: list[dict]) -> tuple[list[dict], list[int]]:
+    """The rows of the first probed run and its probed steps."""
+    rows = [r for r in table if r["run"] == table[0]["run"]]
+    return rows, sorted({r["step"] for r in rows})
+
+
+def _overlap_panel(ax: Any, table: list[dict], measure: str) -> None:
+    """Bars: the overlap of each target with each subspace, a bar per probed step (first run),
+    chance as a black tick with ± 2 std whiskers (random directions in the coordinates training
+    moves)."""
+    rows, steps = _first_run(table)
+    combos = list(dict.fromkeys((r["target"], r["basis"]) for r in rows))
+    ks = {
+        c: "/".join(dict.fromkeys(str(r["k"]) for r in rows if (r["target"], r["basis"]) == c))
+        for c in combos
+    }
+    width = 0.8 / len(steps)
+    for i, step in enumerate(steps):
+        at = {(r["target"], r["basis"]): r for r in rows if r["step"] == step}
+        chosen = [at[c] for c in combos if c in at]
+        x = np.flatnonzero([c in at for c in combos]) - 0.4 + width * (i + 0.5)
+        ax.bar(x, [r[measure] for r in chosen], width * 0.9, alpha=0.8, label=f"step {step}")
+        ax.errorbar(
+            x,
+            [r[f"random_{measure}_mean"] for r in chosen],
+            yerr=[2 * r[f"random_{measure}_std"] for r in chosen],
+            fmt="_",
+            color="k",
+            ms=8,
+            capsize=2,
+            label="chance ± 2 std" if i == 0 else None,
+        )
+    labels = [f"{t}\n{b} (k={ks[(t, b)]})" for t, b in combos]
+    ax.set_xticks(np.arange(len(combos)), labels, fontsize=5.5, rotation=30, ha="right")
+    word = "|projection| on the span" if measure == "span" else "max |cos| with one vector"
+    ax.set(ylabel=word, title=f"{word}, seed {rows[0]['seed']}")
+    ax.legend(fontsize=6)
+
+
+def _shares_panel(ax: Any, table: list[dict]) -> None:
+    """Stacked bars: the squared norm per block of each subspace or direction, at each probed
+    step (first run)."""
+    rows, _ = _first_run(table)
+    rows = sorted(rows, key=lambda r: (r["vectors"], r["step"]))
+    blocks = [k for k in rows[0] if k not in ("run", "seed", "step", "vectors")]
+    left = np.zeros(len(rows))
+    colors = plotting.plt.cm.tab10(np.arange(len(blocks)))
+    for block, color in zip(blocks, colors, strict=True):
+        values = np.array([r[block] for r in rows])
+        ax.barh(np.arange(len(rows)), values, left=left, color=color, label=block)
+        left += values
+    labels = [f"{r['vectors']}, step {r['step']}" for r in rows]
+    ax.set_yticks(np.arange(len(rows)), labels, fontsize=5.5)
+    ax.set(xlabel="share of the squared norm", xlim=(0, 1), title="where the directions live")
+    ax.legend(fontsize=6, ncol=6, loc="upper center", bbox_to_anchor=(0.5, -0.16))
+
+
+def plot_curvature_study(
+    view: dict, rows: list[dict], tables: dict, path: str | pathlib.Path
+) -> pathlib.Path:
+    """The curvature study's figure (docs/studies/ngrams_curvature.md): training (loss, tracked
+    extreme eigenvalues, λ_min against the sample) above, the overlaps against chance and the
+    blocks the directions live in below."""
+    fig, axes = plotting.subplots(2, 3, width=4.2, height=3.4)
+    _training_panels(axes[0, :2], view, rows, tables)
+    if tables["lambda_vs_population"]:
+        _population_panel(axes[0, 2], tables)
+    if tables["overlaps"]:
+        _overlap_panel(axes[1, 0], tables["overlaps"], "span")
+        _overlap_panel(axes[1, 1], tables["overlaps"], "max_cos")
+        _shares_panel(axes[1, 2], tables["block_shares"])
+    fig.suptitle(f"{program_label(view)}: curvature at the plateau", fontsize=9)
+    return plotting.save(fig, path)

@@ -11,7 +11,7 @@ import jax
 
 from landscape.engine import config as config_lib
 from landscape.engine import records
-from landscape.ngrams import experiment, points
+from landscape.ngrams import points, schema
 from landscape.point import Point
 
 
@@ -29,14 +29,14 @@ def trained_point(
     on. Named after the run and step ("run 0 (optim.lr=0.01, seed 0), step 3072"); no theory's
     prediction. Steps other than the first and last need the run's train.params_every."""
     config = records.load_config_json(pathlib.Path(workdir) / "config.json")
-    cfg = config_lib.program_config(config, experiment.TRACED, cell)
+    cfg = config_lib.program_config(config, schema.TRACED, cell)
     if jax.config.read("jax_enable_x64"):
         cfg.train.dtype = "float64"  # the point's model computes in its parameters' dtype
     t = cfg.task
     x_BT, target_BS = points.population_set(
         t.num_states, t.order_n, t.seq_len, t.alpha, num_sequences, seed, t.init
     )
-    model, floor = experiment.model_of(cfg), float(cfg.train.floor)
+    model, floor = schema.model_of(cfg), float(cfg.train.floor)
     result = records.load(workdir, cell)
     point = result.point(
         run,
@@ -44,7 +44,14 @@ def trained_point(
         dtype=model.param_dtype,
         step=result.num_steps if step is None else step,
     )
-    meta = dict(model=model, x_BT=x_BT, target_BS=target_BS, floor=floor, task=t.to_dict())
+    meta = dict(
+        population="mean",  # the loss is the mean over sequences: probes may slice it
+        model=model,
+        x_BT=x_BT,
+        target_BS=target_BS,
+        floor=floor,
+        task=t.to_dict(),
+    )
     return dataclasses.replace(  # the Gauss-Newton split, as the constructions carry it
         point,
         meta=meta,
