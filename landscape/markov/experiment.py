@@ -1,10 +1,10 @@
 """Attention with Markov experiments (notes/markov.md §8, §11): configs -> compiled sweeps ->
 records, figures and checked claims.
 
-experiment = "train" (a (p, q) grid x seeds as one program per model variant) or "landscape"
-(exact Hessians at the constructed points). This module holds the config schema, the training
-problem and the runs; `claims.py` the claims, `figures.py` the figures (`trap_study.py` the
-precision study's own). See docs/design/markov.md.
+experiment = "train" (a (p, q) grid x seeds as one program per model variant), "landscape"
+(exact Hessians at the constructed points, atlas.run_landscape) or "atlas" (atlas.py). This
+module holds the config schema, the training problem and the runs; `claims.py` the claims,
+`figures.py` the figures (`trap_study.py` the precision study's own). See docs/design/markov.md.
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ from landscape.markov import atlas, figures, points, task
 from landscape.markov import model as model_lib
 from landscape.markov.claims import CLAIMS, run_table
 from landscape.point import params_table
-from landscape.probes import curvature, gradient
 from landscape.typing import PyTree
 
 Progress = Callable[[str], None] | None
@@ -616,7 +615,7 @@ def run(
     validate(cfg)
     workdir.write_config(cfg)
     if cfg.experiment == "landscape":
-        return run_landscape(cfg, workdir, progress)
+        return atlas.run_landscape(cfg, workdir, progress)
     if cfg.experiment == "atlas":
         return atlas.run_atlas(cfg, workdir, progress, train=functools.partial(_atlas_train, cfg))
     groups, cells = [], config_lib.structural_cells(cfg, TRACED)
@@ -643,73 +642,3 @@ def run(
             "run": sum(g["result"].run_seconds for g in groups),
         },
     )
-
-
-# ----------------------------------------------------------------------------- landscape
-
-
-def run_landscape(
-    cfg: ml_collections.ConfigDict, workdir: records.Workdir, progress: Progress = print
-) -> dict[str, Any]:
-    """Exact Hessians at theta_pi (tied and untied) and theta_star for each (p, q), against
-    §6.5 (binary) and §6.8 (multi-state); the describe() reports go to hessians.txt."""
-    ls = cfg.landscape
-    claims, reports = [], []
-    for p, q in ls.points:
-        for tied in (True, False):
-            point = points.theta_pi(p, q, d=ls.d, seq_len=ls.seq_len, tied=tied)
-            H = curvature.hessian_at(point)
-            reports.append(H.describe())
-            focus = H.focus_report()
-            assert focus is not None  # theta_pi names its focus blocks
-            predicted = np.sort(point.meta["focus_prediction"])
-            ok = np.allclose(focus.eigenvalues, predicted, atol=1e-10) and focus.outside < 1e-10
-            kind, expected_kind = H.kind(), atlas.expected_kind(p, q, tied)
-            claims.append(
-                records.claim(
-                    f"theta_pi ({'tied' if tied else 'untied'}, p={p:g}, q={q:g}): alpha-block "
-                    f"eigenvalues and verdict",
-                    {
-                        "alpha eigenvalues": np.round(focus.eigenvalues, 6).tolist(),
-                        "verdict": kind.value,
-                    },
-                    {
-                        "alpha eigenvalues": np.round(predicted, 6).tolist(),
-                        "verdict": expected_kind.value,
-                    },
-                    ok and kind is expected_kind,
-                    "Thms 2-3, notes §6.5",
-                )
-            )
-        star = points.theta_star(p, q, d=ls.d, seq_len=ls.seq_len)
-        g = gradient.gradient_at(star)
-        claims.append(
-            records.claim(
-                f"theta_star (p={p:g}, q={q:g}): loss = entropy rate, gradient 0",
-                {"loss - L*": star.loss() - star.meta["expected_loss"], "gradient norm": g.norm},
-                "both < 1e-10",
-                abs(star.loss() - star.meta["expected_loss"]) < 1e-10 and g.norm < 1e-10,
-                "Thm 1, notes §6.1",
-            )
-        )
-    for p in ls.multistate_p:
-        point = points.theta_pi(
-            p, d=2, seq_len=ls.multistate_seq_len, num_states=ls.multistate_states
-        )
-        H = curvature.hessian_at(point)
-        reports.append(H.describe())
-        focus = H.focus_report()
-        assert focus is not None  # theta_pi names its focus blocks
-        predicted = np.sort(point.meta["focus_prediction"])
-        claims.append(
-            records.claim(
-                f"multi-state unigram point (S={ls.multistate_states}, p={p:g}): "
-                "(b, E) eigenvalues (the notes' derivation)",
-                np.round(focus.eigenvalues, 6).tolist(),
-                np.round(predicted, 6).tolist(),
-                np.allclose(focus.eigenvalues, predicted, atol=1e-10),
-                "notes §6.8",
-            )
-        )
-    workdir.write_text("hessians.txt", "\n\n".join(reports))
-    return workdir.finish(claims, progress, where=" (Hessian reports in hessians.txt)")
