@@ -592,19 +592,26 @@ def _atlas_train(
     return cell, train_group(cell, {}, progress=None)["result"]
 
 
-def tracking_loss(cfg: ml_collections.ConfigDict) -> Callable[[PyTree, Any], jax.Array]:
-    """The tracked curvature's loss: the soft-target cross-entropy on the first
-    train.track_sequences sequences of the run's evaluation batch (test_loss's), at its chain."""
-    model, E, N = model_lib.from_config(cfg), cfg.train.eval_sequences, cfg.model.seq_len
-    n = cfg.train.track_sequences
+def tracked_inputs(cfg: ml_collections.ConfigDict, hp: training.HParams) -> tuple[jax.Array, ...]:
+    """(x, weights, targets) of the tracked loss: the first train.track_sequences sequences of
+    the run's evaluation batch (test_loss's), equal weights, soft targets at its chain."""
+    kernel, n = _kernel(cfg, hp), cfg.train.track_sequences
     eval_key = jax.random.key(10_000 + cfg.seed)  # make_problem's: the test_loss sequences
+    E, N = cfg.train.eval_sequences, cfg.model.seq_len
+    x = task.sample_sequential(eval_key, kernel, _init_law(cfg, kernel), E, N)[:n]
+    return x, jnp.full(n, 1.0 / n, kernel.dtype), task.soft_targets(x, kernel)
+
+
+def tracking_loss(cfg: ml_collections.ConfigDict) -> Callable[[PyTree, Any], jax.Array]:
+    """The tracked curvature's loss: the soft-target cross-entropy on `tracked_inputs`, in the
+    parameters' precision (under float16 / bfloat16 autocast too: a Hessian in a half type is
+    rounding)."""
+    model = model_lib.from_config(cfg).clone(dtype=None)
 
     def loss(params: PyTree, hp: training.HParams) -> jax.Array:
-        kernel = _kernel(cfg, hp)
-        x = task.sample_sequential(eval_key, kernel, _init_law(cfg, kernel), E, N)[:n]
+        x, weights, targets = tracked_inputs(cfg, hp)
         log_probs = cast(jax.Array, model.apply({"params": params}, x))
-        weights = jnp.full(n, 1.0 / n, log_probs.dtype)
-        return task.population_cross_entropy(log_probs, weights, task.soft_targets(x, kernel))
+        return task.population_cross_entropy(log_probs, weights.astype(log_probs.dtype), targets)
 
     return loss
 
