@@ -2,9 +2,10 @@
 records, figures and checked claims.
 
 experiment = "train" (a (p, q) grid x seeds as one program per model variant), "landscape"
-(exact Hessians at the constructed points, atlas.run_landscape) or "atlas" (atlas.py). This
-module holds the config schema, the training problem and the runs; `claims.py` the claims,
-`figures.py` the figures (`trap_study.py` the precision study's own). See docs/design/markov.md.
+(exact Hessians at the constructed points, atlas.run_landscape), "atlas" (atlas.py) or
+"curvature" (the trap's curvature along training, curvature_study.py). This module holds the
+config schema, the training problem and the runs; `claims.py` the claims, `figures.py` the
+figures (`trap_study.py` the precision study's own). See docs/design/markov.md.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from landscape.engine import config as config_lib
 from landscape.engine import track as track_lib
 from landscape.engine.memory import format_bytes
 from landscape.engine.plotting import draw_tracked
-from landscape.markov import atlas, figures, points, task
+from landscape.markov import atlas, curvature_study, figures, points, task
 from landscape.markov import model as model_lib
 from landscape.markov.claims import CLAIMS, run_table
 from landscape.point import params_table
@@ -41,7 +42,7 @@ def default_config() -> ml_collections.ConfigDict:
     """Every field a Markov config may set; defaults are the notes' CPU-sized Fig. 3 setting."""
     c = ml_collections.ConfigDict()
     c.name = "markov"
-    c.experiment = "train"  # train | landscape | atlas
+    c.experiment = "train"  # train | landscape | atlas | curvature (curvature_study.py)
     c.seed = 0
     c.num_seeds = 1
     c.chain = dict(num_states=2, p=0.5, q=0.8, initial="stationary")  # q unused when S > 2
@@ -108,6 +109,7 @@ def default_config() -> ml_collections.ConfigDict:
         train_seeds=2,
         train_steps=1000,
     )
+    c.curvature = curvature_study.default_study()
     c.claims = "none"
     return c
 
@@ -123,19 +125,19 @@ def _validate_run(cfg: ml_collections.ConfigDict) -> None:
     """The fields of the whole run (not per program): name, experiment, seeds, claims, sweep_zip."""
     choice = config_lib.require_choice
     config_lib.require_text(cfg, "name")
-    choice(cfg, "experiment", ("train", *ANALYSES))
-    choice(cfg, "claims", CLAIM_SETS)
+    choice(cfg, "experiment", ("train", "curvature", *ANALYSES))
+    choice(cfg, "claims", (*CLAIM_SETS, "curvature"))
     config_lib.require_seeds(cfg)
     if cfg.experiment in ANALYSES:
         config_lib.require_empty_sweep(cfg, f"experiment = {cfg.experiment!r}")
         choice(cfg, "claims", (cfg.experiment, "none"))
-    else:
+    elif cfg.experiment == "train":
         config_lib.require(
-            cfg.claims not in ANALYSES,
+            cfg.claims not in (*ANALYSES, "curvature"),
             "claims",
             cfg.claims,
             "one of the training claims (or 'none') for experiment = 'train'; "
-            "'landscape' and 'atlas' go with the experiments of those names",
+            "'landscape', 'atlas' and 'curvature' go with the experiments of those names",
         )
     if cfg.claims == "trap":
         config_lib.require(
@@ -236,6 +238,7 @@ def _validate_cell(cfg: ml_collections.ConfigDict) -> None:
         )
     _validate_landscape(cfg)
     _validate_atlas(cfg)
+    curvature_study.validate(cfg)
 
 
 def _validate_atlas(cfg: ml_collections.ConfigDict) -> None:
@@ -307,7 +310,7 @@ def _validate_landscape(cfg: ml_collections.ConfigDict) -> None:
 
 
 def needs_x64(cfg: ml_collections.ConfigDict) -> bool:
-    return cfg.experiment in ANALYSES or cfg.train.dtype == "float64"
+    return cfg.experiment in (*ANALYSES, "curvature") or cfg.train.dtype == "float64"
 
 
 # ----------------------------------------------------------------------------- memory
@@ -626,6 +629,9 @@ def run(
     if cfg.experiment == "atlas":
         return atlas.run_atlas(cfg, workdir, progress, train=functools.partial(_atlas_train, cfg))
     groups, cells = [], config_lib.structural_cells(cfg, TRACED)
+    if cfg.experiment == "curvature":
+        study = curvature_study.run_study
+        return study(cfg, workdir, progress, cells=cells, train=train_group, batch=tracked_inputs)
     for i, fields in enumerate(cells):
         if fields and progress:
             progress("program " + ", ".join(f"{k}={v}" for k, v in fields.items()))
