@@ -48,8 +48,8 @@ docs/studies/markov_curvature.md): the recipe above under float16 autocast, 8 se
 tied theory model in float32 (Thm 2), with the parameters kept and λ_min / λ_max tracked every 10
 steps on the first 32 evaluation sequences; each seed probed at a point on its plateau (dense
 Hessian and near-stationary verdict, escape directions against its real escape, basin radii):
-  curvature         N = 128, 400 iterations (the theory model's first 3 seeds probed; ~5-8 min
-                    on 2 shared cores, 1 min of it training, ~20 s per probed seed)
+  curvature         N = 128, 400 iterations (the theory model's first 2 seeds probed; ~5 min on
+                    2 shared cores: 1 min training, 20-35 s per probed seed)
   curvature_paper   Fig. 1's N = 512, 500 iterations, 10 seeds each (D ~ 4800: dense Hessians of
                     ~4800 columns on 32 sequences of 512 tokens per seed; prepared for a GPU, not
                     run on the CPU)
@@ -165,8 +165,9 @@ def _curvature(c: ml_collections.ConfigDict, variant: str) -> ml_collections.Con
     theory = {"family": "theory", "layer_norm": False, "activation": "relu", "dtype": ""}
     c.variants = [{"model": {"dtype": "float16"}}, {"model": theory}]
     c.train.update(log_every=10, params_every=10, track_every=10, track_sequences=32)
-    if variant == "curvature":  # N = 128 (notes §11.3), 8 seeds; the theory model's first 3
+    if variant == "curvature":  # N = 128 (notes §11.3), 8 seeds; the theory model's first 2
         c.num_seeds = 8
         c.model.seq_len = 128
-        c.variants[1]["curvature"] = {"probed_seeds": 3}
+        c.curvature.random_directions = 6
+        c.variants[1]["curvature"] = {"probed_seeds": 2}
     return c

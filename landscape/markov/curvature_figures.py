@@ -208,11 +208,11 @@ def _profile_panel(
     ax.set_xscale("symlog", linthresh=0.01)
     ax.set_ylim(-2 * deltas.max(), 2 * deltas.max())
     ax.set(xlabel="signed r / |θ| (linear below 0.01)", ylabel="L(θ + r v) - L(θ)")
-    where = f"{row['cell'].split(',')[0]} seed {row['seed']} ({row['status']})"
+    letter = "e" if row["status"] == "escaped" else "f"
     _title(
         ax,
-        f"({'e' if row['status'] == 'escaped' else 'f'}) lines from {where}, step "
-        f"{row['plateau_step']}; dotted: -margin",
+        f"({letter}) lines from {row['cell'].split(',')[0]} seed {row['seed']} "
+        f"({row['status']}),\nstep {row['plateau_step']}; dotted: minus the margins",
     )
     _legend(ax, fontsize=6)
 
