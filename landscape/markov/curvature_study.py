@@ -170,7 +170,9 @@ def hessian_row(hessian: curvature.Hessian, k: int) -> tuple[Row, np.ndarray]:
     values, tol = hessian.eigenvalues, hessian.tolerance()
     chosen = np.flatnonzero(values[:k] < -tol)
     vectors = hessian.eigenvectors[:, chosen]
-    near = hessian.near_stationary() if summary["stationary"] != "exact" else None
+    near = (
+        hessian.near_stationary() if hessian.finite and summary["stationary"] != "exact" else None
+    )
     row = {
         "kind": summary["kind"],
         "stationary": summary["stationary"],
@@ -468,6 +470,7 @@ def findings(seeds: Sequence[Row], radii: Sequence[Row], margins: Sequence[float
 
 
 def _overlaps(rows: Sequence[Row]) -> dict[str, Any]:
+    rows = [s for s in rows if "overlap" in s]  # an escape past the last kept step has none
     if not rows:
         return {}
     return {
