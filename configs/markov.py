@@ -42,6 +42,17 @@ without a gradient scaler, bfloat16 autocast}, 10 seeds per cell:
                     run, 85 s for 45 layer-programs of 10 seeds, scaled linearly to 9 of 50
                     seeds: 85 s, an upper bound now that the runs are vmapped; compile 6 x 13 s);
                     ~25 min on 2 CPU cores (fig1_paper's 1471 s x 9/45 x 5)
+
+The trap's curvature along training (landscape/markov/curvature_study.py, notes §14;
+docs/studies/markov_curvature.md): the recipe above under float16 autocast, 8 seeds, beside the
+tied theory model in float32 (Thm 2), with the parameters kept and λ_min / λ_max tracked every 10
+steps on the first 32 evaluation sequences; each seed probed at a point on its plateau (dense
+Hessian and near-stationary verdict, escape directions against its real escape, basin radii):
+  curvature         N = 128, 400 iterations (the theory model's first 2 seeds probed; ~5 min on
+                    2 shared cores: 1 min training, 20-35 s per probed seed)
+  curvature_paper   Fig. 1's N = 512, 500 iterations, 10 seeds each (D ~ 4800: dense Hessians of
+                    ~4800 columns on 32 sequences of 512 tokens per seed; prepared for a GPU, not
+                    run on the CPU)
 """
 
 import ml_collections
@@ -64,6 +75,8 @@ VARIANTS = (
     "fig3_paper",
     "fig3_paper_long",
     "trap_gpu",
+    "curvature",
+    "curvature_paper",
 )
 PRECISIONS = ["float32", "float16", "bfloat16"]  # model.dtype: float16 = torch autocast
 TIED_UNTIED = [{"model": {"tied": True}}, {"model": {"tied": False}}]
@@ -78,6 +91,8 @@ def get_config(variant: str = "fig3") -> ml_collections.ConfigDict:
     c.claims = variant.split("_gpt")[0].replace("_paper", "")
     if variant in ("fig1_paper", "fig3_paper", "fig3_paper_long", "trap_gpu"):
         return _trap_study(c, variant)
+    if variant.startswith("curvature"):
+        return _curvature(c, variant)
     if variant.endswith("_gpt"):
         c.model.update(GPT2)
     if variant.startswith("fig3"):
@@ -138,4 +153,21 @@ def _trap_study(c: ml_collections.ConfigDict, variant: str) -> ml_collections.Co
         if variant == "fig3_paper_long":  # Table 2: 8000 iterations at lr 1e-3
             c.optim.lr = 1e-3
             c.train.update(num_steps=8000, log_every=100)
+    return c
+
+
+def _curvature(c: ml_collections.ConfigDict, variant: str) -> ml_collections.ConfigDict:
+    """The trap's curvature along training (landscape/markov/curvature_study.py): the recipe of
+    _trap_study under float16 autocast, beside the tied theory model (Thm 2) in float32."""
+    c = _trap_study(c, "fig1_paper" if variant == "curvature_paper" else "fig3_paper")
+    c.update(experiment="curvature", claims="curvature")
+    c.sweep = ml_collections.ConfigDict()
+    theory = {"family": "theory", "layer_norm": False, "activation": "relu", "dtype": ""}
+    c.variants = [{"model": {"dtype": "float16"}}, {"model": theory}]
+    c.train.update(log_every=10, params_every=10, track_every=10, track_sequences=32)
+    if variant == "curvature":  # N = 128 (notes §11.3), 8 seeds; the theory model's first 2
+        c.num_seeds = 8
+        c.model.seq_len = 128
+        c.curvature.random_directions = 6
+        c.variants[1]["curvature"] = {"probed_seeds": 2}
     return c

@@ -15,13 +15,27 @@ Variants (`--config=configs/recall.py:<variant>`), with the CPU time on 2 cores:
                against the vanishing-init recursion, collapse onto the step function (~40 s)
   dp_vs_ce     E5: Fig. 1 with the DP loss (lr 1) and with CE (lr 0.3) (~20 s)
   ablations    E6: token-level SGD, k = |R| = 3: simplified, no A2, no A0, no A3 (~10 s)
+  curvature    the saddles' index along the path (notes §4.10, docs/studies/recall_curvature.md):
+               gradient flow from Fig. 1's init (3001 saves) and Fig. 1's SGD (5 seeds), the
+               Hessian at every save and kept step against the theory (~10 s; 1-2 min cold)
+  curvature_small_eps  the same at eps = 1e-3 (60,000 SGD steps; ~20x longer plateaus)
 """
 
 import ml_collections
 
 from landscape.recall.experiment import default_config
 
-VARIANTS = ("fig1", "first_jump", "ei_tail", "later_jumps", "stages", "dp_vs_ce", "ablations")
+VARIANTS = (
+    "fig1",
+    "first_jump",
+    "ei_tail",
+    "later_jumps",
+    "stages",
+    "dp_vs_ce",
+    "ablations",
+    "curvature",
+    "curvature_small_eps",
+)
 
 
 def get_config(variant: str = "fig1") -> ml_collections.ConfigDict:
@@ -30,6 +44,8 @@ def get_config(variant: str = "fig1") -> ml_collections.ConfigDict:
     c = default_config()
     c.name = f"recall_{variant}"
     c.claims = variant
+    if variant.startswith("curvature"):
+        return _curvature(c, variant)
     if variant in ("fig1", "dp_vs_ce"):
         c.experiment = "sgd"
         c.num_seeds = 5 if variant == "fig1" else 3
@@ -84,4 +100,20 @@ def get_config(variant: str = "fig1") -> ml_collections.ConfigDict:
                 }
             }
             c.flow.update(tau_max=300.0, num_saves=8000)
+    return c
+
+
+def _curvature(c: ml_collections.ConfigDict, variant: str) -> ml_collections.ConfigDict:
+    """The saddles' index along the path (landscape/recall/curvature_study.py): gradient flow and
+    Fig. 1's SGD runs from Fig. 1's init, kept and tracked every 10 steps (20 Lanczos steps: all
+    of D = 20, so the tracked λ_min is exact)."""
+    c.update(experiment="curvature", claims="curvature", num_seeds=5)
+    c.init.update(kind="shape", eps=0.02, beta_shape=[1.0, 0.5, 0.25, 0.1])
+    c.optim.update(name="sgd", momentum=0.9, lr=1.0)
+    c.train.update(batch_size=64, num_steps=3000, log_every=10, sampler="collisions")
+    c.train.update(params_every=10, track_every=10, track_lanczos=20)
+    c.flow.update(tau_max=300.0, num_saves=3001)
+    if variant == "curvature_small_eps":  # nearer the vanishing-init limit (notes §4.8)
+        c.init.eps = 1e-3
+        c.train.update(num_steps=60_000, log_every=100, params_every=100, track_every=100)
     return c

@@ -8,8 +8,12 @@ experiment.py  configs -> compiled sweeps -> records, figures and claims (Figs. 
 claims.py      per-run outcomes (final loss, f0, f1, stuck) and one claim function per config
 figures.py     test-loss curves, the Fig. 4 grid of trapped fractions, the trap study's plots
 trap_study.py  the single-layer trap: depth x precision, trapped fractions, plateau gradients
-atlas.py       the probes over a (p, q) grid, tied and untied, against Thms 2-3
+atlas.py       the probes over a (p, q) grid, tied and untied, against Thms 2-3; the exact
+               Hessians of the constructed points (experiment = "landscape")
 trained.py     trained_point: a run's parameters at a step on its chain's population loss
+curvature_study.py    the trap's curvature along training: trapped vs escaping seeds (§14)
+curvature_figures.py  its figure
+basin.py       the radius of the basin along a line; the chance overlap of a subspace
 """
 
 import importlib

@@ -1,10 +1,11 @@
 """Attention with Markov experiments (notes/markov.md §8, §11): configs -> compiled sweeps ->
 records, figures and checked claims.
 
-experiment = "train" (a (p, q) grid x seeds as one program per model variant) or "landscape"
-(exact Hessians at the constructed points). This module holds the config schema, the training
-problem and the runs; `claims.py` the claims, `figures.py` the figures (`trap_study.py` the
-precision study's own). See docs/design/markov.md.
+experiment = "train" (a (p, q) grid x seeds as one program per model variant), "landscape"
+(exact Hessians at the constructed points, atlas.run_landscape), "atlas" (atlas.py) or
+"curvature" (the trap's curvature along training, curvature_study.py). This module holds the
+config schema, the training problem and the runs; `claims.py` the claims, `figures.py` the
+figures (`trap_study.py` the precision study's own). See docs/design/markov.md.
 """
 
 from __future__ import annotations
@@ -24,11 +25,10 @@ from landscape.engine import config as config_lib
 from landscape.engine import track as track_lib
 from landscape.engine.memory import format_bytes
 from landscape.engine.plotting import draw_tracked
-from landscape.markov import atlas, figures, points, task
+from landscape.markov import atlas, curvature_study, figures, points, task
 from landscape.markov import model as model_lib
 from landscape.markov.claims import CLAIMS, run_table
 from landscape.point import params_table
-from landscape.probes import curvature, gradient
 from landscape.typing import PyTree
 
 Progress = Callable[[str], None] | None
@@ -42,7 +42,7 @@ def default_config() -> ml_collections.ConfigDict:
     """Every field a Markov config may set; defaults are the notes' CPU-sized Fig. 3 setting."""
     c = ml_collections.ConfigDict()
     c.name = "markov"
-    c.experiment = "train"  # train | landscape | atlas
+    c.experiment = "train"  # train | landscape | atlas | curvature (curvature_study.py)
     c.seed = 0
     c.num_seeds = 1
     c.chain = dict(num_states=2, p=0.5, q=0.8, initial="stationary")  # q unused when S > 2
@@ -109,6 +109,7 @@ def default_config() -> ml_collections.ConfigDict:
         train_seeds=2,
         train_steps=1000,
     )
+    c.curvature = curvature_study.default_study()
     c.claims = "none"
     return c
 
@@ -124,19 +125,19 @@ def _validate_run(cfg: ml_collections.ConfigDict) -> None:
     """The fields of the whole run (not per program): name, experiment, seeds, claims, sweep_zip."""
     choice = config_lib.require_choice
     config_lib.require_text(cfg, "name")
-    choice(cfg, "experiment", ("train", *ANALYSES))
-    choice(cfg, "claims", CLAIM_SETS)
+    choice(cfg, "experiment", ("train", "curvature", *ANALYSES))
+    choice(cfg, "claims", (*CLAIM_SETS, "curvature"))
     config_lib.require_seeds(cfg)
     if cfg.experiment in ANALYSES:
         config_lib.require_empty_sweep(cfg, f"experiment = {cfg.experiment!r}")
         choice(cfg, "claims", (cfg.experiment, "none"))
-    else:
+    elif cfg.experiment == "train":
         config_lib.require(
-            cfg.claims not in ANALYSES,
+            cfg.claims not in (*ANALYSES, "curvature"),
             "claims",
             cfg.claims,
             "one of the training claims (or 'none') for experiment = 'train'; "
-            "'landscape' and 'atlas' go with the experiments of those names",
+            "'landscape', 'atlas' and 'curvature' go with the experiments of those names",
         )
     if cfg.claims == "trap":
         config_lib.require(
@@ -237,6 +238,7 @@ def _validate_cell(cfg: ml_collections.ConfigDict) -> None:
         )
     _validate_landscape(cfg)
     _validate_atlas(cfg)
+    curvature_study.validate(cfg)
 
 
 def _validate_atlas(cfg: ml_collections.ConfigDict) -> None:
@@ -308,7 +310,7 @@ def _validate_landscape(cfg: ml_collections.ConfigDict) -> None:
 
 
 def needs_x64(cfg: ml_collections.ConfigDict) -> bool:
-    return cfg.experiment in ANALYSES or cfg.train.dtype == "float64"
+    return cfg.experiment in (*ANALYSES, "curvature") or cfg.train.dtype == "float64"
 
 
 # ----------------------------------------------------------------------------- memory
@@ -593,19 +595,26 @@ def _atlas_train(
     return cell, train_group(cell, {}, progress=None)["result"]
 
 
-def tracking_loss(cfg: ml_collections.ConfigDict) -> Callable[[PyTree, Any], jax.Array]:
-    """The tracked curvature's loss: the soft-target cross-entropy on the first
-    train.track_sequences sequences of the run's evaluation batch (test_loss's), at its chain."""
-    model, E, N = model_lib.from_config(cfg), cfg.train.eval_sequences, cfg.model.seq_len
-    n = cfg.train.track_sequences
+def tracked_inputs(cfg: ml_collections.ConfigDict, hp: training.HParams) -> tuple[jax.Array, ...]:
+    """(x, weights, targets) of the tracked loss: the first train.track_sequences sequences of
+    the run's evaluation batch (test_loss's), equal weights, soft targets at its chain."""
+    kernel, n = _kernel(cfg, hp), cfg.train.track_sequences
     eval_key = jax.random.key(10_000 + cfg.seed)  # make_problem's: the test_loss sequences
+    E, N = cfg.train.eval_sequences, cfg.model.seq_len
+    x = task.sample_sequential(eval_key, kernel, _init_law(cfg, kernel), E, N)[:n]
+    return x, jnp.full(n, 1.0 / n, kernel.dtype), task.soft_targets(x, kernel)
+
+
+def tracking_loss(cfg: ml_collections.ConfigDict) -> Callable[[PyTree, Any], jax.Array]:
+    """The tracked curvature's loss: the soft-target cross-entropy on `tracked_inputs`, in the
+    parameters' precision (under float16 / bfloat16 autocast too: a Hessian in a half type is
+    rounding)."""
+    model = model_lib.from_config(cfg).clone(dtype=None)
 
     def loss(params: PyTree, hp: training.HParams) -> jax.Array:
-        kernel = _kernel(cfg, hp)
-        x = task.sample_sequential(eval_key, kernel, _init_law(cfg, kernel), E, N)[:n]
+        x, weights, targets = tracked_inputs(cfg, hp)
         log_probs = cast(jax.Array, model.apply({"params": params}, x))
-        weights = jnp.full(n, 1.0 / n, log_probs.dtype)
-        return task.population_cross_entropy(log_probs, weights, task.soft_targets(x, kernel))
+        return task.population_cross_entropy(log_probs, weights.astype(log_probs.dtype), targets)
 
     return loss
 
@@ -616,10 +625,13 @@ def run(
     validate(cfg)
     workdir.write_config(cfg)
     if cfg.experiment == "landscape":
-        return run_landscape(cfg, workdir, progress)
+        return atlas.run_landscape(cfg, workdir, progress)
     if cfg.experiment == "atlas":
         return atlas.run_atlas(cfg, workdir, progress, train=functools.partial(_atlas_train, cfg))
     groups, cells = [], config_lib.structural_cells(cfg, TRACED)
+    if cfg.experiment == "curvature":
+        study = curvature_study.run_study
+        return study(cfg, workdir, progress, cells=cells, train=train_group, batch=tracked_inputs)
     for i, fields in enumerate(cells):
         if fields and progress:
             progress("program " + ", ".join(f"{k}={v}" for k, v in fields.items()))
@@ -643,73 +655,3 @@ def run(
             "run": sum(g["result"].run_seconds for g in groups),
         },
     )
-
-
-# ----------------------------------------------------------------------------- landscape
-
-
-def run_landscape(
-    cfg: ml_collections.ConfigDict, workdir: records.Workdir, progress: Progress = print
-) -> dict[str, Any]:
-    """Exact Hessians at theta_pi (tied and untied) and theta_star for each (p, q), against
-    §6.5 (binary) and §6.8 (multi-state); the describe() reports go to hessians.txt."""
-    ls = cfg.landscape
-    claims, reports = [], []
-    for p, q in ls.points:
-        for tied in (True, False):
-            point = points.theta_pi(p, q, d=ls.d, seq_len=ls.seq_len, tied=tied)
-            H = curvature.hessian_at(point)
-            reports.append(H.describe())
-            focus = H.focus_report()
-            assert focus is not None  # theta_pi names its focus blocks
-            predicted = np.sort(point.meta["focus_prediction"])
-            ok = np.allclose(focus.eigenvalues, predicted, atol=1e-10) and focus.outside < 1e-10
-            kind, expected_kind = H.kind(), atlas.expected_kind(p, q, tied)
-            claims.append(
-                records.claim(
-                    f"theta_pi ({'tied' if tied else 'untied'}, p={p:g}, q={q:g}): alpha-block "
-                    f"eigenvalues and verdict",
-                    {
-                        "alpha eigenvalues": np.round(focus.eigenvalues, 6).tolist(),
-                        "verdict": kind.value,
-                    },
-                    {
-                        "alpha eigenvalues": np.round(predicted, 6).tolist(),
-                        "verdict": expected_kind.value,
-                    },
-                    ok and kind is expected_kind,
-                    "Thms 2-3, notes §6.5",
-                )
-            )
-        star = points.theta_star(p, q, d=ls.d, seq_len=ls.seq_len)
-        g = gradient.gradient_at(star)
-        claims.append(
-            records.claim(
-                f"theta_star (p={p:g}, q={q:g}): loss = entropy rate, gradient 0",
-                {"loss - L*": star.loss() - star.meta["expected_loss"], "gradient norm": g.norm},
-                "both < 1e-10",
-                abs(star.loss() - star.meta["expected_loss"]) < 1e-10 and g.norm < 1e-10,
-                "Thm 1, notes §6.1",
-            )
-        )
-    for p in ls.multistate_p:
-        point = points.theta_pi(
-            p, d=2, seq_len=ls.multistate_seq_len, num_states=ls.multistate_states
-        )
-        H = curvature.hessian_at(point)
-        reports.append(H.describe())
-        focus = H.focus_report()
-        assert focus is not None  # theta_pi names its focus blocks
-        predicted = np.sort(point.meta["focus_prediction"])
-        claims.append(
-            records.claim(
-                f"multi-state unigram point (S={ls.multistate_states}, p={p:g}): "
-                "(b, E) eigenvalues (the notes' derivation)",
-                np.round(focus.eigenvalues, 6).tolist(),
-                np.round(predicted, 6).tolist(),
-                np.allclose(focus.eigenvalues, predicted, atol=1e-10),
-                "notes §6.8",
-            )
-        )
-    workdir.write_text("hessians.txt", "\n\n".join(reports))
-    return workdir.finish(claims, progress, where=" (Hessian reports in hessians.txt)")

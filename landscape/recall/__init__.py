@@ -9,6 +9,8 @@ experiment.py  experiments E1-E6 with claims and figures
 claims.py      which associative-recall claims a run reproduces, one function per config
 figures.py     gradient-flow losses and stage plots (E1-E4), SGD curves and attention maps
 trained.py     trained_point: an SGD run's parameters at a step on its evaluation loss
+curvature_study.py    the saddles' index along the saddle-to-saddle path (notes §4.10)
+curvature_figures.py  its figure
 """
 
 import importlib

@@ -26,7 +26,7 @@ from landscape.engine import track as track_lib
 from landscape.engine.memory import format_bytes
 from landscape.engine.plotting import draw_tracked
 from landscape.point import params_table
-from landscape.recall import flow, theory
+from landscape.recall import curvature_study, flow, theory
 from landscape.recall import model as model_lib
 from landscape.recall.claims import CLAIMS
 from landscape.recall.figures import FIGURES
@@ -44,6 +44,7 @@ CLAIM_SETS = (
     "fig1",
     "dp_vs_ce",
     "ablations",
+    "curvature",
     "none",
 )
 
@@ -52,7 +53,7 @@ def default_config() -> ml_collections.ConfigDict:
     """Every field a recall config may set (defaults: the notes' Fig. 1 setting, §5)."""
     c = ml_collections.ConfigDict()
     c.name = "recall"
-    c.experiment = "sgd"  # flow | sgd
+    c.experiment = "sgd"  # flow | sgd | curvature (both, curvature_study.py)
     c.seed = 0
     c.num_seeds = 1
     c.task = dict(k=4, num_responses=4)
@@ -104,6 +105,7 @@ def default_config() -> ml_collections.ConfigDict:
     )
     c.sweep = ml_collections.ConfigDict()
     c.variants = []
+    c.curvature = curvature_study.default_study()
     c.claims = "none"
     return c
 
@@ -130,9 +132,12 @@ def _validate_run(cfg: ConfigDict) -> None:
     groups a sweep or variant may change (flow runs read no optim / train, SGD runs no flow)."""
     choice = config_lib.require_choice
     config_lib.require_text(cfg, "name")
-    choice(cfg, "experiment", ("flow", "sgd"))
+    choice(cfg, "experiment", ("flow", "sgd", "curvature"))
     choice(cfg, "claims", CLAIM_SETS)
     config_lib.require_seeds(cfg)
+    curvature_study.validate(cfg)
+    if cfg.experiment == "curvature":
+        return
     flow_run = cfg.experiment == "flow"
     config_lib.require(
         cfg.claims not in (SGD_CLAIMS if flow_run else FLOW_CLAIMS),
@@ -225,13 +230,14 @@ def _validate_flow_and_training(cfg: ConfigDict) -> None:
 
 
 def _validate_experiment_kind(cfg: ConfigDict, model: model_lib.RecallModel) -> None:
-    """What a flow run (the closed-form DP loss) and an SGD run (its init and sampler) need."""
-    if cfg.experiment == "flow":
+    """What a flow run (the closed-form DP loss) and an SGD run (its init and sampler) need (a
+    curvature study runs both)."""
+    if cfg.experiment in ("flow", "curvature"):
         config_lib.require(
             cfg.train.metrics_at == "current",
             "train.metrics_at",
             cfg.train.metrics_at,
-            "'current' for experiment = 'flow' (gradient "
+            f"'current' for experiment = {cfg.experiment!r} (gradient "
             "flow's trajectory has no stochastic parameters to average)",
         )
         config_lib.require(
@@ -242,12 +248,12 @@ def _validate_experiment_kind(cfg: ConfigDict, model: model_lib.RecallModel) -> 
             "(window, exact_query, response_only, qk='beta') with the DP loss: "
             "gradient flow runs on the closed-form population loss",
         )
-    else:
+    if cfg.experiment != "flow":
         config_lib.require(
             cfg.init.kind == "shape",
             "init.kind",
             cfg.init.kind,
-            "'shape' for experiment = 'sgd' (the jump inits are gradient flow's)",
+            f"'shape' for experiment = {cfg.experiment!r} (the jump inits are gradient flow's)",
         )
         if cfg.train.sampler != "tokens":
             config_lib.require(
@@ -351,6 +357,9 @@ def run(cfg: ConfigDict, workdir: records.Workdir, progress: Progress = print) -
     """Run `cfg`, write records, figures and claims; return the summary."""
     validate(cfg)
     workdir.write_config(cfg)
+    if cfg.experiment == "curvature":
+        study = curvature_study.run_study
+        return study(cfg, workdir, progress, flow_run=run_flow, sgd_run=run_sgd)
     groups, cells = [], _cells(cfg)
     if progress:
         model = model_lib.from_config(cells[0][1])

@@ -360,3 +360,54 @@ def head_death(alpha0: float, beta0: float, k: int, exact: bool = False) -> tupl
         if hi - lo <= 1e-15 * abs(lo):
             break
     return True, 0.5 * (lo + hi)
+
+
+# --------------------------------------------------------------------------------------------------
+# The plateaus' saddles: their negative curvature (notes §4.10, ours)
+# --------------------------------------------------------------------------------------------------
+
+
+def plateau_gradient(k: int, num_responses: int, active: int, c: float = 1.0) -> float:
+    """|g| = kappa sqrt((k'-1)/k'), k' = k - active: the size of the linear coefficient of the
+    loss in an inactive head's w on the plateau with `active` heads on (notes §4.10)."""
+    kappa, _ = stage_constants(k, num_responses, active + 1, c)
+    reduced = k - active
+    return kappa * math.sqrt((reduced - 1) / reduced)
+
+
+def plateau_eigenvalues(
+    beta: ArrayLike,
+    w: ArrayLike,
+    active: list[int],
+    k: int,
+    num_responses: int,
+    c: float = 1.0,
+) -> NDArray:
+    """The negative Hessian eigenvalues on the plateau where the heads `active` (0-based) are on,
+    to leading order in the other heads (notes §4.10): one per inactive head h with beta_h != 0,
+    t_h - sqrt(t_h^2 + 4 beta_h^2 |g|^2), t_h = <w^h, g_h>, g_h = -kappa (e_h - 1_alive / k'),
+    the alive offsets those of the inactive heads; none once k' = k - len(active) < 2 (the loss
+    is 0: the last plateau is a minimum at infinity). Ascending."""
+    beta_H, w_HK = np.asarray(beta, np.float64), np.asarray(w, np.float64)
+    reduced = k - len(active)
+    if reduced < 2:
+        return np.zeros(0)
+    kappa, _ = stage_constants(k, num_responses, len(active) + 1, c)
+    alive = np.ones(w_HK.shape[-1])
+    alive[list(active)] = 0.0
+    out = []
+    for h in range(beta_H.size):
+        if h in active or beta_H[h] == 0:
+            continue
+        g = -kappa * (np.eye(w_HK.shape[-1])[h] - alive / reduced)
+        t = float(w_HK[h] @ g)
+        out.append(t - math.sqrt(t * t + 4.0 * beta_H[h] ** 2 * float(g @ g)))
+    return np.sort(np.asarray(out))
+
+
+def plateau_index(beta: ArrayLike, active: list[int], k: int) -> int:
+    """The saddle's index on the plateau with the heads `active` on (notes §4.10): the inactive
+    heads with beta != 0 while k - len(active) >= 2, else 0."""
+    if k - len(active) < 2:
+        return 0
+    return sum(1 for h, b in enumerate(np.asarray(beta)) if h not in active and b != 0)

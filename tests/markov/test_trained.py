@@ -9,8 +9,10 @@ import pytest
 import landscape
 from configs import markov
 from landscape.engine import backend, records
+from landscape.engine import config as config_lib
 from landscape.engine import track as track_lib
 from landscape.markov import experiment, points, task
+from landscape.markov import model as model_lib
 
 
 @pytest.fixture(scope="module")
@@ -83,3 +85,17 @@ def test_tracking_differentiates_through_the_hand_written_backward_passes():
     assert measured[0]["lambda_min"] < 0 < measured[0]["lambda_max"]
     for name, value in measured[0].items():
         np.testing.assert_allclose(value, measured[1][name], rtol=1e-12, err_msg=name)
+
+
+def test_tracked_loss_computes_in_the_parameters_precision():
+    """Under float16 autocast the tracked loss is the float32 model's: a Hessian in float16 is
+    rounding (landscape/markov/experiment.py tracking_loss)."""
+    cfg = markov.get_config("fig3_gpt")
+    cfg.sweep, cfg.variants = {}, []
+    cfg.model.update(seq_len=8, d=4, dtype="float16")
+    cfg.train.update(track_every=10, track_sequences=16)
+    params = model_lib.init_params(jax.random.key(0), model_lib.from_config(cfg))
+    hp = {"chain.p": jnp.float32(0.5), "chain.q": jnp.float32(0.8)}
+    tracked = experiment.tracking_loss(cfg)(params, hp)
+    plain = experiment.tracking_loss(config_lib.with_fields(cfg, {"model.dtype": ""}))(params, hp)
+    assert tracked.dtype == jnp.float32 and tracked == plain
