@@ -10,8 +10,8 @@ import pytest
 
 from configs import markov as markov_configs
 from landscape.engine import backend, memory, training
+from landscape.markov import attention as markov_attention
 from landscape.markov import experiment as markov
-from landscape.markov import model as markov_model
 
 
 def test_the_cpu_backend_takes_the_cpu_formulations():
@@ -58,7 +58,7 @@ def _loss_and_grad(tuning):
 
 
 def test_plain_formulations_give_the_cpu_ones_numbers():
-    assert not markov_model.scores_held_whole(256)  # the tiled path on the CPU
+    assert not markov_attention.scores_held_whole(256)  # the tiled path on the CPU
     ((loss_cpu, grad_cpu), cpu), ((loss_plain, grad_plain), plain) = (
         _loss_and_grad("cpu"),
         _loss_and_grad("plain"),

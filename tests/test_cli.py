@@ -390,12 +390,12 @@ def test_formulations_flag_traces_the_plain_attention(tmp_path, capsys, monkeypa
     CPU's tiled attention (N = 128 in tiles of 64); the same losses up to float rounding; the
     choice is recorded in the provenance and the process's own choice is back afterwards."""
     from landscape.engine import backend
-    from landscape.markov import model as model_lib
+    from landscape.markov import attention
 
     tiled = []
-    original = model_lib._tiled_attention
+    original = attention._tiled_attention
     monkeypatch.setattr(
-        model_lib, "_tiled_attention", lambda *qkv: tiled.append(1) or original(*qkv)
+        attention, "_tiled_attention", lambda *qkv: tiled.append(1) or original(*qkv)
     )
     monkeypatch.chdir(ROOT)
     args = [

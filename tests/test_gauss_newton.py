@@ -7,6 +7,7 @@ import pytest
 
 import landscape
 from landscape.engine import backend
+from landscape.markov import attention as markov_attention
 from landscape.markov import model as markov_model
 from landscape.markov import points as markov_points
 from landscape.markov import task as markov_task
@@ -169,7 +170,7 @@ def test_ggn_goes_through_hand_written_backward_passes_at_n_128():
     """At N = 128 the CPU attention is tiled with a hand-written backward pass (a custom_vjp,
     which has no forward mode), and the GPT-2 family's LayerNorm has one too: G equals Jᵀ H_z J
     from the plain formulation (full masked softmax, JAX's own derivatives) to 1e-10."""
-    assert not markov_model.scores_held_whole(128)
+    assert not markov_attention.scores_held_whole(128)
     gpt = _gpt_point(128, num_sequences=2)
     result = landscape.ggn_at(gpt, progress=None)
     with backend.tuning("plain"):

@@ -399,8 +399,9 @@ def test_docs_figures_take_the_cpu_records_else_the_quick_ones_and_say_so(tmp_pa
     ]
     from PIL import Image
 
-    big = Image.open(site / names[0])
-    assert big.width == docs.MAX_WIDTH and (site / names[0]).stat().st_size <= docs.MAX_KB * 1024
+    with Image.open(site / names[0]) as big:
+        width = big.width
+    assert width == docs.MAX_WIDTH and (site / names[0]).stat().st_size <= docs.MAX_KB * 1024
     # once the stages have CPU-scale records, their quick copy goes
     _png(cpu[run.job_key(stages.runs[0], False)].workdir / "figures" / "stages0.png", 400, 5)
     docs.docs_figures(runs, docs=site, progress=lambda line: None)

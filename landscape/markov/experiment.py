@@ -25,7 +25,7 @@ from landscape.engine import config as config_lib
 from landscape.engine import track as track_lib
 from landscape.engine.memory import format_bytes
 from landscape.engine.plotting import draw_tracked
-from landscape.markov import atlas, curvature_study, figures, points, task
+from landscape.markov import atlas, attention, curvature_study, figures, points, task
 from landscape.markov import model as model_lib
 from landscape.markov.claims import CLAIMS, run_table
 from landscape.point import params_table
@@ -335,9 +335,9 @@ def _sequence_floats(
 ) -> int:
     """Activations of one sequence's forward pass: per layer q, k, v, the residual stream, the
     LayerNorms and the MLP's hidden layer, and the attention scores (heads x N x N, with the mask
-    and softmax) where they are held whole (model.scores_held_whole, or `whole`); the logits.
+    and softmax) where they are held whole (attention.scores_held_whole, or `whole`); the logits.
     Longer sequences go through the tiled attention, which keeps each row's log-sum-exp only."""
-    whole = whole or model_lib.scores_held_whole(N)
+    whole = whole or attention.scores_held_whole(N)
     scores = 3 * heads * N * N if whole else heads * N
     return layers * (scores + 12 * N * d + 3 * N * (mlp or 4 * d)) + 3 * N * S
 
@@ -393,14 +393,14 @@ def _cell_bytes(v: dict) -> tuple[float, str]:
     group = max(1, _SCORES_PER_GROUP // (B * N * N))
     at_once = min(runs, group * (devices or 1))
     # the backward pass's scores, weights and their gradients, chunk by chunk (tiled attention)
-    chunk = 4 * model_lib.chunk_scores(N, v["model.num_heads"])
+    chunk = 4 * attention.chunk_scores(N, v["model.num_heads"])
     step = at_once * ((4 * B + 2 * E) * floats + chunk) * size + 3 * at_once * (B + E) * (N + 1) * 4
     # the snapshot at step 0 is vmapped over every run at once (training.train), not in groups:
     # one score matrix per sequence and layer where they are held whole (fig4_paper, 245 runs:
     # 1.9 GB peak RSS), else a chunk of them (fig1_paper, 8 layers at N = 512: 0.87 GB)
     held = (
         v["model.num_layers"] * v["model.num_heads"] * N * N
-        if model_lib.scores_held_whole(N)
+        if attention.scores_held_whole(N)
         else 0
     )
     first = runs * (E * (held + 4 * N) + chunk) * size

@@ -23,8 +23,9 @@ from landscape.engine.result import RunResult
 from landscape.ngrams import claims as claims_lib
 from landscape.ngrams import figures, points, trained
 from landscape.point import Point
-from landscape.probes import curvature, eigen, gauss_newton, results
-from landscape.probes.eigen import EscapeDirections
+from landscape.probes import curvature, gauss_newton, results
+from landscape.probes import escape as escape_lib
+from landscape.probes.escape import EscapeDirections
 from landscape.probes.gauss_newton import GaussNewton
 from landscape.typing import ArrayLike, PyTree
 
@@ -356,7 +357,7 @@ def probe(
         workdir.path, run, step, num_sequences=s.num_sequences, seed=s.population_seed
     )
     split = gauss_newton.ggn_at(point, progress=progress)
-    escape = eigen.escape_directions(point, k=s.num_directions, progress=progress)
+    escape = escape_lib.escape_directions(point, k=s.num_directions, progress=progress)
     # the heads' roles after the drop (else at the point): the construction training reaches
     roles = step if where["after"] is None else where["after"]
     offsets = _at_step(result.snapshot_steps, result.snapshots["head_offsets"][run], roles)

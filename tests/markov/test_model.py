@@ -16,6 +16,7 @@ import pytest
 from absl.testing import parameterized
 from jax.flatten_util import ravel_pytree
 
+from landscape.markov import attention
 from landscape.markov import model as M
 
 
@@ -207,12 +208,12 @@ def test_causality(model):
 
 @pytest.mark.parametrize("length", [1, 7, 40, 300])
 def test_block_causal_attention_equals_full_softmax(length):
-    """`_causal_mix` (lower-triangular tile pairs, normalised after mixing, padded when the tile
-    does not divide N) equals the full masked softmax times v (notes §3.1, §6.9)."""
+    """`attention.causal_mix` (lower-triangular tile pairs, normalised after mixing, padded when
+    the tile does not divide N) equals the full masked softmax times v (notes §3.1, §6.9)."""
     rng = np.random.default_rng(length)
     q, k, v = (3.0 * rng.normal(size=(2, length, 2, 3)) for _ in range(3))
     expected, _ = full_softmax_mix(q, k, v)
-    np.testing.assert_allclose(jax.jit(M._causal_mix)(q, k, v), expected, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(jax.jit(attention.causal_mix)(q, k, v), expected, rtol=0, atol=1e-12)
 
 
 def _full_mix(q, k, v):
@@ -224,9 +225,9 @@ def _full_mix(q, k, v):
 
 @pytest.mark.parametrize("scores_in_cache", [2**19, 1])
 def test_block_causal_attention_gradient_equals_full_softmax(scores_in_cache, monkeypatch):
-    """The hand-written backward pass of `_causal_mix` (N = 300: padded tiles; in one go, or
-    looped over single sequences) equals JAX's gradient of the full masked softmax."""
-    monkeypatch.setattr(M, "_SCORES_IN_CACHE", scores_in_cache)
+    """The hand-written backward pass of `attention.causal_mix` (N = 300: padded tiles; in one
+    go, or looped over single sequences) equals JAX's gradient of the full masked softmax."""
+    monkeypatch.setattr(attention, "_SCORES_IN_CACHE", scores_in_cache)
     rng = np.random.default_rng(3)
     q, k, v, g = (3.0 * rng.normal(size=(2, 300, 2, 3)) for _ in range(4))
 
@@ -234,7 +235,7 @@ def test_block_causal_attention_gradient_equals_full_softmax(scores_in_cache, mo
         return jax.jit(jax.grad(lambda *qkv: jnp.sum(mix(*qkv) * g), argnums=(0, 1, 2)))
 
     chex.assert_trees_all_close(
-        grad(M._causal_mix)(q, k, v), grad(_full_mix)(q, k, v), rtol=0, atol=1e-11
+        grad(attention.causal_mix)(q, k, v), grad(_full_mix)(q, k, v), rtol=0, atol=1e-11
     )
 
 
@@ -252,7 +253,7 @@ def test_block_causal_attention_hessian_vector_product():
 
     expected = hvp(_full_mix)
     assert min(np.max(np.abs(e)) for e in expected) > 1e-2
-    chex.assert_trees_all_close(hvp(M._causal_mix), expected, rtol=0, atol=1e-11)
+    chex.assert_trees_all_close(hvp(attention.causal_mix), expected, rtol=0, atol=1e-11)
 
 
 @pytest.mark.parametrize("d", [8, 40])
