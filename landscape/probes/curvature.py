@@ -94,12 +94,12 @@ def hessian_at(
     max_dense_dim: int = 6000,
     columns_per_batch: int | None = None,
     progress: Callable[[str], None] | None = print,
-) -> Any:
+) -> Hessian | Spectrum | list[Hessian] | list[Spectrum]:
     """The exact Hessian of the population loss at `point`, compiled once per model.
 
-    Above D = CHUNKED_ABOVE a single point's matrix is formed in chunks (over slices of its
-    population where `meta["population"]` says how), with its memory first and a progress line
-    with the time left after each chunk. Verdicts: docs/design/curvature.md.
+    Above D = 1024 (`CHUNKED_ABOVE`) a single point's matrix is formed in chunks (over slices of
+    its population where `meta["population"]` says how), with its memory first and a progress
+    line with the time left after each chunk. Verdicts: docs/design/curvature.md.
 
     Args:
         point: a `Point`, or a list of points of one model (one vmapped call).
