@@ -2,6 +2,7 @@
 
 task.py        binary and S-state chains, samplers, exact enumeration, soft targets
 model.py       the theory model (no LayerNorm) and the GPT-2 model, one attention for both
+attention.py   that causal attention: whole scores, or tiled with a hand-written backward pass
 points.py      theta_pi (Thm 2 / Thm 3, multi-state), theta_star (Thm 1) as Points
 theory.py      closed forms: losses, information, alpha block and spectra, App. D
 experiment.py  configs -> compiled sweeps -> records, figures and claims (Figs. 1, 3, 4, 5, App. D)
