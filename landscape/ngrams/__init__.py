@@ -5,9 +5,10 @@ estimators.py    the k-gram estimators of Def. 2.1, padded variant, add-alpha / 
 model.py         NgramModel: the simplified (§3.2), attention-only (§3.3) and Def. 2.2 models
 points.py        theta_*^k(c) (§4.4), Eq. 30's bigram point, random init; gradient norms
 stationarity.py  Theorem 4.2's study: ||grad L(theta_*^k(c))|| against T and c, tables, plots
+stationarity_claims.py  that study's claims (C5-C9)
 schema.py        the config schema (default_config), the traced fields, the model of a config
 experiment.py    configs -> compiled runs (seeds x lr vmapped) -> records, figures, claims
-claims.py        the estimator lines, the plateau analysis, the claims of a run and of the study
+claims.py        the estimator lines, the plateau analysis, the claims of a run
 figures.py       test loss with the estimator lines, attention maps, heads by seed, gradient norms
 trained.py       trained_point: a run's parameters at a step on the constructions' population
 curvature_study.py  a tracked run probed at its plateau: kind, Gauss-Newton split, escape

@@ -619,7 +619,7 @@ def run(
 def run_stationarity(
     cfg: ml_collections.ConfigDict, workdir: records.Workdir, progress: Progress = print
 ) -> dict[str, Any]:
-    from landscape.ngrams import stationarity
+    from landscape.ngrams import stationarity, stationarity_claims
 
     s = cfg.stationarity
     rows = stationarity.study(
@@ -640,7 +640,7 @@ def run_stationarity(
         str(stationarity.plot(rows, workdir.figure_path("grad_norm_vs_T"))),
         str(stationarity.plot_loss_vs_c(rows, workdir.figure_path("loss_vs_c"))),
     ]
-    claims = records.evaluated("stationarity", lambda: claims_lib.claims_stationarity(rows))
+    claims = records.evaluated("stationarity", lambda: stationarity_claims.study_claims(rows))
     if progress:
         progress(text)
     return workdir.finish(claims, progress, figures=figures, rows=rows)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from landscape.engine import training
-from landscape.ngrams import claims, experiment
+from landscape.ngrams import claims, experiment, stationarity_claims
 
 BAYES = 1.4392
 STEPS = np.arange(0, 2049, 64)
@@ -316,7 +316,7 @@ def stationarity_rows(seq_lens=(32, 128, 512), cs=(4.0, 8.0), n=3, grad=None):
 
 
 def test_stationarity_passes_on_satisfying_rows():
-    found = claims.claims_stationarity(stationarity_rows())
+    found = stationarity_claims.study_claims(stationarity_rows())
     assert len(found) == 6 and all(c.passed for c in found), [
         (c.claim, c.measured) for c in found if not c.passed
     ]
@@ -324,7 +324,7 @@ def test_stationarity_passes_on_satisfying_rows():
 
 
 def _failed(rows):
-    return [c.claim for c in claims.claims_stationarity(rows) if not c.passed]
+    return [c.claim for c in stationarity_claims.study_claims(rows) if not c.passed]
 
 
 def test_stationarity_each_claim_fails_on_violating_rows():
