@@ -5,6 +5,7 @@ model.py       the theory model (no LayerNorm) and the GPT-2 model, one attentio
 attention.py   that causal attention: whole scores, or tiled with a hand-written backward pass
 points.py      theta_pi (Thm 2 / Thm 3, multi-state), theta_star (Thm 1) as Points
 theory.py      closed forms: losses, information, alpha block and spectra, App. D
+schema.py      the config schema (default_config), the traced fields, experiment and claim names
 experiment.py  configs -> compiled sweeps -> records, figures and claims (Figs. 1, 3, 4, 5, App. D)
 claims.py      per-run outcomes (final loss, f0, f1, stuck) and one claim function per config
 figures.py     test-loss curves, the Fig. 4 grid of trapped fractions, the trap study's plots
