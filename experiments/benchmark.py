@@ -1,12 +1,12 @@
 """Times the hot paths and writes JSON:
 python -m experiments.benchmark [--only=scan_snap] [--out=f].
 
-Groups: scan_snap (the issue's 2-core targets against the authors' PyTorch code), wikitext,
-recall, markov, ngrams, curvature (experiments/probe_timing.py in a fresh process), cache (a
-warm compilation cache), compile (each program's trace, lower and XLA compile seconds, cold,
-experiments/compile_timing.py), track (curvature tracked inside the n-gram Fig. 3 run,
-experiments/track_timing.py) and device (the device check, experiments/device_check.py,
---budget). Every row and its target: docs/design/experiments.md.
+Groups: scan_snap (the issue's 2-core targets against the authors' PyTorch code), wikitext
+(experiments/wikitext_timing.py), recall, markov, ngrams, curvature (experiments/probe_timing.py
+in a fresh process), cache (a warm compilation cache), compile (each program's trace, lower and
+XLA compile seconds, cold, experiments/compile_timing.py), track (curvature tracked inside the
+n-gram Fig. 3 run, experiments/track_timing.py) and device (the device check,
+experiments/device_check.py, --budget). Every row and its target: docs/design/experiments.md.
 """
 
 import functools
@@ -22,14 +22,14 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import ml_collections
 import numpy as np
 from absl import app, flags
 
 from configs import syn_medium, syn_small
-from experiments import device_check, host, track_timing
-from landscape.engine import backend, sweeps, training
+from experiments import device_check, host, track_timing, wikitext_timing
+from experiments.timing import Rows, best_run_seconds
+from landscape.engine import backend, training
 from landscape.engine import config as config_lib
 from landscape.scan_snap import experiment
 from landscape.typing import PyTree
@@ -41,15 +41,6 @@ _ONLY = flags.DEFINE_list(
 _ALLOCATOR = flags.DEFINE_bool("tune_allocator", True, "Apply experiments.host.tune_allocator().")
 _ONE_BY_ONE = flags.DEFINE_integer("one_by_one", 4, "Single runs per K timed for the comparison.")
 _REPEATS = flags.DEFINE_integer("repeats", 3, "Timed repeats (the best is reported).")
-
-
-class _Rows(dict):
-    """A benchmark's rows, each printed as soon as it is measured: a benchmark stopped by a time
-    limit (a lent accelerator's, say) still shows what it measured."""
-
-    def __setitem__(self, name, row):
-        super().__setitem__(name, row)
-        print(f"  {name}: {json.dumps(row, default=float)}", flush=True)
 
 
 def _train(cfg, seeds, lr_z=None, ratio=None, chunk_steps=None):
@@ -74,16 +65,10 @@ def _train(cfg, seeds, lr_z=None, ratio=None, chunk_steps=None):
     )
 
 
-def _best_run_seconds(fn, repeats):
-    """Best run time over repeats; each call compiles first (not counted) and runs."""
-    results = [fn() for _ in range(repeats)]
-    return min(r.run_seconds for r in results), results[0].compile_seconds
-
-
 def bench_scan_snap(repeats: int, one_by_one: int) -> dict[str, Any]:
-    out = _Rows()
+    out = Rows()
     cfg = syn_small.get_config("fig4_left")
-    single, compile_s = _best_run_seconds(lambda: _train(cfg, [2]), repeats)
+    single, compile_s = best_run_seconds(lambda: _train(cfg, [2]), repeats)
     out["syn_small_single_run"] = dict(
         run_seconds=single,
         ms_per_step=1e3 * single / cfg.train.num_steps,
@@ -93,7 +78,7 @@ def bench_scan_snap(repeats: int, one_by_one: int) -> dict[str, Any]:
         note="100 steps with c_n snapshots every 2 steps, one compiled chunk",
     )
 
-    ten, _ = _best_run_seconds(lambda: _train(cfg, list(range(10))), repeats)
+    ten, _ = best_run_seconds(lambda: _train(cfg, list(range(10))), repeats)
     out["seeds_vmap"] = dict(
         ten_seeds_vmapped_seconds=ten,
         ten_single_runs_seconds=10 * single,
@@ -168,7 +153,7 @@ def bench_recall(repeats: int, one_by_one: int) -> dict[str, Any]:
         t0 = time.perf_counter()
         flow.population_flow(model, params0, ts)
         runs.append(time.perf_counter() - t0)
-    out = _Rows()
+    out = Rows()
     out["gradient_flow_single_run"] = dict(
         seconds_after_compilation=min(runs),
         first_call_seconds=first,
@@ -188,7 +173,7 @@ def bench_recall(repeats: int, one_by_one: int) -> dict[str, Any]:
         note="E3: 5 beta shapes x 4 eps as one vmapped program, 8000 saves per run",
     )
     fig1 = recall.get_config("fig1")
-    single, compile_s = _best_run_seconds(
+    single, compile_s = best_run_seconds(
         lambda: recall_experiment.run_sgd(fig1, {}, None, progress=None)["result"], repeats
     )
     out["sgd_fig1"] = dict(
@@ -210,7 +195,7 @@ def bench_markov(repeats: int, one_by_one: int) -> dict[str, Any]:
     from landscape.engine import training
     from landscape.markov import experiment as markov_experiment
 
-    out = _Rows()
+    out = Rows()
 
     def step_time(cfg: ml_collections.ConfigDict, runs: int, steps: int) -> tuple[float, float]:
         cfg.train.update(num_steps=steps, log_every=steps)
@@ -277,7 +262,7 @@ def bench_ngrams(repeats: int, one_by_one: int) -> dict[str, Any]:
     from landscape.ngrams import experiment as ngrams_experiment
     from landscape.ngrams import task as ngrams_task
 
-    out = _Rows()
+    out = Rows()
     steps = 512
     for runs, metrics_at in ((1, "current"), (5, "current"), (1, "ema")):
         cfg = ngrams.get_config("fig3")
@@ -328,7 +313,7 @@ def bench_cache(repeats: int, one_by_one: int) -> dict[str, Any]:
     root = pathlib.Path(__file__).resolve().parent.parent
     env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
     env["PYTHONPATH"] = str(root)
-    out = _Rows()
+    out = Rows()
     for name, config, times, target in (
         ("main_job", "configs/syn_small.py", repeats, 1.5),
         ("syn_medium", "configs/syn_medium.py", 1, None),
@@ -372,164 +357,6 @@ def _cli_seconds(
     return time.perf_counter() - t0, timing["compile_seconds"]
 
 
-def bench_wikitext(repeats: int, one_by_one: int) -> dict[str, Any]:
-    """Scan & Snap on WikiText (Figs. 7, 10): SGD steps of the d = 200 transformer at batch 20 x
-    bptt 35 over the WikiText-2 valid split's vocabulary (issue 15: the decoder's three matmuls,
-    ~10 GFLOP a step, set the floor: tens of ms). Needs the text folder of configs/wikitext.py."""
-    from configs import wikitext as wikitext_configs
-    from landscape.scan_snap import text, wikitext
-
-    cfg = wikitext_configs.get_config("fig7")
-    message = text.missing_splits_message(
-        cfg.text.path, (cfg.text.train_split, cfg.text.eval_split)
-    )
-    out = _Rows()
-    if message:
-        out["skipped"] = message
-        return out
-    for layers, runs in ((1, 1), (3, 1), (1, 4)):
-        cell = config_lib.with_fields(cfg, {"transformer.num_layers": layers})
-        cell.text.eval_chunks = 1
-        corpus = wikitext.load(cell)
-        steps = 50
-        hparams = {"optim.lr_z": np.full(runs, 5.0), "optim.lr_y_over_lr_z": np.full(runs, 2.0)}
-        once = functools.partial(_train_wikitext, cell, corpus, hparams, runs, steps)
-        best, compile_s = _best_run_seconds(once, repeats)
-        V, d, positions = corpus.vocab_size, cell.transformer.width, 20 * 35
-        gflop = 3 * 2 * positions * d * V / 1e9  # decoder: forward, two backward
-        ms = 1e3 * best / steps / runs
-        out[f"{layers}_layer{'s' if layers > 1 else ''}_{runs}_run{'s' if runs > 1 else ''}"] = (
-            dict(
-                ms_per_step_per_run=ms,
-                compile_seconds=compile_s,
-                vocab_size=V,
-                decoder_gflop_per_step=gflop,
-                decoder_gflop_per_second_of_step=gflop / ms * 1e3,
-                note=f"{steps} SGD steps (clip 0.5, dropout 0.3) with one 1-chunk snapshot; "
-                + (
-                    "runs one at a time on each device (runs_per_group 1)"
-                    if runs > 1
-                    else "one run"
-                ),
-            )
-        )
-    rates = _decoder_matmul_rates(corpus.vocab_size, cell.transformer.width, 20 * 35, repeats)
-    out["decoder_matmuls_alone"] = rates
-    encoders = {
-        layers: _encoder_ms(
-            config_lib.with_fields(cfg, {"transformer.num_layers": layers}), corpus, repeats
-        )
-        for layers in (1, 3)
-    }
-    out["encoder_alone"] = dict(
-        ms_1_layer=encoders[1],
-        ms_3_layers=encoders[3],
-        note="forward and backward of the layers below the decoder "
-        "(embedding, dropout, encoder layers) alone, one run",
-    )
-    depths = cfg.sweep["transformer"]["num_layers"]
-    best = max(rates["xla_gflop_per_second"], rates["numpy_blas_gflop_per_second"])
-    per_step = {
-        1: out["1_layer_1_run"]["ms_per_step_per_run"],
-        3: out["3_layers_1_run"]["ms_per_step_per_run"],
-    }
-    floor_ms = sum(1e3 * gflop / best + encoders[layers] for layers in depths)
-    out["fig7_estimate"] = dict(
-        minutes=cfg.train.num_steps * sum(per_step[layers] for layers in depths) / 6e4,
-        floor_minutes=cfg.train.num_steps * floor_ms / 6e4,
-        target_minutes=5,
-        note=f"{cfg.train.num_steps} steps at each depth {depths} at the measured steps, "
-        "without compilation and snapshots; the floor adds, per step, the decoder's matmuls "
-        "at the best rate measured above (XLA's or numpy's BLAS) and the encoder alone: no "
-        "softmax, no update",
-    )
-    return out
-
-
-def _train_wikitext(
-    cell: ml_collections.ConfigDict,
-    corpus: Any,
-    hparams: dict[str, np.ndarray],
-    runs: int,
-    steps: int,
-) -> training.RunResult:
-    """`steps` SGD steps of `runs` runs of the WikiText problem (sharded over the devices when
-    there are several runs)."""
-    from landscape.scan_snap import wikitext
-
-    return training.train(
-        wikitext.make_problem(cell, corpus),
-        cell.optim,
-        hparams,
-        list(range(runs)),
-        num_steps=steps,
-        log_every=steps,
-        chunk_steps=steps,
-        progress=None,
-        sharding=None if runs == 1 else sweeps.run_axis_sharding(),
-    )
-
-
-def _encoder_ms(cfg: ml_collections.ConfigDict, corpus: Any, repeats: int) -> float:
-    """Best ms of one forward and backward pass through the model below its decoder."""
-    from landscape.scan_snap import model as model_lib
-    from landscape.scan_snap import text, wikitext
-
-    net = wikitext.model_of(cfg, corpus.vocab_size)
-    params = net.init({"params": jax.random.key(0)}, jnp.zeros((1, cfg.text.bptt), jnp.int32))
-    inputs, _ = text.chunk(jnp.asarray(corpus.train), 0, cfg.text.bptt)
-    cotangent = jnp.ones(inputs.T.shape + (cfg.transformer.width,), jnp.float32)
-
-    def encoded(p: PyTree) -> jax.Array:
-        x, _ = net.apply(
-            p,
-            inputs.T,
-            False,
-            method=model_lib.TextTransformer.encode,
-            rngs={"dropout": jax.random.key(1)},
-        )
-        return (x * cotangent).sum()
-
-    grad = jax.jit(jax.grad(encoded))
-    return 1e3 * _best_call_seconds(lambda: jax.block_until_ready(grad(params)), 10 * repeats)
-
-
-def _best_call_seconds(call: Callable[[], object], times: int) -> float:
-    """The fastest of `times` calls, after one untimed call (compilation, first touch)."""
-    call()
-    best = float("inf")
-    for _ in range(times):
-        t0 = time.perf_counter()
-        call()
-        best = min(best, time.perf_counter() - t0)
-    return best
-
-
-def _decoder_matmul_rates(V, d, positions, repeats):
-    """The decoder's three matmuls of a step (logits h W; the gradients G W^T and h^T G) alone,
-    compiled by XLA and in numpy's BLAS: the best rate this machine multiplies these shapes at."""
-    rng = np.random.default_rng(0)
-    h, W = rng.standard_normal((positions, d), np.float32), rng.standard_normal((d, V), np.float32)
-    G = rng.standard_normal((positions, V), np.float32)
-    products = ((lambda h, W, G: h @ W), (lambda h, W, G: G @ W.T), (lambda h, W, G: h.T @ G))
-    gflop = 3 * 2 * positions * d * V / 1e9
-
-    xla_args = [jax.device_put(a) for a in (h, W, G)]
-    xla = sum(
-        _best_call_seconds(functools.partial(_call_and_wait, jax.jit(f), xla_args), 5 * repeats)
-        for f in products
-    )
-    blas = sum(_best_call_seconds(lambda f=f: f(h, W, G), 5 * repeats) for f in products)
-    return dict(
-        gflop=gflop,
-        xla_ms=1e3 * xla,
-        xla_gflop_per_second=gflop / xla,
-        numpy_blas_ms=1e3 * blas,
-        numpy_blas_gflop_per_second=gflop / blas,
-        note="best of repeated calls of each matmul, float32",
-    )
-
-
 def bench_curvature(repeats: int, one_by_one: int) -> dict[str, Any]:
     """The probes' first call, the same point again and a new (p, q) at theta_pi (D = 237), and a
     10 x 10 grid of Hessians in one call: `experiments.probe_timing` in a fresh process."""
@@ -541,7 +368,7 @@ def bench_curvature(repeats: int, one_by_one: int) -> dict[str, Any]:
         check=True,
         cwd=pathlib.Path(__file__).resolve().parents[1],
     ).stdout
-    rows = _Rows()
+    rows = Rows()
     for line in out.splitlines():
         if line.startswith("{"):
             row = json.loads(line)
@@ -559,7 +386,7 @@ def bench_compile(repeats: int, one_by_one: int) -> dict[str, Any]:
     from experiments import compile_timing
 
     jax.config.update("jax_enable_compilation_cache", False)
-    out = _Rows()
+    out = Rows()
     for name, start in _compile_entry_points():
         rows = compile_timing.median_rows(
             [compile_timing.programs_of(start) for _ in range(repeats)]
@@ -618,7 +445,7 @@ def _compile_entry_points() -> list[tuple[str, Callable[[], object]]]:
         entries.append(
             (
                 "wikitext_fig7",
-                lambda: _train_wikitext(cell7, wikitext.load(cell7), hp, 1, 50),
+                lambda: wikitext_timing.train_wikitext(cell7, wikitext.load(cell7), hp, 1, 50),
             )
         )
 
@@ -669,7 +496,7 @@ def _gradient_floor(
 
 BENCHMARKS = {
     "scan_snap": bench_scan_snap,
-    "wikitext": bench_wikitext,
+    "wikitext": wikitext_timing.bench_wikitext,
     "recall": bench_recall,
     "markov": bench_markov,
     "ngrams": bench_ngrams,
@@ -678,11 +505,6 @@ BENCHMARKS = {
     "compile": bench_compile,
     "track": track_timing.bench_track,
 }
-
-
-def _call_and_wait(f: Callable[..., jax.Array], args: list[jax.Array]) -> jax.Array:
-    """f(*args), waited for."""
-    return f(*args).block_until_ready()
 
 
 def main(argv: list[str]) -> None:
