@@ -6,17 +6,19 @@ from collections.abc import Callable
 
 import jax
 
+from landscape.engine.result import RunResult
+
 
 class Rows(dict):
     """A benchmark's rows, each printed as soon as it is measured: a benchmark stopped by a time
     limit (a lent accelerator's, say) still shows what it measured."""
 
-    def __setitem__(self, name, row):
+    def __setitem__(self, name: str, row: object) -> None:
         super().__setitem__(name, row)
         print(f"  {name}: {json.dumps(row, default=float)}", flush=True)
 
 
-def best_run_seconds(fn, repeats):
+def best_run_seconds(fn: Callable[[], RunResult], repeats: int) -> tuple[float, float]:
     """Best run time over repeats; each call compiles first (not counted) and runs."""
     results = [fn() for _ in range(repeats)]
     return min(r.run_seconds for r in results), results[0].compile_seconds
