@@ -13,6 +13,7 @@ from collections.abc import Collection
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 
@@ -152,3 +153,18 @@ def finite_number(value: Any) -> bool:
         return math.isfinite(float(value))
     except (TypeError, ValueError):
         return False
+
+
+def floating_dtype(name: str, value: Any, meaning: str = "") -> np.dtype:
+    """`value` as a floating dtype; one sentence naming `name` otherwise (`meaning` says what the
+    dtype is for)."""
+    try:
+        resolved = jnp.dtype(value)
+    except TypeError:
+        resolved = None
+    if resolved is None or not jnp.issubdtype(resolved, jnp.floating):
+        raise ArgumentTypeError(
+            f"{name} = {value!r}: must be a floating dtype (np.float32 or np.float64)"
+            + (f", {meaning}." if meaning else ".")
+        )
+    return resolved

@@ -234,6 +234,12 @@ BAD_CALLS = [
         "num_states = 3.0",
     ),
     (lambda: ngram_task.sample(jax.random.key(0), 3, 3, 8, 1.0, 0), ValueError, "batch_size = 0"),
+    (
+        lambda: ngram_task.sample_tasks(jax.random.key(0), 3, 3, 1.0, 2, dtype=jnp.int32),
+        TypeError,
+        "dtype = <class 'jax.numpy.int32'>: must be a floating dtype (np.float32 or np.float64), "
+        "the samples' dtype.",
+    ),
     # associative recall
     (lambda: flow.init_first_jump(RECALL, 0.0), ValueError, "eps = 0"),
     (lambda: flow.init_first_jump(RECALL, None), TypeError, "eps = None"),

@@ -225,16 +225,7 @@ def _checked_run(
         raise TypeError(f"sweeps.run needs {' and '.join(missing)} (keyword arguments).")
     options = ("num_steps", "log_every", "chunk_steps", "on_nonfinite", "metrics_at", "ema_decay")
     training.check_run_options(**{k: train_kwargs[k] for k in options if k in train_kwargs})
-    try:
-        resolved = jnp.dtype(dtype)
-    except TypeError:
-        resolved = None
-    if resolved is None or not jnp.issubdtype(resolved, jnp.floating):
-        raise _checks.ArgumentTypeError(
-            f"dtype = {dtype!r}: must be a floating dtype (np.float32 or np.float64), the "
-            "parameters' and hyperparameters' dtype."
-        )
-    dtype = resolved
+    dtype = _checks.floating_dtype("dtype", dtype, "the parameters' and hyperparameters' dtype")
     if dtype.itemsize > 4 and not jax.config.read("jax_enable_x64"):
         raise ValueError(
             f"dtype = {dtype.name} needs 64-bit arrays, which JAX has off: call "

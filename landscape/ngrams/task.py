@@ -100,15 +100,7 @@ def sample_tasks(
 
 def _floating(dtype: DTypeLike) -> jnp.dtype:
     """`dtype` as a floating jnp.dtype; one sentence naming it otherwise."""
-    try:
-        resolved = jnp.dtype(dtype)
-    except TypeError:
-        resolved = None
-    if resolved is None or not jnp.issubdtype(resolved, jnp.floating):
-        raise _checks.ArgumentTypeError(
-            f"dtype = {dtype!r}: must be a floating dtype (jnp.float32 or jnp.float64)."
-        )
-    return resolved
+    return _checks.floating_dtype("dtype", dtype, "the samples' dtype")
 
 
 @functools.partial(jax.jit, static_argnums=(1, 2, 4, 5))
