@@ -12,7 +12,6 @@ MAX_MODULE_LINES = 600
 # Modules still above MAX_MODULE_LINES, with the most lines each may have: entries may only
 # shrink or go (the test fails on a stale entry), never grow.
 ALLOWED_LONGER = {
-    "landscape/ngrams/points.py": 687,
     "landscape/ngrams/model.py": 650,
     "landscape/ngrams/experiment.py": 646,
 }

@@ -3,7 +3,8 @@
 task.py          per-sequence Dirichlet n-gram sampler, lifted chain, Lemma H.5, plateaus
 estimators.py    the k-gram estimators of Def. 2.1, padded variant, add-alpha / Bayes, losses
 model.py         NgramModel: the simplified (§3.2), attention-only (§3.3) and Def. 2.2 models
-points.py        theta_*^k(c) (§4.4), Eq. 30's bigram point, random init; gradient norms
+points.py        theta_*^k(c) (§4.4), Eq. 30's bigram point, random init
+gradients.py     the unbiased population-gradient norms, in total and per block (C7)
 stationarity.py  Theorem 4.2's study: ||grad L(theta_*^k(c))|| against T and c, tables, plots
 stationarity_claims.py  that study's claims (C5-C9)
 schema.py        the config schema (default_config), the traced fields, the model of a config

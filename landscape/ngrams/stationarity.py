@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from landscape.ngrams import estimators, points
+from landscape.ngrams import gradients as gradients_lib
 from landscape.ngrams import model as model_lib
 from landscape.typing import PyTree
 
@@ -88,7 +89,7 @@ def _statistics(
     """params -> the point's statistics on the set: the gradient statistics, or the loss alone."""
     if gradients:
         return functools.partial(
-            points.gradient_statistics,
+            gradients_lib.gradient_statistics,
             model=model,
             x_BT=x_BT,
             target_BS=target_BS,
@@ -165,7 +166,7 @@ def study(
       rule       "fixed" (c from cs), "log" (c = log_c0 + log T) or "init" (random point)
       k, c, T    the construction (k = None and c = nan for the random point)
       loss       mean soft-target CE at the point (floor `floor`)
-      grad_unbiased, grad_plain, grad_noise             total norms (points.gradient_norms)
+      grad_unbiased, grad_plain, grad_noise             total norms (gradients.gradient_norms)
       grad_unbiased/A1, ..., grad_noise/V1/head2, ...   the same per block and per head
       loss_padded, loss_mle, loss_smoothed   (theta_star rows) the padded k-gram MLE (the c -> inf
                  limit), the Def. 2.1 MLE (uniform fallback) and the add-alpha k-gram estimator on
@@ -316,7 +317,8 @@ def _listing_lines(rows: list[dict]) -> list[str]:
         cells += [
             _fmt(row.get(name, math.nan)) for name in ("grad_unbiased", "grad_noise", "grad_plain")
         ]
-        cells += [_fmt(row.get(f"grad_unbiased/{block}", math.nan)) for block in points.BLOCKS]
+        blocks = gradients_lib.BLOCKS
+        cells += [_fmt(row.get(f"grad_unbiased/{block}", math.nan)) for block in blocks]
         cells += [_fmt(row["loss"])] + [
             _fmt(row.get(name)) for name in ("loss_padded", "loss_mle", "loss_smoothed")
         ]
