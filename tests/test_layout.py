@@ -13,7 +13,6 @@ MAX_MODULE_LINES = 600
 # shrink or go (the test fails on a stale entry), never grow.
 ALLOWED_LONGER = {
     "landscape/ngrams/model.py": 650,
-    "landscape/ngrams/experiment.py": 646,
 }
 
 

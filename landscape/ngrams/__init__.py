@@ -9,6 +9,7 @@ stationarity.py  Theorem 4.2's study: ||grad L(theta_*^k(c))|| against T and c, 
 stationarity_claims.py  that study's claims (C5-C9)
 schema.py        the config schema (default_config), the traced fields, the model of a config
 experiment.py    configs -> compiled runs (seeds x lr vmapped) -> records, figures, claims
+footprint.py     the bytes a run holds (memory estimate), the snapshot's chunk of test sequences
 claims.py        the estimator lines, the plateau analysis, the claims of a run
 figures.py       test loss with the estimator lines, attention maps, heads by seed, gradient norms
 trained.py       trained_point: a run's parameters at a step on the constructions' population
