@@ -234,6 +234,12 @@ BAD_CALLS = [
         "num_states = 3.0",
     ),
     (lambda: ngram_task.sample(jax.random.key(0), 3, 3, 8, 1.0, 0), ValueError, "batch_size = 0"),
+    (lambda: ngram_points.gradient_norms("x"), TypeError, "gradient_norms expects a landscape"),
+    (
+        lambda: ngram_points.gradient_norms(ngram_points.unigram_point(**NGRAMS), chunk_size=0),
+        ValueError,
+        "chunk_size = 0: must be an integer >= 1 (sequences per gradient chunk).",
+    ),
     (
         lambda: ngram_task.sample_tasks(jax.random.key(0), 3, 3, 1.0, 2, dtype=jnp.int32),
         TypeError,

@@ -9,9 +9,10 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from landscape import _checks
 from landscape.ngrams import estimators
 from landscape.ngrams import model as model_lib
-from landscape.point import Point
+from landscape.point import Point, require_point
 from landscape.typing import ArrayLike, PyTree
 
 BLOCKS = ("A1", "V1", "Q2", "K2")  # the simplified model's parameter blocks
@@ -83,6 +84,7 @@ def gradient_statistics(
 ) -> dict:
     """`gradient_norms` for explicit (params, model, set): jitted once per (model, set shape,
     floor), so a sweep over c (params traced) compiles once."""
+    _checks.check_int("chunk_size", chunk_size, low=1, meaning="sequences per gradient chunk")
     stats = _gradient_statistics(
         params,
         jnp.asarray(x_BT),
@@ -109,7 +111,7 @@ def gradient_norms(point: Point, chunk_size: int = 2048) -> dict:
                 measure at an exactly stationary point (the noise floor of `plain`).
     Plus "loss", the mean CE over both halves. All values are floats.
     """
-    meta = point.meta
+    meta = require_point(point, "gradient_norms").meta
     missing = [key for key in ("model", "x_BT", "target_BS", "floor") if key not in meta]
     if missing:
         raise ValueError(
