@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from landscape.engine.host import setup
 from landscape.engine.track import Track
-from landscape.point import Point, param_names, params_table, restrict
+from landscape.point import Point, batches, param_names, params_table, restrict
 from landscape.probes.curvature import hessian_at
 from landscape.probes.gradient import Gradient, gradient_at, hvp, hvp_flat
 from landscape.probes.hessian import FocusReport, Hessian
@@ -100,6 +100,7 @@ __all__ = [
     "param_names",
     "params_table",
     "restrict",
+    "batches",
     "gradient_at",
     "hessian_at",
     "hvp",

@@ -37,6 +37,12 @@ class Point:
     The parameters are floating-point arrays of one dtype (the probes' precision and tolerances);
     the loss returns one floating scalar, checked at a probe's first call.
 
+    A dataset too large for one evaluation is given as `batches` instead of `inputs`: a pytree
+    whose leaves share a leading axis of B equal batches (`landscape.batches(data, size)`). The
+    loss is then the mean over the batches of `objective(params, batch)`; the loss, gradient and
+    Hessian-vector products accumulate over the batches inside one compiled program, so memory is
+    bounded by one batch (docs/guide/own_model.md).
+
     A loss that is a function of model outputs may also give `outputs(params, inputs) -> z` and
     `output_loss(z, inputs) -> scalar` with objective = output_loss ∘ outputs: the split the
     Gauss-Newton matrix needs (`landscape.ggn_at`, notes/landscape_geometry.md §7).
@@ -56,6 +62,7 @@ class Point:
     inputs: PyTree = None
     outputs: Callable[[PyTree, PyTree], jax.Array] | None = None
     output_loss: Callable[[jax.Array, PyTree], jax.Array] | None = None
+    batches: PyTree = None
     # loss_fn as an objective, made for this point (shared by its with_params points only)
     _own_objective: Callable[[PyTree, PyTree], jax.Array] | None = dataclasses.field(
         default=None, init=False, repr=False
@@ -63,6 +70,8 @@ class Point:
 
     def __post_init__(self) -> None:
         _check_split(self)
+        if self.batches is not None:
+            _check_batches(self)
         if self.objective is not None:
             if not callable(self.objective):
                 raise TypeError(
@@ -71,14 +80,13 @@ class Point:
                 )
             if self.loss_fn is not None and not _derived(self.loss_fn):
                 raise TypeError("give a Point either loss_fn(params) or objective(params, inputs).")
-            if self.inputs is None:
+            if self.inputs is None and self.batches is None:
                 raise TypeError(
                     "objective is given without inputs: give the inputs objective(params, "
                     "inputs) reads (inputs=(), if none), or give loss_fn(params) instead."
                 )
-            object.__setattr__(
-                self, "loss_fn", functools.partial(_fill, self.objective, self.inputs)
-            )
+            objective, inputs = self.shared
+            object.__setattr__(self, "loss_fn", functools.partial(_fill, objective, inputs))
         elif not callable(self.loss_fn):
             raise TypeError(
                 f"loss_fn = {self.loss_fn!r}: must be a function params -> scalar "
@@ -100,6 +108,9 @@ class Point:
     def shared(self) -> tuple[Callable[[PyTree, PyTree], jax.Array], PyTree]:
         """(objective, inputs): the loss as a function compiled programs can share, and its
         inputs; a point given by `loss_fn` alone shares nothing (its inputs are empty)."""
+        if self.batches is not None:
+            assert self.objective is not None  # _check_batches
+            return mean_over_batches(self.objective), self.batches
         if self.objective is not None:
             return self.objective, self.inputs
         assert self._own_objective is not None  # set for every loss_fn point
@@ -157,6 +168,88 @@ def _check_split(point: Point) -> None:
         )
     if not (callable(point.outputs) and callable(point.output_loss)):
         raise TypeError("outputs and output_loss must be functions.")
+
+
+def _check_batches(point: Point) -> None:
+    """batches come with an objective and without inputs, as leaves with one leading axis."""
+    if point.objective is None:
+        raise TypeError(
+            "batches are the second argument of objective(params, batch): give objective= too "
+            "(a loss_fn(params) has no batch to take)."
+        )
+    if point.inputs is not None:
+        raise TypeError(
+            "give a Point either inputs (one batch) or batches (a dataset in batches), not both."
+        )
+    if point.outputs is not None:
+        raise TypeError(
+            "outputs / output_loss (the Gauss-Newton split) are not supported with batches yet: "
+            "give one batch as inputs= for ggn_at."
+        )
+    leaves = jax.tree_util.tree_leaves(point.batches)
+    sizes = {int(np.shape(leaf)[0]) if np.ndim(leaf) else -1 for leaf in leaves}
+    if not leaves or len(sizes) != 1 or min(sizes) < 1:
+        shapes = [np.shape(leaf) for leaf in leaves]
+        raise ValueError(
+            f"batches have leading shapes {shapes}: every leaf must have the same leading axis "
+            "of B >= 1 batches, e.g. landscape.batches((x, y), batch_size=256)."
+        )
+
+
+class MeanOverBatches:
+    """objective(params, batch) as the mean over the leading axis of `batches`: the loss of a
+    dataset in batches (a lax.scan; each batch rematerialised, so a gradient holds one batch's
+    activations). The probes read `per_batch` to accumulate gradients and Hessian-vector
+    products batch by batch (`landscape.probes.operator`)."""
+
+    def __init__(self, per_batch: Callable[[PyTree, PyTree], jax.Array]) -> None:
+        self.per_batch = per_batch
+        self.loss_fn = getattr(per_batch, "loss_fn", per_batch)  # names it in error messages
+
+    def __call__(self, params: PyTree, batches: PyTree) -> jax.Array:
+        body = jax.checkpoint(lambda batch: self.per_batch(params, batch))
+
+        def add(total: jax.Array, batch: PyTree) -> tuple[jax.Array, None]:
+            return total + body(batch), None
+
+        count = jax.tree_util.tree_leaves(batches)[0].shape[0]
+        first = jax.eval_shape(self.per_batch, params, jax.tree.map(lambda x: x[0], batches))
+        total, _ = jax.lax.scan(add, jnp.zeros((), first.dtype), batches)
+        return total / count
+
+
+@functools.lru_cache(maxsize=256)
+def mean_over_batches(objective: Callable) -> MeanOverBatches:
+    """One MeanOverBatches per objective, so points of one model share compiled programs."""
+    return MeanOverBatches(objective)
+
+
+def batches(data: PyTree, batch_size: int, drop_remainder: bool = False) -> PyTree:
+    """`data` (leaves with one leading axis of n examples) as B = n / batch_size equal batches:
+    leaves of shape (B, batch_size, ...), for `Point(params, objective=..., batches=...)`.
+
+    n must be a multiple of batch_size (each batch's mean loss then weighs every example
+    equally), or `drop_remainder=True` leaves the last n mod batch_size examples out.
+    """
+    _checks.check_int("batch_size", batch_size, 1, "examples per batch")
+    leaves = jax.tree_util.tree_leaves(data)
+    sizes = {int(np.shape(leaf)[0]) if np.ndim(leaf) else -1 for leaf in leaves}
+    if not leaves or len(sizes) != 1 or min(sizes) < 1:
+        raise ValueError(
+            f"data has leading shapes {[np.shape(leaf) for leaf in leaves]}: every leaf must "
+            "have the same leading axis of n examples."
+        )
+    n = sizes.pop()
+    count, rest = divmod(n, batch_size)
+    if count == 0 or (rest and not drop_remainder):
+        raise ValueError(
+            f"batch_size = {batch_size} does not divide n = {n} examples: give a batch size "
+            f"that divides n, or drop_remainder=True to leave the last {rest} out."
+        )
+    return jax.tree.map(
+        lambda x: jnp.reshape(x[: count * batch_size], (count, batch_size) + np.shape(x)[1:]),
+        data,
+    )
 
 
 def _fill(objective: Callable, inputs: PyTree, params: PyTree) -> jax.Array:

@@ -18,6 +18,7 @@ from jax.flatten_util import ravel_pytree
 from jax.sharding import Mesh, PartitionSpec
 
 from landscape.point import Point
+from landscape.probes import operator
 from landscape.typing import PyTree
 
 Objective = Callable[[PyTree, PyTree], jax.Array]
@@ -49,7 +50,7 @@ def _flat(objective: Objective, params: PyTree, inputs: PyTree) -> tuple[jax.Arr
 
 
 def _value_and_grad(objective: Objective, params: PyTree, inputs: PyTree) -> Any:
-    return jax.value_and_grad(objective)(params, inputs)
+    return operator.value_and_grad(objective, params, inputs)
 
 
 @functools.partial(jax.jit, static_argnames=("objective", "batched"))
@@ -152,10 +153,9 @@ def value_grad_hvp(
 
 
 def flat_hvp(objective: Objective, params: PyTree, inputs: PyTree) -> Callable:
-    """v (D,) -> H v (D,) at params: for use inside a traced program (Lanczos, estimators)."""
-    flat, loss_of_flat = _flat(objective, params, inputs)
-    grad = jax.grad(loss_of_flat)
-    return lambda v: jax.jvp(grad, (flat,), (v,))[1]
+    """v (D,) -> H v (D,) at params, for use inside a traced program: the gradient linearised
+    once, each product one tangent pass (`operator.hessian_operator`)."""
+    return operator.hessian_operator(objective, params, inputs).matvec
 
 
 def _columns(

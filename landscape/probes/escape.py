@@ -211,6 +211,7 @@ def escape_directions(
     num_iters: int | None = None,
     key: jax.Array | None = None,
     progress: Progress = print,
+    rtol: float | None = None,
 ) -> Any:
     """The negative-curvature directions at a point, each checked at second order.
 
@@ -227,6 +228,7 @@ def escape_directions(
         num_iters: as in `eigenpairs`.
         key: as in `eigenpairs`.
         progress: as in `eigenpairs`.
+        rtol: as in `eigenpairs`: the Lanczos accuracy (default the certified one).
 
     Returns:
         An `EscapeDirections` (a list for a list of points): the directions, their residuals,
@@ -246,6 +248,7 @@ def escape_directions(
         num_iters=num_iters,
         key=key,
         progress=progress,
+        rtol=rtol,
     )
     eigens: list[Eigenpairs] = found if listed else [found]
     gradients: list[Any] = [e.gradient for e in eigens]  # the dense path's, from the Hessian

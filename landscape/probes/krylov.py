@@ -17,7 +17,7 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from landscape.point import Point
-from landscape.probes import compiled
+from landscape.probes import compiled, operator
 from landscape.typing import PyTree
 
 LONG_SECONDS = 10.0  # a search prints a line per run once it has taken this long
@@ -75,7 +75,7 @@ def krylov_block(
         basis = basis.at[i + 1].set(jnp.where(i + 1 >= num_active, 0, next_v))
         return basis, products.at[i].set(av)
 
-    raw = hint + mix * jax.random.normal(start_key, (dim,), dtype) / np.sqrt(dim)
+    raw = hint + mix * jax.random.normal(start_key, (dim,), dtype) / float(np.sqrt(dim))
     start = unit(project(jnp.zeros((1, dim), dtype), raw), jnp.linalg.norm(raw))
     basis = jnp.zeros((num_iters + 1, dim), dtype).at[0].set(start)
     products = jnp.zeros((num_iters, dim), dtype)
@@ -88,15 +88,18 @@ def krylov_run(
     objective: compiled.Objective,
     params: PyTree,
     inputs: PyTree,
-    fixed: jax.Array,
+    locked: jax.Array,
+    retained: jax.Array,
     num_active: jax.Array,
     hint: jax.Array,
     mix: jax.Array,
     key: jax.Array,
     num_iters: int,
 ) -> KrylovRun:
-    """`krylov_block` on the exact Hessian at params (compiled.flat_hvp), one program per model."""
-    matvec = compiled.flat_hvp(objective, params, inputs)
+    """`krylov_block` on the exact Hessian at params (linearised once) in the complement of the
+    rows of `locked` and `retained` (k, D each, zero rows ignored): one program per model."""
+    matvec = operator.hessian_operator(objective, params, inputs).matvec
+    fixed = jnp.concatenate([locked, retained])
     return krylov_block(matvec, fixed, num_active, hint, mix, key, num_iters)
 
 
@@ -108,13 +111,16 @@ def _wanted_order(values: np.ndarray, which: str) -> np.ndarray:
 @dataclasses.dataclass
 class _Search:
     """The Lanczos search state: locked pairs (most wanted first), retained Ritz pairs (R, H R),
-    the next start (hint, mix) and the extreme Ritz values seen."""
+    the next start (hint, mix) and the extreme Ritz values seen. The vectors stay on the device
+    in fixed shapes, (k, D) with zero rows past the count, so each program compiles once per
+    model; only values cross to the host."""
 
     values: np.ndarray
-    vectors: np.ndarray
-    retained: np.ndarray
-    products: np.ndarray
-    hint: np.ndarray
+    vectors: jax.Array
+    retained: jax.Array
+    products: jax.Array
+    hint: jax.Array
+    num_retained: int = 0
     mix: float = 1.0
     clean: bool = True  # no lock changed since this phase's random start
     low: float = np.inf
@@ -126,76 +132,126 @@ class _Search:
         return max(abs(self.low), abs(self.high))
 
 
-def _rayleigh_ritz(
-    basis: np.ndarray, products: np.ndarray, which: str
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(θ, Y, H Y, ||H y - θ y||) of the orthonormal rows `basis` with `products` = H basis,
-    most wanted first; residuals exact up to rounding (H applied to each basis vector)."""
-    projected = basis @ products.T
-    theta, s = np.linalg.eigh(0.5 * (projected + projected.T))
+_DOT = functools.partial(jnp.matmul, precision=jax.lax.Precision.HIGHEST)
+
+
+@jax.jit
+def _projected(
+    retained: jax.Array, retained_products: jax.Array, basis: jax.Array, products: jax.Array
+) -> tuple[jax.Array, jax.Array]:
+    """(V H V^T (k + m, k + m) symmetrised, whether every product is finite) for the rows
+    V = [retained; basis] with their products."""
+    rows, hv = jnp.concatenate([retained, basis]), jnp.concatenate([retained_products, products])
+    projected = _DOT(rows, hv.T)
+    return 0.5 * (projected + projected.T), jnp.all(jnp.isfinite(products))
+
+
+@jax.jit
+def _rotated(
+    rotation: jax.Array,
+    theta: jax.Array,
+    retained: jax.Array,
+    retained_products: jax.Array,
+    basis: jax.Array,
+    products: jax.Array,
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """(Ritz vectors, their products, residuals ||H y - θ y||) for the rotation's columns (zero
+    columns give zero rows)."""
+    rows, hv = jnp.concatenate([retained, basis]), jnp.concatenate([retained_products, products])
+    ritz, ritz_products = _DOT(rotation.T, rows), _DOT(rotation.T, hv)
+    return ritz, ritz_products, jnp.linalg.norm(ritz_products - theta[:, None] * ritz, axis=1)
+
+
+@jax.jit
+def _select(first: jax.Array, second: jax.Array, rows: jax.Array, count: jax.Array) -> jax.Array:
+    """Rows `rows` of [first; second], rows from `count` on set to zero (a fixed shape)."""
+    chosen = jnp.concatenate([first, second])[rows]
+    return jnp.where(jnp.arange(rows.size)[:, None] < count, chosen, 0)
+
+
+class _Ritz(NamedTuple):
+    """Ritz pairs, most wanted first: values (n,) on the host; vectors and products
+    (k + m, D) on the device, rows past n zero; residuals (n,)."""
+
+    theta: np.ndarray
+    vectors: jax.Array
+    products: jax.Array
+    residuals: np.ndarray
+
+
+def _rayleigh_ritz(state: _Search, run: KrylovRun, active: int, which: str, k: int) -> _Ritz:
+    """The Ritz pairs of the retained rows and the run's new basis (residuals exact up to
+    rounding: H was applied to each basis vector). The small eigenproblem runs in numpy, on
+    the rows that hold vectors."""
+    basis, products, _ = run
+    projected, _ = _projected(state.retained, state.products, basis, products)
+    valid = np.r_[0 : state.num_retained, k : k + min(basis.shape[0], active)]
+    small = np.asarray(projected, np.float64)[np.ix_(valid, valid)]
+    theta, s = np.linalg.eigh(small)
     order = _wanted_order(theta, which)
     theta, s = theta[order], s[:, order]
-    ritz, ritz_products = s.T @ basis, s.T @ products
-    return theta, ritz, ritz_products, np.linalg.norm(ritz_products - theta[:, None] * ritz, axis=1)
+    size = projected.shape[0]
+    rotation, padded = np.zeros((size, size)), np.zeros(size)
+    rotation[valid, : valid.size], padded[: valid.size] = s, theta
+    dtype = basis.dtype
+    ritz, ritz_products, residuals = _rotated(
+        jnp.asarray(rotation, dtype), jnp.asarray(padded, dtype), state.retained, state.products,
+        basis, products,
+    )  # fmt: skip
+    return _Ritz(theta.astype(dtype), ritz, ritz_products, np.asarray(residuals)[: valid.size])
 
 
 def _more_wanted(a: float, b: float, which: str, margin: float) -> bool:
     return a > b + margin if which == "largest" else a < b - margin
 
 
-def _lock(
-    state: _Search, theta: np.ndarray, ritz: np.ndarray, count: int, k: int, which: str
-) -> bool:
-    """Merge the first `count` Ritz pairs into the locked set, keeping the k most wanted;
-    whether one of them was kept."""
-    values = np.concatenate([state.values, theta[:count]])
-    vectors = np.concatenate([state.vectors, ritz[:count]])
+def _lock(state: _Search, ritz: _Ritz, first: int, count: int, k: int, which: str) -> bool:
+    """Merge Ritz pairs first, ..., first + count - 1 into the locked set, keeping the k most
+    wanted; whether one of them was kept."""
+    locked = state.values.size
+    values = np.concatenate([state.values, ritz.theta[first : first + count]])
     keep = _wanted_order(values, which)[:k]
-    state.values, state.vectors = values[keep], vectors[keep]
-    return bool(np.any(keep >= values.size - count))
+    rows = np.where(keep < locked, keep, k + first + keep - locked)  # in [locked (k); Ritz]
+    rows = np.pad(rows, (0, k - rows.size))
+    state.vectors = _select(state.vectors, ritz.vectors, jnp.asarray(rows), jnp.asarray(keep.size))
+    state.values = values[keep]
+    return bool(np.any(keep >= locked))
 
 
-def _next_start(
-    state: _Search, ritz: np.ndarray, products: np.ndarray, count: int, k: int, changed: bool
-) -> None:
+def _next_start(state: _Search, ritz: _Ritz, count: int, k: int, changed: bool) -> None:
     """Set up the next run. A fresh phase (random start seeded with the best unconverged Ritz
     vectors, nothing retained) once k pairs are locked and one changed since the phase began: a
     further copy of a locked eigenvalue lies outside the current Krylov space. Otherwise a thick
     restart: keep the unconverged Ritz pairs and continue from the next Lanczos vector."""
-    rest = slice(count, count + k)
+    rows = jnp.asarray(k + count + np.arange(k))  # Ritz rows count, ..., count + k - 1
+    kept = min(k, ritz.theta.size - count)
+    rest = _select(state.vectors, ritz.vectors, rows, jnp.asarray(kept))
     state.clean = state.clean and not changed
-    exhausted = not np.any(state.hint)
+    exhausted = not bool(jnp.any(state.hint))
     if (state.values.size == k and not state.clean) or exhausted:
-        seed = ritz[rest].sum(axis=0)
-        state.retained, state.products = ritz[:0], products[:0]
-        state.hint, state.mix, state.clean = seed, 1.0, True
+        state.retained, state.products = jnp.zeros_like(rest), jnp.zeros_like(rest)
+        state.hint, state.mix, state.clean, state.num_retained = rest.sum(axis=0), 1.0, True, 0
     else:
-        state.retained, state.products, state.mix = ritz[rest], products[rest], 0.0
+        state.retained, state.mix, state.num_retained = rest, 0.0, kept
+        state.products = _select(state.vectors, ritz.products, rows, jnp.asarray(kept))
 
 
 def _one_run(
-    point: Point, state: _Search, k: int, num_iters: int, key: jax.Array
-) -> tuple[np.ndarray, np.ndarray] | None:
-    """One Krylov block after the retained vectors: (basis, products) of the whole subspace
-    (retained rows first), or None when a product was not finite. Sets the next hint."""
+    point: Point, state: _Search, k: int, num_iters: int, key: jax.Array, which: str
+) -> _Ritz | None:
+    """One Krylov block after the retained vectors and the Ritz pairs of the whole subspace, or
+    None when a product was not finite. Sets the next hint."""
     objective, inputs = point.shared
     dim, dtype = state.hint.size, state.hint.dtype
-    fixed = np.zeros((2 * k, dim), dtype)
-    fixed[: state.values.size] = state.vectors
-    fixed[k : k + len(state.retained)] = state.retained
-    active = dim - state.values.size - len(state.retained)
-    basis, products = state.retained, state.products
-    if active > 0:
-        run = krylov_run(
-            objective, point.params, inputs, jnp.asarray(fixed), jnp.asarray(active),
-            jnp.asarray(state.hint), jnp.asarray(state.mix, dtype), key, num_iters,
-        )  # fmt: skip
-        v, hv, state.hint = (np.asarray(x) for x in run)
-        r = min(num_iters, active)
-        basis, products = np.concatenate([basis, v[:r]]), np.concatenate([products, hv[:r]])
-    if not np.all(np.isfinite(products)):
+    active = dim - state.values.size - state.num_retained
+    run = krylov_run(
+        objective, point.params, inputs, state.vectors, state.retained,
+        jnp.asarray(max(active, 0)), state.hint, jnp.asarray(state.mix, dtype), key, num_iters,
+    )  # fmt: skip
+    state.hint = run[2]
+    if not bool(_projected(state.retained, state.products, run[0], run[1])[1]):
         return None
-    return basis, products
+    return _rayleigh_ritz(state, run, max(active, 0), which, k)
 
 
 class Found(NamedTuple):
@@ -223,16 +279,16 @@ def search(
     """Thick-restarted, deflated Lanczos (module docstring) on one point, at most `runs` runs of
     `num_iters` steps; None when a product was not finite. A progress line per run once the
     search has taken LONG_SECONDS."""
-    flat, start = np.asarray(ravel_pytree(point.params)[0]), time.perf_counter()
-    empty = np.zeros((0, flat.size), flat.dtype)
-    state = _Search(np.zeros(0, flat.dtype), empty, empty, empty, np.zeros_like(flat))
+    flat, start = ravel_pytree(point.params)[0], time.perf_counter()
+    zeros = jnp.zeros((k, flat.size), flat.dtype)
+    state = _Search(np.zeros(0, flat.dtype), zeros, zeros, zeros, jnp.zeros_like(flat))
     converged, done = False, 0
     while done < runs and not converged:
-        subspace = _one_run(point, state, k, num_iters, jax.random.fold_in(key, done))
+        ritz = _one_run(point, state, k, num_iters, jax.random.fold_in(key, done), which)
         done += 1
-        if subspace is None:
+        if ritz is None:
             return None
-        theta, ritz, products, residuals = _rayleigh_ritz(*subspace, which)
+        theta, residuals = ritz.theta, ritz.residuals
         state.low, state.high = min(state.low, theta.min()), max(state.high, theta.max())
         margin = tol * state.scale
         accepted = residuals <= margin
@@ -241,8 +297,8 @@ def search(
             bound = theta[0] + (residuals[0] if which == "largest" else -residuals[0])
             converged = not _more_wanted(bound, state.values[-1], which, margin)
         if not converged:
-            changed = _lock(state, theta, ritz, count, k, which)
-            _next_start(state, ritz, products, count, k, changed)
+            changed = _lock(state, ritz, 0, count, k, which)
+            _next_start(state, ritz, count, k, changed)
         converged = converged or state.values.size == flat.size
         seconds = time.perf_counter() - start
         if progress and seconds > LONG_SECONDS:
@@ -251,5 +307,7 @@ def search(
                 f"accepted | {seconds:.1f} s"
             )
     if state.values.size < k:  # fewer than k accepted: fill with the best Ritz pairs, uncertified
-        _lock(state, theta[count:], ritz[count:], k - state.values.size, k, which)
-    return Found(state.values, state.vectors, state.low, state.high, converged, done)
+        assert ritz is not None  # runs >= 1, and a None returned above
+        _lock(state, ritz, count, k - state.values.size, k, which)
+    vectors = np.asarray(state.vectors)[: state.values.size]
+    return Found(state.values, vectors, state.low, state.high, converged, done)

@@ -19,7 +19,7 @@ from jax.flatten_util import ravel_pytree
 
 from landscape import _checks
 from landscape.point import Point, as_points, param_names
-from landscape.probes import compiled
+from landscape.probes import blocks, compiled, operator
 from landscape.probes.estimates import (
     DiagonalEstimate,
     SpectralDensity,
@@ -42,102 +42,119 @@ Names = list[tuple[str, slice, tuple[int, ...]]]
 
 
 # ---------------------------------------------------------------- compiled programs
+# One program per block of probes (blocks.py sizes the blocks), the same for every block: the
+# probe of index i is drawn from fold_in(key, i), so the answer does not depend on the blocks.
 
 
-def _probes(key: jax.Array, kind: str, num: int, dim: int, dtype: Any) -> jax.Array:
-    """(num, dim) probes: Rademacher signs, or Gaussian vectors scaled to norm sqrt(dim)."""
+def _probe(key: jax.Array, index: jax.Array, kind: str, dim: int, dtype: Any) -> jax.Array:
+    """Probe `index` (D,): Rademacher signs, or a Gaussian vector scaled to norm sqrt(D)."""
+    key = jax.random.fold_in(key, index)
     if kind == "rademacher":
-        return jax.random.rademacher(key, (num, dim), dtype)
-    gaussian = jax.random.normal(key, (num, dim), dtype)
-    return gaussian * (math.sqrt(dim) / jnp.linalg.norm(gaussian, axis=1, keepdims=True))
+        return jax.random.rademacher(key, (dim,), dtype)
+    gaussian = jax.random.normal(key, (dim,), dtype)
+    return gaussian * (math.sqrt(dim) / jnp.linalg.norm(gaussian))
 
 
-def _slq_one(
-    objective: compiled.Objective,
-    num_probes: int,
-    num_iters: int,
-    probe: str,
-    key: jax.Array,
-    params: PyTree,
-    inputs: PyTree,
-) -> tuple[jax.Array, jax.Array]:
-    flat = ravel_pytree(params)[0]
-    matvec = compiled.flat_hvp(objective, params, inputs)
-    probe_key, restart_key = jax.random.split(key)
-    starts = _probes(probe_key, probe, num_probes, flat.size, flat.dtype)
-    restart_keys = jax.random.split(restart_key, num_probes)
-    return jax.vmap(lambda v, k: lanczos_from(matvec, v, num_iters, k))(starts, restart_keys)
+def _probes(key: jax.Array, indices: jax.Array, kind: str, dim: int, dtype: Any) -> jax.Array:
+    """The probes of `indices` (K, D)."""
+    return jax.vmap(lambda i: _probe(key, i, kind, dim, dtype))(indices)
 
 
-@functools.partial(
-    jax.jit, static_argnames=("objective", "num_probes", "num_iters", "probe", "batched")
-)
-def slq_program(
+def _over_points(body: Callable, batched: bool, params: PyTree, inputs: PyTree, *rest: Any) -> Any:
+    """body(params, inputs, *rest), vmapped over a list's points (params, inputs and each of
+    `rest` that is a per-point array, marked by a leading axis; keys and indices are shared)."""
+    if not batched:
+        return body(params, inputs, *rest)
+    return jax.vmap(body, in_axes=(0, 0) + (None,) * len(rest))(params, inputs, *rest)
+
+
+@functools.partial(jax.jit, static_argnames=("objective", "num_iters", "probe", "batched"))
+def slq_block(
     objective: compiled.Objective,
     params: PyTree,
     inputs: PyTree,
     key: jax.Array,
-    num_probes: int,
+    indices: jax.Array,
     num_iters: int,
     probe: str,
     batched: bool,
 ) -> tuple[jax.Array, jax.Array]:
-    """(alphas (P, m), betas (P, m - 1)): Lanczos from each of P probes, one vmapped program."""
-    body = functools.partial(_slq_one, objective, num_probes, num_iters, probe, key)
-    return compiled.maybe_batched(body, batched, params, inputs)
+    """(alphas (K, m), betas (K, m - 1)): Lanczos from each probe of `indices` (K,)."""
+
+    def body(params: PyTree, inputs: PyTree) -> tuple[jax.Array, jax.Array]:
+        op = operator.hessian_operator(objective, params, inputs)
+        probe_key, restart_key = jax.random.split(key)
+        starts = _probes(probe_key, indices, probe, op.flat.size, op.flat.dtype)
+        restarts = jax.vmap(lambda i: jax.random.fold_in(restart_key, i))(indices)
+        return jax.vmap(lambda v, k: lanczos_from(op.matvec, v, num_iters, k))(starts, restarts)
+
+    return _over_points(body, batched, params, inputs)
 
 
-def _quadratic_forms(matvec: Callable, vectors: jax.Array) -> jax.Array:
-    return jnp.sum(vectors * jax.vmap(matvec)(vectors), axis=1)
-
-
-def _trace_one(
-    objective: compiled.Objective,
-    num_probes: int,
-    method: str,
-    key: jax.Array,
-    params: PyTree,
-    inputs: PyTree,
-) -> tuple[jax.Array, jax.Array]:
-    """(exact part, Hutchinson samples): the trace estimate is exact + mean(samples)."""
-    flat = ravel_pytree(params)[0]
-    matvec = compiled.flat_hvp(objective, params, inputs)
-    dim, dtype = flat.size, flat.dtype
-    if method == "hutchinson":
-        probes = _probes(key, "rademacher", num_probes, dim, dtype)
-        return jnp.zeros((), dtype), _quadratic_forms(matvec, probes)
-    sketch_key, probe_key = jax.random.split(key)
-    rank = num_probes // 3
-    sketch = jax.vmap(matvec)(_probes(sketch_key, "rademacher", rank, dim, dtype))  # (k, D)
-    basis = jnp.linalg.qr(sketch.T)[0]  # (D, k), orthonormal columns
-    exact = jnp.sum(_quadratic_forms(matvec, basis.T))  # tr(Q^T H Q)
-    probes = _probes(probe_key, "rademacher", num_probes - 2 * rank, dim, dtype)
-    rest = probes - (probes @ basis) @ basis.T  # (I - Q Q^T) g
-    return exact, _quadratic_forms(matvec, rest)
-
-
-@functools.partial(jax.jit, static_argnames=("objective", "num_probes", "method", "batched"))
-def trace_program(
+@functools.partial(jax.jit, static_argnames=("objective", "batched"))
+def forms_block(
     objective: compiled.Objective,
     params: PyTree,
     inputs: PyTree,
     key: jax.Array,
-    num_probes: int,
-    method: str,
+    indices: jax.Array,
+    basis: jax.Array,
     batched: bool,
-) -> tuple[jax.Array, jax.Array]:
-    """(exact part, samples) of a Hutchinson or Hutch++ trace estimate, num_probes HVPs."""
-    body = functools.partial(_trace_one, objective, num_probes, method, key)
-    return compiled.maybe_batched(body, batched, params, inputs)
+) -> tuple[jax.Array]:
+    """(v^T H v (K,),) for the Rademacher probes of `indices` projected off the orthonormal
+    columns of `basis` (D, r; r = 0 for plain Hutchinson)."""
+
+    def body(params: PyTree, inputs: PyTree, basis: jax.Array) -> tuple[jax.Array]:
+        op = operator.hessian_operator(objective, params, inputs)
+        probes = _probes(key, indices, "rademacher", op.flat.size, op.flat.dtype)
+        probes = probes - (probes @ basis) @ basis.T  # (I - Q Q^T) g
+        return (jnp.sum(probes * op.rows(probes), axis=1),)
+
+    if not batched:
+        return body(params, inputs, basis)
+    return jax.vmap(body)(params, inputs, basis)
+
+
+@functools.partial(jax.jit, static_argnames=("objective", "batched"))
+def products_block(
+    objective: compiled.Objective,
+    params: PyTree,
+    inputs: PyTree,
+    key: jax.Array,
+    indices: jax.Array,
+    batched: bool,
+) -> tuple[jax.Array]:
+    """(H g (K, D),) for the Rademacher probes g of `indices`: Hutch++'s sketch of the range."""
+
+    def body(params: PyTree, inputs: PyTree) -> tuple[jax.Array]:
+        op = operator.hessian_operator(objective, params, inputs)
+        return (op.rows(_probes(key, indices, "rademacher", op.flat.size, op.flat.dtype)),)
+
+    return _over_points(body, batched, params, inputs)
+
+
+@functools.partial(jax.jit, static_argnames=("objective", "batched"))
+def rows_forms(
+    objective: compiled.Objective, params: PyTree, inputs: PyTree, vectors: jax.Array, batched: bool
+) -> tuple[jax.Array]:
+    """(v^T H v (K,),) for the rows of `vectors` (K, D): Hutch++'s exact part tr(Q^T H Q)."""
+
+    def body(params: PyTree, inputs: PyTree, vectors: jax.Array) -> tuple[jax.Array]:
+        op = operator.hessian_operator(objective, params, inputs)
+        return (jnp.sum(vectors * op.rows(vectors), axis=1),)
+
+    if not batched:
+        return body(params, inputs, vectors)
+    return jax.vmap(body)(params, inputs, vectors)
 
 
 def _diagonal_one(
     objective: compiled.Objective, num_probes: int, key: jax.Array, params: PyTree, inputs: PyTree
 ) -> jax.Array:
-    flat = ravel_pytree(params)[0]
-    matvec = compiled.flat_hvp(objective, params, inputs)
-    probes = _probes(key, "rademacher", num_probes, flat.size, flat.dtype)
-    return probes * jax.vmap(matvec)(probes)
+    op = operator.hessian_operator(objective, params, inputs)
+    indices = jnp.arange(num_probes)
+    probes = _probes(key, indices, "rademacher", op.flat.size, op.flat.dtype)
+    return probes * op.rows(probes)
 
 
 @functools.partial(jax.jit, static_argnames=("objective", "num_probes", "batched"))
@@ -199,6 +216,7 @@ def spectral_density(
     num_iters: int = 30,
     key: jax.Array | None = None,
     probe: ProbeKind = "rademacher",
+    progress: blocks.Progress = print,
 ) -> SpectralDensity: ...
 
 
@@ -209,6 +227,7 @@ def spectral_density(
     num_iters: int = 30,
     key: jax.Array | None = None,
     probe: ProbeKind = "rademacher",
+    progress: blocks.Progress = print,
 ) -> list[SpectralDensity]: ...
 
 
@@ -218,9 +237,10 @@ def spectral_density(
     num_iters: int = 30,
     key: jax.Array | None = None,
     probe: ProbeKind = "rademacher",
+    progress: blocks.Progress = print,
 ) -> SpectralDensity | list[SpectralDensity]:
-    """The Hessian's eigenvalue density by stochastic Lanczos quadrature, in one
-    compiled call.
+    """The Hessian's eigenvalue density by stochastic Lanczos quadrature: the probes' Lanczos
+    runs in memory-bounded blocks, one compiled program per model.
 
     Args:
         point: a `Point`, or a list of points of one model (one call).
@@ -228,6 +248,8 @@ def spectral_density(
         num_iters: Lanczos steps per probe, 1 <= num_iters <= D.
         key: the probes' key (default `jax.random.key(0)`).
         probe: "rademacher" or "gaussian" (normalised).
+        progress: a memory line when the probes must run in blocks, and a line per block once
+            the call has taken 10 s (None: silent).
 
     Returns:
         A `SpectralDensity` (a list for a list of points): `mass(lo, hi)` with its standard
@@ -241,10 +263,18 @@ def spectral_density(
     )
     _checks.check_choice("probe", probe, ("rademacher", "gaussian"))
     objective, params, inputs = _arguments(points, listed)
-    alphas, betas = slq_program(
-        objective, params, inputs, _key(key), num_probes, num_iters, probe, listed
+    key, axis = _key(key), int(listed)
+    basis_bytes = num_iters * dim * blocks.itemsize(points[0])  # each probe's Lanczos basis
+    plan = blocks.plan(
+        points[0], num_probes, "spectral_density", basis_bytes, len(points), progress
     )
-    alphas, betas = np.asarray(alphas), np.asarray(betas)
+
+    def block(indices: np.ndarray) -> tuple[jax.Array, jax.Array]:
+        return slq_block(
+            objective, params, inputs, key, jnp.asarray(indices), num_iters, probe, listed
+        )
+
+    alphas, betas = blocks.run(plan, block, "spectral_density", progress, axis)
     if not listed:
         return SpectralDensity(points[0], *_quadrature(alphas, betas), dim, probe)
     return [
@@ -255,7 +285,11 @@ def spectral_density(
 
 @overload
 def trace(
-    point: Point, num_probes: int = 32, key: jax.Array | None = None, method: str = "hutch++"
+    point: Point,
+    num_probes: int = 32,
+    key: jax.Array | None = None,
+    method: str = "hutch++",
+    progress: blocks.Progress = print,
 ) -> TraceEstimate: ...
 
 
@@ -265,6 +299,7 @@ def trace(
     num_probes: int = 32,
     key: jax.Array | None = None,
     method: str = "hutch++",
+    progress: blocks.Progress = print,
 ) -> list[TraceEstimate]: ...
 
 
@@ -273,8 +308,9 @@ def trace(
     num_probes: int = 32,
     key: jax.Array | None = None,
     method: str = "hutch++",
+    progress: blocks.Progress = print,
 ) -> TraceEstimate | list[TraceEstimate]:
-    """tr(H) from `num_probes` HVPs in one compiled call.
+    """tr(H) from `num_probes` HVPs, in memory-bounded blocks of one compiled program.
 
     The standard error is the spread of the Hutchinson samples, floored at the rounding level:
     with few of them (under ~10) it can understate the error.
@@ -285,6 +321,8 @@ def trace(
             range, a third on it, the rest for Hutchinson on its complement).
         key: the probes' key (default `jax.random.key(0)`).
         method: "hutch++" or "hutchinson".
+        progress: a memory line when the products must run in blocks, and a line per block
+            once the call has taken 10 s (None: silent).
 
     Returns:
         A `TraceEstimate` (a list for a list of points): the value and its standard error.
@@ -296,7 +334,9 @@ def trace(
         num_probes, low, f"HVPs; {method} needs {low} or more for a standard error"
     )
     objective, params, inputs = _arguments(points, listed)
-    exact, samples = trace_program(objective, params, inputs, _key(key), num_probes, method, listed)
+    exact, samples = _trace_parts(
+        points, listed, (objective, params, inputs), _key(key), num_probes, method, progress
+    )
     exact, samples = np.asarray(exact, np.float64), np.asarray(samples, np.float64)
     dim = points[0].num_params
 
@@ -309,6 +349,60 @@ def trace(
     if not listed:
         return estimate(points[0], exact, samples)
     return [estimate(p, exact[i], samples[i]) for i, p in enumerate(points)]
+
+
+def _trace_parts(
+    points: list[Point],
+    listed: bool,
+    arguments: tuple[Any, PyTree, PyTree],
+    key: jax.Array,
+    num_probes: int,
+    method: str,
+    progress: blocks.Progress,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(exact part, Hutchinson samples) with the probe axis last: the trace estimate is exact +
+    mean(samples). Hutch++ sketches the range with a third of the products, takes tr(Q^T H Q)
+    exactly with a third, and Hutchinson on the complement with the rest."""
+    objective, params, inputs = arguments
+    dim, dtype = points[0].num_params, ravel_pytree(points[0].params)[0].dtype
+    axis = int(listed)
+    rank = 0 if method == "hutchinson" else num_probes // 3
+    rest = num_probes - 2 * rank
+
+    def plan(count: int) -> blocks.Plan:
+        return blocks.plan(points[0], count, "trace", 0.0, len(points), progress)
+
+    basis = np.zeros(((len(points),) if listed else ()) + (dim, 0), dtype)
+    exact = np.zeros((len(points),) if listed else (), dtype)
+    sketch_key, probe_key = jax.random.split(key) if rank else (key, key)
+    if rank:
+        (sketch,) = blocks.run(
+            plan(rank),
+            lambda i: products_block(objective, params, inputs, sketch_key, i, listed),
+            "trace",
+            progress,
+            axis,
+        )
+        basis = np.linalg.qr(np.swapaxes(sketch, -1, -2))[0]  # (D, k) orthonormal columns
+        rows = np.swapaxes(basis, -1, -2)
+        (forms,) = blocks.run(
+            plan(rank),
+            lambda i: rows_forms(
+                objective, params, inputs, np.take(rows, i, axis, mode="clip"), listed
+            ),
+            "trace",
+            progress,
+            axis,
+        )
+        exact = forms.sum(axis=-1)
+    (samples,) = blocks.run(
+        plan(rest),
+        lambda i: forms_block(objective, params, inputs, probe_key, i, basis, listed),
+        "trace",
+        progress,
+        axis,
+    )
+    return exact, samples
 
 
 def _diagonal_estimate(point: Point, samples: np.ndarray) -> DiagonalEstimate:

@@ -1,0 +1,114 @@
+"""Many Hessian-vector products in memory-bounded blocks, with progress: the host side of the
+matrix-free probes (trace, spectral_density, diagonal).
+
+A probe asks for `count` products; `plan` sizes one block by a memory estimate (what one product
+holds at once against the memory free for this call) and `run` calls one compiled block program
+per block, the same program for each (equal blocks, the last padded), printing a line per block
+once the call has taken LONG_SECONDS, and a memory line first when the blocks are limited by
+memory (docs/design/curvature.md, "At the size of real models").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import numpy as np
+
+from landscape.engine import memory
+from landscape.point import Point
+from landscape.probes import budget
+
+LONG_SECONDS = 10.0  # a call prints a line per block once it has taken this long
+MEMORY_FRACTION = 0.5  # of the free memory, for the blocks of one call
+Progress = Callable[[str], None] | None
+
+
+def product_bytes(point: Point, vector_bytes: float = 0.0) -> float:
+    """Bytes one Hessian-vector product of `point` holds at once, estimated: four times one
+    loss evaluation (the tangents of the forward and backward passes beside their saved
+    residuals) and four flat vectors (v, H v and their ravel copies), plus `vector_bytes` that
+    the probe keeps per vector (a Lanczos basis)."""
+    flat_bytes = point.num_params * itemsize(point)
+    return 4.0 * budget.loss_bytes(point) + 4.0 * flat_bytes + vector_bytes
+
+
+def itemsize(point: Point) -> int:
+    """Bytes per parameter entry (the params' dtype)."""
+    leaves = jax.tree_util.tree_leaves(point.params)
+    return int(np.dtype(leaves[0].dtype).itemsize) if leaves else 8
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """`count` products as `blocks` equal blocks of `size` (the last padded)."""
+
+    count: int
+    size: int
+    blocks: int
+    each_bytes: float
+    free_bytes: float
+
+    def indices(self, block: int) -> np.ndarray:
+        """The probe indices of one block (past `count`: padding, dropped after)."""
+        return np.arange(block * self.size, (block + 1) * self.size, dtype=np.int32)
+
+
+def plan(
+    point: Point,
+    count: int,
+    caller: str,
+    vector_bytes: float = 0.0,
+    points: int = 1,
+    progress: Progress = None,
+    free: float | None = None,
+) -> Plan:
+    """Blocks for `count` products of `points` points at once that fit MEMORY_FRACTION of the
+    free memory; a line through `progress` when they must be split by memory, a MemoryError in
+    one sentence when not even one product fits."""
+    free = memory.device_free_bytes() if free is None else free
+    each = points * product_bytes(point, vector_bytes)
+    fit = int(MEMORY_FRACTION * free // max(each, 1.0))
+    if fit < 1:
+        raise MemoryError(
+            f"{caller}: one Hessian-vector product of {point.name or 'the point'} needs about "
+            f"{memory.format_bytes(each)} but {memory.format_bytes(free)} is free: give the "
+            "point its data in smaller batches (Point(..., batches=landscape.batches(data, n)))."
+        )
+    blocks = math.ceil(count / min(fit, count))
+    size = math.ceil(count / blocks)
+    if blocks > 1 and progress:
+        progress(
+            f"{caller}: {count} products need about {memory.format_bytes(each * count)}; "
+            f"{blocks} blocks of {size} (about {memory.format_bytes(each * size)} at once, of "
+            f"{memory.format_bytes(free)} free)"
+        )
+    return Plan(count, size, blocks, each, free)
+
+
+def run(
+    plan: Plan,
+    block: Callable[[np.ndarray], tuple[Any, ...]],
+    caller: str,
+    progress: Progress = None,
+    axis: int = 0,
+) -> tuple[np.ndarray, ...]:
+    """`block(indices)` for each block of `plan`, its outputs concatenated along `axis` (the probe
+    axis) and cut to `count`; a progress line per block once the call has taken LONG_SECONDS."""
+    start, parts = time.perf_counter(), []
+    for i in range(plan.blocks):
+        parts.append(tuple(np.asarray(x) for x in block(plan.indices(i))))
+        seconds = time.perf_counter() - start
+        if progress and seconds > LONG_SECONDS and i + 1 < plan.blocks:
+            left = seconds / (i + 1) * (plan.blocks - i - 1)
+            done = min((i + 1) * plan.size, plan.count)
+            progress(
+                f"{caller}: {done} of {plan.count} products | {seconds:.1f} s | about "
+                f"{left:.0f} s left"
+            )
+    joined = (np.concatenate(column, axis=axis) for column in zip(*parts, strict=True))
+    return tuple(np.take(x, np.arange(plan.count), axis=axis) for x in joined)

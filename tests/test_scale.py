@@ -1,0 +1,134 @@
+"""The matrix-free probes at the sizes of real models (D >= 10^5), against closed forms: a least-
+squares model whose Hessian is X^T X / n (its nonzero eigenvalues those of the small X X^T / n),
+one batch and the same data in batches; the accuracy knob; blocks by memory, with progress."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import landscape
+from landscape.probes import blocks, eigen, spectra
+
+N, D = 48, 100_000  # examples, parameters: H = X^T X / N has rank N
+
+
+def _least_squares(params, data):
+    x, y = data
+    return 0.5 * jnp.mean((x @ params["w"] - y) ** 2)
+
+
+@pytest.fixture(scope="module")
+def model():
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal((N, D)) * np.linspace(0.2, 1.0, N)[:, None] / 300).astype(np.float32)
+    y = rng.standard_normal(N).astype(np.float32)
+    exact = np.linalg.eigvalsh(x.astype(np.float64) @ x.T.astype(np.float64) / N)[::-1]
+    params = {"w": jnp.zeros(D, jnp.float32)}
+    one = landscape.Point(params, objective=_least_squares, inputs=(x, y), name="one batch")
+    batched = landscape.Point(
+        params,
+        objective=_least_squares,
+        batches=landscape.batches((x, y), batch_size=12),
+        name="4 batches",
+    )
+    return one, batched, exact, float(np.sum(x.astype(np.float64) ** 2) / N)
+
+
+def test_top_eigenvalues_certified_at_d_1e5(model):
+    one, _, exact, _ = model
+    found = landscape.eigenpairs(one, 5, "largest", dense_below=0, progress=None)
+    assert found.method == "lanczos" and found.converged
+    np.testing.assert_allclose(found.values, exact[:5], rtol=2e-5)
+    assert np.all(found.residuals <= 1e-4 * found.scale)  # fresh HVPs, float32 rounding
+
+
+def test_rtol_asks_for_less_and_reports_what_it_got(model):
+    one, _, exact, _ = model
+    tight = landscape.eigenpairs(one, 5, "largest", dense_below=0, progress=None)
+    loose = landscape.eigenpairs(one, 5, "largest", dense_below=0, progress=None, rtol=1e-2)
+    assert loose.num_hvps <= tight.num_hvps
+    assert loose.tol == 1e-2
+    # a Ritz value is within its residual of an eigenvalue; here each within 1e-2 * scale
+    assert np.all(np.abs(loose.values - exact[:5]) <= 1e-2 * exact[0])
+    assert np.all(np.isfinite(loose.residuals))
+    with pytest.raises(TypeError, match="rtol or its older name tol"):
+        landscape.eigenpairs(one, 2, "largest", dense_below=0, tol=1e-3, rtol=1e-3)
+
+
+def test_trace_and_density_at_d_1e5(model):
+    one, _, exact, trace = model
+    assert abs(trace - exact.sum()) < 1e-6 * trace  # tr(X^T X / N) = ||X||_F^2 / N
+    hutchinson = landscape.trace(one, num_probes=40, method="hutchinson", progress=None)
+    assert abs(hutchinson.value - trace) < 4 * hutchinson.stderr
+    plus = landscape.trace(one, num_probes=150, progress=None)  # sketch of rank 50 >= N
+    assert abs(plus.value - trace) < 1e-4 * trace  # the range is caught whole: exact part
+    density = landscape.spectral_density(one, num_probes=4, num_iters=60, progress=None)
+    mass, stderr = density.mass(0.5 * exact[-1], 2 * exact[0])  # N nonzero eigenvalues of D
+    assert abs(mass - N / D) < 4 * stderr + 1e-5
+
+
+def test_a_dataset_in_batches_equals_one_batch(model):
+    one, batched, _, _ = model
+    assert np.isclose(one.loss(), batched.loss(), rtol=1e-6)
+    g1, g4 = landscape.gradient_at(one), landscape.gradient_at(batched)
+    np.testing.assert_allclose(g4.vector, g1.vector, rtol=1e-5, atol=1e-9)
+    v = jnp.asarray(np.random.default_rng(1).standard_normal(D), jnp.float32)
+    h1, h4 = landscape.hvp(one)(v), landscape.hvp(batched)(v)
+    np.testing.assert_allclose(h4, h1, rtol=1e-4, atol=1e-6 * float(jnp.abs(h1).max()))
+    top1 = landscape.eigenpairs(one, 3, "largest", dense_below=0, progress=None)
+    top4 = landscape.eigenpairs(batched, 3, "largest", dense_below=0, progress=None)
+    np.testing.assert_allclose(top4.values, top1.values, rtol=1e-5)
+    t1 = landscape.trace(one, 30, method="hutchinson", progress=None)
+    t4 = landscape.trace(batched, 30, method="hutchinson", progress=None)
+    assert np.isclose(t4.value, t1.value, rtol=1e-5)  # the same probes: equal to rounding
+
+
+def test_batches_refuse_what_does_not_split_evenly():
+    x = np.zeros((10, 3), np.float32)
+    with pytest.raises(ValueError, match="does not divide n = 10 examples"):
+        landscape.batches(x, batch_size=4)
+    assert landscape.batches(x, batch_size=4, drop_remainder=True).shape == (2, 4, 3)
+    with pytest.raises(TypeError, match="not both"):
+        landscape.Point({"w": jnp.zeros(3)}, objective=_least_squares, inputs=(x,), batches=(x,))
+    with pytest.raises(TypeError, match="give objective= too"):
+        landscape.Point({"w": jnp.zeros(3)}, loss_fn=lambda p: 0.0, batches=(x,))
+
+
+def test_products_run_in_blocks_by_memory_with_progress(model, monkeypatch):
+    one, _, _, _ = model
+    lines = []
+    each = blocks.product_bytes(one)
+    monkeypatch.setattr(blocks.memory, "device_free_bytes", lambda: 2 * 7.5 * each)
+    monkeypatch.setattr(blocks, "LONG_SECONDS", 0.0)
+    together = landscape.trace(one, 20, method="hutchinson", progress=None)
+    apart = landscape.trace(one, 20, method="hutchinson", progress=lines.append)
+    assert lines[0].startswith("trace: 20 products need about")
+    assert "3 blocks of 7" in lines[0] and "of 20 products" in lines[1]
+    assert apart.value == pytest.approx(together.value, rel=1e-6)  # probes by index, not block
+
+
+def test_the_memory_estimate_is_within_2x_of_xla(model):
+    # XLA's own count of the block programs' temporaries (the inputs are held once, outside)
+    one, _, _, _ = model
+    objective, inputs = one.shared
+    args = (objective, one.params, inputs, jax.random.key(0), jnp.arange(8))
+    forms = spectra.forms_block.lower(*args, jnp.zeros((D, 0), jnp.float32), False)
+    slq = spectra.slq_block.lower(*args, 30, "rademacher", False)
+    basis = 30 * D * 4  # an SLQ probe's Lanczos basis
+    for program, estimate in (
+        (forms, blocks.product_bytes(one)),
+        (slq, blocks.product_bytes(one, basis)),
+    ):
+        analysis = program.compile().memory_analysis()
+        if analysis is None:
+            pytest.skip("this backend gives no memory analysis")
+        assert 0.5 <= 8 * estimate / analysis.temp_size_in_bytes <= 2.0
+
+
+def test_eigen_certificates_use_the_linearised_rows():
+    # the certificate program: H v for K rows at once equals K single products
+    point = landscape.Point({"w": jnp.arange(1.0, 6.0)}, lambda p: jnp.sum(p["w"] ** 4) / 12)
+    vectors = jnp.eye(5)
+    rows = eigen.hvps(*point.shared[:1], point.params, point.shared[1], vectors)
+    np.testing.assert_allclose(np.diag(np.asarray(rows)), np.arange(1.0, 6.0) ** 2, rtol=1e-6)
