@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 from jax.typing import DTypeLike
 
+LinearMap = Callable[[jax.Array], jax.Array]
 LanczosState = tuple[jax.Array, jax.Array, jax.Array]  # (basis V, alphas, betas)
 
 
@@ -93,6 +95,43 @@ def linearized_gradient(
     tangent pass, with no second pass of the primal computation."""
     (value, grad), linear = jax.linearize(jax.value_and_grad(loss), flat)
     return value, grad, lambda v: linear(v)[1]
+
+
+def batched_gradient(
+    loss: Callable[[jax.Array, Any], jax.Array], flat: jax.Array, batches: Any
+) -> tuple[
+    jax.Array, jax.Array, Callable[[jax.Array], jax.Array], Callable[[jax.Array], jax.Array]
+]:
+    """(L(x), ∇L(x), v -> H v, V -> H V row by row) for L(x) the mean over the leading axis of
+    `batches` of loss(x, batch): each accumulated batch by batch in a lax.scan, so memory holds
+    one batch (a product linearises each batch in turn; a block of rows shares that)."""
+    count = jax.tree_util.tree_leaves(batches)[0].shape[0]
+
+    def grad_on(batch: Any) -> Callable[[jax.Array], jax.Array]:
+        return jax.grad(lambda x: loss(x, batch))
+
+    def mean_of(term: Callable[[Any], Any], zeros: Any) -> Any:
+        def add(total: Any, batch: Any) -> tuple[Any, None]:
+            return jax.tree.map(jnp.add, total, term(batch)), None
+
+        total, _ = jax.lax.scan(add, zeros, batches)
+        return jax.tree.map(lambda t: t / count, total)
+
+    value, grad = mean_of(
+        lambda b: jax.value_and_grad(lambda x: loss(x, b))(flat),
+        (jnp.zeros((), flat.dtype), jnp.zeros_like(flat)),
+    )
+
+    def matvec(v: jax.Array) -> jax.Array:
+        return mean_of(lambda b: jax.jvp(grad_on(b), (flat,), (v,))[1], jnp.zeros_like(v))
+
+    def rows(vectors: jax.Array) -> jax.Array:
+        def block(batch: Any) -> jax.Array:
+            return jax.vmap(jax.linearize(grad_on(batch), flat)[1])(vectors)
+
+        return mean_of(block, jnp.zeros_like(vectors))
+
+    return value, grad, matvec, rows
 
 
 def tridiagonal_eigh(alphas: jax.Array, betas: jax.Array) -> tuple[jax.Array, jax.Array]:

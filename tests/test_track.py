@@ -113,6 +113,24 @@ def test_least_squares_curvature_is_the_spectrum_of_a_transpose_a():
     assert result.params_steps is None and result.tracked_steps.tolist() == [0, 2, 4, 6, 8]
 
 
+def test_a_tracked_evaluation_set_in_batches_is_its_mean():
+    """The least-squares loss over 8 rows of M in 4 batches: mean over batches of each batch's
+    |M_b w - 1|^2 / 2 is |M w - 1|^2 / 8, so H = M^T M / 4 at every tracked step."""
+    M = jnp.asarray(RNG.normal(size=(8, DIM)))
+    tracked = landscape.Track(
+        loss=lambda params, hp, rows: 0.5 * jnp.sum((rows @ params["w"] - 1.0) ** 2),
+        every=2,
+        num_lanczos=DIM,
+        batches=landscape.batches(M, batch_size=2),
+    )
+    result = run(num_steps=4, track=tracked, params_every=0)
+    eigenvalues = np.linalg.eigvalsh(np.asarray(M.T @ M)) / 4
+    np.testing.assert_allclose(result.metrics["lambda_max"], eigenvalues[-1], rtol=1e-12)
+    np.testing.assert_allclose(result.metrics["lambda_min"], eigenvalues[0], rtol=1e-9)
+    with pytest.raises(ValueError, match="same leading axis of B batches"):
+        landscape.Track(loss=tracked.loss, every=2, batches=(M, M[:3]))
+
+
 def test_negative_mass_is_the_start_vectors_quadrature():
     """With D Lanczos steps the Gauss rule of a start vector v is exact: the negative mass is
     sum over negative eigenvalues of (u_i . v)^2 / |v|^2, averaged over the probes, with v drawn

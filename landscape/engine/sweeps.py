@@ -390,7 +390,9 @@ def describe_run(
     }
     track = train_kwargs.get("track")
     if track is not None:  # what it measures, without its loss (a function)
-        options["track"] = {k: v for k, v in vars(track).items() if k != "loss"}
+        options["track"] = {k: v for k, v in vars(track).items() if k not in ("loss", "batches")}
+        if track.batches is not None:  # the evaluation set's size, not its arrays
+            options["track"]["batches"] = int(jax.tree.leaves(track.batches)[0].shape[0])
     return dict(
         optim=optim.to_dict(),
         hparams=dict(base_hparams),

@@ -11,6 +11,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from landscape import _checks, linalg
@@ -37,6 +38,9 @@ class Track:
     negative_mass: also the SLQ estimate of the fraction of eigenvalues below
         -negative_below * max |Ritz value| (the mean over probes of their Gauss weights there).
     seed: the start vectors' key is fold_in(key(seed), step): the same for every run.
+    batches: an evaluation set in batches (leaves with one leading axis of B batches, as
+        `landscape.batches` makes): the loss is then loss(params, hparams, batch), its mean over
+        the batches tracked with memory for one batch (`linalg.batched_gradient`).
     """
 
     loss: Callable[[Params, HParams], jax.Array]
@@ -46,6 +50,7 @@ class Track:
     negative_mass: bool = False
     negative_below: float = 1e-4
     seed: int = 0
+    batches: Any = dataclasses.field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not callable(self.loss):
@@ -61,6 +66,13 @@ class Track:
             "negative_below", self.negative_below, low=0, meaning="relative to max |λ|"
         )
         _checks.check_int("seed", self.seed, 0, "the key of the Lanczos start vectors")
+        if self.batches is not None:
+            sizes = {np.shape(leaf)[:1] for leaf in jax.tree.leaves(self.batches)}
+            if len(sizes) != 1 or sizes == {()}:
+                raise ValueError(
+                    "batches: every leaf must have the same leading axis of B batches, e.g. "
+                    "landscape.batches((x, y), batch_size=256)."
+                )
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -80,7 +92,14 @@ def measure(track: Track, params: Params, hp: HParams, step: jax.Array) -> dict[
     """The tracked metrics at `params` (one run; vmapped by the chunk): one linearisation of
     the loss's gradient, then `probes` x `num_lanczos` Hessian-vector products."""
     flat, unravel = ravel_pytree(params)
-    value, grad, hvp = linalg.linearized_gradient(lambda x: track.loss(unravel(x), hp), flat)
+    if track.batches is None:
+        value, grad, hvp = linalg.linearized_gradient(lambda x: track.loss(unravel(x), hp), flat)
+    else:
+        value, grad, hvp, _ = linalg.batched_gradient(
+            lambda x, batch: track.loss(unravel(x), hp, batch),  # type: ignore[call-arg]
+            flat,
+            track.batches,
+        )
     num_iters = min(track.num_lanczos, flat.size)
     keys = jax.random.split(jax.random.fold_in(jax.random.key(track.seed), step), track.probes)
 

@@ -13,7 +13,6 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 import jax
-import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 
 from landscape import linalg
@@ -48,34 +47,10 @@ def _over_batches(
     per_batch: Objective, flat: jax.Array, unravel: Callable, batches: PyTree
 ) -> Operator:
     """The mean over the leading axis of `batches` of per_batch's loss, gradient and products,
-    each accumulated batch by batch in a lax.scan."""
-    count = jax.tree_util.tree_leaves(batches)[0].shape[0]
-
-    def grad_on(batch: PyTree) -> Callable[[jax.Array], jax.Array]:
-        return jax.grad(lambda x: per_batch(unravel(x), batch))
-
-    def mean_of(term: Callable[[PyTree], PyTree], zeros: PyTree) -> PyTree:
-        def add(total: PyTree, batch: PyTree) -> tuple[PyTree, None]:
-            return jax.tree.map(jnp.add, total, term(batch)), None
-
-        total, _ = jax.lax.scan(add, zeros, batches)
-        return jax.tree.map(lambda t: t / count, total)
-
-    def value_and_grad(batch: PyTree) -> tuple[jax.Array, jax.Array]:
-        return jax.value_and_grad(lambda x: per_batch(unravel(x), batch))(flat)
-
-    value, gradient = mean_of(value_and_grad, (jnp.zeros((), flat.dtype), jnp.zeros_like(flat)))
-
-    def matvec(v: jax.Array) -> jax.Array:
-        return mean_of(lambda b: jax.jvp(grad_on(b), (flat,), (v,))[1], jnp.zeros_like(v))
-
-    def rows(vectors: jax.Array) -> jax.Array:
-        def block(batch: PyTree) -> jax.Array:
-            linear = jax.linearize(grad_on(batch), flat)[1]  # once per batch for all K rows
-            return jax.vmap(linear)(vectors)
-
-        return mean_of(block, jnp.zeros_like(vectors))
-
+    each accumulated batch by batch (`linalg.batched_gradient`)."""
+    value, gradient, matvec, rows = linalg.batched_gradient(
+        lambda x, batch: per_batch(unravel(x), batch), flat, batches
+    )
     return Operator(flat, value, gradient, matvec, rows)
 
 
