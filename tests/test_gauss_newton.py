@@ -197,3 +197,18 @@ def test_ggn_at_theta_pi_at_n_1024():
     np.testing.assert_allclose(ggn.block("b"), [[PI0PI1]], rtol=1e-12)
     assert np.abs(ggn.block("e", ["b", "e"])).max() == 0.0
     assert any(line.startswith("Gauss-Newton matrix of theta_pi") for line in lines)
+
+
+def test_ggn_at_refuses_a_large_model_naming_its_own_way_out():
+    point = landscape.Point(
+        {"w": jnp.zeros(50)},
+        objective=lambda p, x: jnp.mean((x @ p["w"]) ** 2),
+        inputs=jnp.ones((3, 50)),
+        outputs=lambda p, x: x @ p["w"],
+        output_loss=lambda z, x: jnp.mean(z**2),
+    )
+    with pytest.raises(
+        ValueError, match=r"pass ggn_at\(point, max_dense_dim=50\) if [0-9.e-]+ GB fit"
+    ):
+        landscape.ggn_at(point, max_dense_dim=49)
+    assert landscape.ggn_at(point, max_dense_dim=50, progress=None).point is point

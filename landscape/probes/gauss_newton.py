@@ -20,9 +20,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
+from landscape import _checks
 from landscape import point as point_lib
 from landscape.point import Point
-from landscape.probes import compiled, curvature, results
+from landscape.probes import blocks, compiled, curvature, results
 from landscape.typing import PyTree
 
 Outputs = Callable[[PyTree, PyTree], jax.Array]
@@ -217,17 +218,25 @@ class GaussNewton:
 
 
 @overload
-def ggn_at(point: Point, *, progress: Callable[[str], None] | None = print) -> GaussNewton: ...
+def ggn_at(
+    point: Point, *, progress: Callable[[str], None] | None = print, max_dense_dim: int = 6000
+) -> GaussNewton: ...
 
 
 @overload
 def ggn_at(
-    point: Sequence[Point], *, progress: Callable[[str], None] | None = print
+    point: Sequence[Point],
+    *,
+    progress: Callable[[str], None] | None = print,
+    max_dense_dim: int = 6000,
 ) -> list[GaussNewton]: ...
 
 
 def ggn_at(
-    point: Point | Sequence[Point], *, progress: Callable[[str], None] | None = print
+    point: Point | Sequence[Point],
+    *,
+    progress: Callable[[str], None] | None = print,
+    max_dense_dim: int = 6000,
 ) -> GaussNewton | list[GaussNewton]:
     """The Gauss-Newton matrix G and the remainder R = H - G at a point whose loss is
     `output_loss(outputs(params))` (notes/landscape_geometry.md §7).
@@ -236,6 +245,7 @@ def ggn_at(
         point: a `Point` with `outputs` and `output_loss`, or a list of points of one model
             (one compiled call).
         progress: progress lines with the time left, above D = CHUNKED_ABOVE (None: silent).
+        max_dense_dim: the largest D for which the dense D x D matrices G and H are formed.
 
     Returns:
         A `GaussNewton` (a list for a list of points): G, the Hessian, R and their spectra.
@@ -252,11 +262,21 @@ def ggn_at(
         p.outputs is not first.outputs or p.output_loss is not first.output_loss for p in points
     ):
         raise ValueError("ggn_at: the points of a list must share outputs and output_loss.")
+    _checks.check_int("max_dense_dim", max_dense_dim, 1, "the largest D formed densely")
+    dim = first.num_params
+    if dim > max_dense_dim:
+        gigabytes = 2 * dim * dim * blocks.itemsize(first) / 1e9
+        raise ValueError(
+            f"ggn_at forms G and H as dense D x D matrices, and {first.name or 'the point'} has "
+            f"D = {dim} > max_dense_dim = {max_dense_dim}: pass ggn_at(point, max_dense_dim="
+            f"{dim}) if {gigabytes:.3g} GB fit, or probe H matrix-free (eigenpairs, trace, "
+            "spectral_density)."
+        )
     if not listed:
-        hessian = curvature.hessian_at(first, progress=progress)
+        hessian = curvature.hessian_at(first, progress=progress, max_dense_dim=max_dense_dim)
         loss, ggn = _ggn_in_chunks(first, progress)
         return _result(hessian, float(loss), ggn)
-    hessians = curvature.hessian_at(points, progress=None)
+    hessians = curvature.hessian_at(points, progress=None, max_dense_dim=max_dense_dim)
     _, params, inputs = compiled.stack(points)
     dim = first.num_params
     losses, ggns = ggn_matrix(
