@@ -132,3 +132,15 @@ def test_eigen_certificates_use_the_linearised_rows():
     vectors = jnp.eye(5)
     rows = eigen.hvps(*point.shared[:1], point.params, point.shared[1], vectors)
     np.testing.assert_allclose(np.diag(np.asarray(rows)), np.arange(1.0, 6.0) ** 2, rtol=1e-6)
+
+
+def test_lanczos_says_its_memory_and_refuses_what_does_not_fit(monkeypatch):
+    point = landscape.Point({"w": jnp.zeros(10_000)}, lambda p: jnp.sum(p["w"] ** 2))
+    basis = 30 * 10_000 * blocks.itemsize(point)  # the Lanczos basis, full reorthogonalisation
+    monkeypatch.setattr(blocks.memory, "device_free_bytes", lambda: 4 * basis)
+    lines = []
+    spectrum = landscape.lanczos_spectrum(point, 30, progress=lines.append)
+    assert lines == [lines[0]] and lines[0].startswith("lanczos_spectrum: about")
+    assert spectrum.lambda_max == pytest.approx(2.0)
+    with pytest.raises(MemoryError, match=r"Lanczos vectors needs about .* fewer Lanczos steps"):
+        landscape.eigenpairs(point, 2, "largest", dense_below=0, progress=None)

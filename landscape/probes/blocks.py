@@ -25,6 +25,7 @@ from landscape.probes import budget
 
 LONG_SECONDS = 10.0  # a call prints a line per block once it has taken this long
 MEMORY_FRACTION = 0.5  # of the free memory, for the blocks of one call
+LARGE_SHARE = 0.1  # a call taking more of the free memory at once says so first
 Progress = Callable[[str], None] | None
 
 
@@ -66,27 +67,33 @@ def plan(
     points: int = 1,
     progress: Progress = None,
     free: float | None = None,
+    hint: str = "give the point its data in smaller batches (Point(..., "
+    "batches=landscape.batches(data, n)))",
 ) -> Plan:
     """Blocks for `count` products of `points` points at once that fit MEMORY_FRACTION of the
-    free memory; a line through `progress` when they must be split by memory, a MemoryError in
-    one sentence when not even one product fits."""
+    free memory; a line through `progress` when they must be split by memory or take more than
+    LARGE_SHARE of it, a MemoryError in one sentence when not even one product fits."""
     free = memory.device_free_bytes() if free is None else free
     each = points * product_bytes(point, vector_bytes)
     fit = int(MEMORY_FRACTION * free // max(each, 1.0))
     if fit < 1:
         raise MemoryError(
-            f"{caller}: one Hessian-vector product of {point.name or 'the point'} needs about "
-            f"{memory.format_bytes(each)} but {memory.format_bytes(free)} is free: give the "
-            "point its data in smaller batches (Point(..., batches=landscape.batches(data, n)))."
+            f"{caller}: one Hessian-vector product of {point.name or 'the point'} "
+            f"{'and its Lanczos vectors ' if vector_bytes else ''}needs about "
+            f"{memory.format_bytes(each)} but {memory.format_bytes(free)} is free: {hint}."
         )
     blocks = math.ceil(count / min(fit, count))
     size = math.ceil(count / blocks)
-    if blocks > 1 and progress:
+    at_once = (
+        f"about {memory.format_bytes(each * size)} at once, of {memory.format_bytes(free)} free"
+    )
+    if progress and blocks > 1:
         progress(
             f"{caller}: {count} products need about {memory.format_bytes(each * count)}; "
-            f"{blocks} blocks of {size} (about {memory.format_bytes(each * size)} at once, of "
-            f"{memory.format_bytes(free)} free)"
+            f"{blocks} blocks of {size} ({at_once})"
         )
+    elif progress and each * size > LARGE_SHARE * free:
+        progress(f"{caller}: {at_once}")
     return Plan(count, size, blocks, each, free)
 
 

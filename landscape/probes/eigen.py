@@ -23,7 +23,7 @@ from jax.flatten_util import ravel_pytree
 from landscape import _checks
 from landscape import point as point_lib
 from landscape.point import Point
-from landscape.probes import compiled, curvature, gradient, krylov, operator, results
+from landscape.probes import blocks, compiled, curvature, gradient, krylov, operator, results
 from landscape.probes.krylov import _wanted_order
 from landscape.typing import PyTree
 
@@ -403,6 +403,11 @@ def eigenpairs(
         key = jax.random.key(0) if key is None else key
         tol = lanczos_rtol(dtype) if tol is None else tol
         restarts = 2 * k + 10 if max_restarts is None else max_restarts
+        search_bytes = (4 * steps + 6 * k) * dim * np.dtype(dtype).itemsize  # krylov.py's rows
+        blocks.plan(
+            points[0], 1, "eigenpairs", search_bytes, progress=progress,
+            hint="ask for fewer Lanczos steps (num_iters) or a smaller k",
+        )  # fmt: skip
         results = [
             _fallback(
                 _lanczos_one(p, k, which, steps, key, tol, restarts, progress),

@@ -16,7 +16,7 @@ from landscape import _checks
 from landscape.linalg import lanczos as lanczos
 from landscape.linalg import lanczos_from as lanczos_from
 from landscape.point import Point, check_point
-from landscape.probes import compiled
+from landscape.probes import blocks, compiled, operator
 from landscape.probes.gradient import Gradient, gradient_at
 from landscape.probes.results import (
     NON_FINITE,
@@ -154,11 +154,16 @@ def _tridiagonal(
     objective: compiled.Objective, params: PyTree, inputs: PyTree, key: jax.Array, num_iters: int
 ) -> tuple[jax.Array, jax.Array]:
     flat = ravel_pytree(params)[0]
-    matvec = compiled.flat_hvp(objective, params, inputs)
+    matvec = operator.hessian_operator(objective, params, inputs).matvec
     return lanczos(matvec, flat.size, num_iters, key, flat.dtype)
 
 
-def lanczos_spectrum(point: Point, num_iters: int = 100, key: jax.Array | None = None) -> Spectrum:
+def lanczos_spectrum(
+    point: Point,
+    num_iters: int = 100,
+    key: jax.Array | None = None,
+    progress: blocks.Progress = print,
+) -> Spectrum:
     """Ritz values of the Hessian at `point` from Lanczos on exact HVPs; no D x D
     matrix is formed.
 
@@ -166,6 +171,8 @@ def lanczos_spectrum(point: Point, num_iters: int = 100, key: jax.Array | None =
         point: a `Point`.
         num_iters: Lanczos steps, capped at D.
         key: the start vector's key (default `jax.random.key(0)`, so repeated calls agree).
+        progress: a line with the memory the Lanczos basis takes (num_iters x D numbers, full
+            reorthogonalisation) when it is a large share of the free memory (None: silent).
 
     Returns:
         A `Spectrum`: Ritz values and weights; `kind()` proves a saddle or says inconclusive.
@@ -175,6 +182,11 @@ def lanczos_spectrum(point: Point, num_iters: int = 100, key: jax.Array | None =
     _checks.check_key("key", key)
     num_iters = min(num_iters, point.num_params)
     key = jax.random.key(0) if key is None else key
+    basis_bytes = num_iters * point.num_params * blocks.itemsize(point)
+    blocks.plan(
+        point, 1, "lanczos_spectrum", basis_bytes, progress=progress,
+        hint="ask for fewer Lanczos steps (num_iters)",
+    )  # fmt: skip
     objective, inputs = point.shared
     tridiagonal = _tridiagonal(objective, point.params, inputs, key, num_iters)
     alphas, betas = (np.asarray(a) for a in tridiagonal)

@@ -266,8 +266,9 @@ def spectral_density(
     key, axis = _key(key), int(listed)
     basis_bytes = num_iters * dim * blocks.itemsize(points[0])  # each probe's Lanczos basis
     plan = blocks.plan(
-        points[0], num_probes, "spectral_density", basis_bytes, len(points), progress
-    )
+        points[0], num_probes, "spectral_density", basis_bytes, len(points), progress,
+        hint="ask for fewer Lanczos steps (num_iters)",
+    )  # fmt: skip
 
     def block(indices: np.ndarray) -> tuple[jax.Array, jax.Array]:
         return slq_block(
