@@ -117,9 +117,11 @@ def batched_gradient(
         total, _ = jax.lax.scan(add, zeros, batches)
         return jax.tree.map(lambda t: t / count, total)
 
+    first = jax.tree.map(lambda leaf: leaf[0], batches)
+    value_dtype = jax.eval_shape(loss, flat, first).dtype  # the loss's, not the params'
     value, grad = mean_of(
         lambda b: jax.value_and_grad(lambda x: loss(x, b))(flat),
-        (jnp.zeros((), flat.dtype), jnp.zeros_like(flat)),
+        (jnp.zeros((), value_dtype), jnp.zeros_like(flat)),
     )
 
     def matvec(v: jax.Array) -> jax.Array:

@@ -241,7 +241,9 @@ def batches(data: PyTree, batch_size: int, drop_remainder: bool = False) -> PyTr
         )
     n = sizes.pop()
     count, rest = divmod(n, batch_size)
-    if count == 0 or (rest and not drop_remainder):
+    if count == 0:
+        raise ValueError(f"batch_size = {batch_size} is larger than the n = {n} examples.")
+    if rest and not drop_remainder:
         raise ValueError(
             f"batch_size = {batch_size} does not divide n = {n} examples: give a batch size "
             f"that divides n, or drop_remainder=True to leave the last {rest} out."

@@ -89,6 +89,8 @@ def test_batches_refuse_what_does_not_split_evenly():
     with pytest.raises(ValueError, match="does not divide n = 10 examples"):
         landscape.batches(x, batch_size=4)
     assert landscape.batches(x, batch_size=4, drop_remainder=True).shape == (2, 4, 3)
+    with pytest.raises(ValueError, match="batch_size = 11 is larger than the n = 10 examples"):
+        landscape.batches(x, batch_size=11, drop_remainder=True)
     with pytest.raises(TypeError, match="not both"):
         landscape.Point({"w": jnp.zeros(3)}, objective=_least_squares, inputs=(x,), batches=(x,))
     with pytest.raises(TypeError, match="give objective= too"):
