@@ -332,3 +332,18 @@ def test_the_check_command_says_what_it_checks(tmp_path, capsys):
     assert records_cli.main([]) == 2
     assert records_cli.main(["check", str(tmp_path)]) == 2
     assert "holds no records of a run" in capsys.readouterr().err
+
+
+def test_a_damaged_orbax_step_is_refused_on_resume(stopped, capsys):
+    """Each file of the checkpoint's orbax step has its size and sha256 in the manifest: a
+    garbled one is named before orbax reads it (which ended in ~90 lines and DATA_LOSS)."""
+    step = stopped / "checkpoints" / "cell0" / "200"
+    biggest = max((p for p in step.rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
+    _flip(biggest, biggest.stat().st_size // 2)
+    before = _files(stopped)
+    status = _main(f"--workdir={stopped}", "--resume")
+    name = biggest.relative_to(stopped).as_posix()
+    _one_sentence(status, capsys, name, "differs from the sha256", "--overwrite")
+    assert _files(stopped) == before
+    assert records_cli.main(["check", str(stopped)]) == 1
+    assert f"BAD  {name}" in capsys.readouterr().out

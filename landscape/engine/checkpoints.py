@@ -43,11 +43,11 @@ class Checkpoint:
         self,
         path: pathlib.Path,
         writable: bool = True,
-        written: Callable[[pathlib.Path, list[pathlib.Path]], None] | None = None,
+        written: Callable[[list[pathlib.Path]], None] | None = None,
     ) -> None:
         self.path = pathlib.Path(path)
         self.writable = writable
-        self.written = written  # told of each host-<step>.npz once written, and the ones removed
+        self.written = written  # told of each save's files (host records, orbax's)
         self._manager: Any = None  # an orbax CheckpointManager, made on first use
 
     def _orbax(self) -> Any:
@@ -87,13 +87,12 @@ class Checkpoint:
             np.savez(f, **host)  # type: ignore[arg-type]  # stub: a key could be allow_pickle
         self._orbax().save(step, args=ocp.args.StandardSave(state), force=True)
         self._orbax().wait_until_finished()
-        removed = []
         for old in _host_steps(self.path)[:-1]:
             if old != step:
-                removed.append(self.path / f"host-{old}.npz")
-                removed[-1].unlink()
-        if self.written:
-            self.written(self.path / f"host-{step}.npz", removed)
+                (self.path / f"host-{old}.npz").unlink()
+        if self.written:  # the step's files, for their sizes and checksums
+            orbax_files = sorted(p for p in (self.path / str(step)).rglob("*") if p.is_file())
+            self.written([self.path / f"host-{step}.npz", *orbax_files])
 
     def restore(self, template: Any) -> tuple[int, Any, dict[str, np.ndarray]]:
         """(step, state shaped like `template` (numpy arrays), host arrays) of the latest save."""

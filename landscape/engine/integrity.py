@@ -199,8 +199,6 @@ def verify(path: str | pathlib.Path, resume_only: bool = False) -> list[tuple[st
         skip = CHECKPOINT_FOLDER.fullmatch(name) or name.startswith("checkpoints/")
         if not skip and name != "metrics.jsonl" and (name == "config.json" or not resume_only):
             found.append((name, _problem(path, name, entry)))
-    if "config.json" not in entries:
-        found.insert(0, ("config.json", _problem(path, "config.json", None)))
     offset = None
     for cell in _checkpoint_folders(path):
         steps = committed_steps(cell)
@@ -212,6 +210,13 @@ def verify(path: str | pathlib.Path, resume_only: bool = False) -> list[tuple[st
             host = read_npz(path / name)
             offset = int(host["metrics_bytes"]), str(host.get("metrics_sha256", ""))
         found.append((name, problem))
+        step = f"{cell.relative_to(path).as_posix()}/{steps[-1]}/"  # orbax's files of that save
+        state = [
+            (n, _problem(path, n, e)) for n, e in sorted(entries.items()) if n.startswith(step)
+        ]
+        bad = [(n, problem) for n, problem in state if problem]
+        if state:
+            found.append(bad[0] if bad else (f"{step} ({len(state)} files of orbax)", None))
     if offset or not resume_only:
         found.append(("metrics.jsonl", _metrics_problem(path, offset)))
     return found

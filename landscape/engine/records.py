@@ -331,13 +331,19 @@ class Workdir:
             self._write_manifest()
         return self.path / name
 
-    def seal(self, name: str, removed: Iterable[str] = ()) -> None:
-        """Enter the size and sha256 of the record `name`, now written whole, in manifest.json
-        (and drop the entries of the files in `removed`, which are gone)."""
-        for gone in removed:
-            self._entries.pop(gone, None)
-        file = self.path / name
-        self._entries[name] = {"size": file.stat().st_size, "sha256": sha256_of(file).hexdigest()}
+    def seal(self, *names: str, gone: str = "") -> None:
+        """Enter the size and sha256 of the records `names`, now written whole, in manifest.json
+        (and drop the entries under the folder `gone` whose files no longer exist)."""
+        if gone:
+            for name in [n for n in self._entries if n.startswith(gone + "/")]:
+                if not (self.path / name).exists():
+                    del self._entries[name]
+        for name in names:
+            file = self.path / name
+            self._entries[name] = {
+                "size": file.stat().st_size,
+                "sha256": sha256_of(file).hexdigest(),
+            }
         self._write_manifest()
 
     def _write_manifest(self) -> None:
@@ -354,9 +360,9 @@ class Workdir:
             self.file(f"{self.checkpoints.name}/cell{index}")  # the folder: what the library
             # writes there (CHECKPOINT_FILE, CHECKPOINT_STEP), never a file of anyone else's
 
-            def written(file: pathlib.Path, removed: list[pathlib.Path]) -> None:
-                relative = [p.relative_to(self.path).as_posix() for p in [file, *removed]]
-                self.seal(relative[0], removed=relative[1:])
+            def written(files: list[pathlib.Path]) -> None:  # a save's, the old one's gone
+                cell = f"{self.checkpoints.name}/cell{index}"
+                self.seal(*(p.relative_to(self.path).as_posix() for p in files), gone=cell)
 
         return Checkpoint(
             self.checkpoints / f"cell{index}", writable=self.writes_checkpoints, written=written
