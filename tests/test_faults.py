@@ -347,3 +347,19 @@ def test_a_damaged_orbax_step_is_refused_on_resume(stopped, capsys):
     assert _files(stopped) == before
     assert records_cli.main(["check", str(stopped)]) == 1
     assert f"BAD  {name}" in capsys.readouterr().out
+
+
+def test_metrics_of_a_checkpoint_without_a_digest_are_read_as_rows(stopped, capsys):
+    """A checkpoint written before digests (its host records hold only metrics.jsonl's size):
+    bytes in the rows that are not UTF-8 JSON are still named before anything is cut."""
+    host = _host(stopped)
+    arrays = load_npz(host)
+    del arrays["metrics_sha256"]
+    with open(host, "wb") as f:
+        np.savez(f, **arrays)
+    manifest = json.loads((stopped / "manifest.json").read_text())
+    manifest["files"][host.relative_to(stopped).as_posix()] = None
+    (stopped / "manifest.json").write_text(json.dumps(manifest))
+    _flip(stopped / "metrics.jsonl", 100)
+    status = _main(f"--workdir={stopped}", "--resume")
+    _one_sentence(status, capsys, "metrics.jsonl holds bytes that are not UTF-8 JSON rows")
