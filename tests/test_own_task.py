@@ -298,6 +298,8 @@ def test_a_sweep_releases_its_workdir_when_it_stops(tmp_path):
     finally:
         training.clear_stop()
     assert stopped.value.step == 2  # the traceback (holding the run's frames) is still alive
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary == {"status": "interrupted", "step": 2, "resume": "run again with resume=True"}
     lines = []
     sweeps.run(
         problem, cfg.optim, {"optim.lr": 0.1}, grid, resume=True, progress=lines.append, **kwargs
