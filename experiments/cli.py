@@ -20,6 +20,7 @@ import importlib.util
 import json
 import logging
 import pathlib
+import shlex
 import shutil
 import signal
 import sys
@@ -114,13 +115,16 @@ def _run(
 
     primary = jax.process_index() == 0
     if primary:
-        workdir = records.Workdir.open(
-            workdir_path,
-            overwrite=_OVERWRITE.value,
-            resume=_RESUME.value,
-            keep_others=_KEEP_OTHERS.value,
-            checkpoint_seconds=_CHECKPOINT_SECONDS.value,
-        )
+        try:  # takes the workdir's lock, held until the run ends (one writer per workdir)
+            workdir = records.Workdir.open(
+                workdir_path,
+                overwrite=_OVERWRITE.value,
+                resume=_RESUME.value,
+                keep_others=_KEEP_OTHERS.value,
+                checkpoint_seconds=_CHECKPOINT_SECONDS.value,
+            )
+        except records.WorkdirError as error:  # in use since it was checked, or damaged
+            return _fail(str(error), EXIT_USAGE)
     else:  # the same run, its records thrown away: process 0 writes records and checkpoints
         workdir = records.Workdir(
             tempfile.mkdtemp(prefix="landscape-process-"), _CHECKPOINT_SECONDS.value
@@ -142,7 +146,18 @@ def _run(
         f"device(s) ({', '.join(workdir.provenance['devices'])}){processes}; compilation "
         f"cache: {cache or 'off'}"
     )
-    resume_line = f"{command(experiment)} --workdir={workdir_path} --resume"
+    try:
+        return _run_in(experiment, cfg, workdir, workdir_path)
+    finally:
+        workdir.close()  # the lock; the OS releases it too if the process is killed
+
+
+def _run_in(experiment: Experiment, cfg: Any, workdir: records.Workdir, path: pathlib.Path) -> int:
+    """`_run` once the workdir is open: its status, the experiment, how it ended."""
+    import jax
+
+    primary = jax.process_index() == 0
+    resume_line = f"{command(experiment)} --workdir={shlex.quote(str(path))} --resume"
     if host.FORMULATIONS.value:
         resume_line += f" --formulations={host.FORMULATIONS.value}"
     if jax.process_count() > 1:  # process 0's workdir, which every process resumes from
@@ -150,7 +165,7 @@ def _run(
     training.clear_stop()
     workdir.write_status(
         "running",
-        started=workdir.provenance["time"],  # stays if killed
+        started=(workdir.provenance or {}).get("time"),  # stays if killed
         resume=resume_line,
     )
     with _stop_on_signals():
@@ -160,14 +175,13 @@ def _run(
             workdir.write_status("interrupted", step=stop.step, resume=resume_line)
             return _fail(
                 f"Interrupted at step {stop.step}: the records so far and a checkpoint "
-                f"are in {workdir_path}; resume with: {resume_line}",
+                f"are in {path}; resume with: {resume_line}",
                 EXIT_INTERRUPTED,
             )
         except KeyboardInterrupt:
             workdir.write_status("interrupted", step=None, resume=resume_line)
             return _fail(
-                f"Interrupted: the records so far are in {workdir_path}; resume with: "
-                f"{resume_line}",
+                f"Interrupted: the records so far are in {path}; resume with: {resume_line}",
                 EXIT_INTERRUPTED,
             )
         except training.NonFiniteLossError as error:
@@ -183,7 +197,7 @@ def _run(
             if "RESOURCE_EXHAUSTED" in str(error):
                 return _fail(
                     f"XLA ran out of memory ({str(error).splitlines()[0][:200]}); "
-                    f"records so far are in {workdir_path}.",
+                    f"records so far are in {path}.",
                     EXIT_FAILED,
                 )
             raise
@@ -301,11 +315,12 @@ def _resolve(
         if not workdir:
             raise UsageError("--resume needs --workdir: the folder of the run to continue.")
         records.check_path(workdir, overwrite=_OVERWRITE.value, resume=True)
+        records.check_resumable(workdir)  # what it reads is intact (again once it is locked)
         stored = records.load_config_json(pathlib.Path(workdir) / "config.json")
     if _CONFIG.value is not None:
         data = load_config(_CONFIG.value)
     elif stored is not None:
-        data = stored
+        data = json.loads(json.dumps(stored))  # a copy: a resume compares them after
     else:
         raise UsageError(
             f"--config is required{_config_example(experiment)} "
@@ -316,7 +331,7 @@ def _resolve(
     cfg = ml_collections.ConfigDict(nested(data))  # sweep axes may be dotted: "optim.lr"
     experiment.validate(cfg)
     if stored is not None:
-        _require_same_config(stored, cfg.to_dict(), cast(str, workdir))  # --resume needs it
+        records.require_same_config(stored, cfg.to_dict(), cast(str, workdir))
     name = cfg.get("name") or experiment.__name__.replace(".", "_")
     path = pathlib.Path(workdir) if workdir else records.new_path(name)
     # Every process checks (only process 0 writes): a process other than 0 that skipped it
@@ -512,18 +527,6 @@ def nested(data: Any) -> Any:
         else:
             target[name] = value
     return out
-
-
-def _require_same_config(stored: dict, given: dict, workdir: str) -> None:
-    a = config_lib.flatten(json.loads(json.dumps(records._jsonable(stored))))
-    b = config_lib.flatten(json.loads(json.dumps(records._jsonable(given))))
-    for field in sorted(set(a) | set(b)):
-        if a.get(field) != b.get(field):
-            raise records.WorkdirError(
-                f"--resume: config.{field} = {b.get(field)!r} differs from the run in {workdir} "
-                f"({a.get(field)!r}); resume with its own config, or start over with "
-                "--overwrite."
-            )
 
 
 # ----------------------------------------------------------------------------- the process

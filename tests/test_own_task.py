@@ -3,6 +3,7 @@ points from a result, refused optimizer fields, nested and dotted sweep axes, a 
 through `experiments.run` (override, interruption, --resume), and the tutorial at tiny size."""
 
 import json
+import os
 import pathlib
 import runpy
 import sys
@@ -276,3 +277,31 @@ def test_the_tutorial_runs_at_tiny_size(tmp_path, monkeypatch, capsys):
     assert summary["status"] == "complete" and summary["runs"] == 8
     assert "provenance" in json.loads((w / "config.json").read_text())
     assert "landscape.setup:" in out and out.count("eigenvalues from") == 2
+
+
+def test_a_sweep_releases_its_workdir_when_it_stops(tmp_path):
+    """sweeps.run into a folder holds its lock while it runs and releases it however it ends,
+    so the same process (a notebook keeping the stopped run's traceback) can resume at once."""
+    cfg, problem = _least_squares(4)
+    grid = sweeps.Grid.make({}, seeds=[0])
+    kwargs = dict(num_steps=8, log_every=2, chunk_steps=2, workdir=tmp_path)
+
+    def stop(line):
+        assert f"{os.getpid()}" in (tmp_path / records.LOCK).read_text()
+        with pytest.raises(records.WorkdirError, match=f"in use by process {os.getpid()}"):
+            records.check_path(tmp_path, resume=True)
+        training.request_stop()
+
+    try:
+        with pytest.raises(training.Interrupted) as stopped:
+            sweeps.run(problem, cfg.optim, {"optim.lr": 0.1}, grid, progress=stop, **kwargs)
+    finally:
+        training.clear_stop()
+    assert stopped.value.step == 2  # the traceback (holding the run's frames) is still alive
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary == {"status": "interrupted", "step": 2, "resume": "run again with resume=True"}
+    lines = []
+    sweeps.run(
+        problem, cfg.optim, {"optim.lr": 0.1}, grid, resume=True, progress=lines.append, **kwargs
+    )
+    assert any(line.startswith("resumed at step 2/8") for line in lines), lines

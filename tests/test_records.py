@@ -1,7 +1,9 @@
 """Workdir files: JSON that stays valid, arrays that merge, claims with verdicts."""
 
+import hashlib
 import json
 import math
+import os
 
 import numpy as np
 import pytest
@@ -83,7 +85,7 @@ def test_overwrite_removes_what_runs_wrote_and_nothing_else(tmp_path):
     assert (path / "config.json").exists()  # refused before anything was removed
     fresh = records.Workdir.open(path, overwrite=True, keep_others=True)
     left = sorted(p.relative_to(path).as_posix() for p in path.rglob("*"))
-    assert left == ["data.csv", "figures", "figures/sketch.png", "notes.txt"]
+    assert left == [".lock", "data.csv", "figures", "figures/sketch.png", "notes.txt"]
     assert (path / "notes.txt").read_text() == "my notes"
     fresh.write_config({"name": "y"})  # the new run's manifest lists its own files only
     assert records.read_manifest(path) == ["config.json"]
@@ -94,7 +96,7 @@ def test_overwrite_of_a_clean_run_folder_leaves_it_empty(tmp_path):
     _earlier_run(path)
     (path / ".arrays.npz.tmp").write_bytes(b"half")  # what a killed write leaves
     records.Workdir.open(path, overwrite=True)
-    assert list(path.iterdir()) == []
+    assert [p.name for p in path.iterdir()] == [".lock"]  # the lock, held by the new run
 
 
 def test_a_folder_from_before_manifests_owns_its_record_files_only(tmp_path):
@@ -105,7 +107,7 @@ def test_a_folder_from_before_manifests_owns_its_record_files_only(tmp_path):
     with pytest.raises(records.WorkdirError, match="plateaus.csv"):
         records.check_path(tmp_path, overwrite=True)
     records.Workdir.open(tmp_path, overwrite=True, keep_others=True)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["plateaus.csv"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".lock", "plateaus.csv"]
 
 
 def test_a_manifest_that_is_not_ours_is_refused(tmp_path):
@@ -113,3 +115,106 @@ def test_a_manifest_that_is_not_ours_is_refused(tmp_path):
     (tmp_path / "manifest.json").write_text('{"name": "a user file"}')
     with pytest.raises(records.WorkdirError, match="is not a landscape manifest"):
         records.Workdir.open(tmp_path, overwrite=True)
+
+
+def test_the_manifest_holds_each_files_size_and_sha256(tmp_path):
+    path = tmp_path / "run"
+    _earlier_run(path)
+    entries = records.read_entries(path)
+    for name in ("config.json", "arrays.npz", "summary.json", "table.csv", "report.txt"):
+        data = (path / name).read_bytes()
+        assert entries[name] == {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    assert entries["metrics.jsonl"] is None  # it grows: a checkpoint records its size and digest
+    assert entries["checkpoints/cell0"] is None  # a checkpoint folder
+    assert records.verify(path) == [
+        ("arrays.npz", None),
+        ("config.json", None),
+        ("figures/loss.png", None),
+        ("report.txt", None),
+        ("summary.json", None),
+        ("table.csv", None),
+        ("metrics.jsonl", None),
+    ]
+    (path / "table.csv").write_bytes(b"a\r\n2\r\n")  # the same size, another digit
+    assert dict(records.verify(path))["table.csv"] == (
+        "differs from the sha256 manifest.json recorded for it"
+    )
+
+
+def test_overwrite_removes_the_librarys_checkpoint_files_only(tmp_path):
+    path = tmp_path / "run"
+    w = _earlier_run(path)
+    cell = w.checkpoints / "cell0"
+    (cell / "1" / "default").mkdir(parents=True)  # orbax's step folder
+    (cell / "1" / "default" / "_METADATA").write_text("{}")
+    (cell / "2.orbax-checkpoint-tmp-17").mkdir()  # a killed orbax save
+    (cell / ".host-2.npz.tmp").write_bytes(b"half")  # a killed host write
+    (cell / "my_notes.txt").write_text("mine")
+    (cell / "7").write_text("a file named like a step is not orbax's folder")
+    assert records.others(path) == ["checkpoints/cell0/7", "checkpoints/cell0/my_notes.txt"]
+    records.Workdir.open(path, overwrite=True, keep_others=True).close()
+    left = sorted(p.relative_to(path).as_posix() for p in path.rglob("*"))
+    assert left == [
+        ".lock",
+        "checkpoints",
+        "checkpoints/cell0",
+        "checkpoints/cell0/7",
+        "checkpoints/cell0/my_notes.txt",
+    ]
+
+
+@pytest.mark.parametrize("name", ["../x", "a/../../x", "/x", "", "link/x"])
+def test_a_manifest_naming_a_path_outside_removes_nothing(tmp_path, name):
+    path, outside = tmp_path / "run", tmp_path / "outside"
+    _earlier_run(path)
+    outside.mkdir()
+    (outside / "x").write_text("not yours")
+    (path / "link").symlink_to(outside)
+    name = str(outside / "x") if name == "/x" else name
+    (path / "manifest.json").write_text(json.dumps([*records.read_manifest(path), name]))
+    with pytest.raises(records.WorkdirError, match="a path outside the workdir: it is not a"):
+        records.Workdir.open(path, overwrite=True, keep_others=True)
+    with pytest.raises(records.WorkdirError, match="a path outside the workdir"):
+        records.remove_records(path)
+    assert (outside / "x").read_text() == "not yours" and (path / "config.json").exists()
+
+
+def test_one_writer_per_workdir(tmp_path):
+    path = tmp_path / "run"
+    _earlier_run(path)
+    first = records.Workdir.open(path, resume=True)
+    assert (path / records.LOCK).read_text() == f"{os.getpid()}\n"
+    sentence = rf"--workdir={path} is in use by process {os.getpid()} \(it holds"
+    for kwargs in ({"resume": True}, {"overwrite": True}):
+        with pytest.raises(records.WorkdirError, match=sentence):
+            records.Workdir.open(path, **kwargs)
+    with pytest.raises(records.WorkdirError, match=sentence):
+        records.check_path(path, resume=True)
+    assert (path / "config.json").exists()
+    first.close()
+    with records.Workdir.open(path, resume=True) as second:
+        assert second.path == path
+    records.check_path(path, resume=True)  # released at the end of the with block
+
+
+def test_records_is_a_module_import():
+    import landscape.engine.records
+    import landscape.records
+
+    assert landscape.records is landscape.engine.records
+    from landscape.records import load  # noqa: F401 -- the import is the test
+
+
+def test_damaged_records_are_named_in_one_sentence(tmp_path):
+    w = records.Workdir(tmp_path)
+    w.save_arrays(losses=np.zeros((1, 2)))
+    (tmp_path / "arrays.npz").write_bytes(b"PK\x03\x04 garbled")
+    with pytest.raises(records.WorkdirError, match=r"arrays.npz cannot be read as arrays \("):
+        records.load(tmp_path)
+    with open(tmp_path / "arrays.npz", "wb") as f:
+        np.savez(f, losses=np.array([object()], dtype=object))
+    with pytest.raises(records.WorkdirError, match=r"arrays.npz cannot be read as arrays \("):
+        records.load(tmp_path)
+    (tmp_path / "config.json").write_bytes(b"\xff\xfe{")
+    with pytest.raises(records.WorkdirError, match=r"config.json is not valid JSON \("):
+        records.load_config_json(tmp_path / "config.json")

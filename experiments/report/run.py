@@ -201,7 +201,15 @@ def execute(job: Job, version: dict[str, Any]) -> int:
             command=job.command,
             spec=job.spec,
         )
-        records.Workdir(job.workdir).file("report.json").write_text(json.dumps(stamp, indent=1))
+        try:  # written under the workdir's lock, like the run's records, and sealed
+            descriptor = records.lock(job.workdir)
+        except records.WorkdirError as error:  # another process took the workdir meanwhile
+            job.status, job.message = "failed", str(error)
+            return cli.EXIT_USAGE
+        try:
+            records.Workdir(job.workdir).write_text("report.json", json.dumps(stamp, indent=1))
+        finally:
+            os.close(descriptor)
     else:
         job.status = "failed"
         job.message = job.message or summary.get("message") or _last_line(log)

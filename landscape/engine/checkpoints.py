@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pathlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import IO, Any
 
 import numpy as np
@@ -39,9 +39,15 @@ class Checkpoint:
     from the same folder, so the workdir must be on a filesystem they all see.
     """
 
-    def __init__(self, path: pathlib.Path, writable: bool = True) -> None:
+    def __init__(
+        self,
+        path: pathlib.Path,
+        writable: bool = True,
+        written: Callable[[list[pathlib.Path]], None] | None = None,
+    ) -> None:
         self.path = pathlib.Path(path)
         self.writable = writable
+        self.written = written  # told of each save's files (host records, orbax's)
         self._manager: Any = None  # an orbax CheckpointManager, made on first use
 
     def _orbax(self) -> Any:
@@ -67,7 +73,7 @@ class Checkpoint:
         return self._manager
 
     def latest_step(self) -> int | None:
-        steps = _committed_steps(self.path)
+        steps = committed_steps(self.path)
         return steps[-1] if steps else None
 
     def save(self, step: int, state: Any, host: dict[str, np.ndarray]) -> None:
@@ -84,12 +90,15 @@ class Checkpoint:
         for old in _host_steps(self.path)[:-1]:
             if old != step:
                 (self.path / f"host-{old}.npz").unlink()
+        if self.written:  # the step's files, for their sizes and checksums
+            orbax_files = sorted(p for p in (self.path / str(step)).rglob("*") if p.is_file())
+            self.written([self.path / f"host-{step}.npz", *orbax_files])
 
     def restore(self, template: Any) -> tuple[int, Any, dict[str, np.ndarray]]:
         """(step, state shaped like `template` (numpy arrays), host arrays) of the latest save."""
         import orbax.checkpoint as ocp
 
-        steps = _committed_steps(self.path)
+        steps = committed_steps(self.path)
         if not steps:
             raise FileNotFoundError(f"no complete checkpoint in {self.path}")
         step = steps[-1]
@@ -116,7 +125,7 @@ def _host_steps(path: pathlib.Path) -> list[int]:
     return sorted(int(f.stem.split("-")[1]) for f in path.glob("host-*.npz"))
 
 
-def _committed_steps(path: pathlib.Path) -> list[int]:
+def committed_steps(path: pathlib.Path) -> list[int]:
     """Steps saved whole: the host records and orbax's finished step folder (a save killed
     midway leaves only a temporary folder, and the step before it stays the latest)."""
     return [s for s in _host_steps(path) if (path / str(s)).is_dir()]
@@ -132,7 +141,7 @@ def latest_checkpoint_metrics_bytes(path: str | pathlib.Path) -> int:
         else []
     )
     for _, cell in reversed(cells):
-        steps = _committed_steps(cell)
+        steps = committed_steps(cell)
         if steps:
             with np.load(cell / f"host-{steps[-1]}.npz") as host:
                 return int(host["metrics_bytes"])

@@ -56,7 +56,13 @@ def check_known_fields(cfg: Any, reference: Any, *, free: Iterable[str] = ()) ->
 def require(ok: bool, field: str, value: Any, allowed: str) -> None:
     """Raise `config.<field> = <value>: must be <allowed>.` unless ok."""
     if not ok:
-        raise ConfigError(f"config.{field} = {value!r}: must be {allowed}.")
+        raise ConfigError(f"config.{field} = {shown(value)}: must be {allowed}.")
+
+
+def shown(value: Any, limit: int = 80) -> str:
+    """repr(value) for a sentence, cut to about `limit` characters (an override may be long)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 3]}... ({len(text)} characters)"
 
 
 def require_number(

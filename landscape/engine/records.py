@@ -5,28 +5,54 @@
 <workdir>/arrays.npz      loss curves, snapshots (attention maps, Z rows), final values
 <workdir>/summary.json    the paper's claims: statement, measured value, expected, verdict
 <workdir>/figures/*.png   paper-style plots
-<workdir>/manifest.json   every file the runs wrote here: what `overwrite` may remove
+<workdir>/manifest.json   every file the runs wrote here (size and sha256 where final): what
+                          `overwrite` may remove and what `verify` checks
+<workdir>/.lock           held (fcntl.flock) by the process writing the workdir; holds its pid
 """
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import dataclasses
 import datetime
+import hashlib
 import json
 import math
 import os
 import pathlib
 import re
-import shutil
+import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
 
-from landscape.engine.checkpoints import Checkpoint, atomic, latest_checkpoint_metrics_bytes
+from landscape.engine import config as config_lib
+from landscape.engine import integrity
+from landscape.engine.checkpoints import (
+    Checkpoint,
+    atomic,
+    latest_checkpoint_metrics_bytes,
+)
+from landscape.engine.integrity import (
+    MANIFEST,
+    WorkdirError,
+    check_free,
+    check_resumable,
+    has_records,
+    lock,
+    others,
+    read_entries,
+    read_npz,
+    read_summary_json,
+    remove_records,
+    sha256_of,
+)
 from landscape.engine.result import RunResult
+
+# the workdir's integrity, where callers know it: records.verify, records.lock, ...
+LOCK, RECORD_FILES, verify = integrity.LOCK, integrity.RECORD_FILES, integrity.verify
+load_config_json, read_manifest = integrity.load_config_json, integrity.read_manifest
 
 CLAIM_KINDS = ("paper", "sanity")
 
@@ -88,14 +114,6 @@ def evaluated(name: str, evaluate: Callable[[], Iterable[Claim]]) -> list[Claim]
         ]
 
 
-RECORD_FILES = ("config.json", "metrics.jsonl", "arrays.npz", "summary.json")
-MANIFEST = "manifest.json"
-
-
-class WorkdirError(ValueError):
-    """A workdir cannot be used as asked (a file, not writable, or holding earlier records)."""
-
-
 class Workdir:
     """Creates and writes the files of one experiment run.
 
@@ -115,7 +133,10 @@ class Workdir:
         self.checkpoints = self.path / "checkpoints"
         self.writes_checkpoints = True
         self._checkpoints_opened = 0
-        self._written = set(read_manifest(self.path))  # what `overwrite` may remove
+        # what `overwrite` may remove: name -> {"size", "sha256"} once written whole, else None
+        self._entries = read_entries(self.path)
+        self._metrics_hash: Any = None  # sha256 of metrics.jsonl so far (made on first use)
+        self._release: Callable[[], Any] | None = None  # the lock's, while `open` holds it
 
     @classmethod
     def new(cls, name: str, root: str | pathlib.Path = "runs") -> Workdir:
@@ -137,16 +158,40 @@ class Workdir:
         nothing else: a folder holding files they did not write is refused unless
         `keep_others`) or `resume` (they are kept, metrics.jsonl is cut back to the latest
         checkpoint, and arrays.npz, which the resumed run writes whole again, is removed: a
-        stopped program's partial arrays go)."""
+        stopped program's partial arrays go).
+
+        The returned Workdir holds the workdir's lock (one writer per workdir) until `close()`
+        or the process ends; `resume` first verifies what it reads (`check_resumable`)."""
         path = pathlib.Path(path)
         check_path(path, overwrite=overwrite, resume=resume, keep_others=keep_others)
-        if overwrite:
-            remove_records(path)
-        workdir = cls(path, checkpoint_seconds)
-        if resume:  # the resumed run writes arrays.npz again, from its first program on
-            workdir.truncate_metrics(latest_checkpoint_metrics_bytes(path))
-            (path / "arrays.npz").unlink(missing_ok=True)
+        path.mkdir(parents=True, exist_ok=True)
+        descriptor = lock(path)
+        try:
+            if resume:
+                check_resumable(path)
+            if overwrite:
+                remove_records(path)
+            workdir = cls(path, checkpoint_seconds)
+            if resume:  # the resumed run writes arrays.npz again, from its first program on
+                workdir.truncate_metrics(latest_checkpoint_metrics_bytes(path))
+                (path / "arrays.npz").unlink(missing_ok=True)
+        except BaseException:
+            os.close(descriptor)
+            raise
+        workdir._release = weakref.finalize(workdir, os.close, descriptor)
         return workdir
+
+    def close(self) -> None:
+        """Release the workdir's lock (taken by `open`); the records stay."""
+        if self._release is not None:
+            self._release()
+            self._release = None
+
+    def __enter__(self) -> Workdir:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     # ------------------------------------------------------------------ records
 
@@ -160,10 +205,19 @@ class Workdir:
         self._write_json("config.json", data)
 
     def append_metrics(self, rows: list[dict[str, Any]]) -> None:
-        text = "".join(json.dumps(_jsonable(row)) + "\n" for row in rows)
-        with open(self.file("metrics.jsonl"), "a") as f:  # one write per chunk of rows
-            f.write(text)
+        data = "".join(json.dumps(_jsonable(row)) + "\n" for row in rows).encode()
+        self.metrics_sha256()  # the hash of what is there before this chunk
+        with open(self.file("metrics.jsonl"), "ab") as f:  # one write per chunk of rows
+            f.write(data)
             f.flush()
+        self._metrics_hash.update(data)
+
+    def metrics_sha256(self) -> str:
+        """The sha256 of metrics.jsonl as it is (a checkpoint keeps it with the file's size)."""
+        if self._metrics_hash is None:
+            file = self.path / "metrics.jsonl"
+            self._metrics_hash = sha256_of(file) if file.exists() else hashlib.sha256()
+        return self._metrics_hash.hexdigest()
 
     def metrics_bytes(self) -> int:
         file = self.path / "metrics.jsonl"
@@ -175,6 +229,7 @@ class Workdir:
         if file.exists() and file.stat().st_size > size:
             with open(file, "r+") as f:
                 f.truncate(size)
+        self._metrics_hash = None
 
     def save_arrays(self, **arrays: Any) -> None:
         """Write arrays.npz, keeping arrays saved earlier (in this run) under other names."""
@@ -186,6 +241,7 @@ class Workdir:
         merged.update({k: np.asarray(v) for k, v in arrays.items()})
         with atomic(file, "wb") as f:
             np.savez_compressed(f, **merged)
+        self.seal("arrays.npz")
 
     def write_summary(self, claims: list[Claim], **extra: Any) -> dict[str, Any]:
         """summary.json of a complete run: its status, the claims with their verdicts (the
@@ -251,6 +307,7 @@ class Workdir:
                         for k, v in row.items()
                     }
                 )
+        self.seal(f"{name}.csv")
         return path
 
     def write_text(self, name: str, text: str) -> pathlib.Path:
@@ -258,6 +315,7 @@ class Workdir:
         path = self.file(name)
         with atomic(path, "w") as f:
             f.write(text + "\n")
+        self.seal(name)
         return path
 
     def figure_path(self, name: str) -> pathlib.Path:
@@ -268,25 +326,53 @@ class Workdir:
     def file(self, name: str) -> pathlib.Path:
         """The path of the record `name` (relative to the workdir), entered in manifest.json
         before anything writes it: `overwrite` removes the files the manifest lists, no other."""
-        if name not in self._written:
-            self._written.add(name)
-            with atomic(self.path / MANIFEST, "w") as f:
-                json.dump(sorted(self._written), f, indent=0)
-                f.write("\n")
+        if name not in self._entries:
+            self._entries[name] = None
+            self._write_manifest()
         return self.path / name
+
+    def seal(self, *names: str, gone: str = "") -> None:
+        """Enter the size and sha256 of the records `names`, now written whole, in manifest.json
+        (and drop the entries under the folder `gone` whose files no longer exist)."""
+        if gone:
+            for name in [n for n in self._entries if n.startswith(gone + "/")]:
+                if not (self.path / name).exists():
+                    del self._entries[name]
+        for name in names:
+            file = self.path / name
+            self._entries[name] = {
+                "size": file.stat().st_size,
+                "sha256": sha256_of(file).hexdigest(),
+            }
+        self._write_manifest()
+
+    def _write_manifest(self) -> None:
+        with atomic(self.path / MANIFEST, "w") as f:
+            json.dump({"format": 2, "files": dict(sorted(self._entries.items()))}, f, indent=0)
+            f.write("\n")
 
     def next_checkpoint(self) -> Checkpoint:
         """The checkpoint of the next training program of this run (cell0, cell1, ... in the
         order the experiment trains them, which a resumed run repeats)."""
         index, self._checkpoints_opened = self._checkpoints_opened, self._checkpoints_opened + 1
+        written = None
         if self.writes_checkpoints and self.checkpoints.parent == self.path:
-            self.file(f"{self.checkpoints.name}/cell{index}")  # the folder, with all it holds
-        return Checkpoint(self.checkpoints / f"cell{index}", writable=self.writes_checkpoints)
+            self.file(f"{self.checkpoints.name}/cell{index}")  # the folder: what the library
+            # writes there (CHECKPOINT_FILE, CHECKPOINT_STEP), never a file of anyone else's
+
+            def written(files: list[pathlib.Path]) -> None:  # a save's, the old one's gone
+                cell = f"{self.checkpoints.name}/cell{index}"
+                self.seal(*(p.relative_to(self.path).as_posix() for p in files), gone=cell)
+
+        return Checkpoint(
+            self.checkpoints / f"cell{index}", writable=self.writes_checkpoints, written=written
+        )
 
     def _write_json(self, name: str, data: Any) -> None:
         with atomic(self.file(name), "w") as f:
             json.dump(_jsonable(data), f, indent=2)
             f.write("\n")
+        self.seal(name)
 
 
 def new_path(name: str, root: str | pathlib.Path = "runs") -> pathlib.Path:
@@ -296,45 +382,6 @@ def new_path(name: str, root: str | pathlib.Path = "runs") -> pathlib.Path:
     while path.exists():
         path, suffix = pathlib.Path(root) / name / f"{stamp}-{suffix}", suffix + 1
     return path
-
-
-def has_records(path: str | pathlib.Path) -> bool:
-    path = pathlib.Path(path)
-    return path.is_dir() and any((path / name).exists() for name in (*RECORD_FILES, MANIFEST))
-
-
-def read_manifest(path: str | pathlib.Path) -> list[str]:
-    """The files (and checkpoint folders) the runs in `path` wrote, relative to it; a folder
-    written before manifests existed owns its four record files alone."""
-    path = pathlib.Path(path)
-    try:
-        with open(path / MANIFEST) as f:
-            names = json.load(f)
-    except FileNotFoundError:
-        return [name for name in RECORD_FILES if (path / name).exists()]
-    except (OSError, ValueError):
-        raise WorkdirError(
-            f"{path / MANIFEST} cannot be read: it is not a landscape manifest."
-        ) from None
-    if not (isinstance(names, list) and all(isinstance(n, str) for n in names)):
-        raise WorkdirError(f"{path / MANIFEST} is not a landscape manifest (a list of names).")
-    return names
-
-
-def others(path: str | pathlib.Path) -> list[str]:
-    """The files in `path` (relative names) that no run recorded in its manifest wrote."""
-    path = pathlib.Path(path)
-    owned = set(read_manifest(path)) | {MANIFEST}
-    owned |= {
-        str(pathlib.PurePosixPath(n).with_name(f".{pathlib.PurePosixPath(n).name}.tmp"))
-        for n in owned
-    }  # what a killed atomic write left
-    found = []
-    for root, dirs, files in os.walk(path):
-        relative = pathlib.Path(root).relative_to(path)
-        dirs[:] = sorted(d for d in dirs if (relative / d).as_posix() not in owned)
-        found += [(relative / f).as_posix() for f in sorted(files)]
-    return [name for name in found if name not in owned]
 
 
 def check_path(
@@ -360,6 +407,8 @@ def check_path(
         raise WorkdirError(f"--workdir={path} lies under the file {existing}: give a folder path.")
     if not os.access(existing, os.W_OK | os.X_OK):
         raise WorkdirError(f"--workdir={path} cannot be written ({existing} is not writable).")
+    if path.is_dir():
+        check_free(path)
     if resume and not has_records(path):
         raise WorkdirError(f"--resume: {path} holds no records of an earlier run to resume.")
     if has_records(path) and not (overwrite or resume):
@@ -375,34 +424,6 @@ def check_path(
         )
 
 
-def remove_records(path: str | pathlib.Path) -> None:
-    """Remove what the runs in `path` wrote (the files its manifest lists, with their folders
-    once empty), and nothing else."""
-    path = pathlib.Path(path)
-    if not path.is_dir():
-        return
-    for name in [*read_manifest(path), MANIFEST]:
-        target = path / name
-        for leftover in (target, target.with_name(f".{target.name}.tmp")):
-            if leftover.is_dir() and not leftover.is_symlink():
-                shutil.rmtree(leftover)
-            elif leftover.exists() or leftover.is_symlink():
-                leftover.unlink()
-        for parent in target.relative_to(path).parents[:-1]:  # figures/, checkpoints/ if empty
-            with contextlib.suppress(OSError):
-                (path / parent).rmdir()
-
-
-def load_config_json(path: str | pathlib.Path) -> dict[str, Any]:
-    """The config stored in a workdir's config.json, without its provenance."""
-    with open(path) as f:
-        data = json.load(f)
-    if not isinstance(data, dict):
-        raise ValueError(f"{path} does not hold a config (a JSON object).")
-    data.pop("provenance", None)
-    return data
-
-
 def load(path: str | pathlib.Path, cell: int | None = None) -> RunResult:
     """The `RunResult` of a finished run from its workdir (arrays.npz), from the CLI or a script:
     `result.point(run, loss, step=s)` and `result.params_at(s, run)` work on it as on the
@@ -410,15 +431,29 @@ def load(path: str | pathlib.Path, cell: int | None = None) -> RunResult:
     file = pathlib.Path(path) / "arrays.npz"
     if not file.is_file():
         raise FileNotFoundError(f"{path} holds no arrays.npz: give the workdir of a finished run.")
-    with np.load(file) as data:
-        arrays = dict(data)
+    arrays = read_npz(file)
     cells = sorted({int(k[4:].split("_")[0]) for k in arrays if re.match(r"cell\d+_", k)})
     if (cell is None and cells) or (cell is not None and cell not in (cells or [0])):
         raise ValueError(f"cell = {cell}: {path} holds the programs (cells) {cells or [0]}.")
     summary = pathlib.Path(path) / "summary.json"  # its seconds: one program's, or a sum
-    recorded = json.loads(summary.read_text()).get("seconds", {}) if summary.is_file() else {}
+    recorded = read_summary_json(summary).get("seconds", {}) if summary.is_file() else {}
     seconds = [np.nan if cells else recorded.get(k, np.nan) for k in ("compile", "run")]
     return RunResult.from_arrays(arrays, f"cell{cell}_" if cells else "", seconds)
+
+
+def require_same_config(stored: dict, given: dict, workdir: str) -> None:
+    """Raise WorkdirError (one sentence naming the field) unless the config a resume was given
+    (its --config, or the stored one with overrides) is the stored one: a resume never changes a
+    hyperparameter, nor train.num_steps."""
+    a = config_lib.flatten(json.loads(json.dumps(_jsonable(stored))))
+    b = config_lib.flatten(json.loads(json.dumps(_jsonable(given))))
+    for field in sorted(set(a) | set(b)):
+        if a.get(field) != b.get(field):
+            raise WorkdirError(
+                f"--resume: config.{field} = {config_lib.shown(b.get(field))} differs from the "
+                f"run in {workdir} ({config_lib.shown(a.get(field))}); a resume never changes "
+                "its config: resume without overrides, or start over with --overwrite."
+            )
 
 
 def format_claims(claims: list[Claim]) -> str:

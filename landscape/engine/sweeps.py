@@ -181,29 +181,37 @@ def run(
     target, complete = _open_workdir(
         workdir, config, resume=resume, overwrite=overwrite, keep_others=keep_others
     )
-    description = describe_run(optim, base_hparams, grid, dtype, train_kwargs)
-    owned = complete and not isinstance(workdir, records.Workdir)  # else the CLI keeps status
-    if target is not None and complete:
-        target.write_config(config if config is not None else description)
-    if target is not None and owned:
-        target.write_status("running", started=(target.provenance or {}).get("time"))
     try:
-        result = _train(problem, optim, base_hparams, grid, devices, dtype, target, train_kwargs)
-    except training.NonFiniteLossError as error:
+        description = describe_run(optim, base_hparams, grid, dtype, train_kwargs)
+        owned = complete and not isinstance(workdir, records.Workdir)  # else the CLI keeps status
+        if target is not None and complete:
+            target.write_config(config if config is not None else description)
         if target is not None and owned:
-            target.write_status("stopped at a non-finite loss", step=error.step, message=str(error))
-        raise
-    except training.Interrupted as stop:
-        if target is not None and owned:
-            target.write_status("interrupted", step=stop.step, resume="run again with resume=True")
-        raise
-    except Exception as error:  # a failure in the user's problem: not left at "running"
-        if target is not None and owned:
-            target.write_status("failed", message=f"{type(error).__name__}: {error}")
-        raise
-    if target is not None and complete:
-        record(target, result, description, progress)
-    return result
+            target.write_status("running", started=(target.provenance or {}).get("time"))
+        try:
+            result = _train(
+                problem, optim, base_hparams, grid, devices, dtype, target, train_kwargs
+            )
+        except Exception as error:  # stopped, or a failure in the user's problem
+            if target is not None and owned:  # never left at "running"
+                status, fields = _stopped_status(error)
+                target.write_status(status, **fields)
+            raise
+        if target is not None and complete:
+            record(target, result, description, progress)
+        return result
+    finally:
+        if target is not None and target is not workdir:  # opened here: its lock goes now
+            target.close()
+
+
+def _stopped_status(error: Exception) -> tuple[str, dict[str, Any]]:
+    """summary.json's status (and its fields) for a sweep that `error` ended."""
+    if isinstance(error, training.NonFiniteLossError):
+        return "stopped at a non-finite loss", {"step": error.step, "message": str(error)}
+    if isinstance(error, training.Interrupted):
+        return "interrupted", {"step": error.step, "resume": "run again with resume=True"}
+    return "failed", {"message": f"{type(error).__name__}: {error}"}
 
 
 def _checked_run(

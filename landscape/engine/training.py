@@ -445,6 +445,7 @@ class _Host:
             **{f"snapshots/{k}": cat([x[k] for x in snaps]) for k in snaps[0]},
             "first_bad": self.first_bad,
             "metrics_bytes": np.int64(self.workdir.metrics_bytes()),
+            "metrics_sha256": np.asarray(self.workdir.metrics_sha256()),  # verified on resume
             "complete": np.bool_(complete),
             "compile_seconds": np.float64(self.compile_seconds),
             "run_seconds": np.float64(self.seconds()),

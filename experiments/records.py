@@ -1,0 +1,41 @@
+"""Check a workdir's records: `python -m experiments.records check WORKDIR`.
+
+One line per file: `ok` or `BAD` with what is wrong (each file's size and sha256 against the
+workdir's manifest.json, the config, summary and arrays readable, each checkpoint's host records,
+metrics.jsonl up to the newest checkpoint against what that checkpoint recorded). Exit status 0
+when every file is intact, 1 when one is not, 2 for a mistake in the command.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import sys
+
+from landscape.engine import records
+
+USAGE = "usage: python -m experiments.records check WORKDIR"
+
+
+def main(argv: list[str]) -> int:
+    """`check WORKDIR`: print one line per file; the exit status (0 intact, 1 not, 2 usage)."""
+    if len(argv) != 2 or argv[0] != "check":
+        print(USAGE, file=sys.stderr)
+        return 2
+    path = pathlib.Path(argv[1])
+    if not records.has_records(path):
+        print(f"{path} holds no records of a run: give a run's workdir.", file=sys.stderr)
+        return 2
+    try:
+        found = records.verify(path)
+    except records.WorkdirError as error:
+        print(f"BAD  {records.MANIFEST}: {error}")
+        return 1
+    for name, problem in found:
+        print(f"BAD  {name}: {problem}" if problem else f"ok   {name}")
+    bad = sum(problem is not None for _, problem in found)
+    print(f"{path}: {len(found) - bad}/{len(found)} files intact" + ("" if bad else "."))
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

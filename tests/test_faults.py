@@ -1,0 +1,365 @@
+"""Faults a workdir meets: damaged, truncated or deleted files of each kind, a second writer, an
+overwrite among files the library did not write, a resume that would change the config. Each
+case ends in records bit-identical to an uninterrupted run's, or in one sentence (exit status 2,
+no traceback) that leaves the workdir as it was.
+
+In-process through `cli.main`; one stopped run (scan & snap, 400 steps, stopped at step 200 with
+a checkpoint there) is copied for each case.
+"""
+
+import hashlib
+import json
+import os
+import pathlib
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from experiments import cli
+from experiments import records as records_cli
+from landscape.engine import records, training
+from landscape.scan_snap import experiment as scan_snap
+from tests.arrays import load_npz
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+ARGS = [
+    f"--config={ROOT / 'configs/syn_small.py'}",
+    "--config.train.num_steps=400",
+    "--config.train.chunk_steps=100",
+    "--checkpoint_seconds=0",
+]
+STOPPED = "stopped;touch PWNED"  # a workdir name a shell would split
+
+
+def _main(*args):
+    return cli.main(scan_snap, ["experiments/scan_snap.py", *args])
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """(an uninterrupted run's workdir, a workdir of the same run stopped at step 200)."""
+    root = tmp_path_factory.mktemp("faults")
+    assert _main(*ARGS, f"--workdir={root / 'reference'}") == 0
+    write_rows = records.MetricsRecorder.write_rows
+
+    def stop_after_step_200(self, first_step, *rest, **kwargs):
+        write_rows(self, first_step, *rest, **kwargs)
+        if first_step >= 100:
+            training.request_stop()
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(records.MetricsRecorder, "write_rows", stop_after_step_200)
+        assert _main(*ARGS, f"--workdir={root / STOPPED}") == cli.EXIT_INTERRUPTED
+    summary = json.loads((root / STOPPED / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["step"] == 200
+    return root / "reference", root / STOPPED
+
+
+@pytest.fixture
+def stopped(runs, tmp_path):
+    """A copy of the stopped run, for one case to damage."""
+    return pathlib.Path(shutil.copytree(runs[1], tmp_path / "run"))
+
+
+def _same_records(a, b):
+    arrays_a, arrays_b = load_npz(a / "arrays.npz"), load_npz(b / "arrays.npz")
+    assert sorted(arrays_a) == sorted(arrays_b)
+    for name in arrays_a:
+        np.testing.assert_array_equal(arrays_a[name], arrays_b[name], err_msg=name)
+    assert (a / "metrics.jsonl").read_bytes() == (b / "metrics.jsonl").read_bytes()
+    summaries = [json.loads((p / "summary.json").read_text()) for p in (a, b)]
+    assert summaries[0]["status"] == summaries[1]["status"] == "complete"
+    assert summaries[0]["claims"] == summaries[1]["claims"]
+
+
+def _files(path):
+    """Every file under `path` with a digest of its bytes (the lock file aside)."""
+    return {
+        p.relative_to(path).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(path.rglob("*"))
+        if p.is_file() and p.name != records.LOCK
+    }
+
+
+def _one_sentence(status, capsys, *words):
+    out = capsys.readouterr()
+    assert status == cli.EXIT_USAGE, (status, out.err[-2000:])
+    assert "Traceback" not in out.err + out.out
+    lines = [line for line in out.err.splitlines() if line.strip()]
+    assert len(lines) == 1, lines
+    for word in words:
+        assert word in lines[0], lines[0]
+    return lines[0]
+
+
+def test_a_stopped_run_resumes_bit_identical_and_checks_intact(runs, stopped, capsys):
+    assert records_cli.main(["check", str(stopped)]) == 0
+    assert "BAD" not in capsys.readouterr().out
+    assert _main(f"--workdir={stopped}", "--resume") == 0
+    assert "resumed at step 200/400" in capsys.readouterr().out
+    _same_records(stopped, runs[0])
+    assert records_cli.main(["check", str(stopped)]) == 0
+
+
+def test_the_resume_command_is_shell_quoted(runs):
+    summary = json.loads((runs[1] / "summary.json").read_text())
+    words = shlex.split(summary["resume"])
+    assert f"--workdir={runs[1]}" in words and "touch" not in words
+
+
+def _cut(file, size):
+    file.write_bytes(file.read_bytes()[:size])
+
+
+def _flip(file, at):
+    data = bytearray(file.read_bytes())
+    data[at] = 0xFF
+    file.write_bytes(bytes(data))
+
+
+def _change_a_digit(file):
+    text = file.read_text()
+    at = text.index('"loss": ') + len('"loss": ') + 3
+    file.write_text(text[:at] + str((int(text[at]) + 1) % 10) + text[at + 1 :])
+
+
+METRICS_FAULTS = {
+    "truncated": (lambda f: _cut(f, f.stat().st_size // 2), "holds"),
+    "deleted": (lambda f: f.unlink(), "is missing"),
+    "not UTF-8": (lambda f: _flip(f, 100), "differs"),
+    "a changed digit": (_change_a_digit, "differs"),
+    "a torn last line": (lambda f: _cut(f, f.stat().st_size - 5), "holds"),
+}
+
+
+@pytest.mark.parametrize("fault", sorted(METRICS_FAULTS))
+def test_damaged_metrics_are_refused_on_resume(stopped, capsys, fault):
+    damage, words = METRICS_FAULTS[fault]
+    damage(stopped / "metrics.jsonl")
+    before = _files(stopped)
+    status = _main(f"--workdir={stopped}", "--resume")
+    _one_sentence(status, capsys, "metrics.jsonl", words, "--overwrite")
+    assert _files(stopped) == before  # nothing cut, nothing removed
+    assert records_cli.main(["check", str(stopped)]) == 1
+    assert "BAD  metrics.jsonl" in capsys.readouterr().out
+
+
+def _host(path):
+    (host,) = (path / "checkpoints" / "cell0").glob("host-*.npz")
+    return host
+
+
+def _pickled(file):
+    with open(file, "wb") as f:
+        np.savez(f, losses=np.array([object()], dtype=object))
+
+
+HOST_FAULTS = {
+    "garbled": (lambda f: _flip(f, f.stat().st_size // 2), "differs from the sha256"),
+    "truncated": (lambda f: _cut(f, 100), "holds 100 bytes"),
+    "pickled objects": (_pickled, "host-200.npz"),
+}
+
+
+@pytest.mark.parametrize("fault", sorted(HOST_FAULTS))
+def test_damaged_host_records_are_refused_on_resume(stopped, capsys, fault):
+    damage, words = HOST_FAULTS[fault]
+    damage(_host(stopped))
+    before = _files(stopped)
+    status = _main(f"--workdir={stopped}", "--resume")
+    _one_sentence(status, capsys, "host-200.npz", words, "--overwrite")
+    assert _files(stopped) == before
+
+
+def test_a_host_record_damaged_without_a_checksum_is_named(stopped):
+    """A workdir whose manifest has no checksum for it (written before checksums existed):
+    reading it says which file cannot be read."""
+    manifest = json.loads((stopped / "manifest.json").read_text())
+    manifest["files"]["checkpoints/cell0/host-200.npz"] = None
+    (stopped / "manifest.json").write_text(json.dumps(manifest))
+    _cut(_host(stopped), 100)
+    with pytest.raises(records.WorkdirError, match=r"host-200.npz cannot be read as arrays"):
+        records.check_resumable(stopped)
+
+
+CONFIG_FAULTS = {
+    "garbled": (lambda f: f.write_text(f.read_text()[:50]), "config.json holds 50 bytes"),
+    "deleted": (lambda f: f.unlink(), "config.json is missing"),
+    "edited": (
+        lambda f: f.write_text(f.read_text().replace('"lr_z": 1.0', '"lr_z": 0.5')),
+        "config.json differs from the sha256",
+    ),
+}
+
+
+@pytest.mark.parametrize("fault", sorted(CONFIG_FAULTS))
+def test_a_damaged_config_is_refused_on_resume(stopped, capsys, fault):
+    damage, words = CONFIG_FAULTS[fault]
+    damage(stopped / "config.json")
+    before = _files(stopped)
+    _one_sentence(_main(f"--workdir={stopped}", "--resume"), capsys, words)
+    assert _files(stopped) == before
+
+
+def test_a_config_garbled_without_a_checksum_is_named(stopped, capsys):
+    manifest = json.loads((stopped / "manifest.json").read_text())
+    manifest["files"]["config.json"] = None
+    (stopped / "manifest.json").write_text(json.dumps(manifest))
+    _cut(stopped / "config.json", 50)
+    status = _main(f"--workdir={stopped}", "--resume")
+    _one_sentence(status, capsys, "config.json is not valid JSON (", "--overwrite")
+    with pytest.raises(records.WorkdirError, match=r"config.json is not valid JSON \("):
+        records.load_config_json(stopped / "config.json")
+
+
+@pytest.mark.parametrize(
+    "override, words",
+    [
+        ("--config.optim.lr_z=0.5", "config.optim.lr_z = 0.5 differs"),
+        ("--config.train.num_steps=100", "config.train.num_steps = 100 differs"),
+    ],
+)
+def test_a_resume_never_changes_the_config(stopped, capsys, override, words):
+    before = _files(stopped)
+    status = _main(f"--workdir={stopped}", "--resume", override)
+    _one_sentence(status, capsys, words, "resume without overrides")
+    assert _files(stopped) == before
+
+
+def test_damaged_arrays_and_summary_resume_bit_identical(runs, stopped, capsys):
+    """A resume rewrites arrays.npz and summary.json whole: damage there is simply replaced;
+    records.load of the damaged files says which one cannot be read."""
+    _cut(stopped / "arrays.npz", 50)
+    with pytest.raises(records.WorkdirError, match=r"arrays.npz cannot be read as arrays"):
+        records.load(stopped)
+    (stopped / "summary.json").write_text("{not json")
+    assert records_cli.main(["check", str(stopped)]) == 1
+    assert _main(f"--workdir={stopped}", "--resume") == 0
+    capsys.readouterr()
+    _same_records(stopped, runs[0])
+    (stopped / "summary.json").write_text("{not json")
+    with pytest.raises(records.WorkdirError, match=r"summary.json is not valid JSON"):
+        records.load(stopped)
+
+
+def test_a_second_writer_is_refused_naming_the_first(runs, stopped, capsys):
+    descriptor = records.lock(stopped)  # as a run in this process holds it
+    try:
+        before = _files(stopped)
+        words = (f"in use by process {os.getpid()}",)
+        _one_sentence(_main(f"--workdir={stopped}", "--resume"), capsys, *words)
+        _one_sentence(_main(*ARGS, f"--workdir={stopped}", "--overwrite"), capsys, *words)
+        assert _files(stopped) == before
+    finally:
+        os.close(descriptor)
+    assert _main(f"--workdir={stopped}", "--resume") == 0
+    capsys.readouterr()
+    _same_records(stopped, runs[0])
+
+
+def test_a_killed_writer_leaves_the_workdir_free(runs, stopped, capsys):
+    """Another process holds the lock (as a run does); killed, the OS releases it."""
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time\nfrom landscape.engine import records\n"
+            "records.lock(sys.argv[1]); print('locked', flush=True); time.sleep(600)",
+            str(stopped),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        status = _main(f"--workdir={stopped}", "--resume")
+        _one_sentence(status, capsys, f"in use by process {holder.pid}")
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.communicate(timeout=60)
+    assert _main(f"--workdir={stopped}", "--resume") == 0
+    capsys.readouterr()
+    _same_records(stopped, runs[0])
+
+
+def test_overwrite_keeps_a_users_file_in_a_checkpoint_folder(stopped, capsys):
+    notes = stopped / "checkpoints" / "cell0" / "my_notes.txt"
+    notes.write_text("mine")
+    before = _files(stopped)
+    status = _main(*ARGS, f"--workdir={stopped}", "--overwrite")
+    _one_sentence(status, capsys, "checkpoints/cell0/my_notes.txt", "--keep_others")
+    assert _files(stopped) == before
+    args = [*ARGS, "--config.train.num_steps=100", f"--workdir={stopped}"]
+    assert _main(*args, "--overwrite", "--keep_others") == 0
+    capsys.readouterr()
+    assert notes.read_text() == "mine"
+    assert sorted(p.name for p in notes.parent.iterdir()) == ["100", "host-100.npz", "my_notes.txt"]
+
+
+@pytest.mark.parametrize("where", ["../outside/x", "a/../../outside/x", "absolute", "a link"])
+def test_overwrite_never_reaches_outside_the_workdir(stopped, capsys, where):
+    outside = stopped.parent / "outside"
+    outside.mkdir()
+    (outside / "x").write_text("not yours")
+    name = {"absolute": str(outside / "x"), "a link": "link/x"}.get(where, where)
+    if where == "a link":
+        (stopped / "link").symlink_to(outside)
+    manifest = json.loads((stopped / "manifest.json").read_text())
+    manifest["files"][name] = None
+    (stopped / "manifest.json").write_text(json.dumps(manifest))
+    before = _files(stopped)
+    for keep in ([], ["--keep_others"]):
+        status = _main(*ARGS, f"--workdir={stopped}", "--overwrite", *keep)
+        _one_sentence(status, capsys, "a path outside the workdir", "nothing was removed")
+    assert (outside / "x").read_text() == "not yours"
+    assert _files(stopped) == before
+
+
+def test_an_override_error_never_echoes_a_long_value_whole(capsys):
+    for value in ("x" * 100_000, "[" + ", ".join(["1.0"] * 30_000) + "]"):
+        status = _main(*ARGS, f"--config.optim.lr_z={value}")
+        sentence = _one_sentence(status, capsys, "config.optim.lr_z = ", "characters)")
+        assert len(sentence) < 300, len(sentence)
+
+
+def test_the_check_command_says_what_it_checks(tmp_path, capsys):
+    assert records_cli.main([]) == 2
+    assert records_cli.main(["check", str(tmp_path)]) == 2
+    assert "holds no records of a run" in capsys.readouterr().err
+
+
+def test_a_damaged_orbax_step_is_refused_on_resume(stopped, capsys):
+    """Each file of the checkpoint's orbax step has its size and sha256 in the manifest: a
+    garbled one is named before orbax reads it (which ended in ~90 lines and DATA_LOSS)."""
+    step = stopped / "checkpoints" / "cell0" / "200"
+    biggest = max((p for p in step.rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
+    _flip(biggest, biggest.stat().st_size // 2)
+    before = _files(stopped)
+    status = _main(f"--workdir={stopped}", "--resume")
+    name = biggest.relative_to(stopped).as_posix()
+    _one_sentence(status, capsys, name, "differs from the sha256", "--overwrite")
+    assert _files(stopped) == before
+    assert records_cli.main(["check", str(stopped)]) == 1
+    assert f"BAD  {name}" in capsys.readouterr().out
+
+
+def test_metrics_of_a_checkpoint_without_a_digest_are_read_as_rows(stopped, capsys):
+    """A checkpoint written before digests (its host records hold only metrics.jsonl's size):
+    bytes in the rows that are not UTF-8 JSON are still named before anything is cut."""
+    host = _host(stopped)
+    arrays = load_npz(host)
+    del arrays["metrics_sha256"]
+    with open(host, "wb") as f:
+        np.savez(f, **arrays)
+    manifest = json.loads((stopped / "manifest.json").read_text())
+    manifest["files"][host.relative_to(stopped).as_posix()] = None
+    (stopped / "manifest.json").write_text(json.dumps(manifest))
+    _flip(stopped / "metrics.jsonl", 100)
+    status = _main(f"--workdir={stopped}", "--resume")
+    _one_sentence(status, capsys, "metrics.jsonl holds bytes that are not UTF-8 JSON rows")
