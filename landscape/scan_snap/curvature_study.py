@@ -290,9 +290,7 @@ def probe_phase(
 # ----------------------------------------------------------------------------- claims, findings
 
 
-def theory_claims(
-    along: Sequence[Row], phases: Mapping[str, int | None], probed: Sequence[Row]
-) -> list[records.Claim]:
+def theory_claims(along: Sequence[Row], phases: Mapping[str, int | None]) -> list[records.Claim]:
     """Where the paper's theory predicts: after the snap the attention's drive slows (Thm 4,
     B_n grows like ln ln t past t_0), so the query/key gradient at the frozen step is below its
     value at the scan step, at the same constant lr."""
@@ -430,7 +428,7 @@ def run(
     claims = records.evaluated(
         "fig7", lambda: wikitext_claims.claims_fig7(cfg, [({}, result)], unigram)
     )
-    claims += theory_claims(along, phases, probed) + sanity_claims(probed, s.tol)
+    claims += theory_claims(along, phases) + sanity_claims(probed, s.tol)
     sizes = block_sizes(labels)
     figure = curvature_figures.draw(along, probed, phases, sizes, BLOCKS)
     path = curvature_figures.save(figure, workdir.figure_path("curvature_study"))
