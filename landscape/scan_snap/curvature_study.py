@@ -85,6 +85,37 @@ def validate(cfg: ml_collections.ConfigDict) -> None:
     )
 
 
+def cell_bytes(v: dict[str, Any]) -> tuple[float, str]:
+    """(bytes, what) of the study: the training run's (`wikitext.cell_bytes`), the kept
+    parameters, and the largest probe: eigenpairs' Krylov basis and products (2 x (max(40,
+    4k) + 1) vectors of D) or the tracked Lanczos basis, beside the curvature loss's
+    linearisation (its chunks' logits, about 4 x chunks x B x bptt x V numbers)."""
+    need, what = wikitext.cell_bytes(v)
+    V = text.load(
+        v["text.path"],
+        train_split=v["text.train_split"],
+        eval_split=v["text.eval_split"],
+        batch_size=v["train.batch_size"],
+        eval_batch_size=v["text.eval_batch_size"],
+    ).vocab_size
+    size, D = np.dtype(v["train.dtype"]).itemsize, wikitext.num_params(v, V)
+    kept = (v["train.num_steps"] // max(v["train.params_every"], 1) + 1) * D
+    k = max(v["curvature.top_k"], v["curvature.negative_k"])
+    vectors = max(2 * (max(40, 4 * k) + 1), v["train.track_lanczos"] + 2)
+    logits = 4 * v["curvature.eval_chunks"] * v["text.eval_batch_size"] * v["text.bptt"] * V
+    return need + size * (kept + vectors * D + logits), (
+        f"{what}; the probes: {vectors} vectors of D = {D}, {kept // D} kept steps"
+    )
+
+
+MEMORY_FIELDS = (
+    "curvature.eval_chunks",
+    "curvature.top_k",
+    "curvature.negative_k",
+    *wikitext.MEMORY_FIELDS,
+)
+
+
 # ----------------------------------------------------------------------------- blocks
 
 

@@ -295,6 +295,10 @@ def memory_estimate(cfg: ml_collections.ConfigDict) -> memory.MemoryEstimate:
     figures (closed forms in NumPy) need the baseline only."""
     if cfg.experiment == "theory":
         return memory.MemoryEstimate(_BASELINE_BYTES, "the closed forms", "theory.M")
+    if cfg.experiment == "curvature":
+        return memory.estimate_memory(
+            cfg, TRACED, curvature_study.cell_bytes, curvature_study.MEMORY_FIELDS, default_config
+        )
     if cfg.experiment in TEXT:
         return memory.estimate_memory(
             cfg, TRACED, wikitext.cell_bytes, wikitext.MEMORY_FIELDS, default_config

@@ -160,3 +160,16 @@ def test_the_curvature_claims_stay_with_the_curvature_experiment(tmp_path):
     cfg.claims = "curvature"
     with pytest.raises(config_lib.ConfigError, match="experiment = 'curvature'"):
         experiment.validate(cfg)
+
+
+def test_the_memory_estimate_counts_the_kept_parameters_and_the_probes(tmp_path):
+    """Beside the training run's bytes: the kept steps and eigenpairs' 2 x 41 vectors of D."""
+    cfg = _config(zipf_corpus(tmp_path / "zipf", vocab=60, tokens=8000))
+    study = experiment.memory_estimate(cfg)
+    cfg.experiment, cfg.claims = "wikitext", "none"
+    train = experiment.memory_estimate(cfg)
+    V = wikitext.load(cfg).vocab_size
+    D = 2 * V * WIDTH + V + 4 * WIDTH**2 + 2 * WIDTH**2 + 10 * WIDTH
+    logits = 4 * 2 * 10 * 35 * V  # 2 chunks of 10 x 35 tokens
+    assert study.bytes - train.bytes == 8 * ((7 + 82) * D + logits)  # float64
+    assert f"82 vectors of D = {D}, 7 kept steps" in study.what
