@@ -5,6 +5,8 @@ model.py       YZModel (params Y, Z), its long-sequence loss as a Point; TextTra
 text.py        WikiText as arrays: the tutorial's tokenizer, vocabulary, id stream and chunks
 wikitext.py    experiment = "wikitext": the text transformer on WikiText (Figs. 7, 10)
 wikitext_claims.py  its claims, per-run table and figures
+curvature_study.py  experiment = "curvature": the WikiText model's Hessian along training
+curvature_figures.py  its figure
 theory.py      closed forms: h*, h, omega1, t0, gamma, Gamma, B_n, chi bounds, the attention ODE
 experiment.py  configs -> compiled sweeps -> records, figures and checked claims
 padded.py      off the CPU, one program for a grid's task sizes (Fig. 6's four K), padded

@@ -26,15 +26,16 @@ from landscape.engine import track as track_lib
 from landscape.engine.plotting import draw_tracked
 from landscape.point import params_table
 from landscape.scan_snap import claims as claims_lib
-from landscape.scan_snap import figures, padded, wikitext
+from landscape.scan_snap import curvature_study, figures, padded, wikitext
 from landscape.scan_snap import model as model_lib
 from landscape.scan_snap import task as task_lib
 from landscape.scan_snap.claims import CLAIMS, Group
 from landscape.typing import PyTree
 
 TRACED = ("optim.lr_z", "optim.lr_y_over_lr_z")
-CLAIM_SETS = ("fig4", "fig5", "fig6") + wikitext.CLAIM_SETS + ("none",)
-EXPERIMENTS = ("train", "theory", "wikitext")
+CLAIM_SETS = ("fig4", "fig5", "fig6") + wikitext.CLAIM_SETS + ("curvature", "none")
+EXPERIMENTS = ("train", "theory", "wikitext", "curvature")
+TEXT = ("wikitext", "curvature")  # the experiments on real text (wikitext.py)
 Progress = Callable[[str], None] | None  # where a run reports (print; None: silent)
 
 
@@ -43,7 +44,7 @@ def default_config() -> ml_collections.ConfigDict:
     §7.4)."""
     c = ml_collections.ConfigDict()
     c.name = "scan_snap"
-    c.experiment = "train"  # train (Y/Z model) | theory | wikitext (wikitext.py)
+    c.experiment = "train"  # train (Y/Z model) | theory | wikitext | curvature (on WikiText)
     c.seed = 0  # runs use seeds seed, seed+1, ..., seed+num_seeds-1
     c.num_seeds = 1
     c.data = dict(
@@ -81,7 +82,7 @@ def default_config() -> ml_collections.ConfigDict:
         plot_distinct=10,
     )
     c.sweep = ml_collections.ConfigDict()  # e.g. {"optim": {"lr_z": [...]}, "data": {...}}
-    c.claims = "none"  # fig4 | fig5 | fig6 | fig7 | fig10 | none
+    c.claims = "none"  # fig4 | fig5 | fig6 | fig7 | fig10 | curvature | none
     c.theory = dict(
         M=1000,
         K=10,
@@ -95,6 +96,7 @@ def default_config() -> ml_collections.ConfigDict:
         t_max=1e5,
     )
     c.update(wikitext.default_fields())  # experiment = "wikitext": text, transformer
+    c.curvature = curvature_study.default_study()  # experiment = "curvature"
     return c
 
 
@@ -123,7 +125,9 @@ def _validate_run(cfg: ml_collections.ConfigDict) -> None:
     config_lib.require_choice(cfg, "experiment", EXPERIMENTS)
     config_lib.require_choice(cfg, "claims", CLAIM_SETS)
     config_lib.require_seeds(cfg)
-    if cfg.experiment == "wikitext":
+    if cfg.experiment == "curvature":
+        curvature_study.validate(cfg)
+    if cfg.experiment in TEXT:
         return wikitext.validate_run(cfg)
     config_lib.require(
         cfg.claims not in wikitext.CLAIM_SETS,
@@ -131,6 +135,13 @@ def _validate_run(cfg: ml_collections.ConfigDict) -> None:
         cfg.claims,
         f"one of fig4, fig5, fig6, none for experiment = {cfg.experiment!r} "
         f"({cfg.claims} is experiment = 'wikitext')",
+    )
+    config_lib.require(
+        cfg.claims != "curvature",
+        "claims",
+        cfg.claims,
+        f"one of fig4, fig5, fig6, none for experiment = {cfg.experiment!r} "
+        "(curvature is experiment = 'curvature')",
     )
     if cfg.experiment == "theory":
         config_lib.require_empty_sweep(cfg, "experiment = 'theory'")
@@ -184,12 +195,12 @@ def _validate_cell(cfg: ml_collections.ConfigDict) -> None:
     training.validate_averaging(cfg)
     track_lib.validate_tracking(cfg)
     config_lib.require(
-        cfg.experiment == "train" or not cfg.train.track_every,
+        cfg.experiment in ("train", "curvature") or not cfg.train.track_every,
         "train.track_every",
         cfg.train.track_every,
-        "0 for experiment = 'wikitext' (curvature is tracked on the Y/Z population loss)",
+        "0 for experiment = 'wikitext' (experiment = 'curvature' tracks the text model)",
     )
-    if cfg.experiment == "wikitext":
+    if cfg.experiment in TEXT:
         return wikitext.validate_cell(cfg)
     for f in ("num_last", "num_next_per_last", "num_distinct_per_next"):
         r(cfg, f"data.{f}", low=1, integer=True)
@@ -284,7 +295,11 @@ def memory_estimate(cfg: ml_collections.ConfigDict) -> memory.MemoryEstimate:
     figures (closed forms in NumPy) need the baseline only."""
     if cfg.experiment == "theory":
         return memory.MemoryEstimate(_BASELINE_BYTES, "the closed forms", "theory.M")
-    if cfg.experiment == "wikitext":
+    if cfg.experiment == "curvature":
+        return memory.estimate_memory(
+            cfg, TRACED, curvature_study.cell_bytes, curvature_study.MEMORY_FIELDS, default_config
+        )
+    if cfg.experiment in TEXT:
         return memory.estimate_memory(
             cfg, TRACED, wikitext.cell_bytes, wikitext.MEMORY_FIELDS, default_config
         )
@@ -429,6 +444,8 @@ def run(
         return run_theory(cfg, workdir, progress)
     if cfg.experiment == "wikitext":
         return wikitext.run(cfg, workdir, progress)
+    if cfg.experiment == "curvature":
+        return curvature_study.run(cfg, workdir, progress)
     groups: list[Group] = []
     cells = structural_cells(cfg)
     if progress:

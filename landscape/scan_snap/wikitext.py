@@ -63,7 +63,7 @@ def validate_run(cfg: ml_collections.ConfigDict) -> None:
     message = text.missing_splits_message(t.path, (t.train_split, t.eval_split))
     config_lib.require(message is None, "text.path", t.path, f"a WikiText folder: {message}")
     config_lib.require(
-        cfg.claims in CLAIM_SETS + ("none",),
+        cfg.experiment == "curvature" or cfg.claims in CLAIM_SETS + ("none",),
         "claims",
         cfg.claims,
         f"one of {CLAIM_SETS + ('none',)} for experiment = 'wikitext'",
@@ -149,27 +149,29 @@ def cell_bytes(v: dict[str, Any]) -> tuple[float, str]:
         batch_size=v["train.batch_size"],
         eval_batch_size=v["text.eval_batch_size"],
     )
-    V, d, h, L = (
-        corpus.vocab_size,
-        v["transformer.width"],
-        v["transformer.hidden"],
-        v["transformer.num_layers"],
-    )
+    V = corpus.vocab_size
     B, T = v["train.batch_size"], v["text.bptt"]
     runs = memory.traced_runs(v, TRACED)
     per_run = _run_bytes(v, V)
-    params = 2 * V * d + V + L * (4 * d * d + 2 * d * h + 10 * d)
+    params = num_params(v, V)
     return _BASELINE_BYTES + runs * per_run, (
         f"{runs} run(s) at once x a vocabulary of {V} types: {params} parameters, "
         f"{B} x {T} positions of logits"
     )
 
 
+def num_params(v: dict[str, Any], V: int) -> int:
+    """The model's parameters from a flat config and the vocabulary size V: the embedding and
+    the decoder, and per layer the attention, the FFN and the LayerNorms."""
+    d, h, L = v["transformer.width"], v["transformer.hidden"], v["transformer.num_layers"]
+    return 2 * V * d + V + L * (4 * d * d + 2 * d * h + 10 * d)
+
+
 def _run_bytes(v: dict[str, Any], V: int) -> float:
     """One run's bytes (`cell_bytes`) from a flat config and the vocabulary size V."""
     d, h, L = v["transformer.width"], v["transformer.hidden"], v["transformer.num_layers"]
     B, T = v["train.batch_size"], v["text.bptt"]
-    params = 2 * V * d + V + L * (4 * d * d + 2 * d * h + 10 * d)
+    params = num_params(v, V)
     step = 4 * params + 3 * B * T * V + L * B * T * (6 * d + 2 * h + 3 * T)
     evaluation = 2 * v["text.eval_batch_size"] * T * V
     return float(np.dtype(v["train.dtype"]).itemsize * (step + evaluation))
