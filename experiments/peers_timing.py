@@ -42,7 +42,11 @@ _WARM_BELOW = flags.DEFINE_float(
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 RTOL = 1e-3  # the looser accuracy of the *_rtol probes (our eigenpairs' relative residual)
-PEERS = {"pyhessian": ("torch", "pyhessian"), "curvlinops": ("torch", "curvlinops")}
+PEERS = {  # the modules each framework's rows need
+    "pyhessian": ("torch", "pyhessian"),
+    "curvlinops": ("torch", "curvlinops"),
+    "check": ("torch",),
+}
 OURS_ONLY = ("top1_rtol", "top5_rtol")
 NOT_IN = {"curvlinops": ("slq",)}  # probes a peer is not asked for
 WIKITEXT_PROBES = ("top5", "trace")
@@ -370,19 +374,23 @@ def dense_reference(size: str) -> dict[str, Any]:
     }
 
 
+def _installed(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
 def child(spec: str) -> None:
     """Run one measurement and print it as one line 'ROW {json}'."""
     framework, size, probe, threads, device = spec.split(":")
-    if framework == "dense":
+    missing = [m for m in PEERS.get(framework, ()) if not _installed(m)]
+    row: dict[str, Any]
+    if missing:
+        row = {"error": f"{', '.join(missing)} not installed (pip install -e '.[peers]')"}
+    elif framework == "dense":
         row = dense_reference(size)
     elif framework == "check":
         row = peers.agreement(peers.mlp_arrays(peers.hidden_for(peers.SIZES[size])))
     else:
-        missing = [m for m in PEERS.get(framework, ()) if not importlib.util.find_spec(m)]
-        if missing:
-            row = {"error": f"{', '.join(missing)} not installed (pip install -e '.[peers]')"}
-        else:
-            row = measure(framework, size, probe, threads, device, _WARM_BELOW.value)
+        row = measure(framework, size, probe, threads, device, _WARM_BELOW.value)
     print("ROW " + json.dumps(row, default=float), flush=True)
 
 
@@ -520,8 +528,11 @@ def bench_peers(repeats: int, one_by_one: int) -> dict[str, Any]:
             raise app.UsageError(f"--peers.sizes={size}: one of {', '.join(peers.SIZES)}, wikitext")
         measured: dict[str, dict[str, Any]] = {}
         for spec in plan(size, _PROBES.value, _FRAMEWORKS.value, _THREADS.value):
-            measured[row_name(spec)] = rows[row_name(spec)] = run_child(
-                f"{spec}:{device}", _TIMEOUT.value
+            missing = [m for m in PEERS.get(spec.split(":")[0], ()) if not _installed(m)]
+            measured[row_name(spec)] = rows[row_name(spec)] = (
+                {"error": f"{', '.join(missing)} not installed (pip install -e '.[peers]')"}
+                if missing
+                else run_child(f"{spec}:{device}", _TIMEOUT.value)
             )
         rows[f"{size}:agreement"] = compare(measured, size)
     print(table(rows), flush=True)

@@ -94,3 +94,10 @@ def test_a_row_of_pyhessian_at_1e3():
     row = peers_timing.measure("pyhessian", "1e3", "hvp", "1", "cpu", warm_below=60.0)
     ours = peers_timing.measure("ours", "1e3", "hvp", "all", "cpu", warm_below=60.0)
     assert row["vHv"] == pytest.approx(ours["vHv"], rel=1e-5)
+
+
+def test_a_missing_peer_is_a_row_saying_so(monkeypatch, capsys):
+    monkeypatch.setattr(peers_timing, "_installed", lambda module: module != "pyhessian")
+    peers_timing.child("pyhessian:1e3:top5:1:cpu")
+    line = capsys.readouterr().out.strip()
+    assert line == 'ROW {"error": "pyhessian not installed (pip install -e \'.[peers]\')"}'
