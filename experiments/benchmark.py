@@ -5,7 +5,8 @@ Groups: scan_snap (the issue's 2-core targets against the authors' PyTorch code)
 (experiments/wikitext_timing.py), recall, markov, ngrams, curvature (experiments/probe_timing.py
 in a fresh process), cache (a warm compilation cache), compile (each program's trace, lower and
 XLA compile seconds, cold, experiments/compile_timing.py), track (curvature tracked inside the
-n-gram Fig. 3 run, experiments/track_timing.py) and device (the device check,
+n-gram Fig. 3 run, experiments/track_timing.py), peers (our probes against PyHessian and
+curvlinops, experiments/peers_timing.py, --peers.sizes) and device (the device check,
 experiments/device_check.py, --budget). Every row and its target: docs/design/experiments.md.
 """
 
@@ -27,7 +28,7 @@ import numpy as np
 from absl import app, flags
 
 from configs import syn_medium, syn_small
-from experiments import device_check, host, track_timing, wikitext_timing
+from experiments import device_check, host, peers_timing, track_timing, wikitext_timing
 from experiments.timing import Rows, best_run_seconds
 from landscape.engine import backend, training
 from landscape.engine import config as config_lib
@@ -504,6 +505,7 @@ BENCHMARKS = {
     "curvature": bench_curvature,
     "compile": bench_compile,
     "track": track_timing.bench_track,
+    "peers": peers_timing.bench_peers,
 }
 
 

@@ -1,0 +1,591 @@
+"""Our probes against PyHessian and curvlinops on the same model and data, each probe in a
+fresh process: `python -m experiments.benchmark --only=peers [--peers.sizes=1e4,1e5]`.
+
+Models: experiments/peers.py. A child (`--peers.one=framework:size:probe:threads:device`) times
+the first call (setup and our compile included) and a warm second call, and reads its peak RSS;
+the parent (`bench_peers`) compares the answers and prints the table. PyHessian's density() calls
+torch.eig (gone from torch 2): the child patches it in with torch.linalg.eigh.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import pathlib
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from absl import app, flags
+
+from experiments import peers
+
+_ONE = flags.DEFINE_string("peers.one", None, "Child: framework:size:probe:threads:device.")
+_SIZES = flags.DEFINE_list("peers.sizes", ["1e4", "1e5"], "Of 1e3, 1e4, 1e5, 1e6, wikitext.")
+_PROBES = flags.DEFINE_list(
+    "peers.probes", ["hvp", "top1", "top5", "top1_rtol", "top5_rtol", "trace", "slq"], "Probes."
+)
+_FRAMEWORKS = flags.DEFINE_list(
+    "peers.frameworks", ["ours", "pyhessian", "curvlinops"], "Frameworks."
+)
+_THREADS = flags.DEFINE_list("peers.threads", ["1", "all"], "torch threads (all: every core).")
+_TIMEOUT = flags.DEFINE_integer("peers.timeout", 600, "Seconds a child process may take.")
+_WARM_BELOW = flags.DEFINE_float(
+    "peers.warm_below", 300.0, "Skip the warm call when the first took longer (seconds)."
+)
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+RTOL = 1e-3  # the looser accuracy of the *_rtol probes (our eigenpairs' relative residual)
+PEERS = {  # the modules each framework's rows need
+    "pyhessian": ("torch", "pyhessian"),
+    "curvlinops": ("torch", "curvlinops"),
+    "check": ("torch",),
+}
+OURS_ONLY = ("top1_rtol", "top5_rtol")
+NOT_IN = {"curvlinops": ("slq",)}  # probes a peer is not asked for
+WIKITEXT_PROBES = ("top5", "trace")
+
+
+# ----------------------------------------------------------------------------- the child
+
+
+def _mb(kilobytes: float) -> float:
+    return round(kilobytes / 1024, 1)
+
+
+def _rss_mb() -> float:
+    """The process's peak resident memory so far (Linux: ru_maxrss in kB)."""
+    return _mb(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+
+
+def _eigen_answer(values: Any, residuals: Any, **more: Any) -> dict[str, Any]:
+    values = np.asarray(values, np.float64)
+    residuals = np.asarray(residuals, np.float64)
+    return {
+        "values": values.tolist(),
+        "residuals": residuals.tolist(),
+        "max_rel_residual": float(np.max(residuals / np.abs(values))),
+        **more,
+    }
+
+
+def _slq_answer(dim: int, nodes: Any, weights: Any) -> dict[str, Any]:
+    """The nodes' largest value and the density's mean times D (an estimate of the trace)."""
+    nodes, weights = np.asarray(nodes, np.float64), np.asarray(weights, np.float64)
+    return {
+        "max_node": float(nodes.max()),
+        "trace_estimate": float(dim * np.mean(np.sum(nodes * weights, axis=1))),
+    }
+
+
+class Ours:
+    """Our probes at the MLP's (or the WikiText model's) Point."""
+
+    def __init__(self, size: str, device: str) -> None:
+        import jax
+
+        from landscape.engine import backend
+
+        backend.use_float32_matmuls()  # as torch's float32 (no TF32 on a GPU)
+        self.jax = jax
+        if size == "wikitext":
+            self.point, self.corpus = peers.wikitext_point()
+            leaves, self.treedef = jax.tree.flatten(self.point.params)
+            rng = np.random.default_rng(1)
+            self.directions = [
+                jax.tree.unflatten(self.treedef, [rng.standard_normal(x.shape) for x in leaves])
+                for _ in range(6)
+            ]
+        else:
+            arrays = peers.mlp_arrays(peers.hidden_for(peers.SIZES[size]))
+            self.point = peers.mlp_point(arrays)
+            self.directions = [peers.direction(arrays, seed) for seed in range(1, 7)]
+        self.dim = self.point.num_params
+
+    def setup(self) -> None:
+        import landscape
+
+        self.hvp = landscape.hvp(self.point)
+
+    def run(self, probe: str, i: int = 0) -> dict[str, Any]:
+        import landscape
+
+        if probe == "hvp":
+            v = self.jax.tree.map(
+                lambda a, p: self.jax.numpy.asarray(a, p.dtype),
+                self.directions[i],
+                self.point.params,
+            )
+            hv = self.hvp(v)
+            pairs = zip(self.jax.tree.leaves(v), self.jax.tree.leaves(hv), strict=True)
+            return {"vHv": sum(float((a * b).sum()) for a, b in pairs)}
+        if probe.startswith("top"):
+            k = int(probe[3])
+            tol = RTOL if probe.endswith("_rtol") else None  # None: the certified default
+            found = landscape.eigenpairs(
+                self.point, k, "largest", dense_below=0, progress=None, tol=tol
+            )
+            more = dict(num_hvps=found.num_hvps, runs=found.runs, converged=found.converged)
+            return _eigen_answer(found.values, found.residuals, **more)
+        if probe == "trace":
+            t = landscape.trace(self.point, num_probes=100, method="hutchinson")
+            return {"trace": t.value, "stderr": t.stderr}
+        if probe == "slq":
+            d = landscape.spectral_density(self.point, num_probes=8, num_iters=30)
+            return _slq_answer(self.dim, d.nodes, d.weights)
+        raise ValueError(f"unknown probe {probe}")
+
+    def check(self, probe: str, answer: dict[str, Any]) -> dict[str, Any]:
+        return {}
+
+    def device_peak_mb(self) -> float | None:
+        stats = self.jax.devices()[0].memory_stats() or {}
+        peak = stats.get("peak_bytes_in_use")
+        return None if peak is None else round(peak / 2**20, 1)
+
+
+class _Torch:
+    """What the two torch peers share: the model on its device, the directions, HVP counts."""
+
+    def __init__(self, size: str, device: str) -> None:
+        import torch
+
+        self.torch, self.device = torch, device
+        arrays = peers.mlp_arrays(peers.hidden_for(peers.SIZES[size]))
+        self.model, self.criterion, self.x, self.y = peers.torch_mlp(arrays, device)
+        self.directions = [
+            [torch.from_numpy(a).to(device) for a in peers.torch_layout(peers.direction(arrays, s))]
+            for s in range(1, 7)
+        ]
+        self.dim = sum(p.numel() for p in self.model.parameters())
+        self.hvps = 0
+
+    def device_peak_mb(self) -> float | None:
+        if self.device != "cuda":
+            return None
+        return round(self.torch.cuda.max_memory_allocated() / 2**20, 1)
+
+
+class PyHessian(_Torch):
+    """pyhessian.hessian on one batch (its gradient graph kept for all products)."""
+
+    def setup(self) -> None:
+        import pyhessian
+
+        module = sys.modules["pyhessian.hessian"]
+        if not hasattr(module, "_counted"):
+            product = module.hessian_vector_product
+
+            def counted(*args: Any) -> Any:
+                self.hvps += 1
+                return product(*args)
+
+            setattr(module, "hessian_vector_product", counted)  # noqa: B010  # mypy: no stubs
+            setattr(module, "_counted", True)  # noqa: B010  # the same
+        # density() calls torch.eig, which torch 2 keeps only as a stub that raises
+        setattr(self.torch, "eig", _eig)  # noqa: B010  # torch's stubs lack eig: mypy
+        self.h = pyhessian.hessian(
+            self.model, self.criterion, data=(self.x, self.y), cuda=self.device == "cuda"
+        )
+
+    def run(self, probe: str, i: int = 0) -> dict[str, Any]:
+        from pyhessian.utils import group_product, hessian_vector_product
+
+        h, start = self.h, self.hvps
+        if probe == "hvp":
+            hv = hessian_vector_product(h.gradsH, h.params, self.directions[i])
+            return {"vHv": float(group_product(hv, self.directions[i]))}
+        if probe in ("top1", "top5"):
+            values, self.vectors = h.eigenvalues(top_n=int(probe[3]))
+            return {"values": [float(v) for v in values], "num_hvps": self.hvps - start}
+        if probe == "trace":
+            samples = h.trace(maxIter=100, tol=0.0)  # tol 0: all 100 probes, as ours
+            stderr = float(np.std(samples, ddof=1) / np.sqrt(len(samples)))
+            return {"trace": float(np.mean(samples)), "stderr": stderr}
+        if probe == "slq":
+            nodes, weights = h.density(iter=30, n_v=8)
+            return _slq_answer(self.dim, nodes, weights)
+        raise ValueError(f"PyHessian has no probe {probe}")
+
+    def check(self, probe: str, answer: dict[str, Any]) -> dict[str, Any]:
+        """The residuals ||H v - λ v|| of PyHessian's eigenpairs (after the timing)."""
+        if not probe.startswith("top"):
+            return {}
+        from pyhessian.utils import group_product, hessian_vector_product, normalization
+
+        residuals = []
+        for value, vector in zip(answer["values"], self.vectors, strict=True):
+            v = normalization(vector)
+            hv = hessian_vector_product(self.h.gradsH, self.h.params, v)
+            r = [a - value * b for a, b in zip(hv, v, strict=True)]
+            residuals.append(float(group_product(r, r)) ** 0.5)
+        return _eigen_answer(answer["values"], residuals, num_hvps=answer["num_hvps"])
+
+
+def _eig(matrix: Any, eigenvectors: bool = False) -> tuple[Any, Any]:
+    """torch.eig's old result for a symmetric matrix: eigenvalues as (n, 2) real and imaginary
+    parts, eigenvectors as columns (PyHessian's SLQ reads both)."""
+    import torch
+
+    values, vectors = torch.linalg.eigh(matrix)
+    return torch.stack([values, torch.zeros_like(values)], dim=1), vectors
+
+
+class Curvlinops(_Torch):
+    """curvlinops' HessianLinearOperator; eigenvalues by scipy's eigsh (ARPACK) on it."""
+
+    def setup(self) -> None:
+        import curvlinops
+
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        self.op = curvlinops.HessianLinearOperator(
+            self.model, self.criterion, params, [(self.x, self.y)], check_deterministic=False
+        )
+
+    def _flat(self, leaves: list[Any]) -> Any:
+        return self.torch.cat([a.reshape(-1) for a in leaves])
+
+    def run(self, probe: str, i: int = 0) -> dict[str, Any]:
+        import curvlinops
+
+        if probe == "hvp":
+            v = self._flat(self.directions[i])
+            return {"vHv": float(v @ (self.op @ v))}
+        if probe in ("top1", "top5"):
+            from scipy.sparse.linalg import LinearOperator, eigsh  # type: ignore[import-untyped]  # no stubs
+
+            scipy_op = self.op.to_scipy()
+
+            def matvec(v: np.ndarray) -> np.ndarray:
+                self.hvps += 1  # ARPACK hands float64 vectors to a float32 operator
+                return scipy_op @ v.astype(scipy_op.dtype)
+
+            start = self.hvps
+            counted = LinearOperator(scipy_op.shape, matvec=matvec, dtype=scipy_op.dtype)
+            values, self.vectors = eigsh(counted, k=int(probe[3]), which="LA")
+            order = np.argsort(values)[::-1]
+            self.vectors = self.vectors[:, order]
+            return {"values": values[order].tolist(), "num_hvps": self.hvps - start}
+        if probe == "trace":
+            return {"trace": float(curvlinops.hutchinson_trace(self.op, 100))}
+        raise ValueError(f"curvlinops is not asked for {probe}")
+
+    def check(self, probe: str, answer: dict[str, Any]) -> dict[str, Any]:
+        if not probe.startswith("top"):
+            return {}
+        residuals = []
+        for value, vector in zip(answer["values"], self.vectors.T, strict=True):
+            v = self.torch.from_numpy(np.ascontiguousarray(vector, np.float32)).to(self.device)
+            residuals.append(float(self.torch.linalg.norm(self.op @ v - value * v)))
+        return _eigen_answer(answer["values"], residuals, num_hvps=answer["num_hvps"])
+
+
+FRAMEWORKS: dict[str, Callable[[str, str], Any]] = {
+    "ours": Ours,
+    "pyhessian": PyHessian,
+    "curvlinops": Curvlinops,
+}
+
+
+def _compile_listener() -> dict[str, float]:
+    """Seconds JAX spends tracing, lowering and compiling, summed by stage as they happen."""
+    import jax
+
+    spent = {"trace_lower_seconds": 0.0, "compile_seconds": 0.0}
+
+    def listen(event: str, duration_secs: float, **kwargs: str | int) -> None:
+        if event.endswith("backend_compile_duration"):
+            spent["compile_seconds"] += duration_secs
+        elif event.endswith(("jaxpr_trace_duration", "jaxpr_to_mlir_module_duration")):
+            spent["trace_lower_seconds"] += duration_secs
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    return spent
+
+
+def measure(
+    framework: str, size: str, probe: str, threads: str, device: str, warm_below: float
+) -> dict[str, Any]:
+    """One row: the first call (setup included) and a warm one (a second call, unless the first
+    took over `warm_below` seconds; for one HVP the median of 5 more), the peak RSS, the answer
+    and its check."""
+    if framework != "ours":
+        import torch
+
+        torch.set_num_threads(int(threads))
+    spent = _compile_listener() if framework == "ours" else None
+    runner = FRAMEWORKS[framework](size, device)
+    row: dict[str, Any] = {"D": runner.dim, "rss_ready_mb": _rss_mb()}
+    t0 = time.perf_counter()
+    runner.setup()
+    answer = runner.run(probe)
+    row["first_s"] = round(time.perf_counter() - t0, 3)
+    if spent is not None:
+        row.update({k: round(v, 3) for k, v in spent.items()})
+    if row["first_s"] <= warm_below:
+        times = []
+        for i in range(1, 6 if probe == "hvp" else 2):
+            t0 = time.perf_counter()
+            answer = runner.run(probe, i if probe == "hvp" else 0)
+            times.append(time.perf_counter() - t0)
+        row["warm_s"] = round(statistics.median(times), 4)
+        if probe == "hvp":
+            answer = runner.run(probe, 0)  # the first direction's vHv, compared across frameworks
+    else:
+        row["warm_s"] = None
+        row["note"] = f"no warm call: the first took over {warm_below:g} s"
+    row["peak_mb"] = _rss_mb()
+    row["device_peak_mb"] = runner.device_peak_mb()
+    row.update(answer)
+    row.update(runner.check(probe, answer))
+    if size == "wikitext":
+        row["corpus"] = runner.corpus
+    return row
+
+
+def dense_reference(size: str) -> dict[str, Any]:
+    """The MLP's exact Hessian in float64 (x64): its top 5 eigenvalues (numpy eigvalsh) and
+    trace, the reference the probes are judged by."""
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    import landscape
+
+    arrays = peers.mlp_arrays(peers.hidden_for(peers.SIZES[size]))
+    point = peers.mlp_point(arrays, jax.numpy.float64)
+    t0 = time.perf_counter()
+    matrix = np.asarray(
+        landscape.hessian_at(point, max_dense_dim=point.num_params, progress=None).matrix
+    )
+    values = np.linalg.eigvalsh(matrix)
+    return {
+        "D": point.num_params,
+        "seconds": round(time.perf_counter() - t0, 2),
+        "values": values[::-1][:5].tolist(),
+        "trace": float(np.trace(matrix)),
+        "lambda_min": float(values[0]),
+        "peak_mb": _rss_mb(),
+    }
+
+
+def _installed(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+def child(spec: str) -> None:
+    """Run one measurement and print it as one line 'ROW {json}'."""
+    framework, size, probe, threads, device = spec.split(":")
+    missing = [m for m in PEERS.get(framework, ()) if not _installed(m)]
+    row: dict[str, Any]
+    if missing:
+        row = {"error": f"{', '.join(missing)} not installed (pip install -e '.[peers]')"}
+    elif framework == "dense":
+        row = dense_reference(size)
+    elif framework == "check":
+        row = peers.agreement(peers.mlp_arrays(peers.hidden_for(peers.SIZES[size])))
+    else:
+        row = measure(framework, size, probe, threads, device, _WARM_BELOW.value)
+    print("ROW " + json.dumps(row, default=float), flush=True)
+
+
+# ----------------------------------------------------------------------------- the parent
+
+
+def _child_env() -> dict[str, str]:
+    """The parent's environment without a persistent compilation cache (every first call
+    compiles), the repository on the path, and no GPU memory preallocated."""
+    env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    return env
+
+
+def run_child(spec: str, timeout: int) -> dict[str, Any]:
+    """One child process's row, or a row saying why there is none (timeout, crash)."""
+    t0 = time.perf_counter()
+    command = [
+        sys.executable,
+        "-m",
+        "experiments.peers_timing",
+        f"--peers.one={spec}",
+        f"--peers.warm_below={_WARM_BELOW.value}",
+    ]
+    try:
+        done = subprocess.run(
+            command, cwd=ROOT, env=_child_env(), capture_output=True, text=True, timeout=timeout
+        )
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout} s"}
+    wall = round(time.perf_counter() - t0, 2)
+    for line in done.stdout.splitlines():
+        if line.startswith("ROW "):
+            return {**json.loads(line[4:]), "process_wall_s": wall}
+    tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+    return {"error": f"exit {done.returncode}: {tail[:300]}", "process_wall_s": wall}
+
+
+def torch_device() -> str:
+    """cuda when JAX runs on a GPU and torch sees one, else cpu."""
+    import jax
+
+    if jax.default_backend() != "gpu" or not importlib.util.find_spec("torch"):
+        return "cpu"
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def plan(size: str, probes: list[str], frameworks: list[str], threads: list[str]) -> list[str]:
+    """The child specs of one size, framework:size:probe:threads:device without the device:
+    the agreement check and (D <= 1e4) the dense reference first, then probe by probe."""
+    specs = []
+    if size != "wikitext" and {"pyhessian", "curvlinops"} & set(frameworks):
+        specs.append(f"check:{size}:-:all")
+    if size in ("1e3", "1e4"):
+        specs.append(f"dense:{size}:-:all")
+    for probe in probes:
+        if size == "wikitext" and probe not in WIKITEXT_PROBES:
+            continue
+        for framework in frameworks:
+            if framework != "ours" and (
+                size == "wikitext" or probe in OURS_ONLY or probe in NOT_IN.get(framework, ())
+            ):
+                continue
+            counts = dict.fromkeys(str(os.cpu_count() or 1) if t == "all" else t for t in threads)
+            for t in ["all"] if framework == "ours" else counts:
+                specs.append(f"{framework}:{size}:{probe}:{t}")
+    return specs
+
+
+def row_name(spec: str) -> str:
+    framework, size, probe, threads = spec.split(":")
+    if framework in ("check", "dense"):
+        return f"{size}:{framework}"
+    label = framework if framework == "ours" else f"{framework}_{threads}t"
+    return f"{size}:{probe}:{label}"
+
+
+def _rel(a: float, b: float) -> float:
+    return abs(a - b) / abs(b) if b else float("inf")
+
+
+def _max_rel(values: list[float], reference: list[float]) -> float:
+    """The largest relative difference of sorted values against sorted reference values."""
+    a, b = sorted(values, reverse=True), sorted(reference, reverse=True)[: len(values)]
+    return max(_rel(x, y) for x, y in zip(a, b, strict=True))
+
+
+def compare(rows: dict[str, dict[str, Any]], size: str) -> dict[str, dict[str, float]]:
+    """Each row's answer against ours (the same probe) and the dense Hessian where it exists:
+    relative differences of the sorted eigenvalues, the traces, vHv, the SLQ's trace estimate
+    and largest node."""
+    dense = rows.get(f"{size}:dense", {})
+    out: dict[str, dict[str, float]] = {}
+    for name, row in rows.items():
+        parts = name.split(":")
+        if len(parts) != 3 or "error" in row:
+            continue
+        reference = f"{size}:{parts[1].removesuffix('_rtol')}:ours"
+        ours = rows.get(reference, {}) if reference != name else {}
+        found: dict[str, float] = {}
+        if "values" in row and ours.get("values"):
+            found["vs_ours"] = _max_rel(row["values"], ours["values"])
+        if "values" in row and dense.get("values"):
+            found["vs_dense"] = _max_rel(row["values"], dense["values"])
+        for key in ("trace", "vHv", "trace_estimate", "max_node"):
+            if key in row and key in ours:
+                found[f"{key}_vs_ours"] = _rel(row[key], ours[key])
+        if "trace" in row and "trace" in dense:
+            found["trace_vs_dense"] = _rel(row["trace"], dense["trace"])
+        if "trace_estimate" in row and "trace" in dense:
+            found["trace_estimate_vs_dense"] = _rel(row["trace_estimate"], dense["trace"])
+        out[name] = found
+    return out
+
+
+def bench_peers(repeats: int, one_by_one: int) -> dict[str, Any]:
+    """The peers group of experiments.benchmark: every planned child, row by row, then each
+    size's agreement row and the table."""
+    del repeats, one_by_one
+    from experiments.timing import Rows
+
+    device = torch_device()
+    rows = Rows()
+    rows["machine"] = {
+        "torch_device": device,
+        "cpu_count": os.cpu_count(),
+        "load_average": os.getloadavg(),
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+    }
+    for size in _SIZES.value:
+        if size not in (*peers.SIZES, "wikitext"):
+            raise app.UsageError(f"--peers.sizes={size}: one of {', '.join(peers.SIZES)}, wikitext")
+        measured: dict[str, dict[str, Any]] = {}
+        for spec in plan(size, _PROBES.value, _FRAMEWORKS.value, _THREADS.value):
+            missing = [m for m in PEERS.get(spec.split(":")[0], ()) if not _installed(m)]
+            measured[row_name(spec)] = rows[row_name(spec)] = (
+                {"error": f"{', '.join(missing)} not installed (pip install -e '.[peers]')"}
+                if missing
+                else run_child(f"{spec}:{device}", _TIMEOUT.value)
+            )
+        rows[f"{size}:agreement"] = compare(measured, size)
+    print(table(rows), flush=True)
+    return dict(rows)
+
+
+def _fmt(x: Any, spec: str = ".3g") -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def table(rows: dict[str, Any]) -> str:
+    """A readable table: per size and probe, each framework's first and warm seconds and peak
+    memory, ours over the peer's (x), and the agreement of the answers."""
+    lines = [
+        f"{'row':<30} {'first s':>8} {'warm s':>8} {'peak MB':>8} "
+        f"{'first x':>7} {'warm x':>7} {'mem x':>6}  agreement, notes"
+    ]
+    for name, row in rows.items():
+        parts = name.split(":")
+        if len(parts) != 3 or not isinstance(row, dict):
+            continue
+        if "error" in row:
+            lines.append(f"{name:<30} {row['error']}")
+            continue
+        ours = rows.get(f"{parts[0]}:{parts[1]}:ours", {}) if parts[2] != "ours" else {}
+        ratios = [
+            ours[key] / row[key] if ours.get(key) and row.get(key) else None
+            for key in ("first_s", "warm_s", "peak_mb")
+        ]
+        agree = rows.get(f"{parts[0]}:agreement", {}).get(name, {})
+        notes = [f"{k} {v:.1e}" for k, v in agree.items()]
+        if "max_rel_residual" in row:
+            notes.insert(0, f"rel residual {row['max_rel_residual']:.1e}")
+        if "num_hvps" in row:
+            notes.append(f"{row['num_hvps']} HVPs")
+        if "compile_seconds" in row:
+            notes.append(f"compile {row['compile_seconds']:.1f} s")
+        lines.append(
+            f"{name:<30} {_fmt(row.get('first_s')):>8} {_fmt(row.get('warm_s')):>8} "
+            f"{_fmt(row.get('peak_mb'), '.0f'):>8} "
+            + " ".join(f"{_fmt(r, '.2f'):>{w}}" for r, w in zip(ratios, (7, 7, 6), strict=True))
+            + "  "
+            + ", ".join(notes)
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> None:
+    del argv
+    if not _ONE.value:
+        raise app.UsageError("run it as python -m experiments.benchmark --only=peers")
+    child(_ONE.value)
+
+
+if __name__ == "__main__":
+    app.run(main)
