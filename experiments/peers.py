@@ -151,18 +151,19 @@ def agreement(arrays: dict[str, np.ndarray]) -> dict[str, float]:
 
 
 def wikitext_point(
-    vocab: int = 12_000, batch: int = 10, bptt: int = 35, seed: int = 0
+    vocab: int = 12_000, batch: int = 10, bptt: int = 35, seed: int = 0, real: bool = True
 ) -> tuple[Any, str]:
     """(the WikiText model of Fig. 7 (1 layer, d = 200, no dropout) at its initialisation as a
     Point on one fixed batch of `batch` x `bptt` next-token targets, the corpus's name): the
     test split's first chunk when WikiText-2 is beside the repository, else Zipf-distributed
-    ids over `vocab` types (the CPU variant's vocabulary size; the timings hold, not the text)."""
+    ids over `vocab` types (the CPU variant's vocabulary size; the timings hold, not the text);
+    `real=False`: the Zipf ids always (the paper's vocabulary, whose train split is not here)."""
     import landscape
     from landscape.scan_snap import model as model_lib
     from landscape.scan_snap import text
 
     root = pathlib.Path(__file__).resolve().parents[1]
-    if text.missing_splits_message(root / WIKITEXT, ("valid", "test")) is None:
+    if real and text.missing_splits_message(root / WIKITEXT, ("valid", "test")) is None:
         corpus = text.load(root / WIKITEXT, train_split="valid", eval_split="test")
         vocab, name = corpus.vocab_size, "WikiText-2 test, chunk 0"
         ids = np.asarray(corpus.eval[: bptt + 1, :batch].T)

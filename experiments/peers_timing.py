@@ -27,7 +27,9 @@ from absl import app, flags
 from experiments import peers
 
 _ONE = flags.DEFINE_string("peers.one", None, "Child: framework:size:probe:threads:device.")
-_SIZES = flags.DEFINE_list("peers.sizes", ["1e4", "1e5"], "Of 1e3, 1e4, 1e5, 1e6, wikitext.")
+_SIZES = flags.DEFINE_list(
+    "peers.sizes", ["1e4", "1e5"], "Of 1e3, 1e4, 1e5, 1e6, wikitext, wikitext_paper."
+)
 _PROBES = flags.DEFINE_list(
     "peers.probes", ["hvp", "top1", "top5", "top1_rtol", "top5_rtol", "trace", "slq"], "Probes."
 )
@@ -49,7 +51,13 @@ PEERS = {  # the modules each framework's rows need
 }
 OURS_ONLY = ("top1_rtol", "top5_rtol")
 NOT_IN = {"curvlinops": ("slq",)}  # probes a peer is not asked for
-WIKITEXT_PROBES = ("top5", "trace")
+WIKITEXT_PROBES = ("top5", "top5_rtol", "trace")
+# the CPU variant (the valid split's 12,000 types, D = 5.05e6) and the paper's (WikiText-2's
+# train split, 33,278 types, D = 1.36e7); one batch of 20 x 35 targets, as the paper trains
+WIKITEXT_SIZES: dict[str, dict[str, Any]] = {
+    "wikitext": {"vocab": 12_000, "batch": 20},
+    "wikitext_paper": {"vocab": 33_278, "batch": 20, "real": False},
+}
 
 
 # ----------------------------------------------------------------------------- the child
@@ -94,8 +102,8 @@ class Ours:
 
         backend.use_float32_matmuls()  # as torch's float32 (no TF32 on a GPU)
         self.jax = jax
-        if size == "wikitext":
-            self.point, self.corpus = peers.wikitext_point()
+        if size in WIKITEXT_SIZES:
+            self.point, self.corpus = peers.wikitext_point(**WIKITEXT_SIZES[size])
             leaves, self.treedef = jax.tree.flatten(self.point.params)
             rng = np.random.default_rng(1)
             self.directions = [
@@ -344,7 +352,7 @@ def measure(
     row["device_peak_mb"] = runner.device_peak_mb()
     row.update(answer)
     row.update(runner.check(probe, answer))
-    if size == "wikitext":
+    if size in WIKITEXT_SIZES:
         row["corpus"] = runner.corpus
     return row
 
@@ -445,16 +453,16 @@ def plan(size: str, probes: list[str], frameworks: list[str], threads: list[str]
     """The child specs of one size, framework:size:probe:threads:device without the device:
     the agreement check and (D <= 1e4) the dense reference first, then probe by probe."""
     specs = []
-    if size != "wikitext" and {"pyhessian", "curvlinops"} & set(frameworks):
+    if size not in WIKITEXT_SIZES and {"pyhessian", "curvlinops"} & set(frameworks):
         specs.append(f"check:{size}:-:all")
     if size in ("1e3", "1e4"):
         specs.append(f"dense:{size}:-:all")
     for probe in probes:
-        if size == "wikitext" and probe not in WIKITEXT_PROBES:
+        if size in WIKITEXT_SIZES and probe not in WIKITEXT_PROBES:
             continue
         for framework in frameworks:
             if framework != "ours" and (
-                size == "wikitext" or probe in OURS_ONLY or probe in NOT_IN.get(framework, ())
+                size in WIKITEXT_SIZES or probe in OURS_ONLY or probe in NOT_IN.get(framework, ())
             ):
                 continue
             counts = dict.fromkeys(str(os.cpu_count() or 1) if t == "all" else t for t in threads)
@@ -524,8 +532,9 @@ def bench_peers(repeats: int, one_by_one: int) -> dict[str, Any]:
         "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
     }
     for size in _SIZES.value:
-        if size not in (*peers.SIZES, "wikitext"):
-            raise app.UsageError(f"--peers.sizes={size}: one of {', '.join(peers.SIZES)}, wikitext")
+        if size not in (*peers.SIZES, *WIKITEXT_SIZES):
+            known = ", ".join((*peers.SIZES, *WIKITEXT_SIZES))
+            raise app.UsageError(f"--peers.sizes={size}: one of {known}")
         measured: dict[str, dict[str, Any]] = {}
         for spec in plan(size, _PROBES.value, _FRAMEWORKS.value, _THREADS.value):
             missing = [m for m in PEERS.get(spec.split(":")[0], ()) if not _installed(m)]
