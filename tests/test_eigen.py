@@ -181,9 +181,12 @@ def test_a_search_that_does_not_converge_falls_back_to_dense_and_says_so(monkeyp
     assert lines[-1] == f"eigenpairs: {found.reason}"
     unfinished = eigen.eigenpairs(point, k=4, dense_below=0, fallback_below=0, progress=None)
     assert not unfinished.converged and unfinished.method == "lanczos"
-    assert unfinished.reason == (
-        "Lanczos: D = 600 > dense_below = 0; not converged, and D > fallback_below = 0"
+    assert unfinished.reason.startswith(
+        "Lanczos: D = 600 > dense_below = 0; not converged at rtol = 1e-10, and D > "
+        "fallback_below = 0: the residuals reached "
     )
+    reached = float(np.max(unfinished.residuals)) / unfinished.scale
+    assert f"reached {reached:.2g} x scale" in unfinished.reason
     assert "NOT converged" in unfinished.describe()
 
 

@@ -430,9 +430,16 @@ def _fallback(
     if found.converged or not found.finite:
         return dataclasses.replace(found, reason=reason)
     if dim > fallback_below:
-        return dataclasses.replace(
-            found, reason=f"{reason}; not converged, and D > fallback_below = {fallback_below}"
+        reached = float(np.max(found.residuals)) / max(found.scale, np.finfo(np.float64).tiny)
+        why = (
+            f"{reason}; not converged at rtol = {found.tol:.2g}, and D > fallback_below = "
+            f"{fallback_below}: the residuals reached {reached:.2g} x scale"
         )
+        if reached < 1e-2:  # stalled near rounding, not far off: say what would accept them
+            why += f" (rtol={10 ** np.ceil(np.log10(reached)):.0e} accepts values this accurate)"
+        if progress:
+            progress(f"eigenpairs: {why}")
+        return dataclasses.replace(found, reason=why)
     why = (
         f"dense fallback: Lanczos did not certify the {found.values.size} {found.which} in "
         f"{found.runs} runs ({found.num_hvps} HVPs), and D = {dim} <= fallback_below = "
