@@ -17,7 +17,9 @@ USAGE = "usage: python -m experiments.records check WORKDIR"
 
 
 def main(argv: list[str]) -> int:
-    """`check WORKDIR`: print one line per file; the exit status (0 intact, 1 not, 2 usage)."""
+    """argv = [program, "check", WORKDIR], as sys.argv: print one line per file; the exit
+    status (0 intact, 1 not, 2 usage)."""
+    argv = argv[1:]
     if len(argv) != 2 or argv[0] != "check":
         print(USAGE, file=sys.stderr)
         return 2
@@ -38,4 +40,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main(sys.argv))

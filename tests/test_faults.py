@@ -98,12 +98,12 @@ def _one_sentence(status, capsys, *words):
 
 
 def test_a_stopped_run_resumes_bit_identical_and_checks_intact(runs, stopped, capsys):
-    assert records_cli.main(["check", str(stopped)]) == 0
+    assert records_cli.main(["records", "check", str(stopped)]) == 0
     assert "BAD" not in capsys.readouterr().out
     assert _main(f"--workdir={stopped}", "--resume") == 0
     assert "resumed at step 200/400" in capsys.readouterr().out
     _same_records(stopped, runs[0])
-    assert records_cli.main(["check", str(stopped)]) == 0
+    assert records_cli.main(["records", "check", str(stopped)]) == 0
 
 
 def test_the_resume_command_is_shell_quoted(runs):
@@ -145,7 +145,7 @@ def test_damaged_metrics_are_refused_on_resume(stopped, capsys, fault):
     status = _main(f"--workdir={stopped}", "--resume")
     _one_sentence(status, capsys, "metrics.jsonl", words, "--overwrite")
     assert _files(stopped) == before  # nothing cut, nothing removed
-    assert records_cli.main(["check", str(stopped)]) == 1
+    assert records_cli.main(["records", "check", str(stopped)]) == 1
     assert "BAD  metrics.jsonl" in capsys.readouterr().out
 
 
@@ -238,7 +238,7 @@ def test_damaged_arrays_and_summary_resume_bit_identical(runs, stopped, capsys):
     with pytest.raises(records.WorkdirError, match=r"arrays.npz cannot be read as arrays"):
         records.load(stopped)
     (stopped / "summary.json").write_text("{not json")
-    assert records_cli.main(["check", str(stopped)]) == 1
+    assert records_cli.main(["records", "check", str(stopped)]) == 1
     assert _main(f"--workdir={stopped}", "--resume") == 0
     capsys.readouterr()
     _same_records(stopped, runs[0])
@@ -330,7 +330,7 @@ def test_an_override_error_never_echoes_a_long_value_whole(capsys):
 
 def test_the_check_command_says_what_it_checks(tmp_path, capsys):
     assert records_cli.main([]) == 2
-    assert records_cli.main(["check", str(tmp_path)]) == 2
+    assert records_cli.main(["records", "check", str(tmp_path)]) == 2
     assert "holds no records of a run" in capsys.readouterr().err
 
 
@@ -345,7 +345,7 @@ def test_a_damaged_orbax_step_is_refused_on_resume(stopped, capsys):
     name = biggest.relative_to(stopped).as_posix()
     _one_sentence(status, capsys, name, "differs from the sha256", "--overwrite")
     assert _files(stopped) == before
-    assert records_cli.main(["check", str(stopped)]) == 1
+    assert records_cli.main(["records", "check", str(stopped)]) == 1
     assert f"BAD  {name}" in capsys.readouterr().out
 
 

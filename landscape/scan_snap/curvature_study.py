@@ -334,7 +334,7 @@ def theory_claims(along: Sequence[Row], phases: Mapping[str, int | None]) -> lis
                 dict(phases),
                 "a scan step before the frozen one (the entropy must fall)",
                 False,
-                "Thm 4, notes/scan_snap.md §0 (8)",
+                "Thm 4, notes/scan_snap.md §4.3",
             )
         ]
     at_scan, at_frozen = by_step[scan]["grad attention Q/K"], by_step[frozen]["grad attention Q/K"]
@@ -345,7 +345,7 @@ def theory_claims(along: Sequence[Row], phases: Mapping[str, int | None]) -> lis
             {f"step {scan} (scan)": at_scan, f"step {frozen} (frozen)": at_frozen},
             "frozen < scan at a constant lr",
             at_frozen < at_scan,
-            "Thm 4, notes/scan_snap.md §0 (8), §5.7",
+            "Thm 4, notes/scan_snap.md §4.3, §5.7",
         )
     ]
 
