@@ -284,17 +284,23 @@ def _metrics_problem(path: pathlib.Path, offset: tuple[int, str] | None) -> str 
 
 def load_config_json(path: str | pathlib.Path) -> dict[str, Any]:
     """The config stored in a workdir's config.json, without its provenance."""
+    if not pathlib.Path(path).exists():
+        raise WorkdirError(f"{path} is missing: the run's config cannot be read.")
+    data = _json_object(pathlib.Path(path), "a config")
+    data.pop("provenance", None)
+    return data
+
+
+def _json_object(file: pathlib.Path, what: str) -> dict[str, Any]:
+    """The JSON object in `file`; WorkdirError (one sentence naming the file) otherwise."""
     try:
-        data = json.loads(pathlib.Path(path).read_bytes())
-    except FileNotFoundError:
-        raise WorkdirError(f"{path} is missing: the run's config cannot be read.") from None
+        data = json.loads(file.read_bytes())
     except (OSError, ValueError) as error:
         raise WorkdirError(
-            f"{path} is not valid JSON ({_shown(str(error))}): the file is damaged."
+            f"{file} is not valid JSON ({_shown(str(error))}): the file is damaged."
         ) from None
     if not isinstance(data, dict):
-        raise WorkdirError(f"{path} does not hold a config (a JSON object).")
-    data.pop("provenance", None)
+        raise WorkdirError(f"{file} does not hold {what} (a JSON object).")
     return data
 
 
@@ -313,15 +319,8 @@ def read_npz(file: str | pathlib.Path) -> dict[str, np.ndarray]:
 
 
 def read_summary_json(file: pathlib.Path) -> dict[str, Any]:
-    try:
-        data = json.loads(file.read_bytes())
-    except (OSError, ValueError) as error:
-        raise WorkdirError(
-            f"{file} is not valid JSON ({_shown(str(error))}): the file is damaged."
-        ) from None
-    if not isinstance(data, dict):
-        raise WorkdirError(f"{file} does not hold a run's summary (a JSON object).")
-    return data
+    """A workdir's summary.json; WorkdirError (one sentence naming the file) when damaged."""
+    return _json_object(file, "a run's summary")
 
 
 def sha256_of(file: pathlib.Path) -> Any:

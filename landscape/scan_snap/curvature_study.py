@@ -91,13 +91,7 @@ def cell_bytes(v: dict[str, Any]) -> tuple[float, str]:
     4k) + 1) vectors of D) or the tracked Lanczos basis, beside the curvature loss's
     linearisation (its chunks' logits, about 4 x chunks x B x bptt x V numbers)."""
     need, what = wikitext.cell_bytes(v)
-    V = text.load(
-        v["text.path"],
-        train_split=v["text.train_split"],
-        eval_split=v["text.eval_split"],
-        batch_size=v["train.batch_size"],
-        eval_batch_size=v["text.eval_batch_size"],
-    ).vocab_size
+    V = wikitext.corpus_of(v).vocab_size
     size, D = np.dtype(v["train.dtype"]).itemsize, wikitext.num_params(v, V)
     kept = (v["train.num_steps"] // max(v["train.params_every"], 1) + 1) * D
     k = max(v["curvature.top_k"], v["curvature.negative_k"])

@@ -138,18 +138,22 @@ def load(cfg: ml_collections.ConfigDict) -> text.Corpus:
 _BASELINE_BYTES = 6e8
 
 
-def cell_bytes(v: dict[str, Any]) -> tuple[float, str]:
-    """(bytes, what) of one program: per run, the parameters with their gradient and update,
-    a step's activations (B x bptt positions x the vocabulary, logits and their gradient, and
-    each layer's B x bptt x (4 width + hidden) and attention), one evaluation chunk's logits."""
-    corpus = text.load(
+def corpus_of(v: dict[str, Any]) -> text.Corpus:
+    """The corpus a flattened config `v` names (its text.* and batch fields)."""
+    return text.load(
         v["text.path"],
         train_split=v["text.train_split"],
         eval_split=v["text.eval_split"],
         batch_size=v["train.batch_size"],
         eval_batch_size=v["text.eval_batch_size"],
     )
-    V = corpus.vocab_size
+
+
+def cell_bytes(v: dict[str, Any]) -> tuple[float, str]:
+    """(bytes, what) of one program: per run, the parameters with their gradient and update,
+    a step's activations (B x bptt positions x the vocabulary, logits and their gradient, and
+    each layer's B x bptt x (4 width + hidden) and attention), one evaluation chunk's logits."""
+    V = corpus_of(v).vocab_size
     B, T = v["train.batch_size"], v["text.bptt"]
     runs = memory.traced_runs(v, TRACED)
     per_run = _run_bytes(v, V)
