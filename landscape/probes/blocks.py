@@ -26,9 +26,11 @@ from landscape.probes import budget
 LONG_SECONDS = 10.0  # a call prints a line per block once it has taken this long
 MEMORY_FRACTION = 0.5  # of the free memory, for the blocks of one call
 LARGE_SHARE = 0.1  # a call taking more of the free memory at once says so first
-# On the CPU a block beyond a few hundred MB is slower, not faster: D = 10^6, 100 products of a
-# tanh MLP took 26.7 s warm in one block against 14.9 s in blocks of 25 (2 cores, alternated).
-CPU_BLOCK_BYTES = 5e8
+# On the CPU a larger block is no faster: D = 10^6, 100 products of a tanh MLP took 26.7 s warm
+# in one block against 14.9 s in blocks of 25 (load ~10); at 250 MB against 500 MB a block, trace
+# 3.7-3.9 s against 3.9 s and SLQ 13.0-14.0 s against 13.6-15.9 s, in 0.65 GB against 0.89 GB and
+# 0.75 GB against 1.3 GB of peak memory (idle, alternated)
+CPU_BLOCK_BYTES = 2.5e8
 Progress = Callable[[str], None] | None
 
 
