@@ -146,3 +146,10 @@ def test_lanczos_says_its_memory_and_refuses_what_does_not_fit(monkeypatch):
     assert spectrum.lambda_max == pytest.approx(2.0)
     with pytest.raises(MemoryError, match=r"Lanczos vectors needs about .* fewer Lanczos steps"):
         landscape.eigenpairs(point, 2, "largest", dense_below=0, progress=None)
+
+
+def test_a_progress_that_is_not_a_function_is_one_sentence(model):
+    one, _, _, _ = model
+    for call in (landscape.trace, landscape.spectral_density, landscape.lanczos_spectrum):
+        with pytest.raises(TypeError, match=r"progress = 3: must be a function of one line"):
+            call(one, 4, progress=3)

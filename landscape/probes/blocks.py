@@ -79,6 +79,10 @@ def plan(
     free memory (and CPU_BLOCK_BYTES on the CPU); a line through `progress` when they must be
     split by memory or take more than LARGE_SHARE of it, a MemoryError in one sentence when not
     even one product fits."""
+    if progress is not None and not callable(progress):
+        raise TypeError(
+            f"{caller}: progress = {progress!r}: must be a function of one line (print) or None."
+        )
     free = memory.device_free_bytes() if free is None else free
     each = points * product_bytes(point, vector_bytes)
     fit = int(MEMORY_FRACTION * free // max(each, 1.0))
