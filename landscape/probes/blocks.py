@@ -56,8 +56,6 @@ class Plan:
     count: int
     size: int
     blocks: int
-    each_bytes: float
-    free_bytes: float
 
     def indices(self, block: int) -> np.ndarray:
         """The probe indices of one block (past `count`: padding, dropped after)."""
@@ -107,7 +105,7 @@ def plan(
         )
     elif progress and each * size > LARGE_SHARE * free:
         progress(f"{caller}: {at_once}")
-    return Plan(count, size, blocks, each, free)
+    return Plan(count, size, blocks)
 
 
 def run(

@@ -132,7 +132,7 @@ def hvp(
 @functools.partial(jax.jit, static_argnames=("objective",))
 def hvp_of_flat(objective: Objective, params: PyTree, inputs: PyTree, vector: jax.Array) -> Any:
     """H v at params for a flat v (D,) in `ravel_pytree` order, as a flat (D,) vector."""
-    return flat_hvp(objective, params, inputs)(vector)
+    return operator.hessian_operator(objective, params, inputs).matvec(vector)
 
 
 def _value_grad_hvp(
@@ -150,12 +150,6 @@ def value_grad_hvp(
 ) -> tuple[jax.Array, PyTree, PyTree]:
     """(loss, gradient, H v) at params in one pass (the near-stationary check's program)."""
     return _value_grad_hvp(objective, params, inputs, tangent)
-
-
-def flat_hvp(objective: Objective, params: PyTree, inputs: PyTree) -> Callable:
-    """v (D,) -> H v (D,) at params, for use inside a traced program: the gradient linearised
-    once, each product one tangent pass (`operator.hessian_operator`)."""
-    return operator.hessian_operator(objective, params, inputs).matvec
 
 
 def _columns(
