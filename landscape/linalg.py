@@ -49,23 +49,27 @@ def lanczos_from(
     eps = jnp.finfo(dtype).eps
 
     def orthogonalise(basis: jax.Array, w: jax.Array) -> jax.Array:
-        w = w - dot(basis.T, dot(basis, w))  # twice: one pass loses orthogonality in rounding
-        return w - dot(basis.T, dot(basis, w))
+        return w - dot(basis.T, dot(basis, w))  # rows after the current one are zero
 
     def fresh_direction(basis: jax.Array, i: jax.Array) -> jax.Array:
-        w = orthogonalise(basis, jax.random.normal(jax.random.fold_in(key, i), (dim,), dtype))
+        w = jax.random.normal(jax.random.fold_in(key, i), (dim,), dtype)
+        w = orthogonalise(basis, orthogonalise(basis, w))  # twice: a random w lies mostly in V
         return w / jnp.linalg.norm(w)
 
     def step(i: jax.Array, state: LanczosState) -> LanczosState:
         basis, alphas, betas = state
-        v = basis[i]
+        v, previous = basis[i], basis[jnp.maximum(i - 1, 0)]
         av = matvec(v)
-        w = orthogonalise(basis, av)  # rows after i are still zero
+        alpha = dot(v, av)
+        coupling = jnp.where(i > 0, betas[jnp.maximum(i - 1, 0)], 0)
+        # the three-term recurrence, then one Gram-Schmidt pass against every earlier vector:
+        # what is left for it to remove is rounding, so one pass keeps V orthonormal to rounding
+        w = orthogonalise(basis, av - alpha * v - coupling * previous)
         beta = jnp.linalg.norm(w)
         exhausted = beta <= 100 * eps * jnp.linalg.norm(av)
         next_v = jax.lax.cond(exhausted, fresh_direction, lambda *_: w / beta, basis, i)
         basis = basis.at[i + 1].set(next_v, mode="drop")
-        alphas = alphas.at[i].set(dot(v, av))
+        alphas = alphas.at[i].set(alpha)
         betas = betas.at[i].set(jnp.where(exhausted, 0, beta))
         return basis, alphas, betas
 

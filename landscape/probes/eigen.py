@@ -56,12 +56,7 @@ def negative_rtol(dtype: Any) -> float:
 # --------------------------------------------------------------------------------------------------
 
 
-@functools.partial(jax.jit, static_argnames=("objective",))
-def hvps(
-    objective: compiled.Objective, params: PyTree, inputs: PyTree, vectors: jax.Array
-) -> jax.Array:
-    """H v for each row v of `vectors` (K, D), the gradient linearised once for all of them."""
-    return operator.hessian_operator(objective, params, inputs).rows(vectors)
+hvps = operator.products  # H v for each row of (K, D) vectors, one linearisation
 
 
 @functools.partial(jax.jit, static_argnames=("objective",))
@@ -331,7 +326,7 @@ def _lanczos_one(
         return _nan_result(point, which, nan, runs, num_iters, tol)
     return _certified(
         point, which, found.values, np.asarray(found.vectors), "lanczos", (found.low, found.high),
-        (found.converged, found.runs * num_iters, found.runs, tol),
+        (found.converged, found.num_hvps, found.runs, tol),
     )  # fmt: skip
 
 
@@ -403,7 +398,7 @@ def eigenpairs(
         key = jax.random.key(0) if key is None else key
         tol = lanczos_rtol(dtype) if tol is None else tol
         restarts = 2 * k + 10 if max_restarts is None else max_restarts
-        search_bytes = (4 * steps + 6 * k) * dim * np.dtype(dtype).itemsize  # krylov.py's rows
+        search_bytes = (steps + 5 * k + 6) * dim * np.dtype(dtype).itemsize  # krylov.py's rows
         blocks.plan(
             points[0], 1, "eigenpairs", search_bytes, progress=progress,
             hint="ask for fewer Lanczos steps (num_iters) or a smaller k",

@@ -23,83 +23,177 @@ from landscape.typing import PyTree
 LONG_SECONDS = 10.0  # a search prints a line per run once it has taken this long
 
 
-KrylovRun = tuple[jax.Array, jax.Array, jax.Array]  # (basis V, products H V, next vector)
+_DOT = functools.partial(jnp.matmul, precision=jax.lax.Precision.HIGHEST)
+
+
+class SearchStop(NamedTuple):
+    """Where a run starts and when it stops: the start hint + mix * noise, the complement's
+    dimension, the relative residual rtol against max(scale, |Ritz values|), and how many of the
+    most wanted Ritz pairs must reach it."""
+
+    hint: jax.Array
+    mix: jax.Array
+    num_active: jax.Array
+    rtol: jax.Array
+    scale: jax.Array
+    need: jax.Array
+
+
+class KrylovRun(NamedTuple):
+    """One Lanczos run (legend: m = num_iters, k the rows of locked and of retained, D params).
+
+    basis (m + 1, D): rows 0, ..., steps - 1 the new orthonormal vectors, row `steps` the next
+    Lanczos vector (the direction a further step adds; zero once the space is exhausted), zero
+    after. alpha (m,) v_i . H v_i; beta (m,) the norm coupling v_i to v_{i+1}; cross (m, k)
+    retained . H v_i (the arrowhead of a thick restart); steps (); finite () every product finite.
+    """
+
+    basis: jax.Array
+    alpha: jax.Array
+    beta: jax.Array
+    cross: jax.Array
+    steps: jax.Array
+    finite: jax.Array
+
+
+def projected_matrix(
+    theta_r: jax.Array, alpha: jax.Array, beta: jax.Array, cross: jax.Array
+) -> jax.Array:
+    """The Hessian projected on [retained; basis] ((k + m) square): diag(theta_r) for the
+    retained Ritz vectors, their arrowhead `cross` with the new vectors, and the tridiagonal of
+    alpha and beta (the full reorthogonalisation leaves the rest at rounding level). Rows of
+    absent vectors (zero theta_r, alpha, cross) are zero, but beta couples the last row to the
+    next vector's: the caller keeps the rows that hold vectors."""
+    tridiagonal = jnp.diag(alpha) + jnp.diag(beta[:-1], 1) + jnp.diag(beta[:-1], -1)
+    return jnp.block([[jnp.diag(theta_r), cross.T], [cross, tridiagonal]])
+
+
+def _ritz_estimates(
+    run: KrylovRun, theta_r: jax.Array, num_retained: jax.Array, which: str
+) -> tuple[jax.Array, jax.Array]:
+    """(Ritz values, residual estimates |beta_last s_last|), most wanted first, over the rows that
+    hold vectors (the rest after them, with infinite residuals). Jittable."""
+    k, m = theta_r.size, run.alpha.size
+    holds = jnp.concatenate([jnp.arange(k) < num_retained, jnp.arange(m) < run.steps])
+    projected = projected_matrix(theta_r, run.alpha, run.beta, run.cross)
+    projected = jnp.where(holds[:, None] & holds[None, :], projected, 0)
+    far = jnp.sum(jnp.abs(projected)) + 1.0  # beyond every eigenvalue: absent rows sort last
+    projected += jnp.diag(jnp.where(holds, 0.0, -far if which == "largest" else far))
+    theta, vectors = jnp.linalg.eigh(projected)
+    last = vectors[k + jnp.maximum(run.steps, 1) - 1]
+    residuals = jnp.abs(run.beta[jnp.maximum(run.steps, 1) - 1] * last)
+    residuals = jnp.where(jnp.abs(theta) < far / 2, residuals, jnp.inf)
+    order = jnp.argsort(-theta if which == "largest" else theta)
+    return theta[order], residuals[order]
 
 
 def krylov_block(
     matvec: Callable[[jax.Array], jax.Array],
-    fixed: jax.Array,
-    num_active: jax.Array,
-    hint: jax.Array,
-    mix: jax.Array,
+    locked: jax.Array,
+    retained: jax.Array,
+    theta_r: jax.Array,
+    num_retained: jax.Array,
+    search: SearchStop,
     key: jax.Array,
     num_iters: int,
+    which: str,
 ) -> KrylovRun:
-    """Lanczos with full reorthogonalisation in the complement of the rows of `fixed` (the locked
-    and retained vectors, orthonormal; zero rows are ignored).
+    """Lanczos in the complement of the rows of `locked` and `retained` (orthonormal; zero rows
+    ignored), from hint + mix * N(0, I/D), for at most num_iters steps: fewer once the `need` most
+    wanted Ritz pairs of [retained; new vectors] have residual estimates <= rtol * scale, the
+    Krylov space is exhausted, or the complement (`num_active` dimensions) is full.
 
-    The start vector is hint + mix * N(0, I/D), projected off `fixed` and normalised. Returns the
-    orthonormal basis V (num_iters, D), the products H V (row by row, each from one exact HVP) and
-    the next Lanczos vector (the direction a further step would add). Once the Krylov space is
-    exhausted (an invariant subspace found), the rows after it are zero and the next vector too:
-    the search then restarts from a random start, as after any run (a `lax.cond` here, choosing a
-    fresh direction inside the loop, copied the basis every step: 20 s against 10 s for 40 steps
-    at D = 10^6). Rows at or beyond `num_active` (the dimension of the complement) are zero.
-    Jittable, num_iters static.
-    """
-    dim, dtype = hint.shape[0], hint.dtype
-    dot = functools.partial(jnp.matmul, precision=jax.lax.Precision.HIGHEST)
+    Each step: one exact product, the three-term recurrence (and the retained vectors' arrowhead)
+    subtracted, then one classical Gram-Schmidt pass against every earlier vector and the fixed
+    rows; a second pass only when the first removed most of the vector (Daniel-Gragg-Kaufman-
+    Stewart), so orthogonality holds to rounding at one pass of memory traffic a step in the
+    usual case. Jittable, num_iters and which static."""
+    dim, dtype = search.hint.shape[0], search.hint.dtype
     eps = jnp.finfo(dtype).eps
-    start_key = jax.random.split(key)[0]
+    fixed = jnp.concatenate([locked, retained])
 
-    def project(basis: jax.Array, w: jax.Array) -> jax.Array:
-        for _ in range(2):  # twice: one pass loses orthogonality in rounding
-            w = w - dot(fixed.T, dot(fixed, w))
-            w = w - dot(basis.T, dot(basis, w))
-        return w
+    def gram_schmidt(basis: jax.Array, w: jax.Array) -> jax.Array:
+        w = w - _DOT(basis.T, _DOT(basis, w))  # rows after the current one are zero
+        return w - _DOT(fixed.T, _DOT(fixed, w))
 
-    def unit(w: jax.Array, before: jax.Array) -> jax.Array:
-        norm = jnp.linalg.norm(w)
-        usable = norm > jnp.sqrt(eps) * before  # else w is rounding noise: the space is full
-        return jnp.where(usable, w / jnp.where(usable, norm, 1), 0)
+    def orthogonalised(basis: jax.Array, w: jax.Array) -> jax.Array:
+        once = gram_schmidt(basis, w)
+        again = jnp.linalg.norm(once) < 0.5 * jnp.linalg.norm(w)
+        return jax.lax.cond(again, gram_schmidt, lambda _, x: x, basis, once)
 
-    def step(i: jax.Array, state: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array]:
-        basis, products = state
-        v = basis[i]
+    def step(state: tuple[jax.Array, KrylovRun, jax.Array]) -> tuple:
+        i, run, _ = state
+        v, previous = run.basis[i], run.basis[jnp.maximum(i - 1, 0)]
         av = matvec(v)
-        w = project(basis, av)  # rows after i are still zero
+        alpha, arrow = _DOT(v, av), _DOT(retained, av)
+        coupling = jnp.where(i > 0, run.beta[jnp.maximum(i - 1, 0)], 0)
+        w = av - alpha * v - coupling * previous - _DOT(retained.T, arrow)
+        w = orthogonalised(run.basis, w)
         beta = jnp.linalg.norm(w)
-        exhausted = beta <= 100 * eps * jnp.linalg.norm(av)
-        next_v = jnp.where(exhausted | (i + 1 >= num_active), 0, w / jnp.where(exhausted, 1, beta))
-        basis = basis.at[i + 1].set(next_v)
-        return basis, products.at[i].set(av)
+        full = (beta <= 100 * eps * jnp.linalg.norm(av)) | (i + 1 >= search.num_active)
+        run = run._replace(
+            basis=run.basis.at[i + 1].set(jnp.where(full, 0, w / jnp.where(full, 1, beta))),
+            alpha=run.alpha.at[i].set(alpha),
+            beta=run.beta.at[i].set(jnp.where(full, 0, beta)),
+            cross=run.cross.at[i].set(arrow),
+            steps=i + 1,
+            finite=run.finite & jnp.isfinite(alpha) & jnp.isfinite(beta),
+        )
+        theta, residuals = _ritz_estimates(run, theta_r, num_retained, which)
+        seen = jnp.max(jnp.where(jnp.isfinite(residuals), jnp.abs(theta), 0))
+        tol = search.rtol * jnp.maximum(search.scale, seen)
+        done = jnp.all(jnp.where(jnp.arange(residuals.size) < search.need, residuals, 0) <= tol)
+        return i + 1, run, full | done | ~run.finite
 
-    raw = hint + mix * jax.random.normal(start_key, (dim,), dtype) / float(np.sqrt(dim))
-    start = unit(project(jnp.zeros((1, dim), dtype), raw), jnp.linalg.norm(raw))
-    basis = jnp.zeros((num_iters + 1, dim), dtype).at[0].set(start)
-    products = jnp.zeros((num_iters, dim), dtype)
-    basis, products = jax.lax.fori_loop(0, num_iters, step, (basis, products))
-    return basis[:num_iters], products, basis[num_iters]
+    raw = search.hint + search.mix * jax.random.normal(key, (dim,), dtype) / float(np.sqrt(dim))
+    start = raw - _DOT(fixed.T, _DOT(fixed, raw))
+    start = start - _DOT(fixed.T, _DOT(fixed, start))  # twice: one pass loses orthogonality
+    norm = jnp.linalg.norm(start)
+    usable = norm > jnp.sqrt(eps) * jnp.linalg.norm(raw)  # else the start lay in the fixed rows
+    m, k = num_iters, retained.shape[0]
+    run = KrylovRun(
+        basis=jnp.zeros((m + 1, dim), dtype).at[0].set(jnp.where(usable, start / norm, 0)),
+        alpha=jnp.zeros(m, dtype), beta=jnp.zeros(m, dtype), cross=jnp.zeros((m, k), dtype),
+        steps=jnp.asarray(0), finite=jnp.asarray(True),
+    )  # fmt: skip
+    _, run, _ = jax.lax.while_loop(
+        lambda state: (state[0] < m) & ~state[2], step, (jnp.asarray(0), run, ~usable)
+    )
+    return run
 
 
-@functools.partial(jax.jit, static_argnames=("objective", "num_iters"))
+@functools.partial(jax.jit, static_argnames=("objective", "num_iters", "which"))
 def krylov_run(
     objective: compiled.Objective,
     params: PyTree,
     inputs: PyTree,
     locked: jax.Array,
     retained: jax.Array,
-    num_active: jax.Array,
-    hint: jax.Array,
-    mix: jax.Array,
+    theta_r: jax.Array,
+    num_retained: jax.Array,
+    search: SearchStop,
     key: jax.Array,
     num_iters: int,
+    which: str,
 ) -> KrylovRun:
-    """`krylov_block` on the exact Hessian at params (linearised once) in the complement of the
-    rows of `locked` and `retained` (k, D each, zero rows ignored): one program per model."""
+    """`krylov_block` on the exact Hessian at params (linearised once): one program per model."""
     matvec = operator.hessian_operator(objective, params, inputs).matvec
-    fixed = jnp.concatenate([locked, retained])
-    return krylov_block(matvec, fixed, num_active, hint, mix, key, num_iters)
+    return krylov_block(
+        matvec, locked, retained, theta_r, num_retained, search, key, num_iters, which
+    )
+
+
+@jax.jit
+def _rotate(rotation: jax.Array, retained: jax.Array, basis: jax.Array) -> jax.Array:
+    """Ritz vectors (c, D) = rotation^T [retained; basis]."""
+    k = retained.shape[0]
+    return _DOT(rotation[:k].T, retained) + _DOT(rotation[k:].T, basis)
+
+
+@jax.jit
+def _residuals(products: jax.Array, theta: jax.Array, vectors: jax.Array) -> jax.Array:
+    """||H y - theta y|| for each row y of `vectors` and its product."""
+    return jnp.linalg.norm(products - theta[:, None] * vectors[: theta.size], axis=1)
 
 
 def _wanted_order(values: np.ndarray, which: str) -> np.ndarray:
@@ -109,57 +203,27 @@ def _wanted_order(values: np.ndarray, which: str) -> np.ndarray:
 
 @dataclasses.dataclass
 class _Search:
-    """The Lanczos search state: locked pairs (most wanted first), retained Ritz pairs (R, H R),
-    the next start (hint, mix) and the extreme Ritz values seen. The vectors stay on the device
-    in fixed shapes, (k, D) with zero rows past the count, so each program compiles once per
-    model; only values cross to the host."""
+    """The Lanczos search state: locked pairs (most wanted first), retained Ritz vectors and
+    values, the next start (hint, mix) and the extreme Ritz values seen. The vectors stay on the
+    device in fixed shapes, (k, D) with zero rows past the count, so each program compiles once
+    per model; only values cross to the host."""
 
     values: np.ndarray
     vectors: jax.Array
     retained: jax.Array
-    products: jax.Array
+    retained_values: np.ndarray
     hint: jax.Array
     num_retained: int = 0
     mix: float = 1.0
     clean: bool = True  # no lock changed since this phase's random start
     low: float = np.inf
     high: float = -np.inf
+    num_hvps: int = 0
 
     @property
     def scale(self) -> float:
-        """The largest |Ritz value| seen so far."""
-        return max(abs(self.low), abs(self.high))
-
-
-_DOT = functools.partial(jnp.matmul, precision=jax.lax.Precision.HIGHEST)
-
-
-@jax.jit
-def _projected(
-    retained: jax.Array, retained_products: jax.Array, basis: jax.Array, products: jax.Array
-) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """(V H V^T (k + m, k + m) symmetrised, whether every product is finite, which of the m new
-    rows hold a vector) for the rows V = [retained; basis] with their products."""
-    rows, hv = jnp.concatenate([retained, basis]), jnp.concatenate([retained_products, products])
-    projected = _DOT(rows, hv.T)
-    filled = jnp.any(basis != 0, axis=1)
-    return 0.5 * (projected + projected.T), jnp.all(jnp.isfinite(products)), filled
-
-
-@jax.jit
-def _rotated(
-    rotation: jax.Array,
-    theta: jax.Array,
-    retained: jax.Array,
-    retained_products: jax.Array,
-    basis: jax.Array,
-    products: jax.Array,
-) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """(Ritz vectors, their products, residuals ||H y - θ y||) for the rotation's columns (zero
-    columns give zero rows)."""
-    rows, hv = jnp.concatenate([retained, basis]), jnp.concatenate([retained_products, products])
-    ritz, ritz_products = _DOT(rotation.T, rows), _DOT(rotation.T, hv)
-    return ritz, ritz_products, jnp.linalg.norm(ritz_products - theta[:, None] * ritz, axis=1)
+        """The largest |Ritz value| seen so far (0 before the first)."""
+        return max(abs(self.low), abs(self.high), 0.0) if np.isfinite(self.low) else 0.0
 
 
 @jax.jit
@@ -170,35 +234,37 @@ def _select(first: jax.Array, second: jax.Array, rows: jax.Array, count: jax.Arr
 
 
 class _Ritz(NamedTuple):
-    """Ritz pairs, most wanted first: values (n,) on the host; vectors and products
-    (k + m, D) on the device, rows past n zero; residuals (n,)."""
+    """Ritz pairs, most wanted first: values (n,) on the host; vectors (2k, D) on the device
+    (the 2k most wanted, rows past n zero); exact residuals of the first min(k, n)."""
 
     theta: np.ndarray
     vectors: jax.Array
-    products: jax.Array
     residuals: np.ndarray
+    low: float
+    high: float
 
 
-def _rayleigh_ritz(state: _Search, run: KrylovRun, which: str, k: int) -> _Ritz:
-    """The Ritz pairs of the retained rows and the run's new basis (residuals exact up to
-    rounding: H was applied to each basis vector). The small eigenproblem runs in numpy, on
-    the rows that hold vectors."""
-    basis, products, _ = run
-    projected, _, filled = _projected(state.retained, state.products, basis, products)
-    valid = np.r_[0 : state.num_retained, k + np.flatnonzero(np.asarray(filled))]
-    small = np.asarray(projected, np.float64)[np.ix_(valid, valid)]
-    theta, s = np.linalg.eigh(small)
-    order = _wanted_order(theta, which)
+def _rayleigh_ritz(point: Point, state: _Search, run: KrylovRun, which: str, k: int) -> _Ritz:
+    """The Ritz pairs of the retained vectors and the run's new ones: the small eigenproblem in
+    numpy (float64) on the rows that hold vectors, the 2k most wanted vectors on the device."""
+    steps = int(run.steps)
+    theta_r = jnp.asarray(state.retained_values, run.alpha.dtype)  # placed, not rounded:
+    projected = np.asarray(projected_matrix(theta_r, run.alpha, run.beta, run.cross), np.float64)
+    valid = np.r_[0 : state.num_retained, k + np.arange(steps)]
+    theta, s = np.linalg.eigh(projected[np.ix_(valid, valid)])
+    low, high = (float(theta[0]), float(theta[-1])) if theta.size else (np.inf, -np.inf)
+    order = _wanted_order(theta, which)[: 2 * k]
     theta, s = theta[order], s[:, order]
-    size = projected.shape[0]
-    rotation, padded = np.zeros((size, size)), np.zeros(size)
-    rotation[valid, : valid.size], padded[: valid.size] = s, theta
-    dtype = basis.dtype
-    ritz, ritz_products, residuals = _rotated(
-        jnp.asarray(rotation, dtype), jnp.asarray(padded, dtype), state.retained, state.products,
-        basis, products,
-    )  # fmt: skip
-    return _Ritz(theta.astype(dtype), ritz, ritz_products, np.asarray(residuals)[: valid.size])
+    rotation = np.zeros((k + run.basis.shape[0], 2 * k))  # rows [retained (k); basis (m + 1)]
+    rotation[valid, : theta.size], padded = s, np.pad(theta, (0, 2 * k - theta.size))
+    objective, inputs = point.shared
+    dtype = run.basis.dtype
+    vectors = _rotate(jnp.asarray(rotation, dtype), state.retained, run.basis)
+    products = operator.products(objective, point.params, inputs, vectors[:k])  # exact residuals
+    residuals = _residuals(products, jnp.asarray(padded[:k], dtype), vectors)
+    state.num_hvps += k
+    residuals = np.asarray(residuals)[: min(k, theta.size)]
+    return _Ritz(theta.astype(dtype), vectors, residuals, low, high)
 
 
 def _more_wanted(a: float, b: float, which: str, margin: float) -> bool:
@@ -218,7 +284,9 @@ def _lock(state: _Search, ritz: _Ritz, first: int, count: int, k: int, which: st
     return bool(np.any(keep >= locked))
 
 
-def _next_start(state: _Search, ritz: _Ritz, count: int, k: int, changed: bool) -> None:
+def _next_start(
+    state: _Search, ritz: _Ritz, run: KrylovRun, count: int, k: int, changed: bool
+) -> None:
     """Set up the next run. A fresh phase (random start seeded with the best unconverged Ritz
     vectors, nothing retained) once k pairs are locked and one changed since the phase began: a
     further copy of a locked eigenvalue lies outside the current Krylov space. Otherwise a thick
@@ -227,36 +295,47 @@ def _next_start(state: _Search, ritz: _Ritz, count: int, k: int, changed: bool) 
     kept = min(k, ritz.theta.size - count)
     rest = _select(state.vectors, ritz.vectors, rows, jnp.asarray(kept))
     state.clean = state.clean and not changed
-    exhausted = not bool(jnp.any(state.hint))
-    if (state.values.size == k and not state.clean) or exhausted:
-        state.retained, state.products = jnp.zeros_like(rest), jnp.zeros_like(rest)
+    state.hint = _next_vector(run.basis, run.steps)
+    if (state.values.size == k and not state.clean) or not bool(jnp.any(state.hint)):
+        state.retained, state.retained_values = jnp.zeros_like(rest), np.zeros(k)
         state.hint, state.mix, state.clean, state.num_retained = rest.sum(axis=0), 1.0, True, 0
     else:
         state.retained, state.mix, state.num_retained = rest, 0.0, kept
-        state.products = _select(state.vectors, ritz.products, rows, jnp.asarray(kept))
+        state.retained_values = np.pad(ritz.theta[count : count + kept], (0, k - kept))
+
+
+@jax.jit
+def _next_vector(basis: jax.Array, steps: jax.Array) -> jax.Array:
+    return basis[steps]
 
 
 def _one_run(
-    point: Point, state: _Search, k: int, num_iters: int, key: jax.Array, which: str
-) -> _Ritz | None:
-    """One Krylov block after the retained vectors and the Ritz pairs of the whole subspace, or
-    None when a product was not finite. Sets the next hint."""
+    point: Point, state: _Search, k: int, num_iters: int, key: jax.Array, which: str, tol: float
+) -> tuple[KrylovRun, _Ritz | None]:
+    """One Lanczos run after the retained vectors and the Ritz pairs of the whole subspace (None
+    when a product was not finite)."""
     objective, inputs = point.shared
     dim, dtype = state.hint.size, state.hint.dtype
     active = dim - state.values.size - state.num_retained
+    need = k - state.values.size if state.values.size < k else 1
+    stop = SearchStop(
+        state.hint, jnp.asarray(state.mix, dtype), jnp.asarray(max(active, 0)),
+        jnp.asarray(tol, dtype), jnp.asarray(state.scale, dtype), jnp.asarray(need),
+    )  # fmt: skip
     run = krylov_run(
         objective, point.params, inputs, state.vectors, state.retained,
-        jnp.asarray(max(active, 0)), state.hint, jnp.asarray(state.mix, dtype), key, num_iters,
+        jnp.asarray(state.retained_values, dtype), jnp.asarray(state.num_retained), stop, key,
+        num_iters, which,
     )  # fmt: skip
-    state.hint = run[2]
-    if not bool(_projected(state.retained, state.products, run[0], run[1])[1]):
-        return None
-    return _rayleigh_ritz(state, run, which, k)
+    state.num_hvps += int(run.steps)
+    if not bool(run.finite):
+        return run, None
+    return run, _rayleigh_ritz(point, state, run, which, k)
 
 
 class Found(NamedTuple):
     """What a search found: the k pairs (most wanted first; certified when `converged`), the
-    extreme Ritz values seen, and the number of runs."""
+    extreme Ritz values seen, and the number of runs and of products."""
 
     values: np.ndarray
     vectors: np.ndarray
@@ -264,6 +343,7 @@ class Found(NamedTuple):
     high: float
     converged: bool
     runs: int
+    num_hvps: int
 
 
 def search(
@@ -277,14 +357,14 @@ def search(
     progress: Callable[[str], None] | None = None,
 ) -> Found | None:
     """Thick-restarted, deflated Lanczos (module docstring) on one point, at most `runs` runs of
-    `num_iters` steps; None when a product was not finite. A progress line per run once the
-    search has taken LONG_SECONDS."""
+    at most `num_iters` steps; None when a product was not finite. A progress line per run once
+    the search has taken LONG_SECONDS."""
     flat, start = ravel_pytree(point.params)[0], time.perf_counter()
     zeros = jnp.zeros((k, flat.size), flat.dtype)
-    state = _Search(np.zeros(0, flat.dtype), zeros, zeros, zeros, jnp.zeros_like(flat))
+    state = _Search(np.zeros(0, flat.dtype), zeros, zeros, np.zeros(k), jnp.zeros_like(flat))
     converged, done, count, last = False, 0, 0, None
     while done < runs and not converged:
-        ritz = _one_run(point, state, k, num_iters, jax.random.fold_in(key, done), which)
+        run, ritz = _one_run(point, state, k, num_iters, jax.random.fold_in(key, done), which, tol)
         done += 1
         if ritz is None:
             return None
@@ -292,7 +372,7 @@ def search(
             state.hint, state.mix = jnp.zeros_like(state.hint), 1.0
             continue
         last, theta, residuals = ritz, ritz.theta, ritz.residuals
-        state.low, state.high = min(state.low, theta.min()), max(state.high, theta.max())
+        state.low, state.high = min(state.low, ritz.low), max(state.high, ritz.high)
         margin = tol * state.scale
         accepted = residuals <= margin
         count = int(np.argmin(accepted)) if not np.all(accepted) else accepted.size
@@ -301,16 +381,16 @@ def search(
             converged = not _more_wanted(bound, state.values[-1], which, margin)
         if not converged:
             changed = _lock(state, ritz, 0, count, k, which)
-            _next_start(state, ritz, count, k, changed)
+            _next_start(state, ritz, run, count, k, changed)
         converged = converged or state.values.size == flat.size
         seconds = time.perf_counter() - start
         if progress and seconds > LONG_SECONDS:
             progress(
                 f"eigenpairs: Lanczos run {done} of at most {runs} | {state.values.size} of {k} "
-                f"accepted | {seconds:.1f} s"
+                f"accepted | {state.num_hvps} products | {seconds:.1f} s"
             )
     if state.values.size < k:  # fewer than k accepted: fill with the best Ritz pairs, uncertified
         if last is not None:
             _lock(state, last, count, k - state.values.size, k, which)
     vectors = np.asarray(state.vectors)[: state.values.size]
-    return Found(state.values, vectors, state.low, state.high, converged, done)
+    return Found(state.values, vectors, state.low, state.high, converged, done, state.num_hvps)

@@ -9,6 +9,7 @@ products summed, memory one batch (docs/design/curvature.md, "At the size of rea
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -41,6 +42,13 @@ def hessian_operator(objective: Objective, params: PyTree, inputs: PyTree) -> Op
         lambda x: objective(unravel(x), inputs), flat
     )
     return Operator(flat, value, gradient, linear, jax.vmap(linear))
+
+
+@functools.partial(jax.jit, static_argnames=("objective",))
+def products(objective: Objective, params: PyTree, inputs: PyTree, vectors: jax.Array) -> jax.Array:
+    """H v for each row v of `vectors` (K, D), the gradient linearised once for all of them: the
+    one program the eigenvalue search and its certificates share (one compile per model and K)."""
+    return hessian_operator(objective, params, inputs).rows(vectors)
 
 
 def _over_batches(
