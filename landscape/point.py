@@ -80,6 +80,13 @@ class Point:
                 )
             if self.loss_fn is not None and not _derived(self.loss_fn):
                 raise TypeError("give a Point either loss_fn(params) or objective(params, inputs).")
+            _checks.check_signature(
+                "objective",
+                self.objective,
+                2,
+                "objective(params, inputs)",
+                "a loss of the parameters alone is given as loss_fn(params)",
+            )
             if self.inputs is None and self.batches is None:
                 raise TypeError(
                     "objective is given without inputs: give the inputs objective(params, "
@@ -93,6 +100,15 @@ class Point:
                 f"loss, not {type(self.loss_fn).__name__}."
             )
         else:
+            _checks.check_signature(
+                "loss_fn",
+                self.loss_fn,
+                1,
+                "loss_fn(params)",
+                "give objective(params, inputs) as objective= with inputs=, or a Track's "
+                "loss(params, hparams) to result.point(run, loss), which fills in the run's "
+                "hyperparameters",
+            )
             object.__setattr__(self, "_own_objective", _ignoring_inputs(self.loss_fn))
         _check_one_dtype(self.params)
         if not isinstance(self.name, str):

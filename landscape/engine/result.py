@@ -4,6 +4,7 @@ one run as a `Point` for the probes."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -176,7 +177,7 @@ class RunResult:
     def point(
         self,
         run: int | Mapping[str, float],
-        loss: Callable[[Params], jax.Array] | tuple[Callable[[Params, Any], jax.Array], Any],
+        loss: Callable[..., jax.Array] | tuple[Callable[[Params, Any], jax.Array], Any],
         which: str = "final",
         dtype: Any = None,
         step: int | None = None,
@@ -184,8 +185,9 @@ class RunResult:
         """One run's initial or final parameters, or those at `step` (`params_at`), as a `Point`
         for the probes (hessian_at, ...), named after the run and step, with no prediction.
 
-        `loss` is loss_fn(params) -> scalar, or an (objective, inputs) pair, objective(params,
-        inputs) -> scalar (points of one model then share compiled programs). `run` is an index
+        `loss` is loss_fn(params) -> scalar, or a `Track`'s loss(params, hparams) (filled with
+        this run's hyperparameters), or an (objective, inputs) pair, objective(params, inputs)
+        -> scalar (points of one model then share compiled programs). `run` is an index
         or {hyperparameter or "seed": value}, e.g. {"lr": 0.1, "seed": 2}. `dtype`: the
         floating parameters cast to it (e.g. float64 for curvature, with x64 on).
         """
@@ -221,7 +223,14 @@ class RunResult:
         if isinstance(loss, tuple):
             objective, inputs = loss
             return point_lib.Point(params, name=name, objective=objective, inputs=inputs)
+        if _checks.takes(loss, 1) is False and _checks.takes(loss, 2):  # a Track's loss
+            hp = {k: jnp.asarray(v[index]) for k, v in self.hparams.items()}
+            return point_lib.Point(params, functools.partial(_with_hparams, loss, hp), name=name)
         return point_lib.Point(params, loss, name=name)
+
+
+def _with_hparams(loss: Callable[..., jax.Array], hp: dict[str, jax.Array], params: Params) -> Any:
+    return loss(params, hp)
 
 
 def _check_loss(loss: object) -> None:
