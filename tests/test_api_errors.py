@@ -4,6 +4,8 @@ non-finite loss, gradient or Hessian gets the verdict "non-finite" (never a curv
 Every bad call below fails before any model is compiled, so the file runs in seconds.
 """
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -388,6 +390,19 @@ def test_inf_hessian_is_non_finite():
     H = landscape.hessian_at(point)
     assert np.isinf(H.matrix).all()
     assert H.verdict() == "non-finite" and "Hessian block x: 1 inf" in H.describe()
+
+
+def test_a_diverged_runs_summary_locates_no_critical_point():
+    """A run that diverged (NaN parameters): its row says non-finite, with a NaN distance to a
+    critical point (0.0 would say the point is exactly at one)."""
+    diverged = dataclasses.replace(
+        ONE_RUN,
+        final_params={"w": np.full((1, 2), np.nan, np.float32)},
+        first_nonfinite_step=np.array([0]),
+    )
+    row = landscape.hessian_at(diverged.point(0, lambda p: jnp.sum(p["w"] ** 2))).summary()
+    assert row["kind"] == "non-finite" and row["stationary"] == "non-finite"
+    assert np.isnan(row["critical_distance"]) and not row["finite"]
 
 
 def test_finite_points_keep_their_verdicts():
