@@ -121,10 +121,16 @@ BAD_CALLS = [
         "v['x'] has dtype float32: must be the parameter's dtype, float64",
     ),
     (lambda: landscape.hvp(QUADRATIC)({"x": jnp.ones(2)}), TypeError, "hvp: v has tree structure"),
+    (lambda: landscape.hvp(QUADRATIC)(np.ones(3, np.int64)), TypeError, "v has dtype int64"),
     (
-        lambda: landscape.hvp_flat(QUADRATIC)[1](np.ones(3, np.int64)),
+        lambda: landscape.hvp_flat(QUADRATIC)[1](np.ones(3, np.complex64)),
         TypeError,
-        "v has dtype int64",
+        "v has dtype complex64: must be real numbers",
+    ),
+    (
+        lambda: landscape.hvp_flat(QUADRATIC)[1](np.ones((3, 2))),
+        ValueError,
+        r"v has shape (3, 2): must be (3,) or (3, 1)",
     ),
     (lambda: landscape.hvp_flat(None), TypeError, "hvp_flat expects a landscape.Point"),
     # Point: one floating dtype, a scalar loss (checked at the first probe), inputs with objective
@@ -422,3 +428,27 @@ def test_finite_points_keep_their_verdicts():
     assert gradient.finite and gradient.kind(tol=1e-12) is Curvature.NOT_STATIONARY
     assert "not stationary (|g| = 2.828e+00" in gradient.verdict()
     assert "non-finite" not in H.describe() and "non-finite" not in gradient.describe()
+
+
+def test_scipy_eigsh_on_hvp_flat_as_documented_gives_the_dense_hessians_eigenvalues():
+    """The reliability page's snippet: LinearOperator((D, D), matvec) (scipy probes the
+    operator's dtype with an int8 vector) and eigsh; the extreme eigenvalues are the dense
+    Hessian's, and a (D, 1) vector gives a (D, 1) product."""
+    import scipy.sparse.linalg
+
+    rng = np.random.default_rng(0)
+    M = jnp.asarray(rng.normal(size=(6, 6)))
+    point = landscape.Point(
+        {"w": jnp.asarray(rng.normal(size=6))}, lambda p: jnp.sum(jnp.cos(M @ p["w"]))
+    )
+    x0, matvec = landscape.hvp_flat(point)
+    H = scipy.sparse.linalg.LinearOperator((x0.size, x0.size), matvec)
+    assert H.dtype == x0.dtype
+    dense = np.linalg.eigvalsh(landscape.hessian_at(point).matrix)
+    largest = scipy.sparse.linalg.eigsh(H, k=2, which="LA", return_eigenvectors=False)
+    smallest = scipy.sparse.linalg.eigsh(H, k=2, which="SA", return_eigenvectors=False)
+    np.testing.assert_allclose(np.sort(largest), dense[-2:], rtol=1e-8)
+    np.testing.assert_allclose(np.sort(smallest), dense[:2], rtol=1e-8)
+    column = np.asarray(x0)[:, None]
+    assert matvec(column).shape == (6, 1)
+    np.testing.assert_allclose(matvec(column)[:, 0], matvec(np.asarray(x0)), rtol=1e-12)
