@@ -452,3 +452,27 @@ def test_scipy_eigsh_on_hvp_flat_as_documented_gives_the_dense_hessians_eigenval
     column = np.asarray(x0)[:, None]
     assert matvec(column).shape == (6, 1)
     np.testing.assert_allclose(matvec(column)[:, 0], matvec(np.asarray(x0)), rtol=1e-12)
+
+
+@pytest.mark.parametrize("paper", landscape.PAPERS)
+def test_another_papers_workdir_given_to_trained_point_is_one_sentence(paper, tmp_path):
+    """A workdir's config.json says whose run it holds: another paper's trained_point names
+    that paper and the function to use, before reading any arrays."""
+    import importlib
+
+    module = importlib.import_module(f"landscape.{paper}.experiment")
+    landscape.records.Workdir(tmp_path).write_config(module.default_config())
+    for other in landscape.PAPERS:
+        if other == paper:
+            continue
+        trained_point = importlib.import_module(f"landscape.{other}").trained_point
+        with pytest.raises(landscape.records.WorkdirError) as info:
+            trained_point(tmp_path)
+        assert str(info.value) == (
+            f"workdir {tmp_path} holds a {paper} run: give it to "
+            f"landscape.{paper}.trained_point, not landscape.{other}.trained_point."
+        )
+    sweep = tmp_path / "sweep"
+    landscape.records.Workdir(sweep).write_config({"num_steps": 4, "grid": {"lr": [0.1]}})
+    with pytest.raises(landscape.records.WorkdirError, match=r"holds no paper's run \("):
+        importlib.import_module(f"landscape.{paper}").trained_point(sweep)

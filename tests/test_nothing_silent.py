@@ -127,7 +127,8 @@ def test_records_load_of_a_run_stopped_at_a_non_finite_loss_says_so(tmp_path):
         "result to load, only its metrics.jsonl rows up to then (pandas.read_json(path, "
         "lines=True))."
     )
-    rows = [json.loads(line) for line in (tmp_path / "w" / "metrics.jsonl").read_text().splitlines()]
+    lines = (tmp_path / "w" / "metrics.jsonl").read_text().splitlines()
+    rows = [json.loads(line) for line in lines]
     before = [r for r in rows if r["step"] < step]
     assert [r["step"] for r in before] == list(range(0, step, 2)) and step > 2
     assert np.isfinite(before[-1]["loss"])  # the last logged loss before the stop

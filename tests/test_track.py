@@ -5,8 +5,8 @@ import dataclasses
 import json
 
 import jax
-import ml_collections
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 import pytest
 

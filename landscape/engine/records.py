@@ -53,6 +53,7 @@ from landscape.engine.result import RunResult
 # the workdir's integrity, where callers know it: records.verify, records.lock, ...
 LOCK, RECORD_FILES, verify = integrity.LOCK, integrity.RECORD_FILES, integrity.verify
 load_config_json, read_manifest = integrity.load_config_json, integrity.read_manifest
+paper_config = integrity.paper_config
 
 CLAIM_KINDS = ("paper", "sanity")
 
