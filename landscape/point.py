@@ -202,6 +202,7 @@ def _check_batches(point: Point) -> None:
             "outputs / output_loss (the Gauss-Newton split) are not supported with batches yet: "
             "give one batch as inputs= for ggn_at."
         )
+    check_not_listed("batches", point.batches)
     leaves = jax.tree_util.tree_leaves(point.batches)
     sizes = {int(np.shape(leaf)[0]) if np.ndim(leaf) else -1 for leaf in leaves}
     if not leaves or len(sizes) != 1 or min(sizes) < 1:
@@ -210,6 +211,16 @@ def _check_batches(point: Point) -> None:
             f"batches have leading shapes {shapes}: every leaf must have the same leading axis "
             "of B >= 1 batches, e.g. landscape.batches((x, y), batch_size=256)."
         )
+
+
+def check_not_listed(name: str, batches: PyTree) -> None:
+    """A list of batches (each a tuple or dict) is not a dataset in batches: one sentence."""
+    if isinstance(batches, list) and len(batches) > 1:
+        if all(isinstance(b, tuple | list | dict) for b in batches):
+            raise TypeError(
+                f"{name} is a list of {len(batches)} batches: give one pytree whose leaves have "
+                "a leading axis of B batches, e.g. landscape.batches((x, y), batch_size=256)."
+            )
 
 
 class MeanOverBatches:
@@ -499,7 +510,11 @@ def check_loss_output(point: Point, caller: str) -> None:
     key = (_loss_of(objective), _signature(point.params), _signature(inputs))
     if key in _CHECKED:
         return
-    out = jax.eval_shape(objective, point.params, inputs)
+    if isinstance(objective, MeanOverBatches):  # the objective itself, on one batch
+        first = jax.tree.map(lambda x: x[0], inputs)
+        out = jax.eval_shape(objective.per_batch, point.params, first)
+    else:
+        out = jax.eval_shape(objective, point.params, inputs)
     shape, dtype = getattr(out, "shape", None), getattr(out, "dtype", None)
     if shape != () or dtype is None or not jnp.issubdtype(dtype, jnp.floating):
         given = "loss_fn" if point.objective is None else "objective"

@@ -40,6 +40,7 @@ SCAN_SNAP = dict(
 )
 RECALL = RecallModel(k=3, num_responses=3)
 VECTOR = {"x": jnp.ones(2)}
+BATCH = (jnp.ones((4, 2)), jnp.zeros(4))  # one batch of 4 examples (x, y)
 TINY = training.Problem(
     init=lambda key, hp: {"w": jnp.ones(2)},
     loss=lambda params, key, hp: (jnp.sum(params["w"] ** 2), {}),
@@ -289,6 +290,43 @@ BAD_CALLS = [
         lambda: landscape.scan_snap.population_point(None),
         TypeError,
         "population_point expects a SequenceClasses task",
+    ),
+    # the newest surface: eigenpairs(rtol=), batches, Track(batches=), result.point's loss
+    (
+        lambda: landscape.eigenpairs(QUADRATIC, k=1, rtol=2.0),
+        ValueError,
+        "rtol = 2: must be a finite number in (0, 1) (relative Ritz residual; at 1 any",
+    ),
+    (
+        lambda: landscape.Point(VECTOR, objective=lambda p, b: 0.0, batches=[BATCH, BATCH]),
+        TypeError,
+        "batches is a list of 2 batches: give one pytree whose leaves have a leading axis of B",
+    ),
+    (
+        lambda: landscape.Track(loss=lambda p, b: 0.0, every=2, batches=[BATCH, BATCH]),
+        TypeError,
+        "batches is a list of 2 batches",
+    ),
+    (
+        lambda: landscape.hessian_at(
+            landscape.Point(
+                VECTOR,
+                objective=lambda p, b: (jnp.sum(p["x"] * b[0]), {}),
+                batches=landscape.batches(BATCH, 2),
+            )
+        ),
+        TypeError,
+        "hessian_at: objective returned a tuple of 2: a Point's loss must return one floating",
+    ),
+    (
+        lambda: ONE_RUN.point(0, lambda params, hparams, batch: 0.0),
+        TypeError,
+        "loss: <lambda> cannot be called as loss(params) or loss(params, hparams); give object",
+    ),
+    (
+        lambda: ONE_RUN.point({"lr": 0.3}, lambda p: 0.0),
+        KeyError,
+        "run = {'lr': 0.3} matches 0 runs, not one (the runs have lr 0.1; seed 0): name one",
     ),
 ]
 

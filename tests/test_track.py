@@ -384,3 +384,18 @@ def test_one_loss_rule_across_track_point_and_result_point():
             point_lib.Point({"w": jnp.zeros(DIM)}, **bad)
     with pytest.raises(TypeError, match=r"loss: .* as loss\(params, hparams\) or loss\(params\)"):
         landscape.Track(loss=lambda a, b, c, d: 0.0, every=2)
+
+
+def test_a_tracked_loss_of_the_wrong_output_or_hyperparameter_is_one_sentence():
+    """Checked while the chunk is traced, before any step runs."""
+    for loss, error, match in (
+        (lambda p: p["w"], TypeError, r"track.loss returned an array of shape \(6,\) and dtype"),
+        (
+            lambda p, hp: hp["beta"] * cosine_loss(p["w"]),
+            ValueError,
+            r"track.loss reads hparams\['beta'\], which this run does not have \(its "
+            r"hyperparameters: lr\)\.",
+        ),
+    ):
+        with pytest.raises(error, match=match):
+            run(num_steps=2, chunk_steps=2, params_every=0, track=track(loss=loss, every=2))

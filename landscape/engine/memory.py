@@ -93,7 +93,7 @@ def _read(path: pathlib.Path) -> str:
 
 
 def _kilobytes(text: str) -> float:
-    """"123 kB" (a /proc field) in bytes; inf where it is not one."""
+    """ "123 kB" (a /proc field) in bytes; inf where it is not one."""
     number = text.split()[:1]
     return float(number[0]) * 1024 if number and number[0].isdigit() else math.inf
 

@@ -137,7 +137,14 @@ class RunResult:
         for name, value in run.items():
             match &= np.isclose(np.asarray(columns[name], np.float64), value)
         if match.sum() != 1:
-            raise KeyError(f"{dict(run)} matches {int(match.sum())} runs, not one.")
+            values = "; ".join(
+                f"{k} {', '.join(f'{v:g}' for v in np.unique(np.asarray(columns[k], float)))}"
+                for k in columns
+            )
+            raise KeyError(
+                f"run = {dict(run)} matches {int(match.sum())} runs, not one (the runs have "
+                f"{values}): name one by its hyperparameters and seed, or give its index."
+            )
         return int(np.flatnonzero(match)[0])
 
     def params_at(self, step: int, run: int | Mapping[str, float] | None = None) -> Params:
@@ -236,6 +243,14 @@ def _with_hparams(loss: Callable[..., jax.Array], hp: dict[str, jax.Array], para
 def _check_loss(loss: object) -> None:
     """A loss function, or an (objective, inputs) pair."""
     if callable(loss):
+        if _checks.takes(loss, 1) is False:
+            _checks.check_signature(
+                "loss",
+                loss,
+                2,
+                "loss(params) or loss(params, hparams)",
+                "give objective(params, inputs) as the pair (objective, inputs)",
+            )
         return
     if isinstance(loss, tuple) and len(loss) == 2 and callable(loss[0]):
         return

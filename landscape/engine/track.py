@@ -15,6 +15,7 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from landscape import _checks, linalg
+from landscape import point as point_lib
 from landscape.engine import config as config_lib
 
 Params = Any
@@ -78,6 +79,7 @@ class Track:
         )
         _checks.check_int("seed", self.seed, 0, "the key of the Lanczos start vectors")
         if self.batches is not None:
+            point_lib.check_not_listed("batches", self.batches)
             sizes = {np.shape(leaf)[:1] for leaf in jax.tree.leaves(self.batches)}
             if len(sizes) != 1 or sizes == {()}:
                 raise ValueError(
@@ -151,6 +153,7 @@ def measure_at(
     nothing); {} without a track."""
     if track is None:
         return {}
+    check_output(track, params, hp)
     shapes = jax.eval_shape(lambda: measure(track, params, hp, step))
     like = jax.tree.leaves(params)[0]
 
@@ -161,6 +164,29 @@ def measure_at(
         }
 
     return jax.lax.cond(step % track.every == 0, lambda: measure(track, params, hp, step), skipped)
+
+
+def check_output(track: Track, params: Params, hp: HParams) -> None:
+    """One sentence, while the chunk is traced, for a tracked loss that reads a hyperparameter
+    the run does not have or does not return one floating-point scalar."""
+    batch = () if track.batches is None else (jax.tree.map(lambda x: x[0], track.batches),)
+    try:
+        out = jax.eval_shape(lambda: track.value(params, hp, *batch))
+    except KeyError as error:
+        name = error.args[0] if error.args else None
+        if not isinstance(name, str) or name in hp:
+            raise
+        raise ValueError(
+            f"track.loss reads hparams[{name!r}], which this run does not have (its "
+            f"hyperparameters: {', '.join(sorted(hp)) or 'none'})."
+        ) from None
+    shape, dtype = getattr(out, "shape", None), getattr(out, "dtype", None)
+    if shape != () or not jnp.issubdtype(dtype, jnp.floating):
+        raise TypeError(
+            f"track.loss returned {_checks.type_name(out) if shape is None else ''}"
+            f"{f'an array of shape {shape} and dtype {dtype}' if shape is not None else ''}: "
+            "it must return one floating-point scalar (reduce it, e.g. jnp.mean)."
+        )
 
 
 def default_tracking() -> dict[str, Any]:
