@@ -181,11 +181,15 @@ def check_output(track: Track, params: Params, hp: HParams) -> None:
             f"hyperparameters: {', '.join(sorted(hp)) or 'none'})."
         ) from None
     shape, dtype = getattr(out, "shape", None), getattr(out, "dtype", None)
-    if shape != () or not jnp.issubdtype(dtype, jnp.floating):
+    if shape != () or dtype is None or not jnp.issubdtype(dtype, jnp.floating):
+        what = (
+            f"a {_checks.type_name(out)}"
+            if shape is None
+            else f"an array of shape {shape} and dtype {dtype}"
+        )
         raise TypeError(
-            f"track.loss returned {_checks.type_name(out) if shape is None else ''}"
-            f"{f'an array of shape {shape} and dtype {dtype}' if shape is not None else ''}: "
-            "it must return one floating-point scalar (reduce it, e.g. jnp.mean)."
+            f"track.loss returned {what}: it must return one floating-point scalar (reduce it, "
+            "e.g. jnp.mean, or return the loss alone)."
         )
 
 
