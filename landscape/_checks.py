@@ -7,6 +7,7 @@ traced by jit/vmap) is always accepted as it is, so sweeps that vmap over a valu
 
 from __future__ import annotations
 
+import inspect
 import math
 import numbers
 from collections.abc import Collection
@@ -168,3 +169,29 @@ def floating_dtype(name: str, value: Any, meaning: str = "") -> np.dtype:
             + (f", {meaning}." if meaning else ".")
         )
     return resolved
+
+
+def takes(fn: Any, count: int) -> bool | None:
+    """Whether `fn` can be called with `count` positional arguments (None where its signature
+    cannot be read, e.g. some builtins: then the caller trusts it)."""
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if any(p.kind == p.KEYWORD_ONLY and p.default is p.empty for p in parameters):
+        return False
+    required = sum(p.default is p.empty for p in positional)
+    if any(p.kind == p.VAR_POSITIONAL for p in parameters):
+        return required <= count
+    return required <= count <= len(positional)
+
+
+def check_signature(name: str, fn: Any, count: int, expected: str, instead: str = "") -> None:
+    """One sentence unless `fn` takes `count` positional arguments: `expected` is the signature
+    asked for, `instead` what to do with a function of another form."""
+    if takes(fn, count) is False:
+        raise ArgumentTypeError(
+            f"{name}: {getattr(fn, '__name__', type_name(fn))} cannot be called as {expected}"
+            + (f"; {instead}." if instead else ".")
+        )

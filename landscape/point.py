@@ -80,6 +80,13 @@ class Point:
                 )
             if self.loss_fn is not None and not _derived(self.loss_fn):
                 raise TypeError("give a Point either loss_fn(params) or objective(params, inputs).")
+            _checks.check_signature(
+                "objective",
+                self.objective,
+                2,
+                "objective(params, inputs)",
+                "a loss of the parameters alone is given as loss_fn(params)",
+            )
             if self.inputs is None and self.batches is None:
                 raise TypeError(
                     "objective is given without inputs: give the inputs objective(params, "
@@ -93,6 +100,15 @@ class Point:
                 f"loss, not {type(self.loss_fn).__name__}."
             )
         else:
+            _checks.check_signature(
+                "loss_fn",
+                self.loss_fn,
+                1,
+                "loss_fn(params)",
+                "give objective(params, inputs) as objective= with inputs=, or a Track's "
+                "loss(params, hparams) to result.point(run, loss), which fills in the run's "
+                "hyperparameters",
+            )
             object.__setattr__(self, "_own_objective", _ignoring_inputs(self.loss_fn))
         _check_one_dtype(self.params)
         if not isinstance(self.name, str):
@@ -186,6 +202,7 @@ def _check_batches(point: Point) -> None:
             "outputs / output_loss (the Gauss-Newton split) are not supported with batches yet: "
             "give one batch as inputs= for ggn_at."
         )
+    check_not_listed("batches", point.batches)
     leaves = jax.tree_util.tree_leaves(point.batches)
     sizes = {int(np.shape(leaf)[0]) if np.ndim(leaf) else -1 for leaf in leaves}
     if not leaves or len(sizes) != 1 or min(sizes) < 1:
@@ -194,6 +211,16 @@ def _check_batches(point: Point) -> None:
             f"batches have leading shapes {shapes}: every leaf must have the same leading axis "
             "of B >= 1 batches, e.g. landscape.batches((x, y), batch_size=256)."
         )
+
+
+def check_not_listed(name: str, batches: PyTree) -> None:
+    """A list of batches (each a tuple or dict) is not a dataset in batches: one sentence."""
+    if isinstance(batches, list) and len(batches) > 1:
+        if all(isinstance(b, tuple | list | dict) for b in batches):
+            raise TypeError(
+                f"{name} is a list of {len(batches)} batches: give one pytree whose leaves have "
+                "a leading axis of B batches, e.g. landscape.batches((x, y), batch_size=256)."
+            )
 
 
 class MeanOverBatches:
@@ -483,7 +510,11 @@ def check_loss_output(point: Point, caller: str) -> None:
     key = (_loss_of(objective), _signature(point.params), _signature(inputs))
     if key in _CHECKED:
         return
-    out = jax.eval_shape(objective, point.params, inputs)
+    if isinstance(objective, MeanOverBatches):  # the objective itself, on one batch
+        first = jax.tree.map(lambda x: x[0], inputs)
+        out = jax.eval_shape(objective.per_batch, point.params, first)
+    else:
+        out = jax.eval_shape(objective, point.params, inputs)
     shape, dtype = getattr(out, "shape", None), getattr(out, "dtype", None)
     if shape != () or dtype is None or not jnp.issubdtype(dtype, jnp.floating):
         given = "loss_fn" if point.objective is None else "objective"

@@ -4,6 +4,8 @@ non-finite loss, gradient or Hessian gets the verdict "non-finite" (never a curv
 Every bad call below fails before any model is compiled, so the file runs in seconds.
 """
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -38,6 +40,7 @@ SCAN_SNAP = dict(
 )
 RECALL = RecallModel(k=3, num_responses=3)
 VECTOR = {"x": jnp.ones(2)}
+BATCH = (jnp.ones((4, 2)), jnp.zeros(4))  # one batch of 4 examples (x, y)
 TINY = training.Problem(
     init=lambda key, hp: {"w": jnp.ones(2)},
     loss=lambda params, key, hp: (jnp.sum(params["w"] ** 2), {}),
@@ -119,10 +122,16 @@ BAD_CALLS = [
         "v['x'] has dtype float32: must be the parameter's dtype, float64",
     ),
     (lambda: landscape.hvp(QUADRATIC)({"x": jnp.ones(2)}), TypeError, "hvp: v has tree structure"),
+    (lambda: landscape.hvp(QUADRATIC)(np.ones(3, np.int64)), TypeError, "v has dtype int64"),
     (
-        lambda: landscape.hvp_flat(QUADRATIC)[1](np.ones(3, np.int64)),
+        lambda: landscape.hvp_flat(QUADRATIC)[1](np.ones(3, np.complex64)),
         TypeError,
-        "v has dtype int64",
+        "v has dtype complex64: must be real numbers",
+    ),
+    (
+        lambda: landscape.hvp_flat(QUADRATIC)[1](np.ones((3, 2))),
+        ValueError,
+        r"v has shape (3, 2): must be (3,) or (3, 1)",
     ),
     (lambda: landscape.hvp_flat(None), TypeError, "hvp_flat expects a landscape.Point"),
     # Point: one floating dtype, a scalar loss (checked at the first probe), inputs with objective
@@ -282,6 +291,43 @@ BAD_CALLS = [
         TypeError,
         "population_point expects a SequenceClasses task",
     ),
+    # the newest surface: eigenpairs(rtol=), batches, Track(batches=), result.point's loss
+    (
+        lambda: landscape.eigenpairs(QUADRATIC, k=1, rtol=2.0),
+        ValueError,
+        "rtol = 2: must be a finite number in (0, 1) (relative Ritz residual; at 1 any",
+    ),
+    (
+        lambda: landscape.Point(VECTOR, objective=lambda p, b: 0.0, batches=[BATCH, BATCH]),
+        TypeError,
+        "batches is a list of 2 batches: give one pytree whose leaves have a leading axis of B",
+    ),
+    (
+        lambda: landscape.Track(loss=lambda p, b: 0.0, every=2, batches=[BATCH, BATCH]),
+        TypeError,
+        "batches is a list of 2 batches",
+    ),
+    (
+        lambda: landscape.hessian_at(
+            landscape.Point(
+                VECTOR,
+                objective=lambda p, b: (jnp.sum(p["x"] * b[0]), {}),
+                batches=landscape.batches(BATCH, 2),
+            )
+        ),
+        TypeError,
+        "hessian_at: objective returned a tuple of 2: a Point's loss must return one floating",
+    ),
+    (
+        lambda: ONE_RUN.point(0, lambda params, hparams, batch: 0.0),
+        TypeError,
+        "loss: <lambda> cannot be called as loss(params) or loss(params, hparams); give object",
+    ),
+    (
+        lambda: ONE_RUN.point({"lr": 0.3}, lambda p: 0.0),
+        KeyError,
+        "run = {'lr': 0.3} matches 0 runs, not one (the runs have lr 0.1; seed 0): name one",
+    ),
 ]
 
 
@@ -390,6 +436,19 @@ def test_inf_hessian_is_non_finite():
     assert H.verdict() == "non-finite" and "Hessian block x: 1 inf" in H.describe()
 
 
+def test_a_diverged_runs_summary_locates_no_critical_point():
+    """A run that diverged (NaN parameters): its row says non-finite, with a NaN distance to a
+    critical point (0.0 would say the point is exactly at one)."""
+    diverged = dataclasses.replace(
+        ONE_RUN,
+        final_params={"w": np.full((1, 2), np.nan, np.float32)},
+        first_nonfinite_step=np.array([0]),
+    )
+    row = landscape.hessian_at(diverged.point(0, lambda p: jnp.sum(p["w"] ** 2))).summary()
+    assert row["kind"] == "non-finite" and row["stationary"] == "non-finite"
+    assert np.isnan(row["critical_distance"]) and not row["finite"]
+
+
 def test_finite_points_keep_their_verdicts():
     H = landscape.hessian_at(QUADRATIC)  # at x = (1, 1): |g| = 2 sqrt(2), not a critical point
     # the model of a quadratic is exact: near-stationary (notes/landscape_geometry.md §9)
@@ -407,3 +466,51 @@ def test_finite_points_keep_their_verdicts():
     assert gradient.finite and gradient.kind(tol=1e-12) is Curvature.NOT_STATIONARY
     assert "not stationary (|g| = 2.828e+00" in gradient.verdict()
     assert "non-finite" not in H.describe() and "non-finite" not in gradient.describe()
+
+
+def test_scipy_eigsh_on_hvp_flat_as_documented_gives_the_dense_hessians_eigenvalues():
+    """The reliability page's snippet: LinearOperator((D, D), matvec) (scipy probes the
+    operator's dtype with an int8 vector) and eigsh; the extreme eigenvalues are the dense
+    Hessian's, and a (D, 1) vector gives a (D, 1) product."""
+    import scipy.sparse.linalg
+
+    rng = np.random.default_rng(0)
+    M = jnp.asarray(rng.normal(size=(6, 6)))
+    point = landscape.Point(
+        {"w": jnp.asarray(rng.normal(size=6))}, lambda p: jnp.sum(jnp.cos(M @ p["w"]))
+    )
+    x0, matvec = landscape.hvp_flat(point)
+    H = scipy.sparse.linalg.LinearOperator((x0.size, x0.size), matvec)
+    assert H.dtype == x0.dtype
+    dense = np.linalg.eigvalsh(landscape.hessian_at(point).matrix)
+    largest = scipy.sparse.linalg.eigsh(H, k=2, which="LA", return_eigenvectors=False)
+    smallest = scipy.sparse.linalg.eigsh(H, k=2, which="SA", return_eigenvectors=False)
+    np.testing.assert_allclose(np.sort(largest), dense[-2:], rtol=1e-8)
+    np.testing.assert_allclose(np.sort(smallest), dense[:2], rtol=1e-8)
+    column = np.asarray(x0)[:, None]
+    assert matvec(column).shape == (6, 1)
+    np.testing.assert_allclose(matvec(column)[:, 0], matvec(np.asarray(x0)), rtol=1e-12)
+
+
+@pytest.mark.parametrize("paper", landscape.PAPERS)
+def test_another_papers_workdir_given_to_trained_point_is_one_sentence(paper, tmp_path):
+    """A workdir's config.json says whose run it holds: another paper's trained_point names
+    that paper and the function to use, before reading any arrays."""
+    import importlib
+
+    module = importlib.import_module(f"landscape.{paper}.experiment")
+    landscape.records.Workdir(tmp_path).write_config(module.default_config())
+    for other in landscape.PAPERS:
+        if other == paper:
+            continue
+        trained_point = importlib.import_module(f"landscape.{other}").trained_point
+        with pytest.raises(landscape.records.WorkdirError) as info:
+            trained_point(tmp_path)
+        assert str(info.value) == (
+            f"workdir {tmp_path} holds a {paper} run: give it to "
+            f"landscape.{paper}.trained_point, not landscape.{other}.trained_point."
+        )
+    sweep = tmp_path / "sweep"
+    landscape.records.Workdir(sweep).write_config({"num_steps": 4, "grid": {"lr": [0.1]}})
+    with pytest.raises(landscape.records.WorkdirError, match=r"holds no paper's run \("):
+        importlib.import_module(f"landscape.{paper}").trained_point(sweep)

@@ -160,6 +160,7 @@ def test_slices_and_paths_pick_a_batch_size_that_fits(monkeypatch):
         chosen.append(batch_size)
         return original(objective, controls, inputs, weights, batch_size)
 
+    spy.lower = original.lower  # the program's memory is measured before it runs
     monkeypatch.setattr(geometry, "_losses_at", spy)
     monkeypatch.setattr(memory, "available_memory_bytes", lambda: 5 * each)
     u, v = _zeros_like(point, b=1.0), _zeros_like(point, e=np.ones(4))
@@ -311,3 +312,38 @@ def test_mistakes_are_named():
         slices.slice_2d(two, {"x": [1.0, 0.0]}, {"x": [0.0, 1.0]}, grid, grid, batch_size=0)
     with pytest.raises(TypeError, match="random key"):
         geometry.random_direction(two, None)
+
+
+def test_a_large_slice_is_split_by_the_memory_of_its_rows(monkeypatch):
+    """A layer tanh(W x) summed: one evaluation holds only its activations, but each row of the
+    vmapped grid also holds its own W (8 times more here). The batches count both, so a
+    41 x 41 grid goes in batches of 100 rows where the memory has room for 100 such rows (one
+    evaluation's bytes alone would have put 9 times as many at once), and on the CPU in batches
+    of CPU_BATCH_BYTES; the losses are those of a run in batches of 7."""
+    rng = np.random.default_rng(3)
+    x = jnp.asarray(rng.normal(size=(120, 16)))
+    point = landscape.Point(
+        {"W": jnp.asarray(rng.normal(size=(120, 120)) / 11)},
+        objective=lambda p, x: jnp.sum(jnp.tanh(p["W"] @ x)),
+        inputs=x,
+    )
+    u, v = {"W": rng.normal(size=(120, 120))}, {"W": rng.normal(size=(120, 120))}
+    alphas, betas = np.linspace(-1.0, 1.0, 41), np.linspace(-1.0, 1.0, 41)
+    each = budget.loss_bytes(point) + 120 * 120 * 8
+    assert each > 8 * budget.loss_bytes(point)
+    chosen = []
+    original = budget.rows_per_batch
+    monkeypatch.setattr(
+        budget, "rows_per_batch", lambda *a, **k: chosen.append(original(*a, **k)) or chosen[-1]
+    )
+    monkeypatch.setattr(memory, "available_memory_bytes", lambda: 2 * 100.5 * each)
+    result = slices.slice_2d(point, u, v, alphas, betas)
+    monkeypatch.setattr(memory, "available_memory_bytes", lambda: 1e12)
+    monkeypatch.setattr(budget, "CPU_BATCH_BYTES", 50 * each)
+    capped = slices.slice_2d(point, u, v, alphas, betas)
+    small = slices.slice_2d(point, u, v, alphas, betas, batch_size=7)
+    assert chosen == [100, 50]  # 1682 rows in batches
+    # sums of 1920 tanh values of size up to 1, summed in another order: float64 rounding ~1e-13
+    np.testing.assert_allclose(result.losses, small.losses, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(capped.losses, small.losses, rtol=0, atol=1e-12)
+    assert abs(result.center_loss - small.center_loss) < 1e-12

@@ -132,3 +132,56 @@ def test_chunked_ngram_snapshot_matches_the_whole_test_set():
     whole, chunked = both(params)
     np.testing.assert_allclose(loss_and_norm(chunked), loss_and_norm(whole), rtol=1e-4)
     chex.assert_trees_all_close(chunked[0][1], whole[0][1], rtol=1e-4, atol=1e-7)
+
+
+def _write(path, text):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def test_the_memory_available_is_the_least_room_under_every_cgroup_limit(tmp_path):
+    """A fake /proc and /sys/fs/cgroup: the process's own v2 cgroup (a Slurm step) sets no limit,
+    its parent (the job) 8 GB holding 5 GB of which 1 GB page cache it can drop: 4 GB of room,
+    less than MemAvailable (16 GB); a v1 memory cgroup of 3 GB holding 1 GB gives 2 GB."""
+    proc, sys_cgroup = tmp_path / "proc", tmp_path / "cgroup"
+    _write(proc / "meminfo", "MemTotal:       33554432 kB\nMemAvailable:   16777216 kB\n")
+    _write(proc / "self/cgroup", "0::/slurm/job_7/step_0\n")
+    _write(sys_cgroup / "cgroup.controllers", "cpu memory\n")
+    _write(sys_cgroup / "memory.stat", "anon 1\n")  # the root: no memory.max
+    job = sys_cgroup / "slurm/job_7"
+    _write(job / "memory.max", f"{8 * 2**30}\n")
+    _write(job / "memory.current", f"{5 * 2**30}\n")
+    _write(job / "memory.stat", f"anon {4 * 2**30}\ninactive_file {2**30}\nactive_file 0\n")
+    _write(job / "step_0/memory.max", "max\n")
+    _write(job / "step_0/memory.current", f"{2**30}\n")
+    assert memory._available(proc, sys_cgroup) == 4 * 2**30
+    _write(job / "memory.max", "max\n")
+    assert memory._available(proc, sys_cgroup) == 16 * 2**30  # no limit: MemAvailable
+    # cgroup v1 (and a v2 line on a hybrid mount without a limit)
+    _write(proc / "self/cgroup", "4:memory:/batch/1\n0::/\n")
+    _write(sys_cgroup / "memory/batch/1/memory.limit_in_bytes", f"{3 * 2**30}\n")
+    _write(sys_cgroup / "memory/batch/1/memory.usage_in_bytes", f"{2**30}\n")
+    _write(sys_cgroup / "memory/memory.limit_in_bytes", "9223372036854771712\n")  # v1's none
+    assert memory._available(proc, sys_cgroup) == 2 * 2**30
+    assert memory._available(tmp_path / "none", tmp_path / "none") == float("inf")
+
+
+def test_the_memory_available_respects_the_address_space_limit():
+    """A process under `ulimit -v` (RLIMIT_AS) 1 GB above the address space it has: about 1 GB
+    is available, whatever the machine's free memory."""
+    import subprocess
+    import sys
+
+    code = (
+        "import resource\n"
+        "from landscape.engine import memory\n"
+        "status = open('/proc/self/status').read().split('VmSize:')[1].split()[0]\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (int(status) * 1024 + 2**30, "
+        "resource.RLIM_INFINITY))\n"
+        "print(memory.available_memory_bytes())\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    available = float(out.stdout.strip())
+    assert 0.9 * 2**30 < available <= 2**30

@@ -105,3 +105,30 @@ def test_mixed_dtypes_are_refused_and_the_cast_gives_the_pure_verdict():
     recast = landscape.hessian_at(_saddle_point(jnp.float64, jnp.float64).with_params(cast))
     assert pure.verdict() == single.verdict() == recast.verdict()
     assert pure.kind() is landscape.Curvature.SADDLE
+
+
+def test_records_load_of_a_run_stopped_at_a_non_finite_loss_says_so(tmp_path):
+    """A run stopped at a non-finite loss has no result to load: records.load says the step it
+    stopped at (summary.json's) in one sentence, and its rows up to then are in metrics.jsonl."""
+    problem = training.Problem(
+        init=lambda key, hp: {"w": jnp.ones(2)},
+        loss=lambda params, key, hp: (jnp.sum(params["w"] ** 4), {}),
+        learning_rates=lambda hp: hp["lr"],
+    )
+    grid = sweeps.Grid.make({"lr": [10.0]}, seeds=[0])
+    with pytest.raises(training.NonFiniteLossError) as stopped:
+        _run(problem, grid, workdir=tmp_path / "w")
+    step = stopped.value.step
+    assert json.loads((tmp_path / "w" / "summary.json").read_text())["step"] == step
+    with pytest.raises(ValueError) as info:
+        landscape.records.load(tmp_path / "w")
+    assert str(info.value) == (
+        f"{tmp_path / 'w'}: the run stopped at a non-finite loss at step {step}, so it holds no "
+        "result to load, only its metrics.jsonl rows up to then (pandas.read_json(path, "
+        "lines=True))."
+    )
+    lines = (tmp_path / "w" / "metrics.jsonl").read_text().splitlines()
+    rows = [json.loads(line) for line in lines]
+    before = [r for r in rows if r["step"] < step]
+    assert [r["step"] for r in before] == list(range(0, step, 2)) and step > 2
+    assert np.isfinite(before[-1]["loss"])  # the last logged loss before the stop

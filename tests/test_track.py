@@ -6,6 +6,7 @@ import json
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 import pytest
 
@@ -13,6 +14,7 @@ import landscape
 from landscape import point as point_lib
 from landscape.engine import config as config_lib
 from landscape.engine import memory, records, sweeps, training
+from landscape.engine import track as track_lib
 
 DIM = 6
 RNG = np.random.default_rng(7)
@@ -45,8 +47,10 @@ def cosine_problem():
 
 
 def track(**kw):
-    kw = dict(dict(every=4, num_lanczos=DIM), **kw)
-    return landscape.Track(loss=lambda params, hp: cosine_loss(params["w"]), **kw)
+    kw = dict(
+        dict(every=4, num_lanczos=DIM, loss=lambda params, hp: cosine_loss(params["w"])), **kw
+    )
+    return landscape.Track(**kw)
 
 
 def optim():
@@ -281,6 +285,11 @@ def test_bad_arguments_get_one_sentence():
         (dict(params_every=True), TypeError, "params_every = True: must be an integer"),
         (dict(track=track(every=3)), ValueError, "track.every = 3 must be a multiple of log_"),
         (dict(track="lanczos"), TypeError, "track = 'lanczos': must be a landscape.Track"),
+        (
+            dict(track=track(every=16)),
+            ValueError,
+            "track.every = 16 exceeds the run's num_steps = 8: only step 0 would be tracked",
+        ),
     ):
         with pytest.raises(error, match=match):
             run(num_steps=8, **kw)
@@ -327,3 +336,66 @@ def test_point_renamed_and_replaced():
     moved = base.with_params({"w": jnp.ones(DIM)}, name="moved", meta={})
     assert moved.name == "moved" and dict(moved.meta) == {}
     assert base.with_params({"w": jnp.ones(DIM)}).name == "construction"
+
+
+def test_a_track_every_beyond_the_configs_steps_is_one_sentence():
+    cfg = ml_collections.ConfigDict(
+        {"train": dict(num_steps=8, log_every=2, **track_lib.default_tracking())}
+    )
+    cfg.train.track_every = 16
+    with pytest.raises(config_lib.ConfigError, match=r"train.track_every = 16: .* at most "):
+        track_lib.validate_tracking(cfg)
+    cfg.train.track_every = 8
+    track_lib.validate_tracking(cfg)
+
+
+def test_one_loss_rule_across_track_point_and_result_point():
+    """Track takes loss(params, hparams) or loss(params) (and with batches loss(params,
+    hparams, batch) or loss(params, batch)), told apart by the positional arguments; the same
+    results either way. result.point takes either, filling in the run's hyperparameters; Point
+    refuses a loss of the wrong form in one sentence naming the argument."""
+
+    def short(p):
+        return cosine_loss(p["w"])
+
+    with_hp = run(num_steps=4, track=track(), params_every=0)
+    without = run(num_steps=4, track=track(loss=short), params_every=0)
+    for name in ("lambda_min", "lambda_max", "track_loss"):
+        np.testing.assert_array_equal(with_hp.metrics[name], without.metrics[name])
+    M = jnp.asarray(RNG.normal(size=(8, DIM)))
+    batched = [
+        landscape.Track(loss=f, every=2, num_lanczos=DIM, batches=landscape.batches(M, 2))
+        for f in (
+            lambda p, hp, rows: jnp.sum((rows @ p["w"]) ** 2),
+            lambda p, rows: jnp.sum((rows @ p["w"]) ** 2),
+        )
+    ]
+    first, second = (run(num_steps=2, track=t, params_every=0) for t in batched)
+    np.testing.assert_array_equal(first.metrics["lambda_max"], second.metrics["lambda_max"])
+    point = with_hp.point(2, lambda p, hp: hp["lr"] * cosine_loss(p["w"]))
+    final = with_hp.final_params["w"][2]
+    assert point.loss() == pytest.approx(0.1 * float(cosine_loss(final)), rel=1e-12)
+    assert with_hp.point(2, short).loss() == pytest.approx(float(cosine_loss(final)), rel=1e-12)
+    for bad, match in (
+        (dict(loss_fn=lambda p, hp: 0.0), r"loss_fn: .* cannot be called as loss_fn\(params\); "),
+        (dict(objective=lambda p: 0.0, inputs=()), r"objective: .* as objective\(params, inp"),
+    ):
+        with pytest.raises(TypeError, match=match):
+            point_lib.Point({"w": jnp.zeros(DIM)}, **bad)
+    with pytest.raises(TypeError, match=r"loss: .* as loss\(params, hparams\) or loss\(params\)"):
+        landscape.Track(loss=lambda a, b, c, d: 0.0, every=2)
+
+
+def test_a_tracked_loss_of_the_wrong_output_or_hyperparameter_is_one_sentence():
+    """Checked while the chunk is traced, before any step runs."""
+    for loss, error, match in (
+        (lambda p: p["w"], TypeError, r"track.loss returned an array of shape \(6,\) and dtype"),
+        (
+            lambda p, hp: hp["beta"] * cosine_loss(p["w"]),
+            ValueError,
+            r"track.loss reads hparams\['beta'\], which this run does not have \(its "
+            r"hyperparameters: lr\)\.",
+        ),
+    ):
+        with pytest.raises(error, match=match):
+            run(num_steps=2, chunk_steps=2, params_every=0, track=track(loss=loss, every=2))

@@ -291,6 +291,30 @@ def load_config_json(path: str | pathlib.Path) -> dict[str, Any]:
     return data
 
 
+# the config group only each paper's runs have (config.json is the whole resolved config)
+PAPER_GROUPS = dict(markov="chain", ngrams="stationarity", recall="flow", scan_snap="theory")
+
+
+def paper_config(workdir: str | pathlib.Path, paper: str) -> dict[str, Any]:
+    """The config.json of a run of `paper` (`python -m experiments.<paper>`); one sentence
+    naming the workdir's paper and the function to give it to when it holds another's."""
+    config = load_config_json(pathlib.Path(workdir) / "config.json")
+    if PAPER_GROUPS[paper] in config:
+        return config
+    asked = f"landscape.{paper}.trained_point"
+    other = next((p for p, group in PAPER_GROUPS.items() if group in config), None)
+    if other is not None:
+        raise WorkdirError(
+            f"workdir {workdir} holds a {other} run: give it to landscape.{other}.trained_point, "
+            f"not {asked}."
+        )
+    raise WorkdirError(
+        f"workdir {workdir} holds no paper's run ({asked} reads the workdirs of python -m "
+        f"experiments.{paper}): load a sweep's with landscape.records.load(workdir).point(run, "
+        "loss)."
+    )
+
+
 def _json_object(file: pathlib.Path, what: str) -> dict[str, Any]:
     """The JSON object in `file`; WorkdirError (one sentence naming the file) otherwise."""
     try:

@@ -37,7 +37,7 @@ def check_arguments(params_every: int, track: Any, num_steps: int, log_every: in
         return
     if not isinstance(track, Track):
         raise TypeError(f"track = {track!r}: must be a landscape.Track or None.")
-    track.check_cadence(log_every)
+    track.check_cadence(log_every, num_steps)
 
 
 def check_metric_names(track: Track | None, metrics: Any) -> None:

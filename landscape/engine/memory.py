@@ -6,6 +6,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import pathlib
+import resource
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -29,26 +31,71 @@ class MemoryEstimate:
 
 
 def available_memory_bytes() -> float:
-    """Memory this process may still take: MemAvailable of /proc/meminfo, capped by a cgroup
-    limit where one is set; inf where neither can be read (then nothing is refused)."""
-    available = math.inf
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    available = float(line.split()[1]) * 1024
-                    break
-    except OSError:
-        pass
-    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
-        try:
-            with open(path) as f:
-                text = f.read().strip()
-        except OSError:
+    """Memory this process may still take: the least of MemAvailable (/proc/meminfo), the room
+    left under its own cgroup's memory limit and those of the cgroups above it (v2 memory.max,
+    v1 memory.limit_in_bytes, less what they hold but could reclaim), and under its address-space
+    limit (`ulimit -v`, RLIMIT_AS, less the address space it has); inf where none can be read."""
+    return _available(pathlib.Path("/proc"), pathlib.Path("/sys/fs/cgroup"))
+
+
+def _available(proc: pathlib.Path, cgroup: pathlib.Path) -> float:
+    available = _kilobytes(_fields(proc / "meminfo", ":").get("MemAvailable", ""))
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft != resource.RLIM_INFINITY:
+        held = _kilobytes(_fields(proc / "self/status", ":").get("VmSize", "0 kB"))
+        available = min(available, soft - (held if math.isfinite(held) else 0.0))
+    return min(available, _cgroup_room(proc, cgroup))
+
+
+def _cgroup_room(proc: pathlib.Path, root: pathlib.Path) -> float:
+    """The least room under the memory limits of this process's cgroups (/proc/self/cgroup) and
+    of every cgroup above them, in the hierarchy mounted at `root` (v2, or v1's memory/)."""
+    room = math.inf
+    for line in _read(proc / "self/cgroup").splitlines():
+        _, _, rest = line.partition(":")
+        controllers, _, path = rest.partition(":")
+        if controllers == "":  # v2: the whole tree at root (root/unified on a hybrid mount)
+            base = root if (root / "cgroup.controllers").exists() else root / "unified"
+            files = ("memory.max", "memory.current", "inactive_file")
+        elif "memory" in controllers.split(","):
+            base = root / "memory"
+            files = ("memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file")
+        else:
             continue
-        if text.isdigit() and int(text) < 2**60:
-            available = min(available, float(text))
-    return available
+        parts = [part for part in path.split("/") if part]
+        for depth in range(len(parts) + 1):
+            room = min(room, _room(base.joinpath(*parts[:depth]), *files))
+    return room
+
+
+def _room(folder: pathlib.Path, limit_file: str, usage_file: str, reclaimable: str) -> float:
+    """limit - (usage - reclaimable page cache) of one cgroup; inf where it sets no limit."""
+    limit = _read(folder / limit_file).strip()
+    if not limit.isdigit() or int(limit) >= 2**60:  # "max", unreadable, or v1's "no limit"
+        return math.inf
+    usage = _read(folder / usage_file).strip()
+    cache = _fields(folder / "memory.stat", " ").get(reclaimable, "0").strip()
+    held = int(usage) - (int(cache) if cache.isdigit() else 0) if usage.isdigit() else 0
+    return float(int(limit) - max(held, 0))
+
+
+def _fields(path: pathlib.Path, separator: str) -> dict[str, str]:
+    """{name: value} of a file of "name<separator>value" lines (/proc/meminfo, memory.stat)."""
+    lines = (line.partition(separator) for line in _read(path).splitlines())
+    return {name: value for name, _, value in lines}
+
+
+def _read(path: pathlib.Path) -> str:
+    try:
+        return path.read_text()
+    except (OSError, UnicodeDecodeError):
+        return ""
+
+
+def _kilobytes(text: str) -> float:
+    """ "123 kB" (a /proc field) in bytes; inf where it is not one."""
+    number = text.split()[:1]
+    return float(number[0]) * 1024 if number and number[0].isdigit() else math.inf
 
 
 def device_free_bytes(device: jax.Device | None = None) -> float:

@@ -53,6 +53,7 @@ from landscape.engine.result import RunResult
 # the workdir's integrity, where callers know it: records.verify, records.lock, ...
 LOCK, RECORD_FILES, verify = integrity.LOCK, integrity.RECORD_FILES, integrity.verify
 load_config_json, read_manifest = integrity.load_config_json, integrity.read_manifest
+paper_config = integrity.paper_config
 
 CLAIM_KINDS = ("paper", "sanity")
 
@@ -428,17 +429,26 @@ def load(path: str | pathlib.Path, cell: int | None = None) -> RunResult:
     """The `RunResult` of a finished run from its workdir (arrays.npz), from the CLI or a script:
     `result.point(run, loss, step=s)` and `result.params_at(s, run)` work on it as on the
     returned one. A run of several programs names each one's arrays "cell<i>_": pass `cell`."""
-    file = pathlib.Path(path) / "arrays.npz"
+    file, summary = pathlib.Path(path) / "arrays.npz", pathlib.Path(path) / "summary.json"
+    status = read_summary_json(summary) if summary.is_file() else {}  # its seconds too
+    arrays = read_npz(file) if file.is_file() else {}
+    cells = sorted({int(k[4:].split("_")[0]) for k in arrays if re.match(r"cell\d+_", k)})
+    prefix = f"cell{cell}_" if cells else ""
+    if f"{prefix}hparam_names" not in arrays and status.get("status", "complete") != "complete":
+        said = {"interrupted": "was interrupted", "running": "is running (or was killed)"}
+        raise ValueError(
+            f"{path}: the run {said.get(status['status'], status['status'])}"
+            + (f" at step {status['step']}" if "step" in status else "")
+            + ", so it holds no result to load, only its metrics.jsonl rows up to then "
+            "(pandas.read_json(path, lines=True))."
+        )
     if not file.is_file():
         raise FileNotFoundError(f"{path} holds no arrays.npz: give the workdir of a finished run.")
-    arrays = read_npz(file)
-    cells = sorted({int(k[4:].split("_")[0]) for k in arrays if re.match(r"cell\d+_", k)})
     if (cell is None and cells) or (cell is not None and cell not in (cells or [0])):
         raise ValueError(f"cell = {cell}: {path} holds the programs (cells) {cells or [0]}.")
-    summary = pathlib.Path(path) / "summary.json"  # its seconds: one program's, or a sum
-    recorded = read_summary_json(summary).get("seconds", {}) if summary.is_file() else {}
+    recorded = status.get("seconds", {})
     seconds = [np.nan if cells else recorded.get(k, np.nan) for k in ("compile", "run")]
-    return RunResult.from_arrays(arrays, f"cell{cell}_" if cells else "", seconds)
+    return RunResult.from_arrays(arrays, prefix, seconds)
 
 
 def require_same_config(stored: dict, given: dict, workdir: str) -> None:

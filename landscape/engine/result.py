@@ -4,6 +4,7 @@ one run as a `Point` for the probes."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -136,7 +137,14 @@ class RunResult:
         for name, value in run.items():
             match &= np.isclose(np.asarray(columns[name], np.float64), value)
         if match.sum() != 1:
-            raise KeyError(f"{dict(run)} matches {int(match.sum())} runs, not one.")
+            values = "; ".join(
+                f"{k} {', '.join(f'{v:g}' for v in np.unique(np.asarray(columns[k], float)))}"
+                for k in columns
+            )
+            raise KeyError(
+                f"run = {dict(run)} matches {int(match.sum())} runs, not one (the runs have "
+                f"{values}): name one by its hyperparameters and seed, or give its index."
+            )
         return int(np.flatnonzero(match)[0])
 
     def params_at(self, step: int, run: int | Mapping[str, float] | None = None) -> Params:
@@ -176,7 +184,7 @@ class RunResult:
     def point(
         self,
         run: int | Mapping[str, float],
-        loss: Callable[[Params], jax.Array] | tuple[Callable[[Params, Any], jax.Array], Any],
+        loss: Callable[..., jax.Array] | tuple[Callable[[Params, Any], jax.Array], Any],
         which: str = "final",
         dtype: Any = None,
         step: int | None = None,
@@ -184,8 +192,9 @@ class RunResult:
         """One run's initial or final parameters, or those at `step` (`params_at`), as a `Point`
         for the probes (hessian_at, ...), named after the run and step, with no prediction.
 
-        `loss` is loss_fn(params) -> scalar, or an (objective, inputs) pair, objective(params,
-        inputs) -> scalar (points of one model then share compiled programs). `run` is an index
+        `loss` is loss_fn(params) -> scalar, or a `Track`'s loss(params, hparams) (filled with
+        this run's hyperparameters), or an (objective, inputs) pair, objective(params, inputs)
+        -> scalar (points of one model then share compiled programs). `run` is an index
         or {hyperparameter or "seed": value}, e.g. {"lr": 0.1, "seed": 2}. `dtype`: the
         floating parameters cast to it (e.g. float64 for curvature, with x64 on).
         """
@@ -221,12 +230,27 @@ class RunResult:
         if isinstance(loss, tuple):
             objective, inputs = loss
             return point_lib.Point(params, name=name, objective=objective, inputs=inputs)
+        if _checks.takes(loss, 1) is False and _checks.takes(loss, 2):  # a Track's loss
+            hp = {k: jnp.asarray(v[index]) for k, v in self.hparams.items()}
+            return point_lib.Point(params, functools.partial(_with_hparams, loss, hp), name=name)
         return point_lib.Point(params, loss, name=name)
+
+
+def _with_hparams(loss: Callable[..., jax.Array], hp: dict[str, jax.Array], params: Params) -> Any:
+    return loss(params, hp)
 
 
 def _check_loss(loss: object) -> None:
     """A loss function, or an (objective, inputs) pair."""
     if callable(loss):
+        if _checks.takes(loss, 1) is False:
+            _checks.check_signature(
+                "loss",
+                loss,
+                2,
+                "loss(params) or loss(params, hparams)",
+                "give objective(params, inputs) as the pair (objective, inputs)",
+            )
         return
     if isinstance(loss, tuple) and len(loss) == 2 and callable(loss[0]):
         return

@@ -15,6 +15,7 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from landscape import _checks, linalg
+from landscape import point as point_lib
 from landscape.engine import config as config_lib
 
 Params = Any
@@ -30,7 +31,9 @@ class Track:
     the current parameters (whatever `metrics_at` says of the snapshots).
 
     loss: (params, hparams) -> scalar, a deterministic loss (an evaluation batch fixed in
-        advance, or a population loss), hparams the run's traced hyperparameters.
+        advance, or a population loss), hparams the run's traced hyperparameters; a loss that
+        reads no hyperparameters may be loss(params), as `Point` and `result.point` take it
+        (which form is read from the number of positional arguments the function takes).
     every: track at the steps 0, every, 2 every, ... (a multiple of the run's log_every).
     num_lanczos: Lanczos steps (Hessian-vector products) per probe; the extreme Ritz values
         converge first, so a few steps give lambda_min and lambda_max (from inside the spectrum).
@@ -39,11 +42,12 @@ class Track:
         -negative_below * max |Ritz value| (the mean over probes of their Gauss weights there).
     seed: the start vectors' key is fold_in(key(seed), step): the same for every run.
     batches: an evaluation set in batches (leaves with one leading axis of B batches, as
-        `landscape.batches` makes): the loss is then loss(params, hparams, batch), its mean over
-        the batches tracked with memory for one batch (`linalg.batched_gradient`).
+        `landscape.batches` makes): the loss is then loss(params, hparams, batch) (or
+        loss(params, batch), as a `Point`'s objective), its mean over the batches tracked with
+        memory for one batch (`linalg.batched_gradient`).
     """
 
-    loss: Callable[[Params, HParams], jax.Array]
+    loss: Callable[..., jax.Array]
     every: int
     num_lanczos: int = 10
     probes: int = 1
@@ -51,6 +55,8 @@ class Track:
     negative_below: float = 1e-4
     seed: int = 0
     batches: Any = dataclasses.field(default=None, compare=False, repr=False)
+    # whether the loss takes the hyperparameters (set from its signature)
+    _takes_hparams: bool = dataclasses.field(default=True, init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not callable(self.loss):
@@ -58,6 +64,12 @@ class Track:
                 f"loss = {self.loss!r}: must be a function (params, hparams) -> scalar loss, "
                 f"not {_checks.type_name(self.loss)}."
             )
+        full = 2 if self.batches is None else 3
+        if _checks.takes(self.loss, full) is False:
+            form = "(params, hparams)" if self.batches is None else "(params, hparams, batch)"
+            short = "(params)" if self.batches is None else "(params, batch)"
+            _checks.check_signature("loss", self.loss, full - 1, f"loss{form} or loss{short}")
+            object.__setattr__(self, "_takes_hparams", False)
         _checks.check_int("every", self.every, 1, "the steps between two tracked steps")
         _checks.check_int("num_lanczos", self.num_lanczos, 1, "Lanczos steps per probe")
         _checks.check_int("probes", self.probes, 1, "Lanczos runs from random starts")
@@ -67,6 +79,7 @@ class Track:
         )
         _checks.check_int("seed", self.seed, 0, "the key of the Lanczos start vectors")
         if self.batches is not None:
+            point_lib.check_not_listed("batches", self.batches)
             sizes = {np.shape(leaf)[:1] for leaf in jax.tree.leaves(self.batches)}
             if len(sizes) != 1 or sizes == {()}:
                 raise ValueError(
@@ -79,13 +92,23 @@ class Track:
         """The metrics this track records."""
         return TRACKED + (("negative_mass",) if self.negative_mass else ())
 
-    def check_cadence(self, log_every: int) -> None:
-        """ValueError unless `every` is a multiple of the run's snapshot cadence."""
+    def check_cadence(self, log_every: int, num_steps: int) -> None:
+        """ValueError unless `every` is a multiple of the run's snapshot cadence and at most its
+        number of steps (beyond it only step 0 would be tracked)."""
         if self.every % log_every:
             raise ValueError(
                 f"track.every = {self.every} must be a multiple of log_every = {log_every} "
                 "(curvature is tracked at snapshot steps)."
             )
+        if self.every > num_steps:
+            raise ValueError(
+                f"track.every = {self.every} exceeds the run's num_steps = {num_steps}: only "
+                f"step 0 would be tracked; give an every of at most {num_steps}."
+            )
+
+    def value(self, params: Params, hp: HParams, *batch: Any) -> jax.Array:
+        """The loss at `params` (on `batch` with batches), in whichever form it was given."""
+        return self.loss(params, hp, *batch) if self._takes_hparams else self.loss(params, *batch)
 
 
 def measure(track: Track, params: Params, hp: HParams, step: jax.Array) -> dict[str, jax.Array]:
@@ -93,10 +116,10 @@ def measure(track: Track, params: Params, hp: HParams, step: jax.Array) -> dict[
     the loss's gradient, then `probes` x `num_lanczos` Hessian-vector products."""
     flat, unravel = ravel_pytree(params)
     if track.batches is None:
-        value, grad, hvp = linalg.linearized_gradient(lambda x: track.loss(unravel(x), hp), flat)
+        value, grad, hvp = linalg.linearized_gradient(lambda x: track.value(unravel(x), hp), flat)
     else:
         value, grad, hvp, _ = linalg.batched_gradient(
-            lambda x, batch: track.loss(unravel(x), hp, batch),  # type: ignore[call-arg]
+            lambda x, batch: track.value(unravel(x), hp, batch),
             flat,
             track.batches,
         )
@@ -130,6 +153,7 @@ def measure_at(
     nothing); {} without a track."""
     if track is None:
         return {}
+    check_output(track, params, hp)
     shapes = jax.eval_shape(lambda: measure(track, params, hp, step))
     like = jax.tree.leaves(params)[0]
 
@@ -140,6 +164,33 @@ def measure_at(
         }
 
     return jax.lax.cond(step % track.every == 0, lambda: measure(track, params, hp, step), skipped)
+
+
+def check_output(track: Track, params: Params, hp: HParams) -> None:
+    """One sentence, while the chunk is traced, for a tracked loss that reads a hyperparameter
+    the run does not have or does not return one floating-point scalar."""
+    batch = () if track.batches is None else (jax.tree.map(lambda x: x[0], track.batches),)
+    try:
+        out = jax.eval_shape(lambda: track.value(params, hp, *batch))
+    except KeyError as error:
+        name = error.args[0] if error.args else None
+        if not isinstance(name, str) or name in hp:
+            raise
+        raise ValueError(
+            f"track.loss reads hparams[{name!r}], which this run does not have (its "
+            f"hyperparameters: {', '.join(sorted(hp)) or 'none'})."
+        ) from None
+    shape, dtype = getattr(out, "shape", None), getattr(out, "dtype", None)
+    if shape != () or dtype is None or not jnp.issubdtype(dtype, jnp.floating):
+        what = (
+            f"a {_checks.type_name(out)}"
+            if shape is None
+            else f"an array of shape {shape} and dtype {dtype}"
+        )
+        raise TypeError(
+            f"track.loss returned {what}: it must return one floating-point scalar (reduce it, "
+            "e.g. jnp.mean, or return the loss alone)."
+        )
 
 
 def default_tracking() -> dict[str, Any]:
@@ -161,13 +212,14 @@ def validate_tracking(cfg: Any) -> None:
     for field in ("params_every", "track_every"):
         r(cfg, f"train.{field}", low=0, integer=True)
         value = t[field]
-        divides = field == "track_every" or t.num_steps % max(value, 1) == 0
+        fits = t.num_steps % max(value, 1) == 0 if field == "params_every" else value <= t.num_steps
         config_lib.require(
-            value == 0 or (value % t.log_every == 0 and divides),
+            value == 0 or (value % t.log_every == 0 and fits),
             f"train.{field}",
             value,
             f"0 (off) or a multiple of train.log_every = {t.log_every}"
-            + (f" that divides train.num_steps = {t.num_steps}" if field == "params_every" else ""),
+            + (" that divides" if field == "params_every" else " at most")
+            + f" train.num_steps = {t.num_steps}",
         )
     r(cfg, "train.track_lanczos", low=1, integer=True)
     r(cfg, "train.track_probes", low=1, integer=True)

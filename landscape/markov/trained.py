@@ -33,7 +33,7 @@ def trained_point(
     `num_sequences` drawn from `key` (points.population_inputs), in float64 when x64 is on.
     Named after the run and step; no theory's prediction. Steps other than the first and last
     need the run's train.params_every."""
-    config = records.load_config_json(pathlib.Path(workdir) / "config.json")
+    config = records.paper_config(workdir, "markov")
     cfg = config_lib.program_config(config, experiment.TRACED, cell)
     if jax.config.read("jax_enable_x64"):
         cfg.train.dtype = "float64"  # the point's model computes in its parameters' dtype

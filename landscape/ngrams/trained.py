@@ -28,7 +28,7 @@ def trained_point(
     population_set(task, num_sequences, seed) (theta_star's default set), in float64 when x64 is
     on. Named after the run and step ("run 0 (optim.lr=0.01, seed 0), step 3072"); no theory's
     prediction. Steps other than the first and last need the run's train.params_every."""
-    config = records.load_config_json(pathlib.Path(workdir) / "config.json")
+    config = records.paper_config(workdir, "ngrams")
     cfg = config_lib.program_config(config, schema.TRACED, cell)
     if jax.config.read("jax_enable_x64"):
         cfg.train.dtype = "float64"  # the point's model computes in its parameters' dtype

@@ -239,7 +239,10 @@ def _check_arguments(
     if num_iters is not None:
         _checks.check_int("num_iters", num_iters, 1, "Lanczos steps per run")
     if tol is not None:
-        _checks.check_real("rtol", tol, low=0, low_open=True, meaning="relative Ritz residual")
+        meaning = "relative Ritz residual; at 1 any vector's residual passes"
+        _checks.check_real(
+            "rtol", tol, low=0, high=1, low_open=True, high_open=True, meaning=meaning
+        )
     if max_restarts is not None:
         _checks.check_int("max_restarts", max_restarts, 1, "the most Lanczos runs")
     dim = points[0].num_params

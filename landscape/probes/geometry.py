@@ -27,6 +27,7 @@ from landscape.typing import PyTree
 
 Objective = Callable[[PyTree, PyTree], jax.Array]
 OPTIMIZERS = ("adam", "sgd")
+PROBE_ROWS = 8  # rows of the program whose memory sizes a grid's batches
 FITTED_FRACTION = 0.25  # the last quarter of the Bézier fit's steps estimate its expected loss
 
 
@@ -68,13 +69,24 @@ def evaluate(
     """The losses of `point`'s model at the combinations weights_TK of `controls`; batch_size
     None: all rows at once if they fit in memory, else as many as fit (`budget.rows_per_batch`,
     a MemoryError in one sentence when not one does)."""
-    if batch_size is None:
-        batch_size = budget.rows_per_batch(point, len(weights_TK), caller)
     objective, inputs = point.shared
     weights = jnp.asarray(np.asarray(weights_TK, np.float64))
-    return np.asarray(
-        _losses_at(objective, compiled.stack_trees(*controls), inputs, weights, batch_size)
-    )
+    stacked = compiled.stack_trees(*controls)
+    if batch_size is None:
+        each = _row_bytes(objective, stacked, inputs, weights)
+        batch_size = budget.rows_per_batch(point, len(weights_TK), caller, row_bytes=each)
+    return np.asarray(_losses_at(objective, stacked, inputs, weights, batch_size))
+
+
+def _row_bytes(objective: Objective, controls: PyTree, inputs: PyTree, weights: jax.Array) -> float:
+    """Bytes per row of the vmapped loss program, measured on PROBE_ROWS rows (their parameters
+    and activations side by side, which one evaluation alone does not show)."""
+    rows = min(PROBE_ROWS, weights.shape[0])
+    leaves, treedef = jax.tree.flatten((controls, inputs))
+    shapes = tuple((np.shape(x), str(jnp.result_type(x))) for x in leaves)
+    probe = weights[:rows]
+    lowered = functools.partial(_losses_at.lower, objective, controls, inputs, probe, None)
+    return budget.program_bytes(lowered, (objective, treedef, shapes, probe.shape)) / rows
 
 
 # ----------------------------------------------------------------------------- checks

@@ -208,8 +208,10 @@ def hvp_flat(point: Point) -> tuple[jax.Array, Callable[[Any], jax.Array]]:
         point: a `Point`.
 
     Returns:
-        (x0, matvec): the flat params (D,) in `ravel_pytree` order and v (D,) -> H v (D,),
-        compiled once per model.
+        (x0, matvec): the flat params (D,) in `ravel_pytree` order and v (D,) or (D, 1) -> H v
+        of the same shape, compiled once per model. A real v of any dtype is cast to the
+        params' (scipy's `LinearOperator` probes its operator with an int8 vector), so
+        `LinearOperator((D, D), matvec, dtype=x0.dtype)` serves `scipy.sparse.linalg.eigsh`.
     """
     check_point(point, "hvp_flat")
     objective, inputs = point.shared
@@ -217,8 +219,20 @@ def hvp_flat(point: Point) -> tuple[jax.Array, Callable[[Any], jax.Array]]:
     x0 = ravel_pytree(params)[0]
 
     def matvec(v: Any) -> jax.Array:
-        vector = _flat_vector(v, x0.size, x0.dtype)
-        return compiled.hvp_of_flat(objective, params, inputs, vector)
+        shape = np.shape(v)
+        if shape not in ((x0.size,), (x0.size, 1)):
+            raise ValueError(
+                f"v has shape {shape}: must be ({x0.size},) or ({x0.size}, 1), one entry per "
+                "parameter."
+            )
+        v_dtype = np.dtype(getattr(v, "dtype", None) or np.asarray(v).dtype)
+        if not (np.issubdtype(v_dtype, np.floating) or np.issubdtype(v_dtype, np.integer)):
+            raise TypeError(
+                f"v has dtype {v_dtype}: must be real numbers (cast to the params' dtype, "
+                f"{x0.dtype})."
+            )
+        vector = jnp.asarray(v, x0.dtype).reshape(x0.size)
+        return compiled.hvp_of_flat(objective, params, inputs, vector).reshape(shape)
 
     return x0, matvec
 

@@ -230,7 +230,8 @@ class Hessian:
 
     def summary(self, tol: float | None = None, grad_tol: float | None = None) -> dict[str, Any]:
         """One row: the point, D, dtype, kind, whether the point is stationary ("exact", "near"
-        with its critical point `critical_distance` away, or "no"), loss, gradient norm, the
+        with its critical point `critical_distance` away, or "no"; "non-finite" with a NaN
+        distance where the loss, gradient or Hessian is not finite), loss, gradient norm, the
         extreme eigenvalues, the negative, zero and positive counts at the tolerance."""
         kind = self.kind(tol, grad_tol)
         near = (
@@ -239,6 +240,8 @@ class Hessian:
             else self.near_stationary(tol, grad_tol)
         )
         stationary = "exact" if near is None else ("near" if near.trusted else "no")
+        # NaN where no critical point is located (a non-finite loss, gradient or Hessian)
+        distance = np.nan if not self.finite else (0.0 if near is None else near.distance)
         tol = self.tolerance(tol)
         finite_matrix = bool(np.all(np.isfinite(self.matrix)))
         negative, zero, positive = (
@@ -250,7 +253,7 @@ class Hessian:
             self.matrix.dtype,
             kind=kind.value,
             stationary=stationary if self.finite else "non-finite",
-            critical_distance=0.0 if near is None else near.distance,
+            critical_distance=distance,
             loss=self.gradient.loss,
             grad_norm=self.gradient.norm,
             lambda_min=self.lambda_min,

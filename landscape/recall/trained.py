@@ -28,7 +28,7 @@ def trained_point(
     on flow.evaluation_loss (the snapshots' eval_loss; `eval_size` token sequences where no
     closed form exists). Named after the run and step; no theory's prediction. Steps other than
     the first and last need the run's train.params_every."""
-    config = records.load_config_json(pathlib.Path(workdir) / "config.json")
+    config = records.paper_config(workdir, "recall")
     if config.get("experiment") != "sgd":
         raise ValueError(
             f"{workdir} holds a {config.get('experiment')!r} run: trained points are the SGD "

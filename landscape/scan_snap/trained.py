@@ -24,7 +24,7 @@ def trained_point(
     Point on its task's population loss, with the Gauss-Newton split, in float64 when x64 is
     on. Named after the run and step; no theory's prediction. Steps other than the first and
     last need the run's train.params_every."""
-    config = records.load_config_json(pathlib.Path(workdir) / "config.json")
+    config = records.paper_config(workdir, "scan_snap")
     if config.get("experiment") != "train":
         raise ValueError(
             f"{workdir} holds a {config.get('experiment')!r} run: trained points are the Y/Z "
