@@ -22,19 +22,17 @@ import logging
 import pathlib
 import shlex
 import shutil
-import signal
 import sys
 import tempfile
 import time
 import traceback
 import types
-from collections.abc import Iterator
 from typing import Any, cast
 
 import ml_collections
 from absl import flags
 
-from experiments import host
+from experiments import host, stops
 from landscape.engine import backend, records, training
 from landscape.engine import config as config_lib
 from landscape.engine import host as landscape_host
@@ -163,13 +161,9 @@ def _run_in(experiment: Experiment, cfg: Any, workdir: records.Workdir, path: pa
     if jax.process_count() > 1:  # process 0's workdir, which every process resumes from
         resume_line += " (on every process, with its multi-process flags)"
     training.clear_stop()
-    workdir.write_status(
-        "running",
-        started=(workdir.provenance or {}).get("time"),  # stays if killed
-        resume=resume_line,
-    )
-    with _stop_on_signals():
+    with stops.on_signals():
         try:
+            stops.start_records(workdir, cfg, resume_line)  # config.json first
             experiment.run(cfg, workdir, **({} if primary else {"progress": None}))
         except training.Interrupted as stop:
             workdir.write_status("interrupted", step=stop.step, resume=resume_line)
@@ -189,6 +183,8 @@ def _run_in(experiment: Experiment, cfg: Any, workdir: records.Workdir, path: pa
                 "stopped at a non-finite loss", step=error.step, message=str(error)
             )
             return _fail(f"Stopped: {error}", EXIT_FAILED)
+        except records.DiskFullError as error:  # the workdir is left for --resume
+            return _fail(stops.disk_full(error, workdir, resume_line), EXIT_FAILED)
         except config_lib.ConfigError as error:  # e.g. XLA's memory analysis after compiling
             workdir.write_status("failed", message=str(error))
             return _fail(str(error), EXIT_USAGE)
@@ -548,37 +544,6 @@ def _start_backend(experiment: Experiment, cfg: ml_collections.ConfigDict) -> st
 
         jax.config.update("jax_enable_x64", True)
     return settings.compilation_cache
-
-
-@contextlib.contextmanager
-def _stop_on_signals() -> Iterator[None]:
-    """First Ctrl-C / SIGTERM: stop training at the next chunk boundary (outside a training
-    loop: at once); a second one: at once."""
-    asked: list[int] = []
-
-    def handler(signum: int, frame: types.FrameType | None) -> None:
-        if asked or not training.request_stop():
-            raise KeyboardInterrupt
-        asked.append(signum)
-        print(
-            f"\n{signal.Signals(signum).name}: stopping at the next chunk boundary "
-            "(again to stop at once)",
-            file=sys.stderr,
-            flush=True,
-        )
-
-    previous: dict[signal.Signals, Any] = {}
-    try:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            previous[sig] = signal.signal(sig, handler)
-    except ValueError:  # not the main thread: leave signals alone
-        pass
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
-        training.clear_stop()
 
 
 def provenance(argv: list[str], **extra: Any) -> dict[str, Any]:

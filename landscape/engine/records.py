@@ -33,6 +33,10 @@ from landscape.engine.checkpoints import (
     Checkpoint,
     atomic,
     latest_checkpoint_metrics_bytes,
+    space_for,
+)
+from landscape.engine.checkpoints import (
+    DiskFullError as DiskFullError,  # re-exported: a record the disk had no space for
 )
 from landscape.engine.integrity import (
     MANIFEST,
@@ -207,8 +211,9 @@ class Workdir:
     def append_metrics(self, rows: list[dict[str, Any]]) -> None:
         data = "".join(json.dumps(_jsonable(row)) + "\n" for row in rows).encode()
         self.metrics_sha256()  # the hash of what is there before this chunk
-        with open(self.file("metrics.jsonl"), "ab") as f:  # one write per chunk of rows
-            f.write(data)
+        file = self.file("metrics.jsonl")
+        with space_for(file), open(file, "ab") as f:  # one write per chunk of rows (a resume
+            f.write(data)  # cuts what a full disk left of one back to the checkpoint)
             f.flush()
         self._metrics_hash.update(data)
 
