@@ -443,3 +443,17 @@ def test_metrics_rows_that_do_not_fit_name_the_file(tmp_path):
     assert error.value.filename == str(tmp_path / "metrics.jsonl")
     assert error.value.strerror == "File too large"
 
+
+@pytest.mark.parametrize("argument", ["--workdir", "--config.name"])
+def test_a_name_longer_than_the_filesystem_takes_is_refused_first(tmp_path, capsys, argument):
+    """A folder name of 300 bytes (Errno 36 at the first write): one sentence naming the
+    argument, before anything is created."""
+    long = "n" * 300
+    value = str(tmp_path / long / "run") if argument == "--workdir" else long
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(tmp_path)  # where runs/<config.name>/ would go
+        status = _main(*ARGS, f"{argument}={value}")
+    sentence = _one_sentence(status, capsys, "is 300 bytes long, more than the 255")
+    named = "--workdir" if argument == "--workdir" else "config.name"
+    assert sentence.startswith(f"{named}: the name nnnn"), sentence
+    assert list(tmp_path.iterdir()) == []

@@ -383,6 +383,7 @@ class Workdir:
 def new_path(name: str, root: str | pathlib.Path = "runs") -> pathlib.Path:
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
     path = pathlib.Path(root) / name / stamp
+    integrity.check_name_lengths(path, "config.name")
     suffix = 1
     while path.exists():
         path, suffix = pathlib.Path(root) / name / f"{stamp}-{suffix}", suffix + 1
@@ -403,6 +404,7 @@ def check_path(
     path = pathlib.Path(path)
     if overwrite and resume:
         raise WorkdirError("--overwrite and --resume exclude each other: pick one.")
+    integrity.check_name_lengths(path, "--workdir")
     if path.exists() and not path.is_dir():
         raise WorkdirError(f"--workdir={path} is a file, not a folder: give a folder path.")
     existing = path
