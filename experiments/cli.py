@@ -33,7 +33,7 @@ import ml_collections
 from absl import flags
 
 from experiments import host, stops
-from landscape.engine import backend, records, training
+from landscape.engine import backend, distributed, records, training
 from landscape.engine import config as config_lib
 from landscape.engine import host as landscape_host
 from landscape.engine import provenance as provenance_lib
@@ -95,6 +95,10 @@ def main(experiment: Experiment, argv: list[str]) -> int:
     validated = time.perf_counter() - started
 
     cache = _start_backend(experiment, cfg)
+    try:  # over several processes: every one runs this config, or none trains
+        distributed.same_config(cfg.to_dict())
+    except config_lib.ConfigError as error:
+        return _fail(str(error), EXIT_USAGE)
     forced = host.FORMULATIONS.value
     with backend.tuning(forced) if forced else contextlib.nullcontext():
         return _run(experiment, argv, cfg, workdir_path, validated, cache)

@@ -11,6 +11,8 @@ import time
 
 import pytest
 
+from tests.test_distributed import _free_port, _start
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 POOL = """\
@@ -60,3 +62,31 @@ def test_the_pools_workers_end_with_their_parent(sig):
     finally:
         parent.kill()
         parent.communicate(timeout=30)
+
+
+def test_processes_given_different_configs_refuse_before_training(tmp_path):
+    """Two processes of one run (jax.distributed over gloo), process 1 given another learning
+    rate: both refuse in one sentence (exit 2) before anything is written or trained."""
+    port = _free_port()
+    common = ["--config=configs/syn_small.py", "--host_devices=1", "--compilation_cache="]
+    pair = [
+        _start(
+            [
+                *common,
+                *(["--config.optim.lr_z=0.5"] if i == 1 else []),
+                f"--workdir={tmp_path / 'run'}",
+                f"--coordinator_address=127.0.0.1:{port}",
+                "--num_processes=2",
+                f"--process_id={i}",
+            ]
+        )
+        for i in range(2)
+    ]
+    outputs = [p.communicate(timeout=120)[0] for p in pair]
+    assert [p.returncode for p in pair] == [2, 2], outputs
+    for output in outputs:
+        assert "Traceback" not in output and "step " not in output, output
+        last = output.strip().splitlines()[-1]
+        assert last.startswith("process 1 was given another config than process 0 (sha256 ")
+        assert last.endswith("in every process."), last
+    assert not (tmp_path / "run").exists()
