@@ -25,6 +25,7 @@ import pytest
 from experiments import cli
 from experiments import records as records_cli
 from landscape.engine import records, training
+from landscape.engine.checkpoints import Checkpoint
 from landscape.scan_snap import experiment as scan_snap
 from tests.arrays import load_npz
 
@@ -457,3 +458,16 @@ def test_a_name_longer_than_the_filesystem_takes_is_refused_first(tmp_path, caps
     named = "--workdir" if argument == "--workdir" else "config.name"
     assert sentence.startswith(f"{named}: the name nnnn"), sentence
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_orbax_save_that_does_not_fit_names_its_step_and_says_nothing_else(tmp_path, capfd):
+    """orbax's threads meet the limit (EFBIG inside tensorstore): one DiskFullError naming the
+    step, none of orbax's logged tracebacks, and no step that a resume would take as saved."""
+    checkpoint = Checkpoint(tmp_path / "cell0")
+    state = {"x": np.arange(100_000, dtype=np.float32)}
+    with _file_size_limit(20_000), pytest.raises(records.DiskFullError) as error:
+        checkpoint.save(1, state, {})
+    assert error.value.filename == str(tmp_path / "cell0" / "1")
+    assert checkpoint.latest_step() is None
+    out = capfd.readouterr()
+    assert "Traceback" not in out.err + out.out and "ERROR" not in out.err, out.err[-2000:]

@@ -123,7 +123,9 @@ class Checkpoint:
         self.path.mkdir(parents=True, exist_ok=True)
         with atomic(self.path / f"host-{step}.npz", "wb") as f:
             np.savez(f, **host)  # type: ignore[arg-type]  # stub: a key could be allow_pickle
-        with space_for(self.path / str(step)):  # a killed or failed save leaves a tmp folder
+        # a failed save (its error raised here, not logged by orbax's threads as well) leaves a
+        # temporary folder, as a killed one does
+        with space_for(self.path / str(step)), _absl_quiet(errors_too=True):
             self._orbax().save(step, args=ocp.args.StandardSave(state), force=True)
             self._orbax().wait_until_finished()
         for old in _host_steps(self.path)[:-1]:
@@ -147,11 +149,12 @@ class Checkpoint:
 
 
 @contextlib.contextmanager
-def _absl_quiet() -> Iterator[None]:
+def _absl_quiet(errors_too: bool = False) -> Iterator[None]:
+    """absl's warnings (with `errors_too`, its errors) left unsaid inside."""
     from absl import logging as absl_logging
 
     level = absl_logging.get_verbosity()
-    absl_logging.set_verbosity(absl_logging.ERROR)
+    absl_logging.set_verbosity(absl_logging.FATAL if errors_too else absl_logging.ERROR)
     try:
         yield
     finally:
