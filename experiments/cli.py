@@ -32,7 +32,7 @@ from typing import Any, cast
 import ml_collections
 from absl import flags
 
-from experiments import host, stops
+from experiments import host, processes, stops
 from landscape.engine import backend, distributed, records, training
 from landscape.engine import config as config_lib
 from landscape.engine import host as landscape_host
@@ -138,14 +138,14 @@ def _run(
         if _RESUME.value:
             workdir.checkpoints = workdir_path / "checkpoints"
     workdir.provenance = provenance(argv, validation_seconds=validated, compilation_cache=cache)
-    processes = (
+    spread = (
         f" over {jax.process_count()} processes (this is process {jax.process_index()})"
         if jax.process_count() > 1
         else ""
     )
     print(
         f"backend {workdir.provenance['backend']}: {workdir.provenance['device_count']} "
-        f"device(s) ({', '.join(workdir.provenance['devices'])}){processes}; compilation "
+        f"device(s) ({', '.join(workdir.provenance['devices'])}){spread}; compilation "
         f"cache: {cache or 'off'}"
     )
     try:
@@ -193,6 +193,7 @@ def _run_in(experiment: Experiment, cfg: Any, workdir: records.Workdir, path: pa
             workdir.write_status("failed", message=str(error))
             return _fail(str(error), EXIT_USAGE)
         except Exception as error:  # a bug: keep the traceback for its report
+            processes.failed(error, host.PROCESS_TIMEOUT.value)  # a lost process: ends here
             workdir.write_status("failed", message=f"{type(error).__name__}: {error}")
             if "RESOURCE_EXHAUSTED" in str(error):
                 return _fail(
@@ -254,6 +255,7 @@ def _help(experiment: Experiment) -> str:
         host.NUM_PROCESSES,
         host.PROCESS_ID,
         host.DISTRIBUTED,
+        host.PROCESS_TIMEOUT,
     ]
     lines = [(module.__doc__ or "").strip(), "", __doc__.strip(), "", "flags:"]
     lines += [f"  --{f.name}: {FLAGS[f.name].help}" for f in ours]

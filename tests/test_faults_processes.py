@@ -90,3 +90,65 @@ def test_processes_given_different_configs_refuse_before_training(tmp_path):
         assert last.startswith("process 1 was given another config than process 0 (sha256 ")
         assert last.endswith("in every process."), last
     assert not (tmp_path / "run").exists()
+
+
+def _pair_flags(port: int, i: int) -> list[str]:
+    return [f"--coordinator_address=127.0.0.1:{port}", "--num_processes=2", f"--process_id={i}"]
+
+
+def test_a_process_that_never_joins_is_named_after_the_stated_wait(tmp_path):
+    """Process 0 alone, and (elsewhere) process 1 alone: each says how long it waits, then names
+    the process that never joined in one sentence, instead of jax's abort minutes later."""
+    common = ["--config=configs/syn_small.py", "--host_devices=1", "--process_timeout=3"]
+    started = time.monotonic()
+    alone = [
+        _start([*common, f"--workdir={tmp_path / str(i)}", *_pair_flags(_free_port(), i)])
+        for i in range(2)
+    ]
+    outputs = [p.communicate(timeout=120)[0] for p in alone]
+    assert time.monotonic() - started < 60
+    assert [p.returncode for p in alone] == [1, 1], outputs
+    expected = ["process 1 never joined", "process 0 (the coordinator, at 127.0.0.1:"]
+    for i, output in enumerate(outputs):
+        lines = output.strip().splitlines()
+        assert lines[0].startswith("waiting up to 3 s for every process to join at "), lines
+        assert lines[-1].startswith(expected[i]), lines
+        assert f"within 3 s (this is process {i} of 2)" in lines[-1], lines
+        assert "Traceback" not in output and "Check failure" not in output, output
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_killed_process_ends_the_other_naming_it(tmp_path):
+    """Process 1 killed (kill -9) while both train: process 0 ends within seconds, in one
+    sentence naming process 1, instead of a C++ stack a minute later."""
+    port = _free_port()
+    run = [
+        "--config=configs/syn_small.py",
+        "--config.train.num_steps=2000000",
+        "--config.train.chunk_steps=1000",
+        "--host_devices=1",
+        "--process_timeout=20",
+        f"--workdir={tmp_path / 'run'}",
+    ]
+    pair = [_start([*run, *_pair_flags(port, i)]) for i in range(2)]
+    try:
+        seen = []
+        while not any(line.startswith("step ") for line in seen):  # training
+            line = pair[0].stdout.readline()
+            assert line, "".join(seen)
+            seen.append(line)
+        pair[1].kill()
+        killed = time.monotonic()
+        rest = pair[0].communicate(timeout=120)[0]
+        assert time.monotonic() - killed < 20 + 5
+        assert pair[0].returncode == 1, rest
+        assert (
+            rest.strip()
+            .splitlines()[-1]
+            .startswith("process 1 stopped answering (killed, crashed or hung: silent for ")
+        ), rest
+        assert "Traceback" not in rest and "Check failure" not in rest, rest
+    finally:
+        for p in pair:
+            p.kill()
+            p.communicate(timeout=60)
