@@ -34,7 +34,8 @@ def pool(
 ) -> Iterator[concurrent.futures.ProcessPoolExecutor]:
     """A ProcessPoolExecutor of `workers` spawned processes (each runs `initializer(*initargs)`
     first) that end with this one: an exception inside, KeyboardInterrupt included (which a
-    SIGTERM raises here), cancels what is queued and stops the workers (`stop`)."""
+    SIGTERM raises here), cancels what is queued and stops the workers (`stop`). Submit from
+    the thread that opened it: on Linux a worker ends with the thread that started it."""
     executor = concurrent.futures.ProcessPoolExecutor(
         workers,
         mp_context=multiprocessing.get_context("spawn"),
