@@ -22,7 +22,7 @@ EXIT_FAILED = 1
 BEAT_SECONDS = 1.0  # how often each process says it is alive
 AFTER_A_FAILED_COLLECTIVE = 5.0  # seconds of silence that then name the lost process
 _KEY = "landscape/alive/"
-_failed = threading.Event()  # a collective failed in this process: the peers are judged sooner
+_failed = threading.Event()  # an error in this process: the others are judged sooner
 
 
 def initialize(
@@ -85,8 +85,8 @@ def _answers(address: str) -> bool:
 
 def watch(timeout: float) -> None:
     """Beat in jax's key-value store every second from a daemon thread, and end this process
-    (one sentence) once another process has not beaten for `timeout` seconds (5 after a
-    collective failed here, see `failed`)."""
+    (one sentence) once another process has not beaten for `timeout` seconds (5 once an
+    error stopped this one, see `failed`)."""
     try:  # the client has no public handle: without it (another jax), no beats
         from jax._src import distributed as jax_distributed
 
@@ -125,13 +125,13 @@ def _beat(client: Any, me: int, count: int, timeout: float) -> None:
 
 
 def failed(error: BaseException, timeout: float) -> None:
-    """A run over several processes whose collective failed (`error`, e.g. gloo's "connection
-    closed by peer") waits here for the beats to name the lost process (which ends this one);
-    any other error returns at once."""
-    if jax.process_count() == 1 or "Gloo" not in str(error):
+    """In a run over several processes, an error here (e.g. gloo's "connection closed by peer"
+    when another process is gone) first waits a few seconds for the beats to judge the others:
+    a silent one is named and ends this process; otherwise the error goes on as it was."""
+    if jax.process_count() == 1:
         return
     _failed.set()
-    time.sleep(timeout + 2 * BEAT_SECONDS)  # the beats end the process first
+    time.sleep(min(timeout, AFTER_A_FAILED_COLLECTIVE) + 2 * BEAT_SECONDS)
 
 
 def _end(sentence: str) -> None:
