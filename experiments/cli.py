@@ -22,20 +22,18 @@ import logging
 import pathlib
 import shlex
 import shutil
-import signal
 import sys
 import tempfile
 import time
 import traceback
 import types
-from collections.abc import Iterator
 from typing import Any, cast
 
 import ml_collections
 from absl import flags
 
-from experiments import host
-from landscape.engine import backend, records, training
+from experiments import host, processes, stops
+from landscape.engine import backend, distributed, records, training
 from landscape.engine import config as config_lib
 from landscape.engine import host as landscape_host
 from landscape.engine import provenance as provenance_lib
@@ -97,6 +95,10 @@ def main(experiment: Experiment, argv: list[str]) -> int:
     validated = time.perf_counter() - started
 
     cache = _start_backend(experiment, cfg)
+    try:  # over several processes: every one runs this config, or none trains
+        distributed.same_config(cfg.to_dict())
+    except config_lib.ConfigError as error:
+        return _fail(str(error), EXIT_USAGE)
     forced = host.FORMULATIONS.value
     with backend.tuning(forced) if forced else contextlib.nullcontext():
         return _run(experiment, argv, cfg, workdir_path, validated, cache)
@@ -136,14 +138,14 @@ def _run(
         if _RESUME.value:
             workdir.checkpoints = workdir_path / "checkpoints"
     workdir.provenance = provenance(argv, validation_seconds=validated, compilation_cache=cache)
-    processes = (
+    spread = (
         f" over {jax.process_count()} processes (this is process {jax.process_index()})"
         if jax.process_count() > 1
         else ""
     )
     print(
         f"backend {workdir.provenance['backend']}: {workdir.provenance['device_count']} "
-        f"device(s) ({', '.join(workdir.provenance['devices'])}){processes}; compilation "
+        f"device(s) ({', '.join(workdir.provenance['devices'])}){spread}; compilation "
         f"cache: {cache or 'off'}"
     )
     try:
@@ -163,13 +165,9 @@ def _run_in(experiment: Experiment, cfg: Any, workdir: records.Workdir, path: pa
     if jax.process_count() > 1:  # process 0's workdir, which every process resumes from
         resume_line += " (on every process, with its multi-process flags)"
     training.clear_stop()
-    workdir.write_status(
-        "running",
-        started=(workdir.provenance or {}).get("time"),  # stays if killed
-        resume=resume_line,
-    )
-    with _stop_on_signals():
+    with stops.on_signals():
         try:
+            stops.start_records(workdir, cfg, resume_line)  # config.json first
             experiment.run(cfg, workdir, **({} if primary else {"progress": None}))
         except training.Interrupted as stop:
             workdir.write_status("interrupted", step=stop.step, resume=resume_line)
@@ -189,10 +187,13 @@ def _run_in(experiment: Experiment, cfg: Any, workdir: records.Workdir, path: pa
                 "stopped at a non-finite loss", step=error.step, message=str(error)
             )
             return _fail(f"Stopped: {error}", EXIT_FAILED)
+        except records.DiskFullError as error:  # the workdir is left for --resume
+            return _fail(stops.disk_full(error, workdir, resume_line), EXIT_FAILED)
         except config_lib.ConfigError as error:  # e.g. XLA's memory analysis after compiling
             workdir.write_status("failed", message=str(error))
             return _fail(str(error), EXIT_USAGE)
         except Exception as error:  # a bug: keep the traceback for its report
+            processes.failed(error, host.PROCESS_TIMEOUT.value)  # a lost process: ends here
             workdir.write_status("failed", message=f"{type(error).__name__}: {error}")
             if "RESOURCE_EXHAUSTED" in str(error):
                 return _fail(
@@ -254,6 +255,7 @@ def _help(experiment: Experiment) -> str:
         host.NUM_PROCESSES,
         host.PROCESS_ID,
         host.DISTRIBUTED,
+        host.PROCESS_TIMEOUT,
     ]
     lines = [(module.__doc__ or "").strip(), "", __doc__.strip(), "", "flags:"]
     lines += [f"  --{f.name}: {FLAGS[f.name].help}" for f in ours]
@@ -548,37 +550,6 @@ def _start_backend(experiment: Experiment, cfg: ml_collections.ConfigDict) -> st
 
         jax.config.update("jax_enable_x64", True)
     return settings.compilation_cache
-
-
-@contextlib.contextmanager
-def _stop_on_signals() -> Iterator[None]:
-    """First Ctrl-C / SIGTERM: stop training at the next chunk boundary (outside a training
-    loop: at once); a second one: at once."""
-    asked: list[int] = []
-
-    def handler(signum: int, frame: types.FrameType | None) -> None:
-        if asked or not training.request_stop():
-            raise KeyboardInterrupt
-        asked.append(signum)
-        print(
-            f"\n{signal.Signals(signum).name}: stopping at the next chunk boundary "
-            "(again to stop at once)",
-            file=sys.stderr,
-            flush=True,
-        )
-
-    previous: dict[signal.Signals, Any] = {}
-    try:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            previous[sig] = signal.signal(sig, handler)
-    except ValueError:  # not the main thread: leave signals alone
-        pass
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
-        training.clear_stop()
 
 
 def provenance(argv: list[str], **extra: Any) -> dict[str, Any]:

@@ -5,6 +5,7 @@ devices, the compilation cache, formulations, several processes); the settings t
 import jax
 from absl import flags
 
+from experiments import processes
 from landscape.engine import host as landscape_host
 
 HOST_DEVICES = flags.DEFINE_integer(
@@ -60,6 +61,14 @@ DISTRIBUTED = flags.DEFINE_bool(
     "(SLURM, TPU pods, ...) instead of --coordinator_address.",
 )
 
+PROCESS_TIMEOUT = flags.DEFINE_float(
+    "process_timeout",
+    60.0,
+    "Over several processes: seconds each one waits for the others to join, and for a process "
+    "that stopped answering (killed, crashed, hung) before it ends with a sentence naming it.",
+    lower_bound=1.0,
+)
+
 
 def distributed_flags_error() -> str | None:
     """One sentence if the multi-process flags do not go together, else None."""
@@ -88,12 +97,9 @@ def start_distributed() -> bool:
     if not (DISTRIBUTED.value or COORDINATOR.value):
         return False
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    if COORDINATOR.value:
-        jax.distributed.initialize(
-            COORDINATOR.value, num_processes=NUM_PROCESSES.value, process_id=PROCESS_ID.value
-        )
-    else:
-        jax.distributed.initialize()
+    processes.initialize(  # None, None, None: detected (--distributed)
+        COORDINATOR.value, NUM_PROCESSES.value, PROCESS_ID.value, PROCESS_TIMEOUT.value
+    )
     return True
 
 

@@ -7,10 +7,12 @@ In-process through `cli.main`; one stopped run (scan & snap, 400 steps, stopped 
 a checkpoint there) is copied for each case.
 """
 
+import contextlib
 import hashlib
 import json
 import os
 import pathlib
+import resource
 import shlex
 import shutil
 import signal
@@ -23,6 +25,7 @@ import pytest
 from experiments import cli
 from experiments import records as records_cli
 from landscape.engine import records, training
+from landscape.engine.checkpoints import Checkpoint
 from landscape.scan_snap import experiment as scan_snap
 from tests.arrays import load_npz
 
@@ -363,3 +366,108 @@ def test_metrics_of_a_checkpoint_without_a_digest_are_read_as_rows(stopped, caps
     _flip(stopped / "metrics.jsonl", 100)
     status = _main(f"--workdir={stopped}", "--resume")
     _one_sentence(status, capsys, "metrics.jsonl holds bytes that are not UTF-8 JSON rows")
+
+
+@contextlib.contextmanager
+def _file_size_limit(size):
+    """Writes past `size` bytes fail with EFBIG, as on a full disk (RLIMIT_FSIZE, SIGXFSZ
+    ignored): a real limit on this process, lifted after."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (size, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, previous)
+
+
+LIMITED = """\
+import resource, runpy, signal, sys
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+size = int(sys.argv.pop(1))
+resource.setrlimit(resource.RLIMIT_FSIZE, (size, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+runpy.run_module("experiments.scan_snap", run_name="__main__", alter_sys=True)
+"""
+
+
+def _full_disk_run(workdir, size):
+    """The CLI in a subprocess whose files may not grow past `size` bytes (RLIMIT_FSIZE)."""
+    env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
+    return subprocess.run(
+        [sys.executable, "-c", LIMITED, str(size), *ARGS, f"--workdir={workdir}"]
+        + ["--compilation_cache="],
+        cwd=ROOT,
+        env={**env, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+@pytest.mark.parametrize(
+    "case", [(80_000, "checkpoints/cell0/host-300.npz", True), (1_000, "config.json", False)]
+)
+def test_a_full_disk_ends_in_one_sentence_and_the_run_continues(runs, tmp_path, capsys, case):
+    """Files may not grow past `size` bytes: the run stops where a record does not fit with one
+    sentence naming it; once the limit is lifted, `--resume` (or, when the config itself did
+    not fit and nothing was kept, the same command) gives the uninterrupted run's records."""
+    size, file, kept = case
+    workdir = tmp_path / "run"
+    done = _full_disk_run(workdir, size)
+    assert done.returncode == cli.EXIT_FAILED, done.stderr[-3000:]
+    assert "Traceback" not in done.stdout + done.stderr
+    (sentence,) = [line for line in done.stderr.splitlines() if line.strip()]
+    assert sentence.startswith(f"{workdir / file} could not be written: the disk is full ("), (
+        sentence
+    )
+    if kept:
+        assert sentence.endswith(
+            f"continue with: python -m experiments.scan_snap --workdir={workdir} --resume"
+        )
+        summary = json.loads((workdir / "summary.json").read_text())
+        assert summary["status"] == "stopped: the disk is full"
+        assert _main(f"--workdir={workdir}", "--resume") == 0
+        assert "resumed at step 200/400" in capsys.readouterr().out
+    else:
+        assert sentence.endswith("free space, then run the same command again.")
+        assert not records.has_records(workdir)
+        assert _main(*ARGS, f"--workdir={workdir}") == 0
+    _same_records(workdir, runs[0])
+
+
+def test_metrics_rows_that_do_not_fit_name_the_file(tmp_path):
+    workdir = records.Workdir(tmp_path)
+    rows = [{"step": i, "loss": 0.5} for i in range(200)]
+    with _file_size_limit(2000), pytest.raises(records.DiskFullError) as error:
+        workdir.append_metrics(rows)
+    assert error.value.filename == str(tmp_path / "metrics.jsonl")
+    assert error.value.strerror == "File too large"
+
+
+@pytest.mark.parametrize("argument", ["--workdir", "--config.name"])
+def test_a_name_longer_than_the_filesystem_takes_is_refused_first(tmp_path, capsys, argument):
+    """A folder name of 300 bytes (Errno 36 at the first write): one sentence naming the
+    argument, before anything is created."""
+    long = "n" * 300
+    value = str(tmp_path / long / "run") if argument == "--workdir" else long
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(tmp_path)  # where runs/<config.name>/ would go
+        status = _main(*ARGS, f"{argument}={value}")
+    sentence = _one_sentence(status, capsys, "is 300 bytes long, more than the 255")
+    named = "--workdir" if argument == "--workdir" else "config.name"
+    assert sentence.startswith(f"{named}: the name nnnn"), sentence
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_orbax_save_that_does_not_fit_names_its_step_and_says_nothing_else(tmp_path, capfd):
+    """orbax's threads meet the limit (EFBIG inside tensorstore): one DiskFullError naming the
+    step, none of orbax's logged tracebacks, and no step that a resume would take as saved."""
+    checkpoint = Checkpoint(tmp_path / "cell0")
+    state = {"x": np.arange(100_000, dtype=np.float32)}
+    with _file_size_limit(20_000), pytest.raises(records.DiskFullError) as error:
+        checkpoint.save(1, state, {})
+    assert error.value.filename == str(tmp_path / "cell0" / "1")
+    assert checkpoint.latest_step() is None
+    out = capfd.readouterr()
+    assert "Traceback" not in out.err + out.out and "ERROR" not in out.err, out.err[-2000:]

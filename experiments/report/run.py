@@ -11,7 +11,6 @@ import dataclasses
 import hashlib
 import importlib
 import json
-import multiprocessing
 import os
 import pathlib
 import shlex
@@ -25,6 +24,7 @@ from typing import Any, cast
 import ml_collections
 
 from experiments import cli
+from experiments import workers as worker_pool
 from experiments.report import catalog
 from landscape.engine import config as config_lib
 from landscape.engine import records
@@ -312,26 +312,23 @@ def _run_parallel(
     xla_flags: str,
     done: Callable[[Job], None],
 ) -> int:
-    context = multiprocessing.get_context("spawn")
+    """The jobs in `workers` processes, which end with this one (experiments/workers.py): a
+    Ctrl-C or SIGTERM here stops them and returns 130 with the jobs finished so far."""
     interrupted = 0
-    with concurrent.futures.ProcessPoolExecutor(
-        workers, mp_context=context, initializer=_add_xla_flags, initargs=(xla_flags,)
-    ) as pool:
-        futures = {
-            pool.submit(_execute_elsewhere, dataclasses.replace(j, cfg=None), version): j
-            for j in pending
-        }
-        try:
+    try:
+        with worker_pool.pool(workers, _add_xla_flags, (xla_flags,)) as pool:
+            futures = {
+                pool.submit(_execute_elsewhere, dataclasses.replace(j, cfg=None), version): j
+                for j in pending
+            }
             for future in concurrent.futures.as_completed(futures):
                 job = futures[future]
                 status, job.status, job.seconds, job.message = future.result()
                 done(job)
                 if status == cli.EXIT_INTERRUPTED:
                     interrupted = status
-        except KeyboardInterrupt:
-            for future in futures:
-                future.cancel()
-            interrupted = cli.EXIT_INTERRUPTED
+    except KeyboardInterrupt:  # the workers were stopped on the way out of the pool
+        interrupted = cli.EXIT_INTERRUPTED
     return interrupted
 
 

@@ -1,9 +1,10 @@
-"""Checkpoints of a training program's state for `--resume` (orbax), and the atomic writes every
-record file goes through (a temporary file, then a rename)."""
+"""Checkpoints of a training program's state for `--resume` (orbax), the atomic writes every
+record file goes through (a temporary file, then a rename), and the one error a full disk gives."""
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import pathlib
 from collections.abc import Callable, Iterator
@@ -11,13 +12,50 @@ from typing import IO, Any
 
 import numpy as np
 
+# what a write meets on a full disk, over its quota, or past the process's file size limit
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+class DiskFullError(OSError):
+    """A record could not be written for lack of space: `filename` names it, `strerror` says
+    why (ENOSPC, EDQUOT, or EFBIG past the process's file size limit)."""
+
+
+def disk_full_code(error: BaseException) -> int | None:
+    """The errno of a full disk in `error` or the errors it was raised from (orbax's name it
+    in words only), or None for any other error."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno in DISK_FULL:
+            return seen.errno
+        for code in DISK_FULL:
+            if os.strerror(code) in str(seen):
+                return code
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+@contextlib.contextmanager
+def space_for(path: pathlib.Path) -> Iterator[None]:
+    """Writes to `path` inside: a full disk met there becomes one DiskFullError naming it."""
+    try:
+        yield
+    except DiskFullError:
+        raise
+    except Exception as error:
+        code = disk_full_code(error)
+        if code is None:
+            raise
+        raise DiskFullError(code, os.strerror(code), str(path)) from None
+
 
 @contextlib.contextmanager
 def atomic(path: pathlib.Path, mode: str, **kwargs: Any) -> Iterator[IO[Any]]:
-    """Open a temporary file beside `path`; rename it onto `path` once written."""
+    """Open a temporary file beside `path`; rename it onto `path` once written (a full disk:
+    DiskFullError naming `path`, which keeps what it held)."""
     tmp = path.with_name(f".{path.name}.tmp")
     try:
-        with open(tmp, mode, **kwargs) as f:
+        with space_for(path), open(tmp, mode, **kwargs) as f:
             yield f
             f.flush()
             os.fsync(f.fileno())
@@ -85,8 +123,11 @@ class Checkpoint:
         self.path.mkdir(parents=True, exist_ok=True)
         with atomic(self.path / f"host-{step}.npz", "wb") as f:
             np.savez(f, **host)  # type: ignore[arg-type]  # stub: a key could be allow_pickle
-        self._orbax().save(step, args=ocp.args.StandardSave(state), force=True)
-        self._orbax().wait_until_finished()
+        # a failed save (its error raised here, not logged by orbax's threads as well) leaves a
+        # temporary folder, as a killed one does
+        with space_for(self.path / str(step)), _absl_quiet(errors_too=True):
+            self._orbax().save(step, args=ocp.args.StandardSave(state), force=True)
+            self._orbax().wait_until_finished()
         for old in _host_steps(self.path)[:-1]:
             if old != step:
                 (self.path / f"host-{old}.npz").unlink()
@@ -108,11 +149,12 @@ class Checkpoint:
 
 
 @contextlib.contextmanager
-def _absl_quiet() -> Iterator[None]:
+def _absl_quiet(errors_too: bool = False) -> Iterator[None]:
+    """absl's warnings (with `errors_too`, its errors) left unsaid inside."""
     from absl import logging as absl_logging
 
     level = absl_logging.get_verbosity()
-    absl_logging.set_verbosity(absl_logging.ERROR)
+    absl_logging.set_verbosity(absl_logging.FATAL if errors_too else absl_logging.ERROR)
     try:
         yield
     finally:

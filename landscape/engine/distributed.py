@@ -3,6 +3,8 @@ the host, and the one decision every process takes at a chunk boundary (jax.dist
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Any
 
 import jax
@@ -20,6 +22,26 @@ def agree(save: bool, stop: bool) -> tuple[bool, bool]:
 
     wants = np.asarray(multihost_utils.process_allgather(np.array([save, stop], np.int32)))
     return bool(wants[0, 0]), bool(wants[:, 1].any())
+
+
+def same_config(config: dict[str, Any]) -> None:
+    """Over several processes, before anything trains: raise ConfigError (one sentence, on every
+    process) unless every process was given the same config, by the sha256 of its JSON."""
+    if jax.process_count() == 1:
+        return
+    from jax.experimental import multihost_utils
+
+    text = json.dumps(config, sort_keys=True, default=repr)
+    digest = np.frombuffer(hashlib.sha256(text.encode()).digest(), np.uint8)
+    seen = np.asarray(multihost_utils.process_allgather(digest))
+    differ = [i for i in range(len(seen)) if not np.array_equal(seen[i], seen[0])]
+    if differ:
+        hexes = [seen[i].tobytes().hex()[:12] for i in (differ[0], 0)]
+        raise config_lib.ConfigError(
+            f"process {differ[0]} was given another config than process 0 (sha256 {hexes[0]}... "
+            f"against {hexes[1]}...), so none of them trains: run the same command, with the "
+            "same --config and overrides, in every process."
+        )
 
 
 def latest_step_everywhere(checkpoint: Any) -> int | None:

@@ -36,6 +36,30 @@ class WorkdirError(ValueError):
     """A workdir cannot be used as asked (a file, not writable, or holding earlier records)."""
 
 
+def check_name_lengths(path: str | pathlib.Path, argument: str) -> None:
+    """Raise WorkdirError naming `argument` when a folder name in `path`, or the whole path, is
+    longer than its filesystem takes (which would end in Errno 36 at the first write)."""
+    path = pathlib.Path(path).absolute()
+    name_max, path_max = 255, 4096
+    for folder in path.parents:  # the nearest that exists says what its filesystem takes
+        with contextlib.suppress(OSError):
+            if folder.is_dir():
+                name_max = os.pathconf(folder, "PC_NAME_MAX")
+                path_max = os.pathconf(folder, "PC_PATH_MAX")
+                break
+    long = [part for part in path.parts if len(os.fsencode(part)) > name_max]
+    if long:
+        raise WorkdirError(
+            f"{argument}: the name {long[0][:24]}... is {len(os.fsencode(long[0]))} bytes long, "
+            f"more than the {name_max} a file or folder name may have here: choose a shorter one."
+        )
+    if len(os.fsencode(str(path))) >= path_max:
+        raise WorkdirError(
+            f"{argument}: the path {str(path)[:24]}... is longer than the {path_max} bytes a "
+            "path may have here: choose a shorter one."
+        )
+
+
 def has_records(path: str | pathlib.Path) -> bool:
     path = pathlib.Path(path)
     return path.is_dir() and any((path / name).exists() for name in (*RECORD_FILES, MANIFEST))

@@ -18,6 +18,8 @@ from matplotlib.image import AxesImage  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.typing import ColorType  # noqa: E402
 
+from landscape.engine.checkpoints import DiskFullError, space_for  # noqa: E402
+
 plt.rcParams.update(
     {
         "figure.dpi": 110,
@@ -99,8 +101,14 @@ def save(fig: Figure, path: str | pathlib.Path) -> pathlib.Path:
     path.parent.mkdir(parents=True, exist_ok=True)  # e.g. a workdir's figures/, made on demand
     tmp = path.with_name(f".{path.name}.tmp")
     fig.tight_layout()
-    fig.savefig(tmp, format=path.suffix.lstrip(".") or "png")
-    plt.close(fig)
+    try:
+        with space_for(path):  # a full disk: one DiskFullError naming the figure
+            fig.savefig(tmp, format=path.suffix.lstrip(".") or "png")
+    except DiskFullError:
+        tmp.unlink(missing_ok=True)
+        raise
+    finally:
+        plt.close(fig)
     os.replace(tmp, path)
     return path
 

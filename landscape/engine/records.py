@@ -33,6 +33,10 @@ from landscape.engine.checkpoints import (
     Checkpoint,
     atomic,
     latest_checkpoint_metrics_bytes,
+    space_for,
+)
+from landscape.engine.checkpoints import (
+    DiskFullError as DiskFullError,  # re-exported: a record the disk had no space for
 )
 from landscape.engine.integrity import (
     MANIFEST,
@@ -208,8 +212,9 @@ class Workdir:
     def append_metrics(self, rows: list[dict[str, Any]]) -> None:
         data = "".join(json.dumps(_jsonable(row)) + "\n" for row in rows).encode()
         self.metrics_sha256()  # the hash of what is there before this chunk
-        with open(self.file("metrics.jsonl"), "ab") as f:  # one write per chunk of rows
-            f.write(data)
+        file = self.file("metrics.jsonl")
+        with space_for(file), open(file, "ab") as f:  # one write per chunk of rows (a resume
+            f.write(data)  # cuts what a full disk left of one back to the checkpoint)
             f.flush()
         self._metrics_hash.update(data)
 
@@ -379,6 +384,7 @@ class Workdir:
 def new_path(name: str, root: str | pathlib.Path = "runs") -> pathlib.Path:
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
     path = pathlib.Path(root) / name / stamp
+    integrity.check_name_lengths(path, "config.name")
     suffix = 1
     while path.exists():
         path, suffix = pathlib.Path(root) / name / f"{stamp}-{suffix}", suffix + 1
@@ -399,6 +405,7 @@ def check_path(
     path = pathlib.Path(path)
     if overwrite and resume:
         raise WorkdirError("--overwrite and --resume exclude each other: pick one.")
+    integrity.check_name_lengths(path, "--workdir")
     if path.exists() and not path.is_dir():
         raise WorkdirError(f"--workdir={path} is a file, not a folder: give a folder path.")
     existing = path
