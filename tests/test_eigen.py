@@ -171,8 +171,8 @@ def test_a_search_that_does_not_converge_falls_back_to_dense_and_says_so(monkeyp
     monkeypatch.setattr(krylov, "LONG_SECONDS", 0.0)  # a line per run, however fast
     lines = []
     found = eigen.eigenpairs(point, k=4, dense_below=0, progress=lines.append)
-    assert found.method == "dense" and found.reason.startswith(
-        "dense fallback: Lanczos did not certify the 4 smallest in 18 runs (792 HVPs)"  # 40 steps and 4 residuals a run
+    assert found.method == "dense" and found.reason.startswith(  # a run: 40 steps, 4 residuals
+        "dense fallback: Lanczos did not certify the 4 smallest in 18 runs (792 HVPs)"
     )
     np.testing.assert_allclose(found.values, values[:4], rtol=0, atol=1e-15)
     assert np.all(found.residuals < 1e-14)
