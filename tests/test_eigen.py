@@ -5,6 +5,7 @@ a quadratic with a known repeated spectrum for the Lanczos path."""
 import functools
 import re
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -220,3 +221,53 @@ def test_bad_arguments_are_refused_in_one_sentence():
             call()
         text = str(caught.value)
         assert text.endswith(".") and not re.search(r"\. [A-Z]", text)  # one sentence
+
+
+@pytest.mark.parametrize("spectrum", ["geometric", "clustered"])
+def test_one_gram_schmidt_pass_after_the_recurrence_keeps_the_basis_orthonormal(spectrum):
+    """krylov_block's basis after up to 150 float32 steps (the recurrence, then one pass):
+    orthonormal to rounding, and the Lanczos residual estimate |beta s_last| of the top Ritz pair
+    equal to its exact residual ||A y - theta y||."""
+    rng = np.random.default_rng(3)
+    values = {
+        "geometric": np.r_[1e3, 10.0 ** -np.linspace(0, 8, 599)],
+        "clustered": np.r_[
+            [2.0] * 5, 1.0 + 1e-6 * rng.standard_normal(300), np.linspace(-1, 0.5, 295)
+        ],
+    }[spectrum]
+    basis = np.linalg.qr(rng.standard_normal((values.size, values.size)))[0]
+    matrix = jnp.asarray((basis * values) @ basis.T, jnp.float32)
+    dim, k = values.size, 2
+    zeros = jnp.zeros((k, dim), jnp.float32)
+    stop = krylov.SearchStop(
+        jnp.zeros(dim, jnp.float32), jnp.asarray(1.0), jnp.asarray(dim), jnp.asarray(-1.0),
+        jnp.asarray(1.0), jnp.asarray(1),
+    )  # fmt: skip
+    run = krylov.krylov_block(
+        lambda v: matrix @ v, zeros, zeros, jnp.zeros(k), jnp.asarray(0), stop,
+        jax.random.key(0), 150, "largest",
+    )  # fmt: skip
+    steps = int(run.steps)
+    assert steps > 100  # rtol < 0: no early stop; float32 exhausts the space a little earlier
+    vectors = np.asarray(run.basis[:steps], np.float64)
+    assert np.abs(vectors @ vectors.T - np.eye(steps)).max() < 1e-5
+    theta, estimates = krylov._ritz_estimates(run, jnp.zeros(k), jnp.asarray(0), "largest")
+    projected = np.asarray(krylov.projected_matrix(jnp.zeros(k), run.alpha, run.beta, run.cross))
+    top, s = np.linalg.eigh(projected[k : k + steps, k : k + steps].astype(np.float64))
+    ritz = s[:, -1] @ vectors
+    exact = np.linalg.norm(np.asarray(matrix, np.float64) @ ritz - top[-1] * ritz)
+    assert float(theta[0]) == pytest.approx(top[-1], rel=1e-6)
+    assert float(estimates[0]) == pytest.approx(exact, rel=0.05, abs=1e-5 * abs(top[-1]))
+
+
+def test_a_loose_rtol_stops_runs_early_and_counts_every_product():
+    """rtol=1e-3 on the quadratic: fewer products than one full run of 40 steps per run, the count
+    is the steps taken plus the residual blocks (k a run), and the top value within rtol."""
+    spectrum = _spectrum(0)
+    point = _quadratic_point(spectrum, seed=0)
+    tight = eigen.eigenpairs(point, k=1, which="largest", dense_below=0)
+    loose = eigen.eigenpairs(point, k=1, which="largest", dense_below=0, rtol=1e-3)
+    assert loose.num_hvps < tight.num_hvps <= tight.runs * (40 + 1)
+    assert loose.num_hvps < loose.runs * 40
+    assert abs(loose.values[0] - 2.5) <= 1e-3 * 2.5
+    assert loose.residuals[0] <= 1e-3 * 2.5 * 1.01 and loose.converged

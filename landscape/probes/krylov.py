@@ -82,7 +82,8 @@ def _ritz_estimates(
     theta, vectors = jnp.linalg.eigh(projected)
     last = vectors[k + jnp.maximum(run.steps, 1) - 1]
     residuals = jnp.abs(run.beta[jnp.maximum(run.steps, 1) - 1] * last)
-    residuals = jnp.where(jnp.abs(theta) < far / 2, residuals, jnp.inf)
+    real = jnp.sum(jnp.where(holds[:, None], vectors**2, 0), axis=0) > 0.5  # not a far one
+    residuals = jnp.where(real, residuals, jnp.inf)
     order = jnp.argsort(-theta if which == "largest" else theta)
     return theta[order], residuals[order]
 
