@@ -12,7 +12,7 @@ from landscape.markov import model as markov_model
 from landscape.markov import points as markov_points
 from landscape.markov import task as markov_task
 from landscape.point import Point
-from landscape.probes import curvature
+from landscape.probes import curvature, operator
 
 P, Q = 0.5, 0.8
 PI0PI1 = P * Q / (P + Q) ** 2
@@ -211,4 +211,80 @@ def test_ggn_at_refuses_a_large_model_naming_its_own_way_out():
         ValueError, match=r"pass ggn_at\(point, max_dense_dim=50\) if [0-9.e-]+ GB fit"
     ):
         landscape.ggn_at(point, max_dense_dim=49)
+    with pytest.raises(ValueError, match=r"or probe G matrix-free: .* with matrix='ggn'"):
+        landscape.ggn_at(point, max_dense_dim=49)
     assert landscape.ggn_at(point, max_dense_dim=50, progress=None).point is point
+
+
+# ---------------------------------------------------------------- matrix-free: matrix="ggn"
+
+
+def _tanh_outputs(params, data):
+    return jnp.tanh(data[0] @ params["w1"]) @ params["w2"]
+
+
+def _softmax_loss(z, data):
+    return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(z), data[1][:, None], axis=1))
+
+
+def _tanh_objective(params, data):
+    return _softmax_loss(_tanh_outputs(params, data), data)
+
+
+@pytest.fixture(scope="module")
+def tanh_features():
+    # a nonlinear model (D = 72, float32): G != H, and G's dense form from ggn_at to compare
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((32, 6)).astype(np.float32)
+    y = rng.integers(0, 3, 32)
+    params = {
+        "w1": jnp.asarray(rng.standard_normal((6, 8)) * 0.7, jnp.float32),
+        "w2": jnp.asarray(rng.standard_normal((8, 3)), jnp.float32),
+    }
+    point = Point(
+        params, objective=_tanh_objective, inputs=(x, y), outputs=_tanh_outputs,
+        output_loss=_softmax_loss, name="tanh features",
+    )  # fmt: skip
+    return point, landscape.ggn_at(point, progress=None)
+
+
+def test_ggn_products_equal_the_dense_ggn_to_float32_rounding(tanh_features):
+    point, dense = tanh_features
+    split = operator.gauss_newton(point.outputs, point.output_loss)
+    basis = jnp.eye(point.num_params, dtype=jnp.float32)
+    columns = np.asarray(operator.products(split, point.params, point.inputs, basis))
+    scale = np.abs(dense.ggn).max()
+    np.testing.assert_allclose(columns, dense.ggn, atol=1e-6 * scale)
+    assert np.abs(dense.remainder).max() > 0.1 * scale  # a model where G is not H
+
+
+def test_trace_lanczos_and_slq_of_ggn_match_its_eigenvalues(tanh_features):
+    point, dense = tanh_features
+    exact = np.linalg.eigvalsh(dense.ggn.astype(np.float64))
+    dim = point.num_params
+    tr = landscape.trace(point, num_probes=3 * dim + 3, progress=None, matrix="ggn")
+    assert tr.value == pytest.approx(np.trace(dense.ggn), rel=1e-5)  # the sketch spans all of G
+    hessian_trace = landscape.trace(point, num_probes=3 * dim + 3, progress=None)
+    assert hessian_trace.value == pytest.approx(np.trace(dense.hessian.matrix), rel=1e-5)
+    assert abs(tr.value - hessian_trace.value) > 0.01 * tr.value
+    spectrum = landscape.lanczos_spectrum(point, num_iters=dim, progress=None, matrix="ggn")
+    assert spectrum.lambda_max == pytest.approx(exact[-1], rel=1e-5)
+    assert abs(spectrum.lambda_min - exact[0]) < 1e-5 * exact[-1]  # G is PSD: ~0 here
+    assert "no verdict" in spectrum.verdict() and spectrum.summary()["matrix"] == "ggn"
+    density = landscape.spectral_density(point, 2, dim, progress=None, matrix="ggn")
+    assert density.nodes.max() == pytest.approx(exact[-1], rel=1e-5)
+    assert density.describe().startswith("Gauss-Newton spectral density")
+
+
+def test_ggn_probes_refuse_a_point_without_the_split_in_one_sentence():
+    point = Point({"w": jnp.ones(3)}, lambda p: jnp.sum(p["w"] ** 4), name="quartic")
+    calls = (
+        lambda: landscape.trace(point, 4, progress=None, matrix="ggn"),
+        lambda: landscape.spectral_density(point, 2, 3, progress=None, matrix="ggn"),
+        lambda: landscape.lanczos_spectrum(point, 3, progress=None, matrix="ggn"),
+    )
+    for call in calls:
+        with pytest.raises(ValueError, match=r"\(matrix='ggn'\): quartic does not split its loss"):
+            call()
+    with pytest.raises(ValueError, match="matrix = 'gn': must be one of 'hessian', 'ggn'"):
+        landscape.trace(point, 4, progress=None, matrix="gn")

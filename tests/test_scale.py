@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import landscape
-from landscape.probes import blocks, eigen, spectra
+from landscape.probes import blocks, eigen, operator, spectra
 
 N, D = 48, 100_000  # examples, parameters: H = X^T X / N has rank N
 
@@ -153,3 +153,61 @@ def test_a_progress_that_is_not_a_function_is_one_sentence(model):
     for call in (landscape.trace, landscape.spectral_density, landscape.lanczos_spectrum):
         with pytest.raises(TypeError, match=r"progress = 3: must be a function of one line"):
             call(one, 4, progress=3)
+
+
+# ---------------------------------------------------------------- Gauss-Newton products
+
+
+def _linear(params, data):
+    return data[0] @ params["w"]
+
+
+def _squared_error(z, data):
+    return 0.5 * jnp.mean((z - data[1]) ** 2)
+
+
+def test_ggn_of_least_squares_is_x_t_x_over_n_at_d_1e5(model):
+    # squared error: H_z = I / N and the model is linear, so G = H = X^T X / N
+    one, _, exact, trace = model
+    split = landscape.Point(
+        one.params, objective=_least_squares, inputs=one.inputs, outputs=_linear,
+        output_loss=_squared_error, name="least squares, split",
+    )  # fmt: skip
+    plus = landscape.trace(split, num_probes=150, progress=None, matrix="ggn")
+    assert plus.matrix == "ggn" and plus.describe().startswith("Gauss-Newton trace")
+    assert abs(plus.value - trace) < 1e-4 * trace  # ||X||_F^2 / N, the range caught whole
+    spectrum = landscape.lanczos_spectrum(split, num_iters=60, progress=None, matrix="ggn")
+    np.testing.assert_allclose(spectrum.ritz_values[::-1][:5], exact[:5], rtol=1e-4)
+    assert spectrum.kind() is landscape.Curvature.INCONCLUSIVE  # G judges no point
+
+
+def _softmax_outputs(params, data):
+    return data[0] @ params["w"]
+
+
+def _cross_entropy(z, data):
+    return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(z), data[1][:, None], axis=1))
+
+
+def _linear_softmax(params, data):
+    return _cross_entropy(_softmax_outputs(params, data), data)
+
+
+def test_ggn_of_a_linear_softmax_model_is_its_hessian_at_d_1e5():
+    # a linear model: the outputs' own curvature vanishes, so H = G = J^T H_z J exactly
+    rng = np.random.default_rng(2)
+    features, classes = 10_000, 10  # D = 10^5
+    x = (rng.standard_normal((N, features)) / 30).astype(np.float32)
+    y = rng.integers(0, classes, N)
+    w = jnp.asarray(rng.standard_normal((features, classes)) / 10, jnp.float32)
+    point = landscape.Point(
+        {"w": w}, objective=_linear_softmax, inputs=(x, y), outputs=_softmax_outputs,
+        output_loss=_cross_entropy,
+    )  # fmt: skip
+    vectors = jnp.asarray(rng.standard_normal((3, point.num_params)), jnp.float32)
+    split = operator.gauss_newton(point.outputs, point.output_loss)
+    hessian = np.asarray(operator.products(_linear_softmax, point.params, (x, y), vectors))
+    ggn = np.asarray(operator.products(split, point.params, (x, y), vectors))
+    scale = np.abs(hessian).max()
+    np.testing.assert_allclose(ggn, hessian, atol=1e-5 * scale)  # float32 rounding
+    assert scale > 0

@@ -28,13 +28,19 @@ def _label(point: Point) -> str:
     return point.name or "<unnamed point>"
 
 
+def _matrix_name(matrix: str) -> str:
+    """The matrix an estimate is of, as its header names it."""
+    return "Gauss-Newton" if matrix == "ggn" else "Hessian"
+
+
 def _plus_minus(value: float, stderr: float) -> str:
     return f"{value:.6g} ± {stderr:.2g}"
 
 
 @dataclasses.dataclass(frozen=True, eq=False, repr=False)
 class SpectralDensity:
-    """SLQ estimate of the Hessian's eigenvalue density at a point.
+    """SLQ estimate of the Hessian's eigenvalue density at a point (of the Gauss-Newton matrix
+    G where `matrix` is "ggn").
 
     `nodes` and `weights` have shape (num_probes, num_iters): per probe, the Ritz values
     (ascending) and the Gauss quadrature weights (squared first components of the Ritz vectors,
@@ -47,6 +53,7 @@ class SpectralDensity:
     weights: np.ndarray
     dim: int
     probe: str
+    matrix: str = "hessian"
 
     @property
     def num_probes(self) -> int:
@@ -125,7 +132,8 @@ class SpectralDensity:
     def describe(self) -> str:
         kind = "Rademacher" if self.probe == "rademacher" else "normalised Gaussian"
         lines = [
-            f"Hessian spectral density (SLQ) at {_label(self.point)}  (D = {self.dim})",
+            f"{_matrix_name(self.matrix)} spectral density (SLQ) at {_label(self.point)}  "
+            f"(D = {self.dim})",
             f"  {self.num_probes} {kind} probes x {self.num_iters} Lanczos steps",
         ]
         if not self.finite:
@@ -165,6 +173,7 @@ class SpectralDensity:
             probes=self.num_probes,
             iterations=self.num_iters,
             probe=self.probe,
+            matrix=self.matrix,
             lambda_min=low,
             lambda_max=high,
             num_negative=negative[0] * self.dim,
@@ -184,7 +193,8 @@ class SpectralDensity:
 
 @dataclasses.dataclass(frozen=True, eq=False, repr=False)
 class TraceEstimate:
-    """A stochastic estimate of tr(H) at a point, with its standard error.
+    """A stochastic estimate of tr(H) at a point (tr(G), the Gauss-Newton matrix's, where
+    `matrix` is "ggn"), with its standard error.
 
     Hutch++: `exact_part` is tr(Q^T H Q) on the sketched range Q and `stderr` is the standard error
     of the Hutchinson part on its complement (given Q); Hutchinson: exact_part is 0.
@@ -197,10 +207,11 @@ class TraceEstimate:
     num_probes: int
     dim: int
     exact_part: float
+    matrix: str = "hessian"
 
     def describe(self) -> str:
         lines = [
-            f"Hessian trace at {_label(self.point)}  (D = {self.dim})",
+            f"{_matrix_name(self.matrix)} trace at {_label(self.point)}  (D = {self.dim})",
             f"  trace      {_plus_minus(self.value, self.stderr)}  "
             f"({self.method}, {self.num_probes} HVPs)",
             f"  mean λ     {_plus_minus(self.value / self.dim, self.stderr / self.dim)}",
@@ -223,6 +234,7 @@ class TraceEstimate:
             trace_stderr=self.stderr,
             exact_part=self.exact_part,
             method=self.method,
+            matrix=self.matrix,
             num_hvps=self.num_probes,
             finite=self.finite,
         )

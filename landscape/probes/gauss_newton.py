@@ -269,8 +269,8 @@ def ggn_at(
         raise ValueError(
             f"ggn_at forms G and H as dense D x D matrices, and {first.name or 'the point'} has "
             f"D = {dim} > max_dense_dim = {max_dense_dim}: pass ggn_at(point, max_dense_dim="
-            f"{dim}) if {gigabytes:.3g} GB fit, or probe H matrix-free (eigenpairs, trace, "
-            "spectral_density)."
+            f"{dim}) if {gigabytes:.3g} GB fit, or probe G matrix-free: trace, spectral_density "
+            "or lanczos_spectrum with matrix='ggn' (and H with eigenpairs)."
         )
     if not listed:
         hessian = curvature.hessian_at(first, progress=progress, max_dense_dim=max_dense_dim)

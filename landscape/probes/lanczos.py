@@ -35,7 +35,8 @@ from landscape.typing import PyTree
 
 @dataclasses.dataclass(frozen=True, eq=False, repr=False)
 class Spectrum:
-    """Lanczos estimate of the Hessian spectrum at a point.
+    """Lanczos estimate of the Hessian spectrum at a point (of the Gauss-Newton matrix G where
+    `matrix` is "ggn": then it judges nothing, G not being the point's curvature).
 
     `ritz_values` (ascending) lie inside [λ_min, λ_max] and the extreme ones converge first;
     `weights` (squared first components of the Ritz vectors, summing to 1) make the spectral
@@ -46,6 +47,7 @@ class Spectrum:
     ritz_values: np.ndarray
     weights: np.ndarray
     gradient: Gradient
+    matrix: str = "hessian"
 
     @property
     def lambda_min(self) -> float:
@@ -74,6 +76,8 @@ class Spectrum:
         check_tol(tol)
         if not self.finite:
             return Curvature.NON_FINITE
+        if self.matrix == "ggn":
+            return Curvature.INCONCLUSIVE
         if not self.gradient.stationary:
             return Curvature.NOT_STATIONARY
         tol = self.tolerance(tol)
@@ -86,6 +90,11 @@ class Spectrum:
         kind = self.kind(tol)
         if kind is Curvature.NON_FINITE:
             return NON_FINITE
+        if self.matrix == "ggn":
+            return (
+                f"Lanczos on the Gauss-Newton matrix: Ritz values in [{self.lambda_min:.6g}, "
+                f"{self.lambda_max:.6g}]; G is not the Hessian, so no verdict on the point"
+            )
         if kind is Curvature.NOT_STATIONARY:
             return not_stationary(self.gradient)
         tol = self.tolerance(tol)
@@ -107,6 +116,7 @@ class Spectrum:
             self.gradient.vector.size,
             self.ritz_values.dtype,
             kind=kind.value,
+            matrix=self.matrix,
             loss=self.gradient.loss,
             grad_norm=self.gradient.norm,
             lambda_min=self.lambda_min,
@@ -118,7 +128,8 @@ class Spectrum:
 
     def describe(self, tol: float | None = None) -> str:
         tol = self.tolerance(tol)
-        lines = header_lines("Hessian spectrum (Lanczos)", self.gradient, self.ritz_values.dtype)
+        title = "Gauss-Newton" if self.matrix == "ggn" else "Hessian"
+        lines = header_lines(f"{title} spectrum (Lanczos)", self.gradient, self.ritz_values.dtype)
         lines += [f"  iterations     {self.ritz_values.size}", ""]
         if not self.finite:
             lines += nonfinite_lines(self.gradient)
@@ -163,9 +174,10 @@ def lanczos_spectrum(
     num_iters: int = 100,
     key: jax.Array | None = None,
     progress: blocks.Progress = print,
+    matrix: operator.Matrix = "hessian",
 ) -> Spectrum:
-    """Ritz values of the Hessian at `point` from Lanczos on exact HVPs; no D x D
-    matrix is formed.
+    """Ritz values of the Hessian (or of the Gauss-Newton matrix) at `point` from Lanczos on
+    exact products; no D x D matrix is formed.
 
     Args:
         point: a `Point`.
@@ -173,11 +185,14 @@ def lanczos_spectrum(
         key: the start vector's key (default `jax.random.key(0)`, so repeated calls agree).
         progress: a line with the memory the Lanczos basis takes (num_iters x D numbers, full
             reorthogonalisation) when it is a large share of the free memory (None: silent).
+        matrix: "hessian", or "ggn" for the Gauss-Newton matrix G = Jᵀ H_z J of a point that
+            carries `outputs` and `output_loss` (its Spectrum then gives no verdict).
 
     Returns:
         A `Spectrum`: Ritz values and weights; `kind()` proves a saddle or says inconclusive.
     """
     check_point(point, "lanczos_spectrum")
+    objective = operator.for_matrix([point], point.shared[0], matrix, "lanczos_spectrum")
     _checks.check_int("num_iters", num_iters, 1, "the number of Lanczos steps")
     _checks.check_key("key", key)
     num_iters = min(num_iters, point.num_params)
@@ -187,13 +202,12 @@ def lanczos_spectrum(
         point, 1, "lanczos_spectrum", basis_bytes, progress=progress,
         hint="ask for fewer Lanczos steps (num_iters)",
     )  # fmt: skip
-    objective, inputs = point.shared
-    tridiagonal = _tridiagonal(objective, point.params, inputs, key, num_iters)
+    tridiagonal = _tridiagonal(objective, point.params, point.shared[1], key, num_iters)
     alphas, betas = (np.asarray(a) for a in tridiagonal)
     if not (np.all(np.isfinite(alphas)) and np.all(np.isfinite(betas))):
         nan = np.full(num_iters, np.nan, alphas.dtype)  # eigh on NaN/inf: garbage or an error
-        return Spectrum(point, nan, nan.copy(), gradient_at(point))
+        return Spectrum(point, nan, nan.copy(), gradient_at(point), matrix)
     ritz_values, ritz_vectors = np.linalg.eigh(
         np.diag(alphas) + np.diag(betas, 1) + np.diag(betas, -1)
     )
-    return Spectrum(point, ritz_values, ritz_vectors[0] ** 2, gradient_at(point))
+    return Spectrum(point, ritz_values, ritz_vectors[0] ** 2, gradient_at(point), matrix)

@@ -1,5 +1,6 @@
 """The Hessian at a point as a linear operator inside a compiled program: `matvec(v_D)` and
-`rows(V_KD)`, what every matrix-free probe multiplies by (legend: D parameters, K vectors).
+`rows(V_KD)`, what every matrix-free probe multiplies by (legend: D parameters, K vectors); or,
+for an objective made by `gauss_newton`, the Gauss-Newton matrix G = Jᵀ H_z J (`ggn_operator`).
 
 One batch: the gradient linearised once (`jax.linearize`), so the forward and backward passes
 run once per program and each product is one tangent pass. A dataset in batches
@@ -10,17 +11,20 @@ products summed, memory one batch (docs/design/curvature.md, "At the size of rea
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
-from typing import NamedTuple
+from collections.abc import Callable, Sequence
+from typing import Literal, NamedTuple
 
 import jax
 from jax.flatten_util import ravel_pytree
 
-from landscape import linalg
-from landscape.point import MeanOverBatches
+from landscape import _checks, linalg
+from landscape.point import MeanOverBatches, Point
 from landscape.typing import PyTree
 
 Objective = Callable[[PyTree, PyTree], jax.Array]
+Outputs = Callable[[PyTree, PyTree], jax.Array]
+OutputLoss = Callable[[jax.Array, PyTree], jax.Array]
+Matrix = Literal["hessian", "ggn"]  # what a matrix-free probe multiplies by
 
 
 class Operator(NamedTuple):
@@ -34,7 +38,10 @@ class Operator(NamedTuple):
 
 
 def hessian_operator(objective: Objective, params: PyTree, inputs: PyTree) -> Operator:
-    """The Hessian of objective(., inputs) at params, for use inside a traced program."""
+    """The Hessian of objective(., inputs) at params, for use inside a traced program; the
+    Gauss-Newton matrix instead when the objective is a `GaussNewtonSplit` (`gauss_newton`)."""
+    if isinstance(objective, GaussNewtonSplit):
+        return ggn_operator(objective.outputs, objective.output_loss, params, inputs)
     flat, unravel = ravel_pytree(params)
     if isinstance(objective, MeanOverBatches):
         return _over_batches(objective.per_batch, flat, unravel, inputs)
@@ -42,6 +49,66 @@ def hessian_operator(objective: Objective, params: PyTree, inputs: PyTree) -> Op
         lambda x: objective(unravel(x), inputs), flat
     )
     return Operator(flat, value, gradient, linear, jax.vmap(linear))
+
+
+class GaussNewtonSplit:
+    """output_loss(outputs(params, inputs), inputs) as an objective whose curvature operator is
+    the Gauss-Newton matrix: the probes' compiled programs take it where they take an objective
+    (static), so `matrix="ggn"` chooses the operator without a program of its own."""
+
+    def __init__(self, outputs: Outputs, output_loss: OutputLoss) -> None:
+        self.outputs, self.output_loss = outputs, output_loss
+        self.loss_fn = output_loss  # names it in error messages
+
+    def __call__(self, params: PyTree, inputs: PyTree) -> jax.Array:
+        return self.output_loss(self.outputs(params, inputs), inputs)
+
+
+@functools.lru_cache(maxsize=256)
+def gauss_newton(outputs: Outputs, output_loss: OutputLoss) -> GaussNewtonSplit:
+    """One GaussNewtonSplit per (outputs, output_loss), so points of one model share programs."""
+    return GaussNewtonSplit(outputs, output_loss)
+
+
+def ggn_operator(
+    outputs: Outputs, output_loss: OutputLoss, params: PyTree, inputs: PyTree
+) -> Operator:
+    """G = Jᵀ H_z J at params, for use inside a traced program: the model linearised once (its
+    VJP, whose residuals every product reuses), J v as the transpose of that VJP (no forward
+    mode, so `jax.custom_vjp` models work, as in `ggn_at`), H_z u by the output loss's gradient
+    linearised once at z, then Jᵀ by the VJP. `value` and `gradient` are the loss's."""
+    flat, unravel = ravel_pytree(params)
+    z, vjp = jax.vjp(lambda x: outputs(unravel(x), inputs), flat)
+    jvp = jax.linear_transpose(vjp, z)
+    value, grad_z, output_hvp = linalg.linearized_gradient(lambda u: output_loss(u, inputs), z)
+
+    def matvec(v: jax.Array) -> jax.Array:
+        (jv,) = jvp((v,))
+        return vjp(output_hvp(jv))[0]
+
+    return Operator(flat, value, vjp(grad_z)[0], matvec, jax.vmap(matvec))
+
+
+def for_matrix(
+    points: Sequence[Point], objective: Objective, matrix: str, caller: str
+) -> Objective:
+    """The objective a probe's programs take for `matrix`: the points' own ("hessian", the
+    Hessian's operator) or their Gauss-Newton split ("ggn", `ggn_operator`)."""
+    _checks.check_choice("matrix", matrix, ("hessian", "ggn"))
+    if matrix == "hessian":
+        return objective
+    first = points[0]
+    if first.outputs is None or first.output_loss is None:
+        raise ValueError(
+            f"{caller}(matrix='ggn'): {first.name or 'the point'} does not split its loss into "
+            "model outputs and an output loss; build it with Point(..., objective=..., "
+            "inputs=..., outputs=..., output_loss=...)."
+        )
+    if any(
+        p.outputs is not first.outputs or p.output_loss is not first.output_loss for p in points
+    ):
+        raise ValueError(f"{caller}: the points of a list must share outputs and output_loss.")
+    return gauss_newton(first.outputs, first.output_loss)
 
 
 @functools.partial(jax.jit, static_argnames=("objective",))

@@ -217,6 +217,7 @@ def spectral_density(
     key: jax.Array | None = None,
     probe: ProbeKind = "rademacher",
     progress: blocks.Progress = print,
+    matrix: operator.Matrix = "hessian",
 ) -> SpectralDensity: ...
 
 
@@ -228,6 +229,7 @@ def spectral_density(
     key: jax.Array | None = None,
     probe: ProbeKind = "rademacher",
     progress: blocks.Progress = print,
+    matrix: operator.Matrix = "hessian",
 ) -> list[SpectralDensity]: ...
 
 
@@ -238,6 +240,7 @@ def spectral_density(
     key: jax.Array | None = None,
     probe: ProbeKind = "rademacher",
     progress: blocks.Progress = print,
+    matrix: operator.Matrix = "hessian",
 ) -> SpectralDensity | list[SpectralDensity]:
     """The Hessian's eigenvalue density by stochastic Lanczos quadrature: the probes' Lanczos
     runs in memory-bounded blocks, one compiled program per model.
@@ -250,6 +253,8 @@ def spectral_density(
         probe: "rademacher" or "gaussian" (normalised).
         progress: a memory line when the probes must run in blocks, and a line per block once
             the call has taken 10 s (None: silent).
+        matrix: "hessian", or "ggn" for the Gauss-Newton matrix G = Jᵀ H_z J of a point that
+            carries `outputs` and `output_loss` (`operator.ggn_operator`).
 
     Returns:
         A `SpectralDensity` (a list for a list of points): `mass(lo, hi)` with its standard
@@ -263,6 +268,7 @@ def spectral_density(
     )
     _checks.check_choice("probe", probe, ("rademacher", "gaussian"))
     objective, params, inputs = _arguments(points, listed)
+    objective = operator.for_matrix(points, objective, matrix, "spectral_density")
     key, axis = _key(key), int(listed)
     basis_bytes = num_iters * dim * blocks.itemsize(points[0])  # each probe's Lanczos basis
     plan = blocks.plan(
@@ -277,9 +283,9 @@ def spectral_density(
 
     alphas, betas = blocks.run(plan, block, "spectral_density", progress, axis)
     if not listed:
-        return SpectralDensity(points[0], *_quadrature(alphas, betas), dim, probe)
+        return SpectralDensity(points[0], *_quadrature(alphas, betas), dim, probe, matrix)
     return [
-        SpectralDensity(p, *_quadrature(alphas[i], betas[i]), dim, probe)
+        SpectralDensity(p, *_quadrature(alphas[i], betas[i]), dim, probe, matrix)
         for i, p in enumerate(points)
     ]
 
@@ -291,6 +297,7 @@ def trace(
     key: jax.Array | None = None,
     method: str = "hutch++",
     progress: blocks.Progress = print,
+    matrix: operator.Matrix = "hessian",
 ) -> TraceEstimate: ...
 
 
@@ -301,6 +308,7 @@ def trace(
     key: jax.Array | None = None,
     method: str = "hutch++",
     progress: blocks.Progress = print,
+    matrix: operator.Matrix = "hessian",
 ) -> list[TraceEstimate]: ...
 
 
@@ -310,8 +318,10 @@ def trace(
     key: jax.Array | None = None,
     method: str = "hutch++",
     progress: blocks.Progress = print,
+    matrix: operator.Matrix = "hessian",
 ) -> TraceEstimate | list[TraceEstimate]:
-    """tr(H) from `num_probes` HVPs, in memory-bounded blocks of one compiled program.
+    """tr(H) (or tr(G), `matrix="ggn"`) from `num_probes` HVPs, in memory-bounded blocks of one
+    compiled program.
 
     The standard error is the spread of the Hutchinson samples, floored at the rounding level:
     with few of them (under ~10) it can understate the error.
@@ -324,6 +334,8 @@ def trace(
         method: "hutch++" or "hutchinson".
         progress: a memory line when the products must run in blocks, and a line per block
             once the call has taken 10 s (None: silent).
+        matrix: "hessian", or "ggn" for the trace of the Gauss-Newton matrix of a point that
+            carries `outputs` and `output_loss`.
 
     Returns:
         A `TraceEstimate` (a list for a list of points): the value and its standard error.
@@ -335,6 +347,7 @@ def trace(
         num_probes, low, f"HVPs; {method} needs {low} or more for a standard error"
     )
     objective, params, inputs = _arguments(points, listed)
+    objective = operator.for_matrix(points, objective, matrix, "trace")
     exact, samples = _trace_parts(
         points, listed, (objective, params, inputs), _key(key), num_probes, method, progress
     )
@@ -345,7 +358,9 @@ def trace(
         scale = abs(exact_part) + np.mean(np.abs(row))  # sums of D products each
         mean, stderr = mean_and_stderr(row, rounding(point_dtype(p), dim, scale))
         value = float(exact_part + mean)
-        return TraceEstimate(p, value, float(stderr), method, num_probes, dim, float(exact_part))
+        return TraceEstimate(
+            p, value, float(stderr), method, num_probes, dim, float(exact_part), matrix
+        )
 
     if not listed:
         return estimate(points[0], exact, samples)
