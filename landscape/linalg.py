@@ -49,7 +49,7 @@ def lanczos_from(
     eps = jnp.finfo(dtype).eps
 
     def orthogonalise(basis: jax.Array, w: jax.Array) -> jax.Array:
-        return w - dot(basis.T, dot(basis, w))  # rows after the current one are zero
+        return w - dot(dot(basis, w), basis)  # rows after the current one are zero
 
     def fresh_direction(basis: jax.Array, i: jax.Array) -> jax.Array:
         w = jax.random.normal(jax.random.fold_in(key, i), (dim,), dtype)

@@ -114,8 +114,8 @@ def krylov_block(
     fixed = jnp.concatenate([locked, retained])
 
     def gram_schmidt(basis: jax.Array, w: jax.Array) -> jax.Array:
-        w = w - _DOT(basis.T, _DOT(basis, w))  # rows after the current one are zero
-        return w - _DOT(fixed.T, _DOT(fixed, w))
+        w = w - _DOT(_DOT(basis, w), basis)  # rows after the current one are zero
+        return w - _DOT(_DOT(fixed, w), fixed)
 
     def orthogonalised(basis: jax.Array, w: jax.Array) -> jax.Array:
         once = gram_schmidt(basis, w)
@@ -128,7 +128,7 @@ def krylov_block(
         av = matvec(v)
         alpha, arrow = _DOT(v, av), _DOT(retained, av)
         coupling = jnp.where(i > 0, run.beta[jnp.maximum(i - 1, 0)], 0)
-        w = av - alpha * v - coupling * previous - _DOT(retained.T, arrow)
+        w = av - alpha * v - coupling * previous - _DOT(arrow, retained)
         w = orthogonalised(run.basis, w)
         beta = jnp.linalg.norm(w)
         full = (beta <= 100 * eps * jnp.linalg.norm(av)) | (i + 1 >= search.num_active)
@@ -147,8 +147,8 @@ def krylov_block(
         return i + 1, run, full | done | ~run.finite
 
     raw = search.hint + search.mix * jax.random.normal(key, (dim,), dtype) / float(np.sqrt(dim))
-    start = raw - _DOT(fixed.T, _DOT(fixed, raw))
-    start = start - _DOT(fixed.T, _DOT(fixed, start))  # twice: one pass loses orthogonality
+    start = raw - _DOT(_DOT(fixed, raw), fixed)
+    start = start - _DOT(_DOT(fixed, start), fixed)  # twice: one pass loses orthogonality
     norm = jnp.linalg.norm(start)
     usable = norm > jnp.sqrt(eps) * jnp.linalg.norm(raw)  # else the start lay in the fixed rows
     m, k = num_iters, retained.shape[0]
@@ -285,9 +285,7 @@ def _lock(state: _Search, ritz: _Ritz, first: int, count: int, k: int, which: st
     return bool(np.any(keep >= locked))
 
 
-def _next_start(
-    state: _Search, ritz: _Ritz, run: KrylovRun, count: int, k: int, changed: bool
-) -> None:
+def _next_start(state: _Search, ritz: _Ritz, count: int, k: int, changed: bool) -> None:
     """Set up the next run. A fresh phase (random start seeded with the best unconverged Ritz
     vectors, nothing retained) once k pairs are locked and one changed since the phase began: a
     further copy of a locked eigenvalue lies outside the current Krylov space. Otherwise a thick
@@ -296,7 +294,6 @@ def _next_start(
     kept = min(k, ritz.theta.size - count)
     rest = _select(state.vectors, ritz.vectors, rows, jnp.asarray(kept))
     state.clean = state.clean and not changed
-    state.hint = _next_vector(run.basis, run.steps)
     if (state.values.size == k and not state.clean) or not bool(jnp.any(state.hint)):
         state.retained, state.retained_values = jnp.zeros_like(rest), np.zeros(k)
         state.hint, state.mix, state.clean, state.num_retained = rest.sum(axis=0), 1.0, True, 0
@@ -312,9 +309,9 @@ def _next_vector(basis: jax.Array, steps: jax.Array) -> jax.Array:
 
 def _one_run(
     point: Point, state: _Search, k: int, num_iters: int, key: jax.Array, which: str, tol: float
-) -> tuple[KrylovRun, _Ritz | None]:
+) -> _Ritz | None:
     """One Lanczos run after the retained vectors and the Ritz pairs of the whole subspace (None
-    when a product was not finite)."""
+    when a product was not finite). Sets the next hint; the run's basis is freed on return."""
     objective, inputs = point.shared
     dim, dtype = state.hint.size, state.hint.dtype
     active = dim - state.values.size - state.num_retained
@@ -329,9 +326,8 @@ def _one_run(
         num_iters, which,
     )  # fmt: skip
     state.num_hvps += int(run.steps)
-    if not bool(run.finite):
-        return run, None
-    return run, _rayleigh_ritz(point, state, run, which, k)
+    state.hint = _next_vector(run.basis, run.steps)
+    return _rayleigh_ritz(point, state, run, which, k) if bool(run.finite) else None
 
 
 class Found(NamedTuple):
@@ -365,7 +361,7 @@ def search(
     state = _Search(np.zeros(0, flat.dtype), zeros, zeros, np.zeros(k), jnp.zeros_like(flat))
     converged, done, count, last = False, 0, 0, None
     while done < runs and not converged:
-        run, ritz = _one_run(point, state, k, num_iters, jax.random.fold_in(key, done), which, tol)
+        ritz = _one_run(point, state, k, num_iters, jax.random.fold_in(key, done), which, tol)
         done += 1
         if ritz is None:
             return None
@@ -382,7 +378,7 @@ def search(
             converged = not _more_wanted(bound, state.values[-1], which, margin)
         if not converged:
             changed = _lock(state, ritz, 0, count, k, which)
-            _next_start(state, ritz, run, count, k, changed)
+            _next_start(state, ritz, count, k, changed)
         converged = converged or state.values.size == flat.size
         seconds = time.perf_counter() - start
         if progress and seconds > LONG_SECONDS:
