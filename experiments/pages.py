@@ -85,6 +85,21 @@ def page_text(name: str, data: Data, text: str) -> str:
     return text
 
 
+def ran_on(workdir: pathlib.Path) -> Data:
+    """The backend and device count of a run (config.json's provenance): a run split over
+    another number of devices rounds differently (float16 most), so the tables name them."""
+    provenance = json.loads((workdir / "config.json").read_text()).get("provenance", {})
+    return {k: provenance.get(k) for k in ("backend", "device_count")}
+
+
+def caption(data: Data, table: str) -> str:
+    """The line under a generated table: the records it comes from, and where they ran (a run
+    made in Python, without the CLI's provenance, does not say)."""
+    count, backend = data["ran_on"]["device_count"], data["ran_on"]["backend"]
+    devices = f" ({count} {backend} device{'s' * (count != 1)})" if count else ""
+    return f"\n\n*From the run's `{table}`{devices}.*"
+
+
 def data_path(name: str) -> pathlib.Path:
     return STUDIES / "data" / f"{name}.json"
 
@@ -118,7 +133,8 @@ _MARKOV_KEEP = (
 def markov_extract(workdir: pathlib.Path) -> Data:
     """curvature_seeds.csv's rows, the columns the tables show."""
     rows = read_csv(workdir / "curvature_seeds.csv")
-    return {"seeds": [{k: row.get(k) for k in _MARKOV_KEEP} for row in rows]}
+    seeds = [{k: row.get(k) for k in _MARKOV_KEEP} for row in rows]
+    return {"seeds": seeds, "ran_on": ran_on(workdir)}
 
 
 def _status(row: dict[str, Any]) -> str:
@@ -156,7 +172,8 @@ def markov_tables(data: Data) -> dict[str, str]:
             f"| {r['seed']} | {_status(r)} | {r['plateau_step']} | ${r['lambda_min']:.4f}$ | "
             f"${r['alpha_lambda_min']:.4f}$ | {r['grad_norm']:.3f} | {r['kind']} |"
         )
-    return {"markov seeds": "\n".join(gpt), "markov theory": "\n".join(theory)}
+    source = caption(data, "curvature_seeds.csv")
+    return {"markov seeds": "\n".join(gpt) + source, "markov theory": "\n".join(theory) + source}
 
 
 # ----------------------------------------------------------------------------- recall
@@ -183,7 +200,8 @@ def recall_extract(workdir: pathlib.Path) -> Data:
     return {
         "flow": [
             {k: json.loads(r[k]) if k == "negative" else r[k] for k in _RECALL_KEEP} for r in rows
-        ]
+        ],
+        "ran_on": ran_on(workdir),
     }
 
 
@@ -221,7 +239,7 @@ def recall_tables(data: Data) -> dict[str, str]:
             f"| $L_{r['plateau']}={r['level']:.3g}$ | {r['time']:.1f} | {index} | "
             f"{r['predicted_index']} | {_recall_negatives(r)} | {error} |"
         )
-    return {"recall plateaus": "\n".join(lines)}
+    return {"recall plateaus": "\n".join(lines) + caption(data, "recall_plateaus.csv")}
 
 
 # ----------------------------------------------------------------------------- n-grams
@@ -274,7 +292,7 @@ def ngrams_extract(workdir: pathlib.Path) -> Data:
         points.append(point)
     keep = ("step", "target", "basis", "k", "span", "random_span_mean", "random_span_std")
     overlaps = [{k: r[k] for k in keep} for r in read_csv(workdir / "overlaps.csv")]
-    return {"points": points, "overlaps": overlaps}
+    return {"points": points, "overlaps": overlaps, "ran_on": ran_on(workdir)}
 
 
 def _verdict(passed: list[bool], yes: str, no: str) -> str:
@@ -389,8 +407,9 @@ def ngrams_overlaps(data: Data) -> str:
 
 def ngrams_tables(data: Data) -> dict[str, str]:
     return {
-        "ngrams claims": ngrams_claims(data["points"]),
-        "ngrams overlaps": ngrams_overlaps(data),
+        "ngrams claims": ngrams_claims(data["points"])
+        + caption(data, "curvature_points.csv` and `summary.json"),
+        "ngrams overlaps": ngrams_overlaps(data) + caption(data, "overlaps.csv"),
     }
 
 

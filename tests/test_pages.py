@@ -60,3 +60,13 @@ def test_a_page_without_its_markers_and_a_wrong_command_are_one_sentence(capsys)
     assert "the pages: markov_curvature" in capsys.readouterr().err
     assert pages.main(["pages", "markov_curvature", "/nonexistent/run"]) == 2
     assert "holds no finished run" in capsys.readouterr().err
+
+
+def test_the_caption_names_the_records_and_the_devices_they_ran_on():
+    """A float16 run rounds differently on another number of devices: the caption says where."""
+    for count, said in ((1, " (1 cpu device)"), (2, " (2 cpu devices)"), (None, "")):
+        data = {"ran_on": {"backend": "cpu", "device_count": count}}
+        assert pages.caption(data, "x.csv") == f"\n\n*From the run's `x.csv`{said}.*"
+    stored = pages.stored("markov_curvature")["ran_on"]
+    page = pages.PAGES["markov_curvature"].path("markov_curvature").read_text()
+    assert f"({stored['device_count']} {stored['backend']} devices)" in page

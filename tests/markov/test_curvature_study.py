@@ -75,7 +75,8 @@ def test_the_page_tables_are_the_records_numbers(tiny_run):
         ("markov seeds", "GPT-2 tied, float16 autocast"),
         ("markov theory", "theory tied, float32"),
     ):
-        lines = tables[name].splitlines()[2:]
+        lines = _rows(tables[name])
+        assert tables[name].splitlines()[-1] == "*From the run's `curvature_seeds.csv`.*"
         assert len(lines) == sum(c == cell for c, _ in seeds), name
         for line in lines:
             cells = _cells(line)
@@ -126,3 +127,8 @@ def test_the_study_needs_kept_parameters_and_tracking():
     cfg.claims = "fig3"
     with pytest.raises(config_lib.ConfigError, match="claims"):
         experiment.validate(cfg)
+
+
+def _rows(table):
+    """A generated table's rows: past its header, before the caption under it."""
+    return [line for line in table.splitlines()[2:] if line.startswith("|")]

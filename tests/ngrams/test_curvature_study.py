@@ -198,7 +198,7 @@ def _page_tables_are_the_records(path, summary):
     tables = pages.ngrams_tables(pages.ngrams_extract(path))
     with open(path / "overlaps.csv") as f:
         found = {(r["target"], r["basis"]): float(r["span"]) for r in csv.DictReader(f)}
-    lines = tables["ngrams overlaps"].splitlines()[2:]
+    lines = _rows(tables["ngrams overlaps"])
     assert len(lines) == len(found)  # one probed step: a row per (target, subspace)
     names = {"next stage": "next stage", "to $\\theta_*": "to theta_star^(k+1)"}
     subspaces = {
@@ -213,7 +213,7 @@ def _page_tables_are_the_records(path, summary):
             next(v for k, v in subspaces.items() if subspace.startswith(k)),
         )
         assert abs(float(span) - found[key]) <= 0.5e-3, key
-    claims = {c.split(" | ")[0].strip("| "): c for c in tables["ngrams claims"].splitlines()[2:]}
+    claims = {c.split(" | ")[0].strip("| "): c for c in _rows(tables["ngrams claims"])}
     near = claims["The plateau point is near-stationary (Thm 4.2; rule: notes §9)"]
     passed = [c["passed"] for c in summary["claims"] if "near-stationary point" in c["claim"]]
     assert near.endswith("| reproduced |" if all(passed) else "| not reproduced |")
@@ -221,3 +221,8 @@ def _page_tables_are_the_records(path, summary):
     saddle = next(c for name, c in claims.items() if name.startswith("It is a saddle"))
     shown = float(re.search(r"lambda_\\text\{min\} = (-?[\d.]+)", saddle)[1])
     assert abs(shown - point["lambda_min"]) <= 0.5e-4
+
+
+def _rows(table):
+    """A generated table's rows: past its header, before the caption under it."""
+    return [line for line in table.splitlines()[2:] if line.startswith("|")]

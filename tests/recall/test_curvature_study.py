@@ -121,7 +121,7 @@ def test_the_page_table_is_the_records_numbers(study):
     _, path = study
     with open(path / "recall_plateaus.csv") as f:
         flow = [r for r in csv.DictReader(f) if r["trajectory"] == "gradient flow"]
-    lines = pages.recall_tables(pages.recall_extract(path))["recall plateaus"].splitlines()[2:]
+    lines = _rows(pages.recall_tables(pages.recall_extract(path))["recall plateaus"])
     assert len(lines) == len(flow) == 4
     for line, row in zip(lines, flow, strict=True):
         cells = [c.strip() for c in re.split(r"(?<!\\max)(?<!\\lambda)\|", line.strip()[1:-1])]
@@ -167,3 +167,8 @@ def test_spectra_along_equals_hessian_at():
     point = landscape.Point(params, lambda p: model_lib.population_loss(p, MODEL))
     np.testing.assert_allclose(values[1], landscape.hessian_at(point).eigenvalues, atol=1e-14)
     assert losses[0] == pytest.approx(theory.plateau_levels(K, 4)[1], abs=1e-9)
+
+
+def _rows(table):
+    """A generated table's rows: past its header, before the caption under it."""
+    return [line for line in table.splitlines()[2:] if line.startswith("|")]
