@@ -293,6 +293,9 @@ def test_a_quick_report_judges_no_claim_and_a_full_one_does(outcomes, tmp_path):
     failed = fake_job(tmp_path, "f", [], status="failed")  # a quick run that failed: not run
     r = write.row(figure, {"configs/a.py quick": failed}, "cpu", True)
     assert r.verdict == "not run"
+    assert "- **run failed**: the run did not complete (failed): boom" in "\n".join(
+        write.figure_markdown(r, {})
+    )
 
 
 def test_match_selects_a_figures_claims_and_pictures_and_failures_count(tmp_path):

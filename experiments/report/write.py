@@ -101,6 +101,7 @@ def evidence_of(run: catalog.Run, job: Job) -> Evidence:
             measured=None,
             expected="a complete run",
             passed=False,
+            failed_run=True,
         )
         return Evidence(job, [missing] if job.status == "failed" else [], [], [])
     claims = [c for c in summary.get("claims", []) if c["claim"].startswith(run.match)]
@@ -262,6 +263,8 @@ def figure_markdown(r: Row, images: dict) -> list[str]:
 
 def _mark(claim: dict[str, Any], judged: bool) -> str:
     """A claim's mark: ok or **NO**; at --quick sizes, what its check gave, unjudged."""
+    if claim.get("failed_run"):
+        return "**run failed**"  # the pipeline's own failure, at any size
     if not judged:
         return "evaluated (check " + ("met" if claim["passed"] else "not met") + ", not judged)"
     return "ok" if claim["passed"] else "**NO**"
@@ -371,6 +374,8 @@ def figure_html(r: Row) -> str:
 
 
 def _li_class(claim: dict[str, Any], judged: bool) -> str:
+    if claim.get("failed_run"):
+        return "no"
     return "unjudged" if not judged else "ok" if claim["passed"] else "no"
 
 
