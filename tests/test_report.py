@@ -50,6 +50,10 @@ def _quick(tmp_path_factory, *only: str):
     )
 
 
+def html_of(report) -> str:
+    return (report["out"] / "index.html").read_text()
+
+
 @pytest.fixture(scope="module")
 def quick_report(tmp_path_factory):
     return _quick(tmp_path_factory)
@@ -72,22 +76,24 @@ def test_quick_report_of_one_paper_runs_its_configs_and_writes_the_pages(quick_r
         summary = json.loads((report["runs"] / job.workdir.name / "summary.json").read_text())
         assert summary["status"] == "complete" and summary["total"] >= 1, job.spec
     table = (report["out"] / "SUMMARY.md").read_text()
-    for figure in figures:
+    for figure in figures:  # quick sizes evaluate every claim and judge none
         if not figure.not_attempted:
             assert re.search(
-                rf"\| recall \| {re.escape(figure.label)} \| .* \| "
-                r"(\*\*not reproduced\*\*|partly|reproduced) \| \d+/\d+ \|",
+                rf"\| recall \| {re.escape(figure.label)} \| .* \| not judged \| \d+ evaluated \|",
                 table,
             ), figure.label
+    assert not re.search(r"\| (\*\*not reproduced\*\*|partly|reproduced) \|", table)
     markdown = (report["out"] / "REPORT.md").read_text()
     linked = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", markdown)
     assert linked and all((report["out"] / link).stat().st_size > 1000 for link in linked)
     # at the top, before any verdict: what the quick sizes skip (every claim's judgement), why
     top = markdown[: markdown.index("| paper |")]
-    claims = sum(int(m) for m in re.findall(r"\| \d+/(\d+) \|", table))
+    claims = sum(int(m) for m in re.findall(r"\| (\d+) evaluated \|", table))
     judged = sum(not f.not_attempted for f in figures)
     assert f"skips judging the papers' claims: the {claims} claims of the {judged} figures" in top
-    assert "at quick sizes (verdicts of the pipeline, not of the papers)" in table
+    assert "at quick sizes (the pipeline checked, the papers not judged)" in table
+    assert f"; {claims} paper claims evaluated, none judged." in table
+    assert "**NO**" not in markdown and "class='not-reproduced'" not in html_of(report)
 
 
 @pytest.mark.slow  # ~6 min on 2 cores; the one-paper report above runs by default
@@ -252,6 +258,44 @@ def test_verdict_counts_the_paper_claims(outcomes, verdict, tmp_path):
     figure = catalog.Figure("scan_snap", "Fig. 4", "x", (catalog.Run("configs/a.py"),))
     r = write.row(figure, {"configs/a.py": job}, "cpu", False)
     assert (r.verdict, r.passed, r.total) == (verdict, sum(outcomes), len(outcomes))
+
+
+@pytest.mark.parametrize("outcomes", [[True, True], [True, False], [False, False]])
+def test_a_quick_report_judges_no_claim_and_a_full_one_does(outcomes, tmp_path):
+    """The same records: a full report's verdict counts the claims; at --quick sizes the figure
+    is "not judged" (grey), its claims listed as evaluated, never red."""
+    job = fake_job(tmp_path, "a", [(f"claim {i}", ok) for i, ok in enumerate(outcomes)])
+    figure = catalog.Figure("scan_snap", "Fig. 4", "x", (catalog.Run("configs/a.py"),))
+    full = write.row(figure, {"configs/a.py": job}, "cpu", False)
+    quick = write.row(figure, {"configs/a.py quick": job}, "cpu", True)
+    assert full.verdict == ("reproduced", "partly", "not reproduced")[outcomes.count(False)]
+    assert (quick.verdict, quick.passed, quick.total) == ("not judged", sum(outcomes), 2)
+    summary = write.summary_markdown([quick], "", quick=True)
+    assert "| scan_snap | Fig. 4 | x | not judged | 2 evaluated |" in summary
+    assert "2 paper claims evaluated, none judged." in summary
+    context = dict(
+        scale="quick",
+        command="python -m experiments.report --quick",
+        time=write.now(),
+        seconds=3.0,
+        version=dict(commit="0" * 40, dirty=False, code_hash="h", jax="x"),
+        ran=1,
+        reused=0,
+        backend="cpu",
+        quick=True,
+    )
+    markdown = write.report_markdown([quick], context, {})
+    assert "### Fig. 4: not judged, 2 claims evaluated" in markdown and "**NO**" not in markdown
+    assert markdown.count("- evaluated (check ") == 2
+    html = write.report_html([quick], context)
+    assert "<tr class='not-judged'>" in html and "class='no'" not in html
+    assert ".not-judged{background:#eee;color:#666}" in html  # grey, as not run
+    failed = fake_job(tmp_path, "f", [], status="failed")  # a quick run that failed: not run
+    r = write.row(figure, {"configs/a.py quick": failed}, "cpu", True)
+    assert r.verdict == "not run"
+    assert "- **run failed**: the run did not complete (failed): boom" in "\n".join(
+        write.figure_markdown(r, {})
+    )
 
 
 def test_match_selects_a_figures_claims_and_pictures_and_failures_count(tmp_path):

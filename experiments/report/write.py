@@ -19,13 +19,23 @@ from experiments.report import catalog
 from experiments.report.run import Job, format_minutes, job_key
 from landscape.engine import records
 
-# A paper's section lists its figures in this order: non-reproductions first.
-ORDER = ("not reproduced", "partly", "not run", "reproduced", "not attempted")
+# A paper's section lists its figures in this order: non-reproductions first. "not judged": a
+# --quick report's figure whose runs completed, at sizes too small to judge the paper's claims.
+ORDER = ("not reproduced", "partly", "not run", "reproduced", "not judged", "not attempted")
+ORDER_OF_COUNTS = (
+    "reproduced",
+    "partly",
+    "not reproduced",
+    "not run",
+    "not judged",
+    "not attempted",
+)
 MARK = {
     "reproduced": "reproduced",
     "partly": "partly",
     "not reproduced": "**not reproduced**",
     "not run": "not run",
+    "not judged": "not judged",
     "not attempted": "not attempted",
 }
 README_START, README_END = "<!-- report summary: start -->", "<!-- report summary: end -->"
@@ -48,6 +58,7 @@ class Row:
     passed: int
     total: int
     evidence: list[Evidence]
+    judged: bool = True  # False at --quick sizes: claims evaluated, not judged
 
     @property
     def seconds(self) -> float | None:
@@ -64,20 +75,22 @@ def rows(
 def row(figure: catalog.Figure, jobs: dict[str, Job], scale: str, quick: bool) -> Row:
     runs = figure.runs_at(scale)
     if figure.not_attempted or not runs:
-        return Row(figure, "not attempted", 0, 0, [])
+        return Row(figure, "not attempted", 0, 0, [], judged=not quick)
     evidence = [evidence_of(run, jobs[job_key(run, quick)]) for run in runs]
     claims = [c for e in evidence for c in e.claims]
     passed, total = sum(c["passed"] for c in claims), len(claims)
     ran = [e for e in evidence if e.job.status in ("complete", "reused")]
-    if not ran:
+    if not ran or (quick and len(ran) < len(evidence)):
         verdict = "not run"
+    elif quick:
+        verdict = "not judged"  # evaluated at quick sizes: evidence of the pipeline only
     elif total and passed == total:
         verdict = "reproduced"
     elif passed == 0:
         verdict = "not reproduced"
     else:
         verdict = "partly"
-    return Row(figure, verdict, passed, total, evidence)
+    return Row(figure, verdict, passed, total, evidence, judged=not quick)
 
 
 def evidence_of(run: catalog.Run, job: Job) -> Evidence:
@@ -88,6 +101,7 @@ def evidence_of(run: catalog.Run, job: Job) -> Evidence:
             measured=None,
             expected="a complete run",
             passed=False,
+            failed_run=True,
         )
         return Evidence(job, [missing] if job.status == "failed" else [], [], [])
     claims = [c for c in summary.get("claims", []) if c["claim"].startswith(run.match)]
@@ -98,6 +112,17 @@ def evidence_of(run: catalog.Run, job: Job) -> Evidence:
         if run.figures and fnmatch.fnmatch(p.stem, run.figures)
     )
     return Evidence(job, claims, sanity, pictures)
+
+
+def claims_text(r: Row) -> str:
+    """The claims column: reproduced of checked, or (at --quick sizes) how many were evaluated."""
+    if not r.total:
+        return "-"
+    return f"{r.passed}/{r.total}" if r.judged else f"{r.total} evaluated"
+
+
+def counted_text(r: Row) -> str:
+    return f"{r.passed}/{r.total} claims" if r.judged else f"{r.total} claims evaluated"
 
 
 def counts(table: list[Row]) -> dict[str, int]:
@@ -117,9 +142,9 @@ def quick_note(table: list[Row]) -> str:
         "**Quick sizes check the pipeline, not the papers.** Every config ran shrunk to a few "
         "steps (`experiments/report/catalog.py`, `QUICK`), so this report skips judging the "
         f"papers' claims: the {claims} claims of the {len(judged)} figures below are evaluated "
-        "(each has a measured value) on runs too short to show the papers' effects, and their "
-        "verdicts say nothing about the papers. `python -m experiments.report` (CPU scale) "
-        "judges them."
+        "(each has a measured value) on runs too short to show the papers' effects, so each "
+        "figure's verdict is *not judged*, whatever its checks gave. `python -m "
+        "experiments.report` (CPU scale) judges them."
     )
     if not_run:
         note += f" Not run at all: {', '.join(not_run)} (see each one's reason below)."
@@ -136,20 +161,20 @@ def summary_markdown(table: list[Row], heading: str, quick: bool = False) -> str
         "",
         *([quick_note(table), ""] if quick else []),
         f"{len(table)} figures and theorems"
-        + (" at quick sizes (verdicts of the pipeline, not of the papers)" if quick else "")
+        + (" at quick sizes (the pipeline checked, the papers not judged)" if quick else "")
         + ": "
-        + ", ".join(
-            f"{tally[v]} {v}"
-            for v in ("reproduced", "partly", "not reproduced", "not run", "not attempted")
-            if tally[v]
-        )
-        + f"; {claims[0]}/{claims[1]} of the paper claims checked reproduced.",
+        + ", ".join(f"{tally[v]} {v}" for v in ORDER_OF_COUNTS if tally[v])
+        + (
+            f"; {claims[1]} paper claims evaluated, none judged."
+            if quick
+            else f"; {claims[0]}/{claims[1]} of the paper claims checked reproduced."
+        ),
         "",
         "| paper | figure | the paper's claim | verdict | claims | run time |",
         "|---|---|---|---|---|---|",
     ]
     for r in table:
-        claims_cell = f"{r.passed}/{r.total}" if r.total else "-"
+        claims_cell = claims_text(r)
         time_cell = format_minutes(r.seconds) if r.seconds is not None else "-"
         verdict = MARK[r.verdict] + (
             f" ({r.figure.not_attempted})" if r.verdict == "not attempted" else ""
@@ -199,11 +224,11 @@ def context_line(c: dict[str, Any]) -> str:
 
 def figure_markdown(r: Row, images: dict) -> list[str]:
     f = r.figure
-    counted = f", {r.passed}/{r.total} claims" if r.total else ""
+    counted = f", {counted_text(r)}" if r.total else ""
     out = [f"### {f.label}: {r.verdict}{counted}", "", f"*The paper:* {f.claim}.", ""]
     if r.verdict == "not attempted":
         return out + [f"Not attempted: {f.not_attempted}.", ""]
-    if r.verdict != "reproduced" and f.reason:
+    if r.verdict not in ("reproduced", "not judged") and f.reason:
         out += [f"*Known reason:* {f.reason}.", ""]
     for e in r.evidence:
         job = e.job
@@ -217,7 +242,7 @@ def figure_markdown(r: Row, images: dict) -> list[str]:
             out += [f"Not run: {job.message}", ""]
         for c in e.claims:
             out.append(
-                f"- {'ok' if c['passed'] else '**NO**'}: {c['claim']}; measured "
+                f"- {_mark(c, r.judged)}: {c['claim']}; measured "
                 f"{_value(c['measured'])}, expected {_value(c['expected'])}"
             )
         failed = [c for c in e.sanity if not c["passed"]]
@@ -234,6 +259,15 @@ def figure_markdown(r: Row, images: dict) -> list[str]:
         if e.figures:
             out.append("")
     return out
+
+
+def _mark(claim: dict[str, Any], judged: bool) -> str:
+    """A claim's mark: ok or **NO**; at --quick sizes, what its check gave, unjudged."""
+    if claim.get("failed_run"):
+        return "**run failed**"  # the pipeline's own failure, at any size
+    if not judged:
+        return "evaluated (check " + ("met" if claim["passed"] else "not met") + ", not judged)"
+    return "ok" if claim["passed"] else "**NO**"
 
 
 def _value(value: Any, limit: int = 160) -> str:
@@ -253,6 +287,7 @@ table{border-collapse:collapse;width:100%;font-size:14px}
 td,th{border:1px solid #ccc;padding:4px 6px;vertical-align:top}th{background:#f3f3f3}
 .reproduced{background:#e3f4e3}.partly{background:#fff4d6}
 .not-reproduced{background:#fbe0e0}.not-run,.not-attempted{background:#eee;color:#666}
+.not-judged{background:#eee;color:#666}li.unjudged{color:#555}
 img{max-width:100%;border:1px solid #ddd;margin:4px 0}code{background:#f5f5f5;padding:1px 3px}
 li.no{color:#a00}h3{margin-top:1.6em}.meta{color:#555;font-size:13px}
 .quick{background:#fff4d6;padding:8px 10px;border:1px solid #e8d8a8}
@@ -269,7 +304,7 @@ def report_html(table: list[Row], context: dict[str, Any]) -> str:
         f"<h1>What landscape reproduces ({e(context['scale'])} scale)</h1>",
         *([f"<p class='quick'>{_inline(quick_note(table))}</p>"] if context.get("quick") else []),
         f"<p class='meta'>{_inline(context_line(context))}</p>",
-        "<p>" + ", ".join(f"{tally[v]} {v}" for v in ORDER if tally[v]) + "</p>",
+        "<p>" + ", ".join(f"{tally[v]} {v}" for v in ORDER_OF_COUNTS if tally[v]) + "</p>",
         "<table id='summary'><thead><tr><th>paper</th><th>figure</th><th>the paper's claim"
         "</th><th>verdict</th><th>claims</th><th>run time</th></tr></thead><tbody>",
     ]
@@ -279,7 +314,7 @@ def report_html(table: list[Row], context: dict[str, Any]) -> str:
             f"<tr class='{_css(r.verdict)}'><td>{e(r.figure.paper)}</td>"
             f"<td><a href='#{_anchor(r)}'>{e(r.figure.label)}</a></td>"
             f"<td>{e(r.figure.claim)}</td><td>{e(r.verdict)}</td>"
-            f"<td>{f'{r.passed}/{r.total}' if r.total else '-'}</td>"
+            f"<td>{e(claims_text(r))}</td>"
             f"<td>{time_cell}</td></tr>"
         )
     out.append("</tbody></table>")
@@ -296,7 +331,7 @@ def report_html(table: list[Row], context: dict[str, Any]) -> str:
 
 def figure_html(r: Row) -> str:
     e, f = html.escape, r.figure
-    counted = f", {r.passed}/{r.total} claims" if r.total else ""
+    counted = f", {counted_text(r)}" if r.total else ""
     out = [
         f"<h3 id='{_anchor(r)}' class='{_css(r.verdict)}'>{e(f.label)}: {e(r.verdict)}"
         f"{counted}</h3>",
@@ -304,7 +339,7 @@ def figure_html(r: Row) -> str:
     ]
     if r.verdict == "not attempted":
         return "\n".join(out + [f"<p>Not attempted: {e(f.not_attempted)}.</p>"])
-    if r.verdict != "reproduced" and f.reason:
+    if r.verdict not in ("reproduced", "not judged") and f.reason:
         out.append(f"<p><i>Known reason:</i> {e(f.reason)}.</p>")
     for ev in r.evidence:
         job = ev.job
@@ -317,7 +352,7 @@ def figure_html(r: Row) -> str:
         if job.status == "not run":
             out.append(f"<p>Not run: {e(job.message)}</p>")
         items = [
-            f"<li class='{'ok' if c['passed'] else 'no'}'>{'ok' if c['passed'] else 'NO'}: "
+            f"<li class='{_li_class(c, r.judged)}'>{e(_mark(c, r.judged).replace('**', ''))}: "
             f"{e(c['claim'])}; measured {e(_value(c['measured']))}, expected "
             f"{e(_value(c['expected']))}</li>"
             for c in ev.claims
@@ -336,6 +371,12 @@ def figure_html(r: Row) -> str:
             data = base64.b64encode(p.read_bytes()).decode()
             out.append(f"<img alt='{e(f.label)}: {e(p.stem)}' src='data:image/png;base64,{data}'>")
     return "\n".join(out)
+
+
+def _li_class(claim: dict[str, Any], judged: bool) -> str:
+    if claim.get("failed_run"):
+        return "no"
+    return "unjudged" if not judged else "ok" if claim["passed"] else "no"
 
 
 def _inline(text: str) -> str:

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from configs import markov
+from experiments import pages
 from landscape.engine import config as config_lib
 from landscape.engine import records
 from landscape.markov import curvature_study, experiment
@@ -59,6 +60,39 @@ def test_the_study_writes_its_records_claims_and_findings(tiny_run):
         assert json.load(f)["seconds"]["total"] > 0
 
 
+def _cells(line):
+    return [c.strip().strip("$") for c in line.strip().strip("|").split("|")]
+
+
+def test_the_page_tables_are_the_records_numbers(tiny_run):
+    """experiments.pages from the tiny run's records: each row of the page's tables, read back
+    from the Markdown, is a seed of curvature_seeds.csv to the digits the table prints."""
+    _, path = tiny_run
+    with open(path / "curvature_seeds.csv") as f:
+        seeds = {(row["cell"], int(row["seed"])): row for row in csv.DictReader(f)}
+    tables = pages.markov_tables(pages.markov_extract(path))
+    for name, cell in (
+        ("markov seeds", "GPT-2 tied, float16 autocast"),
+        ("markov theory", "theory tied, float32"),
+    ):
+        lines = _rows(tables[name])
+        assert tables[name].splitlines()[-1] == "*From the run's `curvature_seeds.csv`.*"
+        assert len(lines) == sum(c == cell for c, _ in seeds), name
+        for line in lines:
+            cells = _cells(line)
+            row = seeds[(cell, int(cells[0]))]
+            escaped = f"escapes at {row['escape_step']}"
+            assert cells[1] == (escaped if row["status"] == "escaped" else row["status"])
+            assert int(cells[2]) == int(row["plateau_step"]) and cells[-1] == row["kind"]
+            assert abs(float(cells[3]) - float(row["lambda_min"])) <= 0.5e-4
+            assert abs(float(cells[-2]) - float(row["grad_norm"])) <= 0.5e-3
+            if name == "markov seeds":
+                assert abs(float(cells[4]) - float(row["tracked_lambda_min"])) <= 0.5e-4
+                assert int(cells[5]) == int(row["resolved_negative"])
+            else:
+                assert abs(float(cells[4]) - float(row["alpha_lambda_min"])) <= 0.5e-4
+
+
 def _group(test_loss, escape_steps, kept):
     """A stand-in for experiment.train_group's result: snapshots every 10 steps."""
     steps = np.arange(0, 10 * len(test_loss[0]), 10)
@@ -93,3 +127,8 @@ def test_the_study_needs_kept_parameters_and_tracking():
     cfg.claims = "fig3"
     with pytest.raises(config_lib.ConfigError, match="claims"):
         experiment.validate(cfg)
+
+
+def _rows(table):
+    """A generated table's rows: past its header, before the caption under it."""
+    return [line for line in table.splitlines()[2:] if line.startswith("|")]

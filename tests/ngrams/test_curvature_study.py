@@ -5,6 +5,7 @@ end at a tiny size."""
 import csv
 import json
 import math
+import re
 
 import jax
 import numpy as np
@@ -12,6 +13,7 @@ import pytest
 from jax.flatten_util import ravel_pytree
 
 from configs import ngrams
+from experiments import pages
 from landscape.engine import config as config_lib
 from landscape.engine import records
 from landscape.ngrams import curvature_study as study
@@ -186,3 +188,41 @@ def test_the_study_end_to_end_at_a_tiny_size(tmp_path):
     assert (tmp_path / "figures" / "curvature_study.png").stat().st_size > 20_000
     assert "Escape directions at run 0" in (tmp_path / "curvature.txt").read_text()
     assert json.loads((tmp_path / "summary.json").read_text())["status"] == "complete"
+    _page_tables_are_the_records(tmp_path, summary)
+
+
+def _page_tables_are_the_records(path, summary):
+    """experiments.pages from the tiny run: the overlaps table's projections and the claims
+    table's λ_min and verdicts, read back from the Markdown, are the records' to the digits
+    printed."""
+    tables = pages.ngrams_tables(pages.ngrams_extract(path))
+    with open(path / "overlaps.csv") as f:
+        found = {(r["target"], r["basis"]): float(r["span"]) for r in csv.DictReader(f)}
+    lines = _rows(tables["ngrams overlaps"])
+    assert len(lines) == len(found)  # one probed step: a row per (target, subspace)
+    names = {"next stage": "next stage", "to $\\theta_*": "to theta_star^(k+1)"}
+    subspaces = {
+        "escape": "escape directions",
+        "negative": "negative eigenspace",
+        "$-g$": "gradient",
+    }
+    for line in lines:
+        target, subspace, span, _ = [c.strip() for c in line.strip("| ").split(" | ")]
+        key = (
+            next(v for k, v in names.items() if target.startswith(k)),
+            next(v for k, v in subspaces.items() if subspace.startswith(k)),
+        )
+        assert abs(float(span) - found[key]) <= 0.5e-3, key
+    claims = {c.split(" | ")[0].strip("| "): c for c in _rows(tables["ngrams claims"])}
+    near = claims["The plateau point is near-stationary (Thm 4.2; rule: notes §9)"]
+    passed = [c["passed"] for c in summary["claims"] if "near-stationary point" in c["claim"]]
+    assert near.endswith("| reproduced |" if all(passed) else "| not reproduced |")
+    (point,) = summary["points"]
+    saddle = next(c for name, c in claims.items() if name.startswith("It is a saddle"))
+    shown = float(re.search(r"lambda_\\text\{min\} = (-?[\d.]+)", saddle)[1])
+    assert abs(shown - point["lambda_min"]) <= 0.5e-4
+
+
+def _rows(table):
+    """A generated table's rows: past its header, before the caption under it."""
+    return [line for line in table.splitlines()[2:] if line.startswith("|")]

@@ -2,7 +2,10 @@
 eigenvalues of constructed plateau points against the closed form, and the study
 (configs/recall.py:curvature) end to end."""
 
+import csv
+import json
 import math
+import re
 
 import jax
 import jax.numpy as jnp
@@ -12,6 +15,7 @@ from jax.flatten_util import ravel_pytree
 
 import landscape
 from configs import recall
+from experiments import pages
 from landscape.engine import config as config_lib
 from landscape.engine import records
 from landscape.recall import curvature_study, experiment, theory
@@ -111,6 +115,36 @@ def test_the_study_reproduces_the_index_sequence(study):
         assert (path / name).stat().st_size > 0
 
 
+def test_the_page_table_is_the_records_numbers(study):
+    """experiments.pages from the study's records: each row of the page's table, read back from
+    the Markdown, is the gradient flow's row of recall_plateaus.csv to the digits it prints."""
+    _, path = study
+    with open(path / "recall_plateaus.csv") as f:
+        flow = [r for r in csv.DictReader(f) if r["trajectory"] == "gradient flow"]
+    lines = _rows(pages.recall_tables(pages.recall_extract(path))["recall plateaus"])
+    assert len(lines) == len(flow) == 4
+    for line, row in zip(lines, flow, strict=True):
+        cells = [c.strip() for c in re.split(r"(?<!\\max)(?<!\\lambda)\|", line.strip()[1:-1])]
+        level, tau, index, theory_index, negatives, error = cells
+        assert level == f"$L_{row['plateau']}={float(row['level']):.3g}$"
+        assert abs(float(tau) - float(row["time"])) <= 0.05
+        assert int(index.split()[0]) == int(row["index"])
+        assert int(theory_index) == int(row["predicted_index"])
+        measured = json.loads(row["negative"])
+        if int(row["resolved_index"]):
+            shown = [
+                float(v) * 1e-4 for v in re.findall(r"-?[\d.]+", negatives.split("\\times")[0])
+            ]
+            np.testing.assert_allclose(shown, measured, rtol=5e-3)
+            assert abs(float(error.rstrip(" %")) - 100 * float(row["eigen_error"])) <= 0.005
+        else:
+            assert f"(resolved {row['resolved_index']})" in index and not error
+            mantissa, exponent = re.match(r"\$(-[\d.]+)\\times10\^\{(-\d+)\}", negatives).groups()
+            assert abs(float(mantissa) * 10 ** int(exponent) - measured[0]) <= 0.05 * abs(
+                measured[0]
+            )
+
+
 def test_the_study_is_one_program_with_kept_and_tracked_parameters():
     cfg = recall.get_config("curvature")
     cfg.train.track_every = 0
@@ -133,3 +167,8 @@ def test_spectra_along_equals_hessian_at():
     point = landscape.Point(params, lambda p: model_lib.population_loss(p, MODEL))
     np.testing.assert_allclose(values[1], landscape.hessian_at(point).eigenvalues, atol=1e-14)
     assert losses[0] == pytest.approx(theory.plateau_levels(K, 4)[1], abs=1e-9)
+
+
+def _rows(table):
+    """A generated table's rows: past its header, before the caption under it."""
+    return [line for line in table.splitlines()[2:] if line.startswith("|")]
