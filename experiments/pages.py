@@ -325,7 +325,7 @@ def ngrams_claims(points: list[dict[str, Any]]) -> str:
     """The claims at the probed points: what was measured, and summary.json's verdict."""
     rows = [
         (
-            "The plateau point is near-stationary (Thm 4.2; rule: notes §9)",
+            "The plateau point is near-stationary (Thm 4.2; rule: notes/landscape_geometry.md §9)",
             "; ".join(_near(p) for p in points),
             _verdict(
                 [p["passed"]["near_stationary"] for p in points], "reproduced", "not reproduced"

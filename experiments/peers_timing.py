@@ -2,9 +2,8 @@
 fresh process: `python -m experiments.benchmark --only=peers [--peers.sizes=1e4,1e5]`.
 
 Models: experiments/peers.py. A child (`--peers.one=framework:size:probe:threads:device`) times
-the first call (setup and our compile included) and a warm second call, and reads its peak RSS;
-the parent (`bench_peers`) compares the answers and prints the table. PyHessian's density() calls
-torch.eig (gone from torch 2): the child patches it in with torch.linalg.eigh.
+the first call (compile included), a warm one and its peak RSS; the parent (`bench_peers`) compares
+the answers. PyHessian's density() needs torch.eig (gone in torch 2): the child patches it in.
 """
 
 from __future__ import annotations
@@ -38,12 +37,12 @@ _FRAMEWORKS = flags.DEFINE_list(
 )
 _THREADS = flags.DEFINE_list("peers.threads", ["1", "all"], "torch threads (all: every core).")
 _TIMEOUT = flags.DEFINE_integer("peers.timeout", 600, "Seconds a child process may take.")
+_RTOL = flags.DEFINE_float("peers.rtol", 1e-3, "Our eigenpairs' rtol in the *_rtol probes.")
 _WARM_BELOW = flags.DEFINE_float(
     "peers.warm_below", 300.0, "Skip the warm call when the first took longer (seconds)."
 )
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-RTOL = 1e-3  # the looser accuracy of the *_rtol probes (our eigenpairs' relative residual)
 PEERS = {  # the modules each framework's rows need
     "pyhessian": ("torch", "pyhessian"),
     "curvlinops": ("torch", "curvlinops"),
@@ -135,9 +134,9 @@ class Ours:
             return {"vHv": sum(float((a * b).sum()) for a, b in pairs)}
         if probe.startswith("top"):
             k = int(probe[3])
-            tol = RTOL if probe.endswith("_rtol") else None  # None: the certified default
+            tol = _RTOL.value if probe.endswith("_rtol") else None  # None: the certified default
             found = landscape.eigenpairs(
-                self.point, k, "largest", dense_below=0, progress=None, tol=tol
+                self.point, k, "largest", dense_below=0, progress=None, rtol=tol
             )
             more = dict(num_hvps=found.num_hvps, runs=found.runs, converged=found.converged)
             return _eigen_answer(found.values, found.residuals, **more)
@@ -423,6 +422,7 @@ def run_child(spec: str, timeout: int) -> dict[str, Any]:
         "experiments.peers_timing",
         f"--peers.one={spec}",
         f"--peers.warm_below={_WARM_BELOW.value}",
+        f"--peers.rtol={_RTOL.value}",
     ]
     try:
         done = subprocess.run(

@@ -66,7 +66,10 @@ def lanczos_from(
         # what is left for it to remove is rounding, so one pass keeps V orthonormal to rounding
         w = orthogonalise(basis, av - alpha * v - coupling * previous)
         beta = jnp.linalg.norm(w)
-        exhausted = beta <= 100 * eps * jnp.linalg.norm(av)
+        # against the operator's scale seen so far, not |A v|: a v near A's null space has a
+        # product of pure rounding, whose remainder is noise, not a direction of the space
+        scale = jnp.maximum(jnp.linalg.norm(av), jnp.max(jnp.abs(alphas)))
+        exhausted = beta <= 100 * eps * jnp.maximum(scale, jnp.max(betas))
         next_v = jax.lax.cond(exhausted, fresh_direction, lambda *_: w / beta, basis, i)
         basis = basis.at[i + 1].set(next_v, mode="drop")
         alphas = alphas.at[i].set(alpha)

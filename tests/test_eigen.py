@@ -271,3 +271,21 @@ def test_a_loose_rtol_stops_runs_early_and_counts_every_product():
     assert loose.num_hvps < loose.runs * 40
     assert abs(loose.values[0] - 2.5) <= 1e-3 * 2.5
     assert loose.residuals[0] <= 1e-3 * 2.5 * 1.01 and loose.converged
+
+
+def test_lanczos_through_a_null_space_stays_finite_and_exact():
+    """linalg.lanczos on all of D = 200 for a rank-50 matrix (float32): past the rank the products
+    are rounding, which must count as an exhausted space (fresh directions), not as a direction;
+    T stays finite and its extremes are the matrix's."""
+    rng = np.random.default_rng(5)
+    basis = np.linalg.qr(rng.standard_normal((200, 200)))[0]
+    values = np.r_[rng.standard_normal(50), np.zeros(150)]
+    matrix = jnp.asarray((basis * values) @ basis.T, jnp.float32)
+    alphas, betas = landscape.linalg.lanczos(
+        lambda v: matrix @ v, 200, 200, jax.random.key(0), jnp.float32
+    )
+    tridiagonal = np.diag(alphas) + np.diag(betas, 1) + np.diag(betas, -1)
+    assert np.all(np.isfinite(tridiagonal))
+    ritz = np.linalg.eigvalsh(tridiagonal.astype(np.float64))
+    np.testing.assert_allclose(ritz[[0, -1]], [values.min(), values.max()], rtol=1e-5)
+    assert np.sum(np.abs(ritz) > 1e-4) == 50  # each nonzero eigenvalue once, no ghost copies

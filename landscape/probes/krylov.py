@@ -131,7 +131,9 @@ def krylov_block(
         w = av - alpha * v - coupling * previous - _DOT(arrow, retained)
         w = orthogonalised(run.basis, w)
         beta = jnp.linalg.norm(w)
-        full = (beta <= 100 * eps * jnp.linalg.norm(av)) | (i + 1 >= search.num_active)
+        seen = jnp.maximum(jnp.max(jnp.abs(run.alpha)), jnp.max(run.beta))  # scale, as in linalg
+        scale = jnp.maximum(jnp.maximum(jnp.linalg.norm(av), seen), jnp.abs(alpha))
+        full = (beta <= 100 * eps * scale) | (i + 1 >= search.num_active)
         run = run._replace(
             basis=run.basis.at[i + 1].set(jnp.where(full, 0, w / jnp.where(full, 1, beta))),
             alpha=run.alpha.at[i].set(alpha),

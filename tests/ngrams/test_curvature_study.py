@@ -214,7 +214,9 @@ def _page_tables_are_the_records(path, summary):
         )
         assert abs(float(span) - found[key]) <= 0.5e-3, key
     claims = {c.split(" | ")[0].strip("| "): c for c in _rows(tables["ngrams claims"])}
-    near = claims["The plateau point is near-stationary (Thm 4.2; rule: notes §9)"]
+    near = claims[
+        "The plateau point is near-stationary (Thm 4.2; rule: notes/landscape_geometry.md §9)"
+    ]
     passed = [c["passed"] for c in summary["claims"] if "near-stationary point" in c["claim"]]
     assert near.endswith("| reproduced |" if all(passed) else "| not reproduced |")
     (point,) = summary["points"]
