@@ -5,7 +5,7 @@
     python -m experiments.scan_snap --config=configs/wikitext.py:fig10        # Fig. 10, CPU grid
     python -m experiments.scan_snap --config=configs/wikitext.py:fig10_paper \\
         --config.text.path=/data/wikitext-2                                   # 5 epochs of train
-    python -m experiments.scan_snap --config=configs/wikitext.py:curvature    # Hessian, 16-30 min
+    python -m experiments.scan_snap --config=configs/wikitext.py:curvature    # Hessian, 8-13 min
 
 The model is the PyTorch transformer tutorial's (d = 200, one head, FFN 200, post-LN,
 sinusoidal positions, untied decoder), plain SGD with the gradient's norm clipped to 0.5, batch 20,
@@ -31,7 +31,8 @@ curvature: Fig. 7's 1-layer run, 1000 iterations (docs/studies/wikitext_curvatur
        steps (10 Lanczos steps) on 2 evaluation chunks (700 tokens), the parameters kept every
        100 steps, the top Ritz values every 200, and at the steps where layer 0's attention
        scans, snaps and has frozen the top 3 and bottom 3 eigenpairs (tol 1e-3, at most 4
-       Lanczos runs each) with their shares per block. CPU: 16-30 min on 2 busy cores.
+       Lanczos runs each) with their shares per block, the evaluation chunks a dataset in
+       batches (one chunk a batch). CPU: 8-13 min on 2 busy cores (a load of 6-8).
 curvature_paper: the same at the paper's scale for a GPU: train on train (about 28.8k types,
        D = 1.2e7), 1500 iterations, 32 evaluation chunks, lambda every 25 steps by 20 Lanczos
        steps, the top 8 and bottom 8 eigenpairs at tol 1e-4, Ritz values every 100 steps; needs

@@ -225,8 +225,10 @@ def validate_tracking(cfg: Any) -> None:
     r(cfg, "train.track_probes", low=1, integer=True)
 
 
-def track_of(cfg: Any, loss: Callable[[Params, HParams], jax.Array]) -> Track | None:
-    """The Track a config's train group asks for with `loss` (None when train.track_every = 0)."""
+def track_of(cfg: Any, loss: Callable[..., jax.Array], batches: Any = None) -> Track | None:
+    """The Track a config's train group asks for with `loss` (None when train.track_every = 0):
+    loss(params, hparams), or with `batches` (an evaluation set in batches) loss(params,
+    hparams, batch) or loss(params, batch)."""
     t = cfg.train
     if not t.get("track_every", 0):
         return None
@@ -236,4 +238,5 @@ def track_of(cfg: Any, loss: Callable[[Params, HParams], jax.Array]) -> Track | 
         num_lanczos=t.track_lanczos,
         probes=t.track_probes,
         negative_mass=t.track_negative_mass,
+        batches=batches,
     )

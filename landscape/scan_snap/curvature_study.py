@@ -1,5 +1,6 @@
 """The WikiText model along training (Fig. 7's setting, one layer): λ_min and λ_max tracked
-inside the compiled run on a fixed set of evaluation chunks, the top Ritz values and the
+inside the compiled run on a fixed set of evaluation chunks (a dataset in batches, one chunk a
+batch: memory holds one chunk), the top Ritz values and the
 gradient per block at kept steps, and at the steps where layer 0's attention scans, snaps and
 has frozen (the fall of its entropy) the top and bottom eigenpairs: their shares per block and
 the negative curvature. docs/studies/wikitext_curvature.md.
@@ -87,16 +88,17 @@ def validate(cfg: ml_collections.ConfigDict) -> None:
 
 def cell_bytes(v: dict[str, Any]) -> tuple[float, str]:
     """(bytes, what) of the study: the training run's (`wikitext.cell_bytes`), the kept
-    parameters, and the largest probe: eigenpairs' Krylov basis and products (2 x (max(40,
-    4k) + 1) vectors of D) or the tracked Lanczos basis, beside the curvature loss's
-    linearisation (its chunks' logits, about 4 x chunks x B x bptt x V numbers)."""
+    parameters, and the largest probe: eigenpairs' search (max(40, 4k) + 5k + 6 vectors of D,
+    as `eigen.eigenpairs` plans it) or the tracked Lanczos basis, beside the linearisation of
+    one evaluation chunk (the curvature loss is a dataset in batches, one chunk a batch: its
+    logits, about 4 x B x bptt x V numbers)."""
     need, what = wikitext.cell_bytes(v)
     V = wikitext.corpus_of(v).vocab_size
     size, D = np.dtype(v["train.dtype"]).itemsize, wikitext.num_params(v, V)
     kept = (v["train.num_steps"] // max(v["train.params_every"], 1) + 1) * D
     k = max(v["curvature.top_k"], v["curvature.negative_k"])
-    vectors = max(2 * (max(40, 4 * k) + 1), v["train.track_lanczos"] + 2)
-    logits = 4 * v["curvature.eval_chunks"] * v["text.eval_batch_size"] * v["text.bptt"] * V
+    vectors = max(max(40, 4 * k) + 5 * k + 6, v["train.track_lanczos"] + 2)
+    logits = 4 * v["text.eval_batch_size"] * v["text.bptt"] * V
     return need + size * (kept + vectors * D + logits), (
         f"{what}; the probes: {vectors} vectors of D = {D}, {kept // D} kept steps"
     )
@@ -169,25 +171,34 @@ def block_norms(vector: np.ndarray, labels: np.ndarray) -> dict[str, float]:
 def curvature_loss(
     cfg: ml_collections.ConfigDict, corpus: text.Corpus
 ) -> tuple[Callable[[PyTree, Any], jax.Array], tuple[jax.Array, jax.Array]]:
-    """(objective, inputs): the mean deterministic (eval-mode) loss over `curvature.eval_chunks`
-    chunks of the evaluation split spread evenly, the chunks stacked as the inputs (C, bptt, B)."""
+    """(objective, batches): `curvature.eval_chunks` chunks of the evaluation split spread
+    evenly, one chunk a batch (inputs and targets, each (C, B, bptt)), and the deterministic
+    (eval-mode) mean cross-entropy of one chunk, objective(params, chunk). The curvature loss is
+    its mean over the chunks, `Point(params, objective=..., batches=...)` (`point_at`): the mean
+    over every evaluation position, with memory for one chunk."""
     net = wikitext.model_of(cfg, corpus.vocab_size)
     total = text.num_chunks(corpus.eval.shape[0], cfg.text.bptt)
     count = min(cfg.curvature.eval_chunks, total)
     chosen = np.unique(np.linspace(0, total - 1, count).round().astype(int))
     pairs = [text.chunk(corpus.eval, int(i), cfg.text.bptt) for i in chosen]
-    inputs = (jnp.stack([p[0] for p in pairs]), jnp.stack([p[1] for p in pairs]))
+    batches = (jnp.stack([p[0].T for p in pairs]), jnp.stack([p[1].T for p in pairs]))
 
-    def objective(params: PyTree, chunks: tuple[jax.Array, jax.Array]) -> jax.Array:
-        def one(pair: tuple[jax.Array, jax.Array]) -> jax.Array:
-            value, _ = net.apply(
-                {"params": params}, pair[0].T, pair[1].T, method=model_lib.TextTransformer.loss
-            )
-            return value
+    def objective(params: PyTree, chunk: tuple[jax.Array, jax.Array]) -> jax.Array:
+        value, _ = net.apply(
+            {"params": params}, chunk[0], chunk[1], method=model_lib.TextTransformer.loss
+        )
+        return value
 
-        return jax.lax.map(one, chunks).mean()
+    return objective, batches
 
-    return objective, inputs
+
+def point_at(result: RunResult, loss: tuple[Callable, Any], step: int) -> Point:
+    """Run 0's kept parameters at `step` as a Point on the curvature loss: `loss` is
+    curvature_loss's (objective, batches), the chunks a dataset in batches."""
+    objective, batches = loss
+    params = jax.tree.map(jnp.asarray, result.params_at(step, 0))
+    name = f"run 0 (seed {int(result.seeds[0])}), step {step}"
+    return Point(params, name=name, objective=objective, batches=batches)
 
 
 def phase_steps(
@@ -231,7 +242,7 @@ def along_rows(
     tracked = _tracked(result)
     rows = []
     for step in _kept(result):
-        point = result.point(0, loss, step=step)
+        point = point_at(result, loss, step)
         row: Row = dict(step=step, entropy_layer0=float(snaps[step]), **tracked.get(step, {}))
         if step % s.spectrum_every == 0 or step == result.num_steps:
             spectrum = lanczos.lanczos_spectrum(point, s.spectrum_lanczos)
@@ -283,7 +294,7 @@ def probe_phase(
 ) -> tuple[Row, str]:
     """The top and bottom eigenpairs at a point (eigenpairs, Lanczos at `s.tol`) and their
     shares per block: of the top `top_k`, of the first, of the certified negative ones."""
-    options = dict(dense_below=0, tol=s.tol, max_restarts=s.max_restarts, progress=progress)
+    options = dict(dense_below=0, rtol=s.tol, max_restarts=s.max_restarts, progress=progress)
     top = eigen.eigenpairs(point, s.top_k, which="largest", **options)
     bottom = eigen.eigenpairs(point, s.negative_k, which="smallest", **options)
     negative = bottom.values + bottom.residuals < 0  # below 0 by more than the residual
@@ -292,10 +303,12 @@ def probe_phase(
         top_residuals=[float(v) for v in top.residuals],
         top_converged=top.converged,
         top_hvps=top.num_hvps,
+        top_scale=top.scale,
         bottom=[float(v) for v in bottom.values],
         bottom_residuals=[float(v) for v in bottom.residuals],
         bottom_converged=bottom.converged,
         bottom_hvps=bottom.num_hvps,
+        bottom_scale=bottom.scale,
         lambda_max=float(top.values[0]),
         lambda_min=float(bottom.values[0]),
         negative_over_max=float(bottom.values[0] / top.values[0]),
@@ -346,14 +359,18 @@ def theory_claims(along: Sequence[Row], phases: Mapping[str, int | None]) -> lis
 
 def sanity_claims(probed: Sequence[Row], tol: float) -> list[records.Claim]:
     """The tracked λ_max (Lanczos inside the run) against the certified λ_1 at the probed
-    steps; every top eigenpair certified at its residual."""
+    steps; every top and bottom eigenpair certified at its residual, relative to the spectral
+    scale max|λ| its eigenpairs call accepted it at (rtol = tol)."""
     pairs = {
         r["step"]: [r["tracked_lambda_max"], r["lambda_max"]]
         for r in probed
         if "tracked_lambda_max" in r
     }
     close = all(abs(t - c) <= TRACKED_RTOL * abs(c) for t, c in pairs.values())
-    residual = max((max(r["top_residuals"]) / r["lambda_max"] for r in probed), default=np.nan)
+    residual = max(
+        (max(r[f"{w}_residuals"]) / r[f"{w}_scale"] for r in probed for w in ("top", "bottom")),
+        default=np.nan,
+    )
     return [
         records.sanity(
             "tracked λ_max (inside the run) = eigenpairs' certified λ_1 at the probed steps",
@@ -362,7 +379,7 @@ def sanity_claims(probed: Sequence[Row], tol: float) -> list[records.Claim]:
             bool(pairs) and close,
         ),
         records.sanity(
-            "the top eigenpairs are certified: residual ||Hv - λv|| <= tol x λ_1",
+            "the top and bottom eigenpairs are certified: residual ||Hv - λv|| <= tol x max|λ|",
             residual,
             f"<= {tol:g}",
             residual <= tol,
@@ -411,14 +428,15 @@ def run(
     probes (curvature_phases.csv, curvature.txt), the figure, the claims and the findings."""
     start = time.perf_counter()
     corpus = wikitext.load(cfg)
-    objective, inputs = curvature_loss(cfg, corpus)
-    track = track_lib.track_of(cfg, lambda params, hp: objective(params, inputs))
+    objective, batches = curvature_loss(cfg, corpus)
+    track = track_lib.track_of(cfg, objective, batches=batches)
     grid = sweeps.Grid.make({}, np.arange(cfg.seed, cfg.seed + 1))
     if progress:
         progress(
             f"text: {corpus.path}: {corpus.train_split} ({corpus.train_tokens} tokens), "
-            f"vocabulary {corpus.vocab_size}; curvature on {inputs[0].shape[0]} "
-            f"{corpus.eval_split} chunks of {inputs[0].shape[1]} x {inputs[0].shape[2]} tokens"
+            f"vocabulary {corpus.vocab_size}; curvature on {batches[0].shape[0]} "
+            f"{corpus.eval_split} chunks of {batches[0].shape[1]} x {batches[0].shape[2]} tokens, "
+            "one chunk a batch"
         )
     problem = wikitext.make_problem(cfg, corpus)
     result = sweeps.run_cell(
@@ -427,7 +445,7 @@ def run(
     )  # fmt: skip
     trained = time.perf_counter()
     workdir.save_arrays(**result.arrays(complete=True))
-    loss = (objective, inputs)
+    loss = (objective, batches)
     labels = block_labels(result.params("final", 0))
     if progress:
         progress("along training, at the kept steps:")
@@ -443,7 +461,7 @@ def run(
         names = "+".join(p for p, v in phases.items() if v == step)
         if progress:
             progress(f"{names} (step {step}): the top and bottom eigenpairs")
-        row, described = probe_phase(result.point(0, loss, step=step), labels, s, progress)
+        row, described = probe_phase(point_at(result, loss, step), labels, s, progress)
         base = {k: v for k, v in by_step[step].items() if not k.startswith("ritz")}
         probed.append(dict(phase=names, **base, **row))
         texts.append(f"{names} (step {step})\n{described}")
@@ -464,5 +482,5 @@ def run(
         phases=phases,
         findings=findings(along, probed, sizes),
         seconds={"train": trained - start, "total": time.perf_counter() - start},
-        data=dict(wikitext.describe_data(cfg, corpus), curvature_chunks=int(inputs[0].shape[0])),
+        data=dict(wikitext.describe_data(cfg, corpus), curvature_chunks=int(batches[0].shape[0])),
     )

@@ -120,14 +120,53 @@ def test_the_tracked_lambda_max_is_the_direct_eigenvalue_of_the_kept_point(study
     gives eigenpairs' λ_1 and lanczos_spectrum's top Ritz value equal to the tracked one."""
     cfg, summary, path = study
     result = records.load(path)
-    objective, inputs = curvature_study.curvature_loss(cfg, wikitext.load(cfg))
-    point = result.point(0, (objective, inputs), step=120)
+    loss = curvature_study.curvature_loss(cfg, wikitext.load(cfg))
+    point = curvature_study.point_at(result, loss, 120)
+    assert point.batches is not None and point.inputs is None
     direct = landscape.eigenpairs(point, 1, which="largest", dense_below=0, tol=1e-5, progress=None)
     tracked = result.metrics["lambda_max"][0, list(result.tracked_steps).index(120)]
     assert tracked == pytest.approx(direct.values[0], rel=1e-3)
     assert tracked <= direct.values[0] + direct.residuals[0] + 1e-6
     ritz = landscape.lanczos_spectrum(point, 40).lambda_max
     assert ritz == pytest.approx(direct.values[0], rel=1e-4)
+
+
+def test_the_chunks_in_batches_are_the_mean_cross_entropy_over_every_position(tmp_path):
+    """The curvature loss as a dataset in batches (one chunk a batch) equals, to float32
+    rounding, the one objective over all chunks at once the study used before (a lax.map over
+    the chunks) and one evaluation of every position; so do their gradients."""
+    cfg = _config(zipf_corpus(tmp_path / "zipf", vocab=60, tokens=8000))
+    cfg.curvature.eval_chunks = 3
+    corpus = wikitext.load(cfg)
+    objective, batches = curvature_study.curvature_loss(cfg, corpus)
+    assert batches[0].shape == (3, cfg.text.eval_batch_size, cfg.text.bptt)
+    net = wikitext.model_of(cfg, corpus.vocab_size)
+    params = net.init({"params": jax.random.key(1)}, batches[0][0])["params"]
+    params = jax.tree.map(lambda x: jnp.asarray(x, jnp.float32), params)
+    point = landscape.Point(params, objective=objective, batches=batches)
+
+    def old(params, chunks):  # the chunks (C, bptt, B) stacked, one objective
+        def one(pair):
+            value, _ = net.apply(
+                {"params": params}, pair[0].T, pair[1].T, method=model_lib.TextTransformer.loss
+            )
+            return value
+
+        return jax.lax.map(one, chunks).mean()
+
+    stacked = (jnp.swapaxes(batches[0], 1, 2), jnp.swapaxes(batches[1], 1, 2))
+    every, _ = net.apply(  # every position of every chunk in one batch
+        {"params": params},
+        batches[0].reshape(-1, cfg.text.bptt),
+        batches[1].reshape(-1, cfg.text.bptt),
+        method=model_lib.TextTransformer.loss,
+    )
+    before = old(params, stacked)
+    assert point.loss() == pytest.approx(float(before), rel=1e-6)
+    assert point.loss() == pytest.approx(float(every), rel=1e-6)
+    grad = landscape.gradient_at(point).vector
+    expected = jax.flatten_util.ravel_pytree(jax.grad(old)(params, stacked))[0]
+    np.testing.assert_allclose(grad, expected, rtol=1e-4, atol=1e-6)
 
 
 @pytest.mark.parametrize(
@@ -163,13 +202,14 @@ def test_the_curvature_claims_stay_with_the_curvature_experiment(tmp_path):
 
 
 def test_the_memory_estimate_counts_the_kept_parameters_and_the_probes(tmp_path):
-    """Beside the training run's bytes: the kept steps and eigenpairs' 2 x 41 vectors of D."""
+    """Beside the training run's bytes: the kept steps, eigenpairs' search (40 + 5k + 6 = 56
+    vectors of D at k = 2, as eigenpairs plans it) and one chunk's linearisation."""
     cfg = _config(zipf_corpus(tmp_path / "zipf", vocab=60, tokens=8000))
     study = experiment.memory_estimate(cfg)
     cfg.experiment, cfg.claims = "wikitext", "none"
     train = experiment.memory_estimate(cfg)
     V = wikitext.load(cfg).vocab_size
     D = 2 * V * WIDTH + V + 4 * WIDTH**2 + 2 * WIDTH**2 + 10 * WIDTH
-    logits = 4 * 2 * 10 * 35 * V  # 2 chunks of 10 x 35 tokens
-    assert study.bytes - train.bytes == 8 * ((7 + 82) * D + logits)  # float64
-    assert f"82 vectors of D = {D}, 7 kept steps" in study.what
+    logits = 4 * 10 * 35 * V  # one chunk of 10 x 35 tokens at a time
+    assert study.bytes - train.bytes == 8 * ((7 + 56) * D + logits)  # float64
+    assert f"56 vectors of D = {D}, 7 kept steps" in study.what
