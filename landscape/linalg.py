@@ -32,7 +32,11 @@ def lanczos(
 
 
 def lanczos_from(
-    matvec: Callable[[jax.Array], jax.Array], start: jax.Array, num_iters: int, key: jax.Array
+    matvec: Callable[[jax.Array], jax.Array],
+    start: jax.Array,
+    num_iters: int,
+    key: jax.Array,
+    axis_name: str | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     """Lanczos tridiagonalisation of a symmetric operator from `start` (any non-zero vector),
     with full reorthogonalisation.
@@ -42,7 +46,9 @@ def lanczos_from(
     If the Krylov space is exhausted early, the next vector is a fresh random one (from `key`)
     orthogonal to V and that beta is 0, so T's eigenvalues stay eigenvalues of A and Gauss
     quadrature weights stay exact. Jittable and vmappable with `num_iters` static; keeps V in
-    memory (num_iters * dim numbers).
+    memory (num_iters * dim numbers). Under `vmap(..., axis_name=A)` give axis_name=A: the fresh
+    direction is then computed only at a step where some lane needs one (a batched condition
+    would compute it, a random draw and two passes, at every step of every lane).
     """
     dim, dtype = start.shape[0], start.dtype
     dot = functools.partial(jnp.matmul, precision=jax.lax.Precision.HIGHEST)
@@ -70,7 +76,12 @@ def lanczos_from(
         # product of pure rounding, whose remainder is noise, not a direction of the space
         scale = jnp.maximum(jnp.linalg.norm(av), jnp.max(jnp.abs(alphas)))
         exhausted = beta <= 100 * eps * jnp.maximum(scale, jnp.max(betas))
-        next_v = jax.lax.cond(exhausted, fresh_direction, lambda *_: w / beta, basis, i)
+        anywhere = exhausted if axis_name is None else jax.lax.pmax(exhausted, axis_name)
+        next_v = jax.lax.cond(
+            anywhere,
+            lambda: jnp.where(exhausted, fresh_direction(basis, i), w / beta),
+            lambda: w / beta,
+        )
         basis = basis.at[i + 1].set(next_v, mode="drop")
         alphas = alphas.at[i].set(alpha)
         betas = betas.at[i].set(jnp.where(exhausted, 0, beta))

@@ -86,7 +86,8 @@ def slq_block(
         probe_key, restart_key = jax.random.split(key)
         starts = _probes(probe_key, indices, probe, op.flat.size, op.flat.dtype)
         restarts = jax.vmap(lambda i: jax.random.fold_in(restart_key, i))(indices)
-        return jax.vmap(lambda v, k: lanczos_from(op.matvec, v, num_iters, k))(starts, restarts)
+        one = functools.partial(lanczos_from, op.matvec, num_iters=num_iters, axis_name="probes")
+        return jax.vmap(lambda v, k: one(v, key=k), axis_name="probes")(starts, restarts)
 
     return _over_points(body, batched, params, inputs)
 
