@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 
+import jax
 import numpy as np
 import pytest
 
@@ -392,11 +393,13 @@ runpy.run_module("experiments.scan_snap", run_name="__main__", alter_sys=True)
 
 
 def _full_disk_run(workdir, size):
-    """The CLI in a subprocess whose files may not grow past `size` bytes (RLIMIT_FSIZE)."""
+    """The CLI in a subprocess whose files may not grow past `size` bytes (RLIMIT_FSIZE), on as
+    many host devices as this process has (the runs it is compared with split their seeds
+    over them: another count rounds differently)."""
     env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
     return subprocess.run(
         [sys.executable, "-c", LIMITED, str(size), *ARGS, f"--workdir={workdir}"]
-        + ["--compilation_cache="],
+        + ["--compilation_cache=", f"--host_devices={jax.local_device_count()}"],
         cwd=ROOT,
         env={**env, "PYTHONPATH": str(ROOT)},
         capture_output=True,

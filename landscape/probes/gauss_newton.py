@@ -23,7 +23,7 @@ from jax.flatten_util import ravel_pytree
 from landscape import _checks
 from landscape import point as point_lib
 from landscape.point import Point
-from landscape.probes import blocks, compiled, curvature, results
+from landscape.probes import blocks, compiled, curvature, operator, results
 from landscape.typing import PyTree
 
 Outputs = Callable[[PyTree, PyTree], jax.Array]
@@ -251,17 +251,9 @@ def ggn_at(
         A `GaussNewton` (a list for a list of points): G, the Hessian, R and their spectra.
     """
     points, listed = point_lib.as_points(point, "ggn_at")
-    first = points[0]
-    if first.outputs is None or first.output_loss is None:
-        raise ValueError(
-            f"ggn_at: {first.name or 'the point'} does not split its loss into model outputs and "
-            "an output loss; build it with Point(..., objective=..., inputs=..., outputs=..., "
-            "output_loss=...) (the Markov, n-gram and Scan and Snap points carry the split)."
-        )
-    if any(
-        p.outputs is not first.outputs or p.output_loss is not first.output_loss for p in points
-    ):
-        raise ValueError("ggn_at: the points of a list must share outputs and output_loss.")
+    first = operator.check_split(
+        points, "ggn_at", " (the Markov, n-gram and Scan and Snap points carry the split)"
+    )
     _checks.check_int("max_dense_dim", max_dense_dim, 1, "the largest D formed densely")
     dim = first.num_params
     if dim > max_dense_dim:

@@ -89,6 +89,23 @@ def ggn_operator(
     return Operator(flat, value, vjp(grad_z)[0], matvec, jax.vmap(matvec))
 
 
+def check_split(points: Sequence[Point], caller: str, carriers: str = "") -> Point:
+    """The first point, once every point is known to split its loss into model outputs and an
+    output loss, the same for all (one sentence otherwise; `carriers` names who has one)."""
+    first = points[0]
+    if first.outputs is None or first.output_loss is None:
+        raise ValueError(
+            f"{caller}: {first.name or 'the point'} does not split its loss into model outputs "
+            "and an output loss; build it with Point(..., objective=..., inputs=..., "
+            f"outputs=..., output_loss=...){carriers}."
+        )
+    if any(
+        p.outputs is not first.outputs or p.output_loss is not first.output_loss for p in points
+    ):
+        raise ValueError(f"{caller}: the points of a list must share outputs and output_loss.")
+    return first
+
+
 def for_matrix(
     points: Sequence[Point], objective: Objective, matrix: str, caller: str
 ) -> Objective:
@@ -97,17 +114,7 @@ def for_matrix(
     _checks.check_choice("matrix", matrix, ("hessian", "ggn"))
     if matrix == "hessian":
         return objective
-    first = points[0]
-    if first.outputs is None or first.output_loss is None:
-        raise ValueError(
-            f"{caller}(matrix='ggn'): {first.name or 'the point'} does not split its loss into "
-            "model outputs and an output loss; build it with Point(..., objective=..., "
-            "inputs=..., outputs=..., output_loss=...)."
-        )
-    if any(
-        p.outputs is not first.outputs or p.output_loss is not first.output_loss for p in points
-    ):
-        raise ValueError(f"{caller}: the points of a list must share outputs and output_loss.")
+    first = check_split(points, f"{caller}(matrix='ggn')")
     return gauss_newton(first.outputs, first.output_loss)
 
 
