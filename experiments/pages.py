@@ -332,12 +332,14 @@ def ngrams_claims(points: list[dict[str, Any]]) -> str:
             ),
         ),
         (
-            "It is a saddle: negative curvature, confirmed at second order (notes §4.6.4-5)",
+            "It is a saddle: negative curvature, confirmed at second order "
+            "(notes/ngrams.md §4.6.4-5)",
             "; ".join(_saddle(p) for p in points),
             _verdict([p["passed"]["saddle"] for p in points], "reproduced", "not reproduced"),
         ),
         (
-            "$G \\succeq 0$, so all the negative curvature is in $R = H - G$ (notes §7; a check)",
+            "$G \\succeq 0$, so all the negative curvature is in $R = H - G$ "
+            "(notes/landscape_geometry.md §7; a check)",
             "; ".join(
                 f"step {p['step']}: $\\min \\mathrm{{eig}}\\, G = {tex(p['ggn_min'], 1)}$, "
                 f"$\\min\\mathrm{{eig}}\\, R = {p['remainder_min']:.3f}$"
