@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import landscape
-from landscape.probes import blocks, eigen, operator, spectra
+from landscape.probes import blocks, eigen, krylov, operator, spectra
 
 N, D = 48, 100_000  # examples, parameters: H = X^T X / N has rank N
 
@@ -126,6 +126,30 @@ def test_the_memory_estimate_is_within_2x_of_xla(model):
         if analysis is None:
             pytest.skip("this backend gives no memory analysis")
         assert 0.5 <= 8 * estimate / analysis.temp_size_in_bytes <= 2.0
+
+
+def test_the_lanczos_search_estimate_is_within_2x_of_xla(model):
+    # a Lanczos run's program: its vectors in (locked, retained, hint), out (the basis) and XLA's
+    # temporaries, the point's own params and data left out (held once, outside the search)
+    one, _, _, _ = model
+    objective, inputs = one.shared
+    k, steps = 5, 40
+    zeros = jnp.zeros((k, D), jnp.float32)
+    stop = krylov.SearchStop(
+        jnp.zeros(D, jnp.float32), jnp.asarray(1.0), jnp.asarray(D), jnp.asarray(1e-5),
+        jnp.asarray(0.0), jnp.asarray(k),
+    )  # fmt: skip
+    run = krylov.krylov_run.lower(
+        objective, one.params, inputs, zeros, zeros, jnp.zeros(k), jnp.asarray(0), stop,
+        jax.random.key(0), steps, "largest",
+    )  # fmt: skip
+    analysis = run.compile().memory_analysis()
+    if analysis is None:
+        pytest.skip("this backend gives no memory analysis")
+    own = sum(x.nbytes for x in jax.tree.leaves((one.params, inputs)))
+    held = analysis.argument_size_in_bytes - own + analysis.output_size_in_bytes
+    measured = held + analysis.temp_size_in_bytes
+    assert 0.5 <= eigen.lanczos_search_bytes(D, steps, k, 4) / measured <= 2.0
 
 
 def test_eigen_certificates_use_the_linearised_rows():

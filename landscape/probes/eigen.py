@@ -224,6 +224,12 @@ class Eigenpairs:
 # --------------------------------------------------------------------------------------------------
 
 
+def lanczos_search_bytes(dim: int, num_iters: int, k: int, itemsize: int) -> int:
+    """What `krylov.search` holds at its peak: the run's basis (num_iters + 1 rows), the locked,
+    retained and 2k Ritz vectors, k fresh products, and about four vectors of a step's work."""
+    return (num_iters + 5 * k + 6) * dim * itemsize
+
+
 def _check_arguments(
     points: list[Point],
     k: int,
@@ -401,7 +407,7 @@ def eigenpairs(
         key = jax.random.key(0) if key is None else key
         tol = lanczos_rtol(dtype) if tol is None else tol
         restarts = 2 * k + 10 if max_restarts is None else max_restarts
-        search_bytes = (steps + 5 * k + 6) * dim * np.dtype(dtype).itemsize  # krylov.py's rows
+        search_bytes = lanczos_search_bytes(dim, steps, k, np.dtype(dtype).itemsize)
         blocks.plan(
             points[0], 1, "eigenpairs", search_bytes, progress=progress,
             hint="ask for fewer Lanczos steps (num_iters) or a smaller k",
