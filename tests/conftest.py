@@ -3,11 +3,11 @@
 Library code is dtype-explicit (training casts to its config's dtype), so enabling x64 here does not
 change what a float32 training run computes.
 
-One persistent compilation cache serves the whole session: the tests, pytest-xdist's workers and
-the CLI subprocesses some tests start (they inherit the environment) compile many identical
-programs. From an empty cache, tests/test_resume.py, test_cli.py and markov/test_points.py took
-2:57 instead of 4:05 on 2 cores. A cache hit is the same executable (the key covers the program,
-the compile options and the JAX version), so no number changes.
+One persistent compilation cache serves the whole session: the CLI subprocesses some tests start
+(they inherit the environment) write it, and they and pytest-xdist's workers read it; they
+compile many identical programs. From an empty cache, tests/test_resume.py, test_cli.py and
+markov/test_points.py took 2:57 instead of 4:05 on 2 cores. A cache hit is the same executable
+(the key covers the program, the compile options and the JAX version), so no number changes.
 """
 
 import atexit
@@ -38,6 +38,11 @@ import jax  # noqa: E402
 import pytest  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
+# The workers read the shared cache but do not write it (the CLI subprocesses, which compile
+# most of the long programs, still do): twice in four full runs a worker's write aborted inside
+# XLA's executable serialisation (a segfault, then an abort, in put_executable_and_time), on
+# programs that compile and run cleanly alone.
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 1e9)
 
 
 @pytest.fixture(autouse=True)
