@@ -28,6 +28,11 @@ if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (
         os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0"
     ).strip()
+# One LLVM module a program: three full runs of the suite ended in a crash inside XLA's CPU
+# compiler or its serialisation (a segfault, a GPF in libjax_common.so, an abort) on training
+# programs that compile cleanly alone, as a race between its parallel codegen threads would.
+if "xla_cpu_parallel_codegen_split_count" not in os.environ["XLA_FLAGS"]:
+    os.environ["XLA_FLAGS"] += " --xla_cpu_parallel_codegen_split_count=1"
 
 # On a GPU each pytest-xdist worker would preallocate 75% of the device's memory, so a second
 # worker ran out of it (CUDA_ERROR_OUT_OF_MEMORY in 33 of 39 probe tests with 4 workers): every
