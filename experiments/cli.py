@@ -170,31 +170,31 @@ def _run_in(experiment: Experiment, cfg: Any, workdir: records.Workdir, path: pa
             stops.start_records(workdir, cfg, resume_line)  # config.json first
             experiment.run(cfg, workdir, **({} if primary else {"progress": None}))
         except training.Interrupted as stop:
-            workdir.write_status("interrupted", step=stop.step, resume=resume_line)
+            stops.write_status(workdir, "interrupted", step=stop.step, resume=resume_line)
             return _fail(
                 f"Interrupted at step {stop.step}: the records so far and a checkpoint "
                 f"are in {path}; resume with: {resume_line}",
                 EXIT_INTERRUPTED,
             )
         except KeyboardInterrupt:
-            workdir.write_status("interrupted", step=None, resume=resume_line)
+            stops.write_status(workdir, "interrupted", step=None, resume=resume_line)
             return _fail(
                 f"Interrupted: the records so far are in {path}; resume with: {resume_line}",
                 EXIT_INTERRUPTED,
             )
         except training.NonFiniteLossError as error:
-            workdir.write_status(
-                "stopped at a non-finite loss", step=error.step, message=str(error)
+            stops.write_status(
+                workdir, "stopped at a non-finite loss", step=error.step, message=str(error)
             )
             return _fail(f"Stopped: {error}", EXIT_FAILED)
         except records.DiskFullError as error:  # the workdir is left for --resume
             return _fail(stops.disk_full(error, workdir, resume_line), EXIT_FAILED)
         except config_lib.ConfigError as error:  # e.g. XLA's memory analysis after compiling
-            workdir.write_status("failed", message=str(error))
+            stops.write_status(workdir, "failed", message=str(error))
             return _fail(str(error), EXIT_USAGE)
         except Exception as error:  # a bug: keep the traceback for its report
             processes.failed(error, host.PROCESS_TIMEOUT.value)  # a lost process: ends here
-            workdir.write_status("failed", message=f"{type(error).__name__}: {error}")
+            stops.write_status(workdir, "failed", message=f"{type(error).__name__}: {error}")
             if "RESOURCE_EXHAUSTED" in str(error):
                 return _fail(
                     f"XLA ran out of memory ({str(error).splitlines()[0][:200]}); "

@@ -22,6 +22,14 @@ def start_records(workdir: records.Workdir, cfg: Any, resume_line: str) -> None:
     )
 
 
+def write_status(workdir: records.Workdir, status: str, **fields: Any) -> None:
+    """summary.json's status as a run stops, where there is room for it: a full disk (or a
+    workdir gone read-only) leaves the status it had ("running", as after a kill), and the one
+    sentence the CLI prints still says where the records are and how to resume."""
+    with contextlib.suppress(OSError):  # DiskFullError among them
+        workdir.write_status(status, **fields)
+
+
 def disk_full(error: OSError, workdir: records.Workdir, resume_line: str) -> str:
     """The one sentence for a run stopped by a full disk. A workdir whose config.json was
     written is left as a killed run's (`--resume` continues it from its last checkpoint, and
@@ -40,8 +48,7 @@ def disk_full(error: OSError, workdir: records.Workdir, resume_line: str) -> str
             f"run's config was recorded, so nothing was kept in {path}: free space, then run "
             "the same command again."
         )
-    with contextlib.suppress(OSError):
-        workdir.write_status("stopped: the disk is full", file=str(file), resume=resume_line)
+    write_status(workdir, "stopped: the disk is full", file=str(file), resume=resume_line)
     return (
         f"{file} could not be written: the disk is full ({error.strerror}); the records up to "
         f"the last checkpoint are kept in {path}: free space, then continue with: {resume_line}"

@@ -439,6 +439,39 @@ def test_a_full_disk_ends_in_one_sentence_and_the_run_continues(runs, tmp_path, 
     _same_records(workdir, runs[0])
 
 
+def test_a_stop_whose_status_does_not_fit_still_ends_in_one_sentence(runs, tmp_path, capsys):
+    """Ctrl-C (a stop at step 200) on a disk that is full by the time summary.json says
+    "interrupted": the CLI's sentence with the resume command, no traceback; summary.json keeps
+    "running" (as after a kill), and `--resume` gives the uninterrupted run's records."""
+    workdir = tmp_path / "run"
+    write_rows, write_status = records.MetricsRecorder.write_rows, records.Workdir.write_status
+
+    def stop_after_step_200(self, first_step, *rest, **kwargs):
+        write_rows(self, first_step, *rest, **kwargs)
+        if first_step >= 100:
+            training.request_stop()
+
+    def full_at_the_stop(self, status, **fields):
+        if status == "interrupted":
+            raise records.DiskFullError(28, os.strerror(28), str(self.path / "summary.json"))
+        return write_status(self, status, **fields)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(records.MetricsRecorder, "write_rows", stop_after_step_200)
+        patch.setattr(records.Workdir, "write_status", full_at_the_stop)
+        status = _main(*ARGS, f"--workdir={workdir}")
+    out = capsys.readouterr()
+    assert status == cli.EXIT_INTERRUPTED, out.err[-2000:]
+    assert "Traceback" not in out.err + out.out
+    (sentence,) = [line for line in out.err.splitlines() if line.startswith("Interrupted")]
+    assert sentence.startswith("Interrupted at step 200:"), sentence
+    assert sentence.endswith(f"--workdir={workdir} --resume"), sentence
+    assert json.loads((workdir / "summary.json").read_text())["status"] == "running"
+    assert _main(f"--workdir={workdir}", "--resume") == 0
+    assert "resumed at step 200/400" in capsys.readouterr().out
+    _same_records(workdir, runs[0])
+
+
 def test_metrics_rows_that_do_not_fit_name_the_file(tmp_path):
     workdir = records.Workdir(tmp_path)
     rows = [{"step": i, "loss": 0.5} for i in range(200)]
