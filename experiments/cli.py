@@ -165,6 +165,11 @@ def _run_in(experiment: Experiment, cfg: Any, workdir: records.Workdir, path: pa
     if jax.process_count() > 1:  # process 0's workdir, which every process resumes from
         resume_line += " (on every process, with its multi-process flags)"
     training.clear_stop()
+    if primary and jax.process_count() > 1:  # a lost process: summary.json says so
+        lost = "stopped: a process was lost"
+        processes.on_end(
+            lambda why: stops.write_status(workdir, lost, message=why, resume=resume_line)
+        )
     with stops.on_signals():
         try:
             stops.start_records(workdir, cfg, resume_line)  # config.json first

@@ -14,6 +14,7 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -23,6 +24,7 @@ BEAT_SECONDS = 1.0  # how often each process says it is alive
 AFTER_A_FAILED_COLLECTIVE = 5.0  # seconds of silence that then name the lost process
 _KEY = "landscape/alive/"
 _failed = threading.Event()  # an error in this process: the others are judged sooner
+_last_words: list[Callable[[str], object]] = []  # called with the sentence that ends a process
 
 
 def initialize(
@@ -134,9 +136,18 @@ def failed(error: BaseException, timeout: float) -> None:
     time.sleep(min(timeout, AFTER_A_FAILED_COLLECTIVE) + 2 * BEAT_SECONDS)
 
 
+def on_end(record: Callable[[str], object]) -> None:
+    """Have `record(sentence)` run (e.g. summary.json's status written) before a lost process
+    ends this one; a failure of it is ignored, the sentence still printed."""
+    _last_words.append(record)
+
+
 def _end(sentence: str) -> None:
     """Print `sentence` and end this process now: jax's exit would wait for the lost process
     at its shutdown barrier, then abort with a C++ stack."""
+    for record in _last_words:
+        with contextlib.suppress(Exception):
+            record(sentence)
     sys.stdout.flush()
     print(sentence, file=sys.stderr, flush=True)
     os._exit(EXIT_FAILED)

@@ -28,15 +28,6 @@ if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (
         os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0"
     ).strip()
-# No YNNPACK fusions (XLA:CPU's `__ynn_fusion`s, on by default in jaxlib 0.10.2): about one full
-# run of the suite in three lost a worker to a segfault or abort whose Python stack was compiling,
-# serialising or materialising something else, on programs that pass alone. jaxlib 0.10.2's YNN
-# fusions fault on XLA's worker threads while the main thread goes on (jax-ml/jax#40412,
-# #39257), and they are the likely seat of the suite's rare bad Hessian executable
-# (docs/design/curvature.md). The suite tests our numbers, not XLA's choice of CPU kernels.
-if "xla_cpu_experimental_ynn_fusion_type" not in os.environ["XLA_FLAGS"]:
-    os.environ["XLA_FLAGS"] += " --xla_cpu_experimental_ynn_fusion_type="
-
 # On a GPU each pytest-xdist worker would preallocate 75% of the device's memory, so a second
 # worker ran out of it (CUDA_ERROR_OUT_OF_MEMORY in 33 of 39 probe tests with 4 workers): every
 # worker allocates what it uses instead. No effect on CPU.
@@ -45,11 +36,12 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 import jax  # noqa: E402
 import pytest  # noqa: E402
 
+from landscape.engine import memory  # noqa: E402
+
 jax.config.update("jax_enable_x64", True)
 # The workers read the shared cache but do not write it (the CLI subprocesses, which compile
-# most of the long programs, still do): twice in four full runs a worker's write aborted inside
-# XLA's executable serialisation (a segfault, then an abort, in put_executable_and_time), on
-# programs that compile and run cleanly alone.
+# most of the long programs, still do). Twice a worker's write aborted inside XLA's executable
+# serialisation; those workers were most likely at their limit on memory mappings (below).
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 1e9)
 
 
@@ -85,6 +77,46 @@ def tests_before() -> list[str]:
     """The five tests that ran before this one in this worker process, the last one last: what
     a test that fails only in some orders reports (xdist hands out tests in no fixed order)."""
     return _STARTED[-6:-1]
+
+
+_MODULE: list[str] = [""]  # the test file this worker runs now
+
+
+def pytest_runtest_setup(item):
+    """At each new test file, drop JAX's compiled programs once this worker holds a quarter of
+    its limit on memory mappings: XLA:CPU keeps each executable's code in mappings, and at the
+    limit the next compile dies in a segfault (in about one full run in two before; the core of
+    one held 65,378 of the 65,530 mappings: docs/architecture.md, "Long-lived processes")."""
+    if item.nodeid.split("::")[0] != _MODULE[0]:
+        _MODULE[0] = item.nodeid.split("::")[0]
+        memory.free_programs_near_the_map_limit(share=0.25)
+
+
+# A test whose worker dies of a fatal signal runs once more in a fresh worker; a second crash
+# fails it. Each rerun is listed at the end of the output, and a failing assertion is never
+# rerun.
+_RERUN_AFTER_CRASH: list[str] = []
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_handlecrashitem(crashitem, report, sched):
+    if crashitem not in _RERUN_AFTER_CRASH:
+        _RERUN_AFTER_CRASH.append(crashitem)
+        sched.mark_test_pending(crashitem)
+        report.outcome = "rerun"
+
+
+def pytest_report_teststatus(report):
+    if report.outcome == "rerun":
+        return "rerun", "R", ("RERUN", {"yellow": True})
+    return None
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _RERUN_AFTER_CRASH:
+        terminalreporter.section("run again after their worker crashed", yellow=True)
+        for nodeid in _RERUN_AFTER_CRASH:
+            terminalreporter.line(nodeid)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -2,6 +2,7 @@
 (SIGTERM as `timeout` sends it, kill -9), and the processes of one run over jax.distributed
 refuse different configs in one sentence before training."""
 
+import json
 import os
 import pathlib
 import signal
@@ -120,7 +121,7 @@ def test_a_process_that_never_joins_is_named_after_the_stated_wait(tmp_path):
 
 def test_a_killed_process_ends_the_other_naming_it(tmp_path):
     """Process 1 killed (kill -9) while both train: process 0 ends within seconds, in one
-    sentence naming process 1, instead of a C++ stack a minute later."""
+    sentence naming process 1, instead of a C++ stack a minute later; summary.json says so."""
     port = _free_port()
     run = [
         "--config=configs/syn_small.py",
@@ -148,6 +149,9 @@ def test_a_killed_process_ends_the_other_naming_it(tmp_path):
             .startswith("process 1 stopped answering (killed, crashed or hung: silent for ")
         ), rest
         assert "Traceback" not in rest and "Check failure" not in rest, rest
+        summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+        assert summary["status"] == "stopped: a process was lost", summary
+        assert summary["message"].startswith("process 1 stopped answering"), summary
     finally:
         for p in pair:
             p.kill()

@@ -185,3 +185,26 @@ def test_the_memory_available_respects_the_address_space_limit():
     )
     available = float(out.stdout.strip())
     assert 0.9 * 2**30 < available <= 2**30
+
+
+def test_memory_mappings_are_counted_against_the_kernels_limit(tmp_path):
+    (tmp_path / "self").mkdir()
+    (tmp_path / "self" / "maps").write_text("00400000-00452000 r-xp 0 08:02 1 /bin/x\n" * 7)
+    assert memory.memory_mappings(tmp_path) is None  # no limit to compare with
+    (tmp_path / "sys" / "vm").mkdir(parents=True)
+    (tmp_path / "sys" / "vm" / "max_map_count").write_text("65530\n")
+    assert memory.memory_mappings(tmp_path) == (7, 65530)
+    here = memory.memory_mappings()
+    assert here is None or 0 < here[0] < here[1]
+
+
+@pytest.mark.parametrize("held, dropped", [(40, False), (60, True)])
+def test_compiled_programs_are_dropped_past_a_share_of_the_map_limit(monkeypatch, held, dropped):
+    """Past `share` of vm.max_map_count the compiled programs go (each keeps its code in
+    mappings, and at the limit XLA's next compile dies); below it they stay."""
+    f = jax.jit(lambda x: x * 3.0)
+    assert float(f(jnp.float32(2.0))) == 6.0 and f._cache_size() == 1
+    monkeypatch.setattr(memory, "memory_mappings", lambda: (held, 100))
+    assert memory.free_programs_near_the_map_limit(share=0.5) is dropped
+    assert f._cache_size() == (0 if dropped else 1)
+    assert float(f(jnp.float32(2.0))) == 6.0  # compiled again where it was dropped

@@ -98,6 +98,30 @@ def _kilobytes(text: str) -> float:
     return float(number[0]) * 1024 if number and number[0].isdigit() else math.inf
 
 
+def memory_mappings(proc: pathlib.Path = pathlib.Path("/proc")) -> tuple[int, int] | None:
+    """(this process's memory mappings, the kernel's limit on them, vm.max_map_count) on Linux;
+    None where /proc does not say."""
+    try:
+        with open(proc / "self" / "maps", "rb") as maps:
+            count = sum(1 for _ in maps)
+        return count, int(_read(proc / "sys" / "vm" / "max_map_count"))
+    except (OSError, ValueError):
+        return None
+
+
+def free_programs_near_the_map_limit(share: float = 0.5) -> bool:
+    """Drop JAX's compiled programs (`jax.clear_caches()`) once this process holds more than
+    `share` of its limit on memory mappings; whether it did. Each XLA:CPU executable keeps its
+    code in mappings (about 6 for a small program, 480 for an n-gram run's), and at the limit
+    (65,530 by default) XLA's next compile cannot allocate and the process dies in a segfault
+    (docs/design/architecture.md, "Long-lived processes"). Later calls compile again."""
+    counted = memory_mappings()
+    if counted is None or counted[0] <= share * counted[1]:
+        return False
+    jax.clear_caches()
+    return True
+
+
 def device_free_bytes(device: jax.Device | None = None) -> float:
     """Memory still free on `device` (default: the first local device) for XLA's buffers: its
     allocator's limit less what is in use (`device.memory_stats()`, reported by GPUs and TPUs),

@@ -145,6 +145,7 @@ def train(
     )
     runs = _place_runs(problem, hparams, seeds, sharding, batch_over, hparam_dtype)
     spec = dataclasses.replace(spec, batch_shares=runs.shares)
+    memory.free_programs_near_the_map_limit()  # a long-lived process (a report, a notebook)
     t_start = time.perf_counter()
     state, (first_snapshot, first_tracked), chunk = _compile(spec, runs)
     initial_params = jax.tree.map(
