@@ -145,7 +145,6 @@ def train(
     )
     runs = _place_runs(problem, hparams, seeds, sharding, batch_over, hparam_dtype)
     spec = dataclasses.replace(spec, batch_shares=runs.shares)
-    memory.free_programs_near_the_map_limit()  # a long-lived process (a report, a notebook)
     t_start = time.perf_counter()
     state, (first_snapshot, first_tracked), chunk = _compile(spec, runs)
     initial_params = jax.tree.map(
@@ -277,7 +276,9 @@ def _compile(spec: StepSpec, runs: _Runs) -> tuple[TrainState, tuple[dict, dict]
     """The runs' initial states, their first snapshots and tracked metrics (step 0), and the
     compiled chunk. Every input and
     output has the run axis first: pinned to the sharding (if any) so the compiled chunk keeps
-    runs spread over devices from one call to the next."""
+    runs spread over devices from one call to the next. A long-lived process (a report, a
+    notebook) first drops its compiled programs near its limit on memory mappings."""
+    memory.free_programs_near_the_map_limit()
     sharding = runs.sharding
     pinned: dict[str, Any] = {} if sharding is None else dict(out_shardings=sharding)
     init = jax.jit(jax.vmap(functools.partial(init_state, spec)), **pinned)
