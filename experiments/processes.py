@@ -137,9 +137,10 @@ def failed(error: BaseException, timeout: float) -> None:
 
 
 def on_end(record: Callable[[str], object]) -> None:
-    """Have `record(sentence)` run (e.g. summary.json's status written) before a lost process
-    ends this one; a failure of it is ignored, the sentence still printed."""
-    _last_words.append(record)
+    """Have `record(sentence)` run (e.g. this run's summary.json status written) before a lost
+    process ends this one, in place of an earlier run's; a failure of it is ignored, the
+    sentence still printed."""
+    _last_words[:] = [record]
 
 
 def _end(sentence: str) -> None:
