@@ -99,7 +99,7 @@ def _kilobytes(text: str) -> float:
 
 
 def memory_mappings(proc: pathlib.Path = pathlib.Path("/proc")) -> tuple[int, int] | None:
-    """(this process's memory mappings, the kernel's limit on them, vm.max_map_count) on Linux;
+    """(this process's memory mappings, the kernel's limit on them: vm.max_map_count) on Linux;
     None where /proc does not say."""
     try:
         with open(proc / "self" / "maps", "rb") as maps:
@@ -114,7 +114,7 @@ def free_programs_near_the_map_limit(share: float = 0.5) -> bool:
     `share` of its limit on memory mappings; whether it did. Each XLA:CPU executable keeps its
     code in mappings (about 6 for a small program, 480 for an n-gram run's), and at the limit
     (65,530 by default) XLA's next compile cannot allocate and the process dies in a segfault
-    (docs/design/architecture.md, "Long-lived processes"). Later calls compile again."""
+    (docs/architecture.md, "Long-lived processes"). Later calls compile again."""
     counted = memory_mappings()
     if counted is None or counted[0] <= share * counted[1]:
         return False
