@@ -149,6 +149,17 @@ def check_key(name: str, key: object) -> None:
     )
 
 
+def key_or_default(name: str, key: object) -> jax.Array:
+    """`key` once checked (`check_key`), or `jax.random.key(0)` for None, made without compiling
+    a program (threefry's key 0 is two zero words; another default implementation draws it)."""
+    check_key(name, key)
+    if key is not None:
+        return key  # type: ignore[return-value]  # checked above
+    if jax.config.jax_default_prng_impl != "threefry2x32":
+        return jax.random.key(0)
+    return jax.random.wrap_key_data(np.zeros(2, np.uint32))
+
+
 def finite_number(value: Any) -> bool:
     try:
         return math.isfinite(float(value))

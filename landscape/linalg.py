@@ -154,6 +154,21 @@ def batched_gradient(
     return value, grad, matvec, rows
 
 
+ROTATION_CHUNKS = 8  # `rotate_rows` rewrites 1/8 of the columns at a time
+
+
+def rotate_rows(rows: jax.Array, q: jax.Array) -> jax.Array:
+    """q^T rows for rows (n, D) and q (n, n), in ROTATION_CHUNKS column blocks written in
+    place: a restart or an orthonormalisation holds one block more than `rows`, not a second
+    copy. The blocks are unrolled: a loop would make XLA copy `rows` on entry."""
+    dim = rows.shape[1]
+    edges = sorted({round(dim * i / ROTATION_CHUNKS) for i in range(ROTATION_CHUNKS + 1)})
+    dot = functools.partial(jnp.matmul, precision=jax.lax.Precision.HIGHEST)
+    for low, high in zip(edges[:-1], edges[1:], strict=True):
+        rows = rows.at[:, low:high].set(dot(q.T, rows[:, low:high]))
+    return rows
+
+
 def tridiagonal_eigh(alphas: jax.Array, betas: jax.Array) -> tuple[jax.Array, jax.Array]:
     """(Ritz values ascending, their Gauss quadrature weights): the eigenvalues of the Lanczos
     matrix T (diagonal `alphas`, off-diagonal `betas`) and the squared first components of its

@@ -329,6 +329,25 @@ def _jitted(objective: Callable) -> Callable:
     return jax.jit(objective)
 
 
+def ravel_numpy(tree: PyTree) -> np.ndarray:
+    """The leaves of `tree` raveled into one numpy vector (D,) in `ravel_pytree` order, on the
+    host: nothing is compiled (an eager `ravel_pytree` compiles a program per leaf shape)."""
+    leaves = [np.ravel(np.asarray(leaf)) for leaf in jax.tree.leaves(tree)]
+    return np.concatenate(leaves) if leaves else np.zeros(0)
+
+
+def unravel_numpy(like: PyTree, flat: np.ndarray) -> PyTree:
+    """`flat` (D,) in `ravel_pytree` order as a pytree shaped like `like`, with numpy leaves."""
+    leaves, treedef = jax.tree.flatten(like)
+    flat, parts, offset = np.asarray(flat), [], 0
+    for leaf in leaves:
+        shape = np.shape(leaf)
+        size = int(np.prod(shape, dtype=np.int64))
+        parts.append(flat[offset : offset + size].reshape(shape))
+        offset += size
+    return jax.tree.unflatten(treedef, parts)
+
+
 def param_names(params: PyTree) -> list[tuple[str, slice, tuple[int, ...]]]:
     """(name, slice, shape) per leaf, in `ravel_pytree` order.
 

@@ -64,9 +64,7 @@ def test_tied_alpha_block_largest_pairs_are_thm2_with_multiplicity_four():
     assert sorted(pairs.vectors[0]) == ["b", "e"]
     assert "x4" in pairs.describe()
     # the certificate is a fresh HVP, not the eigensolver's word: a wrong value shows up in it
-    wrong = eigen._certified(
-        point, "largest", pairs.values + 1e-3, pairs.flat_vectors, "dense", (0.0, top)
-    )
+    wrong, _ = eigen._certified(point, "largest", pairs.values + 1e-3, pairs.flat_vectors, (0, top))
     np.testing.assert_allclose(wrong.residuals, 1e-3, rtol=1e-6)
 
 
@@ -83,10 +81,10 @@ def test_lanczos_recovers_repeated_eigenvalues_and_compiles_once_per_model():
     np.testing.assert_allclose(smallest.values, np.sort(spectrum)[:4], atol=1e-9)
     assert smallest.multiplicities()[0] == (pytest.approx(-1.5, abs=1e-9), 3)
     # a list: one result per point, and a new matrix of the same model reuses the program
-    programs = krylov.krylov_run._cache_size()
+    programs = krylov.advance._cache_size()
     other = _quadratic_point(_spectrum(1), seed=1)
     both = eigen.eigenpairs([point, other], k=6, which="largest", dense_below=0)
-    assert krylov.krylov_run._cache_size() == programs
+    assert krylov.advance._cache_size() == programs
     np.testing.assert_allclose(both[1].values, np.sort(_spectrum(1))[::-1][:6], atol=1e-9)
     dense = eigen.eigenpairs([point, other], k=6, which="largest")
     assert [d.method for d in dense] == ["dense", "dense"]
@@ -171,17 +169,22 @@ def test_a_search_that_does_not_converge_falls_back_to_dense_and_says_so(monkeyp
     point, values = _clustered_point()
     monkeypatch.setattr(krylov, "LONG_SECONDS", 0.0)  # a line per run, however fast
     lines = []
-    found = eigen.eigenpairs(point, k=4, dense_below=0, progress=lines.append)
-    assert found.method == "dense" and found.reason.startswith(  # a run: 40 steps, 4 residuals
-        "dense fallback: Lanczos did not certify the 4 smallest in 18 runs (792 HVPs)"
+    found = eigen.eigenpairs(point, k=4, dense_below=0, max_restarts=30, progress=lines.append)
+    assert found.method == "dense"
+    assert re.fullmatch(
+        r"dense fallback: Lanczos did not certify the 4 smallest in 30 runs \(\d+ HVPs\), and "
+        r"D = 600 <= fallback_below = 6000",
+        found.reason,
     )
     np.testing.assert_allclose(found.values, values[:4], rtol=0, atol=1e-15)
     assert np.all(found.residuals < 1e-14)
     assert f"  method: {found.reason}" in found.describe()
-    assert sum(line.startswith("eigenpairs: Lanczos run ") for line in lines) == 18
+    runs = [line for line in lines if line.startswith("eigenpairs: Lanczos run ")]
+    assert len(runs) >= 29 and runs[-1].startswith("eigenpairs: Lanczos run 30 of at most 30")
     assert lines[-1] == f"eigenpairs: {found.reason}"
     unfinished = eigen.eigenpairs(point, k=4, dense_below=0, fallback_below=0, progress=None)
     assert not unfinished.converged and unfinished.method == "lanczos"
+    assert unfinished.runs == 5 * (2 * 4 + 10)  # the default max_restarts
     assert unfinished.reason.startswith(
         "Lanczos: D = 600 > dense_below = 0; not converged at rtol = 1e-10, and D > "
         "fallback_below = 0: the residuals reached "
@@ -189,6 +192,12 @@ def test_a_search_that_does_not_converge_falls_back_to_dense_and_says_so(monkeyp
     reached = float(np.max(unfinished.residuals)) / unfinished.scale
     assert f"reached {reached:.2g} x scale" in unfinished.reason
     assert "NOT converged" in unfinished.describe()
+    # the slots an unconverged search fills hold Ritz pairs with their exact residuals
+    products = np.asarray(point.inputs) @ unfinished.flat_vectors.T
+    exact = np.linalg.norm(
+        products.T - unfinished.values[:, None] * unfinished.flat_vectors, axis=1
+    )
+    np.testing.assert_allclose(unfinished.residuals, exact, rtol=1e-6, atol=1e-15)
 
 
 def test_the_result_says_which_method_and_why():
@@ -225,9 +234,10 @@ def test_bad_arguments_are_refused_in_one_sentence():
 
 @pytest.mark.parametrize("spectrum", ["geometric", "clustered"])
 def test_one_gram_schmidt_pass_after_the_recurrence_keeps_the_basis_orthonormal(spectrum):
-    """krylov_block's basis after up to 150 float32 steps (the recurrence, then one pass):
-    orthonormal to rounding, and the Lanczos residual estimate |beta s_last| of the top Ritz pair
-    equal to its exact residual ||A y - theta y||."""
+    """One run of 150 float32 steps (the recurrence, then one pass; rtol < 0: no early stop, and
+    one run at most, so the basis is not rotated): orthonormal to rounding, and the Lanczos
+    residual estimate |beta s_last| of the top Ritz pair equal to its exact residual, which the
+    search's FILL computed with a fresh product."""
     rng = np.random.default_rng(3)
     values = {
         "geometric": np.r_[1e3, 10.0 ** -np.linspace(0, 8, 599)],
@@ -238,37 +248,35 @@ def test_one_gram_schmidt_pass_after_the_recurrence_keeps_the_basis_orthonormal(
     basis = np.linalg.qr(rng.standard_normal((values.size, values.size)))[0]
     matrix = jnp.asarray((basis * values) @ basis.T, jnp.float32)
     dim, k = values.size, 2
-    zeros = jnp.zeros((k, dim), jnp.float32)
-    stop = krylov.SearchStop(
-        jnp.zeros(dim, jnp.float32), jnp.asarray(1.0), jnp.asarray(dim), jnp.asarray(-1.0),
-        jnp.asarray(1.0), jnp.asarray(1),
-    )  # fmt: skip
-    run = krylov.krylov_block(
-        lambda v: matrix @ v, zeros, zeros, jnp.zeros(k), jnp.asarray(0), stop,
-        jax.random.key(0), 150, "largest",
-    )  # fmt: skip
-    steps = int(run.steps)
-    assert steps > 100  # rtol < 0: no early stop; float32 exhausts the space a little earlier
-    vectors = np.asarray(run.basis[:steps], np.float64)
+    search = krylov.initial(jax.random.key(0), dim, np.dtype(np.float32), k, 151)
+    rules = krylov.Rules(np.float32(-1.0), np.int32(1), np.int32(dim))
+    done = jax.jit(krylov.run, static_argnums=(0, 3))(
+        lambda v: matrix @ v, search, rules, "largest"
+    )
+    done, state = done.basis, done.state
+    steps = int(state.size)
+    assert int(state.mode) == krylov.DONE and int(state.runs) == 1 and int(state.count) == k
+    assert steps > 100  # float32 exhausts the space a little earlier than 150
+    vectors = np.asarray(done, np.float64)[:steps]
     assert np.abs(vectors @ vectors.T - np.eye(steps)).max() < 1e-5
-    theta, estimates = krylov._ritz_estimates(run, jnp.zeros(k), jnp.asarray(0), "largest")
-    projected = np.asarray(krylov.projected_matrix(jnp.zeros(k), run.alpha, run.beta, run.cross))
-    top, s = np.linalg.eigh(projected[k : k + steps, k : k + steps].astype(np.float64))
-    ritz = s[:, -1] @ vectors
-    exact = np.linalg.norm(np.asarray(matrix, np.float64) @ ritz - top[-1] * ritz)
-    assert float(theta[0]) == pytest.approx(top[-1], rel=1e-6)
-    assert float(estimates[0]) == pytest.approx(exact, rel=0.05, abs=1e-5 * abs(top[-1]))
+    top = float(state.theta[0])
+    ritz = np.asarray(state.coeffs, np.float64)[:steps, 0] @ vectors
+    exact = np.linalg.norm(np.asarray(matrix, np.float64) @ ritz - top * ritz)
+    assert float(state.values[0]) == top
+    assert float(state.estimates[0]) == pytest.approx(exact, rel=0.05, abs=1e-5 * abs(top))
+    assert float(state.residuals[0]) == pytest.approx(exact, rel=0.05, abs=1e-5 * abs(top))
 
 
 def test_a_loose_rtol_stops_runs_early_and_counts_every_product():
-    """rtol=1e-3 on the quadratic: fewer products than one full run of 40 steps per run, the count
-    is the steps taken plus the residual blocks (k a run), and the top value within rtol."""
+    """rtol=1e-3 on the quadratic: fewer products than a tight search and fewer than full runs
+    (a run adds at most ncv - k - 1 vectors), and the top value within rtol."""
     spectrum = _spectrum(0)
     point = _quadratic_point(spectrum, seed=0)
     tight = eigen.eigenpairs(point, k=1, which="largest", dense_below=0)
     loose = eigen.eigenpairs(point, k=1, which="largest", dense_below=0, rtol=1e-3)
-    assert loose.num_hvps < tight.num_hvps <= tight.runs * (40 + 1)
-    assert loose.num_hvps < loose.runs * 40
+    full_run = eigen.default_ncv(1) - 1 - 1
+    assert loose.num_hvps < tight.num_hvps
+    assert loose.num_hvps < loose.runs * full_run
     assert abs(loose.values[0] - 2.5) <= 1e-3 * 2.5
     assert loose.residuals[0] <= 1e-3 * 2.5 * 1.01 and loose.converged
 

@@ -160,7 +160,6 @@ def test_slices_and_paths_pick_a_batch_size_that_fits(monkeypatch):
         chosen.append(batch_size)
         return original(objective, controls, inputs, weights, batch_size)
 
-    spy.lower = original.lower  # the program's memory is measured before it runs
     monkeypatch.setattr(geometry, "_losses_at", spy)
     monkeypatch.setattr(memory, "available_memory_bytes", lambda: 5 * each)
     u, v = _zeros_like(point, b=1.0), _zeros_like(point, e=np.ones(4))
@@ -330,7 +329,7 @@ def test_a_large_slice_is_split_by_the_memory_of_its_rows(monkeypatch):
     u, v = {"W": rng.normal(size=(120, 120))}, {"W": rng.normal(size=(120, 120))}
     alphas, betas = np.linspace(-1.0, 1.0, 41), np.linspace(-1.0, 1.0, 41)
     each = budget.loss_bytes(point) + 120 * 120 * 8
-    assert each > 8 * budget.loss_bytes(point)
+    assert each > 4 * budget.loss_bytes(point)
     chosen = []
     original = budget.rows_per_batch
     monkeypatch.setattr(

@@ -2,6 +2,8 @@
 squares model whose Hessian is X^T X / n (its nonzero eigenvalues those of the small X X^T / n),
 one batch and the same data in batches; the accuracy knob; blocks by memory, with progress."""
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -114,9 +116,11 @@ def test_the_memory_estimate_is_within_2x_of_xla(model):
     # XLA's own count of the block programs' temporaries (the inputs are held once, outside)
     one, _, _, _ = model
     objective, inputs = one.shared
-    args = (objective, one.params, inputs, jax.random.key(0), jnp.arange(8))
-    forms = spectra.forms_block.lower(*args, jnp.zeros((D, 0), jnp.float32), False)
-    slq = spectra.slq_block.lower(*args, 30, "rademacher", False)
+    args = (objective, one.params, inputs, jax.random.key(0))
+    state = spectra.TraceState(np.zeros((0, D), np.float32), np.float32(0), np.zeros(8, np.float32))
+    indices = np.arange(8, dtype=np.int32)
+    forms = spectra.trace_block.lower(*args, state, np.int32(spectra.REST), indices, False)
+    slq = spectra.slq_block.lower(*args, indices, 30, "rademacher", False)
     basis = 30 * D * 4  # an SLQ probe's Lanczos basis
     for program, estimate in (
         (forms, blocks.product_bytes(one)),
@@ -128,28 +132,28 @@ def test_the_memory_estimate_is_within_2x_of_xla(model):
         assert 0.5 <= 8 * estimate / analysis.temp_size_in_bytes <= 2.0
 
 
-def test_the_lanczos_search_estimate_is_within_2x_of_xla(model):
-    # a Lanczos run's program: its vectors in (locked, retained, hint), out (the basis) and XLA's
-    # temporaries, the point's own params and data left out (held once, outside the search)
-    one, _, _, _ = model
-    objective, inputs = one.shared
-    k, steps = 5, 40
-    zeros = jnp.zeros((k, D), jnp.float32)
-    stop = krylov.SearchStop(
-        jnp.zeros(D, jnp.float32), jnp.asarray(1.0), jnp.asarray(D), jnp.asarray(1e-5),
-        jnp.asarray(0.0), jnp.asarray(k),
-    )  # fmt: skip
-    run = krylov.krylov_run.lower(
-        objective, one.params, inputs, zeros, zeros, jnp.zeros(k), jnp.asarray(0), stop,
-        jax.random.key(0), steps, "largest",
-    )  # fmt: skip
-    analysis = run.compile().memory_analysis()
+def _search_bytes(point, k, ncv):
+    """XLA's count of the search program's memory: its state in and out (donated: the same
+    buffers) and its temporaries, the point's own params and data left out (held once)."""
+    objective, inputs = point.shared
+    search = krylov.initial(jax.random.key(0), D, np.dtype(np.float32), k, ncv - k)
+    rules = krylov.Rules(np.float32(1e-5), np.int32(10), np.int32(D))
+    program = krylov.advance.lower(objective, point.params, inputs, search, rules, "largest")
+    analysis = program.compile().memory_analysis()
     if analysis is None:
         pytest.skip("this backend gives no memory analysis")
-    own = sum(x.nbytes for x in jax.tree.leaves((one.params, inputs)))
-    held = analysis.argument_size_in_bytes - own + analysis.output_size_in_bytes
-    measured = held + analysis.temp_size_in_bytes
-    assert 0.5 <= eigen.lanczos_search_bytes(D, steps, k, 4) / measured <= 2.0
+    own = sum(x.nbytes for x in jax.tree.leaves((point.params, inputs)))
+    return analysis.argument_size_in_bytes - own + analysis.temp_size_in_bytes
+
+
+def test_the_lanczos_search_estimate_is_within_2x_of_xla(model):
+    one, _, _, _ = model
+    measured = _search_bytes(one, 5, 20)
+    estimate = eigen.lanczos_search_bytes(D, 20, 4) + blocks.product_bytes(one)
+    assert 0.5 <= estimate / measured <= 2.0
+    # the search holds its ncv vectors and a fixed few: 20 more vectors cost 20 vectors
+    grown = _search_bytes(one, 5, 40) - measured
+    assert 19.5 * D * 4 <= grown <= 21 * D * 4
 
 
 def test_eigen_certificates_use_the_linearised_rows():
@@ -168,8 +172,18 @@ def test_lanczos_says_its_memory_and_refuses_what_does_not_fit(monkeypatch):
     spectrum = landscape.lanczos_spectrum(point, 30, progress=lines.append)
     assert lines == [lines[0]] and lines[0].startswith("lanczos_spectrum: about")
     assert spectrum.lambda_max == pytest.approx(2.0)
-    with pytest.raises(MemoryError, match=r"Lanczos vectors needs about .* fewer Lanczos steps"):
-        landscape.eigenpairs(point, 2, "largest", dense_below=0, progress=None)
+    lines.clear()  # a search that asks for more vectors than fit holds fewer, and says so
+    found = landscape.eigenpairs(point, 2, "largest", dense_below=0, ncv=80, progress=lines.append)
+    assert re.fullmatch(
+        r"eigenpairs: 80 Lanczos vectors \(asked for\) need about .*; the search holds (\d+) "
+        r"\(ncv=\1\), in more runs",
+        lines[0],
+    )
+    assert 20 < int(re.search(r"ncv=(\d+)", lines[0]).group(1)) < 80
+    np.testing.assert_allclose(found.values, 2.0, rtol=1e-12)
+    assert found.converged
+    with pytest.raises(MemoryError, match=r"Lanczos vectors needs about .* a smaller k"):
+        landscape.eigenpairs(point, 60, "largest", dense_below=0, progress=None)
 
 
 def test_a_progress_that_is_not_a_function_is_one_sentence(model):

@@ -130,3 +130,27 @@ def run(
             )
     joined = (np.concatenate(column, axis=axis) for column in zip(*parts, strict=True))
     return tuple(np.take(x, np.arange(plan.count), axis=axis) for x in joined)
+
+
+def carried(
+    schedule: list[tuple[int, int, int]],
+    state: Any,
+    step: Callable[[Any, int, int], Any],
+    caller: str,
+    progress: Progress = None,
+) -> Any:
+    """state = step(state, stage, block) for each (stage, block, products) of `schedule`, the
+    state kept on the device between blocks (a probe whose stages feed each other: Hutch++); a
+    progress line per block once the call has taken LONG_SECONDS."""
+    start, total, done = time.perf_counter(), sum(n for _, _, n in schedule), 0
+    for i, (stage, block, products) in enumerate(schedule):
+        state = step(state, stage, block)
+        done += products
+        if progress and time.perf_counter() - start > LONG_SECONDS and i + 1 < len(schedule):
+            jax.block_until_ready(state)
+            seconds = time.perf_counter() - start
+            progress(
+                f"{caller}: {done} of {total} products | {seconds:.1f} s | about "
+                f"{seconds / done * (total - done):.0f} s left"
+            )
+    return state

@@ -1,6 +1,8 @@
-"""How many loss evaluations of a point fit in memory at once: XLA's memory analysis of one
-evaluation against the memory this process may take (`landscape.engine.memory`), so that
-`slice_2d`, `path` and `bezier_path` pick their batch size themselves (docs/design/curvature.md).
+"""How many loss evaluations of a point fit in memory at once: the bytes one evaluation holds,
+read off its jaxpr without compiling anything (a compile for XLA's own count costs seconds on an
+accelerator), against the memory this process may take (`landscape.engine.memory`), so that
+`slice_2d`, `path`, `bezier_path` and the matrix-free probes size their batches themselves
+(docs/design/curvature.md).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.extend import core as jax_core
 
 from landscape.engine import memory
 from landscape.point import Point
@@ -27,28 +30,65 @@ _PROGRAM_BYTES: dict[Any, float] = {}
 
 
 def loss_bytes(point: Point) -> float:
-    """Bytes one loss evaluation of `point` holds at once (XLA's temporaries and output), from
-    compiling the objective alone once per model and shapes; 0 where XLA gives no analysis."""
+    """Bytes one loss evaluation of `point` holds at once (`peak_bytes` of its jaxpr), once per
+    model and shapes."""
     objective, inputs = point.shared
     leaves, treedef = jax.tree.flatten((point.params, inputs))
     key = (objective, treedef, tuple((np.shape(x), str(jnp.result_type(x))) for x in leaves))
     if key not in _LOSS_BYTES:
-        stats = jax.jit(objective).lower(point.params, inputs).compile().memory_analysis()
-        _LOSS_BYTES[key] = (
-            float(stats.temp_size_in_bytes + stats.output_size_in_bytes) if stats else 0.0
-        )
+        _LOSS_BYTES[key] = float(peak_bytes(jax.make_jaxpr(objective)(point.params, inputs).jaxpr))
     return _LOSS_BYTES[key]
 
 
-def program_bytes(program: Callable[[], Any], key: Any) -> float:
-    """Bytes a compiled program holds at once (XLA's temporaries and output), measured once per
-    `key`: program() lowers it (jax.jit(f).lower(...)); 0 where XLA gives no analysis."""
+def program_bytes(function: Callable[..., Any], args: tuple, key: Any) -> float:
+    """Bytes `function(*args)` holds at once beyond its arguments (`peak_bytes` of its jaxpr),
+    once per `key`."""
     if key not in _PROGRAM_BYTES:
-        stats = program().compile().memory_analysis()
-        _PROGRAM_BYTES[key] = (
-            float(stats.temp_size_in_bytes + stats.output_size_in_bytes) if stats else 0.0
-        )
+        _PROGRAM_BYTES[key] = float(peak_bytes(jax.make_jaxpr(function)(*args).jaxpr))
     return _PROGRAM_BYTES[key]
+
+
+def peak_bytes(jaxpr: jax_core.Jaxpr) -> int:
+    """The most bytes of a jaxpr's values alive at once, each freed after its last use and each
+    inner program (scan, cond, jit, custom rules) adding its own peak while it runs; its inputs
+    are not counted. An estimate from above: XLA fuses chains of element-wise operations into
+    one buffer."""
+    last_use = {v: i for i, eqn in enumerate(jaxpr.eqns) for v in eqn.invars if _is_var(v)}
+    last_use.update({v: len(jaxpr.eqns) for v in jaxpr.outvars if _is_var(v)})
+    given, live, peak = {*jaxpr.invars, *jaxpr.constvars}, 0, 0
+    for i, eqn in enumerate(jaxpr.eqns):
+        inner = max((peak_bytes(sub) for sub in _inner_jaxprs(eqn.params)), default=0)
+        made = sum(_nbytes(v) for v in eqn.outvars)
+        peak, live = max(peak, live + inner + made), live + made
+        done = {v for v in [*eqn.invars, *eqn.outvars] if _is_var(v) and last_use.get(v, i) <= i}
+        live -= sum(_nbytes(v) for v in done if v not in given)
+    return peak
+
+
+def _is_var(v: Any) -> bool:
+    return isinstance(v, jax_core.Var)
+
+
+def _nbytes(v: Any) -> int:
+    aval = v.aval
+    shape, dtype = getattr(aval, "shape", None), getattr(aval, "dtype", None)
+    if shape is None or dtype is None:
+        return 0
+    return int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+
+
+def _inner_jaxprs(params: Any) -> list[Any]:
+    """The jaxprs among an equation's parameters (jit, scan and while bodies, cond branches,
+    custom rules), however nested in tuples."""
+    found = []
+    for value in params.values() if isinstance(params, dict) else params:
+        if isinstance(value, jax_core.ClosedJaxpr):
+            found.append(value.jaxpr)
+        elif isinstance(value, jax_core.Jaxpr):
+            found.append(value)
+        elif isinstance(value, tuple | list):
+            found.extend(_inner_jaxprs(value))
+    return found
 
 
 def rows_per_batch(

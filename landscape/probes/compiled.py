@@ -14,6 +14,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.flatten_util import ravel_pytree
 from jax.sharding import Mesh, PartitionSpec
 
@@ -34,8 +35,11 @@ def stack(points: Sequence[Point]) -> tuple[Objective, PyTree, PyTree]:
 
 
 def stack_trees(*trees: PyTree) -> PyTree:
-    """Pytrees of one structure stacked leaf by leaf on a new leading axis."""
-    return jax.tree.map(lambda *leaves: jnp.stack([jnp.asarray(x) for x in leaves]), *trees)
+    """Pytrees of one structure stacked leaf by leaf on a new leading axis: with numpy on the
+    host (an eager `jnp.stack` compiles a program per shape), with jnp inside a trace."""
+    leaves = jax.tree.leaves(trees)
+    stack = jnp.stack if any(isinstance(x, jax.core.Tracer) for x in leaves) else np.stack
+    return jax.tree.map(lambda *leaves: stack([x for x in leaves]), *trees)
 
 
 def maybe_batched(body: Callable, batched: bool, *args: Any) -> Any:
@@ -131,8 +135,9 @@ def hvp(
 
 @functools.partial(jax.jit, static_argnames=("objective",))
 def hvp_of_flat(objective: Objective, params: PyTree, inputs: PyTree, vector: jax.Array) -> Any:
-    """H v at params for a flat v (D,) in `ravel_pytree` order, as a flat (D,) vector."""
-    return operator.hessian_operator(objective, params, inputs).matvec(vector)
+    """H v at params for a flat v ((D,) or (D, 1)) in `ravel_pytree` order, shaped as v."""
+    product = operator.hessian_operator(objective, params, inputs).matvec(vector.reshape(-1))
+    return product.reshape(vector.shape)
 
 
 def _value_grad_hvp(
@@ -159,12 +164,13 @@ def _columns(
     params: PyTree,
     inputs: PyTree,
     first: jax.Array,
-) -> jax.Array:
+) -> tuple[jax.Array, jax.Array, jax.Array]:
     flat, loss_of_flat = _flat(objective, params, inputs)
-    _, linear_grad = jax.linearize(jax.grad(loss_of_flat), flat)
+    (loss, grad), linear = jax.linearize(jax.value_and_grad(loss_of_flat), flat)
     rows = first + jnp.arange(count)  # rows past D are zero vectors: zero columns, dropped
     basis = jax.nn.one_hot(rows, flat.size, dtype=flat.dtype)
-    return jax.lax.map(linear_grad, basis, batch_size=min(columns_per_batch, count))
+    columns = jax.lax.map(lambda e: linear(e)[1], basis, batch_size=min(columns_per_batch, count))
+    return loss, grad, columns
 
 
 def _columns_by_parts(
@@ -175,22 +181,24 @@ def _columns_by_parts(
     params: PyTree,
     inputs: PyTree,
     first: jax.Array,
-) -> jax.Array:
-    """`_columns`, summed (or averaged) over `parts[0]` equal slices of the leading axis of every
-    input leaf, a lax.scan: a slice's activations stay in cache, where the whole population's
-    tangents would stream through memory once per column (`Point.meta["population"]`)."""
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """(loss, flat gradient, `_columns`), each summed (or averaged) over `parts[0]` equal slices
+    of the leading axis of every input leaf, a lax.scan: a slice's activations stay in cache,
+    where the whole population's tangents would stream through memory once per column
+    (`Point.meta["population"]`)."""
     number, mean = parts
     if number == 1:
         return _columns(objective, columns_per_batch, count, params, inputs, first)
     slices = jax.tree.map(lambda x: x.reshape((number, x.shape[0] // number) + x.shape[1:]), inputs)
 
-    def add(total: jax.Array, piece: PyTree) -> tuple[jax.Array, None]:
-        return total + _columns(objective, columns_per_batch, count, params, piece, first), None
+    def add(total: tuple, piece: PyTree) -> tuple[tuple, None]:
+        one = _columns(objective, columns_per_batch, count, params, piece, first)
+        return tuple(a + b for a, b in zip(total, one, strict=True)), None
 
-    dim = ravel_pytree(params)[0].size
-    zeros = jnp.zeros((count, dim), ravel_pytree(params)[0].dtype)
-    total, _ = jax.lax.scan(add, zeros, slices)
-    return total / number if mean else total
+    flat = ravel_pytree(params)[0]
+    shapes = ((), flat.shape, (count, flat.size))
+    total, _ = jax.lax.scan(add, tuple(jnp.zeros(x, flat.dtype) for x in shapes), slices)
+    return tuple(t / number for t in total) if mean else total  # type: ignore[return-value]
 
 
 @functools.partial(jax.jit, static_argnames=("objective", "columns_per_batch", "count", "parts"))
@@ -202,10 +210,10 @@ def hessian_columns(
     columns_per_batch: int,
     count: int,
     parts: Parts = (1, True),
-) -> jax.Array:
-    """Columns first, ..., first + count - 1 of the Hessian (count, D): one program for every
-    chunk of a large Hessian, so the host can report progress between chunks; `parts`: over
-    slices of the population (`_columns_by_parts`)."""
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """(loss, flat gradient, columns first, ..., first + count - 1 of the Hessian (count, D)):
+    one program for every chunk of a large Hessian, so the host can report progress between
+    chunks; `parts`: over slices of the population (`_columns_by_parts`)."""
     return _columns_by_parts(objective, columns_per_batch, count, parts, params, inputs, first)
 
 
@@ -221,16 +229,17 @@ def hessian_columns_on_devices(
     count: int,
     mesh: Mesh,
     parts: Parts = (1, True),
-) -> jax.Array:
+) -> tuple[jax.Array, jax.Array, jax.Array]:
     """`hessian_columns` from each of `firsts` (one per device of the 1-D `mesh`), every device
-    its own chunk (a shard_map; the point replicated): (devices, count, D). XLA's CPU fusions use
+    its own chunk (a shard_map; the point replicated): the loss (devices,), the gradient
+    (devices, D), each device's own, and the columns (devices, count, D). XLA's CPU fusions use
     one thread, so a process with a CPU device per core (`landscape.setup()`) uses every core."""
 
-    def body(params: PyTree, inputs: PyTree, first: jax.Array) -> jax.Array:
-        columns = _columns_by_parts(
+    def body(params: PyTree, inputs: PyTree, first: jax.Array) -> tuple[jax.Array, ...]:
+        one = _columns_by_parts(
             objective, columns_per_batch, count, parts, params, inputs, first[0]
         )
-        return columns[None]
+        return tuple(x[None] for x in one)
 
     spec = PartitionSpec(mesh.axis_names[0])
     # check_vma off: the linearised gradient is replicated, the basis vectors vary by device
@@ -238,6 +247,6 @@ def hessian_columns_on_devices(
         body,
         mesh=mesh,
         in_specs=(PartitionSpec(), PartitionSpec(), spec),
-        out_specs=spec,
+        out_specs=(spec, spec, spec),
         check_vma=False,
     )(params, inputs, firsts)

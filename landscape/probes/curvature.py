@@ -13,9 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Literal, overload
 
 import jax
-import jax.numpy as jnp
 import numpy as np
-from jax.flatten_util import ravel_pytree
 from jax.sharding import Mesh
 
 from landscape import _checks
@@ -25,9 +23,10 @@ from landscape.point import (
     PointOrPoints,
     as_points,
     param_names,
+    unravel_numpy,
 )
 from landscape.probes import compiled
-from landscape.probes.gradient import Gradient, _program_arguments, gradient_at
+from landscape.probes.gradient import Gradient, _program_arguments
 from landscape.probes.hessian import Hessian
 from landscape.probes.lanczos import Spectrum, lanczos_spectrum
 from landscape.typing import PyTree
@@ -132,9 +131,9 @@ def hessian_at(
     _check_dense_size(points, max_dense_dim, columns_per_batch)
     if not listed and points[0].num_params > CHUNKED_ABOVE:
         return _hessian_in_chunks(points[0], columns_per_batch, progress)
-    objective, params, inputs = _program_arguments(points, listed)
+    arguments = _program_arguments(points, listed)
     batching = (columns_per_batch, population_parts(points[0]))
-    loss, grad, matrix = _dense_hessian(objective, params, inputs, batching, listed)
+    loss, grad, matrix = (np.asarray(x) for x in _dense_hessian(*arguments, batching, listed))
     if not listed:
         return _hessian(points[0], loss, grad, matrix)
     return [_hessian(p, loss[i], grad[i], matrix[i]) for i, p in enumerate(points)]
@@ -220,7 +219,7 @@ def _hessian_in_chunks(
     progress line with the time left after each round of chunks."""
     dim, devices, parts = point.num_params, jax.local_devices(), population_parts(point)
     count = max(columns_per_batch, -(-dim // 10))  # about ten chunks
-    itemsize = np.dtype(ravel_pytree(point.params)[0].dtype).itemsize
+    itemsize = np.dtype(jax.tree.leaves(point.params)[0].dtype).itemsize
     if progress:
         sliced = f", over {parts[0]} slices of the population" if parts[0] > 1 else ""
         progress(
@@ -228,16 +227,17 @@ def _hessian_in_chunks(
             f"{memory.format_bytes(dim * dim * itemsize)} for the matrix, {dim} "
             f"Hessian-vector products in chunks of {count} on {len(devices)} device(s){sliced}"
         )
-    start, chunks = time.perf_counter(), []
+    start, chunks, first_chunk = time.perf_counter(), [], None
     for first in range(0, dim, count * len(devices)):
-        chunks.append(_chunks_from(point, first, count, (columns_per_batch, parts), devices))
+        loss, grad, columns = _chunks_from(point, first, count, (columns_per_batch, parts), devices)
+        first_chunk = (loss, grad) if first_chunk is None else first_chunk
+        chunks.append(columns)
         done, seconds = min(first + count * len(devices), dim), time.perf_counter() - start
         if progress:
             left = seconds / done * (dim - done)
             progress(f"  columns {done}/{dim} | {seconds:.1f} s | about {left:.0f} s left")
-    gradient = gradient_at(point)
-    matrix = np.concatenate(chunks)[:dim]
-    return Hessian(0.5 * (matrix + matrix.T), param_names(point.params), point, gradient)
+    assert first_chunk is not None  # D >= 1: at least one chunk
+    return _hessian(point, *first_chunk, np.concatenate(chunks)[:dim])
 
 
 def _chunks_from(
@@ -246,23 +246,24 @@ def _chunks_from(
     count: int,
     batching: tuple[int, compiled.Parts],
     devices: list[jax.Device],
-) -> np.ndarray:
-    """Hessian columns first .. first + count * len(devices) - 1 ((count * devices, D)): one
+) -> tuple[float, np.ndarray, np.ndarray]:
+    """(loss, flat gradient, Hessian columns first .. first + count * len(devices) - 1): one
     chunk on each device (`compiled.hessian_columns_on_devices`), or one chunk on one device;
     `batching`: (columns per vmapped batch, `population_parts`)."""
     objective, inputs = point.shared
     columns_per_batch, parts = batching
     if len(devices) == 1:
-        columns = compiled.hessian_columns(
-            objective, point.params, inputs, jnp.int32(first), columns_per_batch, count, parts
+        loss, grad, columns = compiled.hessian_columns(
+            objective, point.params, inputs, np.int32(first), columns_per_batch, count, parts
         )
-        return np.asarray(columns)
+        return float(loss), np.asarray(grad), np.asarray(columns)
     mesh = Mesh(np.asarray(devices), ("columns",))
-    firsts = jnp.asarray(first + count * np.arange(len(devices)), jnp.int32)
-    columns = compiled.hessian_columns_on_devices(
+    firsts = np.asarray(first + count * np.arange(len(devices)), np.int32)
+    losses, grads, columns = compiled.hessian_columns_on_devices(
         objective, point.params, inputs, firsts, columns_per_batch, count, mesh, parts
     )
-    return np.asarray(columns).reshape(-1, point.num_params)
+    grad = np.asarray(grads)[0]
+    return float(np.asarray(losses)[0]), grad, np.asarray(columns).reshape(-1, point.num_params)
 
 
 def _check_dense_size(points: list[Point], max_dense_dim: int, columns_per_batch: int) -> None:
@@ -287,9 +288,9 @@ def _check_dense_size(points: list[Point], max_dense_dim: int, columns_per_batch
         )
 
 
-def _hessian(point: Point, loss: jax.Array, grad: jax.Array, matrix: jax.Array) -> Hessian:
-    unravel = ravel_pytree(point.params)[1]
+def _hessian(point: Point, loss: Any, grad: Any, matrix: Any) -> Hessian:
     vector = np.asarray(grad)
-    gradient = Gradient(point, unravel(grad), vector, param_names(point.params), float(loss))
+    tree = unravel_numpy(point.params, vector)
+    gradient = Gradient(point, tree, vector, param_names(point.params), float(loss))
     dense = np.asarray(matrix)
     return Hessian(0.5 * (dense + dense.T), param_names(point.params), point, gradient)

@@ -13,23 +13,27 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
-from landscape import _checks
+from landscape import _checks, linalg
 from landscape import point as point_lib
 from landscape.point import Point
 from landscape.probes import blocks, compiled, curvature, gradient, krylov, operator, results
-from landscape.probes.krylov import _wanted_order
 from landscape.typing import PyTree
 
 WHICH = ("largest", "smallest")
 FALLBACK_BELOW = 6000  # hessian_at's max_dense_dim: the largest D a failed search solves densely
 Progress = Callable[[str], None] | None
+
+
+def _wanted_order(values: np.ndarray, which: str) -> np.ndarray:
+    """Indices of `values`, most wanted first (stable)."""
+    return np.argsort(-values if which == "largest" else values, kind="stable")
 
 
 def _eps(dtype: Any) -> float:
@@ -57,6 +61,20 @@ def negative_rtol(dtype: Any) -> float:
 
 
 hvps = operator.products  # H v for each row of (K, D) vectors, one linearisation
+
+
+@functools.partial(jax.jit, static_argnames=("objective",))
+def certify(
+    objective: compiled.Objective,
+    params: PyTree,
+    inputs: PyTree,
+    vectors: jax.Array,
+    epsilons: jax.Array,
+) -> tuple[jax.Array, jax.Array]:
+    """(H v for each row v of `vectors` (K, D), `losses_along` the rows at `epsilons`): the
+    dense path's fresh products and `escape_directions`' second-order check in one program."""
+    products = operator.hessian_operator(objective, params, inputs).rows(vectors)
+    return products, losses_along(objective, params, inputs, vectors, epsilons)
 
 
 @functools.partial(jax.jit, static_argnames=("objective",))
@@ -224,10 +242,16 @@ class Eigenpairs:
 # --------------------------------------------------------------------------------------------------
 
 
-def lanczos_search_bytes(dim: int, num_iters: int, k: int, itemsize: int) -> int:
-    """What `krylov.search` holds at its peak: the run's basis (num_iters + 1 rows), the locked,
-    retained and 2k Ritz vectors, k fresh products, and about four vectors of a step's work."""
-    return (num_iters + 5 * k + 6) * dim * itemsize
+def default_ncv(k: int) -> int:
+    """The vectors of D a search holds by default, the k locked ones included: ARPACK's
+    max(2k + 1, 20), and at least k + 8 (a basis of 8 rows past the locked pairs)."""
+    return max(2 * k + 1, 20, k + 8)
+
+
+def lanczos_search_bytes(dim: int, ncv: int, itemsize: int) -> int:
+    """What a search holds beside one Hessian-vector product (`blocks.product_bytes`): its ncv
+    vectors, a restart's block of the basis (an eighth) and three vectors of a step's work."""
+    return int((ncv + ncv / linalg.ROTATION_CHUNKS + 3) * dim * itemsize)
 
 
 def _check_arguments(
@@ -264,40 +288,50 @@ def _certified(
     which: str,
     values: np.ndarray,
     flat_vectors: np.ndarray,
+    extremes: tuple[float, float],
+    gradient: gradient.Gradient | None = None,
+    epsilons: np.ndarray | None = None,
+) -> tuple[Eigenpairs, np.ndarray]:
+    """The dense path's Eigenpairs, its residuals from fresh exact HVPs (one batched call with
+    the losses along its vectors at `epsilons`, which it returns beside)."""
+    objective, inputs = point.shared
+    steps = np.zeros(0, flat_vectors.dtype) if epsilons is None else epsilons
+    products, losses = certify(objective, point.params, inputs, flat_vectors, steps)
+    residuals = np.linalg.norm(np.asarray(products) - values[:, None] * flat_vectors, axis=1)
+    pairs = _pairs(point, which, values, flat_vectors, residuals, "dense", extremes, gradient)
+    return pairs, np.asarray(losses)
+
+
+def _pairs(
+    point: Point,
+    which: str,
+    values: np.ndarray,
+    flat_vectors: np.ndarray,
+    residuals: np.ndarray,
     method: str,
     extremes: tuple[float, float],
-    lanczos: tuple[bool, int, int, float] | None = None,
     gradient: gradient.Gradient | None = None,
+    lanczos: tuple[bool, int, int, float] | None = None,
 ) -> Eigenpairs:
-    """An Eigenpairs with residuals from fresh exact HVPs (one batched call); `lanczos` is
-    (converged, HVPs, runs, tol) for the Lanczos path."""
-    objective, inputs = point.shared
-    unravel = ravel_pytree(point.params)[1]
-    products = np.asarray(hvps(objective, point.params, inputs, jnp.asarray(flat_vectors)))
-    residuals = np.linalg.norm(products - values[:, None] * flat_vectors, axis=1)
-    vectors = [jax.tree.map(np.asarray, unravel(jnp.asarray(v))) for v in flat_vectors]
+    """An Eigenpairs; `lanczos` is (converged, HVPs, runs, tol) for the Lanczos path."""
+    vectors = [point_lib.unravel_numpy(point.params, v) for v in flat_vectors]
     converged, num_hvps, runs, tol = lanczos or (True, flat_vectors.shape[1], 0, 0.0)
     return Eigenpairs(
-        point=point,
-        which=which,
-        values=values,
-        vectors=vectors,
-        flat_vectors=flat_vectors,
-        residuals=residuals,
-        method=method,
-        spectrum_min=extremes[0],
-        spectrum_max=extremes[1],
-        converged=converged,
-        num_hvps=num_hvps,
-        runs=runs,
-        tol=tol,
-        gradient=gradient,
-    )
+        point=point, which=which, values=values, vectors=vectors, flat_vectors=flat_vectors,
+        residuals=residuals, method=method, spectrum_min=extremes[0], spectrum_max=extremes[1],
+        converged=converged, num_hvps=num_hvps, runs=runs, tol=tol, gradient=gradient,
+    )  # fmt: skip
 
 
 def _dense(
-    points: list[Point], listed: bool, k: int, which: str, reason: str, progress: Progress
-) -> list[Eigenpairs]:
+    points: list[Point],
+    listed: bool,
+    k: int,
+    which: str,
+    reason: str,
+    progress: Progress,
+    epsilons: np.ndarray | None = None,
+) -> list[tuple[Eigenpairs, np.ndarray]]:
     size = max(points[0].num_params, 1)  # dense_below decides; hessian_at still checks memory
     hessians = (
         curvature.hessian_at(points, max_dense_dim=size, progress=progress)
@@ -311,10 +345,10 @@ def _dense(
         chosen = _wanted_order(values, which)[:k] if finite else np.arange(k)
         extremes = (float(values[0]), float(values[-1]))  # eigh: ascending
         flat_vectors = vectors[:, chosen].T.copy()
-        pair = _certified(
-            point, which, values[chosen], flat_vectors, "dense", extremes, None, hessian.gradient
+        pairs, losses = _certified(
+            point, which, values[chosen], flat_vectors, extremes, hessian.gradient, epsilons
         )
-        out.append(dataclasses.replace(pair, reason=reason))
+        out.append((dataclasses.replace(pairs, reason=reason), losses))
     return out
 
 
@@ -322,31 +356,60 @@ def _lanczos_one(
     point: Point,
     k: int,
     which: str,
-    num_iters: int,
+    ncv: int,
     key: jax.Array,
     tol: float,
     runs: int,
     progress: Progress = None,
 ) -> Eigenpairs:
-    """`krylov.search` on one point, its pairs certified by fresh HVPs."""
-    found = krylov.search(point, k, which, num_iters, key, tol, runs, progress)
+    """`krylov.search` on one point: its pairs come with the residuals of fresh products."""
+    found = krylov.search(point, k, which, ncv, key, tol, runs, progress)
     if found is None:
-        nan = np.full(k, np.nan, ravel_pytree(point.params)[0].dtype)
-        return _nan_result(point, which, nan, runs, num_iters, tol)
-    return _certified(
-        point, which, found.values, np.asarray(found.vectors), "lanczos", (found.low, found.high),
-        (found.converged, found.num_hvps, found.runs, tol),
+        return _nan_result(point, which, k, runs, tol)
+    tree = point_lib.unravel_numpy(point.params, found.gradient)
+    grad = gradient.Gradient(point, tree, found.gradient, point_lib.param_names(point), found.loss)
+    return _pairs(
+        point, which, found.values, found.vectors, found.residuals, "lanczos",
+        (found.low, found.high), grad, (found.converged, found.num_hvps, found.runs, tol),
     )  # fmt: skip
 
 
-def _nan_result(
-    point: Point, which: str, nan: np.ndarray, runs: int, num_iters: int, tol: float
-) -> Eigenpairs:
-    vectors = np.full((nan.size, point.num_params), np.nan, nan.dtype)
+def _nan_result(point: Point, which: str, k: int, runs: int, tol: float) -> Eigenpairs:
+    dtype = jax.tree.leaves(point.params)[0].dtype
+    nan = np.full(k, np.nan, dtype)
+    vectors = np.full((k, point.num_params), np.nan, dtype)
     return Eigenpairs(
         point, which, nan, [], vectors, nan.copy(), "lanczos", float("nan"), float("nan"),
-        False, runs * num_iters, runs, tol,
+        False, 0, runs, tol,
     )  # fmt: skip
+
+
+def _fitted_ncv(point: Point, k: int, ncv: int, given: bool, progress: Progress) -> int:
+    """ncv, lowered to what fits in the memory free for this call (down to k + 4, said through
+    `progress`; a given ncv is never raised); a MemoryError in one sentence when not even that
+    fits."""
+    dim, itemsize = point.num_params, blocks.itemsize(point)
+    free = blocks.MEMORY_FRACTION * blocks.memory.device_free_bytes()
+    room = free - blocks.product_bytes(point)
+    fits = int((room / (dim * itemsize) - 3) / (1 + 1 / linalg.ROTATION_CHUNKS))
+    smallest = min(k + 4, dim + k)
+    if fits < smallest:
+        blocks.plan(
+            point,
+            1,
+            "eigenpairs",
+            lanczos_search_bytes(dim, smallest, itemsize),
+            progress=progress,
+            hint="ask for a smaller k",
+        )  # fmt: skip (raises: not one search fits)
+    if fits < ncv and progress:
+        why = "asked for" if given else "by default"
+        progress(
+            f"eigenpairs: {ncv} Lanczos vectors ({why}) need about "
+            f"{blocks.memory.format_bytes(lanczos_search_bytes(dim, ncv, itemsize))}; "
+            f"the search holds {fits} (ncv={fits}), in more runs"
+        )
+    return max(min(ncv, fits), smallest)
 
 
 def eigenpairs(
@@ -355,6 +418,7 @@ def eigenpairs(
     which: str = "smallest",
     *,
     dense_below: int = 3000,
+    ncv: int | None = None,
     num_iters: int | None = None,
     key: jax.Array | None = None,
     tol: float | None = None,
@@ -372,15 +436,19 @@ def eigenpairs(
         k: how many eigenpairs.
         which: "smallest" or "largest".
         dense_below: at D <= dense_below, numpy's eigh of the exact Hessian; above it,
-            thick-restarted Lanczos with deflation on exact HVPs.
-        num_iters: new Krylov vectors per Lanczos run (default min(D, max(40, 4k))).
+            Krylov-Schur (restarted Lanczos with locking) on exact HVPs.
+        ncv: the vectors of D the search holds, the k found included (default
+            `default_ncv(k)`, max(2k + 1, 20), lowered to what fits in memory): more vectors,
+            fewer runs.
+        num_iters: the older knob: Lanczos vectors past the k found (ncv = k + num_iters).
         key: the Lanczos start's key (default `jax.random.key(0)`).
         tol: the older name of `rtol`.
-        max_restarts: Lanczos runs at most (default 2k + 10).
+        max_restarts: Lanczos runs at most (default 5 (2k + 10)); a run adds about half the
+            search's vectors.
         fallback_below: a search that did not certify the k values is replaced by the dense
             solve when D <= fallback_below.
-        progress: the dense Hessian's lines and a line per Lanczos run after LONG_SECONDS
-            (None: silent).
+        progress: the dense Hessian's lines, a memory line when the search must hold fewer
+            vectors, and a line per Lanczos run after 10 s (None: silent).
         rtol: the accuracy asked of Lanczos: a Ritz pair is accepted at residual <= rtol *
             scale. The default, `lanczos_rtol` (1.2e-5 in float32, 1e-10 in float64), is the
             certified answer; rtol=1e-3 is about PyHessian's accuracy, in fewer products.
@@ -391,37 +459,93 @@ def eigenpairs(
         the values were found.
     """
     points, listed = point_lib.as_points(point, "eigenpairs")
+    how = settings(points, k, which, dense_below, ncv, num_iters, key, tol, rtol, max_restarts,
+                   fallback_below)  # fmt: skip
+    return _listed([pairs for pairs, _ in solve(points, listed, k, which, how, progress)], listed)
+
+
+class Settings(NamedTuple):
+    """The checked knobs of a search (`eigenpairs`' arguments)."""
+
+    dense_below: int
+    ncv: int | None
+    key: jax.Array
+    rtol: float | None
+    max_restarts: int | None
+    fallback_below: int
+
+
+def settings(
+    points: list[Point],
+    k: int,
+    which: str,
+    dense_below: int,
+    ncv: int | None,
+    num_iters: int | None,
+    key: jax.Array | None,
+    tol: float | None,
+    rtol: float | None,
+    max_restarts: int | None,
+    fallback_below: int,
+) -> Settings:
+    """`eigenpairs`' arguments checked, one sentence per mistake; num_iters as ncv."""
     if tol is not None and rtol is not None:
         raise TypeError("eigenpairs: give rtol or its older name tol, not both.")
-    tol = rtol if rtol is not None else tol
-    _check_arguments(points, k, which, dense_below, num_iters, tol, max_restarts)
-    _checks.check_key("key", key)
+    rtol = rtol if rtol is not None else tol
+    _check_arguments(points, k, which, dense_below, num_iters, rtol, max_restarts)
+    _check_ncv(ncv, num_iters, k)
     _checks.check_int("fallback_below", fallback_below, 0, "the largest D solved densely")
+    ncv = ncv if ncv is not None else None if num_iters is None else k + num_iters
+    key = _checks.key_or_default("key", key)
+    return Settings(dense_below, ncv, key, rtol, max_restarts, fallback_below)
+
+
+def solve(
+    points: list[Point],
+    listed: bool,
+    k: int,
+    which: str,
+    how: Settings,
+    progress: Progress,
+    epsilons: np.ndarray | None = None,
+) -> list[tuple[Eigenpairs, np.ndarray | None]]:
+    """Each point's Eigenpairs, and where `epsilons` are given, `losses_along` its vectors
+    (`escape_directions`' check): dense, or Krylov-Schur with the dense fallback."""
     dim = points[0].num_params
-    if dim <= dense_below:
-        reason = f"dense: D = {dim} <= dense_below = {dense_below} (dense_below=0 for Lanczos)"
-        results = _dense(points, listed, k, which, reason, progress)
-    else:
-        dtype = ravel_pytree(points[0].params)[0].dtype
-        steps = min(dim, num_iters if num_iters is not None else max(40, 4 * k))
-        key = jax.random.key(0) if key is None else key
-        tol = lanczos_rtol(dtype) if tol is None else tol
-        restarts = 2 * k + 10 if max_restarts is None else max_restarts
-        search_bytes = lanczos_search_bytes(dim, steps, k, np.dtype(dtype).itemsize)
-        blocks.plan(
-            points[0], 1, "eigenpairs", search_bytes, progress=progress,
-            hint="ask for fewer Lanczos steps (num_iters) or a smaller k",
-        )  # fmt: skip
-        results = [
-            _fallback(
-                _lanczos_one(p, k, which, steps, key, tol, restarts, progress),
-                f"Lanczos: D = {dim} > dense_below = {dense_below}",
-                fallback_below,
-                progress,
-            )
-            for p in points
-        ]
+    if dim <= how.dense_below:
+        reason = f"dense: D = {dim} <= dense_below = {how.dense_below} (dense_below=0 for Lanczos)"
+        return list(_dense(points, listed, k, which, reason, progress, epsilons))
+    dtype = jax.tree.leaves(points[0].params)[0].dtype
+    given = how.ncv is not None
+    ncv = _fitted_ncv(points[0], k, how.ncv or default_ncv(k), given, progress)
+    rtol = lanczos_rtol(dtype) if how.rtol is None else how.rtol
+    runs = 5 * (2 * k + 10) if how.max_restarts is None else how.max_restarts
+    reason = f"Lanczos: D = {dim} > dense_below = {how.dense_below}"
+    out: list[tuple[Eigenpairs, np.ndarray | None]] = []
+    for point in points:
+        found = _lanczos_one(point, k, which, ncv, how.key, rtol, runs, progress)
+        found = _fallback(found, reason, how.fallback_below, progress)
+        losses = None
+        if epsilons is not None and found.finite:
+            objective, inputs = point.shared
+            along = losses_along(objective, point.params, inputs, found.flat_vectors, epsilons)
+            losses = np.asarray(along)
+        out.append((found, losses))
+    return out
+
+
+def _listed(results: list[Eigenpairs], listed: bool) -> Any:
     return results if listed else results[0]
+
+
+def _check_ncv(ncv: object, num_iters: int | None, k: int) -> None:
+    """ncv: an integer >= k + 2 (the k found, a Krylov vector and the next Lanczos vector),
+    given alone."""
+    if ncv is None:
+        return
+    if num_iters is not None:
+        raise TypeError("eigenpairs: give ncv or the older num_iters, not both.")
+    _checks.check_int("ncv", ncv, k + 2, f"the vectors the search holds, at least k + 2 = {k + 2}")
 
 
 def _fallback(
@@ -451,7 +575,7 @@ def _fallback(
     )
     if progress:
         progress(f"eigenpairs: {why}")
-    return _dense([found.point], False, found.values.size, found.which, why, progress)[0]
+    return _dense([found.point], False, found.values.size, found.which, why, progress)[0][0]
 
 
 # --------------------------------------------------------------------------------------------------

@@ -8,14 +8,14 @@ from collections.abc import Sequence
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from landscape import _checks
 from landscape import point as point_lib
 from landscape.point import Point
+from landscape.probes import eigen as eigen_lib
 from landscape.probes import gradient, results
-from landscape.probes.eigen import Eigenpairs, Progress, eigenpairs, losses_along, negative_rtol
+from landscape.probes.eigen import Eigenpairs, Progress, negative_rtol
 from landscape.typing import PyTree
 
 _DEFAULT_EPSILONS = (1e-3, 3e-3, 1e-2)
@@ -167,24 +167,24 @@ def _check_epsilons(epsilons: object) -> np.ndarray:
 
 
 def _escape_one(
-    eigen: Eigenpairs, gradient: gradient.Gradient | None, tol: float | None, epsilons: np.ndarray
+    eigen: Eigenpairs,
+    gradient: gradient.Gradient,
+    tol: float | None,
+    epsilons: np.ndarray,
+    losses: np.ndarray | None,
 ) -> EscapeDirections:
-    point = eigen.point
-    assert gradient is not None  # escape_directions computes it where the dense path did not
+    """The negative pairs of `eigen` and their second-order check from `losses`, the loss
+    along every pair's vector at ε = 0, +epsilons and -epsilons (`eigen.losses_along`)."""
     dtype = eigen.values.dtype
     rule = f"max(1e-9, 1000 eps) * spectral scale {eigen.scale:.4g}" if tol is None else "given"
     tol = negative_rtol(dtype) * eigen.scale if tol is None else tol
     negative = np.flatnonzero(eigen.values < -tol) if eigen.finite else np.zeros(0, int)
     values, flat_vectors = eigen.values[negative], eigen.flat_vectors[negative]
     measured = np.zeros((negative.size, epsilons.size), dtype)
-    if negative.size:
-        objective, inputs = point.shared
-        both = jnp.asarray(np.concatenate([epsilons, -epsilons]))
-        losses = np.asarray(
-            losses_along(objective, point.params, inputs, jnp.asarray(flat_vectors), both)
-        )
-        plus, minus = losses[:, 1 : 1 + epsilons.size], losses[:, 1 + epsilons.size :]
-        measured = plus + minus - 2 * losses[:, :1]  # odd orders cancel: §9 of the notes
+    if negative.size and losses is not None:
+        chosen = losses[negative]
+        plus, minus = chosen[:, 1 : 1 + epsilons.size], chosen[:, 1 + epsilons.size :]
+        measured = plus + minus - 2 * chosen[:, :1]  # odd orders cancel: §9 of the notes
     predicted = epsilons[None, :] ** 2 * values[:, None]
     return EscapeDirections(
         eigen=eigen,
@@ -239,20 +239,14 @@ def escape_directions(
         _checks.check_real("tol", tol, low=0, meaning="an absolute eigenvalue threshold")
     steps = _check_epsilons(epsilons)
     k = min(6, points[0].num_params) if k is None else k
-    target = points if listed else points[0]
-    found = eigenpairs(
-        target,
-        k,
-        "smallest",
-        dense_below=dense_below,
-        num_iters=num_iters,
-        key=key,
-        progress=progress,
-        rtol=rtol,
-    )
-    eigens: list[Eigenpairs] = found if listed else [found]
-    gradients: list[Any] = [e.gradient for e in eigens]  # the dense path's, from the Hessian
-    if any(g is None for g in gradients):
-        gradients = gradient.gradient_at(points) if listed else [gradient.gradient_at(points[0])]
-    results = [_escape_one(e, g, tol, steps) for e, g in zip(eigens, gradients, strict=True)]
+    how = eigen_lib.settings(
+        points, k, "smallest", dense_below, None, num_iters, key, None, rtol, None,
+        eigen_lib.FALLBACK_BELOW,
+    )  # fmt: skip
+    both = np.concatenate([steps, -steps])
+    found = eigen_lib.solve(points, listed, k, "smallest", how, progress, both)
+    results = [
+        _escape_one(pairs, pairs.gradient or gradient.gradient_at(pairs.point), tol, steps, losses)
+        for pairs, losses in found
+    ]
     return results if listed else results[0]

@@ -9,8 +9,8 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
+import jax
 import numpy as np
-from jax.flatten_util import ravel_pytree
 
 from landscape import _checks
 from landscape.point import Names, Point, block_indices
@@ -305,4 +305,4 @@ def _check_interval(lo: float, hi: float) -> None:
 
 def point_dtype(point: Point) -> np.dtype:
     """The dtype the point's HVPs are computed in (the rounding of every sample)."""
-    return np.dtype(ravel_pytree(point.params)[0].dtype)
+    return np.dtype(jax.tree.leaves(point.params)[0].dtype)

@@ -103,7 +103,7 @@ def _ggn_in_chunks(
     batching = (curvature.default_columns_per_batch(point), curvature.population_parts(point))
     if dim <= curvature.CHUNKED_ABOVE:
         loss, ggn = ggn_matrix(
-            point.outputs, point.output_loss, point.params, point.inputs, jnp.int32(0), dim,
+            point.outputs, point.output_loss, point.params, point.inputs, np.int32(0), dim,
             False, batching,
         )  # fmt: skip
         return loss, np.asarray(ggn)
@@ -113,7 +113,7 @@ def _ggn_in_chunks(
                  f"{count} columns")  # fmt: skip
     for first in range(0, dim, count):
         loss, ggn = ggn_matrix(
-            point.outputs, point.output_loss, point.params, point.inputs, jnp.int32(first),
+            point.outputs, point.output_loss, point.params, point.inputs, np.int32(first),
             count, False, batching,
         )  # fmt: skip
         chunks.append(np.asarray(ggn))
@@ -272,7 +272,7 @@ def ggn_at(
     _, params, inputs = compiled.stack(points)
     dim = first.num_params
     losses, ggns = ggn_matrix(
-        first.outputs, first.output_loss, params, inputs, jnp.int32(0), dim, True
+        first.outputs, first.output_loss, params, inputs, np.int32(0), dim, True
     )
     return [_result(h, float(losses[i]), np.asarray(ggns[i])) for i, h in enumerate(hessians)]
 

@@ -17,11 +17,10 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.flatten_util import ravel_pytree
 
 from landscape import _checks
 from landscape.engine import training
-from landscape.point import Point, as_points, param_names
+from landscape.point import Point, as_points, param_names, ravel_numpy
 from landscape.probes import budget, compiled
 from landscape.typing import PyTree
 
@@ -39,8 +38,7 @@ def _combine(controls: PyTree, weights_K: jax.Array) -> PyTree:
     return jax.tree.map(lambda c: jnp.tensordot(weights_K.astype(c.dtype), c, axes=1), controls)
 
 
-@functools.partial(jax.jit, static_argnames=("objective", "batch_size"))
-def _losses_at(
+def _losses(
     objective: Objective,
     controls: PyTree,
     inputs: PyTree,
@@ -59,6 +57,9 @@ def _losses_at(
     return jax.lax.map(one, weights_TK, batch_size=batch_size)
 
 
+_losses_at = jax.jit(_losses, static_argnames=("objective", "batch_size"))
+
+
 def evaluate(
     point: Point,
     controls: Sequence[PyTree],
@@ -70,7 +71,7 @@ def evaluate(
     None: all rows at once if they fit in memory, else as many as fit (`budget.rows_per_batch`,
     a MemoryError in one sentence when not one does)."""
     objective, inputs = point.shared
-    weights = jnp.asarray(np.asarray(weights_TK, np.float64))
+    weights = np.asarray(weights_TK, np.float64)
     stacked = compiled.stack_trees(*controls)
     if batch_size is None:
         each = _row_bytes(objective, stacked, inputs, weights)
@@ -78,15 +79,18 @@ def evaluate(
     return np.asarray(_losses_at(objective, stacked, inputs, weights, batch_size))
 
 
-def _row_bytes(objective: Objective, controls: PyTree, inputs: PyTree, weights: jax.Array) -> float:
+def _row_bytes(
+    objective: Objective, controls: PyTree, inputs: PyTree, weights: np.ndarray
+) -> float:
     """Bytes per row of the vmapped loss program, measured on PROBE_ROWS rows (their parameters
     and activations side by side, which one evaluation alone does not show)."""
     rows = min(PROBE_ROWS, weights.shape[0])
     leaves, treedef = jax.tree.flatten((controls, inputs))
     shapes = tuple((np.shape(x), str(jnp.result_type(x))) for x in leaves)
     probe = weights[:rows]
-    lowered = functools.partial(_losses_at.lower, objective, controls, inputs, probe, None)
-    return budget.program_bytes(lowered, (objective, treedef, shapes, probe.shape)) / rows
+    program = functools.partial(_losses, objective, batch_size=None)
+    key = (objective, treedef, shapes, probe.shape)
+    return budget.program_bytes(program, (controls, inputs, probe), key) / rows
 
 
 # ----------------------------------------------------------------------------- checks
@@ -155,7 +159,8 @@ def check_direction(name: str, direction: object, point: Point) -> PyTree:
 
 
 def flat_params(tree: PyTree) -> np.ndarray:
-    return np.asarray(ravel_pytree(jax.tree.map(jnp.asarray, tree))[0], np.float64)
+    """The leaves raveled in `ravel_pytree` order, in float64 (numpy: nothing compiled)."""
+    return ravel_numpy(tree).astype(np.float64)
 
 
 # ----------------------------------------------------------------------------- paths
@@ -423,12 +428,19 @@ def random_direction(point: Point, key: jax.Array) -> PyTree:
     if key is None:
         raise TypeError("key = None: random_direction needs a jax random key (jax.random.key(0)).")
     leaves, treedef = jax.tree_util.tree_flatten(point.params)
-    keys = jax.random.split(key, len(leaves))
-    drawn = [
-        np.asarray(jax.random.normal(k, np.shape(x), jnp.result_type(x)))
-        for x, k in zip(leaves, keys, strict=True)
-    ]
+    shapes = tuple((np.shape(x), str(jnp.result_type(x))) for x in leaves)
+    drawn = [np.asarray(x) for x in _normal_leaves(key, shapes)]
     return jax.tree_util.tree_unflatten(treedef, drawn)
+
+
+@functools.partial(jax.jit, static_argnames=("shapes",))
+def _normal_leaves(key: jax.Array, shapes: tuple) -> list[jax.Array]:
+    """N(0, 1) arrays of `shapes` ((shape, dtype) each), one key of split(key) each: one
+    program."""
+    keys = jax.random.split(key, len(shapes))
+    return [
+        jax.random.normal(k, shape, dtype) for k, (shape, dtype) in zip(keys, shapes, strict=True)
+    ]
 
 
 def direction_to(point: Point, other: Point | PyTree) -> PyTree:

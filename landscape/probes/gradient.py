@@ -10,7 +10,6 @@ from typing import Any, overload
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.flatten_util import ravel_pytree
 
 from landscape.point import (
     BlockName,
@@ -21,6 +20,7 @@ from landscape.point import (
     block_indices,
     check_point,
     param_names,
+    ravel_numpy,
 )
 from landscape.probes import compiled
 from landscape.probes.results import (
@@ -160,13 +160,14 @@ def gradient_at(point: PointOrPoints) -> Gradient | list[Gradient]:
     points, listed = as_points(point, "gradient_at")
     objective, params, inputs = _program_arguments(points, listed)
     loss, tree = compiled.value_and_grad(objective, params, inputs, batched=listed)
+    loss, tree = np.asarray(loss), jax.tree.map(np.asarray, tree)
     if not listed:
         return _gradient(points[0], tree, loss)
     return [_gradient(p, _row(tree, i), loss[i]) for i, p in enumerate(points)]
 
 
-def _gradient(point: Point, tree: PyTree, loss: jax.Array) -> Gradient:
-    vector = np.asarray(ravel_pytree(tree)[0])
+def _gradient(point: Point, tree: PyTree, loss: Any) -> Gradient:
+    vector = ravel_numpy(tree)
     return Gradient(point, tree, vector, param_names(point.params), float(loss))
 
 
@@ -185,7 +186,7 @@ def hvp(point: Point) -> Callable[[Any], Any]:
     objective, inputs = point.shared
     params = point.params
     structure = jax.tree.structure(params)
-    dim, dtype = point.num_params, ravel_pytree(params)[0].dtype
+    dim, dtype = point.num_params, jnp.result_type(*jax.tree.leaves(params))
 
     def product(v: Any) -> Any:
         if jax.tree.structure(v) == structure:  # type: ignore[operator]  # PyTreeDef has ==
@@ -216,7 +217,7 @@ def hvp_flat(point: Point) -> tuple[jax.Array, Callable[[Any], jax.Array]]:
     check_point(point, "hvp_flat")
     objective, inputs = point.shared
     params = point.params
-    x0 = ravel_pytree(params)[0]
+    x0 = ravel_numpy(params)
 
     def matvec(v: Any) -> jax.Array:
         shape = np.shape(v)
@@ -231,13 +232,20 @@ def hvp_flat(point: Point) -> tuple[jax.Array, Callable[[Any], jax.Array]]:
                 f"v has dtype {v_dtype}: must be real numbers (cast to the params' dtype, "
                 f"{x0.dtype})."
             )
-        vector = jnp.asarray(v, x0.dtype).reshape(x0.size)
-        return compiled.hvp_of_flat(objective, params, inputs, vector).reshape(shape)
+        return compiled.hvp_of_flat(objective, params, inputs, _as_params_dtype(v, x0.dtype))
 
     return x0, matvec
 
 
-def _flat_vector(v: Any, dim: int, dtype: Any) -> jax.Array:
+def _as_params_dtype(v: Any, dtype: Any) -> Any:
+    """v in the params' dtype without an eager jax operation: a jax array of that dtype as it
+    is (it stays on its device), anything else through numpy."""
+    if isinstance(v, jax.Array) and v.dtype == dtype:
+        return v
+    return np.asarray(v, dtype)
+
+
+def _flat_vector(v: Any, dim: int, dtype: Any) -> Any:
     """v as a (D,) array of the params' dtype; one sentence naming v otherwise."""
     v_dtype = getattr(v, "dtype", None)
     if v_dtype is None:
@@ -247,7 +255,7 @@ def _flat_vector(v: Any, dim: int, dtype: Any) -> jax.Array:
         raise ValueError(f"v has shape {np.shape(v)}: must be ({dim},), one entry per parameter.")
     if not jnp.issubdtype(v_dtype, jnp.floating) or jnp.dtype(v_dtype) != jnp.dtype(dtype):
         raise TypeError(f"v has dtype {v_dtype}: must be the params' dtype, {dtype}.")
-    return jnp.asarray(v, dtype)
+    return _as_params_dtype(v, dtype)
 
 
 def _check_tangent_leaves(v: PyTree, params: PyTree) -> None:

@@ -1,11 +1,22 @@
-"""Thick-restarted Lanczos with deflation on exact Hessian-vector products: the search behind
-`eigenpairs` above `dense_below` (its results and certificates: eigen.py; the method, its stopping
-rule and tolerances: docs/design/curvature.md).
+"""Krylov-Schur: restarted Lanczos with locking on exact Hessian-vector products, in memory that
+`ncv` bounds. The search behind `eigenpairs` above `dense_below` (its results: eigen.py; the
+method, its cost and tolerances: docs/design/curvature.md, "Certified extreme eigenpairs").
+
+Legend: D parameters, k wanted pairs, n = ncv - k rows of the basis (the active Krylov vectors
+and the next Lanczos vector). The search holds `ncv` vectors of D (the k locked eigenvectors and
+the basis) and a few for one step's work, whatever its length.
+
+One compiled program per (model, k, which, ncv) advances the search by one Lanczos run; the host
+calls it until the search is done, printing a line per run once it takes long. Inside a run every
+product goes through one call site: each iteration multiplies one vector and then, by the
+search's mode, extends the basis (EXTEND), checks a candidate Ritz pair with an exact residual
+(CHECK), or fills an unconverged search's last slots (FILL). The decisions work on small arrays
+only; the basis and the locked vectors change by row writes and an in-place rotation outside
+every conditional, since XLA copies a buffer that a conditional passes through.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import time
 from collections.abc import Callable
@@ -14,382 +25,486 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.flatten_util import ravel_pytree
 
+from landscape import linalg
 from landscape.point import Point
 from landscape.probes import compiled, operator
 from landscape.typing import PyTree
 
-LONG_SECONDS = 10.0  # a search prints a line per run once it has taken this long
-
+EXTEND, CHECK, FILL, DONE = 0, 1, 2, 3
 
 _DOT = functools.partial(jnp.matmul, precision=jax.lax.Precision.HIGHEST)
+MatVec = Callable[[jax.Array], jax.Array]
 
 
-class SearchStop(NamedTuple):
-    """Where a run starts and when it stops: the start hint + mix * noise, the complement's
-    dimension, the relative residual rtol against max(scale, |Ritz values|), and how many of the
-    most wanted Ritz pairs must reach it."""
+class State(NamedTuple):
+    """The search's small arrays (legend in the module docstring).
 
-    hint: jax.Array
-    mix: jax.Array
-    num_active: jax.Array
-    rtol: jax.Array
-    scale: jax.Array
-    need: jax.Array
-
-
-class KrylovRun(NamedTuple):
-    """One Lanczos run (legend: m = num_iters, k the rows of locked and of retained, D params).
-
-    basis (m + 1, D): rows 0, ..., steps - 1 the new orthonormal vectors, row `steps` the next
-    Lanczos vector (the direction a further step adds; zero once the space is exhausted), zero
-    after. alpha (m,) v_i . H v_i; beta (m,) the norm coupling v_i to v_{i+1}; cross (m, k)
-    retained . H v_i (the arrowhead of a thick restart); steps (); finite () every product finite.
+    proj (n, n): the operator projected on the basis rows, the kept Ritz values' diagonal
+    bordered by their arrowhead, then the tridiagonal; `size` rows hold Krylov vectors, row
+    `size` the next Lanczos vector, `start` the row the run began at. values, residuals (k,):
+    the locked pairs (`count` of them), each residual ||H y - θ y|| of a fresh product. theta,
+    estimates (n,), coeffs (n, n): the last Rayleigh-Ritz pairs, most wanted first, their
+    coefficients in the basis as columns and their Lanczos estimates |β s_last|. cursor, stop:
+    the pairs CHECK and FILL go through. q (n, n), hint (n,), rotate, fresh: a restart asked
+    for (the basis becomes qᵀ basis; a fresh phase starts from hint's combination of the rows).
     """
 
-    basis: jax.Array
-    alpha: jax.Array
-    beta: jax.Array
-    cross: jax.Array
-    steps: jax.Array
+    proj: jax.Array
+    size: jax.Array
+    start: jax.Array
+    values: jax.Array
+    residuals: jax.Array
+    count: jax.Array
+    theta: jax.Array
+    coeffs: jax.Array
+    estimates: jax.Array
+    cursor: jax.Array
+    stop: jax.Array
+    mode: jax.Array
+    low: jax.Array
+    high: jax.Array
+    clean: jax.Array
+    converged: jax.Array
     finite: jax.Array
+    runs: jax.Array
+    products: jax.Array
+    q: jax.Array
+    hint: jax.Array
+    rotate: jax.Array
+    fresh: jax.Array
+    key: jax.Array
 
 
-def projected_matrix(
-    theta_r: jax.Array, alpha: jax.Array, beta: jax.Array, cross: jax.Array
-) -> jax.Array:
-    """The Hessian projected on [retained; basis] ((k + m) square): diag(theta_r) for the
-    retained Ritz vectors, their arrowhead `cross` with the new vectors, and the tridiagonal of
-    alpha and beta (the full reorthogonalisation leaves the rest at rounding level). Rows of
-    absent vectors (zero theta_r, alpha, cross) are zero, but beta couples the last row to the
-    next vector's: the caller keeps the rows that hold vectors."""
-    tridiagonal = jnp.diag(alpha) + jnp.diag(beta[:-1], 1) + jnp.diag(beta[:-1], -1)
-    return jnp.block([[jnp.diag(theta_r), cross.T], [cross, tridiagonal]])
+class Search(NamedTuple):
+    """basis (n, D), locked (k, D) (rows past `state.count` zero), the point's loss and flat
+    gradient (D,) from the operator's linearisation, and the small `state`."""
+
+    basis: jax.Array
+    locked: jax.Array
+    loss: jax.Array
+    gradient: jax.Array
+    state: State
 
 
-def _ritz_estimates(
-    run: KrylovRun, theta_r: jax.Array, num_retained: jax.Array, which: str
-) -> tuple[jax.Array, jax.Array]:
-    """(Ritz values, residual estimates |beta_last s_last|), most wanted first, over the rows that
-    hold vectors (the rest after them, with infinite residuals). Jittable."""
-    k, m = theta_r.size, run.alpha.size
-    holds = jnp.concatenate([jnp.arange(k) < num_retained, jnp.arange(m) < run.steps])
-    projected = projected_matrix(theta_r, run.alpha, run.beta, run.cross)
-    projected = jnp.where(holds[:, None] & holds[None, :], projected, 0)
-    far = jnp.sum(jnp.abs(projected)) + 1.0  # beyond every eigenvalue: absent rows sort last
-    projected += jnp.diag(jnp.where(holds, 0.0, -far if which == "largest" else far))
-    theta, vectors = jnp.linalg.eigh(projected)
-    last = vectors[k + jnp.maximum(run.steps, 1) - 1]
-    residuals = jnp.abs(run.beta[jnp.maximum(run.steps, 1) - 1] * last)
-    real = jnp.sum(jnp.where(holds[:, None], vectors**2, 0), axis=0) > 0.5  # not a far one
-    residuals = jnp.where(real, residuals, jnp.inf)
-    order = jnp.argsort(-theta if which == "largest" else theta)
-    return theta[order], residuals[order]
+class Writes(NamedTuple):
+    """What a step writes into the big arrays: `vector` into basis row `row`, `y` into locked
+    row `slot` (an index past the end writes nothing)."""
+
+    row: jax.Array
+    vector: jax.Array
+    slot: jax.Array
+    y: jax.Array
 
 
-def krylov_block(
-    matvec: Callable[[jax.Array], jax.Array],
-    locked: jax.Array,
-    retained: jax.Array,
-    theta_r: jax.Array,
-    num_retained: jax.Array,
-    search: SearchStop,
-    key: jax.Array,
-    num_iters: int,
-    which: str,
-) -> KrylovRun:
-    """Lanczos in the complement of the rows of `locked` and `retained` (orthonormal; zero rows
-    ignored), from hint + mix * N(0, I/D), for at most num_iters steps: fewer once the `need` most
-    wanted Ritz pairs of [retained; new vectors] have residual estimates <= rtol * scale, the
-    Krylov space is exhausted, or the complement (`num_active` dimensions) is full.
+class Rules(NamedTuple):
+    """What a search asks: the relative residual `rtol` (of the largest |Ritz value| seen) at
+    which a pair is accepted, the most runs, and D (every direction locked ends a search)."""
 
-    Each step: one exact product, the three-term recurrence (and the retained vectors' arrowhead)
-    subtracted, then one classical Gram-Schmidt pass against every earlier vector and the fixed
-    rows; a second pass only when the first removed most of the vector (Daniel-Gragg-Kaufman-
-    Stewart), so orthogonality holds to rounding at one pass of memory traffic a step in the
-    usual case. Jittable, num_iters and which static."""
-    dim, dtype = search.hint.shape[0], search.hint.dtype
-    eps = jnp.finfo(dtype).eps
-    fixed = jnp.concatenate([locked, retained])
+    rtol: jax.Array
+    max_runs: jax.Array
+    dim: jax.Array
 
-    def gram_schmidt(basis: jax.Array, w: jax.Array) -> jax.Array:
-        w = w - _DOT(_DOT(basis, w), basis)  # rows after the current one are zero
-        return w - _DOT(_DOT(fixed, w), fixed)
 
-    def orthogonalised(basis: jax.Array, w: jax.Array) -> jax.Array:
-        once = gram_schmidt(basis, w)
-        again = jnp.linalg.norm(once) < 0.5 * jnp.linalg.norm(w)
-        return jax.lax.cond(again, gram_schmidt, lambda _, x: x, basis, once)
+def _int(x: object) -> jax.Array:
+    return jnp.asarray(x, jnp.int32)
 
-    def step(state: tuple[jax.Array, KrylovRun, jax.Array]) -> tuple:
-        i, run, _ = state
-        v, previous = run.basis[i], run.basis[jnp.maximum(i - 1, 0)]
-        av = matvec(v)
-        alpha, arrow = _DOT(v, av), _DOT(retained, av)
-        coupling = jnp.where(i > 0, run.beta[jnp.maximum(i - 1, 0)], 0)
-        w = av - alpha * v - coupling * previous - _DOT(arrow, retained)
-        w = orthogonalised(run.basis, w)
-        beta = jnp.linalg.norm(w)
-        seen = jnp.maximum(jnp.max(jnp.abs(run.alpha)), jnp.max(run.beta))  # scale, as in linalg
-        scale = jnp.maximum(jnp.maximum(jnp.linalg.norm(av), seen), jnp.abs(alpha))
-        full = (beta <= 100 * eps * scale) | (i + 1 >= search.num_active)
-        run = run._replace(
-            basis=run.basis.at[i + 1].set(jnp.where(full, 0, w / jnp.where(full, 1, beta))),
-            alpha=run.alpha.at[i].set(alpha),
-            beta=run.beta.at[i].set(jnp.where(full, 0, beta)),
-            cross=run.cross.at[i].set(arrow),
-            steps=i + 1,
-            finite=run.finite & jnp.isfinite(alpha) & jnp.isfinite(beta),
-        )
-        theta, residuals = _ritz_estimates(run, theta_r, num_retained, which)
-        seen = jnp.max(jnp.where(jnp.isfinite(residuals), jnp.abs(theta), 0))
-        tol = search.rtol * jnp.maximum(search.scale, seen)
-        done = jnp.all(jnp.where(jnp.arange(residuals.size) < search.need, residuals, 0) <= tol)
-        return i + 1, run, full | done | ~run.finite
 
-    raw = search.hint + search.mix * jax.random.normal(key, (dim,), dtype) / float(np.sqrt(dim))
-    start = raw - _DOT(_DOT(fixed, raw), fixed)
-    start = start - _DOT(_DOT(fixed, start), fixed)  # twice: one pass loses orthogonality
-    norm = jnp.linalg.norm(start)
-    usable = norm > jnp.sqrt(eps) * jnp.linalg.norm(raw)  # else the start lay in the fixed rows
-    m, k = num_iters, retained.shape[0]
-    run = KrylovRun(
-        basis=jnp.zeros((m + 1, dim), dtype).at[0].set(jnp.where(usable, start / norm, 0)),
-        alpha=jnp.zeros(m, dtype), beta=jnp.zeros(m, dtype), cross=jnp.zeros((m, k), dtype),
-        steps=jnp.asarray(0), finite=jnp.asarray(True),
+def basis_rows(ncv: int, k: int, dim: int) -> int:
+    """n: the basis rows of a search holding ncv vectors with k locked, at most D + 1."""
+    return min(ncv - k, dim + 1)
+
+
+def initial(key: jax.Array, dim: int, dtype: np.dtype, k: int, rows: int) -> Search:
+    """A search before its first run, made on the host and placed on the device (nothing is
+    compiled; the zeros are calloc'd pages, which cost no memory until the device copy): `run`
+    draws the start vector from `key`."""
+    zeros, square, integer = np.zeros(rows, dtype), np.zeros((rows, rows), dtype), np.int32(0)
+    state = State(
+        proj=square, size=integer, start=integer, values=np.zeros(k, dtype),
+        residuals=np.zeros(k, dtype), count=integer, theta=zeros, coeffs=square,
+        estimates=zeros, cursor=integer, stop=integer, mode=np.int32(EXTEND),
+        low=np.asarray(np.inf, dtype), high=np.asarray(-np.inf, dtype), clean=np.bool_(True),
+        converged=np.bool_(False), finite=np.bool_(True), runs=integer, products=integer,
+        q=square, hint=zeros, rotate=np.bool_(False), fresh=np.bool_(False), key=_own_copy(key),
     )  # fmt: skip
-    _, run, _ = jax.lax.while_loop(
-        lambda state: (state[0] < m) & ~state[2], step, (jnp.asarray(0), run, ~usable)
-    )
-    return run
+    search = Search(
+        np.zeros((rows, dim), dtype), np.zeros((k, dim), dtype), np.asarray(0, dtype),
+        np.zeros(dim, dtype), state,
+    )  # fmt: skip
+    return jax.device_put(search)
 
 
-@functools.partial(jax.jit, static_argnames=("objective", "num_iters", "which"))
-def krylov_run(
+def _own_copy(key: jax.Array) -> jax.Array:
+    """A copy of `key` that the search may donate (the caller's key stays usable), through the
+    host: nothing compiled."""
+    if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
+        data = np.asarray(jax.random.key_data(key))
+        return jax.random.wrap_key_data(data, impl=jax.random.key_impl(key))
+    return np.asarray(key)
+
+
+@functools.partial(jax.jit, static_argnames=("objective", "which"), donate_argnames=("search",))
+def advance(
     objective: compiled.Objective,
     params: PyTree,
     inputs: PyTree,
-    locked: jax.Array,
-    retained: jax.Array,
-    theta_r: jax.Array,
-    num_retained: jax.Array,
-    search: SearchStop,
-    key: jax.Array,
-    num_iters: int,
+    search: Search,
+    rules: Rules,
     which: str,
-) -> KrylovRun:
-    """`krylov_block` on the exact Hessian at params (linearised once): one program per model."""
-    matvec = operator.hessian_operator(objective, params, inputs).matvec
-    return krylov_block(
-        matvec, locked, retained, theta_r, num_retained, search, key, num_iters, which
+) -> Search:
+    """One Lanczos run of the search on the exact Hessian at params (linearised once), its
+    Rayleigh-Ritz, the checks of its candidates and the restart: one program per model."""
+    op = operator.hessian_operator(objective, params, inputs)
+    search = search._replace(loss=op.value.astype(op.flat.dtype), gradient=op.gradient)
+    return run(op.matvec, search, rules, which)
+
+
+def run(matvec: MatVec, search: Search, rules: Rules, which: str) -> Search:
+    """`advance` on any symmetric operator: products until the next run would begin (after this
+    run's checks) or the search is done, then the restart the run asked for, outside the loop
+    (a rotation inside it would make XLA copy the basis at every product)."""
+    runs, s = search.state.runs, search.state
+    draw, key = jax.random.split(s.key)
+    vector = jax.random.normal(draw, search.basis.shape[1:], search.basis.dtype)
+    first = jnp.where(s.products == 0, vector / jnp.linalg.norm(vector), search.basis[0])
+    search = search._replace(basis=search.basis.at[0].set(first), state=s._replace(key=key))
+
+    def going(search: Search) -> jax.Array:
+        s = search.state
+        next_run = (s.runs != runs) & (s.mode == EXTEND) & (s.size == s.start)
+        return (s.mode != DONE) & ~next_run
+
+    def body(search: Search) -> Search:
+        return _step(matvec, search, rules, which)
+
+    search = jax.lax.while_loop(going, body, search)
+    basis, state = _restart(search.basis, search.locked, search.state)
+    return search._replace(basis=basis, state=state)
+
+
+def _step(matvec: MatVec, search: Search, rules: Rules, which: str) -> Search:
+    """One product, the mode's step on the small arrays and its row writes. A restart it asks
+    for ends the call's loop (the next run begins), and `run` applies it after the loop."""
+    basis, locked, s = search.basis, search.locked, search.state
+    v = jax.lax.cond(
+        s.mode == EXTEND, lambda: basis[s.size], lambda: _DOT(s.coeffs[:, s.cursor], basis)
+    )
+    av = matvec(v)
+    s = s._replace(products=s.products + 1, finite=s.finite & jnp.all(jnp.isfinite(av)))
+    branches = [_extend, _check, _fill]
+    branches = [functools.partial(b, rules=rules, which=which) for b in branches]
+    s, writes = jax.lax.switch(jnp.minimum(s.mode, FILL), branches, basis, locked, s, v, av)
+    basis = basis.at[writes.row].set(writes.vector, mode="drop")
+    locked = locked.at[writes.slot].set(writes.y, mode="drop")
+    s = s._replace(mode=jnp.where(s.finite, s.mode, DONE))
+    return search._replace(basis=basis, locked=locked, state=s)
+
+
+# ------------------------------------------------------------------------- EXTEND: one step
+
+
+def _extend(
+    basis: jax.Array, locked: jax.Array, s: State, v: jax.Array, av: jax.Array, rules: Rules,
+    which: str,
+) -> tuple[State, Writes]:  # fmt: skip
+    """A Lanczos step from row `size`: the known coupling (the arrowhead on a run's first step,
+    the tridiagonal after) subtracted, then one classical Gram-Schmidt pass against the basis
+    and the locked rows, a second only when the first removed most of the vector (Daniel-
+    Gragg-Kaufman-Stewart). The run ends once the pairs it still needs have converged."""
+    i, rows = s.size, basis.shape[0]
+    alpha = _DOT(v, av)
+    column = s.proj[:, i].at[i].set(alpha)
+    w = jax.lax.cond(
+        i == s.start,
+        lambda: av - _DOT(column, basis),
+        lambda: av - alpha * v - column[jnp.maximum(i - 1, 0)] * basis[jnp.maximum(i - 1, 0)],
+    )
+    once = _orthogonalised(basis, locked, w)
+    w = jax.lax.cond(
+        jnp.linalg.norm(once) < 0.5 * jnp.linalg.norm(w),
+        lambda: _orthogonalised(basis, locked, once),
+        lambda: once,
+    )
+    beta, eps = jnp.linalg.norm(w), jnp.finfo(w.dtype).eps
+    scale = jnp.maximum(jnp.max(jnp.abs(s.proj)), jnp.maximum(jnp.linalg.norm(av), jnp.abs(alpha)))
+    exhausted = beta <= 100 * eps * scale
+    following = jax.lax.cond(
+        exhausted,
+        lambda: _fresh_direction(basis, locked, jax.random.fold_in(s.key, s.products)),
+        lambda: w / jnp.where(exhausted, 1, beta),
+    )
+    beta = jnp.where(exhausted, 0, beta)
+    proj = s.proj.at[i, i].set(alpha)
+    proj = proj.at[i + 1, i].set(beta, mode="drop").at[i, i + 1].set(beta, mode="drop")
+    s = s._replace(proj=proj, size=i + 1)
+    theta, coeffs, estimates = rayleigh_ritz(s.proj, s.size, beta, which)
+    tol = _tolerance(s, theta, estimates, rules)
+    need = jnp.where(s.count < s.values.size, s.values.size - s.count, 1)
+    done = jnp.all(jnp.where(jnp.arange(theta.size) < need, estimates, 0) <= tol)
+    full = (s.size + 1 >= rows) | (s.size + s.count >= basis.shape[1]) | ~jnp.any(following)
+    ended = s._replace(theta=theta, coeffs=coeffs, estimates=estimates)
+    s = jax.lax.cond(done | full | ~s.finite, lambda: _after_run(ended, rules, which), lambda: s)
+    return s, Writes(i + 1, following, _int(locked.shape[0]), v)
+
+
+def _orthogonalised(basis: jax.Array, locked: jax.Array, w: jax.Array) -> jax.Array:
+    """w less its components along the basis rows and the locked rows (zero rows ignored)."""
+    w = w - _DOT(_DOT(basis, w), basis)
+    return w - _DOT(_DOT(locked, w), locked)
+
+
+def _fresh_direction(basis: jax.Array, locked: jax.Array, key: jax.Array) -> jax.Array:
+    """A random unit vector orthogonal to the basis and the locked rows (twice: a random vector
+    lies mostly in a large basis); zero when they span everything."""
+    raw = jax.random.normal(key, basis.shape[1:], basis.dtype)
+    w = _orthogonalised(basis, locked, _orthogonalised(basis, locked, raw))
+    norm = jnp.linalg.norm(w)
+    usable = norm > jnp.sqrt(jnp.finfo(w.dtype).eps) * jnp.linalg.norm(raw)
+    return jnp.where(usable, w / jnp.where(usable, norm, 1), 0)
+
+
+def rayleigh_ritz(
+    proj: jax.Array, size: jax.Array, beta: jax.Array, which: str
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """(Ritz values, their coefficient columns, estimates |β s_last|), most wanted first, of the
+    projected matrix's leading `size` rows; the absent rows sort last, with infinite estimates."""
+    holds = jnp.arange(proj.shape[0]) < size
+    projected = jnp.where(holds[:, None] & holds[None, :], proj, 0)
+    far = jnp.sum(jnp.abs(projected)) + 1.0  # beyond every eigenvalue
+    projected += jnp.diag(jnp.where(holds, 0.0, -far if which == "largest" else far))
+    theta, vectors = jnp.linalg.eigh(projected)
+    order = jnp.argsort(-theta if which == "largest" else theta)
+    theta, vectors = theta[order], vectors[:, order]
+    real = jnp.sum(jnp.where(holds[:, None], vectors**2, 0), axis=0) > 0.5
+    estimates = jnp.abs(beta * vectors[jnp.maximum(size - 1, 0)])
+    return theta, jnp.where(holds[:, None], vectors, 0), jnp.where(real, estimates, jnp.inf)
+
+
+def _tolerance(s: State, theta: jax.Array, estimates: jax.Array, rules: Rules) -> jax.Array:
+    """rtol times the largest |Ritz value| seen (this run's included)."""
+    seen = jnp.max(jnp.where(jnp.isfinite(estimates), jnp.abs(theta), 0))
+    return rules.rtol * jnp.maximum(_scale(s), seen)
+
+
+def _scale(s: State) -> jax.Array:
+    return jnp.where(jnp.isfinite(s.low), jnp.maximum(jnp.abs(s.low), jnp.abs(s.high)), 0)
+
+
+# --------------------------------------------------------------- the end of a run: decisions
+
+
+def _more_wanted(a: jax.Array, b: jax.Array, which: str) -> jax.Array:
+    return a > b if which == "largest" else a < b
+
+
+def _after_run(s: State, rules: Rules, which: str) -> State:
+    """After a run's Rayleigh-Ritz: done, in a phase begun after the last lock, when no Ritz
+    value (moved by its estimate toward the wanted end) is more wanted than the least wanted
+    locked one by more than the tolerance; else check the candidates the estimates accept."""
+    real = jnp.isfinite(s.estimates)
+    s = s._replace(
+        low=jnp.minimum(s.low, jnp.min(jnp.where(real, s.theta, jnp.inf))),
+        high=jnp.maximum(s.high, jnp.max(jnp.where(real, s.theta, -jnp.inf))),
+        runs=s.runs + 1,
+    )
+    margin, k = rules.rtol * _scale(s), s.values.size
+    toward = s.estimates[0] if which == "largest" else -s.estimates[0]
+    slots = jnp.arange(k) < s.count
+    if which == "largest":
+        beyond = jnp.min(jnp.where(slots, s.values, jnp.inf)) + margin
+    else:
+        beyond = jnp.max(jnp.where(slots, s.values, -jnp.inf)) - margin
+    settled = (s.count == k) & s.clean & ~_more_wanted(s.theta[0] + toward, beyond, which)
+    accepted = (s.estimates <= margin) & real
+    candidates = jnp.where(jnp.all(accepted), accepted.size, jnp.argmin(accepted))
+    checking = s._replace(mode=_int(CHECK), cursor=_int(0), stop=_int(jnp.minimum(candidates, k)))
+    return jax.lax.cond(
+        settled | ~s.finite,
+        lambda: s._replace(mode=_int(DONE), converged=s.finite),
+        lambda: jax.lax.cond(
+            candidates > 0, lambda: checking, lambda: _decide(s, _int(0), rules, which)
+        ),
     )
 
 
-@jax.jit
-def _rotate(rotation: jax.Array, retained: jax.Array, basis: jax.Array) -> jax.Array:
-    """Ritz vectors (c, D) = rotation^T [retained; basis]."""
-    k = retained.shape[0]
-    return _DOT(rotation[:k].T, retained) + _DOT(rotation[k:].T, basis)
-
-
-@jax.jit
-def _residuals(products: jax.Array, theta: jax.Array, vectors: jax.Array) -> jax.Array:
-    """||H y - theta y|| for each row y of `vectors` and its product."""
-    return jnp.linalg.norm(products - theta[:, None] * vectors[: theta.size], axis=1)
-
-
-def _wanted_order(values: np.ndarray, which: str) -> np.ndarray:
-    """Indices of `values`, most wanted first (stable)."""
-    return np.argsort(-values if which == "largest" else values, kind="stable")
-
-
-@dataclasses.dataclass
-class _Search:
-    """The Lanczos search state: locked pairs (most wanted first), retained Ritz vectors and
-    values, the next start (hint, mix) and the extreme Ritz values seen. The vectors stay on the
-    device in fixed shapes, (k, D) with zero rows past the count, so each program compiles once
-    per model; only values cross to the host."""
-
-    values: np.ndarray
-    vectors: jax.Array
-    retained: jax.Array
-    retained_values: np.ndarray
-    hint: jax.Array
-    num_retained: int = 0
-    mix: float = 1.0
-    clean: bool = True  # no lock changed since this phase's random start
-    low: float = np.inf
-    high: float = -np.inf
-    num_hvps: int = 0
-
-    @property
-    def scale(self) -> float:
-        """The largest |Ritz value| seen so far (0 before the first)."""
-        return max(abs(self.low), abs(self.high), 0.0) if np.isfinite(self.low) else 0.0
-
-
-@jax.jit
-def _select(first: jax.Array, second: jax.Array, rows: jax.Array, count: jax.Array) -> jax.Array:
-    """Rows `rows` of [first; second], rows from `count` on set to zero (a fixed shape)."""
-    chosen = jnp.concatenate([first, second])[rows]
-    return jnp.where(jnp.arange(rows.size)[:, None] < count, chosen, 0)
-
-
-class _Ritz(NamedTuple):
-    """Ritz pairs, most wanted first: values (n,) on the host; vectors (2k, D) on the device
-    (the 2k most wanted, rows past n zero); exact residuals of the first min(k, n)."""
-
-    theta: np.ndarray
-    vectors: jax.Array
-    residuals: np.ndarray
-    low: float
-    high: float
-
-
-def _rayleigh_ritz(point: Point, state: _Search, run: KrylovRun, which: str, k: int) -> _Ritz:
-    """The Ritz pairs of the retained vectors and the run's new ones: the small eigenproblem in
-    numpy (float64) on the rows that hold vectors, the 2k most wanted vectors on the device."""
-    steps = int(run.steps)
-    theta_r = jnp.asarray(state.retained_values, run.alpha.dtype)  # placed, not rounded:
-    projected = np.asarray(projected_matrix(theta_r, run.alpha, run.beta, run.cross), np.float64)
-    valid = np.r_[0 : state.num_retained, k + np.arange(steps)]
-    theta, s = np.linalg.eigh(projected[np.ix_(valid, valid)])
-    low, high = (float(theta[0]), float(theta[-1])) if theta.size else (np.inf, -np.inf)
-    order = _wanted_order(theta, which)[: 2 * k]
-    theta, s = theta[order], s[:, order]
-    rotation = np.zeros((k + run.basis.shape[0], 2 * k))  # rows [retained (k); basis (m + 1)]
-    rotation[valid, : theta.size], padded = s, np.pad(theta, (0, 2 * k - theta.size))
-    objective, inputs = point.shared
-    dtype = run.basis.dtype
-    vectors = _rotate(jnp.asarray(rotation, dtype), state.retained, run.basis)
-    products = operator.products(objective, point.params, inputs, vectors[:k])  # exact residuals
-    residuals = _residuals(products, jnp.asarray(padded[:k], dtype), vectors)
-    state.num_hvps += k
-    residuals = np.asarray(residuals)[: min(k, theta.size)]
-    return _Ritz(theta.astype(dtype), vectors, residuals, low, high)
-
-
-def _more_wanted(a: float, b: float, which: str, margin: float) -> bool:
-    return a > b + margin if which == "largest" else a < b - margin
-
-
-def _lock(state: _Search, ritz: _Ritz, first: int, count: int, k: int, which: str) -> bool:
-    """Merge Ritz pairs first, ..., first + count - 1 into the locked set, keeping the k most
-    wanted; whether one of them was kept."""
-    locked = state.values.size
-    values = np.concatenate([state.values, ritz.theta[first : first + count]])
-    keep = _wanted_order(values, which)[:k]
-    rows = np.where(keep < locked, keep, k + first + keep - locked)  # in [locked (k); Ritz]
-    rows = np.pad(rows, (0, k - rows.size))
-    state.vectors = _select(state.vectors, ritz.vectors, jnp.asarray(rows), jnp.asarray(keep.size))
-    state.values = values[keep]
-    return bool(np.any(keep >= locked))
-
-
-def _next_start(state: _Search, ritz: _Ritz, count: int, k: int, changed: bool) -> None:
-    """Set up the next run. A fresh phase (random start seeded with the best unconverged Ritz
-    vectors, nothing retained) once k pairs are locked and one changed since the phase began: a
-    further copy of a locked eigenvalue lies outside the current Krylov space. Otherwise a thick
-    restart: keep the unconverged Ritz pairs and continue from the next Lanczos vector."""
-    rows = jnp.asarray(k + count + np.arange(k))  # Ritz rows count, ..., count + k - 1
-    kept = min(k, ritz.theta.size - count)
-    rest = _select(state.vectors, ritz.vectors, rows, jnp.asarray(kept))
-    state.clean = state.clean and not changed
-    if (state.values.size == k and not state.clean) or not bool(jnp.any(state.hint)):
-        state.retained, state.retained_values = jnp.zeros_like(rest), np.zeros(k)
-        state.hint, state.mix, state.clean, state.num_retained = rest.sum(axis=0), 1.0, True, 0
-    else:
-        state.retained, state.mix, state.num_retained = rest, 0.0, kept
-        state.retained_values = np.pad(ritz.theta[count : count + kept], (0, k - kept))
-
-
-@jax.jit
-def _next_vector(basis: jax.Array, steps: jax.Array) -> jax.Array:
-    return basis[steps]
-
-
-def _one_run(
-    point: Point, state: _Search, k: int, num_iters: int, key: jax.Array, which: str, tol: float
-) -> _Ritz | None:
-    """One Lanczos run after the retained vectors and the Ritz pairs of the whole subspace (None
-    when a product was not finite). Sets the next hint; the run's basis is freed on return."""
-    objective, inputs = point.shared
-    dim, dtype = state.hint.size, state.hint.dtype
-    active = dim - state.values.size - state.num_retained
-    need = k - state.values.size if state.values.size < k else 1
-    stop = SearchStop(
-        state.hint, jnp.asarray(state.mix, dtype), jnp.asarray(max(active, 0)),
-        jnp.asarray(tol, dtype), jnp.asarray(state.scale, dtype), jnp.asarray(need),
+def _check(
+    basis: jax.Array, locked: jax.Array, s: State, y: jax.Array, hy: jax.Array, rules: Rules,
+    which: str,
+) -> tuple[State, Writes]:  # fmt: skip
+    """CHECK: Ritz pair `cursor`'s exact residual; accepted (merged into the locked set, the k
+    most wanted kept) when within the tolerance. The first refused one ends the checks."""
+    k, theta = s.values.size, s.theta[s.cursor]
+    residual = jnp.linalg.norm(hy - theta * y)
+    ok = residual <= rules.rtol * _scale(s)
+    slots = jnp.arange(k) < s.count
+    rank = jnp.where(slots, s.values, -jnp.inf if which == "largest" else jnp.inf)
+    least = jnp.argmin(rank) if which == "largest" else jnp.argmax(rank)
+    slot = jnp.where(s.count < k, s.count, least)
+    kept = ok & ((s.count < k) | _more_wanted(theta, s.values[least], which))
+    s = s._replace(
+        values=jnp.where(kept, s.values.at[slot].set(theta), s.values),
+        residuals=jnp.where(kept, s.residuals.at[slot].set(residual), s.residuals),
+        count=jnp.where(kept, jnp.minimum(s.count + 1, k), s.count),
+        clean=s.clean & ~kept, cursor=s.cursor + 1,
     )  # fmt: skip
-    run = krylov_run(
-        objective, point.params, inputs, state.vectors, state.retained,
-        jnp.asarray(state.retained_values, dtype), jnp.asarray(state.num_retained), stop, key,
-        num_iters, which,
+    accepted = jnp.where(ok, s.cursor, s.cursor - 1)
+    s = jax.lax.cond(
+        ~ok | (s.cursor >= s.stop), lambda: _decide(s, accepted, rules, which), lambda: s
+    )
+    return s, Writes(_int(basis.shape[0]), y, jnp.where(kept, slot, k).astype(jnp.int32), y)
+
+
+def _decide(s: State, accepted: jax.Array, rules: Rules, which: str) -> State:
+    """After the checks: every parameter direction locked (done), the last run of an
+    unconverged search (fill the free slots with the best remaining Ritz pairs), or a restart
+    past the `accepted` prefix of the Ritz pairs."""
+    k = s.values.size
+    everything = s.count >= rules.dim  # k = D: every direction locked
+    last = s.runs >= rules.max_runs
+    fill = s._replace(mode=_int(FILL), cursor=accepted, stop=accepted + k - s.count)
+    stop = s._replace(mode=_int(DONE))
+    return jax.lax.cond(
+        everything,
+        lambda: s._replace(mode=_int(DONE), converged=jnp.asarray(True)),
+        lambda: jax.lax.cond(
+            last,
+            lambda: jax.lax.cond(s.count < k, lambda: fill, lambda: stop),
+            lambda: _plan_restart(s, accepted),
+        ),
+    )
+
+
+def _fill(
+    basis: jax.Array, locked: jax.Array, s: State, y: jax.Array, hy: jax.Array, rules: Rules,
+    which: str,
+) -> tuple[State, Writes]:  # fmt: skip
+    """FILL: an unconverged search's free slot gets the next Ritz pair, with its exact residual
+    (uncertified: `converged` stays False)."""
+    theta, slot = s.theta[s.cursor], s.count
+    s = s._replace(
+        values=s.values.at[slot].set(theta),
+        residuals=s.residuals.at[slot].set(jnp.linalg.norm(hy - theta * y)),
+        count=s.count + 1, cursor=s.cursor + 1,
     )  # fmt: skip
-    state.num_hvps += int(run.steps)
-    state.hint = _next_vector(run.basis, run.steps)
-    return _rayleigh_ritz(point, state, run, which, k) if bool(run.finite) else None
+    left = jnp.isfinite(s.estimates[jnp.minimum(s.cursor, s.theta.size - 1)])
+    over = (s.cursor >= s.stop) | (s.cursor >= s.theta.size) | ~left
+    s = s._replace(mode=_int(jnp.where(over, DONE, FILL)))
+    return s, Writes(_int(basis.shape[0]), y, slot, y)
+
+
+# ------------------------------------------------------------------------------- restarts
+
+
+def _plan_restart(s: State, accepted: jax.Array) -> State:
+    """A fresh phase (a random start seeded with the best unconverged Ritz vectors) once k pairs
+    are locked and one changed since the phase began: a further copy of a locked eigenvalue lies
+    outside the current Krylov space. Otherwise a thick restart: keep about half the basis, the
+    best unconverged Ritz pairs, and continue from the next Lanczos vector."""
+    k, rows = s.values.size, s.proj.shape[0]
+    fresh = (s.count == k) & ~s.clean
+    columns = accepted + jnp.arange(rows)
+    real = jnp.isfinite(s.estimates[jnp.minimum(columns, rows - 1)]) & (columns < rows)
+    seeds = jnp.where(
+        (real & (jnp.arange(rows) < k))[None, :], s.coeffs[:, jnp.minimum(columns, rows - 1)], 0
+    )
+    kept = _int(jnp.clip(jnp.minimum((rows - 1) // 2, jnp.sum(real)), 0, s.size))
+    use = jnp.arange(rows) < kept
+    q = jnp.where(use[None, :], s.coeffs[:, jnp.minimum(columns, rows - 1)], 0)
+    q = q.at[:, jnp.minimum(kept, rows - 1)].set(jax.nn.one_hot(s.size, rows, dtype=q.dtype))
+    beta = s.proj[jnp.minimum(s.size, rows - 1), s.size - 1]
+    arrow = jnp.where(use, beta * q[s.size - 1], 0)
+    theta = jnp.where(use, s.theta[jnp.minimum(columns, rows - 1)], 0)
+    proj = jnp.diag(theta).at[kept].set(arrow, mode="drop").at[:, kept].set(arrow, mode="drop")
+    thick = s._replace(q=q, proj=proj, size=kept, start=kept)
+    new = s._replace(
+        q=jnp.zeros_like(q), hint=jnp.sum(seeds, axis=1), proj=jnp.zeros_like(proj),
+        size=_int(0), start=_int(0), clean=jnp.asarray(True),
+    )  # fmt: skip
+    s = jax.lax.cond(fresh, lambda: new, lambda: thick)
+    return s._replace(mode=_int(EXTEND), rotate=jnp.asarray(True), fresh=fresh)
+
+
+def _restart(basis: jax.Array, locked: jax.Array, s: State) -> tuple[jax.Array, State]:
+    """The restart `_plan_restart` asked for: the basis rotated in place to qᵀ basis (q the
+    identity when none was asked for); a fresh phase's q puts the hint's combination of the
+    old rows in row 0, which becomes its start vector."""
+    fresh = s.rotate & s.fresh
+    q = jnp.where(s.rotate, s.q, jnp.eye(s.q.shape[0], dtype=s.q.dtype))
+    q = jnp.where(fresh, jnp.zeros_like(q).at[:, 0].set(s.hint), q)
+    basis = linalg.rotate_rows(basis, q)
+    key = jax.random.fold_in(s.key, s.runs)
+    first = jax.lax.cond(fresh, lambda: _phase_start(basis[0], locked, key), lambda: basis[0])
+    basis = basis.at[0].set(first)
+    return basis, s._replace(rotate=jnp.asarray(False), fresh=jnp.asarray(False))
+
+
+def _phase_start(hint: jax.Array, locked: jax.Array, key: jax.Array) -> jax.Array:
+    """hint plus N(0, I/D), orthogonal to the locked rows (twice), of unit norm."""
+    dim = hint.size
+    raw = hint + jax.random.normal(key, (dim,), hint.dtype) / float(np.sqrt(dim))
+    raw = raw - _DOT(_DOT(locked, raw), locked)
+    vector = raw - _DOT(_DOT(locked, raw), locked)
+    norm = jnp.linalg.norm(vector)
+    return jnp.where(norm > 0, vector / jnp.where(norm > 0, norm, 1), 0)
+
+
+# ------------------------------------------------------------------------------- the host
+
+
+LONG_SECONDS = 10.0  # a search prints a line per run once it has taken this long
 
 
 class Found(NamedTuple):
-    """What a search found: the k pairs (most wanted first; certified when `converged`), the
-    extreme Ritz values seen, and the number of runs and of products."""
+    """What a search found: the k pairs, most wanted first, each with its exact residual
+    (certified when `converged`), the extreme Ritz values seen, the runs and products, and the
+    point's loss and flat gradient."""
 
     values: np.ndarray
     vectors: np.ndarray
+    residuals: np.ndarray
     low: float
     high: float
     converged: bool
     runs: int
     num_hvps: int
+    loss: float
+    gradient: np.ndarray
 
 
 def search(
     point: Point,
     k: int,
     which: str,
-    num_iters: int,
+    ncv: int,
     key: jax.Array,
-    tol: float,
-    runs: int,
+    rtol: float,
+    max_runs: int,
     progress: Callable[[str], None] | None = None,
 ) -> Found | None:
-    """Thick-restarted, deflated Lanczos (module docstring) on one point, at most `runs` runs of
-    at most `num_iters` steps; None when a product was not finite. A progress line per run once
-    the search has taken LONG_SECONDS."""
-    flat, start = ravel_pytree(point.params)[0], time.perf_counter()
-    zeros = jnp.zeros((k, flat.size), flat.dtype)
-    state = _Search(np.zeros(0, flat.dtype), zeros, zeros, np.zeros(k), jnp.zeros_like(flat))
-    converged, done, count, last = False, 0, 0, None
-    while done < runs and not converged:
-        ritz = _one_run(point, state, k, num_iters, jax.random.fold_in(key, done), which, tol)
-        done += 1
-        if ritz is None:
-            return None
-        if ritz.theta.size == 0:  # the start lay in the deflated space: a random one next
-            state.hint, state.mix = jnp.zeros_like(state.hint), 1.0
-            continue
-        last, theta, residuals = ritz, ritz.theta, ritz.residuals
-        state.low, state.high = min(state.low, ritz.low), max(state.high, ritz.high)
-        margin = tol * state.scale
-        accepted = residuals <= margin
-        count = int(np.argmin(accepted)) if not np.all(accepted) else accepted.size
-        if state.values.size == k and state.clean:  # the phase began after the last lock
-            bound = theta[0] + (residuals[0] if which == "largest" else -residuals[0])
-            converged = not _more_wanted(bound, state.values[-1], which, margin)
-        if not converged:
-            changed = _lock(state, ritz, 0, count, k, which)
-            _next_start(state, ritz, count, k, changed)
-        converged = converged or state.values.size == flat.size
-        seconds = time.perf_counter() - start
+    """Krylov-Schur (module docstring) on one point, at most `max_runs` runs, holding `ncv`
+    vectors of D; None when a product was not finite. One program: `advance`."""
+    objective, inputs = point.shared
+    dim, dtype = point.num_params, np.dtype(jax.tree.leaves(point.params)[0].dtype)
+    found = initial(key, dim, dtype, k, basis_rows(ncv, k, dim))
+    rules = Rules(np.asarray(rtol, dtype), np.int32(max_runs), np.int32(dim))
+    began = time.perf_counter()
+    while True:
+        found = advance(objective, point.params, inputs, found, rules, which)
+        s, seconds = found.state, time.perf_counter() - began
         if progress and seconds > LONG_SECONDS:
             progress(
-                f"eigenpairs: Lanczos run {done} of at most {runs} | {state.values.size} of {k} "
-                f"accepted | {state.num_hvps} products | {seconds:.1f} s"
+                f"eigenpairs: Lanczos run {int(s.runs)} of at most {max_runs} | "
+                f"{int(s.count)} of {k} accepted | {int(s.products)} products | {seconds:.1f} s"
             )
-    if state.values.size < k:  # fewer than k accepted: fill with the best Ritz pairs, uncertified
-        if last is not None:
-            _lock(state, last, count, k - state.values.size, k, which)
-    vectors = np.asarray(state.vectors)[: state.values.size]
-    return Found(state.values, vectors, state.low, state.high, converged, done, state.num_hvps)
+        if int(s.mode) == DONE:
+            break
+    if not bool(s.finite):
+        return None
+    count, values = int(s.count), np.asarray(s.values)
+    order = np.argsort(-values[:count] if which == "largest" else values[:count], kind="stable")
+    return Found(
+        values[order], np.asarray(found.locked)[order], np.asarray(s.residuals)[order],
+        float(s.low), float(s.high), bool(s.converged), int(s.runs), int(s.products),
+        float(found.loss), np.asarray(found.gradient),
+    )  # fmt: skip

@@ -10,14 +10,13 @@ from typing import Any
 
 import jax
 import numpy as np
-from jax.flatten_util import ravel_pytree
 
 from landscape import _checks
 from landscape.linalg import lanczos as lanczos
 from landscape.linalg import lanczos_from as lanczos_from
-from landscape.point import Point, check_point
+from landscape.point import Point, check_point, param_names, unravel_numpy
 from landscape.probes import blocks, compiled, operator
-from landscape.probes.gradient import Gradient, gradient_at
+from landscape.probes.gradient import Gradient
 from landscape.probes.results import (
     NON_FINITE,
     Curvature,
@@ -163,10 +162,11 @@ class Spectrum:
 @functools.partial(jax.jit, static_argnames=("objective", "num_iters"))
 def _tridiagonal(
     objective: compiled.Objective, params: PyTree, inputs: PyTree, key: jax.Array, num_iters: int
-) -> tuple[jax.Array, jax.Array]:
-    flat = ravel_pytree(params)[0]
-    matvec = operator.hessian_operator(objective, params, inputs).matvec
-    return lanczos(matvec, flat.size, num_iters, key, flat.dtype)
+) -> tuple[jax.Array, ...]:
+    """(alphas, betas, loss, flat gradient): Lanczos and the point's gradient, one program."""
+    op = operator.hessian_operator(objective, params, inputs)
+    alphas, betas = lanczos(op.matvec, op.flat.size, num_iters, key, op.flat.dtype)
+    return alphas, betas, op.value, op.gradient
 
 
 def lanczos_spectrum(
@@ -194,20 +194,23 @@ def lanczos_spectrum(
     check_point(point, "lanczos_spectrum")
     objective = operator.for_matrix([point], point.shared[0], matrix, "lanczos_spectrum")
     _checks.check_int("num_iters", num_iters, 1, "the number of Lanczos steps")
-    _checks.check_key("key", key)
+    key = _checks.key_or_default("key", key)
     num_iters = min(num_iters, point.num_params)
-    key = jax.random.key(0) if key is None else key
     basis_bytes = num_iters * point.num_params * blocks.itemsize(point)
     blocks.plan(
         point, 1, "lanczos_spectrum", basis_bytes, progress=progress,
         hint="ask for fewer Lanczos steps (num_iters)",
     )  # fmt: skip
-    tridiagonal = _tridiagonal(objective, point.params, point.shared[1], key, num_iters)
-    alphas, betas = (np.asarray(a) for a in tridiagonal)
+    alphas, betas, loss, grad = (
+        np.asarray(x)
+        for x in _tridiagonal(objective, point.params, point.shared[1], key, num_iters)
+    )
+    names = param_names(point.params)
+    gradient = Gradient(point, unravel_numpy(point.params, grad), grad, names, float(loss))
     if not (np.all(np.isfinite(alphas)) and np.all(np.isfinite(betas))):
         nan = np.full(num_iters, np.nan, alphas.dtype)  # eigh on NaN/inf: garbage or an error
-        return Spectrum(point, nan, nan.copy(), gradient_at(point), matrix)
+        return Spectrum(point, nan, nan.copy(), gradient, matrix)
     ritz_values, ritz_vectors = np.linalg.eigh(
         np.diag(alphas) + np.diag(betas, 1) + np.diag(betas, -1)
     )
-    return Spectrum(point, ritz_values, ritz_vectors[0] ** 2, gradient_at(point), matrix)
+    return Spectrum(point, ritz_values, ritz_vectors[0] ** 2, gradient, matrix)

@@ -10,14 +10,13 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Literal, overload
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, overload
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.flatten_util import ravel_pytree
 
-from landscape import _checks
+from landscape import _checks, linalg
 from landscape.point import Point, as_points, param_names
 from landscape.probes import blocks, compiled, operator
 from landscape.probes.estimates import (
@@ -92,61 +91,97 @@ def slq_block(
     return _over_points(body, batched, params, inputs)
 
 
-@functools.partial(jax.jit, static_argnames=("objective", "batched"))
-def forms_block(
+SKETCH, EXACT, REST = 0, 1, 2  # Hutch++'s stages: sketch the range, its exact part, the rest
+
+
+class TraceState(NamedTuple):
+    """`trace` between blocks: `range_` (r, D) the sketch H g, orthonormal rows Q once the exact
+    stage begins; `exact` () tr(Q^T H Q) so far; `samples` (m,) the Hutchinson forms of the
+    probes projected off the range (all of a point's, r = 0, for plain Hutchinson)."""
+
+    range_: jax.Array
+    exact: jax.Array
+    samples: jax.Array
+
+
+@functools.partial(jax.jit, static_argnames=("objective", "batched"), donate_argnames=("state",))
+def trace_block(
     objective: compiled.Objective,
     params: PyTree,
     inputs: PyTree,
     key: jax.Array,
-    indices: jax.Array,
-    basis: jax.Array,
-    batched: bool,
-) -> tuple[jax.Array]:
-    """(v^T H v (K,),) for the Rademacher probes of `indices` projected off the orthonormal
-    columns of `basis` (D, r; r = 0 for plain Hutchinson)."""
-
-    def body(params: PyTree, inputs: PyTree, basis: jax.Array) -> tuple[jax.Array]:
-        op = operator.hessian_operator(objective, params, inputs)
-        probes = _probes(key, indices, "rademacher", op.flat.size, op.flat.dtype)
-        probes = probes - (probes @ basis) @ basis.T  # (I - Q Q^T) g
-        return (jnp.sum(probes * op.rows(probes), axis=1),)
-
-    if not batched:
-        return body(params, inputs, basis)
-    return jax.vmap(body)(params, inputs, basis)
-
-
-@functools.partial(jax.jit, static_argnames=("objective", "batched"))
-def products_block(
-    objective: compiled.Objective,
-    params: PyTree,
-    inputs: PyTree,
-    key: jax.Array,
+    state: TraceState,
+    stage: jax.Array,
     indices: jax.Array,
     batched: bool,
-) -> tuple[jax.Array]:
-    """(H g (K, D),) for the Rademacher probes g of `indices`: Hutch++'s sketch of the range."""
+) -> TraceState:
+    """One block of `trace`, every stage of either method in one program with one product
+    site: SKETCH puts H g of the probes `indices` in the range rows, EXACT adds q^T H q of the
+    range rows `indices` (orthonormalised at its first block), REST keeps g^T H g of the probes
+    `indices` projected off the range. Probe i is drawn from fold_in(key, i) at every stage
+    (the sketch's from a key of its own), so the blocks never change the answer."""
 
-    def body(params: PyTree, inputs: PyTree) -> tuple[jax.Array]:
+    def body(params: PyTree, inputs: PyTree, state: TraceState) -> TraceState:
         op = operator.hessian_operator(objective, params, inputs)
-        return (op.rows(_probes(key, indices, "rademacher", op.flat.size, op.flat.dtype)),)
-
-    return _over_points(body, batched, params, inputs)
-
-
-@functools.partial(jax.jit, static_argnames=("objective", "batched"))
-def rows_forms(
-    objective: compiled.Objective, params: PyTree, inputs: PyTree, vectors: jax.Array, batched: bool
-) -> tuple[jax.Array]:
-    """(v^T H v (K,),) for the rows of `vectors` (K, D): Hutch++'s exact part tr(Q^T H Q)."""
-
-    def body(params: PyTree, inputs: PyTree, vectors: jax.Array) -> tuple[jax.Array]:
-        op = operator.hessian_operator(objective, params, inputs)
-        return (jnp.sum(vectors * op.rows(vectors), axis=1),)
+        rank, dim = state.range_.shape
+        if not rank:  # Hutchinson: the probes alone
+            forms = _forms(op, _probes(key, indices, "rademacher", dim, op.flat.dtype))
+            return state._replace(samples=state.samples.at[indices].set(forms, mode="drop"))
+        sketch_key, probe_key = jax.random.split(key)
+        kind = ("rademacher", dim, op.flat.dtype)
+        first_exact = (stage == EXACT) & (indices[0] == 0)
+        state = jax.lax.cond(first_exact, _orthonormal_range, lambda s: s, state)
+        rows = state.range_[jnp.minimum(indices, rank - 1)]
+        vectors = jax.lax.switch(
+            stage,
+            [
+                lambda: _probes(sketch_key, indices, *kind),
+                lambda: jnp.where((indices < rank)[:, None], rows, 0),
+                lambda: _projected(
+                    state.range_, _probes(probe_key, indices, "rademacher", dim, op.flat.dtype)
+                ),
+            ],
+        )
+        products = op.rows(vectors)
+        forms = jnp.sum(vectors * products, axis=1)
+        return jax.lax.switch(
+            stage,
+            [
+                lambda: state._replace(range_=state.range_.at[indices].set(products, mode="drop")),
+                lambda: state._replace(exact=state.exact + jnp.sum(forms)),
+                lambda: state._replace(samples=state.samples.at[indices].set(forms, mode="drop")),
+            ],
+        )
 
     if not batched:
-        return body(params, inputs, vectors)
-    return jax.vmap(body)(params, inputs, vectors)
+        return body(params, inputs, state)
+    return jax.vmap(body)(params, inputs, state)
+
+
+def _forms(op: operator.Operator, vectors: jax.Array) -> jax.Array:
+    """v^T H v for each row of `vectors` (K, D)."""
+    return jnp.sum(vectors * op.rows(vectors), axis=1)
+
+
+def _projected(range_: jax.Array, probes: jax.Array) -> jax.Array:
+    """(I - Q^T Q) g for each probe row g, Q the orthonormal range rows (zero rows ignored)."""
+    return probes - (probes @ range_.T) @ range_
+
+
+def _orthonormal_range(state: TraceState) -> TraceState:
+    """The sketch's rows made orthonormal in place: twice the Gram matrix's eigenvectors scaled
+    by 1/sqrt of its eigenvalues; the directions below rounding (a range of lower rank than
+    the sketch) become zero rows."""
+
+    def once(rows: jax.Array) -> jax.Array:
+        gram = rows @ rows.T
+        values, vectors = jnp.linalg.eigh(gram)
+        eps = jnp.finfo(rows.dtype).eps
+        keep = values > eps * jnp.max(values)
+        scale = jnp.where(keep, 1 / jnp.sqrt(jnp.where(keep, values, 1)), 0)
+        return linalg.rotate_rows(rows, vectors * scale[None, :])
+
+    return state._replace(range_=once(once(state.range_)))
 
 
 def _diagonal_one(
@@ -190,8 +225,7 @@ def _check_probes(num_probes: object, low: int, what: str) -> int:
 
 
 def _key(key: jax.Array | None) -> jax.Array:
-    _checks.check_key("key", key)
-    return jax.random.key(0) if key is None else key
+    return _checks.key_or_default("key", key)
 
 
 def _quadrature(alphas: np.ndarray, betas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -278,9 +312,7 @@ def spectral_density(
     )  # fmt: skip
 
     def block(indices: np.ndarray) -> tuple[jax.Array, jax.Array]:
-        return slq_block(
-            objective, params, inputs, key, jnp.asarray(indices), num_iters, probe, listed
-        )
+        return slq_block(objective, params, inputs, key, indices, num_iters, probe, listed)
 
     alphas, betas = blocks.run(plan, block, "spectral_density", progress, axis)
     if not listed:
@@ -379,47 +411,34 @@ def _trace_parts(
 ) -> tuple[np.ndarray, np.ndarray]:
     """(exact part, Hutchinson samples) with the probe axis last: the trace estimate is exact +
     mean(samples). Hutch++ sketches the range with a third of the products, takes tr(Q^T H Q)
-    exactly with a third, and Hutchinson on the complement with the rest."""
+    exactly with a third, and Hutchinson on the complement with the rest; every block is one
+    call of `trace_block`, the state staying on the device."""
     objective, params, inputs = arguments
-    dim, dtype = points[0].num_params, ravel_pytree(points[0].params)[0].dtype
-    axis = int(listed)
+    dim, dtype = points[0].num_params, np.dtype(jax.tree.leaves(points[0].params)[0].dtype)
     rank = 0 if method == "hutchinson" else num_probes // 3
     rest = num_probes - 2 * rank
-
-    def plan(count: int) -> blocks.Plan:
-        return blocks.plan(points[0], count, "trace", 0.0, len(points), progress)
-
-    basis = np.zeros(((len(points),) if listed else ()) + (dim, 0), dtype)
-    exact = np.zeros((len(points),) if listed else (), dtype)
-    sketch_key, probe_key = jax.random.split(key) if rank else (key, key)
-    if rank:
-        (sketch,) = blocks.run(
-            plan(rank),
-            lambda i: products_block(objective, params, inputs, sketch_key, i, listed),
-            "trace",
-            progress,
-            axis,
+    plan = blocks.plan(points[0], max(rank, rest), "trace", 0.0, len(points), progress)
+    lead = (len(points),) if listed else ()
+    state = jax.device_put(
+        TraceState(
+            np.zeros(lead + (rank, dim), dtype),
+            np.zeros(lead, dtype),
+            np.zeros(lead + (rest,), dtype),
         )
-        basis = np.linalg.qr(np.swapaxes(sketch, -1, -2))[0]  # (D, k) orthonormal columns
-        rows = np.swapaxes(basis, -1, -2)
-        (forms,) = blocks.run(
-            plan(rank),
-            lambda i: rows_forms(
-                objective, params, inputs, np.take(rows, i, axis, mode="clip"), listed
-            ),
-            "trace",
-            progress,
-            axis,
-        )
-        exact = forms.sum(axis=-1)
-    (samples,) = blocks.run(
-        plan(rest),
-        lambda i: forms_block(objective, params, inputs, probe_key, i, basis, listed),
-        "trace",
-        progress,
-        axis,
     )
-    return exact, samples
+    stages = [(SKETCH, rank), (EXACT, rank), (REST, rest)]
+    schedule = [
+        (stage, i, min(plan.size, count - i * plan.size))
+        for stage, count in stages
+        for i in range(-(-count // plan.size))
+    ]
+
+    def step(state: TraceState, stage: int, block: int) -> TraceState:
+        indices = plan.indices(block)
+        return trace_block(objective, params, inputs, key, state, np.int32(stage), indices, listed)
+
+    state = blocks.carried(schedule, state, step, "trace", progress)
+    return np.asarray(state.exact), np.asarray(state.samples)
 
 
 def _diagonal_estimate(point: Point, samples: np.ndarray) -> DiagonalEstimate:

@@ -9,12 +9,10 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-import jax.numpy as jnp
 import numpy as np
-from jax.flatten_util import ravel_pytree
 
 from landscape import _checks
-from landscape.point import Point
+from landscape.point import Point, ravel_numpy, unravel_numpy
 from landscape.probes import compiled
 from landscape.probes.gradient import Gradient
 from landscape.probes.results import (
@@ -183,18 +181,19 @@ def _step(
     predicted = float(g @ step + 0.5 * step @ (matrix @ step))
     norm = float(np.linalg.norm(step))
     direction = step / norm if norm > 0 else np.zeros_like(step)
-    flat, unravel = ravel_pytree(point.params)
+    flat = ravel_numpy(point.params)
     objective, inputs = point.shared
-    there, tangent = unravel(flat + jnp.asarray(step, flat.dtype)), unravel(jnp.asarray(direction))
+    there = unravel_numpy(point.params, flat + step.astype(flat.dtype))
+    tangent = unravel_numpy(point.params, direction.astype(flat.dtype))
     loss_there, grad_there, hv = compiled.value_grad_hvp(objective, there, inputs, tangent)
-    change = np.asarray(ravel_pytree(hv)[0]) - matrix @ direction
+    change = ravel_numpy(hv) - matrix @ direction
     return _Round(
         step=step,
         flat_gradient=flat_gradient,
         predicted=predicted,
         measured=float(loss_there) - loss,
         curvature_change=float(np.linalg.norm(change)) if norm > 0 else 0.0,
-        gradient_there=float(np.linalg.norm(np.asarray(ravel_pytree(grad_there)[0]))),
+        gradient_there=float(np.linalg.norm(ravel_numpy(grad_there))),
     )
 
 

@@ -1,0 +1,154 @@
+"""One program per probe: every public probe's first call compiles at most two XLA programs,
+eager operations included, and a call at a new point of the same model compiles none
+(docs/design/curvature.md, "One program per probe"). On an accelerator each program costs
+seconds of compilation and autotuning, so the count is what a first call costs there.
+
+Counted with JAX's own event for each backend compile, after `jax.clear_caches()` (so each
+probe's first call starts from nothing) and with the persistent compilation cache off (a cache
+hit is not a compile)."""
+
+import contextlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax._src import monitoring
+
+import landscape
+
+COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
+_COUNT = [0]
+
+
+def _listener(event, duration, **kwargs):
+    if event == COMPILE_EVENT:
+        _COUNT[0] += 1
+
+
+monitoring.register_event_duration_secs_listener(_listener)
+
+
+@contextlib.contextmanager
+def _counted():
+    """Yields a list that holds, on exit, the number of XLA programs compiled inside."""
+    found, before = [], _COUNT[0]
+    yield found
+    found.append(_COUNT[0] - before)
+
+
+@pytest.fixture(autouse=True)
+def _no_persistent_cache():
+    before = jax.config.jax_enable_compilation_cache
+    jax.config.update("jax_enable_compilation_cache", False)
+    yield
+    jax.config.update("jax_enable_compilation_cache", before)
+
+
+def _mlp_outputs(params, data):
+    x, _ = data
+    hidden = jnp.tanh(x @ params["w1"] + params["b1"])
+    return jnp.tanh(hidden @ params["w2"]) @ params["w3"]
+
+
+def _squared_error(z, data):
+    return 0.5 * jnp.mean((z - data[1]) ** 2)
+
+
+def _mlp(params, data):
+    return _squared_error(_mlp_outputs(params, data), data)
+
+
+def _point(seed, hidden=16, batches=False):
+    """A 6 -> hidden -> hidden -> 2 tanh MLP (float32), its loss split for the Gauss-Newton
+    matrix; a new seed is a new point of the same model (new params and data)."""
+    rng = np.random.default_rng(seed)
+    params = {
+        "w1": rng.standard_normal((6, hidden)) / 3,
+        "b1": np.zeros(hidden),
+        "w2": rng.standard_normal((hidden, hidden)) / 4,
+        "w3": rng.standard_normal((hidden, 2)) / 4,
+    }
+    params = jax.tree.map(lambda x: np.asarray(x, np.float32), params)
+    data = (rng.standard_normal((32, 6)).astype(np.float32), rng.standard_normal((32, 2)))
+    data = (data[0], data[1].astype(np.float32))
+    if batches:
+        return landscape.Point(params, objective=_mlp, batches=landscape.batches(data, 8))
+    return landscape.Point(
+        params, objective=_mlp, inputs=data, outputs=_mlp_outputs, output_loss=_squared_error
+    )
+
+
+def _tangent(point):
+    return jax.tree.map(lambda x: np.ones(np.shape(x), np.float32), point.params)
+
+
+GRID = np.linspace(-1.0, 1.0, 5)
+KEY = jax.random.wrap_key_data(np.asarray([0, 1], np.uint32))  # a user's key, made beforehand
+PROBES = {
+    "gradient_at": lambda p: landscape.gradient_at(p),
+    "gradient_at, a list": lambda p: landscape.gradient_at([p, p.with_params(p.params)]),
+    "hvp of a pytree": lambda p: landscape.hvp(p)(_tangent(p)),
+    "hvp of a flat vector": lambda p: landscape.hvp(p)(np.ones(p.num_params, np.float32)),
+    "hvp_flat": lambda p: landscape.hvp_flat(p)[1](np.ones(p.num_params, np.float32)),
+    "hessian_at": lambda p: landscape.hessian_at(p, progress=None),
+    "hessian_at, a list": lambda p: landscape.hessian_at([p, p.with_params(p.params)]),
+    "hessian_at, lanczos": lambda p: landscape.hessian_at(p, "lanczos", num_iters=20),
+    "lanczos_spectrum": lambda p: landscape.lanczos_spectrum(p, 20, progress=None),
+    "lanczos_spectrum of G": lambda p: landscape.lanczos_spectrum(
+        p, 20, progress=None, matrix="ggn"
+    ),
+    "eigenpairs, top 5": lambda p: landscape.eigenpairs(
+        p, 5, "largest", dense_below=0, progress=None
+    ),
+    "eigenpairs, bottom 3": lambda p: landscape.eigenpairs(p, 3, dense_below=0, progress=None),
+    "eigenpairs, dense": lambda p: landscape.eigenpairs(p, 3, progress=None),
+    "escape_directions": lambda p: landscape.escape_directions(p, dense_below=0, progress=None),
+    "escape_directions, dense": lambda p: landscape.escape_directions(p, progress=None),
+    "trace, hutch++": lambda p: landscape.trace(p, 12, progress=None),
+    "trace, hutchinson": lambda p: landscape.trace(p, 12, method="hutchinson", progress=None),
+    "trace of G": lambda p: landscape.trace(p, 12, progress=None, matrix="ggn"),
+    "trace, a list": lambda p: landscape.trace([p, p.with_params(p.params)], 12, progress=None),
+    "spectral_density": lambda p: landscape.spectral_density(p, 4, 10, progress=None),
+    "diagonal": lambda p: landscape.diagonal(p, 8),
+    "path": lambda p: landscape.path(p, p.with_params(_tangent(p))),
+    "slice_2d": lambda p: landscape.slice_2d(p, _tangent(p), p.params, GRID, GRID, "filter"),
+    "random_direction": lambda p: landscape.random_direction(p, KEY),
+    "ggn_at": lambda p: landscape.ggn_at(p, progress=None),
+    "near_stationary": lambda p: landscape.hessian_at(p, progress=None).near_stationary(),
+}
+
+
+@pytest.mark.parametrize("name", list(PROBES))
+def test_a_probe_compiles_at_most_two_programs_and_none_at_a_new_point(name):
+    probe, first, second = PROBES[name], _point(0), _point(1)
+    jax.clear_caches()
+    with _counted() as at_first:
+        probe(first)
+    with _counted() as at_new_point:
+        probe(second)
+    assert at_first[0] <= 2, f"{name}: {at_first[0]} programs at the first call"
+    assert at_new_point[0] == 0, f"{name}: {at_new_point[0]} programs at a new point"
+
+
+def test_a_dataset_in_batches_is_one_program_per_probe_too():
+    first, second = _point(0, batches=True), _point(1, batches=True)
+    for probe in (
+        lambda p: landscape.eigenpairs(p, 3, "largest", dense_below=0, progress=None),
+        lambda p: landscape.trace(p, 12, progress=None),
+        lambda p: landscape.lanczos_spectrum(p, 10, progress=None),
+    ):
+        jax.clear_caches()
+        with _counted() as at_first:
+            probe(first)
+        with _counted() as at_new_point:
+            probe(second)
+        assert at_first[0] <= 2 and at_new_point[0] == 0
+
+
+def test_the_count_sees_an_eager_operation():
+    # the counter is not blind: one eager jnp operation on the host path is a program
+    jax.clear_caches()
+    with _counted() as eager:
+        jnp.stack([jnp.zeros(3), jnp.ones(3)]).block_until_ready()
+    assert eager[0] >= 1
