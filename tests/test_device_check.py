@@ -1,11 +1,11 @@
-"""experiments/device_check.py: the device check runs its rows fastest first within a budget,
+"""experiments/bench/device_check.py: the device check runs its rows fastest first within a budget,
 skips with a note what does not fit, stops what overruns, and writes its rows as JSON and as a
 markdown table (run in-process, at a budget of seconds)."""
 
 import json
 import time
 
-from experiments import device_check
+from experiments.bench import device_check
 from landscape.scan_snap import text
 
 

@@ -2,12 +2,12 @@
 python -m experiments.benchmark [--only=scan_snap] [--out=f].
 
 Groups: scan_snap (the issue's 2-core targets against the authors' PyTorch code), wikitext
-(experiments/wikitext_timing.py), recall, markov, ngrams, curvature (experiments/probe_timing.py
+(bench/wikitext_timing.py), recall, markov, ngrams, curvature (bench/probe_timing.py
 in a fresh process), cache (a warm compilation cache), compile (each program's trace, lower and
-XLA compile seconds, cold, experiments/compile_timing.py), track (curvature tracked inside the
-n-gram Fig. 3 run, experiments/track_timing.py), peers (our probes against PyHessian and
-curvlinops, experiments/peers_timing.py, --peers.sizes) and device (the device check,
-experiments/device_check.py, --budget). Every row and its target: docs/design/experiments.md.
+XLA compile seconds, cold, bench/compile_timing.py), track (curvature tracked inside the
+n-gram Fig. 3 run, bench/track_timing.py), peers (our probes against PyHessian and
+curvlinops, bench/peers_timing.py, --peers.sizes) and device (the device check,
+bench/device_check.py, --budget). Every row and its target: docs/design/experiments.md.
 """
 
 import functools
@@ -28,8 +28,9 @@ import numpy as np
 from absl import app, flags
 
 from configs import syn_medium, syn_small
-from experiments import device_check, host, peers_timing, track_timing, wikitext_timing
-from experiments.timing import Rows, best_run_seconds
+from experiments import host
+from experiments.bench import device_check, peers_timing, track_timing, wikitext_timing
+from experiments.bench.timing import Rows, best_run_seconds
 from landscape.engine import backend, training
 from landscape.engine import config as config_lib
 from landscape.scan_snap import experiment
@@ -42,6 +43,8 @@ _ONLY = flags.DEFINE_list(
 _ALLOCATOR = flags.DEFINE_bool("tune_allocator", True, "Apply experiments.host.tune_allocator().")
 _ONE_BY_ONE = flags.DEFINE_integer("one_by_one", 4, "Single runs per K timed for the comparison.")
 _REPEATS = flags.DEFINE_integer("repeats", 3, "Timed repeats (the best is reported).")
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]  # the repository
 
 
 def _train(cfg, seeds, lr_z=None, ratio=None, chunk_steps=None):
@@ -311,7 +314,7 @@ def bench_cache(repeats: int, one_by_one: int) -> dict[str, Any]:
     """The CLI's persistent compilation cache: each command twice in fresh processes, the first
     filling an empty cache folder, the second reading it (wall time from the shell's view)."""
     del one_by_one
-    root = pathlib.Path(__file__).resolve().parent.parent
+    root = ROOT
     env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
     env["PYTHONPATH"] = str(root)
     out = Rows()
@@ -360,14 +363,14 @@ def _cli_seconds(
 
 def bench_curvature(repeats: int, one_by_one: int) -> dict[str, Any]:
     """The probes' first call, the same point again and a new (p, q) at theta_pi (D = 237), and a
-    10 x 10 grid of Hessians in one call: `experiments.probe_timing` in a fresh process."""
+    10 x 10 grid of Hessians in one call: `experiments.bench.probe_timing` in a fresh process."""
     del repeats, one_by_one
     out = subprocess.run(
-        [sys.executable, "-m", "experiments.probe_timing"],
+        [sys.executable, "-m", "experiments.bench.probe_timing"],
         capture_output=True,
         text=True,
         check=True,
-        cwd=pathlib.Path(__file__).resolve().parents[1],
+        cwd=ROOT,
     ).stdout
     rows = Rows()
     for line in out.splitlines():
@@ -384,7 +387,7 @@ def bench_compile(repeats: int, one_by_one: int) -> dict[str, Any]:
     gradient of the main job's model (issue 31 targets on 2 CPU cores: the main job's
     programs <= 0.8 s together, the Fig. 6 grid's <= 4 s)."""
     del one_by_one
-    from experiments import compile_timing
+    from experiments.bench import compile_timing
 
     jax.config.update("jax_enable_compilation_cache", False)
     out = Rows()

@@ -38,7 +38,7 @@ _DEVICE_OUT = flags.DEFINE_string(
     "device_out", None, "Folder for rows.json and rows.md (default runs/device_check/<time>)."
 )
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 PROBE_TESTS = (
     "tests/test_curvature.py",
     "tests/test_compiled.py",
@@ -170,7 +170,7 @@ def markov_fig4(check: Check) -> None:
 def markov_fig4_in_pairs(check: Check) -> None:
     """The issue's baseline: the tied Fig. 4 program in the plain formulations but the CPU's
     groups of 2 runs (a lax.map over 123 groups), 200 steps, in a fresh process."""
-    code = "from experiments import device_check as d; d.groups_of_two(200)"
+    code = "from experiments.bench import device_check as d; d.groups_of_two(200)"
     _, output = _run(check, ["-c", code])
     row = json.loads(next(line for line in output.splitlines() if line.startswith("{")))
     check.add("markov_fig4_200_steps_groups_of_2", **row)
@@ -290,7 +290,7 @@ def trap_study(check: Check) -> None:
 
 def rows(trap: bool = False) -> list[Row]:
     """Every row with its estimated seconds (`Row`), the optional trap study last."""
-    py = ["-m", "experiments.probe_timing"]
+    py = ["-m", "experiments.bench.probe_timing"]
     compile_args = ["-m", "experiments.benchmark", "--only=compile", "--repeats=1"]
     out = [
         Row("main_job", "main job cold / from the cache", {"gpu": 16, "cpu": 16}, main_job),
