@@ -3,10 +3,18 @@ skips with a note what does not fit, stops what overruns, and writes its rows as
 markdown table (run in-process, at a budget of seconds)."""
 
 import json
+import os
+import pathlib
+import subprocess
+import sys
 import time
+
+import pytest
 
 from experiments.bench import device_check
 from landscape.scan_snap import text
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 def test_a_tiny_budget_skips_every_row_with_a_note(tmp_path, capsys):
@@ -52,3 +60,26 @@ def test_the_synthetic_corpus_has_wikitext2s_size(tmp_path):
     assert text.missing_splits_message(folder, ("valid", "test")) is None
     words = (folder / "valid.txt").read_text().split()
     assert len(words) == 217_000 and 5000 < len(set(words)) <= 12000
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["experiments.device_check"], ["experiments.benchmark", "--only=device"]],
+    ids=["device_check", "benchmark"],
+)
+def test_the_commands_run_the_package_s_check(command, tmp_path):
+    """`python -m experiments.device_check` and `... benchmark --only=device` are thin entries
+    over experiments/bench/: their flags are defined once, and at a zero budget every row is
+    skipped with a note."""
+    done = subprocess.run(
+        [sys.executable, "-m", *command, "--budget=0", f"--device_out={tmp_path}"],
+        cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith("device check on ")
+    rows = json.loads((tmp_path / "rows.json").read_text())["rows"]
+    assert rows and all(row["skipped"].startswith("needs ~") for row in rows)
