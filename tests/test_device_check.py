@@ -83,3 +83,43 @@ def test_the_commands_run_the_package_s_check(command, tmp_path):
     assert done.stdout.startswith("device check on ")
     rows = json.loads((tmp_path / "rows.json").read_text())["rows"]
     assert rows and all(row["skipped"].startswith("needs ~") for row in rows)
+
+
+def test_the_compile_settings_row_at_a_tiny_size(tmp_path):
+    """The compile-settings row on the CPU: XLA:GPU settings skipped with a note, each other
+    setting a fresh process per program, the warm compilation cache compiling nothing, and its
+    table's columns (D = 967 here; 1e6 in the check)."""
+    from experiments.bench import compile_settings
+
+    def tiny(check):
+        compile_settings.measure(check, 1000, ("hvp",))
+        compile_settings.measure(check, 1000, ("top5",), compile_settings.SETTINGS[:1])
+
+    chosen = [device_check.Row("compile_settings", "tiny", {"cpu": 1, "gpu": 1}, tiny)]
+    rows = {r["row"]: r for r in device_check.check(300.0, tmp_path, chosen=chosen)}
+    gpu_only = [s.name for s in compile_settings.SETTINGS if s.gpu_only]
+    for name in gpu_only:
+        assert rows[f"compile_settings:{name}"]["skipped"].startswith("an XLA:GPU setting")
+    measured = [
+        "default:hvp",
+        "compilation_cache_cold:hvp",
+        "compilation_cache_warm:hvp",
+        "default:top5",
+    ]
+    assert sorted(rows) == sorted([f"compile_settings:{n}" for n in gpu_only + measured])
+    for name in measured:
+        row = rows[f"compile_settings:{name}"]
+        assert row["D"] == 967 and row["first_seconds"] > row["run_seconds"] > 0, row
+    assert rows["compile_settings:default:hvp"]["compiled"] >= 2
+    cold, warm = (
+        rows["compile_settings:compilation_cache_cold:hvp"],
+        rows["compile_settings:compilation_cache_warm:hvp"],
+    )
+    assert warm["compiled"] == 0 and warm["loaded"] == cold["compiled"] > 0
+    assert rows["compile_settings:default:top5"]["compiled"] >= 1
+    table = (tmp_path / "compile_settings.md").read_text().splitlines()
+    assert table[0] == "| " + " | ".join(compile_settings.COLUMNS) + " |"
+    assert len(table) == 2 + len(rows)
+    assert table[2].startswith("| autotune_level_0 |  |  |") and "XLA:GPU" in table[2]
+    assert any(line.startswith("| compilation_cache_warm | hvp | 967 | ") for line in table)
+    assert all(line.count("|") == len(compile_settings.COLUMNS) + 1 for line in table)

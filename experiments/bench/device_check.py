@@ -1,7 +1,7 @@
 """The device check: every accelerator row in one call within a time budget (issue 41).
 
-python -m experiments.device_check [--budget=480] [--trap] [--device_out=DIR], or
-python -m experiments.benchmark --only=device --budget=480. The first line names the device; rows
+python -m experiments.device_check [--budget=480] [--trap] [--device_rows=a,b] [--device_out=DIR],
+or python -m experiments.benchmark --only=device --budget=480. The first line names the device; rows
 run fastest first, each in fresh processes, printed as soon as measured; a row whose estimate
 does not fit in the time left is skipped with a note, and one that overruns it is stopped. Writes
 rows.json and rows.md, the table docs/performance.md takes (docs/performance.md#the-device-check).
@@ -26,6 +26,7 @@ from absl import app, flags
 
 from configs import markov as markov_configs
 from configs import wikitext as wikitext_configs
+from experiments.bench import compile_settings, peers
 from landscape.engine import backend
 from landscape.engine import config as config_lib
 from landscape.engine import host as landscape_host
@@ -36,6 +37,9 @@ _BUDGET = flags.DEFINE_float("budget", 480.0, "Seconds for every row together.",
 _TRAP = flags.DEFINE_bool("trap", False, "Add the Markov trap study (trap_gpu) as the last row.")
 _DEVICE_OUT = flags.DEFINE_string(
     "device_out", None, "Folder for rows.json and rows.md (default runs/device_check/<time>)."
+)
+_DEVICE_ROWS = flags.DEFINE_list(
+    "device_rows", None, "Only these rows (default: every row), e.g. compile_settings."
 )
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -278,6 +282,11 @@ def probe_tests(check: Check) -> None:
     )
 
 
+def compile_settings_row(check: Check) -> None:
+    """One HVP and one top-5 search at D = 1e6 under each XLA setting (compile_settings.py)."""
+    compile_settings.measure(check, peers.SIZES["1e6"])
+
+
 def trap_study(check: Check) -> None:
     """configs/markov.py:trap_gpu: the trap at depth 1 and 2 x three precisions, 50 seeds."""
     row = _cli(check, "markov", "configs/markov.py:trap_gpu", "trap")
@@ -328,6 +337,12 @@ def rows(trap: bool = False) -> list[Row]:
         ),
         Row("wikitext_fig7", "WikiText Fig. 7", {"gpu": 91, "cpu": 430}, wikitext_fig7),
         Row("probe_tests", "the probes' tests", {"gpu": 240, "cpu": 200}, probe_tests),
+        Row(
+            "compile_settings",
+            "an HVP and a top-5 at D = 1e6 under each XLA compile setting",
+            {"gpu": 600, "cpu": 90},
+            compile_settings_row,
+        ),
     ]
     if trap:
         out.append(
@@ -376,6 +391,8 @@ def check(
         for row in ordered:
             _measure(state, row, row.estimate[kind])
     write(out, device, budget, state.rows)
+    if any(row["row"].startswith("compile_settings:") for row in state.rows):
+        (out / "compile_settings.md").write_text(compile_settings.table(state.rows))
     return state.rows
 
 
@@ -429,7 +446,21 @@ def _cell(value: Any) -> str:
 def run_from_flags() -> None:
     """`check` with the flags (also `python -m experiments.benchmark --only=device`)."""
     out = _DEVICE_OUT.value or f"runs/device_check/{time.strftime('%Y%m%d-%H%M%S')}"
-    check(_BUDGET.value, pathlib.Path(out), _TRAP.value)
+    check(_BUDGET.value, pathlib.Path(out), _TRAP.value, chosen_rows(_DEVICE_ROWS.value))
+
+
+def chosen_rows(names: list[str] | None) -> list[Row] | None:
+    """The rows named (None: every row, the check's own order); an unknown name is refused."""
+    if not names:
+        return None
+    every = rows(trap=True)
+    known = [r.name for r in every]
+    unknown = sorted(set(names) - set(known))
+    if unknown:
+        raise app.UsageError(
+            f"--device_rows={','.join(unknown)}: must be among {', '.join(known)}."
+        )
+    return [r for r in every if r.name in names]
 
 
 def main(argv: list[str]) -> None:
