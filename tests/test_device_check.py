@@ -123,3 +123,22 @@ def test_the_compile_settings_row_at_a_tiny_size(tmp_path):
     assert table[2].startswith("| autotune_level_0 |  |  |") and "XLA:GPU" in table[2]
     assert any(line.startswith("| compilation_cache_warm | hvp | 967 | ") for line in table)
     assert all(line.count("|") == len(compile_settings.COLUMNS) + 1 for line in table)
+
+
+def test_rows_and_compile_settings_are_chosen_by_name():
+    from absl import app
+
+    from experiments.bench import compile_settings
+
+    assert device_check.chosen_rows(None) is None
+    assert [r.name for r in device_check.chosen_rows(["compile_settings"])] == ["compile_settings"]
+    with pytest.raises(app.UsageError, match=r"--device_rows=nope: must be among main_job, "):
+        device_check.chosen_rows(["nope", "main_job"])
+    assert compile_settings.chosen(None) == compile_settings.SETTINGS
+    picked = compile_settings.chosen(["compilation_cache", "default"])
+    assert [s.name for s in picked] == ["default", "compilation_cache"]
+    with pytest.raises(ValueError, match=r"compile settings \['fast'\]: must be among default, "):
+        compile_settings.chosen(["fast"])
+    assert compile_settings.xla_flags({"xla_gpu_autotune_level": 0, "xla_a": False}) == (
+        "--xla_gpu_autotune_level=0 --xla_a=false"
+    )

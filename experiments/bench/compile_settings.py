@@ -52,6 +52,17 @@ SETTINGS = (
 )
 
 
+def chosen(names: list[str] | None) -> tuple[Setting, ...]:
+    """The settings named, in SETTINGS' order (None or empty: all); an unknown name is refused."""
+    if not names:
+        return SETTINGS
+    known = [s.name for s in SETTINGS]
+    unknown = sorted(set(names) - set(known))
+    if unknown:
+        raise ValueError(f"compile settings {unknown}: must be among {', '.join(known)}.")
+    return tuple(s for s in SETTINGS if s.name in names)
+
+
 class Check(Protocol):
     """What the device check's state gives a row (device_check.Check)."""
 

@@ -41,6 +41,9 @@ _DEVICE_OUT = flags.DEFINE_string(
 _DEVICE_ROWS = flags.DEFINE_list(
     "device_rows", None, "Only these rows (default: every row), e.g. compile_settings."
 )
+_COMPILE_SETTINGS = flags.DEFINE_list(
+    "compile_settings", None, "The compile_settings row's settings (default: all), e.g. default."
+)
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PROBE_TESTS = (
@@ -283,8 +286,10 @@ def probe_tests(check: Check) -> None:
 
 
 def compile_settings_row(check: Check) -> None:
-    """One HVP and one top-5 search at D = 1e6 under each XLA setting (compile_settings.py)."""
-    compile_settings.measure(check, peers.SIZES["1e6"])
+    """One HVP and one top-5 search at D = 1e6 under each XLA setting (compile_settings.py), or
+    those of --compile_settings."""
+    names = _COMPILE_SETTINGS.value if flags.FLAGS.is_parsed() else None
+    compile_settings.measure(check, peers.SIZES["1e6"], settings=compile_settings.chosen(names))
 
 
 def trap_study(check: Check) -> None:
@@ -340,7 +345,7 @@ def rows(trap: bool = False) -> list[Row]:
         Row(
             "compile_settings",
             "an HVP and a top-5 at D = 1e6 under each XLA compile setting",
-            {"gpu": 600, "cpu": 90},
+            {"gpu": 420, "cpu": 160},
             compile_settings_row,
         ),
     ]
@@ -446,6 +451,10 @@ def _cell(value: Any) -> str:
 def run_from_flags() -> None:
     """`check` with the flags (also `python -m experiments.benchmark --only=device`)."""
     out = _DEVICE_OUT.value or f"runs/device_check/{time.strftime('%Y%m%d-%H%M%S')}"
+    try:
+        compile_settings.chosen(_COMPILE_SETTINGS.value)
+    except ValueError as unknown:
+        raise app.UsageError(f"--compile_settings: {unknown}") from None
     check(_BUDGET.value, pathlib.Path(out), _TRAP.value, chosen_rows(_DEVICE_ROWS.value))
 
 
