@@ -9,6 +9,7 @@ in full float32 (landscape/engine/backend.py), and glibc's allocator kept from t
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import dataclasses
 import logging
@@ -186,7 +187,8 @@ def use_compilation_cache(path: str | None) -> str | None:
     jax.config.update("jax_compilation_cache_dir", str(folder))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)  # -1: no floor
-    jax.config.update("jax_persistent_cache_enable_xla_caches", XLA_CACHES)
+    with contextlib.suppress(AttributeError):  # a JAX without the option keeps its own
+        jax.config.update("jax_persistent_cache_enable_xla_caches", XLA_CACHES)
     return str(folder)
 
 
