@@ -118,8 +118,8 @@ def _measure_setting(check: Check, setting: Setting, program: str, size: int) ->
             row = _run_child(check, code, setting.options)
         except subprocess.TimeoutExpired as stopped:
             row = dict(stopped=f"after {stopped.timeout:.0f} s")
-        except RuntimeError as failed:
-            row = dict(failed=str(failed)[-600:])
+        except (RuntimeError, ValueError, IndexError) as failed:  # a crash, or no JSON line
+            row = dict(failed=f"{type(failed).__name__}: {str(failed)[-600:]}")
         check.add(name, setting=setting.name, program=program, **row)
 
 
