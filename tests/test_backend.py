@@ -24,6 +24,21 @@ def test_the_cpu_backend_takes_the_cpu_formulations():
             pass
 
 
+def test_compiler_options_are_xla_s_defaults_until_measured(monkeypatch):
+    """No options on the CPU, nor on a GPU while GPU_COMPILER_OPTIONS is empty; once set, a GPU
+    program gets a copy, and jax.jit takes such options per program (XLA knows its GPU options
+    on every backend, so the CPU compiles with them unchanged)."""
+    assert backend.compiler_options() is None
+    monkeypatch.setattr(backend.jax, "default_backend", lambda: "gpu")
+    assert backend.compiler_options() is None
+    monkeypatch.setattr(backend, "GPU_COMPILER_OPTIONS", {"xla_gpu_autotune_level": 0})
+    options = backend.compiler_options()
+    assert options == {"xla_gpu_autotune_level": 0} and options is not backend.GPU_COMPILER_OPTIONS
+    monkeypatch.undo()
+    double = jax.jit(lambda x: 2 * x, compiler_options=options)
+    assert float(double(jnp.float32(1.5))) == 3.0
+
+
 def test_float32_matmuls_reach_the_compiled_dot():
     """On a GPU, JAX's default float32 dot rounds its inputs to TF32 (on an H200 that broke
     Lemma 1's zero row sums by 2.3e-4); the CLIs ask for full float32. The CPU computes float32

@@ -1,12 +1,20 @@
-"""experiments/device_check.py: the device check runs its rows fastest first within a budget,
+"""experiments/bench/device_check.py: the device check runs its rows fastest first within a budget,
 skips with a note what does not fit, stops what overruns, and writes its rows as JSON and as a
 markdown table (run in-process, at a budget of seconds)."""
 
 import json
+import os
+import pathlib
+import subprocess
+import sys
 import time
 
-from experiments import device_check
+import pytest
+
+from experiments.bench import device_check
 from landscape.scan_snap import text
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 def test_a_tiny_budget_skips_every_row_with_a_note(tmp_path, capsys):
@@ -52,3 +60,85 @@ def test_the_synthetic_corpus_has_wikitext2s_size(tmp_path):
     assert text.missing_splits_message(folder, ("valid", "test")) is None
     words = (folder / "valid.txt").read_text().split()
     assert len(words) == 217_000 and 5000 < len(set(words)) <= 12000
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["experiments.device_check"], ["experiments.benchmark", "--only=device"]],
+    ids=["device_check", "benchmark"],
+)
+def test_the_commands_run_the_package_s_check(command, tmp_path):
+    """`python -m experiments.device_check` and `... benchmark --only=device` are thin entries
+    over experiments/bench/: their flags are defined once, and at a zero budget every row is
+    skipped with a note."""
+    done = subprocess.run(
+        [sys.executable, "-m", *command, "--budget=0", f"--device_out={tmp_path}"],
+        cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith("device check on ")
+    rows = json.loads((tmp_path / "rows.json").read_text())["rows"]
+    assert rows and all(row["skipped"].startswith("needs ~") for row in rows)
+
+
+def test_the_compile_settings_row_at_a_tiny_size(tmp_path):
+    """The compile-settings row on the CPU: XLA:GPU settings skipped with a note, each other
+    setting a fresh process per program, the warm compilation cache compiling nothing, and its
+    table's columns (D = 967 here; 1e6 in the check)."""
+    from experiments.bench import compile_settings
+
+    def tiny(check):
+        compile_settings.measure(check, 1000, ("hvp",))
+        compile_settings.measure(check, 1000, ("top5",), compile_settings.SETTINGS[:1])
+
+    chosen = [device_check.Row("compile_settings", "tiny", {"cpu": 1, "gpu": 1}, tiny)]
+    rows = {r["row"]: r for r in device_check.check(300.0, tmp_path, chosen=chosen)}
+    gpu_only = [s.name for s in compile_settings.SETTINGS if s.gpu_only]
+    for name in gpu_only:
+        assert rows[f"compile_settings:{name}"]["skipped"].startswith("an XLA:GPU setting")
+    measured = [
+        "default:hvp",
+        "compilation_cache_cold:hvp",
+        "compilation_cache_warm:hvp",
+        "default:top5",
+    ]
+    assert sorted(rows) == sorted([f"compile_settings:{n}" for n in gpu_only + measured])
+    for name in measured:
+        row = rows[f"compile_settings:{name}"]
+        assert row["D"] == 967 and row["first_seconds"] > row["run_seconds"] > 0, row
+    assert rows["compile_settings:default:hvp"]["compiled"] >= 2
+    cold, warm = (
+        rows["compile_settings:compilation_cache_cold:hvp"],
+        rows["compile_settings:compilation_cache_warm:hvp"],
+    )
+    assert warm["compiled"] == 0 and warm["loaded"] == cold["compiled"] > 0
+    assert rows["compile_settings:default:top5"]["compiled"] >= 1
+    table = (tmp_path / "compile_settings.md").read_text().splitlines()
+    assert table[0] == "| " + " | ".join(compile_settings.COLUMNS) + " |"
+    assert len(table) == 2 + len(rows)
+    assert table[2].startswith("| autotune_level_0 |  |  |") and "XLA:GPU" in table[2]
+    assert any(line.startswith("| compilation_cache_warm | hvp | 967 | ") for line in table)
+    assert all(line.count("|") == len(compile_settings.COLUMNS) + 1 for line in table)
+
+
+def test_rows_and_compile_settings_are_chosen_by_name():
+    from absl import app
+
+    from experiments.bench import compile_settings
+
+    assert device_check.chosen_rows(None) is None
+    assert [r.name for r in device_check.chosen_rows(["compile_settings"])] == ["compile_settings"]
+    with pytest.raises(app.UsageError, match=r"--device_rows=nope: must be among main_job, "):
+        device_check.chosen_rows(["nope", "main_job"])
+    assert compile_settings.chosen(None) == compile_settings.SETTINGS
+    picked = compile_settings.chosen(["compilation_cache", "default"])
+    assert [s.name for s in picked] == ["default", "compilation_cache"]
+    with pytest.raises(ValueError, match=r"compile settings \['fast'\]: must be among default, "):
+        compile_settings.chosen(["fast"])
+    assert compile_settings.xla_flags({"xla_gpu_autotune_level": 0, "xla_a": False}) == (
+        "--xla_gpu_autotune_level=0 --xla_a=false"
+    )

@@ -1,4 +1,4 @@
-"""The peers benchmark's models and rows (experiments/peers.py, experiments/peers_timing.py) at
+"""The peers benchmark's models and rows (experiments/bench/peers.py, peers_timing.py) at
 D ~ 1e3; the torch parts only where torch (and PyHessian) are installed."""
 
 import math
@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from experiments import peers, peers_timing
+from experiments.bench import peers, peers_timing
 
 
 def test_widths_give_the_sizes():

@@ -4,7 +4,8 @@
 XLA ones elsewhere (same numbers up to float rounding), decided at trace time. Sizes follow:
 `runs_per_group` and `per_batch` give the CPU's cache-sized groups on the CPU and, on an
 accelerator, as many as fit in its free memory. `use_float32_matmuls()` keeps float32 dots
-float32 on GPUs (no TF32). See docs/design/cpu_formulations.md and docs/design/precision.md.
+float32 on GPUs (no TF32); `compiler_options()` are the XLA options of a program on this backend.
+See docs/design/cpu_formulations.md and docs/design/precision.md.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 from collections.abc import Iterator
+from typing import Any
 
 import jax
 
@@ -30,6 +32,11 @@ _device_bytes: contextvars.ContextVar[float | None] = contextvars.ContextVar(
 # temporaries, fusion buffers and the programs themselves.
 USABLE = 0.5
 
+# XLA options that the probes' and the training programs compile with on a GPU, per program
+# (`jax.jit(f, compiler_options=...)`): none until the device check's compile_settings row has
+# measured a setting that beats XLA's defaults (docs/performance.md#the-device-check)
+GPU_COMPILER_OPTIONS: dict[str, bool | int] = {}
+
 
 def current() -> str:
     """ "cpu" on the CPU backend, "plain" elsewhere, unless `tuning` forces one."""
@@ -41,6 +48,15 @@ def current() -> str:
 
 def cpu_tuned() -> bool:
     return current() == "cpu"
+
+
+def compiler_options() -> dict[str, Any] | None:
+    """The XLA options a program compiles with on this backend, per program (None: XLA's
+    defaults): `GPU_COMPILER_OPTIONS` on a GPU, none elsewhere. Which options, if any, is the
+    choice `python -m experiments.device_check --device_rows=compile_settings` measures."""
+    if jax.default_backend() != "gpu" or not GPU_COMPILER_OPTIONS:
+        return None
+    return dict(GPU_COMPILER_OPTIONS)
 
 
 def use_float32_matmuls() -> None:

@@ -9,6 +9,7 @@ in full float32 (landscape/engine/backend.py), and glibc's allocator kept from t
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import dataclasses
 import logging
@@ -23,6 +24,9 @@ from landscape import _checks
 from landscape.engine import backend
 
 DEFAULT_CACHE = "~/.cache/landscape/jax"
+# XLA's own caches kept in the compilation cache's folder (jax_persistent_cache_enable_xla_caches:
+# "all" adds XLA:GPU's kernel cache, which also changes how LLVM modules are split)
+XLA_CACHES = "xla_gpu_per_fusion_autotune_cache_dir"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -166,10 +170,12 @@ def use_host_devices(count: int | None = None) -> int | None:
 
 
 def use_compilation_cache(path: str | None) -> str | None:
-    """Point JAX's persistent compilation cache at `path` (None or '': off) and cache every
-    program that took at least 0.1 s to compile; returns the folder in use. A folder set by
-    JAX_COMPILATION_CACHE_DIR (e.g. the test suite's) is kept. A cache hit is the compiled
-    executable itself, so no number changes."""
+    """Point JAX's persistent compilation cache at `path` (None or '': off); returns the folder in
+    use. Every program is written, eager operations included (no compile-time or size floor), so
+    a second process with the same model compiles nothing; on a GPU, XLA's per-fusion autotune
+    results are kept in the same folder (`XLA_CACHES`). A folder set by JAX_COMPILATION_CACHE_DIR
+    (e.g. the test suite's) is kept with its own settings. A hit is the compiled executable
+    itself, so no number changes."""
     if os.environ.get("JAX_COMPILATION_CACHE_DIR"):
         return os.environ["JAX_COMPILATION_CACHE_DIR"]
     if not path:
@@ -177,8 +183,12 @@ def use_compilation_cache(path: str | None) -> str | None:
         return None
     folder = pathlib.Path(path).expanduser()
     folder.mkdir(parents=True, exist_ok=True)
+    jax.config.update("jax_enable_compilation_cache", True)
     jax.config.update("jax_compilation_cache_dir", str(folder))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.1)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)  # -1: no floor
+    with contextlib.suppress(AttributeError):  # a JAX without the option keeps its own
+        jax.config.update("jax_persistent_cache_enable_xla_caches", XLA_CACHES)
     return str(folder)
 
 

@@ -281,6 +281,7 @@ def _compile(spec: StepSpec, runs: _Runs) -> tuple[TrainState, tuple[dict, dict]
     memory.free_programs_near_the_map_limit()
     sharding = runs.sharding
     pinned: dict[str, Any] = {} if sharding is None else dict(out_shardings=sharding)
+    options = backend.compiler_options()  # XLA's defaults unless measured otherwise
     init = jax.jit(jax.vmap(functools.partial(init_state, spec)), **pinned)
     init_lowered = init.lower(runs.seeds_dev, runs.hparams)
     chunk_lowered = _chunk_program(spec, runs).lower(
@@ -290,10 +291,10 @@ def _compile(spec: StepSpec, runs: _Runs) -> tuple[TrainState, tuple[dict, dict]
     # One program after the other: compiling the chunk on a second thread while this one
     # compiled init saved 0.1-0.2 s, and once crashed XLA (a segfault while the persistent
     # cache wrote one executable and the other thread compiled).
-    state = init_lowered.compile()(runs.seeds_dev, runs.hparams)
+    state = init_lowered.compile(options)(runs.seeds_dev, runs.hparams)
     first = jax.vmap(functools.partial(first_records, spec))
-    records = jax.jit(first, **pinned)(state, runs.hparams)
-    return state, records, chunk_lowered.compile()
+    records = jax.jit(first, **pinned, compiler_options=options)(state, runs.hparams)
+    return state, records, chunk_lowered.compile(options)
 
 
 def _chunk_program(spec: StepSpec, runs: _Runs) -> Any:

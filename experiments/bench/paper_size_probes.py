@@ -1,6 +1,6 @@
 """Seconds of the probes at the papers' sizes, one JSON object per row.
 
-python -m experiments.paper_size_probes [--rows=hessian,ggn128,...] [--host_devices=2]
+python -m experiments.bench.paper_size_probes [--rows=hessian,ggn128,...] [--host_devices=2]
 
 hessian     dense hessian_at, numpy eigh of its matrix, describe(): n-gram Fig. 3 (D = 2548,
             4096 sequences)

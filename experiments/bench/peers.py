@@ -1,5 +1,5 @@
-"""The models of the peers benchmark (`experiments/peers_timing.py`), the same arrays in JAX and
-PyTorch: a 64 -> h -> h -> 10 tanh MLP with mean cross-entropy on 512 fixed examples (float32,
+"""The models of the peers benchmark (`experiments/bench/peers_timing.py`), the same arrays in JAX
+and PyTorch: a 64 -> h -> h -> 10 tanh MLP with mean cross-entropy on 512 fixed examples (float32,
 PyTorch's default init drawn by numpy), and the Scan & Snap WikiText model on one fixed batch
 (JAX only). torch is imported inside the functions that need it.
 """
@@ -162,7 +162,7 @@ def wikitext_point(
     from landscape.scan_snap import model as model_lib
     from landscape.scan_snap import text
 
-    root = pathlib.Path(__file__).resolve().parents[1]
+    root = pathlib.Path(__file__).resolve().parents[2]
     if real and text.missing_splits_message(root / WIKITEXT, ("valid", "test")) is None:
         corpus = text.load(root / WIKITEXT, train_split="valid", eval_split="test")
         vocab, name = corpus.vocab_size, "WikiText-2 test, chunk 0"

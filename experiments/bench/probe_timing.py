@@ -1,9 +1,9 @@
 """Seconds of the interactive probes in a fresh process, as a user at a prompt meets them.
 
-python -m experiments.probe_timing [--grid=10] [--seq_len=10]: theta_pi (tied, d = 4), x64, the
-first call, the same point again and a new (p, q), for each probe; then a grid x grid of theta_pi
-Hessians in one call. Prints one JSON object per row (`experiments.benchmark --only=curvature`
-runs it in a subprocess, so every "first" is a cold start).
+python -m experiments.bench.probe_timing [--grid=10] [--seq_len=10]: theta_pi (tied, d = 4), x64,
+the first call, the same point again and a new (p, q), for each probe; then a grid x grid of
+theta_pi Hessians in one call. Prints one JSON object per row (`experiments.benchmark
+--only=curvature` runs it in a subprocess, so every "first" is a cold start).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from experiments.timing import Rows, best_call_seconds, best_run_seconds, call_and_wait
+from experiments.bench.timing import Rows, best_call_seconds, best_run_seconds, call_and_wait
 from landscape.engine import config as config_lib
 from landscape.engine import sweeps, training
 from landscape.typing import PyTree

@@ -1,9 +1,9 @@
 """Our probes against PyHessian and curvlinops on the same model and data, each probe in a
 fresh process: `python -m experiments.benchmark --only=peers [--peers.sizes=1e4,1e5]`.
 
-Models: experiments/peers.py. A child (`--peers.one=framework:size:probe:threads:device`) times
-the first call (compile included), a warm one and its peak RSS; the parent (`bench_peers`) compares
-the answers. PyHessian's density() needs torch.eig (gone in torch 2): the child patches it in.
+Models: peers.py. A child (`--peers.one=framework:size:probe:threads:device`) times the first
+call (compile included), a warm one and its peak RSS; the parent (`bench_peers`) compares the
+answers. PyHessian's density() needs torch.eig (gone in torch 2): the child patches it in.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 from absl import app, flags
 
-from experiments import peers
+from experiments.bench import peers
 
 _ONE = flags.DEFINE_string("peers.one", None, "Child: framework:size:probe:threads:device.")
 _SIZES = flags.DEFINE_list(
@@ -42,7 +42,7 @@ _WARM_BELOW = flags.DEFINE_float(
     "peers.warm_below", 300.0, "Skip the warm call when the first took longer (seconds)."
 )
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 PEERS = {  # the modules each framework's rows need
     "pyhessian": ("torch", "pyhessian"),
     "curvlinops": ("torch", "curvlinops"),
@@ -419,7 +419,7 @@ def run_child(spec: str, timeout: int) -> dict[str, Any]:
     command = [
         sys.executable,
         "-m",
-        "experiments.peers_timing",
+        "experiments.bench.peers_timing",
         f"--peers.one={spec}",
         f"--peers.warm_below={_WARM_BELOW.value}",
         f"--peers.rtol={_RTOL.value}",
@@ -521,7 +521,7 @@ def bench_peers(repeats: int, one_by_one: int) -> dict[str, Any]:
     """The peers group of experiments.benchmark: every planned child, row by row, then each
     size's agreement row and the table."""
     del repeats, one_by_one
-    from experiments.timing import Rows
+    from experiments.bench.timing import Rows
 
     device = torch_device()
     rows = Rows()
