@@ -155,9 +155,10 @@ def key_or_default(name: str, key: object) -> jax.Array:
     check_key(name, key)
     if key is not None:
         return key  # type: ignore[return-value]  # checked above
-    if jax.config.jax_default_prng_impl != "threefry2x32":
+    impl = jax.config.jax_default_prng_impl  # type: ignore[attr-defined]  # not in the stubs
+    if impl != "threefry2x32":
         return jax.random.key(0)
-    return jax.random.wrap_key_data(np.zeros(2, np.uint32))
+    return jax.random.wrap_key_data(jax.device_put(np.zeros(2, np.uint32)))
 
 
 def finite_number(value: Any) -> bool:

@@ -110,7 +110,7 @@ def test_the_compile_settings_row_at_a_tiny_size(tmp_path):
     for name in measured:
         row = rows[f"compile_settings:{name}"]
         assert row["D"] == 967 and row["first_seconds"] > row["run_seconds"] > 0, row
-    assert rows["compile_settings:default:hvp"]["compiled"] >= 2
+    assert rows["compile_settings:default:hvp"]["compiled"] >= 1
     cold, warm = (
         rows["compile_settings:compilation_cache_cold:hvp"],
         rows["compile_settings:compilation_cache_warm:hvp"],

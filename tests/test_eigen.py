@@ -255,7 +255,7 @@ def test_one_gram_schmidt_pass_after_the_recurrence_keeps_the_basis_orthonormal(
     )
     done, state = done.basis, done.state
     steps = int(state.size)
-    assert int(state.mode) == krylov.DONE and int(state.runs) == 1 and int(state.count) == k
+    assert int(state.mode) == krylov.DONE and int(state.runs) == 1 and int(state.num_locked) == k
     assert steps > 100  # float32 exhausts the space a little earlier than 150
     vectors = np.asarray(done, np.float64)[:steps]
     assert np.abs(vectors @ vectors.T - np.eye(steps)).max() < 1e-5

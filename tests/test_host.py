@@ -91,6 +91,6 @@ def test_a_second_process_loads_every_program_of_a_probe_from_the_cache(tmp_path
         return json.loads(out.stdout.strip().splitlines()[-1])
 
     first, second = process(), process()
-    assert first["compiled"] >= 2 and first["loaded"] == 0  # the product and eager operations
+    assert first["compiled"] >= 1 and first["loaded"] == 0  # the product (one program)
     assert second["compiled"] == 0 and second["loaded"] == first["compiled"]
     assert second["hv"] == first["hv"]

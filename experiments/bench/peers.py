@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 IN, OUT, EXAMPLES = 64, 10, 512
-SIZES = {"1e3": 1_000, "1e4": 10_000, "1e5": 100_000, "1e6": 1_000_000}
+SIZES = {"1e3": 1_000, "1e4": 10_000, "1e5": 100_000, "1e6": 1_000_000, "1e7": 10_000_000}
 LEAVES = ("w1", "b1", "w2", "b2", "w3", "b3")  # torch's parameter order (weights transposed)
 WIKITEXT = "../shared/data/wikitext-2"  # configs/wikitext.py's folder, beside the repository
 

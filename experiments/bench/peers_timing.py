@@ -27,7 +27,7 @@ from experiments.bench import peers
 
 _ONE = flags.DEFINE_string("peers.one", None, "Child: framework:size:probe:threads:device.")
 _SIZES = flags.DEFINE_list(
-    "peers.sizes", ["1e4", "1e5"], "Of 1e3, 1e4, 1e5, 1e6, wikitext, wikitext_paper."
+    "peers.sizes", ["1e4", "1e5"], "Of 1e3, 1e4, 1e5, 1e6, 1e7, wikitext, wikitext_paper."
 )
 _PROBES = flags.DEFINE_list(
     "peers.probes", ["hvp", "top1", "top5", "top1_rtol", "top5_rtol", "trace", "slq"], "Probes."
@@ -125,13 +125,11 @@ class Ours:
 
         if probe == "hvp":
             v = self.jax.tree.map(
-                lambda a, p: self.jax.numpy.asarray(a, p.dtype),
-                self.directions[i],
-                self.point.params,
-            )
+                lambda a, p: np.asarray(a, p.dtype), self.directions[i], self.point.params
+            )  # numpy: an eager jnp conversion would compile a program of its own
             hv = self.hvp(v)
             pairs = zip(self.jax.tree.leaves(v), self.jax.tree.leaves(hv), strict=True)
-            return {"vHv": sum(float((a * b).sum()) for a, b in pairs)}
+            return {"vHv": sum(float(np.sum(a * np.asarray(b))) for a, b in pairs)}
         if probe.startswith("top"):
             k = int(probe[3])
             tol = _RTOL.value if probe.endswith("_rtol") else None  # None: the certified default

@@ -235,11 +235,13 @@ def hessian_columns_on_devices(
     (devices, D), each device's own, and the columns (devices, count, D). XLA's CPU fusions use
     one thread, so a process with a CPU device per core (`landscape.setup()`) uses every core."""
 
-    def body(params: PyTree, inputs: PyTree, first: jax.Array) -> tuple[jax.Array, ...]:
-        one = _columns_by_parts(
+    def body(
+        params: PyTree, inputs: PyTree, first: jax.Array
+    ) -> tuple[jax.Array, jax.Array, jax.Array]:
+        loss, grad, columns = _columns_by_parts(
             objective, columns_per_batch, count, parts, params, inputs, first[0]
         )
-        return tuple(x[None] for x in one)
+        return loss[None], grad[None], columns[None]
 
     spec = PartitionSpec(mesh.axis_names[0])
     # check_vma off: the linearised gradient is replicated, the basis vectors vary by device

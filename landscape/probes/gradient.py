@@ -202,7 +202,7 @@ def hvp(point: Point) -> Callable[[Any], Any]:
     return product
 
 
-def hvp_flat(point: Point) -> tuple[jax.Array, Callable[[Any], jax.Array]]:
+def hvp_flat(point: Point) -> tuple[np.ndarray, Callable[[Any], jax.Array]]:
     """The Hessian as a flat operator, for solvers that work on vectors (scipy, CG, Lanczos).
 
     Args:

@@ -43,7 +43,7 @@ class State(NamedTuple):
     proj (n, n): the operator projected on the basis rows, the kept Ritz values' diagonal
     bordered by their arrowhead, then the tridiagonal; `size` rows hold Krylov vectors, row
     `size` the next Lanczos vector, `start` the row the run began at. values, residuals (k,):
-    the locked pairs (`count` of them), each residual ||H y - θ y|| of a fresh product. theta,
+    the locked pairs (`num_locked` of them), each residual ||H y - θ y|| of a fresh product. theta,
     estimates (n,), coeffs (n, n): the last Rayleigh-Ritz pairs, most wanted first, their
     coefficients in the basis as columns and their Lanczos estimates |β s_last|. cursor, stop:
     the pairs CHECK and FILL go through. q (n, n), hint (n,), rotate, fresh: a restart asked
@@ -55,7 +55,7 @@ class State(NamedTuple):
     start: jax.Array
     values: jax.Array
     residuals: jax.Array
-    count: jax.Array
+    num_locked: jax.Array
     theta: jax.Array
     coeffs: jax.Array
     estimates: jax.Array
@@ -77,7 +77,7 @@ class State(NamedTuple):
 
 
 class Search(NamedTuple):
-    """basis (n, D), locked (k, D) (rows past `state.count` zero), the point's loss and flat
+    """basis (n, D), locked (k, D) (rows past `state.num_locked` zero), the point's loss and flat
     gradient (D,) from the operator's linearisation, and the small `state`."""
 
     basis: jax.Array
@@ -120,28 +120,28 @@ def initial(key: jax.Array, dim: int, dtype: np.dtype, k: int, rows: int) -> Sea
     compiled; the zeros are calloc'd pages, which cost no memory until the device copy): `run`
     draws the start vector from `key`."""
     zeros, square, integer = np.zeros(rows, dtype), np.zeros((rows, rows), dtype), np.int32(0)
-    state = State(
+    state = dict(
         proj=square, size=integer, start=integer, values=np.zeros(k, dtype),
-        residuals=np.zeros(k, dtype), count=integer, theta=zeros, coeffs=square,
+        residuals=np.zeros(k, dtype), num_locked=integer, theta=zeros, coeffs=square,
         estimates=zeros, cursor=integer, stop=integer, mode=np.int32(EXTEND),
         low=np.asarray(np.inf, dtype), high=np.asarray(-np.inf, dtype), clean=np.bool_(True),
         converged=np.bool_(False), finite=np.bool_(True), runs=integer, products=integer,
-        q=square, hint=zeros, rotate=np.bool_(False), fresh=np.bool_(False), key=_own_copy(key),
+        q=square, hint=zeros, rotate=np.bool_(False), fresh=np.bool_(False),
     )  # fmt: skip
-    search = Search(
-        np.zeros((rows, dim), dtype), np.zeros((k, dim), dtype), np.asarray(0, dtype),
-        np.zeros(dim, dtype), state,
+    big = dict(
+        basis=np.zeros((rows, dim), dtype), locked=np.zeros((k, dim), dtype),
+        loss=np.asarray(0, dtype), gradient=np.zeros(dim, dtype),
     )  # fmt: skip
-    return jax.device_put(search)
+    placed = State(**jax.device_put(state), key=_own_copy(key))
+    return Search(**jax.device_put(big), state=placed)
 
 
 def _own_copy(key: jax.Array) -> jax.Array:
     """A copy of `key` that the search may donate (the caller's key stays usable), through the
     host: nothing compiled."""
-    if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
-        data = np.asarray(jax.random.key_data(key))
-        return jax.random.wrap_key_data(data, impl=jax.random.key_impl(key))
-    return np.asarray(key)
+    typed = jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key)
+    data = jax.device_put(np.asarray(jax.random.key_data(key) if typed else key))
+    return jax.random.wrap_key_data(data, impl=jax.random.key_impl(key)) if typed else data
 
 
 @functools.partial(jax.jit, static_argnames=("objective", "which"), donate_argnames=("search",))
@@ -240,9 +240,9 @@ def _extend(
     s = s._replace(proj=proj, size=i + 1)
     theta, coeffs, estimates = rayleigh_ritz(s.proj, s.size, beta, which)
     tol = _tolerance(s, theta, estimates, rules)
-    need = jnp.where(s.count < s.values.size, s.values.size - s.count, 1)
+    need = jnp.where(s.num_locked < s.values.size, s.values.size - s.num_locked, 1)
     done = jnp.all(jnp.where(jnp.arange(theta.size) < need, estimates, 0) <= tol)
-    full = (s.size + 1 >= rows) | (s.size + s.count >= basis.shape[1]) | ~jnp.any(following)
+    full = (s.size + 1 >= rows) | (s.size + s.num_locked >= basis.shape[1]) | ~jnp.any(following)
     ended = s._replace(theta=theta, coeffs=coeffs, estimates=estimates)
     s = jax.lax.cond(done | full | ~s.finite, lambda: _after_run(ended, rules, which), lambda: s)
     return s, Writes(i + 1, following, _int(locked.shape[0]), v)
@@ -310,12 +310,12 @@ def _after_run(s: State, rules: Rules, which: str) -> State:
     )
     margin, k = rules.rtol * _scale(s), s.values.size
     toward = s.estimates[0] if which == "largest" else -s.estimates[0]
-    slots = jnp.arange(k) < s.count
+    slots = jnp.arange(k) < s.num_locked
     if which == "largest":
         beyond = jnp.min(jnp.where(slots, s.values, jnp.inf)) + margin
     else:
         beyond = jnp.max(jnp.where(slots, s.values, -jnp.inf)) - margin
-    settled = (s.count == k) & s.clean & ~_more_wanted(s.theta[0] + toward, beyond, which)
+    settled = (s.num_locked == k) & s.clean & ~_more_wanted(s.theta[0] + toward, beyond, which)
     accepted = (s.estimates <= margin) & real
     candidates = jnp.where(jnp.all(accepted), accepted.size, jnp.argmin(accepted))
     checking = s._replace(mode=_int(CHECK), cursor=_int(0), stop=_int(jnp.minimum(candidates, k)))
@@ -337,15 +337,15 @@ def _check(
     k, theta = s.values.size, s.theta[s.cursor]
     residual = jnp.linalg.norm(hy - theta * y)
     ok = residual <= rules.rtol * _scale(s)
-    slots = jnp.arange(k) < s.count
+    slots = jnp.arange(k) < s.num_locked
     rank = jnp.where(slots, s.values, -jnp.inf if which == "largest" else jnp.inf)
     least = jnp.argmin(rank) if which == "largest" else jnp.argmax(rank)
-    slot = jnp.where(s.count < k, s.count, least)
-    kept = ok & ((s.count < k) | _more_wanted(theta, s.values[least], which))
+    slot = jnp.where(s.num_locked < k, s.num_locked, least)
+    kept = ok & ((s.num_locked < k) | _more_wanted(theta, s.values[least], which))
     s = s._replace(
         values=jnp.where(kept, s.values.at[slot].set(theta), s.values),
         residuals=jnp.where(kept, s.residuals.at[slot].set(residual), s.residuals),
-        count=jnp.where(kept, jnp.minimum(s.count + 1, k), s.count),
+        num_locked=jnp.where(kept, jnp.minimum(s.num_locked + 1, k), s.num_locked),
         clean=s.clean & ~kept, cursor=s.cursor + 1,
     )  # fmt: skip
     accepted = jnp.where(ok, s.cursor, s.cursor - 1)
@@ -360,16 +360,16 @@ def _decide(s: State, accepted: jax.Array, rules: Rules, which: str) -> State:
     unconverged search (fill the free slots with the best remaining Ritz pairs), or a restart
     past the `accepted` prefix of the Ritz pairs."""
     k = s.values.size
-    everything = s.count >= rules.dim  # k = D: every direction locked
+    everything = s.num_locked >= rules.dim  # k = D: every direction locked
     last = s.runs >= rules.max_runs
-    fill = s._replace(mode=_int(FILL), cursor=accepted, stop=accepted + k - s.count)
+    fill = s._replace(mode=_int(FILL), cursor=accepted, stop=accepted + k - s.num_locked)
     stop = s._replace(mode=_int(DONE))
     return jax.lax.cond(
         everything,
         lambda: s._replace(mode=_int(DONE), converged=jnp.asarray(True)),
         lambda: jax.lax.cond(
             last,
-            lambda: jax.lax.cond(s.count < k, lambda: fill, lambda: stop),
+            lambda: jax.lax.cond(s.num_locked < k, lambda: fill, lambda: stop),
             lambda: _plan_restart(s, accepted),
         ),
     )
@@ -381,11 +381,11 @@ def _fill(
 ) -> tuple[State, Writes]:  # fmt: skip
     """FILL: an unconverged search's free slot gets the next Ritz pair, with its exact residual
     (uncertified: `converged` stays False)."""
-    theta, slot = s.theta[s.cursor], s.count
+    theta, slot = s.theta[s.cursor], s.num_locked
     s = s._replace(
         values=s.values.at[slot].set(theta),
         residuals=s.residuals.at[slot].set(jnp.linalg.norm(hy - theta * y)),
-        count=s.count + 1, cursor=s.cursor + 1,
+        num_locked=s.num_locked + 1, cursor=s.cursor + 1,
     )  # fmt: skip
     left = jnp.isfinite(s.estimates[jnp.minimum(s.cursor, s.theta.size - 1)])
     over = (s.cursor >= s.stop) | (s.cursor >= s.theta.size) | ~left
@@ -402,7 +402,7 @@ def _plan_restart(s: State, accepted: jax.Array) -> State:
     outside the current Krylov space. Otherwise a thick restart: keep about half the basis, the
     best unconverged Ritz pairs, and continue from the next Lanczos vector."""
     k, rows = s.values.size, s.proj.shape[0]
-    fresh = (s.count == k) & ~s.clean
+    fresh = (s.num_locked == k) & ~s.clean
     columns = accepted + jnp.arange(rows)
     real = jnp.isfinite(s.estimates[jnp.minimum(columns, rows - 1)]) & (columns < rows)
     seeds = jnp.where(
@@ -487,7 +487,7 @@ def search(
     objective, inputs = point.shared
     dim, dtype = point.num_params, np.dtype(jax.tree.leaves(point.params)[0].dtype)
     found = initial(key, dim, dtype, k, basis_rows(ncv, k, dim))
-    rules = Rules(np.asarray(rtol, dtype), np.int32(max_runs), np.int32(dim))
+    rules = Rules(*jax.device_put((np.asarray(rtol, dtype), np.int32(max_runs), np.int32(dim))))
     began = time.perf_counter()
     while True:
         found = advance(objective, point.params, inputs, found, rules, which)
@@ -495,13 +495,14 @@ def search(
         if progress and seconds > LONG_SECONDS:
             progress(
                 f"eigenpairs: Lanczos run {int(s.runs)} of at most {max_runs} | "
-                f"{int(s.count)} of {k} accepted | {int(s.products)} products | {seconds:.1f} s"
+                f"{int(s.num_locked)} of {k} accepted | {int(s.products)} products | "
+                f"{seconds:.1f} s"
             )
         if int(s.mode) == DONE:
             break
     if not bool(s.finite):
         return None
-    count, values = int(s.count), np.asarray(s.values)
+    count, values = int(s.num_locked), np.asarray(s.values)
     order = np.argsort(-values[:count] if which == "largest" else values[:count], kind="stable")
     return Found(
         values[order], np.asarray(found.locked)[order], np.asarray(s.residuals)[order],

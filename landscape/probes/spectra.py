@@ -419,13 +419,8 @@ def _trace_parts(
     rest = num_probes - 2 * rank
     plan = blocks.plan(points[0], max(rank, rest), "trace", 0.0, len(points), progress)
     lead = (len(points),) if listed else ()
-    state = jax.device_put(
-        TraceState(
-            np.zeros(lead + (rank, dim), dtype),
-            np.zeros(lead, dtype),
-            np.zeros(lead + (rest,), dtype),
-        )
-    )
+    zeros = [np.zeros(lead + shape, dtype) for shape in ((rank, dim), (), (rest,))]
+    state = TraceState(*jax.device_put(zeros))
     stages = [(SKETCH, rank), (EXACT, rank), (REST, rest)]
     schedule = [
         (stage, i, min(plan.size, count - i * plan.size))
