@@ -234,10 +234,9 @@ def test_bad_arguments_are_refused_in_one_sentence():
 
 @pytest.mark.parametrize("spectrum", ["geometric", "clustered"])
 def test_one_gram_schmidt_pass_after_the_recurrence_keeps_the_basis_orthonormal(spectrum):
-    """One run of 150 float32 steps (the recurrence, then one pass; rtol < 0: no early stop, and
-    one run at most, so the basis is not rotated): orthonormal to rounding, and the Lanczos
-    residual estimate |beta s_last| of the top Ritz pair equal to its exact residual, which the
-    search's FILL computed with a fresh product."""
+    """A run of up to 150 float32 Lanczos steps (the recurrence, then one pass; rtol < 0: no
+    early stop): its basis orthonormal to rounding, and the Lanczos residual estimate
+    |beta s_last| of the top Ritz pair equal to its exact residual."""
     rng = np.random.default_rng(3)
     values = {
         "geometric": np.r_[1e3, 10.0 ** -np.linspace(0, 8, 599)],
@@ -246,25 +245,25 @@ def test_one_gram_schmidt_pass_after_the_recurrence_keeps_the_basis_orthonormal(
         ],
     }[spectrum]
     basis = np.linalg.qr(rng.standard_normal((values.size, values.size)))[0]
-    matrix = jnp.asarray((basis * values) @ basis.T, jnp.float32)
-    dim, k = values.size, 2
-    search = krylov.initial(jax.random.key(0), dim, np.dtype(np.float32), k, 151)
-    rules = krylov.Rules(np.float32(-1.0), np.int32(1), np.int32(dim))
-    done = jax.jit(krylov.run, static_argnums=(0, 3))(
-        lambda v: matrix @ v, search, rules, "largest"
+    matrix = ((basis * values) @ basis.T).astype(np.float32)
+    point = landscape.Point(
+        {"x": np.zeros(values.size, np.float32)}, objective=_quadratic, inputs=matrix
     )
-    done, state = done.basis, done.state
-    steps = int(state.size)
-    assert int(state.mode) == krylov.DONE and int(state.runs) == 1 and int(state.num_locked) == k
-    assert steps > 100  # float32 exhausts the space a little earlier than 150
-    vectors = np.asarray(done, np.float64)[:steps]
-    assert np.abs(vectors @ vectors.T - np.eye(steps)).max() < 1e-5
-    top = float(state.theta[0])
-    ritz = np.asarray(state.coeffs, np.float64)[:steps, 0] @ vectors
-    exact = np.linalg.norm(np.asarray(matrix, np.float64) @ ritz - top * ritz)
-    assert float(state.values[0]) == top
-    assert float(state.estimates[0]) == pytest.approx(exact, rel=0.05, abs=1e-5 * abs(top))
-    assert float(state.residuals[0]) == pytest.approx(exact, rel=0.05, abs=1e-5 * abs(top))
+    dim, k = values.size, 2
+    host = krylov.Host(k, 151, dim, "largest", -1.0, 1)
+    plan = host.plan(np.dtype(np.float32))
+    vectors = jax.device_put(np.zeros((k + 151, dim), np.float32))
+    vectors, outcome = krylov.advance(
+        _quadratic, point.params, matrix, vectors, plan, jax.random.key(0), "largest"
+    )
+    steps = int(np.argmin(np.asarray(outcome.more))) + 1 if not np.all(outcome.more) else 150
+    assert int(outcome.taken) == 150 and steps > 100  # float32 exhausts the space a little early
+    rows = np.asarray(vectors, np.float64)[k : k + steps]
+    assert np.abs(rows @ rows.T - np.eye(steps)).max() < 1e-5
+    theta, coeffs, estimates = krylov._wanted_first(outcome, 150, "largest")
+    ritz = coeffs[:steps, 0] @ rows
+    exact = np.linalg.norm(matrix.astype(np.float64) @ ritz - theta[0] * ritz)
+    assert estimates[0] == pytest.approx(exact, rel=0.05, abs=1e-5 * abs(theta[0]))
 
 
 def test_a_loose_rtol_stops_runs_early_and_counts_every_product():

@@ -3,9 +3,9 @@
     eigenpairs(point, k, which)   the k largest or smallest eigenpairs, each with its residual
     escape_directions(point)      eigenvectors of negative eigenvalues, checked at second order
 
-Dense `eigh` for small D, thick-restarted Lanczos with deflation on exact HVPs above (`krylov.py`),
-falling back to the dense solve when Lanczos does not certify the k values. The method, its
-stopping rule and its tolerances: docs/design/curvature.md.
+Dense `eigh` for small D, Krylov-Schur (restarted Lanczos with locking) on exact HVPs above
+(`krylov.py`), falling back to the dense solve when Lanczos does not certify the k values. The
+method, its stopping rule and its tolerances: docs/design/curvature.md.
 """
 
 from __future__ import annotations
@@ -526,7 +526,7 @@ def solve(
         found = _lanczos_one(point, k, which, ncv, how.key, rtol, runs, progress)
         found = _fallback(found, reason, how.fallback_below, progress)
         losses = None
-        if epsilons is not None and found.finite:
+        if epsilons is not None and found.finite:  # the second program of escape_directions
             objective, inputs = point.shared
             along = losses_along(objective, point.params, inputs, found.flat_vectors, epsilons)
             losses = np.asarray(along)

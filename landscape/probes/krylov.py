@@ -3,20 +3,22 @@
 method, its cost and tolerances: docs/design/curvature.md, "Certified extreme eigenpairs").
 
 Legend: D parameters, k wanted pairs, n = ncv - k rows of the basis (the active Krylov vectors
-and the next Lanczos vector). The search holds `ncv` vectors of D (the k locked eigenvectors and
-the basis) and a few for one step's work, whatever its length.
+and the next Lanczos vector), c = k candidate Ritz pairs a check goes through. The search holds
+`ncv` vectors of D (the k locked eigenvectors and the basis) and a few for one step's work,
+whatever its length.
 
-One compiled program per (model, k, which, ncv) advances the search by one Lanczos run; the host
-calls it until the search is done, printing a line per run once it takes long. Inside a run every
-product goes through one call site: each iteration multiplies one vector and then, by the
-search's mode, extends the basis (EXTEND), checks a candidate Ritz pair with an exact residual
-(CHECK), or fills an unconverged search's last slots (FILL). The decisions work on small arrays
-only; the basis and the locked vectors change by row writes and an in-place rotation outside
-every conditional, since XLA copies a buffer that a conditional passes through.
+The vectors stay on the device, and one compiled program per model works on them: `advance`
+applies the restart the host asked for and then, on one linearisation of the gradient, either a
+Lanczos run (EXTEND: steps until the pairs it needs have converged or the basis is full) or the
+exact residuals of candidate Ritz pairs (RITZ, locking the accepted ones). The decisions between
+calls, on arrays of n numbers, are numpy's on the host (`Host`), where they read as the
+algorithm does; a call is a run, so the host's turn costs one synchronisation a run, and the
+linearisation is shared by the run's products.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
 from collections.abc import Callable
@@ -31,425 +33,491 @@ from landscape.point import Point
 from landscape.probes import compiled, operator
 from landscape.typing import PyTree
 
-EXTEND, CHECK, FILL, DONE = 0, 1, 2, 3
+EXTEND, RITZ = 0, 1  # what `advance` multiplies
+CHECK, FILL, DONE = 3, 4, 5  # the host's further modes (CHECK and FILL call RITZ)
 
 _DOT = functools.partial(jnp.matmul, precision=jax.lax.Precision.HIGHEST)
-MatVec = Callable[[jax.Array], jax.Array]
 
 
-class State(NamedTuple):
-    """The search's small arrays (legend in the module docstring).
+class Plan(NamedTuple):
+    """What one call of `advance` is asked (legend in the module docstring). The basis first
+    becomes qᵀ basis (n, n; the identity for none), its first row a fresh start seeded by it when
+    `fresh`; then up to `steps` products in `mode`: EXTEND Lanczos steps from basis row `start`
+    (`column` (ncv,) the first step's coupling known before it, the kept Ritz vectors'
+    arrowhead), RITZ the Ritz vectors coeffs[:, i] · vectors (coeffs (ncv, k), zero on the
+    locked rows) with their residuals against theta[i], each accepted at residual <= `tol`
+    (until one is not) and written into locked row slots[i] (k: nowhere). `products` numbers
+    the products before this call (the seed of a fresh direction where the Krylov space is
+    exhausted). A run ends early once the `need` most wanted Ritz pairs of `proj` (n, n: the
+    projected matrix, grown by its steps) have Lanczos estimates within rtol · max(scale, their
+    values)."""
 
-    proj (n, n): the operator projected on the basis rows, the kept Ritz values' diagonal
-    bordered by their arrowhead, then the tridiagonal; `size` rows hold Krylov vectors, row
-    `size` the next Lanczos vector, `start` the row the run began at. values, residuals (k,):
-    the locked pairs (`num_locked` of them), each residual ||H y - θ y|| of a fresh product. theta,
-    estimates (n,), coeffs (n, n): the last Rayleigh-Ritz pairs, most wanted first, their
-    coefficients in the basis as columns and their Lanczos estimates |β s_last|. cursor, stop:
-    the pairs CHECK and FILL go through. q (n, n), hint (n,), rotate, fresh: a restart asked
-    for (the basis becomes qᵀ basis; a fresh phase starts from hint's combination of the rows).
-    """
-
-    proj: jax.Array
-    size: jax.Array
-    start: jax.Array
-    values: jax.Array
-    residuals: jax.Array
-    num_locked: jax.Array
-    theta: jax.Array
-    coeffs: jax.Array
-    estimates: jax.Array
-    cursor: jax.Array
-    stop: jax.Array
     mode: jax.Array
-    low: jax.Array
-    high: jax.Array
-    clean: jax.Array
-    converged: jax.Array
-    finite: jax.Array
-    runs: jax.Array
-    products: jax.Array
     q: jax.Array
-    hint: jax.Array
-    rotate: jax.Array
     fresh: jax.Array
-    key: jax.Array
+    start: jax.Array
+    steps: jax.Array
+    column: jax.Array
+    coeffs: jax.Array
+    theta: jax.Array
+    slots: jax.Array
+    tol: jax.Array
+    products: jax.Array
+    proj: jax.Array
+    need: jax.Array
+    scale: jax.Array
+    rtol: jax.Array
 
 
-class Search(NamedTuple):
-    """basis (n, D), locked (k, D) (rows past `state.num_locked` zero), the point's loss and flat
-    gradient (D,) from the operator's linearisation, and the small `state`."""
+class Outcome(NamedTuple):
+    """What a call gives back: the products it made, the Rayleigh-Ritz of the run's last step
+    (theta (n,) ascending, its eigenvectors (n, n) and their Lanczos estimates, the absent rows'
+    values beyond the wanted end: the early stop decided on these, so the host does too), each
+    Lanczos step's alpha, beta and whether it left a next vector (n,), each Ritz pair's residual
+    and acceptance (c,), and the point's loss and flat gradient (D,), which the linearisation
+    gives for free."""
 
-    basis: jax.Array
-    locked: jax.Array
+    taken: jax.Array
+    theta: jax.Array
+    vectors: jax.Array
+    estimates: jax.Array
+    alpha: jax.Array
+    beta: jax.Array
+    more: jax.Array
+    residual: jax.Array
+    accepted: jax.Array
     loss: jax.Array
     gradient: jax.Array
-    state: State
 
 
-class Writes(NamedTuple):
-    """What a step writes into the big arrays: `vector` into basis row `row`, `y` into locked
-    row `slot` (an index past the end writes nothing)."""
-
-    row: jax.Array
-    vector: jax.Array
-    slot: jax.Array
-    y: jax.Array
-
-
-class Rules(NamedTuple):
-    """What a search asks: the relative residual `rtol` (of the largest |Ritz value| seen) at
-    which a pair is accepted, the most runs, and D (every direction locked ends a search)."""
-
-    rtol: jax.Array
-    max_runs: jax.Array
-    dim: jax.Array
-
-
-def _int(x: object) -> jax.Array:
-    return jnp.asarray(x, jnp.int32)
-
-
-def basis_rows(ncv: int, k: int, dim: int) -> int:
-    """n: the basis rows of a search holding ncv vectors with k locked, at most D + 1."""
-    return min(ncv - k, dim + 1)
-
-
-def initial(key: jax.Array, dim: int, dtype: np.dtype, k: int, rows: int) -> Search:
-    """A search before its first run, made on the host and placed on the device (nothing is
-    compiled; the zeros are calloc'd pages, which cost no memory until the device copy): `run`
-    draws the start vector from `key`."""
-    zeros, square, integer = np.zeros(rows, dtype), np.zeros((rows, rows), dtype), np.int32(0)
-    state = dict(
-        proj=square, size=integer, start=integer, values=np.zeros(k, dtype),
-        residuals=np.zeros(k, dtype), num_locked=integer, theta=zeros, coeffs=square,
-        estimates=zeros, cursor=integer, stop=integer, mode=np.int32(EXTEND),
-        low=np.asarray(np.inf, dtype), high=np.asarray(-np.inf, dtype), clean=np.bool_(True),
-        converged=np.bool_(False), finite=np.bool_(True), runs=integer, products=integer,
-        q=square, hint=zeros, rotate=np.bool_(False), fresh=np.bool_(False),
-    )  # fmt: skip
-    big = dict(
-        basis=np.zeros((rows, dim), dtype), locked=np.zeros((k, dim), dtype),
-        loss=np.asarray(0, dtype), gradient=np.zeros(dim, dtype),
-    )  # fmt: skip
-    placed = State(**jax.device_put(state), key=_own_copy(key))
-    return Search(**jax.device_put(big), state=placed)
-
-
-def _own_copy(key: jax.Array) -> jax.Array:
-    """A copy of `key` that the search may donate (the caller's key stays usable), through the
-    host: nothing compiled."""
-    typed = jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key)
-    data = jax.device_put(np.asarray(jax.random.key_data(key) if typed else key))
-    return jax.random.wrap_key_data(data, impl=jax.random.key_impl(key)) if typed else data
-
-
-@functools.partial(jax.jit, static_argnames=("objective", "which"), donate_argnames=("search",))
+@functools.partial(jax.jit, static_argnames=("objective", "which"), donate_argnames=("vectors",))
 def advance(
     objective: compiled.Objective,
     params: PyTree,
     inputs: PyTree,
-    search: Search,
-    rules: Rules,
+    vectors: jax.Array,
+    plan: Plan,
+    key: jax.Array,
     which: str,
-) -> Search:
-    """One Lanczos run of the search on the exact Hessian at params (linearised once), its
-    Rayleigh-Ritz, the checks of its candidates and the restart: one program per model."""
+) -> tuple[jax.Array, Outcome]:
+    """`plan` on the exact Hessian at params, linearised once for every product of the call.
+    `vectors` (ncv, D) holds the k locked rows, then the basis's n rows: one buffer, changed in
+    place (a rotation, then row writes), which no conditional passes through (XLA would copy
+    it)."""
     op = operator.hessian_operator(objective, params, inputs)
-    search = search._replace(loss=op.value.astype(op.flat.dtype), gradient=op.gradient)
-    return run(op.matvec, search, rules, which)
+    k = plan.slots.size
+    vectors = _restarted(vectors, k, plan, key)
+    rows, dtype = vectors.shape[0] - k, vectors.dtype
+    outcome = Outcome(
+        jnp.asarray(0, jnp.int32), jnp.zeros(rows, dtype), jnp.zeros((rows, rows), dtype),
+        jnp.zeros(rows, dtype), jnp.zeros(rows, dtype), jnp.zeros(rows, dtype),
+        jnp.zeros(rows, bool), jnp.zeros(k, dtype), jnp.zeros(k, bool),
+        op.value.astype(dtype), op.gradient,
+    )  # fmt: skip
+
+    def going(carry: tuple) -> jax.Array:
+        return (carry[1].taken < plan.steps) & ~carry[3]
+
+    def body(carry: tuple) -> tuple:
+        return _one_product(op, plan, key, which, carry)
+
+    init = (vectors, outcome, jnp.asarray(False), jnp.asarray(False), plan.proj)
+    vectors, outcome, *_ = jax.lax.while_loop(going, body, init)
+    return vectors, outcome
 
 
-def run(matvec: MatVec, search: Search, rules: Rules, which: str) -> Search:
-    """`advance` on any symmetric operator: products until the next run would begin (after this
-    run's checks) or the search is done, then the restart the run asked for, outside the loop
-    (a rotation inside it would make XLA copy the basis at every product)."""
-    runs, s = search.state.runs, search.state
-    draw, key = jax.random.split(s.key)
-    vector = jax.random.normal(draw, search.basis.shape[1:], search.basis.dtype)
-    first = jnp.where(s.products == 0, vector / jnp.linalg.norm(vector), search.basis[0])
-    search = search._replace(basis=search.basis.at[0].set(first), state=s._replace(key=key))
+def _restarted(vectors: jax.Array, k: int, plan: Plan, key: jax.Array) -> jax.Array:
+    """The basis rows rotated in place to qᵀ basis (the locked rows kept); for a fresh phase the
+    first basis row (q's seed) plus N(0, I/D), orthogonal to the locked rows and of unit norm
+    (the first call's start: the noise alone)."""
+    total, dim = vectors.shape
+    q = jnp.eye(total, dtype=vectors.dtype).at[k:, k:].set(plan.q)
+    vectors = linalg.rotate_rows(vectors, q)
 
-    def going(search: Search) -> jax.Array:
-        s = search.state
-        next_run = (s.runs != runs) & (s.mode == EXTEND) & (s.size == s.start)
-        return (s.mode != DONE) & ~next_run
+    def start(seed: jax.Array) -> jax.Array:
+        raw = seed + jax.random.normal(key, (dim,), vectors.dtype) / float(np.sqrt(dim))
+        return _unit_remainder(vectors, raw, jnp.arange(total) < k)
 
-    def body(search: Search) -> Search:
-        return _step(matvec, search, rules, which)
-
-    search = jax.lax.while_loop(going, body, search)
-    basis, state = _restart(search.basis, search.locked, search.state)
-    return search._replace(basis=basis, state=state)
+    return vectors.at[k].set(jax.lax.cond(plan.fresh, start, lambda seed: seed, vectors[k]))
 
 
-def _step(matvec: MatVec, search: Search, rules: Rules, which: str) -> Search:
-    """One product, the mode's step on the small arrays and its row writes. A restart it asks
-    for ends the call's loop (the next run begins), and `run` applies it after the loop."""
-    basis, locked, s = search.basis, search.locked, search.state
+def _one_product(
+    op: operator.Operator, plan: Plan, key: jax.Array, which: str, carry: tuple
+) -> tuple:
+    """The call's next product, through one call site whatever the mode, and its vector work;
+    a run's projected matrix grown by the step, and whether the run has converged."""
+    vectors, outcome, failed, _, proj = carry
+    k, i = plan.slots.size, outcome.taken
+    rows = vectors.shape[0] - k
+    at = jnp.minimum(i, k - 1)
+    row = plan.start + i  # of the basis: vectors[k + row]
+    extending = plan.mode == EXTEND
     v = jax.lax.cond(
-        s.mode == EXTEND, lambda: basis[s.size], lambda: _DOT(s.coeffs[:, s.cursor], basis)
+        extending,
+        lambda: vectors[k + jnp.minimum(row, rows - 1)],
+        lambda: _DOT(plan.coeffs[:, at], vectors),
     )
-    av = matvec(v)
-    s = s._replace(products=s.products + 1, finite=s.finite & jnp.all(jnp.isfinite(av)))
-    branches = [_extend, _check, _fill]
-    branches = [functools.partial(b, rules=rules, which=which) for b in branches]
-    s, writes = jax.lax.switch(jnp.minimum(s.mode, FILL), branches, basis, locked, s, v, av)
-    basis = basis.at[writes.row].set(writes.vector, mode="drop")
-    locked = locked.at[writes.slot].set(writes.y, mode="drop")
-    s = s._replace(mode=jnp.where(s.finite, s.mode, DONE))
-    return search._replace(basis=basis, locked=locked, state=s)
+    hv = op.matvec(v)
+    zero = jnp.zeros((), v.dtype)
+    coupling = (i == 0, plan.column, outcome.beta[jnp.maximum(i - 1, 0)])
+    fresh_key = jax.random.fold_in(key, plan.products + i)
+    alpha, beta, following = jax.lax.cond(
+        extending,
+        lambda: _lanczos_step(vectors, k, row, coupling, v, hv, fresh_key),
+        lambda: (zero, zero, v),
+    )
+    residual = jnp.linalg.norm(hv - plan.theta[at] * v)
+    finite = jnp.all(jnp.isfinite(hv))
+    ok = (plan.mode == RITZ) & ~failed & (residual <= plan.tol) & finite
+    kept = ok & (plan.slots[at] < k)  # accepted and among the k most wanted
+    write = jnp.where(extending, k + row + 1, jnp.where(kept, plan.slots[at], vectors.shape[0]))
+    vectors = vectors.at[write].set(following, mode="drop")  # following is v for a Ritz pair
+    outcome = outcome._replace(
+        taken=i + 1,
+        alpha=outcome.alpha.at[i].set(alpha, mode="drop"),
+        beta=outcome.beta.at[i].set(jnp.where(finite, beta, jnp.nan), mode="drop"),
+        more=outcome.more.at[i].set(jnp.any(following != 0), mode="drop"),
+        residual=outcome.residual.at[i].set(jnp.where(finite, residual, jnp.nan), mode="drop"),
+        accepted=outcome.accepted.at[i].set(ok, mode="drop"),
+    )
+    proj = proj.at[row, row].set(alpha, mode="drop")
+    proj = proj.at[row + 1, row].set(beta, mode="drop").at[row, row + 1].set(beta, mode="drop")
+    done, ritz = _converged(proj, row + 1, beta, plan, which)
+    outcome = _where(
+        extending, outcome._replace(theta=ritz[0], vectors=ritz[1], estimates=ritz[2]), outcome
+    )
+    converged = extending & finite & done
+    return vectors, outcome, failed | ((plan.mode == RITZ) & ~ok), converged, proj
 
 
-# ------------------------------------------------------------------------- EXTEND: one step
+def _where(pred: jax.Array, a: Outcome, b: Outcome) -> Outcome:
+    return Outcome(*(jnp.where(pred, x, y) for x, y in zip(a, b, strict=True)))
 
 
-def _extend(
-    basis: jax.Array, locked: jax.Array, s: State, v: jax.Array, av: jax.Array, rules: Rules,
-    which: str,
-) -> tuple[State, Writes]:  # fmt: skip
-    """A Lanczos step from row `size`: the known coupling (the arrowhead on a run's first step,
-    the tridiagonal after) subtracted, then one classical Gram-Schmidt pass against the basis
-    and the locked rows, a second only when the first removed most of the vector (Daniel-
-    Gragg-Kaufman-Stewart). The run ends once the pairs it still needs have converged."""
-    i, rows = s.size, basis.shape[0]
+def _converged(
+    proj: jax.Array, size: jax.Array, beta: jax.Array, plan: Plan, which: str
+) -> tuple[jax.Array, tuple[jax.Array, jax.Array, jax.Array]]:
+    """Whether the `need` most wanted Ritz pairs of proj's leading `size` rows have Lanczos
+    estimates |β s_last| within rtol · max(scale, |Ritz values|) (the run may end), and that
+    Rayleigh-Ritz: (values ascending, eigenvectors, estimates)."""
+    rows = proj.shape[0]
+    holds = jnp.arange(rows) < size
+    projected = jnp.where(holds[:, None] & holds[None, :], proj, 0)
+    far = jnp.sum(jnp.abs(projected)) + 1.0  # absent rows: beyond the wanted end
+    projected += jnp.diag(jnp.where(holds, 0.0, -far if which == "largest" else far))
+    theta, vectors = jnp.linalg.eigh(projected)  # ascending
+    estimates = jnp.abs(beta * vectors[jnp.maximum(size - 1, 0)])
+    order = jnp.arange(rows)
+    wanted = order >= rows - plan.need if which == "largest" else order < plan.need
+    seen = jnp.max(jnp.where(jnp.abs(theta) < far / 2, jnp.abs(theta), 0))  # real ones
+    tol = plan.rtol * jnp.maximum(plan.scale, seen)
+    done = (size >= plan.need) & jnp.all(jnp.where(wanted, estimates, 0) <= tol)
+    return done, (theta, vectors, estimates)
+
+
+def _lanczos_step(
+    vectors: jax.Array,
+    k: int,
+    row: jax.Array,
+    coupling: tuple[jax.Array, jax.Array, jax.Array],
+    v: jax.Array,
+    av: jax.Array,
+    key: jax.Array,
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """(alpha, beta, the next Lanczos vector) of a step from basis row `row`: the coupling known
+    before it subtracted (`coupling` = (first, column, previous beta): on a run's first step the
+    kept Ritz vectors' arrowhead `column`, after it the tridiagonal), then one classical
+    Gram-Schmidt pass against every row (locked and basis), a second only when the first
+    removed most of the vector (Daniel-Gragg-Kaufman-Stewart); a random direction orthogonal to
+    them when the Krylov space is exhausted (beta 0), zero when nothing is left."""
+    first, column, previous = coupling
     alpha = _DOT(v, av)
-    column = s.proj[:, i].at[i].set(alpha)
-    w = jax.lax.cond(
-        i == s.start,
-        lambda: av - _DOT(column, basis),
-        lambda: av - alpha * v - column[jnp.maximum(i - 1, 0)] * basis[jnp.maximum(i - 1, 0)],
+    below = k + jnp.maximum(row - 1, 0)
+    known = jax.lax.cond(
+        first,
+        lambda: _DOT(column, vectors),
+        lambda: jnp.where(row > 0, previous, 0) * vectors[below],
     )
-    once = _orthogonalised(basis, locked, w)
+    w = av - alpha * v - known
+    once = _orthogonalised(vectors, w)
     w = jax.lax.cond(
         jnp.linalg.norm(once) < 0.5 * jnp.linalg.norm(w),
-        lambda: _orthogonalised(basis, locked, once),
+        lambda: _orthogonalised(vectors, once),
         lambda: once,
     )
     beta, eps = jnp.linalg.norm(w), jnp.finfo(w.dtype).eps
-    scale = jnp.maximum(jnp.max(jnp.abs(s.proj)), jnp.maximum(jnp.linalg.norm(av), jnp.abs(alpha)))
+    seen = jnp.maximum(jnp.max(jnp.abs(column)), jnp.abs(previous))
+    scale = jnp.maximum(jnp.maximum(seen, jnp.linalg.norm(av)), jnp.abs(alpha))
     exhausted = beta <= 100 * eps * scale
     following = jax.lax.cond(
         exhausted,
-        lambda: _fresh_direction(basis, locked, jax.random.fold_in(s.key, s.products)),
+        lambda: _unit_remainder(vectors, jax.random.normal(key, v.shape, v.dtype)),
         lambda: w / jnp.where(exhausted, 1, beta),
     )
-    beta = jnp.where(exhausted, 0, beta)
-    proj = s.proj.at[i, i].set(alpha)
-    proj = proj.at[i + 1, i].set(beta, mode="drop").at[i, i + 1].set(beta, mode="drop")
-    s = s._replace(proj=proj, size=i + 1)
-    theta, coeffs, estimates = rayleigh_ritz(s.proj, s.size, beta, which)
-    tol = _tolerance(s, theta, estimates, rules)
-    need = jnp.where(s.num_locked < s.values.size, s.values.size - s.num_locked, 1)
-    done = jnp.all(jnp.where(jnp.arange(theta.size) < need, estimates, 0) <= tol)
-    full = (s.size + 1 >= rows) | (s.size + s.num_locked >= basis.shape[1]) | ~jnp.any(following)
-    ended = s._replace(theta=theta, coeffs=coeffs, estimates=estimates)
-    s = jax.lax.cond(done | full | ~s.finite, lambda: _after_run(ended, rules, which), lambda: s)
-    return s, Writes(i + 1, following, _int(locked.shape[0]), v)
+    return alpha, jnp.where(exhausted, 0, beta), following
 
 
-def _orthogonalised(basis: jax.Array, locked: jax.Array, w: jax.Array) -> jax.Array:
-    """w less its components along the basis rows and the locked rows (zero rows ignored)."""
-    w = w - _DOT(_DOT(basis, w), basis)
-    return w - _DOT(_DOT(locked, w), locked)
+def _orthogonalised(rows: jax.Array, w: jax.Array, only: jax.Array | None = None) -> jax.Array:
+    """w less its components along the rows (orthonormal; zero rows ignored), or along those
+    that `only` marks (a mask, where a slice would copy the rows)."""
+    coefficients = _DOT(rows, w)
+    if only is not None:
+        coefficients = jnp.where(only, coefficients, 0)
+    return w - _DOT(coefficients, rows)
 
 
-def _fresh_direction(basis: jax.Array, locked: jax.Array, key: jax.Array) -> jax.Array:
-    """A random unit vector orthogonal to the basis and the locked rows (twice: a random vector
-    lies mostly in a large basis); zero when they span everything."""
-    raw = jax.random.normal(key, basis.shape[1:], basis.dtype)
-    w = _orthogonalised(basis, locked, _orthogonalised(basis, locked, raw))
+def _unit_remainder(rows: jax.Array, raw: jax.Array, only: jax.Array | None = None) -> jax.Array:
+    """The unit part of `raw` orthogonal to the rows (or those `only` marks; two passes: a
+    random vector lies mostly in a large basis); zero when they span everything."""
+    w = _orthogonalised(rows, _orthogonalised(rows, raw, only), only)
     norm = jnp.linalg.norm(w)
     usable = norm > jnp.sqrt(jnp.finfo(w.dtype).eps) * jnp.linalg.norm(raw)
     return jnp.where(usable, w / jnp.where(usable, norm, 1), 0)
 
 
-def rayleigh_ritz(
-    proj: jax.Array, size: jax.Array, beta: jax.Array, which: str
-) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """(Ritz values, their coefficient columns, estimates |β s_last|), most wanted first, of the
-    projected matrix's leading `size` rows; the absent rows sort last, with infinite estimates."""
-    holds = jnp.arange(proj.shape[0]) < size
-    projected = jnp.where(holds[:, None] & holds[None, :], proj, 0)
-    far = jnp.sum(jnp.abs(projected)) + 1.0  # beyond every eigenvalue
-    projected += jnp.diag(jnp.where(holds, 0.0, -far if which == "largest" else far))
-    theta, vectors = jnp.linalg.eigh(projected)
-    order = jnp.argsort(-theta if which == "largest" else theta)
-    theta, vectors = theta[order], vectors[:, order]
-    real = jnp.sum(jnp.where(holds[:, None], vectors**2, 0), axis=0) > 0.5
-    estimates = jnp.abs(beta * vectors[jnp.maximum(size - 1, 0)])
-    return theta, jnp.where(holds[:, None], vectors, 0), jnp.where(real, estimates, jnp.inf)
-
-
-def _tolerance(s: State, theta: jax.Array, estimates: jax.Array, rules: Rules) -> jax.Array:
-    """rtol times the largest |Ritz value| seen (this run's included)."""
-    seen = jnp.max(jnp.where(jnp.isfinite(estimates), jnp.abs(theta), 0))
-    return rules.rtol * jnp.maximum(_scale(s), seen)
-
-
-def _scale(s: State) -> jax.Array:
-    return jnp.where(jnp.isfinite(s.low), jnp.maximum(jnp.abs(s.low), jnp.abs(s.high)), 0)
-
-
-# --------------------------------------------------------------- the end of a run: decisions
-
-
-def _more_wanted(a: jax.Array, b: jax.Array, which: str) -> jax.Array:
-    return a > b if which == "largest" else a < b
-
-
-def _after_run(s: State, rules: Rules, which: str) -> State:
-    """After a run's Rayleigh-Ritz: done, in a phase begun after the last lock, when no Ritz
-    value (moved by its estimate toward the wanted end) is more wanted than the least wanted
-    locked one by more than the tolerance; else check the candidates the estimates accept."""
-    real = jnp.isfinite(s.estimates)
-    s = s._replace(
-        low=jnp.minimum(s.low, jnp.min(jnp.where(real, s.theta, jnp.inf))),
-        high=jnp.maximum(s.high, jnp.max(jnp.where(real, s.theta, -jnp.inf))),
-        runs=s.runs + 1,
-    )
-    margin, k = rules.rtol * _scale(s), s.values.size
-    toward = s.estimates[0] if which == "largest" else -s.estimates[0]
-    slots = jnp.arange(k) < s.num_locked
-    if which == "largest":
-        beyond = jnp.min(jnp.where(slots, s.values, jnp.inf)) + margin
-    else:
-        beyond = jnp.max(jnp.where(slots, s.values, -jnp.inf)) - margin
-    settled = (s.num_locked == k) & s.clean & ~_more_wanted(s.theta[0] + toward, beyond, which)
-    accepted = (s.estimates <= margin) & real
-    candidates = jnp.where(jnp.all(accepted), accepted.size, jnp.argmin(accepted))
-    checking = s._replace(mode=_int(CHECK), cursor=_int(0), stop=_int(jnp.minimum(candidates, k)))
-    return jax.lax.cond(
-        settled | ~s.finite,
-        lambda: s._replace(mode=_int(DONE), converged=s.finite),
-        lambda: jax.lax.cond(
-            candidates > 0, lambda: checking, lambda: _decide(s, _int(0), rules, which)
-        ),
-    )
-
-
-def _check(
-    basis: jax.Array, locked: jax.Array, s: State, y: jax.Array, hy: jax.Array, rules: Rules,
-    which: str,
-) -> tuple[State, Writes]:  # fmt: skip
-    """CHECK: Ritz pair `cursor`'s exact residual; accepted (merged into the locked set, the k
-    most wanted kept) when within the tolerance. The first refused one ends the checks."""
-    k, theta = s.values.size, s.theta[s.cursor]
-    residual = jnp.linalg.norm(hy - theta * y)
-    ok = residual <= rules.rtol * _scale(s)
-    slots = jnp.arange(k) < s.num_locked
-    rank = jnp.where(slots, s.values, -jnp.inf if which == "largest" else jnp.inf)
-    least = jnp.argmin(rank) if which == "largest" else jnp.argmax(rank)
-    slot = jnp.where(s.num_locked < k, s.num_locked, least)
-    kept = ok & ((s.num_locked < k) | _more_wanted(theta, s.values[least], which))
-    s = s._replace(
-        values=jnp.where(kept, s.values.at[slot].set(theta), s.values),
-        residuals=jnp.where(kept, s.residuals.at[slot].set(residual), s.residuals),
-        num_locked=jnp.where(kept, jnp.minimum(s.num_locked + 1, k), s.num_locked),
-        clean=s.clean & ~kept, cursor=s.cursor + 1,
-    )  # fmt: skip
-    accepted = jnp.where(ok, s.cursor, s.cursor - 1)
-    s = jax.lax.cond(
-        ~ok | (s.cursor >= s.stop), lambda: _decide(s, accepted, rules, which), lambda: s
-    )
-    return s, Writes(_int(basis.shape[0]), y, jnp.where(kept, slot, k).astype(jnp.int32), y)
-
-
-def _decide(s: State, accepted: jax.Array, rules: Rules, which: str) -> State:
-    """After the checks: every parameter direction locked (done), the last run of an
-    unconverged search (fill the free slots with the best remaining Ritz pairs), or a restart
-    past the `accepted` prefix of the Ritz pairs."""
-    k = s.values.size
-    everything = s.num_locked >= rules.dim  # k = D: every direction locked
-    last = s.runs >= rules.max_runs
-    fill = s._replace(mode=_int(FILL), cursor=accepted, stop=accepted + k - s.num_locked)
-    stop = s._replace(mode=_int(DONE))
-    return jax.lax.cond(
-        everything,
-        lambda: s._replace(mode=_int(DONE), converged=jnp.asarray(True)),
-        lambda: jax.lax.cond(
-            last,
-            lambda: jax.lax.cond(s.num_locked < k, lambda: fill, lambda: stop),
-            lambda: _plan_restart(s, accepted),
-        ),
-    )
-
-
-def _fill(
-    basis: jax.Array, locked: jax.Array, s: State, y: jax.Array, hy: jax.Array, rules: Rules,
-    which: str,
-) -> tuple[State, Writes]:  # fmt: skip
-    """FILL: an unconverged search's free slot gets the next Ritz pair, with its exact residual
-    (uncertified: `converged` stays False)."""
-    theta, slot = s.theta[s.cursor], s.num_locked
-    s = s._replace(
-        values=s.values.at[slot].set(theta),
-        residuals=s.residuals.at[slot].set(jnp.linalg.norm(hy - theta * y)),
-        num_locked=s.num_locked + 1, cursor=s.cursor + 1,
-    )  # fmt: skip
-    left = jnp.isfinite(s.estimates[jnp.minimum(s.cursor, s.theta.size - 1)])
-    over = (s.cursor >= s.stop) | (s.cursor >= s.theta.size) | ~left
-    s = s._replace(mode=_int(jnp.where(over, DONE, FILL)))
-    return s, Writes(_int(basis.shape[0]), y, slot, y)
-
-
-# ------------------------------------------------------------------------------- restarts
-
-
-def _plan_restart(s: State, accepted: jax.Array) -> State:
-    """A fresh phase (a random start seeded with the best unconverged Ritz vectors) once k pairs
-    are locked and one changed since the phase began: a further copy of a locked eigenvalue lies
-    outside the current Krylov space. Otherwise a thick restart: keep about half the basis, the
-    best unconverged Ritz pairs, and continue from the next Lanczos vector."""
-    k, rows = s.values.size, s.proj.shape[0]
-    fresh = (s.num_locked == k) & ~s.clean
-    columns = accepted + jnp.arange(rows)
-    real = jnp.isfinite(s.estimates[jnp.minimum(columns, rows - 1)]) & (columns < rows)
-    seeds = jnp.where(
-        (real & (jnp.arange(rows) < k))[None, :], s.coeffs[:, jnp.minimum(columns, rows - 1)], 0
-    )
-    kept = _int(jnp.clip(jnp.minimum((rows - 1) // 2, jnp.sum(real)), 0, s.size))
-    use = jnp.arange(rows) < kept
-    q = jnp.where(use[None, :], s.coeffs[:, jnp.minimum(columns, rows - 1)], 0)
-    q = q.at[:, jnp.minimum(kept, rows - 1)].set(jax.nn.one_hot(s.size, rows, dtype=q.dtype))
-    beta = s.proj[jnp.minimum(s.size, rows - 1), s.size - 1]
-    arrow = jnp.where(use, beta * q[s.size - 1], 0)
-    theta = jnp.where(use, s.theta[jnp.minimum(columns, rows - 1)], 0)
-    proj = jnp.diag(theta).at[kept].set(arrow, mode="drop").at[:, kept].set(arrow, mode="drop")
-    thick = s._replace(q=q, proj=proj, size=kept, start=kept)
-    new = s._replace(
-        q=jnp.zeros_like(q), hint=jnp.sum(seeds, axis=1), proj=jnp.zeros_like(proj),
-        size=_int(0), start=_int(0), clean=jnp.asarray(True),
-    )  # fmt: skip
-    s = jax.lax.cond(fresh, lambda: new, lambda: thick)
-    return s._replace(mode=_int(EXTEND), rotate=jnp.asarray(True), fresh=fresh)
-
-
-def _restart(basis: jax.Array, locked: jax.Array, s: State) -> tuple[jax.Array, State]:
-    """The restart `_plan_restart` asked for: the basis rotated in place to qᵀ basis (q the
-    identity when none was asked for); a fresh phase's q puts the hint's combination of the
-    old rows in row 0, which becomes its start vector."""
-    fresh = s.rotate & s.fresh
-    q = jnp.where(s.rotate, s.q, jnp.eye(s.q.shape[0], dtype=s.q.dtype))
-    q = jnp.where(fresh, jnp.zeros_like(q).at[:, 0].set(s.hint), q)
-    basis = linalg.rotate_rows(basis, q)
-    key = jax.random.fold_in(s.key, s.runs)
-    first = jax.lax.cond(fresh, lambda: _phase_start(basis[0], locked, key), lambda: basis[0])
-    basis = basis.at[0].set(first)
-    return basis, s._replace(rotate=jnp.asarray(False), fresh=jnp.asarray(False))
-
-
-def _phase_start(hint: jax.Array, locked: jax.Array, key: jax.Array) -> jax.Array:
-    """hint plus N(0, I/D), orthogonal to the locked rows (twice), of unit norm."""
-    dim = hint.size
-    raw = hint + jax.random.normal(key, (dim,), hint.dtype) / float(np.sqrt(dim))
-    raw = raw - _DOT(_DOT(locked, raw), locked)
-    vector = raw - _DOT(_DOT(locked, raw), locked)
-    norm = jnp.linalg.norm(vector)
-    return jnp.where(norm > 0, vector / jnp.where(norm > 0, norm, 1), 0)
-
-
 # ------------------------------------------------------------------------------- the host
+
+
+def rayleigh_ritz(
+    proj: np.ndarray, size: int, beta: float, which: str
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(Ritz values, their coefficient columns (n, size), estimates |β s_last|), most wanted
+    first, of the projected matrix's leading `size` rows, in float64."""
+    theta, vectors = np.linalg.eigh(proj[:size, :size].astype(np.float64))
+    order = np.argsort(-theta if which == "largest" else theta, kind="stable")
+    coeffs = np.zeros((proj.shape[0], size))
+    coeffs[:size] = vectors[:, order]
+    return theta[order], coeffs, np.abs(beta * coeffs[size - 1])
+
+
+def _wanted_first(
+    outcome: Outcome, size: int, which: str
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A run's last Rayleigh-Ritz from the device (ascending, the absent rows beyond the wanted
+    end), most wanted first and cut to the `size` rows that hold vectors."""
+    theta = np.asarray(outcome.theta, np.float64)
+    order = np.argsort(-theta if which == "largest" else theta, kind="stable")[:size]
+    vectors, estimates = np.asarray(outcome.vectors, np.float64), np.asarray(outcome.estimates)
+    coeffs = vectors[:, order]
+    coeffs[size:] = 0.0
+    return theta[order], coeffs, estimates[order].astype(np.float64)
+
+
+@dataclasses.dataclass
+class Host:
+    """The search's decisions on the host, in numpy: the projected matrix `proj` (n, n; the kept
+    Ritz values' diagonal bordered by their arrowhead, then the tridiagonal) of the `size` rows
+    that hold Krylov vectors, the locked pairs' values and exact residuals, the last
+    Rayleigh-Ritz (theta, coeffs, estimates, most wanted first), the mode and the candidates it
+    goes through (cursor, stop), and the restart the next call applies (q, fresh)."""
+
+    k: int
+    rows: int
+    dim: int
+    which: str
+    rtol: float
+    max_runs: int
+    proj: np.ndarray = dataclasses.field(init=False)
+    size: int = 0
+    values: list[float] = dataclasses.field(default_factory=list)
+    residuals: list[float] = dataclasses.field(default_factory=list)
+    theta: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
+    coeffs: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros((0, 0)))
+    estimates: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
+    mode: int = EXTEND
+    cursor: int = 0
+    stop: int = 0
+    low: float = np.inf
+    high: float = -np.inf
+    clean: bool = True
+    converged: bool = False
+    finite: bool = True
+    runs: int = 0
+    products: int = 0
+    q: np.ndarray = dataclasses.field(init=False)
+    fresh: bool = True  # the first call draws the start vector
+
+    def __post_init__(self) -> None:
+        self.proj = np.zeros((self.rows, self.rows))
+        self.q = np.zeros((self.rows, self.rows))
+
+    @property
+    def scale(self) -> float:
+        """The largest |Ritz value| seen (0 before the first run ends)."""
+        return max(abs(self.low), abs(self.high)) if np.isfinite(self.low) else 0.0
+
+    def _more_wanted(self, a: float, b: float) -> bool:
+        return a > b if self.which == "largest" else a < b
+
+    # ----------------------------------------------------------------- the plan of a call
+
+    def plan(self, dtype: np.dtype) -> Plan:
+        """The next call's plan: a run (EXTEND), the candidates' checks (CHECK) or an
+        unconverged search's fill (FILL) as RITZ."""
+        rows, k = self.rows, self.k
+        coeffs, theta, slots = np.zeros((rows, k)), np.zeros(k), np.full(k, k, np.int32)
+        mode, steps, tol = EXTEND, self.rows - 1 - self.size, 0.0
+        steps = min(steps, self.dim - len(self.values) - self.size)
+        if self.mode in (CHECK, FILL):
+            chosen = np.arange(self.cursor, self.stop)
+            coeffs[:, : chosen.size] = self.coeffs[:, chosen]
+            theta[: chosen.size] = self.theta[chosen]
+            slots[: chosen.size] = self._slots(chosen)
+            mode, steps = RITZ, chosen.size
+            tol = np.inf if self.mode == FILL else self.rtol * self.scale
+        q = self.q if mode == EXTEND else np.eye(rows)
+        column = np.concatenate([np.zeros(k), self.proj[:, min(self.size, rows - 1)]])
+        coeffs = np.concatenate([np.zeros((k, k)), coeffs])  # the locked rows come first
+        need = self.k - len(self.values) if len(self.values) < self.k else 1
+        return Plan._make([  # numpy arrays: a jitted call takes them as they are
+            np.int32(mode), q.astype(dtype), np.bool_(mode == EXTEND and self.fresh),
+            np.int32(self.size), np.int32(max(steps, 0)), column.astype(dtype),
+            coeffs.astype(dtype), theta.astype(dtype), slots, np.asarray(tol, dtype),
+            np.int32(self.products), self.proj.astype(dtype), np.int32(need),
+            np.asarray(self.scale, dtype), np.asarray(self.rtol, dtype),
+        ])  # fmt: skip
+
+    def _slots(self, chosen: np.ndarray) -> np.ndarray:
+        """The locked row each of the `chosen` Ritz pairs takes if it and those before it are
+        accepted: a free row, else the least wanted pair's when it is more wanted, else none."""
+        values, slots = list(self.values), []
+        for j in chosen:
+            theta = float(self.theta[j])
+            if len(values) < self.k:
+                slots.append(len(values))
+                values.append(theta)
+                continue
+            least = int(np.argmin(values) if self.which == "largest" else np.argmax(values))
+            kept = self._more_wanted(theta, values[least])
+            slots.append(least if kept else self.k)
+            values[least] = theta if kept else values[least]
+        return np.asarray(slots, np.int32)
+
+    # ----------------------------------------------------------------- what a call gave
+
+    def receive(self, outcome: Outcome, plan: Plan) -> None:
+        """The call's outcome: a run's end, the checks or the fill; a non-finite product ends the
+        search."""
+        steps = int(outcome.taken)
+        self.products += steps
+        numbers = np.concatenate([np.asarray(outcome.alpha), np.asarray(outcome.beta),
+                                  np.asarray(outcome.residual)])  # fmt: skip
+        if not np.all(np.isfinite(numbers)):
+            self.mode, self.finite = DONE, False
+        elif self.mode == EXTEND:
+            self._ran(outcome, steps)
+        elif self.mode == CHECK:
+            self._checked(outcome, plan)
+        else:
+            self._filled(outcome, steps)
+
+    def _ran(self, outcome: Outcome, steps: int) -> None:
+        """A run's steps into the projected matrix (up to the first that left no next vector),
+        its Rayleigh-Ritz, then `_after_run`."""
+        alpha, beta = np.asarray(outcome.alpha, np.float64), np.asarray(outcome.beta, np.float64)
+        more = np.asarray(outcome.more)
+        taken = int(np.argmin(more[:steps])) + 1 if not more[:steps].all() else steps
+        for j in range(taken):
+            r = self.size + j
+            self.proj[r, r] = alpha[j]
+            if r + 1 < self.rows:
+                self.proj[r + 1, r] = self.proj[r, r + 1] = beta[j]
+        self.size += taken
+        if taken:  # the device's Rayleigh-Ritz, on which its early stop decided
+            self.theta, self.coeffs, self.estimates = _wanted_first(outcome, self.size, self.which)
+        else:
+            self.theta, self.coeffs, self.estimates = rayleigh_ritz(
+                self.proj, self.size, 0.0, self.which
+            )
+        self._after_run()
+
+    def _after_run(self) -> None:
+        """After a run: done, in a phase begun after the last lock, when its most wanted Ritz
+        value has converged (estimate within the tolerance) and, moved by its estimate toward
+        the wanted end, is no more wanted than the least wanted locked one by more than the
+        tolerance; else check the candidates the estimates accept."""
+        self.low = min(self.low, float(self.theta.min()))
+        self.high = max(self.high, float(self.theta.max()))
+        self.runs += 1
+        margin = self.rtol * self.scale
+        if len(self.values) == self.k and self.clean and self.estimates[0] <= margin:
+            toward = self.estimates[0] if self.which == "largest" else -self.estimates[0]
+            worst = min(self.values) if self.which == "largest" else max(self.values)
+            beyond = worst + margin if self.which == "largest" else worst - margin
+            if not self._more_wanted(self.theta[0] + toward, beyond):
+                self.mode, self.converged = DONE, True
+                return
+        accepted = self.estimates <= margin
+        candidates = min(int(np.argmin(accepted)) if not accepted.all() else accepted.size, self.k)
+        if candidates:
+            self.mode, self.cursor, self.stop = CHECK, 0, candidates
+        else:
+            self._decide(0)
+
+    def _checked(self, outcome: Outcome, plan: Plan) -> None:
+        """The candidates' exact residuals: the accepted prefix (the device stopped at the first
+        refused one) merged into the locked pairs at their slots, then `_decide`."""
+        accepted = np.asarray(outcome.accepted)[: int(outcome.taken)]
+        count = int(np.argmin(accepted)) if not accepted.all() else accepted.size
+        slots, residuals = np.asarray(plan.slots), np.asarray(outcome.residual, np.float64)
+        for j in range(count):
+            slot, theta = int(slots[j]), float(self.theta[self.cursor + j])
+            if slot >= self.k:  # accepted, but less wanted than every locked pair
+                continue
+            if slot == len(self.values):
+                self.values.append(theta)
+                self.residuals.append(float(residuals[j]))
+            else:
+                self.values[slot], self.residuals[slot] = theta, float(residuals[j])
+            self.clean = self.clean and slot >= self.k
+        self._decide(self.cursor + count)
+
+    def _filled(self, outcome: Outcome, steps: int) -> None:
+        """An unconverged search's free slots take the best remaining Ritz pairs, uncertified,
+        each with its exact residual."""
+        residuals = np.asarray(outcome.residual, np.float64)
+        for j in range(steps):
+            self.values.append(float(self.theta[self.cursor + j]))
+            self.residuals.append(float(residuals[j]))
+        self.mode = DONE
+
+    def _decide(self, accepted: int) -> None:
+        """After the checks: every direction locked (done), the last run (fill the free slots
+        with the best remaining Ritz pairs, uncertified), or a restart past the `accepted`
+        prefix of the Ritz pairs."""
+        free = self.k - len(self.values)
+        if len(self.values) >= self.dim:
+            self.mode, self.converged = DONE, True
+        elif self.runs >= self.max_runs and free and accepted < self.theta.size:
+            self.mode, self.cursor = FILL, accepted
+            self.stop = min(accepted + free, self.theta.size)
+        elif self.runs >= self.max_runs:
+            self.mode = DONE
+        else:
+            self._plan_restart(accepted)
+
+    def _plan_restart(self, accepted: int) -> None:
+        """A fresh phase (a random start seeded with the best unconverged Ritz vectors) once k
+        pairs are locked and one changed since the phase began, or when the space is exhausted:
+        a further copy of a locked eigenvalue lies outside the current Krylov space. Otherwise a
+        thick restart: keep about half the basis, the best unconverged Ritz pairs, and continue
+        from the next Lanczos vector (row `size`), bordered by their arrowhead β s_last."""
+        rest = self.coeffs[:, accepted:]
+        beta = self.proj[self.size, self.size - 1] if self.size < self.rows else 0.0
+        self.q = np.zeros((self.rows, self.rows))
+        complete = len(self.values) == self.k and not self.clean
+        self.mode, self.fresh = EXTEND, complete or beta == 0.0
+        if self.fresh:
+            self.q[:, 0] = rest[:, : self.k].sum(axis=1)  # the seed, in row 0
+            self.proj[:], self.size, self.clean = 0.0, 0, True
+            return
+        kept = min((self.rows - 1) // 2, rest.shape[1])
+        self.q[:, :kept], self.q[self.size, kept] = rest[:, :kept], 1.0
+        arrow = beta * rest[self.size - 1, :kept]
+        self.proj[:] = 0.0
+        self.proj[np.arange(kept), np.arange(kept)] = self.theta[accepted : accepted + kept]
+        self.proj[kept, :kept] = self.proj[:kept, kept] = arrow
+        self.size = kept
 
 
 LONG_SECONDS = 10.0  # a search prints a line per run once it has taken this long
@@ -457,7 +525,7 @@ LONG_SECONDS = 10.0  # a search prints a line per run once it has taken this lon
 
 class Found(NamedTuple):
     """What a search found: the k pairs, most wanted first, each with its exact residual
-    (certified when `converged`), the extreme Ritz values seen, the runs and products, and the
+    (certified when `converged`), the extreme Ritz values seen, the runs and products, the
     point's loss and flat gradient."""
 
     values: np.ndarray
@@ -486,26 +554,26 @@ def search(
     vectors of D; None when a product was not finite. One program: `advance`."""
     objective, inputs = point.shared
     dim, dtype = point.num_params, np.dtype(jax.tree.leaves(point.params)[0].dtype)
-    found = initial(key, dim, dtype, k, basis_rows(ncv, k, dim))
-    rules = Rules(*jax.device_put((np.asarray(rtol, dtype), np.int32(max_runs), np.int32(dim))))
+    host = Host(k, min(ncv - k, dim + 1), dim, which, rtol, max_runs)
+    vectors = jax.device_put(np.zeros((k + host.rows, dim), dtype))
     began = time.perf_counter()
-    while True:
-        found = advance(objective, point.params, inputs, found, rules, which)
-        s, seconds = found.state, time.perf_counter() - began
-        if progress and seconds > LONG_SECONDS:
+    while host.mode != DONE:
+        plan, runs = host.plan(dtype), host.runs
+        vectors, outcome = advance(objective, point.params, inputs, vectors, plan, key, which)
+        host.fresh = host.fresh and host.mode != EXTEND
+        host.receive(outcome, plan)
+        seconds = time.perf_counter() - began
+        if progress and host.runs > runs and seconds > LONG_SECONDS:
             progress(
-                f"eigenpairs: Lanczos run {int(s.runs)} of at most {max_runs} | "
-                f"{int(s.num_locked)} of {k} accepted | {int(s.products)} products | "
-                f"{seconds:.1f} s"
+                f"eigenpairs: Lanczos run {host.runs} of at most {max_runs} | "
+                f"{len(host.values)} of {k} accepted | {host.products} products | {seconds:.1f} s"
             )
-        if int(s.mode) == DONE:
-            break
-    if not bool(s.finite):
+    if not host.finite:
         return None
-    count, values = int(s.num_locked), np.asarray(s.values)
-    order = np.argsort(-values[:count] if which == "largest" else values[:count], kind="stable")
+    values = np.asarray(host.values)
+    order = np.argsort(-values if which == "largest" else values, kind="stable")
     return Found(
-        values[order], np.asarray(found.locked)[order], np.asarray(s.residuals)[order],
-        float(s.low), float(s.high), bool(s.converged), int(s.runs), int(s.products),
-        float(found.loss), np.asarray(found.gradient),
+        values[order].astype(dtype), np.asarray(vectors)[:k][order],
+        np.asarray(host.residuals)[order].astype(dtype), host.low, host.high, host.converged,
+        host.runs, host.products, float(outcome.loss), np.asarray(outcome.gradient),
     )  # fmt: skip
