@@ -77,6 +77,8 @@ class Interrupted(Exception):
 
 _stop = threading.Event()
 _in_loop = threading.Event()
+_saving = threading.Event()  # a checkpoint is being written
+_stop_after_save = threading.Event()
 
 
 def request_stop() -> bool:
@@ -86,8 +88,18 @@ def request_stop() -> bool:
     return _in_loop.is_set()
 
 
+def stop_after_save() -> bool:
+    """While a checkpoint is being written, have `train` stop as soon as it is whole and return
+    True (a stop at once would leave orbax's writer half-way); otherwise False."""
+    if not _saving.is_set():
+        return False
+    _stop_after_save.set()
+    return True
+
+
 def clear_stop() -> None:
     _stop.clear()
+    _stop_after_save.clear()
 
 
 def train(
@@ -356,6 +368,8 @@ class _Host:
         """The step to start from and the state there: a checkpoint's (--resume), or 0."""
         checkpoint = self.checkpoint
         if checkpoint is None or distributed.latest_step_everywhere(checkpoint) is None:
+            if checkpoint is not None and self.workdir.resuming and self.progress:
+                self.progress(f"started at step 0: {checkpoint.path} holds no sealed checkpoint")
             if self.recorder:
                 self.recorder.write_rows(0, None, self.snaps[0], self._tracked_rows())
             return 0, state
@@ -423,9 +437,13 @@ class _Host:
         if jax.process_count() > 1:
             save, stop = distributed.agree(save, stop)
         if save:  # over several processes every one gathers, process 0 writes
-            self.checkpoint.save(done, _saveable(state), self.arrays(done == self.num_steps))
+            _saving.set()
+            try:
+                self.checkpoint.save(done, _saveable(state), self.arrays(done == self.num_steps))
+            finally:
+                _saving.clear()
             self.last_save = time.perf_counter()
-        if stop:
+        if stop or _stop_after_save.is_set():
             if self.recorder:
                 self.recorder.save_partial(self.losses, self.snaps)
             raise Interrupted(f"Stopped at step {done}/{self.num_steps}", step=done)
