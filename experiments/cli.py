@@ -32,6 +32,7 @@ from typing import Any, cast
 import ml_collections
 from absl import flags
 
+import experiments
 from experiments import host, processes, stops
 from landscape.engine import backend, distributed, records, training
 from landscape.engine import config as config_lib
@@ -126,6 +127,7 @@ def _run(
     import jax
 
     primary = jax.process_index() == 0
+    experiments.opened = True  # a Ctrl-C from here on is reported by the run (stops)
     if primary:
         try:  # takes the workdir's lock, held until the run ends (one writer per workdir)
             workdir = records.Workdir.open(
