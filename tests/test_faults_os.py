@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from experiments import cli
@@ -258,3 +259,72 @@ def make_stopped_only(tmp_path):
         )
         assert _main(*ARGS, f"--workdir={workdir}") == cli.EXIT_INTERRUPTED
     return pathlib.Path(workdir)
+
+
+# ------------------------------------------------------------------------- the device count
+
+STOP_AT_200 = """\
+import runpy
+from landscape.engine import records, training
+write_rows = records.MetricsRecorder.write_rows
+def stop(self, first_step, loss, *rest, **kwargs):
+    write_rows(self, first_step, loss, *rest, **kwargs)
+    if loss is not None and first_step + loss.shape[1] >= 200:
+        training.request_stop()
+records.MetricsRecorder.write_rows = stop
+runpy.run_module("experiments.scan_snap", run_name="__main__", alter_sys=True)
+"""
+
+
+def _cli(args, devices, stop=False):
+    """The scan & snap CLI in a subprocess on `devices` host devices (stopped at step 200)."""
+    program = ["-c", STOP_AT_200] if stop else ["-m", "experiments.scan_snap"]
+    return subprocess.run(
+        [sys.executable, *program, *args, f"--host_devices={devices}"],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+@pytest.fixture(scope="module")
+def six_runs(tmp_path_factory):
+    """(the arguments of a run of 6 runs, its uninterrupted workdir on 2 devices)."""
+    six = [*ARGS, "--config.num_seeds=3"]
+    workdir = tmp_path_factory.mktemp("six_runs") / "reference"
+    reference = _cli([*six, f"--workdir={workdir}"], devices=2)
+    assert reference.returncode == 0, reference.stderr[-3000:]
+    return six, workdir
+
+
+@pytest.mark.parametrize("before, after, rows", [(2, 4, (6, 8)), (4, 2, (8, 6))])
+def test_a_resume_on_another_device_count_regroups_the_runs(
+    six_runs, tmp_path, before, after, rows
+):
+    """6 runs saved on 2 devices (6 rows) resumed on 4 (padded to 8 rows), and back: the real
+    runs continue bit for bit (it ended in IndivisibleError, or in "compiled with key<fry>[6]
+    and called with key<fry>[8]")."""
+    six, reference = six_runs
+    stopped = _cli([*six, f"--workdir={tmp_path / 'run'}"], devices=before, stop=True)
+    assert stopped.returncode == cli.EXIT_INTERRUPTED, stopped.stderr[-3000:]
+    resumed = _cli([f"--workdir={tmp_path / 'run'}", "--resume"], devices=after)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"6 runs saved as {rows[0]} rows, padded to {rows[1]} here" in resumed.stdout
+    assert "resumed at step 200/400" in resumed.stdout
+    _same_records(tmp_path / "run", reference)
+
+
+def test_a_split_batch_resumes_only_on_its_device_count():
+    from landscape.engine import regroup
+
+    host = {"devices": np.int64(2), "shares": np.int64(2)}
+    regroup.check_devices(host, devices=2, shares=2)
+    with pytest.raises(records.WorkdirError) as error:
+        regroup.check_devices(host, devices=4, shares=4)
+    assert str(error.value) == (
+        "--resume: this program split its run's batch over 2 devices, and 4 would sum the "
+        "shares in another order: resume it on 2 devices (--host_devices=2)."
+    )
+    regroup.check_devices({"devices": np.int64(2), "shares": np.int64(1)}, devices=4, shares=1)

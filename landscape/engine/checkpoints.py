@@ -134,6 +134,11 @@ class Checkpoint:
         )
         return step, state, host
 
+    def read_host(self) -> dict[str, np.ndarray]:
+        """The host records of the latest sealed step (what `restore` returns beside the state)."""
+        with np.load(self.path / f"host-{self.steps[-1]}.npz") as saved:
+            return dict(saved)
+
 
 def remove_step(cell: pathlib.Path, step: int) -> None:
     """Remove a step this run saved, by its exact paths: host-<step>.npz and, in <step>/, orbax's
@@ -165,9 +170,3 @@ def _absl_quiet(errors_too: bool = False) -> Iterator[None]:
         yield
     finally:
         absl_logging.set_verbosity(level)
-
-
-def read_host(cell: pathlib.Path, step: int) -> dict[str, np.ndarray]:
-    """The host records of `step` in the checkpoint folder `cell`."""
-    with np.load(cell / f"host-{step}.npz") as saved:
-        return dict(saved)
