@@ -139,10 +139,20 @@ def check_key(name: str, key: object) -> None:
     if key is None or is_traced(key):
         return
     if isinstance(key, jax.Array):
-        if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
+        typed = jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key)
+        shape = key.shape if typed else key.shape[:-1]
+        if (typed or (key.dtype == np.uint32 and key.shape[-1:] == (2,))) and shape != ():
+            raise ArgumentTypeError(
+                f"{name} holds {int(np.prod(shape))} keys (shape {shape}) where one goes: give "
+                f"one key, e.g. jax.random.key(0), or {name}[0] (one key draws all it needs)."
+            )
+        if typed or (key.dtype == np.uint32 and key.shape == (2,)):
             return
-        if key.dtype == np.uint32 and key.shape[-1:] == (2,):
-            return
+    if isinstance(key, list | tuple) and key and all(isinstance(k, jax.Array) for k in key):
+        raise ArgumentTypeError(
+            f"{name} is a {type(key).__name__} of {len(key)} keys where one goes: give one key, "
+            f"e.g. jax.random.key(0), or {name}[0] (one key draws all it needs)."
+        )
     raise ArgumentTypeError(
         f"{name} = {key!r}: must be a jax random key "
         f"(jax.random.key(0)) or None, not {type_name(key)}."

@@ -348,3 +348,16 @@ def test_a_lock_that_is_not_a_file_is_one_sentence(stopped, capsys):
     status = _main(f"--workdir={stopped}", "--resume")
     _one_sentence(status, capsys, ".lock is a folder, not the lock file a run writes")
     assert _files(stopped) == before
+
+
+def test_a_record_entered_but_not_written_yet_is_not_reported_missing(finished, capsys):
+    """Beside a running writer: a figure is entered in the manifest before it is drawn (and a
+    sealed record is unsealed before it is written again), so `records check` never reads a
+    transient "figures/<name>.png is missing" or "differs"."""
+    workdir = records.Workdir(finished)
+    workdir.figure_path("being_drawn")
+    workdir.file("summary.json")  # about to be written again
+    status, lines = _check(finished, capsys)
+    assert status == 0 and not _bad(lines), lines
+    assert not any("being_drawn" in line for line in lines)
+    assert records.read_entries(finished)["summary.json"] is None
