@@ -361,3 +361,22 @@ def test_a_record_entered_but_not_written_yet_is_not_reported_missing(finished, 
     assert status == 0 and not _bad(lines), lines
     assert not any("being_drawn" in line for line in lines)
     assert records.read_entries(finished)["summary.json"] is None
+
+
+def test_a_workdir_of_the_earlier_manifest_resumes_and_overwrites(runs, stopped, capsys):
+    """A manifest as the version before listed a checkpoint (its files, not the step's folder;
+    no run id): a resume restores it and ends bit-identical; an overwrite removes it whole."""
+    manifest = json.loads((stopped / "manifest.json").read_text())
+    del manifest["run"], manifest["files"]["checkpoints/cell0/200"]
+    (stopped / "manifest.json").write_text(json.dumps(manifest))
+    copy = pathlib.Path(shutil.copytree(stopped, stopped.parent / "copy"))
+    assert _main(f"--workdir={stopped}", "--resume") == 0
+    assert "resumed at step 200/400" in capsys.readouterr().out
+    _same_records(stopped, runs[0])
+    assert _main(*ARGS, f"--workdir={copy}", "--overwrite") == 0
+    capsys.readouterr()
+    _same_records(copy, runs[0])
+    assert sorted(p.name for p in (copy / "checkpoints" / "cell0").iterdir()) == [
+        "400",
+        "host-400.npz",
+    ]

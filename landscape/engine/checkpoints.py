@@ -97,7 +97,8 @@ class Checkpoint:
         # a failed save (its error raised here, not logged by orbax's threads as well) leaves a
         # temporary folder inside the step's, as a killed one does
         with writes_to(folder), _absl_quiet(errors_too=True):
-            self._orbax().save(folder / ITEM, args=ocp.args.StandardSave(state), force=True)
+            item = (folder / ITEM).absolute()
+            self._orbax().save(item, args=ocp.args.StandardSave(state), force=True)
         old = [s for s in self.steps if s != step]
         if self.ledger:  # the step's files, for their sizes and checksums
             self.ledger.seal([host_file, *sorted(p for p in folder.rglob("*") if p.is_file())])
@@ -129,9 +130,8 @@ class Checkpoint:
         step = self.steps[-1]
         with np.load(self.path / f"host-{step}.npz") as saved:
             host = dict(saved)
-        state = self._orbax().restore(
-            self.path / str(step) / ITEM, args=ocp.args.StandardRestore(template)
-        )
+        item = (self.path / str(step) / ITEM).absolute()
+        state = self._orbax().restore(item, args=ocp.args.StandardRestore(template))
         return step, state, host
 
     def read_host(self) -> dict[str, np.ndarray]:

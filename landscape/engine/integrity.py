@@ -237,7 +237,11 @@ def foreign_checkpoints(path: pathlib.Path) -> list[str]:
     (host records, step folders holding orbax's state, recognised by name): a new run saves its
     own steps beside them. A user's folder or file that only looks like a step is not one."""
     entries = read_entries(path)
-    found = [name for name in recognised(path) if name not in entries]
+    found = [
+        name
+        for name in recognised(path)
+        if name not in entries and not any(n.startswith(name + "/") for n in entries)
+    ]  # a step folder whose files it lists is listed (the layout before step folders were)
     return [n for n in found if n.count("/") == 2 and not CHECKPOINT_FOLDER.fullmatch(n)]
 
 

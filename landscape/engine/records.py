@@ -472,7 +472,7 @@ def _check_overwrite(path: pathlib.Path, keep_others: bool) -> None:
     if steps := integrity.foreign_checkpoints(path):
         shown = ", ".join(steps[:3]) + (f" and {len(steps) - 3} more" if steps[3:] else "")
         raise WorkdirError(
-            f"--overwrite --keep_others: {path} holds checkpoints that no run of its manifest "
+            f"--overwrite: {path} holds checkpoints that no run of its manifest "
             f"wrote ({shown}), where the new run saves its own: move them out of the workdir "
             "first (they are never removed, nor restored)."
         )
