@@ -16,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import types
 
 import numpy as np
 import pytest
@@ -328,3 +329,16 @@ def test_a_split_batch_resumes_only_on_its_device_count():
         "shares in another order: resume it on 2 devices (--host_devices=2)."
     )
     regroup.check_devices({"devices": np.int64(2), "shares": np.int64(1)}, devices=4, shares=1)
+
+
+def test_closed_loop_errors_of_a_failed_save_are_left_unsaid(tmp_path):
+    """A disk of 48 KB (a tmpfs) ended in the full-disk sentence and then orbax's "RuntimeError:
+    Event loop is closed" tracebacks (tensorstore's callbacks, unraisable): from a save on,
+    those alone are left unsaid."""
+    seen = []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sys, "unraisablehook", seen.append)
+        checkpoints.Checkpoint(tmp_path / "cell0").save(1, {"x": np.zeros(3)}, {})
+        for error in (RuntimeError("Event loop is closed"), RuntimeError("another")):
+            sys.unraisablehook(types.SimpleNamespace(exc_value=error))
+    assert [str(u.exc_value) for u in seen] == ["another"]

@@ -12,7 +12,8 @@ import os
 import pathlib
 import re
 import shutil
-from collections.abc import Iterator, Sequence
+import sys
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -96,7 +97,7 @@ class Checkpoint:
             np.savez(f, **host, **{k: np.asarray(v) for k, v in self.stamp.items()})  # type: ignore[arg-type]  # stub: a key could be allow_pickle
         # a failed save (its error raised here, not logged by orbax's threads as well) leaves a
         # temporary folder inside the step's, as a killed one does
-        with writes_to(folder), _absl_quiet(errors_too=True):
+        with writes_to(folder), _absl_quiet(errors_too=True), _closed_loops_quiet():
             item = (folder / ITEM).absolute()
             self._orbax().save(item, args=ocp.args.StandardSave(state), force=True)
         old = [s for s in self.steps if s != step]
@@ -157,6 +158,27 @@ def remove_step(cell: pathlib.Path, step: int) -> None:
             child.unlink()
     with contextlib.suppress(OSError):
         folder.rmdir()
+
+
+@contextlib.contextmanager
+def _closed_loops_quiet() -> Iterator[None]:
+    """A save that fails (a full disk) leaves tensorstore callbacks for orbax's closed event
+    loop; each would print "RuntimeError: Event loop is closed" (an unraisable error, during the
+    save and after it) around the sentence that names the failure. From the first save on,
+    those are left unsaid, and no other error."""
+    if not getattr(sys.unraisablehook, "quiet_closed_loops", False):
+        sys.unraisablehook = _closed_loops_unsaid(sys.unraisablehook)
+    yield
+
+
+def _closed_loops_unsaid(previous: Callable[[Any], object]) -> Callable[[Any], object]:
+    def hook(unraisable: Any) -> None:
+        error = unraisable.exc_value
+        if not (isinstance(error, RuntimeError) and str(error) == "Event loop is closed"):
+            previous(unraisable)
+
+    hook.quiet_closed_loops = True  # type: ignore[attr-defined]  # installed once
+    return hook
 
 
 @contextlib.contextmanager
