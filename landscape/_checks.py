@@ -11,7 +11,7 @@ import inspect
 import math
 import numbers
 from collections.abc import Collection
-from typing import Any
+from typing import Any, NoReturn
 
 import jax
 import jax.numpy as jnp
@@ -156,6 +156,30 @@ def check_key(name: str, key: object) -> None:
     raise ArgumentTypeError(
         f"{name} = {key!r}: must be a jax random key "
         f"(jax.random.key(0)) or None, not {type_name(key)}."
+    )
+
+
+def check_not_a_python_number(name: str, leaf: object) -> None:
+    """A Point's parameter `name` ("" for the params themselves) must be an array: a Python
+    float has no dtype of its own (jax's x64 setting would choose it)."""
+    if isinstance(leaf, float | complex):
+        where = f"parameter {name!r}" if name else "params"
+        raise TypeError(
+            f"{where} = {leaf!r} is a Python {type(leaf).__name__}, which has no dtype of its "
+            f"own: give an array, e.g. jnp.array({leaf!r}) (or jnp.array([{leaf!r}]), in the "
+            "dtype the probes should work in)."
+        )
+
+
+def refuse_mixed_dtypes(
+    caller: str, index: int, names: tuple[str, str], dtypes: list[str]
+) -> NoReturn:
+    """The sentence for a list of points whose point `index` has another dtype than point 0."""
+    raise ValueError(
+        f"{caller}: the points of a list share one dtype; point {index} ({names[0] or 'unnamed'}) "
+        f"is in {dtypes[0]}, point 0 ({names[1] or 'unnamed'}) in {dtypes[1]}: cast them to one, "
+        f"e.g. point.with_params(jax.tree.map(lambda a: a.astype(jnp.{dtypes[0]}), "
+        "point.params))."
     )
 
 

@@ -307,22 +307,14 @@ def _ignoring_inputs(loss_fn: Callable) -> Callable[[PyTree, PyTree], jax.Array]
 
 
 def _check_one_dtype(params: PyTree) -> None:
-    """TypeError when the floating leaves of `params` have more than one dtype, or one is a
-    Python number (whose dtype jax's x64 setting would choose)."""
+    """TypeError when the floating leaves of `params` have more than one dtype."""
     by_dtype: dict[str, list[str]] = {}
     for path, leaf in jax.tree_util.tree_leaves_with_path(params):
-        if isinstance(leaf, float | complex):
-            name = jax.tree_util.keystr(path, simple=True, separator="/")
-            where = f"parameter {name!r}" if name else "params"
-            raise TypeError(
-                f"{where} = {leaf!r} is a Python {type(leaf).__name__}, which has no dtype of "
-                f"its own: give an array, e.g. jnp.array({leaf!r}) (or jnp.array([{leaf!r}]), "
-                "in the dtype the probes should work in)."
-            )
+        name = jax.tree_util.keystr(path, simple=True, separator="/")
+        _checks.check_not_a_python_number(name, leaf)  # its dtype would be x64's choice
         dtype = getattr(leaf, "dtype", None)
         if dtype is not None and jnp.issubdtype(dtype, jnp.floating):
-            name = jax.tree_util.keystr(path, simple=True, separator="/") or "params"
-            by_dtype.setdefault(np.dtype(dtype).name, []).append(repr(name))
+            by_dtype.setdefault(np.dtype(dtype).name, []).append(repr(name or "params"))
     if len(by_dtype) > 1:
         mix = "; ".join(f"{d}: {', '.join(names[:3])}" for d, names in sorted(by_dtype.items()))
         widest = max(by_dtype, key=lambda d: np.dtype(d).itemsize)
@@ -567,17 +559,9 @@ def _check_one_model(points: list[Point], caller: str) -> None:
     first = (_signature(points[0].params), _signature(inputs))
     for i, point in enumerate(points[1:], start=1):
         other, other_inputs = point.shared
-        if _signature(point.params) != first[0] and _shapes(point.params) == _shapes(
-            points[0].params
-        ):
-            dtypes = [jnp.result_type(*jax.tree.leaves(p.params)).name for p in (point, points[0])]
-            raise ValueError(
-                f"{caller}: the points of a list share one dtype; point {i} "
-                f"({point.name or 'unnamed'}) is in {dtypes[0]}, point 0 "
-                f"({points[0].name or 'unnamed'}) in {dtypes[1]}: cast them to one, e.g. "
-                f"point.with_params(jax.tree.map(lambda a: a.astype(jnp.{dtypes[0]}), "
-                "point.params))."
-            )
+        dtypes = [jnp.result_type(*jax.tree.leaves(p.params)).name for p in (point, points[0])]
+        if dtypes[0] != dtypes[1]:
+            _checks.refuse_mixed_dtypes(caller, i, (point.name, points[0].name), dtypes)
         if _loss_of(other) is not _loss_of(objective):
             what = "a different loss (objective)"
         elif _signature(point.params) != first[0]:
@@ -591,11 +575,6 @@ def _check_one_model(points: list[Point], caller: str) -> None:
             f"({point.name or 'unnamed'}) has {what} than point 0 ({points[0].name or 'unnamed'}). "
             "Call it once per model."
         )
-
-
-def _shapes(tree: PyTree) -> tuple:
-    leaves, treedef = jax.tree_util.tree_flatten(tree)
-    return treedef, tuple(np.shape(x) for x in leaves)
 
 
 def _loss_of(objective: Callable) -> Callable:
