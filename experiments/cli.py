@@ -32,6 +32,7 @@ from typing import Any, cast
 import ml_collections
 from absl import flags
 
+import experiments
 from experiments import host, processes, stops
 from landscape.engine import backend, distributed, records, training
 from landscape.engine import config as config_lib
@@ -52,6 +53,12 @@ _KEEP_OTHERS = flags.DEFINE_bool(
     False,
     "With --overwrite: keep files in the workdir that no run wrote, instead of refusing.",
 )
+_FORCE = flags.DEFINE_bool(
+    "force",
+    False,
+    "With --overwrite, for a workdir whose manifest.json cannot be read: remove the files a run "
+    "writes, recognised by their names, and keep the rest.",
+)
 _RESUME = flags.DEFINE_bool(
     "resume",
     False,
@@ -66,7 +73,11 @@ _CHECKPOINT_SECONDS = flags.DEFINE_float(
     lower_bound=0.0,
 )
 
-EXIT_USAGE, EXIT_FAILED, EXIT_INTERRUPTED = 2, 1, 130
+EXIT_USAGE, EXIT_FAILED, EXIT_INTERRUPTED = (
+    stops.EXIT_USAGE,
+    stops.EXIT_FAILED,
+    stops.EXIT_INTERRUPTED,
+)
 
 
 class UsageError(ValueError):
@@ -116,6 +127,7 @@ def _run(
     import jax
 
     primary = jax.process_index() == 0
+    experiments.opened = True  # a Ctrl-C from here on is reported by the run (stops)
     if primary:
         try:  # takes the workdir's lock, held until the run ends (one writer per workdir)
             workdir = records.Workdir.open(
@@ -123,6 +135,7 @@ def _run(
                 overwrite=_OVERWRITE.value,
                 resume=_RESUME.value,
                 keep_others=_KEEP_OTHERS.value,
+                force=_FORCE.value,
                 checkpoint_seconds=_CHECKPOINT_SECONDS.value,
             )
         except records.WorkdirError as error:  # in use since it was checked, or damaged
@@ -136,7 +149,7 @@ def _run(
         # --resume reads process 0's checkpoints; a fresh run reads none (with --overwrite,
         # process 0 may still be removing the old ones)
         if _RESUME.value:
-            workdir.checkpoints = workdir_path / "checkpoints"
+            workdir.read_checkpoints_of(workdir_path)
     workdir.provenance = provenance(argv, validation_seconds=validated, compilation_cache=cache)
     spread = (
         f" over {jax.process_count()} processes (this is process {jax.process_index()})"
@@ -170,33 +183,14 @@ def _run_in(experiment: Experiment, cfg: Any, workdir: records.Workdir, path: pa
         processes.on_end(
             lambda why: stops.write_status(workdir, lost, message=why, resume=resume_line)
         )
-    with stops.on_signals():
+    with stops.on_signals() as signals:
         try:
             stops.start_records(workdir, cfg, resume_line)  # config.json first
             experiment.run(cfg, workdir, **({} if primary else {"progress": None}))
-        except training.Interrupted as stop:
-            stops.write_status(workdir, "interrupted", step=stop.step, resume=resume_line)
-            return _fail(
-                f"Interrupted at step {stop.step}: the records so far and a checkpoint "
-                f"are in {path}; resume with: {resume_line}",
-                EXIT_INTERRUPTED,
-            )
-        except KeyboardInterrupt:
-            stops.write_status(workdir, "interrupted", step=None, resume=resume_line)
-            return _fail(
-                f"Interrupted: the records so far are in {path}; resume with: {resume_line}",
-                EXIT_INTERRUPTED,
-            )
-        except training.NonFiniteLossError as error:
-            stops.write_status(
-                workdir, "stopped at a non-finite loss", step=error.step, message=str(error)
-            )
-            return _fail(f"Stopped: {error}", EXIT_FAILED)
-        except records.DiskFullError as error:  # the workdir is left for --resume
-            return _fail(stops.disk_full(error, workdir, resume_line), EXIT_FAILED)
-        except config_lib.ConfigError as error:  # e.g. XLA's memory analysis after compiling
-            stops.write_status(workdir, "failed", message=str(error))
-            return _fail(str(error), EXIT_USAGE)
+        except (KeyboardInterrupt, OSError, config_lib.ConfigError, records.WorkdirError) as error:
+            return stops.ended(error, workdir, resume_line)
+        except (training.Interrupted, training.NonFiniteLossError) as error:
+            return stops.ended(error, workdir, resume_line)
         except Exception as error:  # a bug: keep the traceback for its report
             processes.failed(error, host.PROCESS_TIMEOUT.value)  # a lost process: ends here
             stops.write_status(workdir, "failed", message=f"{type(error).__name__}: {error}")
@@ -207,6 +201,12 @@ def _run_in(experiment: Experiment, cfg: Any, workdir: records.Workdir, path: pa
                     EXIT_FAILED,
                 )
             raise
+        if signals.at_once:  # a Ctrl-C that a library swallowed (e.g. in a gc callback)
+            return _fail(
+                f"Interrupted: the run had written its records when it could stop; they are "
+                f"complete in {path}.",
+                EXIT_INTERRUPTED,
+            )
     return 0
 
 
@@ -251,6 +251,8 @@ def _help(experiment: Experiment) -> str:
         _CONFIG,
         _WORKDIR,
         _OVERWRITE,
+        _KEEP_OTHERS,
+        _FORCE,
         _RESUME,
         _CHECKPOINT_SECONDS,
         host.HOST_DEVICES,
@@ -285,10 +287,7 @@ def command(experiment: Experiment) -> str:
     )
 
 
-def _fail(message: str, status: int) -> int:
-    sys.stdout.flush()
-    print(" ".join(message.split()), file=sys.stderr)
-    return status
+_fail = stops.fail  # one line on stderr, and the exit status
 
 
 # ----------------------------------------------------------------------------- the config
@@ -321,9 +320,10 @@ def _resolve(
     if resume:
         if not workdir:
             raise UsageError("--resume needs --workdir: the folder of the run to continue.")
-        records.check_path(workdir, overwrite=_OVERWRITE.value, resume=True)
+        records.check_path(workdir, overwrite=_OVERWRITE.value, resume=True, force=_FORCE.value)
         records.check_resumable(workdir)  # what it reads is intact (again once it is locked)
         stored = records.load_config_json(pathlib.Path(workdir) / "config.json")
+        _check_program(experiment, pathlib.Path(workdir))
     if _CONFIG.value is not None:
         data = load_config(_CONFIG.value)
     elif stored is not None:
@@ -345,11 +345,34 @@ def _resolve(
     # would wait for a coordinator that already refused a used workdir. Nothing is written
     # before all processes have joined, so none of them sees process 0's new records here.
     records.check_path(
-        path, overwrite=_OVERWRITE.value, resume=resume, keep_others=_KEEP_OTHERS.value
+        path,
+        overwrite=_OVERWRITE.value,
+        resume=resume,
+        keep_others=_KEEP_OTHERS.value,
+        force=_FORCE.value,
     )
     for note in notes:
         print(note)
     return cfg, path
+
+
+def _check_program(experiment: Experiment, workdir: pathlib.Path) -> None:
+    """--resume with the CLI that ran the workdir's run (its config.json's provenance, or the
+    paper its config belongs to): another one is refused in one sentence naming it."""
+    ran = ""
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        ran = str(json.loads((workdir / "config.json").read_text())["provenance"]["command"])
+    words = ran.split()
+    theirs = " ".join(words[: 4 if words[2:3] == ["experiments.run"] else 3])
+    if not theirs.startswith("python -m experiments."):
+        paper = records.paper_of(records.load_config_json(workdir / "config.json"))
+        theirs = f"python -m experiments.{paper}" if paper else ""
+    ours = command(experiment)
+    if theirs and theirs != ours:
+        raise UsageError(
+            f"--resume: {workdir} holds a run of {theirs}, not of {ours}: continue it with "
+            f"{theirs} --workdir={shlex.quote(str(workdir))} --resume."
+        )
 
 
 def load_config(spec: str) -> dict[str, Any]:

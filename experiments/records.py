@@ -1,8 +1,9 @@
 """Check a workdir's records: `python -m experiments.records check WORKDIR`.
 
-One line per file: `ok` or `BAD` with what is wrong (each file's size and sha256 against the
-workdir's manifest.json, the config, summary and arrays readable, each checkpoint's host records,
-metrics.jsonl up to the newest checkpoint against what that checkpoint recorded). Exit status 0
+One line per file: `ok` or `BAD` with what is wrong (every file the manifest seals against its
+size, sha256 and rows; the config, summary and arrays readable; each checkpoint folder's latest
+sealed step, its run id and config; metrics.jsonl up to the newest checkpoint against what that
+checkpoint recorded), and `ok   <name> (no run wrote it)` for files of yours. Exit status 0
 when every file is intact, 1 when one is not, 2 for a mistake in the command.
 """
 

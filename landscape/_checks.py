@@ -11,7 +11,7 @@ import inspect
 import math
 import numbers
 from collections.abc import Collection
-from typing import Any
+from typing import Any, NoReturn
 
 import jax
 import jax.numpy as jnp
@@ -139,10 +139,20 @@ def check_key(name: str, key: object) -> None:
     if key is None or is_traced(key):
         return
     if isinstance(key, jax.Array):
-        if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
+        typed = jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key)
+        shape = key.shape if typed else key.shape[:-1]
+        if (typed or (key.dtype == np.uint32 and key.shape[-1:] == (2,))) and shape != ():
+            raise ArgumentTypeError(
+                f"{name} holds {int(np.prod(shape))} keys (shape {shape}) where one goes: give "
+                f"one key, e.g. jax.random.key(0), or {name}[0] (one key draws all it needs)."
+            )
+        if typed or (key.dtype == np.uint32 and key.shape == (2,)):
             return
-        if key.dtype == np.uint32 and key.shape[-1:] == (2,):
-            return
+    if isinstance(key, list | tuple) and key and all(isinstance(k, jax.Array) for k in key):
+        raise ArgumentTypeError(
+            f"{name} is a {type(key).__name__} of {len(key)} keys where one goes: give one key, "
+            f"e.g. jax.random.key(0), or {name}[0] (one key draws all it needs)."
+        )
     raise ArgumentTypeError(
         f"{name} = {key!r}: must be a jax random key "
         f"(jax.random.key(0)) or None, not {type_name(key)}."
@@ -159,6 +169,30 @@ def key_or_default(name: str, key: object) -> jax.Array:
     if impl != "threefry2x32":
         return jax.random.key(0)
     return jax.random.wrap_key_data(jax.device_put(np.zeros(2, np.uint32)))
+
+
+def check_not_a_python_number(name: str, leaf: object) -> None:
+    """A Point's parameter `name` ("" for the params themselves) must be an array: a Python
+    float has no dtype of its own (jax's x64 setting would choose it)."""
+    if isinstance(leaf, float | complex):
+        where = f"parameter {name!r}" if name else "params"
+        raise TypeError(
+            f"{where} = {leaf!r} is a Python {type(leaf).__name__}, which has no dtype of its "
+            f"own: give an array, e.g. jnp.array({leaf!r}) (or jnp.array([{leaf!r}]), in the "
+            "dtype the probes should work in)."
+        )
+
+
+def refuse_mixed_dtypes(
+    caller: str, index: int, names: tuple[str, str], dtypes: list[str]
+) -> NoReturn:
+    """The sentence for a list of points whose point `index` has another dtype than point 0."""
+    raise ValueError(
+        f"{caller}: the points of a list share one dtype; point {index} ({names[0] or 'unnamed'}) "
+        f"is in {dtypes[0]}, point 0 ({names[1] or 'unnamed'}) in {dtypes[1]}: cast them to one, "
+        f"e.g. point.with_params(jax.tree.map(lambda a: a.astype(jnp.{dtypes[0]}), "
+        "point.params))."
+    )
 
 
 def finite_number(value: Any) -> bool:

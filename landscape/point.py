@@ -310,10 +310,11 @@ def _check_one_dtype(params: PyTree) -> None:
     """TypeError when the floating leaves of `params` have more than one dtype."""
     by_dtype: dict[str, list[str]] = {}
     for path, leaf in jax.tree_util.tree_leaves_with_path(params):
+        name = jax.tree_util.keystr(path, simple=True, separator="/")
+        _checks.check_not_a_python_number(name, leaf)  # its dtype would be x64's choice
         dtype = getattr(leaf, "dtype", None)
         if dtype is not None and jnp.issubdtype(dtype, jnp.floating):
-            name = jax.tree_util.keystr(path, simple=True, separator="/") or "params"
-            by_dtype.setdefault(np.dtype(dtype).name, []).append(repr(name))
+            by_dtype.setdefault(np.dtype(dtype).name, []).append(repr(name or "params"))
     if len(by_dtype) > 1:
         mix = "; ".join(f"{d}: {', '.join(names[:3])}" for d, names in sorted(by_dtype.items()))
         widest = max(by_dtype, key=lambda d: np.dtype(d).itemsize)
@@ -327,25 +328,6 @@ def _check_one_dtype(params: PyTree) -> None:
 @functools.lru_cache(maxsize=256)
 def _jitted(objective: Callable) -> Callable:
     return jax.jit(objective)
-
-
-def ravel_numpy(tree: PyTree) -> np.ndarray:
-    """The leaves of `tree` raveled into one numpy vector (D,) in `ravel_pytree` order, on the
-    host: nothing is compiled (an eager `ravel_pytree` compiles a program per leaf shape)."""
-    leaves = [np.ravel(np.asarray(leaf)) for leaf in jax.tree.leaves(tree)]
-    return np.concatenate(leaves) if leaves else np.zeros(0)
-
-
-def unravel_numpy(like: PyTree, flat: np.ndarray) -> PyTree:
-    """`flat` (D,) in `ravel_pytree` order as a pytree shaped like `like`, with numpy leaves."""
-    leaves, treedef = jax.tree.flatten(like)
-    flat, parts, offset = np.asarray(flat), [], 0
-    for leaf in leaves:
-        shape = np.shape(leaf)
-        size = int(np.prod(shape, dtype=np.int64))
-        parts.append(flat[offset : offset + size].reshape(shape))
-        offset += size
-    return jax.tree.unflatten(treedef, parts)
 
 
 def param_names(params: PyTree) -> list[tuple[str, slice, tuple[int, ...]]]:
@@ -577,6 +559,9 @@ def _check_one_model(points: list[Point], caller: str) -> None:
     first = (_signature(points[0].params), _signature(inputs))
     for i, point in enumerate(points[1:], start=1):
         other, other_inputs = point.shared
+        dtypes = [jnp.result_type(*jax.tree.leaves(p.params)).name for p in (point, points[0])]
+        if dtypes[0] != dtypes[1]:
+            _checks.refuse_mixed_dtypes(caller, i, (point.name, points[0].name), dtypes)
         if _loss_of(other) is not _loss_of(objective):
             what = "a different loss (objective)"
         elif _signature(point.params) != first[0]:

@@ -328,6 +328,55 @@ BAD_CALLS = [
         KeyError,
         "run = {'lr': 0.3} matches 0 runs, not one (the runs have lr 0.1; seed 0): name one",
     ),
+    # a float as the parameter of a 1-D toy landscape; a mixed list; keys; another's loss
+    (
+        lambda: landscape.Point(0.5, lambda x: (x**2 - 1) ** 2),
+        TypeError,
+        "params = 0.5 is a Python float, which has no dtype of its own: give an array, e.g. jnp",
+    ),
+    (
+        lambda: landscape.Point({"w": 0.5}, lambda p: p["w"] ** 2),
+        TypeError,
+        "parameter 'w' = 0.5 is a Python float",
+    ),
+    (
+        lambda: landscape.hessian_at(
+            [
+                landscape.Point(jnp.ones(2, jnp.float32), jnp.sum),
+                landscape.Point(jnp.ones(2, jnp.float64), jnp.sum),
+            ]
+        ),
+        ValueError,
+        "hessian_at: the points of a list share one dtype; point 1 (unnamed) is in float64, "
+        "point 0 (unnamed) in float32: cast them to one",
+    ),
+    (
+        lambda: landscape.lanczos_spectrum(QUADRATIC, key=jax.random.split(jax.random.key(0))),
+        TypeError,
+        "key holds 2 keys (shape (2,)) where one goes: give one key, e.g. jax.random.key(0)",
+    ),
+    (
+        lambda: landscape.lanczos_spectrum(QUADRATIC, key=jax.random.split(jax.random.PRNGKey(0))),
+        TypeError,
+        "key holds 2 keys (shape (2,)) where one goes",
+    ),
+    (
+        lambda: landscape.lanczos_spectrum(QUADRATIC, key=[jax.random.key(0), jax.random.key(1)]),
+        TypeError,
+        "key is a list of 2 keys where one goes",
+    ),
+    (
+        lambda: _sweep(problem=dataclasses.replace(TINY, learning_rates=lambda hp: hp["eta"])),
+        ValueError,
+        "problem.learning_rates reads the hyperparameter 'eta', which base_hparams does not "
+        "give (it gives ['lr'])",
+    ),
+    (
+        lambda: ONE_RUN.point(0, lambda p: jnp.sum(p["W_Q"] ** 2)),
+        ValueError,
+        "loss cannot read the parameters of run 0 (w): KeyError: 'W_Q'; give the loss of the "
+        "model this run trained.",
+    ),
 ]
 
 

@@ -47,7 +47,11 @@ def _main(*args):
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """(an uninterrupted run's workdir, a workdir of the same run stopped at step 200)."""
-    root = tmp_path_factory.mktemp("faults")
+    return make_runs(tmp_path_factory.mktemp("faults"))
+
+
+def make_runs(root):
+    """An uninterrupted run and the same run stopped at step 200, under `root`."""
     assert _main(*ARGS, f"--workdir={root / 'reference'}") == 0
     write_rows = records.MetricsRecorder.write_rows
 
@@ -78,7 +82,7 @@ def _same_records(a, b):
     assert (a / "metrics.jsonl").read_bytes() == (b / "metrics.jsonl").read_bytes()
     summaries = [json.loads((p / "summary.json").read_text()) for p in (a, b)]
     assert summaries[0]["status"] == summaries[1]["status"] == "complete"
-    assert summaries[0]["claims"] == summaries[1]["claims"]
+    assert summaries[0].get("claims") == summaries[1].get("claims")
 
 
 def _files(path):
@@ -180,15 +184,18 @@ def test_damaged_host_records_are_refused_on_resume(stopped, capsys, fault):
     assert _files(stopped) == before
 
 
-def test_a_host_record_damaged_without_a_checksum_is_named(stopped):
-    """A workdir whose manifest has no checksum for it (written before checksums existed):
-    reading it says which file cannot be read."""
+def test_a_host_record_the_manifest_does_not_seal_is_never_restored(runs, stopped, capsys):
+    """A step whose save the manifest does not seal (entered, not sealed: a killed save, or a
+    manifest edited by hand) is never restored: a resume removes it, starts that program over,
+    says so, and ends in the uninterrupted run's records."""
     manifest = json.loads((stopped / "manifest.json").read_text())
     manifest["files"]["checkpoints/cell0/host-200.npz"] = None
     (stopped / "manifest.json").write_text(json.dumps(manifest))
-    _cut(_host(stopped), 100)
-    with pytest.raises(records.WorkdirError, match=r"host-200.npz cannot be read as arrays"):
-        records.check_resumable(stopped)
+    assert _main(f"--workdir={stopped}", "--resume") == 0
+    out = capsys.readouterr().out
+    assert "started at step 0: " in out and "holds no sealed checkpoint" in out, out
+    assert "resumed at step" not in out
+    _same_records(stopped, runs[0])
 
 
 CONFIG_FAULTS = {
@@ -362,7 +369,9 @@ def test_metrics_of_a_checkpoint_without_a_digest_are_read_as_rows(stopped, caps
     with open(host, "wb") as f:
         np.savez(f, **arrays)
     manifest = json.loads((stopped / "manifest.json").read_text())
-    manifest["files"][host.relative_to(stopped).as_posix()] = None
+    data = host.read_bytes()  # sealed as it now is
+    entry = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    manifest["files"][host.relative_to(stopped).as_posix()] = entry
     (stopped / "manifest.json").write_text(json.dumps(manifest))
     _flip(stopped / "metrics.jsonl", 100)
     status = _main(f"--workdir={stopped}", "--resume")

@@ -63,7 +63,7 @@ def _earlier_run(path):
     w.figure_path("loss").write_bytes(b"png")
     checkpoint = w.next_checkpoint()
     checkpoint.path.mkdir(parents=True)
-    (checkpoint.path / "host-1.npz").write_bytes(b"state")
+    w.file("checkpoints/cell0/host-1.npz").write_bytes(b"state")  # entered, as a save does
     w.write_summary([])
     return w
 
@@ -95,8 +95,9 @@ def test_overwrite_of_a_clean_run_folder_leaves_it_empty(tmp_path):
     path = tmp_path / "run"
     _earlier_run(path)
     (path / ".arrays.npz.tmp").write_bytes(b"half")  # what a killed write leaves
-    records.Workdir.open(path, overwrite=True)
-    assert [p.name for p in path.iterdir()] == [".lock"]  # the lock, held by the new run
+    with records.Workdir.open(path, overwrite=True):
+        assert [p.name for p in path.iterdir()] == [".lock"]  # the lock, held by the new run
+    assert list(path.iterdir()) == []  # its file goes with it
 
 
 def test_a_folder_from_before_manifests_owns_its_record_files_only(tmp_path):
@@ -106,8 +107,9 @@ def test_a_folder_from_before_manifests_owns_its_record_files_only(tmp_path):
     assert records.others(tmp_path) == ["plateaus.csv"]
     with pytest.raises(records.WorkdirError, match="plateaus.csv"):
         records.check_path(tmp_path, overwrite=True)
-    records.Workdir.open(tmp_path, overwrite=True, keep_others=True)
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".lock", "plateaus.csv"]
+    with records.Workdir.open(tmp_path, overwrite=True, keep_others=True):
+        assert sorted(p.name for p in tmp_path.iterdir()) == [".lock", "plateaus.csv"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plateaus.csv"]  # the lock's file too
 
 
 def test_a_manifest_that_is_not_ours_is_refused(tmp_path):
@@ -124,7 +126,13 @@ def test_the_manifest_holds_each_files_size_and_sha256(tmp_path):
     for name in ("config.json", "arrays.npz", "summary.json", "table.csv", "report.txt"):
         data = (path / name).read_bytes()
         assert entries[name] == {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-    assert entries["metrics.jsonl"] is None  # it grows: a checkpoint records its size and digest
+    rows = (path / "metrics.jsonl").read_bytes()  # sealed with its rows: the run is complete
+    assert entries["metrics.jsonl"] == {
+        "size": len(rows),
+        "sha256": hashlib.sha256(rows).hexdigest(),
+        "rows": 1,
+    }
+    assert entries["figures/loss.png"]["size"] == 3  # every file of a complete run is sealed
     assert entries["checkpoints/cell0"] is None  # a checkpoint folder
     assert records.verify(path) == [
         ("arrays.npz", None),
@@ -142,25 +150,30 @@ def test_the_manifest_holds_each_files_size_and_sha256(tmp_path):
 
 
 def test_overwrite_removes_the_librarys_checkpoint_files_only(tmp_path):
-    path = tmp_path / "run"
+    """Only what the manifest lists, by exact path, and what a killed write of it left: a
+    user's numeric folder, a file named like a step and a link named like one all stay."""
+    path, outside = tmp_path / "run", tmp_path / "outside"
+    outside.mkdir()
     w = _earlier_run(path)
     cell = w.checkpoints / "cell0"
-    (cell / "1" / "default").mkdir(parents=True)  # orbax's step folder
+    w.file("checkpoints/cell0/1")  # a step folder, entered before orbax writes into it
+    (cell / "1" / "default").mkdir(parents=True)
     (cell / "1" / "default" / "_METADATA").write_text("{}")
-    (cell / "2.orbax-checkpoint-tmp-17").mkdir()  # a killed orbax save
+    w.file("checkpoints/cell0/2")  # a step whose save was killed midway
+    (cell / "2" / "default.orbax-checkpoint-tmp-17").mkdir(parents=True)
+    (cell / "3.orbax-checkpoint-tmp-17").mkdir()  # a killed save of the older layout
     (cell / ".host-2.npz.tmp").write_bytes(b"half")  # a killed host write
     (cell / "my_notes.txt").write_text("mine")
     (cell / "7").write_text("a file named like a step is not orbax's folder")
-    assert records.others(path) == ["checkpoints/cell0/7", "checkpoints/cell0/my_notes.txt"]
+    (cell / "2024").mkdir()
+    (cell / "2024" / "notes.txt").write_text("a folder named like a step is not ours")
+    (cell / "999").symlink_to(outside)
+    mine = [f"checkpoints/cell0/{n}" for n in ("2024/notes.txt", "7", "999", "my_notes.txt")]
+    assert sorted(records.others(path)) == mine
     records.Workdir.open(path, overwrite=True, keep_others=True).close()
     left = sorted(p.relative_to(path).as_posix() for p in path.rglob("*"))
-    assert left == [
-        ".lock",
-        "checkpoints",
-        "checkpoints/cell0",
-        "checkpoints/cell0/7",
-        "checkpoints/cell0/my_notes.txt",
-    ]
+    assert left == ["checkpoints", "checkpoints/cell0", "checkpoints/cell0/2024", *mine]
+    assert outside.is_dir()
 
 
 @pytest.mark.parametrize("name", ["../x", "a/../../x", "/x", "", "link/x"])

@@ -22,7 +22,8 @@ COMMAND = [
 # it took (seconds, the command naming its own workdir), and the figure's path in that workdir.
 PER_RUN_SUMMARY = ("seconds", "figures")
 PER_RUN_PROVENANCE = ("command", "time", "cwd", "validation_seconds")
-PER_RUN_ARRAYS = ("compile_seconds", "run_seconds")
+PER_RUN_ARRAYS = ("compile_seconds", "run_seconds", "run_id")  # run_id: the run a checkpoint
+# belongs to, new for every fresh run
 
 
 def _run_twice(tmp_path: pathlib.Path) -> list[pathlib.Path]:

@@ -209,7 +209,7 @@ def execute(job: Job, version: dict[str, Any]) -> int:
         try:
             records.Workdir(job.workdir).write_text("report.json", json.dumps(stamp, indent=1))
         finally:
-            os.close(descriptor)
+            records.unlock(job.workdir, descriptor)
     else:
         job.status = "failed"
         job.message = job.message or summary.get("message") or _last_line(log)

@@ -1,76 +1,48 @@
-"""Checkpoints of a training program's state for `--resume` (orbax), the atomic writes every
-record file goes through (a temporary file, then a rename), and the one error a full disk gives."""
+"""Checkpoints of a training program's state for `--resume` (orbax), each one belonging to the
+records that wrote it: a save is entered in the workdir's manifest before it is written, sealed
+there (each file's size and sha256) once written whole, and the step it replaces is removed by its
+exact paths after that; a resume restores only a step the manifest seals. orbax writes one step's
+state into a folder we name (`<step>/default`): it never scans, keeps or removes steps itself.
+docs/guide/resume.md."""
 
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import pathlib
-from collections.abc import Callable, Iterator
-from typing import IO, Any
+import re
+import shutil
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
-# what a write meets on a full disk, over its quota, or past the process's file size limit
-DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+from landscape.engine.writes import WorkdirError, atomic, writes_to
+
+ITEM = "default"  # orbax's folder of the state inside a step folder
+# what orbax leaves of a save killed midway, inside a step folder (and beside it, in the layout
+# of checkpoints written before steps were named by us)
+ORBAX_TMP = re.compile(r"(default|\d+)\.orbax-checkpoint-tmp[-\w.]*")
 
 
-class DiskFullError(OSError):
-    """A record could not be written for lack of space: `filename` names it, `strerror` says
-    why (ENOSPC, EDQUOT, or EFBIG past the process's file size limit)."""
+class Ledger(Protocol):
+    """What a checkpoint tells the workdir's manifest (records.Workdir keeps it)."""
 
+    def owns(self, path: pathlib.Path) -> bool: ...
 
-def disk_full_code(error: BaseException) -> int | None:
-    """The errno of a full disk in `error` or the errors it was raised from (orbax's name it
-    in words only), or None for any other error."""
-    seen: BaseException | None = error
-    while seen is not None:
-        if isinstance(seen, OSError) and seen.errno in DISK_FULL:
-            return seen.errno
-        for code in DISK_FULL:
-            if os.strerror(code) in str(seen):
-                return code
-        seen = seen.__cause__ or seen.__context__
-    return None
+    def enter(self, paths: Sequence[pathlib.Path]) -> None: ...
 
-
-@contextlib.contextmanager
-def space_for(path: pathlib.Path) -> Iterator[None]:
-    """Writes to `path` inside: a full disk met there becomes one DiskFullError naming it."""
-    try:
-        yield
-    except DiskFullError:
-        raise
-    except Exception as error:
-        code = disk_full_code(error)
-        if code is None:
-            raise
-        raise DiskFullError(code, os.strerror(code), str(path)) from None
-
-
-@contextlib.contextmanager
-def atomic(path: pathlib.Path, mode: str, **kwargs: Any) -> Iterator[IO[Any]]:
-    """Open a temporary file beside `path`; rename it onto `path` once written (a full disk:
-    DiskFullError naming `path`, which keeps what it held)."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        with space_for(path), open(tmp, mode, **kwargs) as f:
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    def seal(self, files: Sequence[pathlib.Path], drop: Sequence[pathlib.Path] = ()) -> None: ...
 
 
 class Checkpoint:
-    """The latest training state of one program, for `--resume` (orbax, keeping only the latest).
+    """The latest training state of one program, for `--resume` (the latest sealed step only).
 
-    A save holds the device state (params, optimizer state, data keys) through orbax, and beside
-    it `host-<step>.npz`: what the host had recorded so far (losses, metrics, snapshots), the
-    size of metrics.jsonl at that point, and whether the program had finished.
+    A save holds the device state (params, optimizer state, data keys) through orbax in
+    `<step>/default`, and beside it `host-<step>.npz`: what the host had recorded so far (losses,
+    metrics, snapshots), the size and sha256 of metrics.jsonl at that point, whether the program
+    had finished, and `stamp` (the run's id and config digest, checked on resume).
 
     Over several processes (jax.distributed) the state is the whole gathered state, which every
     process holds: process 0 alone writes it (`writable`), and on --resume every process reads it
@@ -81,71 +53,132 @@ class Checkpoint:
         self,
         path: pathlib.Path,
         writable: bool = True,
-        written: Callable[[list[pathlib.Path]], None] | None = None,
+        ledger: Ledger | None = None,
+        sealed: Sequence[int] = (),
+        stamp: dict[str, str] | None = None,
     ) -> None:
         self.path = pathlib.Path(path)
         self.writable = writable
-        self.written = written  # told of each save's files (host records, orbax's)
-        self._manager: Any = None  # an orbax CheckpointManager, made on first use
+        self.ledger = ledger  # the manifest: what is ours, entered before written, sealed after
+        self.steps = sorted(sealed)  # the steps the records seal: what a resume may restore
+        self.stamp = dict(stamp or {})
+        self._checkpointer: Any = None  # an orbax Checkpointer, made on first use
 
     def _orbax(self) -> Any:
-        if self._manager is None:
+        if self._checkpointer is None:
             import jax
             import orbax.checkpoint as ocp  # here: importing orbax costs ~0.5 s
 
-            options: dict[str, Any] = dict(max_to_keep=1, enable_async_checkpointing=False)
+            options = ocp.options.MultiprocessingOptions()
             if jax.process_count() > 1:  # this process alone: no barrier with the others
                 me = jax.process_index()
-                options.update(
-                    create=False,
-                    multiprocessing_options=ocp.options.MultiprocessingOptions(
-                        primary_host=me, active_processes={me}
-                    ),
-                )
-            if not self.writable:
-                options.update(read_only=True, max_to_keep=None)
-            with _absl_quiet():  # orbax warns that a read-only folder is read-only
-                self._manager = ocp.CheckpointManager(
-                    self.path.absolute(), options=ocp.CheckpointManagerOptions(**options)
-                )
-        return self._manager
+                options = ocp.options.MultiprocessingOptions(primary_host=me, active_processes={me})
+            handler = ocp.StandardCheckpointHandler(multiprocessing_options=options)
+            self._checkpointer = ocp.Checkpointer(handler, multiprocessing_options=options)
+        return self._checkpointer
 
     def latest_step(self) -> int | None:
-        steps = committed_steps(self.path)
-        return steps[-1] if steps else None
+        return self.steps[-1] if self.steps else None
 
     def save(self, step: int, state: Any, host: dict[str, np.ndarray]) -> None:
-        """Save (a reader, i.e. a process other than 0, saves nothing)."""
+        """Save (a reader, i.e. a process other than 0, saves nothing): entered, written,
+        sealed, then the step it replaces removed."""
         if not self.writable:
             return
         import orbax.checkpoint as ocp
 
-        self.path.mkdir(parents=True, exist_ok=True)
-        with atomic(self.path / f"host-{step}.npz", "wb") as f:
-            np.savez(f, **host)  # type: ignore[arg-type]  # stub: a key could be allow_pickle
+        folder, host_file = self.path / str(step), self.path / f"host-{step}.npz"
+        self._check_free(folder, host_file, step)
+        if self.ledger:
+            self.ledger.enter([folder, host_file])
+        with writes_to(folder):
+            folder.mkdir(parents=True, exist_ok=True)
+        with atomic(host_file, "wb") as f:
+            np.savez(f, **host, **{k: np.asarray(v) for k, v in self.stamp.items()})  # type: ignore[arg-type]  # stub: a key could be allow_pickle
         # a failed save (its error raised here, not logged by orbax's threads as well) leaves a
-        # temporary folder, as a killed one does
-        with space_for(self.path / str(step)), _absl_quiet(errors_too=True):
-            self._orbax().save(step, args=ocp.args.StandardSave(state), force=True)
-            self._orbax().wait_until_finished()
-        for old in _host_steps(self.path)[:-1]:
-            if old != step:
-                (self.path / f"host-{old}.npz").unlink()
-        if self.written:  # the step's files, for their sizes and checksums
-            orbax_files = sorted(p for p in (self.path / str(step)).rglob("*") if p.is_file())
-            self.written([self.path / f"host-{step}.npz", *orbax_files])
+        # temporary folder inside the step's, as a killed one does
+        with writes_to(folder), _absl_quiet(errors_too=True), _closed_loops_quiet():
+            item = (folder / ITEM).absolute()
+            self._orbax().save(item, args=ocp.args.StandardSave(state), force=True)
+        old = [s for s in self.steps if s != step]
+        if self.ledger:  # the step's files, for their sizes and checksums
+            self.ledger.seal([host_file, *sorted(p for p in folder.rglob("*") if p.is_file())])
+        self.steps = [*old, step]
+        for s in old:
+            remove_step(self.path, s)
+        if self.ledger and old:
+            drop = [p for s in old for p in (self.path / str(s), self.path / f"host-{s}.npz")]
+            self.ledger.seal([], drop=drop)
+        self.steps = [step]
+
+    def _check_free(self, folder: pathlib.Path, host_file: pathlib.Path, step: int) -> None:
+        """Refuse (one sentence) to write a step over a folder or file this run did not write."""
+        for target in (folder, host_file):
+            if os.path.lexists(target) and not (self.ledger and self.ledger.owns(target)):
+                raise WorkdirError(
+                    f"{target} is in the way of the checkpoint at step {step} and was not "
+                    "written by this run (its manifest does not list it): move it out of "
+                    f"{self.path}, then continue with --resume."
+                )
 
     def restore(self, template: Any) -> tuple[int, Any, dict[str, np.ndarray]]:
-        """(step, state shaped like `template` (numpy arrays), host arrays) of the latest save."""
+        """(step, state shaped like `template` (numpy arrays), host arrays) of the latest sealed
+        save."""
         import orbax.checkpoint as ocp
 
-        steps = committed_steps(self.path)
-        if not steps:
-            raise FileNotFoundError(f"no complete checkpoint in {self.path}")
-        step = steps[-1]
-        state = self._orbax().restore(step, args=ocp.args.StandardRestore(template))
-        with np.load(self.path / f"host-{step}.npz") as host:
-            return step, state, dict(host)
+        if not self.steps:
+            raise FileNotFoundError(f"no sealed checkpoint in {self.path}")
+        step = self.steps[-1]
+        with np.load(self.path / f"host-{step}.npz") as saved:
+            host = dict(saved)
+        item = (self.path / str(step) / ITEM).absolute()
+        state = self._orbax().restore(item, args=ocp.args.StandardRestore(template))
+        return step, state, host
+
+    def read_host(self) -> dict[str, np.ndarray]:
+        """The host records of the latest sealed step (what `restore` returns beside the state)."""
+        with np.load(self.path / f"host-{self.steps[-1]}.npz") as saved:
+            return dict(saved)
+
+
+def remove_step(cell: pathlib.Path, step: int) -> None:
+    """Remove a step this run saved, by its exact paths: host-<step>.npz and, in <step>/, orbax's
+    folder (and a killed save's temporary one); the step's folder once empty. A link there is
+    left alone (the library writes none), as is anything else in the folder."""
+    host = cell / f"host-{step}.npz"
+    if host.is_file() and not host.is_symlink():
+        host.unlink()
+    folder = cell / str(step)
+    if not folder.is_dir() or folder.is_symlink():
+        return
+    for child in folder.iterdir():
+        if (child.name == ITEM or ORBAX_TMP.fullmatch(child.name)) and not child.is_symlink():
+            shutil.rmtree(child) if child.is_dir() else child.unlink()
+        elif child.name == "_CHECKPOINT_METADATA" and child.is_file():  # the older layout's
+            child.unlink()
+    with contextlib.suppress(OSError):
+        folder.rmdir()
+
+
+@contextlib.contextmanager
+def _closed_loops_quiet() -> Iterator[None]:
+    """A save that fails (a full disk) leaves tensorstore callbacks for orbax's closed event
+    loop; each would print "RuntimeError: Event loop is closed" (an unraisable error, during the
+    save and after it) around the sentence that names the failure. From the first save on,
+    those are left unsaid, and no other error."""
+    if not getattr(sys.unraisablehook, "quiet_closed_loops", False):
+        sys.unraisablehook = _closed_loops_unsaid(sys.unraisablehook)
+    yield
+
+
+def _closed_loops_unsaid(previous: Callable[[Any], object]) -> Callable[[Any], object]:
+    def hook(unraisable: Any) -> None:
+        error = unraisable.exc_value
+        if not (isinstance(error, RuntimeError) and str(error) == "Event loop is closed"):
+            previous(unraisable)
+
+    hook.quiet_closed_loops = True  # type: ignore[attr-defined]  # installed once
+    return hook
 
 
 @contextlib.contextmanager
@@ -159,32 +192,3 @@ def _absl_quiet(errors_too: bool = False) -> Iterator[None]:
         yield
     finally:
         absl_logging.set_verbosity(level)
-
-
-def _host_steps(path: pathlib.Path) -> list[int]:
-    if not path.is_dir():
-        return []
-    return sorted(int(f.stem.split("-")[1]) for f in path.glob("host-*.npz"))
-
-
-def committed_steps(path: pathlib.Path) -> list[int]:
-    """Steps saved whole: the host records and orbax's finished step folder (a save killed
-    midway leaves only a temporary folder, and the step before it stays the latest)."""
-    return [s for s in _host_steps(path) if (path / str(s)).is_dir()]
-
-
-def latest_checkpoint_metrics_bytes(path: str | pathlib.Path) -> int:
-    """Size of metrics.jsonl at the newest checkpoint of a workdir (0 without one): rows past it
-    belong to work a resumed run redoes."""
-    root = pathlib.Path(path) / "checkpoints"
-    cells = (
-        sorted((int(c.name[4:]), c) for c in root.glob("cell*") if c.name[4:].isdigit())
-        if root.is_dir()
-        else []
-    )
-    for _, cell in reversed(cells):
-        steps = committed_steps(cell)
-        if steps:
-            with np.load(cell / f"host-{steps[-1]}.npz") as host:
-                return int(host["metrics_bytes"])
-    return 0

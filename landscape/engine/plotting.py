@@ -18,7 +18,7 @@ from matplotlib.image import AxesImage  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.typing import ColorType  # noqa: E402
 
-from landscape.engine.checkpoints import DiskFullError, space_for  # noqa: E402
+from landscape.engine.writes import WriteError, writes_to  # noqa: E402
 
 plt.rcParams.update(
     {
@@ -102,14 +102,14 @@ def save(fig: Figure, path: str | pathlib.Path) -> pathlib.Path:
     tmp = path.with_name(f".{path.name}.tmp")
     fig.tight_layout()
     try:
-        with space_for(path):  # a full disk: one DiskFullError naming the figure
+        with writes_to(path):  # a full disk, a refused write: one error naming the figure
             fig.savefig(tmp, format=path.suffix.lstrip(".") or "png")
-    except DiskFullError:
+            os.replace(tmp, path)
+    except WriteError:
         tmp.unlink(missing_ok=True)
         raise
     finally:
         plt.close(fig)
-    os.replace(tmp, path)
     return path
 
 

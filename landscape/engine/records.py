@@ -1,14 +1,11 @@
 """A run's workdir: the only file I/O of the library.
 
-<workdir>/config.json     the resolved config
-<workdir>/metrics.jsonl   one JSON object per run per logged step (pandas.read_json(lines=True))
-<workdir>/arrays.npz      loss curves, snapshots (attention maps, Z rows), final values
-<workdir>/summary.json    the paper's claims: statement, measured value, expected, verdict
-<workdir>/figures/*.png   paper-style plots
-<workdir>/manifest.json   every file the runs wrote here (size and sha256 where final): what
-                          `overwrite` may remove and what `verify` checks
-<workdir>/.lock           held (fcntl.flock) by the process writing the workdir; holds its pid
-"""
+config.json (the resolved config), metrics.jsonl (one JSON object per run per logged step),
+arrays.npz (loss curves, snapshots, final values), summary.json (the status, the paper's claims
+and their verdicts), figures/*.png, checkpoints/ (each program's state, for --resume),
+manifest.json (every file the runs wrote, sealed with its size and sha256 once written whole,
+and the run's id: what `overwrite` may remove and what `verify` checks), .lock (the pid of the
+process holding the workdir's lock, while it writes). docs/guide/records.md."""
 
 from __future__ import annotations
 
@@ -21,102 +18,41 @@ import math
 import os
 import pathlib
 import re
+import uuid
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from landscape.engine import config as config_lib
-from landscape.engine import integrity
-from landscape.engine.checkpoints import (
-    Checkpoint,
-    atomic,
-    latest_checkpoint_metrics_bytes,
-    space_for,
-)
-from landscape.engine.checkpoints import (
-    DiskFullError as DiskFullError,  # re-exported: a record the disk had no space for
-)
-from landscape.engine.integrity import (
-    MANIFEST,
-    WorkdirError,
-    check_free,
-    check_resumable,
-    has_records,
-    lock,
-    others,
-    read_entries,
-    read_npz,
-    read_summary_json,
-    remove_records,
-    sha256_of,
-)
+from landscape.engine import integrity, verification
+from landscape.engine import lock as lock_lib
+from landscape.engine.checkpoints import Checkpoint, remove_step
+from landscape.engine.claims import CLAIM_KINDS as CLAIM_KINDS  # re-exported: records.claim, ...
+from landscape.engine.claims import Claim as Claim
+from landscape.engine.claims import claim as claim
+from landscape.engine.claims import evaluated as evaluated
+from landscape.engine.claims import format_claims as format_claims
+from landscape.engine.claims import format_value as format_value
+from landscape.engine.claims import sanity as sanity
+from landscape.engine.integrity import MANIFEST, has_records, others, remove_records
+from landscape.engine.lock import check_free
 from landscape.engine.result import RunResult
+from landscape.engine.rows import MetricsRecorder as MetricsRecorder  # re-exported
+from landscape.engine.verification import check_resumable, read_npz, read_summary_json, sha256_of
+from landscape.engine.writes import DiskFullError as DiskFullError  # re-exported
+from landscape.engine.writes import WorkdirError as WorkdirError  # re-exported
+from landscape.engine.writes import WriteError as WriteError  # re-exported
+from landscape.engine.writes import atomic, writes_to
 
 # the workdir's integrity, where callers know it: records.verify, records.lock, ...
-LOCK, RECORD_FILES, verify = integrity.LOCK, integrity.RECORD_FILES, integrity.verify
-load_config_json, read_manifest = integrity.load_config_json, integrity.read_manifest
-paper_config = integrity.paper_config
-
-CLAIM_KINDS = ("paper", "sanity")
-
-
-@dataclasses.dataclass
-class Claim:
-    """One claim checked against a measurement.
-
-    kind "paper": a claim of the paper (or of its notes) that the figure reproduces or not;
-    kind "sanity": a check of the run itself (e.g. every seed's final loss >= the Bayes loss),
-    reported apart and never counted among the paper's claims.
-    """
-
-    claim: str
-    measured: Any
-    expected: Any
-    passed: bool
-    source: str = ""
-    kind: str = "paper"
-
-    @property
-    def verdict(self) -> str:
-        return "reproduced" if self.passed else "NOT reproduced"
-
-
-def claim(
-    statement: str,
-    measured: Any,
-    expected: Any,
-    passed: object,
-    source: str = "",
-    kind: str = "paper",
-) -> Claim:
-    """A Claim with `passed` coerced to a Python bool (numpy bools are common here)."""
-    if kind not in CLAIM_KINDS:
-        raise ValueError(f"claim kind {kind!r}: must be one of {', '.join(CLAIM_KINDS)}")
-    return Claim(statement, measured, expected, bool(passed), source, kind)
-
-
-def sanity(statement: str, measured: Any, expected: Any, passed: object, source: str = "") -> Claim:
-    """A check of the run itself, reported apart from the paper's claims."""
-    return claim(statement, measured, expected, passed, source, kind="sanity")
-
-
-def evaluated(name: str, evaluate: Callable[[], Iterable[Claim]]) -> list[Claim]:
-    """The claims `evaluate()` returns; if it raises (data its claims were not written for, e.g. a
-    collapsed run), one claim saying that claim set could not be evaluated and why (NOT
-    reproduced), so the run's other claims, figures and summary are still written."""
-    try:
-        return list(evaluate())
-    except Exception as error:  # noqa: BLE001 -- reported as the verdict
-        return [
-            claim(
-                f"{name}: could not be evaluated on this run",
-                f"{type(error).__name__}: {error}",
-                "a run its claims can be evaluated on",
-                False,
-            )
-        ]
+LOCK, RECORD_FILES, verify = lock_lib.LOCK, integrity.RECORD_FILES, verification.verify
+load_config_json, read_manifest = verification.load_config_json, integrity.read_manifest
+paper_config, read_entries = verification.paper_config, integrity.read_entries
+paper_of = verification.paper_of  # the paper whose runs have a config's groups
+latest_checkpoint_metrics_bytes = verification.metrics_offset  # rows up to the newest checkpoint
+lock, unlock = lock_lib.lock, lock_lib.release  # one writer per workdir
 
 
 class Workdir:
@@ -124,22 +60,32 @@ class Workdir:
 
     Every file but metrics.jsonl is written atomically (a temporary file, then a rename), so a
     killed run never leaves a half-written record; metrics.jsonl is appended a chunk at a time
-    and cut back to the last checkpoint on resume (`truncate_metrics`).
+    and cut back to the last checkpoint on resume (`truncate_metrics`). Every file is entered in
+    manifest.json before it is written and sealed (size, sha256) once written whole; a complete
+    run seals them all. `resume`: the checkpoints the manifest seals are offered to training
+    (a fresh Workdir restores none).
     """
 
-    def __init__(self, path: str | pathlib.Path, checkpoint_seconds: float = 60.0) -> None:
+    def __init__(
+        self, path: str | pathlib.Path, checkpoint_seconds: float = 60.0, resume: bool = False
+    ) -> None:
         self.path = pathlib.Path(path)
-        self.path.mkdir(parents=True, exist_ok=True)  # figures/ only once a figure is drawn
+        with writes_to(self.path):
+            self.path.mkdir(parents=True, exist_ok=True)  # figures/ only once a figure is drawn
         self.checkpoint_seconds = checkpoint_seconds  # training state saved at least this often
         self.provenance: dict[str, Any] | None = None  # what ran it (command, versions, git, ...)
         # Where the training state is saved. A process other than 0 of a multi-process run keeps
         # its records in a throw-away folder but reads process 0's checkpoints (on --resume) and
-        # writes none (experiments/cli.py).
+        # writes none (experiments/cli.py: `read_checkpoints_of`).
         self.checkpoints = self.path / "checkpoints"
         self.writes_checkpoints = True
+        self.resuming = resume
         self._checkpoints_opened = 0
         # what `overwrite` may remove: name -> {"size", "sha256"} once written whole, else None
-        self._entries = read_entries(self.path)
+        self._entries, run = integrity.read_manifest_data(self.path)
+        self.run_id = run or uuid.uuid4().hex  # the run these records and checkpoints belong to
+        self._sealed_source = self._entries  # the manifest sealing the checkpoints read
+        self.config_sha256 = ""  # the digest of config.json's config, once written
         self._metrics_hash: Any = None  # sha256 of metrics.jsonl so far (made on first use)
         self._release: Callable[[], Any] | None = None  # the lock's, while `open` holds it
 
@@ -156,38 +102,52 @@ class Workdir:
         overwrite: bool = False,
         resume: bool = False,
         keep_others: bool = False,
+        force: bool = False,
         checkpoint_seconds: float = 60.0,
     ) -> Workdir:
         """The workdir at `path` under the workdir policy (`check_path`): a folder with earlier
         records is refused unless `overwrite` (the files its runs wrote are removed first, and
         nothing else: a folder holding files they did not write is refused unless
-        `keep_others`) or `resume` (they are kept, metrics.jsonl is cut back to the latest
-        checkpoint, and arrays.npz, which the resumed run writes whole again, is removed: a
-        stopped program's partial arrays go).
+        `keep_others`; `force`: without reading the manifest, the files a run writes are
+        recognised by name and the rest kept) or `resume` (they are kept, metrics.jsonl is cut
+        back to the latest sealed checkpoint, what a killed save left is removed, and
+        arrays.npz, which the resumed run writes whole again, is removed).
 
         The returned Workdir holds the workdir's lock (one writer per workdir) until `close()`
         or the process ends; `resume` first verifies what it reads (`check_resumable`)."""
         path = pathlib.Path(path)
-        check_path(path, overwrite=overwrite, resume=resume, keep_others=keep_others)
-        path.mkdir(parents=True, exist_ok=True)
+        check_path(path, overwrite=overwrite, resume=resume, keep_others=keep_others, force=force)
+        with writes_to(path):
+            path.mkdir(parents=True, exist_ok=True)
         descriptor = lock(path)
         try:
             if resume:
                 check_resumable(path)
             if overwrite:
-                remove_records(path)
-            workdir = cls(path, checkpoint_seconds)
+                remove_records(path, force=force)
+            workdir = cls(path, checkpoint_seconds, resume=resume)
             if resume:  # the resumed run writes arrays.npz again, from its first program on
-                workdir.truncate_metrics(latest_checkpoint_metrics_bytes(path))
-                (path / "arrays.npz").unlink(missing_ok=True)
+                workdir._prepare_resume()
         except BaseException:
-            os.close(descriptor)
+            unlock(path, descriptor)
             raise
-        workdir._release = weakref.finalize(workdir, os.close, descriptor)
+        workdir._release = weakref.finalize(workdir, unlock, path, descriptor)
         return workdir
 
+    def _prepare_resume(self) -> None:
+        """metrics.jsonl cut back to the newest sealed checkpoint, the steps a killed save left
+        (listed, not sealed) removed by their exact paths, arrays.npz removed."""
+        self.truncate_metrics(verification.metrics_offset(self.path))
+        leftovers = verification.unsealed_steps(self.path)
+        for name in leftovers:
+            cell, _, last = name.rpartition("/")
+            remove_step(self.path / cell, int(last.removeprefix("host-").removesuffix(".npz")))
+        if leftovers:
+            self.seal(gone=leftovers)
+        (self.path / "arrays.npz").unlink(missing_ok=True)
+
     def close(self) -> None:
-        """Release the workdir's lock (taken by `open`); the records stay."""
+        """Release the workdir's lock (taken by `open`; .lock goes); the records stay."""
         if self._release is not None:
             self._release()
             self._release = None
@@ -198,12 +158,20 @@ class Workdir:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def read_checkpoints_of(self, path: str | pathlib.Path) -> None:
+        """Read (never write) the checkpoints of the workdir `path`, as its manifest seals them:
+        a process other than 0 resuming a run over several processes."""
+        path = pathlib.Path(path)
+        self.checkpoints, self.writes_checkpoints, self.resuming = path / "checkpoints", False, True
+        self._sealed_source = integrity.read_entries(path)
+
     # ------------------------------------------------------------------ records
 
     def write_config(self, config: Any, provenance: dict[str, Any] | None = None) -> None:
         """config.json: the resolved config, plus (under "provenance") what ran it. A config.json
         is itself a config: `--config=<workdir>/config.json` reruns it (`load_config_json`)."""
         data = config.to_dict() if hasattr(config, "to_dict") else dict(config)
+        self.config_sha256 = verification.config_digest(json.loads(json.dumps(_jsonable(data))))
         provenance = provenance or self.provenance
         if provenance:
             data = dict(data, provenance=provenance)
@@ -213,7 +181,7 @@ class Workdir:
         data = "".join(json.dumps(_jsonable(row)) + "\n" for row in rows).encode()
         self.metrics_sha256()  # the hash of what is there before this chunk
         file = self.file("metrics.jsonl")
-        with space_for(file), open(file, "ab") as f:  # one write per chunk of rows (a resume
+        with writes_to(file), open(file, "ab") as f:  # one write per chunk of rows (a resume
             f.write(data)  # cuts what a full disk left of one back to the checkpoint)
             f.flush()
         self._metrics_hash.update(data)
@@ -233,7 +201,8 @@ class Workdir:
         """Keep the first `size` bytes of metrics.jsonl (the rows up to a checkpoint)."""
         file = self.path / "metrics.jsonl"
         if file.exists() and file.stat().st_size > size:
-            with open(file, "r+") as f:
+            self.file("metrics.jsonl")  # no longer sealed: it grows again
+            with writes_to(file), open(file, "r+") as f:
                 f.truncate(size)
         self._metrics_hash = None
 
@@ -264,6 +233,7 @@ class Workdir:
         summary = {"status": "complete", **(tallies if claims else {}), **extra}
         summary = _jsonable(summary)
         self._write_json("summary.json", summary)
+        self.seal_all()
         return summary
 
     def finish(
@@ -326,52 +296,67 @@ class Workdir:
 
     def figure_path(self, name: str) -> pathlib.Path:
         """figures/<name>.png (the folder is made here, so a run without figures has none)."""
-        (self.path / "figures").mkdir(exist_ok=True)
+        with writes_to(self.path / "figures"):
+            (self.path / "figures").mkdir(exist_ok=True)
         return self.file(f"figures/{name}.png")
 
     def file(self, name: str) -> pathlib.Path:
         """The path of the record `name` (relative to the workdir), entered in manifest.json
-        before anything writes it: `overwrite` removes the files the manifest lists, no other."""
-        if name not in self._entries:
+        before anything writes it (and no longer sealed, if it was: it is written again):
+        `overwrite` removes the files the manifest lists, no other."""
+        if self._entries.get(name, "absent") is not None:
             self._entries[name] = None
             self._write_manifest()
         return self.path / name
 
-    def seal(self, *names: str, gone: str = "") -> None:
+    def seal(self, *names: str, gone: Sequence[str] = ()) -> None:
         """Enter the size and sha256 of the records `names`, now written whole, in manifest.json
-        (and drop the entries under the folder `gone` whose files no longer exist)."""
-        if gone:
-            for name in [n for n in self._entries if n.startswith(gone + "/")]:
-                if not (self.path / name).exists():
-                    del self._entries[name]
+        (metrics.jsonl with its rows), and drop the entries `gone` (and those under them)."""
+        for name in [n for n in self._entries if any(_under(n, g) for g in gone)]:
+            del self._entries[name]
         for name in names:
             file = self.path / name
-            self._entries[name] = {
-                "size": file.stat().st_size,
-                "sha256": sha256_of(file).hexdigest(),
-            }
+            entry = {"size": file.stat().st_size, "sha256": sha256_of(file).hexdigest()}
+            if name == "metrics.jsonl":
+                entry["rows"] = file.read_bytes().count(b"\n")
+            self._entries[name] = entry
         self._write_manifest()
 
+    def seal_all(self) -> None:
+        """Seal every file entered and not sealed yet (metrics.jsonl, the figures): the end of a
+        complete run, whose manifest then holds every file's size and sha256."""
+        names = [
+            n
+            for n, entry in self._entries.items()
+            if entry is None and not n.startswith("checkpoints/") and (self.path / n).is_file()
+        ]
+        if names:
+            self.seal(*names)
+
     def _write_manifest(self) -> None:
+        data = {"format": 2, "run": self.run_id, "files": dict(sorted(self._entries.items()))}
         with atomic(self.path / MANIFEST, "w") as f:
-            json.dump({"format": 2, "files": dict(sorted(self._entries.items()))}, f, indent=0)
+            json.dump(data, f, indent=0)
             f.write("\n")
 
     def next_checkpoint(self) -> Checkpoint:
         """The checkpoint of the next training program of this run (cell0, cell1, ... in the
-        order the experiment trains them, which a resumed run repeats)."""
+        order the experiment trains them, which a resumed run repeats): on resume, with the
+        steps the manifest seals; its saves entered and sealed in this workdir's manifest."""
         index, self._checkpoints_opened = self._checkpoints_opened, self._checkpoints_opened + 1
-        written = None
+        cell = f"checkpoints/cell{index}"
+        sealed = integrity.sealed_steps(self._sealed_source, cell) if self.resuming else []
+        ledger = None
         if self.writes_checkpoints and self.checkpoints.parent == self.path:
-            self.file(f"{self.checkpoints.name}/cell{index}")  # the folder: what the library
-            # writes there (CHECKPOINT_FILE, CHECKPOINT_STEP), never a file of anyone else's
-
-            def written(files: list[pathlib.Path]) -> None:  # a save's, the old one's gone
-                cell = f"{self.checkpoints.name}/cell{index}"
-                self.seal(*(p.relative_to(self.path).as_posix() for p in files), gone=cell)
-
+            self.file(cell)  # the folder: steps and host records entered by name, by the ledger
+            ledger = _Ledger(self)
+        stamp = {"run_id": self.run_id, "config_sha256": self.config_sha256}
         return Checkpoint(
-            self.checkpoints / f"cell{index}", writable=self.writes_checkpoints, written=written
+            self.checkpoints / f"cell{index}",
+            writable=self.writes_checkpoints,
+            ledger=ledger,
+            sealed=sealed[-1:],
+            stamp=stamp,
         )
 
     def _write_json(self, name: str, data: Any) -> None:
@@ -379,6 +364,32 @@ class Workdir:
             json.dump(_jsonable(data), f, indent=2)
             f.write("\n")
         self.seal(name)
+
+
+class _Ledger:
+    """A checkpoint's saves in its workdir's manifest: entered by exact path before they are
+    written, sealed once written whole, dropped once removed."""
+
+    def __init__(self, workdir: Workdir) -> None:
+        self.workdir = workdir
+
+    def _name(self, path: pathlib.Path) -> str:
+        return path.relative_to(self.workdir.path).as_posix()
+
+    def owns(self, path: pathlib.Path) -> bool:
+        return self._name(path) in self.workdir._entries
+
+    def enter(self, paths: Sequence[pathlib.Path]) -> None:
+        for path in paths:
+            self.workdir._entries.setdefault(self._name(path), None)
+        self.workdir._write_manifest()
+
+    def seal(self, files: Sequence[pathlib.Path], drop: Sequence[pathlib.Path] = ()) -> None:
+        self.workdir.seal(*map(self._name, files), gone=[self._name(p) for p in drop])
+
+
+def _under(name: str, folder: str) -> bool:
+    return name == folder or name.startswith(folder + "/")
 
 
 def new_path(name: str, root: str | pathlib.Path = "runs") -> pathlib.Path:
@@ -397,26 +408,28 @@ def check_path(
     overwrite: bool = False,
     resume: bool = False,
     keep_others: bool = False,
+    force: bool = False,
 ) -> None:
     """Raise WorkdirError (one sentence) unless `path` can take this run's records, creating
-    nothing: it must not be a file, its first existing ancestor must be writable, a folder
-    with earlier records needs `overwrite` or `resume` (and `resume` needs such a folder), and
-    `overwrite` needs a folder holding nothing but what earlier runs wrote (or `keep_others`)."""
+    nothing: it must not be a file or a dangling link, its first existing ancestor must be
+    writable, no folder may stand where a record goes, a folder with earlier records needs
+    `overwrite` or `resume` (and `resume` needs such a folder), and `overwrite` needs a folder
+    holding nothing but what earlier runs wrote (or `keep_others`, which still refuses
+    checkpoints of another run where this one saves its own; `force`: the manifest unread)."""
     path = pathlib.Path(path)
     if overwrite and resume:
         raise WorkdirError("--overwrite and --resume exclude each other: pick one.")
+    if force and not overwrite:
+        raise WorkdirError("--force goes with --overwrite (it removes without a manifest).")
     integrity.check_name_lengths(path, "--workdir")
-    if path.exists() and not path.is_dir():
-        raise WorkdirError(f"--workdir={path} is a file, not a folder: give a folder path.")
-    existing = path
-    while not existing.exists():
-        existing = existing.parent
-    if not existing.is_dir():
-        raise WorkdirError(f"--workdir={path} lies under the file {existing}: give a folder path.")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise WorkdirError(f"--workdir={path} cannot be written ({existing} is not writable).")
+    _check_place(path)
     if path.is_dir():
         check_free(path)
+        if misplaced := integrity.misplaced(path):
+            raise WorkdirError(
+                f"{path / misplaced[0]} is a folder (or a link to one), where a run writes the "
+                "file of that name: move it out of the workdir, then run again."
+            )
     if resume and not has_records(path):
         raise WorkdirError(f"--resume: {path} holds no records of an earlier run to resume.")
     if has_records(path) and not (overwrite or resume):
@@ -424,11 +437,44 @@ def check_path(
             f"--workdir={path} already holds the records of an earlier run: pass "
             "--resume to continue it or --overwrite to start over."
         )
-    if overwrite and not keep_others and has_records(path) and (foreign := others(path)):
+    if overwrite and not force and has_records(path):
+        _check_overwrite(path, keep_others)
+
+
+def _check_place(path: pathlib.Path) -> None:
+    """The workdir's place: a folder (or none yet) under a writable folder, no dangling link."""
+    if path.exists() and not path.is_dir():
+        raise WorkdirError(f"--workdir={path} is a file, not a folder: give a folder path.")
+    existing = path
+    while not existing.exists():
+        if existing.is_symlink():
+            raise WorkdirError(
+                f"--workdir={path}: {existing} is a link to {os.readlink(existing)}, which does "
+                "not exist: create that folder, or give another workdir."
+            )
+        existing = existing.parent
+    if not existing.is_dir():
+        raise WorkdirError(f"--workdir={path} lies under the file {existing}: give a folder path.")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise WorkdirError(f"--workdir={path} cannot be written ({existing} is not writable).")
+
+
+def _check_overwrite(path: pathlib.Path, keep_others: bool) -> None:
+    """`overwrite` removes only what runs wrote: refuse other files (unless `keep_others`),
+    and checkpoints no run of this manifest wrote where the new run saves its own."""
+    foreign = others(path)
+    if foreign and not keep_others:
         shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if foreign[5:] else "")
         raise WorkdirError(
             f"--overwrite: {path} also holds files no run wrote ({shown}); --overwrite removes "
             "only what runs wrote, so move those files or pass --keep_others to keep them there."
+        )
+    if steps := integrity.foreign_checkpoints(path):
+        shown = ", ".join(steps[:3]) + (f" and {len(steps) - 3} more" if steps[3:] else "")
+        raise WorkdirError(
+            f"--overwrite: {path} holds checkpoints that no run of its manifest "
+            f"wrote ({shown}), where the new run saves its own: move them out of the workdir "
+            "first (they are never removed, nor restored)."
         )
 
 
@@ -473,40 +519,6 @@ def require_same_config(stored: dict, given: dict, workdir: str) -> None:
             )
 
 
-def format_claims(claims: list[Claim]) -> str:
-    """A terminal table: verdict, claim, measured vs expected; the paper's claims first, the
-    run's sanity checks after them, each with its own count."""
-    lines = []
-    for kind, title, tally in (
-        ("paper", None, "claims reproduced"),
-        ("sanity", "  sanity checks of the runs:", "sanity checks passed"),
-    ):
-        chosen = [c for c in claims if c.kind == kind]
-        if not chosen and kind == "sanity":
-            continue
-        if title:
-            lines.append(title)
-        for c in chosen:
-            mark = "ok " if c.passed else "NO "
-            lines.append(
-                f"  [{mark}] {c.claim}\n         measured {format_value(c.measured)}; "
-                f"expected {format_value(c.expected)}"
-            )
-        lines.append(f"  {sum(c.passed for c in chosen)}/{len(chosen)} {tally}")
-    return "\n".join(lines)
-
-
-def format_value(value: Any) -> str:
-    """A measured or expected value in a line of text: floats to 4 significant digits."""
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(format_value(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{k}: {format_value(v)}" for k, v in value.items()) + "}"
-    return str(value)
-
-
 def _jsonable(value: Any) -> Any:
     """numpy scalars/arrays to Python; NaN/inf to None so the files stay valid JSON."""
     if isinstance(value, dict):
@@ -523,63 +535,3 @@ def _jsonable(value: Any) -> Any:
         value = float(value)
         return value if math.isfinite(value) else None
     return value
-
-
-# ----------------------------------------------------------------------------- provenance
-
-
-class MetricsRecorder:
-    """Streams metrics.jsonl rows (one per run per snapshot step) while a run goes on."""
-
-    def __init__(
-        self,
-        workdir: Any,
-        hparams: dict[str, np.ndarray],
-        seeds: np.ndarray,
-        log_every: int,
-        num_runs: int,
-        tags: dict[str, Any],
-    ) -> None:
-        self.workdir, self.log_every, self.tags = workdir, log_every, tags
-        self.hparams = {k: np.asarray(v)[:num_runs] for k, v in hparams.items()}
-        self.seeds = seeds[:num_runs]
-
-    def write_rows(
-        self,
-        first_step: int,
-        loss: np.ndarray | None,
-        snaps: dict[str, np.ndarray],
-        tracked: tuple[dict[str, np.ndarray], int] = ({}, 0),
-    ) -> None:
-        """The rows of a chunk's snapshots; `tracked`: the tracked metrics (R, S) and their
-        cadence, added to the rows of tracked steps."""
-        scalars = {k: v for k, v in snaps.items() if np.ndim(v) == 2}  # (R, S), padded R
-        values, every = tracked
-        num_snaps = (
-            next(iter(snaps.values())).shape[1]
-            if snaps
-            else (1 if loss is None else loss.shape[1] // self.log_every)
-        )
-        rows = []
-        for s in range(num_snaps):
-            step = first_step + (0 if loss is None else (s + 1) * self.log_every)
-            for r, seed in enumerate(self.seeds):
-                row = {"step": int(step), "run": r, "seed": int(seed), **self.tags}
-                row.update({k: v[r].item() for k, v in self.hparams.items()})
-                if loss is not None:  # batch loss of the last step before this snapshot
-                    row["loss"] = float(loss[r, (s + 1) * self.log_every - 1])
-                row.update({k: float(v[r, s]) for k, v in scalars.items()})
-                if every and step % every == 0:
-                    row.update({k: float(v[r, s]) for k, v in values.items()})
-                rows.append(row)
-        self.workdir.append_metrics(rows)
-
-    def save_partial(self, losses: list[np.ndarray], snaps: list[dict[str, np.ndarray]]) -> None:
-        """arrays.npz of a run stopped early: the steps so far, real runs only."""
-        n = len(self.seeds)
-        self.workdir.save_arrays(
-            losses=np.concatenate(losses, axis=1)[:n],
-            **{
-                f"snapshot_{k}": np.concatenate([s[k] for s in snaps], axis=1)[:n] for k in snaps[0]
-            },
-        )

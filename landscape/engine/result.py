@@ -229,11 +229,30 @@ class RunResult:
         name = f"run {index} ({setting}), {where}"
         if isinstance(loss, tuple):
             objective, inputs = loss
-            return point_lib.Point(params, name=name, objective=objective, inputs=inputs)
-        if _checks.takes(loss, 1) is False and _checks.takes(loss, 2):  # a Track's loss
+            point = point_lib.Point(params, name=name, objective=objective, inputs=inputs)
+        elif _checks.takes(loss, 1) is False and _checks.takes(loss, 2):  # a Track's loss
             hp = {k: jnp.asarray(v[index]) for k, v in self.hparams.items()}
-            return point_lib.Point(params, functools.partial(_with_hparams, loss, hp), name=name)
-        return point_lib.Point(params, loss, name=name)
+            point = point_lib.Point(params, functools.partial(_with_hparams, loss, hp), name=name)
+        else:
+            point = point_lib.Point(params, loss, name=name)
+        _check_reads(point, index)
+        return point
+
+
+def _check_reads(point: point_lib.Point, index: int) -> None:
+    """One sentence when the loss cannot read this run's parameters (another model's loss): it
+    is traced once (`jax.eval_shape`, nothing computed), as the first probe would."""
+    objective, inputs = point.shared
+    try:
+        jax.eval_shape(objective, point.params, inputs)
+    except Exception as error:  # noqa: BLE001 -- reported in the sentence
+        names = [name for name, _, _ in point_lib.param_names(point.params)]
+        shown = ", ".join(names[:4]) + (", ..." if names[4:] else "")
+        raise ValueError(
+            f"loss cannot read the parameters of run {index} ({shown}): "
+            f"{type(error).__name__}: {str(error)[:120]}; give the loss of the model this run "
+            "trained."
+        ) from None
 
 
 def _with_hparams(loss: Callable[..., jax.Array], hp: dict[str, jax.Array], params: Params) -> Any:

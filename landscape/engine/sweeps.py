@@ -178,6 +178,7 @@ def run(
             f"sweep axes {sorted(unknown)} are not hyperparameters of this problem "
             f"(known: {sorted(base_hparams)})."
         )
+    check_learning_rates(problem, base_hparams)
     target, complete = _open_workdir(
         workdir, config, resume=resume, overwrite=overwrite, keep_others=keep_others
     )
@@ -203,6 +204,22 @@ def run(
     finally:
         if target is not None and target is not workdir:  # opened here: its lock goes now
             target.close()
+
+
+def check_learning_rates(problem: training.Problem, base_hparams: Mapping[str, Any]) -> None:
+    """One sentence when `problem.learning_rates` reads a hyperparameter that `base_hparams`
+    (and so every axis of the grid) does not give: it ended in a KeyError while tracing."""
+    hparams = {k: jnp.asarray(v) for k, v in base_hparams.items()}
+    try:
+        problem.learning_rates(hparams)
+    except KeyError as error:
+        raise ValueError(
+            f"problem.learning_rates reads the hyperparameter {error.args[0]!r}, which "
+            f"base_hparams does not give (it gives {sorted(base_hparams)}): name the learning "
+            "rate there, and a sweep axis after it to sweep it."
+        ) from None
+    except Exception:  # noqa: BLE001 -- anything else is the step's to report, with its trace
+        return
 
 
 def _stopped_status(error: Exception) -> tuple[str, dict[str, Any]]:

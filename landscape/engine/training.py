@@ -23,7 +23,9 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from landscape import _checks
-from landscape.engine import backend, distributed, keeping, memory, records
+from landscape.engine import backend, distributed, keeping, memory, records, regroup
+from landscape.engine.grouping import grouped as _grouped
+from landscape.engine.grouping import per_device as _per_device
 from landscape.engine.optimizers import OPTIMIZERS as OPTIMIZERS
 from landscape.engine.optimizers import SCHEDULES as SCHEDULES
 from landscape.engine.optimizers import default_optim_config as default_optim_config
@@ -77,6 +79,8 @@ class Interrupted(Exception):
 
 _stop = threading.Event()
 _in_loop = threading.Event()
+_saving = threading.Event()  # a checkpoint is being written
+_stop_after_save = threading.Event()
 
 
 def request_stop() -> bool:
@@ -86,8 +90,18 @@ def request_stop() -> bool:
     return _in_loop.is_set()
 
 
+def stop_after_save() -> bool:
+    """While a checkpoint is being written, have `train` stop as soon as it is whole and return
+    True (a stop at once would leave orbax's writer half-way); otherwise False."""
+    if not _saving.is_set():
+        return False
+    _stop_after_save.set()
+    return True
+
+
 def clear_stop() -> None:
     _stop.clear()
+    _stop_after_save.clear()
 
 
 def train(
@@ -357,10 +371,12 @@ class _Host:
         """The step to start from and the state there: a checkpoint's (--resume), or 0."""
         checkpoint = self.checkpoint
         if checkpoint is None or distributed.latest_step_everywhere(checkpoint) is None:
+            if checkpoint is not None and self.workdir.resuming and self.progress:
+                self.progress(f"started at step 0: {checkpoint.path} holds no sealed checkpoint")
             if self.recorder:
                 self.recorder.write_rows(0, None, self.snaps[0], self._tracked_rows())
             return 0, state
-        start, state, host = checkpoint.restore(_saveable(state))
+        start, state, host = self._restore(checkpoint, state)
         self.losses = [host["losses"]]
         self.metrics = [_unprefix(host, "metrics/")]
         self.snaps = [_unprefix(host, "snapshots/")]
@@ -369,6 +385,28 @@ class _Host:
         if self.progress:
             self.progress(f"resumed at step {start}/{self.num_steps} from {checkpoint.path}")
         return start, _device_state(state, self.runs.sharding)
+
+    def _restore(self, checkpoint: Any, state: TrainState) -> tuple[int, Any, dict[str, Any]]:
+        """The checkpoint's step, state and host records, its runs padded again when the
+        device count changed (regroup.py)."""
+        host, runs = checkpoint.read_host(), self.runs
+        regroup.check_devices(host, self.devices(), runs.shares)
+        rows, saved = len(runs.seeds), regroup.saved_rows(host)
+        if saved == rows:
+            return checkpoint.restore(_saveable(state))
+        step, state, host = checkpoint.restore(regroup.template(_saveable(state), saved))
+        if self.progress:
+            self.progress(f"{runs.num_runs} runs saved as {saved} rows, padded to {rows} here")
+        num_runs = runs.num_runs
+        return (
+            step,
+            regroup.repad_state(state, num_runs, rows),
+            regroup.repad_host(host, num_runs, rows),
+        )
+
+    def devices(self) -> int:
+        """The devices the program runs on."""
+        return 1 if self.runs.sharding is None else len(self.runs.sharding.device_set)
 
     def record(self, first_step: int, loss: Any, metrics: Any, snaps: Any) -> int:
         """Keep a chunk's numbers, stream its rows, print progress, stop at a non-finite loss;
@@ -424,9 +462,13 @@ class _Host:
         if jax.process_count() > 1:
             save, stop = distributed.agree(save, stop)
         if save:  # over several processes every one gathers, process 0 writes
-            self.checkpoint.save(done, _saveable(state), self.arrays(done == self.num_steps))
+            _saving.set()
+            try:
+                self.checkpoint.save(done, _saveable(state), self.arrays(done == self.num_steps))
+            finally:
+                _saving.clear()
             self.last_save = time.perf_counter()
-        if stop:
+        if stop or _stop_after_save.is_set():
             if self.recorder:
                 self.recorder.save_partial(self.losses, self.snaps)
             raise Interrupted(f"Stopped at step {done}/{self.num_steps}", step=done)
@@ -449,6 +491,8 @@ class _Host:
             "metrics_bytes": np.int64(self.workdir.metrics_bytes()),
             "metrics_sha256": np.asarray(self.workdir.metrics_sha256()),  # verified on resume
             "complete": np.bool_(complete),
+            "devices": np.int64(self.devices()),  # a resume on another count: regroup.py
+            "shares": np.int64(self.runs.shares),
             "compile_seconds": np.float64(self.compile_seconds),
             "run_seconds": np.float64(self.seconds()),
             **self.kept.arrays(),
@@ -479,7 +523,7 @@ class _Host:
             initial_params=jax.tree.map(real, initial_params),
             backend=jax.default_backend(),
             device_count=jax.device_count(),
-            program_devices=1 if self.runs.sharding is None else len(self.runs.sharding.device_set),
+            program_devices=self.devices(),
             **kept,
         )
 
@@ -496,55 +540,6 @@ def _device_state(state: TrainState, sharding: jax.sharding.Sharding | None) -> 
 
 def _unprefix(host: dict[str, np.ndarray], prefix: str) -> dict[str, np.ndarray]:
     return {k[len(prefix) :]: v for k, v in host.items() if k.startswith(prefix)}
-
-
-def _per_device(
-    chunk: Callable, sharding: jax.sharding.Sharding | None, split_batch: bool = False
-) -> Callable:
-    """chunk(state, step, hparams) on each device's own runs (a shard_map over the run axis), so
-    that groups of runs apply per device and devices never talk to each other; other shardings
-    are left to the partitioner. With split_batch, every device holds the same (single) run and
-    its step averages the devices' shares of the batch (check_vma off: the gradient of a share
-    is that device's own, averaged explicitly in step_one)."""
-    if not isinstance(sharding, jax.sharding.NamedSharding):
-        return chunk
-    if split_batch:
-        return jax.shard_map(
-            chunk, mesh=sharding.mesh, in_specs=(P(), P(), P()), out_specs=P(), check_vma=False
-        )
-    runs = sharding.spec
-    return jax.shard_map(chunk, mesh=sharding.mesh, in_specs=(runs, P(), runs), out_specs=runs)
-
-
-def _grouped(vmapped: Callable, runs_per_group: int | None, balance: bool = False) -> Callable:
-    """vmapped(state, step, hparams) over at most runs_per_group runs at a time: a lax.map over
-    groups (the last group padded with copies of the first run, dropped after). `balance`: as
-    many groups, of equal sizes (50 runs at most 42 a group: 2 of 25, not 2 of 42)."""
-    if runs_per_group is None:
-        return vmapped
-
-    def grouped(state: TrainState, first_step: jax.Array, hparams: HParams) -> Any:
-        num_runs = jax.tree.leaves(state)[0].shape[0]
-        if num_runs <= runs_per_group:
-            return vmapped(state, first_step, hparams)
-        num_groups = -(-num_runs // runs_per_group)
-        size = -(-num_runs // num_groups) if balance else runs_per_group
-        pad = num_groups * size - num_runs
-
-        runs = np.concatenate([np.arange(num_runs), np.zeros(pad, int)])
-
-        def split(x: jax.Array) -> jax.Array:
-            return x[runs].reshape((num_groups, size) + x.shape[1:])
-
-        out = jax.lax.map(
-            lambda group: vmapped(group[0], first_step, group[1]),
-            jax.tree.map(split, (state, hparams)),
-        )
-        return jax.tree.map(
-            lambda x: x.reshape((x.shape[0] * x.shape[1],) + x.shape[2:])[:num_runs], out
-        )
-
-    return grouped
 
 
 def _progress_line(

@@ -23,12 +23,12 @@ from landscape.point import (
     PointOrPoints,
     as_points,
     param_names,
-    unravel_numpy,
 )
 from landscape.probes import compiled
 from landscape.probes.gradient import Gradient, _program_arguments
 from landscape.probes.hessian import Hessian
 from landscape.probes.lanczos import Spectrum, lanczos_spectrum
+from landscape.trees import unravel_numpy
 from landscape.typing import PyTree
 
 

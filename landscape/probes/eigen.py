@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
-from landscape import _checks, linalg
+from landscape import _checks, linalg, trees
 from landscape import point as point_lib
 from landscape.point import Point
 from landscape.probes import blocks, compiled, curvature, gradient, krylov, operator, results
@@ -314,7 +314,7 @@ def _pairs(
     lanczos: tuple[bool, int, int, float] | None = None,
 ) -> Eigenpairs:
     """An Eigenpairs; `lanczos` is (converged, HVPs, runs, tol) for the Lanczos path."""
-    vectors = [point_lib.unravel_numpy(point.params, v) for v in flat_vectors]
+    vectors = [trees.unravel_numpy(point.params, v) for v in flat_vectors]
     converged, num_hvps, runs, tol = lanczos or (True, flat_vectors.shape[1], 0, 0.0)
     return Eigenpairs(
         point=point, which=which, values=values, vectors=vectors, flat_vectors=flat_vectors,
@@ -366,7 +366,7 @@ def _lanczos_one(
     found = krylov.search(point, k, which, ncv, key, tol, runs, progress)
     if found is None:
         return _nan_result(point, which, k, runs, tol)
-    tree = point_lib.unravel_numpy(point.params, found.gradient)
+    tree = trees.unravel_numpy(point.params, found.gradient)
     grad = gradient.Gradient(point, tree, found.gradient, point_lib.param_names(point), found.loss)
     return _pairs(
         point, which, found.values, found.vectors, found.residuals, "lanczos",

@@ -20,8 +20,9 @@ import numpy as np
 
 from landscape import _checks
 from landscape.engine import training
-from landscape.point import Point, as_points, param_names, ravel_numpy
+from landscape.point import Point, as_points, param_names
 from landscape.probes import budget, compiled
+from landscape.trees import ravel_numpy
 from landscape.typing import PyTree
 
 Objective = Callable[[PyTree, PyTree], jax.Array]

@@ -20,7 +20,6 @@ from landscape.point import (
     block_indices,
     check_point,
     param_names,
-    ravel_numpy,
 )
 from landscape.probes import compiled
 from landscape.probes.results import (
@@ -35,6 +34,7 @@ from landscape.probes.results import (
     point_row,
     verdict_lines,
 )
+from landscape.trees import ravel_numpy
 from landscape.typing import PyTree
 
 

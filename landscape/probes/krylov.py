@@ -1,19 +1,12 @@
 """Krylov-Schur: restarted Lanczos with locking on exact Hessian-vector products, in memory that
-`ncv` bounds. The search behind `eigenpairs` above `dense_below` (its results: eigen.py; the
-method, its cost and tolerances: docs/design/curvature.md, "Certified extreme eigenpairs").
+`ncv` bounds: the search behind `eigenpairs` above `dense_below` (eigen.py makes its results;
+docs/design/curvature.md has the method, its cost and its tolerances).
 
-Legend: D parameters, k wanted pairs, n = ncv - k rows of the basis (the active Krylov vectors
-and the next Lanczos vector), c = k candidate Ritz pairs a check goes through. The search holds
-`ncv` vectors of D (the k locked eigenvectors and the basis) and a few for one step's work,
-whatever its length.
-
-The vectors stay on the device, and one compiled program per model works on them: `advance`
-applies the restart the host asked for and then, on one linearisation of the gradient, either a
-Lanczos run (EXTEND: steps until the pairs it needs have converged or the basis is full) or the
-exact residuals of candidate Ritz pairs (RITZ, locking the accepted ones). The decisions between
-calls, on arrays of n numbers, are numpy's on the host (`Host`), where they read as the
-algorithm does; a call is a run, so the host's turn costs one synchronisation a run, and the
-linearisation is shared by the run's products.
+Legend: D parameters, k wanted pairs, n = ncv - k basis rows (the Krylov vectors and the next
+Lanczos vector). One compiled program per model, `advance`, does a call's vector work on one
+linearisation (a restart, then a Lanczos run or the candidates' exact residuals); the decisions
+between calls, on arrays of n numbers, are numpy's on the host (`Host`): one synchronisation a
+run.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ import numpy as np
 from landscape import _checks
 from landscape.linalg import lanczos as lanczos
 from landscape.linalg import lanczos_from as lanczos_from
-from landscape.point import Point, check_point, param_names, unravel_numpy
+from landscape.point import Point, check_point, param_names
 from landscape.probes import blocks, compiled, operator
 from landscape.probes.gradient import Gradient
 from landscape.probes.results import (
@@ -29,6 +29,7 @@ from landscape.probes.results import (
     spectrum_lines,
     verdict_lines,
 )
+from landscape.trees import unravel_numpy
 from landscape.typing import PyTree
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from landscape import _checks
-from landscape.point import Point, ravel_numpy, unravel_numpy
+from landscape.point import Point
 from landscape.probes import compiled
 from landscape.probes.gradient import Gradient
 from landscape.probes.results import (
@@ -22,6 +22,7 @@ from landscape.probes.results import (
     point_row,
     verdict_sentence,
 )
+from landscape.trees import ravel_numpy, unravel_numpy
 
 MODEL_RTOL = 0.1  # the model's error at its critical point, relative to its predicted change
 MAX_ROUNDS = 8  # raises of the flat cut to the curvature change over the step (§9)
