@@ -174,7 +174,7 @@ def key_or_default(name: str, key: object) -> jax.Array:
 def check_not_a_python_number(name: str, leaf: object) -> None:
     """A Point's parameter `name` ("" for the params themselves) must be an array: a Python
     float has no dtype of its own (jax's x64 setting would choose it)."""
-    if isinstance(leaf, float | complex):
+    if isinstance(leaf, float | complex) and not isinstance(leaf, np.generic):  # numpy's has one
         where = f"parameter {name!r}" if name else "params"
         raise TypeError(
             f"{where} = {leaf!r} is a Python {type(leaf).__name__}, which has no dtype of its "

@@ -22,13 +22,16 @@ def lanczos(
     num_iters: int,
     key: jax.Array,
     dtype: DTypeLike,
+    project: Callable[[jax.Array], jax.Array] | None = None,
 ) -> tuple[jax.Array, jax.Array]:
-    """`lanczos_from` a random start vector drawn from `key` (dim and num_iters static)."""
+    """`lanczos_from` a random start vector drawn from `key` (dim and num_iters static; `project`
+    as there)."""
     if not 1 <= num_iters <= dim:
         raise ValueError(f"num_iters = {num_iters}: must be between 1 and dim = {dim}.")
     start_key, restart_key = jax.random.split(key)
     start = jax.random.normal(start_key, (dim,), dtype)
-    return lanczos_from(matvec, start, num_iters, restart_key)
+    start = start if project is None else project(start)
+    return lanczos_from(matvec, start, num_iters, restart_key, project=project)
 
 
 def lanczos_from(
@@ -37,6 +40,7 @@ def lanczos_from(
     num_iters: int,
     key: jax.Array,
     axis_name: str | None = None,
+    project: Callable[[jax.Array], jax.Array] | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     """Lanczos tridiagonalisation of a symmetric operator from `start` (any non-zero vector),
     with full reorthogonalisation.
@@ -48,7 +52,8 @@ def lanczos_from(
     quadrature weights stay exact. Jittable and vmappable with `num_iters` static; keeps V in
     memory (num_iters * dim numbers). Under `vmap(..., axis_name=A)` give axis_name=A: the fresh
     direction is then computed only at a step where some lane needs one (a batched condition
-    would compute it, a random draw and two passes, at every step of every lane).
+    would compute it, a random draw and two passes, at every step of every lane). `project`
+    maps a random draw into the operator's space (a flat layout's padding zeroed).
     """
     dim, dtype = start.shape[0], start.dtype
     dot = functools.partial(jnp.matmul, precision=jax.lax.Precision.HIGHEST)
@@ -59,6 +64,7 @@ def lanczos_from(
 
     def fresh_direction(basis: jax.Array, i: jax.Array) -> jax.Array:
         w = jax.random.normal(jax.random.fold_in(key, i), (dim,), dtype)
+        w = w if project is None else project(w)
         w = orthogonalise(basis, orthogonalise(basis, w))  # twice: a random w lies mostly in V
         return w / jnp.linalg.norm(w)
 

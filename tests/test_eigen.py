@@ -12,7 +12,7 @@ import pytest
 
 import landscape
 from landscape.markov import theory
-from landscape.probes import eigen, krylov
+from landscape.probes import eigen, krylov, krylov_host
 from landscape.probes import escape as escape_lib
 from landscape.probes.results import Curvature
 
@@ -167,7 +167,7 @@ def _clustered_point(size=600, seed=0):
 
 def test_a_search_that_does_not_converge_falls_back_to_dense_and_says_so(monkeypatch):
     point, values = _clustered_point()
-    monkeypatch.setattr(krylov, "LONG_SECONDS", 0.0)  # a line per run, however fast
+    monkeypatch.setattr(krylov_host, "LONG_SECONDS", 0.0)  # a line per run, however fast
     lines = []
     found = eigen.eigenpairs(point, k=4, dense_below=0, max_restarts=30, progress=lines.append)
     assert found.method == "dense"
@@ -250,7 +250,7 @@ def test_one_gram_schmidt_pass_after_the_recurrence_keeps_the_basis_orthonormal(
         {"x": np.zeros(values.size, np.float32)}, objective=_quadratic, inputs=matrix
     )
     dim, k = values.size, 2
-    host = krylov.Host(k, 151, dim, "largest", -1.0, 1)
+    host = krylov_host.Host(k, 151, dim, "largest", -1.0, 1)
     plan = host.plan(np.dtype(np.float32))
     vectors = jax.device_put(np.zeros((k + 151, dim), np.float32))
     vectors, outcome = krylov.advance(
@@ -260,7 +260,7 @@ def test_one_gram_schmidt_pass_after_the_recurrence_keeps_the_basis_orthonormal(
     assert int(outcome.taken) == 150 and steps > 100  # float32 exhausts the space a little early
     rows = np.asarray(vectors, np.float64)[k : k + steps]
     assert np.abs(rows @ rows.T - np.eye(steps)).max() < 1e-5
-    theta, coeffs, estimates = krylov._wanted_first(outcome, 150, "largest")
+    theta, coeffs, estimates = krylov_host._wanted_first(outcome, 150, "largest")
     ritz = coeffs[:steps, 0] @ rows
     exact = np.linalg.norm(matrix.astype(np.float64) @ ritz - theta[0] * ritz)
     assert estimates[0] == pytest.approx(exact, rel=0.05, abs=1e-5 * abs(theta[0]))

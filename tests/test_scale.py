@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import landscape
-from landscape.probes import blocks, eigen, krylov, operator, spectra
+from landscape.probes import blocks, eigen, krylov, krylov_host, operator, spectra
 
 N, D = 48, 100_000  # examples, parameters: H = X^T X / N has rank N
 
@@ -136,7 +136,7 @@ def _search_bytes(point, k, ncv):
     """XLA's count of the search program's memory: its vectors in and out (donated: the same
     buffers) and its temporaries, the point's own params and data left out (held once)."""
     objective, inputs = point.shared
-    plan = krylov.Host(k, ncv - k, D, "largest", 1e-5, 10).plan(np.dtype(np.float32))
+    plan = krylov_host.Host(k, ncv - k, D, "largest", 1e-5, 10).plan(np.dtype(np.float32))
     vectors = jax.device_put(np.zeros((ncv, D), np.float32))
     program = krylov.advance.lower(
         objective, point.params, inputs, vectors, plan, jax.random.key(0), "largest"

@@ -23,7 +23,8 @@ from jax.flatten_util import ravel_pytree
 from landscape import _checks, linalg, trees
 from landscape import point as point_lib
 from landscape.point import Point
-from landscape.probes import blocks, compiled, curvature, gradient, krylov, operator, results
+from landscape.probes import blocks, compiled, curvature, gradient, krylov_host, operator, results
+from landscape.probes import layout as layout_lib
 from landscape.typing import PyTree
 
 WHICH = ("largest", "smallest")
@@ -363,7 +364,7 @@ def _lanczos_one(
     progress: Progress = None,
 ) -> Eigenpairs:
     """`krylov.search` on one point: its pairs come with the residuals of fresh products."""
-    found = krylov.search(point, k, which, ncv, key, tol, runs, progress)
+    found = krylov_host.search(point, k, which, ncv, key, tol, runs, progress)
     if found is None:
         return _nan_result(point, which, k, runs, tol)
     tree = trees.unravel_numpy(point.params, found.gradient)
@@ -385,13 +386,15 @@ def _nan_result(point: Point, which: str, k: int, runs: int, tol: float) -> Eige
 
 
 def _fitted_ncv(point: Point, k: int, ncv: int, given: bool, progress: Progress) -> int:
-    """ncv, lowered to what fits in the memory free for this call (down to k + 4, said through
-    `progress`; a given ncv is never raised); a MemoryError in one sentence when not even that
-    fits."""
+    """ncv, lowered to what fits in the memory free for this call on each device (down to k + 4,
+    said through `progress`; a given ncv is never raised); a MemoryError in one sentence when
+    not even that fits. Over a mesh a device holds its slice of each vector (`layout`)."""
     dim, itemsize = point.num_params, blocks.itemsize(point)
+    spread = layout_lib.of(point.params)
+    share = spread.padded / spread.devices  # a vector's entries on one device
     free = blocks.MEMORY_FRACTION * blocks.memory.device_free_bytes()
-    room = free - blocks.product_bytes(point)
-    fits = int((room / (dim * itemsize) - 3) / (1 + 1 / linalg.ROTATION_CHUNKS))
+    room = free - blocks.product_bytes(point) / spread.devices
+    fits = int((room / (share * itemsize) - 3) / (1 + 1 / linalg.ROTATION_CHUNKS))
     smallest = min(k + 4, dim + k)
     if fits < smallest:
         blocks.plan(
@@ -406,7 +409,8 @@ def _fitted_ncv(point: Point, k: int, ncv: int, given: bool, progress: Progress)
         why = "asked for" if given else "by default"
         progress(
             f"eigenpairs: {ncv} Lanczos vectors ({why}) need about "
-            f"{blocks.memory.format_bytes(lanczos_search_bytes(dim, ncv, itemsize))}; "
+            f"{blocks.memory.format_bytes(lanczos_search_bytes(round(share), ncv, itemsize))}"
+            f"{f' on each of {spread.devices} devices' if spread.devices > 1 else ''}; "
             f"the search holds {fits} (ncv={fits}), in more runs"
         )
     return max(min(ncv, fits), smallest)

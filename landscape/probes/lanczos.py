@@ -16,7 +16,9 @@ from landscape.linalg import lanczos as lanczos
 from landscape.linalg import lanczos_from as lanczos_from
 from landscape.point import Point, check_point, param_names
 from landscape.probes import blocks, compiled, operator
+from landscape.probes import layout as layout_lib
 from landscape.probes.gradient import Gradient
+from landscape.probes.layout import Layout
 from landscape.probes.results import (
     NON_FINITE,
     Curvature,
@@ -29,7 +31,7 @@ from landscape.probes.results import (
     spectrum_lines,
     verdict_lines,
 )
-from landscape.trees import unravel_numpy
+from landscape.trees import ravel_numpy
 from landscape.typing import PyTree
 
 
@@ -160,14 +162,28 @@ class Spectrum:
         )
 
 
-@functools.partial(jax.jit, static_argnames=("objective", "num_iters"))
+@functools.partial(jax.jit, static_argnames=("objective", "num_iters", "layout"))
 def _tridiagonal(
-    objective: compiled.Objective, params: PyTree, inputs: PyTree, key: jax.Array, num_iters: int
+    objective: compiled.Objective,
+    params: PyTree,
+    inputs: PyTree,
+    key: jax.Array,
+    num_iters: int,
+    layout: Layout | None = None,
 ) -> tuple[jax.Array, ...]:
-    """(alphas, betas, loss, flat gradient): Lanczos and the point's gradient, one program."""
-    op = operator.hessian_operator(objective, params, inputs)
-    alphas, betas = lanczos(op.matvec, op.flat.size, num_iters, key, op.flat.dtype)
-    return alphas, betas, op.value, op.gradient
+    """(alphas, betas, loss, gradient pytree): Lanczos and the point's gradient, one program;
+    over a mesh the vectors in `layout` (each device its own shards)."""
+    op = operator.hessian_operator(objective, params, inputs, layout)
+    start_key, restart_key = jax.random.split(key)
+    start = layout_lib.draw(jax.random.normal, start_key, params, layout)  # alike in any layout
+    if layout is None:
+        gradient = jax.flatten_util.ravel_pytree(params)[1](op.gradient)
+        alphas, betas = lanczos_from(op.matvec, start, num_iters, restart_key)
+    else:
+        gradient = layout.from_flat(op.gradient)
+        place = lambda x: layout.clean(layout.place(x))  # noqa: E731  # one draw's projection
+        alphas, betas = lanczos_from(op.matvec, start, num_iters, restart_key, project=place)
+    return alphas, betas, op.value, gradient
 
 
 def lanczos_spectrum(
@@ -202,12 +218,12 @@ def lanczos_spectrum(
         point, 1, "lanczos_spectrum", basis_bytes, progress=progress,
         hint="ask for fewer Lanczos steps (num_iters)",
     )  # fmt: skip
-    alphas, betas, loss, grad = (
-        np.asarray(x)
-        for x in _tridiagonal(objective, point.params, point.shared[1], key, num_iters)
-    )
-    names = param_names(point.params)
-    gradient = Gradient(point, unravel_numpy(point.params, grad), grad, names, float(loss))
+    spread = layout_lib.spread(point.params)
+    found = _tridiagonal(objective, point.params, point.shared[1], key, num_iters, spread)
+    alphas, betas, loss = (np.asarray(x) for x in found[:3])
+    tree = jax.tree.map(np.asarray, found[3])
+    grad = ravel_numpy(tree)
+    gradient = Gradient(point, tree, grad, param_names(point.params), float(loss))
     if not (np.all(np.isfinite(alphas)) and np.all(np.isfinite(betas))):
         nan = np.full(num_iters, np.nan, alphas.dtype)  # eigh on NaN/inf: garbage or an error
         return Spectrum(point, nan, nan.copy(), gradient, matrix)

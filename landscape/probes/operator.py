@@ -19,6 +19,7 @@ from jax.flatten_util import ravel_pytree
 
 from landscape import _checks, linalg
 from landscape.point import MeanOverBatches, Point
+from landscape.probes.layout import Layout
 from landscape.typing import PyTree
 
 Objective = Callable[[PyTree, PyTree], jax.Array]
@@ -37,12 +38,16 @@ class Operator(NamedTuple):
     rows: Callable[[jax.Array], jax.Array]
 
 
-def hessian_operator(objective: Objective, params: PyTree, inputs: PyTree) -> Operator:
+def hessian_operator(
+    objective: Objective, params: PyTree, inputs: PyTree, layout: Layout | None = None
+) -> Operator:
     """The Hessian of objective(., inputs) at params, for use inside a traced program; the
-    Gauss-Newton matrix instead when the objective is a `GaussNewtonSplit` (`gauss_newton`)."""
+    Gauss-Newton matrix instead when the objective is a `GaussNewtonSplit` (`gauss_newton`).
+    Its vectors are flat in `layout` (None: `ravel_pytree`'s order; over a mesh, each device's
+    slice its own shards, `landscape.probes.layout`)."""
     if isinstance(objective, GaussNewtonSplit):
-        return ggn_operator(objective.outputs, objective.output_loss, params, inputs)
-    flat, unravel = ravel_pytree(params)
+        return ggn_operator(objective.outputs, objective.output_loss, params, inputs, layout)
+    flat, unravel = flattened(params, layout)
     if isinstance(objective, MeanOverBatches):
         return _over_batches(objective.per_batch, flat, unravel, inputs)
     value, gradient, linear = linalg.linearized_gradient(
@@ -71,13 +76,17 @@ def gauss_newton(outputs: Outputs, output_loss: OutputLoss) -> GaussNewtonSplit:
 
 
 def ggn_operator(
-    outputs: Outputs, output_loss: OutputLoss, params: PyTree, inputs: PyTree
+    outputs: Outputs,
+    output_loss: OutputLoss,
+    params: PyTree,
+    inputs: PyTree,
+    layout: Layout | None = None,
 ) -> Operator:
     """G = Jᵀ H_z J at params, for use inside a traced program: the model linearised once (its
     VJP, whose residuals every product reuses), J v as the transpose of that VJP (no forward
     mode, so `jax.custom_vjp` models work, as in `ggn_at`), H_z u by the output loss's gradient
     linearised once at z, then Jᵀ by the VJP. `value` and `gradient` are the loss's."""
-    flat, unravel = ravel_pytree(params)
+    flat, unravel = flattened(params, layout)
     z, vjp = jax.vjp(lambda x: outputs(unravel(x), inputs), flat)
     jvp = jax.linear_transpose(vjp, z)
     value, grad_z, output_hvp = linalg.linearized_gradient(lambda u: output_loss(u, inputs), z)
@@ -116,6 +125,13 @@ def for_matrix(
         return objective
     first = check_split(points, f"{caller}(matrix='ggn')")
     return gauss_newton(first.outputs, first.output_loss)
+
+
+def flattened(params: PyTree, layout: Layout | None) -> tuple[jax.Array, Callable]:
+    """(the flat params, flat -> params) in `layout` (None: `ravel_pytree`'s)."""
+    if layout is None:
+        return ravel_pytree(params)
+    return layout.to_flat(params), layout.from_flat
 
 
 @functools.partial(jax.jit, static_argnames=("objective",))

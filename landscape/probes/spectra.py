@@ -16,9 +16,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from landscape import _checks, linalg
+from landscape import _checks
 from landscape.point import Point, as_points, param_names
 from landscape.probes import blocks, compiled, operator
+from landscape.probes import layout as layout_lib
 from landscape.probes.estimates import (
     DiagonalEstimate,
     SpectralDensity,
@@ -26,6 +27,7 @@ from landscape.probes.estimates import (
     point_dtype,
 )
 from landscape.probes.lanczos import lanczos_from
+from landscape.probes.layout import Layout
 from landscape.probes.uncertainty import (
     mean_and_stderr,
     rounding,
@@ -45,18 +47,26 @@ Names = list[tuple[str, slice, tuple[int, ...]]]
 # probe of index i is drawn from fold_in(key, i), so the answer does not depend on the blocks.
 
 
-def _probe(key: jax.Array, index: jax.Array, kind: str, dim: int, dtype: Any) -> jax.Array:
-    """Probe `index` (D,): Rademacher signs, or a Gaussian vector scaled to norm sqrt(D)."""
+def _probe(
+    key: jax.Array, index: jax.Array, kind: str, params: PyTree, layout: Layout | None
+) -> jax.Array:
+    """Probe `index` (D,): Rademacher signs, or a Gaussian vector scaled to norm sqrt(D), drawn
+    leaf by leaf in the parameters' shapes, so that every layout of the flat vector holds the
+    same probe (over a mesh each device draws its own shards, `layout.draw`)."""
     key = jax.random.fold_in(key, index)
+    draw = jax.random.rademacher if kind == "rademacher" else jax.random.normal
+    drawn = layout_lib.draw(draw, key, params, layout)
     if kind == "rademacher":
-        return jax.random.rademacher(key, (dim,), dtype)
-    gaussian = jax.random.normal(key, (dim,), dtype)
-    return gaussian * (math.sqrt(dim) / jnp.linalg.norm(gaussian))
+        return drawn
+    dim = sum(leaf.size for leaf in jax.tree.leaves(params))
+    return drawn * (math.sqrt(dim) / jnp.linalg.norm(drawn))
 
 
-def _probes(key: jax.Array, indices: jax.Array, kind: str, dim: int, dtype: Any) -> jax.Array:
+def _probes(
+    key: jax.Array, indices: jax.Array, kind: str, params: PyTree, layout: Layout | None
+) -> jax.Array:
     """The probes of `indices` (K, D)."""
-    return jax.vmap(lambda i: _probe(key, i, kind, dim, dtype))(indices)
+    return jax.vmap(lambda i: _probe(key, i, kind, params, layout))(indices)
 
 
 def _over_points(body: Callable, batched: bool, params: PyTree, inputs: PyTree, *rest: Any) -> Any:
@@ -67,7 +77,9 @@ def _over_points(body: Callable, batched: bool, params: PyTree, inputs: PyTree, 
     return jax.vmap(body, in_axes=(0, 0) + (None,) * len(rest))(params, inputs, *rest)
 
 
-@functools.partial(jax.jit, static_argnames=("objective", "num_iters", "probe", "batched"))
+@functools.partial(
+    jax.jit, static_argnames=("objective", "num_iters", "probe", "batched", "layout")
+)
 def slq_block(
     objective: compiled.Objective,
     params: PyTree,
@@ -77,15 +89,20 @@ def slq_block(
     num_iters: int,
     probe: str,
     batched: bool,
+    layout: Layout | None = None,
 ) -> tuple[jax.Array, jax.Array]:
-    """(alphas (K, m), betas (K, m - 1)): Lanczos from each probe of `indices` (K,)."""
+    """(alphas (K, m), betas (K, m - 1)): Lanczos from each probe of `indices` (K,); over a mesh
+    the vectors in `layout`."""
 
     def body(params: PyTree, inputs: PyTree) -> tuple[jax.Array, jax.Array]:
-        op = operator.hessian_operator(objective, params, inputs)
+        op = operator.hessian_operator(objective, params, inputs, layout)
         probe_key, restart_key = jax.random.split(key)
-        starts = _probes(probe_key, indices, probe, op.flat.size, op.flat.dtype)
+        starts = _probes(probe_key, indices, probe, params, layout)
         restarts = jax.vmap(lambda i: jax.random.fold_in(restart_key, i))(indices)
-        one = functools.partial(lanczos_from, op.matvec, num_iters=num_iters, axis_name="probes")
+        project = None if layout is None else layout.clean
+        one = functools.partial(
+            lanczos_from, op.matvec, num_iters=num_iters, axis_name="probes", project=project
+        )
         return jax.vmap(lambda v, k: one(v, key=k), axis_name="probes")(starts, restarts)
 
     return _over_points(body, batched, params, inputs)
@@ -104,7 +121,9 @@ class TraceState(NamedTuple):
     samples: jax.Array
 
 
-@functools.partial(jax.jit, static_argnames=("objective", "batched"), donate_argnames=("state",))
+@functools.partial(
+    jax.jit, static_argnames=("objective", "batched", "layout"), donate_argnames=("state",)
+)
 def trace_block(
     objective: compiled.Objective,
     params: PyTree,
@@ -114,6 +133,7 @@ def trace_block(
     stage: jax.Array,
     indices: jax.Array,
     batched: bool,
+    layout: Layout | None = None,
 ) -> TraceState:
     """One block of `trace`, every stage of either method in one program with one product
     site: SKETCH puts H g of the probes `indices` in the range rows, EXACT adds q^T H q of the
@@ -122,24 +142,23 @@ def trace_block(
     (the sketch's from a key of its own), so the blocks never change the answer."""
 
     def body(params: PyTree, inputs: PyTree, state: TraceState) -> TraceState:
-        op = operator.hessian_operator(objective, params, inputs)
-        rank, dim = state.range_.shape
+        op = operator.hessian_operator(objective, params, inputs, layout)
+        rank = state.range_.shape[0]
+        kind = ("rademacher", params, layout)
         if not rank:  # Hutchinson: the probes alone
-            forms = _forms(op, _probes(key, indices, "rademacher", dim, op.flat.dtype))
+            forms = _forms(op, _probes(key, indices, *kind))
             return state._replace(samples=state.samples.at[indices].set(forms, mode="drop"))
         sketch_key, probe_key = jax.random.split(key)
-        kind = ("rademacher", dim, op.flat.dtype)
         first_exact = (stage == EXACT) & (indices[0] == 0)
-        state = jax.lax.cond(first_exact, _orthonormal_range, lambda s: s, state)
+        orthonormal = functools.partial(_orthonormal_range, layout=layout)
+        state = jax.lax.cond(first_exact, orthonormal, lambda s: s, state)
         rows = state.range_[jnp.minimum(indices, rank - 1)]
         vectors = jax.lax.switch(
             stage,
             [
                 lambda: _probes(sketch_key, indices, *kind),
                 lambda: jnp.where((indices < rank)[:, None], rows, 0),
-                lambda: _projected(
-                    state.range_, _probes(probe_key, indices, "rademacher", dim, op.flat.dtype)
-                ),
+                lambda: _projected(state.range_, _probes(probe_key, indices, *kind)),
             ],
         )
         products = op.rows(vectors)
@@ -168,20 +187,14 @@ def _projected(range_: jax.Array, probes: jax.Array) -> jax.Array:
     return probes - (probes @ range_.T) @ range_
 
 
-def _orthonormal_range(state: TraceState) -> TraceState:
-    """The sketch's rows made orthonormal in place: twice the Gram matrix's eigenvectors scaled
-    by 1/sqrt of its eigenvalues; the directions below rounding (a range of lower rank than
-    the sketch) become zero rows."""
-
-    def once(rows: jax.Array) -> jax.Array:
-        gram = rows @ rows.T
-        values, vectors = jnp.linalg.eigh(gram)
-        eps = jnp.finfo(rows.dtype).eps
-        keep = values > eps * jnp.max(values)
-        scale = jnp.where(keep, 1 / jnp.sqrt(jnp.where(keep, values, 1)), 0)
-        return linalg.rotate_rows(rows, vectors * scale[None, :])
-
-    return state._replace(range_=once(once(state.range_)))
+def _orthonormal_range(state: TraceState, layout: Layout | None = None) -> TraceState:
+    """The sketch's rows made orthonormal by Householder QR (a range of lower rank than the
+    sketch gets orthonormal rows all the same); over a mesh by TSQR, each device's columns
+    factored on it and only the small triangular factors gathered (`layout.orthonormal_rows`)."""
+    rank, length = state.range_.shape
+    if layout is None or rank > length // layout.devices:  # one device, or a tiny model
+        return state._replace(range_=layout_lib.qr_rows(state.range_))
+    return state._replace(range_=layout.orthonormal_rows(state.range_))
 
 
 def _diagonal_one(
@@ -189,7 +202,7 @@ def _diagonal_one(
 ) -> jax.Array:
     op = operator.hessian_operator(objective, params, inputs)
     indices = jnp.arange(num_probes)
-    probes = _probes(key, indices, "rademacher", op.flat.size, op.flat.dtype)
+    probes = _probes(key, indices, "rademacher", params, None)
     return probes * op.rows(probes)
 
 
@@ -222,6 +235,11 @@ def _arguments(points: list[Point], listed: bool) -> tuple[Any, PyTree, PyTree]:
 
 def _check_probes(num_probes: object, low: int, what: str) -> int:
     return _checks.check_int("num_probes", num_probes, low, what)
+
+
+def _spread(point: Point, listed: bool) -> Layout | None:
+    """`layout.spread` of a point's params; None for a list of points (stacked on the host)."""
+    return None if listed else layout_lib.spread(point.params)
 
 
 def _key(key: jax.Array | None) -> jax.Array:
@@ -304,6 +322,7 @@ def spectral_density(
     _checks.check_choice("probe", probe, ("rademacher", "gaussian"))
     objective, params, inputs = _arguments(points, listed)
     objective = operator.for_matrix(points, objective, matrix, "spectral_density")
+    spread = _spread(points[0], listed)
     key, axis = _key(key), int(listed)
     basis_bytes = num_iters * dim * blocks.itemsize(points[0])  # each probe's Lanczos basis
     plan = blocks.plan(
@@ -312,7 +331,7 @@ def spectral_density(
     )  # fmt: skip
 
     def block(indices: np.ndarray) -> tuple[jax.Array, jax.Array]:
-        return slq_block(objective, params, inputs, key, indices, num_iters, probe, listed)
+        return slq_block(objective, params, inputs, key, indices, num_iters, probe, listed, spread)
 
     alphas, betas = blocks.run(plan, block, "spectral_density", progress, axis)
     if not listed:
@@ -419,8 +438,11 @@ def _trace_parts(
     rest = num_probes - 2 * rank
     plan = blocks.plan(points[0], max(rank, rest), "trace", 0.0, len(points), progress)
     lead = (len(points),) if listed else ()
-    zeros = [np.zeros(lead + shape, dtype) for shape in ((rank, dim), (), (rest,))]
-    state = TraceState(*jax.device_put(zeros))
+    spread = _spread(points[0], listed)
+    padded = dim if spread is None else spread.padded
+    zeros = [np.zeros(lead + shape, dtype) for shape in ((rank, padded), (), (rest,))]
+    where = [None if spread is None else spread.sharding(1), None, None]
+    state = TraceState(*(jax.device_put(x, w) for x, w in zip(zeros, where, strict=True)))
     stages = [(SKETCH, rank), (EXACT, rank), (REST, rest)]
     schedule = [
         (stage, i, min(plan.size, count - i * plan.size))
@@ -430,7 +452,9 @@ def _trace_parts(
 
     def step(state: TraceState, stage: int, block: int) -> TraceState:
         indices = plan.indices(block)
-        return trace_block(objective, params, inputs, key, state, np.int32(stage), indices, listed)
+        return trace_block(
+            objective, params, inputs, key, state, np.int32(stage), indices, listed, spread
+        )
 
     state = blocks.carried(schedule, state, step, "trace", progress)
     return np.asarray(state.exact), np.asarray(state.samples)

@@ -1,0 +1,270 @@
+"""How a point's parameters lie as one flat vector, the vector every matrix-free probe works on
+(docs/design/curvature.md, "Models over many devices").
+
+On one device the flat vector is `ravel_pytree`'s. Over a mesh of devices it is laid out so that
+each device's slice holds its own shards: the leaves' local blocks in leaf order, a block that
+several devices hold alike (replicated over some mesh axes) split among them, each device's part
+padded to one length. A probe's vectors then carry the parameters' sharding: a product unflattens
+its vector locally, multiplies (XLA partitions the model as the parameters are partitioned),
+flattens locally; a dot product is local sums and one all-reduce; nothing of size D is gathered.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.flatten_util import ravel_pytree
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from landscape import linalg
+from landscape.typing import PyTree
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """The flat layout of a model's parameters (hashable: a static argument of the probes'
+    programs, the same for every point of the model laid out alike).
+
+    mesh: None on one device. specs: each leaf's PartitionSpec over the mesh. shapes, dtypes:
+    the leaves'. treedef: the params' structure."""
+
+    treedef: Any
+    shapes: tuple[tuple[int, ...], ...]
+    dtype: str
+    mesh: Mesh | None = None
+    specs: tuple[P, ...] = ()
+
+    # ------------------------------------------------------------------------- sizes
+
+    @property
+    def dim(self) -> int:
+        """D, the parameters."""
+        return sum(math.prod(shape) for shape in self.shapes)
+
+    @property
+    def devices(self) -> int:
+        return 1 if self.mesh is None else self.mesh.size
+
+    def _local_shape(self, shape: tuple[int, ...], spec: P) -> tuple[int, ...]:
+        """A leaf's block on one device."""
+        assert self.mesh is not None
+        local = list(shape)
+        for axis, names in enumerate(tuple(spec) + (None,) * (len(shape) - len(spec))):
+            for name in _names(names):
+                local[axis] //= self.mesh.shape[name]
+        return tuple(local)
+
+    def _shared_by(self, spec: P) -> tuple[str, ...]:
+        """The mesh axes over which a leaf's block is replicated (the ones its spec leaves out)."""
+        assert self.mesh is not None
+        used = {name for names in spec for name in _names(names)}
+        return tuple(name for name in self.mesh.axis_names if name not in used)
+
+    def _part(self, shape: tuple[int, ...], spec: P) -> int:
+        """The length of a device's part of a leaf's block: the block split among the devices
+        that hold it alike, rounded up."""
+        size = math.prod(self._local_shape(shape, spec))
+        copies = math.prod(self.mesh.shape[name] for name in self._shared_by(spec))  # type: ignore[union-attr]
+        return -(-size // copies)
+
+    @property
+    def local(self) -> int:
+        """A device's slice of the flat vector."""
+        return sum(self._part(s, p) for s, p in zip(self.shapes, self.specs, strict=True))
+
+    @property
+    def padded(self) -> int:
+        """The flat vector's length: D on one device, devices x `local` over a mesh (the parts'
+        padding zero)."""
+        return self.dim if self.mesh is None else self.devices * self.local
+
+    def sharding(self, leading: int = 0) -> NamedSharding | None:
+        """The sharding of a (..., padded) array of flat vectors with `leading` axes before
+        the flat one: the flat axis split over every mesh axis; None on one device."""
+        if self.mesh is None:
+            return None
+        return NamedSharding(self.mesh, P(*([None] * leading), self.mesh.axis_names))
+
+    def divides(self) -> bool:
+        """Whether every leaf splits evenly over the mesh axes its spec names."""
+        assert self.mesh is not None
+        for shape, spec in zip(self.shapes, self.specs, strict=True):
+            entries = tuple(spec) + (None,) * (len(shape) - len(spec))
+            for size, names in zip(shape, entries, strict=False):
+                if size % math.prod(self.mesh.shape[name] for name in _names(names)):
+                    return False
+        return True
+
+    # ------------------------------------------------------------------------- on the devices
+
+    def place(self, x: jax.Array) -> jax.Array:
+        """x (..., padded) constrained to the flat sharding (inside a program; no-op on one
+        device): a random draw then comes out shard by shard, each device its own part."""
+        if self.mesh is None:
+            return x
+        return jax.lax.with_sharding_constraint(x, self.sharding(x.ndim - 1))
+
+    def clean(self, x: jax.Array) -> jax.Array:
+        """x (padded,) with its padding zero (a random draw's; no-op on one device)."""
+        return x if self.mesh is None else self.to_flat(self.from_flat(x))
+
+    def rotate(self, rows: jax.Array, q: jax.Array) -> jax.Array:
+        """q^T rows for rows (n, padded) (`linalg.rotate_rows`), each device on its own columns."""
+        if self.mesh is None:
+            return linalg.rotate_rows(rows, q)
+        return jax.shard_map(
+            lambda local, q: linalg.rotate_rows(local, q),
+            mesh=self.mesh,
+            in_specs=(P(None, self.mesh.axis_names), P()),
+            out_specs=P(None, self.mesh.axis_names),
+            check_vma=False,
+        )(rows, q)
+
+    def orthonormal_rows(self, rows: jax.Array) -> jax.Array:
+        """Orthonormal rows spanning those of `rows` (r, padded) by TSQR: each device's columns
+        by Householder QR on it, the stacked r x r factors by one more, so only the factors
+        (devices x r x r numbers) are gathered."""
+        assert self.mesh is not None
+        axes = self.mesh.axis_names
+
+        def local(block: jax.Array) -> jax.Array:
+            q, r = jnp.linalg.qr(block.T)  # (local, r), (r, r)
+            stacked = jax.lax.all_gather(r, axes, tiled=True)  # (devices * r, r)
+            q2, _ = jnp.linalg.qr(stacked)
+            mine = jax.lax.dynamic_slice_in_dim(
+                q2, _index(self.mesh, axes) * r.shape[0], r.shape[0]
+            )
+            return (q @ mine).T
+
+        return jax.shard_map(
+            local, mesh=self.mesh, in_specs=P(None, axes), out_specs=P(None, axes),
+            check_vma=False,
+        )(rows)  # fmt: skip
+
+    # ------------------------------------------------------------------------- the maps
+
+    def to_flat(self, tree: PyTree) -> jax.Array:
+        """The flat vector (padded,) of a pytree shaped like the params (traceable)."""
+        if self.mesh is None:
+            return ravel_pytree(tree)[0]
+        leaves = jax.tree.leaves(tree)
+        return jax.shard_map(
+            self._local_to_flat,
+            mesh=self.mesh,
+            in_specs=(list(self.specs),),
+            out_specs=P(self.mesh.axis_names),
+            check_vma=False,
+        )(leaves)
+
+    def from_flat(self, flat: jax.Array) -> PyTree:
+        """The pytree of a flat vector (traceable), each leaf sharded as its parameter."""
+        if self.mesh is None:
+            shapes = [jax.ShapeDtypeStruct(s, self.dtype) for s in self.shapes]
+            return ravel_pytree(jax.tree.unflatten(self.treedef, shapes))[1](flat)
+        leaves = jax.shard_map(
+            self._local_from_flat,
+            mesh=self.mesh,
+            in_specs=(P(self.mesh.axis_names),),
+            out_specs=list(self.specs),
+            check_vma=False,
+        )(flat)
+        return jax.tree.unflatten(self.treedef, leaves)
+
+    def _local_to_flat(self, blocks: list[jax.Array]) -> jax.Array:
+        parts = []
+        for block, shape, spec in zip(blocks, self.shapes, self.specs, strict=True):
+            shared, part = self._shared_by(spec), self._part(shape, spec)
+            raveled = jnp.ravel(block)
+            raveled = jnp.pad(raveled, (0, part * _copies(self.mesh, shared) - raveled.size))
+            index = _index(self.mesh, shared)
+            parts.append(jax.lax.dynamic_slice(raveled, (index * part,), (part,)))
+        return jnp.concatenate(parts)
+
+    def _local_from_flat(self, chunk: jax.Array) -> list[jax.Array]:
+        blocks, offset = [], 0
+        for shape, spec in zip(self.shapes, self.specs, strict=True):
+            shared, part = self._shared_by(spec), self._part(shape, spec)
+            mine = chunk[offset : offset + part]
+            offset += part
+            whole = jax.lax.all_gather(mine, shared, tiled=True) if shared else mine
+            local = self._local_shape(shape, spec)
+            blocks.append(whole[: math.prod(local)].reshape(local))
+        return blocks
+
+
+def _names(names: Any) -> tuple[str, ...]:
+    """A PartitionSpec entry's mesh axes: None, a name, or a tuple of names."""
+    if names is None:
+        return ()
+    return (names,) if isinstance(names, str) else tuple(names)
+
+
+def _copies(mesh: Mesh | None, axes: tuple[str, ...]) -> int:
+    return 1 if mesh is None else math.prod(mesh.shape[name] for name in axes)
+
+
+def _index(mesh: Mesh | None, axes: tuple[str, ...]) -> jax.Array | int:
+    """This device's linear index over `axes` (inside a shard_map)."""
+    index: jax.Array | int = 0
+    for name in axes:
+        assert mesh is not None
+        index = index * mesh.shape[name] + jax.lax.axis_index(name)
+    return index
+
+
+def of(params: PyTree) -> Layout:
+    """The layout of `params` (concrete arrays): over their mesh when every leaf is a jax array
+    with a NamedSharding over one mesh of several devices, else `ravel_pytree`'s."""
+    leaves, treedef = jax.tree.flatten(params)
+    shapes = tuple(tuple(np.shape(leaf)) for leaf in leaves)
+    dtype = str(jnp.result_type(*leaves)) if leaves else "float32"
+    shardings = [getattr(leaf, "sharding", None) for leaf in leaves]
+    named = [s for s in shardings if isinstance(s, NamedSharding)]
+    if not leaves or len(named) != len(leaves) or named[0].mesh.size == 1:
+        return Layout(treedef, shapes, dtype)
+    mesh = named[0].mesh
+    if not isinstance(mesh, Mesh) or any(s.mesh != mesh for s in named):
+        return Layout(treedef, shapes, dtype)
+    layout = Layout(treedef, shapes, dtype, mesh, tuple(s.spec for s in named))
+    if not layout.divides():  # uneven shards: the flat vector of ravel_pytree, gathered
+        return Layout(treedef, shapes, dtype)
+    return layout
+
+
+def spread(params: PyTree) -> Layout | None:
+    """The layout of `params` over their mesh (`of`), or None on one device: the static argument
+    the probes' programs take (None keeps one device's programs as they were)."""
+    found = of(params)
+    return None if found.mesh is None else found
+
+
+def draw(sample: Any, key: jax.Array, params: PyTree, layout: Layout | None) -> jax.Array:
+    """A random flat vector: `sample(key_j, shape_j, dtype)` for each leaf j of `params` (key_j
+    = fold_in(key, j)), flat in `layout` (None: `ravel_pytree`'s order). Drawn in the leaves'
+    shapes, it is the same vector in every layout; over a mesh each leaf is drawn sharded as its
+    parameter, each device its own shards."""
+    leaves, treedef = jax.tree.flatten(params)
+    dtype = jnp.result_type(*leaves)
+    drawn = []
+    for j, leaf in enumerate(leaves):
+        x = sample(jax.random.fold_in(key, j), jnp.shape(leaf), dtype)
+        if layout is not None and layout.mesh is not None:
+            x = jax.lax.with_sharding_constraint(x, NamedSharding(layout.mesh, layout.specs[j]))
+        drawn.append(x)
+    tree = jax.tree.unflatten(treedef, drawn)
+    return ravel_pytree(tree)[0] if layout is None else layout.to_flat(tree)
+
+
+def qr_rows(rows: jax.Array) -> jax.Array:
+    """Orthonormal rows spanning those of `rows` (r, n) by Householder QR; past n rows, zero."""
+    count, length = rows.shape
+    q, _ = jnp.linalg.qr(rows.T)  # (n, min(r, n))
+    if count <= length:
+        return q.T
+    return jnp.concatenate([q.T, jnp.zeros((count - length, length), rows.dtype)])

@@ -1,0 +1,104 @@
+"""Probes on a model split over devices (landscape/probes/layout.py): 8 CPU devices emulated in a
+subprocess (--xla_force_host_platform_device_count=8), a 64 -> 96 -> 96 -> 10 MLP whose hidden
+weights are split Megatron-style over a "model" axis of a (2, 4) mesh. The probes give one
+device's numbers (the same random probes, drawn leaf by leaf), their vectors lie sharded, and
+the programs gather nothing of the size of the parameters."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+_EIGHT_DEVICES = r"""
+import json, re
+import jax, numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+import landscape
+from experiments.bench import peers
+from landscape.probes import krylov, krylov_host, layout, spectra
+
+one = peers.mlp_point(peers.mlp_arrays(96))
+mesh = Mesh(np.array(jax.devices()).reshape(2, 4), ("data", "model"))
+specs = {"w1": P(None, "model"), "b1": P("model"), "w2": P("model", None), "b2": P(),
+         "w3": P(), "b3": P()}
+params = {k: jax.device_put(v, NamedSharding(mesh, specs[k])) for k, v in one.params.items()}
+split = one.with_params(params)
+lay = layout.of(params)
+out = {"D": one.num_params, "padded": lay.padded, "devices": lay.devices}
+for name, point in (("one", one), ("split", split)):
+    top = landscape.eigenpairs(point, 3, "largest", dense_below=0, progress=None)
+    out[name] = dict(
+        top=top.values.tolist(), residuals=top.residuals.tolist(), converged=top.converged,
+        vector=np.abs(top.flat_vectors[0]).tolist()[:50], grad=top.gradient.vector[:50].tolist(),
+        trace=landscape.trace(point, 12, progress=None).value,
+        nodes=landscape.spectral_density(point, 2, 8, progress=None).nodes.tolist(),
+        lanczos=landscape.lanczos_spectrum(point, 8, progress=None).ritz_values.tolist(),
+    )
+back = jax.jit(lay.from_flat)(jax.jit(lay.to_flat)(params))
+out["round_trip"] = max(float(np.abs(np.asarray(back[k]) - np.asarray(params[k])).max())
+                        for k in params)
+objective, inputs = one.shared
+plan = krylov_host.Host(3, 12, lay.dim, "largest", 1e-5, 10).plan(np.dtype(np.float32))
+vectors = jax.device_put(np.zeros((15, lay.padded), np.float32), lay.sharding(1))
+search = krylov.advance.lower(objective, params, inputs, vectors, plan, jax.random.key(0),
+                              "largest", lay)
+state = spectra.TraceState(*(jax.device_put(np.zeros(s, np.float32), w) for s, w in (
+    ((4, lay.padded), lay.sharding(1)), ((), None), ((4,), None))))
+trace = spectra.trace_block.lower(objective, params, inputs, jax.random.key(0), state,
+                                  np.int32(0), np.arange(4, dtype=np.int32), False, lay)
+largest = 0
+for program in (search, trace):
+    text = program.compile().as_text()
+    for line in text.splitlines():
+        found = re.search(r"= \w+\[([\d,]*)\]\S* (all-gather|collective-permute)", line)
+        if found:  # per vector: a batch of probes gathers (K, part) at once
+            largest = max(largest, int(found.group(1).split(",")[-1] or 1))
+out["largest_gathered"] = largest
+out["vectors_per_device"] = vectors.addressable_shards[0].data.shape[1]
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def eight_devices():
+    env = dict(os.environ, PYTHONPATH=ROOT, XLA_FLAGS="--xla_force_host_platform_device_count=8")
+    env.pop("JAX_ENABLE_X64", None)
+    proc = subprocess.run(
+        [sys.executable, "-c", _EIGHT_DEVICES], cwd=ROOT, env=env, capture_output=True,
+        text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_the_probes_on_a_split_model_give_one_devices_numbers(eight_devices):
+    one, split = eight_devices["one"], eight_devices["split"]
+    assert one["converged"] and split["converged"]
+    for a, b in zip(one["top"], split["top"], strict=True):
+        assert abs(a - b) <= 1e-4 * abs(a)  # both certified to rtol 1.2e-5 of the scale
+    assert max(split["residuals"]) <= 1.2e-5 * max(map(abs, split["top"])) * 1.01
+    for a, b in zip(one["vector"], split["vector"], strict=True):  # the same eigenvector, up
+        assert abs(a - b) <= 1e-3  # to its sign, in ravel_pytree's order
+    for a, b in zip(one["grad"], split["grad"], strict=True):
+        assert abs(a - b) <= 1e-6 * (1 + abs(a))
+    assert abs(one["trace"] - split["trace"]) <= 1e-5 * abs(one["trace"])  # the same probes
+    for name in ("nodes", "lanczos"):
+        flat = [x for row in one[name] for x in (row if isinstance(row, list) else [row])]
+        other = [x for row in split[name] for x in (row if isinstance(row, list) else [row])]
+        assert max(abs(a - b) for a, b in zip(flat, other, strict=True)) <= 1e-4 * max(
+            map(abs, flat)
+        )
+
+
+def test_a_split_models_vectors_lie_sharded_and_nothing_of_size_d_is_gathered(eight_devices):
+    found = eight_devices
+    assert found["devices"] == 8 and found["round_trip"] == 0.0
+    assert found["vectors_per_device"] == found["padded"] // 8  # each device an eighth
+    assert found["padded"] - found["D"] < 8 * 64  # the parts' padding is small
+    # the search's and the trace's programs: no gather of a whole flat vector (D), only of a
+    # device's block of a weight over the data axis (it is replicated there, its part split)
+    assert found["largest_gathered"] < found["D"] // 2
