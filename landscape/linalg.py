@@ -163,15 +163,39 @@ def batched_gradient(
 ROTATION_CHUNKS = 8  # `rotate_rows` rewrites 1/8 of the columns at a time
 
 
-def rotate_rows(rows: jax.Array, q: jax.Array) -> jax.Array:
-    """q^T rows for rows (n, D) and q (n, n), in ROTATION_CHUNKS column blocks written in
-    place: a restart or an orthonormalisation holds one block more than `rows`, not a second
-    copy. The blocks are unrolled: a loop would make XLA copy `rows` on entry."""
-    dim = rows.shape[1]
-    edges = sorted({round(dim * i / ROTATION_CHUNKS) for i in range(ROTATION_CHUNKS + 1)})
+def rotate_rows(
+    rows: jax.Array,
+    q: jax.Array,
+    first: int = 0,
+    keep: int | None = None,
+    active: jax.Array | bool = True,
+) -> jax.Array:
+    """rows[first:] <- q^T rows[first:] (q (n, n), n = rows - first), in ROTATION_CHUNKS column
+    blocks written in place: a restart or an orthonormalisation holds a block more than `rows`,
+    not a second copy. Only the first `keep` new rows are computed (the rest set to zero: a
+    restart keeps about half its basis), and with `active` False (traced) nothing is done at no
+    cost: the loops run no block, where a conditional would copy the rows."""
+    count, dim = rows.shape
+    keep = count - first if keep is None else keep
+    width = max(1, dim // ROTATION_CHUNKS)
+    blocks = dim // width
     dot = functools.partial(jnp.matmul, precision=jax.lax.Precision.HIGHEST)
-    for low, high in zip(edges[:-1], edges[1:], strict=True):
-        rows = rows.at[:, low:high].set(dot(q.T, rows[:, low:high]))
+    kept = q[:, :keep].T
+
+    def rotated(rows: jax.Array, start: jax.Array | int, size: int) -> jax.Array:
+        part = jax.lax.dynamic_slice(rows, (first, start), (count - first, size))
+        rows = jax.lax.dynamic_update_slice(rows, dot(kept, part), (first, start))
+        zeros = jnp.zeros((count - first - keep, size), rows.dtype)
+        return jax.lax.dynamic_update_slice(rows, zeros, (first + keep, start))
+
+    rows = jax.lax.fori_loop(
+        0, jnp.where(active, blocks, 0), lambda b, rows: rotated(rows, b * width, width), rows
+    )
+    if blocks * width < dim:  # the last columns, a static block of their own
+        rest = dim - blocks * width
+        rows = jax.lax.fori_loop(
+            0, jnp.where(active, 1, 0), lambda _, rows: rotated(rows, blocks * width, rest), rows
+        )
     return rows
 
 

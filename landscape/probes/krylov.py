@@ -30,7 +30,7 @@ _DOT = functools.partial(jnp.matmul, precision=jax.lax.Precision.HIGHEST)
 
 class Plan(NamedTuple):
     """What one call of `advance` is asked (legend in the module docstring). The basis first
-    becomes qᵀ basis (n, n; the identity for none), its first row a fresh start seeded by it when
+    becomes qᵀ basis (n, n) when `rotate`, its first row a fresh start seeded by it when
     `fresh`; then up to `steps` products in `mode`: EXTEND Lanczos steps from basis row `start`
     (`column` (ncv,) the first step's coupling known before it, the kept Ritz vectors'
     arrowhead), RITZ the Ritz vectors coeffs[:, i] · vectors (coeffs (ncv, k), zero on the
@@ -43,6 +43,7 @@ class Plan(NamedTuple):
 
     mode: jax.Array
     q: jax.Array
+    rotate: jax.Array
     fresh: jax.Array
     start: jax.Array
     steps: jax.Array
@@ -124,8 +125,8 @@ def _restarted(vectors: jax.Array, k: int, plan: Plan, key: jax.Array, layout: L
     first basis row (q's seed) plus N(0, I/D), orthogonal to the locked rows and of unit norm
     (the first call's start: the noise alone)."""
     total, dim = vectors.shape
-    q = jnp.eye(total, dtype=vectors.dtype).at[k:, k:].set(plan.q)
-    vectors = layout.rotate(vectors, q)
+    keep = (total - k - 1) // 2 + 1  # a thick restart keeps at most half the basis and its next
+    vectors = layout.rotate(vectors, plan.q, first=k, keep=keep, active=plan.rotate)
 
     def start(seed: jax.Array) -> jax.Array:
         noise = layout.clean(layout.place(jax.random.normal(key, (dim,), vectors.dtype)))

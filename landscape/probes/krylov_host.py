@@ -77,7 +77,7 @@ class Host:
     finite: bool = True
     runs: int = 0
     products: int = 0
-    q: np.ndarray = dataclasses.field(init=False)
+    q: np.ndarray | None = dataclasses.field(init=False)  # the restart the next run applies
     fresh: bool = True  # the first call draws the start vector
 
     def __post_init__(self) -> None:
@@ -108,12 +108,14 @@ class Host:
             slots[: chosen.size] = self._slots(chosen)
             mode, steps = RITZ, chosen.size
             tol = np.inf if self.mode == FILL else self.rtol * self.scale
-        q = self.q if mode == EXTEND else np.eye(rows)
+        rotate = mode == EXTEND and self.q is not None
+        q = self.q if self.q is not None and rotate else np.eye(rows)
         column = np.concatenate([np.zeros(k), self.proj[:, min(self.size, rows - 1)]])
         coeffs = np.concatenate([np.zeros((k, k)), coeffs])  # the locked rows come first
         need = self.k - len(self.values) if len(self.values) < self.k else 1
         return Plan._make([  # numpy arrays: a jitted call takes them as they are
-            np.int32(mode), q.astype(dtype), np.bool_(mode == EXTEND and self.fresh),
+            np.int32(mode), q.astype(dtype), np.bool_(rotate),
+            np.bool_(mode == EXTEND and self.fresh),
             np.int32(self.size), np.int32(max(steps, 0)), column.astype(dtype),
             coeffs.astype(dtype), theta.astype(dtype), slots, np.asarray(tol, dtype),
             np.int32(self.products), self.proj.astype(dtype), np.int32(need),
@@ -308,7 +310,8 @@ def search(
         vectors, outcome = advance(
             objective, point.params, inputs, vectors, plan, key, which, spread
         )
-        host.fresh = host.fresh and host.mode != EXTEND
+        if host.mode == EXTEND:  # the restart is applied: the next one is the host's to ask
+            host.fresh, host.q = False, None
         host.receive(outcome, plan)
         seconds = time.perf_counter() - began
         if progress and host.runs > runs and seconds > LONG_SECONDS:

@@ -114,17 +114,18 @@ class Layout:
         """x (padded,) with its padding zero (a random draw's; no-op on one device)."""
         return x if self.mesh is None else self.to_flat(self.from_flat(x))
 
-    def rotate(self, rows: jax.Array, q: jax.Array) -> jax.Array:
-        """q^T rows for rows (n, padded) (`linalg.rotate_rows`), each device on its own columns."""
+    def rotate(self, rows: jax.Array, q: jax.Array, **how: Any) -> jax.Array:
+        """`linalg.rotate_rows` of rows (n, padded), each device on its own columns."""
         if self.mesh is None:
-            return linalg.rotate_rows(rows, q)
+            return linalg.rotate_rows(rows, q, **how)
+        active = how.pop("active", True)
         return jax.shard_map(
-            lambda local, q: linalg.rotate_rows(local, q),
+            lambda local, q, active: linalg.rotate_rows(local, q, active=active, **how),
             mesh=self.mesh,
-            in_specs=(P(None, self.mesh.axis_names), P()),
+            in_specs=(P(None, self.mesh.axis_names), P(), P()),
             out_specs=P(None, self.mesh.axis_names),
             check_vma=False,
-        )(rows, q)
+        )(rows, q, jnp.asarray(active))
 
     def orthonormal_rows(self, rows: jax.Array) -> jax.Array:
         """Orthonormal rows spanning those of `rows` (r, padded) by TSQR: each device's columns
