@@ -18,6 +18,7 @@ from landscape.probes.gradient import Gradient, gradient_at, hvp, hvp_flat
 from landscape.probes.hessian import FocusReport, Hessian
 from landscape.probes.lanczos import Spectrum, lanczos_spectrum
 from landscape.probes.results import Curvature, Result
+from landscape.tracking import Measurement, Tracker, TrackerState, tracker
 
 if TYPE_CHECKING:
     from landscape.probes.eigen import Eigenpairs, eigenpairs
@@ -96,6 +97,10 @@ __all__ = [
     "__version__",
     "setup",
     "Track",
+    "tracker",
+    "Tracker",
+    "TrackerState",
+    "Measurement",
     "Point",
     "param_names",
     "params_table",

@@ -195,6 +195,21 @@ def refuse_mixed_dtypes(
     )
 
 
+HALF = ("bfloat16", "float16")
+
+
+def refuse_half_precision(caller: str, dtype: Any) -> None:
+    """One sentence for parameters in a half type, the same from every probe."""
+    name = np.dtype(dtype).name
+    if name in HALF:
+        eps = float(jnp.finfo(dtype).eps)
+        raise TypeError(
+            f"{caller}: the parameters are {name}, whose rounding ({eps:.1e}) would be most of "
+            "a curvature estimate: the probes work in float32 or float64; cast them first, e.g. "
+            "jax.tree.map(lambda a: a.astype(jnp.float32), params)."
+        )
+
+
 def finite_number(value: Any) -> bool:
     try:
         return math.isfinite(float(value))

@@ -38,11 +38,25 @@ def lanczos_from(
     key: jax.Array,
     axis_name: str | None = None,
 ) -> tuple[jax.Array, jax.Array]:
+    """`lanczos_basis` without the basis: (alphas (num_iters,), betas (num_iters - 1,))."""
+    _, alphas, betas = lanczos_basis(matvec, start, num_iters, key, axis_name)
+    return alphas, betas[:-1]
+
+
+def lanczos_basis(
+    matvec: Callable[[jax.Array], jax.Array],
+    start: jax.Array,
+    num_iters: int,
+    key: jax.Array,
+    axis_name: str | None = None,
+) -> LanczosState:
     """Lanczos tridiagonalisation of a symmetric operator from `start` (any non-zero vector),
     with full reorthogonalisation.
 
-    Returns T's diagonal `alphas` (num_iters,) and off-diagonal `betas` (num_iters - 1,), where
-    T = V^T A V and V's orthonormal columns span the Krylov space of `start` (the first column).
+    Returns the basis V (num_iters, D), T's diagonal `alphas` (num_iters,) and `betas`
+    (num_iters,): T = V A V^T has off-diagonal betas[:-1], V's orthonormal rows span the Krylov
+    space of `start` (the first row), and betas[-1] is the norm of the next Lanczos vector
+    (|betas[-1] s_last| is a Ritz pair's residual, s its eigenvector of T).
     If the Krylov space is exhausted early, the next vector is a fresh random one (from `key`)
     orthogonal to V and that beta is 0, so T's eigenvalues stay eigenvalues of A and Gauss
     quadrature weights stay exact. Jittable and vmappable with `num_iters` static; keeps V in
@@ -90,8 +104,7 @@ def lanczos_from(
     basis = jnp.zeros((num_iters, dim), dtype).at[0].set(start / jnp.linalg.norm(start))
     zeros = varying_like(jnp.zeros(num_iters, dtype), start)  # the carry varies as start does
     state = (varying_like(basis, start), zeros, zeros)
-    _, alphas, betas = jax.lax.fori_loop(0, num_iters, step, state)
-    return alphas, betas[:-1]
+    return jax.lax.fori_loop(0, num_iters, step, state)
 
 
 def varying_like(x: jax.Array, like: jax.Array) -> jax.Array:

@@ -83,6 +83,14 @@ def _tangent(point):
     return jax.tree.map(lambda x: np.ones(np.shape(x), np.float32), point.params)
 
 
+def _tracked(point, tracker, inputs=None):
+    """Two measurements of the functional tracker from Python (its state made with numpy)."""
+    state = tracker.init(point.params, KEY)
+    for _ in range(2):
+        measurement, state = tracker.update(state, point.params, inputs or point.inputs)
+    return measurement
+
+
 GRID = np.linspace(-1.0, 1.0, 5)
 KEY = jax.random.wrap_key_data(np.asarray([0, 1], np.uint32))  # a user's key, made beforehand
 PROBES = {
@@ -116,6 +124,12 @@ PROBES = {
     "random_direction": lambda p: landscape.random_direction(p, KEY),
     "ggn_at": lambda p: landscape.ggn_at(p, progress=None),
     "near_stationary": lambda p: landscape.hessian_at(p, progress=None).near_stationary(),
+    "tracker": lambda p: _tracked(p, landscape.tracker(_mlp, num_iters=8, k=2)),
+    "tracker, in batches": lambda p: _tracked(
+        p,
+        landscape.tracker(_mlp, num_iters=6, in_batches=True),
+        jax.tree.map(lambda x: x.reshape((4, 8) + x.shape[1:]), p.inputs),
+    ),
 }
 
 
