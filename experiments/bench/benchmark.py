@@ -5,7 +5,8 @@ Groups: scan_snap (the issue's 2-core targets against the authors' PyTorch code)
 (bench/wikitext_timing.py), recall, markov, ngrams, curvature (bench/probe_timing.py
 in a fresh process), cache (a warm compilation cache), compile (each program's trace, lower and
 XLA compile seconds, cold, bench/compile_timing.py), track (curvature tracked inside the
-n-gram Fig. 3 run, bench/track_timing.py), peers (our probes against PyHessian and
+n-gram Fig. 3 run, bench/track_timing.py), tracker (the functional tracker in a plain optax
+loop, bench/tracker_timing.py), peers (our probes against PyHessian and
 curvlinops, bench/peers_timing.py, --peers.sizes) and device (the device check,
 bench/device_check.py, --budget). Every row and its target: docs/design/experiments.md.
 """
@@ -29,7 +30,13 @@ from absl import app, flags
 
 from configs import syn_medium, syn_small
 from experiments import host
-from experiments.bench import device_check, peers_timing, track_timing, wikitext_timing
+from experiments.bench import (
+    device_check,
+    peers_timing,
+    track_timing,
+    tracker_timing,
+    wikitext_timing,
+)
 from experiments.bench.timing import Rows, best_run_seconds
 from landscape.engine import backend, training
 from landscape.engine import config as config_lib
@@ -508,6 +515,7 @@ BENCHMARKS = {
     "curvature": bench_curvature,
     "compile": bench_compile,
     "track": track_timing.bench_track,
+    "tracker": tracker_timing.bench_tracker,
     "peers": peers_timing.bench_peers,
 }
 
