@@ -498,6 +498,8 @@ def check_point(point: object, caller: str) -> Point:
             "hold no array entries), so there is nothing to differentiate."
         )
     check_loss_output(point, caller)
+    if point.objective is None:  # a closure made afresh per point compiles every probe again
+        _checks.note_fresh_loss(point.loss_fn, point._own_objective, caller)
     return point
 
 

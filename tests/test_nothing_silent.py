@@ -98,11 +98,12 @@ def _saddle_point(dtype_x, dtype_y):
 def test_mixed_dtypes_are_refused_and_the_cast_gives_the_pure_verdict():
     with pytest.raises(TypeError, match=r"params mixes floating dtypes \(float32: 'x'"):
         _saddle_point(jnp.float32, jnp.float64)
-    pure = landscape.hessian_at(_saddle_point(jnp.float64, jnp.float64))
+    double = _saddle_point(jnp.float64, jnp.float64)
+    pure = landscape.hessian_at(double)
     single = landscape.hessian_at(_saddle_point(jnp.float32, jnp.float32))
     params = {"x": jnp.zeros(1, jnp.float32), "y": jnp.zeros(1)}
     cast = jax.tree.map(lambda a: a.astype(jnp.float64), params)  # what the sentence suggests
-    recast = landscape.hessian_at(_saddle_point(jnp.float64, jnp.float64).with_params(cast))
+    recast = landscape.hessian_at(double.with_params(cast))
     assert pure.verdict() == single.verdict() == recast.verdict()
     assert pure.kind() is landscape.Curvature.SADDLE
 

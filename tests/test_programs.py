@@ -8,6 +8,7 @@ probe's first call starts from nothing) and with the persistent compilation cach
 hit is not a compile)."""
 
 import contextlib
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -16,6 +17,7 @@ import pytest
 from jax._src import monitoring
 
 import landscape
+from landscape import _checks as landscape_checks
 
 COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 _COUNT = [0]
@@ -166,3 +168,29 @@ def test_the_count_sees_an_eager_operation():
     with _counted() as eager:
         jnp.stack([jnp.zeros(3), jnp.ones(3)]).block_until_ready()
     assert eager[0] >= 1
+
+
+def test_a_loss_fn_made_afresh_per_point_gets_one_warning_naming_objective_and_inputs():
+    """The closure per batch recompiles every probe (counted), and the third such point says so
+    once, pointing at the caller's line; points by objective= and inputs=, or by with_params,
+    share their programs and get no warning."""
+    params = _point(0).params
+    batches = [_point(seed).inputs for seed in range(5)]
+    jax.clear_caches()
+    with _counted() as compiled, pytest.warns(landscape_checks.RecompileWarning) as caught:
+        for batch in batches:
+            point = landscape.Point(params, loss_fn=lambda p, batch=batch: _mlp(p, batch))
+            landscape.lanczos_spectrum(point, 5, progress=None)
+    assert compiled[0] >= 5  # a program per point: what the warning is about
+    assert len(caught) == 1
+    message = str(caught[0].message)
+    assert "objective=" in message and "inputs=" in message and "3 points" in message
+    assert caught[0].filename == __file__
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for batch in batches:
+            shared = landscape.Point(params, objective=_mlp, inputs=batch)
+            landscape.lanczos_spectrum(shared, 5, progress=None)
+        one = landscape.Point(params, loss_fn=lambda p: _mlp(p, batches[0]))
+        for seed in range(5):
+            landscape.lanczos_spectrum(one.with_params(_point(seed).params), 5, progress=None)
