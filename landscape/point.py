@@ -197,11 +197,6 @@ def _check_batches(point: Point) -> None:
         raise TypeError(
             "give a Point either inputs (one batch) or batches (a dataset in batches), not both."
         )
-    if point.outputs is not None:
-        raise TypeError(
-            "outputs / output_loss (the Gauss-Newton split) are not supported with batches yet: "
-            "give one batch as inputs= for ggn_at."
-        )
     check_not_listed("batches", point.batches)
     leaves = jax.tree_util.tree_leaves(point.batches)
     sizes = {int(np.shape(leaf)[0]) if np.ndim(leaf) else -1 for leaf in leaves}
@@ -420,7 +415,7 @@ def restrict(point: Point, names: str | Iterable[str]) -> Point:
 
     objective, inputs = point.shared
     key = (treedef, tuple(leaf_names), tuple(chosen))
-    has_split = point.outputs is not None and point.output_loss is not None
+    has_split = point.outputs is not None and point.batches is None  # batches: loss only
     # its inputs carry the fixed leaves beside the population: no longer sliceable as one
     meta = {k: v for k, v in point.meta.items() if k not in ("focus_blocks", "population")}
     return Point(

@@ -75,7 +75,10 @@ def _point(seed, hidden=16, batches=False):
     data = (rng.standard_normal((32, 6)).astype(np.float32), rng.standard_normal((32, 2)))
     data = (data[0], data[1].astype(np.float32))
     if batches:
-        return landscape.Point(params, objective=_mlp, batches=landscape.batches(data, 8))
+        return landscape.Point(
+            params, objective=_mlp, batches=landscape.batches(data, 8), outputs=_mlp_outputs,
+            output_loss=_squared_error,
+        )  # fmt: skip
     return landscape.Point(
         params, objective=_mlp, inputs=data, outputs=_mlp_outputs, output_loss=_squared_error
     )
@@ -118,6 +121,14 @@ PROBES = {
     "trace, hutch++": lambda p: landscape.trace(p, 12, progress=None),
     "trace, hutchinson": lambda p: landscape.trace(p, 12, method="hutchinson", progress=None),
     "trace of G": lambda p: landscape.trace(p, 12, progress=None, matrix="ggn"),
+    "hvp of G": lambda p: landscape.hvp(p, matrix="ggn")(_tangent(p)),
+    "hvp_flat of G": lambda p: landscape.hvp_flat(p, matrix="ggn")[1](
+        np.ones(p.num_params, np.float32)
+    ),
+    "eigenpairs of G, top 3": lambda p: landscape.eigenpairs(
+        p, 3, "largest", dense_below=0, progress=None, matrix="ggn"
+    ),
+    "eigenpairs of G, dense": lambda p: landscape.eigenpairs(p, 3, progress=None, matrix="ggn"),
     "trace, a list": lambda p: landscape.trace([p, p.with_params(p.params)], 12, progress=None),
     "spectral_density": lambda p: landscape.spectral_density(p, 4, 10, progress=None),
     "diagonal": lambda p: landscape.diagonal(p, 8),
@@ -153,6 +164,8 @@ def test_a_dataset_in_batches_is_one_program_per_probe_too():
         lambda p: landscape.eigenpairs(p, 3, "largest", dense_below=0, progress=None),
         lambda p: landscape.trace(p, 12, progress=None),
         lambda p: landscape.lanczos_spectrum(p, 10, progress=None),
+        lambda p: landscape.lanczos_spectrum(p, 10, progress=None, matrix="ggn"),
+        lambda p: landscape.eigenpairs(p, 2, "largest", dense_below=0, progress=None, matrix="ggn"),
     ):
         jax.clear_caches()
         with _counted() as at_first:

@@ -21,7 +21,7 @@ from landscape.point import (
     check_point,
     param_names,
 )
-from landscape.probes import compiled
+from landscape.probes import compiled, operator
 from landscape.probes.results import (
     NON_FINITE,
     STATIONARITY_RULE,
@@ -171,11 +171,13 @@ def _gradient(point: Point, tree: PyTree, loss: Any) -> Gradient:
     return Gradient(point, tree, vector, param_names(point.params), float(loss))
 
 
-def hvp(point: Point) -> Callable[[Any], Any]:
-    """v -> H v at the point (forward-over-reverse, compiled once per model).
+def hvp(point: Point, matrix: operator.Matrix = "hessian") -> Callable[[Any], Any]:
+    """v -> H v at the point (forward-over-reverse, compiled once per model), or G v.
 
     Args:
         point: a `Point`.
+        matrix: "hessian", or "ggn" for the Gauss-Newton matrix G = Jᵀ H_z J of a point that
+            carries `outputs` and `output_loss`.
 
     Returns:
         A function of v: a pytree shaped like the params (H v is then one too) or a flat
@@ -184,6 +186,7 @@ def hvp(point: Point) -> Callable[[Any], Any]:
     """
     check_point(point, "hvp")
     objective, inputs = point.shared
+    objective = operator.for_matrix([point], objective, matrix, "hvp")
     params = point.params
     structure = jax.tree.structure(params)
     dim, dtype = point.num_params, jnp.result_type(*jax.tree.leaves(params))
@@ -202,11 +205,15 @@ def hvp(point: Point) -> Callable[[Any], Any]:
     return product
 
 
-def hvp_flat(point: Point) -> tuple[np.ndarray, Callable[[Any], jax.Array]]:
-    """The Hessian as a flat operator, for solvers that work on vectors (scipy, CG, Lanczos).
+def hvp_flat(
+    point: Point, matrix: operator.Matrix = "hessian"
+) -> tuple[np.ndarray, Callable[[Any], jax.Array]]:
+    """The Hessian (or G) as a flat operator, for solvers that work on vectors (scipy, CG).
 
     Args:
         point: a `Point`.
+        matrix: "hessian", or "ggn" for the Gauss-Newton matrix G = Jᵀ H_z J of a point that
+            carries `outputs` and `output_loss`.
 
     Returns:
         (x0, matvec): the flat params (D,) in `ravel_pytree` order and v (D,) or (D, 1) -> H v
@@ -216,6 +223,7 @@ def hvp_flat(point: Point) -> tuple[np.ndarray, Callable[[Any], jax.Array]]:
     """
     check_point(point, "hvp_flat")
     objective, inputs = point.shared
+    objective = operator.for_matrix([point], objective, matrix, "hvp_flat")
     params = point.params
     x0 = ravel_numpy(params)
 
