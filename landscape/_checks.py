@@ -288,11 +288,11 @@ def note_fresh_loss(loss_fn: Any, own_objective: Any, caller: str) -> None:
         "give the loss as objective=f(params, inputs) with inputs= (the batch), and points of "
         "one model share their compiled programs.",
         RecompileWarning,
-        stacklevel=_outside_the_library(),
+        stacklevel=outside_the_library(),
     )
 
 
-def _outside_the_library() -> int:
+def outside_the_library() -> int:
     """The stacklevel of the first frame outside landscape/: the user's call of the probe."""
     package = __file__.rsplit("/", 1)[0]
     frame, level = inspect.currentframe(), 1

@@ -487,6 +487,7 @@ def check_point(point: object, caller: str) -> Point:
                 f"{caller}: parameter {name!r} has dtype {dtype}; every parameter "
                 "must be a floating-point array (the loss is differentiated in it)."
             )
+        _checks.refuse_half_precision(caller, dtype)
     if sum(int(np.size(leaf)) for _, leaf in leaves) == 0:
         raise ValueError(
             f"{caller}: {point.name or 'the point'} has no parameters (its params "

@@ -370,3 +370,23 @@ def test_eigenpairs_and_hvp_of_ggn_refuse_a_point_without_the_split_in_one_sente
     for call in calls:
         with pytest.raises(ValueError, match=r"\(matrix='ggn'\): quartic does not split its loss"):
             call()
+
+
+def test_paired_trace_samples_give_the_difference_its_error_bar(tanh_features):
+    """tr H - tr G from the same Hutchinson probes: the paired samples' mean is the difference
+    of the two estimates, its error bar their spread, and the dense tr R lies within 4 of them;
+    Hutch++ and unequal probe counts are refused in one sentence."""
+    point, dense = tanh_features
+    key = jax.random.key(3)
+    h = landscape.trace(point, 400, key, method="hutchinson", progress=None)
+    g = landscape.trace(point, 400, key, method="hutchinson", progress=None, matrix="ggn")
+    assert h.samples.shape == g.samples.shape == (400,)
+    difference, stderr = h.paired_difference(g)
+    assert difference == pytest.approx(h.value - g.value, rel=1e-9)
+    samples = h.samples - g.samples
+    assert stderr == pytest.approx(samples.std(ddof=1) / 20, rel=1e-9)
+    assert abs(difference - np.trace(dense.remainder)) < 4 * stderr
+    with pytest.raises(ValueError, match="pair two Hutchinson estimates of one key"):
+        landscape.trace(point, 12, progress=None).paired_difference(g)
+    with pytest.raises(ValueError, match="400 probes against 10"):
+        h.paired_difference(landscape.trace(point, 10, key, method="hutchinson", progress=None))

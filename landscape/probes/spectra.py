@@ -314,7 +314,7 @@ def spectral_density(
     def block(indices: np.ndarray) -> tuple[jax.Array, jax.Array]:
         return slq_block(objective, params, inputs, key, indices, num_iters, probe, listed)
 
-    alphas, betas = blocks.run(plan, block, "spectral_density", progress, axis)
+    alphas, betas = blocks.run(plan, block, "spectral_density", progress, axis, "probes")
     if not listed:
         return SpectralDensity(points[0], *_quadrature(alphas, betas), dim, probe, matrix)
     return [
@@ -392,7 +392,7 @@ def trace(
         mean, stderr = mean_and_stderr(row, rounding(point_dtype(p), dim, scale))
         value = float(exact_part + mean)
         return TraceEstimate(
-            p, value, float(stderr), method, num_probes, dim, float(exact_part), matrix
+            p, value, float(stderr), method, num_probes, dim, float(exact_part), matrix, row
         )
 
     if not listed:
