@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     )
     from landscape.probes.slices import SliceResult, slice_2d
     from landscape.probes.spectra import diagonal, spectral_density, trace
+    from landscape.probes.stream import stream
 
 try:
     __version__ = importlib.metadata.version("landscape")
@@ -68,6 +69,7 @@ PROBES = {  # name: module of landscape/probes/; loaded on first use, like the p
     "slice_2d": "slices",
     "random_direction": "geometry",
     "direction_to": "geometry",
+    "stream": "stream",
     # their results
     "SpectralDensity": "estimates",
     "TraceEstimate": "estimates",
@@ -106,6 +108,7 @@ __all__ = [
     "params_table",
     "restrict",
     "batches",
+    "stream",
     "gradient_at",
     "hessian_at",
     "hvp",

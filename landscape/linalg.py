@@ -65,6 +65,23 @@ def lanczos_basis(
     would compute it, a random draw and two passes, at every step of every lane).
     """
     dim, dtype = start.shape[0], start.dtype
+
+    def step(i: jax.Array, state: LanczosState) -> LanczosState:
+        return lanczos_step(state, i, matvec(state[0][i]), key, axis_name)
+
+    basis = jnp.zeros((num_iters, dim), dtype).at[0].set(start / jnp.linalg.norm(start))
+    zeros = varying_like(jnp.zeros(num_iters, dtype), start)  # the carry varies as start does
+    state = (varying_like(basis, start), zeros, zeros)
+    return jax.lax.fori_loop(0, num_iters, step, state)
+
+
+def lanczos_step(
+    state: LanczosState, i: jax.Array, av: jax.Array, key: jax.Array, axis_name: str | None = None
+) -> LanczosState:
+    """Step i of `lanczos_basis`, given A v of its basis row v = state[0][i]: alpha, beta and the
+    next row (a fresh direction from fold_in(key, i) where the Krylov space is exhausted)."""
+    basis, alphas, betas = state
+    dim, dtype = basis.shape[1], basis.dtype
     dot = functools.partial(jnp.matmul, precision=jax.lax.Precision.HIGHEST)
     eps = jnp.finfo(dtype).eps
 
@@ -76,35 +93,27 @@ def lanczos_basis(
         w = orthogonalise(basis, orthogonalise(basis, w))  # twice: a random w lies mostly in V
         return w / jnp.linalg.norm(w)
 
-    def step(i: jax.Array, state: LanczosState) -> LanczosState:
-        basis, alphas, betas = state
-        v, previous = basis[i], basis[jnp.maximum(i - 1, 0)]
-        av = matvec(v)
-        alpha = dot(v, av)
-        coupling = jnp.where(i > 0, betas[jnp.maximum(i - 1, 0)], 0)
-        # the three-term recurrence, then one Gram-Schmidt pass against every earlier vector:
-        # what is left for it to remove is rounding, so one pass keeps V orthonormal to rounding
-        w = orthogonalise(basis, av - alpha * v - coupling * previous)
-        beta = jnp.linalg.norm(w)
-        # against the operator's scale seen so far, not |A v|: a v near A's null space has a
-        # product of pure rounding, whose remainder is noise, not a direction of the space
-        scale = jnp.maximum(jnp.linalg.norm(av), jnp.max(jnp.abs(alphas)))
-        exhausted = beta <= 100 * eps * jnp.maximum(scale, jnp.max(betas))
-        anywhere = exhausted if axis_name is None else jax.lax.pmax(exhausted, axis_name)
-        next_v = jax.lax.cond(
-            anywhere,
-            lambda: jnp.where(exhausted, fresh_direction(basis, i), w / beta),
-            lambda: w / beta,
-        )
-        basis = basis.at[i + 1].set(next_v, mode="drop")
-        alphas = alphas.at[i].set(alpha)
-        betas = betas.at[i].set(jnp.where(exhausted, 0, beta))
-        return basis, alphas, betas
-
-    basis = jnp.zeros((num_iters, dim), dtype).at[0].set(start / jnp.linalg.norm(start))
-    zeros = varying_like(jnp.zeros(num_iters, dtype), start)  # the carry varies as start does
-    state = (varying_like(basis, start), zeros, zeros)
-    return jax.lax.fori_loop(0, num_iters, step, state)
+    v, previous = basis[i], basis[jnp.maximum(i - 1, 0)]
+    alpha = dot(v, av)
+    coupling = jnp.where(i > 0, betas[jnp.maximum(i - 1, 0)], 0)
+    # the three-term recurrence, then one Gram-Schmidt pass against every earlier vector: what
+    # is left for it to remove is rounding, so one pass keeps V orthonormal to rounding
+    w = orthogonalise(basis, av - alpha * v - coupling * previous)
+    beta = jnp.linalg.norm(w)
+    # against the operator's scale seen so far, not |A v|: a v near A's null space has a
+    # product of pure rounding, whose remainder is noise, not a direction of the space
+    scale = jnp.maximum(jnp.linalg.norm(av), jnp.max(jnp.abs(alphas)))
+    exhausted = beta <= 100 * eps * jnp.maximum(scale, jnp.max(betas))
+    anywhere = exhausted if axis_name is None else jax.lax.pmax(exhausted, axis_name)
+    next_v = jax.lax.cond(
+        anywhere,
+        lambda: jnp.where(exhausted, fresh_direction(basis, i), w / beta),
+        lambda: w / beta,
+    )
+    basis = basis.at[i + 1].set(next_v, mode="drop")
+    alphas = alphas.at[i].set(alpha)
+    betas = betas.at[i].set(jnp.where(exhausted, 0, beta))
+    return basis, alphas, betas
 
 
 def varying_like(x: jax.Array, like: jax.Array) -> jax.Array:

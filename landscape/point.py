@@ -135,6 +135,8 @@ class Point:
     def loss(self) -> float:
         objective, inputs = self.shared
         check_loss_output(self, "Point.loss")
+        if getattr(inputs, "is_stream", False):  # one pass over a streamed dataset
+            return inputs.loss(objective, self.params)
         return float(_jitted(objective)(self.params, inputs))
 
     def with_params(
@@ -197,6 +199,8 @@ def _check_batches(point: Point) -> None:
         raise TypeError(
             "give a Point either inputs (one batch) or batches (a dataset in batches), not both."
         )
+    if getattr(point.batches, "is_stream", False):  # landscape.stream: checked as it streams
+        return
     check_not_listed("batches", point.batches)
     leaves = jax.tree_util.tree_leaves(point.batches)
     sizes = {int(np.shape(leaf)[0]) if np.ndim(leaf) else -1 for leaf in leaves}
@@ -213,8 +217,8 @@ def check_not_listed(name: str, batches: PyTree) -> None:
     if isinstance(batches, list) and len(batches) > 1:
         if all(isinstance(b, tuple | list | dict) for b in batches):
             raise TypeError(
-                f"{name} is a list of {len(batches)} batches: give one pytree whose leaves have "
-                "a leading axis of B batches, e.g. landscape.batches((x, y), batch_size=256)."
+                f"{name} is a list of {len(batches)} batches: stack them, landscape.batches((x, "
+                "y), batch_size=256), or for a Point stream them, landscape.stream(batches)."
             )
 
 
@@ -281,8 +285,7 @@ def _fill(objective: Callable, inputs: PyTree, params: PyTree) -> jax.Array:
 
 
 def _derived(loss_fn: Callable) -> bool:
-    """loss_fn is the one a Point made from its objective (`dataclasses.replace` passes it back:
-    it is made again from the objective and inputs then given)."""
+    """loss_fn is the one a Point made from its objective (`dataclasses.replace` passes it)."""
     return isinstance(loss_fn, functools.partial) and loss_fn.func is _fill
 
 
@@ -493,6 +496,8 @@ def check_point(point: object, caller: str) -> Point:
             f"{caller}: {point.name or 'the point'} has no parameters (its params "
             "hold no array entries), so there is nothing to differentiate."
         )
+    if getattr(point.batches, "is_stream", False):
+        point.batches.refuse_unless(caller)
     check_loss_output(point, caller)
     if point.objective is None:  # a closure made afresh per point compiles every probe again
         _checks.note_fresh_loss(point.loss_fn, point._own_objective, caller)
@@ -506,6 +511,8 @@ def check_loss_output(point: Point, caller: str) -> None:
     """TypeError unless the point's loss returns one floating scalar: checked by tracing it once
     per objective and shapes (`jax.eval_shape`: nothing is compiled or computed)."""
     objective, inputs = point.shared
+    if getattr(inputs, "is_stream", False):  # its first batch, as one batch of a stack
+        inputs = jax.tree.map(lambda x: x[None], inputs.first)
     key = (_loss_of(objective), _signature(point.params), _signature(inputs))
     if key in _CHECKED:
         return

@@ -61,7 +61,7 @@ def _mlp(params, data):
     return _squared_error(_mlp_outputs(params, data), data)
 
 
-def _point(seed, hidden=16, batches=False):
+def _point(seed, hidden=16, batches=False, streamed=False):
     """A 6 -> hidden -> hidden -> 2 tanh MLP (float32), its loss split for the Gauss-Newton
     matrix; a new seed is a new point of the same model (new params and data)."""
     rng = np.random.default_rng(seed)
@@ -74,6 +74,9 @@ def _point(seed, hidden=16, batches=False):
     params = jax.tree.map(lambda x: np.asarray(x, np.float32), params)
     data = (rng.standard_normal((32, 6)).astype(np.float32), rng.standard_normal((32, 2)))
     data = (data[0], data[1].astype(np.float32))
+    if streamed:  # 4 batches of 8, read 3 at a time (the last chunk padded)
+        listed = [(data[0][i : i + 8], data[1][i : i + 8]) for i in range(0, 32, 8)]
+        return landscape.Point(params, objective=_mlp, batches=landscape.stream(listed, chunk=3))
     if batches:
         return landscape.Point(
             params, objective=_mlp, batches=landscape.batches(data, 8), outputs=_mlp_outputs,
@@ -173,6 +176,24 @@ def test_a_dataset_in_batches_is_one_program_per_probe_too():
         with _counted() as at_new_point:
             probe(second)
         assert at_first[0] <= 2 and at_new_point[0] == 0
+
+
+def test_a_streamed_dataset_is_at_most_two_programs_per_probe_too():
+    first, second = _point(0, streamed=True), _point(1, streamed=True)
+    for probe in (
+        lambda p: landscape.gradient_at(p),
+        lambda p: landscape.hvp_flat(p)[1](np.ones(p.num_params, np.float32)),
+        lambda p: landscape.hvp(p)(_tangent(p)),
+        lambda p: landscape.lanczos_spectrum(p, 10, progress=None),
+        lambda p: landscape.trace(p, 12, progress=None),
+        lambda p: landscape.trace(p, 12, method="hutchinson", progress=None),
+    ):
+        jax.clear_caches()
+        with _counted() as at_first:
+            probe(first)
+        with _counted() as at_new_point:
+            probe(second)
+        assert at_first[0] <= 2 and at_new_point[0] == 0, (at_first, at_new_point)
 
 
 def test_the_count_sees_an_eager_operation():

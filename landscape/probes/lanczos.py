@@ -15,7 +15,7 @@ from landscape import _checks
 from landscape.linalg import lanczos as lanczos
 from landscape.linalg import lanczos_from as lanczos_from
 from landscape.point import Point, check_point, param_names
-from landscape.probes import blocks, compiled, operator
+from landscape.probes import blocks, compiled, operator, stream
 from landscape.probes.gradient import Gradient
 from landscape.probes.results import (
     NON_FINITE,
@@ -198,14 +198,18 @@ def lanczos_spectrum(
     key = _checks.key_or_default("key", key)
     num_iters = min(num_iters, point.num_params)
     basis_bytes = num_iters * point.num_params * blocks.itemsize(point)
-    blocks.plan(
-        point, 1, "lanczos_spectrum", basis_bytes, progress=progress,
-        hint="ask for fewer Lanczos steps (num_iters)",
-    )  # fmt: skip
-    alphas, betas, loss, grad = (
-        np.asarray(x)
-        for x in _tridiagonal(objective, point.params, point.shared[1], key, num_iters)
-    )
+    if not stream.streamed([point], False, "lanczos_spectrum"):  # its loss's memory: one chunk
+        blocks.plan(
+            point, 1, "lanczos_spectrum", basis_bytes, progress=progress,
+            hint="ask for fewer Lanczos steps (num_iters)",
+        )  # fmt: skip
+    if stream.streamed([point], False, "lanczos_spectrum"):  # a pass over the data a step
+        alphas, betas, loss, grad = stream.tridiagonal(point, objective, key, num_iters, progress)
+    else:
+        alphas, betas, loss, grad = (
+            np.asarray(x)
+            for x in _tridiagonal(objective, point.params, point.shared[1], key, num_iters)
+        )
     names = param_names(point.params)
     gradient = Gradient(point, unravel_numpy(point.params, grad), grad, names, float(loss))
     if not (np.all(np.isfinite(alphas)) and np.all(np.isfinite(betas))):

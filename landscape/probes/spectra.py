@@ -18,7 +18,7 @@ import numpy as np
 
 from landscape import _checks, linalg
 from landscape.point import Point, as_points, param_names
-from landscape.probes import blocks, compiled, operator
+from landscape.probes import blocks, compiled, operator, stream
 from landscape.probes.estimates import (
     DiagonalEstimate,
     SpectralDensity,
@@ -381,9 +381,13 @@ def trace(
     )
     objective, params, inputs = _arguments(points, listed)
     objective = operator.for_matrix(points, objective, matrix, "trace")
-    exact, samples = _trace_parts(
-        points, listed, (objective, params, inputs), _key(key), num_probes, method, progress
-    )
+    if stream.streamed(points, listed, "trace"):  # a pass over the data a block of products
+        parts = stream.trace_parts(points[0], objective, _key(key), num_probes, method, progress)
+    else:
+        parts = _trace_parts(
+            points, listed, (objective, params, inputs), _key(key), num_probes, method, progress
+        )
+    exact, samples = parts
     exact, samples = np.asarray(exact, np.float64), np.asarray(samples, np.float64)
     dim = points[0].num_params
 
