@@ -18,6 +18,7 @@ from landscape.probes.gradient import Gradient, gradient_at, hvp, hvp_flat
 from landscape.probes.hessian import FocusReport, Hessian
 from landscape.probes.lanczos import Spectrum, lanczos_spectrum
 from landscape.probes.results import Curvature, Result
+from landscape.tracking import Measurement, Tracker, TrackerState, tracker
 
 if TYPE_CHECKING:
     from landscape.probes.eigen import Eigenpairs, eigenpairs
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
     )
     from landscape.probes.slices import SliceResult, slice_2d
     from landscape.probes.spectra import diagonal, spectral_density, trace
+    from landscape.probes.stream import stream
 
 try:
     __version__ = importlib.metadata.version("landscape")
@@ -67,6 +69,7 @@ PROBES = {  # name: module of landscape/probes/; loaded on first use, like the p
     "slice_2d": "slices",
     "random_direction": "geometry",
     "direction_to": "geometry",
+    "stream": "stream",
     # their results
     "SpectralDensity": "estimates",
     "TraceEstimate": "estimates",
@@ -96,11 +99,16 @@ __all__ = [
     "__version__",
     "setup",
     "Track",
+    "tracker",
+    "Tracker",
+    "TrackerState",
+    "Measurement",
     "Point",
     "param_names",
     "params_table",
     "restrict",
     "batches",
+    "stream",
     "gradient_at",
     "hessian_at",
     "hvp",

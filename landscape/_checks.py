@@ -10,6 +10,7 @@ from __future__ import annotations
 import inspect
 import math
 import numbers
+import warnings
 from collections.abc import Collection
 from typing import Any, NoReturn
 
@@ -195,6 +196,21 @@ def refuse_mixed_dtypes(
     )
 
 
+HALF = ("bfloat16", "float16")
+
+
+def refuse_half_precision(caller: str, dtype: Any) -> None:
+    """One sentence for parameters in a half type, the same from every probe."""
+    name = np.dtype(dtype).name
+    if name in HALF:
+        eps = float(jnp.finfo(dtype).eps)
+        raise TypeError(
+            f"{caller}: the parameters are {name}, whose rounding ({eps:.1e}) would be most of "
+            "a curvature estimate: the probes work in float32 or float64; cast them first, e.g. "
+            "jax.tree.map(lambda a: a.astype(jnp.float32), params)."
+        )
+
+
 def finite_number(value: Any) -> bool:
     try:
         return math.isfinite(float(value))
@@ -241,3 +257,45 @@ def check_signature(name: str, fn: Any, count: int, expected: str, instead: str 
             f"{name}: {getattr(fn, '__name__', type_name(fn))} cannot be called as {expected}"
             + (f"; {instead}." if instead else ".")
         )
+
+
+class RecompileWarning(UserWarning):
+    """A loss given afresh for each point: every probe compiles again."""
+
+
+FRESH_LOSSES = 3  # distinct loss_fn points of one code location before the warning
+_FRESH: dict[Any, set[int]] = {}  # code location -> the ids of the points' own objectives seen
+_WARNED: set[Any] = set()
+
+
+def note_fresh_loss(loss_fn: Any, own_objective: Any, caller: str) -> None:
+    """Once per code location, a RecompileWarning when probes have met FRESH_LOSSES points made
+    with a loss_fn from there (each Point made with loss_fn compiles its programs afresh)."""
+    code = getattr(getattr(loss_fn, "func", loss_fn), "__code__", None)
+    if code is None or code in _WARNED:
+        return
+    if len(_FRESH) > 256:  # many code locations, each seen once or twice: start again
+        _FRESH.clear()
+    seen = _FRESH.setdefault(code, set())
+    seen.add(id(own_objective))
+    if len(seen) < FRESH_LOSSES:
+        return
+    _WARNED.add(code)
+    _FRESH.pop(code, None)
+    warnings.warn(
+        f"{caller}: {len(seen)} points made with a loss_fn from {code.co_filename}:"
+        f"{code.co_firstlineno}, each compiled afresh (a Point made with loss_fn traces it anew): "
+        "give the loss as objective=f(params, inputs) with inputs= (the batch), and points of "
+        "one model share their compiled programs.",
+        RecompileWarning,
+        stacklevel=outside_the_library(),
+    )
+
+
+def outside_the_library() -> int:
+    """The stacklevel of the first frame outside landscape/: the user's call of the probe."""
+    package = __file__.rsplit("/", 1)[0]
+    frame, level = inspect.currentframe(), 1
+    while frame is not None and frame.f_code.co_filename.startswith(package):
+        frame, level = frame.f_back, level + 1
+    return level - 1

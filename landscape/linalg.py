@@ -42,11 +42,26 @@ def lanczos_from(
     axis_name: str | None = None,
     project: Callable[[jax.Array], jax.Array] | None = None,
 ) -> tuple[jax.Array, jax.Array]:
+    """`lanczos_basis` without the basis: (alphas (num_iters,), betas (num_iters - 1,))."""
+    _, alphas, betas = lanczos_basis(matvec, start, num_iters, key, axis_name, project)
+    return alphas, betas[:-1]
+
+
+def lanczos_basis(
+    matvec: Callable[[jax.Array], jax.Array],
+    start: jax.Array,
+    num_iters: int,
+    key: jax.Array,
+    axis_name: str | None = None,
+    project: Callable[[jax.Array], jax.Array] | None = None,
+) -> LanczosState:
     """Lanczos tridiagonalisation of a symmetric operator from `start` (any non-zero vector),
     with full reorthogonalisation.
 
-    Returns T's diagonal `alphas` (num_iters,) and off-diagonal `betas` (num_iters - 1,), where
-    T = V^T A V and V's orthonormal columns span the Krylov space of `start` (the first column).
+    Returns the basis V (num_iters, D), T's diagonal `alphas` (num_iters,) and `betas`
+    (num_iters,): T = V A V^T has off-diagonal betas[:-1], V's orthonormal rows span the Krylov
+    space of `start` (the first row), and betas[-1] is the norm of the next Lanczos vector
+    (|betas[-1] s_last| is a Ritz pair's residual, s its eigenvector of T).
     If the Krylov space is exhausted early, the next vector is a fresh random one (from `key`)
     orthogonal to V and that beta is 0, so T's eigenvalues stay eigenvalues of A and Gauss
     quadrature weights stay exact. Jittable and vmappable with `num_iters` static; keeps V in
@@ -56,6 +71,29 @@ def lanczos_from(
     maps a random draw into the operator's space (a flat layout's padding zeroed).
     """
     dim, dtype = start.shape[0], start.dtype
+
+    def step(i: jax.Array, state: LanczosState) -> LanczosState:
+        return lanczos_step(state, i, matvec(state[0][i]), key, axis_name, project)
+
+    basis = jnp.zeros((num_iters, dim), dtype).at[0].set(start / jnp.linalg.norm(start))
+    zeros = varying_like(jnp.zeros(num_iters, dtype), start)  # the carry varies as start does
+    state = (varying_like(basis, start), zeros, zeros)
+    return jax.lax.fori_loop(0, num_iters, step, state)
+
+
+def lanczos_step(
+    state: LanczosState,
+    i: jax.Array,
+    av: jax.Array,
+    key: jax.Array,
+    axis_name: str | None = None,
+    project: Callable[[jax.Array], jax.Array] | None = None,
+) -> LanczosState:
+    """Step i of `lanczos_basis`, given A v of its basis row v = state[0][i]: alpha, beta and the
+    next row (a fresh direction from fold_in(key, i) where the Krylov space is exhausted,
+    mapped by `project`)."""
+    basis, alphas, betas = state
+    dim, dtype = basis.shape[1], basis.dtype
     dot = functools.partial(jnp.matmul, precision=jax.lax.Precision.HIGHEST)
     eps = jnp.finfo(dtype).eps
 
@@ -68,36 +106,27 @@ def lanczos_from(
         w = orthogonalise(basis, orthogonalise(basis, w))  # twice: a random w lies mostly in V
         return w / jnp.linalg.norm(w)
 
-    def step(i: jax.Array, state: LanczosState) -> LanczosState:
-        basis, alphas, betas = state
-        v, previous = basis[i], basis[jnp.maximum(i - 1, 0)]
-        av = matvec(v)
-        alpha = dot(v, av)
-        coupling = jnp.where(i > 0, betas[jnp.maximum(i - 1, 0)], 0)
-        # the three-term recurrence, then one Gram-Schmidt pass against every earlier vector:
-        # what is left for it to remove is rounding, so one pass keeps V orthonormal to rounding
-        w = orthogonalise(basis, av - alpha * v - coupling * previous)
-        beta = jnp.linalg.norm(w)
-        # against the operator's scale seen so far, not |A v|: a v near A's null space has a
-        # product of pure rounding, whose remainder is noise, not a direction of the space
-        scale = jnp.maximum(jnp.linalg.norm(av), jnp.max(jnp.abs(alphas)))
-        exhausted = beta <= 100 * eps * jnp.maximum(scale, jnp.max(betas))
-        anywhere = exhausted if axis_name is None else jax.lax.pmax(exhausted, axis_name)
-        next_v = jax.lax.cond(
-            anywhere,
-            lambda: jnp.where(exhausted, fresh_direction(basis, i), w / beta),
-            lambda: w / beta,
-        )
-        basis = basis.at[i + 1].set(next_v, mode="drop")
-        alphas = alphas.at[i].set(alpha)
-        betas = betas.at[i].set(jnp.where(exhausted, 0, beta))
-        return basis, alphas, betas
-
-    basis = jnp.zeros((num_iters, dim), dtype).at[0].set(start / jnp.linalg.norm(start))
-    zeros = varying_like(jnp.zeros(num_iters, dtype), start)  # the carry varies as start does
-    state = (varying_like(basis, start), zeros, zeros)
-    _, alphas, betas = jax.lax.fori_loop(0, num_iters, step, state)
-    return alphas, betas[:-1]
+    v, previous = basis[i], basis[jnp.maximum(i - 1, 0)]
+    alpha = dot(v, av)
+    coupling = jnp.where(i > 0, betas[jnp.maximum(i - 1, 0)], 0)
+    # the three-term recurrence, then one Gram-Schmidt pass against every earlier vector: what
+    # is left for it to remove is rounding, so one pass keeps V orthonormal to rounding
+    w = orthogonalise(basis, av - alpha * v - coupling * previous)
+    beta = jnp.linalg.norm(w)
+    # against the operator's scale seen so far, not |A v|: a v near A's null space has a
+    # product of pure rounding, whose remainder is noise, not a direction of the space
+    scale = jnp.maximum(jnp.linalg.norm(av), jnp.max(jnp.abs(alphas)))
+    exhausted = beta <= 100 * eps * jnp.maximum(scale, jnp.max(betas))
+    anywhere = exhausted if axis_name is None else jax.lax.pmax(exhausted, axis_name)
+    next_v = jax.lax.cond(
+        anywhere,
+        lambda: jnp.where(exhausted, fresh_direction(basis, i), w / beta),
+        lambda: w / beta,
+    )
+    basis = basis.at[i + 1].set(next_v, mode="drop")
+    alphas = alphas.at[i].set(alpha)
+    betas = betas.at[i].set(jnp.where(exhausted, 0, beta))
+    return basis, alphas, betas
 
 
 def varying_like(x: jax.Array, like: jax.Array) -> jax.Array:

@@ -135,6 +135,8 @@ class Point:
     def loss(self) -> float:
         objective, inputs = self.shared
         check_loss_output(self, "Point.loss")
+        if getattr(inputs, "is_stream", False):  # one pass over a streamed dataset
+            return inputs.loss(objective, self.params)
         return float(_jitted(objective)(self.params, inputs))
 
     def with_params(
@@ -197,11 +199,8 @@ def _check_batches(point: Point) -> None:
         raise TypeError(
             "give a Point either inputs (one batch) or batches (a dataset in batches), not both."
         )
-    if point.outputs is not None:
-        raise TypeError(
-            "outputs / output_loss (the Gauss-Newton split) are not supported with batches yet: "
-            "give one batch as inputs= for ggn_at."
-        )
+    if getattr(point.batches, "is_stream", False):  # landscape.stream: checked as it streams
+        return
     check_not_listed("batches", point.batches)
     leaves = jax.tree_util.tree_leaves(point.batches)
     sizes = {int(np.shape(leaf)[0]) if np.ndim(leaf) else -1 for leaf in leaves}
@@ -218,8 +217,8 @@ def check_not_listed(name: str, batches: PyTree) -> None:
     if isinstance(batches, list) and len(batches) > 1:
         if all(isinstance(b, tuple | list | dict) for b in batches):
             raise TypeError(
-                f"{name} is a list of {len(batches)} batches: give one pytree whose leaves have "
-                "a leading axis of B batches, e.g. landscape.batches((x, y), batch_size=256)."
+                f"{name} is a list of {len(batches)} batches: stack them, landscape.batches((x, "
+                "y), batch_size=256), or for a Point stream them, landscape.stream(batches)."
             )
 
 
@@ -286,8 +285,7 @@ def _fill(objective: Callable, inputs: PyTree, params: PyTree) -> jax.Array:
 
 
 def _derived(loss_fn: Callable) -> bool:
-    """loss_fn is the one a Point made from its objective (`dataclasses.replace` passes it back:
-    it is made again from the objective and inputs then given)."""
+    """loss_fn is the one a Point made from its objective (`dataclasses.replace` passes it)."""
     return isinstance(loss_fn, functools.partial) and loss_fn.func is _fill
 
 
@@ -420,7 +418,7 @@ def restrict(point: Point, names: str | Iterable[str]) -> Point:
 
     objective, inputs = point.shared
     key = (treedef, tuple(leaf_names), tuple(chosen))
-    has_split = point.outputs is not None and point.output_loss is not None
+    has_split = point.outputs is not None and point.batches is None  # batches: loss only
     # its inputs carry the fixed leaves beside the population: no longer sliceable as one
     meta = {k: v for k, v in point.meta.items() if k not in ("focus_blocks", "population")}
     return Point(
@@ -492,12 +490,17 @@ def check_point(point: object, caller: str) -> Point:
                 f"{caller}: parameter {name!r} has dtype {dtype}; every parameter "
                 "must be a floating-point array (the loss is differentiated in it)."
             )
+        _checks.refuse_half_precision(caller, dtype)
     if sum(int(np.size(leaf)) for _, leaf in leaves) == 0:
         raise ValueError(
             f"{caller}: {point.name or 'the point'} has no parameters (its params "
             "hold no array entries), so there is nothing to differentiate."
         )
+    if getattr(point.batches, "is_stream", False):
+        point.batches.refuse_unless(caller)
     check_loss_output(point, caller)
+    if point.objective is None:  # a closure made afresh per point compiles every probe again
+        _checks.note_fresh_loss(point.loss_fn, point._own_objective, caller)
     return point
 
 
@@ -508,6 +511,8 @@ def check_loss_output(point: Point, caller: str) -> None:
     """TypeError unless the point's loss returns one floating scalar: checked by tracing it once
     per objective and shapes (`jax.eval_shape`: nothing is compiled or computed)."""
     objective, inputs = point.shared
+    if getattr(inputs, "is_stream", False):  # its first batch, as one batch of a stack
+        inputs = jax.tree.map(lambda x: x[None], inputs.first)
     key = (_loss_of(objective), _signature(point.params), _signature(inputs))
     if key in _CHECKED:
         return

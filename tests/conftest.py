@@ -121,3 +121,14 @@ def pytest_terminal_summary(terminalreporter):
 
 def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: item.nodeid not in LONGEST_FIRST)  # a stable sort
+
+
+@pytest.fixture(autouse=True)
+def _fresh_losses_counted_per_test():
+    """The warning for a loss_fn made afresh per point counts within one test, as within one
+    user's loop: the helpers of many tests making a point each are not one loop."""
+    from landscape import _checks
+
+    _checks._FRESH.clear()
+    _checks._WARNED.clear()
+    yield

@@ -300,7 +300,8 @@ BAD_CALLS = [
     (
         lambda: landscape.Point(VECTOR, objective=lambda p, b: 0.0, batches=[BATCH, BATCH]),
         TypeError,
-        "batches is a list of 2 batches: give one pytree whose leaves have a leading axis of B",
+        "batches is a list of 2 batches: stack them, landscape.batches((x, y), batch_size=256), "
+        "or for a Point stream them, landscape.stream(batches).",
     ),
     (
         lambda: landscape.Track(loss=lambda p, b: 0.0, every=2, batches=[BATCH, BATCH]),

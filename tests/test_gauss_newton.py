@@ -288,3 +288,105 @@ def test_ggn_probes_refuse_a_point_without_the_split_in_one_sentence():
             call()
     with pytest.raises(ValueError, match="matrix = 'gn': must be one of 'hessian', 'ggn'"):
         landscape.trace(point, 4, progress=None, matrix="gn")
+
+
+def test_eigenpairs_of_ggn_are_the_dense_ggns(tanh_features):
+    """The top 4 eigenpairs of G, by Lanczos and densely, are those of ggn_at's G (float32
+    rounding), certified by G's own products; the result is the user's point's and says G."""
+    point, dense = tanh_features
+    values, vectors = np.linalg.eigh(dense.ggn.astype(np.float64))
+    scale = values[-1]
+    for dense_below in (0, 3000):
+        pairs = landscape.eigenpairs(
+            point, 4, "largest", dense_below=dense_below, progress=None, matrix="ggn"
+        )
+        np.testing.assert_allclose(pairs.values, values[::-1][:4], rtol=1e-4)
+        assert np.all(pairs.residuals < 1e-4 * scale)
+        for v, u in zip(pairs.flat_vectors, vectors[:, ::-1].T, strict=False):
+            assert abs(v @ u) > 1 - 1e-3
+        products = pairs.flat_vectors @ dense.ggn  # G symmetric: rows of G v
+        residuals = np.linalg.norm(products - pairs.values[:, None] * pairs.flat_vectors, axis=1)
+        np.testing.assert_allclose(pairs.residuals, residuals, atol=1e-5 * scale)
+        assert pairs.point is point and pairs.summary()["matrix"] == "ggn"
+        assert pairs.describe().startswith("Eigenpairs of the Gauss-Newton matrix at tanh")
+    hessian = landscape.eigenpairs(point, 1, "largest", dense_below=0, progress=None)
+    assert abs(hessian.values[0] - values[-1]) > 1e-3 * scale  # H's top is not G's
+
+
+def test_hvp_and_hvp_flat_of_ggn_are_products_with_the_dense_ggn(tanh_features):
+    point, dense = tanh_features
+    v = np.random.default_rng(1).standard_normal(point.num_params).astype(np.float32)
+    expected = dense.ggn @ v
+    scale = np.abs(expected).max()
+    x0, matvec = landscape.hvp_flat(point, matrix="ggn")
+    np.testing.assert_allclose(np.asarray(matvec(v)), expected, atol=1e-5 * scale)
+    np.testing.assert_allclose(
+        np.asarray(landscape.hvp(point, matrix="ggn")(v)), expected, atol=1e-5 * scale
+    )
+    tree = jax.tree.map(np.asarray, landscape.trees.unravel_numpy(point.params, v))
+    product = landscape.hvp(point, matrix="ggn")(tree)
+    flat = np.concatenate([np.ravel(product["w1"]), np.ravel(product["w2"])])
+    np.testing.assert_allclose(flat, expected, atol=1e-5 * scale)
+    hessian = np.asarray(landscape.hvp_flat(point)[1](v))
+    assert np.abs(hessian - expected).max() > 1e-2 * scale  # H v is not G v here
+
+
+def test_ggn_over_a_dataset_in_batches_is_the_one_batch_ggn(tanh_features):
+    """32 examples in 4 batches of 8: G of the batches' mean (products accumulated batch by
+    batch) is the one-batch G, through every probe that takes matrix="ggn", and ggn_at's."""
+    point, dense = tanh_features
+    batched = Point(
+        point.params, objective=_tanh_objective, batches=landscape.batches(point.inputs, 8),
+        outputs=_tanh_outputs, output_loss=_softmax_loss, name="tanh features, 4 batches",
+    )  # fmt: skip
+    v = np.random.default_rng(2).standard_normal(point.num_params).astype(np.float32)
+    scale = np.abs(dense.ggn).max()
+    np.testing.assert_allclose(
+        np.asarray(landscape.hvp_flat(batched, matrix="ggn")[1](v)),
+        dense.ggn @ v,
+        atol=1e-5 * scale * np.linalg.norm(v),
+    )
+    one = landscape.lanczos_spectrum(point, 20, progress=None, matrix="ggn")
+    split = landscape.lanczos_spectrum(batched, 20, progress=None, matrix="ggn")
+    np.testing.assert_allclose(split.ritz_values, one.ritz_values, atol=1e-5 * scale)
+    np.testing.assert_allclose(
+        landscape.trace(batched, 12, progress=None, matrix="ggn").value,
+        landscape.trace(point, 12, progress=None, matrix="ggn").value,
+        rtol=1e-5,
+    )
+    top = landscape.eigenpairs(batched, 3, "largest", dense_below=0, progress=None, matrix="ggn")
+    exact = np.linalg.eigvalsh(dense.ggn.astype(np.float64))[::-1][:3]
+    np.testing.assert_allclose(top.values, exact, rtol=1e-4)
+    np.testing.assert_allclose(landscape.ggn_at(batched, progress=None).ggn, dense.ggn, atol=1e-6)
+
+
+def test_eigenpairs_and_hvp_of_ggn_refuse_a_point_without_the_split_in_one_sentence():
+    point = Point({"w": jnp.ones(3)}, lambda p: jnp.sum(p["w"] ** 4), name="quartic")
+    calls = (
+        lambda: landscape.eigenpairs(point, 1, progress=None, matrix="ggn"),
+        lambda: landscape.hvp(point, matrix="ggn"),
+        lambda: landscape.hvp_flat(point, matrix="ggn"),
+    )
+    for call in calls:
+        with pytest.raises(ValueError, match=r"\(matrix='ggn'\): quartic does not split its loss"):
+            call()
+
+
+def test_paired_trace_samples_give_the_difference_its_error_bar(tanh_features):
+    """tr H - tr G from the same Hutchinson probes: the paired samples' mean is the difference
+    of the two estimates, its error bar their spread, and the dense tr R lies within 4 of them;
+    Hutch++ and unequal probe counts are refused in one sentence."""
+    point, dense = tanh_features
+    key = jax.random.key(3)
+    h = landscape.trace(point, 400, key, method="hutchinson", progress=None)
+    g = landscape.trace(point, 400, key, method="hutchinson", progress=None, matrix="ggn")
+    assert h.samples.shape == g.samples.shape == (400,)
+    difference, stderr = h.paired_difference(g)
+    assert difference == pytest.approx(h.value - g.value, rel=1e-9)
+    samples = h.samples - g.samples
+    assert stderr == pytest.approx(samples.std(ddof=1) / 20, rel=1e-9)
+    assert abs(difference - np.trace(dense.remainder)) < 4 * stderr
+    with pytest.raises(ValueError, match="pair two Hutchinson estimates of one key"):
+        landscape.trace(point, 12, progress=None).paired_difference(g)
+    with pytest.raises(ValueError, match="400 probes against 10"):
+        h.paired_difference(landscape.trace(point, 10, key, method="hutchinson", progress=None))

@@ -98,11 +98,12 @@ def _saddle_point(dtype_x, dtype_y):
 def test_mixed_dtypes_are_refused_and_the_cast_gives_the_pure_verdict():
     with pytest.raises(TypeError, match=r"params mixes floating dtypes \(float32: 'x'"):
         _saddle_point(jnp.float32, jnp.float64)
-    pure = landscape.hessian_at(_saddle_point(jnp.float64, jnp.float64))
+    double = _saddle_point(jnp.float64, jnp.float64)
+    pure = landscape.hessian_at(double)
     single = landscape.hessian_at(_saddle_point(jnp.float32, jnp.float32))
     params = {"x": jnp.zeros(1, jnp.float32), "y": jnp.zeros(1)}
     cast = jax.tree.map(lambda a: a.astype(jnp.float64), params)  # what the sentence suggests
-    recast = landscape.hessian_at(_saddle_point(jnp.float64, jnp.float64).with_params(cast))
+    recast = landscape.hessian_at(double.with_params(cast))
     assert pure.verdict() == single.verdict() == recast.verdict()
     assert pure.kind() is landscape.Curvature.SADDLE
 
@@ -132,3 +133,69 @@ def test_records_load_of_a_run_stopped_at_a_non_finite_loss_says_so(tmp_path):
     before = [r for r in rows if r["step"] < step]
     assert [r["step"] for r in before] == list(range(0, step, 2)) and step > 2
     assert np.isfinite(before[-1]["loss"])  # the last logged loss before the stop
+
+
+def _half_point(dtype):
+    """A tanh layer's squared error with its Gauss-Newton split, parameters in `dtype`."""
+    x = np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3)
+
+    def outputs(params, data):
+        return jnp.tanh(data @ params["w"])
+
+    def output_loss(z, data):
+        return jnp.mean(z**2)
+
+    return landscape.Point(
+        {"w": jnp.ones((3, 2), dtype)}, objective=lambda p, d: output_loss(outputs(p, d), d),
+        inputs=x, outputs=outputs, output_loss=output_loss,
+    )  # fmt: skip
+
+
+HALF_PROBES = {
+    "gradient_at": lambda p: landscape.gradient_at(p),
+    "hessian_at": lambda p: landscape.hessian_at(p),
+    "hvp": lambda p: landscape.hvp(p),
+    "hvp_flat": lambda p: landscape.hvp_flat(p),
+    "lanczos_spectrum": lambda p: landscape.lanczos_spectrum(p, 3),
+    "eigenpairs": lambda p: landscape.eigenpairs(p, 2),
+    "escape_directions": lambda p: landscape.escape_directions(p),
+    "trace": lambda p: landscape.trace(p, 4),
+    "spectral_density": lambda p: landscape.spectral_density(p, 2, 3),
+    "diagonal": lambda p: landscape.diagonal(p, 2),
+    "ggn_at": lambda p: landscape.ggn_at(p),
+    "path": lambda p: landscape.path(p, p),
+    "tracker": lambda p: landscape.tracker(p.objective, 3).init(p.params, jax.random.key(0)),
+}
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("probe", list(HALF_PROBES))
+def test_every_probe_refuses_half_precision_in_the_same_sentence(probe, dtype):
+    point = _half_point(jnp.dtype(dtype))
+    sentence = (
+        rf"{probe}: the parameters are {dtype}, whose rounding \([0-9.e-]+\) would be most of a "
+        r"curvature estimate: the probes work in float32 or float64; cast them first, e\.g\. "
+        r"jax\.tree\.map\(lambda a: a\.astype\(jnp\.float32\), params\)\.$"
+    )
+    with pytest.raises(TypeError, match=sentence):
+        HALF_PROBES[probe](point)
+
+
+def test_a_float32_density_reports_float32_and_its_tolerance_and_counts_probes():
+    """spectral_density of a float32 point: summary's dtype is float32 and its tolerance 100 eps
+    (float32's) x the largest |Ritz value|; summary warns of nothing; the progress line of its
+    blocks counts probes."""
+    point = _half_point(jnp.float32)
+    density = landscape.spectral_density(point, 4, 5, progress=None)
+    row = density.summary()
+    scale = np.abs(density.nodes).max()
+    assert row["dtype"] == "float32"
+    assert row["tol"] == pytest.approx(100 * np.finfo(np.float32).eps * scale, rel=1e-6)
+    assert "tol = " + f"{row['tol']:.3g}" in density.describe()
+    lines = []
+    with pytest.MonkeyPatch.context() as patch:  # a block a probe, each past LONG_SECONDS
+        patch.setattr(landscape.probes.blocks, "CPU_BLOCK_BYTES", 1.0)
+        patch.setattr(landscape.probes.blocks, "LONG_SECONDS", -1.0)
+        again = landscape.spectral_density(point, 4, 5, progress=lines.append)
+    assert lines[0].startswith("spectral_density: 1 of 4 probes |") and len(lines) == 3
+    np.testing.assert_allclose(again.nodes, density.nodes, atol=1e-6 * scale)  # to rounding

@@ -8,6 +8,7 @@ probe's first call starts from nothing) and with the persistent compilation cach
 hit is not a compile)."""
 
 import contextlib
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -16,6 +17,7 @@ import pytest
 from jax._src import monitoring
 
 import landscape
+from landscape import _checks as landscape_checks
 
 COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 _COUNT = [0]
@@ -59,7 +61,7 @@ def _mlp(params, data):
     return _squared_error(_mlp_outputs(params, data), data)
 
 
-def _point(seed, hidden=16, batches=False):
+def _point(seed, hidden=16, batches=False, streamed=False):
     """A 6 -> hidden -> hidden -> 2 tanh MLP (float32), its loss split for the Gauss-Newton
     matrix; a new seed is a new point of the same model (new params and data)."""
     rng = np.random.default_rng(seed)
@@ -72,8 +74,14 @@ def _point(seed, hidden=16, batches=False):
     params = jax.tree.map(lambda x: np.asarray(x, np.float32), params)
     data = (rng.standard_normal((32, 6)).astype(np.float32), rng.standard_normal((32, 2)))
     data = (data[0], data[1].astype(np.float32))
+    if streamed:  # 4 batches of 8, read 3 at a time (the last chunk padded)
+        listed = [(data[0][i : i + 8], data[1][i : i + 8]) for i in range(0, 32, 8)]
+        return landscape.Point(params, objective=_mlp, batches=landscape.stream(listed, chunk=3))
     if batches:
-        return landscape.Point(params, objective=_mlp, batches=landscape.batches(data, 8))
+        return landscape.Point(
+            params, objective=_mlp, batches=landscape.batches(data, 8), outputs=_mlp_outputs,
+            output_loss=_squared_error,
+        )  # fmt: skip
     return landscape.Point(
         params, objective=_mlp, inputs=data, outputs=_mlp_outputs, output_loss=_squared_error
     )
@@ -81,6 +89,14 @@ def _point(seed, hidden=16, batches=False):
 
 def _tangent(point):
     return jax.tree.map(lambda x: np.ones(np.shape(x), np.float32), point.params)
+
+
+def _tracked(point, tracker, inputs=None):
+    """Two measurements of the functional tracker from Python (its state made with numpy)."""
+    state = tracker.init(point.params, KEY)
+    for _ in range(2):
+        measurement, state = tracker.update(state, point.params, inputs or point.inputs)
+    return measurement
 
 
 GRID = np.linspace(-1.0, 1.0, 5)
@@ -108,6 +124,14 @@ PROBES = {
     "trace, hutch++": lambda p: landscape.trace(p, 12, progress=None),
     "trace, hutchinson": lambda p: landscape.trace(p, 12, method="hutchinson", progress=None),
     "trace of G": lambda p: landscape.trace(p, 12, progress=None, matrix="ggn"),
+    "hvp of G": lambda p: landscape.hvp(p, matrix="ggn")(_tangent(p)),
+    "hvp_flat of G": lambda p: landscape.hvp_flat(p, matrix="ggn")[1](
+        np.ones(p.num_params, np.float32)
+    ),
+    "eigenpairs of G, top 3": lambda p: landscape.eigenpairs(
+        p, 3, "largest", dense_below=0, progress=None, matrix="ggn"
+    ),
+    "eigenpairs of G, dense": lambda p: landscape.eigenpairs(p, 3, progress=None, matrix="ggn"),
     "trace, a list": lambda p: landscape.trace([p, p.with_params(p.params)], 12, progress=None),
     "spectral_density": lambda p: landscape.spectral_density(p, 4, 10, progress=None),
     "diagonal": lambda p: landscape.diagonal(p, 8),
@@ -116,6 +140,12 @@ PROBES = {
     "random_direction": lambda p: landscape.random_direction(p, KEY),
     "ggn_at": lambda p: landscape.ggn_at(p, progress=None),
     "near_stationary": lambda p: landscape.hessian_at(p, progress=None).near_stationary(),
+    "tracker": lambda p: _tracked(p, landscape.tracker(_mlp, num_iters=8, k=2)),
+    "tracker, in batches": lambda p: _tracked(
+        p,
+        landscape.tracker(_mlp, num_iters=6, in_batches=True),
+        jax.tree.map(lambda x: x.reshape((4, 8) + x.shape[1:]), p.inputs),
+    ),
 }
 
 
@@ -137,6 +167,8 @@ def test_a_dataset_in_batches_is_one_program_per_probe_too():
         lambda p: landscape.eigenpairs(p, 3, "largest", dense_below=0, progress=None),
         lambda p: landscape.trace(p, 12, progress=None),
         lambda p: landscape.lanczos_spectrum(p, 10, progress=None),
+        lambda p: landscape.lanczos_spectrum(p, 10, progress=None, matrix="ggn"),
+        lambda p: landscape.eigenpairs(p, 2, "largest", dense_below=0, progress=None, matrix="ggn"),
     ):
         jax.clear_caches()
         with _counted() as at_first:
@@ -146,9 +178,53 @@ def test_a_dataset_in_batches_is_one_program_per_probe_too():
         assert at_first[0] <= 2 and at_new_point[0] == 0
 
 
+def test_a_streamed_dataset_is_at_most_two_programs_per_probe_too():
+    first, second = _point(0, streamed=True), _point(1, streamed=True)
+    for probe in (
+        lambda p: landscape.gradient_at(p),
+        lambda p: landscape.hvp_flat(p)[1](np.ones(p.num_params, np.float32)),
+        lambda p: landscape.hvp(p)(_tangent(p)),
+        lambda p: landscape.lanczos_spectrum(p, 10, progress=None),
+        lambda p: landscape.trace(p, 12, progress=None),
+        lambda p: landscape.trace(p, 12, method="hutchinson", progress=None),
+    ):
+        jax.clear_caches()
+        with _counted() as at_first:
+            probe(first)
+        with _counted() as at_new_point:
+            probe(second)
+        assert at_first[0] <= 2 and at_new_point[0] == 0, (at_first, at_new_point)
+
+
 def test_the_count_sees_an_eager_operation():
     # the counter is not blind: one eager jnp operation on the host path is a program
     jax.clear_caches()
     with _counted() as eager:
         jnp.stack([jnp.zeros(3), jnp.ones(3)]).block_until_ready()
     assert eager[0] >= 1
+
+
+def test_a_loss_fn_made_afresh_per_point_gets_one_warning_naming_objective_and_inputs():
+    """The closure per batch recompiles every probe (counted), and the third such point says so
+    once, pointing at the caller's line; points by objective= and inputs=, or by with_params,
+    share their programs and get no warning."""
+    params = _point(0).params
+    batches = [_point(seed).inputs for seed in range(5)]
+    jax.clear_caches()
+    with _counted() as compiled, pytest.warns(landscape_checks.RecompileWarning) as caught:
+        for batch in batches:
+            point = landscape.Point(params, loss_fn=lambda p, batch=batch: _mlp(p, batch))
+            landscape.lanczos_spectrum(point, 5, progress=None)
+    assert compiled[0] >= 5  # a program per point: what the warning is about
+    assert len(caught) == 1
+    message = str(caught[0].message)
+    assert "objective=" in message and "inputs=" in message and "3 points" in message
+    assert caught[0].filename == __file__
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for batch in batches:
+            shared = landscape.Point(params, objective=_mlp, inputs=batch)
+            landscape.lanczos_spectrum(shared, 5, progress=None)
+        one = landscape.Point(params, loss_fn=lambda p: _mlp(p, batches[0]))
+        for seed in range(5):
+            landscape.lanczos_spectrum(one.with_params(_point(seed).params), 5, progress=None)

@@ -1,14 +1,13 @@
 """Times the hot paths and writes JSON:
 python -m experiments.benchmark [--only=scan_snap] [--out=f].
 
-Groups: scan_snap (the issue's 2-core targets against the authors' PyTorch code), wikitext
-(bench/wikitext_timing.py), recall, markov, ngrams, curvature (bench/probe_timing.py
-in a fresh process), cache (a warm compilation cache), compile (each program's trace, lower and
-XLA compile seconds, cold, bench/compile_timing.py), track (curvature tracked inside the
-n-gram Fig. 3 run, bench/track_timing.py), peers (our probes against PyHessian and
-curvlinops, bench/peers_timing.py, --peers.sizes) and device (the device check,
-bench/device_check.py, --budget). Every row and its target: docs/design/experiments.md.
-"""
+Groups: scan_snap (the 2-core targets against the authors' PyTorch code), wikitext, recall,
+markov, ngrams, curvature (bench/probe_timing.py in a fresh process), cache (a warm compilation
+cache), compile (each program's trace, lower and XLA compile seconds, cold), track (curvature
+tracked inside the n-gram Fig. 3 run), tracker (the functional tracker in a plain optax loop),
+peers (our probes against PyHessian and curvlinops, --peers.sizes) and device (the device check,
+--budget); wikitext, compile, track, tracker and peers live in bench/<group>_timing.py. Every
+row and its target: docs/design/experiments.md."""
 
 import functools
 import json
@@ -29,7 +28,13 @@ from absl import app, flags
 
 from configs import syn_medium, syn_small
 from experiments import host
-from experiments.bench import device_check, peers_timing, track_timing, wikitext_timing
+from experiments.bench import (
+    device_check,
+    peers_timing,
+    track_timing,
+    tracker_timing,
+    wikitext_timing,
+)
 from experiments.bench.timing import Rows, best_run_seconds
 from landscape.engine import backend, training
 from landscape.engine import config as config_lib
@@ -508,6 +513,7 @@ BENCHMARKS = {
     "curvature": bench_curvature,
     "compile": bench_compile,
     "track": track_timing.bench_track,
+    "tracker": tracker_timing.bench_tracker,
     "peers": peers_timing.bench_peers,
 }
 

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
-from landscape import _checks, linalg
+from landscape import _checks, linalg, tracking
 from landscape import point as point_lib
 from landscape.engine import config as config_lib
 
@@ -112,27 +112,24 @@ class Track:
 
 
 def measure(track: Track, params: Params, hp: HParams, step: jax.Array) -> dict[str, jax.Array]:
-    """The tracked metrics at `params` (one run; vmapped by the chunk): one linearisation of
-    the loss's gradient, then `probes` x `num_lanczos` Hessian-vector products."""
+    """The tracked metrics at `params` (one run; vmapped by the chunk): the functional tracker's
+    core (`landscape.tracking`: one linearisation of the loss's gradient, then a Lanczos run)
+    from `probes` cold starts, `num_lanczos` Hessian-vector products each."""
     flat, unravel = ravel_pytree(params)
-    if track.batches is None:
-        value, grad, hvp = linalg.linearized_gradient(lambda x: track.value(unravel(x), hp), flat)
-    else:
-        value, grad, hvp, _ = linalg.batched_gradient(
-            lambda x, batch: track.value(unravel(x), hp, batch),
-            flat,
-            track.batches,
-        )
+    inputs = () if track.batches is None else (track.batches,)
+    value, grad, hvp = tracking.operator(
+        lambda p, *batch: track.value(p, hp, *batch), flat, unravel, inputs, bool(inputs)
+    )
     num_iters = min(track.num_lanczos, flat.size)
     keys = jax.random.split(jax.random.fold_in(jax.random.key(track.seed), step), track.probes)
 
     def lanczos(key: jax.Array) -> tuple[jax.Array, jax.Array]:
         start_key, restart_key = jax.random.split(key)  # as linalg.lanczos draws its start
         start = linalg.varying_like(jax.random.normal(start_key, flat.shape, flat.dtype), flat)
-        return linalg.lanczos_from(hvp, start, num_iters, restart_key)
+        found = tracking.ritz(hvp, start, num_iters, restart_key)
+        return found.values, found.weights
 
-    alphas, betas = jax.vmap(lanczos)(keys)
-    nodes, weights = jax.vmap(linalg.tridiagonal_eigh)(alphas, betas)  # (probes, num_iters)
+    nodes, weights = jax.vmap(lanczos)(keys)  # (probes, num_iters)
     out = {
         "lambda_min": jnp.min(nodes[:, 0]),
         "lambda_max": jnp.max(nodes[:, -1]),

@@ -114,9 +114,11 @@ def run(
     caller: str,
     progress: Progress = None,
     axis: int = 0,
+    counted: str = "products",
 ) -> tuple[np.ndarray, ...]:
     """`block(indices)` for each block of `plan`, its outputs concatenated along `axis` (the probe
-    axis) and cut to `count`; a progress line per block once the call has taken LONG_SECONDS."""
+    axis) and cut to `count`; a progress line per block once the call has taken LONG_SECONDS,
+    counting the plan's items as `counted` says (SLQ's are probes of many products each)."""
     start, parts = time.perf_counter(), []
     for i in range(plan.blocks):
         parts.append(tuple(np.asarray(x) for x in block(plan.indices(i))))
@@ -125,7 +127,7 @@ def run(
             left = seconds / (i + 1) * (plan.blocks - i - 1)
             done = min((i + 1) * plan.size, plan.count)
             progress(
-                f"{caller}: {done} of {plan.count} products | {seconds:.1f} s | about "
+                f"{caller}: {done} of {plan.count} {counted} | {seconds:.1f} s | about "
                 f"{left:.0f} s left"
             )
     joined = (np.concatenate(column, axis=axis) for column in zip(*parts, strict=True))

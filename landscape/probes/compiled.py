@@ -120,6 +120,9 @@ def hessian(
 
 
 def _hvp(objective: Objective, params: PyTree, inputs: PyTree, tangent: PyTree) -> PyTree:
+    if operator.is_ggn(objective):  # G's operator, on the flat tangent
+        flat, unravel = ravel_pytree(tangent)
+        return unravel(operator.hessian_operator(objective, params, inputs).matvec(flat))
     grad = jax.grad(objective)
     return jax.jvp(lambda p: grad(p, inputs), (params,), (tangent,))[1]
 

@@ -23,8 +23,20 @@ from jax.flatten_util import ravel_pytree
 from landscape import _checks, linalg, trees
 from landscape import point as point_lib
 from landscape.point import Point
-from landscape.probes import blocks, compiled, curvature, gradient, krylov_host, operator, results
+from landscape.probes import (
+    blocks,
+    compiled,
+    curvature,
+    gauss_newton,
+    gradient,
+    krylov_host,
+    operator,
+)
 from landscape.probes import layout as layout_lib
+from landscape.probes.pairs import Eigenpairs as Eigenpairs
+from landscape.probes.pairs import lanczos_rtol as lanczos_rtol
+from landscape.probes.pairs import multiplicity_rtol as multiplicity_rtol
+from landscape.probes.pairs import negative_rtol as negative_rtol
 from landscape.typing import PyTree
 
 WHICH = ("largest", "smallest")
@@ -35,25 +47,6 @@ Progress = Callable[[str], None] | None
 def _wanted_order(values: np.ndarray, which: str) -> np.ndarray:
     """Indices of `values`, most wanted first (stable)."""
     return np.argsort(-values if which == "largest" else values, kind="stable")
-
-
-def _eps(dtype: Any) -> float:
-    return float(np.finfo(dtype).eps)
-
-
-def lanczos_rtol(dtype: Any) -> float:
-    """Default relative residual at which a Lanczos Ritz pair is accepted: max(1e-10, 100 eps)."""
-    return max(1e-10, 100 * _eps(dtype))
-
-
-def multiplicity_rtol(dtype: Any) -> float:
-    """Default relative gap under which two eigenvalues count as one: max(1e-6, 1e5 eps)."""
-    return max(1e-6, 1e5 * _eps(dtype))
-
-
-def negative_rtol(dtype: Any) -> float:
-    """Default relative threshold below -which an eigenvalue is negative: max(1e-9, 1000 eps)."""
-    return max(1e-9, 1000 * _eps(dtype))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -97,145 +90,6 @@ def losses_along(
 
     deltas = steps[None, :, None] * directions[:, None, :]
     return jax.vmap(jax.vmap(loss_at))(deltas)
-
-
-# --------------------------------------------------------------------------------------------------
-# results
-# --------------------------------------------------------------------------------------------------
-
-
-def _group(values: np.ndarray, gap: float) -> list[tuple[float, int]]:
-    """(mean, count) of runs of `values` (in their order) within `gap` of the run's first value."""
-    groups: list[list[float]] = []
-    for value in values:
-        if groups and abs(value - groups[-1][0]) <= gap:
-            groups[-1].append(float(value))
-        else:
-            groups.append([float(value)])
-    return [(float(np.mean(g)), len(g)) for g in groups]
-
-
-@dataclasses.dataclass(frozen=True, eq=False, repr=False)
-class Eigenpairs:
-    """The k wanted eigenpairs of the Hessian at `point`, most wanted first (largest: descending;
-    smallest: ascending), each with its residual certificate ||H v - λ v|| (a fresh exact HVP).
-
-    `spectrum_min` and `spectrum_max` are the ends of the spectrum (dense: exact; Lanczos: the
-    extreme Ritz values seen, which lie inside [λ_min, λ_max]), `scale` the larger in magnitude.
-    `converged` is False when Lanczos stopped at max_restarts before certifying the k values.
-    """
-
-    point: Point
-    which: str
-    values: np.ndarray
-    vectors: list[PyTree]
-    flat_vectors: np.ndarray
-    residuals: np.ndarray
-    method: str
-    spectrum_min: float
-    spectrum_max: float
-    converged: bool
-    num_hvps: int
-    runs: int
-    tol: float
-    gradient: gradient.Gradient | None = None  # the dense path's, computed with the Hessian
-    reason: str = ""  # why this method: D against dense_below, or the dense fallback's cause
-
-    @property
-    def scale(self) -> float:
-        """The spectral scale max|λ| (Lanczos: a lower bound, the largest |Ritz value| seen)."""
-        return max(abs(self.spectrum_min), abs(self.spectrum_max))
-
-    @property
-    def lambda_min(self) -> float:
-        """The smallest eigenvalue (dense) or the smallest Ritz value seen (Lanczos)."""
-        return float(self.spectrum_min)
-
-    @property
-    def lambda_max(self) -> float:
-        """The largest eigenvalue (dense) or the largest Ritz value seen (Lanczos)."""
-        return float(self.spectrum_max)
-
-    def summary(self) -> dict[str, Any]:
-        """One row: the point, D, dtype, which and how many, the method, the most and least
-        wanted values found, the largest residual, the spectrum's ends, convergence."""
-        finite = self.finite and self.values.size > 0
-        return results.point_row(
-            self.point,
-            self.flat_vectors.shape[1],
-            self.values.dtype,
-            which=self.which,
-            k=self.values.size,
-            method=self.method,
-            first=float(self.values[0]) if finite else np.nan,
-            last=float(self.values[-1]) if finite else np.nan,
-            max_residual=float(np.max(self.residuals, initial=0.0)),
-            lambda_min=self.lambda_min,
-            lambda_max=self.lambda_max,
-            converged=self.converged,
-            num_hvps=self.num_hvps,
-            finite=self.finite,
-        )
-
-    @property
-    def finite(self) -> bool:
-        """Every value and residual is a finite number (no NaN from a non-finite Hessian)."""
-        return bool(np.all(np.isfinite(self.values)) and np.all(np.isfinite(self.residuals)))
-
-    def multiplicity_tol(self, rtol: float | None = None) -> float:
-        """The absolute gap under which two values are one eigenvalue: rtol * scale."""
-        if rtol is not None:
-            _checks.check_real("rtol", rtol, low=0, meaning="a gap relative to the scale")
-        rtol = multiplicity_rtol(self.values.dtype) if rtol is None else rtol
-        return rtol * self.scale
-
-    def multiplicities(self, rtol: float | None = None) -> list[tuple[float, int]]:
-        """[(eigenvalue, multiplicity)], most wanted first: values within `multiplicity_tol`
-        of a group's first value are one eigenvalue. A group at the end may be cut by k."""
-        if not self.finite:
-            raise ValueError("multiplicities are undefined: the eigenvalues are not finite.")
-        return _group(self.values, self.multiplicity_tol(rtol))
-
-    def describe(self, rtol: float | None = None) -> str:
-        """Method, scale, each value with its residual, the multiplicities and convergence."""
-        dim = self.flat_vectors.shape[1]
-        how = (
-            "dense (numpy eigh of the exact Hessian)"
-            if self.method == "dense"
-            else f"thick-restarted Lanczos with deflation on exact HVPs ({self.runs} runs, "
-            f"{self.num_hvps} HVPs)"
-        )
-        lines = [
-            f"Eigenpairs at {self.point.name or '<unnamed point>'}  (D = {dim}, "
-            f"{self.values.dtype}): the {self.values.size} {self.which}, {how}",
-        ] + [f"  method: {self.reason}"] * bool(self.reason)
-        if not self.finite:
-            return "\n".join(lines + ["  non-finite Hessian-vector products: no eigenpairs."])
-        exact = "exact" if self.method == "dense" else "largest |Ritz value| seen"
-        lines += [
-            f"  spectral scale max|λ| = {self.scale:.6g} ({exact})",
-            f"  {'#':>3}  {'λ':>15}  {'||Hv - λv||':>12}",
-        ]
-        for i, (value, res) in enumerate(zip(self.values, self.residuals, strict=True)):
-            lines.append(f"  {i + 1:>3}  {value:>15.9g}  {res:>12.2e}")
-        groups = ", ".join(f"{v:.9g} x{n}" for v, n in self.multiplicities(rtol))
-        lines.append(
-            f"  multiplicities (within {self.multiplicity_tol(rtol):.2g} = rtol * scale): {groups}"
-        )
-        if self.method == "lanczos":
-            lines.append(
-                f"  converged: every value accepted at residual <= {self.tol:.2g} * scale"
-                if self.converged
-                else "  NOT converged: max_restarts reached before the k values were certified "
-                "(raise num_iters or max_restarts)"
-            )
-        return "\n".join(lines)
-
-    def __repr__(self) -> str:
-        return (
-            f"Eigenpairs({self.point.name!r}, {self.which}, k={self.values.size}, "
-            f"method={self.method!r})"
-        )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -334,20 +188,24 @@ def _dense(
     epsilons: np.ndarray | None = None,
 ) -> list[tuple[Eigenpairs, np.ndarray]]:
     size = max(points[0].num_params, 1)  # dense_below decides; hessian_at still checks memory
-    hessians = (
-        curvature.hessian_at(points, max_dense_dim=size, progress=progress)
-        if listed
-        else [curvature.hessian_at(points[0], max_dense_dim=size, progress=progress)]
-    )
+    spectra: list[tuple[np.ndarray, np.ndarray, gradient.Gradient | None]]
+    if operator.is_ggn(points[0].shared[0]):  # G, formed densely (`eigenpairs(matrix="ggn")`)
+        spectra = [(*gauss_newton.dense_spectrum(p), None) for p in points]
+    else:
+        hessians = (
+            curvature.hessian_at(points, max_dense_dim=size, progress=progress)
+            if listed
+            else [curvature.hessian_at(points[0], max_dense_dim=size, progress=progress)]
+        )
+        spectra = [(h.eigenvalues, h.eigenvectors, h.gradient) for h in hessians]
     out = []
-    for point, hessian in zip(points, hessians, strict=True):
-        values, vectors = hessian.eigenvalues, hessian.eigenvectors  # NaN when non-finite
-        finite = bool(np.all(np.isfinite(values)))
+    for point, (values, vectors, grad) in zip(points, spectra, strict=True):
+        finite = bool(np.all(np.isfinite(values)))  # NaN when non-finite
         chosen = _wanted_order(values, which)[:k] if finite else np.arange(k)
         extremes = (float(values[0]), float(values[-1]))  # eigh: ascending
         flat_vectors = vectors[:, chosen].T.copy()
         pairs, losses = _certified(
-            point, which, values[chosen], flat_vectors, extremes, hessian.gradient, epsilons
+            point, which, values[chosen], flat_vectors, extremes, grad, epsilons
         )
         out.append((dataclasses.replace(pairs, reason=reason), losses))
     return out
@@ -363,7 +221,7 @@ def _lanczos_one(
     runs: int,
     progress: Progress = None,
 ) -> Eigenpairs:
-    """`krylov.search` on one point: its pairs come with the residuals of fresh products."""
+    """`krylov_host.search` on one point: its pairs come with the residuals of fresh products."""
     found = krylov_host.search(point, k, which, ncv, key, tol, runs, progress)
     if found is None:
         return _nan_result(point, which, k, runs, tol)
@@ -430,10 +288,11 @@ def eigenpairs(
     fallback_below: int = FALLBACK_BELOW,
     progress: Progress = print,
     rtol: float | None = None,
+    matrix: operator.Matrix = "hessian",
 ) -> Any:
-    """The k smallest or largest eigenpairs of the Hessian at `point`, each certified by
-    its residual ||H v - λ v|| (a fresh exact HVP); repeated eigenvalues come with their
-    multiplicity.
+    """The k smallest (by default, k = 6) or largest eigenpairs of the Hessian at `point`, each
+    certified by its residual ||H v - λ v|| (a fresh exact HVP); repeated eigenvalues come with
+    their multiplicity. `which="largest"` for the top ones.
 
     Args:
         point: a `Point`, or a list of points of one model (compiled once per model).
@@ -457,6 +316,8 @@ def eigenpairs(
             scale. The default, `lanczos_rtol` (1.2e-5 in float32, 1e-10 in float64), is the
             certified answer; rtol=1e-3 is about PyHessian's accuracy, in fewer products.
             Every result reports its residuals whatever rtol.
+        matrix: "hessian", or "ggn" for the Gauss-Newton matrix G = Jᵀ H_z J of a point that
+            carries `outputs` and `output_loss` (dense: G formed as `ggn_at` does).
 
     Returns:
         An `Eigenpairs` (a list for a list of points), whose `method` and `reason` say how
@@ -465,7 +326,11 @@ def eigenpairs(
     points, listed = point_lib.as_points(point, "eigenpairs")
     how = settings(points, k, which, dense_below, ncv, num_iters, key, tol, rtol, max_restarts,
                    fallback_below)  # fmt: skip
-    return _listed([pairs for pairs, _ in solve(points, listed, k, which, how, progress)], listed)
+    views = gauss_newton.matrix_points(points, matrix, "eigenpairs")
+    found = [pairs for pairs, _ in solve(views, listed, k, which, how, progress)]
+    return _listed(
+        [gauss_newton.of_point(f, p, matrix) for f, p in zip(found, points, strict=True)], listed
+    )
 
 
 class Settings(NamedTuple):

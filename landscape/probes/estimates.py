@@ -103,7 +103,7 @@ class SpectralDensity:
                     f"side of it {self.num_iters} Lanczos steps do not resolve; "
                     f"mass_interval({lo:g}, {hi:g}) = [{low:.3g}, {high:.3g}] covers it.",
                     QuadratureWarning,
-                    stacklevel=2,
+                    stacklevel=_checks.outside_the_library(),
                 )
         return value, stderr
 
@@ -140,7 +140,7 @@ class SpectralDensity:
             bad = int(np.sum(~np.all(np.isfinite(self.nodes), axis=1)))
             return "\n".join(lines + [f"  {bad} probe(s) met NaN or inf HVPs: no density."])
         low, high = float(self.nodes.min()), float(self.nodes.max())
-        tol = max(1e-9, 100 * float(np.finfo(np.float64).eps)) * max(abs(low), abs(high))
+        tol = results.default_tol(np.asarray([low, high]), self.dtype)  # the point's precision
         lines.append(f"  Ritz values in [{low:.6g}, {high:.6g}]")
         for label, lo, hi in (
             ("λ < -tol  ", -np.inf, -tol),
@@ -163,13 +163,13 @@ class SpectralDensity:
         its standard error and its range with the quadrature's error (`mass_interval`)."""
         nodes = self.nodes[np.all(np.isfinite(self.nodes), axis=1)]
         low, high = (float(nodes.min()), float(nodes.max())) if nodes.size else (np.nan, np.nan)
-        tol = max(1e-9, 100 * float(np.finfo(np.float64).eps)) * max(abs(low), abs(high))
-        negative = (np.nan, np.nan) if not self.finite else self.mass(-np.inf, -tol)
+        tol = results.default_tol(np.asarray([low, high]), self.dtype)  # the point's precision
+        negative = (np.nan, np.nan) if not self.finite else self._mass(-np.inf, -tol)
         interval = (np.nan, np.nan) if not self.finite else self.mass_interval(-np.inf, -tol)
         return results.point_row(
             self.point,
             self.dim,
-            self.nodes.dtype,
+            self.dtype,
             probes=self.num_probes,
             iterations=self.num_iters,
             probe=self.probe,
@@ -197,7 +197,9 @@ class TraceEstimate:
     `matrix` is "ggn"), with its standard error.
 
     Hutch++: `exact_part` is tr(Q^T H Q) on the sketched range Q and `stderr` is the standard error
-    of the Hutchinson part on its complement (given Q); Hutchinson: exact_part is 0.
+    of the Hutchinson part on its complement (given Q); Hutchinson: exact_part is 0. `samples`
+    are the Hutchinson part's per-probe forms g^T H g (value = exact_part + their mean), so
+    estimates from the same probes pair up (`paired_difference`).
     """
 
     point: Point
@@ -208,6 +210,26 @@ class TraceEstimate:
     dim: int
     exact_part: float
     matrix: str = "hessian"
+    samples: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
+
+    def paired_difference(self, other: TraceEstimate) -> tuple[float, float]:
+        """(this trace - other's, its standard error) from the probes' paired samples: two
+        Hutchinson estimates of one key (tr H - tr G at a point, or a trace at two points)."""
+        if not (self.method == other.method == "hutchinson"):
+            raise ValueError(
+                "paired_difference: pair two Hutchinson estimates of one key, trace(..., "
+                "method='hutchinson', key=key): Hutch++'s sketches differ from matrix to matrix."
+            )
+        if self.samples.shape != other.samples.shape:
+            raise ValueError(
+                f"paired_difference: {self.samples.size} probes against {other.samples.size}: "
+                "give both estimates the same num_probes and key."
+            )
+        scale = np.mean(np.abs(self.samples)) + np.mean(np.abs(other.samples))
+        mean, stderr = mean_and_stderr(
+            self.samples - other.samples, rounding(point_dtype(self.point), self.dim, scale)
+        )
+        return float(mean), float(stderr)
 
     def describe(self) -> str:
         lines = [
@@ -229,7 +251,7 @@ class TraceEstimate:
         return results.point_row(
             self.point,
             self.dim,
-            np.asarray(self.value).dtype,
+            point_dtype(self.point),
             trace=self.value,
             trace_stderr=self.stderr,
             exact_part=self.exact_part,
@@ -285,7 +307,7 @@ class DiagonalEstimate:
         return results.point_row(
             self.point,
             self.values.size,
-            self.values.dtype,
+            point_dtype(self.point),
             probes=self.num_probes,
             max_abs_diagonal=float(np.max(np.abs(self.values), initial=0.0)),
             max_stderr=float(np.max(self.stderr, initial=0.0)),

@@ -99,11 +99,14 @@ def _ggn_in_chunks(
     """(loss, G) of one point: the whole matrix in one call up to curvature.CHUNKED_ABOVE
     parameters, else in about ten chunks with a progress line and the time left after each;
     columns batched and the population sliced as for the Hessian."""
-    dim = point.num_params
-    batching = (curvature.default_columns_per_batch(point), curvature.population_parts(point))
+    dim, inputs, parts = point.num_params, point.inputs, curvature.population_parts(point)
+    if point.batches is not None:  # the batches' mean: slices of their examples, in a scan
+        parts = (int(jax.tree.leaves(point.batches)[0].shape[0]), True)
+        inputs = jax.tree.map(lambda x: np.reshape(x, (-1,) + np.shape(x)[2:]), point.batches)
+    batching = (curvature.default_columns_per_batch(point), parts)
     if dim <= curvature.CHUNKED_ABOVE:
         loss, ggn = ggn_matrix(
-            point.outputs, point.output_loss, point.params, point.inputs, np.int32(0), dim,
+            point.outputs, point.output_loss, point.params, inputs, np.int32(0), dim,
             False, batching,
         )  # fmt: skip
         return loss, np.asarray(ggn)
@@ -113,7 +116,7 @@ def _ggn_in_chunks(
                  f"{count} columns")  # fmt: skip
     for first in range(0, dim, count):
         loss, ggn = ggn_matrix(
-            point.outputs, point.output_loss, point.params, point.inputs, np.int32(first),
+            point.outputs, point.output_loss, point.params, inputs, np.int32(first),
             count, False, batching,
         )  # fmt: skip
         chunks.append(np.asarray(ggn))
@@ -264,6 +267,8 @@ def ggn_at(
             f"{dim}) if {gigabytes:.3g} GB fit, or probe G matrix-free: trace, spectral_density "
             "or lanczos_spectrum with matrix='ggn' (and H with eigenpairs)."
         )
+    if listed and first.batches is not None:
+        raise ValueError("ggn_at: give the points of a dataset in batches one at a time.")
     if not listed:
         hessian = curvature.hessian_at(first, progress=progress, max_dense_dim=max_dense_dim)
         loss, ggn = _ggn_in_chunks(first, progress)
@@ -285,3 +290,30 @@ def _result(hessian: curvature.Hessian, loss: float, ggn: np.ndarray) -> GaussNe
             f"{hessian.gradient.loss:.10g}; the split must compose to the objective."
         )
     return GaussNewton(0.5 * (ggn + ggn.T), hessian)
+
+
+def matrix_points(points: list[Point], matrix: str, caller: str) -> list[Point]:
+    """The points, or for matrix="ggn" views of them whose objective is their Gauss-Newton
+    split: every program built on `operator.hessian_operator` then multiplies by G."""
+    objective = operator.for_matrix(points, points[0].shared[0], matrix, caller)
+    if not operator.is_ggn(objective):
+        return points
+    split = getattr(objective, "per_batch", objective)
+    return [dataclasses.replace(p, objective=split) for p in points]
+
+
+def of_point(found: Any, point: Point, matrix: str) -> Any:
+    """A result found on `matrix_points`' view, given back its point and saying its matrix."""
+    if matrix == "hessian":
+        return found
+    grad = found.gradient and dataclasses.replace(found.gradient, point=point)
+    return dataclasses.replace(found, point=point, gradient=grad, matrix=matrix)
+
+
+def dense_spectrum(point: Point) -> tuple[np.ndarray, np.ndarray]:
+    """(eigenvalues ascending, eigenvectors as columns) of G formed densely; NaN when it is not
+    finite."""
+    _, ggn = _ggn_in_chunks(point, None)
+    if not np.all(np.isfinite(ggn)):
+        return np.full(len(ggn), np.nan, ggn.dtype), np.full(ggn.shape, np.nan, ggn.dtype)
+    return np.linalg.eigh(0.5 * (ggn + ggn.T))

@@ -21,7 +21,7 @@ from landscape.point import (
     check_point,
     param_names,
 )
-from landscape.probes import compiled
+from landscape.probes import compiled, operator, stream
 from landscape.probes.results import (
     NON_FINITE,
     STATIONARITY_RULE,
@@ -34,7 +34,7 @@ from landscape.probes.results import (
     point_row,
     verdict_lines,
 )
-from landscape.trees import ravel_numpy
+from landscape.trees import ravel_numpy, unravel_numpy
 from landscape.typing import PyTree
 
 
@@ -158,6 +158,9 @@ def gradient_at(point: PointOrPoints) -> Gradient | list[Gradient]:
         loss, `kind()` (stationary or not) and `summary()`.
     """
     points, listed = as_points(point, "gradient_at")
+    if stream.streamed(points, listed, "gradient_at"):  # one pass over the data
+        value, vector = stream.value_and_gradient(points[0], points[0].shared[0])
+        return _gradient(points[0], unravel_numpy(points[0].params, vector), value)
     objective, params, inputs = _program_arguments(points, listed)
     loss, tree = compiled.value_and_grad(objective, params, inputs, batched=listed)
     loss, tree = np.asarray(loss), jax.tree.map(np.asarray, tree)
@@ -171,11 +174,13 @@ def _gradient(point: Point, tree: PyTree, loss: Any) -> Gradient:
     return Gradient(point, tree, vector, param_names(point.params), float(loss))
 
 
-def hvp(point: Point) -> Callable[[Any], Any]:
-    """v -> H v at the point (forward-over-reverse, compiled once per model).
+def hvp(point: Point, matrix: operator.Matrix = "hessian") -> Callable[[Any], Any]:
+    """v -> H v at the point (forward-over-reverse, compiled once per model), or G v.
 
     Args:
         point: a `Point`.
+        matrix: "hessian", or "ggn" for the Gauss-Newton matrix G = Jᵀ H_z J of a point that
+            carries `outputs` and `output_loss`.
 
     Returns:
         A function of v: a pytree shaped like the params (H v is then one too) or a flat
@@ -184,6 +189,7 @@ def hvp(point: Point) -> Callable[[Any], Any]:
     """
     check_point(point, "hvp")
     objective, inputs = point.shared
+    objective = operator.for_matrix([point], objective, matrix, "hvp")
     params = point.params
     structure = jax.tree.structure(params)
     dim, dtype = point.num_params, jnp.result_type(*jax.tree.leaves(params))
@@ -191,8 +197,13 @@ def hvp(point: Point) -> Callable[[Any], Any]:
     def product(v: Any) -> Any:
         if jax.tree.structure(v) == structure:  # type: ignore[operator]  # PyTreeDef has ==
             _check_tangent_leaves(v, params)
+            if stream.streamed([point], False, "hvp"):  # one pass over the data
+                flat = stream.product(point, objective, ravel_numpy(v))
+                return unravel_numpy(params, flat)
             return compiled.hvp(objective, params, inputs, v, batched=False)
         if np.ndim(v) == 1 and not isinstance(v, list | tuple | dict):
+            if stream.streamed([point], False, "hvp"):
+                return stream.product(point, objective, _flat_vector(v, dim, dtype))
             return compiled.hvp_of_flat(objective, params, inputs, _flat_vector(v, dim, dtype))
         raise TypeError(
             f"hvp: v has tree structure {jax.tree.structure(v)}: must be a pytree shaped like "
@@ -202,11 +213,15 @@ def hvp(point: Point) -> Callable[[Any], Any]:
     return product
 
 
-def hvp_flat(point: Point) -> tuple[np.ndarray, Callable[[Any], jax.Array]]:
-    """The Hessian as a flat operator, for solvers that work on vectors (scipy, CG, Lanczos).
+def hvp_flat(
+    point: Point, matrix: operator.Matrix = "hessian"
+) -> tuple[np.ndarray, Callable[[Any], jax.Array]]:
+    """The Hessian (or G) as a flat operator, for solvers that work on vectors (scipy, CG).
 
     Args:
         point: a `Point`.
+        matrix: "hessian", or "ggn" for the Gauss-Newton matrix G = Jᵀ H_z J of a point that
+            carries `outputs` and `output_loss`.
 
     Returns:
         (x0, matvec): the flat params (D,) in `ravel_pytree` order and v (D,) or (D, 1) -> H v
@@ -216,6 +231,7 @@ def hvp_flat(point: Point) -> tuple[np.ndarray, Callable[[Any], jax.Array]]:
     """
     check_point(point, "hvp_flat")
     objective, inputs = point.shared
+    objective = operator.for_matrix([point], objective, matrix, "hvp_flat")
     params = point.params
     x0 = ravel_numpy(params)
 
@@ -232,6 +248,8 @@ def hvp_flat(point: Point) -> tuple[np.ndarray, Callable[[Any], jax.Array]]:
                 f"v has dtype {v_dtype}: must be real numbers (cast to the params' dtype, "
                 f"{x0.dtype})."
             )
+        if stream.streamed([point], False, "hvp_flat"):  # one pass over the data
+            return stream.product(point, objective, _as_params_dtype(v, x0.dtype)).reshape(shape)
         return compiled.hvp_of_flat(objective, params, inputs, _as_params_dtype(v, x0.dtype))
 
     return x0, matvec

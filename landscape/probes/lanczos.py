@@ -15,7 +15,7 @@ from landscape import _checks
 from landscape.linalg import lanczos as lanczos
 from landscape.linalg import lanczos_from as lanczos_from
 from landscape.point import Point, check_point, param_names
-from landscape.probes import blocks, compiled, operator
+from landscape.probes import blocks, compiled, operator, stream
 from landscape.probes import layout as layout_lib
 from landscape.probes.gradient import Gradient
 from landscape.probes.layout import Layout
@@ -31,7 +31,7 @@ from landscape.probes.results import (
     spectrum_lines,
     verdict_lines,
 )
-from landscape.trees import ravel_numpy
+from landscape.trees import ravel_numpy, unravel_numpy
 from landscape.typing import PyTree
 
 
@@ -214,15 +214,21 @@ def lanczos_spectrum(
     key = _checks.key_or_default("key", key)
     num_iters = min(num_iters, point.num_params)
     basis_bytes = num_iters * point.num_params * blocks.itemsize(point)
-    blocks.plan(
-        point, 1, "lanczos_spectrum", basis_bytes, progress=progress,
-        hint="ask for fewer Lanczos steps (num_iters)",
-    )  # fmt: skip
-    spread = layout_lib.spread(point.params)
-    found = _tridiagonal(objective, point.params, point.shared[1], key, num_iters, spread)
-    alphas, betas, loss = (np.asarray(x) for x in found[:3])
-    tree = jax.tree.map(np.asarray, found[3])
-    grad = ravel_numpy(tree)
+    streamed = stream.streamed([point], False, "lanczos_spectrum")
+    if not streamed:  # a stream's loss holds one chunk's memory
+        blocks.plan(
+            point, 1, "lanczos_spectrum", basis_bytes, progress=progress,
+            hint="ask for fewer Lanczos steps (num_iters)",
+        )  # fmt: skip
+    if streamed:  # a pass over the data a step
+        alphas, betas, loss, grad = stream.tridiagonal(point, objective, key, num_iters, progress)
+        tree = unravel_numpy(point.params, grad)
+    else:
+        spread = layout_lib.spread(point.params)
+        found = _tridiagonal(objective, point.params, point.shared[1], key, num_iters, spread)
+        alphas, betas, loss = (np.asarray(x) for x in found[:3])
+        tree = jax.tree.map(np.asarray, found[3])
+        grad = ravel_numpy(tree)
     gradient = Gradient(point, tree, grad, param_names(point.params), float(loss))
     if not (np.all(np.isfinite(alphas)) and np.all(np.isfinite(betas))):
         nan = np.full(num_iters, np.nan, alphas.dtype)  # eigh on NaN/inf: garbage or an error

@@ -15,10 +15,11 @@ from collections.abc import Callable, Sequence
 from typing import Literal, NamedTuple
 
 import jax
+import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 
 from landscape import _checks, linalg
-from landscape.point import MeanOverBatches, Point
+from landscape.point import MeanOverBatches, Point, mean_over_batches
 from landscape.probes.layout import Layout
 from landscape.typing import PyTree
 
@@ -48,6 +49,8 @@ def hessian_operator(
     if isinstance(objective, GaussNewtonSplit):
         return ggn_operator(objective.outputs, objective.output_loss, params, inputs, layout)
     flat, unravel = flattened(params, layout)
+    if isinstance(objective, MeanOverBatches) and is_ggn(objective):
+        return _ggn_over_batches(objective.per_batch, params, inputs)  # type: ignore[arg-type]  # is_ggn
     if isinstance(objective, MeanOverBatches):
         return _over_batches(objective.per_batch, flat, unravel, inputs)
     value, gradient, linear = linalg.linearized_gradient(
@@ -124,7 +127,13 @@ def for_matrix(
     if matrix == "hessian":
         return objective
     first = check_split(points, f"{caller}(matrix='ggn')")
-    return gauss_newton(first.outputs, first.output_loss)
+    split = gauss_newton(first.outputs, first.output_loss)
+    return mean_over_batches(split) if isinstance(objective, MeanOverBatches) else split
+
+
+def is_ggn(objective: Objective) -> bool:
+    """Whether a program's objective stands for the Gauss-Newton matrix (over batches too)."""
+    return isinstance(getattr(objective, "per_batch", objective), GaussNewtonSplit)
 
 
 def flattened(params: PyTree, layout: Layout | None) -> tuple[jax.Array, Callable]:
@@ -150,6 +159,29 @@ def _over_batches(
         lambda x, batch: per_batch(unravel(x), batch), flat, batches
     )
     return Operator(flat, value, gradient, matvec, rows)
+
+
+def _ggn_over_batches(split: GaussNewtonSplit, params: PyTree, batches: PyTree) -> Operator:
+    """G of the mean over the leading axis of `batches`: the mean of each batch's G, its loss
+    and gradient, accumulated batch by batch in a lax.scan (each batch linearised in turn)."""
+    count = jax.tree.leaves(batches)[0].shape[0]
+
+    def mean_of(term: Callable[[Operator], PyTree], zeros: PyTree) -> PyTree:
+        def add(total: PyTree, batch: PyTree) -> tuple[PyTree, None]:
+            one = ggn_operator(split.outputs, split.output_loss, params, batch)
+            return jax.tree.map(jnp.add, total, term(one)), None
+
+        return jax.tree.map(lambda t: t / count, jax.lax.scan(add, zeros, batches)[0])
+
+    flat = ravel_pytree(params)[0]
+    first = jax.tree.map(lambda leaf: leaf[0], batches)
+    value = jnp.zeros((), jax.eval_shape(split, params, first).dtype)
+    value, gradient = mean_of(lambda op: (op.value, op.gradient), (value, jnp.zeros_like(flat)))
+    return Operator(
+        flat, value, gradient,
+        lambda v: mean_of(lambda op: op.matvec(v), jnp.zeros_like(v)),
+        lambda vectors: mean_of(lambda op: op.rows(vectors), jnp.zeros_like(vectors)),
+    )  # fmt: skip
 
 
 def value_and_grad(

@@ -18,7 +18,7 @@ import numpy as np
 
 from landscape import _checks
 from landscape.point import Point, as_points, param_names
-from landscape.probes import blocks, compiled, operator
+from landscape.probes import blocks, compiled, operator, stream
 from landscape.probes import layout as layout_lib
 from landscape.probes.estimates import (
     DiagonalEstimate,
@@ -333,7 +333,7 @@ def spectral_density(
     def block(indices: np.ndarray) -> tuple[jax.Array, jax.Array]:
         return slq_block(objective, params, inputs, key, indices, num_iters, probe, listed, spread)
 
-    alphas, betas = blocks.run(plan, block, "spectral_density", progress, axis)
+    alphas, betas = blocks.run(plan, block, "spectral_density", progress, axis, "probes")
     if not listed:
         return SpectralDensity(points[0], *_quadrature(alphas, betas), dim, probe, matrix)
     return [
@@ -400,9 +400,13 @@ def trace(
     )
     objective, params, inputs = _arguments(points, listed)
     objective = operator.for_matrix(points, objective, matrix, "trace")
-    exact, samples = _trace_parts(
-        points, listed, (objective, params, inputs), _key(key), num_probes, method, progress
-    )
+    if stream.streamed(points, listed, "trace"):  # a pass over the data a block of products
+        parts = stream.trace_parts(points[0], objective, _key(key), num_probes, method, progress)
+    else:
+        parts = _trace_parts(
+            points, listed, (objective, params, inputs), _key(key), num_probes, method, progress
+        )
+    exact, samples = parts
     exact, samples = np.asarray(exact, np.float64), np.asarray(samples, np.float64)
     dim = points[0].num_params
 
@@ -411,7 +415,7 @@ def trace(
         mean, stderr = mean_and_stderr(row, rounding(point_dtype(p), dim, scale))
         value = float(exact_part + mean)
         return TraceEstimate(
-            p, value, float(stderr), method, num_probes, dim, float(exact_part), matrix
+            p, value, float(stderr), method, num_probes, dim, float(exact_part), matrix, row
         )
 
     if not listed:

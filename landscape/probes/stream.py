@@ -1,0 +1,338 @@
+"""Datasets that stream: `Point(params, objective=f, batches=landscape.stream(loader))` is the
+mean of f over an iterable of equal batches (a list, a loader, a function returning an iterator)
+that never sits in memory at once. The host stacks `chunk` batches at a time and one compiled
+program adds their loss, gradient and products to running sums: one pass over the data per
+product (or block of products), as PyHessian's data-loader mode. gradient_at, hvp, hvp_flat,
+trace and lanczos_spectrum take such a point, each equal to the stacked form on the same data
+to rounding; docs/guide/own_model.md."""
+
+from __future__ import annotations
+
+import functools
+import math
+import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from landscape import _checks, linalg
+from landscape.probes import layout as layout_lib
+from landscape.probes import operator
+from landscape.typing import PyTree
+
+TAKES = ("gradient_at", "hvp", "hvp_flat", "trace", "lanczos_spectrum", "Point.loss")
+LONG_SECONDS = 10.0  # a streamed probe prints a line per pass once it has taken this long
+
+
+class Stream:
+    """An iterable of equal batches, read `chunk` batches at a time (`stream`)."""
+
+    is_stream = True  # what point.py reads (it imports no probe)
+
+    def __init__(self, source: Any, chunk: int) -> None:
+        self.source, self.chunk, self.count = source, chunk, 0
+        first = next(self.batches(), None)
+        if first is None:
+            raise ValueError("landscape.stream: the dataset gave no batch.")
+        self.first = first
+        self.spec = _spec(first)
+
+    def batches(self) -> Iterator[PyTree]:
+        """A fresh pass over the batches, each as numpy arrays."""
+        source = self.source() if callable(self.source) else self.source
+        return (jax.tree.map(np.asarray, batch) for batch in iter(source))
+
+    def chunks(self) -> Iterator[tuple[PyTree, np.ndarray]]:
+        """(`chunk` batches stacked, their weights): the last chunk padded with copies of its
+        last batch of weight 0, so every chunk is one program's shapes."""
+        count, group = 0, []
+        for batch in self.batches():
+            _check_equal(batch, self.spec, count)
+            group.append(batch)
+            count += 1
+            if len(group) == self.chunk:
+                yield _stacked(group, len(group))
+                group = []
+        if group:
+            yield _stacked(group + group[-1:] * (self.chunk - len(group)), len(group))
+        if self.count and count != self.count:
+            raise ValueError(
+                f"landscape.stream: a pass gave {count} batches where the first gave "
+                f"{self.count}: the dataset must be the same at every pass (every product reads "
+                "it once)."
+            )
+        self.count = count
+
+    def refuse_unless(self, caller: str) -> None:
+        """One sentence for a probe that does not take a streamed dataset."""
+        if caller not in TAKES:
+            raise TypeError(
+                f"{caller} does not take a streamed dataset yet (gradient_at, hvp, hvp_flat, "
+                "trace and lanczos_spectrum do): give the batches stacked, "
+                "landscape.batches(data, batch_size), if they fit in memory."
+            )
+
+    def sums(
+        self, objective: operator.Objective, params: PyTree, vectors: np.ndarray
+    ) -> tuple[Any, ...]:
+        """One pass: (mean loss, mean flat gradient, mean H V for the rows of `vectors`), each
+        summed chunk by chunk on the device, divided on the host."""
+        dim, dtype = vectors.shape[1], vectors.dtype
+        totals = jax.device_put(tuple(np.zeros(s, dtype) for s in ((), (dim,), vectors.shape)))
+        for chunk, weights in self.chunks():
+            totals = chunk_sums(objective, params, chunk, weights.astype(dtype), vectors, totals)
+        return tuple(np.asarray(t) / self.count for t in totals)
+
+    def loss(self, objective: Any, params: PyTree) -> float:
+        """The mean loss over one pass (`Point.loss`)."""
+        vectors = np.zeros((0, _size(params)), _dtype(params))
+        return float(self.sums(_per_batch(objective), params, vectors)[0])
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The first leaf's: a stream reads as one scalar leaf where points are compared."""
+        return self.spec[1][0][1]
+
+    shape = ()
+
+
+_SPENT = (
+    "landscape.stream: an iterator (a generator) is spent after one pass, and every product "
+    "reads the data once: give a list, a loader that can be iterated again, or a function that "
+    "returns a fresh iterator, e.g. landscape.stream(lambda: make_batches())."
+)
+
+
+def stream(batches: Iterable[PyTree] | Callable[[], Iterable[PyTree]], chunk: int = 8) -> Stream:
+    """A dataset of equal batches that streams, for `Point(..., objective=f, batches=...)`.
+
+    Args:
+        batches: a list of batches (pytrees of arrays of one shape), a loader that can be
+            iterated again (a torch DataLoader, a grain or tf.data pipeline as numpy), or a
+            function returning a fresh iterator (a generator function).
+        chunk: batches stacked into each call of the compiled program (memory: one chunk).
+
+    Returns:
+        A `Stream`; the point's loss is the mean over its batches of f(params, batch).
+    """
+    _checks.check_int("chunk", chunk, 1, "batches per compiled call")
+    if isinstance(batches, Iterator):  # a generator: one pass only
+        raise TypeError(_SPENT)
+    if isinstance(batches, dict | tuple) or hasattr(batches, "shape"):
+        raise TypeError(
+            "landscape.stream takes an iterable of batches (a list, a loader, a function "
+            "returning an iterator); batches stacked on a leading axis go to Point(batches=...) "
+            "as they are."
+        )
+    return Stream(batches, chunk)
+
+
+def _spec(batch: PyTree) -> tuple:
+    leaves, treedef = jax.tree.flatten(batch)
+    return treedef, tuple((np.shape(x), np.asarray(x).dtype) for x in leaves)
+
+
+def _check_equal(batch: PyTree, spec: tuple, index: int) -> None:
+    """One sentence for a batch unlike the first (ragged: a last partial batch)."""
+    found = _spec(batch)
+    if found != spec:
+        raise ValueError(
+            f"landscape.stream: batch {index} has leaves {[s for s, _ in found[1]]} where batch 0 "
+            f"has {[s for s, _ in spec[1]]}: a streamed dataset's batches are equal (its loss is "
+            "their mean); drop the last partial batch (drop_last=True in a loader)."
+        )
+
+
+def _stacked(group: list[PyTree], real: int) -> tuple[PyTree, np.ndarray]:
+    weights = (np.arange(len(group)) < real).astype(np.float64)
+    return jax.tree.map(lambda *leaves: np.stack(leaves), *group), weights
+
+
+def _size(params: PyTree) -> int:
+    return sum(int(np.size(leaf)) for leaf in jax.tree.leaves(params))
+
+
+def _dtype(params: PyTree) -> np.dtype:
+    return np.dtype(jax.tree.leaves(params)[0].dtype)
+
+
+def _per_batch(objective: Any) -> Any:
+    """The objective of one batch: a point's is the mean over batches of it."""
+    return getattr(objective, "per_batch", objective)
+
+
+@functools.partial(jax.jit, static_argnames=("objective",), donate_argnames=("totals",))
+def chunk_sums(
+    objective: operator.Objective,
+    params: PyTree,
+    chunk: PyTree,
+    weights: jax.Array,
+    vectors: jax.Array,
+    totals: tuple[jax.Array, jax.Array, jax.Array],
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """`totals` plus the chunk's sums over its batches (leading axis) of weight x (loss, flat
+    gradient, H V): each batch linearised once (its G for a Gauss-Newton split)."""
+
+    def add(total: tuple, item: tuple) -> tuple[tuple, None]:
+        batch, weight = item
+        op = operator.hessian_operator(objective, params, batch)
+        terms = (op.value.astype(weight.dtype), op.gradient, op.rows(vectors))
+        return tuple(t + weight * x for t, x in zip(total, terms, strict=True)), None
+
+    return jax.lax.scan(add, totals, (chunk, weights))[0]
+
+
+# ---------------------------------------------------------------- the probes over a stream
+
+
+def streamed(points: list[Any], listed: bool, caller: str) -> bool:
+    """Whether the points' data stream (one sentence for a list of such points)."""
+    if not getattr(points[0].batches, "is_stream", False):
+        return False
+    if listed:
+        raise TypeError(f"{caller}: give points over a streamed dataset one at a time.")
+    return True
+
+
+def value_and_gradient(point: Any, objective: Any) -> tuple[float, np.ndarray]:
+    """The point's mean loss and flat gradient, one pass."""
+    vectors = np.zeros((0, point.num_params), _dtype(point.params))
+    value, grad, _ = point.batches.sums(_per_batch(objective), point.params, vectors)
+    return float(value), grad
+
+
+def product(point: Any, objective: Any, vector: np.ndarray) -> np.ndarray:
+    """H v (or G v) for a flat v, one pass."""
+    vectors = np.asarray(vector, _dtype(point.params)).reshape(1, -1)
+    return point.batches.sums(_per_batch(objective), point.params, vectors)[2][0]
+
+
+def _passes(caller: str, progress: Any, total: int) -> Callable[[], None]:
+    """Call after each pass: a progress line per pass once the call has taken LONG_SECONDS."""
+    began, count = time.perf_counter(), [0]
+
+    def done() -> None:
+        count[0] += 1
+        seconds = time.perf_counter() - began
+        if progress and seconds > LONG_SECONDS and count[0] < total:
+            progress(f"{caller}: {count[0]} of {total} passes over the data | {seconds:.1f} s")
+
+    return done
+
+
+@functools.partial(jax.jit, static_argnames=("num_iters",), donate_argnames=("state",))
+def _lanczos_advance(
+    state: linalg.LanczosState, product: jax.Array, i: jax.Array, key: jax.Array, num_iters: int
+) -> tuple[linalg.LanczosState, jax.Array]:
+    """Step i - 1 of Lanczos given its product, or for i = 0 the start (`product`, drawn by
+    `_start`); and the row to multiply next."""
+    restart_key = jax.random.split(key)[1]
+    basis = state[0]
+
+    def first() -> linalg.LanczosState:
+        return basis.at[0].set(product / jnp.linalg.norm(product)), state[1], state[2]
+
+    def step() -> linalg.LanczosState:
+        return linalg.lanczos_step(state, i - 1, product, restart_key)
+
+    state = jax.lax.cond(i == 0, first, step)
+    return state, state[0][jnp.minimum(i, num_iters - 1)]
+
+
+@jax.jit
+def _start(key: jax.Array, params: PyTree) -> jax.Array:
+    """Lanczos's start as `lanczos_spectrum` draws it (leaf by leaf, `layout.draw`)."""
+    return layout_lib.draw(jax.random.normal, jax.random.split(key)[0], params, None)
+
+
+def tridiagonal(
+    point: Any, objective: Any, key: jax.Array, num_iters: int, progress: Any
+) -> tuple[np.ndarray, ...]:
+    """(alphas, betas, loss, flat gradient) of Lanczos from `key`'s start, a pass a product."""
+    dim, dtype = point.num_params, _dtype(point.params)
+    zeros = np.zeros(num_iters, dtype)
+    state = jax.device_put((np.zeros((num_iters, dim), dtype), zeros, zeros))
+    product, done = _start(key, point.params), _passes("lanczos_spectrum", progress, num_iters)
+    for i in range(num_iters + 1):
+        state, row = _lanczos_advance(state, product, np.int32(i), key, num_iters)
+        if i < num_iters:
+            rows = np.asarray(row)[None]
+            loss, grad, products = point.batches.sums(_per_batch(objective), point.params, rows)
+            product = products[0]
+            done()
+    _, alphas, betas = (np.asarray(x) for x in state)
+    return alphas, betas[:-1], np.asarray(loss), grad
+
+
+BLOCK = 16  # products of one pass at most (trace)
+
+
+@functools.partial(jax.jit, static_argnames=("size",))
+def _probe_rows(
+    key: jax.Array, stage: jax.Array, first: jax.Array, params: PyTree, size: int
+) -> jax.Array:
+    """Rademacher probes first, ..., first + size - 1 as `trace` draws them (leaf by leaf,
+    `layout.draw`): from the key (stage 0, Hutchinson), or from its split's first (1, Hutch++'s
+    sketch) or second (2)."""
+    keys = jnp.stack([jax.random.key_data(k) for k in (key, *jax.random.split(key))])
+    chosen = jax.random.wrap_key_data(keys[stage], impl=jax.random.key_impl(key))
+    indices = first + jnp.arange(size)
+    sign = jax.random.rademacher
+    return jax.vmap(lambda i: layout_lib.draw(sign, jax.random.fold_in(chosen, i), params, None))(
+        indices
+    )
+
+
+def _products(point: Any, objective: Any, vectors: np.ndarray, done: Callable) -> np.ndarray:
+    """H v for each row of `vectors`, in passes of BLOCK rows (the last padded with zeros)."""
+    size = min(BLOCK, len(vectors))
+    padded = np.concatenate([vectors, np.zeros((-len(vectors) % size, vectors.shape[1]))])
+    out = []
+    for low in range(0, len(padded), size):
+        rows = padded[low : low + size].astype(vectors.dtype)
+        out.append(point.batches.sums(_per_batch(objective), point.params, rows)[2])
+        done()
+    return np.concatenate(out)[: len(vectors)]
+
+
+def _probes(key: jax.Array, stage: int, count: int, params: PyTree) -> np.ndarray:
+    size = min(BLOCK, count)
+    blocks = [
+        np.asarray(_probe_rows(key, np.int32(stage), np.int32(low), params, size))
+        for low in range(0, count, size)
+    ]
+    return np.concatenate(blocks)[:count]
+
+
+def _orthonormal(rows: np.ndarray) -> np.ndarray:
+    """The rows made orthonormal as `trace` makes its sketch's (twice by the Gram matrix's
+    eigenvectors; directions below rounding become zero rows)."""
+    for _ in range(2):
+        values, vectors = np.linalg.eigh(rows @ rows.T)
+        keep = values > np.finfo(rows.dtype).eps * values.max()
+        scale = np.where(keep, 1 / np.sqrt(np.where(keep, values, 1)), 0)
+        rows = (vectors * scale[None, :]).T @ rows
+    return rows
+
+
+def trace_parts(
+    point: Any, objective: Any, key: jax.Array, num_probes: int, method: str, progress: Any
+) -> tuple[np.ndarray, np.ndarray]:
+    """(exact part, Hutchinson samples) of `trace` over a stream: its probes, stages and
+    arithmetic, each block of products one pass over the data."""
+    rank = 0 if method == "hutchinson" else num_probes // 3
+    rest = num_probes - 2 * rank
+    total = sum(math.ceil(n / min(BLOCK, max(n, 1))) for n in (rank, rank, rest) if n)
+    done = _passes("trace", progress, total)
+    if not rank:
+        probes = _probes(key, 0, rest, point.params)
+        return np.zeros(()), np.sum(probes * _products(point, objective, probes, done), axis=1)
+    sketch = _products(point, objective, _probes(key, 1, rank, point.params), done)
+    range_ = _orthonormal(sketch)
+    exact = np.sum(range_ * _products(point, objective, range_, done))
+    probes = _probes(key, 2, rest, point.params)
+    probes = probes - (probes @ range_.T) @ range_
+    return exact, np.sum(probes * _products(point, objective, probes, done), axis=1)

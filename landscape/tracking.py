@@ -1,0 +1,219 @@
+"""Curvature from any training loop: `tracker(loss)` gives pure `init` and `update` functions
+(optax's style), jittable inside a user's own step or `lax.scan`; each update is one Lanczos run
+of `num_iters` Hessian-vector products started warm from the last measurement's Ritz vectors,
+which the state carries with its key. The engine's `Track` measures with the same core
+(`operator`, `ritz`). docs/guide/own_loop.md; docs/design/curvature.md for the Lanczos run."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from collections.abc import Callable
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.flatten_util import ravel_pytree
+
+from landscape import _checks, linalg
+from landscape.typing import PyTree
+
+
+class Measurement(NamedTuple):
+    """One measurement of the loss's Hessian at the parameters: `top_k` (k,) the largest Ritz
+    values (descending, top_k[0] = `lambda_max`), `residuals` (k,) their residual estimates
+    |β s_last| = ||H y - θ y||, the smallest Ritz value `lambda_min` with its own, the loss and
+    the gradient norm. Ritz values lie inside the spectrum; θ ± residual holds an eigenvalue."""
+
+    lambda_max: jax.Array
+    lambda_min: jax.Array
+    top_k: jax.Array
+    residuals: jax.Array
+    lambda_min_residual: jax.Array
+    loss: jax.Array
+    grad_norm: jax.Array
+
+    @property
+    def lambda_max_residual(self) -> jax.Array:
+        """The residual estimate of `lambda_max`."""
+        return self.residuals[..., 0]
+
+
+class TrackerState(NamedTuple):
+    """What a tracker carries between measurements: `vectors` (k + 1, D), the last top-k Ritz
+    vectors and the bottom one, flat in `ravel_pytree` order (zeros before the first: a cold
+    start); `key`, the next start's noise; `measured`, the measurements taken."""
+
+    vectors: jax.Array | np.ndarray
+    key: jax.Array
+    measured: jax.Array | np.ndarray
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """A tracker's static settings (module docstring; `tracker` checks them)."""
+
+    num_iters: int
+    k: int
+    noise: float
+    in_batches: bool
+
+
+class Tracker(NamedTuple):
+    """`init(params, key) -> state` and `update(state, params, *inputs) -> (Measurement,
+    state)`: pure functions; `update` is one compiled program per loss, settings and shapes."""
+
+    init: Callable[[PyTree, jax.Array], TrackerState]
+    update: Callable[..., tuple[Measurement, TrackerState]]
+
+
+def tracker(
+    loss: Callable[..., jax.Array],
+    num_iters: int = 10,
+    k: int = 1,
+    noise: float = 0.1,
+    in_batches: bool = False,
+) -> Tracker:
+    """A curvature tracker for any training loop: λ_max, λ_min and the top-k Ritz values of the
+    Hessian of `loss` at the parameters, each with its residual, from `num_iters` products.
+
+    Args:
+        loss: loss(params, *inputs) -> scalar; `update` passes it the inputs it is given (a
+            batch, an evaluation set), so a new batch costs no compile.
+        num_iters: Lanczos steps (Hessian-vector products) per measurement, at most D.
+        k: the largest Ritz values reported (and their vectors kept), fewer than num_iters.
+        noise: the next start is the sum of the kept Ritz vectors (unit norm) plus Gaussian
+            noise of about this norm; 0 with a seed: a pure warm start (new directions then
+            enter only through the kept vectors' products).
+        in_batches: the inputs are a dataset in batches (leaves with a leading axis of B,
+            `landscape.batches`): the loss is the mean of loss(params, batch) over them, with
+            memory for one batch.
+
+    Returns:
+        A `Tracker`: `init(params, key)` and `update(state, params, *inputs)`, pure and
+        jittable; called from Python, `update` compiles once per loss and shapes.
+    """
+    if not callable(loss):
+        raise TypeError(f"loss = {loss!r}: must be a function (params, *inputs) -> scalar loss.")
+    _checks.check_int("num_iters", num_iters, 2, "Lanczos steps per measurement")
+    _checks.check_int("k", k, 1, f"top Ritz values, fewer than num_iters = {num_iters}")
+    if k >= num_iters:
+        raise ValueError(f"k = {k}: must be fewer than num_iters = {num_iters} Lanczos steps.")
+    _checks.check_real("noise", noise, low=0, meaning="the start's noise against its unit seed")
+    _checks.check_bool("in_batches", in_batches)
+    settings = Settings(num_iters, k, float(noise), in_batches)
+    return Tracker(
+        functools.partial(init, settings), functools.partial(_update_program, loss, settings)
+    )
+
+
+def init(settings: Settings, params: PyTree, key: jax.Array) -> TrackerState:
+    """The state before the first measurement: no kept vectors (numpy zeros: nothing compiles
+    when called from Python), the key and no measurement taken."""
+    dim, dtype = flat_shape(params, settings.num_iters)
+    if not isinstance(key, jax.Array) or not jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
+        raise TypeError(f"key = {key!r}: must be a jax.random.key(seed).")
+    return TrackerState(np.zeros((settings.k + 1, dim), dtype), key, np.int32(0))
+
+
+def flat_shape(params: PyTree, num_iters: int) -> tuple[int, np.dtype]:
+    """(D, dtype) of the flat parameters; one sentence for parameters the tracker cannot take."""
+    leaves = jax.tree.leaves(params)
+    dtypes = {np.dtype(jnp.result_type(leaf)) for leaf in leaves}
+    if not leaves or len(dtypes) != 1 or not jnp.issubdtype(next(iter(dtypes)), jnp.floating):
+        raise TypeError(
+            f"params have dtypes {sorted(d.name for d in dtypes)}: the tracker needs "
+            "floating-point parameters of one dtype (cast them first)."
+        )
+    dtype = dtypes.pop()
+    _checks.refuse_half_precision("tracker", dtype)
+    dim = sum(math.prod(np.shape(leaf)) for leaf in leaves)
+    if num_iters > dim:
+        raise ValueError(f"num_iters = {num_iters} exceeds D = {dim}, the number of parameters.")
+    return dim, dtype
+
+
+Operator = tuple[jax.Array, jax.Array, Callable[[jax.Array], jax.Array]]
+
+
+def operator(
+    loss: Callable[..., jax.Array], flat: jax.Array, unravel: Callable, inputs: tuple, batched: bool
+) -> Operator:
+    """(L, ∇L, v -> H v) at the flat parameters: the gradient linearised once, or with `batched`
+    the mean over the leading axis of inputs[0] accumulated batch by batch."""
+    if not batched:
+        return linalg.linearized_gradient(lambda x: loss(unravel(x), *inputs), flat)
+    (batches,) = inputs
+    value, grad, matvec, _ = linalg.batched_gradient(
+        lambda x, batch: loss(unravel(x), batch), flat, batches
+    )
+    return value, grad, matvec
+
+
+class Ritz(NamedTuple):
+    """A Lanczos run's Rayleigh-Ritz: `values` (m,) ascending, their Gauss weights (the squared
+    first components, summing to 1), residual estimates |β_m s_last| and the Ritz vectors
+    (rows, D) of the `kept` indices."""
+
+    values: jax.Array
+    weights: jax.Array
+    residuals: jax.Array
+    vectors: jax.Array
+
+
+def ritz(
+    matvec: Callable[[jax.Array], jax.Array],
+    start: jax.Array,
+    num_iters: int,
+    key: jax.Array,
+    kept: tuple[int, ...] = (),
+) -> Ritz:
+    """Lanczos from `start` (`linalg.lanczos_basis`), then the Ritz pairs of its tridiagonal T;
+    the vectors of the `kept` indices of the ascending values (negative: from the top)."""
+    basis, alphas, betas = linalg.lanczos_basis(matvec, start, num_iters, key)
+    matrix = jnp.diag(alphas) + jnp.diag(betas[:-1], 1) + jnp.diag(betas[:-1], -1)
+    values, coefficients = jnp.linalg.eigh(matrix)
+    residuals = jnp.abs(betas[-1] * coefficients[-1])
+    chosen = coefficients[:, np.asarray(kept, int)].T  # (rows, m)
+    vectors = jnp.matmul(chosen, basis, precision=jax.lax.Precision.HIGHEST)
+    return Ritz(values, coefficients[0] ** 2, residuals, vectors)
+
+
+def warm_start(vectors: jax.Array, key: jax.Array, noise: float) -> jax.Array:
+    """The kept Ritz vectors' sum at unit norm plus N(0, noise² I / D) (their sum is zero before
+    the first measurement: a random start)."""
+    seed = jnp.sum(vectors, axis=0)
+    norm = jnp.linalg.norm(seed)
+    seed = seed / jnp.where(norm > 0, norm, 1)
+    dim = vectors.shape[1]
+    scale = jnp.where(norm > 0, noise, 1.0) / math.sqrt(dim)
+    return seed + scale.astype(seed.dtype) * jax.random.normal(key, (dim,), seed.dtype)
+
+
+def update(
+    loss: Callable[..., jax.Array],
+    settings: Settings,
+    state: TrackerState,
+    params: PyTree,
+    *inputs: PyTree,
+) -> tuple[Measurement, TrackerState]:
+    """One measurement at `params` (module docstring) and the state for the next."""
+    flat_shape(params, settings.num_iters)
+    flat, unravel = ravel_pytree(params)
+    value, grad, matvec = operator(loss, flat, unravel, inputs, settings.in_batches)
+    key, start_key, restart_key = jax.random.split(state.key, 3)
+    start = warm_start(jnp.asarray(state.vectors, flat.dtype), start_key, settings.noise)
+    k, m = settings.k, settings.num_iters
+    kept = tuple(range(m - 1, m - 1 - k, -1)) + (0,)  # the top k, descending, then the bottom
+    found = ritz(matvec, start, m, restart_key, kept)
+    top = found.values[np.asarray(kept[:-1])]
+    measurement = Measurement(
+        top[0], found.values[0], top, found.residuals[np.asarray(kept[:-1])],
+        found.residuals[0], value, jnp.linalg.norm(grad),
+    )  # fmt: skip
+    return measurement, TrackerState(found.vectors, key, state.measured + 1)
+
+
+_update_program = jax.jit(update, static_argnames=("loss", "settings"))
