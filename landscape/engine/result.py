@@ -4,7 +4,6 @@ one run as a `Point` for the probes."""
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -232,7 +231,7 @@ class RunResult:
             point = point_lib.Point(params, name=name, objective=objective, inputs=inputs)
         elif _checks.takes(loss, 1) is False and _checks.takes(loss, 2):  # a Track's loss
             hp = {k: jnp.asarray(v[index]) for k, v in self.hparams.items()}
-            point = point_lib.Point(params, functools.partial(_with_hparams, loss, hp), name=name)
+            point = point_lib.Point(params, name=name, objective=loss, inputs=hp)
         else:
             point = point_lib.Point(params, loss, name=name)
         _check_reads(point, index)
@@ -253,10 +252,6 @@ def _check_reads(point: point_lib.Point, index: int) -> None:
             f"{type(error).__name__}: {str(error)[:120]}; give the loss of the model this run "
             "trained."
         ) from None
-
-
-def _with_hparams(loss: Callable[..., jax.Array], hp: dict[str, jax.Array], params: Params) -> Any:
-    return loss(params, hp)
 
 
 def _check_loss(loss: object) -> None:

@@ -225,27 +225,27 @@ def _passes(caller: str, progress: Any, total: int) -> Callable[[], None]:
 
 @functools.partial(jax.jit, static_argnames=("num_iters",), donate_argnames=("state",))
 def _lanczos_advance(
-    state: linalg.LanczosState, product: jax.Array, i: jax.Array, key: jax.Array, num_iters: int
+    state: linalg.LanczosState,
+    product: jax.Array,
+    i: jax.Array,
+    key: jax.Array,
+    params: PyTree,
+    num_iters: int,
 ) -> tuple[linalg.LanczosState, jax.Array]:
-    """Step i - 1 of Lanczos given its product, or for i = 0 the start (`product`, drawn by
-    `_start`); and the row to multiply next."""
-    restart_key = jax.random.split(key)[1]
+    """Step i - 1 of Lanczos given its product, or for i = 0 the start drawn as
+    `lanczos_spectrum` draws it (leaf by leaf, `layout.draw`); and the row to multiply next."""
+    start_key, restart_key = jax.random.split(key)
     basis = state[0]
 
     def first() -> linalg.LanczosState:
-        return basis.at[0].set(product / jnp.linalg.norm(product)), state[1], state[2]
+        start = layout_lib.draw(jax.random.normal, start_key, params, None)
+        return basis.at[0].set(start / jnp.linalg.norm(start)), state[1], state[2]
 
     def step() -> linalg.LanczosState:
         return linalg.lanczos_step(state, i - 1, product, restart_key)
 
     state = jax.lax.cond(i == 0, first, step)
     return state, state[0][jnp.minimum(i, num_iters - 1)]
-
-
-@jax.jit
-def _start(key: jax.Array, params: PyTree) -> jax.Array:
-    """Lanczos's start as `lanczos_spectrum` draws it (leaf by leaf, `layout.draw`)."""
-    return layout_lib.draw(jax.random.normal, jax.random.split(key)[0], params, None)
 
 
 def tridiagonal(
@@ -255,9 +255,9 @@ def tridiagonal(
     dim, dtype = point.num_params, _dtype(point.params)
     zeros = np.zeros(num_iters, dtype)
     state = jax.device_put((np.zeros((num_iters, dim), dtype), zeros, zeros))
-    product, done = _start(key, point.params), _passes("lanczos_spectrum", progress, num_iters)
+    product, done = np.zeros(dim, dtype), _passes("lanczos_spectrum", progress, num_iters)
     for i in range(num_iters + 1):
-        state, row = _lanczos_advance(state, product, np.int32(i), key, num_iters)
+        state, row = _lanczos_advance(state, product, np.int32(i), key, point.params, num_iters)
         if i < num_iters:
             rows = np.asarray(row)[None]
             loss, grad, products = point.batches.sums(_per_batch(objective), point.params, rows)

@@ -42,9 +42,8 @@ def test_tracked_curvature_is_the_dense_hessian_of_the_evaluation_batch(tracked_
     result = records.load(workdir)
     np.testing.assert_array_equal(result.tracked_steps, [0, 20, 40])
     loss = experiment.tracking_loss(cfg)
-    hp = {k: jnp.asarray(v[0]) for k, v in result.hparams.items()}
     for j, step in enumerate(result.tracked_steps):
-        H = landscape.hessian_at(result.point(0, lambda p: loss(p, hp), step=int(step)))
+        H = landscape.hessian_at(result.point(0, loss, step=int(step)))
         eigenvalues = np.linalg.eigvalsh(np.asarray(H.matrix))
         low, high = result.metrics["lambda_min"][0, j], result.metrics["lambda_max"][0, j]
         assert eigenvalues[0] - 1e-12 <= low < 0 < high <= eigenvalues[-1] + 1e-12
