@@ -123,13 +123,16 @@ def advance(
 def _restarted(vectors: jax.Array, k: int, plan: Plan, key: jax.Array, layout: Layout) -> jax.Array:
     """The basis rows rotated in place to qᵀ basis (the locked rows kept); for a fresh phase the
     first basis row (q's seed) plus N(0, I/D), orthogonal to the locked rows and of unit norm
-    (the first call's start: the noise alone)."""
+    (the first call's start: the noise alone). Each phase draws its own noise (numbered by the
+    products before it): the seed lies in the earlier phases' Krylov space, and a further copy
+    of a locked eigenvalue lies outside it."""
     total, dim = vectors.shape
     keep = (total - k - 1) // 2 + 1  # a thick restart keeps at most half the basis and its next
     vectors = layout.rotate(vectors, plan.q, first=k, keep=keep, active=plan.rotate)
+    noise_key = jax.random.fold_in(jax.random.split(key)[1], plan.products)
 
     def start(seed: jax.Array) -> jax.Array:
-        noise = layout.clean(layout.place(jax.random.normal(key, (dim,), vectors.dtype)))
+        noise = layout.clean(layout.place(jax.random.normal(noise_key, (dim,), vectors.dtype)))
         raw = seed + noise / float(np.sqrt(dim))
         return _unit_remainder(vectors, raw, jnp.arange(total) < k)
 
