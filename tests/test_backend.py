@@ -175,6 +175,7 @@ def test_memory_stats_of_an_accelerator(monkeypatch):
         assert backend.free_bytes() == 3e9
 
 
+@pytest.mark.slow
 def test_both_tunings_train_the_same_small_grid():
     """Markov, 2 (p, q) x 2 seeds at N = 64, batch 64 (groups of 2, slice-chain reductions and
     the sequential sampler on the CPU; one vmap, jnp reductions and the scan sampler plain): the

@@ -385,6 +385,7 @@ def test_a_record_reruns_exactly(tmp_path, capsys, monkeypatch):
     assert set(config["provenance"]) >= {"packages", "git", "backend", "device_count"}
 
 
+@pytest.mark.slow
 def test_formulations_flag_traces_the_plain_attention(tmp_path, capsys, monkeypatch):
     """--formulations=plain: the GPT-2 Markov model traces the dense masked softmax instead of the
     CPU's tiled attention (N = 128 in tiles of 64); the same losses up to float rounding; the

@@ -300,6 +300,7 @@ def six_runs(tmp_path_factory):
     return six, workdir
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("before, after, rows", [(2, 4, (6, 8)), (4, 2, (8, 6))])
 def test_a_resume_on_another_device_count_regroups_the_runs(
     six_runs, tmp_path, before, after, rows

@@ -166,6 +166,7 @@ def _gpt_point(seq_len, num_sequences):
     return markov_points.population_point(model, params, inputs, "gpt, random", {})
 
 
+@pytest.mark.slow
 def test_ggn_goes_through_hand_written_backward_passes_at_n_128():
     """At N = 128 the CPU attention is tiled with a hand-written backward pass (a custom_vjp,
     which has no forward mode), and the GPT-2 family's LayerNorm has one too: G equals Jᵀ H_z J
@@ -179,6 +180,7 @@ def test_ggn_goes_through_hand_written_backward_passes_at_n_128():
     np.testing.assert_allclose(result.ggn, reference, rtol=0, atol=1e-10)
 
 
+@pytest.mark.slow
 def test_ggn_at_theta_pi_at_n_128():
     """θ_π at the papers' N = 128 (tiled attention): every logit equals b, so G_bb = π0 π1 and
     the e rows of G vanish (notes/landscape_geometry.md §7)."""

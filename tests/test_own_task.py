@@ -254,6 +254,7 @@ def test_a_failing_problem_leaves_its_workdir_failed_not_running(tmp_path):
         )
 
 
+@pytest.mark.slow
 def test_the_tutorial_runs_at_tiny_size(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("LANDSCAPE_TUTORIAL_TINY", "1")
     monkeypatch.setenv("LANDSCAPE_TUTORIAL_WORKDIR", str(tmp_path / "own"))

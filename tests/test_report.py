@@ -64,6 +64,7 @@ def quick_recall_report(tmp_path_factory):
     return _quick(tmp_path_factory, "recall")
 
 
+@pytest.mark.slow
 def test_quick_report_of_one_paper_runs_its_configs_and_writes_the_pages(quick_recall_report):
     """The default suite's report end to end, on the paper whose quick configs are cheapest
     (--only=recall); the slow test below runs every paper."""

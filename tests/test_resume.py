@@ -33,6 +33,7 @@ class Crash(Exception):
     pass
 
 
+@pytest.mark.slow
 def test_crash_between_rows_and_checkpoint_resumes_bit_identical(tmp_path):
     """Two programs (K = 2 and K = 6); the run dies in the second one after streaming a chunk's
     rows but before checkpointing it (as a kill would): resume skips the finished program, cuts
@@ -96,6 +97,7 @@ def _cli(*args, **kwargs):
     )
 
 
+@pytest.mark.slow
 def test_ctrl_c_then_resume_through_the_cli(tmp_path):
     """Its two runs sharded over two host devices, so resuming restores a sharded state."""
     args = [

@@ -108,6 +108,7 @@ def _moved_theta_pi(tied, radius, blocks=None):
     return point, point.with_params(unravel(flat + delta)), delta
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tied", [True, False])
 def test_theta_pi_moved_slightly_is_near_stationary(tied):
     """Moved by 1e-2, theta_pi's zero modes split into eigenvalues of either sign (up to ~2e-4);

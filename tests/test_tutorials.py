@@ -133,6 +133,7 @@ def test_sweep_records_one_row_per_run_and_step_as_the_cli(tmp_path, monkeypatch
     pd.testing.assert_frame_equal(from_cli, rows)
 
 
+@pytest.mark.slow
 def test_probing_training_reads_its_run_back_and_checks_its_escape_directions(
     tmp_path, monkeypatch
 ):

@@ -7,6 +7,7 @@ docs/guide/precision.md.
 
 import jax
 import numpy as np
+import pytest
 
 from configs import markov, ngrams, recall, syn_small
 from landscape.engine import step as step_lib
@@ -42,6 +43,7 @@ def _assert_same(on, off):
         assert np.asarray(on[name]).dtype == np.asarray(off[name]).dtype, name
 
 
+@pytest.mark.slow
 def test_markov_fig1_same_batch_and_losses():
     def run():
         cfg = markov.get_config("fig1")
@@ -55,6 +57,7 @@ def test_markov_fig1_same_batch_and_losses():
     _assert_same(*_with_x64_on_and_off(run))
 
 
+@pytest.mark.slow
 def test_ngrams_fig3_same_batch_and_losses():
     def run():
         cfg = ngrams.get_config("fig3")

@@ -29,6 +29,7 @@ def atlas_run(tmp_path_factory):
     return experiment.run(_tiny(), records.Workdir(path), progress=None), path
 
 
+@pytest.mark.slow
 def test_atlas_end_to_end_reproduces_thms_2_and_3(atlas_run):
     summary, tmp_path = atlas_run
     claims = summary["claims"] + summary["sanity_checks"]
@@ -51,6 +52,7 @@ def test_atlas_end_to_end_reproduces_thms_2_and_3(atlas_run):
     assert {"atlas.png", "density.png", "density_trained.png"} <= figures
 
 
+@pytest.mark.slow
 def test_trained_points_show_the_trap(atlas_run):
     """(p, q) = (0.6, 0.8), d = 2, N = 4, 3000 steps: tied runs stop at the unigram loss, untied
     ones reach the bigram (Thm 2; notes/markov.md §11.4)."""

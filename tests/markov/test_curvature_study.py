@@ -33,6 +33,7 @@ def tiny_run(tmp_path_factory):
     return experiment.run(_tiny(), records.Workdir(path), progress=None), path
 
 
+@pytest.mark.slow
 def test_the_study_writes_its_records_claims_and_findings(tiny_run):
     summary, path = tiny_run
     claims = {c["claim"] for c in summary["claims"]}
@@ -64,6 +65,7 @@ def _cells(line):
     return [c.strip().strip("$") for c in line.strip().strip("|").split("|")]
 
 
+@pytest.mark.slow
 def test_the_page_tables_are_the_records_numbers(tiny_run):
     """experiments.pages from the tiny run's records: each row of the page's tables, read back
     from the Markdown, is a seed of curvature_seeds.csv to the digits the table prints."""

@@ -21,6 +21,7 @@ def run(cfg, tmp_path):
     return summary, [c for c in summary["claims"] if c["verdict"] != "reproduced"]
 
 
+@pytest.mark.slow
 def test_fig3_theory_model_tied_trap_and_untied_bigram(tmp_path):
     cfg = markov.get_config("fig3")
     cfg.num_seeds = 1  # both (p, q) points, tied and untied: Fig. 3's four claims
@@ -45,6 +46,7 @@ def test_fig5_multistate_threshold(tmp_path):
     assert not failed and summary["total"] == 4, failed
 
 
+@pytest.mark.slow
 def test_landscape_experiment(tmp_path):
     cfg = markov.get_config("landscape")
     cfg.landscape.points = [[0.5, 0.8]]

@@ -53,6 +53,7 @@ def test_C5_random_positions_give_eq12():
     assert np.linalg.eigvalsh(expected).min() > 0 and H.kind() is Curvature.MINIMUM
 
 
+@pytest.mark.slow
 def test_C6_C7_p_plus_q_below_one():
     """(0.2, 0.3), p_n = 0: d eigenvalues 2 pi0 pi1 (p+q-1) = -0.24, a saddle. (0.3, 0.6): a local
     minimum iff lambda_min(Cov p_n) > 2(1-p-q) = 0.2 (Schur criterion)."""
@@ -140,6 +141,7 @@ def test_C16_multistate_unigram_point():
     assert np.sum(np.isclose(eig, -0.025, atol=1e-10)) == 8 and H.kind() is Curvature.SADDLE
 
 
+@pytest.mark.slow
 def test_paper_size_alpha_block_by_monte_carlo(tests_before):
     """d = 4, N = 1024: no enumeration; the alpha block from a Monte-Carlo population loss (soft
     targets) by restricting the Hessian to (b, e), against pi0 pi1 diag(1, 2(p+q-1))."""

@@ -159,6 +159,7 @@ def tiny_trap_config():
     return cfg
 
 
+@pytest.mark.slow
 def test_trap_study_end_to_end(tmp_path):
     """Claims with counts and intervals per (depth, precision), the depth contrast, the escape
     steps and the plateau probe; the per-run table and both figures."""

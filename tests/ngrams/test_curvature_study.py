@@ -166,6 +166,7 @@ def tiny_config():
     return cfg
 
 
+@pytest.mark.slow
 def test_the_study_end_to_end_at_a_tiny_size(tmp_path):
     """Its tables, text, figure and claims exist and hold finite numbers."""
     summary = experiment.run(tiny_config(), records.Workdir(tmp_path), progress=None)

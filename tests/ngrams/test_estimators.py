@@ -185,6 +185,7 @@ def _mc_sample(num_states, order_n, seq_len, alpha, seed):
     return task.sample_sequences(sequence_key, P_BCS, num_states, order_n, seq_len)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "num_states, alpha, refs",
     [

@@ -12,6 +12,7 @@ from landscape.ngrams import claims, experiment
 from tests.arrays import load_npz
 
 
+@pytest.mark.slow
 def test_smoke_fig3_first_transition(tmp_path):
     """Notes §7: 1536 steps, one seed, 2048 test sequences -> loss < 1.63, some head with >= 0.4
     attention on -1, no head > 0.3 on -2 (the first transition only)."""
@@ -90,6 +91,7 @@ def test_stationarity_config_rejects_k_above_n():
         experiment.validate(cfg)
 
 
+@pytest.mark.slow
 def test_both_measures_end_to_end_and_a_broken_claim_keeps_the_records(tmp_path, monkeypatch):
     """metrics_at = "both": arrays hold the EMA snapshots under the plain names and the current
     ones prefixed; the spike claim is checked at both measures and compared; a claim set that

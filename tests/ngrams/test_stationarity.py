@@ -54,6 +54,7 @@ C7_NOTES = {
 }
 
 
+@pytest.mark.slow
 def test_C7_gradient_norm_pattern():
     """The notes' C7 pattern at T = 32, 128.
 
@@ -213,6 +214,7 @@ def _best(rows, k):
     return line, losses, int(np.argmin(losses))
 
 
+@pytest.mark.slow
 def test_C8_loss_is_u_shaped_in_c(tmp_path):
     """S = 5, n = 3, T = 32, alpha = 0.5, 8192 sequences (MC error about 0.005).
 

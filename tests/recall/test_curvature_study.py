@@ -98,6 +98,7 @@ def study(tmp_path_factory):
     return experiment.run(cfg, records.Workdir(path), progress=None), path
 
 
+@pytest.mark.slow
 def test_the_study_reproduces_the_index_sequence(study):
     """Gradient flow: index 4, 3, 2 on the plateaus, none resolved after the last jump; the
     negative eigenvalues and the first plateau's length as §4.10 says; the probes agree with
@@ -115,6 +116,7 @@ def test_the_study_reproduces_the_index_sequence(study):
         assert (path / name).stat().st_size > 0
 
 
+@pytest.mark.slow
 def test_the_page_table_is_the_records_numbers(study):
     """experiments.pages from the study's records: each row of the page's table, read back from
     the Markdown, is the gradient flow's row of recall_plateaus.csv to the digits it prints."""

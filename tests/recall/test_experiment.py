@@ -101,6 +101,7 @@ def test_bad_sweeps_and_model_choices():
         experiment.validate(cfg)
 
 
+@pytest.mark.slow
 def test_cli(tmp_path):
     cli = [sys.executable, "-m", "experiments.recall", "--config=configs/recall.py:later_jumps"]
     ok = subprocess.run(cli + [f"--workdir={tmp_path}"], cwd=ROOT, capture_output=True, text=True)

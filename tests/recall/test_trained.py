@@ -11,6 +11,7 @@ from landscape.recall import experiment, flow
 from landscape.recall import model as model_lib
 
 
+@pytest.mark.slow
 def test_tracked_population_curvature_and_the_trained_point(tmp_path):
     cfg = recall.get_config("fig1")
     cfg.num_seeds, cfg.claims = 2, "none"

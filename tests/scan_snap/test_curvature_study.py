@@ -90,6 +90,7 @@ def study(tmp_path_factory):
     return cfg, summary, path
 
 
+@pytest.mark.slow
 def test_the_study_tracks_probes_and_writes_its_tables(study):
     """The entropy falls (2.62 -> 1.37 in 120 steps), so scan, snap and frozen are found; the
     CSVs load with pandas, every row's shares sum to 1, the top eigenpairs are certified, and
@@ -120,6 +121,7 @@ def test_the_study_tracks_probes_and_writes_its_tables(study):
     assert "Eigenpairs at run 0" in (path / "curvature.txt").read_text()
 
 
+@pytest.mark.slow
 def test_the_tracked_lambda_max_is_the_direct_eigenvalue_of_the_kept_point(study):
     """At the last kept step, the run's point on the study's loss (records.load, result.point)
     gives eigenpairs' λ_1 and lanczos_spectrum's top Ritz value equal to the tracked one."""
@@ -136,6 +138,7 @@ def test_the_tracked_lambda_max_is_the_direct_eigenvalue_of_the_kept_point(study
     assert ritz == pytest.approx(direct.values[0], rel=1e-4)
 
 
+@pytest.mark.slow
 def test_the_chunks_in_batches_are_the_mean_cross_entropy_over_every_position(tmp_path):
     """The curvature loss as a dataset in batches (one chunk a batch) equals, to float32
     rounding, the one objective over all chunks at once the study used before (a lax.map over

@@ -66,6 +66,7 @@ def test_fig5_adam_steers_attention(tmp_path):
     assert summary["sanity_passed"] == len(summary["sanity_checks"]) == 1  # T2 fails under Adam
 
 
+@pytest.mark.slow
 def test_fig6_structure_on_the_ci_grid(tmp_path):
     """notes §7.3 CI grid: K in {2, 6}, eta_Z in {0.5, 3}, ratio in {1, 2, 10}, 3 seeds."""
     summary, failed = run(syn_medium.get_config("quick"), tmp_path)

@@ -10,6 +10,7 @@ from landscape.engine import records
 from landscape.scan_snap import experiment
 
 
+@pytest.mark.slow
 def test_tracked_population_curvature_and_the_trained_point(tmp_path):
     cfg = syn_small.get_config("fig4_right")
     cfg.data.update(num_common=2, num_distinct_per_next=2)  # M = 10 tokens: D = 200

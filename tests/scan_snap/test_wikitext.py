@@ -59,6 +59,7 @@ def _main(cfg_args, tmp_path, capsys, monkeypatch):
     return status, capsys.readouterr()
 
 
+@pytest.mark.slow
 def test_attention_entropy_falls_and_falls_further_at_a_larger_lr(tmp_path, capsys, monkeypatch):
     """notes §7.3's CI version of Figs. 7 and 10: after 200 SGD steps the layer-0 entropy is below
     its step-0 value, and lower at lr 5 than at lr 1 (measured: 2.621 -> 2.49 at lr 1, 1.30 at
