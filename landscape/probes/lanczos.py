@@ -175,7 +175,7 @@ def _tridiagonal(
     over a mesh the vectors in `layout` (each device its own shards)."""
     op = operator.hessian_operator(objective, params, inputs, layout)
     start_key, restart_key = jax.random.split(key)
-    start = layout_lib.draw(jax.random.normal, start_key, params, layout)  # alike in any layout
+    start = layout_lib.draw("normal", start_key, params, layout)  # alike in any layout
     if layout is None:
         gradient = jax.flatten_util.ravel_pytree(params)[1](op.gradient)
         alphas, betas = lanczos_from(op.matvec, start, num_iters, restart_key)

@@ -18,6 +18,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.extend.random import threefry2x32_p
 from jax.flatten_util import ravel_pytree
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
@@ -245,21 +246,60 @@ def spread(params: PyTree) -> Layout | None:
     return None if found.mesh is None else found
 
 
-def draw(sample: Any, key: jax.Array, params: PyTree, layout: Layout | None) -> jax.Array:
-    """A random flat vector: `sample(key_j, shape_j, dtype)` for each leaf j of `params` (key_j
-    = fold_in(key, j)), flat in `layout` (None: `ravel_pytree`'s order). Drawn in the leaves'
-    shapes, it is the same vector in every layout; over a mesh each leaf is drawn sharded as its
-    parameter, each device its own shards."""
-    leaves, treedef = jax.tree.flatten(params)
+def draw(kind: str, key: jax.Array, params: PyTree, layout: Layout | None) -> jax.Array:
+    """A random flat vector (padded,) of Rademacher signs or N(0, 1) entries (`kind`): entry e
+    of `ravel_pytree`'s order hashed from (key, e), so the same vector in every layout. On one
+    device it is jax.random's draw of shape (D,): one Threefry hash, one fusion (a hash a leaf
+    compiled for 0.5-4 s each on the CPU); over a mesh each device hashes its own shards from
+    their positions (`_hashed`)."""
+    leaves = jax.tree.leaves(params)
     dtype = jnp.result_type(*leaves)
-    drawn = []
+    if layout is None or layout.mesh is None:
+        sample = jax.random.rademacher if kind == "rademacher" else jax.random.normal
+        return sample(key, (sum(math.prod(jnp.shape(x)) for x in leaves),), dtype)
+    offset, drawn = 0, []
     for j, leaf in enumerate(leaves):
-        x = sample(jax.random.fold_in(key, j), jnp.shape(leaf), dtype)
-        if layout is not None and layout.mesh is not None:
-            x = jax.lax.with_sharding_constraint(x, NamedSharding(layout.mesh, layout.specs[j]))
-        drawn.append(x)
-    tree = jax.tree.unflatten(treedef, drawn)
-    return ravel_pytree(tree)[0] if layout is None else layout.to_flat(tree)
+        sharding = NamedSharding(layout.mesh, layout.specs[j])
+        drawn.append(_hashed(kind, key, offset, jnp.shape(leaf), dtype, sharding))
+        offset += math.prod(jnp.shape(leaf))
+    return layout.to_flat(jax.tree.unflatten(jax.tree.structure(params), drawn))
+
+
+def _hashed(
+    kind: str, key: jax.Array, offset: int, shape: tuple[int, ...], dtype: Any, sharding: Any
+) -> jax.Array:
+    """Entries offset + 0, 1, ... (row-major in `shape`) of jax.random's (D,) draw from `key`,
+    bit for bit (its partitionable Threefry counters and its bits-to-float rules), computed
+    sharded as `sharding`: each device hashes the positions it holds."""
+    index = jax.lax.with_sharding_constraint(_row_major_index(shape), sharding)
+    low = index + np.uint32(offset % 2**32)  # the position's two 32-bit words, carried
+    high = jnp.full(shape, np.uint32(offset // 2**32)) + (low < index).astype(jnp.uint32)
+    words = jax.random.key_data(key)
+    bits1, bits2 = threefry2x32_p.bind(
+        jnp.broadcast_to(words[0], shape), jnp.broadcast_to(words[1], shape), high, low
+    )
+    if kind == "rademacher":  # jax: uniform < 1/2 in the default float's width
+        sign = bits1 if jax.config.read("jax_enable_x64") else bits1 ^ bits2
+        return jnp.where(sign >> 31 == 0, 1, -1).astype(dtype)
+    bits, width = (bits1 ^ bits2, jnp.uint32) if np.dtype(dtype).itemsize == 4 else (None, None)
+    if bits is None:
+        bits, width = (bits1.astype(jnp.uint64) << 32) | bits2.astype(jnp.uint64), jnp.uint64
+    finfo = jnp.finfo(dtype)
+    one = np.array(1.0, dtype).view(width)
+    unit = jax.lax.bitcast_convert_type((bits >> (finfo.bits - finfo.nmant)) | one, dtype) - 1
+    low_end = np.nextafter(np.array(-1.0, dtype), np.array(0.0, dtype))
+    uniform = jnp.maximum(low_end, unit * (1 - low_end) + low_end)
+    return np.sqrt(2).astype(dtype) * jax.lax.erf_inv(uniform)
+
+
+def _row_major_index(shape: tuple[int, ...]) -> jax.Array:
+    """Each entry's row-major position in `shape` (uint32)."""
+    index = jnp.zeros(shape, jnp.uint32)
+    stride = 1
+    for axis in reversed(range(len(shape))):
+        index += jax.lax.broadcasted_iota(jnp.uint32, shape, axis) * np.uint32(stride)
+        stride *= shape[axis]
+    return index
 
 
 def qr_rows(rows: jax.Array) -> jax.Array:

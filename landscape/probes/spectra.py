@@ -50,12 +50,10 @@ Names = list[tuple[str, slice, tuple[int, ...]]]
 def _probe(
     key: jax.Array, index: jax.Array, kind: str, params: PyTree, layout: Layout | None
 ) -> jax.Array:
-    """Probe `index` (D,): Rademacher signs, or a Gaussian vector scaled to norm sqrt(D), drawn
-    leaf by leaf in the parameters' shapes, so that every layout of the flat vector holds the
-    same probe (over a mesh each device draws its own shards, `layout.draw`)."""
+    """Probe `index` (D,): Rademacher signs, or a Gaussian vector scaled to norm sqrt(D), the
+    same vector in every layout (`layout.draw`; over a mesh each device draws its own shards)."""
     key = jax.random.fold_in(key, index)
-    draw = jax.random.rademacher if kind == "rademacher" else jax.random.normal
-    drawn = layout_lib.draw(draw, key, params, layout)
+    drawn = layout_lib.draw("rademacher" if kind == "rademacher" else "normal", key, params, layout)
     if kind == "rademacher":
         return drawn
     dim = sum(leaf.size for leaf in jax.tree.leaves(params))

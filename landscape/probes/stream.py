@@ -233,12 +233,12 @@ def _lanczos_advance(
     num_iters: int,
 ) -> tuple[linalg.LanczosState, jax.Array]:
     """Step i - 1 of Lanczos given its product, or for i = 0 the start drawn as
-    `lanczos_spectrum` draws it (leaf by leaf, `layout.draw`); and the row to multiply next."""
+    `lanczos_spectrum` draws it (`layout.draw`); and the row to multiply next."""
     start_key, restart_key = jax.random.split(key)
     basis = state[0]
 
     def first() -> linalg.LanczosState:
-        start = layout_lib.draw(jax.random.normal, start_key, params, None)
+        start = layout_lib.draw("normal", start_key, params, None)
         return basis.at[0].set(start / jnp.linalg.norm(start)), state[1], state[2]
 
     def step() -> linalg.LanczosState:
@@ -274,16 +274,15 @@ BLOCK = 16  # products of one pass at most (trace)
 def _probe_rows(
     key: jax.Array, stage: jax.Array, first: jax.Array, params: PyTree, size: int
 ) -> jax.Array:
-    """Rademacher probes first, ..., first + size - 1 as `trace` draws them (leaf by leaf,
-    `layout.draw`): from the key (stage 0, Hutchinson), or from its split's first (1, Hutch++'s
+    """Rademacher probes first, ..., first + size - 1 as `trace` draws them
+    (`layout.draw`): from the key (stage 0, Hutchinson), or from its split's first (1, Hutch++'s
     sketch) or second (2)."""
     keys = jnp.stack([jax.random.key_data(k) for k in (key, *jax.random.split(key))])
     chosen = jax.random.wrap_key_data(keys[stage], impl=jax.random.key_impl(key))
     indices = first + jnp.arange(size)
-    sign = jax.random.rademacher
-    return jax.vmap(lambda i: layout_lib.draw(sign, jax.random.fold_in(chosen, i), params, None))(
-        indices
-    )
+    return jax.vmap(
+        lambda i: layout_lib.draw("rademacher", jax.random.fold_in(chosen, i), params, None)
+    )(indices)
 
 
 def _products(point: Any, objective: Any, vectors: np.ndarray, done: Callable) -> np.ndarray:
