@@ -150,6 +150,18 @@ def linearized_gradient(
     return value, grad, lambda v: linear(v)[1]
 
 
+ROWS_MAPPED_FROM = 10_000  # on the CPU, products of vectors this long are made one at a time
+
+
+def each_row(linear: LinearMap, dim: int) -> LinearMap:
+    """V (K, dim) -> the rows' products: vmapped, or on the CPU from `ROWS_MAPPED_FROM` a loop
+    inside the program (`lax.map`), where a vmapped block's products were 1.3-2x slower each
+    (D = 1e5-1e6) and none faster from D = 1e3 (docs/design/cpu_formulations.md)."""
+    if jax.default_backend() == "cpu" and dim >= ROWS_MAPPED_FROM:
+        return lambda vectors: jax.lax.map(linear, vectors)
+    return jax.vmap(linear)
+
+
 def batched_gradient(
     loss: Callable[[jax.Array, Any], jax.Array], flat: jax.Array, batches: Any
 ) -> tuple[
@@ -182,7 +194,7 @@ def batched_gradient(
 
     def rows(vectors: jax.Array) -> jax.Array:
         def block(batch: Any) -> jax.Array:
-            return jax.vmap(jax.linearize(grad_on(batch), flat)[1])(vectors)
+            return each_row(jax.linearize(grad_on(batch), flat)[1], flat.size)(vectors)
 
         return mean_of(block, jnp.zeros_like(vectors))
 

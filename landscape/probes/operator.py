@@ -56,7 +56,7 @@ def hessian_operator(
     value, gradient, linear = linalg.linearized_gradient(
         lambda x: objective(unravel(x), inputs), flat
     )
-    return Operator(flat, value, gradient, linear, jax.vmap(linear))
+    return Operator(flat, value, gradient, linear, linalg.each_row(linear, flat.size))
 
 
 class GaussNewtonSplit:
@@ -98,7 +98,7 @@ def ggn_operator(
         (jv,) = jvp((v,))
         return vjp(output_hvp(jv))[0]
 
-    return Operator(flat, value, vjp(grad_z)[0], matvec, jax.vmap(matvec))
+    return Operator(flat, value, vjp(grad_z)[0], matvec, linalg.each_row(matvec, flat.size))
 
 
 def check_split(points: Sequence[Point], caller: str, carriers: str = "") -> Point:
