@@ -26,3 +26,16 @@ def unravel_numpy(like: PyTree, flat: np.ndarray) -> PyTree:
         parts.append(flat[offset : offset + size].reshape(shape))
         offset += size
     return jax.tree.unflatten(treedef, parts)
+
+
+def host(x: object) -> np.ndarray:
+    """`x` on the host as numpy. A jax.Array over several processes' devices (jax.distributed)
+    comes whole to every process: a replicated one read from a local copy, a sharded one
+    gathered from the others (`process_allgather`)."""
+    if isinstance(x, jax.Array) and not x.is_fully_addressable:
+        if x.is_fully_replicated:
+            return np.asarray(x.addressable_data(0))
+        from jax.experimental import multihost_utils
+
+        return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+    return np.asarray(x)

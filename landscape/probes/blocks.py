@@ -19,6 +19,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from landscape import trees
 from landscape.engine import memory
 from landscape.point import Point
 from landscape.probes import budget
@@ -121,7 +122,7 @@ def run(
     counting the plan's items as `counted` says (SLQ's are probes of many products each)."""
     start, parts = time.perf_counter(), []
     for i in range(plan.blocks):
-        parts.append(tuple(np.asarray(x) for x in block(plan.indices(i))))
+        parts.append(tuple(trees.host(x) for x in block(plan.indices(i))))
         seconds = time.perf_counter() - start
         if progress and seconds > LONG_SECONDS and i + 1 < plan.blocks:
             left = seconds / (i + 1) * (plan.blocks - i - 1)

@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from landscape import trees
 from landscape.point import Point
 from landscape.probes import layout as layout_lib
 from landscape.probes.krylov import CHECK, DONE, EXTEND, FILL, RITZ, Layout, Outcome, Plan, advance
@@ -310,6 +311,9 @@ def search(
         vectors, outcome = advance(
             objective, point.params, inputs, vectors, plan, key, which, spread
         )
+        outcome = outcome._replace(  # the decisions' numbers, alike in every process
+            **{f: trees.host(x) for f, x in outcome._asdict().items() if f != "gradient"}
+        )
         if host.mode == EXTEND:  # the restart is applied: the next one is the host's to ask
             host.fresh, host.q = False, None
         host.receive(outcome, plan)
@@ -338,8 +342,8 @@ def _in_ravel_order(
     they are on one device; over a mesh unflattened on the devices first (`_unflattened`)."""
     if layout is None:
         return np.asarray(vectors)[:k], np.asarray(gradient)
-    trees = _unflattened(vectors, gradient, k, layout)
-    rows = [np.asarray(leaf).reshape(k + 1, -1) for leaf in jax.tree.leaves(trees)]
+    stacked = _unflattened(vectors, gradient, k, layout)
+    rows = [trees.host(leaf).reshape(k + 1, -1) for leaf in jax.tree.leaves(stacked)]
     flat = np.concatenate(rows, axis=1)
     return flat[:k], flat[k]
 

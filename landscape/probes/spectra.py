@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from landscape import _checks
+from landscape import _checks, trees
 from landscape.point import Point, as_points, param_names
 from landscape.probes import blocks, compiled, operator, stream
 from landscape.probes import layout as layout_lib
@@ -459,7 +459,7 @@ def _trace_parts(
         )
 
     state = blocks.carried(schedule, state, step, "trace", progress)
-    return np.asarray(state.exact), np.asarray(state.samples)
+    return trees.host(state.exact), trees.host(state.samples)
 
 
 def _diagonal_estimate(point: Point, samples: np.ndarray) -> DiagonalEstimate:
