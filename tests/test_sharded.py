@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -102,3 +103,72 @@ def test_a_split_models_vectors_lie_sharded_and_nothing_of_size_d_is_gathered(ei
     # the search's and the trace's programs: no gather of a whole flat vector (D), only of a
     # device's block of a weight over the data axis (it is replicated there, its part split)
     assert found["largest_gathered"] < found["D"] // 2
+
+
+_PROCESS = r"""
+import json, sys
+import jax
+jax.config.update("jax_cpu_collectives_implementation", "gloo")
+jax.distributed.initialize(sys.argv[1], num_processes=2, process_id=int(sys.argv[2]))
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+import landscape
+from experiments.bench import peers
+
+one = peers.mlp_point(peers.mlp_arrays(96))
+mesh = Mesh(np.array(jax.devices()).reshape(2, 4), ("data", "model"))
+specs = {"w1": P(None, "model"), "b1": P("model"), "w2": P("model", None), "b2": P(),
+         "w3": P(), "b3": P()}
+params = {k: jax.device_put(np.asarray(v), NamedSharding(mesh, specs[k]))
+          for k, v in one.params.items()}
+replicated = NamedSharding(mesh, P())
+inputs = tuple(jax.device_put(np.asarray(x), replicated) for x in one.inputs)
+split = landscape.Point(params, objective=one.objective, inputs=inputs)
+top = landscape.eigenpairs(split, 3, "largest", dense_below=0, progress=None)
+print(json.dumps(dict(
+    devices=[jax.process_count(), jax.device_count(), jax.local_device_count()],
+    top=top.values.tolist(), converged=top.converged,
+    vector=np.abs(top.flat_vectors[0]).tolist()[:50], grad=top.gradient.vector[:50].tolist(),
+    trace=landscape.trace(split, 12, progress=None).value,
+    nodes=landscape.spectral_density(split, 2, 8, progress=None).nodes.tolist(),
+)))
+"""
+
+
+def test_two_processes_of_four_devices_take_the_same_decisions_and_give_one_devices_numbers(
+    eight_devices,
+):
+    """jax.distributed on this machine (CPU collectives over gloo): the model split over a
+    (2, 4) mesh of both processes' devices; each process takes the search's decisions on the
+    same numbers, so both print the same answer, one device's."""
+    from tests.test_distributed import _free_port
+
+    env = dict(os.environ, PYTHONPATH=ROOT, XLA_FLAGS="--xla_force_host_platform_device_count=4")
+    env.pop("JAX_ENABLE_X64", None)
+    address = f"127.0.0.1:{_free_port()}"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _PROCESS, address, str(i)],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        for i in range(2)
+    ]
+    outs = [p.communicate(timeout=600) for p in procs]
+    for p, (_, err) in zip(procs, outs, strict=True):
+        assert p.returncode == 0, err[-3000:]
+    first, second = (json.loads(out.strip().splitlines()[-1]) for out, _ in outs)
+    assert first == second and first["devices"] == [2, 8, 4] and first["converged"]
+    one = eight_devices["one"]
+    for a, b in zip(one["top"], first["top"], strict=True):
+        assert abs(a - b) <= 1e-4 * abs(a)
+    for a, b in zip(one["vector"], first["vector"], strict=True):
+        assert abs(a - b) <= 1e-3
+    for a, b in zip(one["grad"], first["grad"], strict=True):
+        assert abs(a - b) <= 1e-6 * (1 + abs(a))
+    assert abs(one["trace"] - first["trace"]) <= 1e-5 * abs(one["trace"])
+    nodes = np.asarray(one["nodes"])
+    assert np.max(np.abs(nodes - np.asarray(first["nodes"]))) <= 1e-4 * np.max(np.abs(nodes))
