@@ -38,6 +38,7 @@ for name, point in (("one", one), ("split", split)):
         trace=landscape.trace(point, 12, progress=None).value,
         nodes=landscape.spectral_density(point, 2, 8, progress=None).nodes.tolist(),
         lanczos=landscape.lanczos_spectrum(point, 8, progress=None).ritz_values.tolist(),
+        diagonal=landscape.diagonal(point, 4).values.tolist(),
     )
 back = jax.jit(lay.from_flat)(jax.jit(lay.to_flat)(params))
 out["round_trip"] = max(float(np.abs(np.asarray(back[k]) - np.asarray(params[k])).max())
@@ -87,6 +88,8 @@ def test_the_probes_on_a_split_model_give_one_devices_numbers(eight_devices):
     for a, b in zip(one["grad"], split["grad"], strict=True):
         assert abs(a - b) <= 1e-6 * (1 + abs(a))
     assert abs(one["trace"] - split["trace"]) <= 1e-5 * abs(one["trace"])  # the same probes
+    diagonal = np.asarray(one["diagonal"])  # the same probes, in ravel_pytree's order
+    assert np.max(np.abs(diagonal - split["diagonal"])) <= 1e-5 * np.max(np.abs(diagonal))
     for name in ("nodes", "lanczos"):
         flat = [x for row in one[name] for x in (row if isinstance(row, list) else [row])]
         other = [x for row in split[name] for x in (row if isinstance(row, list) else [row])]
@@ -131,36 +134,42 @@ print(json.dumps(dict(
     vector=np.abs(top.flat_vectors[0]).tolist()[:50], grad=top.gradient.vector[:50].tolist(),
     trace=landscape.trace(split, 12, progress=None).value,
     nodes=landscape.spectral_density(split, 2, 8, progress=None).nodes.tolist(),
+    diagonal=landscape.diagonal(split, 4).values.tolist(),
 )))
 """
 
 
 def test_two_processes_of_four_devices_take_the_same_decisions_and_give_one_devices_numbers(
-    eight_devices,
+    eight_devices, tmp_path
 ):
     """jax.distributed on this machine (CPU collectives over gloo): the model split over a
     (2, 4) mesh of both processes' devices; each process takes the search's decisions on the
     same numbers, so both print the same answer, one device's."""
     from tests.test_distributed import _free_port
 
-    env = dict(os.environ, PYTHONPATH=ROOT, XLA_FLAGS="--xla_force_host_platform_device_count=4")
+    flags = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"
+    env = dict(os.environ, PYTHONPATH=ROOT, XLA_FLAGS=flags)
     env.pop("JAX_ENABLE_X64", None)
+    env.pop("JAX_COMPILATION_CACHE_DIR", None)  # each process compiles its own programs
     address = f"127.0.0.1:{_free_port()}"
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", _PROCESS, address, str(i)],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )  # fmt: skip
-        for i in range(2)
-    ]
-    outs = [p.communicate(timeout=600) for p in procs]
-    for p, (_, err) in zip(procs, outs, strict=True):
-        assert p.returncode == 0, err[-3000:]
-    first, second = (json.loads(out.strip().splitlines()[-1]) for out, _ in outs)
+    logs = [tmp_path / f"process{i}.log" for i in range(2)]  # files: gloo's many lines would
+    with open(logs[0], "w") as out0, open(logs[1], "w") as out1:  # fill a pipe and stall
+        procs = [  # its process inside a collective
+            subprocess.Popen(
+                [sys.executable, "-c", _PROCESS, address, str(i)],
+                cwd=ROOT,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )  # fmt: skip
+            for i, out in enumerate((out0, out1))
+        ]
+        codes = [p.wait(timeout=600) for p in procs]
+    for code, log in zip(codes, logs, strict=True):
+        assert code == 0, log.read_text()[-3000:]
+    outs = [log.read_text() for log in logs]
+    first, second = (json.loads(out.strip().splitlines()[-1]) for out in outs)
     assert first == second and first["devices"] == [2, 8, 4] and first["converged"]
     one = eight_devices["one"]
     for a, b in zip(one["top"], first["top"], strict=True):
@@ -170,5 +179,7 @@ def test_two_processes_of_four_devices_take_the_same_decisions_and_give_one_devi
     for a, b in zip(one["grad"], first["grad"], strict=True):
         assert abs(a - b) <= 1e-6 * (1 + abs(a))
     assert abs(one["trace"] - first["trace"]) <= 1e-5 * abs(one["trace"])
+    diagonal = np.asarray(one["diagonal"])
+    assert np.max(np.abs(diagonal - first["diagonal"])) <= 1e-5 * np.max(np.abs(diagonal))
     nodes = np.asarray(one["nodes"])
     assert np.max(np.abs(nodes - np.asarray(first["nodes"]))) <= 1e-4 * np.max(np.abs(nodes))

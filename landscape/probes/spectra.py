@@ -196,15 +196,22 @@ def _orthonormal_range(state: TraceState, layout: Layout | None = None) -> Trace
 
 
 def _diagonal_one(
-    objective: compiled.Objective, num_probes: int, key: jax.Array, params: PyTree, inputs: PyTree
-) -> jax.Array:
-    op = operator.hessian_operator(objective, params, inputs)
-    indices = jnp.arange(num_probes)
-    probes = _probes(key, indices, "rademacher", params, None)
-    return probes * op.rows(probes)
+    objective: compiled.Objective,
+    num_probes: int,
+    key: jax.Array,
+    layout: Layout | None,
+    params: PyTree,
+    inputs: PyTree,
+) -> PyTree:
+    """Samples v * Hv (P, D); over a mesh as a pytree of the params' leaves stacked (P, ...),
+    each sharded as its parameter (the flat samples lie in `layout`'s order)."""
+    op = operator.hessian_operator(objective, params, inputs, layout)
+    probes = _probes(key, jnp.arange(num_probes), "rademacher", params, layout)
+    samples = probes * op.rows(probes)
+    return samples if layout is None else jax.vmap(layout.from_flat)(samples)
 
 
-@functools.partial(jax.jit, static_argnames=("objective", "num_probes", "batched"))
+@functools.partial(jax.jit, static_argnames=("objective", "num_probes", "batched", "layout"))
 def diagonal_program(
     objective: compiled.Objective,
     params: PyTree,
@@ -212,9 +219,11 @@ def diagonal_program(
     key: jax.Array,
     num_probes: int,
     batched: bool,
-) -> jax.Array:
-    """Samples v * Hv (P, D) of Hutchinson's diagonal estimator, one vmapped program."""
-    body = functools.partial(_diagonal_one, objective, num_probes, key)
+    layout: Layout | None = None,
+) -> PyTree:
+    """Samples v * Hv (P, D) of Hutchinson's diagonal estimator, one vmapped program (over a
+    mesh, `_diagonal_one`'s stacked pytree)."""
+    body = functools.partial(_diagonal_one, objective, num_probes, key, layout)
     return compiled.maybe_batched(body, batched, params, inputs)
 
 
@@ -504,9 +513,12 @@ def diagonal(
     points, listed = as_points(point, "diagonal")
     num_probes = _check_probes(num_probes, 2, "Rademacher probes; two or more for a stderr")
     objective, params, inputs = _arguments(points, listed)
-    samples = np.asarray(
-        diagonal_program(objective, params, inputs, _key(key), num_probes, listed), np.float64
-    )
+    spread = _spread(points[0], listed)
+    found = diagonal_program(objective, params, inputs, _key(key), num_probes, listed, spread)
+    if spread is not None:  # the stacked leaves, raveled row by row in ravel_pytree's order
+        leaves = [trees.host(leaf).reshape(num_probes, -1) for leaf in jax.tree.leaves(found)]
+        found = np.concatenate(leaves, axis=1)
+    samples = trees.host(found).astype(np.float64)
     if not listed:
         return _diagonal_estimate(points[0], samples)
     return [_diagonal_estimate(p, samples[i]) for i, p in enumerate(points)]
