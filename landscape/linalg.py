@@ -157,9 +157,14 @@ def each_row(linear: LinearMap, dim: int) -> LinearMap:
     """V (K, dim) -> the rows' products: vmapped, or on the CPU from `ROWS_MAPPED_FROM` a loop
     inside the program (`lax.map`), where a vmapped block's products were 1.3-2x slower each
     (D = 1e5-1e6) and none faster from D = 1e3 (docs/design/cpu_formulations.md)."""
-    if jax.default_backend() == "cpu" and dim >= ROWS_MAPPED_FROM:
+    if rows_mapped(dim):
         return lambda vectors: jax.lax.map(linear, vectors)
     return jax.vmap(linear)
+
+
+def rows_mapped(dim: int) -> bool:
+    """Whether `each_row` makes products of vectors of length `dim` one at a time."""
+    return jax.default_backend() == "cpu" and dim >= ROWS_MAPPED_FROM
 
 
 def batched_gradient(

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import landscape
+from landscape import linalg
 from landscape.probes import blocks, eigen, krylov, krylov_host, operator, spectra
 
 N, D = 48, 100_000  # examples, parameters: H = X^T X / N has rank N
@@ -101,6 +102,7 @@ def test_batches_refuse_what_does_not_split_evenly():
 
 def test_products_run_in_blocks_by_memory_with_progress(model, monkeypatch):
     one, _, _, _ = model
+    monkeypatch.setattr(linalg, "ROWS_MAPPED_FROM", np.inf)  # vmapped, as on an accelerator
     lines = []
     each = blocks.product_bytes(one)
     monkeypatch.setattr(blocks.memory, "device_free_bytes", lambda: 2 * 7.5 * each)
@@ -110,6 +112,23 @@ def test_products_run_in_blocks_by_memory_with_progress(model, monkeypatch):
     assert lines[0].startswith("trace: 20 products need about")
     assert "3 blocks of 7" in lines[0] and "of 20 products" in lines[1]
     assert apart.value == pytest.approx(together.value, rel=1e-6)  # probes by index, not block
+
+
+def test_products_made_one_at_a_time_take_blocks_that_memory_does_not_limit(model, monkeypatch):
+    # on the CPU (D = 10^5 >= ROWS_MAPPED_FROM) a Hutchinson block holds one product whatever
+    # its size: 60 products in blocks of 25, though memory would hold 7 at once vmapped
+    one, _, _, _ = model
+    lines = []
+    each = blocks.product_bytes(one)
+    monkeypatch.setattr(blocks.memory, "device_free_bytes", lambda: 2 * 7.5 * each)
+    monkeypatch.setattr(blocks, "LONG_SECONDS", 0.0)
+    mapped = landscape.trace(one, 60, method="hutchinson", progress=lines.append)
+    assert [line.split(" |")[0] for line in lines] == [
+        f"trace: {n} of 60 products" for n in (25, 50)
+    ]
+    monkeypatch.setattr(linalg, "ROWS_MAPPED_FROM", np.inf)
+    vmapped = landscape.trace(one, 60, method="hutchinson", progress=None)
+    assert mapped.value == pytest.approx(vmapped.value, rel=1e-5)  # the same probes
 
 
 def test_the_memory_estimate_is_within_2x_of_xla(model):
@@ -122,14 +141,15 @@ def test_the_memory_estimate_is_within_2x_of_xla(model):
     forms = spectra.trace_block.lower(*args, state, np.int32(spectra.REST), indices, False)
     slq = spectra.slq_block.lower(*args, indices, 30, "rademacher", False)
     basis = 30 * D * 4  # an SLQ probe's Lanczos basis
+    held = 1 if linalg.rows_mapped(D) else 8  # Hutchinson's products one at a time (the CPU)
     for program, estimate in (
-        (forms, blocks.product_bytes(one)),
-        (slq, blocks.product_bytes(one, basis)),
+        (forms, held * blocks.product_bytes(one)),
+        (slq, 8 * blocks.product_bytes(one, basis)),
     ):
         analysis = program.compile().memory_analysis()
         if analysis is None:
             pytest.skip("this backend gives no memory analysis")
-        assert 0.5 <= 8 * estimate / analysis.temp_size_in_bytes <= 2.0
+        assert 0.5 <= estimate / analysis.temp_size_in_bytes <= 2.0
 
 
 def _search_bytes(point, k, ncv):

@@ -32,6 +32,10 @@ LARGE_SHARE = 0.1  # a call taking more of the free memory at once says so first
 # 3.7-3.9 s against 3.9 s and SLQ 13.0-14.0 s against 13.6-15.9 s, in 0.65 GB against 0.89 GB and
 # 0.75 GB against 1.3 GB of peak memory (idle, alternated)
 CPU_BLOCK_BYTES = 2.5e8
+# Products made one at a time inside a block (`linalg.each_row` on the CPU) hold one product's
+# memory whatever the block: a Hutchinson trace takes them in blocks of this many, each block
+# one linearisation and a progress line (at D = 10^7 a block of one relinearised per product)
+MAPPED_BLOCK = 25
 Progress = Callable[[str], None] | None
 
 

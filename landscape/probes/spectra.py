@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from landscape import _checks, trees
+from landscape import _checks, linalg, trees
 from landscape.point import Point, as_points, param_names
 from landscape.probes import blocks, compiled, operator, stream
 from landscape.probes import layout as layout_lib
@@ -143,8 +143,9 @@ def trace_block(
         op = operator.hessian_operator(objective, params, inputs, layout)
         rank = state.range_.shape[0]
         kind = ("rademacher", params, layout)
-        if not rank:  # Hutchinson: the probes alone
-            forms = _forms(op, _probes(key, indices, *kind))
+        if not rank:  # Hutchinson: each probe drawn, multiplied and its form taken in turn
+            form = lambda i: jnp.sum((v := _probe(key, i, *kind)) * op.matvec(v))  # noqa: E731
+            forms = linalg.each_row(form, op.flat.size)(indices)
             return state._replace(samples=state.samples.at[indices].set(forms, mode="drop"))
         sketch_key, probe_key = jax.random.split(key)
         first_exact = (stage == EXACT) & (indices[0] == 0)
@@ -447,7 +448,12 @@ def _trace_parts(
     dim, dtype = points[0].num_params, np.dtype(jax.tree.leaves(points[0].params)[0].dtype)
     rank = 0 if method == "hutchinson" else num_probes // 3
     rest = num_probes - 2 * rank
-    plan = blocks.plan(points[0], max(rank, rest), "trace", 0.0, len(points), progress)
+    if not rank and not listed and linalg.rows_mapped(dim):  # a block holds one product
+        blocks.plan(points[0], 1, "trace", 0.0, 1, progress)  # that one fits, or one sentence
+        size = min(num_probes, blocks.MAPPED_BLOCK)
+        plan = blocks.Plan(num_probes, size, -(-num_probes // size))
+    else:
+        plan = blocks.plan(points[0], max(rank, rest), "trace", 0.0, len(points), progress)
     lead = (len(points),) if listed else ()
     spread = _spread(points[0], listed)
     padded = dim if spread is None else spread.padded
