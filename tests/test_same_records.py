@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 COMMAND = [
@@ -61,6 +62,7 @@ def _json(path: pathlib.Path, drop: tuple[str, ...], inner: str = "") -> dict:
     return data
 
 
+@pytest.mark.slow
 def test_the_same_command_gives_the_same_records_bit_for_bit(tmp_path):
     first, second = _run_twice(tmp_path)
     names = sorted(

@@ -139,6 +139,7 @@ print(json.dumps(dict(
 """
 
 
+@pytest.mark.slow
 def test_two_processes_of_four_devices_take_the_same_decisions_and_give_one_devices_numbers(
     eight_devices, tmp_path
 ):

@@ -136,6 +136,7 @@ def test_theta_pi_moved_slightly_is_near_stationary(tied):
     )
 
 
+@pytest.mark.slow
 def test_theta_pi_moved_along_b_and_e_steps_back():
     """Moved along the focus blocks (b, e) alone, where the tied minimum is positive definite,
     the Newton step returns to theta_pi up to the second order of the move."""

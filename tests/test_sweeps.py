@@ -117,7 +117,8 @@ SINGLE_RUN = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("targets", [pytest.param("hard", marks=pytest.mark.slow), "soft"])
+@pytest.mark.slow
+@pytest.mark.parametrize("targets", ["hard", "soft"])
 def test_single_run_splits_its_batch_over_devices(tmp_path, targets):
     """One Markov run (batch 16) on one device vs split over two forced host devices (8
     sequences each, gradients averaged): the same losses and final weights, up to rounding."""

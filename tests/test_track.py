@@ -191,6 +191,7 @@ def test_tracking_and_keeping_change_no_number_of_the_run():
         np.testing.assert_allclose(grouped.metrics[name], value, rtol=1e-12, err_msg=name)
 
 
+@pytest.mark.slow
 def test_stop_and_resume_keeps_parameters_and_curvature_bit_identical(tmp_path):
     reference = run()
     workdir = records.Workdir(tmp_path / "run", checkpoint_seconds=0)

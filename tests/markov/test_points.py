@@ -69,6 +69,7 @@ def test_C6_C7_p_plus_q_below_one():
         assert H.kind() is (Curvature.MINIMUM if expected_negative == 0 else Curvature.SADDLE)
 
 
+@pytest.mark.slow
 def test_C8_C10_untied_saddle_and_escape():
     """Untied (0.5, 0.8): eigenvalues pi0 pi1 and +-pi0 pi1 (p+q-1) = +-0.071006 (d each); the most
     negative direction is (a, e) ~ (v, -v), and L drops by ~ lambda_min t^2 / 2 along it."""

@@ -65,6 +65,7 @@ def test_trained_point_is_on_the_exact_population_of_its_chain(tracked_run):
     assert np.all(np.isfinite(ggn.ggn)) and np.linalg.eigvalsh(ggn.ggn)[0] > -1e-12  # G is PSD
 
 
+@pytest.mark.slow
 def test_tracking_differentiates_through_the_hand_written_backward_passes():
     """At N = 128 the CPU formulation's tiled attention and the GPT-2 blocks' LayerNorm have
     hand-written backward passes (custom_vjp); the tracked curvature, a jvp of the gradient,

@@ -216,6 +216,7 @@ def test_reference_losses(num_states, alpha, refs):
     assert losses[2] < losses[1] - 0.05 and losses[2] < losses[0] - 0.05  # gaps 0.18, 0.09
 
 
+@pytest.mark.slow
 def test_far_end_lag_bigram_is_worse_than_contiguous():
     """The code's n = 3 "bigram" (lag 2) vs lag 1 at S = 5, T = 32, alpha = .5 (§4.1 [code quirk]).
 

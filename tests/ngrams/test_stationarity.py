@@ -104,6 +104,7 @@ def test_C7_gradient_norm_pattern():
         assert random_row["grad_noise"] < 0.1 * random_row["grad_unbiased"]
 
 
+@pytest.mark.slow
 def test_C7_rows_carry_estimator_losses_on_the_same_set():
     """Row losses: the construction at c = 16 is near its c -> inf limit (the padded k-gram MLE),
     and add-alpha smoothing beats both (measured at T = 128, k = 3: 1.188, padded 1.274,

@@ -40,6 +40,7 @@ def tracked_run(tmp_path_factory):
     return cfg, workdir
 
 
+@pytest.mark.slow
 def test_tracked_curvature_is_the_dense_hessian_of_the_evaluation_batch(tracked_run):
     """40 Lanczos steps on D = 308: the tracked extremes are Ritz values, so they lie inside the
     dense Hessian's spectrum (interlacing) and match its extreme eigenvalues to Lanczos
@@ -63,6 +64,7 @@ def test_tracked_curvature_is_the_dense_hessian_of_the_evaluation_batch(tracked_
         np.testing.assert_allclose(result.metrics["track_loss"][0, j], H.gradient.loss)
 
 
+@pytest.mark.slow
 def test_records_hold_the_tracked_metrics_kept_parameters_and_figure(tracked_run):
     _, workdir = tracked_run
     arrays = load_npz(workdir / "arrays.npz")
@@ -78,6 +80,7 @@ def test_records_hold_the_tracked_metrics_kept_parameters_and_figure(tracked_run
     assert (workdir / "figures" / "curvature.png").stat().st_size > 5_000
 
 
+@pytest.mark.slow
 def test_trained_point_is_named_after_its_run_and_step(tracked_run):
     cfg, workdir = tracked_run
     point = landscape.ngrams.trained_point(workdir, run=0, step=32, num_sequences=256)

@@ -5,6 +5,7 @@ import json
 
 import jax
 import numpy as np
+import pytest
 
 from configs import syn_medium
 from landscape.engine import backend, records
@@ -57,6 +58,7 @@ def test_pad_tasks_keeps_each_task():
         assert not full[33:].any() and not full[:, 33:].any()
 
 
+@pytest.mark.slow
 def test_padded_and_unpadded_give_the_same_numbers(tmp_path):
     cfg = _grid()
     cells = experiment.structural_cells(cfg)
