@@ -67,7 +67,8 @@ print(json.dumps(out))
 
 @pytest.fixture(scope="module")
 def eight_devices():
-    env = dict(os.environ, PYTHONPATH=ROOT, XLA_FLAGS="--xla_force_host_platform_device_count=8")
+    flags = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
+    env = dict(os.environ, PYTHONPATH=ROOT, XLA_FLAGS=flags)  # conftest's -O0 kept
     env.pop("JAX_ENABLE_X64", None)
     proc = subprocess.run(
         [sys.executable, "-c", _EIGHT_DEVICES], cwd=ROOT, env=env, capture_output=True,

@@ -39,7 +39,8 @@ def _on_devices(script, device_counts, tmp_path, *args) -> dict[int, np.ndarray]
         env = dict(
             os.environ,
             PYTHONPATH=root,
-            XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
+            XLA_FLAGS=os.environ.get("XLA_FLAGS", "")  # conftest's -O0 kept
+            + f" --xla_force_host_platform_device_count={devices}",
         )
         out = tmp_path / f"{devices}.npy"
         proc = subprocess.run(
