@@ -176,11 +176,6 @@ def trace_block(
     return jax.vmap(body)(params, inputs, state)
 
 
-def _forms(op: operator.Operator, vectors: jax.Array) -> jax.Array:
-    """v^T H v for each row of `vectors` (K, D)."""
-    return jnp.sum(vectors * op.rows(vectors), axis=1)
-
-
 def _projected(range_: jax.Array, probes: jax.Array) -> jax.Array:
     """(I - Q^T Q) g for each probe row g, Q the orthonormal range rows (zero rows ignored)."""
     return probes - (probes @ range_.T) @ range_
