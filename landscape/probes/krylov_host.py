@@ -228,11 +228,12 @@ class Host:
         self.mode = DONE
 
     def _decide(self, accepted: int) -> None:
-        """After the checks: every direction locked (done), the last run (fill the free slots
-        with the best remaining Ritz pairs, uncertified), or a restart past the `accepted`
-        prefix of the Ritz pairs."""
+        """After the checks: every direction locked, or the one pair asked for (done: a further
+        copy of it would not change the answer, so no fresh phase looks for one), the last run
+        (fill the free slots with the best remaining Ritz pairs, uncertified), or a restart past
+        the `accepted` prefix of the Ritz pairs."""
         free = self.k - len(self.values)
-        if len(self.values) >= self.dim:
+        if len(self.values) >= self.dim or (self.k == 1 and not free):
             self.mode, self.converged = DONE, True
         elif self.runs >= self.max_runs and free and accepted < self.theta.size:
             self.mode, self.cursor = FILL, accepted
