@@ -61,6 +61,59 @@ for program in (search, trace):
             largest = max(largest, int(found.group(1).split(",")[-1] or 1))
 out["largest_gathered"] = largest
 out["vectors_per_device"] = vectors.addressable_shards[0].data.shape[1]
+
+# data parallel: the dataset in 4 batches whose examples split over "data", the model as above
+x, y = one.inputs
+stacked = (x.reshape(4, 128, 64), y.reshape(4, 128))
+over_data = NamedSharding(mesh, P(None, "data"))
+kw = dict(objective=peers.mlp_objective, outputs=peers.mlp_outputs,
+          output_loss=peers.mlp_output_loss)
+ref = landscape.Point(one.params, batches=stacked, **kw)
+dp = landscape.Point(params, batches=tuple(jax.device_put(b, over_data) for b in stacked), **kw)
+for name, point in (("batches_one", ref), ("batches_split", dp)):
+    out[name] = {m: dict(
+        top=landscape.eigenpairs(point, 3, "largest", dense_below=0, progress=None,
+                                 matrix=m).values.tolist(),
+        trace=landscape.trace(point, 12, progress=None, matrix=m).value,
+    ) for m in ("hessian", "ggn")}
+lay = layout.spread(params, dp.batches)
+out["data_axes"] = list(lay.data)
+objective, inputs = dp.shared
+text = krylov.advance.lower(objective, params, inputs, vectors, plan, jax.random.key(0),
+                            "largest", lay).compile().as_text()
+# each all-reduce over the data axis, by the number of while loops around it (the search's
+# loop is one; a scan over the batches inside it would be two)
+calls, where, depth = {}, None, {}
+for line in text.splitlines():
+    if line and not line.startswith(" ") and line.rstrip().endswith("{"):
+        where = line.split()[1 if line.startswith("ENTRY") else 0].lstrip("%")
+        calls[where] = []
+        if line.startswith("ENTRY"):
+            depth[where] = 0
+        continue
+    for kind, name in re.findall(r"(body|condition|to_apply|calls|computation)=%([\w.\-]+)", line):
+        calls[where].append((name, kind == "body"))
+    for group in re.findall(r"branch_computations=\{([^}]*)\}", line):
+        calls[where] += [(name.strip().lstrip("%"), False) for name in group.split(",")]
+todo = list(depth)
+while todo:
+    here = todo.pop()
+    for name, is_body in calls.get(here, []):
+        if name not in depth:
+            depth[name] = depth[here] + is_body
+            todo.append(name)
+data_groups = ("{{0,4},{1,5},{2,6},{3,7}}", "[4,2]<=[2,4]T(1,0)",  # XLA's three spellings
+               "mesh['axis_0'=2,'axis_1'=4] {'axis_0'}")
+reduced, where = [], None
+for line in text.splitlines():
+    if line and not line.startswith(" ") and line.rstrip().endswith("{"):
+        where = line.split()[1 if line.startswith("ENTRY") else 0].lstrip("%")
+    if re.search(" (all-reduce|reduce-scatter)\\(", line) and any(g in line for g in data_groups):
+        result = re.split(" (?:all-reduce|reduce-scatter)\\(", line)[0].split("=", 1)[1]
+        size = sum(int(np.prod([int(d) for d in dims.split(",") if d] or [1]))
+                   for dims in re.findall(r"\[([\d,]*)\]", result))
+        reduced.append((depth.get(where, -1), size))
+out["data_reductions"] = reduced
 print(json.dumps(out))
 """
 
@@ -107,6 +160,26 @@ def test_a_split_models_vectors_lie_sharded_and_nothing_of_size_d_is_gathered(ei
     # the search's and the trace's programs: no gather of a whole flat vector (D), only of a
     # device's block of a weight over the data axis (it is replicated there, its part split)
     assert found["largest_gathered"] < found["D"] // 2
+
+
+def test_a_dataset_split_over_a_data_axis_gives_one_devices_numbers(eight_devices):
+    """Batches whose examples split over "data", the model over "model": the Hessian's and the
+    Gauss-Newton matrix's top-3 and traces equal one device's on the same batches."""
+    one, split = eight_devices["batches_one"], eight_devices["batches_split"]
+    for matrix in ("hessian", "ggn"):
+        for a, b in zip(one[matrix]["top"], split[matrix]["top"], strict=True):
+            assert abs(a - b) <= 1e-4 * abs(a)
+        assert abs(one[matrix]["trace"] - split[matrix]["trace"]) <= 1e-5 * one[matrix]["trace"]
+
+
+def test_a_dataset_split_over_a_data_axis_is_reduced_once_a_product(eight_devices):
+    """The search's program sums the devices' shares once a product, after the scan over the
+    batches: every large all-reduce over the data axis sits in the search's loop (one while
+    loop deep), none in the scan (two)."""
+    assert eight_devices["data_axes"] == ["data"]
+    large = [depth for depth, size in eight_devices["data_reductions"] if size >= 1000]
+    assert large and set(large) <= {0, 1}, eight_devices["data_reductions"]
+    assert large.count(1) == 1  # one product's reduction in the loop's body
 
 
 _PROCESS = r"""

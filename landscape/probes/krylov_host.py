@@ -302,7 +302,7 @@ def search(
     objective, inputs = point.shared
     dim, dtype = point.num_params, np.dtype(jax.tree.leaves(point.params)[0].dtype)
     host = Host(k, min(ncv - k, dim + 1), dim, which, rtol, max_runs)
-    spread = layout_lib.spread(point.params)
+    spread = layout_lib.spread(point.params, point.batches)
     padded = dim if spread is None else spread.padded
     where = None if spread is None else spread.sharding(1)
     vectors = jax.device_put(np.zeros((k + host.rows, padded), dtype), where)

@@ -224,7 +224,7 @@ def lanczos_spectrum(
         alphas, betas, loss, grad = stream.tridiagonal(point, objective, key, num_iters, progress)
         tree = unravel_numpy(point.params, grad)
     else:
-        spread = layout_lib.spread(point.params)
+        spread = layout_lib.spread(point.params, point.batches)
         found = _tridiagonal(objective, point.params, point.shared[1], key, num_iters, spread)
         alphas, betas, loss = (np.asarray(x) for x in found[:3])
         tree = jax.tree.map(np.asarray, found[3])

@@ -33,13 +33,15 @@ class Layout:
     programs, the same for every point of the model laid out alike).
 
     mesh: None on one device. specs: each leaf's PartitionSpec over the mesh. shapes, dtypes:
-    the leaves'. treedef: the params' structure."""
+    the leaves'. treedef: the params' structure. data: the mesh axes over which a dataset's
+    batches split their examples (`data_axes`; empty: none, or `inputs=`)."""
 
     treedef: Any
     shapes: tuple[tuple[int, ...], ...]
     dtype: str
     mesh: Mesh | None = None
     specs: tuple[P, ...] = ()
+    data: tuple[str, ...] = ()
 
     # ------------------------------------------------------------------------- sizes
 
@@ -239,11 +241,29 @@ def of(params: PyTree) -> Layout:
     return layout
 
 
-def spread(params: PyTree) -> Layout | None:
-    """The layout of `params` over their mesh (`of`), or None on one device: the static argument
+def spread(params: PyTree, batches: PyTree = None) -> Layout | None:
+    """The layout of `params` over their mesh (`of`), with the axes over which `batches` (a
+    point's dataset, if any) split their examples, or None on one device: the static argument
     the probes' programs take (None keeps one device's programs as they were)."""
     found = of(params)
-    return None if found.mesh is None else found
+    if found.mesh is None:
+        return None
+    return dataclasses.replace(found, data=data_axes(found.mesh, batches))
+
+
+def data_axes(mesh: Mesh, batches: PyTree) -> tuple[str, ...]:
+    """The mesh axes over which every leaf of `batches` (B, examples, ...) splits its examples
+    alike, the batch axis whole; empty otherwise (XLA then partitions the scan as it will)."""
+    found = set()
+    for leaf in jax.tree.leaves(batches):
+        sharding = getattr(leaf, "sharding", None)
+        if not isinstance(sharding, NamedSharding) or sharding.mesh != mesh or leaf.ndim < 2:
+            return ()
+        spec = tuple(sharding.spec) + (None, None)
+        if spec[0] is not None:
+            return ()
+        found.add(_names(spec[1]))
+    return found.pop() if len(found) == 1 else ()
 
 
 def draw(kind: str, key: jax.Array, params: PyTree, layout: Layout | None) -> jax.Array:

@@ -17,6 +17,7 @@ from typing import Literal, NamedTuple
 import jax
 import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
+from jax.sharding import PartitionSpec as P
 
 from landscape import _checks, linalg
 from landscape.point import MeanOverBatches, Point, mean_over_batches
@@ -48,6 +49,8 @@ def hessian_operator(
     slice its own shards, `landscape.probes.layout`)."""
     if isinstance(objective, GaussNewtonSplit):
         return ggn_operator(objective.outputs, objective.output_loss, params, inputs, layout)
+    if isinstance(objective, MeanOverBatches) and layout is not None and layout.mesh is not None:
+        return _split_over_batches(objective.per_batch, params, inputs, layout)
     flat, unravel = flattened(params, layout)
     if isinstance(objective, MeanOverBatches) and is_ggn(objective):
         return _ggn_over_batches(objective.per_batch, params, inputs)  # type: ignore[arg-type]  # is_ggn
@@ -182,6 +185,83 @@ def _ggn_over_batches(split: GaussNewtonSplit, params: PyTree, batches: PyTree) 
         lambda v: mean_of(lambda op: op.matvec(v), jnp.zeros_like(v)),
         lambda vectors: mean_of(lambda op: op.rows(vectors), jnp.zeros_like(vectors)),
     )  # fmt: skip
+
+
+def _split_over_batches(
+    per_batch: Objective, params: PyTree, batches: PyTree, layout: Layout
+) -> Operator:
+    """The mean over the leading axis of `batches` of per_batch's loss, gradient and products
+    (H's, or G's for a `GaussNewtonSplit`) over a mesh, in params form: each device scans the
+    batches' examples it holds along `layout.data` (a share of a batch counts as a batch of
+    its own: the mean of the shares is the batch's for a mean over examples) and the devices
+    average once after the scan, one all-reduce of the params a product, where a scan of
+    replicated sums reduces once a batch. The vectors are flat in `layout`."""
+    count = jax.tree.leaves(batches)[0].shape[0]
+    product = (
+        _ggn_tangent(per_batch)
+        if isinstance(per_batch, GaussNewtonSplit)
+        else _hessian_tangent(per_batch)
+    )
+
+    def mean_over_shares(term: Callable[..., PyTree], *args: PyTree) -> PyTree:
+        """term(batch, *args) averaged over the batches and the shares of each batch."""
+
+        def local(batches: PyTree, *args: PyTree) -> PyTree:
+            def add(total: PyTree, batch: PyTree) -> tuple[PyTree, None]:
+                return jax.tree.map(jnp.add, total, term(batch, *args)), None
+
+            first = jax.tree.map(lambda leaf: leaf[0], batches)
+            zeros = jax.tree.map(jnp.zeros_like, jax.eval_shape(term, first, *args))
+            total = jax.lax.scan(add, zeros, batches)[0]
+            mean = jax.tree.map(lambda t: t / count, total)
+            return jax.lax.pmean(mean, layout.data) if layout.data else mean
+
+        if not layout.data:
+            return local(batches, *args)
+        return jax.shard_map(
+            local, mesh=layout.mesh, in_specs=(P(None, layout.data),) + (P(),) * len(args),
+            out_specs=P(), axis_names=set(layout.data), check_vma=False,
+        )(batches, *args)  # fmt: skip
+
+    value, gradient = mean_over_shares(
+        lambda batch, p: jax.value_and_grad(per_batch)(p, batch), params
+    )
+
+    def matvec(v: jax.Array) -> jax.Array:
+        tangent = layout.from_flat(v)
+        return layout.to_flat(mean_over_shares(product, params, tangent))
+
+    def rows(vectors: jax.Array) -> jax.Array:
+        tangents = jax.vmap(layout.from_flat)(vectors)
+        products = mean_over_shares(
+            lambda batch, p, t: jax.vmap(lambda one: product(batch, p, one))(t),
+            params, tangents,
+        )  # fmt: skip
+        return jax.vmap(layout.to_flat)(products)
+
+    return Operator(layout.to_flat(params), value, layout.to_flat(gradient), matvec, rows)
+
+
+def _hessian_tangent(per_batch: Objective) -> Callable[[PyTree, PyTree, PyTree], PyTree]:
+    """(batch, params, tangent) -> H tangent of per_batch at params, in params form."""
+
+    def product(batch: PyTree, params: PyTree, tangent: PyTree) -> PyTree:
+        return jax.jvp(lambda p: jax.grad(per_batch)(p, batch), (params,), (tangent,))[1]
+
+    return product
+
+
+def _ggn_tangent(split: GaussNewtonSplit) -> Callable[[PyTree, PyTree, PyTree], PyTree]:
+    """(batch, params, tangent) -> G tangent at params, in params form (`ggn_operator`)."""
+
+    def product(batch: PyTree, params: PyTree, tangent: PyTree) -> PyTree:
+        z, vjp = jax.vjp(lambda p: split.outputs(p, batch), params)
+        (jv,) = jax.linear_transpose(vjp, z)((tangent,))
+        grad_z = jax.grad(split.output_loss)
+        hz = jax.jvp(lambda u: grad_z(u, batch), (z,), (jv,))[1]
+        return vjp(hz)[0]
+
+    return product
 
 
 def value_and_grad(

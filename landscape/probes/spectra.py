@@ -242,7 +242,7 @@ def _check_probes(num_probes: object, low: int, what: str) -> int:
 
 def _spread(point: Point, listed: bool) -> Layout | None:
     """`layout.spread` of a point's params; None for a list of points (stacked on the host)."""
-    return None if listed else layout_lib.spread(point.params)
+    return None if listed else layout_lib.spread(point.params, point.batches)
 
 
 def _key(key: jax.Array | None) -> jax.Array:
