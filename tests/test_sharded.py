@@ -20,7 +20,7 @@ import jax, numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 import landscape
 from experiments.bench import peers
-from landscape.probes import krylov, krylov_host, layout, spectra
+from landscape.probes import compiled, krylov, krylov_host, layout, spectra
 
 one = peers.mlp_point(peers.mlp_arrays(96))
 mesh = Mesh(np.array(jax.devices()).reshape(2, 4), ("data", "model"))
@@ -29,6 +29,7 @@ specs = {"w1": P(None, "model"), "b1": P("model"), "w2": P("model", None), "b2":
 params = {k: jax.device_put(v, NamedSharding(mesh, specs[k])) for k, v in one.params.items()}
 split = one.with_params(params)
 lay = layout.of(params)
+w = np.random.default_rng(3).standard_normal(one.num_params).astype(np.float32)
 out = {"D": one.num_params, "padded": lay.padded, "devices": lay.devices}
 for name, point in (("one", one), ("split", split)):
     top = landscape.eigenpairs(point, 3, "largest", dense_below=0, progress=None)
@@ -39,6 +40,9 @@ for name, point in (("one", one), ("split", split)):
         nodes=landscape.spectral_density(point, 2, 8, progress=None).nodes.tolist(),
         lanczos=landscape.lanczos_spectrum(point, 8, progress=None).ritz_values.tolist(),
         diagonal=landscape.diagonal(point, 4).values.tolist(),
+        hvp_flat=np.asarray(landscape.hvp_flat(point)[1](w)).tolist()[:50],
+        hvp=[np.asarray(x).ravel()[:8].tolist() for x in jax.tree.leaves(
+            landscape.hvp(point)(landscape.trees.unravel_numpy(point.params, w)))],
     )
 back = jax.jit(lay.from_flat)(jax.jit(lay.to_flat)(params))
 out["round_trip"] = max(float(np.abs(np.asarray(back[k]) - np.asarray(params[k])).max())
@@ -52,8 +56,9 @@ state = spectra.TraceState(*(jax.device_put(np.zeros(s, np.float32), w) for s, w
     ((4, lay.padded), lay.sharding(1)), ((), None), ((4,), None))))
 trace = spectra.trace_block.lower(objective, params, inputs, jax.random.key(0), state,
                                   np.int32(0), np.arange(4, dtype=np.int32), False, lay)
+product = compiled.hvp.lower(objective, params, inputs, params, False, lay)
 largest = 0
-for program in (search, trace):
+for program in (search, trace, product):
     text = program.compile().as_text()
     for line in text.splitlines():
         found = re.search(r"= \w+\[([\d,]*)\]\S* (all-gather|collective-permute)", line)
@@ -75,6 +80,7 @@ for name, point in (("batches_one", ref), ("batches_split", dp)):
         top=landscape.eigenpairs(point, 3, "largest", dense_below=0, progress=None,
                                  matrix=m).values.tolist(),
         trace=landscape.trace(point, 12, progress=None, matrix=m).value,
+        hvp_flat=np.asarray(landscape.hvp_flat(point, m)[1](w)).tolist()[:50],
     ) for m in ("hessian", "ggn")}
 lay = layout.spread(params, dp.batches)
 out["data_axes"] = list(lay.data)
@@ -142,6 +148,10 @@ def test_the_probes_on_a_split_model_give_one_devices_numbers(eight_devices):
     for a, b in zip(one["grad"], split["grad"], strict=True):
         assert abs(a - b) <= 1e-6 * (1 + abs(a))
     assert abs(one["trace"] - split["trace"]) <= 1e-5 * abs(one["trace"])  # the same probes
+    hv = np.asarray(one["hvp_flat"])  # a product in ravel_pytree's order, and as a pytree
+    assert np.max(np.abs(hv - split["hvp_flat"])) <= 1e-5 * np.max(np.abs(hv))
+    for a, b in zip(one["hvp"], split["hvp"], strict=True):
+        assert np.max(np.abs(np.subtract(a, b))) <= 1e-5 * np.max(np.abs(hv))
     diagonal = np.asarray(one["diagonal"])  # the same probes, in ravel_pytree's order
     assert np.max(np.abs(diagonal - split["diagonal"])) <= 1e-5 * np.max(np.abs(diagonal))
     for name in ("nodes", "lanczos"):
@@ -157,7 +167,7 @@ def test_a_split_models_vectors_lie_sharded_and_nothing_of_size_d_is_gathered(ei
     assert found["devices"] == 8 and found["round_trip"] == 0.0
     assert found["vectors_per_device"] == found["padded"] // 8  # each device an eighth
     assert found["padded"] - found["D"] < 8 * 64  # the parts' padding is small
-    # the search's and the trace's programs: no gather of a whole flat vector (D), only of a
+    # the search's, the trace's and hvp's programs: no gather of a whole flat vector (D), only of a
     # device's block of a weight over the data axis (it is replicated there, its part split)
     assert found["largest_gathered"] < found["D"] // 2
 
@@ -170,6 +180,8 @@ def test_a_dataset_split_over_a_data_axis_gives_one_devices_numbers(eight_device
         for a, b in zip(one[matrix]["top"], split[matrix]["top"], strict=True):
             assert abs(a - b) <= 1e-4 * abs(a)
         assert abs(one[matrix]["trace"] - split[matrix]["trace"]) <= 1e-5 * one[matrix]["trace"]
+        hv = np.asarray(one[matrix]["hvp_flat"])
+        assert np.max(np.abs(hv - split[matrix]["hvp_flat"])) <= 1e-5 * np.max(np.abs(hv))
 
 
 def test_a_dataset_split_over_a_data_axis_is_reduced_once_a_product(eight_devices):

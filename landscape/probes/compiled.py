@@ -20,6 +20,7 @@ from jax.sharding import Mesh, PartitionSpec
 
 from landscape.point import Point
 from landscape.probes import operator
+from landscape.probes.layout import Layout
 from landscape.typing import PyTree
 
 Objective = Callable[[PyTree, PyTree], jax.Array]
@@ -127,11 +128,21 @@ def _hvp(objective: Objective, params: PyTree, inputs: PyTree, tangent: PyTree) 
     return jax.jvp(lambda p: grad(p, inputs), (params,), (tangent,))[1]
 
 
-@functools.partial(jax.jit, static_argnames=("objective", "batched"))
+@functools.partial(jax.jit, static_argnames=("objective", "batched", "layout"))
 def hvp(
-    objective: Objective, params: PyTree, inputs: PyTree, tangent: PyTree, batched: bool
+    objective: Objective,
+    params: PyTree,
+    inputs: PyTree,
+    tangent: PyTree,
+    batched: bool,
+    layout: Layout | None = None,
 ) -> PyTree:
-    """H v at params, v a pytree shaped like the params."""
+    """H v at params, v a pytree shaped like the params; over a mesh (`layout`) through the
+    flat layout's operator, as the other probes multiply (a dataset split over a data axis
+    reduced once)."""
+    if layout is not None:
+        op = operator.hessian_operator(objective, params, inputs, layout)
+        return layout.from_flat(op.matvec(layout.to_flat(tangent)))
     body = functools.partial(_hvp, objective)
     return maybe_batched(body, batched, params, inputs, tangent)
 

@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from landscape import trees
 from landscape.point import (
     BlockName,
     Names,
@@ -22,6 +23,8 @@ from landscape.point import (
     param_names,
 )
 from landscape.probes import compiled, operator, stream
+from landscape.probes import layout as layout_lib
+from landscape.probes.layout import Layout
 from landscape.probes.results import (
     NON_FINITE,
     STATIONARITY_RULE,
@@ -193,6 +196,7 @@ def hvp(point: Point, matrix: operator.Matrix = "hessian") -> Callable[[Any], An
     params = point.params
     structure = jax.tree.structure(params)
     dim, dtype = point.num_params, jnp.result_type(*jax.tree.leaves(params))
+    spread = layout_lib.spread(params, point.batches)
 
     def product(v: Any) -> Any:
         if jax.tree.structure(v) == structure:  # type: ignore[operator]  # PyTreeDef has ==
@@ -200,10 +204,12 @@ def hvp(point: Point, matrix: operator.Matrix = "hessian") -> Callable[[Any], An
             if stream.streamed([point], False, "hvp"):  # one pass over the data
                 flat = stream.product(point, objective, ravel_numpy(v))
                 return unravel_numpy(params, flat)
-            return compiled.hvp(objective, params, inputs, v, batched=False)
+            return compiled.hvp(objective, params, inputs, v, batched=False, layout=spread)
         if np.ndim(v) == 1 and not isinstance(v, list | tuple | dict):
             if stream.streamed([point], False, "hvp"):
                 return stream.product(point, objective, _flat_vector(v, dim, dtype))
+            if spread is not None:
+                return _split_flat_product(point, objective, spread, _flat_vector(v, dim, dtype))
             return compiled.hvp_of_flat(objective, params, inputs, _flat_vector(v, dim, dtype))
         raise TypeError(
             f"hvp: v has tree structure {jax.tree.structure(v)}: must be a pytree shaped like "
@@ -234,6 +240,7 @@ def hvp_flat(
     objective = operator.for_matrix([point], objective, matrix, "hvp_flat")
     params = point.params
     x0 = ravel_numpy(params)
+    spread = layout_lib.spread(params, point.batches)
 
     def matvec(v: Any) -> jax.Array:
         shape = np.shape(v)
@@ -250,9 +257,23 @@ def hvp_flat(
             )
         if stream.streamed([point], False, "hvp_flat"):  # one pass over the data
             return stream.product(point, objective, _as_params_dtype(v, x0.dtype)).reshape(shape)
+        if spread is not None:
+            vector = np.asarray(v, x0.dtype).reshape(-1)
+            return _split_flat_product(point, objective, spread, vector).reshape(shape)
         return compiled.hvp_of_flat(objective, params, inputs, _as_params_dtype(v, x0.dtype))
 
     return x0, matvec
+
+
+def _split_flat_product(point: Point, objective: Any, spread: Layout, v: Any) -> np.ndarray:
+    """H v of a flat v (D,) in `ravel_pytree`'s order at a point over a mesh: v split into the
+    params' leaves on the host and put as they lie, multiplied in the mesh's layout (nothing of
+    size D gathered on a device), H v raveled on the host."""
+    tree = jax.tree.map(
+        lambda x, p: jax.device_put(x, p.sharding), unravel_numpy(point.params, v), point.params
+    )
+    product = compiled.hvp(objective, point.params, point.shared[1], tree, False, spread)
+    return np.concatenate([trees.host(x).ravel() for x in jax.tree.leaves(product)])
 
 
 def _as_params_dtype(v: Any, dtype: Any) -> Any:
