@@ -41,6 +41,8 @@ for name, point in (("one", one), ("split", split)):
         lanczos=landscape.lanczos_spectrum(point, 8, progress=None).ritz_values.tolist(),
         diagonal=landscape.diagonal(point, 4).values.tolist(),
         hvp_flat=np.asarray(landscape.hvp_flat(point)[1](w)).tolist()[:50],
+        escape=landscape.escape_directions(point, k=2, dense_below=0, progress=None)
+        .measured.tolist(),
         hvp=[np.asarray(x).ravel()[:8].tolist() for x in jax.tree.leaves(
             landscape.hvp(point)(landscape.trees.unravel_numpy(point.params, w)))],
     )
@@ -148,6 +150,9 @@ def test_the_probes_on_a_split_model_give_one_devices_numbers(eight_devices):
     for a, b in zip(one["grad"], split["grad"], strict=True):
         assert abs(a - b) <= 1e-6 * (1 + abs(a))
     assert abs(one["trace"] - split["trace"]) <= 1e-5 * abs(one["trace"])  # the same probes
+    measured = np.asarray(one["escape"])  # L(θ + εv) + L(θ - εv) - 2 L(θ), two directions;
+    assert measured.shape == (2, 3) and np.all(measured[:, -1] < -1e-5)  # at ε = 1e-2 64 ulps
+    assert np.max(np.abs(measured[:, -1] - np.asarray(split["escape"])[:, -1])) <= 1e-6  # of L
     hv = np.asarray(one["hvp_flat"])  # a product in ravel_pytree's order, and as a pytree
     assert np.max(np.abs(hv - split["hvp_flat"])) <= 1e-5 * np.max(np.abs(hv))
     for a, b in zip(one["hvp"], split["hvp"], strict=True):

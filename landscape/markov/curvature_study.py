@@ -156,7 +156,9 @@ def _second_order(point: Point, vector: np.ndarray, value: float) -> float:
     objective, inputs = point.shared
     eps = jnp.asarray([EPSILON, -EPSILON])
     losses = np.asarray(
-        eigen.losses_along(objective, point.params, inputs, jnp.asarray(vector[None]), eps)
+        eigen.losses_along(
+            objective, point.params, inputs, eigen.rows_like(point.params, vector[None]), eps
+        )
     )[0]
     return float((losses[1] + losses[2] - 2 * losses[0]) / (EPSILON**2 * value))
 

@@ -19,6 +19,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from landscape import _checks, linalg, trees
 from landscape import point as point_lib
@@ -68,7 +70,8 @@ def certify(
     """(H v for each row v of `vectors` (K, D), `losses_along` the rows at `epsilons`): the
     dense path's fresh products and `escape_directions`' second-order check in one program."""
     products = operator.hessian_operator(objective, params, inputs).rows(vectors)
-    return products, losses_along(objective, params, inputs, vectors, epsilons)
+    directions = jax.vmap(ravel_pytree(params)[1])(vectors)
+    return products, losses_along(objective, params, inputs, directions, epsilons)
 
 
 @functools.partial(jax.jit, static_argnames=("objective",))
@@ -76,20 +79,37 @@ def losses_along(
     objective: compiled.Objective,
     params: PyTree,
     inputs: PyTree,
-    directions: jax.Array,
+    directions: PyTree,
     epsilons: jax.Array,
 ) -> jax.Array:
-    """L(θ + ε v) for each direction v (rows of (N, D)) and each ε of (E,), as (N, E + 1): column
-    0 is ε = 0, evaluated in the same batched program so that differences cancel rounding
-    (pass ε and -ε for symmetric differences)."""
-    flat, unravel = ravel_pytree(params)
-    steps = jnp.concatenate([jnp.zeros(1, flat.dtype), epsilons.astype(flat.dtype)])
+    """L(θ + ε v) for each direction v (a pytree like the params, its leaves stacked on a
+    leading axis of N: `rows_like`) and each ε of (E,), as (N, E + 1): column 0 is ε = 0,
+    evaluated in the same batched program so that differences cancel rounding (pass ε and -ε
+    for symmetric differences). In params form: over a mesh nothing of size D is gathered."""
+    dtype = jnp.result_type(*jax.tree.leaves(params))
+    steps = jnp.concatenate([jnp.zeros(1, dtype), epsilons.astype(dtype)])
 
-    def loss_at(delta: jax.Array) -> jax.Array:
-        return objective(unravel(flat + delta), inputs)
+    def loss_at(direction: PyTree, step: jax.Array) -> jax.Array:
+        moved = jax.tree.map(lambda p, d: p + step * d, params, direction)
+        return objective(moved, inputs)
 
-    deltas = steps[None, :, None] * directions[:, None, :]
-    return jax.vmap(jax.vmap(loss_at))(deltas)
+    return jax.vmap(lambda d: jax.vmap(lambda s: loss_at(d, s))(steps))(directions)
+
+
+def rows_like(params: PyTree, rows: np.ndarray) -> PyTree:
+    """rows (N, D) in `ravel_pytree`'s order as a pytree like the params with leaves (N, ...),
+    each put as its parameter lies over a mesh (the leading axis whole; split on the host)."""
+    leaves, treedef = jax.tree.flatten(params)
+    out, offset = [], 0
+    for leaf in leaves:
+        size = int(np.prod(np.shape(leaf)))
+        part = rows[:, offset : offset + size].reshape((rows.shape[0], *np.shape(leaf)))
+        offset += size
+        sharding = getattr(leaf, "sharding", None)
+        if isinstance(sharding, NamedSharding) and sharding.mesh.size > 1:
+            part = jax.device_put(part, NamedSharding(sharding.mesh, P(None, *sharding.spec)))
+        out.append(part)
+    return jax.tree.unflatten(treedef, out)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -397,7 +417,8 @@ def solve(
         losses = None
         if epsilons is not None and found.finite:  # the second program of escape_directions
             objective, inputs = point.shared
-            along = losses_along(objective, point.params, inputs, found.flat_vectors, epsilons)
+            directions = rows_like(point.params, found.flat_vectors)
+            along = losses_along(objective, point.params, inputs, directions, epsilons)
             losses = np.asarray(along)
         out.append((found, losses))
     return out
