@@ -18,6 +18,8 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from landscape import _checks, linalg
+from landscape.probes import layout as layout_lib
+from landscape.probes.layout import Layout
 from landscape.typing import PyTree
 
 
@@ -43,8 +45,9 @@ class Measurement(NamedTuple):
 
 class TrackerState(NamedTuple):
     """What a tracker carries between measurements: `vectors` (k + 1, D), the last top-k Ritz
-    vectors and the bottom one, flat in `ravel_pytree` order (zeros before the first: a cold
-    start); `key`, the next start's noise; `measured`, the measurements taken."""
+    vectors and the bottom one, flat in `ravel_pytree` order, or over a mesh (`tracker(like=)`)
+    in its flat layout, split over the devices (zeros before the first: a cold start); `key`,
+    the next start's noise; `measured`, the measurements taken."""
 
     vectors: jax.Array | np.ndarray
     key: jax.Array
@@ -59,6 +62,7 @@ class Settings:
     k: int
     noise: float
     in_batches: bool
+    layout: Layout | None = None
 
 
 class Tracker(NamedTuple):
@@ -75,6 +79,7 @@ def tracker(
     k: int = 1,
     noise: float = 0.1,
     in_batches: bool = False,
+    like: PyTree = None,
 ) -> Tracker:
     """A curvature tracker for any training loop: λ_max, λ_min and the top-k Ritz values of the
     Hessian of `loss` at the parameters, each with its residual, from `num_iters` products.
@@ -90,6 +95,9 @@ def tracker(
         in_batches: the inputs are a dataset in batches (leaves with a leading axis of B,
             `landscape.batches`): the loss is the mean of loss(params, batch) over them, with
             memory for one batch.
+        like: parameters split over a mesh as the tracked ones will be (jax arrays with
+            NamedShardings): the kept vectors and the Lanczos basis then lie split like them
+            (docs/guide/split_model.md); None: flat in `ravel_pytree` order.
 
     Returns:
         A `Tracker`: `init(params, key)` and `update(state, params, *inputs)`, pure and
@@ -103,7 +111,8 @@ def tracker(
         raise ValueError(f"k = {k}: must be fewer than num_iters = {num_iters} Lanczos steps.")
     _checks.check_real("noise", noise, low=0, meaning="the start's noise against its unit seed")
     _checks.check_bool("in_batches", in_batches)
-    settings = Settings(num_iters, k, float(noise), in_batches)
+    layout = None if like is None else layout_lib.spread(like)
+    settings = Settings(num_iters, k, float(noise), in_batches, layout)
     return Tracker(
         functools.partial(init, settings), functools.partial(_update_program, loss, settings)
     )
@@ -115,7 +124,10 @@ def init(settings: Settings, params: PyTree, key: jax.Array) -> TrackerState:
     dim, dtype = flat_shape(params, settings.num_iters)
     if not isinstance(key, jax.Array) or not jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
         raise TypeError(f"key = {key!r}: must be a jax.random.key(seed).")
-    return TrackerState(np.zeros((settings.k + 1, dim), dtype), key, np.int32(0))
+    if settings.layout is None:
+        return TrackerState(np.zeros((settings.k + 1, dim), dtype), key, np.int32(0))
+    zeros = np.zeros((settings.k + 1, settings.layout.padded), dtype)
+    return TrackerState(jax.device_put(zeros, settings.layout.sharding(1)), key, np.int32(0))
 
 
 def flat_shape(params: PyTree, num_iters: int) -> tuple[int, np.dtype]:
@@ -169,10 +181,12 @@ def ritz(
     num_iters: int,
     key: jax.Array,
     kept: tuple[int, ...] = (),
+    project: Callable[[jax.Array], jax.Array] | None = None,
 ) -> Ritz:
-    """Lanczos from `start` (`linalg.lanczos_basis`), then the Ritz pairs of its tridiagonal T;
-    the vectors of the `kept` indices of the ascending values (negative: from the top)."""
-    basis, alphas, betas = linalg.lanczos_basis(matvec, start, num_iters, key)
+    """Lanczos from `start` (`linalg.lanczos_basis`, a fresh draw mapped by `project`), then
+    the Ritz pairs of its tridiagonal T; the vectors of the `kept` indices of the ascending
+    values (negative: from the top)."""
+    basis, alphas, betas = linalg.lanczos_basis(matvec, start, num_iters, key, project=project)
     matrix = jnp.diag(alphas) + jnp.diag(betas[:-1], 1) + jnp.diag(betas[:-1], -1)
     values, coefficients = jnp.linalg.eigh(matrix)
     residuals = jnp.abs(betas[-1] * coefficients[-1])
@@ -181,15 +195,16 @@ def ritz(
     return Ritz(values, coefficients[0] ** 2, residuals, vectors)
 
 
-def warm_start(vectors: jax.Array, key: jax.Array, noise: float) -> jax.Array:
+def warm_start(
+    vectors: jax.Array, key: jax.Array, noise: float, draw: Callable[[jax.Array], jax.Array]
+) -> jax.Array:
     """The kept Ritz vectors' sum at unit norm plus N(0, noise² I / D) (their sum is zero before
-    the first measurement: a random start)."""
+    the first measurement: a random start); `draw(key)` gives N(0, I) in the vectors' layout."""
     seed = jnp.sum(vectors, axis=0)
     norm = jnp.linalg.norm(seed)
     seed = seed / jnp.where(norm > 0, norm, 1)
-    dim = vectors.shape[1]
-    scale = jnp.where(norm > 0, noise, 1.0) / math.sqrt(dim)
-    return seed + scale.astype(seed.dtype) * jax.random.normal(key, (dim,), seed.dtype)
+    scale = jnp.where(norm > 0, noise, 1.0) / math.sqrt(vectors.shape[1])
+    return seed + scale.astype(seed.dtype) * draw(key)
 
 
 def update(
@@ -201,13 +216,19 @@ def update(
 ) -> tuple[Measurement, TrackerState]:
     """One measurement at `params` (module docstring) and the state for the next."""
     flat_shape(params, settings.num_iters)
-    flat, unravel = ravel_pytree(params)
+    layout = settings.layout
+    flat, unravel = (layout.to_flat(params), layout.from_flat) if layout else ravel_pytree(params)
     value, grad, matvec = operator(loss, flat, unravel, inputs, settings.in_batches)
     key, start_key, restart_key = jax.random.split(state.key, 3)
-    start = warm_start(jnp.asarray(state.vectors, flat.dtype), start_key, settings.noise)
+
+    def draw(key: jax.Array) -> jax.Array:  # the same vector in every layout
+        return layout_lib.draw("normal", key, params, layout)
+
+    start = warm_start(jnp.asarray(state.vectors, flat.dtype), start_key, settings.noise, draw)
     k, m = settings.k, settings.num_iters
     kept = tuple(range(m - 1, m - 1 - k, -1)) + (0,)  # the top k, descending, then the bottom
-    found = ritz(matvec, start, m, restart_key, kept)
+    project = None if layout is None else layout.clean
+    found = ritz(matvec, start, m, restart_key, kept, project)
     top = found.values[np.asarray(kept[:-1])]
     measurement = Measurement(
         top[0], found.values[0], top, found.residuals[np.asarray(kept[:-1])],

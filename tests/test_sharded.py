@@ -84,6 +84,19 @@ for name, point in (("batches_one", ref), ("batches_split", dp)):
         trace=landscape.trace(point, 12, progress=None, matrix=m).value,
         hvp_flat=np.asarray(landscape.hvp_flat(point, m)[1](w)).tolist()[:50],
     ) for m in ("hessian", "ggn")}
+# the functional tracker inside a jitted function, its vectors in the layout (like=params)
+def measured(point, like):
+    tracker = landscape.tracker(peers.mlp_objective, num_iters=6, k=2, like=like)
+    state = tracker.init(point.params, jax.random.key(5))
+    step = jax.jit(tracker.update)
+    rows = []
+    for _ in range(2):
+        found, state = step(state, point.params, point.inputs)
+        rows.append([float(found.lambda_max), float(found.top_k[1]), float(found.lambda_min)])
+    return rows, state.vectors
+out["tracker_one"], _ = measured(one, None)
+out["tracker_split"], kept = measured(split, params)
+out["tracker_per_device"] = kept.addressable_shards[0].data.shape[-1]
 lay = layout.spread(params, dp.batches)
 out["data_axes"] = list(lay.data)
 objective, inputs = dp.shared
@@ -175,6 +188,14 @@ def test_a_split_models_vectors_lie_sharded_and_nothing_of_size_d_is_gathered(ei
     # the search's, the trace's and hvp's programs: no gather of a whole flat vector (D), only of a
     # device's block of a weight over the data axis (it is replicated there, its part split)
     assert found["largest_gathered"] < found["D"] // 2
+
+
+def test_the_tracker_keeps_its_vectors_split_and_gives_one_devices_numbers(eight_devices):
+    """`tracker(like=params)` inside a jitted step: the same start in every layout, so the same
+    Ritz values (two measurements, the second warm), its kept vectors an eighth a device."""
+    one, split = np.asarray(eight_devices["tracker_one"]), eight_devices["tracker_split"]
+    assert np.max(np.abs(one - split)) <= 1e-4 * np.max(np.abs(one))
+    assert eight_devices["tracker_per_device"] == eight_devices["padded"] // 8
 
 
 def test_a_dataset_split_over_a_data_axis_gives_one_devices_numbers(eight_devices):

@@ -5,9 +5,10 @@ Groups: scan_snap (the 2-core targets against the authors' PyTorch code), wikite
 markov, ngrams, curvature (bench/probe_timing.py in a fresh process), cache (a warm compilation
 cache), compile (each program's trace, lower and XLA compile seconds, cold), track (curvature
 tracked inside the n-gram Fig. 3 run), tracker (the functional tracker in a plain optax loop),
-peers (our probes against PyHessian and curvlinops, --peers.sizes) and device (the device check,
---budget); wikitext, compile, track, tracker and peers live in bench/<group>_timing.py. Every
-row and its target: docs/design/experiments.md."""
+peers (our probes against PyHessian and curvlinops, --peers.sizes), sharded (probes on a model
+split over 8 emulated devices against one, --sharded.width) and device (the device check,
+--budget); wikitext, compile, track, tracker, peers and sharded live in
+bench/<group>_timing.py. Every row and its target: docs/design/experiments.md."""
 
 import functools
 import json
@@ -31,6 +32,7 @@ from experiments import host
 from experiments.bench import (
     device_check,
     peers_timing,
+    sharded_timing,
     track_timing,
     tracker_timing,
     wikitext_timing,
@@ -515,6 +517,7 @@ BENCHMARKS = {
     "track": track_timing.bench_track,
     "tracker": tracker_timing.bench_tracker,
     "peers": peers_timing.bench_peers,
+    "sharded": sharded_timing.bench_sharded,
 }
 
 
