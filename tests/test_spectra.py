@@ -314,3 +314,21 @@ def test_bad_arguments_get_one_sentence_errors():
         density.density(np.linspace(0, 1, 5), 0.0)
     with pytest.raises(TypeError, match="density_figure expects a SpectralDensity"):
         probe_figures.density_figure(point)
+
+
+@pytest.mark.parametrize("offset", [0, 5, 2**32 - 40, 2**37 + 3])
+def test_a_split_leafs_signs_are_bit_e_mod_32_of_the_word_at_e_div_32(offset):
+    """`layout._signs` (over a mesh: each row's words hashed once, read by a gather) gives entry
+    e bit e % 32 of the word hashed at e // 32, carried past 2**32, as one device's draw does."""
+    from landscape.probes import layout
+
+    key = jax.random.key(1)
+    signs = np.asarray(layout._signs(key, offset, (3, 70), jnp.float32)).ravel()
+    e = offset + np.arange(210, dtype=np.uint64)
+    high, low = (e >> np.uint64(32)).astype(np.uint32), (e % np.uint64(2**32)).astype(np.uint32)
+    words = layout._threefry(key, jnp.asarray(high >> 5), jnp.asarray((low >> 5) | (high << 27)))
+    bits = (np.asarray(words[0]) ^ np.asarray(words[1])) >> (low & 31) & 1
+    np.testing.assert_array_equal(signs, 1 - 2 * bits.astype(np.float32))
+    if offset == 0:  # one device's draw of a (210,) vector: the same signs
+        drawn = layout.draw("rademacher", key, {"a": np.zeros(210, np.float32)}, None)
+        np.testing.assert_array_equal(signs, np.asarray(drawn))

@@ -297,13 +297,11 @@ def _hashed(
     """Entries offset + 0, 1, ... (row-major in `shape`) of `draw`'s vector from `key`, bit for
     bit (jax.random's partitionable Threefry counters and its bits-to-float rules), computed
     sharded as `sharding`: each device hashes the positions it holds."""
+    if kind == "rademacher":
+        return jax.lax.with_sharding_constraint(_signs(key, offset, shape, dtype), sharding)
     index = jax.lax.with_sharding_constraint(_row_major_index(shape), sharding)
     low = index + np.uint32(offset % 2**32)  # the position's two 32-bit words, carried
     high = jnp.full(shape, np.uint32(offset // 2**32)) + (low < index).astype(jnp.uint32)
-    if kind == "rademacher":  # bit e % 32 of the word at e // 32 (a 64-bit shift, in words)
-        word = _threefry(key, high >> 5, (low >> 5) | (high << 27))
-        bit = (word[0] ^ word[1]) >> (low & 31) & 1
-        return (1 - 2 * bit.astype(jnp.int32)).astype(dtype)
     bits1, bits2 = _threefry(key, high, low)
     bits, width = (bits1 ^ bits2, jnp.uint32) if np.dtype(dtype).itemsize == 4 else (None, None)
     if bits is None:
@@ -314,6 +312,27 @@ def _hashed(
     low_end = np.nextafter(np.array(-1.0, dtype), np.array(0.0, dtype))
     uniform = jnp.maximum(low_end, unit * (1 - low_end) + low_end)
     return np.sqrt(2).astype(dtype) * jax.lax.erf_inv(uniform)
+
+
+def _signs(key: jax.Array, offset: int, shape: tuple[int, ...], dtype: Any) -> jax.Array:
+    """`draw`'s Rademacher entries offset + 0, 1, ... (row-major in `shape`): entry e is bit
+    e % 32 of the word hashed at e // 32, each row's words hashed once (rows x about C / 32
+    hashes for C columns, where a hash an entry held a dozen block-sized temporaries) and
+    read by a gather."""
+    cols = shape[-1] if shape else 1
+    rows = math.prod(shape[:-1]) if shape else 1
+    starts = jnp.arange(rows, dtype=jnp.uint32) * np.uint32(cols)  # each row's first position
+    low = starts + np.uint32(offset % 2**32)  # as 64 bits in two words, carried
+    high = np.uint32(offset // 2**32) + (low < starts).astype(jnp.uint32)
+    first_low, first_high = (low >> 5) | (high << 27), high >> 5  # the row's first word
+    width = (cols + 30) // 32 + 1  # the words a row of C entries touches, from its first
+    word_low = first_low[:, None] + jnp.arange(width, dtype=jnp.uint32)
+    word_high = first_high[:, None] + (word_low < first_low[:, None]).astype(jnp.uint32)
+    hashed = _threefry(key, word_high, word_low)
+    words = hashed[0] ^ hashed[1]  # (rows, width)
+    within = (low & 31)[:, None] + jnp.arange(cols, dtype=jnp.uint32)  # from the first word
+    bit = jnp.take_along_axis(words, (within >> 5).astype(jnp.int32), axis=1) >> (within & 31)
+    return (1 - 2 * (bit & 1).astype(jnp.int32)).astype(dtype).reshape(shape)
 
 
 def _threefry(key: jax.Array, high: jax.Array, low: jax.Array) -> tuple[jax.Array, jax.Array]:
