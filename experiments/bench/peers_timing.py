@@ -30,7 +30,9 @@ _SIZES = flags.DEFINE_list(
     "peers.sizes", ["1e4", "1e5"], "Of 1e3, 1e4, 1e5, 1e6, 1e7, wikitext, wikitext_paper."
 )
 _PROBES = flags.DEFINE_list(
-    "peers.probes", ["hvp", "top1", "top5", "top1_rtol", "top5_rtol", "trace", "slq"], "Probes."
+    "peers.probes",
+    ["hvp", "top1", "top5", "top1_rtol", "top5_rtol", "trace", "slq"],
+    "Probes; also ggn_top5, ggn_trace (the Gauss-Newton matrix) and stream_trace (4 batches).",
 )
 _FRAMEWORKS = flags.DEFINE_list(
     "peers.frameworks", ["ours", "pyhessian", "curvlinops"], "Frameworks."
@@ -49,7 +51,11 @@ PEERS = {  # the modules each framework's rows need
     "check": ("torch",),
 }
 OURS_ONLY = ("top1_rtol", "top5_rtol")
-NOT_IN = {"curvlinops": ("slq",)}  # probes a peer is not asked for
+NOT_IN = {  # probes a peer is not asked for (PyHessian has no Gauss-Newton matrix)
+    "curvlinops": ("slq",),
+    "pyhessian": ("ggn_top5", "ggn_trace"),
+}
+STREAMED_BATCHES = 4  # stream_trace: the 512 examples as 4 batches of 128, streamed
 WIKITEXT_PROBES = ("top5", "top5_rtol", "trace")
 # the CPU variant (the valid split's 12,000 types, D = 5.05e6) and the paper's (WikiText-2's
 # train split, 33,278 types, D = 1.36e7); one batch of 20 x 35 targets, as the paper trains
@@ -144,6 +150,24 @@ class Ours:
         if probe == "slq":
             d = landscape.spectral_density(self.point, num_probes=8, num_iters=30)
             return _slq_answer(self.dim, d.nodes, d.weights)
+        if probe == "ggn_top5":
+            found = landscape.eigenpairs(
+                self.point, 5, "largest", dense_below=0, progress=None, matrix="ggn"
+            )
+            more = dict(num_hvps=found.num_hvps, runs=found.runs, converged=found.converged)
+            return _eigen_answer(found.values, found.residuals, **more)
+        if probe == "ggn_trace":
+            t = landscape.trace(self.point, num_probes=100, method="hutchinson", matrix="ggn")
+            return {"trace": t.value, "stderr": t.stderr}
+        if probe == "stream_trace":
+            x, y = (np.asarray(a) for a in self.point.inputs)
+            parts = zip(np.split(x, STREAMED_BATCHES), np.split(y, STREAMED_BATCHES), strict=True)
+            point = landscape.Point(
+                self.point.params, objective=peers.mlp_objective,
+                batches=landscape.stream(list(parts), chunk=STREAMED_BATCHES),
+            )  # fmt: skip
+            t = landscape.trace(point, num_probes=100, method="hutchinson", progress=None)
+            return {"trace": t.value, "stderr": t.stderr}
         raise ValueError(f"unknown probe {probe}")
 
     def check(self, probe: str, answer: dict[str, Any]) -> dict[str, Any]:
@@ -216,6 +240,18 @@ class PyHessian(_Torch):
         if probe == "slq":
             nodes, weights = h.density(iter=30, n_v=8)
             return _slq_answer(self.dim, nodes, weights)
+        if probe == "stream_trace":  # its data-loader mode: the batches' graphs made per product
+            import pyhessian
+
+            loader = list(
+                zip(self.x.chunk(STREAMED_BATCHES), self.y.chunk(STREAMED_BATCHES), strict=True)
+            )
+            streamed = pyhessian.hessian(
+                self.model, self.criterion, dataloader=loader, cuda=self.device == "cuda"
+            )
+            samples = streamed.trace(maxIter=100, tol=0.0)
+            stderr = float(np.std(samples, ddof=1) / np.sqrt(len(samples)))
+            return {"trace": float(np.mean(samples)), "stderr": stderr}
         raise ValueError(f"PyHessian has no probe {probe}")
 
     def check(self, probe: str, answer: dict[str, Any]) -> dict[str, Any]:
@@ -252,6 +288,13 @@ class Curvlinops(_Torch):
         self.op = curvlinops.HessianLinearOperator(
             self.model, self.criterion, params, [(self.x, self.y)], check_deterministic=False
         )
+        self.ggn = curvlinops.GGNLinearOperator(
+            self.model, self.criterion, params, [(self.x, self.y)], check_deterministic=False
+        )
+        batches = zip(self.x.chunk(STREAMED_BATCHES), self.y.chunk(STREAMED_BATCHES), strict=True)
+        self.streamed = curvlinops.HessianLinearOperator(
+            self.model, self.criterion, params, list(batches), check_deterministic=False
+        )
 
     def _flat(self, leaves: list[Any]) -> Any:
         return self.torch.cat([a.reshape(-1) for a in leaves])
@@ -262,10 +305,11 @@ class Curvlinops(_Torch):
         if probe == "hvp":
             v = self._flat(self.directions[i])
             return {"vHv": float(v @ (self.op @ v))}
-        if probe in ("top1", "top5"):
+        if probe in ("top1", "top5", "ggn_top5"):
             from scipy.sparse.linalg import LinearOperator, eigsh  # type: ignore[import-untyped]  # no stubs
 
-            scipy_op = self.op.to_scipy()
+            self.checked = self.ggn if probe.startswith("ggn") else self.op
+            scipy_op = self.checked.to_scipy()
 
             def matvec(v: np.ndarray) -> np.ndarray:
                 self.hvps += 1  # ARPACK hands float64 vectors to a float32 operator
@@ -273,21 +317,22 @@ class Curvlinops(_Torch):
 
             start = self.hvps
             counted = LinearOperator(scipy_op.shape, matvec=matvec, dtype=scipy_op.dtype)
-            values, self.vectors = eigsh(counted, k=int(probe[3]), which="LA")
+            values, self.vectors = eigsh(counted, k=int(probe[-1]), which="LA")
             order = np.argsort(values)[::-1]
             self.vectors = self.vectors[:, order]
             return {"values": values[order].tolist(), "num_hvps": self.hvps - start}
-        if probe == "trace":
-            return {"trace": float(curvlinops.hutchinson_trace(self.op, 100))}
+        if probe in ("trace", "ggn_trace", "stream_trace"):
+            op = {"trace": self.op, "ggn_trace": self.ggn, "stream_trace": self.streamed}[probe]
+            return {"trace": float(curvlinops.hutchinson_trace(op, 100))}
         raise ValueError(f"curvlinops is not asked for {probe}")
 
     def check(self, probe: str, answer: dict[str, Any]) -> dict[str, Any]:
-        if not probe.startswith("top"):
+        if "top" not in probe:
             return {}
         residuals = []
         for value, vector in zip(answer["values"], self.vectors.T, strict=True):
             v = self.torch.from_numpy(np.ascontiguousarray(vector, np.float32)).to(self.device)
-            residuals.append(float(self.torch.linalg.norm(self.op @ v - value * v)))
+            residuals.append(float(self.torch.linalg.norm(self.checked @ v - value * v)))
         return _eigen_answer(answer["values"], residuals, num_hvps=answer["num_hvps"])
 
 
@@ -488,15 +533,16 @@ def _max_rel(values: list[float], reference: list[float]) -> float:
 
 
 def compare(rows: dict[str, dict[str, Any]], size: str) -> dict[str, dict[str, float]]:
-    """Each row's answer against ours (the same probe) and the dense Hessian where it exists:
-    relative differences of the sorted eigenvalues, the traces, vHv, the SLQ's trace estimate
-    and largest node."""
-    dense = rows.get(f"{size}:dense", {})
+    """Each row's answer against ours (the same probe) and the dense Hessian where it exists (not
+    for G's rows): relative differences of the sorted eigenvalues, the traces, vHv, the SLQ's
+    trace estimate and largest node."""
+    hessians = rows.get(f"{size}:dense", {})
     out: dict[str, dict[str, float]] = {}
     for name, row in rows.items():
         parts = name.split(":")
         if len(parts) != 3 or "error" in row:
             continue
+        dense = {} if parts[1].startswith("ggn") else hessians  # the reference is H's, not G's
         reference = f"{size}:{parts[1].removesuffix('_rtol')}:ours"
         ours = rows.get(reference, {}) if reference != name else {}
         found: dict[str, float] = {}
