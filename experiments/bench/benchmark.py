@@ -1,13 +1,11 @@
-"""Times the hot paths and writes JSON:
-python -m experiments.benchmark [--only=scan_snap] [--out=f].
+"""Times the hot paths, writes JSON: python -m experiments.benchmark [--only=scan_snap] [--out=f].
 
 Groups: scan_snap (the 2-core targets against the authors' PyTorch code), wikitext, recall,
 markov, ngrams, curvature (bench/probe_timing.py in a fresh process), cache (a warm compilation
 cache), compile (each program's trace, lower and XLA compile seconds, cold), track (curvature
 tracked inside the n-gram Fig. 3 run), tracker (the functional tracker in a plain optax loop),
-peers (our probes against PyHessian and curvlinops, --peers.sizes), sharded (probes on a model
-split over 8 emulated devices against one, --sharded.width) and device (the device check,
---budget); wikitext, compile, track, tracker, peers and sharded live in
+peers (our probes against PyHessian and curvlinops), sharded (a model split over 8 emulated
+devices against one) and device (the device check, --budget); the larger groups live in
 bench/<group>_timing.py. Every row and its target: docs/design/experiments.md."""
 
 import functools

@@ -182,3 +182,26 @@ def wikitext_point(
 
     inputs = (tokens[:, :-1], tokens[:, 1:])
     return landscape.Point(params, objective=objective, inputs=inputs, name="wikitext"), name
+
+
+STREAMED_BATCHES = 4  # stream_trace: the 512 examples as 4 batches of 128, streamed
+
+
+def eigen_answer(values: Any, residuals: Any, **more: Any) -> dict[str, Any]:
+    values = np.asarray(values, np.float64)
+    residuals = np.asarray(residuals, np.float64)
+    return {
+        "values": values.tolist(),
+        "residuals": residuals.tolist(),
+        "max_rel_residual": float(np.max(residuals / np.abs(values))),
+        **more,
+    }
+
+
+def slq_answer(dim: int, nodes: Any, weights: Any) -> dict[str, Any]:
+    """The nodes' largest value and the density's mean times D (an estimate of the trace)."""
+    nodes, weights = np.asarray(nodes, np.float64), np.asarray(weights, np.float64)
+    return {
+        "max_node": float(nodes.max()),
+        "trace_estimate": float(dim * np.mean(np.sum(nodes * weights, axis=1))),
+    }

@@ -17,10 +17,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from absl import flags
 
 import landscape
 
 EVERY, STEPS, LR = 25, 1000, 0.4
+_ITERS = flags.DEFINE_list("tracker.iters", ["3", "5", "8"], "Lanczos steps a measurement.")
 
 
 class MLP(nn.Module):
@@ -57,11 +59,13 @@ def _timed(call: Callable[..., Any], *args: Any) -> tuple[float, Any]:
     return time.perf_counter() - t0, out
 
 
-def bench_tracker(repeats: int, one_by_one: int, iters: tuple[int, ...] = (3, 5, 8)) -> dict:
-    """Rows: the training step; per num_iters the measurement's seconds, in training steps, the
-    cost of one every 25 steps against the training time, and λ_max's median relative error
-    against the reference; the new-Point-per-measurement way at 20 Lanczos steps."""
+def bench_tracker(repeats: int, one_by_one: int) -> dict:
+    """Rows: the training step; per num_iters (`--tracker.iters`) the measurement's seconds, in
+    training steps, the cost of one every 25 steps against the training time, and λ_max's median
+    relative error against the reference; the new-Point-per-measurement way at 20 Lanczos
+    steps."""
     del repeats, one_by_one
+    iters = tuple(int(m) for m in _ITERS.value)
     params, batch, loss = problem()
     optimizer = optax.sgd(LR)
 
