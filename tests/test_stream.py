@@ -82,6 +82,14 @@ def test_a_stream_is_its_stacked_form(source, chunk):
             ]
             assert traces[1].value == pytest.approx(traces[0].value, rel=1e-12)
             assert traces[1].stderr == pytest.approx(traces[0].stderr, rel=1e-9)
+        densities = [  # 5 probes: a group of 5 runs advanced together, the same probes
+            landscape.spectral_density(p, 5, 8, probe=kind, progress=None, matrix=matrix)
+            for p in (stacked, streamed)
+            for kind in ("rademacher", "gaussian")
+        ]
+        for i in (0, 1):
+            np.testing.assert_allclose(densities[2 + i].nodes, densities[i].nodes, atol=1e-12)
+            np.testing.assert_allclose(densities[2 + i].weights, densities[i].weights, atol=1e-12)
     tree = landscape.hvp(streamed)({"w1": np.ones((4, 7)), "w2": np.ones((7, 2))})
     expected = landscape.hvp(stacked)({"w1": np.ones((4, 7)), "w2": np.ones((7, 2))})
     np.testing.assert_allclose(tree["w2"], np.asarray(expected["w2"]), atol=1e-13)
@@ -97,6 +105,8 @@ def test_each_product_is_one_pass_over_the_data():
     assert loader.passes == 6
     landscape.trace(streamed, 40, method="hutchinson", progress=None)
     assert loader.passes == 9
+    landscape.spectral_density(streamed, 20, 4, progress=None)  # two groups of 10 probes
+    assert loader.passes == 9 + 2 * 4
 
 
 def test_each_mistake_is_one_sentence():

@@ -291,6 +291,20 @@ def draw(kind: str, key: jax.Array, params: PyTree, layout: Layout | None) -> ja
     return layout.to_flat(jax.tree.unflatten(jax.tree.structure(params), drawn))
 
 
+def probe(
+    key: jax.Array, index: jax.Array, kind: str, params: PyTree, layout: Layout | None
+) -> jax.Array:
+    """Probe `index` (padded,) of the stochastic estimators: Rademacher signs, or a Gaussian
+    vector scaled to norm sqrt(D), drawn from fold_in(key, index) by `draw` (the same vector in
+    every layout)."""
+    key = jax.random.fold_in(key, index)
+    drawn = draw("rademacher" if kind == "rademacher" else "normal", key, params, layout)
+    if kind == "rademacher":
+        return drawn
+    dim = sum(math.prod(jnp.shape(leaf)) for leaf in jax.tree.leaves(params))
+    return drawn * (math.sqrt(dim) / jnp.linalg.norm(drawn))
+
+
 def _hashed(
     kind: str, key: jax.Array, offset: int, shape: tuple[int, ...], dtype: Any, sharding: Any
 ) -> jax.Array:

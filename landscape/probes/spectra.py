@@ -8,7 +8,6 @@ shared by every point of one model. Details: docs/design/curvature.md.
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, overload
 
@@ -47,17 +46,7 @@ Names = list[tuple[str, slice, tuple[int, ...]]]
 # probe of index i is drawn from fold_in(key, i), so the answer does not depend on the blocks.
 
 
-def _probe(
-    key: jax.Array, index: jax.Array, kind: str, params: PyTree, layout: Layout | None
-) -> jax.Array:
-    """Probe `index` (D,): Rademacher signs, or a Gaussian vector scaled to norm sqrt(D), the
-    same vector in every layout (`layout.draw`; over a mesh each device draws its own shards)."""
-    key = jax.random.fold_in(key, index)
-    drawn = layout_lib.draw("rademacher" if kind == "rademacher" else "normal", key, params, layout)
-    if kind == "rademacher":
-        return drawn
-    dim = sum(leaf.size for leaf in jax.tree.leaves(params))
-    return drawn * (math.sqrt(dim) / jnp.linalg.norm(drawn))
+_probe = layout_lib.probe
 
 
 def _probes(
@@ -325,6 +314,9 @@ def spectral_density(
     _checks.check_choice("probe", probe, ("rademacher", "gaussian"))
     objective, params, inputs = _arguments(points, listed)
     objective = operator.for_matrix(points, objective, matrix, "spectral_density")
+    if stream.streamed(points, listed, "spectral_density"):  # a pass over the data a step
+        found = stream.slq(points[0], objective, _key(key), num_probes, num_iters, probe, progress)
+        return SpectralDensity(points[0], *_quadrature(*found), dim, probe, matrix)
     spread = _spread(points[0], listed)
     key, axis = _key(key), int(listed)
     basis_bytes = num_iters * dim * blocks.itemsize(points[0])  # each probe's Lanczos basis

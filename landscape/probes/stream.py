@@ -19,11 +19,20 @@ import jax.numpy as jnp
 import numpy as np
 
 from landscape import _checks, linalg
+from landscape.engine import memory
 from landscape.probes import layout as layout_lib
 from landscape.probes import operator
 from landscape.typing import PyTree
 
-TAKES = ("gradient_at", "hvp", "hvp_flat", "trace", "lanczos_spectrum", "Point.loss")
+TAKES = (
+    "gradient_at",
+    "hvp",
+    "hvp_flat",
+    "trace",
+    "lanczos_spectrum",
+    "spectral_density",
+    "Point.loss",
+)
 LONG_SECONDS = 10.0  # a streamed probe prints a line per pass once it has taken this long
 
 
@@ -71,7 +80,7 @@ class Stream:
         if caller not in TAKES:
             raise TypeError(
                 f"{caller} does not take a streamed dataset yet (gradient_at, hvp, hvp_flat, "
-                "trace and lanczos_spectrum do): give the batches stacked, "
+                "trace, lanczos_spectrum and spectral_density do): give the batches stacked, "
                 "landscape.batches(data, batch_size), if they fit in memory."
             )
 
@@ -267,7 +276,77 @@ def tridiagonal(
     return alphas, betas[:-1], np.asarray(loss), grad
 
 
-BLOCK = 16  # products of one pass at most (trace)
+def slq(
+    point: Any,
+    objective: Any,
+    key: jax.Array,
+    num_probes: int,
+    num_iters: int,
+    kind: str,
+    progress: Any,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(alphas (K, m), betas (K, m - 1)) of `spectral_density` over a stream: its probes and
+    Lanczos runs (the stacked form's), a group of runs advanced together, a pass over the data
+    a step; a group's bases (group x m x D) fit half the free memory."""
+    dim, dtype = point.num_params, _dtype(point.params)
+    each = num_iters * dim * np.dtype(dtype).itemsize  # a run's basis
+    fit = int(0.5 * memory.device_free_bytes() // each)
+    if fit < 1:
+        raise MemoryError(
+            f"spectral_density: one probe's Lanczos basis ({memory.format_bytes(each)}) does not "
+            "fit in half the free memory; ask for fewer Lanczos steps (num_iters)."
+        )
+    groups = math.ceil(num_probes / min(BLOCK, num_probes, fit))
+    group = math.ceil(num_probes / groups)  # equal groups (one program), the last padded
+    done = _passes("spectral_density", progress, num_iters * math.ceil(num_probes / group))
+    found = []
+    for low in range(0, num_probes, group):
+        indices = np.arange(low, low + group, dtype=np.int32)  # past num_probes: cut below
+        zeros = np.zeros((group, num_iters), dtype)
+        state = jax.device_put((np.zeros((group, num_iters, dim), dtype), zeros, zeros))
+        products = np.zeros((group, dim), dtype)
+        for i in range(num_iters + 1):
+            state, rows = _slq_advance(
+                state, products, np.int32(i), key, indices, point.params, num_iters, kind
+            )
+            if i < num_iters:
+                products = _products(point, objective, np.asarray(rows), done)
+        found.append([np.asarray(x) for x in state[1:]])
+    alphas, betas = (np.concatenate(parts)[:num_probes] for parts in zip(*found, strict=True))
+    return alphas, betas[:, :-1]
+
+
+@functools.partial(jax.jit, static_argnames=("num_iters", "kind"), donate_argnames=("state",))
+def _slq_advance(
+    state: linalg.LanczosState,
+    products: jax.Array,
+    i: jax.Array,
+    key: jax.Array,
+    indices: jax.Array,
+    params: PyTree,
+    num_iters: int,
+    kind: str,
+) -> tuple[linalg.LanczosState, jax.Array]:
+    """Step i - 1 of each probe's Lanczos run given its product, or for i = 0 the probes drawn
+    as `spectral_density` draws them; and the rows to multiply next."""
+    probe_key, restart_key = jax.random.split(key)
+
+    def one(state: linalg.LanczosState, product: jax.Array, index: jax.Array) -> tuple:
+        def first() -> linalg.LanczosState:
+            start = layout_lib.probe(probe_key, index, kind, params, None)
+            return state[0].at[0].set(start / jnp.linalg.norm(start)), state[1], state[2]
+
+        def step() -> linalg.LanczosState:
+            restart = jax.random.fold_in(restart_key, index)
+            return linalg.lanczos_step(state, i - 1, product, restart)
+
+        state = jax.lax.cond(i == 0, first, step)
+        return state, state[0][jnp.minimum(i, num_iters - 1)]
+
+    return jax.vmap(one)(state, products, indices)
+
+
+BLOCK = 16  # products of one pass at most (trace, spectral_density)
 
 
 @functools.partial(jax.jit, static_argnames=("size",))
