@@ -38,6 +38,12 @@ def _alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
+def _default_sigint() -> None:
+    """The child's SIGINT as a terminal's: a suite started as a background job ignores SIGINT,
+    and a child inherits that."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 @pytest.mark.parametrize(
     "sig", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL], ids=lambda s: s.name
@@ -50,6 +56,7 @@ def test_the_pools_workers_end_with_their_parent(sig):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=_default_sigint,
     )
     try:
         pids = [int(pid) for pid in parent.stdout.readline().split()]
