@@ -17,7 +17,10 @@ from tests.test_distributed import _free_port, _start
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 POOL = """\
-import concurrent.futures, time
+import concurrent.futures, signal, time
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as from a terminal: a suite run as a
+# background job ignores SIGINT, and its children inherit that (no preexec_fn: it can deadlock
+# a child forked from a process with threads, as a test worker running jax is)
 from experiments import workers
 with workers.pool(2, grace=2) as pool:
     futures = [pool.submit(time.sleep, 600) for _ in range(3)]
@@ -38,12 +41,6 @@ def _alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
-def _default_sigint() -> None:
-    """The child's SIGINT as a terminal's: a suite started as a background job ignores SIGINT,
-    and a child inherits that."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 @pytest.mark.parametrize(
     "sig", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL], ids=lambda s: s.name
@@ -56,7 +53,6 @@ def test_the_pools_workers_end_with_their_parent(sig):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        preexec_fn=_default_sigint,
     )
     try:
         pids = [int(pid) for pid in parent.stdout.readline().split()]
