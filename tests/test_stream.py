@@ -109,6 +109,39 @@ def test_each_product_is_one_pass_over_the_data():
     assert loader.passes == 9 + 2 * 4
 
 
+@pytest.mark.parametrize("matrix", ["hessian", "ggn"])
+def test_eigenpairs_and_the_dense_probes_over_a_stream_are_the_stacked_forms(matrix):
+    """The certified search over a stream takes the stacked form's products, one pass each (the
+    loss and gradient come with them); the dense solve, hessian_at and ggn_at form the matrix a
+    block of columns a pass; diagonal's probes are the stacked form's."""
+    loader = Loader()
+    stacked, streamed = _points(loader)
+    for which, dense_below in (("largest", 0), ("smallest", 0), ("largest", 3000)):
+        ours, theirs = (
+            landscape.eigenpairs(p, 3, which, dense_below=dense_below, progress=None, matrix=matrix)
+            for p in (streamed, stacked)
+        )  # the smallest of G are zeros: Lanczos falls back to the dense solve (D <= 3000)
+        passes = loader.passes
+        assert ours.method == theirs.method and ours.num_hvps == theirs.num_hvps
+        np.testing.assert_allclose(ours.values, theirs.values, atol=1e-13)
+        assert np.max(ours.residuals) <= 1e-9 * np.max(np.abs(ours.values))
+        assert (ours.gradient is None) == (theirs.gradient is None)  # G's dense solve: none
+        if theirs.gradient is not None:
+            np.testing.assert_allclose(ours.gradient.vector, theirs.gradient.vector, atol=1e-14)
+    searched = landscape.eigenpairs(streamed, 2, "largest", dense_below=0, progress=None)
+    assert loader.passes - passes == searched.num_hvps  # a product a pass, nothing more
+    if matrix == "hessian":
+        dense = [landscape.hessian_at(p, progress=None) for p in (streamed, stacked)]
+        np.testing.assert_allclose(dense[0].matrix, dense[1].matrix, atol=1e-14)
+        diagonals = [landscape.diagonal(p, 20) for p in (streamed, stacked)]
+        np.testing.assert_allclose(diagonals[0].values, diagonals[1].values, atol=1e-14)
+        np.testing.assert_allclose(diagonals[0].stderr, diagonals[1].stderr, atol=1e-14)
+    else:
+        dense = [landscape.ggn_at(p, progress=None) for p in (streamed, stacked)]
+        np.testing.assert_allclose(dense[0].ggn, dense[1].ggn, atol=1e-14)
+        np.testing.assert_allclose(dense[0].remainder, dense[1].remainder, atol=1e-14)
+
+
 def test_each_mistake_is_one_sentence():
     ragged = landscape.Point(
         PARAMS, objective=mse, batches=landscape.stream(BATCHES + [(X[:5], Y[:5])])
@@ -123,8 +156,8 @@ def test_each_mistake_is_one_sentence():
     with pytest.raises(TypeError, match="an iterator \\(a generator\\) is spent after one pass"):
         landscape.stream(_generated())
     _, streamed = _points(BATCHES)
-    with pytest.raises(TypeError, match="eigenpairs does not take a streamed dataset yet"):
-        landscape.eigenpairs(streamed, 2)
+    with pytest.raises(TypeError, match="escape_directions does not take a streamed dataset yet"):
+        landscape.escape_directions(streamed)
     with pytest.raises(TypeError, match="trace: give points over a streamed dataset one at a time"):
         landscape.trace([streamed, streamed], 4, progress=None)
     with pytest.raises(TypeError, match=r"or for a Point stream them, landscape.stream\(batches\)"):

@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.extend import core as jax_core
 
+from landscape import point as point_lib
 from landscape.engine import memory
 from landscape.point import Point
 
@@ -31,8 +32,8 @@ _PROGRAM_BYTES: dict[Any, float] = {}
 
 def loss_bytes(point: Point) -> float:
     """Bytes one loss evaluation of `point` holds at once (`peak_bytes` of its jaxpr), once per
-    model and shapes."""
-    objective, inputs = point.shared
+    model and shapes (over a streamed dataset, of one batch: the chunk's scan holds one)."""
+    objective, inputs = point_lib.one_evaluation(point)
     leaves, treedef = jax.tree.flatten((point.params, inputs))
     key = (objective, treedef, tuple((np.shape(x), str(jnp.result_type(x))) for x in leaves))
     if key not in _LOSS_BYTES:

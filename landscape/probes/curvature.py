@@ -22,9 +22,10 @@ from landscape.point import (
     Point,
     PointOrPoints,
     as_points,
+    one_evaluation,
     param_names,
 )
-from landscape.probes import compiled
+from landscape.probes import compiled, stream
 from landscape.probes.gradient import Gradient, _program_arguments
 from landscape.probes.hessian import Hessian
 from landscape.probes.lanczos import Spectrum, lanczos_spectrum
@@ -129,6 +130,11 @@ def hessian_at(
         spectra = [lanczos_spectrum(p, num_iters, key) for p in points]
         return spectra if listed else spectra[0]
     _check_dense_size(points, max_dense_dim, columns_per_batch)
+    if stream.streamed(points, listed, "hessian_at"):  # columns a pass over the data
+        found = stream.dense(
+            points[0], points[0].shared[0], columns_per_batch, progress, "hessian_at"
+        )
+        return _hessian(points[0], *found)
     if not listed and points[0].num_params > CHUNKED_ABOVE:
         return _hessian_in_chunks(points[0], columns_per_batch, progress)
     arguments = _program_arguments(points, listed)
@@ -188,7 +194,7 @@ def default_columns_per_batch(point: Point) -> int:
 
 def _bytes_moved(point: Point) -> float:
     """XLA's estimate of the bytes one loss evaluation of the point reads and writes."""
-    objective, inputs = point.shared
+    objective, inputs = one_evaluation(point)
     cost = jax.jit(objective).lower(point.params, inputs).cost_analysis() or {}
     cost = cost[0] if isinstance(cost, list) else cost  # older jax: one dict per program
     return float(cost.get("bytes accessed", 0.0))

@@ -33,6 +33,7 @@ from landscape.probes import (
     gradient,
     krylov_host,
     operator,
+    stream,
 )
 from landscape.probes import layout as layout_lib
 from landscape.probes.pairs import Eigenpairs as Eigenpairs
@@ -171,7 +172,10 @@ def _certified(
     the losses along its vectors at `epsilons`, which it returns beside)."""
     objective, inputs = point.shared
     steps = np.zeros(0, flat_vectors.dtype) if epsilons is None else epsilons
-    products, losses = certify(objective, point.params, inputs, flat_vectors, steps)
+    if getattr(inputs, "is_stream", False):  # no escape check over a stream: no losses
+        products, losses = stream.products(point, objective, flat_vectors), np.zeros(0)
+    else:
+        products, losses = certify(objective, point.params, inputs, flat_vectors, steps)
     residuals = np.linalg.norm(np.asarray(products) - values[:, None] * flat_vectors, axis=1)
     pairs = _pairs(point, which, values, flat_vectors, residuals, "dense", extremes, gradient)
     return pairs, np.asarray(losses)
@@ -210,8 +214,9 @@ def _dense(
     size = max(points[0].num_params, 1)  # dense_below decides; hessian_at still checks memory
     spectra: list[tuple[np.ndarray, np.ndarray, gradient.Gradient | None]]
     if operator.is_ggn(points[0].shared[0]):  # G, formed densely (`eigenpairs(matrix="ggn")`)
-        spectra = [(*gauss_newton.dense_spectrum(p), None) for p in points]
-    else:
+        dense = _streamed_spectrum if stream.streamed(points, listed, "eigenpairs") else None
+        spectra = [(*(dense or gauss_newton.dense_spectrum)(p), None) for p in points]
+    else:  # H by hessian_at (over a stream too)
         hessians = (
             curvature.hessian_at(points, max_dense_dim=size, progress=progress)
             if listed
@@ -229,6 +234,16 @@ def _dense(
         )
         out.append((dataclasses.replace(pairs, reason=reason), losses))
     return out
+
+
+def _streamed_spectrum(point: Point) -> tuple[np.ndarray, np.ndarray]:
+    """(eigenvalues ascending, eigenvectors) of G formed over a stream (`stream.dense`), as
+    `gauss_newton.dense_spectrum` forms it in memory; NaN when it is not finite."""
+    columns = curvature.default_columns_per_batch(point)
+    _, _, matrix = stream.dense(point, point.shared[0], columns, None, "eigenpairs")
+    if not np.all(np.isfinite(matrix)):
+        return np.full(len(matrix), np.nan), np.full(matrix.shape, np.nan)
+    return np.linalg.eigh(0.5 * (matrix + matrix.T))
 
 
 def _lanczos_one(

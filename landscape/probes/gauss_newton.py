@@ -23,7 +23,7 @@ from jax.flatten_util import ravel_pytree
 from landscape import _checks
 from landscape import point as point_lib
 from landscape.point import Point
-from landscape.probes import blocks, compiled, curvature, operator, results
+from landscape.probes import blocks, compiled, curvature, operator, results, stream
 from landscape.typing import PyTree
 
 Outputs = Callable[[PyTree, PyTree], jax.Array]
@@ -269,6 +269,12 @@ def ggn_at(
         )
     if listed and first.batches is not None:
         raise ValueError("ggn_at: give the points of a dataset in batches one at a time.")
+    if stream.streamed(points, listed, "ggn_at"):  # H, then G: columns a pass over the data
+        hessian = curvature.hessian_at(first, progress=progress, max_dense_dim=max_dense_dim)
+        split = operator.for_matrix(points, first.shared[0], "ggn", "ggn_at")
+        columns = curvature.default_columns_per_batch(first)
+        found = stream.dense(first, split, columns, progress, "ggn_at")
+        return _result(hessian, found[0], found[2])
     if not listed:
         hessian = curvature.hessian_at(first, progress=progress, max_dense_dim=max_dense_dim)
         loss, ggn = _ggn_in_chunks(first, progress)

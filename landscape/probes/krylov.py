@@ -99,6 +99,30 @@ def advance(
     it). Over a mesh the vectors lie in `layout` (each device's columns its own shards)."""
     layout = layout or Layout(None, (), "")  # one device: ravel_pytree's order, as `of` gives
     op = operator.hessian_operator(objective, params, inputs, layout if layout.mesh else None)
+    carry = begin(vectors, plan, key, op.value, op.gradient, layout)
+
+    def going(carry: tuple) -> jax.Array:
+        return (carry[1].taken < plan.steps) & ~carry[3]
+
+    def body(carry: tuple) -> tuple:
+        v = next_vector(plan, carry)
+        return stepped(plan, key, which, layout, carry, v, op.matvec(v))
+
+    vectors, outcome, *_ = jax.lax.while_loop(going, body, carry)
+    return vectors, outcome
+
+
+def begin(
+    vectors: jax.Array,
+    plan: Plan,
+    key: jax.Array,
+    value: jax.Array,
+    gradient: jax.Array,
+    layout: Layout,
+) -> tuple:
+    """A call's carry before its first product: the vectors restarted (`_restarted`), an empty
+    Outcome holding the point's loss and gradient, no failure, no convergence, the run's
+    projected matrix."""
     k = plan.slots.size
     vectors = _restarted(vectors, k, plan, key, layout)
     rows, dtype = vectors.shape[0] - k, vectors.dtype
@@ -106,18 +130,22 @@ def advance(
         jnp.asarray(0, jnp.int32), jnp.zeros(rows, dtype), jnp.zeros((rows, rows), dtype),
         jnp.zeros(rows, dtype), jnp.zeros(rows, dtype), jnp.zeros(rows, dtype),
         jnp.zeros(rows, bool), jnp.zeros(k, dtype), jnp.zeros(k, bool),
-        op.value.astype(dtype), op.gradient,
+        value.astype(dtype), gradient,
     )  # fmt: skip
+    return vectors, outcome, jnp.asarray(False), jnp.asarray(False), plan.proj
 
-    def going(carry: tuple) -> jax.Array:
-        return (carry[1].taken < plan.steps) & ~carry[3]
 
-    def body(carry: tuple) -> tuple:
-        return _one_product(op, plan, key, which, layout, carry)
-
-    init = (vectors, outcome, jnp.asarray(False), jnp.asarray(False), plan.proj)
-    vectors, outcome, *_ = jax.lax.while_loop(going, body, init)
-    return vectors, outcome
+def next_vector(plan: Plan, carry: tuple) -> jax.Array:
+    """The vector the call multiplies next: the basis row a Lanczos step extends from, or the
+    candidate Ritz vector whose residual it checks."""
+    vectors, outcome = carry[0], carry[1]
+    k, i = plan.slots.size, outcome.taken
+    rows = vectors.shape[0] - k
+    return jax.lax.cond(
+        plan.mode == EXTEND,
+        lambda: vectors[k + jnp.minimum(plan.start + i, rows - 1)],
+        lambda: _DOT(plan.coeffs[:, jnp.minimum(i, k - 1)], vectors),
+    )
 
 
 def _restarted(vectors: jax.Array, k: int, plan: Plan, key: jax.Array, layout: Layout) -> jax.Array:
@@ -139,23 +167,23 @@ def _restarted(vectors: jax.Array, k: int, plan: Plan, key: jax.Array, layout: L
     return vectors.at[k].set(jax.lax.cond(plan.fresh, start, lambda seed: seed, vectors[k]))
 
 
-def _one_product(
-    op: operator.Operator, plan: Plan, key: jax.Array, which: str, layout: Layout, carry: tuple
+def stepped(
+    plan: Plan,
+    key: jax.Array,
+    which: str,
+    layout: Layout,
+    carry: tuple,
+    v: jax.Array,
+    hv: jax.Array,
 ) -> tuple:
-    """The call's next product, through one call site whatever the mode, and its vector work;
-    a run's projected matrix grown by the step, and whether the run has converged."""
+    """The call's carry after its next product hv of v (`next_vector`), made through one call
+    site whatever the mode, and its vector work; a run's projected matrix grown by the step,
+    and whether the run has converged."""
     vectors, outcome, failed, _, proj = carry
     k, i = plan.slots.size, outcome.taken
-    rows = vectors.shape[0] - k
     at = jnp.minimum(i, k - 1)
     row = plan.start + i  # of the basis: vectors[k + row]
     extending = plan.mode == EXTEND
-    v = jax.lax.cond(
-        extending,
-        lambda: vectors[k + jnp.minimum(row, rows - 1)],
-        lambda: _DOT(plan.coeffs[:, at], vectors),
-    )
-    hv = op.matvec(v)
     zero = jnp.zeros((), v.dtype)
     coupling = (i == 0, plan.column, outcome.beta[jnp.maximum(i - 1, 0)])
     fresh_key = jax.random.fold_in(key, plan.products + i)

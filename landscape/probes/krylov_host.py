@@ -9,7 +9,7 @@ import dataclasses
 import functools
 import time
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -18,6 +18,7 @@ import numpy as np
 from landscape import trees
 from landscape.point import Point
 from landscape.probes import layout as layout_lib
+from landscape.probes import stream
 from landscape.probes.krylov import CHECK, DONE, EXTEND, FILL, RITZ, Layout, Outcome, Plan, advance
 from landscape.typing import PyTree
 
@@ -298,8 +299,12 @@ def search(
     progress: Callable[[str], None] | None = None,
 ) -> Found | None:
     """Krylov-Schur (module docstring) on one point, at most `max_runs` runs, holding `ncv`
-    vectors of D; None when a product was not finite. One program: `advance`."""
+    vectors of D; None when a product was not finite. One program: `advance` (over a streamed
+    dataset, `stream.searcher`'s two, a pass over the data a product)."""
     objective, inputs = point.shared
+    call: Callable[..., Any] = advance
+    if getattr(inputs, "is_stream", False):
+        call = stream.searcher(point, progress)
     dim, dtype = point.num_params, np.dtype(jax.tree.leaves(point.params)[0].dtype)
     host = Host(k, min(ncv - k, dim + 1), dim, which, rtol, max_runs)
     spread = layout_lib.spread(point.params, point.batches)
@@ -309,9 +314,7 @@ def search(
     began = time.perf_counter()
     while host.mode != DONE:
         plan, runs = host.plan(dtype), host.runs
-        vectors, outcome = advance(
-            objective, point.params, inputs, vectors, plan, key, which, spread
-        )
+        vectors, outcome = call(objective, point.params, inputs, vectors, plan, key, which, spread)
         outcome = outcome._replace(  # the decisions' numbers, alike in every process
             **{f: trees.host(x) for f, x in outcome._asdict().items() if f != "gradient"}
         )

@@ -506,6 +506,9 @@ def diagonal(
     points, listed = as_points(point, "diagonal")
     num_probes = _check_probes(num_probes, 2, "Rademacher probes; two or more for a stderr")
     objective, params, inputs = _arguments(points, listed)
+    if stream.streamed(points, listed, "diagonal"):  # a pass over the data a block of probes
+        samples = stream.diagonal_samples(points[0], objective, _key(key), num_probes, print)
+        return _diagonal_estimate(points[0], samples.astype(np.float64))
     spread = _spread(points[0], listed)
     found = diagonal_program(objective, params, inputs, _key(key), num_probes, listed, spread)
     if spread is not None:  # the stacked leaves, raveled row by row in ravel_pytree's order

@@ -2,9 +2,8 @@
 mean of f over an iterable of equal batches (a list, a loader, a function returning an iterator)
 that never sits in memory at once. The host stacks `chunk` batches at a time and one compiled
 program adds their loss, gradient and products to running sums: one pass over the data per
-product (or block of products), as PyHessian's data-loader mode. gradient_at, hvp, hvp_flat,
-trace and lanczos_spectrum take such a point, each equal to the stacked form on the same data
-to rounding; docs/guide/own_model.md."""
+product (or block of products), as PyHessian's data-loader mode. The probes of TAKES take such
+a point, each equal to the stacked form on the same data to rounding; docs/guide/own_model.md."""
 
 from __future__ import annotations
 
@@ -20,8 +19,8 @@ import numpy as np
 
 from landscape import _checks, linalg
 from landscape.engine import memory
+from landscape.probes import krylov, operator
 from landscape.probes import layout as layout_lib
-from landscape.probes import operator
 from landscape.typing import PyTree
 
 TAKES = (
@@ -29,8 +28,12 @@ TAKES = (
     "hvp",
     "hvp_flat",
     "trace",
+    "diagonal",
     "lanczos_spectrum",
     "spectral_density",
+    "eigenpairs",
+    "hessian_at",
+    "ggn_at",
     "Point.loss",
 )
 LONG_SECONDS = 10.0  # a streamed probe prints a line per pass once it has taken this long
@@ -79,9 +82,9 @@ class Stream:
         """One sentence for a probe that does not take a streamed dataset."""
         if caller not in TAKES:
             raise TypeError(
-                f"{caller} does not take a streamed dataset yet (gradient_at, hvp, hvp_flat, "
-                "trace, lanczos_spectrum and spectral_density do): give the batches stacked, "
-                "landscape.batches(data, batch_size), if they fit in memory."
+                f"{caller} does not take a streamed dataset yet ({', '.join(TAKES[:-1])} do): "
+                "give the batches stacked, landscape.batches(data, batch_size), if they fit in "
+                "memory."
             )
 
     def sums(
@@ -219,15 +222,17 @@ def product(point: Any, objective: Any, vector: np.ndarray) -> np.ndarray:
     return point.batches.sums(_per_batch(objective), point.params, vectors)[2][0]
 
 
-def _passes(caller: str, progress: Any, total: int) -> Callable[[], None]:
-    """Call after each pass: a progress line per pass once the call has taken LONG_SECONDS."""
+def _passes(caller: str, progress: Any, total: int | None) -> Callable[[], None]:
+    """Call after each pass: a progress line per pass once the call has taken LONG_SECONDS
+    (`total` None: a search, whose passes are not known ahead)."""
     began, count = time.perf_counter(), [0]
 
     def done() -> None:
         count[0] += 1
         seconds = time.perf_counter() - began
-        if progress and seconds > LONG_SECONDS and count[0] < total:
-            progress(f"{caller}: {count[0]} of {total} passes over the data | {seconds:.1f} s")
+        if progress and seconds > LONG_SECONDS and (total is None or count[0] < total):
+            of = "" if total is None else f" of {total}"
+            progress(f"{caller}: {count[0]}{of} passes over the data | {seconds:.1f} s")
 
     return done
 
@@ -435,3 +440,97 @@ def _forms(
         products = _products(point, objective, probes, done)  # one shape: one program
         forms.append(np.sum(probes * products, axis=1)[: count - low])
     return np.concatenate(forms)
+
+
+# ---------------------------------------------------------------- eigenpairs, dense, diagonal
+
+
+def searcher(point: Any, progress: Any) -> Callable[..., tuple[jax.Array, krylov.Outcome]]:
+    """`krylov.advance` over a stream (its arguments and results): the call's products one at a
+    time, each one pass over the data, between two small programs that do the call's vector
+    work on the device as `advance` does (`krylov.begin`, `krylov.stepped`)."""
+    done = _passes("eigenpairs", progress, None)
+
+    def advance(
+        objective: Any, params: PyTree, _: Any, vectors: jax.Array, plan: krylov.Plan,
+        key: jax.Array, which: str, __: Any,
+    ) -> tuple[jax.Array, krylov.Outcome]:  # fmt: skip
+        zero = np.zeros((), vectors.dtype)
+        carry, v = _krylov_begin(vectors, plan, key, zero)
+        passes, going = None, int(plan.steps) > 0
+        while going:
+            passes = point.batches.sums(_per_batch(objective), params, np.asarray(v)[None])
+            carry, v, more = _krylov_step(carry, plan, key, passes[2][0], which)
+            going = bool(more)
+            done()
+        loss, gradient = passes[:2] if passes else value_and_gradient(point, objective)
+        return carry[0], carry[1]._replace(loss=np.asarray(loss), gradient=gradient)
+
+    return advance
+
+
+_ONE = layout_lib.Layout(None, (), "")  # one device (a stream's vectors are ravel_pytree's)
+
+
+@functools.partial(jax.jit, donate_argnames=("vectors",))
+def _krylov_begin(
+    vectors: jax.Array, plan: krylov.Plan, key: jax.Array, zero: jax.Array
+) -> tuple[tuple, jax.Array]:
+    """A search call's carry (its loss and gradient come from the passes) and its first vector."""
+    gradient = jnp.zeros(vectors.shape[1], vectors.dtype)
+    carry = krylov.begin(vectors, plan, key, zero, gradient, _ONE)
+    return carry, krylov.next_vector(plan, carry)
+
+
+@functools.partial(jax.jit, static_argnames=("which",), donate_argnames=("carry",))
+def _krylov_step(
+    carry: tuple, plan: krylov.Plan, key: jax.Array, product: jax.Array, which: str
+) -> tuple[tuple, jax.Array, jax.Array]:
+    """The carry after the product of its next vector, the vector after it, and whether the
+    call goes on (as `advance`'s loop decides)."""
+    carry = krylov.stepped(plan, key, which, _ONE, carry, krylov.next_vector(plan, carry), product)
+    going = (carry[1].taken < plan.steps) & ~carry[3]
+    return carry, krylov.next_vector(plan, carry), going
+
+
+def dense(
+    point: Any, objective: Any, columns: int, progress: Any, caller: str
+) -> tuple[float, np.ndarray, np.ndarray]:
+    """(mean loss, flat gradient, the D x D matrix) of H (or G) over a stream: `columns` of its
+    columns a pass, as products of unit vectors."""
+    dim, dtype = point.num_params, _dtype(point.params)
+    columns = min(columns, dim)
+    done = _passes(caller, progress, math.ceil(dim / columns))
+    matrix = np.zeros((dim, dim), dtype)
+    for low in range(0, dim, columns):
+        units = np.eye(columns, dim, low, dtype)  # rows past D are zero: one program's shapes
+        loss, gradient, products = point.batches.sums(_per_batch(objective), point.params, units)
+        matrix[low : low + columns] = products[: dim - low]
+        done()
+    return float(loss), gradient, matrix
+
+
+def products(point: Any, objective: Any, vectors: np.ndarray) -> np.ndarray:
+    """H v (or G v) for each row of `vectors`, BLOCK rows a pass (the certificates of a dense
+    solve over a stream)."""
+    return _products(point, objective, vectors, lambda: None)
+
+
+def diagonal_samples(
+    point: Any, objective: Any, key: jax.Array, count: int, progress: Any
+) -> np.ndarray:
+    """v * Hv (count, D) for `diagonal`'s Rademacher probes (drawn as the stacked form draws
+    them), BLOCK probes a pass."""
+    size = min(BLOCK, count)
+    done = _passes("diagonal", progress, math.ceil(count / size))
+    samples = []
+    for low in range(0, count, size):
+        indices = np.arange(low, low + size, dtype=np.int32)
+        probes = np.asarray(_diagonal_probes(key, indices, point.params))
+        samples.append(probes * _products(point, objective, probes, done))
+    return np.concatenate(samples)[:count]
+
+
+@jax.jit
+def _diagonal_probes(key: jax.Array, indices: jax.Array, params: PyTree) -> jax.Array:
+    return jax.vmap(lambda i: layout_lib.probe(key, i, "rademacher", params, None))(indices)
