@@ -111,7 +111,7 @@ def tracker(
         raise ValueError(f"k = {k}: must be fewer than num_iters = {num_iters} Lanczos steps.")
     _checks.check_real("noise", noise, low=0, meaning="the start's noise against its unit seed")
     _checks.check_bool("in_batches", in_batches)
-    layout = None if like is None else layout_lib.spread(like)
+    layout = _layout_like(like)
     settings = Settings(num_iters, k, float(noise), in_batches, layout)
     return Tracker(
         functools.partial(init, settings), functools.partial(_update_program, loss, settings)
@@ -126,8 +126,45 @@ def init(settings: Settings, params: PyTree, key: jax.Array) -> TrackerState:
         raise TypeError(f"key = {key!r}: must be a jax.random.key(seed).")
     if settings.layout is None:
         return TrackerState(np.zeros((settings.k + 1, dim), dtype), key, np.int32(0))
+    _check_split_like(params, settings.layout)
     zeros = np.zeros((settings.k + 1, settings.layout.padded), dtype)
     return TrackerState(jax.device_put(zeros, settings.layout.sharding(1)), key, np.int32(0))
+
+
+def _layout_like(like: PyTree) -> layout_lib.Layout | None:
+    """The layout of `tracker(like=)`; one sentence for a tree that is not split over a mesh."""
+    if like is None:
+        return None
+    found = layout_lib.spread(like)
+    if found is None:
+        raise TypeError(
+            "tracker: like must be the parameters split over a mesh of several devices (jax "
+            "arrays with NamedShardings over one mesh, each leaf dividing evenly); on one device "
+            "leave like=None."
+        )
+    return found
+
+
+def _check_split_like(params: PyTree, layout: layout_lib.Layout) -> None:
+    """One sentence for parameters shaped or split otherwise than `like` (split checked where
+    the parameters are concrete arrays, not inside a traced function)."""
+    leaves, treedef = jax.tree.flatten(params)
+    shapes = tuple(tuple(np.shape(leaf)) for leaf in leaves)
+    if treedef != layout.treedef or shapes != layout.shapes:
+        raise ValueError(
+            f"tracker.init: params have leaves of shapes {list(shapes)} where like has "
+            f"{list(layout.shapes)}: give like the parameters the tracker will measure."
+        )
+    if any(isinstance(leaf, jax.core.Tracer) for leaf in leaves):
+        return
+    specs = tuple(getattr(getattr(leaf, "sharding", None), "spec", None) for leaf in leaves)
+    meshes = {getattr(getattr(leaf, "sharding", None), "mesh", None) for leaf in leaves}
+    if specs != layout.specs or meshes != {layout.mesh}:
+        raise ValueError(
+            f"tracker.init: params lie split as {list(specs)} where like lies as "
+            f"{list(layout.specs)} over its mesh: give like the parameters as they will be split "
+            "(jax.device_put them with like's shardings)."
+        )
 
 
 def flat_shape(params: PyTree, num_iters: int) -> tuple[int, np.dtype]:

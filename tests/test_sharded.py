@@ -46,6 +46,18 @@ for name, point in (("one", one), ("split", split)):
         hvp=[np.asarray(x).ravel()[:8].tolist() for x in jax.tree.leaves(
             landscape.hvp(point)(landscape.trees.unravel_numpy(point.params, w)))],
     )
+# a list of split points: one at a time in their layout, the split point's program serving all
+scaled = one.with_params({k: v * 1.1 for k, v in one.params.items()})
+scaled_split = scaled.with_params(
+    {k: jax.device_put(v, NamedSharding(mesh, specs[k])) for k, v in scaled.params.items()})
+programs = spectra.trace_block._cache_size()
+out["listed_split"] = [t.value for t in landscape.trace([split, scaled_split], 12, progress=None)]
+out["listed_new_programs"] = spectra.trace_block._cache_size() - programs
+out["listed_one"] = [t.value for t in landscape.trace([one, scaled], 12, progress=None)]
+try:  # the tracker measuring parameters split otherwise than its like
+    landscape.tracker(peers.mlp_objective, like=params).init(one.params, jax.random.key(0))
+except ValueError as error:
+    out["tracker_mismatch"] = str(error)
 back = jax.jit(lay.from_flat)(jax.jit(lay.to_flat)(params))
 out["round_trip"] = max(float(np.abs(np.asarray(back[k]) - np.asarray(params[k])).max())
                         for k in params)
@@ -178,6 +190,18 @@ def test_the_probes_on_a_split_model_give_one_devices_numbers(eight_devices):
         assert max(abs(a - b) for a, b in zip(flat, other, strict=True)) <= 1e-4 * max(
             map(abs, flat)
         )
+
+
+def test_a_list_of_split_points_is_probed_in_their_layout(eight_devices):
+    """A list of split points: each one in its layout by the split point's program (no new
+    program, where stacking them would compile a vmapped one over whole flat vectors), equal to
+    one device's list; the tracker says so when it measures parameters split otherwise."""
+    found = eight_devices
+    assert found["listed_new_programs"] == 0
+    assert found["listed_split"][0] == found["split"]["trace"]
+    for a, b in zip(found["listed_one"], found["listed_split"], strict=True):
+        assert abs(a - b) <= 1e-5 * abs(a)
+    assert "tracker.init: params lie split as [None" in found["tracker_mismatch"]
 
 
 def test_a_split_models_vectors_lie_sharded_and_nothing_of_size_d_is_gathered(eight_devices):

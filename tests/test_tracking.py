@@ -217,3 +217,5 @@ def test_each_mistake_is_one_sentence():
     half = jax.tree.map(lambda a: jnp.asarray(a, jnp.bfloat16), params)
     with pytest.raises(TypeError, match="the parameters are bfloat16.*cast them first"):
         landscape.tracker(mse).init(half, jax.random.key(0))
+    with pytest.raises(TypeError, match="like must be the parameters split over a mesh"):
+        landscape.tracker(mse, like=params)  # on one device: like=None

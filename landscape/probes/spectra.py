@@ -230,8 +230,16 @@ def _check_probes(num_probes: object, low: int, what: str) -> int:
 
 
 def _spread(point: Point, listed: bool) -> Layout | None:
-    """`layout.spread` of a point's params; None for a list of points (stacked on the host)."""
+    """`layout.spread` of a point's params; None for a list of points (stacked on the host,
+    unless split over a mesh: `_split_list`)."""
     return None if listed else layout_lib.spread(point.params, point.batches)
+
+
+def _split_list(points: list[Point], listed: bool) -> bool:
+    """Whether a list's points lie split over a mesh: probed one at a time, each point's
+    vectors in its layout (stacked, they would be `ravel_pytree`'s, whole on every device),
+    one program serving them all."""
+    return listed and layout_lib.spread(points[0].params) is not None
 
 
 def _key(key: jax.Array | None) -> jax.Array:
@@ -312,6 +320,9 @@ def spectral_density(
         "num_iters", num_iters, 1, f"Lanczos steps, at most D = {dim}", high=dim
     )
     _checks.check_choice("probe", probe, ("rademacher", "gaussian"))
+    if _split_list(points, listed):  # a mesh's points one at a time, each in its layout
+        return [spectral_density(p, num_probes, num_iters, key, probe, progress, matrix)
+                for p in points]  # fmt: skip
     objective, params, inputs = _arguments(points, listed)
     objective = operator.for_matrix(points, objective, matrix, "spectral_density")
     if stream.streamed(points, listed, "spectral_density"):  # a pass over the data a step
@@ -393,6 +404,8 @@ def trace(
     num_probes = _check_probes(
         num_probes, low, f"HVPs; {method} needs {low} or more for a standard error"
     )
+    if _split_list(points, listed):  # a mesh's points one at a time, each in its layout
+        return [trace(p, num_probes, key, method, progress, matrix) for p in points]
     objective, params, inputs = _arguments(points, listed)
     objective = operator.for_matrix(points, objective, matrix, "trace")
     if stream.streamed(points, listed, "trace"):  # a pass over the data a block of products
@@ -505,6 +518,8 @@ def diagonal(
     """
     points, listed = as_points(point, "diagonal")
     num_probes = _check_probes(num_probes, 2, "Rademacher probes; two or more for a stderr")
+    if _split_list(points, listed):  # a mesh's points one at a time, each in its layout
+        return [diagonal(p, num_probes, key) for p in points]
     objective, params, inputs = _arguments(points, listed)
     if stream.streamed(points, listed, "diagonal"):  # a pass over the data a block of probes
         samples = stream.diagonal_samples(points[0], objective, _key(key), num_probes, print)
