@@ -507,15 +507,6 @@ def check_point(point: object, caller: str) -> Point:
 _CHECKED: collections.OrderedDict[Any, None] = collections.OrderedDict()  # (objective, shapes)
 
 
-def one_evaluation(point: Point) -> tuple[Callable[[PyTree, PyTree], jax.Array], PyTree]:
-    """(objective, inputs) of one loss evaluation, what memory and cost estimates trace: the
-    point's `shared`, or over a streamed dataset its objective on one (the first) batch."""
-    objective, inputs = point.shared
-    if getattr(inputs, "is_stream", False):
-        return getattr(objective, "per_batch", objective), inputs.first
-    return objective, inputs
-
-
 def check_loss_output(point: Point, caller: str) -> None:
     """TypeError unless the point's loss returns one floating scalar: checked by tracing it once
     per objective and shapes (`jax.eval_shape`: nothing is compiled or computed)."""

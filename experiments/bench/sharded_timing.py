@@ -2,7 +2,11 @@
 (`python -m experiments.benchmark --only=sharded`): the 64 -> h -> h -> 10 tanh MLP of the peers
 benchmark, its hidden weights split Megatron-style over "model" of a (2, 4) mesh, each probe in
 a fresh process of 1 and of 8 devices: peak memory (the process's), time, and the answers'
-agreement. The issue's target: the 8-device process at most 1.5x the one-device one."""
+agreement. The issue's target: the 8-device process at most 1.5x the one-device one.
+`hvp_loop` is the floor this layout sets: 100 Hutchinson forms by a hand-written HVP on the
+parameters as they lie (no flat vectors). `--sharded.inputs=data` splits the examples over the
+mesh's "data" axis, as a DP x TP run would (replicated, the data replicas repeat each other's
+work and activations)."""
 
 from __future__ import annotations
 
@@ -17,24 +21,58 @@ from absl import flags
 from experiments.bench.timing import Rows
 
 _WIDTH = flags.DEFINE_integer("sharded.width", 1400, "Hidden width (1400: D = 2.07e6).")
-_PROBES = flags.DEFINE_list("sharded.probes", ["top5", "trace", "hutchpp", "slq"], "Probes.")
+_PROBES = flags.DEFINE_list(
+    "sharded.probes",
+    ["top5", "trace", "hutchpp", "slq", "hvp_loop"],
+    "Probes (hvp_loop: 100 Hutchinson forms by a hand-written sharded HVP, the layout's floor).",
+)
+_INPUTS = flags.DEFINE_enum(
+    "sharded.inputs", "replicated", ["replicated", "data"],
+    "The examples on every device, or split over the mesh's data axis (DP x TP).",
+)  # fmt: skip
 
 _SCRIPT = r"""
-import json, resource, sys, time
-import jax, numpy as np
+import dataclasses, json, resource, sys, time
+import jax, jax.numpy as jnp, numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 import landscape
 from experiments.bench import peers
 
-probe, width = sys.argv[1], int(sys.argv[2])
+probe, width, inputs = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 one = peers.mlp_point(peers.mlp_arrays(width))
-params = one.params
+point = one
 if jax.device_count() > 1:
     mesh = Mesh(np.array(jax.devices()).reshape(2, 4), ("data", "model"))
     specs = {"w1": P(None, "model"), "b1": P("model"), "w2": P("model", None), "b2": P(),
              "w3": P(), "b3": P()}
-    params = {k: jax.device_put(v, NamedSharding(mesh, specs[k])) for k, v in params.items()}
-point = one.with_params(params)
+    params = {k: jax.device_put(v, NamedSharding(mesh, specs[k])) for k, v in one.params.items()}
+    point = one.with_params(params)
+    if inputs == "data":
+        over = NamedSharding(mesh, P("data"))
+        split_inputs = tuple(jax.device_put(x, over) for x in one.inputs)
+        point = dataclasses.replace(point, inputs=split_inputs)
+
+
+def hvp_loop(point):
+    # 100 Hutchinson forms v . Hv by jax.jvp of jax.grad on the params as they lie, one at a time
+    objective, inputs = point.shared
+
+    @jax.jit
+    def forms(params, inputs, key):
+        def form(i):
+            keys = jax.random.split(jax.random.fold_in(key, i), len(params))
+            v = {name: jax.random.rademacher(k, x.shape, x.dtype)
+                 for k, (name, x) in zip(keys, params.items())}
+            if jax.device_count() > 1:
+                v = {name: jax.lax.with_sharding_constraint(x, params[name].sharding)
+                     for name, x in v.items()}
+            hv = jax.jvp(jax.grad(lambda p: objective(p, inputs)), (params,), (v,))[1]
+            return sum(jnp.vdot(v[name], hv[name]) for name in params)
+        return jax.lax.map(form, jnp.arange(100))
+
+    return float(forms(point.params, inputs, jax.random.key(0)).mean())
+
+
 ready = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 began = time.perf_counter()
 if probe == "top5":
@@ -43,6 +81,8 @@ if probe == "top5":
 elif probe in ("trace", "hutchpp"):
     method = "hutchinson" if probe == "trace" else "hutch++"
     answer = [landscape.trace(point, 100, method=method, progress=None).value]
+elif probe == "hvp_loop":
+    answer = [hvp_loop(point)]
 else:
     answer = landscape.spectral_density(point, 8, 30, progress=None).nodes[:, -1].tolist()
 seconds = time.perf_counter() - began
@@ -58,7 +98,7 @@ def _one(probe: str, devices: int, width: int) -> dict[str, Any]:
         os.environ, XLA_FLAGS=f"{flags_now} --xla_force_host_platform_device_count={devices}"
     )
     proc = subprocess.run(
-        [sys.executable, "-c", _SCRIPT, probe, str(width)],
+        [sys.executable, "-c", _SCRIPT, probe, str(width), _INPUTS.value],
         env=env, capture_output=True, text=True, timeout=3600,
     )  # fmt: skip
     if proc.returncode:

@@ -16,7 +16,6 @@ import jax.numpy as jnp
 import numpy as np
 from jax.extend import core as jax_core
 
-from landscape import point as point_lib
 from landscape.engine import memory
 from landscape.point import Point
 
@@ -30,10 +29,19 @@ _LOSS_BYTES: dict[Any, float] = {}
 _PROGRAM_BYTES: dict[Any, float] = {}
 
 
+def one_evaluation(point: Point) -> tuple[Callable[..., Any], Any]:
+    """(objective, inputs) of one loss evaluation, what memory and cost estimates trace: the
+    point's `shared`, or over a streamed dataset its objective on one (the first) batch."""
+    objective, inputs = point.shared
+    if getattr(inputs, "is_stream", False):
+        return getattr(objective, "per_batch", objective), inputs.first
+    return objective, inputs
+
+
 def loss_bytes(point: Point) -> float:
     """Bytes one loss evaluation of `point` holds at once (`peak_bytes` of its jaxpr), once per
     model and shapes (over a streamed dataset, of one batch: the chunk's scan holds one)."""
-    objective, inputs = point_lib.one_evaluation(point)
+    objective, inputs = one_evaluation(point)
     leaves, treedef = jax.tree.flatten((point.params, inputs))
     key = (objective, treedef, tuple((np.shape(x), str(jnp.result_type(x))) for x in leaves))
     if key not in _LOSS_BYTES:

@@ -22,10 +22,10 @@ from landscape.point import (
     Point,
     PointOrPoints,
     as_points,
-    one_evaluation,
     param_names,
 )
 from landscape.probes import compiled, stream
+from landscape.probes.budget import one_evaluation
 from landscape.probes.gradient import Gradient, _program_arguments
 from landscape.probes.hessian import Hessian
 from landscape.probes.lanczos import Spectrum, lanczos_spectrum

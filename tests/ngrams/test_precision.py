@@ -41,13 +41,18 @@ def _loss_and_grad(model, params, x_BT, target_BS):
     return value, grads, probs.dtype
 
 
+_SLOW = ("transformer", "float16")
+
+
 @pytest.mark.parametrize(
     "case, dtype",
-    [  # bfloat16 beyond the simplified model: slow
+    [  # bfloat16 beyond the simplified model, and the transformer in float16 (20 s): slow
         pytest.param(
             case,
             dtype,
-            marks=[pytest.mark.slow] if dtype == "bfloat16" and case != "simplified" else [],
+            marks=[pytest.mark.slow]
+            if (dtype == "bfloat16" and case != "simplified") or (case, dtype) == _SLOW
+            else [],
         )
         for case in CASES
         for dtype in ("bfloat16", "float16")

@@ -118,6 +118,7 @@ def test_C7_rows_carry_estimator_losses_on_the_same_set():
     assert _find(rows, 128, 3, 16.0)["loss"] == pytest.approx(1.188, abs=2e-3)
 
 
+@pytest.mark.slow  # 26 s; the table's rows are checked above
 def test_table_and_plot(tmp_path):
     rows = _c7_rows()
     text = st.table(rows)

@@ -29,8 +29,8 @@ def run(cfg, tmp_path):
         ("first_jump", 6),
         ("ei_tail", 2),
         ("later_jumps", 6),
-        ("stages", 16),
-        ("dp_vs_ce", 6),
+        pytest.param("stages", 16, marks=pytest.mark.slow),  # 20 s each: the CI budget
+        pytest.param("dp_vs_ce", 6, marks=pytest.mark.slow),
         pytest.param("ablations", 4, marks=pytest.mark.slow),
     ],
 )

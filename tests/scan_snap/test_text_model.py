@@ -133,7 +133,7 @@ def test_decoder_cross_entropy_equals_autodiff_through_the_logits():
     )
 
 
-@pytest.mark.parametrize("dtype", [None, jnp.bfloat16])
+@pytest.mark.parametrize("dtype", [None, pytest.param(jnp.bfloat16, marks=pytest.mark.slow)])
 def test_loss_is_the_cross_entropy_of_the_logits(dtype):
     """TextTransformer.loss (the fused decoder loss; autocast in half) is the cross-entropy of
     the logits __call__ returns, in value and gradient."""
