@@ -56,6 +56,7 @@ if jax.device_count() > 1:
 def hvp_loop(point):
     # 100 Hutchinson forms v . Hv by jax.jvp of jax.grad on the params as they lie, one at a time
     objective, inputs = point.shared
+    where = {name: x.sharding for name, x in point.params.items()}
 
     @jax.jit
     def forms(params, inputs, key):
@@ -64,7 +65,7 @@ def hvp_loop(point):
             v = {name: jax.random.rademacher(k, x.shape, x.dtype)
                  for k, (name, x) in zip(keys, params.items())}
             if jax.device_count() > 1:
-                v = {name: jax.lax.with_sharding_constraint(x, params[name].sharding)
+                v = {name: jax.lax.with_sharding_constraint(x, where[name])
                      for name, x in v.items()}
             hv = jax.jvp(jax.grad(lambda p: objective(p, inputs)), (params,), (v,))[1]
             return sum(jnp.vdot(v[name], hv[name]) for name in params)
