@@ -54,6 +54,11 @@ programs = spectra.trace_block._cache_size()
 out["listed_split"] = [t.value for t in landscape.trace([split, scaled_split], 12, progress=None)]
 out["listed_new_programs"] = spectra.trace_block._cache_size() - programs
 out["listed_one"] = [t.value for t in landscape.trace([one, scaled], 12, progress=None)]
+x, y = (np.asarray(a) for a in one.inputs)  # a stream of 4 batches: its vectors ravel_pytree's
+streamed = landscape.stream([(x[i : i + 128], y[i : i + 128]) for i in range(0, 512, 128)])
+out["streamed_top"] = [landscape.eigenpairs(
+    landscape.Point(p, objective=peers.mlp_objective, batches=streamed), 2, "largest",
+    dense_below=0, progress=None).values.tolist() for p in (one.params, params)]
 try:  # the tracker measuring parameters split otherwise than its like
     landscape.tracker(peers.mlp_objective, like=params).init(one.params, jax.random.key(0))
 except ValueError as error:
@@ -202,6 +207,8 @@ def test_a_list_of_split_points_is_probed_in_their_layout(eight_devices):
     for a, b in zip(found["listed_one"], found["listed_split"], strict=True):
         assert abs(a - b) <= 1e-5 * abs(a)
     assert "tracker.init: params lie split as [None" in found["tracker_mismatch"]
+    one, split = found["streamed_top"]  # a streamed dataset on a split model: whole vectors
+    assert max(abs(a - b) for a, b in zip(one, split, strict=True)) <= 1e-4 * abs(one[0])
 
 
 def test_a_split_models_vectors_lie_sharded_and_nothing_of_size_d_is_gathered(eight_devices):

@@ -303,11 +303,11 @@ def search(
     dataset, `stream.searcher`'s two, a pass over the data a product)."""
     objective, inputs = point.shared
     call: Callable[..., Any] = advance
-    if getattr(inputs, "is_stream", False):
-        call = stream.searcher(point, progress)
+    spread = layout_lib.spread(point.params, point.batches)
+    if getattr(inputs, "is_stream", False):  # its vectors ravel_pytree's, on any model
+        call, spread = stream.searcher(point, progress), None
     dim, dtype = point.num_params, np.dtype(jax.tree.leaves(point.params)[0].dtype)
     host = Host(k, min(ncv - k, dim + 1), dim, which, rtol, max_runs)
-    spread = layout_lib.spread(point.params, point.batches)
     padded = dim if spread is None else spread.padded
     where = None if spread is None else spread.sharding(1)
     vectors = jax.device_put(np.zeros((k + host.rows, padded), dtype), where)
