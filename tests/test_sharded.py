@@ -6,6 +6,7 @@ sharded, and the programs gather nothing of the size of the parameters."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -20,7 +21,7 @@ import jax, numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 import landscape
 from experiments.bench import peers
-from landscape.probes import compiled, krylov, krylov_host, layout, spectra
+from landscape.probes import blocks, compiled, krylov, krylov_host, layout, spectra
 
 one = peers.mlp_point(peers.mlp_arrays(96))
 mesh = Mesh(np.array(jax.devices()).reshape(2, 4), ("data", "model"))
@@ -59,6 +60,10 @@ streamed = landscape.stream([(x[i : i + 128], y[i : i + 128]) for i in range(0, 
 out["streamed_top"] = [landscape.eigenpairs(
     landscape.Point(p, objective=peers.mlp_objective, batches=streamed), 2, "largest",
     dense_below=0, progress=None).values.tolist() for p in (one.params, params)]
+try:  # a search that does not fit a device: the bytes a device's, the mesh named
+    blocks.plan(split, 1, "eigenpairs", 1e12, free=1e6, hint="ask for a smaller k", mesh=lay.mesh)
+except MemoryError as error:
+    out["refusal"] = str(error)
 try:  # the tracker measuring parameters split otherwise than its like
     landscape.tracker(peers.mlp_objective, like=params).init(one.params, jax.random.key(0))
 except ValueError as error:
@@ -207,6 +212,12 @@ def test_a_list_of_split_points_is_probed_in_their_layout(eight_devices):
     for a, b in zip(found["listed_one"], found["listed_split"], strict=True):
         assert abs(a - b) <= 1e-5 * abs(a)
     assert "tracker.init: params lie split as [None" in found["tracker_mismatch"]
+    assert re.fullmatch(  # 1e12 bytes of vectors, an eighth a device, beside the product's
+        r"eigenpairs: one Hessian-vector product of mlp h=96 and its Lanczos vectors needs about "
+        r"125 GB on each of the mesh's 8 devices \(data 2 x model 4\) but 1 MB is free: "
+        r"ask for a smaller k\.",
+        found["refusal"],
+    )
     one, split = found["streamed_top"]  # a streamed dataset on a split model: whole vectors
     assert max(abs(a - b) for a, b in zip(one, split, strict=True)) <= 1e-4 * abs(one[0])
 

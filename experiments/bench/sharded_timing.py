@@ -54,7 +54,8 @@ if jax.device_count() > 1:
 
 
 def hvp_loop(point):
-    # 100 Hutchinson forms v . Hv by jax.jvp of jax.grad on the params as they lie, one at a time
+    # 100 Hutchinson forms v . Hv by jax.jvp of jax.grad on the params as they lie, one at a time:
+    # the jitted function
     objective, inputs = point.shared
     where = {name: x.sharding for name, x in point.params.items()}
 
@@ -71,7 +72,19 @@ def hvp_loop(point):
             return sum(jnp.vdot(v[name], hv[name]) for name in params)
         return jax.lax.map(form, jnp.arange(100))
 
-    return float(forms(point.params, inputs, jax.random.key(0)).mean())
+    return forms
+
+
+def trace_program(point):
+    # the Hutchinson trace's block program as `trace` calls it (its probes one at a time)
+    from landscape.probes import blocks, layout, spectra
+    lay = layout.spread(point.params)
+    zeros = (np.zeros((0, lay.padded if lay else one.num_params), np.float32),
+             np.zeros((), np.float32), np.zeros((100,), np.float32))
+    objective, inputs = point.shared
+    indices = np.arange(blocks.MAPPED_BLOCK, dtype=np.int32)
+    return spectra.trace_block.lower(objective, point.params, inputs, jax.random.key(0),
+                                     spectra.TraceState(*zeros), np.int32(2), indices, False, lay)
 
 
 ready = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -83,13 +96,18 @@ elif probe in ("trace", "hutchpp"):
     method = "hutchinson" if probe == "trace" else "hutch++"
     answer = [landscape.trace(point, 100, method=method, progress=None).value]
 elif probe == "hvp_loop":
-    answer = [hvp_loop(point)]
+    answer = [float(hvp_loop(point)(point.params, point.shared[1], jax.random.key(0)).mean())]
 else:
     answer = landscape.spectral_density(point, 8, 30, progress=None).nodes[:, -1].tolist()
 seconds = time.perf_counter() - began
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+device_mb = None  # XLA's count of a device's temporaries, after the peak is read
+if probe in ("trace", "hvp_loop"):
+    program = (trace_program(point) if probe == "trace" else
+               hvp_loop(point).lower(point.params, point.shared[1], jax.random.key(0)))
+    device_mb = program.compile().memory_analysis().temp_size_in_bytes / 2**20
 print(json.dumps(dict(D=one.num_params, devices=jax.device_count(), seconds=seconds,
-                      ready_mb=ready, peak_mb=peak, answer=answer)))
+                      ready_mb=ready, peak_mb=peak, device_temp_mb=device_mb, answer=answer)))
 """
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 import jax
 import numpy as np
+from jax.sharding import Mesh
 
 from landscape import trees
 from landscape.engine import memory
@@ -39,13 +40,23 @@ MAPPED_BLOCK = 25
 Progress = Callable[[str], None] | None
 
 
-def product_bytes(point: Point, vector_bytes: float = 0.0) -> float:
+def product_bytes(point: Point, vector_bytes: float = 0.0, devices: int = 1) -> float:
     """Bytes one Hessian-vector product of `point` holds at once, estimated: four times one
     loss evaluation (the tangents of the forward and backward passes beside their saved
     residuals) and four flat vectors (v, H v and their ravel copies), plus `vector_bytes` that
-    the probe keeps per vector (a Lanczos basis)."""
+    the probe keeps per vector (a Lanczos basis). Over a mesh of `devices`, a device's: its
+    slice of the vectors, the loss's activations counted whole (how XLA splits them is the
+    model's: a row-parallel layer's output lies whole on every device)."""
     flat_bytes = point.num_params * itemsize(point)
-    return 4.0 * budget.loss_bytes(point) + 4.0 * flat_bytes + vector_bytes
+    return 4.0 * budget.loss_bytes(point) + (4.0 * flat_bytes + vector_bytes) / devices
+
+
+def _on_each(mesh: Mesh | None) -> str:
+    """' on each of the mesh's N devices (axes)', or nothing on one device."""
+    if mesh is None:
+        return ""
+    axes = " x ".join(f"{name} {size}" for name, size in mesh.shape.items())
+    return f" on each of the mesh's {mesh.size} devices ({axes})"
 
 
 def itemsize(point: Point) -> int:
@@ -77,17 +88,20 @@ def plan(
     free: float | None = None,
     hint: str = "give the point its data in smaller batches (Point(..., "
     "batches=landscape.batches(data, n)))",
+    mesh: Mesh | None = None,
 ) -> Plan:
     """Blocks for `count` products of `points` points at once that fit MEMORY_FRACTION of the
     free memory (and CPU_BLOCK_BYTES on the CPU); a line through `progress` when they must be
     split by memory or take more than LARGE_SHARE of it, a MemoryError in one sentence when not
-    even one product fits."""
+    even one product fits. Over a `mesh` the bytes are a device's (`product_bytes`), and the
+    sentence names the mesh."""
     if progress is not None and not callable(progress):
         raise TypeError(
             f"{caller}: progress = {progress!r}: must be a function of one line (print) or None."
         )
     free = memory.device_free_bytes() if free is None else free
-    each = points * product_bytes(point, vector_bytes)
+    devices = 1 if mesh is None else mesh.size
+    each = points * product_bytes(point, vector_bytes, devices)
     fit = int(MEMORY_FRACTION * free // max(each, 1.0))
     on_cpu = jax.default_backend() == "cpu"
     fit_cache = max(1, int(CPU_BLOCK_BYTES // max(each, 1.0))) if on_cpu else count
@@ -95,7 +109,8 @@ def plan(
         raise MemoryError(
             f"{caller}: one Hessian-vector product of {point.name or 'the point'} "
             f"{'and its Lanczos vectors ' if vector_bytes else ''}needs about "
-            f"{memory.format_bytes(each)} but {memory.format_bytes(free)} is free: {hint}."
+            f"{memory.format_bytes(each)}{_on_each(mesh)} but {memory.format_bytes(free)} is "
+            f"free: {hint}."
         )
     blocks = math.ceil(count / min(fit, fit_cache, count))
     size = math.ceil(count / blocks)

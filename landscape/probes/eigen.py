@@ -286,7 +286,7 @@ def _fitted_ncv(point: Point, k: int, ncv: int, given: bool, progress: Progress)
     spread = layout_lib.of(point.params)
     share = spread.padded / spread.devices  # a vector's entries on one device
     free = blocks.MEMORY_FRACTION * blocks.memory.device_free_bytes()
-    room = free - blocks.product_bytes(point) / spread.devices
+    room = free - blocks.product_bytes(point, devices=spread.devices)
     fits = int((room / (share * itemsize) - 3) / (1 + 1 / linalg.ROTATION_CHUNKS))
     smallest = min(k + 4, dim + k)
     if fits < smallest:
@@ -297,6 +297,7 @@ def _fitted_ncv(point: Point, k: int, ncv: int, given: bool, progress: Progress)
             lanczos_search_bytes(dim, smallest, itemsize),
             progress=progress,
             hint="ask for a smaller k",
+            mesh=spread.mesh,
         )  # fmt: skip (raises: not one search fits)
     if fits < ncv and progress:
         why = "asked for" if given else "by default"

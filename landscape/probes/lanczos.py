@@ -218,7 +218,7 @@ def lanczos_spectrum(
     if not streamed:  # a stream's loss holds one chunk's memory
         blocks.plan(
             point, 1, "lanczos_spectrum", basis_bytes, progress=progress,
-            hint="ask for fewer Lanczos steps (num_iters)",
+            hint="ask for fewer Lanczos steps (num_iters)", mesh=layout_lib.of(point.params).mesh,
         )  # fmt: skip
     if streamed:  # a pass over the data a step
         alphas, betas, loss, grad = stream.tridiagonal(point, objective, key, num_iters, progress)

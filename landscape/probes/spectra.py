@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple, overload
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import Mesh
 
 from landscape import _checks, linalg, trees
 from landscape.point import Point, as_points, param_names
@@ -235,6 +236,10 @@ def _spread(point: Point, listed: bool) -> Layout | None:
     return None if listed else layout_lib.spread(point.params, point.batches)
 
 
+def _mesh(spread: Layout | None) -> Mesh | None:
+    return None if spread is None else spread.mesh
+
+
 def _split_list(points: list[Point], listed: bool) -> bool:
     """Whether a list's points lie split over a mesh: probed one at a time, each point's
     vectors in its layout (stacked, they would be `ravel_pytree`'s, whole on every device),
@@ -333,7 +338,7 @@ def spectral_density(
     basis_bytes = num_iters * dim * blocks.itemsize(points[0])  # each probe's Lanczos basis
     plan = blocks.plan(
         points[0], num_probes, "spectral_density", basis_bytes, len(points), progress,
-        hint="ask for fewer Lanczos steps (num_iters)",
+        hint="ask for fewer Lanczos steps (num_iters)", mesh=_mesh(spread),
     )  # fmt: skip
 
     def block(indices: np.ndarray) -> tuple[jax.Array, jax.Array]:
@@ -448,14 +453,17 @@ def _trace_parts(
     dim, dtype = points[0].num_params, np.dtype(jax.tree.leaves(points[0].params)[0].dtype)
     rank = 0 if method == "hutchinson" else num_probes // 3
     rest = num_probes - 2 * rank
+    spread = _spread(points[0], listed)
     if not rank and not listed and linalg.rows_mapped(dim):  # a block holds one product
-        blocks.plan(points[0], 1, "trace", 0.0, 1, progress)  # that one fits, or one sentence
+        blocks.plan(points[0], 1, "trace", 0.0, 1, progress, mesh=_mesh(spread))
         size = min(num_probes, blocks.MAPPED_BLOCK)
         plan = blocks.Plan(num_probes, size, -(-num_probes // size))
     else:
-        plan = blocks.plan(points[0], max(rank, rest), "trace", 0.0, len(points), progress)
+        plan = blocks.plan(
+            points[0], max(rank, rest), "trace", 0.0, len(points), progress,
+            mesh=_mesh(spread),
+        )  # fmt: skip
     lead = (len(points),) if listed else ()
-    spread = _spread(points[0], listed)
     padded = dim if spread is None else spread.padded
     zeros = [np.zeros(lead + shape, dtype) for shape in ((rank, padded), (), (rest,))]
     where = [None if spread is None else spread.sharding(1), None, None]
