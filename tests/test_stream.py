@@ -142,6 +142,28 @@ def test_eigenpairs_and_the_dense_probes_over_a_stream_are_the_stacked_forms(mat
         np.testing.assert_allclose(dense[0].remainder, dense[1].remainder, atol=1e-14)
 
 
+def test_losses_at_other_parameters_over_a_stream_are_the_stacked_forms():
+    """path, slice_2d and escape_directions' second-order check take every loss they need in one
+    pass over the data (`stream.mean_of`), equal to the stacked form's."""
+    loader = Loader()
+    stacked, streamed = _points(loader)
+    u, v = (landscape.random_direction(streamed, jax.random.key(i)) for i in (1, 2))
+    other = {name: 1.3 * leaf for name, leaf in PARAMS.items()}
+    grid = np.linspace(-1.0, 1.0, 5)
+    calls = {
+        "path": (lambda p: landscape.path(p, p.with_params(other)).losses, 1),
+        "slice_2d": (lambda p: landscape.slice_2d(p, u, v, grid, grid).losses, 1),
+        # the dense solve, its certificates and the losses along its vectors: 3 passes
+        "escape_directions": (lambda p: landscape.escape_directions(p, progress=None).measured, 3),
+    }
+    for name, (call, passes) in calls.items():
+        before = loader.passes
+        ours = np.asarray(call(streamed))
+        assert loader.passes - before == passes, name
+        np.testing.assert_allclose(ours, np.asarray(call(stacked)), atol=1e-13, err_msg=name)
+    assert landscape.escape_directions(streamed, progress=None).kind() == "not stationary"
+
+
 def test_each_mistake_is_one_sentence():
     ragged = landscape.Point(
         PARAMS, objective=mse, batches=landscape.stream(BATCHES + [(X[:5], Y[:5])])
@@ -156,8 +178,8 @@ def test_each_mistake_is_one_sentence():
     with pytest.raises(TypeError, match="an iterator \\(a generator\\) is spent after one pass"):
         landscape.stream(_generated())
     _, streamed = _points(BATCHES)
-    with pytest.raises(TypeError, match="escape_directions does not take a streamed dataset yet"):
-        landscape.escape_directions(streamed)
+    with pytest.raises(TypeError, match="bezier_path does not take a streamed dataset yet"):
+        landscape.bezier_path(streamed, streamed.with_params(PARAMS))
     with pytest.raises(TypeError, match="trace: give points over a streamed dataset one at a time"):
         landscape.trace([streamed, streamed], 4, progress=None)
     with pytest.raises(TypeError, match=r"or for a Point stream them, landscape.stream\(batches\)"):

@@ -97,6 +97,17 @@ def losses_along(
     return jax.vmap(lambda d: jax.vmap(lambda s: loss_at(d, s))(steps))(directions)
 
 
+def _batch_losses_along(
+    objective: compiled.Objective,
+    batch: PyTree,
+    params: PyTree,
+    directions: PyTree,
+    epsilons: jax.Array,
+) -> jax.Array:
+    """`losses_along` on one batch of a streamed dataset (`stream.mean_of`'s argument order)."""
+    return losses_along(objective, params, batch, directions, epsilons)
+
+
 def rows_like(params: PyTree, rows: np.ndarray) -> PyTree:
     """rows (N, D) in `ravel_pytree`'s order as a pytree like the params with leaves (N, ...),
     each put as its parameter lies over a mesh (the leading axis whole; split on the host)."""
@@ -172,8 +183,10 @@ def _certified(
     the losses along its vectors at `epsilons`, which it returns beside)."""
     objective, inputs = point.shared
     steps = np.zeros(0, flat_vectors.dtype) if epsilons is None else epsilons
-    if getattr(inputs, "is_stream", False):  # no escape check over a stream: no losses
-        products, losses = stream.products(point, objective, flat_vectors), np.zeros(0)
+    if getattr(inputs, "is_stream", False):  # a pass for the products, one for the losses
+        products = stream.products(point, objective, flat_vectors)
+        directions = rows_like(point.params, flat_vectors)
+        losses = stream.mean_of(point, _batch_losses_along, (point.params, directions, steps))
     else:
         products, losses = certify(objective, point.params, inputs, flat_vectors, steps)
     residuals = np.linalg.norm(np.asarray(products) - values[:, None] * flat_vectors, axis=1)
@@ -434,8 +447,12 @@ def solve(
         if epsilons is not None and found.finite:  # the second program of escape_directions
             objective, inputs = point.shared
             directions = rows_like(point.params, found.flat_vectors)
-            along = losses_along(objective, point.params, inputs, directions, epsilons)
-            losses = np.asarray(along)
+            if getattr(inputs, "is_stream", False):  # one pass over the data
+                arguments = (point.params, directions, epsilons)
+                losses = stream.mean_of(point, _batch_losses_along, arguments)
+            else:
+                along = losses_along(objective, point.params, inputs, directions, epsilons)
+                losses = np.asarray(along)
         out.append((found, losses))
     return out
 

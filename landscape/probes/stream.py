@@ -34,6 +34,11 @@ TAKES = (
     "eigenpairs",
     "hessian_at",
     "ggn_at",
+    "escape_directions",
+    "path",
+    "slice_2d",
+    "random_direction",
+    "direction_to",
     "Point.loss",
 )
 LONG_SECONDS = 10.0  # a streamed probe prints a line per pass once it has taken this long
@@ -534,3 +539,42 @@ def diagonal_samples(
 @jax.jit
 def _diagonal_probes(key: jax.Array, indices: jax.Array, params: PyTree) -> jax.Array:
     return jax.vmap(lambda i: layout_lib.probe(key, i, "rademacher", params, None))(indices)
+
+
+# ---------------------------------------------------------------- losses at other parameters
+
+
+def mean_of(point: Any, fn: Callable, args: tuple, static: tuple = ()) -> np.ndarray:
+    """The mean over the stream's batches of fn(objective, batch, *args, *static) (an array:
+    losses at other parameters, `geometry.evaluate`, `eigen.losses_along`), in one pass; `fn`
+    a module-level function and `static` hashable, so one program serves every call."""
+    objective = _per_batch(point.shared[0])
+    shape = jax.eval_shape(
+        lambda batch, *args: fn(objective, batch, *args, *static), point.batches.first, *args
+    )
+    total = jnp.zeros(shape.shape, shape.dtype)
+    for chunk, weights in point.batches.chunks():
+        weights = weights.astype(shape.dtype)
+        total = _chunk_total(objective, fn, static, chunk, weights, args, total)
+    return np.asarray(total) / point.batches.count
+
+
+@functools.partial(
+    jax.jit, static_argnames=("objective", "fn", "static"), donate_argnames=("total",)
+)
+def _chunk_total(
+    objective: Any,
+    fn: Callable,
+    static: tuple,
+    chunk: PyTree,
+    weights: jax.Array,
+    args: tuple,
+    total: jax.Array,
+) -> jax.Array:
+    """`total` plus the chunk's sum over its batches of weight x fn(objective, batch, ...)."""
+
+    def add(total: jax.Array, item: tuple) -> tuple[jax.Array, None]:
+        batch, weight = item
+        return total + weight * fn(objective, batch, *args, *static), None
+
+    return jax.lax.scan(add, total, (chunk, weights))[0]
