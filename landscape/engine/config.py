@@ -88,6 +88,7 @@ def require_number(
 
 
 def require_choice(cfg: Any, field: str, choices: Sequence[Any]) -> None:
+    """Check that config field `field` (dotted path) is one of `choices`."""
     value = get(cfg, field)
     require(value in choices, field, value, "one of " + ", ".join(repr(c) for c in choices))
 
