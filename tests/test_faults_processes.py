@@ -122,6 +122,7 @@ def test_a_process_that_never_joins_is_named_after_the_stated_wait(tmp_path):
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.slow  # 21-43 s, for the CI budget (a process that never joins: the test above)
 def test_a_killed_process_ends_the_other_naming_it(tmp_path):
     """Process 1 killed (kill -9) while both train: process 0 ends within seconds, in one
     sentence naming process 1, instead of a C++ stack a minute later; summary.json says so."""

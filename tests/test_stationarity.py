@@ -146,7 +146,9 @@ def test_theta_pi_moved_along_b_and_e_steps_back():
     np.testing.assert_allclose(near.step, -delta, rtol=0, atol=1e-2 * np.linalg.norm(delta))
 
 
-@pytest.mark.parametrize(("tied", "radius"), [(True, 3.0), (False, 1.0)])
+@pytest.mark.parametrize(  # the tied case (19 s): -m slow, for the CI budget
+    ("tied", "radius"), [pytest.param(True, 3.0, marks=pytest.mark.slow), (False, 1.0)]
+)
 def test_far_from_theta_pi_is_not_stationary(tied, radius):
     hessian = hessian_at(_moved_theta_pi(tied, radius)[1])
     near = hessian.near_stationary()

@@ -56,11 +56,13 @@ def _generated():
 
 
 @pytest.mark.parametrize(
-    "source, chunk",
-    [(BATCHES, 4), (_generated, 6), (Loader(), 1)],
+    "source, chunk, every_probe",
+    [(BATCHES, 4, True), (_generated, 6, False), (Loader(), 1, False)],
     ids=["a list, the last chunk padded", "a generator function", "a loader"],
 )
-def test_a_stream_is_its_stacked_form(source, chunk):
+def test_a_stream_is_its_stacked_form(source, chunk, every_probe):
+    """Every probe on a list; the other sources (read the same way after their first batch)
+    through the loss, the gradient and a product of each matrix."""
     stacked, streamed = _points(source, chunk)
     assert streamed.loss() == pytest.approx(stacked.loss(), rel=1e-14)
     np.testing.assert_allclose(
@@ -70,6 +72,8 @@ def test_a_stream_is_its_stacked_form(source, chunk):
     for matrix in ("hessian", "ggn"):
         one, other = landscape.hvp_flat(stacked, matrix)[1], landscape.hvp_flat(streamed, matrix)[1]
         np.testing.assert_allclose(np.asarray(other(v)), np.asarray(one(v)), atol=1e-13)
+        if not every_probe:
+            continue
         spectra = [
             landscape.lanczos_spectrum(p, 20, progress=None, matrix=matrix)
             for p in (stacked, streamed)
@@ -90,6 +94,8 @@ def test_a_stream_is_its_stacked_form(source, chunk):
         for i in (0, 1):
             np.testing.assert_allclose(densities[2 + i].nodes, densities[i].nodes, atol=1e-12)
             np.testing.assert_allclose(densities[2 + i].weights, densities[i].weights, atol=1e-12)
+    if not every_probe:
+        return
     tree = landscape.hvp(streamed)({"w1": np.ones((4, 7)), "w2": np.ones((7, 2))})
     expected = landscape.hvp(stacked)({"w1": np.ones((4, 7)), "w2": np.ones((7, 2))})
     np.testing.assert_allclose(tree["w2"], np.asarray(expected["w2"]), atol=1e-13)

@@ -33,7 +33,8 @@ _SIZES = flags.DEFINE_list(
 _PROBES = flags.DEFINE_list(
     "peers.probes",
     ["hvp", "top1", "top5", "top1_rtol", "top5_rtol", "trace", "slq"],
-    "Probes; also ggn_top5, ggn_trace (the Gauss-Newton matrix) and stream_trace (4 batches).",
+    "Probes; also ggn_top5, ggn_trace (the Gauss-Newton matrix), stream_trace and stream_top5 "
+    "(4 batches, streamed).",
 )
 _FRAMEWORKS = flags.DEFINE_list(
     "peers.frameworks", ["ours", "pyhessian", "curvlinops"], "Frameworks."
@@ -140,19 +141,30 @@ class Ours:
             t = landscape.trace(self.point, num_probes=100, method="hutchinson", matrix="ggn")
             return {"trace": t.value, "stderr": t.stderr}
         if probe == "stream_trace":
-            x, y = (np.asarray(a) for a in self.point.inputs)
-            parts = zip(
-                np.split(x, peers.STREAMED_BATCHES),
-                np.split(y, peers.STREAMED_BATCHES),
-                strict=True,
+            t = landscape.trace(
+                self._streamed(), num_probes=100, method="hutchinson", progress=None
             )
-            point = landscape.Point(
-                self.point.params, objective=peers.mlp_objective,
-                batches=landscape.stream(list(parts), chunk=peers.STREAMED_BATCHES),
-            )  # fmt: skip
-            t = landscape.trace(point, num_probes=100, method="hutchinson", progress=None)
             return {"trace": t.value, "stderr": t.stderr}
+        if probe == "stream_top5":
+            found = landscape.eigenpairs(
+                self._streamed(), 5, "largest", dense_below=0, progress=None
+            )
+            more = dict(num_hvps=found.num_hvps, runs=found.runs, converged=found.converged)
+            return peers.eigen_answer(found.values, found.residuals, **more)
         raise ValueError(f"unknown probe {probe}")
+
+    def _streamed(self) -> Any:
+        """The point over its 512 examples as STREAMED_BATCHES batches, streamed."""
+        import landscape
+
+        x, y = (np.asarray(a) for a in self.point.inputs)
+        parts = zip(
+            np.split(x, peers.STREAMED_BATCHES), np.split(y, peers.STREAMED_BATCHES), strict=True
+        )
+        return landscape.Point(
+            self.point.params, objective=peers.mlp_objective,
+            batches=landscape.stream(list(parts), chunk=peers.STREAMED_BATCHES),
+        )  # fmt: skip
 
     def check(self, probe: str, answer: dict[str, Any]) -> dict[str, Any]:
         return {}

@@ -73,22 +73,36 @@ class PyHessian(_Torch):
             nodes, weights = h.density(iter=30, n_v=8)
             return peers.slq_answer(self.dim, nodes, weights)
         if probe == "stream_trace":  # its data-loader mode: the batches' graphs made per product
-            import pyhessian
-
-            loader = list(
-                zip(
-                    self.x.chunk(peers.STREAMED_BATCHES),
-                    self.y.chunk(peers.STREAMED_BATCHES),
-                    strict=True,
-                )
-            )
-            streamed = pyhessian.hessian(
-                self.model, self.criterion, dataloader=loader, cuda=self.device == "cuda"
-            )
-            samples = streamed.trace(maxIter=100, tol=0.0)
+            samples = self._streamed().trace(maxIter=100, tol=0.0)
             stderr = float(np.std(samples, ddof=1) / np.sqrt(len(samples)))
             return {"trace": float(np.mean(samples)), "stderr": stderr}
+        if probe == "stream_top5":
+            values, self.vectors = self._streamed().eigenvalues(top_n=5)
+            return {"values": [float(v) for v in values], "num_hvps": self.hvps - start}
         raise ValueError(f"PyHessian has no probe {probe}")
+
+    def _streamed(self) -> Any:
+        """pyhessian.hessian in its data-loader mode over the batches, its products counted."""
+        import pyhessian
+
+        loader = list(
+            zip(
+                self.x.chunk(peers.STREAMED_BATCHES),
+                self.y.chunk(peers.STREAMED_BATCHES),
+                strict=True,
+            )
+        )
+        streamed = pyhessian.hessian(
+            self.model, self.criterion, dataloader=loader, cuda=self.device == "cuda"
+        )
+        product = streamed.dataloader_hv_product
+
+        def counted(*args: Any) -> Any:
+            self.hvps += 1
+            return product(*args)
+
+        streamed.dataloader_hv_product = counted
+        return streamed
 
     def check(self, probe: str, answer: dict[str, Any]) -> dict[str, Any]:
         """The residuals ||H v - λ v|| of PyHessian's eigenpairs (after the timing)."""
@@ -143,10 +157,11 @@ class Curvlinops(_Torch):
         if probe == "hvp":
             v = self._flat(self.directions[i])
             return {"vHv": float(v @ (self.op @ v))}
-        if probe in ("top1", "top5", "ggn_top5"):
+        if probe in ("top1", "top5", "ggn_top5", "stream_top5"):
             from scipy.sparse.linalg import LinearOperator, eigsh  # type: ignore[import-untyped]  # no stubs
 
-            self.checked = self.ggn if probe.startswith("ggn") else self.op
+            chosen = {"ggn_top5": self.ggn, "stream_top5": self.streamed}
+            self.checked = chosen.get(probe, self.op)
             scipy_op = self.checked.to_scipy()
 
             def matvec(v: np.ndarray) -> np.ndarray:
