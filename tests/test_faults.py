@@ -44,9 +44,6 @@ def _main(*args):
     return cli.main(scan_snap, ["experiments/scan_snap.py", *args])
 
 
-pytestmark = pytest.mark.xdist_group("test_faults")  # its module fixtures run once
-
-
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """(an uninterrupted run's workdir, a workdir of the same run stopped at step 200)."""

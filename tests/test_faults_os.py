@@ -25,8 +25,6 @@ from experiments import cli
 from landscape.engine import checkpoints, records, training, writes
 from tests.test_faults import ARGS, ROOT, _main, _same_records, make_runs
 
-pytestmark = pytest.mark.xdist_group("test_faults_os")  # its module fixtures run once
-
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):

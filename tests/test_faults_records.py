@@ -22,8 +22,6 @@ from experiments import records as records_cli
 from landscape.engine import records, training
 from tests.test_faults import ARGS, ROOT, _files, _main, _one_sentence, _same_records, make_runs
 
-pytestmark = pytest.mark.xdist_group("test_faults_records")  # its module fixtures run once
-
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):

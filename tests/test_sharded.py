@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-pytestmark = pytest.mark.xdist_group("eight_devices")  # the fixture's subprocess runs once
 
 _EIGHT_DEVICES = r"""
 import json, re

@@ -14,8 +14,6 @@ from landscape.engine import track as track_lib
 from landscape.markov import experiment, points, task
 from landscape.markov import model as model_lib
 
-pytestmark = pytest.mark.xdist_group("test_trained")  # its module fixtures run once
-
 
 @pytest.fixture(scope="module")
 def tracked_run(tmp_path_factory):
