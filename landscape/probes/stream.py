@@ -465,7 +465,7 @@ def searcher(point: Any, progress: Any) -> Callable[..., tuple[jax.Array, krylov
         passes, going = None, int(plan.steps) > 0
         while going:
             passes = point.batches.sums(_per_batch(objective), params, np.asarray(v)[None])
-            carry, v, more = _krylov_step(carry, plan, key, passes[2][0], which)
+            carry, v, more = _krylov_step(carry, plan, key, v, passes[2][0], which)
             going = bool(more)
             done()
         loss, gradient = passes[:2] if passes else value_and_gradient(point, objective)
@@ -489,11 +489,11 @@ def _krylov_begin(
 
 @functools.partial(jax.jit, static_argnames=("which",), donate_argnames=("carry",))
 def _krylov_step(
-    carry: tuple, plan: krylov.Plan, key: jax.Array, product: jax.Array, which: str
+    carry: tuple, plan: krylov.Plan, key: jax.Array, v: jax.Array, product: jax.Array, which: str
 ) -> tuple[tuple, jax.Array, jax.Array]:
-    """The carry after the product of its next vector, the vector after it, and whether the
-    call goes on (as `advance`'s loop decides)."""
-    carry = krylov.stepped(plan, key, which, _ONE, carry, krylov.next_vector(plan, carry), product)
+    """The carry after the product of its next vector v (the last call's), the vector after
+    it, and whether the call goes on (as `advance`'s loop decides)."""
+    carry = krylov.stepped(plan, key, which, _ONE, carry, v, product)
     going = (carry[1].taken < plan.steps) & ~carry[3]
     return carry, krylov.next_vector(plan, carry), going
 
