@@ -486,6 +486,26 @@ def test_inf_hessian_is_non_finite():
     assert H.verdict() == "non-finite" and "Hessian block x: 1 inf" in H.describe()
 
 
+def test_infinite_parameters_are_flagged_never_judged():
+    """tanh saturates at inf: the loss (1) and the gradient (0) are finite there, yet the point
+    is no critical point of anything; every judging probe says non-finite and names the leaf."""
+    point = landscape.Point(
+        {"w": jnp.array([jnp.inf, 0.0]), "b": jnp.zeros(())},
+        lambda p: jnp.sum(jnp.tanh(p["w"]) ** 2) + p["b"] ** 2,
+    )
+    gradient = landscape.gradient_at(point)
+    assert gradient.loss == 1.0 and gradient.norm == 0.0  # what fooled the verdict
+    for result in (
+        gradient,
+        landscape.hessian_at(point),
+        landscape.hessian_at(point, method="lanczos", num_iters=2),
+    ):
+        assert not result.finite and result.kind() is Curvature.NON_FINITE
+        assert result.verdict() == "non-finite" and result.summary()["finite"] is False
+        assert "parameter w: 1 inf" in result.describe()
+    assert gradient.nonfinite_params == {"w": "1 inf"}
+
+
 def test_a_diverged_runs_summary_locates_no_critical_point():
     """A run that diverged (NaN parameters): its row says non-finite, with a NaN distance to a
     critical point (0.0 would say the point is exactly at one)."""

@@ -4,6 +4,7 @@ Hessian-vector products; the gradient decides whether a point is stationary."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any, overload
 
@@ -30,6 +31,7 @@ from landscape.probes.results import (
     STATIONARITY_RULE,
     Curvature,
     check_tol,
+    count_nonfinite,
     header_lines,
     name_width,
     nonfinite_lines,
@@ -57,12 +59,22 @@ class Gradient:
 
     @property
     def finite(self) -> bool:
-        """The loss and every gradient entry are finite numbers (no NaN, no inf)."""
-        return bool(np.isfinite(self.loss) and np.all(np.isfinite(self.vector)))
+        """The parameters, the loss and every gradient entry are finite numbers (no NaN, no
+        inf): a point whose parameters are not is flagged, never judged."""
+        return bool(
+            np.isfinite(self.loss)
+            and np.all(np.isfinite(self.vector))
+            and not self.nonfinite_params
+        )
 
     def nonfinite_blocks(self) -> dict[str, str]:
         """{block name: "n NaN, m inf"} for the blocks holding non-finite entries."""
         return nonfinite_vector_blocks(self.vector, self.names)
+
+    @functools.cached_property
+    def nonfinite_params(self) -> dict[str, str]:
+        """{parameter name: "n NaN, m inf"} for the point's leaves holding non-finite entries."""
+        return nonfinite_parameters(self.point.params)
 
     def verdict(self, tol: float | None = None) -> str:
         """ "non-finite" if the loss or an entry is NaN or inf; else, with `tol`, whether the
@@ -129,6 +141,23 @@ class Gradient:
 
     def __repr__(self) -> str:
         return f"Gradient({self.point.name!r}, D={self.vector.size}, norm={self.norm:.3e})"
+
+
+def nonfinite_parameters(params: PyTree) -> dict[str, str]:
+    """{leaf name: "n NaN, m inf"} for the leaves of `params` holding non-finite entries, read
+    on the host (no program; a leaf split over processes: this process's shards)."""
+    found = {}
+    for path, leaf in jax.tree_util.tree_leaves_with_path(params):
+        if isinstance(leaf, jax.core.Tracer):
+            continue
+        if isinstance(leaf, jax.Array) and not leaf.is_fully_addressable:
+            values = np.concatenate([np.ravel(s.data) for s in leaf.addressable_shards])
+        else:
+            values = np.asarray(leaf)
+        if not np.all(np.isfinite(values)):
+            name = jax.tree_util.keystr(path, simple=True, separator="/") or "params"
+            found[name] = count_nonfinite(values)
+    return found
 
 
 def _program_arguments(points: list[Point], listed: bool) -> tuple[Any, PyTree, PyTree]:

@@ -296,8 +296,8 @@ class Hessian:
                 (
                     NO_SPECTRUM
                     if not np.all(np.isfinite(self.matrix))
-                    else "the Hessian is finite but the loss or gradient is not, so no "
-                    "curvature verdict is given"
+                    else "the Hessian is finite but the parameters, loss or gradient are not, "
+                    "so no curvature verdict is given"
                 )
                 + ".",
             ]

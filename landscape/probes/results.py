@@ -101,8 +101,11 @@ def nonfinite_matrix_blocks(matrix: np.ndarray, names: Names) -> dict[str, str]:
 def nonfinite_lines(
     gradient: Any, matrix_blocks: dict[str, str] | None = None, matrix_label: str = "Hessian"
 ) -> list[str]:
-    """Where the non-finite numbers are: the loss, the gradient's blocks, the matrix's blocks."""
+    """Where the non-finite numbers are: the parameters, the loss, the gradient's blocks, the
+    matrix's blocks."""
     lines = ["non-finite entries (NaN or inf)"]
+    for leaf, counts in getattr(gradient, "nonfinite_params", {}).items():
+        lines.append(f"  parameter {leaf}: {counts} (no landscape to judge there)")
     if not np.isfinite(gradient.loss):
         lines.append(f"  loss: {gradient.loss}")
     for leaf, counts in gradient.nonfinite_blocks().items():
