@@ -521,15 +521,10 @@ def check_loss_output(point: Point, caller: str) -> None:
         out = jax.eval_shape(objective.per_batch, point.params, first)
     else:
         out = jax.eval_shape(objective, point.params, inputs)
-    shape, dtype = getattr(out, "shape", None), getattr(out, "dtype", None)
-    if shape != () or dtype is None or not jnp.issubdtype(dtype, jnp.floating):
+    problem = not_a_scalar_loss(out)
+    if problem is not None:
         given = "loss_fn" if point.objective is None else "objective"
-        if isinstance(out, tuple | list):
-            what, hint = f"a {type(out).__name__} of {len(out)}", "return the loss alone"
-        elif shape is not None:
-            what, hint = f"an array of shape {shape} and dtype {dtype}", "reduce it, e.g. jnp.mean"
-        else:
-            what, hint = f"a {type(out).__name__}", "return a jax array"
+        what, hint = problem
         raise TypeError(
             f"{caller}: {given} returned {what}: a Point's loss must return one floating-point "
             f"scalar ({hint})."
@@ -537,6 +532,19 @@ def check_loss_output(point: Point, caller: str) -> None:
     _CHECKED[key] = None
     if len(_CHECKED) > 512:
         _CHECKED.popitem(last=False)
+
+
+def not_a_scalar_loss(out: Any) -> tuple[str, str] | None:
+    """(what a loss returned, what to do) unless `out` (its `jax.eval_shape`) is one floating
+    scalar; None when it is."""
+    shape, dtype = getattr(out, "shape", None), getattr(out, "dtype", None)
+    if shape == () and dtype is not None and jnp.issubdtype(dtype, jnp.floating):
+        return None
+    if isinstance(out, tuple | list):
+        return f"a {type(out).__name__} of {len(out)}", "return the loss alone"
+    if shape is not None:
+        return f"an array of shape {shape} and dtype {dtype}", "reduce it, e.g. jnp.mean"
+    return f"a {type(out).__name__}", "return a jax array"
 
 
 PointOrPoints = Point | Sequence[Point]

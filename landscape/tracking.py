@@ -9,8 +9,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import warnings
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -18,6 +19,7 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from landscape import _checks, linalg
+from landscape import point as point_lib
 from landscape.probes import layout as layout_lib
 from landscape.probes.layout import Layout
 from landscape.typing import PyTree
@@ -27,7 +29,9 @@ class Measurement(NamedTuple):
     """One measurement of the loss's Hessian at the parameters: `top_k` (k,) the largest Ritz
     values (descending, top_k[0] = `lambda_max`), `residuals` (k,) their residual estimates
     |β s_last| = ||H y - θ y||, the smallest Ritz value `lambda_min` with its own, the loss and
-    the gradient norm. Ritz values lie inside the spectrum; θ ± residual holds an eigenvalue."""
+    the gradient norm. Ritz values lie inside the spectrum; θ ± residual holds an eigenvalue.
+    A residual is at least the rounding level eps num_iters max|θ| of the parameters' dtype
+    (`rounding_floor`): below it, |β s_last| is rounding, not the residual."""
 
     lambda_max: jax.Array
     lambda_min: jax.Array
@@ -67,7 +71,8 @@ class Settings:
 
 class Tracker(NamedTuple):
     """`init(params, key) -> state` and `update(state, params, *inputs) -> (Measurement,
-    state)`: pure functions; `update` is one compiled program per loss, settings and shapes."""
+    state)`: pure functions; `update` is one compiled program per loss, settings and shapes
+    (from Python, a RecompileWarning when inputs of a third shape compile it again)."""
 
     init: Callable[[PyTree, jax.Array], TrackerState]
     update: Callable[..., tuple[Measurement, TrackerState]]
@@ -114,7 +119,7 @@ def tracker(
     layout = _layout_like(like)
     settings = Settings(num_iters, k, float(noise), in_batches, layout)
     return Tracker(
-        functools.partial(init, settings), functools.partial(_update_program, loss, settings)
+        functools.partial(init, settings), functools.partial(checked_update, loss, settings)
     )
 
 
@@ -251,8 +256,11 @@ def update(
     params: PyTree,
     *inputs: PyTree,
 ) -> tuple[Measurement, TrackerState]:
-    """One measurement at `params` (module docstring) and the state for the next."""
-    flat_shape(params, settings.num_iters)
+    """One measurement at `params` (module docstring) and the state for the next: a state
+    holding non-finite vectors (a measurement at NaN parameters) starts the next one afresh."""
+    dim, _ = flat_shape(params, settings.num_iters)
+    _check_state_fits(settings, state, dim)
+    _check_loss_output(loss, settings, params, inputs)
     layout = settings.layout
     flat, unravel = (layout.to_flat(params), layout.from_flat) if layout else ravel_pytree(params)
     value, grad, matvec = operator(loss, flat, unravel, inputs, settings.in_batches)
@@ -261,17 +269,155 @@ def update(
     def draw(key: jax.Array) -> jax.Array:  # the same vector in every layout
         return layout_lib.draw("normal", key, params, layout)
 
-    start = warm_start(jnp.asarray(state.vectors, flat.dtype), start_key, settings.noise, draw)
+    start = warm_start(finite_or_zeros(state.vectors, flat.dtype), start_key, settings.noise, draw)
     k, m = settings.k, settings.num_iters
     kept = tuple(range(m - 1, m - 1 - k, -1)) + (0,)  # the top k, descending, then the bottom
     project = None if layout is None else layout.clean
     found = ritz(matvec, start, m, restart_key, kept, project)
     top = found.values[np.asarray(kept[:-1])]
+    floor = rounding_floor(found.values, m)
+    residuals = jnp.maximum(found.residuals, floor)
     measurement = Measurement(
-        top[0], found.values[0], top, found.residuals[np.asarray(kept[:-1])],
-        found.residuals[0], value, jnp.linalg.norm(grad),
+        top[0], found.values[0], top, residuals[np.asarray(kept[:-1])],
+        residuals[0], value, jnp.linalg.norm(grad),
     )  # fmt: skip
-    return measurement, TrackerState(found.vectors, key, state.measured + 1)
+    vectors = finite_or_zeros(found.vectors, flat.dtype)
+    return measurement, TrackerState(vectors, key, state.measured + 1)
+
+
+def rounding_floor(values: jax.Array, num_iters: int) -> jax.Array:
+    """The rounding level of a Ritz residual after `num_iters` Lanczos steps: eps num_iters
+    max|θ| in the values' dtype (|β s_last| falls to 1e-9 or 0 in float32 where ||H y - θ y||
+    of the rounded vector stays near 4 eps max|θ|)."""
+    eps = float(np.finfo(values.dtype).eps)
+    return eps * num_iters * jnp.max(jnp.abs(values))
+
+
+def finite_or_zeros(vectors: jax.Array | np.ndarray, dtype: Any) -> jax.Array:
+    """`vectors` as `dtype`, or zeros (a cold start) where any entry is NaN or inf."""
+    vectors = jnp.asarray(vectors, dtype)
+    return jnp.where(jnp.all(jnp.isfinite(vectors)), vectors, jnp.zeros_like(vectors))
 
 
 _update_program = jax.jit(update, static_argnames=("loss", "settings"))
+
+
+def checked_update(
+    loss: Callable[..., jax.Array],
+    settings: Settings,
+    state: TrackerState,
+    params: PyTree,
+    *inputs: PyTree,
+) -> tuple[Measurement, TrackerState]:
+    """`Tracker.update`: its arguments checked (one sentence each), then the compiled `update`;
+    called from Python, a RecompileWarning once inputs of a third shape compile it again."""
+    state = _check_state_type(state)
+    _check_inputs(settings, inputs)
+    measured = _update_program(loss, settings, state, params, *inputs)
+    _note_shapes(loss, settings, (state, params, inputs))  # shapes that compiled
+    return measured
+
+
+def _check_state_type(state: object) -> TrackerState:
+    """The state as a TrackerState (a restored plain tuple of its three fields too)."""
+    if isinstance(state, TrackerState):
+        return state
+    if isinstance(state, tuple | list) and len(state) == 3:
+        return TrackerState(*state)
+    raise TypeError(
+        f"tracker.update: state is {_checks.type_name(state)}: give it the TrackerState that "
+        "tracker.init (or the last update) returned, then the params and the loss's inputs."
+    )
+
+
+def _check_inputs(settings: Settings, inputs: tuple) -> None:
+    """One sentence for inputs `update` cannot pass to the loss: a stream, or with in_batches
+    anything but one dataset whose leaves share a leading axis of batches."""
+    for i, given in enumerate(inputs):
+        if getattr(given, "is_stream", False):
+            raise TypeError(
+                f"tracker.update: inputs[{i}] is a streamed dataset (landscape.stream), which "
+                "one compiled update cannot read: give a batch, or a dataset in batches "
+                "(landscape.batches(data, size)) with tracker(..., in_batches=True)."
+            )
+    if not settings.in_batches:
+        return
+    if len(inputs) != 1:
+        raise TypeError(
+            f"tracker.update: in_batches=True takes one input, the dataset in batches "
+            f"(landscape.batches((x, y), size)), not {len(inputs)}: pass them as one pytree."
+        )
+    point_lib.check_not_listed("tracker.update: inputs[0]", inputs[0])
+    leaves = jax.tree.leaves(inputs[0])
+    sizes = {int(np.shape(leaf)[0]) if np.ndim(leaf) else -1 for leaf in leaves}
+    if not leaves or len(sizes) != 1 or min(sizes) < 1:
+        raise ValueError(
+            f"tracker.update: with in_batches=True the dataset's leaves have leading shapes "
+            f"{[np.shape(leaf) for leaf in leaves]}: every leaf must have the same leading axis "
+            "of B >= 1 batches, e.g. landscape.batches((x, y), batch_size=256)."
+        )
+
+
+def _check_state_fits(settings: Settings, state: TrackerState, dim: int) -> None:
+    """One sentence for a state made for other parameters or by another tracker."""
+    rows, width = (tuple(np.shape(state.vectors)) + (0, 0))[:2]
+    expected = dim if settings.layout is None else settings.layout.padded
+    if np.ndim(state.vectors) != 2 or width != expected:
+        raise ValueError(
+            f"tracker.update: state holds vectors of shape {np.shape(state.vectors)} where params "
+            f"have D = {dim}: give update the state tracker.init made for these parameters "
+            "(not another model's, and params with the same leaves as at init)."
+        )
+    if rows != settings.k + 1:
+        raise ValueError(
+            f"tracker.update: state keeps {rows} vectors where this tracker keeps k + 1 = "
+            f"{settings.k + 1}: give update the state this tracker's init made."
+        )
+
+
+def _check_loss_output(
+    loss: Callable[..., jax.Array], settings: Settings, params: PyTree, inputs: tuple
+) -> None:
+    """One sentence unless the loss returns one floating scalar (traced once, no compute)."""
+    if settings.in_batches and len(inputs) == 1:
+        inputs = (jax.tree.map(lambda x: x[0], inputs[0]),)
+    problem = point_lib.not_a_scalar_loss(jax.eval_shape(loss, params, *inputs))
+    if problem is not None:
+        what, hint = problem
+        raise TypeError(
+            f"tracker: loss returned {what}: the tracker's loss(params, *inputs) must return "
+            f"one floating-point scalar ({hint})."
+        )
+
+
+_SHAPES: dict[tuple, list] = {}  # (loss, settings) -> the argument shapes update compiled for
+_WARNED: set[tuple] = set()
+
+
+def _note_shapes(loss: Callable[..., jax.Array], settings: Settings, arguments: tuple) -> None:
+    """From Python: a RecompileWarning, once per loss and settings, when `update` meets
+    arguments of a `_checks.FRESH_LOSSES`-th shape (each compiles it again)."""
+    if any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves(arguments)):
+        return  # inside the user's own jit or vmap: their program is compiled once
+    key = (loss, settings)
+    if key in _WARNED:
+        return
+    signature = point_lib._signature(arguments)
+    seen = _SHAPES.setdefault(key, [])
+    if signature in seen:
+        return
+    if len(_SHAPES) > 256:
+        _SHAPES.clear()
+        _SHAPES[key] = seen
+    seen.append(signature)
+    if len(seen) < _checks.FRESH_LOSSES:
+        return
+    _WARNED.add(key)
+    shapes = [[np.shape(x) for x in jax.tree.leaves(arguments[2])]]
+    warnings.warn(
+        f"tracker.update: {len(seen)} shapes of its arguments so far (now inputs of shapes "
+        f"{shapes[0]}), each compiling update afresh: give update inputs of one shape "
+        "(batches of one size: drop or pad the last one).",
+        _checks.RecompileWarning,
+        stacklevel=_checks.outside_the_library(),
+    )

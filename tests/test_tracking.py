@@ -12,6 +12,7 @@ from jax._src import monitoring
 from jax.flatten_util import ravel_pytree
 
 import landscape
+from landscape._checks import RecompileWarning
 
 _COMPILES = [0]
 
@@ -219,3 +220,96 @@ def test_each_mistake_is_one_sentence():
         landscape.tracker(mse).init(half, jax.random.key(0))
     with pytest.raises(TypeError, match="like must be the parameters split over a mesh"):
         landscape.tracker(mse, like=params)  # on one device: like=None
+
+
+def test_a_measurement_at_nan_parameters_restarts_the_next_from_a_fresh_start():
+    """One update at NaN parameters measures NaN and keeps no vectors, so the next update at
+    finite parameters is a cold start (the same numbers as one from zero vectors with that key),
+    not NaN forever after; a state handed in with NaN vectors starts afresh too."""
+    tracker = landscape.tracker(mse, num_iters=12, k=2)
+    params, batch = _params(), _data(0)
+    _, state = tracker.update(tracker.init(params, jax.random.key(6)), params, batch)
+    nan = jax.tree.map(lambda a: np.full_like(a, np.nan), params)
+    poisoned, state = tracker.update(state, nan, batch)
+    assert np.isnan(poisoned.lambda_max) and not np.any(np.asarray(state.vectors))
+    after, _ = tracker.update(state, params, batch)
+    cold = landscape.TrackerState(np.zeros_like(state.vectors), state.key, state.measured)
+    expected, _ = tracker.update(cold, params, batch)
+    for a, b in zip(after, expected, strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert abs(after.lambda_max - _dense(params, batch)[-1]) <= after.lambda_max_residual
+    handed = state._replace(vectors=np.full(np.shape(state.vectors), np.nan))
+    again, next_state = tracker.update(handed, params, batch)
+    np.testing.assert_array_equal(again.top_k, expected.top_k)
+    assert np.all(np.isfinite(next_state.vectors))
+
+
+def test_residuals_below_rounding_are_floored_at_the_rounding_level():
+    """float32, num_iters = D: the Krylov space is the whole space and |β s_last| is 0 (or
+    1e-9, 1e-20) while ||H y - θ y|| of the kept float32 vectors is about 1e-7; each residual
+    is floored at eps num_iters max|θ|, which holds the true one (4.1e-7 here)."""
+    scale = np.linspace(0.1, 1.0, 12).astype(np.float32)
+    params = {"x": np.ones(12, np.float32)}
+    tracker = landscape.tracker(_quadratic, num_iters=12, k=2)
+    state = tracker.init(params, jax.random.key(0))
+    for _ in range(3):
+        m, state = tracker.update(state, params, scale)
+        values = np.array([*m.top_k, m.lambda_min], np.float64)
+        estimates = np.array([*m.residuals, m.lambda_min_residual], np.float64)
+        floor = np.finfo(np.float32).eps * 12 * np.max(np.abs(values))
+        np.testing.assert_allclose(estimates, floor, rtol=1e-6)
+        vectors = np.asarray(state.vectors, np.float64)
+        true = np.linalg.norm(vectors * scale - values[:, None] * vectors, axis=1)
+        assert np.all(true <= estimates) and np.all(true > 1e-9)
+
+
+def test_each_mistake_of_update_is_one_sentence():
+    """What the probes refuse with one sentence, update refuses with one too, before anything
+    of the user's loss runs on it."""
+    tracker = landscape.tracker(mse, num_iters=8)
+    params, batch = _params(), _data(0)
+    state = tracker.init(params, jax.random.key(0))
+    other = landscape.tracker(mse, num_iters=8).init({"w": np.ones((3, 3))}, jax.random.key(0))
+    with pytest.raises(ValueError, match=r"state holds vectors of shape \(2, 9\) where params"):
+        tracker.update(other, params, batch)  # another model's state
+    extra = dict(params, w3=np.ones(3))
+    with pytest.raises(ValueError, match="where params have D = 45: give update the state"):
+        tracker.update(state, extra, batch)
+    with pytest.raises(ValueError, match="state keeps 2 vectors where this tracker keeps k"):
+        landscape.tracker(mse, num_iters=8, k=2).update(state, params, batch)
+    with pytest.raises(TypeError, match="tracker.update: state is dict"):
+        tracker.update(params, state, batch)
+    with pytest.raises(TypeError, match="loss returned a tuple of 2: .* one floating-point"):
+        landscape.tracker(lambda p, b: (mse(p, b), 0.0), num_iters=8).update(state, params, batch)
+    with pytest.raises(TypeError, match=r"loss returned an array of shape \(3,\)"):
+        vector = landscape.tracker(lambda p, b: jnp.full(3, mse(p, b)), num_iters=8)
+        vector.update(state, params, batch)
+    batched = landscape.tracker(mse, num_iters=8, in_batches=True)
+    batches = landscape.batches(batch, batch_size=12)
+    with pytest.raises(TypeError, match="in_batches=True takes one input.*not 2"):
+        batched.update(state, params, batches, batches)
+    with pytest.raises(ValueError, match="leading axis of B >= 1 batches"):
+        batched.update(state, params, (batch[0][0], batch[1]))
+    for which in (tracker, batched):
+        with pytest.raises(TypeError, match=r"inputs\[0\] is a streamed dataset"):
+            which.update(state, params, landscape.stream([batch, batch]))
+
+
+def test_inputs_of_a_third_shape_warn_that_update_compiles_again():
+    """From Python, each new batch shape compiles update afresh: the third says so, once (as
+    RecompileWarning does for fresh losses); inside the user's jit nothing is noted."""
+
+    def loss(params, batch):  # a loss of its own: the warning comes once per loss
+        return mse(params, batch)
+
+    tracker = landscape.tracker(loss, num_iters=6)
+    params = _params()
+    state = tracker.init(params, jax.random.key(0))
+    for n in (48, 48, 40):
+        _, state = tracker.update(state, params, _data(0, n))
+    with pytest.warns(RecompileWarning, match="3 shapes .* each compiling update"):
+        _, state = tracker.update(state, params, _data(0, 32))
+    tracker.update(state, params, _data(0, 24))  # once only
+    inside = landscape.tracker(lambda p, b: mse(p, b), num_iters=6)
+    for n in (48, 40, 32):
+        jax.jit(inside.update)(inside.init(params, jax.random.key(0)), params, _data(0, n))
