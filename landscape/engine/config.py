@@ -10,7 +10,7 @@ from __future__ import annotations
 import difflib
 import itertools
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import ml_collections
@@ -98,23 +98,6 @@ def get(cfg: Any, field: str) -> Any:
     for part in field.split("."):
         value = value[part]
     return value
-
-
-def check_sweep(
-    sweep: Any, rules: dict[str, Callable[[float], bool]], allowed: dict[str, str]
-) -> None:
-    """Check a sweep {field: [values]}: known sweepable fields, non-empty lists, values in range."""
-    for field, values in flatten(sweep).items():
-        require(
-            field in rules,
-            f"sweep.{field}",
-            values,
-            "a sweepable field: one of " + ", ".join(sorted(rules)),
-        )
-        values = list(values) if isinstance(values, (list, tuple)) else [values]
-        require(len(values) > 0, f"sweep.{field}", values, "a non-empty list")
-        for v in values:
-            require(rules[field](v), f"sweep.{field}", v, allowed[field])
 
 
 def _describe_interval(
