@@ -14,8 +14,7 @@ from typing import Any, Protocol, runtime_checkable
 import ml_collections
 
 from landscape.engine import records
-
-Progress = Callable[[str], None] | None
+from landscape.typing import Progress
 
 
 @runtime_checkable

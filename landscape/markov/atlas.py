@@ -30,8 +30,8 @@ from landscape.probes import (
     spectra,
 )
 from landscape.probes import figures as probe_figures
+from landscape.typing import Progress
 
-Progress = Callable[[str], object] | None
 _SECOND_ORDER_RTOL = 0.01  # |[L(θ+εv) + L(θ-εv) - 2L(θ)] / (ε² λ) - 1| at the smallest ε
 BOUNDARY_GAP = 1e-9  # cells this close to p + q = 1 are degenerate (zero alpha curvature)
 # SLQ counts the trained points' eigenvalues below -1e-4 λ_max: a run is not exactly stationary,

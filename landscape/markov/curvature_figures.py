@@ -13,10 +13,10 @@ from matplotlib.figure import Figure
 
 from landscape.engine import plotting
 from landscape.markov import basin, theory
+from landscape.typing import Row
 
 COLORS = {"trapped": "C3", "escaped": "C0", "leaving": "C1"}
 save = plotting.save
-Row = dict[str, Any]
 
 
 def _label(group: Mapping[str, Any]) -> str:

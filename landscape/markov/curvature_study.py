@@ -23,11 +23,9 @@ from landscape.markov import basin, curvature_figures, points, theory, trap_stud
 from landscape.markov import model as model_lib
 from landscape.point import Point, param_names
 from landscape.probes import curvature, eigen
-from landscape.typing import PyTree
+from landscape.typing import Progress, PyTree, Row
 
 Group = dict[str, Any]  # experiment.train_group's: fields, cfg, grid, result
-Row = dict[str, Any]
-Progress = Callable[[str], None] | None
 Batch = Callable[[ml_collections.ConfigDict, dict[str, jax.Array]], Any]
 RESOLVED = 1e-4  # eigenvalues below -RESOLVED λ_max count as resolved negatives (atlas's)
 EPSILON = 1e-3  # the symmetric second-order check's step (notes/landscape_geometry.md §9)

@@ -31,9 +31,7 @@ from landscape.markov import model as model_lib
 from landscape.markov.claims import CLAIMS, run_table
 from landscape.markov.schema import ANALYSES, CLAIM_SETS, TRACED, default_config
 from landscape.point import params_table
-from landscape.typing import PyTree
-
-Progress = Callable[[str], None] | None
+from landscape.typing import Progress, PyTree
 
 
 def validate(cfg: ml_collections.ConfigDict) -> None:

@@ -20,10 +20,9 @@ from ml_collections import ConfigDict
 from landscape.engine import plotting, precision, records
 from landscape.markov import model as model_lib
 from landscape.markov import task, theory
-from landscape.typing import ArrayLike, PyTree
+from landscape.typing import ArrayLike, PyTree, Row
 
 Group = dict[str, Any]  # one program's results: fields, cfg, grid, result (experiment.train_group)
-Row = dict[str, Any]  # one run (`run_rows`)
 
 TRAP_TOLERANCE = 0.005  # |final loss - H(pi)| (the criterion)
 FLAT = 0.02  # |f0 - f1|: the prediction ignores x_n

@@ -27,9 +27,8 @@ from landscape.probes import curvature, gauss_newton, results
 from landscape.probes import escape as escape_lib
 from landscape.probes.escape import EscapeDirections
 from landscape.probes.gauss_newton import GaussNewton
-from landscape.typing import ArrayLike, PyTree
+from landscape.typing import ArrayLike, Progress, PyTree
 
-Progress = Callable[[str], None] | None
 TARGETS = ("next stage", "to theta_star^(k+1)")
 BASES = ("escape directions", "negative eigenspace", "gradient")
 

@@ -38,9 +38,7 @@ from landscape.ngrams import curvature_study, estimators, figures, points, task
 from landscape.ngrams import model as model_lib
 from landscape.ngrams.footprint import memory_estimate, snapshot_chunk
 from landscape.ngrams.schema import TRACED, default_config, model_of
-from landscape.typing import PyTree
-
-Progress = Callable[[str], None] | None  # a line printer (None: quiet)
+from landscape.typing import Progress, PyTree
 
 CLAIM_SETS = tuple(claims_lib.CLAIMS)
 

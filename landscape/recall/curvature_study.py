@@ -25,10 +25,8 @@ from landscape.point import Point
 from landscape.probes import curvature, results
 from landscape.recall import curvature_figures, flow, theory
 from landscape.recall import model as model_lib
-from landscape.typing import NDArray, PyTree
+from landscape.typing import NDArray, Progress, PyTree, Row
 
-Row = dict[str, Any]
-Progress = Callable[[str], None] | None
 EIGEN_RTOL = 0.05  # the measured negative eigenvalues against §4.10's, at plateau midpoints
 ESCAPE_RTOL = 0.05  # T_1 |λ_min(0)| against pi / sqrt(2) (finite eps: notes §4.4's 2% offset)
 SAME_RTOL = 1e-10  # hessian_at against the vmapped Hessians of the trajectory, x max |λ| ...

@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import jax
@@ -30,9 +30,7 @@ from landscape.recall import curvature_study, flow, theory
 from landscape.recall import model as model_lib
 from landscape.recall.claims import CLAIMS
 from landscape.recall.figures import FIGURES
-from landscape.typing import NDArray, PyTree
-
-Progress = Callable[[str], None] | None
+from landscape.typing import NDArray, Progress, PyTree
 
 FLOW_TRACED = ("init.eps", "init.beta_shape", "init.stage", "init.big")
 SGD_TRACED = ("optim.lr", "init.eps")

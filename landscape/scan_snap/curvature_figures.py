@@ -5,16 +5,15 @@ negative eigenvectors at each phase against the blocks' share of the parameters.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from landscape.engine import plotting
+from landscape.typing import Row
 
 save = plotting.save
-Row = dict[str, Any]
 
 
 def draw(

@@ -26,10 +26,8 @@ from landscape.point import Point
 from landscape.probes import eigen, gradient, lanczos
 from landscape.scan_snap import curvature_figures, text, wikitext, wikitext_claims
 from landscape.scan_snap import model as model_lib
-from landscape.typing import PyTree
+from landscape.typing import Progress, PyTree, Row
 
-Row = dict[str, Any]
-Progress = Callable[[str], None] | None
 BLOCKS = ("embedding", "attention Q/K", "attention V/O", "FFN", "LayerNorm", "decoder")
 PHASES = ("scan", "snap", "frozen")  # the steps probed (step 0 is tracked)
 TRACKED_RTOL = 0.1  # tracked λ_max (a few Lanczos steps, inside the spectrum) within 10% ...

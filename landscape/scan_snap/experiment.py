@@ -30,13 +30,12 @@ from landscape.scan_snap import curvature_study, figures, padded, wikitext
 from landscape.scan_snap import model as model_lib
 from landscape.scan_snap import task as task_lib
 from landscape.scan_snap.claims import CLAIMS, Group
-from landscape.typing import PyTree
+from landscape.typing import Progress, PyTree
 
 TRACED = ("optim.lr_z", "optim.lr_y_over_lr_z")
 CLAIM_SETS = ("fig4", "fig5", "fig6") + wikitext.CLAIM_SETS + ("curvature", "none")
 EXPERIMENTS = ("train", "theory", "wikitext", "curvature")
 TEXT = ("wikitext", "curvature")  # the experiments on real text (wikitext.py)
-Progress = Callable[[str], None] | None  # where a run reports (print; None: silent)
 
 
 def default_config() -> ml_collections.ConfigDict:
