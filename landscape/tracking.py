@@ -20,8 +20,8 @@ from jax.flatten_util import ravel_pytree
 
 from landscape import _checks, linalg
 from landscape import point as point_lib
-from landscape.probes import layout as layout_lib
-from landscape.probes.layout import Layout
+from landscape.core import layout as layout_lib
+from landscape.core.layout import Layout
 from landscape.typing import PyTree
 
 

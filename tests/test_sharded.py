@@ -1,4 +1,4 @@
-"""Probes on a model split over devices (landscape/probes/layout.py): 8 CPU devices emulated in a
+"""Probes on a model split over devices (landscape/core/layout.py): 8 CPU devices emulated in a
 subprocess (--xla_force_host_platform_device_count=8), a 64 -> 96 -> 96 -> 10 MLP whose hidden
 weights are split Megatron-style over a "model" axis of a (2, 4) mesh. The probes give one
 device's numbers (the same random probes, hashed from their positions), their vectors lie

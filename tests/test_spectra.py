@@ -320,7 +320,7 @@ def test_bad_arguments_get_one_sentence_errors():
 def test_a_split_leafs_signs_are_bit_e_mod_32_of_the_word_at_e_div_32(offset):
     """`layout._signs` (over a mesh: each row's words hashed once, read by a gather) gives entry
     e bit e % 32 of the word hashed at e // 32, carried past 2**32, as one device's draw does."""
-    from landscape.probes import layout
+    from landscape.core import layout
 
     key = jax.random.key(1)
     signs = np.asarray(layout._signs(key, offset, (3, 70), jnp.float32)).ravel()

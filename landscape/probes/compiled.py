@@ -18,9 +18,9 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 from jax.sharding import Mesh, PartitionSpec
 
+from landscape.core.layout import Layout
 from landscape.point import Point
 from landscape.probes import operator
-from landscape.probes.layout import Layout
 from landscape.typing import PyTree
 
 Objective = Callable[[PyTree, PyTree], jax.Array]

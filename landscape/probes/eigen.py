@@ -24,6 +24,7 @@ from jax.sharding import PartitionSpec as P
 
 from landscape import _checks, linalg, trees
 from landscape import point as point_lib
+from landscape.core import layout as layout_lib
 from landscape.point import Point
 from landscape.probes import (
     blocks,
@@ -35,7 +36,6 @@ from landscape.probes import (
     operator,
     stream,
 )
-from landscape.probes import layout as layout_lib
 from landscape.probes.pairs import Eigenpairs as Eigenpairs
 from landscape.probes.pairs import lanczos_rtol as lanczos_rtol
 from landscape.probes.pairs import multiplicity_rtol as multiplicity_rtol

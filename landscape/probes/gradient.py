@@ -13,6 +13,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from landscape import trees
+from landscape.core import layout as layout_lib
+from landscape.core.layout import Layout
 from landscape.point import (
     BlockName,
     Names,
@@ -24,8 +26,6 @@ from landscape.point import (
     param_names,
 )
 from landscape.probes import compiled, operator, stream
-from landscape.probes import layout as layout_lib
-from landscape.probes.layout import Layout
 from landscape.probes.results import (
     NON_FINITE,
     STATIONARITY_RULE,

@@ -18,8 +18,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from landscape.core.layout import Layout
 from landscape.probes import compiled, operator
-from landscape.probes.layout import Layout
 from landscape.typing import PyTree
 
 EXTEND, RITZ = 0, 1  # what `advance` multiplies

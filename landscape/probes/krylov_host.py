@@ -16,8 +16,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from landscape import trees
+from landscape.core import layout as layout_lib
 from landscape.point import Point
-from landscape.probes import layout as layout_lib
 from landscape.probes import stream
 from landscape.probes.krylov import CHECK, DONE, EXTEND, FILL, RITZ, Layout, Outcome, Plan, advance
 from landscape.typing import PyTree

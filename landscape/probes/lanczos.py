@@ -12,13 +12,13 @@ import jax
 import numpy as np
 
 from landscape import _checks
+from landscape.core import layout as layout_lib
+from landscape.core.layout import Layout
 from landscape.linalg import lanczos as lanczos
 from landscape.linalg import lanczos_from as lanczos_from
 from landscape.point import Point, check_point, param_names
 from landscape.probes import blocks, compiled, operator, stream
-from landscape.probes import layout as layout_lib
 from landscape.probes.gradient import Gradient
-from landscape.probes.layout import Layout
 from landscape.probes.results import (
     NON_FINITE,
     Curvature,

@@ -20,8 +20,8 @@ from jax.flatten_util import ravel_pytree
 from jax.sharding import PartitionSpec as P
 
 from landscape import _checks, linalg
+from landscape.core.layout import Layout
 from landscape.point import MeanOverBatches, Point, mean_over_batches
-from landscape.probes.layout import Layout
 from landscape.typing import PyTree
 
 Objective = Callable[[PyTree, PyTree], jax.Array]
@@ -46,7 +46,7 @@ def hessian_operator(
     """The Hessian of objective(., inputs) at params, for use inside a traced program; the
     Gauss-Newton matrix instead when the objective is a `GaussNewtonSplit` (`gauss_newton`).
     Its vectors are flat in `layout` (None: `ravel_pytree`'s order; over a mesh, each device's
-    slice its own shards, `landscape.probes.layout`)."""
+    slice its own shards, `landscape.core.layout`)."""
     if isinstance(objective, GaussNewtonSplit):
         return ggn_operator(objective.outputs, objective.output_loss, params, inputs, layout)
     if isinstance(objective, MeanOverBatches) and layout is not None and layout.mesh is not None:

@@ -17,9 +17,10 @@ import numpy as np
 from jax.sharding import Mesh
 
 from landscape import _checks, linalg, trees
+from landscape.core import layout as layout_lib
+from landscape.core.layout import Layout
 from landscape.point import Point, as_points, param_names
 from landscape.probes import blocks, compiled, operator, stream
-from landscape.probes import layout as layout_lib
 from landscape.probes.estimates import (
     DiagonalEstimate,
     SpectralDensity,
@@ -27,7 +28,6 @@ from landscape.probes.estimates import (
     point_dtype,
 )
 from landscape.probes.lanczos import lanczos_from
-from landscape.probes.layout import Layout
 from landscape.probes.uncertainty import (
     mean_and_stderr,
     rounding,

@@ -18,9 +18,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from landscape import _checks, linalg
+from landscape.core import layout as layout_lib
 from landscape.engine import memory
 from landscape.probes import krylov, operator
-from landscape.probes import layout as layout_lib
 from landscape.typing import PyTree
 
 TAKES = (
