@@ -23,7 +23,8 @@ import jax, numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 import landscape
 from experiments.bench import peers
-from landscape.probes import blocks, compiled, krylov, krylov_host, layout, spectra
+from landscape.core import layout
+from landscape.probes import blocks, compiled, krylov, krylov_host, spectra
 
 one = peers.mlp_point(peers.mlp_arrays(96))
 mesh = Mesh(np.array(jax.devices()).reshape(2, 4), ("data", "model"))
