@@ -1,7 +1,10 @@
 """Datasets that stream (`landscape.stream`): a point over an iterable of equal batches equals
 the stacked form on the same data through every probe that takes it, reads the data once per
-product (or block of products), and says one sentence for a ragged batch, a spent generator and
-a probe that does not take it."""
+product (or block of products), never reads a batch it does not use, and says one sentence for a
+ragged batch (or one of other dtypes), a spent or shared generator, a source that is none (a
+path) and a probe that does not take it; a non-finite product ends eigenpairs' search at once."""
+
+import re
 
 import jax
 import jax.numpy as jnp
@@ -35,14 +38,16 @@ def mse(params, batch):
 
 
 class Loader:
-    """A numpy loader that can be iterated again, counting its passes."""
+    """A numpy loader that can be iterated again, counting its passes and the batches read."""
 
-    def __init__(self):
-        self.passes = 0
+    def __init__(self, batches=BATCHES):
+        self.passes, self.read, self.data = 0, 0, batches
 
     def __iter__(self):
         self.passes += 1
-        return iter(BATCHES)
+        for batch in self.data:
+            self.read += 1
+            yield batch
 
 
 def _points(source, chunk=4):
@@ -102,17 +107,18 @@ def test_a_stream_is_its_stacked_form(source, chunk, every_probe):
 
 
 def test_each_product_is_one_pass_over_the_data():
-    """Lanczos of 5 steps reads the loader 5 times (and once to learn its batches' shapes);
-    a Hutchinson trace of 40 probes in blocks of 16 reads it 3 times."""
+    """Lanczos of 5 steps reads the loader's 6 batches 5 times, the first pass going on from the
+    batch read to learn their shapes; a Hutchinson trace of 40 probes in blocks of 16 reads it 3
+    times."""
     loader = Loader()
     _, streamed = _points(loader)
-    assert loader.passes == 1
+    assert (loader.passes, loader.read) == (1, 1)
     landscape.lanczos_spectrum(streamed, 5, progress=None)
-    assert loader.passes == 6
+    assert (loader.passes, loader.read) == (5, 5 * 6)
     landscape.trace(streamed, 40, method="hutchinson", progress=None)
-    assert loader.passes == 9
+    assert loader.passes == 8
     landscape.spectral_density(streamed, 20, 4, progress=None)  # two groups of 10 probes
-    assert loader.passes == 9 + 2 * 4
+    assert loader.passes == 8 + 2 * 4
 
 
 @pytest.mark.parametrize("matrix", ["hessian", "ggn"])
@@ -153,6 +159,7 @@ def test_losses_at_other_parameters_over_a_stream_are_the_stacked_forms():
     pass over the data (`stream.mean_of`), equal to the stacked form's."""
     loader = Loader()
     stacked, streamed = _points(loader)
+    assert streamed.loss() == pytest.approx(stacked.loss(), rel=1e-14)  # the first pass
     u, v = (landscape.random_direction(streamed, jax.random.key(i)) for i in (1, 2))
     other = {name: 1.3 * leaf for name, leaf in PARAMS.items()}
     grid = np.linspace(-1.0, 1.0, 5)
@@ -192,3 +199,155 @@ def test_each_mistake_is_one_sentence():
         landscape.Point(PARAMS, objective=mse, batches=BATCHES)
     with pytest.raises(TypeError, match="landscape.stream takes an iterable of batches"):
         landscape.stream((X, Y))
+
+
+def _direct_mean(batches):
+    """The mean over the batches of the loss and its gradient, each batch on its own."""
+    values = [jax.value_and_grad(mse)(PARAMS, batch) for batch in batches]
+    flat = [np.concatenate([np.ravel(g[n]) for n in sorted(g)]) for _, g in values]
+    return np.mean([float(v) for v, _ in values]), np.mean(flat, axis=0)
+
+
+def test_the_batch_read_to_learn_the_shapes_is_the_first_passs_and_counts():
+    """A generator function's batches are each read once by the first pass (the batch read at
+    construction goes on into it), and the loss and gradient are the mean over every batch;
+    one batch alone is its own loss, not 0 / 0."""
+    read = []
+
+    def counted():
+        for batch in BATCHES:
+            read.append(1)
+            yield batch
+
+    streamed = landscape.Point(PARAMS, objective=mse, batches=landscape.stream(counted))
+    assert len(read) == 1
+    loss, gradient = _direct_mean(BATCHES)
+    assert streamed.loss() == pytest.approx(loss, abs=1e-12)
+    assert len(read) == len(BATCHES)
+    np.testing.assert_allclose(landscape.gradient_at(streamed).vector, gradient, atol=1e-12)
+    alone = landscape.Point(PARAMS, objective=mse, batches=landscape.stream(BATCHES[:1]))
+    assert alone.loss() == pytest.approx(float(mse(PARAMS, BATCHES[0])), abs=1e-12)
+
+
+class SharedLoader:
+    """An iterable whose every pass is one generator, made once."""
+
+    def __init__(self):
+        self.generator = _generated()
+
+    def __iter__(self):
+        return self.generator
+
+
+@pytest.mark.parametrize("make", [lambda g: lambda: g, lambda g: SharedLoader()])
+def test_a_source_giving_one_generator_twice_is_refused_before_a_batch_is_read(make):
+    """lambda: g (or a loader whose every pass is one generator) would give the first pass the
+    batches after the one read to learn their shapes, and a second pass nothing: refused as a
+    generator itself is, and no batch of it is consumed."""
+    generator = _generated()
+    source = make(generator)
+    if isinstance(source, SharedLoader):
+        generator = source.generator
+    sentence = (
+        r"^landscape.stream: a source that gives the same iterator at every call \(one "
+        r"generator, as lambda: g\) is spent after one pass, and every product reads the data "
+        r"once: give a list, .*\.$"
+    )
+    with pytest.raises(TypeError, match=sentence):
+        landscape.stream(source)
+    np.testing.assert_array_equal(next(generator)[0], BATCHES[0][0])  # nothing consumed
+
+
+def test_a_chunk_beyond_the_dataset_stacks_the_batches_there_are():
+    """3 batches at chunk=1024: one chunk of 3 batches (no copies padding it to 1024, whose
+    memory was 1024 batches'), from the first pass on; its loss and gradient the mean of 3."""
+    source = landscape.stream(BATCHES[:3], chunk=1024)
+    for _ in range(2):
+        (stacked, weights), *rest = list(source.chunks())
+        assert not rest and stacked[0].shape == (3, 8, 4) and weights.tolist() == [1, 1, 1]
+    streamed = landscape.Point(PARAMS, objective=mse, batches=landscape.stream(BATCHES[:3], 1024))
+    loss, gradient = _direct_mean(BATCHES[:3])
+    assert streamed.loss() == pytest.approx(loss, abs=1e-12)
+    np.testing.assert_allclose(landscape.gradient_at(streamed).vector, gradient, atol=1e-12)
+
+
+def _not_iterable():
+    return 3
+
+
+@pytest.mark.parametrize(
+    "source, kind, sentence",
+    [
+        (
+            BATCHES[:3] + [(X[24:32].astype(np.float32), Y[24:32].astype(np.float32))],
+            ValueError,
+            r"landscape.stream: batch 3 has leaves of dtypes \['float32', 'float32'\] where "
+            r"batch 0 has \['float64', 'float64'\]: a streamed dataset's batches are equal \(its "
+            r"loss is their mean\) and of one dtype \(one compiled program adds them\); cast "
+            r"them in the source\.",
+        ),
+        (
+            BATCHES[:3] + [{"x": X[24:32], "y": Y[24:32]}],
+            ValueError,
+            r"landscape.stream: batch 3 is PyTreeDef\(\{'x': \*, 'y': \*\}\) where batch 0 is "
+            r"PyTreeDef\(\(\*, \*\)\): a streamed dataset's batches are equal",
+        ),
+        (
+            "data/train.npy",
+            TypeError,
+            r"landscape.stream takes an iterable of batches \(a list, a loader, a function "
+            r"returning an iterator\), not a path \('data/train.npy'\): load the file first",
+        ),
+        (
+            3,
+            TypeError,
+            r"landscape.stream takes an iterable of batches \(.*\), not a value of type int\.",
+        ),
+        (
+            ["data/a.npy", "data/b.npy"],
+            TypeError,
+            r"landscape.stream takes an iterable of batches \(.*\), each a pytree of numeric "
+            r"arrays: its first batch holds a leaf of dtype <U10 \('data/a.npy'\)\.",
+        ),
+        (
+            _not_iterable,
+            TypeError,
+            r"landscape.stream: the source function returned a value of type int, which is not "
+            r"iterable: give a function that returns an iterator over the batches",
+        ),
+    ],
+    ids=["a dtype changing", "a structure changing", "a path", "an int", "paths", "a function"],
+)
+def test_each_source_mistake_is_one_sentence(source, kind, sentence):
+    """What a source is, or how a batch differs from the first, in one sentence naming it."""
+    with pytest.raises(kind) as info:
+        landscape.Point(PARAMS, objective=mse, batches=landscape.stream(source)).loss()
+    message = str(info.value)
+    assert re.match(sentence, message), message
+    assert "\n" not in message and message.endswith("."), message
+
+
+def test_a_non_finite_product_ends_the_search_at_once_saying_so():
+    """One NaN in one batch: eigenpairs over the stream makes one product (one pass over the
+    data) and returns NaN values, with the reason; the stacked form ends at the same product
+    (it made a run of products, then up to max_restarts runs counted as done)."""
+    bad = [(x.copy(), y) for x, y in BATCHES]
+    bad[3][0][2, 1] = np.nan
+    loader = Loader(bad)
+    streamed = landscape.Point(PARAMS, objective=mse, batches=landscape.stream(loader))
+    data = (np.concatenate([x for x, _ in bad]), Y)
+    stacked = landscape.Point(PARAMS, objective=mse, batches=landscape.batches(data, 8))
+    lines = []
+    for point in (streamed, stacked):
+        found = landscape.eigenpairs(
+            point, 2, "largest", dense_below=0, max_restarts=300, progress=lines.append
+        )
+        assert np.isnan(found.values).all() and not found.finite
+        assert (found.num_hvps, found.runs) == (1, 0)
+        assert found.reason.endswith(
+            "product 1 (of H or G with a vector) was not finite (NaN or inf): the search "
+            "ended there"
+        )
+        assert "non-finite Hessian-vector products: no eigenpairs." in found.describe()
+    assert loader.passes == 1 and loader.read == len(bad)
+    assert lines == [f"eigenpairs: {found.reason}"] * 2

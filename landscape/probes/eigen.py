@@ -271,8 +271,8 @@ def _lanczos_one(
 ) -> Eigenpairs:
     """`krylov_host.search` on one point: its pairs come with the residuals of fresh products."""
     found = krylov_host.search(point, k, which, ncv, key, tol, runs, progress)
-    if found is None:
-        return _nan_result(point, which, k, runs, tol)
+    if not np.all(np.isfinite(found.values)):  # a product was not finite
+        return _nan_result(point, which, k, found.runs, found.num_hvps, tol)
     tree = trees.unravel_numpy(point.params, found.gradient)
     grad = gradient.Gradient(point, tree, found.gradient, point_lib.param_names(point), found.loss)
     return _pairs(
@@ -281,13 +281,15 @@ def _lanczos_one(
     )  # fmt: skip
 
 
-def _nan_result(point: Point, which: str, k: int, runs: int, tol: float) -> Eigenpairs:
+def _nan_result(
+    point: Point, which: str, k: int, runs: int, num_hvps: int, tol: float
+) -> Eigenpairs:
     dtype = jax.tree.leaves(point.params)[0].dtype
     nan = np.full(k, np.nan, dtype)
     vectors = np.full((k, point.num_params), np.nan, dtype)
     return Eigenpairs(
         point, which, nan, [], vectors, nan.copy(), "lanczos", float("nan"), float("nan"),
-        False, 0, runs, tol,
+        False, num_hvps, runs, tol,
     )  # fmt: skip
 
 
@@ -478,7 +480,15 @@ def _fallback(
     fallback_below, the dense solve in its place, saying why (a cluster of eigenvalues much
     closer together than the spectrum is wide can need more runs than max_restarts allows)."""
     dim = found.flat_vectors.shape[1]
-    if found.converged or not found.finite:
+    if not found.finite:
+        why = (
+            f"{reason}; product {found.num_hvps} (of H or G with a vector) was not finite "
+            "(NaN or inf): the search ended there"
+        )
+        if progress:
+            progress(f"eigenpairs: {why}")
+        return dataclasses.replace(found, reason=why)
+    if found.converged:
         return dataclasses.replace(found, reason=reason)
     if dim > fallback_below:
         reached = float(np.max(found.residuals)) / max(found.scale, np.finfo(np.float64).tiny)

@@ -178,7 +178,8 @@ def stepped(
 ) -> tuple:
     """The call's carry after its next product hv of v (`next_vector`), made through one call
     site whatever the mode, and its vector work; a run's projected matrix grown by the step,
-    and whether the run has converged."""
+    and whether the call ends here (the run converged, or the product is not finite: the host
+    ends the search on it)."""
     vectors, outcome, failed, _, proj = carry
     k, i = plan.slots.size, outcome.taken
     at = jnp.minimum(i, k - 1)
@@ -212,8 +213,8 @@ def stepped(
     outcome = _where(
         extending, outcome._replace(theta=ritz[0], vectors=ritz[1], estimates=ritz[2]), outcome
     )
-    converged = extending & finite & done
-    return vectors, outcome, failed | ((plan.mode == RITZ) & ~ok), converged, proj
+    ends = (extending & finite & done) | ~finite  # converged, or a product not finite
+    return vectors, outcome, failed | ((plan.mode == RITZ) & ~ok), ends, proj
 
 
 def _where(pred: jax.Array, a: Outcome, b: Outcome) -> Outcome:

@@ -297,10 +297,11 @@ def search(
     rtol: float,
     max_runs: int,
     progress: Callable[[str], None] | None = None,
-) -> Found | None:
+) -> Found:
     """Krylov-Schur (module docstring) on one point, at most `max_runs` runs, holding `ncv`
-    vectors of D; None when a product was not finite. One program: `advance` (over a streamed
-    dataset, `stream.searcher`'s two, a pass over the data a product)."""
+    vectors of D; NaN pairs when a product was not finite (the search ends at it). One
+    program: `advance` (over a streamed dataset, `stream.searcher`'s two, a pass over the data
+    a product)."""
     objective, inputs = point.shared
     call: Callable[..., Any] = advance
     spread = layout_lib.spread(point.params, point.batches)
@@ -327,8 +328,12 @@ def search(
                 f"eigenpairs: Lanczos run {host.runs} of at most {max_runs} | "
                 f"{len(host.values)} of {k} accepted | {host.products} products | {seconds:.1f} s"
             )
-    if not host.finite:
-        return None
+    if not host.finite:  # NaN pairs, with the runs and products made
+        nan = np.full(k, np.nan, dtype)
+        return Found(
+            nan, np.full((k, dim), np.nan, dtype), nan, np.nan, np.nan, False, host.runs,
+            host.products, np.nan, np.full(dim, np.nan, dtype),
+        )  # fmt: skip
     values = np.asarray(host.values)
     order = np.argsort(-values if which == "largest" else values, kind="stable")
     found, gradient = _in_ravel_order(vectors, outcome.gradient, k, spread)

@@ -8,8 +8,12 @@ a point, each equal to the stacked form on the same data to rounding; docs/guide
 from __future__ import annotations
 
 import functools
+import itertools
 import math
+import os
+import reprlib
 import time
+import types
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -51,20 +55,44 @@ class Stream:
 
     def __init__(self, source: Any, chunk: int) -> None:
         self.source, self.chunk, self.count = source, chunk, 0
-        first = next(self.batches(), None)
+        self._pending: Iterator[PyTree] | None = self._opened()  # the first pass's
+        first = next(self._pending, None)
         if first is None:
             raise ValueError("landscape.stream: the dataset gave no batch.")
-        self.first = first
-        self.spec = _spec(first)
+        self.first = jax.tree.map(np.asarray, first)
+        self.spec = _spec(self.first)
+        _check_numeric(self.first)
+
+    def _opened(self) -> Iterator[PyTree]:
+        """The first pass's iterator, opened beside another: the same generator twice (one
+        shared, as lambda: g gives) is refused before any batch is read."""
+        one, two = self._fresh(), self._fresh()
+        if one is two and _one_shot(two):
+            raise TypeError(_SPENT.format(what=_SHARED))
+        return two
+
+    def _fresh(self) -> Iterator[PyTree]:
+        made = self.source() if callable(self.source) else self.source
+        try:
+            return iter(made)
+        except TypeError:
+            raise TypeError(
+                "landscape.stream: the source function returned a value of type "
+                f"{_checks.type_name(made)}, which is not iterable: give a function that "
+                "returns an iterator over the batches (a generator function)."
+            ) from None
 
     def batches(self) -> Iterator[PyTree]:
-        """A fresh pass over the batches, each as numpy arrays."""
-        source = self.source() if callable(self.source) else self.source
-        return (jax.tree.map(np.asarray, batch) for batch in iter(source))
+        """A fresh pass over the batches, each as numpy arrays (the first pass goes on from the
+        batch read to learn their shapes)."""
+        pending, self._pending = self._pending, None
+        source = self._fresh() if pending is None else itertools.chain([self.first], pending)
+        return (jax.tree.map(np.asarray, batch) for batch in source)
 
     def chunks(self) -> Iterator[tuple[PyTree, np.ndarray]]:
         """(`chunk` batches stacked, their weights): the last chunk padded with copies of its
-        last batch of weight 0, so every chunk is one program's shapes."""
+        last batch of weight 0, so every chunk is one program's shapes; a dataset of fewer
+        batches than `chunk` is one chunk of its own size, unpadded, from its first pass on."""
         count, group = 0, []
         for batch in self.batches():
             _check_equal(batch, self.spec, count)
@@ -74,6 +102,8 @@ class Stream:
                 yield _stacked(group, len(group))
                 group = []
         if group:
+            if not self.count and count < self.chunk:
+                self.chunk = count
             yield _stacked(group + group[-1:] * (self.chunk - len(group)), len(group))
         if self.count and count != self.count:
             raise ValueError(
@@ -117,9 +147,14 @@ class Stream:
 
 
 _SPENT = (
-    "landscape.stream: an iterator (a generator) is spent after one pass, and every product "
-    "reads the data once: give a list, a loader that can be iterated again, or a function that "
-    "returns a fresh iterator, e.g. landscape.stream(lambda: make_batches())."
+    "landscape.stream: {what} is spent after one pass, and every product reads the data once: "
+    "give a list, a loader that can be iterated again, or a function that returns a fresh "
+    "iterator, e.g. landscape.stream(lambda: make_batches())."
+)
+_SHARED = "a source that gives the same iterator at every call (one generator, as lambda: g)"
+_WHAT = (
+    "landscape.stream takes an iterable of batches (a list, a loader, a function returning an "
+    "iterator)"
 )
 
 
@@ -127,24 +162,39 @@ def stream(batches: Iterable[PyTree] | Callable[[], Iterable[PyTree]], chunk: in
     """A dataset of equal batches that streams, for `Point(..., objective=f, batches=...)`.
 
     Args:
-        batches: a list of batches (pytrees of arrays of one shape), a loader that can be
-            iterated again (a torch DataLoader, a grain or tf.data pipeline as numpy), or a
-            function returning a fresh iterator (a generator function).
-        chunk: batches stacked into each call of the compiled program (memory: one chunk).
+        batches: a list of batches (pytrees of numeric arrays of one shape and dtype), a loader
+            that can be iterated again (a torch DataLoader, a grain or tf.data pipeline as
+            numpy), or a function returning a fresh iterator (a generator function).
+        chunk: batches stacked into each call of the compiled program (memory: one chunk; at
+            most the dataset's batches).
 
     Returns:
         A `Stream`; the point's loss is the mean over its batches of f(params, batch).
     """
     _checks.check_int("chunk", chunk, 1, "batches per compiled call")
     if isinstance(batches, Iterator):  # a generator: one pass only
-        raise TypeError(_SPENT)
+        raise TypeError(_SPENT.format(what="an iterator (a generator)"))
+    if isinstance(batches, str | bytes | os.PathLike):
+        raise TypeError(
+            f"{_WHAT}, not a path ({batches!r}): load the file first, e.g. "
+            "landscape.stream(list_of_batches) or landscape.batches(np.load(path), batch_size)."
+        )
     if isinstance(batches, dict | tuple) or hasattr(batches, "shape"):
         raise TypeError(
-            "landscape.stream takes an iterable of batches (a list, a loader, a function "
-            "returning an iterator); batches stacked on a leading axis go to Point(batches=...) "
-            "as they are."
+            f"{_WHAT}; batches stacked on a leading axis go to Point(batches=...) as they are."
         )
+    if not callable(batches) and not isinstance(batches, Iterable):
+        raise TypeError(f"{_WHAT}, not a value of type {_checks.type_name(batches)}.")
     return Stream(batches, chunk)
+
+
+def _one_shot(iterator: Iterator[PyTree]) -> bool:
+    """A generator or a builtin iterator (a list's, map, zip, itertools'), which nothing resets:
+    a loader's own iterator may be its reset one (a torch DataLoader's persistent workers)."""
+    return isinstance(iterator, types.GeneratorType) or type(iterator).__module__ in (
+        "builtins",
+        "itertools",
+    )
 
 
 def _spec(batch: PyTree) -> tuple:
@@ -152,15 +202,38 @@ def _spec(batch: PyTree) -> tuple:
     return treedef, tuple((np.shape(x), np.asarray(x).dtype) for x in leaves)
 
 
+def _check_numeric(batch: PyTree) -> None:
+    """One sentence for a first batch with a leaf that is no array of numbers (a string)."""
+    for leaf in jax.tree.leaves(batch):
+        if not (np.issubdtype(leaf.dtype, np.number) or leaf.dtype == np.bool_):
+            raise TypeError(
+                f"{_WHAT}, each a pytree of numeric arrays: its first batch holds a leaf of "
+                f"dtype {leaf.dtype} ({reprlib.repr(leaf.tolist())})."
+            )
+
+
 def _check_equal(batch: PyTree, spec: tuple, index: int) -> None:
-    """One sentence for a batch unlike the first (ragged: a last partial batch)."""
+    """One sentence for a batch unlike the first (ragged: a last partial batch; or of other
+    dtypes, or another structure)."""
     found = _spec(batch)
-    if found != spec:
+    if found == spec:
+        return
+    equal = "a streamed dataset's batches are equal (its loss is their mean)"
+    if found[0] != spec[0]:
         raise ValueError(
-            f"landscape.stream: batch {index} has leaves {[s for s, _ in found[1]]} where batch 0 "
-            f"has {[s for s, _ in spec[1]]}: a streamed dataset's batches are equal (its loss is "
-            "their mean); drop the last partial batch (drop_last=True in a loader)."
+            f"landscape.stream: batch {index} is {found[0]} where batch 0 is {spec[0]}: {equal}."
         )
+    shapes = [s for s, _ in found[1]], [s for s, _ in spec[1]]
+    if shapes[0] != shapes[1]:
+        raise ValueError(
+            f"landscape.stream: batch {index} has leaves {shapes[0]} where batch 0 has "
+            f"{shapes[1]}: {equal}; drop the last partial batch (drop_last=True in a loader)."
+        )
+    raise ValueError(
+        f"landscape.stream: batch {index} has leaves of dtypes {[str(d) for _, d in found[1]]} "
+        f"where batch 0 has {[str(d) for _, d in spec[1]]}: {equal} and of one dtype (one "
+        "compiled program adds them); cast them in the source."
+    )
 
 
 def _stacked(group: list[PyTree], real: int) -> tuple[PyTree, np.ndarray]:
