@@ -22,11 +22,11 @@ import json, re
 import jax, numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 import landscape
-from experiments.bench import peers
+from experiments.bench import peers, peers_data
 from landscape.core import layout
 from landscape.probes import blocks, compiled, krylov, krylov_host, spectra
 
-one = peers.mlp_point(peers.mlp_arrays(96))
+one = peers.mlp_point(peers_data.mlp_arrays(96))
 mesh = Mesh(np.array(jax.devices()).reshape(2, 4), ("data", "model"))
 specs = {"w1": P(None, "model"), "b1": P("model"), "w2": P("model", None), "b2": P(),
          "w3": P(), "b3": P()}
@@ -306,9 +306,9 @@ jax.distributed.initialize(sys.argv[1], num_processes=2, process_id=int(sys.argv
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 import landscape
-from experiments.bench import peers
+from experiments.bench import peers, peers_data
 
-one = peers.mlp_point(peers.mlp_arrays(96))
+one = peers.mlp_point(peers_data.mlp_arrays(96))
 mesh = Mesh(np.array(jax.devices()).reshape(2, 4), ("data", "model"))
 specs = {"w1": P(None, "model"), "b1": P("model"), "w2": P("model", None), "b2": P(),
          "w3": P(), "b3": P()}

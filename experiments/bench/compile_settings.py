@@ -157,15 +157,15 @@ def _run_child(check: Check, code: str, options: dict[str, bool | int]) -> dict[
 def child(program: str, size: str, cache: str, folder: str) -> None:
     """Time `program`'s first call (its XLA compiles and cache loads counted) and a call at a new
     point of the same model; print one JSON line. `cache`: as `Setting.cache`."""
-    from experiments.bench import peers
+    from experiments.bench import peers, peers_data
     from experiments.bench.timing import counting_compiles
     from landscape.engine import backend
 
     _use_cache(cache, folder)
     backend.use_float32_matmuls()  # as the peers benchmark
-    hidden = peers.hidden_for(int(size))
-    point = peers.mlp_point(peers.mlp_arrays(hidden))
-    other = point.with_params(peers.mlp_point(peers.mlp_arrays(hidden, seed=1)).params)
+    hidden = peers_data.hidden_for(int(size))
+    point = peers.mlp_point(peers_data.mlp_arrays(hidden))
+    other = point.with_params(peers.mlp_point(peers_data.mlp_arrays(hidden, seed=1)).params)
     call = _program(program, point.num_params)
     with counting_compiles() as first:
         start = time.perf_counter()

@@ -26,7 +26,7 @@ from absl import app, flags
 
 from configs import markov as markov_configs
 from configs import wikitext as wikitext_configs
-from experiments.bench import compile_settings, peers
+from experiments.bench import compile_settings, peers_data
 from landscape.engine import backend
 from landscape.engine import config as config_lib
 from landscape.engine import host as landscape_host
@@ -289,7 +289,9 @@ def compile_settings_row(check: Check) -> None:
     """One HVP and one top-5 search at D = 1e6 under each XLA setting (compile_settings.py), or
     those of --compile_settings."""
     names = _COMPILE_SETTINGS.value if flags.FLAGS.is_parsed() else None
-    compile_settings.measure(check, peers.SIZES["1e6"], settings=compile_settings.chosen(names))
+    compile_settings.measure(
+        check, peers_data.SIZES["1e6"], settings=compile_settings.chosen(names)
+    )
 
 
 def trap_study(check: Check) -> None:

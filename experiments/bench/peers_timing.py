@@ -1,9 +1,13 @@
 """Our probes against PyHessian and curvlinops on the same model and data, each probe in a
 fresh process: `python -m experiments.benchmark --only=peers [--peers.sizes=1e4,1e5]`.
 
-Models: peers.py. A child (`--peers.one=framework:size:probe:threads:device`) times the first
-call (compile included), a warm one and its peak RSS; the parent (`bench_peers`) compares the
-answers. PyHessian's density() needs torch.eig (gone in torch 2): the child patches it in.
+Data: peers_data.py, written once per size to a file every process reads; models: peers.py (JAX)
+and peers_torch.py. A child (`--peers.one=framework:size:probe:threads:device`) imports its own
+framework alone (a peer's child never imports JAX), then times the first call (compile
+included), a warm one, its memory after the imports and its peak RSS; the parent
+(`bench_peers`) compares the answers. The `eigsh` rows are scipy's ARPACK over our `hvp_flat`
+(the standard our search's product count is held to). PyHessian's density() needs torch.eig
+(gone in torch 2): the child patches it in.
 """
 
 from __future__ import annotations
@@ -13,9 +17,11 @@ import json
 import os
 import pathlib
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
@@ -23,7 +29,7 @@ from typing import Any
 import numpy as np
 from absl import app, flags
 
-from experiments.bench import peers
+from experiments.bench import peers_data
 from experiments.bench.peers_torch import Curvlinops, PyHessian
 
 _ONE = flags.DEFINE_string("peers.one", None, "Child: framework:size:probe:threads:device.")
@@ -37,9 +43,12 @@ _PROBES = flags.DEFINE_list(
     "(4 batches, streamed).",
 )
 _FRAMEWORKS = flags.DEFINE_list(
-    "peers.frameworks", ["ours", "pyhessian", "curvlinops"], "Frameworks."
+    "peers.frameworks",
+    ["ours", "eigsh", "pyhessian", "curvlinops"],
+    "Frameworks (eigsh: scipy's ARPACK over our hvp_flat).",
 )
 _THREADS = flags.DEFINE_list("peers.threads", ["1", "all"], "torch threads (all: every core).")
+_DATA = flags.DEFINE_string("peers.data", None, "Child: the folder of peers_data.save's files.")
 _TIMEOUT = flags.DEFINE_integer("peers.timeout", 600, "Seconds a child process may take.")
 _RTOL = flags.DEFINE_float("peers.rtol", 1e-3, "Our eigenpairs' rtol in the *_rtol probes.")
 _WARM_BELOW = flags.DEFINE_float(
@@ -47,16 +56,23 @@ _WARM_BELOW = flags.DEFINE_float(
 )
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-PEERS = {  # the modules each framework's rows need
+PEERS = {  # the modules each framework's rows need beside numpy
     "pyhessian": ("torch", "pyhessian"),
     "curvlinops": ("torch", "curvlinops"),
     "check": ("torch",),
+}
+STACKS = {  # what each framework's process imports before its data: its memory after imports
+    "ours": ("jax", "landscape"),
+    "eigsh": ("jax", "landscape", "scipy.sparse.linalg"),
+    "pyhessian": ("torch", "pyhessian"),
+    "curvlinops": ("torch", "curvlinops", "scipy.sparse.linalg"),
 }
 OURS_ONLY = ("top1_rtol", "top5_rtol")
 NOT_IN = {  # probes a peer is not asked for (PyHessian has no Gauss-Newton matrix)
     "curvlinops": ("slq",),
     "pyhessian": ("ggn_top5", "ggn_trace"),
 }
+ONLY_IN = {"eigsh": ("top1", "top5")}  # ARPACK's top-k over our products, nothing else
 WIKITEXT_PROBES = ("top5", "top5_rtol", "trace")
 # the CPU variant (the valid split's 12,000 types, D = 5.05e6) and the paper's (WikiText-2's
 # train split, 33,278 types, D = 1.36e7); one batch of 20 x 35 targets, as the paper trains
@@ -67,6 +83,11 @@ WIKITEXT_SIZES: dict[str, dict[str, Any]] = {
 
 
 # ----------------------------------------------------------------------------- the child
+
+
+def _data_folder() -> str | None:
+    """The folder of the arrays the parent wrote (--peers.data); None in-process (drawn here)."""
+    return _DATA.value if flags.FLAGS.is_parsed() else None
 
 
 def _mb(kilobytes: float) -> float:
@@ -81,9 +102,10 @@ def _rss_mb() -> float:
 class Ours:
     """Our probes at the MLP's (or the WikiText model's) Point."""
 
-    def __init__(self, size: str, device: str) -> None:
+    def __init__(self, size: str, device: str, data: str | None = None) -> None:
         import jax
 
+        from experiments.bench import peers
         from landscape.engine import backend
 
         backend.use_float32_matmuls()  # as torch's float32 (no TF32 on a GPU)
@@ -97,9 +119,9 @@ class Ours:
                 for _ in range(6)
             ]
         else:
-            arrays = peers.mlp_arrays(peers.hidden_for(peers.SIZES[size]))
+            arrays = peers_data.load(size, data)
             self.point = peers.mlp_point(arrays)
-            self.directions = [peers.direction(arrays, seed) for seed in range(1, 7)]
+            self.directions = [peers_data.direction(arrays, seed) for seed in range(1, 7)]
         self.dim = self.point.num_params
 
     def setup(self) -> None:
@@ -124,19 +146,19 @@ class Ours:
                 self.point, k, "largest", dense_below=0, progress=None, rtol=tol
             )
             more = dict(num_hvps=found.num_hvps, runs=found.runs, converged=found.converged)
-            return peers.eigen_answer(found.values, found.residuals, **more)
+            return peers_data.eigen_answer(found.values, found.residuals, **more)
         if probe == "trace":
             t = landscape.trace(self.point, num_probes=100, method="hutchinson")
             return {"trace": t.value, "stderr": t.stderr}
         if probe == "slq":
             d = landscape.spectral_density(self.point, num_probes=8, num_iters=30)
-            return peers.slq_answer(self.dim, d.nodes, d.weights)
+            return peers_data.slq_answer(self.dim, d.nodes, d.weights)
         if probe == "ggn_top5":
             found = landscape.eigenpairs(
                 self.point, 5, "largest", dense_below=0, progress=None, matrix="ggn"
             )
             more = dict(num_hvps=found.num_hvps, runs=found.runs, converged=found.converged)
-            return peers.eigen_answer(found.values, found.residuals, **more)
+            return peers_data.eigen_answer(found.values, found.residuals, **more)
         if probe == "ggn_trace":
             t = landscape.trace(self.point, num_probes=100, method="hutchinson", matrix="ggn")
             return {"trace": t.value, "stderr": t.stderr}
@@ -150,20 +172,23 @@ class Ours:
                 self._streamed(), 5, "largest", dense_below=0, progress=None
             )
             more = dict(num_hvps=found.num_hvps, runs=found.runs, converged=found.converged)
-            return peers.eigen_answer(found.values, found.residuals, **more)
+            return peers_data.eigen_answer(found.values, found.residuals, **more)
         raise ValueError(f"unknown probe {probe}")
 
     def _streamed(self) -> Any:
         """The point over its 512 examples as STREAMED_BATCHES batches, streamed."""
         import landscape
+        from experiments.bench import peers
 
         x, y = (np.asarray(a) for a in self.point.inputs)
         parts = zip(
-            np.split(x, peers.STREAMED_BATCHES), np.split(y, peers.STREAMED_BATCHES), strict=True
+            np.split(x, peers_data.STREAMED_BATCHES),
+            np.split(y, peers_data.STREAMED_BATCHES),
+            strict=True,
         )
         return landscape.Point(
             self.point.params, objective=peers.mlp_objective,
-            batches=landscape.stream(list(parts), chunk=peers.STREAMED_BATCHES),
+            batches=landscape.stream(list(parts), chunk=peers_data.STREAMED_BATCHES),
         )  # fmt: skip
 
     def check(self, probe: str, answer: dict[str, Any]) -> dict[str, Any]:
@@ -175,8 +200,43 @@ class Ours:
         return None if peak is None else round(peak / 2**20, 1)
 
 
-FRAMEWORKS: dict[str, Callable[[str, str], Any]] = {
+class Eigsh(Ours):
+    """scipy's eigsh (ARPACK: which="LA", tol=1e-5, ncv=20) over our `hvp_flat`, products
+    counted: the standard a certified top-k's product count is held to."""
+
+    def setup(self) -> None:
+        import landscape
+
+        self.x0, self.matvec = landscape.hvp_flat(self.point)
+        self.products = 0
+
+    def _counted(self, v: np.ndarray) -> np.ndarray:
+        self.products += 1
+        return np.asarray(self.matvec(v), np.float64)
+
+    def run(self, probe: str, i: int = 0) -> dict[str, Any]:
+        from scipy.sparse.linalg import LinearOperator, eigsh  # type: ignore[import-untyped]  # no stubs
+
+        dim, start = self.x0.size, self.products
+        operator = LinearOperator((dim, dim), matvec=self._counted, dtype=np.float64)
+        v0 = np.random.default_rng(0).standard_normal(dim)
+        values, vectors = eigsh(operator, k=int(probe[3]), which="LA", tol=1e-5, ncv=20, v0=v0)
+        order = np.argsort(values)[::-1]
+        self.values, self.vectors = values[order], vectors[:, order]
+        return {"values": self.values.tolist(), "num_hvps": self.products - start}
+
+    def check(self, probe: str, answer: dict[str, Any]) -> dict[str, Any]:
+        """The residuals ||H v - λ v|| of ARPACK's pairs by a fresh product each (not counted)."""
+        residuals = [
+            float(np.linalg.norm(np.asarray(self.matvec(v), np.float64) - value * v))
+            for value, v in zip(self.values, self.vectors.T, strict=True)
+        ]
+        return peers_data.eigen_answer(self.values, residuals, num_hvps=answer["num_hvps"])
+
+
+FRAMEWORKS: dict[str, Callable[..., Any]] = {
     "ours": Ours,
+    "eigsh": Eigsh,
     "pyhessian": PyHessian,
     "curvlinops": Curvlinops,
 }
@@ -204,13 +264,20 @@ def measure(
     """One row: the first call (setup included) and a warm one (a second call, unless the first
     took over `warm_below` seconds; for one HVP the median of 5 more), the peak RSS, the answer
     and its check."""
-    if framework != "ours":
+    if framework not in ("ours", "eigsh"):
         import torch
 
         torch.set_num_threads(int(threads))
-    spent = _compile_listener() if framework == "ours" else None
-    runner = FRAMEWORKS[framework](size, device)
-    row: dict[str, Any] = {"D": runner.dim, "rss_ready_mb": _rss_mb()}
+    for module in STACKS[framework]:
+        importlib.import_module(module)
+    rss_imports_mb = _rss_mb()
+    spent = _compile_listener() if framework in ("ours", "eigsh") else None
+    runner = FRAMEWORKS[framework](size, device, _data_folder())
+    row: dict[str, Any] = {
+        "D": runner.dim,
+        "rss_imports_mb": rss_imports_mb,
+        "rss_ready_mb": _rss_mb(),
+    }
     t0 = time.perf_counter()
     runner.setup()
     answer = runner.run(probe)
@@ -245,9 +312,9 @@ def dense_reference(size: str) -> dict[str, Any]:
 
     jax.config.update("jax_enable_x64", True)
     import landscape
+    from experiments.bench import peers
 
-    arrays = peers.mlp_arrays(peers.hidden_for(peers.SIZES[size]))
-    point = peers.mlp_point(arrays, jax.numpy.float64)
+    point = peers.mlp_point(peers_data.load(size, _data_folder()), jax.numpy.float64)
     t0 = time.perf_counter()
     matrix = np.asarray(
         landscape.hessian_at(point, max_dense_dim=point.num_params, progress=None).matrix
@@ -277,7 +344,9 @@ def child(spec: str) -> None:
     elif framework == "dense":
         row = dense_reference(size)
     elif framework == "check":
-        row = peers.agreement(peers.mlp_arrays(peers.hidden_for(peers.SIZES[size])))
+        from experiments.bench import peers
+
+        row = peers.agreement(peers_data.load(size, _data_folder()))
     else:
         row = measure(framework, size, probe, threads, device, _WARM_BELOW.value)
     print("ROW " + json.dumps(row, default=float), flush=True)
@@ -295,14 +364,16 @@ def _child_env() -> dict[str, str]:
     return env
 
 
-def run_child(spec: str, timeout: int) -> dict[str, Any]:
-    """One child process's row, or a row saying why there is none (timeout, crash)."""
+def run_child(spec: str, timeout: int, data: pathlib.Path | None = None) -> dict[str, Any]:
+    """One child process's row, or a row saying why there is none (timeout, crash); `data`:
+    the folder of the arrays every child reads."""
     t0 = time.perf_counter()
     command = [
         sys.executable,
         "-m",
         "experiments.bench.peers_timing",
         f"--peers.one={spec}",
+        *([f"--peers.data={data}"] if data else []),
         f"--peers.warm_below={_WARM_BELOW.value}",
         f"--peers.rtol={_RTOL.value}",
     ]
@@ -347,8 +418,10 @@ def plan(size: str, probes: list[str], frameworks: list[str], threads: list[str]
                 size in WIKITEXT_SIZES or probe in OURS_ONLY or probe in NOT_IN.get(framework, ())
             ):
                 continue
+            if probe not in ONLY_IN.get(framework, (probe,)):
+                continue
             counts = dict.fromkeys(str(os.cpu_count() or 1) if t == "all" else t for t in threads)
-            for t in ["all"] if framework == "ours" else counts:
+            for t in ["all"] if framework in ("ours", "eigsh") else counts:
                 specs.append(f"{framework}:{size}:{probe}:{t}")
     return specs
 
@@ -414,19 +487,23 @@ def bench_peers(repeats: int, one_by_one: int) -> dict[str, Any]:
         "load_average": os.getloadavg(),
         "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
     }
+    data = pathlib.Path(tempfile.mkdtemp(prefix="peers_data_"))
     for size in _SIZES.value:
-        if size not in (*peers.SIZES, *WIKITEXT_SIZES):
-            known = ", ".join((*peers.SIZES, *WIKITEXT_SIZES))
+        if size not in (*peers_data.SIZES, *WIKITEXT_SIZES):
+            known = ", ".join((*peers_data.SIZES, *WIKITEXT_SIZES))
             raise app.UsageError(f"--peers.sizes={size}: one of {known}")
+        if size in peers_data.SIZES:
+            peers_data.save(size, data)
         measured: dict[str, dict[str, Any]] = {}
         for spec in plan(size, _PROBES.value, _FRAMEWORKS.value, _THREADS.value):
             missing = [m for m in PEERS.get(spec.split(":")[0], ()) if not _installed(m)]
             measured[row_name(spec)] = rows[row_name(spec)] = (
                 {"error": f"{', '.join(missing)} not installed (pip install -e '.[peers]')"}
                 if missing
-                else run_child(f"{spec}:{device}", _TIMEOUT.value)
+                else run_child(f"{spec}:{device}", _TIMEOUT.value, data)
             )
         rows[f"{size}:agreement"] = compare(measured, size)
+    shutil.rmtree(data)  # the arrays this call wrote, in a folder of its own
     print(table(rows), flush=True)
     return dict(rows)
 

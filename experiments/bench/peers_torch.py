@@ -1,5 +1,6 @@
 """The torch peers of the peers benchmark (`peers_timing.py`): PyHessian and curvlinops on the
-MLP of `peers.py` in PyTorch, each probe as the peer offers it, with its products counted."""
+MLP of `peers_data.py` in PyTorch, each probe as the peer offers it, with its products counted.
+Nothing here imports JAX: a peer's process holds its own stack alone."""
 
 from __future__ import annotations
 
@@ -8,20 +9,44 @@ from typing import Any
 
 import numpy as np
 
-from experiments.bench import peers
+from experiments.bench import peers_data
+
+
+def torch_mlp(arrays: dict[str, np.ndarray], device: str = "cpu") -> tuple[Any, Any, Any, Any]:
+    """(model, criterion, x, y) in PyTorch with the same arrays: nn.Sequential of Linear and
+    Tanh, nn.CrossEntropyLoss (mean), float32, on `device`."""
+    import torch
+
+    hidden = arrays["w2"].shape[0]
+    layers = [
+        torch.nn.Linear(peers_data.IN, hidden),
+        torch.nn.Linear(hidden, hidden),
+        torch.nn.Linear(hidden, peers_data.OUT),
+    ]
+    with torch.no_grad():
+        for i, layer in enumerate(layers, 1):
+            layer.weight.copy_(torch.from_numpy(arrays[f"w{i}"].T.copy()))
+            layer.bias.copy_(torch.from_numpy(arrays[f"b{i}"]))
+    model = torch.nn.Sequential(layers[0], torch.nn.Tanh(), layers[1], torch.nn.Tanh(), layers[2])
+    x = torch.from_numpy(arrays["x"]).to(device)
+    y = torch.from_numpy(arrays["y"].astype(np.int64)).to(device)
+    return model.to(device), torch.nn.CrossEntropyLoss(), x, y
 
 
 class _Torch:
     """What the two torch peers share: the model on its device, the directions, HVP counts."""
 
-    def __init__(self, size: str, device: str) -> None:
+    def __init__(self, size: str, device: str, data: str | None = None) -> None:
         import torch
 
         self.torch, self.device = torch, device
-        arrays = peers.mlp_arrays(peers.hidden_for(peers.SIZES[size]))
-        self.model, self.criterion, self.x, self.y = peers.torch_mlp(arrays, device)
+        arrays = peers_data.load(size, data)
+        self.model, self.criterion, self.x, self.y = torch_mlp(arrays, device)
         self.directions = [
-            [torch.from_numpy(a).to(device) for a in peers.torch_layout(peers.direction(arrays, s))]
+            [
+                torch.from_numpy(a).to(device)
+                for a in peers_data.torch_layout(peers_data.direction(arrays, s))
+            ]
             for s in range(1, 7)
         ]
         self.dim = sum(p.numel() for p in self.model.parameters())
@@ -71,7 +96,7 @@ class PyHessian(_Torch):
             return {"trace": float(np.mean(samples)), "stderr": stderr}
         if probe == "slq":
             nodes, weights = h.density(iter=30, n_v=8)
-            return peers.slq_answer(self.dim, nodes, weights)
+            return peers_data.slq_answer(self.dim, nodes, weights)
         if probe == "stream_trace":  # its data-loader mode: the batches' graphs made per product
             samples = self._streamed().trace(maxIter=100, tol=0.0)
             stderr = float(np.std(samples, ddof=1) / np.sqrt(len(samples)))
@@ -87,8 +112,8 @@ class PyHessian(_Torch):
 
         loader = list(
             zip(
-                self.x.chunk(peers.STREAMED_BATCHES),
-                self.y.chunk(peers.STREAMED_BATCHES),
+                self.x.chunk(peers_data.STREAMED_BATCHES),
+                self.y.chunk(peers_data.STREAMED_BATCHES),
                 strict=True,
             )
         )
@@ -116,7 +141,7 @@ class PyHessian(_Torch):
             hv = hessian_vector_product(self.h.gradsH, self.h.params, v)
             r = [a - value * b for a, b in zip(hv, v, strict=True)]
             residuals.append(float(group_product(r, r)) ** 0.5)
-        return peers.eigen_answer(answer["values"], residuals, num_hvps=answer["num_hvps"])
+        return peers_data.eigen_answer(answer["values"], residuals, num_hvps=answer["num_hvps"])
 
 
 def _eig(matrix: Any, eigenvectors: bool = False) -> tuple[Any, Any]:
@@ -142,7 +167,9 @@ class Curvlinops(_Torch):
             self.model, self.criterion, params, [(self.x, self.y)], check_deterministic=False
         )
         batches = zip(
-            self.x.chunk(peers.STREAMED_BATCHES), self.y.chunk(peers.STREAMED_BATCHES), strict=True
+            self.x.chunk(peers_data.STREAMED_BATCHES),
+            self.y.chunk(peers_data.STREAMED_BATCHES),
+            strict=True,
         )
         self.streamed = curvlinops.HessianLinearOperator(
             self.model, self.criterion, params, list(batches), check_deterministic=False
@@ -186,4 +213,4 @@ class Curvlinops(_Torch):
         for value, vector in zip(answer["values"], self.vectors.T, strict=True):
             v = self.torch.from_numpy(np.ascontiguousarray(vector, np.float32)).to(self.device)
             residuals.append(float(self.torch.linalg.norm(self.checked @ v - value * v)))
-        return peers.eigen_answer(answer["values"], residuals, num_hvps=answer["num_hvps"])
+        return peers_data.eigen_answer(answer["values"], residuals, num_hvps=answer["num_hvps"])

@@ -36,10 +36,10 @@ import dataclasses, json, resource, sys, time
 import jax, jax.numpy as jnp, numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 import landscape
-from experiments.bench import peers
+from experiments.bench import peers, peers_data
 
 probe, width, inputs = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-one = peers.mlp_point(peers.mlp_arrays(width))
+one = peers.mlp_point(peers_data.mlp_arrays(width))
 point = one
 if jax.device_count() > 1:
     mesh = Mesh(np.array(jax.devices()).reshape(2, 4), ("data", "model"))
