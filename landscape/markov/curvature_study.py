@@ -18,6 +18,7 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from landscape.engine import config as config_lib
+from landscape.engine import experiment as engine_experiment
 from landscape.engine import records
 from landscape.markov import basin, curvature_figures, points, theory, trap_study
 from landscape.markov import model as model_lib
@@ -526,7 +527,7 @@ def run_study(
     start = time.perf_counter()
     for i, fields in enumerate(cells):
         if progress and fields:
-            progress("program " + ", ".join(f"{k}={v}" for k, v in fields.items()))
+            progress(engine_experiment.program_line(fields))
         group = train(cfg, fields, workdir, progress)
         groups.append(group)
         workdir.save_arrays(

@@ -21,9 +21,11 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from landscape.engine import backend, memory, precision, records, sweeps, training, validation
+from landscape.engine import backend, memory, precision, records, training
 from landscape.engine import config as config_lib
+from landscape.engine import experiment as engine_experiment
 from landscape.engine import track as track_lib
+from landscape.engine.experiment import BASELINE_BYTES
 from landscape.engine.memory import format_bytes
 from landscape.engine.plotting import draw_tracked
 from landscape.markov import atlas, attention, curvature_study, figures, points, task
@@ -35,10 +37,16 @@ from landscape.typing import Progress, PyTree
 
 
 def validate(cfg: ml_collections.ConfigDict) -> None:
-    """One clear ConfigError for the first field that is unknown, of the wrong kind, out of range
-    or inconsistent with another, in any program of the sweep; nothing is built."""
-    validation.validate_cells(cfg, default_config(), TRACED, _validate_cell, before=_validate_run)
-    memory.check_memory(memory_estimate(cfg))  # before compiling: shape arithmetic
+    """One clear ConfigError for the first mistake in any program of the sweep, the memory
+    estimate included (engine/experiment.py's chain); nothing is built."""
+    engine_experiment.validate(
+        cfg,
+        default_config(),
+        TRACED,
+        validate_run=_validate_run,
+        validate_cell=_validate_cell,
+        memory_estimate=memory_estimate,
+    )
 
 
 def _validate_run(cfg: ml_collections.ConfigDict) -> None:
@@ -236,7 +244,6 @@ def needs_x64(cfg: ml_collections.ConfigDict) -> bool:
 # ----------------------------------------------------------------------------- memory
 
 
-_BASELINE_BYTES = 6e8  # the interpreter, JAX and XLA's compiled programs
 _MEMORY_FIELDS = (
     "train.batch_size",
     "train.eval_sequences",
@@ -284,7 +291,7 @@ def _landscape_bytes(v: dict) -> tuple[float, str]:
                 f"{S}^{N} = {S**N} sequences, {columns} columns at a time",
             ),
         )
-    return _BASELINE_BYTES + worst[0], worst[1]
+    return BASELINE_BYTES + worst[0], worst[1]
 
 
 def _cell_bytes(v: dict) -> tuple[float, str]:
@@ -326,10 +333,10 @@ def _cell_bytes(v: dict) -> tuple[float, str]:
     first = runs * (E * (held + 4 * N) + chunk) * size
     kept = runs * steps * 4 * 2
     if first > step:
-        return _BASELINE_BYTES + first + kept, (
+        return BASELINE_BYTES + first + kept, (
             f"the first evaluation of all {runs} run(s) at once, {E} sequences of {N} tokens each"
         )
-    return _BASELINE_BYTES + step + kept, (
+    return BASELINE_BYTES + step + kept, (
         f"{at_once} of {runs} run(s) at once x (a step on {B} sequences of {N} tokens + the "
         f"evaluation of {E}), {format_bytes(4 * floats * size)} per sequence"
     )
@@ -355,7 +362,8 @@ def memory_estimate(cfg: ml_collections.ConfigDict) -> memory.MemoryEstimate:
 # ----------------------------------------------------------------------------- training problem
 
 
-def _kernel(cfg: ml_collections.ConfigDict, hp: Mapping[str, jax.Array]) -> jax.Array:
+def kernel_of(cfg: ml_collections.ConfigDict, hp: Mapping[str, jax.Array]) -> jax.Array:
+    """The chain's transition matrix at a run's hyperparameters (chain.p, chain.q)."""
     if cfg.chain.num_states == 2:
         return task.binary_kernel(hp["chain.p"], hp["chain.q"])
     return task.symmetric_kernel(cfg.chain.num_states, hp["chain.p"])
@@ -385,7 +393,7 @@ def make_problem(cfg: ml_collections.ConfigDict) -> training.Problem:
     def loss(
         params: PyTree, key: jax.Array, hp: training.HParams
     ) -> tuple[jax.Array, dict[str, jax.Array]]:
-        kernel = _kernel(cfg, hp)
+        kernel = kernel_of(cfg, hp)
         x = _sampler()(key, kernel, _init_law(cfg, kernel), B, N + 1)
         x = training.batch_share(x)  # this device's sequences when a run splits its batch
         log_probs = cast(jax.Array, model.apply({"params": params}, x[:, :N]))
@@ -397,7 +405,7 @@ def make_problem(cfg: ml_collections.ConfigDict) -> training.Problem:
         ), {}
 
     def snapshot(params: PyTree, hp: training.HParams) -> dict[str, jax.Array]:
-        kernel = _kernel(cfg, hp)
+        kernel = kernel_of(cfg, hp)
         x = _sampler()(eval_key, kernel, _init_law(cfg, kernel), E, N)
         log_probs = cast(jax.Array, model.apply({"params": params}, x))
         out = {
@@ -475,20 +483,15 @@ def train_group(
 ) -> dict[str, Any]:
     cell = config_lib.with_fields(cfg, fields)
     cell.optim.warmup_steps = int(round(cell.train.warmup_fraction * cell.train.num_steps))
-    grid = sweeps.Grid.make(
-        config_lib.traced_axes(cfg, TRACED),
-        np.arange(cfg.seed, cfg.seed + cfg.num_seeds),
-        zipped=cfg.sweep_zip,
-    )
-    result = sweeps.run_cell(
-        make_problem(cell),
+    grid, result = engine_experiment.train_group(
         cell,
+        fields,
         TRACED,
-        grid,
-        fields=fields,
+        make_problem(cell),
+        tracking_loss(cell),
+        zipped=cfg.sweep_zip,
         workdir=workdir,
         progress=progress,
-        track=track_lib.track_of(cell, tracking_loss(cell)),
     )
     return dict(fields=fields, cfg=cell, grid=grid, result=result)
 
@@ -518,7 +521,7 @@ def _atlas_train(
 def tracked_inputs(cfg: ml_collections.ConfigDict, hp: training.HParams) -> tuple[jax.Array, ...]:
     """(x, weights, targets) of the tracked loss: the first train.track_sequences sequences of
     the run's evaluation batch (test_loss's), equal weights, soft targets at its chain."""
-    kernel, n = _kernel(cfg, hp), cfg.train.track_sequences
+    kernel, n = kernel_of(cfg, hp), cfg.train.track_sequences
     eval_key = jax.random.key(10_000 + cfg.seed)  # make_problem's: the test_loss sequences
     E, N = cfg.train.eval_sequences, cfg.model.seq_len
     x = task.sample_sequential(eval_key, kernel, _init_law(cfg, kernel), E, N)[:n]
@@ -554,7 +557,7 @@ def run(
         return study(cfg, workdir, progress, cells=cells, train=train_group, batch=tracked_inputs)
     for i, fields in enumerate(cells):
         if fields and progress:
-            progress("program " + ", ".join(f"{k}={v}" for k, v in fields.items()))
+            progress(engine_experiment.program_line(fields))
         if progress:
             progress(model_table(config_lib.with_fields(cfg, fields)))
         group = train_group(cfg, fields, workdir, progress)

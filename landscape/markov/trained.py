@@ -40,7 +40,9 @@ def trained_point(
     model = model_lib.from_config(cfg)
     result = records.load(workdir, cell)
     index = result.run_index(run)
-    kernel = experiment._kernel(cfg, {k: jnp.asarray(v[index]) for k, v in result.hparams.items()})
+    kernel = experiment.kernel_of(
+        cfg, {k: jnp.asarray(v[index]) for k, v in result.hparams.items()}
+    )
     inputs = points.population_inputs(
         model,
         kernel,

@@ -18,17 +18,14 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import ml_collections
-import numpy as np
 import optax
 
-from landscape import params_table
 from landscape.engine import config as config_lib
+from landscape.engine import experiment as engine_experiment
 from landscape.engine import (
-    memory,
     plotting,
     precision,
     records,
-    sweeps,
     training,
     validation,
 )
@@ -38,6 +35,7 @@ from landscape.ngrams import curvature_study, estimators, figures, points, task
 from landscape.ngrams import model as model_lib
 from landscape.ngrams.footprint import memory_estimate, snapshot_chunk
 from landscape.ngrams.schema import TRACED, default_config, model_of
+from landscape.point import params_table
 from landscape.typing import Progress, PyTree
 
 CLAIM_SETS = tuple(claims_lib.CLAIMS)
@@ -58,12 +56,17 @@ ONE_PER_RUN = validation.UNSWEEPABLE + (
 
 
 def validate(cfg: ml_collections.ConfigDict) -> None:
-    """One clear ConfigError for the first field that is unknown, of the wrong kind, out of range
-    or inconsistent with another, in any program of the sweep; nothing is built."""
-    validation.validate_cells(
-        cfg, default_config(), TRACED, _validate_cell, unsweepable=ONE_PER_RUN, before=_validate_run
+    """One clear ConfigError for the first mistake in any program of the sweep, the memory
+    estimate included (engine/experiment.py's chain); nothing is built."""
+    engine_experiment.validate(
+        cfg,
+        default_config(),
+        TRACED,
+        validate_run=_validate_run,
+        validate_cell=_validate_cell,
+        memory_estimate=memory_estimate,
+        unsweepable=ONE_PER_RUN,
     )
-    memory.check_memory(memory_estimate(cfg))  # before compiling: shape arithmetic
 
 
 def _validate_run(cfg: ml_collections.ConfigDict) -> None:
@@ -340,18 +343,14 @@ def train_group(
     progress: Progress = print,
 ) -> dict[str, Any]:
     cell = config_lib.with_fields(cfg, fields)
-    grid = sweeps.Grid.make(
-        config_lib.traced_axes(cfg, TRACED), np.arange(cfg.seed, cfg.seed + cfg.num_seeds)
-    )
-    result = sweeps.run_cell(
-        make_problem(cell),
+    grid, result = engine_experiment.train_group(
         cell,
+        fields,
         TRACED,
-        grid,
-        fields=fields,
+        make_problem(cell),
+        tracking_loss(cell),
         workdir=workdir,
         progress=progress,
-        track=track_lib.track_of(cell, tracking_loss(cell)),
     )
     return dict(fields=fields, cfg=cell, grid=grid, result=result)
 
@@ -439,7 +438,7 @@ def run(
     cells = config_lib.structural_cells(cfg, TRACED)
     for i, fields in enumerate(cells):
         if fields and progress:
-            progress("program " + ", ".join(f"{k}={v}" for k, v in fields.items()))
+            progress(engine_experiment.program_line(fields))
         if progress:
             cell_cfg = config_lib.with_fields(cfg, fields)
             model = model_of(cell_cfg)

@@ -8,10 +8,9 @@ import numpy as np
 
 from landscape.engine import backend, memory
 from landscape.engine import config as config_lib
+from landscape.engine.experiment import BASELINE_BYTES
 from landscape.engine.memory import format_bytes
 from landscape.ngrams.schema import TRACED, default_config
-
-_BASELINE_BYTES = 6e8  # the interpreter, JAX and XLA's compiled programs (a smoke run: 0.7 GB)
 
 # Test-set sequences per chunk of the snapshot's loss and gradient: a chunk's forward and
 # backward temporaries are about this many bytes (the whole 2^16-sequence test set of Fig. 4 at
@@ -93,7 +92,7 @@ def _stationarity_bytes(v: dict) -> tuple[float, str]:
         "train.dtype": "float64",
     }
     need = N * T * (4 * S + 1) * 8 + min(N, 2048) * _sequence_bytes(model)
-    return _BASELINE_BYTES + need, (
+    return BASELINE_BYTES + need, (
         f"{N} sequences of up to {T} tokens, their estimators' counts and gradients"
     )
 
@@ -139,7 +138,7 @@ def _cell_bytes(v: dict) -> tuple[float, str]:
     need, what = max(terms)
     if kept > need:
         what = f"{runs} run(s) x {snapshots} snapshots of {h} attention maps of {T} x {T}"
-    return _BASELINE_BYTES + need + held, what
+    return BASELINE_BYTES + need + held, what
 
 
 def memory_estimate(cfg: ml_collections.ConfigDict) -> memory.MemoryEstimate:

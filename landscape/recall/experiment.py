@@ -21,8 +21,10 @@ import numpy as np
 from ml_collections import ConfigDict
 
 from landscape.engine import config as config_lib
-from landscape.engine import gradient_flow, memory, precision, records, sweeps, training, validation
+from landscape.engine import experiment as engine_experiment
+from landscape.engine import gradient_flow, memory, precision, records, training
 from landscape.engine import track as track_lib
+from landscape.engine.experiment import BASELINE_BYTES
 from landscape.engine.memory import format_bytes
 from landscape.engine.plotting import draw_tracked
 from landscape.point import params_table
@@ -113,16 +115,16 @@ SGD_CLAIMS = ("fig1", "dp_vs_ce", "ablations")
 
 
 def validate(cfg: ConfigDict) -> None:
-    """One clear ConfigError for the first field that is unknown, of the wrong kind, out of range
-    or inconsistent with another, in any program of the sweep; nothing is built."""
-    validation.validate_cells(
+    """One clear ConfigError for the first mistake in any program of the sweep, the memory
+    estimate included (engine/experiment.py's chain); nothing is built."""
+    engine_experiment.validate(
         cfg,
         default_config(),
         lambda c: FLOW_TRACED if c.experiment == "flow" else SGD_TRACED,
-        _validate_cell,
-        before=_validate_run,
+        validate_run=_validate_run,
+        validate_cell=_validate_cell,
+        memory_estimate=memory_estimate,
     )
-    memory.check_memory(memory_estimate(cfg))  # before compiling: shape arithmetic
 
 
 def _validate_run(cfg: ConfigDict) -> None:
@@ -287,7 +289,6 @@ def _cells(cfg: ConfigDict) -> list[tuple[dict, ConfigDict]]:
 # ----------------------------------------------------------------------------- memory
 
 
-_BASELINE_BYTES = 6e8  # the interpreter, JAX and XLA's compiled programs
 _MEMORY_FIELDS = (
     "train.batch_size",
     "flow.num_saves",
@@ -321,7 +322,7 @@ def _cell_bytes(v: dict) -> tuple[float, str]:
         ):
             saves += v["flow.zoom_saves"]
         need = runs * saves * (3 * params + 8) * 8  # stages, 20 x 8000 saves: 0.56 GB in all
-        return _BASELINE_BYTES + need, (
+        return BASELINE_BYTES + need, (
             f"{runs} flow(s) x {saves} saves of {params} parameters and the loss"
         )
     runs = memory.traced_runs(v, SGD_TRACED)
@@ -336,7 +337,7 @@ def _cell_bytes(v: dict) -> tuple[float, str]:
         runs * (4 * B * per_sequence * 8 + 512 * (L * vocab * (H + 2) + H * L * window) * 8)
         + runs * steps * 8 * 2
     )
-    return _BASELINE_BYTES + need, (
+    return BASELINE_BYTES + need, (
         f"{runs} run(s) x a step on {B} sequences ({format_bytes(4 * per_sequence * 8)} each)"
     )
 
@@ -368,7 +369,7 @@ def run(cfg: ConfigDict, workdir: records.Workdir, progress: Progress = print) -
         )
     for i, (fields, cell) in enumerate(cells):
         if fields and progress:
-            progress("program " + ", ".join(f"{k}={v}" for k, v in fields.items()))
+            progress(engine_experiment.program_line(fields))
         result = (
             run_flow(cell, progress)
             if cfg.experiment == "flow"
@@ -516,21 +517,14 @@ def run_sgd(
         model, batch_size=cfg.train.batch_size, sampler=cfg.train.sampler, init_fn=init
     )
     evaluation = flow.evaluation_loss(model)
-    grid = sweeps.Grid.make(
-        config_lib.traced_axes(cfg, SGD_TRACED),
-        np.arange(cfg.seed, cfg.seed + cfg.num_seeds),
-    )
-    result = sweeps.run(
+    grid, result = engine_experiment.train_group(
+        cfg,
+        fields,
+        SGD_TRACED,
         problem,
-        cfg.optim,
-        {"optim.lr": cfg.optim.lr, "init.eps": cfg.init.eps},
-        grid,
-        dtype=np.dtype(cfg.train.dtype),
-        progress=progress,
+        lambda params, hp: evaluation(params),
         workdir=workdir,
-        record_tags=dict(fields),
-        track=track_lib.track_of(cfg, lambda params, hp: evaluation(params)),
-        **sweeps.train_options(cfg),
+        progress=progress,
     )
     return dict(
         result=result,

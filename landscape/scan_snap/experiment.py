@@ -21,8 +21,10 @@ import ml_collections
 import numpy as np
 
 from landscape.engine import config as config_lib
-from landscape.engine import memory, precision, records, sweeps, training, validation
+from landscape.engine import experiment as engine_experiment
+from landscape.engine import memory, precision, records, sweeps, training
 from landscape.engine import track as track_lib
+from landscape.engine.experiment import BASELINE_BYTES
 from landscape.engine.plotting import draw_tracked
 from landscape.point import params_table
 from landscape.scan_snap import claims as claims_lib
@@ -110,12 +112,17 @@ SWEEPABLE = (
 
 
 def validate(cfg: ml_collections.ConfigDict) -> None:
-    """One clear ConfigError for the first field that is unknown, of the wrong kind, out of range
-    or inconsistent with another, in any program of the sweep; nothing is built."""
-    validation.validate_cells(
-        cfg, default_config(), TRACED, _validate_cell, sweepable=SWEEPABLE, before=_validate_run
+    """One clear ConfigError for the first mistake in any program of the sweep, the memory
+    estimate included (engine/experiment.py's chain); nothing is built."""
+    engine_experiment.validate(
+        cfg,
+        default_config(),
+        TRACED,
+        validate_run=_validate_run,
+        validate_cell=_validate_cell,
+        memory_estimate=memory_estimate,
+        sweepable=SWEEPABLE,
     )
-    memory.check_memory(memory_estimate(cfg))  # before compiling: shape arithmetic
 
 
 def _validate_run(cfg: ml_collections.ConfigDict) -> None:
@@ -251,7 +258,6 @@ def _validate_theory(cfg: ml_collections.ConfigDict) -> None:
 # ----------------------------------------------------------------------------- memory
 
 
-_BASELINE_BYTES = 6e8  # the interpreter, JAX and XLA's compiled programs
 _MEMORY_FIELDS = (
     "train.batch_size",
     "data.seq_len",
@@ -282,7 +288,7 @@ def _cell_bytes(v: dict[str, Any]) -> tuple[float, str]:
     step = runs * (B * (L * (support + 8) + 8 * M) * size + 10 * M * M * size)
     snapshots = v["train.num_steps"] // v["train.log_every"] + 1
     kept = runs * snapshots * (K * M * 4 * bool(v["eval.snapshot_attention"]) + 16)
-    return _BASELINE_BYTES + step + kept, (
+    return BASELINE_BYTES + step + kept, (
         f"{runs} run(s) at once x a batch of {B} sequences of {L} tokens over M = {M} ids "
         f"(B x L x {support} support, B x M features, M x M parameters)"
     )
@@ -293,7 +299,7 @@ def memory_estimate(cfg: ml_collections.ConfigDict) -> memory.MemoryEstimate:
     allocation): the max over the config's structural cells of `_cell_bytes`; the theory
     figures (closed forms in NumPy) need the baseline only."""
     if cfg.experiment == "theory":
-        return memory.MemoryEstimate(_BASELINE_BYTES, "the closed forms", "theory.M")
+        return memory.MemoryEstimate(BASELINE_BYTES, "the closed forms", "theory.M")
     if cfg.experiment == "curvature":
         return memory.estimate_memory(
             cfg, TRACED, curvature_study.cell_bytes, curvature_study.MEMORY_FIELDS, default_config
@@ -383,23 +389,16 @@ def train_group(
     progress: Progress = print,
 ) -> tuple[task_lib.SequenceClasses, sweeps.Grid, training.RunResult]:
     """Train one structural cell: every traced-sweep value x seed as one sharded program."""
-    cell_cfg = config_lib.with_fields(cfg, fields)
-    task = make_task(cell_cfg)
-    grid = sweeps.Grid.make(
-        config_lib.traced_axes(cfg, TRACED), np.arange(cfg.seed, cfg.seed + cfg.num_seeds)
-    )
-    base = {k: config_lib.get(cfg, k) for k in TRACED}
-    result = sweeps.run(
-        make_problem(cell_cfg, task),
-        cell_cfg.optim,
-        base,
-        grid,
-        dtype=np.dtype(cfg.train.dtype),
-        progress=progress,
+    cell = config_lib.with_fields(cfg, fields)
+    task = make_task(cell)
+    grid, result = engine_experiment.train_group(
+        cell,
+        fields,
+        TRACED,
+        make_problem(cell, task),
+        tracking_loss(cell, task),
         workdir=workdir,
-        record_tags=fields,
-        track=track_lib.track_of(cell_cfg, tracking_loss(cell_cfg, task)),
-        **sweeps.train_options(cfg),
+        progress=progress,
     )
     return task, grid, result
 
@@ -419,7 +418,7 @@ def train_cells(
     out = []
     for fields in cells:
         if fields and progress:
-            progress("structural cell " + ", ".join(f"{k}={v}" for k, v in fields.items()))
+            progress(engine_experiment.program_line(fields))
         out.append(train_group(cfg, fields, workdir, progress))
     return out
 

@@ -17,6 +17,7 @@ import numpy as np
 
 from landscape.engine import config as config_lib
 from landscape.engine import memory, precision, records, sweeps, training
+from landscape.engine.experiment import BASELINE_BYTES
 from landscape.point import params_table
 from landscape.scan_snap import model as model_lib
 from landscape.scan_snap import text, wikitext_claims
@@ -135,9 +136,6 @@ def load(cfg: ml_collections.ConfigDict) -> text.Corpus:
     )
 
 
-_BASELINE_BYTES = 6e8
-
-
 def corpus_of(v: dict[str, Any]) -> text.Corpus:
     """The corpus a flattened config `v` names (its text.* and batch fields)."""
     return text.load(
@@ -158,7 +156,7 @@ def cell_bytes(v: dict[str, Any]) -> tuple[float, str]:
     runs = memory.traced_runs(v, TRACED)
     per_run = _run_bytes(v, V)
     params = num_params(v, V)
-    return _BASELINE_BYTES + runs * per_run, (
+    return BASELINE_BYTES + runs * per_run, (
         f"{runs} run(s) at once x a vocabulary of {V} types: {params} parameters, "
         f"{B} x {T} positions of logits"
     )
