@@ -16,6 +16,7 @@ import pytest
 
 from experiments import cli
 from landscape.engine import config as config_lib
+from landscape.engine import records
 from landscape.markov import experiment as markov
 from landscape.ngrams import experiment as ngrams
 from landscape.recall import experiment as recall
@@ -167,8 +168,8 @@ def test_workdir_policy(tmp_path, capsys, monkeypatch):
     a_file = tmp_path / "file"
     a_file.write_text("")
     used = tmp_path / "used"
-    used.mkdir()
-    (used / "config.json").write_text("{}")
+    records.Workdir(used).write_config({"name": "earlier"})  # a run's, its manifest says
+    config = (used / "config.json").read_text()
     (used / "notes.txt").write_text("the user's")
     empty = tmp_path / "empty"
     cases = [
@@ -183,7 +184,7 @@ def test_workdir_policy(tmp_path, capsys, monkeypatch):
     for args, words in cases:
         status, out = _main("scan_snap", args, capsys)
         _assert_one_sentence(status, out, words)
-    assert not empty.exists() and (used / "config.json").read_text() == "{}"
+    assert not empty.exists() and (used / "config.json").read_text() == config
     assert (used / "notes.txt").read_text() == "the user's"
 
 

@@ -15,6 +15,7 @@ import time
 import numpy as np
 import pytest
 
+from landscape.engine import records
 from tests.arrays import load_npz
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -122,7 +123,7 @@ def test_two_processes_stop_together_resume_and_give_one_process_numbers(tmp_pat
 def test_every_process_refuses_a_used_workdir(tmp_path):
     """Process 1 checks the workdir too (one sentence, exit 2), instead of waiting for a
     coordinator that has already refused it."""
-    (tmp_path / "summary.json").write_text("{}")
+    records.Workdir(tmp_path).write_status("interrupted")  # an earlier run's, with its manifest
     pair = _two_processes(tmp_path, "--config=configs/syn_small.py")
     outputs = [p.communicate(timeout=120)[0] for p in pair]
     assert [p.returncode for p in pair] == [2, 2], outputs

@@ -299,6 +299,47 @@ def test_a_killed_writer_leaves_the_workdir_free(runs, stopped, capsys):
     _same_records(stopped, runs[0])
 
 
+def test_a_model_folders_config_json_is_never_records_nor_replaced(tmp_path, capsys):
+    """Someone else's config.json (no manifest lists it): every mode stops in one sentence
+    naming it, suggesting no flag that would replace it (--keep_others, --force)."""
+    folder = tmp_path / "bert"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"model_type": "bert"}')
+    args = [*ARGS, f"--workdir={folder}"]
+    for extra in ([], ["--overwrite"], ["--overwrite", "--keep_others"]):
+        sentence = _one_sentence(_main(*args, *extra), capsys, "config.json was not written")
+        assert "earlier run" not in sentence and "--keep_others" not in sentence
+        assert "--force" not in sentence and "--overwrite" not in sentence
+    _one_sentence(_main(*args, "--resume"), capsys, "holds no records of an earlier run")
+    _one_sentence(_main(*args, "--overwrite", "--force"), capsys, "no manifest a run wrote")
+    assert _files(folder) == {"config.json": hashlib.sha256(b'{"model_type": "bert"}').hexdigest()}
+
+
+def test_a_users_figure_where_the_run_draws_one_is_never_replaced(runs, tmp_path, capsys):
+    """A fresh run into a folder holding the user's figures/loss.png stops in one sentence
+    naming it, the figure as it was; moved away, --resume completes the same records."""
+    folder = tmp_path / "run"
+    (folder / "figures").mkdir(parents=True)
+    (folder / "figures" / "loss.png").write_bytes(b"my plot")
+    status = _main(*ARGS, f"--workdir={folder}")
+    _one_sentence(status, capsys, "figures/loss.png was not written by a run", "--resume")
+    assert (folder / "figures" / "loss.png").read_bytes() == b"my plot"
+    (folder / "figures" / "loss.png").rename(tmp_path / "my_loss.png")
+    assert _main(f"--workdir={folder}", "--resume") == 0
+    capsys.readouterr()
+    _same_records(folder, runs[0])
+    assert (tmp_path / "my_loss.png").read_bytes() == b"my plot"
+
+
+@pytest.mark.parametrize("where", [".", "/", "/etc", "~"])
+def test_a_workdir_among_the_sources_or_the_system_is_refused(where, capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    before = sorted(p.name for p in ROOT.iterdir())
+    status = _main(*ARGS, f"--workdir={os.path.expanduser(where)}")
+    _one_sentence(status, capsys, "records go in a folder of their own")
+    assert sorted(p.name for p in ROOT.iterdir()) == before
+
+
 def test_overwrite_keeps_a_users_file_in_a_checkpoint_folder(stopped, capsys):
     notes = stopped / "checkpoints" / "cell0" / "my_notes.txt"
     notes.write_text("mine")

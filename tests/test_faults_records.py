@@ -53,7 +53,7 @@ def test_a_fresh_run_never_restores_a_checkpoint_it_did_not_write(runs, stopped,
     manifest to tie them to, --overwrite names them as files no run (of a manifest) wrote, and
     --keep_others too is refused (the new run would save beside them); moved away, the run is
     the uninterrupted one."""
-    for name in ("config.json", "metrics.jsonl", "summary.json", "manifest.json"):
+    for name in ("config.json", "metrics.jsonl", "summary.json", "manifest.json", "arrays.npz"):
         (stopped / name).unlink()
     before = _files(stopped)
     args = [*ARGS, "--config.optim.lr_z=0.5", f"--workdir={stopped}"]
@@ -78,7 +78,7 @@ def test_a_resume_without_a_manifest_is_refused_whatever_config_json_says(stoppe
     config.write_text(config.read_text().replace('"lr_z": 1.0', '"lr_z": 0.5'))
     before = _files(stopped)
     status = _main(f"--workdir={stopped}", "--resume")
-    _one_sentence(status, capsys, "holds no manifest.json", "--overwrite")
+    _one_sentence(status, capsys, "holds no manifest.json", "another --workdir")
     assert _files(stopped) == before
 
 

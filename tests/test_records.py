@@ -100,16 +100,59 @@ def test_overwrite_of_a_clean_run_folder_leaves_it_empty(tmp_path):
     assert list(path.iterdir()) == []  # its file goes with it
 
 
-def test_a_folder_from_before_manifests_owns_its_record_files_only(tmp_path):
-    (tmp_path / "config.json").write_text("{}")
-    (tmp_path / "summary.json").write_text("{}")
+def test_a_folder_without_a_manifest_owns_nothing(tmp_path):
+    """A model folder's config.json (no manifest lists it) is someone else's: no mode replaces
+    or removes it, and no sentence suggests a flag that would (--keep_others, --force)."""
+    (tmp_path / "config.json").write_text('{"model_type": "bert"}')
     (tmp_path / "plateaus.csv").write_text("a\n")
-    assert records.others(tmp_path) == ["plateaus.csv"]
-    with pytest.raises(records.WorkdirError, match="plateaus.csv"):
-        records.check_path(tmp_path, overwrite=True)
-    with records.Workdir.open(tmp_path, overwrite=True, keep_others=True):
-        assert sorted(p.name for p in tmp_path.iterdir()) == [".lock", "plateaus.csv"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["plateaus.csv"]  # the lock's file too
+    assert records.others(tmp_path) == ["config.json", "plateaus.csv"]
+    assert not records.has_records(tmp_path)
+    for kwargs in ({}, {"overwrite": True}, {"overwrite": True, "keep_others": True}):
+        with pytest.raises(records.WorkdirError) as refused:
+            records.Workdir.open(tmp_path, **kwargs)
+        sentence = str(refused.value)
+        assert "config.json was not written by a run" in sentence and "move that file" in sentence
+        assert "--keep_others" not in sentence and "--force" not in sentence
+    with pytest.raises(records.WorkdirError, match="holds no manifest a run wrote"):
+        records.Workdir.open(tmp_path, overwrite=True, force=True)
+    with pytest.raises(records.WorkdirError, match="config.json was not written by a run"):
+        records.Workdir(tmp_path).write_config({"name": "x"})
+    assert (tmp_path / "config.json").read_text() == '{"model_type": "bert"}'
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json", "plateaus.csv"]
+
+
+def test_a_manifest_of_someone_else_suggests_no_force(tmp_path):
+    (tmp_path / "manifest.json").write_text('{"name": "a web app", "icons": []}')
+    (tmp_path / "config.json").write_text("{}")
+    for kwargs in ({"overwrite": True}, {"resume": True}):
+        with pytest.raises(records.WorkdirError, match="someone else's file") as refused:
+            records.Workdir.open(tmp_path, **kwargs)
+        assert "--force" not in str(refused.value)
+    with pytest.raises(records.WorkdirError, match="holds no manifest a run wrote"):
+        records.Workdir.open(tmp_path, overwrite=True, force=True)
+    assert (tmp_path / "config.json").read_text() == "{}"
+
+
+@pytest.mark.parametrize("where", ["/", "/etc", "home", "source", "package"])
+def test_a_workdir_among_other_files_is_refused(tmp_path, monkeypatch, where):
+    """The filesystem root, a system folder, the home folder and a source tree are never a
+    workdir (records and checkpoints/ would land among their files)."""
+    home = tmp_path / "home" / "me"
+    (home / "src" / "pkg").mkdir(parents=True)
+    (home / "src" / "pyproject.toml").write_text("[project]\n")
+    (home / "src" / "pkg" / "__init__.py").write_text("")
+    monkeypatch.setenv("HOME", str(home))
+    path = {"home": home, "source": home / "src", "package": home / "src" / "pkg"}.get(where)
+    with pytest.raises(records.WorkdirError, match=r"records go in a folder of their own"):
+        records.check_path(path or where)
+    records.check_path(home / "runs" / "a")  # a folder of its own: fine
+
+
+def test_a_lock_file_of_someone_else_is_never_replaced(tmp_path):
+    (tmp_path / ".lock").write_text("poetry's lock, say\n")
+    with pytest.raises(records.WorkdirError, match="does not hold a process id"):
+        records.Workdir.open(tmp_path)
+    assert (tmp_path / ".lock").read_text() == "poetry's lock, say\n"
 
 
 def test_a_manifest_that_is_not_ours_is_refused(tmp_path):

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from experiments.report import catalog, run, write
+from landscape.engine import records
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 report_cli = importlib.import_module("experiments.report.__main__")
@@ -474,3 +475,49 @@ def test_the_home_page_table_links_each_row_to_its_figure(tmp_path):
         "| [markov](papers/markov.md) | [Fig. 2](papers/markov.md) | c | d |" in page
     )  # no section
     assert "[Thms 1-3](papers/markov.md#thms-1-3)" in page
+
+
+def test_the_report_never_replaces_or_removes_a_file_it_did_not_write(tmp_path, capsys):
+    """A draft REPORT.md and a hand-made figure in --out: the report refuses before it runs
+    anything (one sentence naming the draft); moved away, it writes beside the figure, replaces
+    and removes only its own files, and refuses a file of its own the user edited since."""
+    out = tmp_path / "out"
+    (out / "figures").mkdir(parents=True)
+    (out / "figures" / "mine.png").write_bytes(b"my figure")
+    (out / "REPORT.md").write_text("my draft")
+    argv = ["report", "--quick", "--only=recall", f"--out={out}", f"--runs={tmp_path / 'runs'}"]
+    assert report_cli.main(argv, progress=lambda line: None) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"{out / 'REPORT.md'} was not written by a report" in err and "\n" not in err
+    assert "--" not in err.replace("--out", "") and not (tmp_path / "runs").exists()
+    (out / "REPORT.md").rename(tmp_path / "draft.md")
+    job = fake_job(tmp_path, "a", [("claim", True)])
+    figure = catalog.Figure("scan_snap", "Fig. 3", "x", (catalog.Run("configs/a.py"),))
+    context = dict(
+        scale="cpu",
+        command="python -m experiments.report",
+        time=write.now(),
+        seconds=1.0,
+        version=dict(commit="0" * 40, dirty=False, code_hash="h", jax="x"),
+        ran=1,
+        reused=0,
+        backend="cpu",
+    )
+    table = [write.row(figure, {"configs/a.py": job}, "cpu", False)]
+    (out / "figures" / "a").mkdir()
+    (out / "figures" / "a" / "fig3_a.png").write_bytes(b"mine too")  # where a copy goes
+    with pytest.raises(records.WorkdirError, match=r"a/fig3_a.png was not written by a report"):
+        write.write(table, context, out)
+    (out / "figures" / "a" / "fig3_a.png").unlink()
+    write.write(table, context, out)
+    assert sorted(p.name for p in (out / "figures" / "a").iterdir()) == ["fig3_a.png", "fig8_b.png"]
+    (job.workdir / "figures" / "fig8_b.png").unlink()  # the next report has one figure less
+    table = [write.row(figure, {"configs/a.py": job}, "cpu", False)]
+    write.write(table, context, out)
+    assert (out / "figures" / "mine.png").read_bytes() == b"my figure"
+    assert sorted(p.name for p in (out / "figures" / "a").iterdir()) == ["fig3_a.png"]
+    (out / "SUMMARY.md").write_text("edited by hand")
+    with pytest.raises(records.WorkdirError, match=r"SUMMARY.md was not written by a report"):
+        write.write(table, context, out)
+    assert (out / "SUMMARY.md").read_text() == "edited by hand"
+    assert (out / "figures" / "mine.png").read_bytes() == b"my figure"

@@ -21,6 +21,7 @@ from absl import flags
 
 from experiments import cli
 from experiments.report import catalog, docs, run, write
+from landscape.engine import records
 
 _SCALE = flags.DEFINE_enum(
     "scale",
@@ -158,6 +159,10 @@ def report(
             )
             progress(f"{job.paper:9} {job.command}\n          -> {job.workdir} ({state})")
         return 0
+    try:  # before anything runs: a file of the user's where the report writes is never replaced
+        write.check_out(out)
+    except records.WorkdirError as error:
+        return cli._fail(str(error), cli.EXIT_USAGE)
     progress(
         f"report at {label} scale: {len(figures)} figures, {len(todo)} configs"
         + (
@@ -187,8 +192,10 @@ def report(
         backend=run.backend_of(todo),
         quick=quick,
     )
-    out.mkdir(parents=True, exist_ok=True)
-    paths = write.write(table, context, out)
+    try:
+        paths = write.write(table, context, out)
+    except records.WorkdirError as error:  # a file in the way that appeared meanwhile
+        return cli._fail(f"{error} (The runs' records are kept: --reuse reuses them.)", 2)
     progress(write.summary_markdown(table, "", quick=quick).strip())
     if readme:
         if not write.update_readme(run.ROOT / "README.md", paths["summary"].read_text()):

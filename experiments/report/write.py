@@ -5,13 +5,14 @@ embedded, so the page is one self-contained file) and SUMMARY.md (the table alon
 from __future__ import annotations
 
 import base64
+import contextlib
 import dataclasses
 import datetime
 import fnmatch
 import html
+import os
 import pathlib
 import re
-import shutil
 from collections.abc import Iterable
 from typing import Any
 
@@ -396,36 +397,92 @@ def _anchor(r: Row) -> str:
 # ----------------------------------------------------------------------------- files
 
 
+REPORT_FILES = ("REPORT.md", "index.html", "SUMMARY.md")
+
+
+def check_out(out: pathlib.Path, names: Iterable[str] = REPORT_FILES) -> records.Workdir | None:
+    """The report's folder `out` (None while it does not exist), its manifest listing what
+    reports wrote there: raises WorkdirError (one sentence) for a file at one of `names` that
+    no report wrote, or that changed since (a draft, an edit): it is never replaced."""
+    if not out.is_dir():
+        return None
+    workdir = records.Workdir(out)
+    entries = records.read_entries(out)
+    for name in names:
+        target = out / name
+        if not os.path.lexists(target):
+            continue
+        ours = target.is_file() and not target.is_symlink() and name in entries
+        if not (ours and records.sha256_of(target).hexdigest() == entry_sha(entries, name)):
+            raise records.WorkdirError(
+                f"--out={out}: {target} was not written by a report (or changed since), and the "
+                f"report writes its own {name} there: move that file out of {out} (it is never "
+                "removed or replaced), or give another --out."
+            )
+    return workdir
+
+
 def write(table: list[Row], context: dict[str, Any], out: pathlib.Path) -> dict[str, pathlib.Path]:
-    """REPORT.md (figures copied beside it), index.html (figures embedded) and SUMMARY.md."""
-    figures_dir = out / "figures"
-    if figures_dir.exists():
-        shutil.rmtree(figures_dir)
-    images = {}
+    """REPORT.md (figures copied beside it), index.html (figures embedded) and SUMMARY.md, each
+    entered in `out`'s manifest: a file there that no report wrote is never replaced (one
+    sentence, WorkdirError), and the figures an earlier report copied and this one does not are
+    removed (those alone, unchanged)."""
+    copies = {}
     for r in table:
         for e in r.evidence:
             for p in e.figures:
-                target = figures_dir / e.job.workdir.name / p.name
-                target.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(p, target)
-                images[p] = target.relative_to(out).as_posix()
-    paths = {
-        "markdown": out / "REPORT.md",
-        "html": out / "index.html",
-        "summary": out / "SUMMARY.md",
+                copies[p] = f"figures/{e.job.workdir.name}/{p.name}"
+    workdir = check_out(out, [*REPORT_FILES, *copies.values()]) or records.Workdir(out)
+    entries = records.read_entries(out)
+    stale = [
+        name
+        for name, entry in entries.items()
+        if name.startswith("figures/") and name not in copies.values() and isinstance(entry, dict)
+    ]
+    for name in stale:
+        target = out / name
+        if target.is_file() and not target.is_symlink():
+            if records.sha256_of(target).hexdigest() == entry_sha(entries, name):
+                target.unlink()
+    if stale:
+        workdir.seal(gone=stale)
+        for folder in sorted({(out / n).parent for n in stale}, key=lambda f: -len(f.parts)):
+            with contextlib.suppress(OSError):
+                folder.rmdir()  # an earlier report's folder, once empty
+    images = {}
+    for picture, name in copies.items():
+        target = workdir.file(name)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with records.atomic(target, "wb") as f:
+            f.write(picture.read_bytes())
+        workdir.seal(name)
+        images[picture] = name
+    texts = {
+        "markdown": ("REPORT.md", report_markdown(table, context, images)),
+        "html": ("index.html", report_html(table, context)),
+        "summary": (
+            "SUMMARY.md",
+            summary_markdown(
+                table,
+                f"Reproduction summary ({context['scale']} scale, `{context['command']}`, "
+                f"{context['time'][:10]}; the configs ran for "
+                f"{format_minutes(context.get('run_seconds', 0.0))} on {context['backend']}):",
+                quick=context.get("quick", False),
+            ),
+        ),
     }
-    paths["markdown"].write_text(report_markdown(table, context, images))
-    paths["html"].write_text(report_html(table, context))
-    paths["summary"].write_text(
-        summary_markdown(
-            table,
-            f"Reproduction summary ({context['scale']} scale, `{context['command']}`, "
-            f"{context['time'][:10]}; the configs ran for "
-            f"{format_minutes(context.get('run_seconds', 0.0))} on {context['backend']}):",
-            quick=context.get("quick", False),
-        )
-    )
+    paths = {}
+    for key, (name, text) in texts.items():
+        paths[key] = workdir.file(name)
+        with records.atomic(paths[key], "w") as f:
+            f.write(text)
+        workdir.seal(name)
     return paths
+
+
+def entry_sha(entries: dict[str, Any], name: str) -> str | None:
+    entry = entries.get(name)
+    return entry.get("sha256") if isinstance(entry, dict) else None
 
 
 def update_readme(readme: pathlib.Path, summary: str) -> bool:

@@ -33,6 +33,8 @@ FORCE = (
     "--overwrite --force removes the files a run writes, recognised by their names, and keeps "
     "the rest"
 )
+# the start of a manifest `Workdir` writes, recognisable in one a kill or a user garbled
+OUR_MANIFEST = re.compile(rb"\s*(\{\s*\"format\"\s*:\s*2\b|\[\s*(\]|\"))")
 
 
 def check_name_lengths(path: str | pathlib.Path, argument: str) -> None:
@@ -60,16 +62,55 @@ def check_name_lengths(path: str | pathlib.Path, argument: str) -> None:
 
 
 def has_records(path: str | pathlib.Path) -> bool:
-    """Whether `path` holds what a run writes: a record file, a manifest, or checkpoints."""
+    """Whether `path` holds what a run writes and owns: a manifest, or checkpoints (a record
+    file without a manifest listing it is someone else's, e.g. a model folder's config.json)."""
     path = pathlib.Path(path)
-    names = (*RECORD_FILES, MANIFEST, CHECKPOINTS)
-    return path.is_dir() and any(os.path.lexists(path / name) for name in names)
+    return path.is_dir() and any(os.path.lexists(path / n) for n in (MANIFEST, CHECKPOINTS))
 
 
 def read_manifest(path: str | pathlib.Path) -> list[str]:
-    """The files (and checkpoint folders) the runs in `path` wrote, relative to it; a folder
-    written before manifests existed owns its four record files alone."""
+    """The files (and checkpoint folders) the runs in `path` wrote, relative to it; without a
+    manifest, none."""
     return list(read_entries(path))
+
+
+def in_the_way(path: str | pathlib.Path, entries: dict[str, Any] | None = None) -> list[str]:
+    """The files at the paths every run writes (its four records) that no run of `path`'s
+    manifest (or `entries`) wrote: a run never replaces them. Reading the manifest refuses one
+    that is not a run's."""
+    path = pathlib.Path(path)
+    entries = read_entries(path) if entries is None else entries
+    return [n for n in RECORD_FILES if os.path.lexists(path / n) and n not in entries]
+
+
+def foreign_sentence(path: pathlib.Path, name: str, then: str = "run again") -> str:
+    """The one sentence for a file no run wrote where one writes `name`: it is never removed or
+    replaced, so it must move (no flag would write over it)."""
+    return (
+        f"{path / name} was not written by a run of this workdir (its manifest.json does not "
+        f"list it), and a run writes its own {name} there: move that file out of {path} (it is "
+        f"never removed or replaced), then {then}."
+    )
+
+
+def _ours(path: pathlib.Path) -> bool:
+    """Whether manifest.json in `path` is one a run wrote (read whole, or recognisable)."""
+    try:
+        with open(path / MANIFEST, "rb") as f:
+            head = f.read(64)
+    except OSError:
+        return False
+    return OUR_MANIFEST.match(head) is not None
+
+
+def check_forcible(path: pathlib.Path) -> None:
+    """`--overwrite --force` (files recognised by their names) only where a manifest a run
+    wrote stands, unreadable: elsewhere those names may be someone else's files."""
+    if not _ours(path):
+        raise WorkdirError(
+            f"--force: {path} holds no manifest a run wrote, so its config.json and the like may "
+            "be someone else's files: nothing was removed; give another --workdir."
+        )
 
 
 def read_entries(path: str | pathlib.Path) -> dict[str, dict[str, Any] | None]:
@@ -86,22 +127,34 @@ def read_manifest_data(path: str | pathlib.Path) -> tuple[dict[str, dict[str, An
         with open(path / MANIFEST) as f:
             data = json.load(f)
     except FileNotFoundError:
-        return {name: None for name in RECORD_FILES if (path / name).exists()}, ""
+        return {}, ""  # nothing there is a run's: not even a config.json
     except (OSError, ValueError):
         raise WorkdirError(
             f"{path / MANIFEST} cannot be read: it is not a landscape manifest ({FORCE})."
+            if _ours(path)
+            else f"{path / MANIFEST} is not a landscape manifest (someone else's file, or "
+            "damaged past recognising): move it out of the folder, or give another --workdir."
         ) from None
     if isinstance(data, dict) and data.get("format") == 2 and isinstance(data.get("files"), dict):
         entries, run = data["files"], data.get("run", "")
     elif isinstance(data, list):  # the first format: the names alone
         entries, run = dict.fromkeys(data), ""
     else:
-        raise WorkdirError(f"{path / MANIFEST} is not a landscape manifest ({FORCE}).")
+        raise WorkdirError(_not_ours(path))
     for name, entry in entries.items():
         if not (isinstance(name, str) and (entry is None or isinstance(entry, dict))):
-            raise WorkdirError(f"{path / MANIFEST} is not a landscape manifest ({FORCE}).")
+            raise WorkdirError(_not_ours(path))
         _check_inside(path, name)
     return entries, str(run) if isinstance(run, str) else ""
+
+
+def _not_ours(path: pathlib.Path) -> str:
+    if _ours(path):
+        return f"{path / MANIFEST} is not a landscape manifest ({FORCE})."
+    return (
+        f"{path / MANIFEST} is not a landscape manifest (someone else's file): move it out of "
+        "the folder, or give another --workdir."
+    )
 
 
 def _check_inside(path: pathlib.Path, name: str) -> None:

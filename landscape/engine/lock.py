@@ -86,6 +86,12 @@ def check_lock_file(path: pathlib.Path) -> None:
             f"{file} is {kind}, not the lock file a run writes there: remove it (a run writes "
             "it again), then run again."
         )
+    if not _holder(file).isdigit() and os.lstat(file).st_size:  # a pid, or empty (a kill)
+        raise WorkdirError(
+            f"{file} does not hold a process id, so it is not the lock file a run writes there "
+            "but someone else's file: move it out of the workdir (it is never replaced), then "
+            "run again."
+        )
 
 
 def _write_pid(path: pathlib.Path) -> None:

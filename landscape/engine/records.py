@@ -303,7 +303,14 @@ class Workdir:
     def file(self, name: str) -> pathlib.Path:
         """The path of the record `name` (relative to the workdir), entered in manifest.json
         before anything writes it (and no longer sealed, if it was: it is written again):
-        `overwrite` removes the files the manifest lists, no other."""
+        `overwrite` removes the files the manifest lists, no other. A file there that the
+        manifest does not list is someone else's: WorkdirError (one sentence), never replaced."""
+        target = self.path / name
+        folder = target.is_dir() and not target.is_symlink()  # what it holds is checked apart
+        if name not in self._entries and os.path.lexists(target) and not folder:
+            raise WorkdirError(
+                integrity.foreign_sentence(self.path, name, "continue the run with --resume")
+            )
         if self._entries.get(name, "absent") is not None:
             self._entries[name] = None
             self._write_manifest()
@@ -430,6 +437,8 @@ def check_path(
                 f"{path / misplaced[0]} is a folder (or a link to one), where a run writes the "
                 "file of that name: move it out of the workdir, then run again."
             )
+        if force:
+            integrity.check_forcible(path)
     if resume and not has_records(path):
         raise WorkdirError(f"--resume: {path} holds no records of an earlier run to resume.")
     if has_records(path) and not (overwrite or resume):
@@ -437,14 +446,20 @@ def check_path(
             f"--workdir={path} already holds the records of an earlier run: pass "
             "--resume to continue it or --overwrite to start over."
         )
+    if path.is_dir() and not resume:  # a resume reads its manifest (`check_resumable`)
+        entries = integrity.recognised(path) if force else None
+        if foreign := integrity.in_the_way(path, entries):
+            raise WorkdirError(integrity.foreign_sentence(path, foreign[0]))
     if overwrite and not force and has_records(path):
         _check_overwrite(path, keep_others)
 
 
 def _check_place(path: pathlib.Path) -> None:
-    """The workdir's place: a folder (or none yet) under a writable folder, no dangling link."""
+    """The workdir's place: a folder (or none yet) under a writable folder, no dangling link,
+    and not a folder that holds far more than records (`_check_not_shared`)."""
     if path.exists() and not path.is_dir():
         raise WorkdirError(f"--workdir={path} is a file, not a folder: give a folder path.")
+    _check_not_shared(path)
     existing = path
     while not existing.exists():
         if existing.is_symlink():
@@ -457,6 +472,28 @@ def _check_place(path: pathlib.Path) -> None:
         raise WorkdirError(f"--workdir={path} lies under the file {existing}: give a folder path.")
     if not os.access(existing, os.W_OK | os.X_OK):
         raise WorkdirError(f"--workdir={path} cannot be written ({existing} is not writable).")
+
+
+SOURCE_MARKERS = (".git", "pyproject.toml", "setup.py", "setup.cfg", "__init__.py")
+
+
+def _check_not_shared(path: pathlib.Path) -> None:
+    """Refuse the filesystem's root, a folder right under it (/etc, /home, ...), the home folder
+    or one above it, and a source tree (a folder holding .git, pyproject.toml, setup.py or
+    __init__.py): records and checkpoints/ would land among files that are not a run's."""
+    where = path.resolve()
+    home = pathlib.Path.home().resolve()
+    if len(where.parts) <= 2 or where == home or where in home.parents:
+        what = "the home folder" if where == home else f"{where}, a system folder"
+        raise WorkdirError(
+            f"--workdir={path} is {what}: records go in a folder of their own, e.g. "
+            f"--workdir={where / 'runs' / 'my_run' if where == home else 'runs/my_run'}."
+        )
+    if where.is_dir() and (marker := next((m for m in SOURCE_MARKERS if (where / m).exists()), "")):
+        raise WorkdirError(
+            f"--workdir={path} is a source tree (it holds {marker}): records go in a folder of "
+            f"their own, e.g. --workdir={path / 'runs' / 'my_run'}."
+        )
 
 
 def _check_overwrite(path: pathlib.Path, keep_others: bool) -> None:

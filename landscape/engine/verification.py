@@ -56,7 +56,7 @@ def check_resumable(path: str | pathlib.Path) -> None:
     if not (path / MANIFEST).exists():
         raise WorkdirError(
             f"--resume: {path} holds no {MANIFEST}, so its checkpoints cannot be tied to its "
-            "records: start over with --overwrite."
+            "records (nor its files to a run): start over in another --workdir."
         )
     for name, problem in verify(path, resume_only=True):
         if problem:
