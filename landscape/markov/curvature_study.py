@@ -511,7 +511,7 @@ def _radii(radii: Sequence[Row], label: str, margins: Sequence[float]) -> dict[s
 Train = Callable[..., Group]  # experiment.train_group(cfg, fields, workdir, progress)
 
 
-def run_study(
+def run(
     cfg: ml_collections.ConfigDict,
     workdir: records.Workdir,
     progress: Progress,

@@ -553,7 +553,7 @@ def run(
         return atlas.run_atlas(cfg, workdir, progress, train=functools.partial(_atlas_train, cfg))
     groups, cells = [], config_lib.structural_cells(cfg, TRACED)
     if cfg.experiment == "curvature":
-        study = curvature_study.run_study
+        study = curvature_study.run
         return study(cfg, workdir, progress, cells=cells, train=train_group, batch=tracked_inputs)
     for i, fields in enumerate(cells):
         if fields and progress:

@@ -539,7 +539,7 @@ def _where(cfg: ConfigDict, result: RunResult, rows: list[dict]) -> tuple[list[d
     return chosen, notes
 
 
-def study(
+def run(
     cfg: ConfigDict,
     group: dict[str, Any],
     lines: claims_lib.Lines,

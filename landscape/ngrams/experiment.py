@@ -429,7 +429,7 @@ def run(
     if cfg.experiment == "curvature":  # one program, probed at its plateau
         group = train_group(cfg, {}, workdir, progress)
         _save_arrays(workdir, group["result"], "")
-        return curvature_study.study(cfg, group, lines, workdir, progress)
+        return curvature_study.run(cfg, group, lines, workdir, progress)
     if progress:
         progress("estimator lines: " + ", ".join(f"{k} {v:.4f}" for k, v in lines.base.items()))
     groups: list[dict] = []

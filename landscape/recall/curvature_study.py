@@ -405,7 +405,7 @@ def findings(
 # ----------------------------------------------------------------------------- the run
 
 
-def run_study(
+def run(
     cfg: ml_collections.ConfigDict,
     workdir: records.Workdir,
     progress: Progress,

@@ -357,7 +357,7 @@ def run(cfg: ConfigDict, workdir: records.Workdir, progress: Progress = print) -
     validate(cfg)
     workdir.write_config(cfg)
     if cfg.experiment == "curvature":
-        study = curvature_study.run_study
+        study = curvature_study.run
         return study(cfg, workdir, progress, flow_run=run_flow, sgd_run=run_sgd)
     groups, cells = [], _cells(cfg)
     if progress:
