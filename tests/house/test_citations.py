@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 from typing import NamedTuple
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 NOTES_DIR = ROOT / "docs" / "notes"
 SCANNED = ("landscape", "experiments", "configs", "tests")
 PACKAGE_NOTES = {

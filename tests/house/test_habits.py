@@ -5,7 +5,7 @@ import pathlib
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 PAPERS = ("markov", "ngrams", "recall", "scan_snap")
 MAX_FUNCTION_LINES = 80
 

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 PAPERS = ("markov", "ngrams", "recall", "scan_snap")
 MAX_LINES = 10
 MAP_SLACK = 4  # a paper package's map, plus its title and a few lines of prose
