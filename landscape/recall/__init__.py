@@ -1,16 +1,20 @@
 """Incremental learning for in-context associative recall: the two-layer attention-only model.
 
+The rooms of every paper package (docs/architecture.md), no points.py (the theory's points are
+flow.py's initialisations near each saddle); a module beyond them names its room in brackets.
+
 task.py        permutations + responses: the token-level and exact collision-vector samplers
 model.py       RecallModel (flax.linen): the simplified model (Eqs. 9a-e) with its switches,
                and the original model
-flow.py        the theory's initialisations, gradient flow, SGD/GD problems, jump readouts
+flow.py        [experiment] the theory's initialisations, gradient flow, SGD/GD problems, jump
+               readouts
 theory.py      plateau levels, the conservation law, Thm 3.1 ODE, jump times, the recursion
 experiment.py  experiments E1-E6 with claims and figures
 claims.py      which associative-recall claims a run reproduces, one function per config
 figures.py     gradient-flow losses and stage plots (E1-E4), SGD curves and attention maps
 trained.py     trained_point: an SGD run's parameters at a step on its evaluation loss
 curvature_study.py    the saddles' index along the saddle-to-saddle path (notes §4.10)
-curvature_figures.py  its figure
+curvature_figures.py  [curvature_study] its figure
 """
 
 import importlib
