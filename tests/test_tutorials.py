@@ -140,7 +140,7 @@ def test_probing_training_reads_its_run_back_and_checks_its_escape_directions(
     """512 steps of the small n-gram run: the parameters and tracked steps it kept, the trained
     points equal to the kept parameters, one summary row per kept step, the escape directions
     the plateau Hessian's most negative eigenpairs and exact at second order, the chance level
-    the Beta law's mean (curvature_study.chance_overlap) and the block shares whole."""
+    the Beta law's mean (curvature_study.chance_overlap_mean) and the block shares whole."""
     from landscape.ngrams import curvature_study
 
     space = _run_tiny("probing_training.py", tmp_path, monkeypatch)
@@ -159,7 +159,7 @@ def test_probing_training_reads_its_run_back_and_checks_its_escape_directions(
     np.testing.assert_allclose(escape.ratios[:, 0], 1.0, atol=1e-3)  # ε = 1e-3: O(ε²) off
     chance, dim = space["chance"], space["dim"]
     assert dim == int(space["live"].sum()) < H.matrix.shape[0]
-    expected = curvature_study.chance_overlap(k, dim)
+    expected = curvature_study.chance_overlap_mean(k, dim)
     assert abs(chance["span_mean"] - expected) < 4 * chance["span_std"] / math.sqrt(2000)
     for shares in space["shares"].values():
         assert sum(shares.values()) == pytest.approx(1.0, rel=1e-9)

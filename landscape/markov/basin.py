@@ -163,7 +163,7 @@ def _crossing(
     return low + (high - level) / (high - high_loss) * (high_r - low)
 
 
-def chance_overlap(dim: int, k: int) -> float:
+def chance_overlap_rms(k: int, dim: int) -> float:
     """sqrt(k / D): the root-mean-square overlap |P u| of a fixed unit vector u with a uniformly
     random k-dimensional subspace of R^D (E |P u|^2 = k / D; notes §14)."""
     return float(np.sqrt(k / dim))

@@ -204,7 +204,7 @@ def overlap_row(
     u = escape / np.linalg.norm(escape)
     dim, found = u.size, vectors.shape[1]
     overlap = float(np.linalg.norm(vectors.T @ u)) if found else float("nan")
-    chance = basin.chance_overlap(dim, max(found, 1))
+    chance = basin.chance_overlap_rms(max(found, 1), dim)
     spread = basin.random_overlaps(u, max(found, 1), frames, seed)
     return {
         "escape_distance": float(np.linalg.norm(escape)),

@@ -72,7 +72,7 @@ def overlap(vector: ArrayLike, basis: ArrayLike) -> dict[str, float]:
     }
 
 
-def chance_overlap(k: int, dim: int) -> float:
+def chance_overlap_mean(k: int, dim: int) -> float:
     """E |P v| / |v| for v uniform on the sphere of R^dim and P the projection onto a k-plane:
     |P v|² / |v|² ~ Beta(k/2, (dim-k)/2), so E = Γ((k+1)/2) Γ(dim/2) / (Γ(k/2) Γ((dim+1)/2)),
     just below sqrt(k/dim) (its mean square). docs/studies/ngrams_curvature.md."""
@@ -307,7 +307,8 @@ def overlap_rows(
     ids: dict[str, Any],
 ) -> list[dict[str, Any]]:
     """One row per (target, basis): the overlap, the chance level sqrt(k / D_live) with its
-    exact mean (`chance_overlap`), and random directions in the live coordinates (mean, std)."""
+    exact mean (`chance_overlap_mean`), and random directions in the live coordinates (mean,
+    std)."""
     rows = []
     dim = int(live.sum())
     for b, (basis_name, basis) in enumerate(bases.items()):
@@ -325,7 +326,7 @@ def overlap_rows(
                     max_cos=found["max_cos"],
                     span=found["span"],
                     chance_sqrt_k_over_d=math.sqrt(min(k, dim) / dim),
-                    chance_exact=chance_overlap(min(k, dim), dim),
+                    chance_exact=chance_overlap_mean(min(k, dim), dim),
                     random_span_mean=chance["span_mean"],
                     random_span_std=chance["span_std"],
                     random_max_cos_mean=chance["max_cos_mean"],

@@ -82,7 +82,7 @@ def test_chance_overlap_is_the_root_mean_square_of_random_subspaces():
     u[3] = 1.0
     draws = basin.random_overlaps(u, 4, 400, seed=1)
     squared = draws**2
-    assert basin.chance_overlap(200, 4) == pytest.approx(math.sqrt(4 / 200))
+    assert basin.chance_overlap_rms(4, 200) == pytest.approx(math.sqrt(4 / 200))
     assert abs(squared.mean() - 4 / 200) < 3 * squared.std() / math.sqrt(squared.size)
 
 

@@ -59,12 +59,12 @@ def test_overlap_names_the_argument(vector, basis, message):
 def test_chance_overlap_closed_forms():
     """E|P v| for v uniform on the sphere: 2/pi on the circle (k = 1), 1/2 on the 2-sphere,
     1 when the span is the whole space; below sqrt(k/D), its root mean square."""
-    assert study.chance_overlap(1, 2) == pytest.approx(2 / math.pi, rel=1e-12)
-    assert study.chance_overlap(1, 3) == pytest.approx(0.5, rel=1e-12)
-    assert study.chance_overlap(7, 7) == pytest.approx(1.0, rel=1e-12)
-    assert 0.95 * math.sqrt(6 / 400) < study.chance_overlap(6, 400) < math.sqrt(6 / 400)
+    assert study.chance_overlap_mean(1, 2) == pytest.approx(2 / math.pi, rel=1e-12)
+    assert study.chance_overlap_mean(1, 3) == pytest.approx(0.5, rel=1e-12)
+    assert study.chance_overlap_mean(7, 7) == pytest.approx(1.0, rel=1e-12)
+    assert 0.95 * math.sqrt(6 / 400) < study.chance_overlap_mean(6, 400) < math.sqrt(6 / 400)
     with pytest.raises(ValueError, match="k = 5: a span in R\\^4"):
-        study.chance_overlap(5, 4)
+        study.chance_overlap_mean(5, 4)
 
 
 def test_random_overlaps_match_the_chance_level():
@@ -77,7 +77,7 @@ def test_random_overlaps_match_the_chance_level():
     num = 4000
     found = study.random_overlaps(basis, jax.random.key(0), num)
     stderr = found["span_std"] / math.sqrt(num)
-    assert abs(found["span_mean"] - study.chance_overlap(6, 400)) < 4 * stderr
+    assert abs(found["span_mean"] - study.chance_overlap_mean(6, 400)) < 4 * stderr
     assert abs(found["span_mean"] - math.sqrt(6 / 400)) < found["span_std"]
     # the mean square: the projections' squares have variance 2k(D-k)/(D^2(D+2))
     square = found["span_std"] ** 2 + found["span_mean"] ** 2
@@ -87,7 +87,7 @@ def test_random_overlaps_match_the_chance_level():
     basis[:, ~mask] = 0.0
     masked = study.random_overlaps(basis, jax.random.key(1), num, mask)
     masked_stderr = masked["span_std"] / math.sqrt(num)
-    assert abs(masked["span_mean"] - study.chance_overlap(6, 200)) < 4 * masked_stderr
+    assert abs(masked["span_mean"] - study.chance_overlap_mean(6, 200)) < 4 * masked_stderr
 
 
 def test_next_construction_puts_the_offset_one_head_where_training_did():
