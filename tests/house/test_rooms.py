@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 PACKAGES = ("scan_snap", "markov", "ngrams", "recall")
 ROOMS = (
     "task",
