@@ -258,6 +258,45 @@ def test_a_source_giving_one_generator_twice_is_refused_before_a_batch_is_read(m
     np.testing.assert_array_equal(next(generator)[0], BATCHES[0][0])  # nothing consumed
 
 
+class ResetIterator:
+    """A loader's own iterator that its loader resets at every pass (as a torch DataLoader with
+    persistent workers gives the same one)."""
+
+    def __init__(self):
+        self.position, self.resets = 0, 0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self.position == len(BATCHES):
+            raise StopIteration
+        self.position += 1
+        return BATCHES[self.position - 1]
+
+
+class ResettingLoader:
+    def __init__(self):
+        self.iterator = ResetIterator()
+
+    def __iter__(self):
+        self.iterator.position, self.iterator.resets = 0, self.iterator.resets + 1
+        return self.iterator
+
+
+def test_a_loader_that_resets_its_one_iterator_streams():
+    """The same iterator at every pass is taken when it is no generator (its loader may reset
+    it), opened once to learn the shapes; every pass is the mean over every batch."""
+    loader = ResettingLoader()
+    streamed = landscape.Point(PARAMS, objective=mse, batches=landscape.stream(loader, 4))
+    assert loader.iterator.resets == 1
+    loss, gradient = _direct_mean(BATCHES)
+    for _ in range(2):
+        assert streamed.loss() == pytest.approx(loss, abs=1e-12)
+    np.testing.assert_allclose(landscape.gradient_at(streamed).vector, gradient, atol=1e-12)
+    assert loader.iterator.resets == 3
+
+
 def test_a_chunk_beyond_the_dataset_stacks_the_batches_there_are():
     """3 batches at chunk=1024: one chunk of 3 batches (no copies padding it to 1024, whose
     memory was 1024 batches'), from the first pass on; its loss and gradient the mean of 3."""

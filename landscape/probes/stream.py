@@ -21,10 +21,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from landscape import _checks, linalg
+from landscape import _checks
+from landscape.core import hutchpp, krylov_schur_device, lanczos, memory
 from landscape.core import layout as layout_lib
-from landscape.engine import memory
-from landscape.probes import krylov, operator
+from landscape.core.krylov_schur import Outcome, Plan
+from landscape.core.krylov_schur_device import Carry
+from landscape.probes import operator
 from landscape.typing import PyTree
 
 TAKES = (
@@ -64,12 +66,12 @@ class Stream:
         _check_numeric(self.first)
 
     def _opened(self) -> Iterator[PyTree]:
-        """The first pass's iterator, opened beside another: the same generator twice (one
-        shared, as lambda: g gives) is refused before any batch is read."""
-        one, two = self._fresh(), self._fresh()
-        if one is two and _one_shot(two):
+        """The first pass's iterator; a generator (or builtin iterator) is opened beside another,
+        and the same one twice (shared, as lambda: g gives) refused before a batch is read."""
+        one = self._fresh()
+        if _one_shot(one) and self._fresh() is one:
             raise TypeError(_SPENT.format(what=_SHARED))
-        return two
+        return one
 
     def _fresh(self) -> Iterator[PyTree]:
         made = self.source() if callable(self.source) else self.source
@@ -189,8 +191,9 @@ def stream(batches: Iterable[PyTree] | Callable[[], Iterable[PyTree]], chunk: in
 
 
 def _one_shot(iterator: Iterator[PyTree]) -> bool:
-    """A generator or a builtin iterator (a list's, map, zip, itertools'), which nothing resets:
-    a loader's own iterator may be its reset one (a torch DataLoader's persistent workers)."""
+    """A generator or a builtin iterator (a list's, map, zip, itertools'), which nothing resets
+    and whose making reads nothing: a loader's own iterator may be its reset one (a torch
+    DataLoader's persistent workers), and making one may start workers."""
     return isinstance(iterator, types.GeneratorType) or type(iterator).__module__ in (
         "builtins",
         "itertools",
@@ -315,29 +318,39 @@ def _passes(caller: str, progress: Any, total: int | None) -> Callable[[], None]
     return done
 
 
-@functools.partial(jax.jit, static_argnames=("num_iters",), donate_argnames=("state",))
-def _lanczos_advance(
-    state: linalg.LanczosState,
+def _advanced(
+    state: lanczos.Lanczos,
     product: jax.Array,
     i: jax.Array,
-    key: jax.Array,
-    params: PyTree,
-    num_iters: int,
-) -> tuple[linalg.LanczosState, jax.Array]:
-    """Step i - 1 of Lanczos given its product, or for i = 0 the start drawn as
-    `lanczos_spectrum` draws it (`layout.draw`); and the row to multiply next."""
+    start: Callable[[], jax.Array],
+    restart_key: jax.Array,
+) -> tuple[lanczos.Lanczos, jax.Array]:
+    """The core's Lanczos step given the product of its current row, or for i = 0 its init from
+    `start()`; and the row to multiply next."""
+    num_iters = state.basis.shape[0]
+    state = jax.lax.cond(
+        i == 0,
+        lambda: lanczos.init(start(), num_iters),
+        lambda: lanczos.step(state, product, restart_key),
+    )
+    return state, lanczos.current(state)
+
+
+def _zero_runs(lead: tuple[int, ...], num_iters: int, dim: int, dtype: Any) -> lanczos.Lanczos:
+    """Lanczos states of no step yet, on the device, to be donated to the first advance."""
+    zeros = np.zeros(lead + (num_iters,), dtype)
+    basis = np.zeros(lead + (num_iters, dim), dtype)
+    return lanczos.Lanczos(*jax.device_put((basis, zeros, zeros, np.zeros(lead, np.int32))))
+
+
+@functools.partial(jax.jit, donate_argnames=("state",))
+def _lanczos_advance(
+    state: lanczos.Lanczos, product: jax.Array, i: jax.Array, key: jax.Array, params: PyTree
+) -> tuple[lanczos.Lanczos, jax.Array]:
+    """`_advanced` from the start drawn as `lanczos_spectrum` draws it (`layout.draw`)."""
     start_key, restart_key = jax.random.split(key)
-    basis = state[0]
-
-    def first() -> linalg.LanczosState:
-        start = layout_lib.draw("normal", start_key, params, None)
-        return basis.at[0].set(start / jnp.linalg.norm(start)), state[1], state[2]
-
-    def step() -> linalg.LanczosState:
-        return linalg.lanczos_step(state, i - 1, product, restart_key)
-
-    state = jax.lax.cond(i == 0, first, step)
-    return state, state[0][jnp.minimum(i, num_iters - 1)]
+    start = lambda: layout_lib.draw("normal", start_key, params, None)  # noqa: E731
+    return _advanced(state, product, i, start, restart_key)
 
 
 def tridiagonal(
@@ -345,18 +358,17 @@ def tridiagonal(
 ) -> tuple[np.ndarray, ...]:
     """(alphas, betas, loss, flat gradient) of Lanczos from `key`'s start, a pass a product."""
     dim, dtype = point.num_params, _dtype(point.params)
-    zeros = np.zeros(num_iters, dtype)
-    state = jax.device_put((np.zeros((num_iters, dim), dtype), zeros, zeros))
+    state = _zero_runs((), num_iters, dim, dtype)
     product, done = np.zeros(dim, dtype), _passes("lanczos_spectrum", progress, num_iters)
     for i in range(num_iters + 1):
-        state, row = _lanczos_advance(state, product, np.int32(i), key, point.params, num_iters)
+        state, row = _lanczos_advance(state, product, np.int32(i), key, point.params)
         if i < num_iters:
             rows = np.asarray(row)[None]
             loss, grad, products = point.batches.sums(_per_batch(objective), point.params, rows)
             product = products[0]
             done()
-    _, alphas, betas = (np.asarray(x) for x in state)
-    return alphas, betas[:-1], np.asarray(loss), grad
+    found = lanczos.extract(state)
+    return np.asarray(found.alphas), np.asarray(found.betas), np.asarray(loss), grad
 
 
 def slq(
@@ -373,7 +385,7 @@ def slq(
     a step; a group's bases (group x m x D) fit half the free memory."""
     dim, dtype = point.num_params, _dtype(point.params)
     each = num_iters * dim * np.dtype(dtype).itemsize  # a run's basis
-    fit = int(0.5 * memory.device_free_bytes() // each)
+    fit = int(memory.budget() // each)
     if fit < 1:
         raise MemoryError(
             f"spectral_density: one probe's Lanczos basis ({memory.format_bytes(each)}) does not "
@@ -385,46 +397,34 @@ def slq(
     found = []
     for low in range(0, num_probes, group):
         indices = np.arange(low, low + group, dtype=np.int32)  # past num_probes: cut below
-        zeros = np.zeros((group, num_iters), dtype)
-        state = jax.device_put((np.zeros((group, num_iters, dim), dtype), zeros, zeros))
+        state = _zero_runs((group,), num_iters, dim, dtype)
         products = np.zeros((group, dim), dtype)
         for i in range(num_iters + 1):
-            state, rows = _slq_advance(
-                state, products, np.int32(i), key, indices, point.params, num_iters, kind
-            )
+            step = np.int32(i)
+            state, rows = _slq_advance(state, products, step, key, indices, point.params, kind)
             if i < num_iters:
                 products = _products(point, objective, np.asarray(rows), done)
-        found.append([np.asarray(x) for x in state[1:]])
+        found.append([np.asarray(state.alphas), np.asarray(state.betas[:, :-1])])
     alphas, betas = (np.concatenate(parts)[:num_probes] for parts in zip(*found, strict=True))
-    return alphas, betas[:, :-1]
+    return alphas, betas
 
 
-@functools.partial(jax.jit, static_argnames=("num_iters", "kind"), donate_argnames=("state",))
+@functools.partial(jax.jit, static_argnames=("kind",), donate_argnames=("state",))
 def _slq_advance(
-    state: linalg.LanczosState,
+    state: lanczos.Lanczos,
     products: jax.Array,
     i: jax.Array,
     key: jax.Array,
     indices: jax.Array,
     params: PyTree,
-    num_iters: int,
     kind: str,
-) -> tuple[linalg.LanczosState, jax.Array]:
-    """Step i - 1 of each probe's Lanczos run given its product, or for i = 0 the probes drawn
-    as `spectral_density` draws them; and the rows to multiply next."""
+) -> tuple[lanczos.Lanczos, jax.Array]:
+    """`_advanced` for each probe's run, from the probes drawn as `spectral_density` draws them."""
     probe_key, restart_key = jax.random.split(key)
 
-    def one(state: linalg.LanczosState, product: jax.Array, index: jax.Array) -> tuple:
-        def first() -> linalg.LanczosState:
-            start = layout_lib.probe(probe_key, index, kind, params, None)
-            return state[0].at[0].set(start / jnp.linalg.norm(start)), state[1], state[2]
-
-        def step() -> linalg.LanczosState:
-            restart = jax.random.fold_in(restart_key, index)
-            return linalg.lanczos_step(state, i - 1, product, restart)
-
-        state = jax.lax.cond(i == 0, first, step)
-        return state, state[0][jnp.minimum(i, num_iters - 1)]
+    def one(state: lanczos.Lanczos, product: jax.Array, index: jax.Array) -> tuple:
+        start = lambda: layout_lib.probe(probe_key, index, kind, params, None)  # noqa: E731
+        return _advanced(state, product, i, start, jax.random.fold_in(restart_key, index))
 
     return jax.vmap(one)(state, products, indices)
 
@@ -468,30 +468,18 @@ def _probes(key: jax.Array, stage: int, count: int, params: PyTree) -> np.ndarra
     return np.concatenate(blocks)[:count]
 
 
-def _orthonormal(rows: np.ndarray) -> np.ndarray:
-    """The rows made orthonormal as `trace` makes its sketch's (twice by the Gram matrix's
-    eigenvectors; directions below rounding become zero rows)."""
-    for _ in range(2):
-        values, vectors = np.linalg.eigh(rows @ rows.T)
-        keep = values > np.finfo(rows.dtype).eps * values.max()
-        scale = np.where(keep, 1 / np.sqrt(np.where(keep, values, 1)), 0)
-        rows = (vectors * scale[None, :]).T @ rows
-    return rows
-
-
 def trace_parts(
     point: Any, objective: Any, key: jax.Array, num_probes: int, method: str, progress: Any
 ) -> tuple[np.ndarray, np.ndarray]:
     """(exact part, Hutchinson samples) of `trace` over a stream: its probes, stages and
     arithmetic, each block of products one pass over the data."""
-    rank = 0 if method == "hutchinson" else num_probes // 3
-    rest = num_probes - 2 * rank
+    rank, rest = hutchpp.split(num_probes, method)
     total = sum(math.ceil(n / min(BLOCK, max(n, 1))) for n in (rank, rank, rest) if n)
     done = _passes("trace", progress, total)
     if not rank:
         return np.zeros(()), _forms(point, objective, key, 0, rest, None, done)
     sketch = _products(point, objective, _probes(key, 1, rank, point.params), done)
-    range_ = _orthonormal(sketch)
+    range_ = hutchpp.range_basis(sketch)  # as `trace` makes its sketch's (on the host)
     exact = np.sum(range_ * _products(point, objective, range_, done))
     return exact, _forms(point, objective, key, 2, rest, range_, done)
 
@@ -514,7 +502,7 @@ def _forms(
         rows = _probe_rows(key, np.int32(stage), np.int32(low), point.params, size)
         probes = np.asarray(rows) * (np.arange(size) < count - low)[:, None]  # past count: 0
         if range_ is not None:
-            probes = probes - (probes @ range_.T) @ range_
+            probes = hutchpp.projected(range_, probes)
         products = _products(point, objective, probes, done)  # one shape: one program
         forms.append(np.sum(probes * products, axis=1)[: count - low])
     return np.concatenate(forms)
@@ -523,26 +511,26 @@ def _forms(
 # ---------------------------------------------------------------- eigenpairs, dense, diagonal
 
 
-def searcher(point: Any, progress: Any) -> Callable[..., tuple[jax.Array, krylov.Outcome]]:
+def searcher(point: Any, progress: Any) -> Callable[..., tuple[jax.Array, Outcome]]:
     """`krylov.advance` over a stream (its arguments and results): the call's products one at a
     time, each one pass over the data, between two small programs that do the call's vector
-    work on the device as `advance` does (`krylov.begin`, `krylov.stepped`)."""
+    work on the device as `advance` does (`krylov_schur_device.begin`, then its `step` while
+    the carry says the call goes on)."""
     done = _passes("eigenpairs", progress, None)
 
     def advance(
-        objective: Any, params: PyTree, _: Any, vectors: jax.Array, plan: krylov.Plan,
+        objective: Any, params: PyTree, _: Any, vectors: jax.Array, plan: Plan,
         key: jax.Array, which: str, __: Any,
-    ) -> tuple[jax.Array, krylov.Outcome]:  # fmt: skip
+    ) -> tuple[jax.Array, Outcome]:  # fmt: skip
         zero = np.zeros((), vectors.dtype)
         carry, v = _krylov_begin(vectors, plan, key, zero)
-        passes, going = None, int(plan.steps) > 0
-        while going:
+        passes = None
+        while bool(carry.going):
             passes = point.batches.sums(_per_batch(objective), params, np.asarray(v)[None])
-            carry, v, more = _krylov_step(carry, plan, key, v, passes[2][0], which)
-            going = bool(more)
+            carry, v = _krylov_step(carry, plan, key, v, passes[2][0], which)
             done()
         loss, gradient = passes[:2] if passes else value_and_gradient(point, objective)
-        return carry[0], carry[1]._replace(loss=np.asarray(loss), gradient=gradient)
+        return carry.vectors, carry.outcome._replace(loss=np.asarray(loss), gradient=gradient)
 
     return advance
 
@@ -552,23 +540,22 @@ _ONE = layout_lib.Layout(None, (), "")  # one device (a stream's vectors are rav
 
 @functools.partial(jax.jit, donate_argnames=("vectors",))
 def _krylov_begin(
-    vectors: jax.Array, plan: krylov.Plan, key: jax.Array, zero: jax.Array
-) -> tuple[tuple, jax.Array]:
+    vectors: jax.Array, plan: Plan, key: jax.Array, zero: jax.Array
+) -> tuple[Carry, jax.Array]:
     """A search call's carry (its loss and gradient come from the passes) and its first vector."""
     gradient = jnp.zeros(vectors.shape[1], vectors.dtype)
-    carry = krylov.begin(vectors, plan, key, zero, gradient, _ONE)
-    return carry, krylov.next_vector(plan, carry)
+    carry = krylov_schur_device.begin(vectors, plan, key, (zero, gradient), _ONE)
+    return carry, krylov_schur_device.next_vector(plan, carry)
 
 
 @functools.partial(jax.jit, static_argnames=("which",), donate_argnames=("carry",))
 def _krylov_step(
-    carry: tuple, plan: krylov.Plan, key: jax.Array, v: jax.Array, product: jax.Array, which: str
-) -> tuple[tuple, jax.Array, jax.Array]:
-    """The carry after the product of its next vector v (the last call's), the vector after
-    it, and whether the call goes on (as `advance`'s loop decides)."""
-    carry = krylov.stepped(plan, key, which, _ONE, carry, v, product)
-    going = (carry[1].taken < plan.steps) & ~carry[3]
-    return carry, krylov.next_vector(plan, carry), going
+    carry: Carry, plan: Plan, key: jax.Array, v: jax.Array, product: jax.Array, which: str
+) -> tuple[Carry, jax.Array]:
+    """The carry after the product of its next vector v (the last call's), and the vector
+    after it."""
+    carry = krylov_schur_device.step(plan, key, which, _ONE, carry, v, product)
+    return carry, krylov_schur_device.next_vector(plan, carry)
 
 
 def dense(
