@@ -18,6 +18,7 @@ Variants (`--config=configs/syn_small.py:<variant>`):
 import ml_collections
 
 from landscape.scan_snap.experiment import default_config
+from landscape.scan_snap.task import SYN_SMALL
 
 
 def get_config(variant: str = "fig4") -> ml_collections.ConfigDict:
@@ -25,17 +26,7 @@ def get_config(variant: str = "fig4") -> ml_collections.ConfigDict:
     c.name = f"syn_small_{variant}"
     c.seed = 2  # the authors' Fig. 4 seed
     c.num_seeds = 1
-    c.data.update(
-        num_last=2,
-        num_next_per_last=1,
-        num_common=10,
-        num_common_per_last=0,
-        num_distinct_per_next=10,
-        common_unnormalized_prob=1.0,
-        distinct_unnormalized_min=0.1,
-        distinct_unnormalized_max=1.0,
-        seq_len=128,
-    )
+    c.data.update(SYN_SMALL)
     c.model.update(attend_to_query=False, normalize=True, residual=False, init="zeros")
     c.optim.update(
         name="sgd", momentum=0.9, nesterov=False, weight_decay=0.0, lr_z=1.0, lr_y_over_lr_z=1.0

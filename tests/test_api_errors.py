@@ -20,6 +20,7 @@ from landscape.probes.results import Curvature
 from landscape.recall import flow
 from landscape.recall import task as recall_task
 from landscape.recall.model import RecallModel
+from landscape.scan_snap import task as scan_snap_task
 
 QUADRATIC = landscape.Point(
     {"x": jnp.ones(2), "y": jnp.zeros(())},
@@ -27,17 +28,7 @@ QUADRATIC = landscape.Point(
     name="quadratic",
 )
 NGRAMS = dict(num_states=3, order_n=3, seq_len=8, alpha=1.0, num_sequences=8)
-SCAN_SNAP = dict(
-    num_last=2,
-    num_next_per_last=1,
-    num_common=10,
-    num_common_per_last=0,
-    num_distinct_per_next=10,
-    common_unnormalized_prob=1.0,
-    distinct_unnormalized_min=0.1,
-    distinct_unnormalized_max=1.0,
-    seq_len=128,
-)
+SCAN_SNAP = scan_snap_task.SYN_SMALL
 RECALL = RecallModel(k=3, num_responses=3)
 VECTOR = {"x": jnp.ones(2)}
 BATCH = (jnp.ones((4, 2)), jnp.zeros(4))  # one batch of 4 examples (x, y)

@@ -48,17 +48,7 @@ def default_config() -> ml_collections.ConfigDict:
     c.experiment = "train"  # train (Y/Z model) | theory | wikitext | curvature (on WikiText)
     c.seed = 0  # runs use seeds seed, seed+1, ..., seed+num_seeds-1
     c.num_seeds = 1
-    c.data = dict(
-        num_last=2,
-        num_next_per_last=1,
-        num_common=10,
-        num_common_per_last=0,
-        num_distinct_per_next=10,
-        common_unnormalized_prob=1.0,
-        distinct_unnormalized_min=0.1,
-        distinct_unnormalized_max=1.0,
-        seq_len=128,
-    )
+    c.data = dict(task_lib.SYN_SMALL)
     c.model = dict(
         attend_to_query=False, normalize=True, residual=False, init="zeros", dtype=""
     )  # computation dtype ("" = train.dtype; half = autocast)

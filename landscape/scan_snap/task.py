@@ -97,6 +97,21 @@ def sample_classes(
     )
 
 
+# Syn-Small's sequence classes (notes §2.3, §7.4; Fig. 4): K = 2 classes, M = 34 ids (10 common,
+# 2 x 10 distinct, 2 last, 2 next), L = 128; `sequence_classes(**SYN_SMALL)`.
+SYN_SMALL: dict[str, Any] = dict(
+    num_last=2,
+    num_next_per_last=1,
+    num_common=10,
+    num_common_per_last=0,
+    num_distinct_per_next=10,
+    common_unnormalized_prob=1.0,
+    distinct_unnormalized_min=0.1,
+    distinct_unnormalized_max=1.0,
+    seq_len=128,
+)
+
+
 def sequence_classes(
     *,
     num_last: int,
