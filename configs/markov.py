@@ -26,7 +26,7 @@ Variants (`--config=configs/markov.py:<variant>`), with CPU times on 2 cores:
                     the theory model trained at (0.6, 0.8), tied and untied, 2 seeds: where it
                     ends and its Hessian density (~1 min idle, ~3 min on busy cores)
 
-The trap at the authors' recipe and precision (issue 13, notes §13): GPT-2 blocks, d = 8, tied,
+The trap at the authors' recipe and precision (notes §13): GPT-2 blocks, d = 8, tied,
 (p, q) = (0.5, 0.8), batch 16, AdamW(0.9, 0.95) lr 2e-3, PyTorch's OneCycle (cosine warm-up over
 2% from lr/100, cosine down to lr/5), each crossed with precision in {float32, float16 autocast
 without a gradient scaler, bfloat16 autocast}, 10 seeds per cell:

@@ -389,7 +389,7 @@ def bench_compile(repeats: int, one_by_one: int) -> dict[str, Any]:
     """Trace, lower and XLA compile seconds of each program of the main job, the Fig. 6 grid
     (one program per K), a Markov Fig. 4 program, n-grams Fig. 3, WikiText Fig. 7 and recall
     Fig. 1, the persistent cache off, medians of `repeats`; and the floor: the bare loss
-    gradient of the main job's model (issue 31 targets on 2 CPU cores: the main job's
+    gradient of the main job's model (the targets on 2 CPU cores: the main job's
     programs <= 0.8 s together, the Fig. 6 grid's <= 4 s)."""
     del one_by_one
     from experiments.bench import compile_timing

@@ -1,4 +1,4 @@
-"""The device check: every accelerator row in one call within a time budget (issue 41).
+"""The device check: every accelerator row in one call within a time budget.
 
 python -m experiments.device_check [--budget=480] [--trap] [--device_rows=a,b] [--device_out=DIR],
 or python -m experiments.benchmark --only=device --budget=480. The first line names the device; rows

@@ -1,7 +1,7 @@
 """The cost of curvature tracked inside a training run (`python -m experiments.benchmark
 --only=track`): the n-gram Fig. 3 config, 5 seeds, lambda_min / lambda_max every 64 steps by
 10 Lanczos steps on a 128-sequence evaluation batch, against the untracked run, and the
-tracking's measurements and Hessian-vector products timed alone (issue 39 item 2).
+tracking's measurements and Hessian-vector products timed alone.
 
 The compiled chunks (the whole run, one chunk each) are built once and called alternately,
 untracked and tracked, so a busy machine's phases fall on both; medians are reported."""

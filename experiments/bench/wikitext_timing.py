@@ -18,7 +18,7 @@ from landscape.typing import PyTree
 
 def bench_wikitext(repeats: int, one_by_one: int) -> dict[str, Any]:
     """Scan & Snap on WikiText (Figs. 7, 10): SGD steps of the d = 200 transformer at batch 20 x
-    bptt 35 over the WikiText-2 valid split's vocabulary (issue 15: the decoder's three matmuls,
+    bptt 35 over the WikiText-2 valid split's vocabulary (the decoder's three matmuls,
     ~10 GFLOP a step, set the floor: tens of ms). Needs the text folder of configs/wikitext.py."""
     from configs import wikitext as wikitext_configs
     from landscape.scan_snap import text, wikitext

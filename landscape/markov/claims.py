@@ -360,7 +360,8 @@ def fit_appendix_d(params: PyTree, cfg: ConfigDict) -> dict[str, Any]:
 
 
 def claims_trap(cfg: ConfigDict, groups: Sequence[Group]) -> list[records.Claim]:
-    """The trap study (issue 13): trapped fractions per (depth, precision) with intervals."""
+    """The trap study (notes/markov.md §13): trapped fractions per (depth, precision), with
+    intervals."""
     return trap_study.claims(cfg, groups)
 
 

@@ -1,4 +1,4 @@
-"""The single-layer trap at the authors' recipe and precision (issue 13; notes/markov.md §13).
+"""The single-layer trap at the authors' recipe and precision (notes/markov.md §13).
 
 Depth crossed with precision (float16 autocast, as the authors trained, against float32), over
 enough seeds for trapped fractions with 95% Wilson intervals; escape steps and the gradients at

@@ -103,7 +103,6 @@ def _sanity(
                 np.round(result.snapshots["val_loss"][:, -1], 3).tolist(),
                 f"< {unigram:.3f}",
                 bool(learnt.all()),
-                "issue 15",
             )
         )
     return out

@@ -1,4 +1,4 @@
-"""The trap study at the authors' recipe and precision (issue 13, notes/markov.md §13): the
+"""The trap study at the authors' recipe and precision (notes/markov.md §13): the
 OneCycle schedule against PyTorch's formula, float16 autocast against an emulation written here,
 the Wilson interval, and the study end to end at a tiny size."""
 
