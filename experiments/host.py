@@ -23,7 +23,8 @@ COMPILATION_CACHE = flags.DEFINE_string(
     "Folder of JAX's persistent compilation "
     "cache: a program compiled once (same code, shapes, options and JAX version) is loaded "
     "from it instead of compiled again. '' turns it off. JAX_COMPILATION_CACHE_DIR, if set, "
-    "wins.",
+    "wins. A folder that cannot be made or written: the run goes on without a cache, one line "
+    "says why.",
 )
 
 FORMULATIONS = flags.DEFINE_enum(
