@@ -51,6 +51,37 @@ def validate(
     memory.check_memory(memory_estimate(cfg))
 
 
+def validator(
+    default_config: Callable[[], ml_collections.ConfigDict],
+    traced: Sequence[str] | Callable[[Any], Sequence[str]],
+    validate_run: Callable[[Any], None],
+    validate_cell: Callable[[Any], None],
+    memory_estimate: Callable[[ml_collections.ConfigDict], memory.MemoryEstimate],
+    *,
+    sweepable: Sequence[str] | None = None,
+    unsweepable: Sequence[str] = validation.UNSWEEPABLE,
+) -> Callable[[ml_collections.ConfigDict], None]:
+    """A paper's `validate(cfg)`: `validate` against a fresh `default_config()` with the
+    paper's checks and memory estimate."""
+
+    def validate_config(cfg: ml_collections.ConfigDict) -> None:
+        """One clear ConfigError for the first mistake in any program of the sweep, the memory
+        estimate included (engine/experiment.py's `validate`); nothing is built."""
+        validate(
+            cfg,
+            default_config(),
+            traced,
+            validate_run=validate_run,
+            validate_cell=validate_cell,
+            memory_estimate=memory_estimate,
+            sweepable=sweepable,
+            unsweepable=unsweepable,
+        )
+
+    validate_config.__name__ = validate_config.__qualname__ = "validate"
+    return validate_config
+
+
 def program_line(fields: Mapping[str, Any]) -> str:
     """The line that announces a program (a structural cell) by its fields."""
     return "program " + ", ".join(f"{k}={v}" for k, v in fields.items())

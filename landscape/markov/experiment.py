@@ -36,19 +36,6 @@ from landscape.point import params_table
 from landscape.typing import Progress, PyTree
 
 
-def validate(cfg: ml_collections.ConfigDict) -> None:
-    """One clear ConfigError for the first mistake in any program of the sweep, the memory
-    estimate included (engine/experiment.py's chain); nothing is built."""
-    engine_experiment.validate(
-        cfg,
-        default_config(),
-        TRACED,
-        validate_run=_validate_run,
-        validate_cell=_validate_cell,
-        memory_estimate=memory_estimate,
-    )
-
-
 def _validate_run(cfg: ml_collections.ConfigDict) -> None:
     """The fields of the whole run (not per program): name, experiment, seeds, claims, sweep_zip."""
     choice = config_lib.require_choice
@@ -357,6 +344,12 @@ def memory_estimate(cfg: ml_collections.ConfigDict) -> memory.MemoryEstimate:
     """The largest program's peak resident memory, by shape arithmetic (no compiling, no
     allocation): the max over the config's structural cells of `_cell_bytes`."""
     return memory.estimate_memory(cfg, TRACED, _cell_bytes, _MEMORY_FIELDS, default_config)
+
+
+# validate(cfg): the run's fields, every program's, then the memory estimate; nothing is built
+validate = engine_experiment.validator(
+    default_config, TRACED, _validate_run, _validate_cell, memory_estimate
+)
 
 
 # ----------------------------------------------------------------------------- training problem

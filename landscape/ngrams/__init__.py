@@ -1,27 +1,21 @@
 """In-context n-grams (Varre et al.): sub-n-grams are near-stationary points; docs/design/ngrams.md.
 
-The rooms of every paper package (docs/architecture.md), no theory.py (the paper's closed forms
-are the estimators' losses, in task.py and estimators.py); a module beyond them names its room
-in brackets.
+The rooms of docs/architecture.md but theory.py (closed forms: task, estimators); [room]: its room.
 
 task.py          per-sequence Dirichlet n-gram sampler, lifted chain, Lemma H.5, plateaus
-estimators.py    [task] the k-gram estimators of Def. 2.1, padded variant, add-alpha / Bayes, losses
+estimators.py    [task] the k-gram estimators of Def. 2.1, padded, add-alpha / Bayes, losses
 model.py         NgramModel: the simplified (§3.2), attention-only (§3.3) and Def. 2.2 models
 points.py        theta_*^k(c) (§4.4), Eq. 30's bigram point, random init
 gradients.py     [experiment] the unbiased population-gradient norms, in total and per block (C7)
-stationarity.py  [experiment] Theorem 4.2's study: ||grad L(theta_*^k(c))|| against T and c, tables,
-                 plots
+stationarity.py  [experiment] Theorem 4.2's study: ||grad L(theta_*^k(c))|| against T and c
 stationarity_claims.py  [claims] that study's claims (C5-C9)
-schema.py        [experiment] the config schema (default_config), the traced fields, the model of a
-                 config
+schema.py        [experiment] the config schema, the traced fields, the model of a config
 experiment.py    configs -> compiled runs (seeds x lr vmapped) -> records, figures, claims
-footprint.py     [experiment] the bytes a run holds (memory estimate), the snapshot's chunk of test
-                 sequences
+footprint.py     [experiment] the bytes a run holds (memory estimate), the snapshot's chunk
 claims.py        the estimator lines, the plateau analysis, the claims of a run
 figures.py       test loss with the estimator lines, attention maps, heads by seed, gradient norms
 trained.py       trained_point: a run's parameters at a step on the constructions' population
-curvature_study.py  a tracked run probed at its plateau: kind, Gauss-Newton split, escape
-                 directions and their overlap with the next stage against chance
+curvature_study.py  a plateau's kind, Gauss-Newton split, escape directions against chance
 """
 
 import importlib

@@ -55,20 +55,6 @@ ONE_PER_RUN = validation.UNSWEEPABLE + (
 )
 
 
-def validate(cfg: ml_collections.ConfigDict) -> None:
-    """One clear ConfigError for the first mistake in any program of the sweep, the memory
-    estimate included (engine/experiment.py's chain); nothing is built."""
-    engine_experiment.validate(
-        cfg,
-        default_config(),
-        TRACED,
-        validate_run=_validate_run,
-        validate_cell=_validate_cell,
-        memory_estimate=memory_estimate,
-        unsweepable=ONE_PER_RUN,
-    )
-
-
 def _validate_run(cfg: ml_collections.ConfigDict) -> None:
     """The fields of the whole run (not per program): name, experiment, seeds, claims, the
     estimator lines, the stationarity study, the analysis and the figures."""
@@ -195,6 +181,12 @@ def _validate_cell(cfg: ml_collections.ConfigDict) -> None:
     track_lib.validate_tracking(cfg)
     if cfg.train.track_every:  # the tracked batch: the first of the train.test_sequences
         r(cfg, "train.track_sequences", low=1, high=cfg.train.test_sequences, integer=True)
+
+
+# validate(cfg): the run's fields, every program's, then the memory estimate; nothing is built
+validate = engine_experiment.validator(
+    default_config, TRACED, _validate_run, _validate_cell, memory_estimate, unsweepable=ONE_PER_RUN
+)
 
 
 def needs_x64(cfg: ml_collections.ConfigDict) -> bool:

@@ -1,13 +1,10 @@
 """Incremental learning for in-context associative recall: the two-layer attention-only model.
 
-The rooms of every paper package (docs/architecture.md), no points.py (the theory's points are
-flow.py's initialisations near each saddle); a module beyond them names its room in brackets.
+The rooms of docs/architecture.md but points.py (flow.py's inits); [room]: a module's room.
 
 task.py        permutations + responses: the token-level and exact collision-vector samplers
-model.py       RecallModel (flax.linen): the simplified model (Eqs. 9a-e) with its switches,
-               and the original model
-flow.py        [experiment] the theory's initialisations, gradient flow, SGD/GD problems, jump
-               readouts
+model.py       RecallModel (flax.linen): the simplified model (Eqs. 9a-e) and the original
+flow.py        [experiment] the theory's initialisations, gradient flow, SGD/GD problems, jumps
 theory.py      plateau levels, the conservation law, Thm 3.1 ODE, jump times, the recursion
 experiment.py  experiments E1-E6 with claims and figures
 claims.py      which associative-recall claims a run reproduces, one function per config

@@ -114,19 +114,6 @@ FLOW_CLAIMS = ("first_jump", "ei_tail", "later_jumps", "stages")
 SGD_CLAIMS = ("fig1", "dp_vs_ce", "ablations")
 
 
-def validate(cfg: ConfigDict) -> None:
-    """One clear ConfigError for the first mistake in any program of the sweep, the memory
-    estimate included (engine/experiment.py's chain); nothing is built."""
-    engine_experiment.validate(
-        cfg,
-        default_config(),
-        lambda c: FLOW_TRACED if c.experiment == "flow" else SGD_TRACED,
-        validate_run=_validate_run,
-        validate_cell=_validate_cell,
-        memory_estimate=memory_estimate,
-    )
-
-
 def _validate_run(cfg: ConfigDict) -> None:
     """The fields of the whole run (not per program): name, experiment, seeds, claims, and which
     groups a sweep or variant may change (flow runs read no optim / train, SGD runs no flow)."""
@@ -347,6 +334,16 @@ def memory_estimate(cfg: ConfigDict) -> memory.MemoryEstimate:
     allocation): the max over the config's structural cells of `_cell_bytes`."""
     traced = FLOW_TRACED if cfg.experiment == "flow" else SGD_TRACED
     return memory.estimate_memory(cfg, traced, _cell_bytes, _MEMORY_FIELDS, default_config)
+
+
+def _traced(cfg: ConfigDict) -> tuple[str, ...]:
+    return FLOW_TRACED if cfg.experiment == "flow" else SGD_TRACED
+
+
+# validate(cfg): the run's fields, every program's, then the memory estimate; nothing is built
+validate = engine_experiment.validator(
+    default_config, _traced, _validate_run, _validate_cell, memory_estimate
+)
 
 
 # ----------------------------------------------------------------------------- running

@@ -101,20 +101,6 @@ SWEEPABLE = (
 ) + wikitext.SWEEPABLE
 
 
-def validate(cfg: ml_collections.ConfigDict) -> None:
-    """One clear ConfigError for the first mistake in any program of the sweep, the memory
-    estimate included (engine/experiment.py's chain); nothing is built."""
-    engine_experiment.validate(
-        cfg,
-        default_config(),
-        TRACED,
-        validate_run=_validate_run,
-        validate_cell=_validate_cell,
-        memory_estimate=memory_estimate,
-        sweepable=SWEEPABLE,
-    )
-
-
 def _validate_run(cfg: ml_collections.ConfigDict) -> None:
     """The fields of the whole run (not per program): name, experiment, seeds, claims."""
     config_lib.require_text(cfg, "name")
@@ -299,6 +285,12 @@ def memory_estimate(cfg: ml_collections.ConfigDict) -> memory.MemoryEstimate:
             cfg, TRACED, wikitext.cell_bytes, wikitext.MEMORY_FIELDS, default_config
         )
     return memory.estimate_memory(cfg, TRACED, _cell_bytes, _MEMORY_FIELDS, default_config)
+
+
+# validate(cfg): the run's fields, every program's, then the memory estimate; nothing is built
+validate = engine_experiment.validator(
+    default_config, TRACED, _validate_run, _validate_cell, memory_estimate, sweepable=SWEEPABLE
+)
 
 
 # ----------------------------------------------------------------------------- training problem
