@@ -2,7 +2,8 @@
 (optax's style), jittable inside a user's own step or `lax.scan`; each update is one Lanczos run
 of `num_iters` Hessian-vector products started warm from the last measurement's Ritz vectors,
 which the state carries with its key. The engine's `Track` measures with the same core
-(`operator`, `ritz`). docs/guide/own_loop.md; docs/design/curvature.md for the Lanczos run."""
+(`landscape.core`: `hvp.loss_operator`, `lanczos.run`, `ritz.ritz`). docs/guide/own_loop.md;
+docs/design/curvature.md for the Lanczos run."""
 
 from __future__ import annotations
 
@@ -18,8 +19,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
-from landscape import _checks, linalg
+from landscape import _checks
 from landscape import point as point_lib
+from landscape.core import hvp, lanczos, ritz
 from landscape.core import layout as layout_lib
 from landscape.core.layout import Layout
 from landscape.typing import PyTree
@@ -189,54 +191,6 @@ def flat_shape(params: PyTree, num_iters: int) -> tuple[int, np.dtype]:
     return dim, dtype
 
 
-Operator = tuple[jax.Array, jax.Array, Callable[[jax.Array], jax.Array]]
-
-
-def operator(
-    loss: Callable[..., jax.Array], flat: jax.Array, unravel: Callable, inputs: tuple, batched: bool
-) -> Operator:
-    """(L, ∇L, v -> H v) at the flat parameters: the gradient linearised once, or with `batched`
-    the mean over the leading axis of inputs[0] accumulated batch by batch."""
-    if not batched:
-        return linalg.linearized_gradient(lambda x: loss(unravel(x), *inputs), flat)
-    (batches,) = inputs
-    value, grad, matvec, _ = linalg.batched_gradient(
-        lambda x, batch: loss(unravel(x), batch), flat, batches
-    )
-    return value, grad, matvec
-
-
-class Ritz(NamedTuple):
-    """A Lanczos run's Rayleigh-Ritz: `values` (m,) ascending, their Gauss weights (the squared
-    first components, summing to 1), residual estimates |β_m s_last| and the Ritz vectors
-    (rows, D) of the `kept` indices."""
-
-    values: jax.Array
-    weights: jax.Array
-    residuals: jax.Array
-    vectors: jax.Array
-
-
-def ritz(
-    matvec: Callable[[jax.Array], jax.Array],
-    start: jax.Array,
-    num_iters: int,
-    key: jax.Array,
-    kept: tuple[int, ...] = (),
-    project: Callable[[jax.Array], jax.Array] | None = None,
-) -> Ritz:
-    """Lanczos from `start` (`linalg.lanczos_basis`, a fresh draw mapped by `project`), then
-    the Ritz pairs of its tridiagonal T; the vectors of the `kept` indices of the ascending
-    values (negative: from the top)."""
-    basis, alphas, betas = linalg.lanczos_basis(matvec, start, num_iters, key, project=project)
-    matrix = jnp.diag(alphas) + jnp.diag(betas[:-1], 1) + jnp.diag(betas[:-1], -1)
-    values, coefficients = jnp.linalg.eigh(matrix)
-    residuals = jnp.abs(betas[-1] * coefficients[-1])
-    chosen = coefficients[:, np.asarray(kept, int)].T  # (rows, m)
-    vectors = jnp.matmul(chosen, basis, precision=jax.lax.Precision.HIGHEST)
-    return Ritz(values, coefficients[0] ** 2, residuals, vectors)
-
-
 def warm_start(
     vectors: jax.Array, key: jax.Array, noise: float, draw: Callable[[jax.Array], jax.Array]
 ) -> jax.Array:
@@ -263,7 +217,7 @@ def update(
     _check_loss_output(loss, settings, params, inputs)
     layout = settings.layout
     flat, unravel = (layout.to_flat(params), layout.from_flat) if layout else ravel_pytree(params)
-    value, grad, matvec = operator(loss, flat, unravel, inputs, settings.in_batches)
+    value, grad, matvec = hvp.loss_operator(loss, flat, unravel, inputs, settings.in_batches)
     key, start_key, restart_key = jax.random.split(state.key, 3)
 
     def draw(key: jax.Array) -> jax.Array:  # the same vector in every layout
@@ -273,7 +227,8 @@ def update(
     k, m = settings.k, settings.num_iters
     kept = tuple(range(m - 1, m - 1 - k, -1)) + (0,)  # the top k, descending, then the bottom
     project = None if layout is None else layout.clean
-    found = ritz(matvec, start, m, restart_key, kept, project)
+    run = lanczos.run(matvec, start, m, restart_key, project=project)
+    found = ritz.ritz(lanczos.extract(run), kept)
     top = found.values[np.asarray(kept[:-1])]
     floor = rounding_floor(found.values, m)
     residuals = jnp.maximum(found.residuals, floor)

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import landscape
+from landscape.core import lanczos as core_lanczos
 from landscape.markov import theory
 from landscape.probes import eigen, krylov, krylov_host
 from landscape.probes import escape as escape_lib
@@ -281,14 +282,14 @@ def test_a_loose_rtol_stops_runs_early_and_counts_every_product():
 
 
 def test_lanczos_through_a_null_space_stays_finite_and_exact():
-    """linalg.lanczos on all of D = 200 for a rank-50 matrix (float32): past the rank the products
+    """core lanczos on all of D = 200 for a rank-50 matrix (float32): past the rank the products
     are rounding, which must count as an exhausted space (fresh directions), not as a direction;
     T stays finite and its extremes are the matrix's."""
     rng = np.random.default_rng(5)
     basis = np.linalg.qr(rng.standard_normal((200, 200)))[0]
     values = np.r_[rng.standard_normal(50), np.zeros(150)]
     matrix = jnp.asarray((basis * values) @ basis.T, jnp.float32)
-    alphas, betas = landscape.linalg.lanczos(
+    alphas, betas = core_lanczos.lanczos(
         lambda v: matrix @ v, 200, 200, jax.random.key(0), jnp.float32
     )
     tridiagonal = np.diag(alphas) + np.diag(betas, 1) + np.diag(betas, -1)

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from landscape.core import memory as core_memory
 from landscape.engine import config as config_lib
 from landscape.engine import memory
 from landscape.markov import experiment as markov
@@ -154,16 +155,16 @@ def test_the_memory_available_is_the_least_room_under_every_cgroup_limit(tmp_pat
     _write(job / "memory.stat", f"anon {4 * 2**30}\ninactive_file {2**30}\nactive_file 0\n")
     _write(job / "step_0/memory.max", "max\n")
     _write(job / "step_0/memory.current", f"{2**30}\n")
-    assert memory._available(proc, sys_cgroup) == 4 * 2**30
+    assert core_memory._available(proc, sys_cgroup) == 4 * 2**30
     _write(job / "memory.max", "max\n")
-    assert memory._available(proc, sys_cgroup) == 16 * 2**30  # no limit: MemAvailable
+    assert core_memory._available(proc, sys_cgroup) == 16 * 2**30  # no limit: MemAvailable
     # cgroup v1 (and a v2 line on a hybrid mount without a limit)
     _write(proc / "self/cgroup", "4:memory:/batch/1\n0::/\n")
     _write(sys_cgroup / "memory/batch/1/memory.limit_in_bytes", f"{3 * 2**30}\n")
     _write(sys_cgroup / "memory/batch/1/memory.usage_in_bytes", f"{2**30}\n")
     _write(sys_cgroup / "memory/memory.limit_in_bytes", "9223372036854771712\n")  # v1's none
-    assert memory._available(proc, sys_cgroup) == 2 * 2**30
-    assert memory._available(tmp_path / "none", tmp_path / "none") == float("inf")
+    assert core_memory._available(proc, sys_cgroup) == 2 * 2**30
+    assert core_memory._available(tmp_path / "none", tmp_path / "none") == float("inf")
 
 
 def test_the_memory_available_respects_the_address_space_limit():

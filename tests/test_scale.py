@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import landscape
-from landscape import linalg
+from landscape.core import hvp
 from landscape.probes import blocks, eigen, krylov, krylov_host, operator, spectra
 
 N, D = 48, 100_000  # examples, parameters: H = X^T X / N has rank N
@@ -102,7 +102,7 @@ def test_batches_refuse_what_does_not_split_evenly():
 
 def test_products_run_in_blocks_by_memory_with_progress(model, monkeypatch):
     one, _, _, _ = model
-    monkeypatch.setattr(linalg, "ROWS_MAPPED_FROM", np.inf)  # vmapped, as on an accelerator
+    monkeypatch.setattr(hvp, "ROWS_MAPPED_FROM", np.inf)  # vmapped, as on an accelerator
     lines = []
     each = blocks.product_bytes(one)
     monkeypatch.setattr(blocks.memory, "device_free_bytes", lambda: 2 * 7.5 * each)
@@ -126,7 +126,7 @@ def test_products_made_one_at_a_time_take_blocks_that_memory_does_not_limit(mode
     assert [line.split(" |")[0] for line in lines] == [
         f"trace: {n} of 60 products" for n in (25, 50)
     ]
-    monkeypatch.setattr(linalg, "ROWS_MAPPED_FROM", np.inf)
+    monkeypatch.setattr(hvp, "ROWS_MAPPED_FROM", np.inf)
     vmapped = landscape.trace(one, 60, method="hutchinson", progress=None)
     assert mapped.value == pytest.approx(vmapped.value, rel=1e-5)  # the same probes
 
@@ -141,7 +141,7 @@ def test_the_memory_estimate_is_within_2x_of_xla(model):
     forms = spectra.trace_block.lower(*args, state, np.int32(spectra.REST), indices, False)
     slq = spectra.slq_block.lower(*args, indices, 30, "rademacher", False)
     basis = 30 * D * 4  # an SLQ probe's Lanczos basis
-    held = 1 if linalg.rows_mapped(D) else 8  # Hutchinson's products one at a time (the CPU)
+    held = 1 if hvp.rows_mapped(D) else 8  # Hutchinson's products one at a time (the CPU)
     for program, estimate in (
         (forms, held * blocks.product_bytes(one)),
         (slq, 8 * blocks.product_bytes(one, basis)),

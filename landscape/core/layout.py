@@ -23,7 +23,7 @@ from jax.flatten_util import ravel_pytree
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from landscape import linalg
+from landscape.core import orthonormal
 from landscape.typing import PyTree
 
 
@@ -118,12 +118,12 @@ class Layout:
         return x if self.mesh is None else self.to_flat(self.from_flat(x))
 
     def rotate(self, rows: jax.Array, q: jax.Array, **how: Any) -> jax.Array:
-        """`linalg.rotate_rows` of rows (n, padded), each device on its own columns."""
+        """`orthonormal.rotate_rows` of rows (n, padded), each device on its own columns."""
         if self.mesh is None:
-            return linalg.rotate_rows(rows, q, **how)
+            return orthonormal.rotate_rows(rows, q, **how)
         active = how.pop("active", True)
         return jax.shard_map(
-            lambda local, q, active: linalg.rotate_rows(local, q, active=active, **how),
+            lambda local, q, active: orthonormal.rotate_rows(local, q, active=active, **how),
             mesh=self.mesh,
             in_specs=(P(None, self.mesh.axis_names), P(), P()),
             out_specs=P(None, self.mesh.axis_names),

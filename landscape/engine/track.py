@@ -14,8 +14,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
-from landscape import _checks, linalg, tracking
+from landscape import _checks
 from landscape import point as point_lib
+from landscape.core import hvp, lanczos, ritz
 from landscape.engine import config as config_lib
 
 Params = Any
@@ -44,7 +45,7 @@ class Track:
     batches: an evaluation set in batches (leaves with one leading axis of B batches, as
         `landscape.batches` makes): the loss is then loss(params, hparams, batch) (or
         loss(params, batch), as a `Point`'s objective), its mean over the batches tracked with
-        memory for one batch (`linalg.batched_gradient`).
+        memory for one batch (`core.hvp.batched_gradient`).
     """
 
     loss: Callable[..., jax.Array]
@@ -113,23 +114,23 @@ class Track:
 
 def measure(track: Track, params: Params, hp: HParams, step: jax.Array) -> dict[str, jax.Array]:
     """The tracked metrics at `params` (one run; vmapped by the chunk): the functional tracker's
-    core (`landscape.tracking`: one linearisation of the loss's gradient, then a Lanczos run)
-    from `probes` cold starts, `num_lanczos` Hessian-vector products each."""
+    core (`landscape.core`: one linearisation of the loss's gradient, then a Lanczos run and its
+    Ritz values) from `probes` cold starts, `num_lanczos` Hessian-vector products each."""
     flat, unravel = ravel_pytree(params)
     inputs = () if track.batches is None else (track.batches,)
-    value, grad, hvp = tracking.operator(
+    value, grad, matvec = hvp.loss_operator(
         lambda p, *batch: track.value(p, hp, *batch), flat, unravel, inputs, bool(inputs)
     )
     num_iters = min(track.num_lanczos, flat.size)
     keys = jax.random.split(jax.random.fold_in(jax.random.key(track.seed), step), track.probes)
 
-    def lanczos(key: jax.Array) -> tuple[jax.Array, jax.Array]:
-        start_key, restart_key = jax.random.split(key)  # as linalg.lanczos draws its start
-        start = linalg.varying_like(jax.random.normal(start_key, flat.shape, flat.dtype), flat)
-        found = tracking.ritz(hvp, start, num_iters, restart_key)
+    def measured(key: jax.Array) -> tuple[jax.Array, jax.Array]:
+        start_key, restart_key = jax.random.split(key)  # as lanczos.lanczos draws its start
+        start = lanczos.varying_like(jax.random.normal(start_key, flat.shape, flat.dtype), flat)
+        found = ritz.ritz(lanczos.extract(lanczos.run(matvec, start, num_iters, restart_key)))
         return found.values, found.weights
 
-    nodes, weights = jax.vmap(lanczos)(keys)  # (probes, num_iters)
+    nodes, weights = jax.vmap(measured)(keys)  # (probes, num_iters)
     out = {
         "lambda_min": jnp.min(nodes[:, 0]),
         "lambda_max": jnp.max(nodes[:, -1]),
@@ -156,7 +157,7 @@ def measure_at(
 
     def skipped() -> dict[str, jax.Array]:
         return {
-            k: linalg.varying_like(jnp.full(s.shape, jnp.nan, s.dtype), like)
+            k: lanczos.varying_like(jnp.full(s.shape, jnp.nan, s.dtype), like)
             for k, s in shapes.items()
         }
 

@@ -21,19 +21,18 @@ import numpy as np
 from jax.sharding import Mesh
 
 from landscape import trees
-from landscape.engine import memory
+from landscape.core import memory
 from landscape.point import Point
 from landscape.probes import budget
 
 LONG_SECONDS = 10.0  # a call prints a line per block once it has taken this long
-MEMORY_FRACTION = 0.5  # of the free memory, for the blocks of one call
 LARGE_SHARE = 0.1  # a call taking more of the free memory at once says so first
 # On the CPU a larger block is no faster: D = 10^6, 100 products of a tanh MLP took 26.7 s warm
 # in one block against 14.9 s in blocks of 25 (load ~10); at 250 MB against 500 MB a block, trace
 # 3.7-3.9 s against 3.9 s and SLQ 13.0-14.0 s against 13.6-15.9 s, in 0.65 GB against 0.89 GB and
 # 0.75 GB against 1.3 GB of peak memory (idle, alternated)
 CPU_BLOCK_BYTES = 2.5e8
-# Products made one at a time inside a block (`linalg.each_row` on the CPU) hold one product's
+# Products made one at a time inside a block (`hvp.each_row` on the CPU) hold one product's
 # memory whatever the block: a Hutchinson trace takes them in blocks of this many, each block
 # one linearisation and a progress line (at D = 10^7 a block of one relinearised per product)
 MAPPED_BLOCK = 25
@@ -90,11 +89,11 @@ def plan(
     "batches=landscape.batches(data, n)))",
     mesh: Mesh | None = None,
 ) -> Plan:
-    """Blocks for `count` products of `points` points at once that fit MEMORY_FRACTION of the
-    free memory (and CPU_BLOCK_BYTES on the CPU); a line through `progress` when they must be
-    split by memory or take more than LARGE_SHARE of it, a MemoryError in one sentence when not
-    even one product fits. Over a `mesh` the bytes are a device's (`product_bytes`), and the
-    sentence names the mesh."""
+    """Blocks for `count` products of `points` points at once that fit the call's share of the
+    free memory (`memory.budget`, and CPU_BLOCK_BYTES on the CPU); a line through `progress`
+    when they must be split by memory or take more than LARGE_SHARE of it, a MemoryError in one
+    sentence when not even one product fits. Over a `mesh` the bytes are a device's
+    (`product_bytes`), and the sentence names the mesh."""
     if progress is not None and not callable(progress):
         raise TypeError(
             f"{caller}: progress = {progress!r}: must be a function of one line (print) or None."
@@ -102,7 +101,7 @@ def plan(
     free = memory.device_free_bytes() if free is None else free
     devices = 1 if mesh is None else mesh.size
     each = points * product_bytes(point, vector_bytes, devices)
-    fit = int(MEMORY_FRACTION * free // max(each, 1.0))
+    fit = int(memory.budget(free) // max(each, 1.0))
     on_cpu = jax.default_backend() == "cpu"
     fit_cache = max(1, int(CPU_BLOCK_BYTES // max(each, 1.0))) if on_cpu else count
     if fit < 1:

@@ -1,6 +1,6 @@
 """How many loss evaluations of a point fit in memory at once: the bytes one evaluation holds,
 read off its jaxpr without compiling anything (a compile for XLA's own count costs seconds on an
-accelerator), against the memory this process may take (`landscape.engine.memory`), so that
+accelerator), against the memory this process may take (`landscape.core.memory`), so that
 `slice_2d`, `path`, `bezier_path` and the matrix-free probes size their batches themselves
 (docs/design/curvature.md).
 """
@@ -16,10 +16,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.extend import core as jax_core
 
-from landscape.engine import memory
+from landscape.core import memory
 from landscape.point import Point
 
-MEMORY_FRACTION = 0.5  # of the available memory, for the evaluations of one call
 # On the CPU a larger batch of rows is no faster: a 61 x 61 Markov slice (D = 237, 2.8 MB a row)
 # took 11.7-14.6 s in batches of 89 rows (250 MB) against 12.8-13.1 s in batches of 700 (loaded
 # machine, alternated); one call asking for half the memory at once is what other processes on
@@ -110,14 +109,14 @@ def rows_per_batch(
 ) -> int | None:
     """None when all `rows` loss evaluations fit at once (one vmapped call), else as many as fit
     (a lax.map over batches of them, said through `progress` when memory is what limits them);
-    a MemoryError in one sentence when not even one does. They fit in MEMORY_FRACTION of the
+    a MemoryError in one sentence when not even one does. They fit in `memory.budget` of the
     memory free on the device and, on the CPU, in CPU_BATCH_BYTES. A row holds its parameters
     and one evaluation's bytes, or `row_bytes` where the caller measured more of its vmapped
     program per row."""
     available = memory.device_free_bytes() if available is None else available
     leaves = jax.tree.leaves(point.params)
     own = sum(np.size(x) * jnp.dtype(jnp.result_type(x)).itemsize for x in leaves)
-    each, budget = max(loss_bytes(point) + own, row_bytes, 1.0), MEMORY_FRACTION * available
+    each, budget = max(loss_bytes(point) + own, row_bytes, 1.0), memory.budget(available)
     cap = CPU_BATCH_BYTES if jax.default_backend() == "cpu" else math.inf
     if each * rows <= min(budget, cap):
         return None

@@ -17,7 +17,7 @@ import numpy as np
 from jax.sharding import Mesh
 
 from landscape import _checks
-from landscape.engine import memory
+from landscape.core import memory
 from landscape.point import (
     Point,
     PointOrPoints,

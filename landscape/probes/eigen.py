@@ -22,9 +22,10 @@ from jax.flatten_util import ravel_pytree
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from landscape import _checks, linalg, trees
+from landscape import _checks, trees
 from landscape import point as point_lib
 from landscape.core import layout as layout_lib
+from landscape.core import memory, orthonormal
 from landscape.point import Point
 from landscape.probes import (
     blocks,
@@ -138,7 +139,7 @@ def default_ncv(k: int) -> int:
 def lanczos_search_bytes(dim: int, ncv: int, itemsize: int) -> int:
     """What a search holds beside one Hessian-vector product (`blocks.product_bytes`): its ncv
     vectors, a restart's block of the basis (an eighth) and three vectors of a step's work."""
-    return int((ncv + ncv / linalg.ROTATION_CHUNKS + 3) * dim * itemsize)
+    return int((ncv + ncv / orthonormal.ROTATION_CHUNKS + 3) * dim * itemsize)
 
 
 def _check_arguments(
@@ -300,9 +301,9 @@ def _fitted_ncv(point: Point, k: int, ncv: int, given: bool, progress: Progress)
     dim, itemsize = point.num_params, blocks.itemsize(point)
     spread = layout_lib.of(point.params)
     share = spread.padded / spread.devices  # a vector's entries on one device
-    free = blocks.MEMORY_FRACTION * blocks.memory.device_free_bytes()
+    free = memory.budget()
     room = free - blocks.product_bytes(point, devices=spread.devices)
-    fits = int((room / (share * itemsize) - 3) / (1 + 1 / linalg.ROTATION_CHUNKS))
+    fits = int((room / (share * itemsize) - 3) / (1 + 1 / orthonormal.ROTATION_CHUNKS))
     smallest = min(k + 4, dim + k)
     if fits < smallest:
         blocks.plan(
@@ -318,7 +319,7 @@ def _fitted_ncv(point: Point, k: int, ncv: int, given: bool, progress: Progress)
         why = "asked for" if given else "by default"
         progress(
             f"eigenpairs: {ncv} Lanczos vectors ({why}) need about "
-            f"{blocks.memory.format_bytes(lanczos_search_bytes(round(share), ncv, itemsize))}"
+            f"{memory.format_bytes(lanczos_search_bytes(round(share), ncv, itemsize))}"
             f"{f' on each of {spread.devices} devices' if spread.devices > 1 else ''}; "
             f"the search holds {fits} (ncv={fits}), in more runs"
         )

@@ -1,6 +1,7 @@
 """Lanczos on exact Hessian-vector products: `lanczos_spectrum`, the Ritz values at a point
-without forming the D x D matrix, on the tridiagonalisation of `landscape.linalg` (which the
-probes and the engine's tracking along training share)."""
+without forming the D x D matrix, on the core's Lanczos and Ritz extraction
+(`landscape.core.lanczos`, `landscape.core.ritz`), which every Krylov probe, the tracker and the
+engine's Track share."""
 
 from __future__ import annotations
 
@@ -13,9 +14,10 @@ import numpy as np
 
 from landscape import _checks
 from landscape.core import layout as layout_lib
+from landscape.core import ritz
+from landscape.core.lanczos import lanczos as lanczos
+from landscape.core.lanczos import lanczos_from as lanczos_from
 from landscape.core.layout import Layout
-from landscape.linalg import lanczos as lanczos
-from landscape.linalg import lanczos_from as lanczos_from
 from landscape.point import Point, check_point, param_names
 from landscape.probes import blocks, compiled, operator, stream
 from landscape.probes.gradient import Gradient
@@ -230,10 +232,5 @@ def lanczos_spectrum(
         tree = jax.tree.map(np.asarray, found[3])
         grad = ravel_numpy(tree)
     gradient = Gradient(point, tree, grad, param_names(point.params), float(loss))
-    if not (np.all(np.isfinite(alphas)) and np.all(np.isfinite(betas))):
-        nan = np.full(num_iters, np.nan, alphas.dtype)  # eigh on NaN/inf: garbage or an error
-        return Spectrum(point, nan, nan.copy(), gradient, matrix)
-    ritz_values, ritz_vectors = np.linalg.eigh(
-        np.diag(alphas) + np.diag(betas, 1) + np.diag(betas, -1)
-    )
-    return Spectrum(point, ritz_values, ritz_vectors[0] ** 2, gradient, matrix)
+    nodes, weights = ritz.quadrature(alphas[None], betas[None])  # NaN where T is not finite
+    return Spectrum(point, nodes[0], weights[0], gradient, matrix)

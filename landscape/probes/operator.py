@@ -19,7 +19,8 @@ import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 from jax.sharding import PartitionSpec as P
 
-from landscape import _checks, linalg
+from landscape import _checks
+from landscape.core import hvp
 from landscape.core.layout import Layout
 from landscape.point import MeanOverBatches, Point, mean_over_batches
 from landscape.typing import PyTree
@@ -56,10 +57,8 @@ def hessian_operator(
         return _ggn_over_batches(objective.per_batch, params, inputs)  # type: ignore[arg-type]  # is_ggn
     if isinstance(objective, MeanOverBatches):
         return _over_batches(objective.per_batch, flat, unravel, inputs)
-    value, gradient, linear = linalg.linearized_gradient(
-        lambda x: objective(unravel(x), inputs), flat
-    )
-    return Operator(flat, value, gradient, linear, linalg.each_row(linear, flat.size))
+    value, gradient, linear = hvp.linearized_gradient(lambda x: objective(unravel(x), inputs), flat)
+    return Operator(flat, value, gradient, linear, hvp.each_row(linear, flat.size))
 
 
 class GaussNewtonSplit:
@@ -95,13 +94,13 @@ def ggn_operator(
     flat, unravel = flattened(params, layout)
     z, vjp = jax.vjp(lambda x: outputs(unravel(x), inputs), flat)
     jvp = jax.linear_transpose(vjp, z)
-    value, grad_z, output_hvp = linalg.linearized_gradient(lambda u: output_loss(u, inputs), z)
+    value, grad_z, output_hvp = hvp.linearized_gradient(lambda u: output_loss(u, inputs), z)
 
     def matvec(v: jax.Array) -> jax.Array:
         (jv,) = jvp((v,))
         return vjp(output_hvp(jv))[0]
 
-    return Operator(flat, value, vjp(grad_z)[0], matvec, linalg.each_row(matvec, flat.size))
+    return Operator(flat, value, vjp(grad_z)[0], matvec, hvp.each_row(matvec, flat.size))
 
 
 def check_split(points: Sequence[Point], caller: str, carriers: str = "") -> Point:
@@ -157,8 +156,8 @@ def _over_batches(
     per_batch: Objective, flat: jax.Array, unravel: Callable, batches: PyTree
 ) -> Operator:
     """The mean over the leading axis of `batches` of per_batch's loss, gradient and products,
-    each accumulated batch by batch (`linalg.batched_gradient`)."""
-    value, gradient, matvec, rows = linalg.batched_gradient(
+    each accumulated batch by batch (`hvp.batched_gradient`)."""
+    value, gradient, matvec, rows = hvp.batched_gradient(
         lambda x, batch: per_batch(unravel(x), batch), flat, batches
     )
     return Operator(flat, value, gradient, matvec, rows)

@@ -16,8 +16,11 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh
 
-from landscape import _checks, linalg, trees
+from landscape import _checks, trees
+from landscape.core import hutchpp, hvp, ritz
 from landscape.core import layout as layout_lib
+from landscape.core.hutchpp import EXACT, REST, SKETCH
+from landscape.core.lanczos import lanczos_from
 from landscape.core.layout import Layout
 from landscape.point import Point, as_points, param_names
 from landscape.probes import blocks, compiled, operator, stream
@@ -27,7 +30,6 @@ from landscape.probes.estimates import (
     TraceEstimate,
     point_dtype,
 )
-from landscape.probes.lanczos import lanczos_from
 from landscape.probes.uncertainty import (
     mean_and_stderr,
     rounding,
@@ -96,9 +98,6 @@ def slq_block(
     return _over_points(body, batched, params, inputs)
 
 
-SKETCH, EXACT, REST = 0, 1, 2  # Hutch++'s stages: sketch the range, its exact part, the rest
-
-
 class TraceState(NamedTuple):
     """`trace` between blocks: `range_` (r, D) the sketch H g, orthonormal rows Q once the exact
     stage begins; `exact` () tr(Q^T H Q) so far; `samples` (m,) the Hutchinson forms of the
@@ -135,7 +134,7 @@ def trace_block(
         kind = ("rademacher", params, layout)
         if not rank:  # Hutchinson: each probe drawn, multiplied and its form taken in turn
             form = lambda i: jnp.sum((v := _probe(key, i, *kind)) * op.matvec(v))  # noqa: E731
-            forms = linalg.each_row(form, op.flat.size)(indices)
+            forms = hvp.each_row(form, op.flat.size)(indices)
             return state._replace(samples=state.samples.at[indices].set(forms, mode="drop"))
         sketch_key, probe_key = jax.random.split(key)
         first_exact = (stage == EXACT) & (indices[0] == 0)
@@ -147,7 +146,7 @@ def trace_block(
             [
                 lambda: _probes(sketch_key, indices, *kind),
                 lambda: jnp.where((indices < rank)[:, None], rows, 0),
-                lambda: _projected(state.range_, _probes(probe_key, indices, *kind)),
+                lambda: hutchpp.projected(state.range_, _probes(probe_key, indices, *kind)),
             ],
         )
         products = op.rows(vectors)
@@ -166,19 +165,9 @@ def trace_block(
     return jax.vmap(body)(params, inputs, state)
 
 
-def _projected(range_: jax.Array, probes: jax.Array) -> jax.Array:
-    """(I - Q^T Q) g for each probe row g, Q the orthonormal range rows (zero rows ignored)."""
-    return probes - (probes @ range_.T) @ range_
-
-
 def _orthonormal_range(state: TraceState, layout: Layout | None = None) -> TraceState:
-    """The sketch's rows made orthonormal by Householder QR (a range of lower rank than the
-    sketch gets orthonormal rows all the same); over a mesh by TSQR, each device's columns
-    factored on it and only the small triangular factors gathered (`layout.orthonormal_rows`)."""
-    rank, length = state.range_.shape
-    if layout is None or rank > length // layout.devices:  # one device, or a tiny model
-        return state._replace(range_=layout_lib.qr_rows(state.range_))
-    return state._replace(range_=layout.orthonormal_rows(state.range_))
+    """The sketch's rows made orthonormal (`hutchpp.range_basis`, TSQR over a mesh)."""
+    return state._replace(range_=hutchpp.range_basis(state.range_, _mesh(layout)))
 
 
 def _diagonal_one(
@@ -252,19 +241,9 @@ def _key(key: jax.Array | None) -> jax.Array:
 
 
 def _quadrature(alphas: np.ndarray, betas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Nodes and weights (P, m) from each probe's tridiagonal T; NaN rows where T is not finite."""
-    alphas, betas = alphas.astype(np.float64), betas.astype(np.float64)
-    good = np.all(np.isfinite(alphas), axis=1) & np.all(np.isfinite(betas), axis=1)
-    m = alphas.shape[1]
-    tridiagonal = np.zeros(alphas.shape + (m,))
-    rows = np.arange(m)
-    tridiagonal[:, rows, rows] = np.where(good[:, None], alphas, 0.0)
-    tridiagonal[:, rows[:-1], rows[1:]] = np.where(good[:, None], betas, 0.0)
-    tridiagonal[:, rows[1:], rows[:-1]] = tridiagonal[:, rows[:-1], rows[1:]]
-    nodes, vectors = np.linalg.eigh(tridiagonal)
-    weights = vectors[:, 0, :] ** 2
-    nodes[~good], weights[~good] = np.nan, np.nan
-    return nodes, weights
+    """Nodes and weights (P, m) from each probe's tridiagonal T in float64 (`ritz.quadrature`);
+    NaN rows where T is not finite."""
+    return ritz.quadrature(alphas.astype(np.float64), betas.astype(np.float64))
 
 
 @overload
@@ -451,10 +430,9 @@ def _trace_parts(
     call of `trace_block`, the state staying on the device."""
     objective, params, inputs = arguments
     dim, dtype = points[0].num_params, np.dtype(jax.tree.leaves(points[0].params)[0].dtype)
-    rank = 0 if method == "hutchinson" else num_probes // 3
-    rest = num_probes - 2 * rank
+    rank, rest = hutchpp.split(num_probes, method)
     spread = _spread(points[0], listed)
-    if not rank and not listed and linalg.rows_mapped(dim):  # a block holds one product
+    if not rank and not listed and hvp.rows_mapped(dim):  # a block holds one product
         blocks.plan(points[0], 1, "trace", 0.0, 1, progress, mesh=_mesh(spread))
         size = min(num_probes, blocks.MAPPED_BLOCK)
         plan = blocks.Plan(num_probes, size, -(-num_probes // size))

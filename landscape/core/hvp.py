@@ -1,0 +1,95 @@
+"""Hessian-vector products of a loss of flat parameters, the operator every Krylov method
+multiplies by: the gradient linearised once (one tangent pass a product), a dataset's batches
+accumulated in a scan, and a block of products vmapped or, on the CPU, one at a time
+(docs/design/cpu_formulations.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+LinearMap = Callable[[jax.Array], jax.Array]
+
+
+def linearized_gradient(
+    loss: Callable[[jax.Array], jax.Array], flat: jax.Array
+) -> tuple[jax.Array, jax.Array, Callable[[jax.Array], jax.Array]]:
+    """(L(x), ∇L(x), v -> H v) at the flat parameters x: the gradient linearised once
+    (forward-over-reverse, `jax.linearize`), so each Hessian-vector product after it is one
+    tangent pass, with no second pass of the primal computation."""
+    (value, grad), linear = jax.linearize(jax.value_and_grad(loss), flat)
+    return value, grad, lambda v: linear(v)[1]
+
+
+ROWS_MAPPED_FROM = 10_000  # on the CPU, products of vectors this long are made one at a time
+
+
+def each_row(linear: LinearMap, dim: int) -> LinearMap:
+    """V (K, dim) -> the rows' products: vmapped, or on the CPU from `ROWS_MAPPED_FROM` a loop
+    inside the program (`lax.map`), where a vmapped block's products were 1.3-2x slower each
+    (D = 1e5-1e6) and none faster from D = 1e3 (docs/design/cpu_formulations.md)."""
+    if rows_mapped(dim):
+        return lambda vectors: jax.lax.map(linear, vectors)
+    return jax.vmap(linear)
+
+
+def rows_mapped(dim: int) -> bool:
+    """Whether `each_row` makes products of vectors of length `dim` one at a time."""
+    return jax.default_backend() == "cpu" and dim >= ROWS_MAPPED_FROM
+
+
+def batched_gradient(
+    loss: Callable[[jax.Array, Any], jax.Array], flat: jax.Array, batches: Any
+) -> tuple[
+    jax.Array, jax.Array, Callable[[jax.Array], jax.Array], Callable[[jax.Array], jax.Array]
+]:
+    """(L(x), ∇L(x), v -> H v, V -> H V row by row) for L(x) the mean over the leading axis of
+    `batches` of loss(x, batch): each accumulated batch by batch in a lax.scan, so memory holds
+    one batch (a product linearises each batch in turn; a block of rows shares that)."""
+    count = jax.tree_util.tree_leaves(batches)[0].shape[0]
+
+    def grad_on(batch: Any) -> Callable[[jax.Array], jax.Array]:
+        return jax.grad(lambda x: loss(x, batch))
+
+    def mean_of(term: Callable[[Any], Any], zeros: Any) -> Any:
+        def add(total: Any, batch: Any) -> tuple[Any, None]:
+            return jax.tree.map(jnp.add, total, term(batch)), None
+
+        total, _ = jax.lax.scan(add, zeros, batches)
+        return jax.tree.map(lambda t: t / count, total)
+
+    first = jax.tree.map(lambda leaf: leaf[0], batches)
+    value_dtype = jax.eval_shape(loss, flat, first).dtype  # the loss's, not the params'
+    value, grad = mean_of(
+        lambda b: jax.value_and_grad(lambda x: loss(x, b))(flat),
+        (jnp.zeros((), value_dtype), jnp.zeros_like(flat)),
+    )
+
+    def matvec(v: jax.Array) -> jax.Array:
+        return mean_of(lambda b: jax.jvp(grad_on(b), (flat,), (v,))[1], jnp.zeros_like(v))
+
+    def rows(vectors: jax.Array) -> jax.Array:
+        def block(batch: Any) -> jax.Array:
+            return each_row(jax.linearize(grad_on(batch), flat)[1], flat.size)(vectors)
+
+        return mean_of(block, jnp.zeros_like(vectors))
+
+    return value, grad, matvec, rows
+
+
+def loss_operator(
+    loss: Callable[..., jax.Array], flat: jax.Array, unravel: Callable, inputs: tuple, batched: bool
+) -> tuple[jax.Array, jax.Array, LinearMap]:
+    """(L, ∇L, v -> H v) of loss(unravel(x), *inputs) at the flat parameters x: the gradient
+    linearised once, or with `batched` the mean over the leading axis of inputs[0] accumulated
+    batch by batch (the tracker's and the engine's Track's operator)."""
+    if not batched:
+        return linearized_gradient(lambda x: loss(unravel(x), *inputs), flat)
+    (batches,) = inputs
+    value, grad, matvec, _ = batched_gradient(
+        lambda x, batch: loss(unravel(x), batch), flat, batches
+    )
+    return value, grad, matvec

@@ -1,0 +1,90 @@
+"""One orthonormalisation for every Krylov basis: Gram-Schmidt of a vector against orthonormal
+rows, Householder QR of a block of rows (TSQR over a mesh), and the in-place rotation a restart
+applies. numpy rows are handled on the host (nothing compiled), jax arrays in the caller's
+program. docs/design/curvature.md, "Certified extreme eigenpairs"."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh
+from jax.sharding import PartitionSpec as P
+
+ROTATION_CHUNKS = 8  # `rotate_rows` rewrites 1/8 of the columns at a time
+
+
+def _dot(a: jax.Array, b: jax.Array) -> jax.Array:
+    return jnp.matmul(a, b, precision=jax.lax.Precision.HIGHEST)
+
+
+def orthogonalised(rows: jax.Array, w: jax.Array) -> jax.Array:
+    """w less its components along the orthonormal `rows` (r, D) (zero rows remove nothing)."""
+    return w - _dot(_dot(rows, w), rows)
+
+
+def qr_rows(rows: jax.Array | np.ndarray) -> jax.Array | np.ndarray:
+    """Orthonormal rows spanning those of `rows` (r, n) by Householder QR (a block of lower rank
+    gets orthonormal rows all the same); past n rows, zero. numpy rows: on the host."""
+    xp = np if isinstance(rows, np.ndarray) else jnp
+    count, length = rows.shape
+    q, _ = xp.linalg.qr(rows.T)  # (n, min(r, n))
+    if count <= length:
+        return q.T
+    return xp.concatenate([q.T, xp.zeros((count - length, length), rows.dtype)])
+
+
+def tsqr_rows(rows: jax.Array, mesh: Mesh) -> jax.Array:
+    """`qr_rows` of rows (r, n) whose columns lie split over all of `mesh`'s axes, by TSQR: each
+    device's columns by Householder QR on it, the stacked r x r factors by one more, so only
+    the factors (devices x r x r numbers) are gathered."""
+    axes = mesh.axis_names
+
+    def local(block: jax.Array) -> jax.Array:
+        q, r = jnp.linalg.qr(block.T)  # (local, r), (r, r)
+        stacked = jax.lax.all_gather(r, axes, tiled=True)  # (devices * r, r)
+        q2, _ = jnp.linalg.qr(stacked)
+        index: jax.Array | int = 0
+        for name in axes:
+            index = index * mesh.shape[name] + jax.lax.axis_index(name)
+        mine = jax.lax.dynamic_slice_in_dim(q2, index * r.shape[0], r.shape[0])
+        return (q @ mine).T
+
+    return jax.shard_map(
+        local, mesh=mesh, in_specs=P(None, axes), out_specs=P(None, axes), check_vma=False
+    )(rows)
+
+
+def rotate_rows(
+    rows: jax.Array,
+    q: jax.Array,
+    first: int = 0,
+    keep: int | None = None,
+    active: jax.Array | bool = True,
+) -> jax.Array:
+    """rows[first:] <- q^T rows[first:] (q (n, n), n = rows - first), in ROTATION_CHUNKS column
+    blocks written in place: a restart or an orthonormalisation holds a block more than `rows`,
+    not a second copy. Only the first `keep` new rows are computed (the rest set to zero: a
+    restart keeps about half its basis), and with `active` False (traced) nothing is done at no
+    cost: the loops run no block, where a conditional would copy the rows."""
+    count, dim = rows.shape
+    keep = count - first if keep is None else keep
+    width = max(1, dim // ROTATION_CHUNKS)
+    blocks = dim // width
+    kept = q[:, :keep].T
+
+    def rotated(rows: jax.Array, start: jax.Array | int, size: int) -> jax.Array:
+        part = jax.lax.dynamic_slice(rows, (first, start), (count - first, size))
+        rows = jax.lax.dynamic_update_slice(rows, _dot(kept, part), (first, start))
+        zeros = jnp.zeros((count - first - keep, size), rows.dtype)
+        return jax.lax.dynamic_update_slice(rows, zeros, (first + keep, start))
+
+    rows = jax.lax.fori_loop(
+        0, jnp.where(active, blocks, 0), lambda b, rows: rotated(rows, b * width, width), rows
+    )
+    if blocks * width < dim:  # the last columns, a static block of their own
+        rest = dim - blocks * width
+        rows = jax.lax.fori_loop(
+            0, jnp.where(active, 1, 0), lambda _, rows: rotated(rows, blocks * width, rest), rows
+        )
+    return rows
