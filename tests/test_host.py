@@ -114,6 +114,7 @@ def own_cache(monkeypatch):
     """This process's compilation cache as `setup` sets it (not the suite's, which
     JAX_COMPILATION_CACHE_DIR names), the suite's back afterwards."""
     import jax
+    from jax.experimental.compilation_cache import compilation_cache
 
     from landscape.engine import host
 
@@ -121,7 +122,7 @@ def own_cache(monkeypatch):
     before = {name: getattr(jax.config, name) for name in _CACHE_FLAGS}
     current = host._current
     yield host
-    host._install(None)  # JAX opens the suite's cache again from the flags below
+    compilation_cache.reset_cache()  # JAX opens the suite's cache again from the flags below
     for name, value in before.items():
         jax.config.update(name, value)
     host._current = current
@@ -161,6 +162,27 @@ def test_setup_moves_the_cache_and_turns_it_off(own_cache, tmp_path):
     assert _compiled("into_none", 4.0) == 24.0
     assert [n.split("-")[0] for n in _entries(a)] == ["jit_into_a"]
     assert [n.split("-")[0] for n in _entries(b)] == ["jit_into_b"]
+
+
+def test_a_jax_that_cannot_reopen_its_cache_is_reported_as_it_is(own_cache, tmp_path, monkeypatch):
+    """Where JAX's cache cannot be reopened (a JAX without the hooks setup uses), a second setup
+    says in one sentence that programs still go to the folder opened first, and reports it."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    own_cache._install(None)  # nothing opened yet
+    monkeypatch.setattr(own_cache, "_jax_internals", lambda: None)
+    calls = dict(float32_matmuls=False, tune_allocator=False, progress=None)
+    assert own_cache.setup(compilation_cache=str(a), **calls).compilation_cache == str(a)
+    assert _compiled("opened_a", 2.0) == 12.0  # JAX opens its own cache at a
+    for given in (str(b), ""):
+        settings = own_cache.setup(compilation_cache=given, **calls)
+        assert settings.compilation_cache == str(a)
+        assert settings.note == (
+            f"This JAX keeps its compilation cache where it first opened it ({a}) for the rest "
+            "of the process, so programs still go there."
+        )
+    assert _compiled("still_a", 3.0) == 18.0
+    assert sorted(n.split("-")[0] for n in _entries(a)) == ["jit_opened_a", "jit_still_a"]
+    assert not b.exists() or _entries(b) == []
 
 
 def test_a_damaged_or_foreign_entry_is_compiled_again_never_loaded(own_cache, tmp_path):

@@ -221,13 +221,12 @@ def compilation_cache_in_use(
     if os.environ.get("JAX_COMPILATION_CACHE_DIR"):
         return os.environ["JAX_COMPILATION_CACHE_DIR"], ""
     if not path:
-        _turn_cache_off()
-        return None, ""
+        return _kept_open(None, _turn_cache_off())
     folder = pathlib.Path(path).expanduser()
     unusable = _unusable(folder)
     if unusable:
-        _turn_cache_off()
-        return None, f"No compilation cache: {unusable}."
+        in_use, kept = _kept_open(None, _turn_cache_off())
+        return in_use, f"No compilation cache: {unusable}." + (f" {kept}" if kept else "")
     jax.config.update("jax_enable_compilation_cache", True)
     jax.config.update("jax_compilation_cache_dir", str(folder))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
@@ -235,15 +234,19 @@ def compilation_cache_in_use(
     with contextlib.suppress(AttributeError):  # a JAX without the option keeps its own
         jax.config.update("jax_persistent_cache_enable_xla_caches", XLA_CACHES)
     say = progress or _line_on_stderr
-    if _install(CheckedCache(folder, say)):
-        return str(folder), ""
-    in_use = _jax_cache_folder()  # a JAX whose cache, once opened, stays where it is
-    if in_use is not None and in_use != str(folder):
-        return in_use, (
-            f"This JAX keeps its compilation cache where it first opened it ({in_use}) for the "
-            "rest of the process, so programs still go there."
-        )
-    return str(folder), ""
+    return _kept_open(str(folder), _install(CheckedCache(folder, say)))
+
+
+def _kept_open(asked: str | None, installed: bool) -> tuple[str | None, str]:
+    """(the folder in use, a sentence if it is not `asked`): where setup could not reopen JAX's
+    cache (a JAX without the hooks `_install` uses), one opened already stays in use."""
+    in_use = None if installed else _jax_cache_folder()
+    if in_use is None or in_use == asked:
+        return asked, ""
+    return in_use, (
+        f"This JAX keeps its compilation cache where it first opened it ({in_use}) for the rest "
+        "of the process, so programs still go there."
+    )
 
 
 def _unusable(folder: pathlib.Path) -> str:
@@ -268,9 +271,10 @@ def _line_on_stderr(line: str) -> None:
     print(line, file=sys.stderr)
 
 
-def _turn_cache_off() -> None:
+def _turn_cache_off() -> bool:
+    """JAX's cache off from now on (False: this JAX keeps one it opened already)."""
     jax.config.update("jax_enable_compilation_cache", False)
-    _install(None)
+    return _install(None)
 
 
 def _jax_internals() -> Any:
