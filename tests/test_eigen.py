@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import landscape
+from landscape.core import krylov_schur
 from landscape.core import lanczos as core_lanczos
 from landscape.markov import theory
 from landscape.probes import eigen, krylov, krylov_host
@@ -251,8 +252,8 @@ def test_one_gram_schmidt_pass_after_the_recurrence_keeps_the_basis_orthonormal(
         {"x": np.zeros(values.size, np.float32)}, objective=_quadratic, inputs=matrix
     )
     dim, k = values.size, 2
-    host = krylov_host.Host(k, 151, dim, "largest", -1.0, 1)
-    plan = host.plan(np.dtype(np.float32))
+    settings = krylov_schur.Settings(k, 151, dim, "largest", -1.0, 1)
+    plan = krylov_schur.plan(settings, krylov_schur.init(settings), np.dtype(np.float32))
     vectors = jax.device_put(np.zeros((k + 151, dim), np.float32))
     vectors, outcome = krylov.advance(
         _quadratic, point.params, matrix, vectors, plan, jax.random.key(0), "largest"
@@ -261,7 +262,7 @@ def test_one_gram_schmidt_pass_after_the_recurrence_keeps_the_basis_orthonormal(
     assert int(outcome.taken) == 150 and steps > 100  # float32 exhausts the space a little early
     rows = np.asarray(vectors, np.float64)[k : k + steps]
     assert np.abs(rows @ rows.T - np.eye(steps)).max() < 1e-5
-    theta, coeffs, estimates = krylov_host._wanted_first(outcome, 150, "largest")
+    theta, coeffs, estimates = krylov_schur.wanted_first(outcome, 150, "largest")
     ritz = coeffs[:steps, 0] @ rows
     exact = np.linalg.norm(matrix.astype(np.float64) @ ritz - theta[0] * ritz)
     assert estimates[0] == pytest.approx(exact, rel=0.05, abs=1e-5 * abs(theta[0]))

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import landscape
-from landscape.core import hvp
-from landscape.probes import blocks, eigen, krylov, krylov_host, operator, spectra
+from landscape.core import hvp, krylov_schur
+from landscape.probes import blocks, eigen, krylov, operator, spectra
 
 N, D = 48, 100_000  # examples, parameters: H = X^T X / N has rank N
 
@@ -156,7 +156,8 @@ def _search_bytes(point, k, ncv):
     """XLA's count of the search program's memory: its vectors in and out (donated: the same
     buffers) and its temporaries, the point's own params and data left out (held once)."""
     objective, inputs = point.shared
-    plan = krylov_host.Host(k, ncv - k, D, "largest", 1e-5, 10).plan(np.dtype(np.float32))
+    settings = krylov_schur.Settings(k, ncv - k, D, "largest", 1e-5, 10)
+    plan = krylov_schur.plan(settings, krylov_schur.init(settings), np.dtype(np.float32))
     vectors = jax.device_put(np.zeros((ncv, D), np.float32))
     program = krylov.advance.lower(
         objective, point.params, inputs, vectors, plan, jax.random.key(0), "largest"

@@ -23,8 +23,8 @@ import jax, numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 import landscape
 from experiments.bench import peers, peers_data
-from landscape.core import layout
-from landscape.probes import blocks, compiled, krylov, krylov_host, spectra
+from landscape.core import krylov_schur, layout
+from landscape.probes import blocks, compiled, krylov, spectra
 
 one = peers.mlp_point(peers_data.mlp_arrays(96))
 mesh = Mesh(np.array(jax.devices()).reshape(2, 4), ("data", "model"))
@@ -75,7 +75,8 @@ back = jax.jit(lay.from_flat)(jax.jit(lay.to_flat)(params))
 out["round_trip"] = max(float(np.abs(np.asarray(back[k]) - np.asarray(params[k])).max())
                         for k in params)
 objective, inputs = one.shared
-plan = krylov_host.Host(3, 12, lay.dim, "largest", 1e-5, 10).plan(np.dtype(np.float32))
+settings = krylov_schur.Settings(3, 12, lay.dim, "largest", 1e-5, 10)
+plan = krylov_schur.plan(settings, krylov_schur.init(settings), np.dtype(np.float32))
 vectors = jax.device_put(np.zeros((15, lay.padded), np.float32), lay.sharding(1))
 search = krylov.advance.lower(objective, params, inputs, vectors, plan, jax.random.key(0),
                               "largest", lay)
