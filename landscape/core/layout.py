@@ -130,27 +130,6 @@ class Layout:
             check_vma=False,
         )(rows, q, jnp.asarray(active))
 
-    def orthonormal_rows(self, rows: jax.Array) -> jax.Array:
-        """Orthonormal rows spanning those of `rows` (r, padded) by TSQR: each device's columns
-        by Householder QR on it, the stacked r x r factors by one more, so only the factors
-        (devices x r x r numbers) are gathered."""
-        assert self.mesh is not None
-        axes = self.mesh.axis_names
-
-        def local(block: jax.Array) -> jax.Array:
-            q, r = jnp.linalg.qr(block.T)  # (local, r), (r, r)
-            stacked = jax.lax.all_gather(r, axes, tiled=True)  # (devices * r, r)
-            q2, _ = jnp.linalg.qr(stacked)
-            mine = jax.lax.dynamic_slice_in_dim(
-                q2, _index(self.mesh, axes) * r.shape[0], r.shape[0]
-            )
-            return (q @ mine).T
-
-        return jax.shard_map(
-            local, mesh=self.mesh, in_specs=P(None, axes), out_specs=P(None, axes),
-            check_vma=False,
-        )(rows)  # fmt: skip
-
     # ------------------------------------------------------------------------- the maps
 
     def to_flat(self, tree: PyTree) -> jax.Array:
@@ -368,12 +347,3 @@ def _row_major_index(shape: tuple[int, ...]) -> jax.Array:
         index += jax.lax.broadcasted_iota(jnp.uint32, shape, axis) * np.uint32(stride)
         stride *= shape[axis]
     return index
-
-
-def qr_rows(rows: jax.Array) -> jax.Array:
-    """Orthonormal rows spanning those of `rows` (r, n) by Householder QR; past n rows, zero."""
-    count, length = rows.shape
-    q, _ = jnp.linalg.qr(rows.T)  # (n, min(r, n))
-    if count <= length:
-        return q.T
-    return jnp.concatenate([q.T, jnp.zeros((count - length, length), rows.dtype)])
