@@ -65,6 +65,12 @@ _RESUME = flags.DEFINE_bool(
     "Continue the run recorded in --workdir from its "
     "latest checkpoint (--config may then be left out).",
 )
+_OTHER_CODE = flags.DEFINE_bool(
+    "other_code",
+    False,
+    "With --resume: continue a run that other code wrote (the library's sources changed since); "
+    "config.json's provenance and manifest.json record it.",
+)
 _CHECKPOINT_SECONDS = flags.DEFINE_float(
     "checkpoint_seconds",
     60.0,
@@ -105,10 +111,7 @@ def main(experiment: Experiment, argv: list[str]) -> int:
         return _fail(str(error), EXIT_USAGE)
     validated = time.perf_counter() - started
 
-    try:
-        cache = _start_backend(experiment, cfg)
-    except landscape_host.BackendUnavailable as error:
-        return _fail(str(error), EXIT_USAGE)
+    cache = _start_backend(experiment, cfg)
     try:  # over several processes: every one runs this config, or none trains
         distributed.same_config(cfg.to_dict())
     except config_lib.ConfigError as error:
@@ -140,6 +143,7 @@ def _run(
                 keep_others=_KEEP_OTHERS.value,
                 force=_FORCE.value,
                 checkpoint_seconds=_CHECKPOINT_SECONDS.value,
+                other_code=_OTHER_CODE.value,
             )
         except records.WorkdirError as error:  # in use since it was checked, or damaged
             return _fail(str(error), EXIT_USAGE)
@@ -153,7 +157,12 @@ def _run(
         # process 0 may still be removing the old ones)
         if _RESUME.value:
             workdir.read_checkpoints_of(workdir_path)
-    workdir.provenance = provenance(argv, validation_seconds=validated, compilation_cache=cache)
+    workdir.provenance = provenance(
+        argv,
+        validation_seconds=validated,
+        compilation_cache=cache,
+        **({"other_code": True} if _OTHER_CODE.value else {}),  # a resume under other code
+    )
     spread = (
         f" over {jax.process_count()} processes (this is process {jax.process_index()})"
         if jax.process_count() > 1
@@ -257,6 +266,7 @@ def _help(experiment: Experiment) -> str:
         _KEEP_OTHERS,
         _FORCE,
         _RESUME,
+        _OTHER_CODE,
         _CHECKPOINT_SECONDS,
         host.HOST_DEVICES,
         host.COMPILATION_CACHE,
@@ -320,11 +330,14 @@ def _resolve(
     """The validated config and the workdir path, creating nothing."""
     resume, workdir = _RESUME.value, _WORKDIR.value
     stored = None
+    if _OTHER_CODE.value and not resume:
+        raise UsageError("--other_code goes with --resume (a fresh run is this code's alone).")
     if resume:
         if not workdir:
             raise UsageError("--resume needs --workdir: the folder of the run to continue.")
         records.check_path(workdir, overwrite=_OVERWRITE.value, resume=True, force=_FORCE.value)
         records.check_resumable(workdir)  # what it reads is intact (again once it is locked)
+        records.check_code(pathlib.Path(workdir), _OTHER_CODE.value)  # and the code that wrote it
         stored = records.load_config_json(pathlib.Path(workdir) / "config.json")
         _check_program(experiment, pathlib.Path(workdir))
     if _CONFIG.value is not None:
@@ -575,8 +588,6 @@ def _start_backend(experiment: Experiment, cfg: ml_collections.ConfigDict) -> st
         before_backend=host.start_distributed,  # also before the backends start
         progress=None,
     )
-    if settings.cache_note:  # the run goes on without the cache: one line says why
-        print(settings.cache_note)
     logging.getLogger("absl").setLevel(logging.WARNING)  # orbax's INFO lines
     if experiment.needs_x64(cfg):
         import jax

@@ -25,7 +25,7 @@ import pytest
 
 from experiments import cli
 from experiments import records as records_cli
-from landscape.engine import records, training
+from landscape.engine import integrity, records, training
 from landscape.engine.checkpoints import Checkpoint
 from landscape.scan_snap import experiment as scan_snap
 from tests.arrays import load_npz
@@ -338,6 +338,39 @@ def test_a_workdir_among_the_sources_or_the_system_is_refused(where, capsys, mon
     status = _main(*ARGS, f"--workdir={os.path.expanduser(where)}")
     _one_sentence(status, capsys, "records go in a folder of their own")
     assert sorted(p.name for p in ROOT.iterdir()) == before
+
+
+def test_a_resume_under_other_code_is_refused_or_recorded(runs, stopped, capsys, monkeypatch):
+    """The library's sources changed since the run stopped: --resume is one sentence naming
+    --other_code, which continues and leaves both code versions in the manifest and config.json."""
+    ours = integrity.code_sha256()
+    assert json.loads((stopped / "manifest.json").read_text())["code"] == [ours]
+    monkeypatch.setattr(integrity, "code_sha256", lambda: "f" * 64)
+    before = _files(stopped)
+    sentence = _one_sentence(_main(f"--workdir={stopped}", "--resume"), capsys, "other code")
+    assert f"code {ours[:12]}" in sentence and "--other_code" in sentence
+    _one_sentence(_main(*ARGS, f"--workdir={stopped}1", "--other_code"), capsys, "goes with")
+    assert _files(stopped) == before
+    assert _main(f"--workdir={stopped}", "--resume", "--other_code") == 0
+    assert "resumed at step 200/400" in capsys.readouterr().out
+    _same_records(stopped, runs[0])  # the same numbers: only the digest was made to differ
+    assert json.loads((stopped / "manifest.json").read_text())["code"] == [ours, "f" * 64]
+    provenance = json.loads((stopped / "config.json").read_text())["provenance"]
+    assert provenance["code"] == ours and "other_code" not in provenance
+    assert provenance["resumes"][0]["code"] == "f" * 64 and provenance["resumes"][0]["other_code"]
+    assert records_cli.main(["records", "check", str(stopped)]) == 0
+
+
+def test_a_resume_keeps_every_starts_provenance(runs, stopped, capsys):
+    first = json.loads((stopped / "config.json").read_text())["provenance"]
+    for _ in range(2):  # the second resumes a complete run: nothing left to train
+        assert _main(f"--workdir={stopped}", "--resume") == 0
+        capsys.readouterr()
+    provenance = json.loads((stopped / "config.json").read_text())["provenance"]
+    assert {k: v for k, v in provenance.items() if k != "resumes"} == first
+    assert [r["command"].split()[-1] for r in provenance["resumes"]] == ["--resume"] * 2
+    assert all(set(first) <= set(r) for r in provenance["resumes"])
+    _same_records(stopped, runs[0])
 
 
 def test_overwrite_keeps_a_users_file_in_a_checkpoint_folder(stopped, capsys):

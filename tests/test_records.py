@@ -274,3 +274,35 @@ def test_damaged_records_are_named_in_one_sentence(tmp_path):
     (tmp_path / "config.json").write_bytes(b"\xff\xfe{")
     with pytest.raises(records.WorkdirError, match=r"config.json is not valid JSON \("):
         records.load_config_json(tmp_path / "config.json")
+
+
+def test_a_complete_run_seals_every_file_before_its_summary_says_so(tmp_path, capsys):
+    """The final sealing comes before summary.json's "complete": a kill between them leaves a
+    run that says "running". A complete run with a file left unsealed (what a kill during the
+    sealing left when it came after) is BAD in `records check`, a row appended since too."""
+    from experiments import records as records_cli
+
+    w = records.Workdir(tmp_path)
+    w.write_config({"name": "x"})
+    w.write_status("running")
+    w.append_metrics([{"step": 1, "loss": 1.0}])
+    w.figure_path("loss").write_bytes(b"png")
+    w.seal_all = lambda: (_ for _ in ()).throw(SystemExit("killed"))  # type: ignore[method-assign]
+    with pytest.raises(SystemExit):
+        w.write_summary([])
+    assert w.read_summary()["status"] == "running"
+    del w.seal_all
+    w.write_summary([])
+    entries = records.read_entries(tmp_path)
+    assert all(isinstance(entries[n], dict) for n in ("metrics.jsonl", "figures/loss.png"))
+    assert records_cli.main(["records", "check", str(tmp_path)]) == 0
+    capsys.readouterr()
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    manifest["files"]["metrics.jsonl"] = manifest["files"]["figures/loss.png"] = None
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    with open(tmp_path / "metrics.jsonl", "a") as f:
+        f.write('{"step": 2, "loss": 0.5}\n')
+    assert records_cli.main(["records", "check", str(tmp_path)]) == 1
+    bad = [line for line in capsys.readouterr().out.splitlines() if line.startswith("BAD")]
+    assert [line.split(":")[0] for line in bad] == ["BAD  figures/loss.png", "BAD  metrics.jsonl"]
+    assert all("not sealed in manifest.json, though summary.json says" in line for line in bad)

@@ -7,6 +7,8 @@ keeps one writer; `records` re-exports what its callers use. docs/guide/records.
 from __future__ import annotations
 
 import contextlib
+import functools
+import hashlib
 import json
 import os
 import pathlib
@@ -154,6 +156,50 @@ def _not_ours(path: pathlib.Path) -> str:
     return (
         f"{path / MANIFEST} is not a landscape manifest (someone else's file): move it out of "
         "the folder, or give another --workdir."
+    )
+
+
+@functools.cache
+def code_sha256() -> str:
+    """The sha256 of the library's sources (landscape/**/*.py, their paths and bytes), once a
+    process: the code that writes a record, kept in its manifest and its provenance."""
+    root = pathlib.Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256()
+    for file in sorted(root.rglob("*.py")):
+        digest.update(file.relative_to(root.parent).as_posix().encode())
+        digest.update(file.read_bytes())
+    return digest.hexdigest()
+
+
+def read_code(path: str | pathlib.Path) -> list[str]:
+    """The code versions (`code_sha256`) that wrote the records in `path`, oldest first; [] for
+    a manifest from before records kept them (or none)."""
+    try:
+        data = json.loads((pathlib.Path(path) / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return []
+    code = data.get("code") if isinstance(data, dict) else None
+    return [c for c in code if isinstance(c, str)] if isinstance(code, list) else []
+
+
+def check_code(path: pathlib.Path, other_code: bool = False) -> None:
+    """Raise WorkdirError (one sentence) when the records in `path` were written by code other
+    than this process's, unless `other_code` (a resume under other code, which the records then
+    show): one record never mixes two code versions unsaid."""
+    code, now = read_code(path), code_sha256()
+    if other_code or (code and code[-1] == now):
+        return
+    git = ""
+    with contextlib.suppress(OSError, ValueError, AttributeError, TypeError):
+        commit = json.loads((path / "config.json").read_text())["provenance"]["git"]["commit"]
+        git = f", at git commit {commit[:12]}"
+    known = code and code[-1] != "unknown"
+    wrote = f"code {code[-1][:12]}" if known else "code from before records kept its version"
+    raise WorkdirError(
+        f"--resume: the run in {path} was written by other code ({wrote}{git}; the library's "
+        f"sources are now {now[:12]}), so continuing would mix two code versions in one "
+        "record: resume under the code that wrote it, or pass --other_code to continue under "
+        "this code (its records then say so)."
     )
 
 

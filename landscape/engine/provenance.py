@@ -13,7 +13,7 @@ from typing import Any
 
 import jax
 
-from landscape.engine import backend
+from landscape.engine import backend, integrity
 from landscape.engine import host as host_lib
 
 PACKAGES = (
@@ -47,6 +47,7 @@ def provenance(command: str | None = None, **extra: Any) -> dict[str, Any]:
         python=sys.version.split()[0],
         packages=versions,
         git=git_commit(pathlib.Path(__file__).resolve().parents[2]),  # the repository
+        code=integrity.code_sha256(),  # the library's sources, as the manifest keeps it
         backend=jax.default_backend(),
         device_count=jax.device_count(),
         devices=sorted({d.device_kind for d in jax.devices()}),

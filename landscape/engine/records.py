@@ -9,6 +9,7 @@ process holding the workdir's lock, while it writes). docs/guide/records.md."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import datetime
@@ -53,6 +54,7 @@ paper_config, read_entries = verification.paper_config, integrity.read_entries
 paper_of = verification.paper_of  # the paper whose runs have a config's groups
 latest_checkpoint_metrics_bytes = verification.metrics_offset  # rows up to the newest checkpoint
 lock, unlock = lock_lib.lock, lock_lib.release  # one writer per workdir
+check_code, code_sha256 = integrity.check_code, integrity.code_sha256  # the code that wrote it
 
 
 class Workdir:
@@ -84,10 +86,14 @@ class Workdir:
         # what `overwrite` may remove: name -> {"size", "sha256"} once written whole, else None
         self._entries, run = integrity.read_manifest_data(self.path)
         self.run_id = run or uuid.uuid4().hex  # the run these records and checkpoints belong to
+        # the code versions that wrote these records (a resume under other code adds its own)
+        fresh = [integrity.code_sha256()]  # "unknown": a manifest from before they were kept
+        self.code = (integrity.read_code(self.path) or ["unknown"]) if run else fresh
         self._sealed_source = self._entries  # the manifest sealing the checkpoints read
         self.config_sha256 = ""  # the digest of config.json's config, once written
         self._metrics_hash: Any = None  # sha256 of metrics.jsonl so far (made on first use)
         self._release: Callable[[], Any] | None = None  # the lock's, while `open` holds it
+        self._started = False  # a resume's provenance entered in config.json's (once)
 
     @classmethod
     def new(cls, name: str, root: str | pathlib.Path = "runs") -> Workdir:
@@ -104,6 +110,7 @@ class Workdir:
         keep_others: bool = False,
         force: bool = False,
         checkpoint_seconds: float = 60.0,
+        other_code: bool = False,
     ) -> Workdir:
         """The workdir at `path` under the workdir policy (`check_path`): a folder with earlier
         records is refused unless `overwrite` (the files its runs wrote are removed first, and
@@ -114,7 +121,8 @@ class Workdir:
         arrays.npz, which the resumed run writes whole again, is removed).
 
         The returned Workdir holds the workdir's lock (one writer per workdir) until `close()`
-        or the process ends; `resume` first verifies what it reads (`check_resumable`)."""
+        or the process ends; `resume` first verifies what it reads (`check_resumable`) and the
+        code that wrote it (`check_code`: other code only with `other_code`, then recorded)."""
         path = pathlib.Path(path)
         check_path(path, overwrite=overwrite, resume=resume, keep_others=keep_others, force=force)
         with writes_to(path):
@@ -123,10 +131,13 @@ class Workdir:
         try:
             if resume:
                 check_resumable(path)
+                integrity.check_code(path, other_code)
             if overwrite:
                 remove_records(path, force=force)
             workdir = cls(path, checkpoint_seconds, resume=resume)
             if resume:  # the resumed run writes arrays.npz again, from its first program on
+                if workdir.code[-1:] != [integrity.code_sha256()]:  # other code: recorded
+                    workdir.code.append(integrity.code_sha256())
                 workdir._prepare_resume()
         except BaseException:
             unlock(path, descriptor)
@@ -173,6 +184,11 @@ class Workdir:
         data = config.to_dict() if hasattr(config, "to_dict") else dict(config)
         self.config_sha256 = verification.config_digest(json.loads(json.dumps(_jsonable(data))))
         provenance = provenance or self.provenance
+        if provenance and self.resuming and not self._started:  # every start's, in order
+            first = _stored_provenance(self.path / "config.json")
+            if first:
+                provenance = dict(first, resumes=[*first.get("resumes", []), provenance])
+            self.provenance, self._started = provenance, True
         if provenance:
             data = dict(data, provenance=provenance)
         self._write_json("config.json", data)
@@ -232,8 +248,8 @@ class Workdir:
         }
         summary = {"status": "complete", **(tallies if claims else {}), **extra}
         summary = _jsonable(summary)
+        self.seal_all()  # first: a kill before summary.json says "complete" leaves "running"
         self._write_json("summary.json", summary)
-        self.seal_all()
         return summary
 
     def finish(
@@ -341,7 +357,8 @@ class Workdir:
             self.seal(*names)
 
     def _write_manifest(self) -> None:
-        data = {"format": 2, "run": self.run_id, "files": dict(sorted(self._entries.items()))}
+        files = dict(sorted(self._entries.items()))
+        data = {"format": 2, "run": self.run_id, "code": self.code, "files": files}
         with atomic(self.path / MANIFEST, "w") as f:
             json.dump(data, f, indent=0)
             f.write("\n")
@@ -393,6 +410,14 @@ class _Ledger:
 
     def seal(self, files: Sequence[pathlib.Path], drop: Sequence[pathlib.Path] = ()) -> None:
         self.workdir.seal(*map(self._name, files), gone=[self._name(p) for p in drop])
+
+
+def _stored_provenance(file: pathlib.Path) -> dict[str, Any]:
+    """The provenance config.json holds (the first start's, with "resumes"), {} without one."""
+    with contextlib.suppress(OSError, ValueError):
+        stored = json.loads(file.read_text()).get("provenance")
+        return stored if isinstance(stored, dict) else {}
+    return {}
 
 
 def _under(name: str, folder: str) -> bool:

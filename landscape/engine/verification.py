@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from landscape.engine import integrity
+from landscape.engine import lock as lock_lib
 from landscape.engine.integrity import CHECKPOINT_FOLDER, MANIFEST, STEP_FOLDER, sealed_steps
 from landscape.engine.writes import WorkdirError
 
@@ -44,9 +45,38 @@ def verify(path: str | pathlib.Path, resume_only: bool = False) -> Found:
         found.append(("metrics.jsonl", _problem(path, "metrics.jsonl", sealed)))
     elif offset or not resume_only:
         found.append(("metrics.jsonl", _metrics_problem(path, offset)))
+    if not resume_only and _says_complete(path) and _idle(path):  # a complete run sealed
+        found = [(n, p or _unsealed(n, entries.get(n, {}))) for n, p in found]
     if not resume_only:
         found += [(f"{name} (no run wrote it)", None) for name in integrity.others(path)]
     return found
+
+
+def _says_complete(path: pathlib.Path) -> bool:
+    try:
+        return read_summary_json(path / "summary.json").get("status") == "complete"
+    except (OSError, WorkdirError):
+        return False
+
+
+def _idle(path: pathlib.Path) -> bool:
+    """No process holds the workdir's lock (a writer unseals a record while it rewrites it)."""
+    try:
+        lock_lib.check_free(path)
+    except WorkdirError:
+        return False
+    return True
+
+
+def _unsealed(name: str, entry: dict[str, Any] | None) -> str | None:
+    """Wrong in a complete run: a file its manifest does not seal (a kill while the run sealed
+    its records, or the file written since). summary.json, written last, is read whole."""
+    if entry is not None or name.startswith("checkpoints/") or name == "summary.json":
+        return None
+    return (
+        "is not sealed in manifest.json, though summary.json says the run completed (a kill "
+        "while it sealed its records, or written since)"
+    )
 
 
 def check_resumable(path: str | pathlib.Path) -> None:
