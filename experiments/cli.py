@@ -332,6 +332,7 @@ def _resolve(
     stored = None
     if _OTHER_CODE.value and not resume:
         raise UsageError("--other_code goes with --resume (a fresh run is this code's alone).")
+    records.check_checkpoint_seconds(_CHECKPOINT_SECONDS.value, "--checkpoint_seconds")
     if resume:
         if not workdir:
             raise UsageError("--resume needs --workdir: the folder of the run to continue.")

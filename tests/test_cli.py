@@ -426,3 +426,18 @@ def test_formulations_flag_traces_the_plain_attention(tmp_path, capsys, monkeypa
     assert traced["cpu"] > 0 and traced["plain"] == 0, traced
     assert backend.current() == "cpu"
     np.testing.assert_allclose(losses["plain"], losses["cpu"], rtol=1e-5)
+
+
+@pytest.mark.parametrize("seconds", ["nan", "inf", "-1"])
+def test_checkpoint_seconds_must_be_a_finite_time(seconds, tmp_path, capsys, monkeypatch):
+    """NaN passed absl's lower bound, and a run given it never kept a checkpoint."""
+    monkeypatch.chdir(ROOT)
+    workdir = tmp_path / "w"
+    status, out = _main(
+        "scan_snap", [f"--checkpoint_seconds={seconds}", f"--workdir={workdir}"], capsys
+    )
+    _assert_one_sentence(status, out, f"--checkpoint_seconds={seconds}")
+    assert not workdir.exists()
+    with pytest.raises(records.WorkdirError, match=r"checkpoint_seconds=nan: give a finite"):
+        records.Workdir(tmp_path / "api", checkpoint_seconds=float("nan"))
+    assert not (tmp_path / "api").exists()

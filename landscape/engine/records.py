@@ -71,6 +71,7 @@ class Workdir:
     def __init__(
         self, path: str | pathlib.Path, checkpoint_seconds: float = 60.0, resume: bool = False
     ) -> None:
+        check_checkpoint_seconds(checkpoint_seconds)
         self.path = pathlib.Path(path)
         with writes_to(self.path):
             self.path.mkdir(parents=True, exist_ok=True)  # figures/ only once a figure is drawn
@@ -422,6 +423,17 @@ def _stored_provenance(file: pathlib.Path) -> dict[str, Any]:
 
 def _under(name: str, folder: str) -> bool:
     return name == folder or name.startswith(folder + "/")
+
+
+def check_checkpoint_seconds(value: Any, name: str = "checkpoint_seconds") -> None:
+    """Raise WorkdirError (one sentence) unless `value` is a finite number of seconds >= 0: NaN
+    compares false with every time, so a run given it never saved a checkpoint."""
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not (number and math.isfinite(value) and value >= 0):
+        raise WorkdirError(
+            f"{name}={value}: give a finite number of seconds >= 0 between checkpoints (0: at "
+            "every chunk)."
+        )
 
 
 def new_path(name: str, root: str | pathlib.Path = "runs") -> pathlib.Path:
