@@ -160,3 +160,42 @@ def test_a_killed_process_ends_the_other_naming_it(tmp_path):
         for p in pair:
             p.kill()
             p.communicate(timeout=60)
+
+
+FORKS = """\
+import os, sys, time
+from landscape.engine import records
+records.lock(sys.argv[1])
+child = os.fork()
+if child == 0:
+    time.sleep(600)  # a worker the run started, e.g. a data loader's
+    os._exit(0)
+print(child, flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_forked_child_never_keeps_the_lock_of_a_killed_run(tmp_path):
+    """flock belongs to the open file, which fork() shares: the child closes its copy, so the
+    lock ends with the run that took it (kill -9) while the child lives on."""
+    from landscape.engine import records
+
+    holder = subprocess.Popen(
+        [sys.executable, "-c", FORKS, str(tmp_path)],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    child = int(holder.stdout.readline())
+    try:
+        with pytest.raises(records.WorkdirError, match=f"in use by process {holder.pid}"):
+            records.check_free(tmp_path)
+        holder.kill()
+        holder.wait(timeout=60)  # the child keeps the pipe open: no communicate()
+        holder.stdout.close()
+        assert _alive(child)
+        records.check_free(tmp_path)  # free while the child lives
+        records.unlock(tmp_path, records.lock(tmp_path))
+    finally:
+        os.kill(child, signal.SIGKILL)

@@ -14,6 +14,20 @@ import stat
 from landscape.engine.writes import WorkdirError
 
 LOCK = ".lock"
+# the descriptors holding a lock in this process: a fork()ed child closes its copies at once, so
+# the lock ends with the process that took it and never with a child left running (flock belongs
+# to the open file, which fork shares)
+_HELD: set[int] = set()
+
+
+def _close_in_child() -> None:
+    for descriptor in _HELD:
+        with contextlib.suppress(OSError):
+            os.close(descriptor)
+    _HELD.clear()
+
+
+os.register_at_fork(after_in_child=_close_in_child)
 _KINDS = {
     stat.S_IFDIR: "a folder",
     stat.S_IFLNK: "a link",
@@ -42,6 +56,7 @@ def lock(path: str | pathlib.Path) -> int:
     except BaseException:
         os.close(descriptor)
         raise
+    _HELD.add(descriptor)
     return descriptor
 
 
@@ -52,6 +67,7 @@ def release(path: str | pathlib.Path, descriptor: int) -> None:
     with contextlib.suppress(OSError):  # the workdir moved, or the file is gone already
         if file.is_file() and not file.is_symlink() and _holder(file) == str(os.getpid()):
             file.unlink()
+    _HELD.discard(descriptor)
     os.close(descriptor)
 
 
@@ -114,8 +130,27 @@ def _in_use(path: pathlib.Path) -> WorkdirError:
     """The sentence for a workdir whose lock another process holds."""
     holder = _holder(path / LOCK)
     who = f"process {holder}" if holder else "another process (its .lock, naming it, is gone)"
+    if holder.isdigit() and not pathlib.Path(f"/proc/{holder}").exists():
+        others = _openers(path)  # the holder ended: a process it started holds the lock
+        if others:
+            return WorkdirError(
+                f"--workdir={path}: process {holder}, which took its lock, has ended, but "
+                f"process {others[0]} it started still holds it: stop that process (kill "
+                f"{others[0]}), then run again (--resume continues the run)."
+            )
     return WorkdirError(
         f"--workdir={path} is in use by {who} (it holds the workdir's lock): one run writes a "
         "workdir at a time, so wait for that one to end or stop it (a stopped or killed run "
         "can then be continued with --resume)."
     )
+
+
+def _openers(path: pathlib.Path) -> list[int]:
+    """The processes (Linux's /proc) other than this one holding the folder `path` open."""
+    found, target = [], os.path.realpath(path)
+    for fd_folder in pathlib.Path("/proc").glob("[0-9]*/fd"):
+        pid = int(fd_folder.parent.name)
+        with contextlib.suppress(OSError):
+            if pid != os.getpid() and any(os.readlink(fd) == target for fd in fd_folder.iterdir()):
+                found.append(pid)
+    return sorted(found)
