@@ -36,8 +36,7 @@ def reduce_last(
 ) -> jax.Array:
     """op (add or maximum) over a short last axis, keepdims: a chain of its slices, which XLA
     fuses into the surrounding elementwise loop. XLA's CPU reduce over a minor axis of 2-16 is
-    many times slower (~0.2 ms for 4096 rows of 4; ~0.6 ms for a log-softmax over S = 2 at
-    N = 1024, batch 16)."""
+    many times slower (docs/performance.md)."""
     D = x_BND.shape[-1]
     if D > 32 or not backend.cpu_tuned():
         return (jnp.sum if op is jnp.add else jnp.max)(x_BND, axis=-1, keepdims=True)

@@ -342,7 +342,7 @@ def probe_group(
     seeds, radii, found = [], [], {}
     for run, point in zip(runs, points_, strict=True):
         # one point at a time: a single point's columns go to every device (a list is vmapped
-        # on one: 20 s a point against 12 s at D = 1834 on 2 cores)
+        # on one; docs/performance.md)
         hessian = curvature.hessian_at(point, progress=progress)
         step = steps[run]
         assert step is not None  # runs holds the seeds with a plateau point

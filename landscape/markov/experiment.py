@@ -310,8 +310,7 @@ def _cell_bytes(v: dict) -> tuple[float, str]:
     chunk = 4 * attention.chunk_scores(N, v["model.num_heads"])
     step = at_once * ((4 * B + 2 * E) * floats + chunk) * size + 3 * at_once * (B + E) * (N + 1) * 4
     # the snapshot at step 0 is vmapped over every run at once (training.train), not in groups:
-    # one score matrix per sequence and layer where they are held whole (fig4_paper, 245 runs:
-    # 1.9 GB peak RSS), else a chunk of them (fig1_paper, 8 layers at N = 512: 0.87 GB)
+    # one score matrix per sequence and layer where they are held whole, else a chunk of them
     held = (
         v["model.num_layers"] * v["model.num_heads"] * N * N
         if attention.scores_held_whole(N)
@@ -436,14 +435,13 @@ def _sampler() -> Callable[..., jax.Array]:
 
 
 # Runs vmapped together hold at most about this many attention scores (~2 MiB), so that a step
-# stays in cache; a loop goes over such groups (40 runs at N = 128 on 2 cores: 18 ms per step
-# in groups of 2, 21 ms in groups of 4, 29 ms in one vmap).
+# stays in cache; a loop goes over such groups (docs/performance.md, "The papers' tunings").
 _SCORES_PER_GROUP = 2**19
 
 
 # A single run splits its batch over devices (Problem.batch_size) only from this many attention
-# scores per step: the split costs ~0.5 ms of cross-device synchronisation per step on CPU
-# (2 host devices, one run: N = 1024, 20 ms split vs 30 ms on one device; N = 128, 1.4 vs 0.9 ms).
+# scores per step: below it the cross-device synchronisation costs more on the CPU than the split
+# saves (docs/performance.md, "The papers' tunings").
 _SCORES_TO_SPLIT = 2**22
 
 
@@ -468,25 +466,9 @@ def runs_per_group(cfg: ml_collections.ConfigDict) -> int:
     return max(1, _SCORES_PER_GROUP // (B * N * N))
 
 
-def train_group(
-    cfg: ml_collections.ConfigDict,
-    fields: dict[str, Any],
-    workdir: records.Workdir | None = None,
-    progress: Progress = print,
-) -> dict[str, Any]:
-    cell = config_lib.with_fields(cfg, fields)
+def _set_warmup(cell: ml_collections.ConfigDict) -> None:
+    """optim.warmup_steps from train.warmup_fraction of the cell's steps."""
     cell.optim.warmup_steps = int(round(cell.train.warmup_fraction * cell.train.num_steps))
-    grid, result = engine_experiment.train_group(
-        cell,
-        fields,
-        TRACED,
-        make_problem(cell),
-        tracking_loss(cell),
-        zipped=cfg.sweep_zip,
-        workdir=workdir,
-        progress=progress,
-    )
-    return dict(fields=fields, cfg=cell, grid=grid, result=result)
 
 
 def atlas_training_config(cfg: ml_collections.ConfigDict, tied: bool) -> ml_collections.ConfigDict:
@@ -533,6 +515,17 @@ def tracking_loss(cfg: ml_collections.ConfigDict) -> Callable[[PyTree, Any], jax
         return task.population_cross_entropy(log_probs, weights.astype(log_probs.dtype), targets)
 
     return loss
+
+
+# train_group(cfg, fields, workdir=None, progress=print): one program's runs -> {fields, cfg,
+# grid, result}
+train_group = functools.partial(
+    engine_experiment.train_group,
+    traced=TRACED,
+    make_problem=make_problem,
+    tracking_loss=tracking_loss,
+    prepare=_set_warmup,
+)
 
 
 def run(

@@ -11,7 +11,7 @@ import pathlib
 import jax
 import jax.numpy as jnp
 
-from landscape.engine import config as config_lib
+from landscape.engine import experiment as engine_experiment
 from landscape.engine import records
 from landscape.markov import experiment, points
 from landscape.markov import model as model_lib
@@ -33,10 +33,7 @@ def trained_point(
     `num_sequences` drawn from `key` (points.population_inputs), in float64 when x64 is on.
     Named after the run and step; no theory's prediction. Steps other than the first and last
     need the run's train.params_every."""
-    config = records.paper_config(workdir, "markov")
-    cfg = config_lib.program_config(config, experiment.TRACED, cell)
-    if jax.config.read("jax_enable_x64"):
-        cfg.train.dtype = "float64"  # the point's model computes in its parameters' dtype
+    cfg = engine_experiment.trained_config(workdir, "markov", experiment.TRACED, cell)
     model = model_lib.from_config(cfg)
     result = records.load(workdir, cell)
     index = result.run_index(run)

@@ -328,25 +328,6 @@ def _mean_loss_and_grad(params, model, floor, x_CNT, y_CNS, w_CN, count):
     return total / count, jax.tree.map(lambda g: g / count, grad)
 
 
-def train_group(
-    cfg: ml_collections.ConfigDict,
-    fields: dict[str, Any],
-    workdir: records.Workdir | None = None,
-    progress: Progress = print,
-) -> dict[str, Any]:
-    cell = config_lib.with_fields(cfg, fields)
-    grid, result = engine_experiment.train_group(
-        cell,
-        fields,
-        TRACED,
-        make_problem(cell),
-        tracking_loss(cell),
-        workdir=workdir,
-        progress=progress,
-    )
-    return dict(fields=fields, cfg=cell, grid=grid, result=result)
-
-
 def tracking_loss(cfg: ml_collections.ConfigDict) -> Callable[[PyTree, Any], jax.Array]:
     """The tracked curvature's loss: the mean cross-entropy (points.population_objective) on
     the test set's first train.track_sequences sequences, in the training dtype."""
@@ -357,6 +338,16 @@ def tracking_loss(cfg: ml_collections.ConfigDict) -> Callable[[PyTree, Any], jax
     )
     objective = points.population_objective(model_of(cfg), float(cfg.train.floor))
     return lambda params, hp: objective(params, inputs)
+
+
+# train_group(cfg, fields, workdir=None, progress=print): one program's runs -> {fields, cfg,
+# grid, result}
+train_group = functools.partial(
+    engine_experiment.train_group,
+    traced=TRACED,
+    make_problem=make_problem,
+    tracking_loss=tracking_loss,
+)
 
 
 # ----------------------------------------------------------------------------- run

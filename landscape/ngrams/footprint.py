@@ -13,8 +13,7 @@ from landscape.engine.memory import format_bytes
 from landscape.ngrams.schema import TRACED, default_config
 
 # Test-set sequences per chunk of the snapshot's loss and gradient: a chunk's forward and
-# backward temporaries are about this many bytes (the whole 2^16-sequence test set of Fig. 4 at
-# once took 14 GB).
+# backward temporaries are about this many bytes (the whole test set at once does not fit).
 _SNAPSHOT_CHUNK_BYTES = 2**27
 
 _MEMORY_FIELDS = (

@@ -7,9 +7,7 @@ from __future__ import annotations
 import dataclasses
 import pathlib
 
-import jax
-
-from landscape.engine import config as config_lib
+from landscape.engine import experiment as engine_experiment
 from landscape.engine import records
 from landscape.ngrams import points, schema
 from landscape.point import Point
@@ -28,10 +26,7 @@ def trained_point(
     population_set(task, num_sequences, seed) (theta_star's default set), in float64 when x64 is
     on. Named after the run and step ("run 0 (optim.lr=0.01, seed 0), step 3072"); no theory's
     prediction. Steps other than the first and last need the run's train.params_every."""
-    config = records.paper_config(workdir, "ngrams")
-    cfg = config_lib.program_config(config, schema.TRACED, cell)
-    if jax.config.read("jax_enable_x64"):
-        cfg.train.dtype = "float64"  # the point's model computes in its parameters' dtype
+    cfg = engine_experiment.trained_config(workdir, "ngrams", schema.TRACED, cell)
     t = cfg.task
     x_BT, target_BS = points.population_set(
         t.num_states, t.order_n, t.seq_len, t.alpha, num_sequences, seed, t.init

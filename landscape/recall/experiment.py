@@ -289,10 +289,10 @@ _MEMORY_FIELDS = (
 
 def _cell_bytes(v: dict) -> tuple[float, str]:
     """(bytes, what) of one program, float64: a flow keeps every run's parameters and loss at
-    every save (the solver's output and its copies; measured: a few MB, the baseline dominates
-    every shipped flow); SGD holds the
-    runs' batches (token sequences: one-hot tokens, layer-1 heads and scores per sequence; the
-    collision sampler: k! draws per sequence) forward and backward, and the losses on the host."""
+    every save (the solver's output and its copies; the baseline dominates every shipped flow);
+    SGD holds the runs' batches (token sequences: one-hot tokens, layer-1 heads and scores per
+    sequence; the collision sampler: k! draws per sequence) forward and backward, and the losses
+    on the host."""
     k, R, H = v["task.k"], v["task.num_responses"], v["model.num_heads"]
     perms, vocab = math.factorial(k), k + R
     L = math.factorial(k + 1) + k  # tokens per sequence (task.sequence_length)
@@ -308,7 +308,7 @@ def _cell_bytes(v: dict) -> tuple[float, str]:
             and v["init.kind"] in ("first_jump", "later_jump")
         ):
             saves += v["flow.zoom_saves"]
-        need = runs * saves * (3 * params + 8) * 8  # stages, 20 x 8000 saves: 0.56 GB in all
+        need = runs * saves * (3 * params + 8) * 8
         return BASELINE_BYTES + need, (
             f"{runs} flow(s) x {saves} saves of {params} parameters and the loss"
         )
@@ -514,7 +514,7 @@ def run_sgd(
         model, batch_size=cfg.train.batch_size, sampler=cfg.train.sampler, init_fn=init
     )
     evaluation = flow.evaluation_loss(model)
-    grid, result = engine_experiment.train_group(
+    grid, result = engine_experiment.train_cell(
         cfg,
         fields,
         SGD_TRACED,

@@ -9,7 +9,7 @@ import pathlib
 
 import jax
 
-from landscape.engine import config as config_lib
+from landscape.engine import experiment as engine_experiment
 from landscape.engine import records
 from landscape.point import Point
 from landscape.recall import experiment, flow
@@ -28,13 +28,16 @@ def trained_point(
     on flow.evaluation_loss (the snapshots' eval_loss; `eval_size` token sequences where no
     closed form exists). Named after the run and step; no theory's prediction. Steps other than
     the first and last need the run's train.params_every."""
-    config = records.paper_config(workdir, "recall")
-    if config.get("experiment") != "sgd":
-        raise ValueError(
-            f"{workdir} holds a {config.get('experiment')!r} run: trained points are the SGD "
-            "runs' (experiment = 'sgd'); a gradient-flow run keeps its parameters in arrays.npz."
-        )
-    cfg = config_lib.program_config(config, experiment.SGD_TRACED, cell)
+    cfg = engine_experiment.trained_config(
+        workdir,
+        "recall",
+        experiment.SGD_TRACED,
+        cell,
+        experiment="sgd",
+        runs="the SGD runs' (experiment = 'sgd'); a gradient-flow run keeps its parameters in "
+        "arrays.npz",
+        x64=False,
+    )
     model = model_lib.from_config(cfg)
     result = records.load(workdir, cell)
     point = result.point(

@@ -301,17 +301,8 @@ def make_task(cfg: ml_collections.ConfigDict) -> task_lib.SequenceClasses:
 
 
 def model_of(cfg: ml_collections.ConfigDict, task: task_lib.SequenceClasses) -> model_lib.YZModel:
-    """The Y/Z model of a config, at precision.of(train.dtype, model.dtype)."""
-    prec = precision.of(cfg.train.dtype, cfg.model.dtype)
-    return model_lib.YZModel(
-        task.num_tokens,
-        attend_to_query=cfg.model.attend_to_query,
-        residual=cfg.model.residual,
-        normalize=cfg.model.normalize,
-        initializer=cfg.model.init,
-        dtype=prec.dtype,
-        param_dtype=prec.param_dtype,
-    )
+    """The Y/Z model of a config on its task's ids (model.from_config)."""
+    return model_lib.from_config(cfg, task.num_tokens)
 
 
 def init_params(
@@ -373,7 +364,7 @@ def train_group(
     """Train one structural cell: every traced-sweep value x seed as one sharded program."""
     cell = config_lib.with_fields(cfg, fields)
     task = make_task(cell)
-    grid, result = engine_experiment.train_group(
+    grid, result = engine_experiment.train_cell(
         cell,
         fields,
         TRACED,

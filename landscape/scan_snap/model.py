@@ -148,6 +148,21 @@ class YZModel(nn.Module):
         return cross_entropy(self.population_logits(task), jnp.asarray(task.next_token))
 
 
+def from_config(cfg: Any, num_tokens: int) -> YZModel:
+    """The Y/Z model of a config over `num_tokens` ids, at precision.of(train.dtype,
+    model.dtype)."""
+    prec = precision.of(cfg.train.dtype, cfg.model.dtype)
+    return YZModel(
+        num_tokens,
+        attend_to_query=cfg.model.attend_to_query,
+        residual=cfg.model.residual,
+        normalize=cfg.model.normalize,
+        initializer=cfg.model.init,
+        dtype=prec.dtype,
+        param_dtype=prec.param_dtype,
+    )
+
+
 @functools.cache
 def population_objective(model: YZModel) -> Callable[[PyTree, Population], jax.Array]:
     """(params, Population) -> the long-sequence loss: one function object per model, so its
@@ -461,7 +476,7 @@ decoder_cross_entropy.defvjp(_decoder_cross_entropy_forward, _decoder_cross_entr
 def mean_cross_entropy(logits_NV: jax.Array, labels_N: jax.Array) -> jax.Array:
     """mean_n [logsumexp(logits_n) - logits_n[label_n]], with the gradient written out,
     (softmax - onehot) / N: one pass of exp each way over the N x V logits (autodiff through
-    log_softmax takes ~25 ms more a step at the WikiText decoder's 700 x 12000 on 2 CPU cores)."""
+    log_softmax makes more; docs/performance.md)."""
     return _cross_entropy_forward(logits_NV, labels_N)[0]
 
 

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from landscape.engine import backend, precision, sweeps, training
+from landscape.engine import backend, sweeps, training
 from landscape.engine import config as config_lib
 from landscape.scan_snap import model as model_lib
 from landscape.scan_snap import task as task_lib
@@ -146,16 +146,7 @@ def _population_loss(
 def make_problem(cfg: ml_collections.ConfigDict, padded: PaddedTasks) -> training.Problem:
     """The Y/Z problem of `experiment.make_problem` over the padded tasks: hparams are the TRACED
     learning rates and the cell's structural fields (`cell_index`)."""
-    prec = precision.of(cfg.train.dtype, cfg.model.dtype)
-    model = model_lib.YZModel(
-        padded.num_tokens,
-        attend_to_query=cfg.model.attend_to_query,
-        residual=cfg.model.residual,
-        normalize=cfg.model.normalize,
-        initializer=cfg.model.init,
-        dtype=prec.dtype,
-        param_dtype=prec.param_dtype,
-    )
+    model = model_lib.from_config(cfg, padded.num_tokens)
     B, L, keep = cfg.train.batch_size, padded.tasks[0].seq_len, cfg.eval.snapshot_attention
     arrays = jax.tree.map(jnp.asarray, padded.arrays)  # constants of the program
 

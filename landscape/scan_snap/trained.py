@@ -7,9 +7,7 @@ from __future__ import annotations
 import dataclasses
 import pathlib
 
-import jax
-
-from landscape.engine import config as config_lib
+from landscape.engine import experiment as engine_experiment
 from landscape.engine import records
 from landscape.point import Point
 from landscape.scan_snap import experiment
@@ -24,15 +22,14 @@ def trained_point(
     Point on its task's population loss, with the Gauss-Newton split, in float64 when x64 is
     on. Named after the run and step; no theory's prediction. Steps other than the first and
     last need the run's train.params_every."""
-    config = records.paper_config(workdir, "scan_snap")
-    if config.get("experiment") != "train":
-        raise ValueError(
-            f"{workdir} holds a {config.get('experiment')!r} run: trained points are the Y/Z "
-            "model's runs (experiment = 'train')."
-        )
-    cfg = config_lib.program_config(config, experiment.TRACED, cell)
-    if jax.config.read("jax_enable_x64"):
-        cfg.train.dtype = "float64"  # the point's model computes in its parameters' dtype
+    cfg = engine_experiment.trained_config(
+        workdir,
+        "scan_snap",
+        experiment.TRACED,
+        cell,
+        experiment="train",
+        runs="the Y/Z model's runs (experiment = 'train')",
+    )
     task = experiment.make_task(cfg)
     model = experiment.model_of(cfg, task)
     result = records.load(workdir, cell)

@@ -269,8 +269,7 @@ def make_problem(cfg: ml_collections.ConfigDict, corpus: text.Corpus) -> trainin
         )
 
     # On the CPU one run at a time on each device: a step is already three large decoder
-    # matmuls, and vmapping 25 runs only multiplies the temporaries (2 CPU cores, Fig. 10's 25
-    # runs x 40 steps: 230 ms a run-step vmapped, 149 ms one at a time; 160 ms for a single run).
+    # matmuls, and vmapping runs only multiplies the temporaries (docs/performance.md).
     # Off the CPU, as many runs as fit in the device's memory (landscape/engine/backend.py).
     return training.Problem(
         init=init,
