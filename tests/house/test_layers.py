@@ -127,7 +127,6 @@ FOUNDATIONS = (
     "landscape._checks",
     "landscape.typing",
     "landscape.trees",
-    "landscape.linalg",
     "landscape.point",
 )
 # The engine modules a probe may import, each for what is the engine's own (no other):
@@ -135,8 +134,6 @@ ENGINE_FOR_PROBES = {
     "landscape.engine.training": "bezier_path fits its curve with the engine's training loop",
     "landscape.engine.plotting": "the probes' figures draw in the house's matplotlib style",
 }
-# The memory policy's readings, on their way to landscape/core/memory.py (then this goes).
-MOVING_TO_CORE = {"landscape.engine.memory"}
 # What a layer's modules may never reach, by any chain of imports.
 NEVER_REACHES = {
     "core": {"tracker", "engine", "probes", "face", *PAPERS},
@@ -207,7 +204,7 @@ def test_the_probes_import_the_engine_only_for_what_is_the_engines():
         for module, targets in sorted(graph.items())
         if _layer(module) == "probes"
         for target in sorted(targets)
-        if _layer(target) == "engine" and target not in {*ENGINE_FOR_PROBES, *MOVING_TO_CORE}
+        if _layer(target) == "engine" and target not in ENGINE_FOR_PROBES
     ]
     assert not wrong, "\n".join(wrong)
     used = {t for m, ts in graph.items() if _layer(m) == "probes" for t in ts}
