@@ -19,9 +19,7 @@ curvature_figures.py  [curvature_study] its figure
 basin.py       [curvature_study] a basin's radius along a line; a subspace's chance overlap
 """
 
-import importlib
-from typing import Any
-
+from landscape.engine import lazy
 from landscape.markov import model, points, task, theory
 from landscape.markov.model import MarkovModel
 from landscape.markov.points import theta_pi, theta_star
@@ -38,9 +36,5 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    """trained_point loads on first use: it reads records through the experiment's modules,
-    which `import landscape.markov` alone does not need."""
-    if name == "trained_point":
-        return importlib.import_module("landscape.markov.trained").trained_point
-    raise AttributeError(f"module 'landscape.markov' has no attribute {name!r}")
+# trained_point loads on first use: it reads records through the experiment's modules
+__getattr__ = lazy.module_getattr(__name__, {"trained_point": f"{__name__}.trained"})

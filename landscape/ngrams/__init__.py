@@ -18,9 +18,7 @@ trained.py       trained_point: a run's parameters at a step on the construction
 curvature_study.py  a plateau's kind, Gauss-Newton split, escape directions against chance
 """
 
-import importlib
-from typing import Any
-
+from landscape.engine import lazy
 from landscape.ngrams import estimators, model, points, stationarity, task
 from landscape.ngrams.points import bigram_point_all_heads, random_point, theta_star, unigram_point
 
@@ -38,9 +36,5 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    """trained_point loads on first use: it reads records through the experiment's modules,
-    which `import landscape.ngrams` alone does not need."""
-    if name == "trained_point":
-        return importlib.import_module("landscape.ngrams.trained").trained_point
-    raise AttributeError(f"module 'landscape.ngrams' has no attribute {name!r}")
+# trained_point loads on first use: it reads records through the experiment's modules
+__getattr__ = lazy.module_getattr(__name__, {"trained_point": f"{__name__}.trained"})

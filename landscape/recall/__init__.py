@@ -14,18 +14,12 @@ curvature_study.py    the saddles' index along the saddle-to-saddle path (notes 
 curvature_figures.py  [curvature_study] its figure
 """
 
-import importlib
-from typing import Any
-
+from landscape.engine import lazy
 from landscape.recall import flow, model, task, theory
 from landscape.recall.model import RecallModel
 
 __all__ = ["flow", "model", "task", "theory", "RecallModel", "trained_point"]
 
 
-def __getattr__(name: str) -> Any:
-    """trained_point loads on first use: it reads records through the experiment's modules,
-    which `import landscape.recall` alone does not need."""
-    if name == "trained_point":
-        return importlib.import_module("landscape.recall.trained").trained_point
-    raise AttributeError(f"module 'landscape.recall' has no attribute {name!r}")
+# trained_point loads on first use: it reads records through the experiment's modules
+__getattr__ = lazy.module_getattr(__name__, {"trained_point": f"{__name__}.trained"})

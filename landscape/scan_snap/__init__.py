@@ -17,9 +17,7 @@ figures.py     the figures: losses, attention (Figs. 4, 5), entropy vs ratio (Fi
 trained.py     trained_point: a run's parameters at a step on its task's population loss
 """
 
-import importlib
-from typing import Any
-
+from landscape.engine import lazy
 from landscape.scan_snap import model, task, theory
 from landscape.scan_snap.model import YZModel, population_point
 from landscape.scan_snap.task import SequenceClasses, sequence_classes
@@ -36,9 +34,5 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    """trained_point loads on first use: it reads records through the experiment's modules,
-    which `import landscape.scan_snap` alone does not need."""
-    if name == "trained_point":
-        return importlib.import_module("landscape.scan_snap.trained").trained_point
-    raise AttributeError(f"module 'landscape.scan_snap' has no attribute {name!r}")
+# trained_point loads on first use: it reads records through the experiment's modules
+__getattr__ = lazy.module_getattr(__name__, {"trained_point": f"{__name__}.trained"})
