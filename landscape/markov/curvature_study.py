@@ -205,7 +205,7 @@ def overlap_row(
     dim, found = u.size, vectors.shape[1]
     overlap = float(np.linalg.norm(vectors.T @ u)) if found else float("nan")
     chance = basin.chance_overlap_rms(max(found, 1), dim)
-    spread = basin.random_overlaps(u, max(found, 1), frames, seed)
+    random = basin.random_overlaps(u, max(found, 1), frames, seed)
     return {
         "escape_distance": float(np.linalg.norm(escape)),
         "overlap": overlap,
@@ -213,9 +213,9 @@ def overlap_row(
         "overlap_gradient": float(abs(gradient @ u) / np.linalg.norm(gradient)),
         "chance": chance,
         "above_chance": overlap / chance if found else float("nan"),
-        "random_mean": float(spread.mean()),
-        "random_std": float(spread.std()),
-        "random_at_or_above": float(np.mean(spread >= overlap)) if found else float("nan"),
+        "random_mean": float(random.mean()),
+        "random_std": float(random.std()),
+        "random_at_or_above": float(np.mean(random >= overlap)) if found else float("nan"),
         "directions_found": found,
     }
 

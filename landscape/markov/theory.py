@@ -314,12 +314,13 @@ def multistate_unigram_eigenvalues(
     +- lambda / 2 ((S-1) d times each) and 0 (2 d times). Length S + S d (tied), S + 2 S d.
     """
     lam = multistate_e_eigenvalue(num_states, p)
-    spread = (num_states - 1) * d
+    multiplicity = (num_states - 1) * d  # of lambda (tied), of +- lambda / 2 (untied)
     values = [jnp.full(num_states - 1, 1.0 / num_states), jnp.zeros(1)]
     if tied:
-        values += [lam * jnp.ones(spread), jnp.zeros(d)]
+        values += [lam * jnp.ones(multiplicity), jnp.zeros(d)]
     else:
-        values += [0.5 * lam * jnp.ones(spread), -0.5 * lam * jnp.ones(spread), jnp.zeros(2 * d)]
+        half = 0.5 * lam * jnp.ones(multiplicity)
+        values += [half, -half, jnp.zeros(2 * d)]
     return jnp.sort(jnp.concatenate(values))
 
 
