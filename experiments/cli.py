@@ -96,7 +96,14 @@ def run(experiment: Experiment) -> None:
 
 
 def main(experiment: Experiment, argv: list[str]) -> int:
-    """Run the CLI on `argv` (argv[0] is the program) in this process; returns the exit status."""
+    """Run the CLI on `argv` (argv[0] is the program) in this process; returns the exit status.
+    What it prints may go nowhere (a closed pipe or descriptor, a full device): the run goes on
+    (`stops.output`)."""
+    with stops.output():
+        return _main(experiment, argv)
+
+
+def _main(experiment: Experiment, argv: list[str]) -> int:
     started = time.perf_counter()
     try:
         overrides, rest = _split_overrides(argv[1:])

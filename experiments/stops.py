@@ -6,6 +6,8 @@ in one sentence and an honest `summary.json` status."""
 from __future__ import annotations
 
 import contextlib
+import io
+import os
 import signal
 import sys
 import types
@@ -16,6 +18,66 @@ from landscape.engine import config as config_lib
 from landscape.engine import records, training
 
 EXIT_USAGE, EXIT_FAILED, EXIT_INTERRUPTED = 2, 1, 130
+
+
+class Output(io.TextIOBase):
+    """sys.stdout or sys.stderr of a run: a write that fails (a closed pipe, `| head -1`,
+    /dev/full, a closed descriptor) drops what the run prints from then on, never the run nor
+    its records; one line on stderr says so where stderr can take it."""
+
+    def __init__(self, stream: Any, name: str) -> None:
+        self.stream, self.name = stream, name
+
+    def write(self, text: str) -> int:
+        if self.stream is not None:
+            try:
+                return self.stream.write(text)
+            except (OSError, ValueError) as error:  # ValueError: the stream was closed
+                self._lose(error)
+        return len(text)
+
+    def flush(self) -> None:
+        if self.stream is not None:
+            try:
+                self.stream.flush()
+            except (OSError, ValueError) as error:
+                self._lose(error)
+
+    def writable(self) -> bool:
+        return True
+
+    def isatty(self) -> bool:
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            return self.stream is not None and self.stream.isatty()
+        return False
+
+    def _lose(self, error: Exception) -> None:
+        stream, self.stream = self.stream, None
+        with contextlib.suppress(OSError, ValueError, AttributeError):  # what it still buffers
+            target, null = stream.fileno(), os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, target)  # goes nowhere at exit, instead of a traceback
+            os.close(null)
+        why = getattr(error, "strerror", None) or str(error)
+        if self.name == "stdout":
+            _say(f"stdout cannot be written ({why}): the run goes on without its progress lines.")
+
+
+@contextlib.contextmanager
+def output() -> Iterator[None]:
+    """A CLI's stdout and stderr as `Output`s (a closed descriptor: os.devnull, so no file the
+    run opens takes descriptor 1 or 2), as they were again after."""
+    for descriptor in (0, 1, 2):
+        try:
+            os.fstat(descriptor)
+        except OSError:  # closed (`>&-`): the next open takes this descriptor
+            os.open(os.devnull, os.O_RDWR)
+    saved = sys.stdout, sys.stderr
+    sys.stdout = Output(sys.stdout, "stdout")
+    sys.stderr = Output(sys.stderr, "stderr")
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = saved
 
 
 def fail(message: str, status: int) -> int:

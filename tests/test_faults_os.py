@@ -344,3 +344,46 @@ def test_closed_loop_errors_of_a_failed_save_are_left_unsaid(tmp_path):
         for error in (RuntimeError("Event loop is closed"), RuntimeError("another")):
             sys.unraisablehook(types.SimpleNamespace(exc_value=error))
     assert [str(u.exc_value) for u in seen] == ["another"]
+
+
+# ------------------------------------------------------------- stdout that cannot be written
+
+
+class _Unwritable:
+    """A stdout every write to which fails: a closed pipe (`| head -1`) or /dev/full."""
+
+    def __init__(self, error):
+        self.error = error
+
+    def write(self, text):
+        raise self.error
+
+    def flush(self):
+        raise self.error
+
+
+@pytest.mark.parametrize(
+    "error",
+    [BrokenPipeError(errno.EPIPE, "Broken pipe"), OSError(errno.ENOSPC, "No space left on device")],
+    ids=["closed pipe", "/dev/full"],
+)
+def test_a_run_whose_stdout_cannot_be_written_completes(
+    error, reference, tmp_path, capsys, monkeypatch
+):
+    """The progress lines go nowhere, the run and its records do not: no false "a record could
+    not be written", no traceback, no empty workdir."""
+    monkeypatch.setattr(sys, "stdout", _Unwritable(error))
+    assert _main(*ARGS, f"--workdir={tmp_path / 'w'}") == 0
+    err = capsys.readouterr().err
+    assert f"stdout cannot be written ({error.strerror})" in err and "Traceback" not in err
+    _same_records(tmp_path / "w", reference)
+
+
+def test_a_usage_mistake_with_stdout_closed_is_one_sentence(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(sys, "stdout", None)  # `>&-`: Python starts with no sys.stdout
+    status = _main(*ARGS, "--config.train.num_steps=-1", f"--workdir={tmp_path / 'w'}")
+    err = capsys.readouterr().err
+    assert status == cli.EXIT_USAGE and err.strip() == (
+        "config.train.num_steps = -1: must be an integer >= 1."
+    )
+    assert sys.stdout is None and not (tmp_path / "w").exists()
