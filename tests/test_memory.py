@@ -73,6 +73,8 @@ def _absurd(name, variant, fields):
         (markov, _absurd("markov", "fig3", {"model.seq_len": 10**6}), "model.seq_len"),
         (markov, _absurd("markov", "fig3", {"train.batch_size": 10**9}), "train.batch_size"),
         (scan_snap, _absurd("syn_small", "fig4", {"train.batch_size": 10**9}), "train.batch_size"),
+        (scan_snap, _absurd("syn_small", "fig4", {"train.num_steps": 10**12}), "train.num_steps"),
+        (markov, _absurd("markov", "fig3", {"train.num_steps": 10**14}), "train.num_steps"),
         (recall, _absurd("recall", "fig1", {"train.batch_size": 10**12}), "train.batch_size"),
         (recall, _absurd("recall", "first_jump", {"flow.num_saves": 10**10}), "flow.num_saves"),
     ],
