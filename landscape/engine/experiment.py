@@ -62,6 +62,20 @@ def program_line(fields: Mapping[str, Any]) -> str:
     return "program " + ", ".join(f"{k}={v}" for k, v in fields.items())
 
 
+def cell_prefix(index: int, count: int) -> str:
+    """The prefix of program `index`'s arrays in arrays.npz: "cell<index>_" when a run has
+    `count` > 1 programs, else none."""
+    return f"cell{index}_" if count > 1 else ""
+
+
+def seconds_of(results: Sequence[training.RunResult]) -> dict[str, float]:
+    """The summary's seconds of a run's programs: compile and run, each summed."""
+    return {
+        "compile": sum(r.compile_seconds for r in results),
+        "run": sum(r.run_seconds for r in results),
+    }
+
+
 def seed_grid(cfg: ml_collections.ConfigDict, traced: Sequence[str]) -> sweeps.Grid:
     """The traced sweep's axes (paired where `sweep_zip` says so) x the config's seeds (seed, ...,
     seed + num_seeds - 1)."""

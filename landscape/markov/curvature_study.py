@@ -531,7 +531,7 @@ def run(
         group = train(cfg, fields, workdir, progress)
         groups.append(group)
         workdir.save_arrays(
-            **group["result"].arrays(f"cell{i}_" if len(cells) > 1 else "", complete=True)
+            **group["result"].arrays(engine_experiment.cell_prefix(i, len(cells)), complete=True)
         )
         rows, radius, by_name = probe_group(group, batch, group["cfg"].curvature, progress)
         seeds += rows
@@ -553,8 +553,7 @@ def run(
         figures=[str(curvature_figures.save(figure, workdir.figure_path("curvature_study")))],
         findings=findings(seeds, radii, list(cfg.curvature.margins)),
         seconds={
-            "compile": sum(g["result"].compile_seconds for g in groups),
-            "run": sum(g["result"].run_seconds for g in groups),
+            **engine_experiment.seconds_of([g["result"] for g in groups]),
             "total": time.perf_counter() - start,
         },
     )

@@ -549,7 +549,7 @@ def run(
         group = train_group(cfg, fields, workdir, progress)
         groups.append(group)
         res = group["result"]
-        prefix = f"cell{i}_" if len(cells) > 1 else ""
+        prefix = engine_experiment.cell_prefix(i, len(cells))
         workdir.save_arrays(**res.arrays(prefix, complete=True))
     claims = CLAIMS[cfg.claims](cfg, groups)
     paths = [str(p) for p in figures.draw(cfg, groups, workdir)]
@@ -559,8 +559,5 @@ def run(
         progress,
         figures=paths,
         runs=run_table(groups),
-        seconds={
-            "compile": sum(g["result"].compile_seconds for g in groups),
-            "run": sum(g["result"].run_seconds for g in groups),
-        },
+        seconds=engine_experiment.seconds_of([g["result"] for g in groups]),
     )

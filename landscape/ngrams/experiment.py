@@ -430,7 +430,7 @@ def run(
                 + params_table(model_lib.init_params(jax.random.key(cell_cfg.seed), model))
             )
         group = train_group(cfg, fields, workdir, progress)
-        _save_arrays(workdir, group["result"], f"cell{i}_" if len(cells) > 1 else "")
+        _save_arrays(workdir, group["result"], engine_experiment.cell_prefix(i, len(cells)))
         views, group_claims, rows = _analyse(cfg, group, lines)
         claims += group_claims
         table += rows
@@ -450,10 +450,7 @@ def run(
         figures=paths,
         lines=lines.base,
         runs=table,
-        seconds={
-            "compile": sum(g["result"].compile_seconds for g in groups),
-            "run": sum(g["result"].run_seconds for g in groups),
-        },
+        seconds=engine_experiment.seconds_of([g["result"] for g in groups]),
     )
 
 

@@ -374,7 +374,7 @@ def run(cfg: ConfigDict, workdir: records.Workdir, progress: Progress = print) -
         )
         result["fields"] = fields
         groups.append(result)
-        prefix = f"cell{i}_" if len(cells) > 1 else ""
+        prefix = engine_experiment.cell_prefix(i, len(cells))
         workdir.save_arrays(**{prefix + k: v for k, v in result["arrays"].items()})
         if cfg.experiment == "flow":
             workdir.append_metrics(_flow_rows(result, fields))

@@ -429,7 +429,7 @@ def run(
         zip(cells, train_cells(cfg, cells, workdir, progress), strict=True)
     ):
         groups.append((fields, task, grid, result))
-        prefix = f"cell{i}_" if len(cells) > 1 else ""
+        prefix = engine_experiment.cell_prefix(i, len(cells))
         workdir.save_arrays(**_arrays(result, task, prefix))
     paths = figures.draw(cfg, groups, workdir)
     paths += draw_tracked(workdir, [g[3] for g in groups], [str(g[0]) for g in groups])

@@ -16,6 +16,7 @@ import ml_collections
 import numpy as np
 
 from landscape.engine import config as config_lib
+from landscape.engine import experiment as engine_experiment
 from landscape.engine import memory, precision, records, sweeps, training
 from landscape.engine.experiment import BASELINE_BYTES
 from landscape.point import params_table
@@ -327,7 +328,7 @@ def run(
             problem, cell, TRACED, grid, fields=fields, workdir=workdir, progress=progress
         )
         groups.append((fields, result))
-        workdir.save_arrays(**result.arrays(f"cell{i}_" if len(cells) > 1 else ""))
+        workdir.save_arrays(**result.arrays(engine_experiment.cell_prefix(i, len(cells))))
     unigram = text.unigram_cross_entropy(corpus)
     workdir.save_table("final_by_run", wikitext_claims.final_rows(groups, unigram))
     figures = [
