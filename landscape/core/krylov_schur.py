@@ -128,10 +128,12 @@ class State(NamedTuple):
 
 def init(settings: Settings) -> State:
     """A search before its first call: a run from a random start."""
-    rows = settings.rows
+    square = np.zeros((settings.rows, settings.rows))
     return State(
-        Mode.EXTEND, 0, 0, np.zeros((rows, rows)), 0, (), (), np.zeros(0), np.zeros((0, 0)),
-        np.zeros(0), np.inf, -np.inf, True, False, True, 0, 0, np.zeros((rows, rows)), True,
+        mode=Mode.EXTEND, cursor=0, stop=0, proj=square, size=0, values=(), residuals=(),
+        theta=np.zeros(0), coeffs=np.zeros((0, 0)), estimates=np.zeros(0), low=np.inf,
+        high=-np.inf, unchanged=True, converged=False, finite=True, runs=0, products=0,
+        rotation=square.copy(), fresh=True,
     )  # fmt: skip
 
 

@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from landscape.core import orthonormal
 from landscape.core.krylov_schur import Mode, Outcome, Plan
 from landscape.core.layout import Layout
 
@@ -212,10 +213,10 @@ def _lanczos_step(
         lambda: jnp.where(row > 0, previous, 0) * vectors[below],
     )
     w = av - alpha * v - known
-    once = _orthogonalised(vectors, w)
+    once = orthonormal.orthogonalised(vectors, w)
     w = jax.lax.cond(
         jnp.linalg.norm(once) < 0.5 * jnp.linalg.norm(w),
-        lambda: _orthogonalised(vectors, once),
+        lambda: orthonormal.orthogonalised(vectors, once),
         lambda: once,
     )
     beta, eps = jnp.linalg.norm(w), jnp.finfo(w.dtype).eps
@@ -232,13 +233,12 @@ def _lanczos_step(
     return alpha, jnp.where(exhausted, 0, beta), following
 
 
-def _orthogonalised(rows: jax.Array, w: jax.Array, only: jax.Array | None = None) -> jax.Array:
-    """w less its components along the rows (orthonormal; zero rows ignored), or along those
-    that `only` marks (a mask, where a slice would copy the rows)."""
-    coefficients = _DOT(rows, w)
-    if only is not None:
-        coefficients = jnp.where(only, coefficients, 0)
-    return w - _DOT(coefficients, rows)
+def _orthogonalised(rows: jax.Array, w: jax.Array, only: jax.Array | None) -> jax.Array:
+    """`orthonormal.orthogonalised`, or against the rows `only` marks (a mask, where a slice
+    would copy the rows: a fresh start's, beside the basis rows a restart left as they were)."""
+    if only is None:
+        return orthonormal.orthogonalised(rows, w)
+    return w - _DOT(jnp.where(only, _DOT(rows, w), 0), rows)
 
 
 def _unit_remainder(rows: jax.Array, raw: jax.Array, only: jax.Array | None = None) -> jax.Array:

@@ -33,7 +33,7 @@ from landscape.probes import (
     curvature,
     gauss_newton,
     gradient,
-    krylov_host,
+    krylov,
     operator,
     stream,
 )
@@ -270,8 +270,8 @@ def _lanczos_one(
     runs: int,
     progress: Progress = None,
 ) -> Eigenpairs:
-    """`krylov_host.search` on one point: its pairs come with the residuals of fresh products."""
-    found = krylov_host.search(point, k, which, ncv, key, tol, runs, progress)
+    """`krylov.search` on one point: its pairs come with the residuals of fresh products."""
+    found = krylov.search(point, k, which, ncv, key, tol, runs, progress)
     if not np.all(np.isfinite(found.values)):  # a product was not finite
         return _nan_result(point, which, k, found.runs, found.num_hvps, tol)
     tree = trees.unravel_numpy(point.params, found.gradient)

@@ -1,18 +1,28 @@
-"""The program of `eigenpairs`' Krylov-Schur search (`landscape.core.krylov_schur` has the
-search; `krylov_host` drives it on a point): `advance`, one call's products of the exact Hessian
-and their vector work in one compiled program per model.
+"""`eigenpairs`' Krylov-Schur search on a point (the search itself, its decisions and a call's
+vector work, is the core's: `landscape.core.krylov_schur`): `advance`, a call's products of the
+exact Hessian in one compiled program per model; `search`, which drives the core's search over it
+(over a streamed dataset over `stream.searcher`), prints a line per run once the search takes
+long, and returns what it found in `ravel_pytree`'s order.
 """
 
 from __future__ import annotations
 
 import functools
+import time
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 
-from landscape.core import krylov_schur_device
-from landscape.core.krylov_schur import Outcome, Plan
+from landscape import trees
+from landscape.core import krylov_schur, krylov_schur_device
+from landscape.core import layout as layout_lib
+from landscape.core.krylov_schur import Outcome, Plan, State
 from landscape.core.layout import Layout
-from landscape.probes import compiled, operator
+from landscape.point import Point
+from landscape.probes import compiled, operator, stream
 from landscape.typing import PyTree
 
 
@@ -38,3 +48,110 @@ def advance(
     op = operator.hessian_operator(objective, params, inputs, layout if layout.mesh else None)
     point = (op.value, op.gradient)
     return krylov_schur_device.run_call(op.matvec, vectors, plan, key, which, layout, point)
+
+
+LONG_SECONDS = 10.0  # a search prints a line per run once it has taken this long
+
+
+class Found(NamedTuple):
+    """What a search found: the k pairs, most wanted first, each with its exact residual
+    (certified when `converged`), the extreme Ritz values seen, the runs and products, the
+    point's loss and flat gradient."""
+
+    values: np.ndarray
+    vectors: np.ndarray
+    residuals: np.ndarray
+    low: float
+    high: float
+    converged: bool
+    runs: int
+    num_hvps: int
+    loss: float
+    gradient: np.ndarray
+
+
+def search(
+    point: Point,
+    k: int,
+    which: str,
+    ncv: int,
+    key: jax.Array,
+    rtol: float,
+    max_runs: int,
+    progress: Callable[[str], None] | None = None,
+) -> Found:
+    """Krylov-Schur (`krylov_schur`) on one point, at most `max_runs` runs, holding `ncv`
+    vectors of D; NaN pairs when a product was not finite (the search ends at it). One
+    program: `advance` (over a streamed dataset, `stream.searcher`'s two, a pass over the data
+    a product)."""
+    objective, inputs = point.shared
+    call: Callable[..., Any] = advance
+    spread = layout_lib.spread(point.params, point.batches)
+    if getattr(inputs, "is_stream", False):  # its vectors ravel_pytree's, on any model
+        call, spread = stream.searcher(point, progress), None
+    dim, dtype = point.num_params, np.dtype(jax.tree.leaves(point.params)[0].dtype)
+    settings = krylov_schur.Settings(k, min(ncv - k, dim + 1), dim, which, rtol, max_runs)
+    padded = dim if spread is None else spread.padded
+    where = None if spread is None else spread.sharding(1)
+    held = [jax.device_put(np.zeros((k + settings.rows, padded), dtype), where)]
+
+    def on_device(plan: Plan) -> Outcome:
+        held[0], outcome = call(objective, point.params, inputs, held[0], plan, key, which, spread)
+        return outcome._replace(  # the decisions' numbers, alike in every process
+            **{f: trees.host(x) for f, x in outcome._asdict().items() if f != "gradient"}
+        )
+
+    report = _reporter(progress, settings)
+    state, outcome = krylov_schur.drive(settings, on_device, dtype, report)
+    if not state.finite:  # NaN pairs, with the runs and products made
+        nan = np.full(k, np.nan, dtype)
+        return Found(
+            nan, np.full((k, dim), np.nan, dtype), nan, np.nan, np.nan, False, state.runs,
+            state.products, np.nan, np.full(dim, np.nan, dtype),
+        )  # fmt: skip
+    values, residuals, order = krylov_schur.ordered(settings, state)
+    found, gradient = _in_ravel_order(held[0], outcome.gradient, k, spread)
+    return Found(
+        values.astype(dtype), found[order], residuals.astype(dtype), state.low, state.high,
+        state.converged, state.runs, state.products, float(outcome.loss), gradient,
+    )  # fmt: skip
+
+
+def _reporter(
+    progress: Callable[[str], None] | None, settings: krylov_schur.Settings
+) -> Callable[[State], None] | None:
+    """A line through `progress` after each run once the search has taken LONG_SECONDS."""
+    if progress is None:
+        return None
+    began = time.perf_counter()
+
+    def after(state: State) -> None:
+        seconds = time.perf_counter() - began
+        if seconds > LONG_SECONDS:
+            progress(
+                f"eigenpairs: Lanczos run {state.runs} of at most {settings.max_runs} | "
+                f"{len(state.values)} of {settings.k} accepted | {state.products} products | "
+                f"{seconds:.1f} s"
+            )
+
+    return after
+
+
+def _in_ravel_order(
+    vectors: jax.Array, gradient: jax.Array, k: int, layout: Layout | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """The locked rows (k, D) and the gradient (D,) on the host in `ravel_pytree`'s order: as
+    they are on one device; over a mesh unflattened on the devices first (`_unflattened`)."""
+    if layout is None:
+        return np.asarray(vectors)[:k], np.asarray(gradient)
+    stacked = _unflattened(vectors, gradient, k, layout)
+    rows = [trees.host(leaf).reshape(k + 1, -1) for leaf in jax.tree.leaves(stacked)]
+    flat = np.concatenate(rows, axis=1)
+    return flat[:k], flat[k]
+
+
+@functools.partial(jax.jit, static_argnames=("k", "layout"))
+def _unflattened(vectors: jax.Array, gradient: jax.Array, k: int, layout: Layout) -> PyTree:
+    """The locked rows and the gradient as pytrees stacked on a leading axis (k + 1, ...)."""
+    rows = jnp.concatenate([vectors[:k], gradient[None]])
+    return jax.vmap(layout.from_flat)(rows)
