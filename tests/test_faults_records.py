@@ -380,3 +380,27 @@ def test_a_workdir_of_the_earlier_manifest_resumes_and_overwrites(runs, stopped,
         "400",
         "host-400.npz",
     ]
+
+
+@pytest.mark.parametrize("target", ["/dev/zero", "elsewhere"])
+def test_a_link_where_metrics_jsonl_goes_is_named_never_read(stopped, capsys, target):
+    """metrics.jsonl replaced by a link (to /dev/zero, or to a file of yours elsewhere): the
+    manifest is fine, the file is what is wrong; nothing reads, writes or removes through it."""
+    if target == "elsewhere":
+        target = stopped.parent / "mine.jsonl"
+        target.write_text("my rows\n")
+    metrics = stopped / "metrics.jsonl"
+    metrics.unlink()
+    metrics.symlink_to(target)
+    status, lines = _check(stopped, capsys)
+    assert status == 1 and _bad(lines) == [
+        f"BAD  metrics.jsonl: is a link to {target}, where the run wrote a file"
+    ]
+    for args in (
+        [f"--workdir={stopped}", "--resume"],
+        [*ARGS, f"--workdir={stopped}", "--overwrite"],
+    ):
+        _one_sentence(_main(*args), capsys, f"metrics.jsonl is a link to {target}, where a run")
+    assert metrics.is_symlink() and os.readlink(metrics) == str(target)
+    if target != "/dev/zero":
+        assert target.read_text() == "my rows\n"

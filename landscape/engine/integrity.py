@@ -209,9 +209,12 @@ def _check_inside(path: pathlib.Path, name: str) -> None:
     parts = pathlib.PurePosixPath(name).parts
     inside = bool(parts) and not name.startswith(("/", "\\")) and "\\" not in name
     inside = inside and ".." not in parts and not pathlib.PureWindowsPath(name).drive
-    if inside:
+    if inside:  # a file's folder inside (a link in the file's place is that file's problem,
+        # `misplaced`: never followed); a checkpoint folder itself inside, as it is walked
+        folder = CHECKPOINT_FOLDER.fullmatch(name) or STEP_FOLDER.fullmatch(name)
         with contextlib.suppress(OSError):
-            inside = (path / name).resolve().is_relative_to(path.resolve())
+            target = path / name if folder else (path / name).parent
+            inside = target.resolve().is_relative_to(path.resolve())
     if not inside:
         raise WorkdirError(
             f"{path / MANIFEST} names {_shown(name)}, a path outside the workdir: it is not a "
@@ -344,9 +347,16 @@ def foreign_checkpoints(path: pathlib.Path) -> list[str]:
     return [n for n in found if n.count("/") == 2 and not CHECKPOINT_FOLDER.fullmatch(n)]
 
 
+def kind_of(target: pathlib.Path) -> str:
+    """What stands at `target` where a record (a plain file) goes, in words."""
+    if target.is_symlink():
+        return f"a link to {os.readlink(target)}"
+    return "a folder" if target.is_dir() else "not a plain file (a device, a pipe or a socket)"
+
+
 def misplaced(path: pathlib.Path) -> list[str]:
-    """The records (listed, or the four a run writes) where a folder, or a link to something
-    that is not a file, stands in place of the file."""
+    """The records (listed, or the four a run writes) where a folder, a link (a run never
+    writes through one) or anything but a plain file stands in place of the file."""
     try:
         entries = read_entries(path)
     except WorkdirError:
@@ -355,7 +365,7 @@ def misplaced(path: pathlib.Path) -> list[str]:
     found = []
     for name in sorted(names | {*RECORD_FILES, MANIFEST}):
         target = path / name
-        if os.path.lexists(target) and (target.is_dir() or not target.exists()):
+        if os.path.lexists(target) and (target.is_symlink() or not target.is_file()):
             found.append(name)
     return found
 

@@ -471,8 +471,8 @@ def check_path(
         check_free(path)
         if misplaced := integrity.misplaced(path):
             raise WorkdirError(
-                f"{path / misplaced[0]} is a folder (or a link to one), where a run writes the "
-                "file of that name: move it out of the workdir, then run again."
+                f"{path / misplaced[0]} is {integrity.kind_of(path / misplaced[0])}, where a run "
+                "writes the file of that name: move it out of the workdir, then run again."
             )
         if force:
             integrity.check_forcible(path)

@@ -160,8 +160,8 @@ def config_digest(config: dict[str, Any]) -> str:
 def _problem(path: pathlib.Path, name: str, entry: dict[str, Any] | None) -> str | None:
     """What is wrong with the record `name` (None: nothing found)."""
     file = path / name
-    if file.is_dir():
-        return "is a folder, where the run wrote a file"
+    if file.is_symlink() or (file.exists() and not file.is_file()):  # never read through it
+        return f"is {integrity.kind_of(file)}, where the run wrote a file"
     if not file.is_file():
         return "is missing"
     if entry is not None and entry.get("size") is not None:
@@ -196,8 +196,8 @@ def _metrics_problem(path: pathlib.Path, offset: tuple[int, str] | None) -> str 
     """What is wrong with metrics.jsonl up to the newest checkpoint's offset (None: nothing)."""
     file = path / "metrics.jsonl"
     size, digest = offset or (0, "")
-    if file.is_dir():
-        return "is a folder, where the run wrote a file"
+    if file.is_symlink() or (file.exists() and not file.is_file()):
+        return f"is {integrity.kind_of(file)}, where the run wrote a file"
     if not file.is_file():
         return f"is missing, but the checkpoint recorded its first {size} bytes" if size else None
     with open(file, "rb") as f:
