@@ -130,26 +130,14 @@ def lanczos(
     dtype: DTypeLike,
     project: Project = None,
 ) -> tuple[jax.Array, jax.Array]:
-    """`lanczos_from` a random start vector drawn from `key` (dim and num_iters static;
-    `project` maps the draw into the operator's space)."""
+    """(alphas (num_iters,), betas (num_iters - 1,)) of `run` from a random start vector drawn
+    from `key` (dim and num_iters static; `project` maps the draw into the operator's space)."""
     if not 1 <= num_iters <= dim:
         raise ValueError(f"num_iters = {num_iters}: must be between 1 and dim = {dim}.")
     start_key, restart_key = jax.random.split(key)
     start = jax.random.normal(start_key, (dim,), dtype)
     start = start if project is None else project(start)
-    return lanczos_from(matvec, start, num_iters, restart_key, project=project)
-
-
-def lanczos_from(
-    matvec: Callable[[jax.Array], jax.Array],
-    start: jax.Array,
-    num_iters: int,
-    key: jax.Array,
-    axis_name: str | None = None,
-    project: Project = None,
-) -> tuple[jax.Array, jax.Array]:
-    """(alphas (num_iters,), betas (num_iters - 1,)) of `run` from `start`."""
-    found = extract(run(matvec, start, num_iters, key, axis_name, project))
+    found = extract(run(matvec, start, num_iters, restart_key, project=project))
     return found.alphas, found.betas
 
 

@@ -13,10 +13,8 @@ import jax
 import numpy as np
 
 from landscape import _checks
+from landscape.core import lanczos, ritz
 from landscape.core import layout as layout_lib
-from landscape.core import ritz
-from landscape.core.lanczos import lanczos as lanczos
-from landscape.core.lanczos import lanczos_from as lanczos_from
 from landscape.core.layout import Layout
 from landscape.point import Point, check_point, param_names
 from landscape.probes import blocks, compiled, operator, stream
@@ -180,12 +178,13 @@ def _tridiagonal(
     start = layout_lib.draw("normal", start_key, params, layout)  # alike in any layout
     if layout is None:
         gradient = jax.flatten_util.ravel_pytree(params)[1](op.gradient)
-        alphas, betas = lanczos_from(op.matvec, start, num_iters, restart_key)
+        run = lanczos.run(op.matvec, start, num_iters, restart_key)
     else:
         gradient = layout.from_flat(op.gradient)
         place = lambda x: layout.clean(layout.place(x))  # noqa: E731  # one draw's projection
-        alphas, betas = lanczos_from(op.matvec, start, num_iters, restart_key, project=place)
-    return alphas, betas, op.value, gradient
+        run = lanczos.run(op.matvec, start, num_iters, restart_key, project=place)
+    found = lanczos.extract(run)
+    return found.alphas, found.betas, op.value, gradient
 
 
 def lanczos_spectrum(

@@ -17,10 +17,9 @@ import numpy as np
 from jax.sharding import Mesh
 
 from landscape import _checks, trees
-from landscape.core import hutchpp, hvp, ritz
+from landscape.core import hutchpp, hvp, lanczos, ritz
 from landscape.core import layout as layout_lib
 from landscape.core.hutchpp import EXACT, REST, SKETCH
-from landscape.core.lanczos import lanczos_from
 from landscape.core.layout import Layout
 from landscape.point import Point, as_points, param_names
 from landscape.probes import blocks, compiled, operator, stream
@@ -91,9 +90,11 @@ def slq_block(
         restarts = jax.vmap(lambda i: jax.random.fold_in(restart_key, i))(indices)
         project = None if layout is None else layout.clean
         one = functools.partial(
-            lanczos_from, op.matvec, num_iters=num_iters, axis_name="probes", project=project
+            lanczos.run, op.matvec, num_iters=num_iters, axis_name="probes", project=project
         )
-        return jax.vmap(lambda v, k: one(v, key=k), axis_name="probes")(starts, restarts)
+        runs = jax.vmap(lambda v, k: lanczos.extract(one(v, key=k)), axis_name="probes")
+        found = runs(starts, restarts)
+        return found.alphas, found.betas
 
     return _over_points(body, batched, params, inputs)
 

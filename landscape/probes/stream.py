@@ -367,7 +367,7 @@ def tridiagonal(
             loss, grad, products = point.batches.sums(_per_batch(objective), point.params, rows)
             product = products[0]
             done()
-    found = lanczos.extract(state)
+    found = lanczos.extract(jax.device_get(state))  # numpy: sliced on the host, no program
     return np.asarray(found.alphas), np.asarray(found.betas), np.asarray(loss), grad
 
 
@@ -404,7 +404,7 @@ def slq(
             state, rows = _slq_advance(state, products, step, key, indices, point.params, kind)
             if i < num_iters:
                 products = _products(point, objective, np.asarray(rows), done)
-        found.append([np.asarray(state.alphas), np.asarray(state.betas[:, :-1])])
+        found.append([np.asarray(state.alphas), np.asarray(state.betas)[:, :-1]])
     alphas, betas = (np.concatenate(parts)[:num_probes] for parts in zip(*found, strict=True))
     return alphas, betas
 
