@@ -3,6 +3,7 @@ import chains (docs/architecture.md, "Layers"): the core imports neither the eng
 probes; the engine imports the core, never the probes; the probes no paper; no paper another."""
 
 import ast
+import functools
 import pathlib
 
 import pytest
@@ -53,6 +54,7 @@ def _imports(path: pathlib.Path, known: set[str]) -> set[str]:
     return {name for name in found if name in known}
 
 
+@functools.cache  # read once a session: every rule walks the same graph
 def _graph() -> dict[str, set[str]]:
     paths = _modules("landscape")
     known = {_name(p) for p in paths}
