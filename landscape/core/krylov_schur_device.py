@@ -33,9 +33,6 @@ class Carry(NamedTuple):
     proj: jax.Array
 
 
-# ------------------------------------------------------------------------- a call, on the device
-
-
 def run_call(
     product: Callable[[jax.Array], jax.Array],
     vectors: jax.Array,
