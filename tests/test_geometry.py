@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import landscape
-from landscape.engine import memory
+from landscape.core import memory
 from landscape.markov import theory
 from landscape.probes import budget, geometry, slices
 from landscape.probes import figures as probe_figures
