@@ -7,12 +7,11 @@
 A page's generated tables sit between `<!-- table NAME: start -->` and `<!-- table NAME: end -->`.
 From a run's workdir, a page's `extract` keeps the numbers its tables show in
 docs/studies/data/<page>.json (a few KB, committed); its `tables` writes the Markdown from that
-data alone. tests/test_pages.py checks every committed page against its stored data.
+data alone (WikiText's: experiments/wikitext_page.py). tests/test_pages.py checks the pages.
 """
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import json
 import pathlib
@@ -20,9 +19,11 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from experiments.page_parts import Data, caption, ran_on, read_csv, tex
+from experiments.wikitext_page import wikitext_extract, wikitext_tables
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 STUDIES = ROOT / "docs" / "studies"
-Data = dict[str, Any]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,24 +36,6 @@ class Page:
 
     def path(self, name: str) -> pathlib.Path:
         return STUDIES / f"{name}.md"
-
-
-def read_csv(path: pathlib.Path) -> list[dict[str, Any]]:
-    """A records table's rows, numbers as numbers (exactly as written: Python's repr
-    round-trips), True and False as booleans and empty cells as None."""
-    with open(path, newline="") as f:
-        return [{k: _number(v) for k, v in row.items()} for row in csv.DictReader(f)]
-
-
-def _number(text: str) -> Any:
-    if text in ("", "True", "False"):
-        return {"": None, "True": True, "False": False}[text]
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return text
 
 
 def markers(name: str) -> tuple[str, str]:
@@ -83,21 +66,6 @@ def page_text(name: str, data: Data, text: str) -> str:
     for table, markdown in PAGES[name].tables(data).items():
         text = replace(text, table, markdown)
     return text
-
-
-def ran_on(workdir: pathlib.Path) -> Data:
-    """The backend and device count of a run (config.json's provenance): a run split over
-    another number of devices rounds differently (float16 most), so the tables name them."""
-    provenance = json.loads((workdir / "config.json").read_text()).get("provenance", {})
-    return {k: provenance.get(k) for k in ("backend", "device_count")}
-
-
-def caption(data: Data, table: str) -> str:
-    """The line under a generated table: the records it comes from, and where they ran (a run
-    made in Python, without the CLI's provenance, does not say)."""
-    count, backend = data["ran_on"]["device_count"], data["ran_on"]["backend"]
-    devices = f" ({count} {backend} device{'s' * (count != 1)})" if count else ""
-    return f"\n\n*From the run's `{table}`{devices}.*"
 
 
 def data_path(name: str) -> pathlib.Path:
@@ -203,12 +171,6 @@ def recall_extract(workdir: pathlib.Path) -> Data:
         ],
         "ran_on": ran_on(workdir),
     }
-
-
-def tex(value: float, digits: int = 2) -> str:
-    """`value` as a \\times 10^{e} in LaTeX, `digits` significant: -5.6\\times10^{-8}."""
-    mantissa, exponent = f"{value:.{digits - 1}e}".split("e")
-    return f"{mantissa}\\times10^{{{int(exponent)}}}"
 
 
 def _recall_negatives(row: dict[str, Any]) -> str:
@@ -430,6 +392,11 @@ PAGES: dict[str, Page] = {
         "python -m experiments.recall --config=configs/recall.py:curvature",
         recall_extract,
         recall_tables,
+    ),
+    "wikitext_curvature": Page(
+        "python -m experiments.scan_snap --config=configs/wikitext.py:curvature",
+        wikitext_extract,
+        wikitext_tables,
     ),
 }
 

@@ -7,6 +7,7 @@ import re
 
 import pytest
 
+from configs import wikitext
 from experiments import pages
 
 
@@ -70,3 +71,12 @@ def test_the_caption_names_the_records_and_the_devices_they_ran_on():
     stored = pages.stored("markov_curvature")["ran_on"]
     page = pages.PAGES["markov_curvature"].path("markov_curvature").read_text()
     assert f"({stored['device_count']} {stored['backend']} devices)" in page
+
+
+def test_the_wikitext_page_tells_a_reader_without_the_data_how_to_get_it():
+    """Its run reads a folder outside the repository: the page names the config's default
+    folder, where to download the splits, and the override for a folder elsewhere."""
+    text = pages.PAGES["wikitext_curvature"].path("wikitext_curvature").read_text()
+    assert f"`{wikitext.get_config('curvature').text.path}`" in text
+    assert "github.com/pytorch/examples/tree/main/word_language_model/data/wikitext-2" in text
+    assert "`valid.txt`" in text and "`test.txt`" in text and "--config.text.path=" in text

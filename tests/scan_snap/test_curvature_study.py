@@ -3,6 +3,7 @@ the test (never ../shared/data): the blocks of the parameters, the phase steps, 
 to end, its tracked λ_max against a direct eigenpairs call at a kept step."""
 
 import json
+import re
 
 import jax
 import jax.numpy as jnp
@@ -12,6 +13,7 @@ import pytest
 
 import landscape
 from configs import wikitext as wikitext_configs
+from experiments import wikitext_page
 from landscape.engine import config as config_lib
 from landscape.engine import records
 from landscape.scan_snap import curvature_study, experiment, wikitext
@@ -221,3 +223,49 @@ def test_the_memory_estimate_counts_the_kept_parameters_and_the_probes(tmp_path)
     logits = 4 * 10 * 35 * V  # one chunk of 10 x 35 tokens at a time
     assert study.bytes - train.bytes == 8 * ((7 + 56) * D + logits)  # float64
     assert f"56 vectors of D = {D}, 7 kept steps" in study.what
+
+
+def _rows(table):
+    """A generated table's body rows, their cells (the header, rule and caption left out)."""
+    lines = [line for line in table.splitlines() if line.startswith("| ")][1:]
+    return [[c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]] for line in lines]
+
+
+def _number(cell):
+    return float(cell.replace("\N{MINUS SIGN}", "-"))
+
+
+@pytest.mark.slow
+def test_the_page_tables_are_the_records_numbers(study):
+    """experiments.pages from the study's records: the phase table's eigenvalues are
+    curvature_phases.csv's, every tracked step's λ is arrays.npz's, each phase's shares are the
+    CSV's, and the claims are summary.json's with their verdicts, to the digits printed."""
+    _, summary, path = study
+    tables = wikitext_page.wikitext_tables(wikitext_page.wikitext_extract(path))
+    phases = pd.read_csv(path / "curvature_phases.csv")
+    rows = _rows(tables["wikitext phases"])
+    assert [int(r[0]) for r in rows] == [0, *phases["step"]]
+    assert rows[0][4].endswith("(Ritz)") and rows[0][6] == ""
+    for cells, (_, row) in zip(rows[1:], phases.iterrows(), strict=True):
+        assert cells[1] == row["phase"]
+        shown = [_number(v) for v in cells[4].split(", ")]
+        np.testing.assert_allclose(shown, json.loads(row["top"]), atol=5e-4)
+        assert abs(_number(cells[5]) - row["lambda_min"]) <= 5e-4
+    result = records.load(path)
+    along = {int(r[0]): r for r in _rows(tables["wikitext along"])}
+    for i, step in enumerate(result.tracked_steps.tolist()):
+        for column, name in ((4, "lambda_max"), (5, "lambda_min")):
+            assert abs(_number(along[step][column]) - result.metrics[name][0, i]) <= 5e-4
+    shares = _rows(tables["wikitext shares"])
+    for _, row in phases.iterrows():
+        top = next(r for r in shares if r[0] == str(row["step"]) and r[2].startswith("the top"))
+        for cell, block in zip(top[3:], curvature_study.BLOCKS, strict=True):
+            assert abs(float(cell.rstrip("%")) - 100 * row[f"top {block}"]) <= 0.5
+    claims = _rows(tables["wikitext claims"])
+    expected = summary["claims"] + summary["sanity_checks"]
+    assert len(claims) == len(expected)
+    for cells, claim in zip(claims, expected, strict=True):
+        assert cells[1].replace("\\|", "|") == claim["claim"]
+        assert cells[-1] in (
+            ("reproduced", "holds") if claim["passed"] else ("not reproduced", "fails")
+        )
