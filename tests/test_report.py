@@ -521,3 +521,18 @@ def test_the_report_never_replaces_or_removes_a_file_it_did_not_write(tmp_path, 
         write.write(table, context, out)
     assert (out / "SUMMARY.md").read_text() == "edited by hand"
     assert (out / "figures" / "mine.png").read_bytes() == b"my figure"
+
+
+def test_the_report_never_replaces_a_log_it_did_not_write(tmp_path):
+    """<runs>/<label>/<config>.log holds a run's output: a file of the user's there fails that
+    job in one sentence, unchanged; a log the report wrote (its first line says so) is its own."""
+    job = run.Job("configs/syn_small.py", "scan_snap", [], tmp_path / "syn_small_fig4")
+    log = tmp_path / "syn_small_fig4.log"
+    log.write_text("my notes on this run\n")
+    assert run.execute(job, run.code_version()) == 2
+    assert job.status == "failed" and "syn_small_fig4.log was not written by the report" in (
+        job.message
+    )
+    assert log.read_text() == "my notes on this run\n" and not job.workdir.exists()
+    log.write_text(f"{run.LOG_HEADER}{job.command}\nstep 10 ...\n")
+    assert run.ours(log) and run.ours(tmp_path / "none.log")

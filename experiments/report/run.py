@@ -183,8 +183,18 @@ def execute(job: Job, version: dict[str, Any]) -> int:
     ]
     log = job.workdir.with_suffix(".log")
     log.parent.mkdir(parents=True, exist_ok=True)
+    if not ours(log):  # a file of the user's: never replaced
+        job.status, job.message = (
+            "failed",
+            (
+                f"{log} was not written by the report (it does not begin with {LOG_HEADER!r}), and "
+                "the report writes this run's log there: move that file, then run the report again."
+            ),
+        )
+        return cli.EXIT_USAGE
     started = time.perf_counter()
     with open(log, "w") as out, contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        print(f"{LOG_HEADER}{job.command}", flush=True)
         try:
             status = cli.main(experiment_module(job.paper), argv)
         except Exception as error:  # noqa: BLE001 -- reported, not raised
@@ -214,6 +224,19 @@ def execute(job: Job, version: dict[str, Any]) -> int:
         job.status = "failed"
         job.message = job.message or summary.get("message") or _last_line(log)
     return status
+
+
+LOG_HEADER = "# the report's log of: "  # a run's log begins so: what the report may replace
+
+
+def ours(log: pathlib.Path) -> bool:
+    """Whether the report may write `log`: none there, or a plain file the report wrote."""
+    if not os.path.lexists(log):
+        return True
+    if log.is_symlink() or not log.is_file():
+        return False
+    with open(log, "rb") as f:
+        return f.read(len(LOG_HEADER)) == LOG_HEADER.encode()
 
 
 def _last_line(path: pathlib.Path) -> str:
