@@ -387,3 +387,24 @@ def test_a_usage_mistake_with_stdout_closed_is_one_sentence(tmp_path, capsys, mo
         "config.train.num_steps = -1: must be an integer >= 1."
     )
     assert sys.stdout is None and not (tmp_path / "w").exists()
+
+
+def test_a_sigterm_with_stdout_closed_exits_130_and_resumes(
+    reference, tmp_path, capsys, monkeypatch
+):
+    """`>&-`: SIGTERM stops the run at the next chunk boundary with exit status 130 (stops.fail
+    flushed a None stdout: AttributeError, exit 1), and --resume completes it."""
+    workdir = tmp_path / "run"
+    monkeypatch.setattr(sys, "stdout", None)
+    with pytest.MonkeyPatch.context() as patch:
+        term = lambda: signal.raise_signal(signal.SIGTERM)  # noqa: E731 -- one call
+        patch.setattr(records.MetricsRecorder, "write_rows", _after_step(200, term))
+        status = _main(*ARGS, f"--workdir={workdir}")
+    err = capsys.readouterr().err
+    assert status == cli.EXIT_INTERRUPTED and "Traceback" not in err, err[-2000:]
+    assert err.strip().splitlines()[-1].startswith("Interrupted at step 200: ")
+    assert _summary(workdir)["status"] == "interrupted"
+    monkeypatch.undo()
+    assert _main(f"--workdir={workdir}", "--resume") == 0
+    capsys.readouterr()
+    _same_records(workdir, reference)
