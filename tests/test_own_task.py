@@ -132,6 +132,26 @@ def test_nested_and_dotted_sweep_axes_are_one_grid():
     assert list(config.axes) == ["optim.lr"]
 
 
+def test_a_resume_under_other_code_in_the_functions_words(tmp_path, monkeypatch):
+    """sweeps.run(resume=True) of a record other code wrote: refused naming other_code=True,
+    which continues it; the manifest lists both versions, config.json's provenance both starts."""
+    from landscape.engine import integrity
+
+    cfg, problem = _least_squares(4)
+    grid = sweeps.Grid.make({}, seeds=[0])
+    kwargs = dict(num_steps=4, log_every=2, workdir=tmp_path, progress=None)
+    sweeps.run(problem, cfg.optim, {"optim.lr": 0.1}, grid, **kwargs)
+    ours = integrity.code_sha256()
+    monkeypatch.setattr(integrity, "code_sha256", lambda: "e" * 64)
+    with pytest.raises(records.WorkdirError, match=r"other code .*pass other_code=True"):
+        sweeps.run(problem, cfg.optim, {"optim.lr": 0.1}, grid, resume=True, **kwargs)
+    sweeps.run(problem, cfg.optim, {"optim.lr": 0.1}, grid, resume=True, other_code=True, **kwargs)
+    assert json.loads((tmp_path / "manifest.json").read_text())["code"] == [ours, "e" * 64]
+    provenance = json.loads((tmp_path / "config.json").read_text())["provenance"]
+    assert provenance["code"] == ours and provenance["resumes"][0]["code"] == "e" * 64
+    assert provenance["resumes"][0]["other_code"] and "other_code" not in provenance
+
+
 def test_records_refuse_a_used_folder_in_the_functions_words(tmp_path):
     cfg, problem = _least_squares(4)
     grid = sweeps.Grid.make({}, seeds=[0])

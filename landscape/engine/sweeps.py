@@ -142,6 +142,7 @@ def run(
     resume: bool = False,
     overwrite: bool = False,
     keep_others: bool = False,
+    other_code: bool = False,
     **train_kwargs: Any,
 ) -> training.RunResult:
     """Train every cell of `grid` (and every seed) as one program, sharded over `devices`.
@@ -159,7 +160,8 @@ def run(
 
     workdir: a folder: a complete record of the sweep (`record`), continued from its checkpoint
     with `resume`, or replaced with `overwrite` (which removes only the files earlier runs wrote,
-    and refuses a folder holding others unless `keep_others`); a `records.Workdir` with `config`
+    and refuses a folder holding others unless `keep_others`; `other_code`: resume a record that
+    other code wrote, which it then records); a `records.Workdir` with `config`
     given: the same record into it (an experiment module run by the CLI); a `records.Workdir` alone:
     metrics.jsonl and checkpoints only (a paper experiment writes the rest itself).
     `config`: the user's config (ConfigDict or dict) for config.json. A single run of a problem
@@ -180,7 +182,12 @@ def run(
         )
     check_learning_rates(problem, base_hparams)
     target, complete = _open_workdir(
-        workdir, config, resume=resume, overwrite=overwrite, keep_others=keep_others
+        workdir,
+        config,
+        resume=resume,
+        overwrite=overwrite,
+        keep_others=keep_others,
+        other_code=other_code,
     )
     try:
         description = describe_run(optim, base_hparams, grid, dtype, train_kwargs)
@@ -372,6 +379,7 @@ def _open_workdir(
     resume: bool,
     overwrite: bool,
     keep_others: bool = False,
+    other_code: bool = False,
 ) -> tuple[records.Workdir | None, bool]:
     """(the Workdir to train into, whether `run` writes the complete record)."""
     if workdir is None:
@@ -389,13 +397,20 @@ def _open_workdir(
         return workdir, config is not None
     try:
         opened = records.Workdir.open(
-            pathlib.Path(workdir), overwrite=overwrite, resume=resume, keep_others=keep_others
+            pathlib.Path(workdir),
+            overwrite=overwrite,
+            resume=resume,
+            keep_others=keep_others,
+            other_code=other_code,
         )
     except records.WorkdirError as error:  # the CLI's words, as this function's arguments
         message = str(error).replace("--workdir=", "workdir=").replace("--resume", "resume=True")
         message = message.replace("--keep_others", "keep_others=True")
+        message = message.replace("--other_code", "other_code=True")
         raise records.WorkdirError(message.replace("--overwrite", "overwrite=True")) from None
     opened.provenance = provenance_lib.provenance()
+    if other_code:  # a resume under other code: its provenance says so
+        opened.provenance["other_code"] = True
     return opened, True
 
 
