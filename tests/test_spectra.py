@@ -15,8 +15,9 @@ import pytest
 from matplotlib.figure import Figure
 
 import landscape
+from landscape.core import memory
+from landscape.probes import blocks, spectra, uncertainty
 from landscape.probes import figures as probe_figures
-from landscape.probes import spectra, uncertainty
 
 D = 40  # every random matrix has this size, and SLQ this shape: the tests share compiled programs
 SLQ_SHAPE = (64, 12)  # (num_probes, num_iters)
@@ -332,3 +333,62 @@ def test_a_split_leafs_signs_are_bit_e_mod_32_of_the_word_at_e_div_32(offset):
     if offset == 0:  # one device's draw of a (210,) vector: the same signs
         drawn = layout.draw("rademacher", key, {"a": np.zeros(210, np.float32)}, None)
         np.testing.assert_array_equal(signs, np.asarray(drawn))
+
+
+def _moments(density, powers=(1, 2, 3, 4)) -> np.ndarray:
+    """Each probe's quadrature moments sum_j w_j λ_j^p (probes x powers): v^T H^p v / |v|^2."""
+    return np.stack([np.sum(density.weights * density.nodes**p, axis=1) for p in powers], 1)
+
+
+def test_three_vectors_keep_each_probes_moments_where_orthogonality_is_lost():
+    """30 steps at D = 40 (the outliers converge in a few, then come back as ghosts): the runs in
+    three vectors give each probe's moments v^T H^p v of the full basis's, and the exact ones."""
+    bulk = np.random.default_rng(3).uniform(-1, 1, 37)
+    point, matrix = _point(np.concatenate([bulk, [2.5, 3.0, 4.0]]), seed=4)
+    full = spectra.spectral_density(point, 8, 30, basis="full")
+    three = spectra.spectral_density(point, 8, 30, basis="three")
+    assert (full.basis, three.basis) == ("full", "three") and three.summary()["basis"] == "three"
+    np.testing.assert_allclose(_moments(three), _moments(full), rtol=1e-9)
+    probe_key = jax.random.split(jax.random.key(0))[0]
+    probes = spectra._probes(probe_key, jnp.arange(8), "rademacher", point.params, None)
+    powers = [np.linalg.matrix_power(matrix, p) for p in (1, 2, 3, 4)]
+    exact = [[v @ a @ v / (v @ v) for a in powers] for v in np.asarray(probes)]
+    np.testing.assert_allclose(_moments(full), exact, rtol=1e-10)
+    top = np.sort(three.nodes[:, -1])
+    np.testing.assert_allclose(top, 4.0, atol=1e-8)  # the largest is found, ghosts or not
+    assert "three vectors of D" in three.describe()
+
+
+def test_three_vectors_in_bfloat16_keep_the_moments_within_their_standard_errors():
+    """float32 arithmetic, the vectors stored in bfloat16: the density's mean moments within
+    two of the float32 full basis's standard errors over 16 probes."""
+    eigenvalues = np.random.default_rng(5).uniform(-1, 2, D)
+    point, _ = _point(eigenvalues, seed=6)
+    point = point.with_params(jax.tree.map(lambda x: x.astype(jnp.float32), point.params))
+    point = landscape.Point(point.params, objective=_quadratic,
+                            inputs={"A": point.inputs["A"].astype(jnp.float32)})  # fmt: skip
+    full = spectra.spectral_density(point, 16, 12, basis="full")
+    low = spectra.spectral_density(point, 16, 12, basis="three", storage="bfloat16")
+    mean, spread = _moments(full).mean(0), _moments(full).std(0, ddof=1) / 4
+    assert np.all(np.abs(_moments(low).mean(0) - mean) <= 2 * spread)
+
+
+def test_auto_keeps_three_vectors_where_a_basis_does_not_fit(monkeypatch):
+    point, _ = _point(np.linspace(-1, 1, D), seed=7)
+    assert spectra.spectral_density(point, *SLQ_SHAPE, progress=None).basis == "full"
+    full = spectra.slq_vector_bytes(point, "full", 30, None)
+    assert full == 30 * D * 8 and spectra.slq_vector_bytes(point, "three", 30, None) == 3 * D * 8
+    assert spectra.slq_vector_bytes(point, "three", 30, "bfloat16") == 3 * D * 2
+    tight = 2 * blocks.product_bytes(point, spectra.slq_vector_bytes(point, "three", 30, None))
+    monkeypatch.setattr(memory, "device_free_bytes", lambda device=None: tight)
+    assert spectra.spectral_density(point, 4, 30, progress=None).basis == "three"
+
+
+def test_a_basis_mistake_is_one_sentence():
+    point, _ = _point(np.linspace(0, 1, D), seed=10)
+    with pytest.raises(ValueError, match="basis = 'two': must be one of"):
+        spectra.spectral_density(point, basis="two")
+    with pytest.raises(ValueError, match="storage = 'float16': must be one of"):
+        spectra.spectral_density(point, basis="three", storage="float16")
+    with pytest.raises(ValueError, match="storage='bfloat16' stores the three vectors"):
+        spectra.spectral_density(point, storage="bfloat16")

@@ -54,6 +54,7 @@ class SpectralDensity:
     dim: int
     probe: str
     matrix: str = "hessian"
+    basis: str = "full"  # "three": three vectors of D, no reorthogonalisation
 
     @property
     def num_probes(self) -> int:
@@ -134,7 +135,8 @@ class SpectralDensity:
         lines = [
             f"{_matrix_name(self.matrix)} spectral density (SLQ) at {_label(self.point)}  "
             f"(D = {self.dim})",
-            f"  {self.num_probes} {kind} probes x {self.num_iters} Lanczos steps",
+            f"  {self.num_probes} {kind} probes x {self.num_iters} Lanczos steps"
+            + ("" if self.basis == "full" else " in three vectors of D (no reorthogonalisation)"),
         ]
         if not self.finite:
             bad = int(np.sum(~np.all(np.isfinite(self.nodes), axis=1)))
@@ -174,6 +176,7 @@ class SpectralDensity:
             iterations=self.num_iters,
             probe=self.probe,
             matrix=self.matrix,
+            basis=self.basis,
             lambda_min=low,
             lambda_max=high,
             num_negative=negative[0] * self.dim,

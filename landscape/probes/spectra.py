@@ -17,7 +17,7 @@ import numpy as np
 from jax.sharding import Mesh
 
 from landscape import _checks, trees
-from landscape.core import hutchpp, hvp, lanczos, ritz
+from landscape.core import hutchpp, hvp, lanczos, memory, ritz, three_term
 from landscape.core import layout as layout_lib
 from landscape.core.hutchpp import EXACT, REST, SKETCH
 from landscape.core.layout import Layout
@@ -67,7 +67,8 @@ def _over_points(body: Callable, batched: bool, params: PyTree, inputs: PyTree, 
 
 
 @functools.partial(
-    jax.jit, static_argnames=("objective", "num_iters", "probe", "batched", "layout")
+    jax.jit,
+    static_argnames=("objective", "num_iters", "probe", "batched", "layout", "basis", "storage"),
 )
 def slq_block(
     objective: compiled.Objective,
@@ -79,14 +80,21 @@ def slq_block(
     probe: str,
     batched: bool,
     layout: Layout | None = None,
+    basis: str = "full",
+    storage: str | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     """(alphas (K, m), betas (K, m - 1)): Lanczos from each probe of `indices` (K,); over a mesh
-    the vectors in `layout`."""
+    the vectors in `layout`. `basis="three"`: each run in three vectors of D (`three_term`, its
+    vectors stored as `storage`), with no reorthogonalisation."""
 
     def body(params: PyTree, inputs: PyTree) -> tuple[jax.Array, jax.Array]:
         op = operator.hessian_operator(objective, params, inputs, layout)
         probe_key, restart_key = jax.random.split(key)
         starts = _probes(probe_key, indices, probe, params, layout)
+        if basis == "three":
+            short = functools.partial(three_term.run, op.matvec, num_iters=num_iters)
+            found = jax.vmap(lambda v: three_term.extract(short(v, storage=storage)))(starts)
+            return found.alphas, found.betas
         restarts = jax.vmap(lambda i: jax.random.fold_in(restart_key, i))(indices)
         project = None if layout is None else layout.clean
         one = functools.partial(
@@ -256,6 +264,8 @@ def spectral_density(
     probe: ProbeKind = "rademacher",
     progress: blocks.Progress = print,
     matrix: operator.Matrix = "hessian",
+    basis: str = "auto",
+    storage: str | None = None,
 ) -> SpectralDensity: ...
 
 
@@ -268,6 +278,8 @@ def spectral_density(
     probe: ProbeKind = "rademacher",
     progress: blocks.Progress = print,
     matrix: operator.Matrix = "hessian",
+    basis: str = "auto",
+    storage: str | None = None,
 ) -> list[SpectralDensity]: ...
 
 
@@ -279,6 +291,8 @@ def spectral_density(
     probe: ProbeKind = "rademacher",
     progress: blocks.Progress = print,
     matrix: operator.Matrix = "hessian",
+    basis: str = "auto",
+    storage: str | None = None,
 ) -> SpectralDensity | list[SpectralDensity]:
     """The Hessian's eigenvalue density by stochastic Lanczos quadrature: the probes' Lanczos
     runs in memory-bounded blocks, one compiled program per model.
@@ -293,10 +307,17 @@ def spectral_density(
             the call has taken 10 s (None: silent).
         matrix: "hessian", or "ggn" for the Gauss-Newton matrix G = Jᵀ H_z J of a point that
             carries `outputs` and `output_loss` (`operator.ggn_operator`).
+        basis: "full" keeps each run's Lanczos basis (num_iters vectors of D, fully
+            reorthogonalised); "three" keeps three vectors of D and lets ghosts of converged
+            values share their weight (`landscape.core.three_term`); "auto": full where one
+            probe's basis fits the memory policy, else three.
+        storage: "bfloat16" stores the three vectors in bfloat16, the arithmetic in the
+            point's dtype (basis="three" only; None: the point's dtype).
 
     Returns:
         A `SpectralDensity` (a list for a list of points): `mass(lo, hi)` with its standard
-        error, `mass_interval` with the quadrature's certified error, `density(grid, sigma)`.
+        error, `mass_interval` with the quadrature's certified error, `density(grid, sigma)`;
+        its `basis` says which was used.
     """
     points, listed = as_points(point, "spectral_density")
     num_probes = _check_probes(num_probes, 2, "SLQ probes; two or more for a standard error")
@@ -305,32 +326,76 @@ def spectral_density(
         "num_iters", num_iters, 1, f"Lanczos steps, at most D = {dim}", high=dim
     )
     _checks.check_choice("probe", probe, ("rademacher", "gaussian"))
+    _check_basis(basis, storage)
     if _split_list(points, listed):  # a mesh's points one at a time, each in its layout
-        return [spectral_density(p, num_probes, num_iters, key, probe, progress, matrix)
-                for p in points]  # fmt: skip
+        return [spectral_density(p, num_probes, num_iters, key, probe, progress, matrix, basis,
+                                 storage) for p in points]  # fmt: skip
     objective, params, inputs = _arguments(points, listed)
     objective = operator.for_matrix(points, objective, matrix, "spectral_density")
     if stream.streamed(points, listed, "spectral_density"):  # a pass over the data a step
+        if basis == "three":
+            raise ValueError(
+                "spectral_density: basis='three' is not built for a streamed dataset: give "
+                "basis='full' or 'auto' (a stream's runs keep their bases)."
+            )
         found = stream.slq(points[0], objective, _key(key), num_probes, num_iters, probe, progress)
         return SpectralDensity(points[0], *_quadrature(*found), dim, probe, matrix)
     spread = _spread(points[0], listed)
     key, axis = _key(key), int(listed)
-    basis_bytes = num_iters * dim * blocks.itemsize(points[0])  # each probe's Lanczos basis
+    basis = _slq_basis(points[0], basis, num_iters, len(points), _mesh(spread))
     plan = blocks.plan(
-        points[0], num_probes, "spectral_density", basis_bytes, len(points), progress,
-        hint="ask for fewer Lanczos steps (num_iters)", mesh=_mesh(spread),
+        points[0], num_probes, "spectral_density", slq_vector_bytes(points[0], basis, num_iters,
+        storage), len(points), progress, hint="ask for fewer Lanczos steps (num_iters)",
+        mesh=_mesh(spread),
     )  # fmt: skip
 
     def block(indices: np.ndarray) -> tuple[jax.Array, jax.Array]:
-        return slq_block(objective, params, inputs, key, indices, num_iters, probe, listed, spread)
+        return slq_block(objective, params, inputs, key, indices, num_iters, probe, listed,
+                         spread, basis, storage)  # fmt: skip
 
     alphas, betas = blocks.run(plan, block, "spectral_density", progress, axis, "probes")
-    if not listed:
-        return SpectralDensity(points[0], *_quadrature(alphas, betas), dim, probe, matrix)
-    return [
-        SpectralDensity(p, *_quadrature(alphas[i], betas[i]), dim, probe, matrix)
-        for i, p in enumerate(points)
+    runs = list(zip(alphas, betas, strict=True)) if listed else [(alphas, betas)]
+    densities = [
+        SpectralDensity(p, *_quadrature(a, b), dim, probe, matrix, basis)
+        for p, (a, b) in zip(points, runs, strict=True)
     ]
+    return densities if listed else densities[0]
+
+
+BASES = ("auto", "full", "three")
+
+
+def _check_basis(basis: str, storage: str | None) -> None:
+    """One sentence for a basis that is not one of BASES, or a storage without three vectors."""
+    _checks.check_choice("basis", basis, BASES)
+    if storage is not None:
+        _checks.check_choice("storage", storage, ("bfloat16",))
+        if basis != "three":
+            raise ValueError(
+                f"spectral_density: storage={storage!r} stores the three vectors of "
+                "basis='three'; a full basis stays in the point's dtype (its "
+                "reorthogonalisation needs it): give basis='three' too."
+            )
+
+
+def slq_vector_bytes(point: Point, basis: str, num_iters: int, storage: str | None) -> float:
+    """Bytes of D-vectors one probe's run keeps beside its product: num_iters of the point's
+    dtype (a full basis), or three_term.VECTORS of `storage` (three vectors)."""
+    if basis == "three":
+        size = np.dtype(storage).itemsize if storage else blocks.itemsize(point)
+        return float(three_term.VECTORS * point.num_params * size)
+    return float(num_iters * point.num_params * blocks.itemsize(point))
+
+
+def _slq_basis(point: Point, basis: str, num_iters: int, points: int, mesh: Mesh | None) -> str:
+    """`basis` itself, or for "auto": "full" where one probe's full basis and its product fit
+    the memory policy (a device's share over a mesh), else "three"."""
+    if basis != "auto":
+        return basis
+    devices = 1 if mesh is None else mesh.size
+    full = slq_vector_bytes(point, "full", num_iters, None)
+    each = points * blocks.product_bytes(point, full, devices)
+    return "full" if each <= memory.budget(memory.device_free_bytes()) else "three"
 
 
 @overload
