@@ -344,9 +344,9 @@ def spectral_density(
     key, axis = _key(key), int(listed)
     basis = _slq_basis(points[0], basis, num_iters, len(points), _mesh(spread))
     plan = blocks.plan(
-        points[0], num_probes, "spectral_density", slq_vector_bytes(points[0], basis, num_iters,
-        storage), len(points), progress, hint="ask for fewer Lanczos steps (num_iters)",
-        mesh=_mesh(spread),
+        points[0], num_probes, "spectral_density",
+        slq_vector_bytes(dim, blocks.itemsize(points[0]), basis, num_iters, storage), len(points),
+        progress, hint="ask for fewer Lanczos steps (num_iters)", mesh=_mesh(spread),
     )  # fmt: skip
 
     def block(indices: np.ndarray) -> tuple[jax.Array, jax.Array]:
@@ -378,13 +378,15 @@ def _check_basis(basis: str, storage: str | None) -> None:
             )
 
 
-def slq_vector_bytes(point: Point, basis: str, num_iters: int, storage: str | None) -> float:
-    """Bytes of D-vectors one probe's run keeps beside its product: num_iters of the point's
-    dtype (a full basis), or three_term.VECTORS of `storage` (three vectors)."""
+def slq_vector_bytes(
+    dim: int, itemsize: int, basis: str, num_iters: int, storage: str | None
+) -> float:
+    """Bytes of D-vectors one probe's run keeps beside its product: num_iters of `itemsize` (a
+    full basis), or three_term.VECTORS of `storage` (three vectors; None: of `itemsize`)."""
     if basis == "three":
-        size = np.dtype(storage).itemsize if storage else blocks.itemsize(point)
-        return float(three_term.VECTORS * point.num_params * size)
-    return float(num_iters * point.num_params * blocks.itemsize(point))
+        size = np.dtype(storage).itemsize if storage else itemsize
+        return float(three_term.VECTORS * dim * size)
+    return float(num_iters * dim * itemsize)
 
 
 def _slq_basis(point: Point, basis: str, num_iters: int, points: int, mesh: Mesh | None) -> str:
@@ -393,7 +395,7 @@ def _slq_basis(point: Point, basis: str, num_iters: int, points: int, mesh: Mesh
     if basis != "auto":
         return basis
     devices = 1 if mesh is None else mesh.size
-    full = slq_vector_bytes(point, "full", num_iters, None)
+    full = slq_vector_bytes(point.num_params, blocks.itemsize(point), "full", num_iters, None)
     each = points * blocks.product_bytes(point, full, devices)
     return "full" if each <= memory.budget(memory.device_free_bytes()) else "three"
 

@@ -1,0 +1,89 @@
+"""The largest model a probe serves on a set of devices, from the estimates the probes plan
+with: each product's four vectors of D (`blocks.product_bytes`) and what the probe keeps beside
+them (`eigen.lanczos_search_bytes`, `spectra.slq_vector_bytes`), split over the devices, against
+the memory policy's share of each device (`core.memory.MEMORY_FRACTION`). The model's own
+parameters are resident before a call and outside the share; its activations for one product
+are given per device. docs/guide/foundation_scale.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from landscape.core import memory
+from landscape.probes import eigen, spectra
+
+GIB = 2**30
+H200_BYTES = 139 * GIB  # what an H200 reports free to JAX, about
+PRODUCT_VECTORS = 4  # v, H v and their copies in a product (`blocks.product_bytes`)
+SLQ_STEPS = 30  # spectral_density's default num_iters
+
+
+@dataclasses.dataclass(frozen=True)
+class Probe:
+    """A probe as its memory sees it: `name`, and the bytes it keeps per parameter beside its
+    products, given the vectors' itemsize and the three-vector storage's."""
+
+    name: str
+    basis: str = ""  # spectral_density's basis, where it is one
+    k: int = 0  # eigenpairs' k, where it is one
+
+    def kept_bytes(self, itemsize: int, storage: str | None = None) -> float:
+        if self.k:
+            return eigen.lanczos_search_bytes(1, eigen.default_ncv(self.k), itemsize)
+        if self.basis:
+            return spectra.slq_vector_bytes(1, itemsize, self.basis, SLQ_STEPS, storage)
+        return 0.0  # a Hutchinson trace keeps its samples, numbers not vectors
+
+
+PROBES = (
+    Probe("certified top-5 (eigenpairs, ncv = 20)", k=5),
+    Probe("certified top-1 (eigenpairs, ncv = 20)", k=1),
+    Probe("trace (Hutchinson, a product at a time)"),
+    Probe("SLQ, full basis (30 steps)", basis="full"),
+    Probe("SLQ, three vectors", basis="three"),
+)
+
+
+def largest_dim(
+    probe: Probe,
+    devices: int,
+    itemsize: int = 4,
+    storage: str | None = None,
+    device_bytes: float = H200_BYTES,
+    activations: float = 0.0,
+    fraction: float = memory.MEMORY_FRACTION,
+) -> int:
+    """The largest D whose vectors, split over `devices`, fit `fraction` of `device_bytes` on
+    each beside `activations` bytes of the model's activations for one product."""
+    room = fraction * device_bytes - activations
+    per_parameter = PRODUCT_VECTORS * itemsize + probe.kept_bytes(itemsize, storage)
+    return max(0, int(room * devices // per_parameter))
+
+
+def table(devices: tuple[int, ...] = (8, 32)) -> str:
+    """The guide's table: per probe, the largest D on `devices` H200s at the memory policy's
+    share and at the whole memory (activations not counted), float32, and for SLQ in three
+    vectors those vectors in bfloat16 too."""
+    precisions = (("float32", 4, None), ("float32, bfloat16 vectors", 4, "bfloat16"))
+    head = " | ".join(f"{n} H200s, {s}" for n in devices for s in ("half", "whole"))
+    lines = [f"| probe | vectors | {head} |", "|---" * (2 + 2 * len(devices)) + "|"]
+    for probe in PROBES:
+        for label, itemsize, storage in precisions:
+            if storage and probe.basis != "three":
+                continue
+            cells = [
+                _scientific(largest_dim(probe, n, itemsize, storage, fraction=f))
+                for n in devices
+                for f in (memory.MEMORY_FRACTION, 1.0)
+            ]
+            lines.append(f"| {probe.name} | {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _scientific(dim: int) -> str:
+    """2.1e10 as '2.1 x 10^10'."""
+    exponent = int(np.floor(np.log10(dim)))
+    return f"{dim / 10**exponent:.1f} x 10^{exponent}"

@@ -1,0 +1,38 @@
+"""The foundation-scale page's table (docs/guide/foundation_scale.md) is the library's own
+estimates: the vectors each probe keeps are those its memory plan counts, and the page shows
+`capacity.table()` as it is."""
+
+import pathlib
+
+import pytest
+
+from landscape.core import memory
+from landscape.probes import capacity, eigen, spectra
+
+PAGE = pathlib.Path(__file__).resolve().parents[1] / "docs" / "guide" / "foundation_scale.md"
+
+
+def test_the_largest_dim_solves_the_memory_policy_for_the_probes_vectors():
+    top5, three = capacity.PROBES[0], capacity.PROBES[-1]
+    assert top5.kept_bytes(4) == eigen.lanczos_search_bytes(1, 20, 4) == (20 + 2.5 + 3) * 4
+    assert three.kept_bytes(4) == spectra.slq_vector_bytes(1, 4, "three", 30, None) == 12
+    assert three.kept_bytes(4, "bfloat16") == 6
+    room = memory.MEMORY_FRACTION * capacity.H200_BYTES * 8
+    assert capacity.largest_dim(top5, 8) == int(room // (4 * 4 + 102))
+    assert capacity.largest_dim(three, 8, storage="bfloat16") == int(room // (16 + 6))
+    # activations take their bytes off every device's room
+    lowered = capacity.largest_dim(three, 8, activations=capacity.GIB)
+    assert lowered == int((room - 8 * capacity.GIB) // 28)
+    assert capacity.largest_dim(three, 8, activations=capacity.H200_BYTES) == 0
+
+
+def test_a_node_holds_a_top5_at_1e10_only_with_its_whole_memory():
+    top5 = capacity.PROBES[0]
+    assert capacity.largest_dim(top5, 8, fraction=1.0) == pytest.approx(1.0e10, rel=0.02)
+    assert capacity.largest_dim(top5, 8) < 1e10 <= capacity.largest_dim(top5, 32)
+
+
+def test_the_page_shows_the_table():
+    text = PAGE.read_text()
+    start = text.index("<!-- capacity table -->\n") + len("<!-- capacity table -->\n")
+    assert text[start : text.index("\n<!-- end capacity table -->")] == capacity.table()
