@@ -46,6 +46,15 @@ class Output(io.TextIOBase):
     def writable(self) -> bool:
         return True
 
+    def fileno(self) -> int:  # faulthandler and the like write to the descriptor itself
+        if self.stream is None:
+            raise io.UnsupportedOperation("fileno")
+        return int(self.stream.fileno())
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override] # the stream's, else UTF-8
+        return str(getattr(self.stream, "encoding", None) or "utf-8")
+
     def isatty(self) -> bool:
         with contextlib.suppress(OSError, ValueError, AttributeError):
             return self.stream is not None and self.stream.isatty()
