@@ -384,6 +384,8 @@ def test_time_left_scales_earlier_times_by_this_runs_speed():
         (["--quick", "--readme"], "--readme takes a full report's table"),
         (["--scale=tpu"], "--scale"),
         (["--out=README.md"], "--out=README.md is a file, not a folder"),
+        (["--out=."], "--out=. is a source tree (it holds .git)"),
+        (["--runs=/"], "--runs=/ is /, a system folder"),
     ],
 )
 def test_usage_errors_are_one_sentence(argv, message, capsys, monkeypatch):

@@ -101,11 +101,11 @@ def main(argv: list[str], progress: Callable[[str], object] = print) -> int:
             )
         if options["readme"] and options["quick"]:
             raise cli.UsageError("--readme takes a full report's table, not --quick's.")
-        for flag in ("out", "runs"):
-            if options[flag].exists() and not options[flag].is_dir():
-                raise cli.UsageError(
-                    f"--{flag}={options[flag]} is a file, not a folder: give a folder path."
-                )
+        for flag in ("out", "runs"):  # a folder of its own: not a file, /, $HOME, a source tree
+            try:
+                records.check_place(options[flag], f"--{flag}")
+            except records.WorkdirError as error:
+                raise cli.UsageError(str(error)) from None
         for item in options["sets"]:
             if "=" not in item:
                 raise cli.UsageError(

@@ -64,30 +64,30 @@ def check_name_lengths(path: str | pathlib.Path, argument: str) -> None:
         )
 
 
-def check_place(path: pathlib.Path) -> None:
-    """The workdir's place: a folder (or none yet) under a writable folder, no dangling link,
-    and not a folder that holds far more than records (`_check_not_shared`)."""
+def check_place(path: pathlib.Path, flag: str = "--workdir") -> None:
+    """The workdir's place (or the report's, `flag`): a folder (or none yet) under a writable
+    folder, no dangling link, and not a folder that holds far more (`_check_not_shared`)."""
     if path.exists() and not path.is_dir():
-        raise WorkdirError(f"--workdir={path} is a file, not a folder: give a folder path.")
-    _check_not_shared(path)
+        raise WorkdirError(f"{flag}={path} is a file, not a folder: give a folder path.")
+    _check_not_shared(path, flag)
     existing = path
     while not existing.exists():
         if existing.is_symlink():
             raise WorkdirError(
-                f"--workdir={path}: {existing} is a link to {os.readlink(existing)}, which does "
-                "not exist: create that folder, or give another workdir."
+                f"{flag}={path}: {existing} is a link to {os.readlink(existing)}, which does "
+                "not exist: create that folder, or give another folder."
             )
         existing = existing.parent
     if not existing.is_dir():
-        raise WorkdirError(f"--workdir={path} lies under the file {existing}: give a folder path.")
+        raise WorkdirError(f"{flag}={path} lies under the file {existing}: give a folder path.")
     if not os.access(existing, os.W_OK | os.X_OK):
-        raise WorkdirError(f"--workdir={path} cannot be written ({existing} is not writable).")
+        raise WorkdirError(f"{flag}={path} cannot be written ({existing} is not writable).")
 
 
 SOURCE_MARKERS = (".git", "pyproject.toml", "setup.py", "setup.cfg", "__init__.py")
 
 
-def _check_not_shared(path: pathlib.Path) -> None:
+def _check_not_shared(path: pathlib.Path, flag: str) -> None:
     """Refuse the filesystem's root, a folder right under it (/etc, /home, ...), the home folder
     or one above it, and a source tree (a folder holding .git, pyproject.toml, setup.py or
     __init__.py): records and checkpoints/ would land among files that are not a run's."""
@@ -96,13 +96,13 @@ def _check_not_shared(path: pathlib.Path) -> None:
     if len(where.parts) <= 2 or where == home or where in home.parents:
         what = "the home folder" if where == home else f"{where}, a system folder"
         raise WorkdirError(
-            f"--workdir={path} is {what}: records go in a folder of their own, e.g. "
-            f"--workdir={where / 'runs' / 'my_run' if where == home else 'runs/my_run'}."
+            f"{flag}={path} is {what}: records go in a folder of their own, e.g. "
+            f"{flag}={where / 'runs' / 'my_run' if where == home else 'runs/my_run'}."
         )
     if where.is_dir() and (marker := next((m for m in SOURCE_MARKERS if (where / m).exists()), "")):
         raise WorkdirError(
-            f"--workdir={path} is a source tree (it holds {marker}): records go in a folder of "
-            f"their own, e.g. --workdir={path / 'runs' / 'my_run'}."
+            f"{flag}={path} is a source tree (it holds {marker}): records go in a folder of "
+            f"their own, e.g. {flag}={path / 'runs' / 'my_run'}."
         )
 
 

@@ -55,6 +55,7 @@ paper_of = verification.paper_of  # the paper whose runs have a config's groups
 latest_checkpoint_metrics_bytes = verification.metrics_offset  # rows up to the newest checkpoint
 lock, unlock = lock_lib.lock, lock_lib.release  # one writer per workdir
 check_code, code_sha256 = integrity.check_code, integrity.code_sha256  # the code that wrote it
+check_place = integrity.check_place  # where records may go (the report's folders too)
 
 
 class Workdir:
