@@ -125,6 +125,16 @@ BAD_CALLS = [
         r"v has shape (3, 2): must be (3,) or (3, 1)",
     ),
     (lambda: landscape.hvp_flat(None), TypeError, "hvp_flat expects a landscape.Point"),
+    (
+        lambda: landscape.hvp(QUADRATIC, matrix="ggn", finite_difference=1e-3),
+        ValueError,
+        "hvp: finite_difference= differences the loss's gradient, and the Gauss-Newton matrix G",
+    ),
+    (
+        lambda: landscape.hvp_flat(QUADRATIC, finite_difference=0.0),
+        ValueError,
+        "hvp_flat: finite_difference = 0: must be a finite number > 0",
+    ),
     # Point: one floating dtype, a scalar loss (checked at the first probe), inputs with objective
     (
         lambda: landscape.Point({"x": jnp.ones(2, jnp.float32), "y": jnp.ones(2)}, jnp.sum),

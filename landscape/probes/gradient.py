@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from landscape import trees
+from landscape import _checks, trees
 from landscape.core import layout as layout_lib
 from landscape.core.layout import Layout
 from landscape.point import (
@@ -206,13 +206,19 @@ def _gradient(point: Point, tree: PyTree, loss: Any) -> Gradient:
     return Gradient(point, tree, vector, param_names(point.params), float(loss))
 
 
-def hvp(point: Point, matrix: operator.Matrix = "hessian") -> Callable[[Any], Any]:
+def hvp(
+    point: Point, matrix: operator.Matrix = "hessian", finite_difference: float | None = None
+) -> Callable[[Any], Any]:
     """v -> H v at the point (forward-over-reverse, compiled once per model), or G v.
 
     Args:
         point: a `Point`.
         matrix: "hessian", or "ggn" for the Gauss-Newton matrix G = Jᵀ H_z J of a point that
             carries `outputs` and `output_loss`.
+        finite_difference: None for the exact product; a step ε > 0 for the central difference
+            (∇L(θ + h v) - ∇L(θ - h v)) / (2h), h = ε / |v|, the product PyTorch's FSDP tools
+            use, to measure its bias (`operator.finite_difference_operator`; the Hessian only,
+            data in memory).
 
     Returns:
         A function of v: a pytree shaped like the params (H v is then one too) or a flat
@@ -220,6 +226,7 @@ def hvp(point: Point, matrix: operator.Matrix = "hessian") -> Callable[[Any], An
         then flat), in the params' dtype; a wrong shape or dtype is named in one sentence.
     """
     check_point(point, "hvp")
+    eps = _finite_difference_step(point, matrix, finite_difference, "hvp")
     objective, inputs = point.shared
     objective = operator.for_matrix([point], objective, matrix, "hvp")
     params = point.params
@@ -233,12 +240,21 @@ def hvp(point: Point, matrix: operator.Matrix = "hessian") -> Callable[[Any], An
             if stream.streamed([point], False, "hvp"):  # one pass over the data
                 flat = stream.product(point, objective, ravel_numpy(v))
                 return unravel_numpy(params, flat)
+            if eps is not None:
+                return operator.finite_difference_product(
+                    objective, params, inputs, v, eps, flat=False, layout=spread
+                )
             return compiled.hvp(objective, params, inputs, v, batched=False, layout=spread)
         if np.ndim(v) == 1 and not isinstance(v, list | tuple | dict):
             if stream.streamed([point], False, "hvp"):
                 return stream.product(point, objective, _flat_vector(v, dim, dtype))
             if spread is not None:
-                return _split_flat_product(point, objective, spread, _flat_vector(v, dim, dtype))
+                vector = _flat_vector(v, dim, dtype)
+                return _split_flat_product(point, objective, spread, vector, eps)
+            if eps is not None:
+                return operator.finite_difference_product(
+                    objective, params, inputs, _flat_vector(v, dim, dtype), eps, flat=True
+                )
             return compiled.hvp_of_flat(objective, params, inputs, _flat_vector(v, dim, dtype))
         raise TypeError(
             f"hvp: v has tree structure {jax.tree.structure(v)}: must be a pytree shaped like "
@@ -249,7 +265,7 @@ def hvp(point: Point, matrix: operator.Matrix = "hessian") -> Callable[[Any], An
 
 
 def hvp_flat(
-    point: Point, matrix: operator.Matrix = "hessian"
+    point: Point, matrix: operator.Matrix = "hessian", finite_difference: float | None = None
 ) -> tuple[np.ndarray, Callable[[Any], jax.Array]]:
     """The Hessian (or G) as a flat operator, for solvers that work on vectors (scipy, CG).
 
@@ -257,6 +273,8 @@ def hvp_flat(
         point: a `Point`.
         matrix: "hessian", or "ggn" for the Gauss-Newton matrix G = Jᵀ H_z J of a point that
             carries `outputs` and `output_loss`.
+        finite_difference: None for the exact product; a step ε > 0 for the central difference
+            of the gradient over a step of norm ε along v (as `hvp`).
 
     Returns:
         (x0, matvec): the flat params (D,) in `ravel_pytree` order and v (D,) or (D, 1) -> H v
@@ -265,6 +283,7 @@ def hvp_flat(
         `LinearOperator((D, D), matvec, dtype=x0.dtype)` serves `scipy.sparse.linalg.eigsh`.
     """
     check_point(point, "hvp_flat")
+    eps = _finite_difference_step(point, matrix, finite_difference, "hvp_flat")
     objective, inputs = point.shared
     objective = operator.for_matrix([point], objective, matrix, "hvp_flat")
     params = point.params
@@ -288,21 +307,63 @@ def hvp_flat(
             return stream.product(point, objective, _as_params_dtype(v, x0.dtype)).reshape(shape)
         if spread is not None:
             vector = np.asarray(v, x0.dtype).reshape(-1)
-            return _split_flat_product(point, objective, spread, vector).reshape(shape)
+            return _split_flat_product(point, objective, spread, vector, eps).reshape(shape)
+        if eps is not None:
+            vector = _as_params_dtype(v, x0.dtype)
+            return operator.finite_difference_product(
+                objective, params, inputs, vector, eps, flat=True
+            )
         return compiled.hvp_of_flat(objective, params, inputs, _as_params_dtype(v, x0.dtype))
 
     return x0, matvec
 
 
-def _split_flat_product(point: Point, objective: Any, spread: Layout, v: Any) -> np.ndarray:
+def _split_flat_product(
+    point: Point, objective: Any, spread: Layout, v: Any, eps: float | None = None
+) -> np.ndarray:
     """H v of a flat v (D,) in `ravel_pytree`'s order at a point over a mesh: v split into the
     params' leaves on the host and put as they lie, multiplied in the mesh's layout (nothing of
-    size D gathered on a device), H v raveled on the host."""
+    size D gathered on a device), H v raveled on the host; by central differences at `eps`."""
     tree = jax.tree.map(
         lambda x, p: jax.device_put(x, p.sharding), unravel_numpy(point.params, v), point.params
     )
-    product = compiled.hvp(objective, point.params, point.shared[1], tree, False, spread)
+    inputs = point.shared[1]
+    if eps is not None:
+        product = operator.finite_difference_product(
+            objective, point.params, inputs, tree, eps, flat=False, layout=spread
+        )
+    else:
+        product = compiled.hvp(objective, point.params, inputs, tree, False, spread)
     return np.concatenate([trees.host(x).ravel() for x in jax.tree.leaves(product)])
+
+
+def _finite_difference_step(
+    point: Point, matrix: str, finite_difference: Any, caller: str
+) -> float | None:
+    """`finite_difference` as a float step, or None; one sentence for G, a streamed dataset,
+    or a step that is not a finite number > 0."""
+    if finite_difference is None:
+        return None
+    if matrix == "ggn":
+        raise ValueError(
+            f"{caller}: finite_difference= differences the loss's gradient, and the "
+            "Gauss-Newton matrix G has no gradient to difference; use matrix='hessian' or "
+            "finite_difference=None."
+        )
+    _checks.check_real(
+        f"{caller}: finite_difference",
+        finite_difference,
+        low=0.0,
+        low_open=True,
+        meaning="the norm of the step along v in parameter space",
+    )
+    if getattr(point.batches, "is_stream", False):
+        raise ValueError(
+            f"{caller}: finite_difference= needs the data in memory (one batch or "
+            "Point(..., batches=...)); over a streamed dataset use the exact product "
+            "(finite_difference=None)."
+        )
+    return float(finite_difference)
 
 
 def _as_params_dtype(v: Any, dtype: Any) -> Any:

@@ -263,6 +263,66 @@ def _ggn_tangent(split: GaussNewtonSplit) -> Callable[[PyTree, PyTree, PyTree], 
     return product
 
 
+def finite_difference_operator(
+    objective: Objective,
+    params: PyTree,
+    inputs: PyTree,
+    eps: jax.Array | float,
+    layout: Layout | None = None,
+) -> Operator:
+    """The Hessian's products by central differences of the gradient, the operator PyTorch's
+    FSDP tools must use (their gradient collectives have no double backward): H v ≈
+    (∇L(θ + h v) - ∇L(θ - h v)) / (2h) with h = eps / |v|, a step of norm `eps` in parameter
+    space (traced: one program for every eps). Two gradients a product, over one batch or the
+    mean over the leading axis of batches (`Point(..., batches=...)`); θ ± h v rounded to the
+    params' dtype, the rest in at least float32. Its bias against the exact `hessian_operator`
+    is O(eps²) plus rounding O(u |∇L| / eps) (docs/performance.md, "Exact products against
+    finite differences"). Only `hvp` and `hvp_flat` take it now (`finite_difference=`)."""
+    if is_ggn(objective):
+        raise ValueError(
+            "finite differences difference the loss's gradient, and the Gauss-Newton matrix "
+            "is no loss's Hessian: use matrix='hessian' or no finite_difference."
+        )
+    flat, unravel = flattened(params, layout)
+
+    def gradient_at(x: jax.Array) -> tuple[jax.Array, jax.Array]:
+        value, tree = value_and_grad(objective, unravel(x), inputs)
+        return value, flattened(tree, layout)[0]
+
+    value, gradient = gradient_at(flat)
+
+    def matvec(v: jax.Array) -> jax.Array:
+        wide = jnp.promote_types(v.dtype, jnp.float32)
+        v_wide = v.astype(wide)
+        norm = jnp.sqrt(jnp.sum(v_wide * v_wide))
+        h = jnp.asarray(eps, wide) / jnp.where(norm > 0, norm, 1)  # v = 0: H v = 0
+        x_wide = flat.astype(wide)
+        plus = gradient_at((x_wide + h * v_wide).astype(flat.dtype))[1]
+        minus = gradient_at((x_wide - h * v_wide).astype(flat.dtype))[1]
+        return ((plus.astype(wide) - minus.astype(wide)) / (2 * h)).astype(v.dtype)
+
+    return Operator(flat, value, gradient, matvec, hvp.each_row(matvec, flat.size))
+
+
+@functools.partial(jax.jit, static_argnames=("objective", "flat", "layout"))
+def finite_difference_product(
+    objective: Objective,
+    params: PyTree,
+    inputs: PyTree,
+    tangent: PyTree,
+    eps: jax.Array,
+    flat: bool,
+    layout: Layout | None = None,
+) -> PyTree:
+    """`finite_difference_operator`'s H v for v a pytree shaped like the params (then H v is
+    one too) or, `flat`, a vector ((D,) or (D, 1) in `flattened`'s order for `layout`, H v
+    shaped as v): one compiled program per model and form, eps traced."""
+    op = finite_difference_operator(objective, params, inputs, eps, layout)
+    if flat:
+        return op.matvec(tangent.reshape(-1)).reshape(tangent.shape)
+    return flattened(params, layout)[1](op.matvec(flattened(tangent, layout)[0]))
+
+
 def value_and_grad(
     objective: Objective, params: PyTree, inputs: PyTree
 ) -> tuple[jax.Array, PyTree]:
