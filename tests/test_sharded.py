@@ -15,6 +15,8 @@ import time
 import numpy as np
 import pytest
 
+from tests import hlo_collectives
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 _EIGHT_DEVICES = r"""
@@ -25,6 +27,7 @@ import landscape
 from experiments.bench import peers, peers_data
 from landscape.core import krylov_schur, layout
 from landscape.probes import blocks, compiled, krylov, spectra
+from tests import hlo_collectives
 
 one = peers.mlp_point(peers_data.mlp_arrays(96))
 mesh = Mesh(np.array(jax.devices()).reshape(2, 4), ("data", "model"))
@@ -85,14 +88,24 @@ state = spectra.TraceState(*(jax.device_put(np.zeros(s, np.float32), w) for s, w
 trace = spectra.trace_block.lower(objective, params, inputs, jax.random.key(0), state,
                                   np.int32(0), np.arange(4, dtype=np.int32), False, lay)
 product = compiled.hvp.lower(objective, params, inputs, params, False, lay)
-largest = 0
+largest, overlaps = 0, []
 for program in (search, trace, product):
     text = program.compile().as_text()
+    if program is not trace:  # Hutch++'s block: its QR's conditional still (issue 62)
+        overlaps += hlo_collectives.overlaps(text)
     for line in text.splitlines():
         found = re.search(r"= \w+\[([\d,]*)\]\S* (all-gather|collective-permute)", line)
         if found:  # per vector: a batch of probes gathers (K, part) at once
             largest = max(largest, int(found.group(1).split(",")[-1] or 1))
 out["largest_gathered"] = largest
+# and the search on a 1-D mesh (the hidden layers split over all 8 devices)
+line = Mesh(np.array(jax.devices()), ("model",))
+lined = {k: jax.device_put(v, NamedSharding(line, specs[k])) for k, v in one.params.items()}
+flat = layout.of(lined)
+rows = jax.device_put(np.zeros((15, flat.padded), np.float32), flat.sharding(1))
+overlaps += hlo_collectives.overlaps(krylov.advance.lower(
+    objective, lined, inputs, rows, plan, jax.random.key(0), "largest", flat).compile().as_text())
+out["overlaps"] = overlaps
 out["vectors_per_device"] = vectors.addressable_shards[0].data.shape[1]
 
 # data parallel: the dataset in 4 batches whose examples split over "data", the model as above
@@ -269,6 +282,54 @@ def test_a_split_models_vectors_lie_sharded_and_nothing_of_size_d_is_gathered(ei
     assert found["largest_gathered"] < found["D"] // 2
 
 
+def test_no_two_collectives_of_a_probes_program_run_at_once_on_a_device(eight_devices):
+    """The search's program on the 2 x 4 and the 1-D mesh, and a product's: no conditional or
+    loop holding a collective has another collective after it that does not wait for it, so
+    XLA:CPU starts each only after the one before has finished (docs/guide/split_model.md,
+    "Emulated devices"). Hutch++'s block is not yet so (its QR's conditional)."""
+    assert eight_devices["overlaps"] == []
+
+
+def test_the_overlap_reader_finds_a_conditional_beside_a_collective():
+    """tests/hlo_collectives.py on a scheduled module: a conditional holding an all-reduce,
+    then a reduce-scatter that does not wait for it, is a pair; one that reads its result is
+    not; a conditional holding none is not."""
+    text = """HloModule m, is_scheduled=true
+
+%add (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %sum = f32[] add(%a, %b)
+}
+
+%reduced (p: f32[8]) -> f32[8] {
+  %p = f32[8]{0} parameter(0)
+  ROOT %all-reduce.1 = f32[8]{0} all-reduce(%p), replica_groups={{0,1}}, to_apply=%add
+}
+
+%kept (q: f32[8]) -> f32[8] {
+  ROOT %q = f32[8]{0} parameter(0)
+}
+
+ENTRY %main (x: f32[8], y: f32[16], c: pred[]) -> (f32[8], f32[8], f32[8]) {
+  %x = f32[8]{0} parameter(0)
+  %y = f32[16]{0} parameter(1)
+  %c = pred[] parameter(2)
+  %conditional.1 = f32[8]{0} conditional(%c, %x, %x), true_computation=%reduced,\
+    false_computation=%kept
+  %conditional.2 = f32[8]{0} conditional(%c, %x, %x), true_computation=%kept,\
+    false_computation=%kept
+  %reduce-scatter.1 = f32[8]{0} reduce-scatter(%y), replica_groups={{0,1}}, dimensions={0},\
+    to_apply=%add
+  %after = f32[8]{0} add(%conditional.1, %x)
+  %all-reduce.2 = f32[8]{0} all-reduce(%after), replica_groups={{0,1}}, to_apply=%add
+  ROOT %out = (f32[8]{0}, f32[8]{0}, f32[8]{0}) tuple(%reduce-scatter.1, %all-reduce.2,\
+    %conditional.2)
+}
+"""
+    assert hlo_collectives.overlaps(text) == ["main: conditional.1 -> reduce-scatter.1"]
+
+
 def test_the_tracker_keeps_its_vectors_split_and_gives_one_devices_numbers(eight_devices):
     """`tracker(like=params)` inside a jitted step: the same start in every layout, so the same
     Ritz values (two measurements, the second warm), its kept vectors an eighth a device."""
@@ -375,3 +436,39 @@ def test_two_processes_of_four_devices_take_the_same_decisions_and_give_one_devi
     assert np.max(np.abs(diagonal - first["diagonal"])) <= 1e-5 * np.max(np.abs(diagonal))
     nodes = np.asarray(one["nodes"])
     assert np.max(np.abs(nodes - np.asarray(first["nodes"]))) <= 1e-4 * np.max(np.abs(nodes))
+
+
+_LINE_AT_2E6 = r"""
+import json, sys
+import jax, numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+import landscape
+from experiments.bench import peers, peers_data
+
+one = peers.mlp_point(peers_data.mlp_arrays(1400))  # D = 2,066,410
+mesh = Mesh(np.array(jax.devices()), ("model",))
+specs = {"w1": P(None, "model"), "b1": P("model"), "w2": P("model", None), "b2": P(),
+         "w3": P(), "b3": P()}
+point = one.with_params(
+    {k: jax.device_put(v, NamedSharding(mesh, specs[k])) for k, v in one.params.items()})
+top = landscape.eigenpairs(point, 5, "largest", dense_below=0, progress=None)
+trace = landscape.trace(point, 100, method="hutch++", progress=None)
+print(json.dumps(dict(top=top.values.tolist(), converged=bool(top.converged), trace=trace.value)))
+"""
+
+
+@pytest.mark.slow
+def test_a_top_5_and_hutchpp_at_two_million_parameters_on_a_1d_mesh_of_8_devices():
+    """The case that aborted in XLA:CPU's rendezvous (issue 62): the peers MLP at h = 1400 split
+    over all 8 emulated devices, its top-5 and a 100-probe Hutch++ trace (about 5 minutes)."""
+    flags = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
+    env = dict(os.environ, PYTHONPATH=ROOT, XLA_FLAGS=flags)
+    env.pop("JAX_ENABLE_X64", None)
+    proc = subprocess.run(
+        [sys.executable, "-c", _LINE_AT_2E6], cwd=ROOT, env=env, capture_output=True,
+        text=True, timeout=1800,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    found = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert found["converged"] and 0.6 < min(found["top"]) <= max(found["top"]) < 0.8
+    assert 100 < found["trace"] < 250

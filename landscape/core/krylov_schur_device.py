@@ -105,6 +105,8 @@ def _restarted(vectors: jax.Array, k: int, plan: Plan, key: jax.Array, layout: L
         raw = seed + noise / float(np.sqrt(dim))
         return _unit_remainder(vectors, raw, jnp.arange(total) < k)
 
+    if layout.cpu_mesh:  # its collectives outside any conditional
+        return vectors.at[k].set(jnp.where(plan.fresh, start(vectors[k]), vectors[k]))
     return vectors.at[k].set(jax.lax.cond(plan.fresh, start, lambda seed: seed, vectors[k]))
 
 
@@ -129,13 +131,17 @@ def step(
     zero = jnp.zeros((), v.dtype)
     coupling = (i == 0, plan.column, outcome.beta[jnp.maximum(i - 1, 0)])
     fresh_key = jax.random.fold_in(key, plan.products + i)
-    alpha, beta, following = jax.lax.cond(
+
+    def checked(step: tuple[jax.Array, ...]) -> tuple[jax.Array, ...]:
+        # in each branch, so no collective runs beside the conditional (Layout.cpu_mesh)
+        residual = jnp.linalg.norm(hv - plan.theta[at] * v)
+        return (*step, residual, jnp.all(jnp.isfinite(hv)))
+
+    alpha, beta, following, residual, finite = jax.lax.cond(
         extending,
-        lambda: _lanczos_step(vectors, k, row, coupling, v, hv, (fresh_key, layout)),
-        lambda: (zero, zero, v),
+        lambda: checked(_lanczos_step(vectors, k, row, coupling, v, hv, (fresh_key, layout))),
+        lambda: checked((zero, zero, v)),
     )
-    residual = jnp.linalg.norm(hv - plan.theta[at] * v)
-    finite = jnp.all(jnp.isfinite(hv))
     ok = ~extending & ~failed & (residual <= plan.tol) & finite
     kept = ok & (plan.slots[at] < k)  # accepted and among the k most wanted
     write = jnp.where(extending, k + row + 1, jnp.where(kept, plan.slots[at], vectors.shape[0]))

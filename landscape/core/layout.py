@@ -113,6 +113,17 @@ class Layout:
             return x
         return jax.lax.with_sharding_constraint(x, self.sharding(x.ndim - 1))
 
+    @property
+    def cpu_mesh(self) -> bool:
+        """Over a mesh of CPU devices (XLA:CPU, emulated devices included), where a program
+        holds no collective inside a conditional: XLA:CPU orders a program's collectives only
+        by when they start, so a conditional whose branch is still running lets the next
+        collective start, and a device holds two of one program at once, each blocking a thread
+        of a pool the devices share; a process of 8 emulated devices aborted in the rendezvous
+        (docs/guide/split_model.md, "Emulated devices"). There the probes' programs keep their
+        collectives out of conditionals that another collective does not wait for."""
+        return self.mesh is not None and self.mesh.devices.flat[0].platform == "cpu"
+
     def clean(self, x: jax.Array) -> jax.Array:
         """x (padded,) with its padding zero (a random draw's; no-op on one device)."""
         return x if self.mesh is None else self.to_flat(self.from_flat(x))
