@@ -161,6 +161,45 @@ def test_a_probe_compiles_at_most_two_programs_and_none_at_a_new_point(name):
     assert at_new_point[0] == 0, f"{name}: {at_new_point[0]} programs at a new point"
 
 
+# (probe, a count, another count of its block size): `blocks.bucket` makes 25 and 30 products
+# blocks of 32 (Hutch++'s stages of 8-10 products blocks of 12), 10 and 12 probes blocks of 12;
+# the search's tolerance is an argument of its program (`krylov_schur.Plan.tol`)
+COUNTS = {
+    "trace, hutch++": (lambda p, n: landscape.trace(p, n, progress=None), 30, 25),
+    "trace, hutchinson": (
+        lambda p, n: landscape.trace(p, n, method="hutchinson", progress=None),
+        30,
+        25,
+    ),
+    "trace of G": (lambda p, n: landscape.trace(p, n, progress=None, matrix="ggn"), 30, 25),
+    "trace, a list": (
+        lambda p, n: landscape.trace([p, p.with_params(p.params)], n, progress=None),
+        30,
+        25,
+    ),
+    "spectral_density": (lambda p, n: landscape.spectral_density(p, n, 10, progress=None), 12, 10),
+    "diagonal": (lambda p, n: landscape.diagonal(p, n), 12, 10),
+    "eigenpairs, a new rtol": (
+        lambda p, r: landscape.eigenpairs(p, 3, "largest", dense_below=0, progress=None, rtol=r),
+        1e-4,
+        1e-6,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(COUNTS))
+def test_a_new_count_of_probes_compiles_nothing(name):
+    """trace(point, 25) after trace(point, 30) is the same program (it compiled again, 45 s on
+    8 emulated devices); so is a new number of SLQ or diagonal probes within one block, and
+    a new tolerance of the search."""
+    (probe, count, other), point = COUNTS[name], _point(0)
+    jax.clear_caches()
+    probe(point, count)
+    with _counted() as at_new_count:
+        probe(point, other)
+    assert at_new_count[0] == 0, f"{name}: {at_new_count[0]} programs at a new count"
+
+
 def test_a_dataset_in_batches_is_one_program_per_probe_too():
     first, second = _point(0, batches=True), _point(1, batches=True)
     for probe in (

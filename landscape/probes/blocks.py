@@ -2,8 +2,10 @@
 matrix-free probes (trace, spectral_density, diagonal).
 
 A probe asks for `count` products; `plan` sizes one block by a memory estimate (what one product
-holds at once against the memory free for this call) and `run` calls one compiled block program
-per block, the same program for each (equal blocks, the last padded), printing a line per block
+holds at once against the memory free for this call) and a few fixed sizes (`bucket`), never by
+the count itself, so a new count of the same size class compiles nothing; `run` calls one compiled
+block program per block, the same program for each (equal blocks, the last padded, its extra
+products dropped), printing a line per block
 once the call has taken LONG_SECONDS, and a memory line first when the blocks are limited by
 memory (docs/design/curvature.md, "At the size of real models").
 """
@@ -34,9 +36,29 @@ LARGE_SHARE = 0.1  # a call taking more of the free memory at once says so first
 CPU_BLOCK_BYTES = 2.5e8
 # Products made one at a time inside a block (`hvp.each_row` on the CPU) hold one product's
 # memory whatever the block: a Hutchinson trace takes them in blocks of this many, each block
-# one linearisation and a progress line (at D = 10^7 a block of one relinearised per product)
-MAPPED_BLOCK = 25
+# one linearisation and a progress line (at D = 10^7 a block of one relinearised per product);
+# one of `bucket`'s sizes
+MAPPED_BLOCK = 24
 Progress = Callable[[str], None] | None
+
+
+def bucket(count: int) -> int:
+    """The block size for `count` products: the smallest of 1, 2, 3, 4, 6, 8, 12, 16, 24, ...
+    (powers of two and one and a half times them) that holds them, so a block program serves
+    every count of its size class and pads at most a third of its products (25 -> 32)."""
+    size = 1
+    while size < count:
+        power = 1 << (size.bit_length() - 1)  # the largest power of two <= size
+        size = power * 3 // 2 if size == power > 1 else 2 * power
+    return size
+
+
+def bucket_below(limit: int) -> int:
+    """The largest block size of `bucket`'s sizes that is at most `limit` (>= 1)."""
+    size = 1
+    while bucket(size + 1) <= limit:
+        size = bucket(size + 1)
+    return size
 
 
 def product_bytes(point: Point, vector_bytes: float = 0.0, devices: int = 1) -> float:
@@ -90,7 +112,8 @@ def plan(
     mesh: Mesh | None = None,
 ) -> Plan:
     """Blocks for `count` products of `points` points at once that fit the call's share of the
-    free memory (`memory.budget`, and CPU_BLOCK_BYTES on the CPU); a line through `progress`
+    free memory (`memory.budget`, and CPU_BLOCK_BYTES on the CPU), each of one of `bucket`'s
+    sizes (the last padded): `count` is no shape of the block program; a line through `progress`
     when they must be split by memory or take more than LARGE_SHARE of it, a MemoryError in one
     sentence when not even one product fits. Over a `mesh` the bytes are a device's
     (`product_bytes`), and the sentence names the mesh."""
@@ -111,8 +134,10 @@ def plan(
             f"{memory.format_bytes(each)}{_on_each(mesh)} but {memory.format_bytes(free)} is "
             f"free: {hint}."
         )
-    blocks = math.ceil(count / min(fit, fit_cache, count))
-    size = math.ceil(count / blocks)
+    # a size class of the count, or what fits (rounded down to a size class): the count only
+    # sets the number of blocks, so a new count of the same class is the same program
+    size = min(bucket(count), bucket_below(min(fit, fit_cache) if on_cpu else fit))
+    blocks = math.ceil(count / size)
     by_memory = fit < min(fit_cache, count)  # split for memory, not only for the CPU's cache
     at_once = (
         f"about {memory.format_bytes(each * size)} at once, of {memory.format_bytes(free)} free"

@@ -108,9 +108,11 @@ def slq_block(
 
 
 class TraceState(NamedTuple):
-    """`trace` between blocks: `range_` (r, D) the sketch H g, orthonormal rows Q once the exact
-    stage begins; `exact` () tr(Q^T H Q) so far; `samples` (m,) the Hutchinson forms of the
-    probes projected off the range (all of a point's, r = 0, for plain Hutchinson)."""
+    """`trace` between blocks: `range_` (R, D) the sketch H g, orthonormal rows Q once the exact
+    stage begins (rows from the sketch's rank r on zero); `exact` () tr(Q^T H Q) so far;
+    `samples` (M,) the Hutchinson forms of the probes projected off the range (all of a point's,
+    R = 0, for plain Hutchinson). R and M are the rank and the rest padded to whole blocks, so
+    the count is no shape of the program; the forms past the rest are cut on the host."""
 
     range_: jax.Array
     exact: jax.Array
@@ -130,26 +132,28 @@ def trace_block(
     indices: jax.Array,
     batched: bool,
     layout: Layout | None = None,
+    rank: jax.Array | int = 0,
 ) -> TraceState:
     """One block of `trace`, every stage of either method in one program with one product
     site: SKETCH puts H g of the probes `indices` in the range rows, EXACT adds q^T H q of the
     range rows `indices` (orthonormalised at its first block), REST keeps g^T H g of the probes
     `indices` projected off the range. Probe i is drawn from fold_in(key, i) at every stage
-    (the sketch's from a key of its own), so the blocks never change the answer."""
+    (the sketch's from a key of its own), so the blocks never change the answer. `rank`, the
+    sketch's rows in use (of the state's R), is an argument: a new count compiles nothing."""
 
     def body(params: PyTree, inputs: PyTree, state: TraceState) -> TraceState:
         op = operator.hessian_operator(objective, params, inputs, layout)
-        rank = state.range_.shape[0]
+        rows_held = state.range_.shape[0]
         kind = ("rademacher", params, layout)
-        if not rank:  # Hutchinson: each probe drawn, multiplied and its form taken in turn
+        if not rows_held:  # Hutchinson: each probe drawn, multiplied and its form taken in turn
             form = lambda i: jnp.sum((v := _probe(key, i, *kind)) * op.matvec(v))  # noqa: E731
             forms = hvp.each_row(form, op.flat.size)(indices)
             return state._replace(samples=state.samples.at[indices].set(forms, mode="drop"))
         sketch_key, probe_key = jax.random.split(key)
         first_exact = (stage == EXACT) & (indices[0] == 0)
-        orthonormal = functools.partial(_orthonormal_range, layout=layout)
+        orthonormal = functools.partial(_orthonormal_range, layout=layout, rank=rank)
         state = jax.lax.cond(first_exact, orthonormal, lambda s: s, state)
-        rows = state.range_[jnp.minimum(indices, rank - 1)]
+        rows = state.range_[jnp.minimum(indices, rows_held - 1)]
         vectors = jax.lax.switch(
             stage,
             [
@@ -163,7 +167,11 @@ def trace_block(
         return jax.lax.switch(
             stage,
             [
-                lambda: state._replace(range_=state.range_.at[indices].set(products, mode="drop")),
+                lambda: state._replace(
+                    range_=state.range_.at[jnp.where(indices < rank, indices, rows_held)].set(
+                        products, mode="drop"
+                    )
+                ),
                 lambda: state._replace(exact=state.exact + jnp.sum(forms)),
                 lambda: state._replace(samples=state.samples.at[indices].set(forms, mode="drop")),
             ],
@@ -174,40 +182,48 @@ def trace_block(
     return jax.vmap(body)(params, inputs, state)
 
 
-def _orthonormal_range(state: TraceState, layout: Layout | None = None) -> TraceState:
-    """The sketch's rows made orthonormal (`hutchpp.range_basis`, TSQR over a mesh)."""
-    return state._replace(range_=hutchpp.range_basis(state.range_, _mesh(layout)))
+def _orthonormal_range(
+    state: TraceState, layout: Layout | None = None, rank: jax.Array | int = 0
+) -> TraceState:
+    """The sketch's rows made orthonormal (`hutchpp.range_basis`, TSQR over a mesh), the rows
+    past `rank` (zero, padding) kept zero: Householder's first r rows are those of the sketch's
+    first r rows alone."""
+    basis = hutchpp.range_basis(state.range_, _mesh(layout))
+    used = (jnp.arange(basis.shape[0]) < rank)[:, None]
+    return state._replace(range_=jnp.where(used, basis, jnp.zeros((), basis.dtype)))
 
 
 def _diagonal_one(
     objective: compiled.Objective,
-    num_probes: int,
+    indices: jax.Array,
     key: jax.Array,
     layout: Layout | None,
     params: PyTree,
     inputs: PyTree,
 ) -> PyTree:
-    """Samples v * Hv (P, D); over a mesh as a pytree of the params' leaves stacked (P, ...),
-    each sharded as its parameter (the flat samples lie in `layout`'s order)."""
+    """Samples v * Hv (K, D) of the probes `indices`; over a mesh as a pytree of the params'
+    leaves stacked (K, ...), each sharded as its parameter (the flat samples lie in `layout`'s
+    order)."""
     op = operator.hessian_operator(objective, params, inputs, layout)
-    probes = _probes(key, jnp.arange(num_probes), "rademacher", params, layout)
+    probes = _probes(key, indices, "rademacher", params, layout)
     samples = probes * op.rows(probes)
     return samples if layout is None else jax.vmap(layout.from_flat)(samples)
 
 
-@functools.partial(jax.jit, static_argnames=("objective", "num_probes", "batched", "layout"))
+@functools.partial(jax.jit, static_argnames=("objective", "batched", "layout"))
 def diagonal_program(
     objective: compiled.Objective,
     params: PyTree,
     inputs: PyTree,
     key: jax.Array,
-    num_probes: int,
+    indices: jax.Array,
     batched: bool,
     layout: Layout | None = None,
 ) -> PyTree:
-    """Samples v * Hv (P, D) of Hutchinson's diagonal estimator, one vmapped program (over a
-    mesh, `_diagonal_one`'s stacked pytree)."""
-    body = functools.partial(_diagonal_one, objective, num_probes, key, layout)
+    """Samples v * Hv (K, D) of Hutchinson's diagonal estimator for the probes `indices` (K,),
+    one vmapped program per block of `blocks.plan` (over a mesh, `_diagonal_one`'s stacked
+    pytree); the indices are an argument, so a new number of probes compiles nothing."""
+    body = functools.partial(_diagonal_one, objective, indices, key, layout)
     return compiled.maybe_batched(body, batched, params, inputs)
 
 
@@ -299,8 +315,10 @@ def spectral_density(
 
     Args:
         point: a `Point`, or a list of points of one model (one call).
-        num_probes: probe vectors, at least 2.
-        num_iters: Lanczos steps per probe, 1 <= num_iters <= D.
+        num_probes: probe vectors, at least 2; not a shape of the compiled program (blocks of
+            `blocks.bucket`'s sizes), so a new count of the same block size compiles nothing.
+        num_iters: Lanczos steps per probe, 1 <= num_iters <= D; a shape of the program (a
+            full basis holds num_iters vectors), so a new num_iters compiles a new one.
         key: the probes' key (default `jax.random.key(0)`).
         probe: "rademacher" or "gaussian" (normalised).
         progress: a memory line when the probes must run in blocks, and a line per block once
@@ -439,7 +457,8 @@ def trace(
     Args:
         point: a `Point`, or a list of points of one model.
         num_probes: HVPs in all (hutchinson: >= 2; hutch++: >= 4, a third to sketch the
-            range, a third on it, the rest for Hutchinson on its complement).
+            range, a third on it, the rest for Hutchinson on its complement); not a shape of
+            the compiled program, so a new count of the same block size compiles nothing.
         key: the probes' key (default `jax.random.key(0)`).
         method: "hutch++" or "hutchinson".
         progress: a memory line when the products must run in blocks, and a line per block
@@ -502,7 +521,7 @@ def _trace_parts(
     spread = _spread(points[0], listed)
     if not rank and not listed and hvp.rows_mapped(dim):  # a block holds one product
         blocks.plan(points[0], 1, "trace", 0.0, 1, progress, mesh=_mesh(spread))
-        size = min(num_probes, blocks.MAPPED_BLOCK)
+        size = min(blocks.bucket(num_probes), blocks.MAPPED_BLOCK)
         plan = blocks.Plan(num_probes, size, -(-num_probes // size))
     else:
         plan = blocks.plan(
@@ -511,7 +530,8 @@ def _trace_parts(
         )  # fmt: skip
     lead = (len(points),) if listed else ()
     padded = dim if spread is None else spread.padded
-    zeros = [np.zeros(lead + shape, dtype) for shape in ((rank, padded), (), (rest,))]
+    whole = lambda count: -(-count // plan.size) * plan.size  # noqa: E731 (whole blocks)
+    zeros = [np.zeros(lead + shape, dtype) for shape in ((whole(rank), padded), (), (whole(rest),))]
     where = [None if spread is None else spread.sharding(1), None, None]
     state = TraceState(*(jax.device_put(x, w) for x, w in zip(zeros, where, strict=True)))
     stages = [(SKETCH, rank), (EXACT, rank), (REST, rest)]
@@ -524,11 +544,12 @@ def _trace_parts(
     def step(state: TraceState, stage: int, block: int) -> TraceState:
         indices = plan.indices(block)
         return trace_block(
-            objective, params, inputs, key, state, np.int32(stage), indices, listed, spread
-        )
+            objective, params, inputs, key, state, np.int32(stage), indices, listed, spread,
+            np.int32(rank),
+        )  # fmt: skip
 
     state = blocks.carried(schedule, state, step, "trace", progress)
-    return trees.host(state.exact), trees.host(state.samples)
+    return trees.host(state.exact), trees.host(state.samples)[..., :rest]
 
 
 def _diagonal_estimate(point: Point, samples: np.ndarray) -> DiagonalEstimate:
@@ -559,7 +580,8 @@ def diagonal(
     point: Point | Sequence[Point], num_probes: int = 32, key: jax.Array | None = None
 ) -> DiagonalEstimate | list[DiagonalEstimate]:
     """diag(H) by Hutchinson's estimator, the mean of v * Hv over Rademacher probes, in
-    one compiled call.
+    memory-bounded blocks of one compiled program (a new `num_probes` of the same block size
+    compiles nothing: `blocks.bucket`).
 
     Args:
         point: a `Point`, or a list of points of one model.
@@ -578,12 +600,17 @@ def diagonal(
     if stream.streamed(points, listed, "diagonal"):  # a pass over the data a block of probes
         samples = stream.diagonal_samples(points[0], objective, _key(key), num_probes, print)
         return _diagonal_estimate(points[0], samples.astype(np.float64))
-    spread = _spread(points[0], listed)
-    found = diagonal_program(objective, params, inputs, _key(key), num_probes, listed, spread)
+    spread, key = _spread(points[0], listed), _key(key)
+    plan = blocks.plan(points[0], num_probes, "diagonal", 0.0, len(points), mesh=_mesh(spread))
+
+    def block(indices: np.ndarray) -> tuple[jax.Array, ...]:
+        found = diagonal_program(objective, params, inputs, key, indices, listed, spread)
+        return tuple(jax.tree.leaves(found))
+
+    found = blocks.run(plan, block, "diagonal", None, int(listed))
     if spread is not None:  # the stacked leaves, raveled row by row in ravel_pytree's order
-        leaves = [trees.host(leaf).reshape(num_probes, -1) for leaf in jax.tree.leaves(found)]
-        found = np.concatenate(leaves, axis=1)
-    samples = trees.host(found).astype(np.float64)
+        found = (np.concatenate([leaf.reshape(num_probes, -1) for leaf in found], axis=1),)
+    samples = found[0].astype(np.float64)
     if not listed:
         return _diagonal_estimate(points[0], samples)
     return [_diagonal_estimate(p, samples[i]) for i, p in enumerate(points)]
