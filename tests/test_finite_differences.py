@@ -183,3 +183,13 @@ def test_over_a_mesh_the_product_is_one_devices():
     one, split, tree, apart = map(float, done.stdout.split())
     assert one < 1e-2 and split < 1e-2 and tree < 1e-2
     assert apart < 1e-4  # float32: the same differences, summed in another order
+
+
+def test_the_bench_table_shows_the_bias_against_the_exact_product():
+    from experiments.bench import finite_differences
+
+    tables = [finite_differences.table(d, dim=300, directions=1) for d in ("float32", "bfloat16")]
+    float32, bfloat16 = (min(t["fd"].values()) / t["exact"] for t in tables)
+    assert float32 > 30 and bfloat16 > 3  # the best step is far from exact in either dtype
+    assert tables[1]["fd"][1e-7] == 1.0  # bfloat16: θ ± h v round to θ, the difference is 0
+    assert "| exact (ours) |" in finite_differences.markdown(tables)
