@@ -21,6 +21,7 @@ from landscape.probes.results import Curvature, Result
 from landscape.tracking import Measurement, Tracker, TrackerState, tracker
 
 if TYPE_CHECKING:
+    from landscape.probes.datasets import stream
     from landscape.probes.eigen import Eigenpairs, eigenpairs
     from landscape.probes.escape import EscapeDirections, escape_directions
     from landscape.probes.estimates import DiagonalEstimate, SpectralDensity, TraceEstimate
@@ -34,7 +35,6 @@ if TYPE_CHECKING:
     )
     from landscape.probes.slices import SliceResult, slice_2d
     from landscape.probes.spectra import diagonal, spectral_density, trace
-    from landscape.probes.stream import stream
 
 try:
     __version__ = importlib.metadata.version("landscape")
@@ -69,7 +69,7 @@ PROBES = {  # name: module of landscape/probes/; loaded on first use, like the p
     "slice_2d": "slices",
     "random_direction": "geometry",
     "direction_to": "geometry",
-    "stream": "stream",
+    "stream": "datasets",
     # their results
     "SpectralDensity": "estimates",
     "TraceEstimate": "estimates",
