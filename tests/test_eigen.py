@@ -79,6 +79,9 @@ def test_lanczos_recovers_repeated_eigenvalues_and_compiles_once_per_model():
     assert [count for _, count in largest.multiplicities()][:2] == [1, 4]
     assert np.all(largest.residuals < 1e-8)
     np.testing.assert_allclose(largest.flat_vectors @ largest.flat_vectors.T, np.eye(6), atol=1e-9)
+    # the multiplicity check's products (the fresh phase once six are locked) counted apart
+    assert 0 < largest.num_hvps_check < largest.num_hvps
+    assert largest.summary()["num_hvps_check"] == largest.num_hvps_check
     smallest = eigen.eigenpairs(point, k=4, which="smallest", dense_below=0)
     np.testing.assert_allclose(smallest.values, np.sort(spectrum)[:4], atol=1e-9)
     assert smallest.multiplicities()[0] == (pytest.approx(-1.5, abs=1e-9), 3)

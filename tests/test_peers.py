@@ -52,7 +52,14 @@ def test_a_row_of_ours_at_1e3():
 def test_the_comparison_and_the_table():
     rows = {
         "1e3:dense": {"values": [2.0, 1.0], "trace": 10.0},
-        "1e3:top5:ours": {"first_s": 4.0, "warm_s": 1.0, "peak_mb": 300.0, "values": [2.0, 1.0]},
+        "1e3:top5:ours": {
+            "first_s": 4.0,
+            "warm_s": 1.0,
+            "peak_mb": 300.0,
+            "values": [2.0, 1.0],
+            "num_hvps": 68,
+            "num_hvps_check": 23,
+        },
         "1e3:top5:pyhessian_1t": {
             "first_s": 1.0,
             "warm_s": 0.5,
@@ -70,6 +77,8 @@ def test_the_comparison_and_the_table():
     line = next(x for x in text.splitlines() if x.startswith("1e3:top5:pyhessian_1t"))
     assert line.split()[1:7] == ["1", "0.5", "400", "4.00", "2.00", "0.75"]
     assert "pyhessian not installed" in text
+    ours = next(x for x in text.splitlines() if x.startswith("1e3:top5:ours"))
+    assert "68 HVPs (23 check)" in ours  # the multiplicity check's products apart
 
 
 def test_the_plan_leaves_the_peers_out_where_they_have_no_probe():

@@ -103,7 +103,10 @@ class State(NamedTuple):
     the last Rayleigh-Ritz (theta, coeffs (n, size), estimates; most wanted first); the extreme
     Ritz values seen (low, high); whether the locked pairs are unchanged since the phase
     began; whether the search converged and every product was finite; the runs and products so
-    far; and the restart the next call applies (`rotation` q, None for none, and `fresh`)."""
+    far; the restart the next call applies (`rotation` q, None for none, and `fresh`); whether
+    the search is in its multiplicity check (the fresh phases begun with k pairs locked, which
+    look for a missed copy of a locked value) and the products of that check (in `products`
+    too)."""
 
     mode: Mode
     cursor: int
@@ -124,6 +127,8 @@ class State(NamedTuple):
     products: int
     rotation: np.ndarray | None
     fresh: bool
+    checking: bool = False
+    check_products: int = 0
 
 
 def init(settings: Settings) -> State:
@@ -227,7 +232,10 @@ def receive(settings: Settings, state: State, plan: Plan, outcome: Outcome) -> S
     if state.mode == Mode.EXTEND:  # the restart is applied: the next is ours to ask
         state = state._replace(rotation=None, fresh=False)
     steps = int(outcome.taken)
-    state = state._replace(products=state.products + steps)
+    state = state._replace(
+        products=state.products + steps,
+        check_products=state.check_products + (steps if state.checking else 0),
+    )
     numbers = np.concatenate([np.asarray(outcome.alpha), np.asarray(outcome.beta),
                               np.asarray(outcome.residual)])  # fmt: skip
     if not np.all(np.isfinite(numbers)):
@@ -348,7 +356,13 @@ def _restart(settings: Settings, state: State, accepted: int) -> State:
     if complete or beta == 0.0:
         rotation[:, 0] = rest[:, : settings.k].sum(axis=1)  # the seed, in row 0
         return state._replace(
-            mode=Mode.EXTEND, rotation=rotation, fresh=True, proj=proj, size=0, unchanged=True
+            mode=Mode.EXTEND,
+            rotation=rotation,
+            fresh=True,
+            proj=proj,
+            size=0,
+            unchanged=True,
+            checking=state.checking or complete,
         )
     kept = min((rows - 1) // 2, rest.shape[1])
     rotation[:, :kept], rotation[size, kept] = rest[:, :kept], 1.0

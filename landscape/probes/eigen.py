@@ -273,13 +273,15 @@ def _lanczos_one(
     """`krylov.search` on one point: its pairs come with the residuals of fresh products."""
     found = krylov.search(point, k, which, ncv, key, tol, runs, progress)
     if not np.all(np.isfinite(found.values)):  # a product was not finite
-        return _nan_result(point, which, k, found.runs, found.num_hvps, tol)
+        nan = _nan_result(point, which, k, found.runs, found.num_hvps, tol)
+        return dataclasses.replace(nan, num_hvps_check=found.num_hvps_check)
     tree = trees.unravel_numpy(point.params, found.gradient)
     grad = gradient.Gradient(point, tree, found.gradient, point_lib.param_names(point), found.loss)
-    return _pairs(
+    pairs = _pairs(
         point, which, found.values, found.vectors, found.residuals, "lanczos",
         (found.low, found.high), grad, (found.converged, found.num_hvps, found.runs, tol),
     )  # fmt: skip
+    return dataclasses.replace(pairs, num_hvps_check=found.num_hvps_check)
 
 
 def _nan_result(

@@ -56,7 +56,8 @@ LONG_SECONDS = 10.0  # a search prints a line per run once it has taken this lon
 class Found(NamedTuple):
     """What a search found: the k pairs, most wanted first, each with its exact residual
     (certified when `converged`), the extreme Ritz values seen, the runs and products, the
-    point's loss and flat gradient."""
+    point's loss and flat gradient; `num_hvps_check` of the products (in `num_hvps` too) went
+    to the multiplicity check, the fresh phases begun with the k pairs locked."""
 
     values: np.ndarray
     vectors: np.ndarray
@@ -68,6 +69,7 @@ class Found(NamedTuple):
     num_hvps: int
     loss: float
     gradient: np.ndarray
+    num_hvps_check: int = 0
 
 
 def search(
@@ -107,13 +109,14 @@ def search(
         nan = np.full(k, np.nan, dtype)
         return Found(
             nan, np.full((k, dim), np.nan, dtype), nan, np.nan, np.nan, False, state.runs,
-            state.products, np.nan, np.full(dim, np.nan, dtype),
+            state.products, np.nan, np.full(dim, np.nan, dtype), state.check_products,
         )  # fmt: skip
     values, residuals, order = krylov_schur.ordered(settings, state)
     found, gradient = _in_ravel_order(held[0], outcome.gradient, k, spread)
     return Found(
         values.astype(dtype), found[order], residuals.astype(dtype), state.low, state.high,
         state.converged, state.runs, state.products, float(outcome.loss), gradient,
+        state.check_products,
     )  # fmt: skip
 
 

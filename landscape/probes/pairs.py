@@ -54,6 +54,8 @@ class Eigenpairs:
     `spectrum_min` and `spectrum_max` are the ends of the spectrum (dense: exact; Lanczos: the
     extreme Ritz values seen, which lie inside [λ_min, λ_max]), `scale` the larger in magnitude.
     `converged` is False when Lanczos stopped at max_restarts before certifying the k values.
+    `num_hvps_check` of the `num_hvps` products went to the multiplicity check (Lanczos: the
+    fresh start, once the k pairs are locked, that looks for a missed copy of a locked value).
     """
 
     point: Point
@@ -72,6 +74,7 @@ class Eigenpairs:
     gradient: gradient.Gradient | None = None  # the dense path's, computed with the Hessian
     reason: str = ""  # why this method: D against dense_below, or the dense fallback's cause
     matrix: str = "hessian"  # or "ggn": the Gauss-Newton matrix's eigenpairs
+    num_hvps_check: int = 0  # of num_hvps, the multiplicity check's (Lanczos)
 
     @property
     def scale(self) -> float:
@@ -90,7 +93,8 @@ class Eigenpairs:
 
     def summary(self) -> dict[str, Any]:
         """One row: the point, D, dtype, which and how many, the method, the most and least
-        wanted values found, the largest residual, the spectrum's ends, convergence."""
+        wanted values found, the largest residual, the spectrum's ends, convergence, the
+        products and those of the multiplicity check."""
         finite = self.finite and self.values.size > 0
         return results.point_row(
             self.point,
@@ -107,6 +111,7 @@ class Eigenpairs:
             lambda_max=self.lambda_max,
             converged=self.converged,
             num_hvps=self.num_hvps,
+            num_hvps_check=self.num_hvps_check,
             finite=self.finite,
         )
 
@@ -136,7 +141,7 @@ class Eigenpairs:
             "dense (numpy eigh of the exact Hessian)"
             if self.method == "dense"
             else f"thick-restarted Lanczos with deflation on exact HVPs ({self.runs} runs, "
-            f"{self.num_hvps} HVPs)"
+            f"{self.num_hvps} HVPs, {self.num_hvps_check} of them the multiplicity check)"
         )
         lines = [
             f"Eigenpairs{' of the Gauss-Newton matrix' * (self.matrix == 'ggn')} at "
