@@ -91,8 +91,7 @@ product = compiled.hvp.lower(objective, params, inputs, params, False, lay)
 largest, overlaps = 0, []
 for program in (search, trace, product):
     text = program.compile().as_text()
-    if program is not trace:  # Hutch++'s block: its QR's conditional still (issue 62)
-        overlaps += hlo_collectives.overlaps(text)
+    overlaps += hlo_collectives.overlaps(text)
     for line in text.splitlines():
         found = re.search(r"= \w+\[([\d,]*)\]\S* (all-gather|collective-permute)", line)
         if found:  # per vector: a batch of probes gathers (K, part) at once
@@ -283,10 +282,10 @@ def test_a_split_models_vectors_lie_sharded_and_nothing_of_size_d_is_gathered(ei
 
 
 def test_no_two_collectives_of_a_probes_program_run_at_once_on_a_device(eight_devices):
-    """The search's program on the 2 x 4 and the 1-D mesh, and a product's: no conditional or
-    loop holding a collective has another collective after it that does not wait for it, so
-    XLA:CPU starts each only after the one before has finished (docs/guide/split_model.md,
-    "Emulated devices"). Hutch++'s block is not yet so (its QR's conditional)."""
+    """The search's program on the 2 x 4 and the 1-D mesh, Hutch++'s block and a product's: no
+    conditional or loop holding a collective has another collective after it that does not
+    wait for it, so XLA:CPU starts each only after the one before has finished
+    (docs/guide/split_model.md, "Emulated devices")."""
     assert eight_devices["overlaps"] == []
 
 

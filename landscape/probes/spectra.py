@@ -152,7 +152,8 @@ def trace_block(
         sketch_key, probe_key = jax.random.split(key)
         first_exact = (stage == EXACT) & (indices[0] == 0)
         orthonormal = functools.partial(_orthonormal_range, layout=layout, rank=rank)
-        state = jax.lax.cond(first_exact, orthonormal, lambda s: s, state)
+        if layout is None or not layout.cpu_mesh:  # there the host calls `orthonormalised`
+            state = jax.lax.cond(first_exact, orthonormal, lambda s: s, state)
         rows = state.range_[jnp.minimum(indices, rows_held - 1)]
         vectors = jax.lax.switch(
             stage,
@@ -180,6 +181,17 @@ def trace_block(
     if not batched:
         return body(params, inputs, state)
     return jax.vmap(body)(params, inputs, state)
+
+
+@functools.partial(jax.jit, static_argnames=("batched", "layout"), donate_argnames=("state",))
+def orthonormalised(
+    state: TraceState, batched: bool, layout: Layout, rank: jax.Array | int = 0
+) -> TraceState:
+    """The sketch's rows made orthonormal in a program of their own, before the exact stage's
+    first block, over a mesh of CPU devices (`Layout.cpu_mesh`: there no conditional holds a
+    collective beside another); elsewhere `trace_block` does it in that block."""
+    orthonormal = functools.partial(_orthonormal_range, layout=layout, rank=rank)
+    return jax.vmap(orthonormal)(state) if batched else orthonormal(state)
 
 
 def _orthonormal_range(
@@ -543,6 +555,8 @@ def _trace_parts(
 
     def step(state: TraceState, stage: int, block: int) -> TraceState:
         indices = plan.indices(block)
+        if stage == EXACT and indices[0] == 0 and spread is not None and spread.cpu_mesh:
+            state = orthonormalised(state, listed, spread, np.int32(rank))
         return trace_block(
             objective, params, inputs, key, state, np.int32(stage), indices, listed, spread,
             np.int32(rank),
