@@ -10,9 +10,10 @@ import importlib
 import importlib.metadata
 from typing import TYPE_CHECKING, Any
 
+from landscape.core.batches import batches
 from landscape.engine.host import setup
 from landscape.engine.track import Track
-from landscape.point import Point, batches, param_names, params_table, restrict
+from landscape.point import Point, param_names, params_table, restrict
 from landscape.probes.curvature import hessian_at
 from landscape.probes.gradient import Gradient, gradient_at, hvp, hvp_flat
 from landscape.probes.hessian import FocusReport, Hessian

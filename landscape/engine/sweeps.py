@@ -129,6 +129,28 @@ def run_axis_sharding(devices: Sequence[jax.Device] | None = None) -> NamedShard
     return NamedSharding(mesh, PartitionSpec("runs"))
 
 
+def _checked_hparams(
+    problem: training.Problem,
+    optim: ml_collections.ConfigDict | Mapping[str, Any],
+    base_hparams: Mapping[str, Any],
+    grid: Grid,
+    progress: Any,
+) -> tuple[ml_collections.ConfigDict, dict[str, Any]]:
+    """The optimizer completed with its defaults and the flat traced hyperparameters, each
+    checked against the problem and the grid's axes (one sentence per mistake)."""
+    optim = full_optim(optim)
+    flat = config_lib.flatten(base_hparams)
+    check_optim_fields(optim, flat, progress)
+    unknown = set(grid.axes) - set(flat)
+    if unknown:
+        raise ValueError(
+            f"sweep axes {sorted(unknown)} are not hyperparameters of this problem "
+            f"(known: {sorted(flat)})."
+        )
+    check_learning_rates(problem, flat)
+    return optim, flat
+
+
 def run(
     problem: training.Problem,
     optim: ml_collections.ConfigDict | Mapping[str, Any],
@@ -170,17 +192,8 @@ def run(
     the traced hyperparameters'; float64 needs x64 (`landscape.setup(x64=True)`).
     """
     problem, dtype = _checked_run(problem, grid, dtype, train_kwargs)
-    optim = full_optim(optim)
-    base_hparams = config_lib.flatten(base_hparams)
     progress = train_kwargs.get("progress", print)
-    check_optim_fields(optim, base_hparams, progress)
-    unknown = set(grid.axes) - set(base_hparams)
-    if unknown:
-        raise ValueError(
-            f"sweep axes {sorted(unknown)} are not hyperparameters of this problem "
-            f"(known: {sorted(base_hparams)})."
-        )
-    check_learning_rates(problem, base_hparams)
+    optim, base_hparams = _checked_hparams(problem, optim, base_hparams, grid, progress)
     target, complete = _open_workdir(
         workdir,
         config,

@@ -21,8 +21,9 @@ from jax.sharding import PartitionSpec as P
 
 from landscape import _checks
 from landscape.core import hvp
+from landscape.core.batches import MeanOverBatches, mean_over_batches
 from landscape.core.layout import Layout
-from landscape.point import MeanOverBatches, Point, mean_over_batches
+from landscape.point import Point
 from landscape.typing import PyTree
 
 Objective = Callable[[PyTree, PyTree], jax.Array]
