@@ -118,7 +118,10 @@ def _main(experiment: Experiment, argv: list[str]) -> int:
         return _fail(str(error), EXIT_USAGE)
     validated = time.perf_counter() - started
 
-    cache = _start_backend(experiment, cfg)
+    try:
+        cache = _start_backend(experiment, cfg)
+    except landscape_host.BackendUnavailable as error:
+        return _fail(str(error), EXIT_USAGE)
     try:  # over several processes: every one runs this config, or none trains
         distributed.same_config(cfg.to_dict())
     except config_lib.ConfigError as error:
@@ -471,6 +474,8 @@ def _start_backend(experiment: Experiment, cfg: ml_collections.ConfigDict) -> st
         before_backend=host.start_distributed,  # also before the backends start
         progress=None,
     )
+    if settings.cache_note:  # the run goes on without the cache: one line says why
+        print(settings.cache_note)
     logging.getLogger("absl").setLevel(logging.WARNING)  # orbax's INFO lines
     if experiment.needs_x64(cfg):
         import jax
