@@ -110,13 +110,14 @@ def test_products_run_in_blocks_by_memory_with_progress(model, monkeypatch):
     together = landscape.trace(one, 20, method="hutchinson", progress=None)
     apart = landscape.trace(one, 20, method="hutchinson", progress=lines.append)
     assert lines[0].startswith("trace: 20 products need about")
-    assert "3 blocks of 7" in lines[0] and "of 20 products" in lines[1]
+    # memory holds 7 at once: blocks of 6, the size class below (`blocks.bucket`), the last padded
+    assert "4 blocks of 6" in lines[0] and "of 20 products" in lines[1]
     assert apart.value == pytest.approx(together.value, rel=1e-6)  # probes by index, not block
 
 
 def test_products_made_one_at_a_time_take_blocks_that_memory_does_not_limit(model, monkeypatch):
     # on the CPU (D = 10^5 >= ROWS_MAPPED_FROM) a Hutchinson block holds one product whatever
-    # its size: 60 products in blocks of 25, though memory would hold 7 at once vmapped
+    # its size: 60 products in blocks of 24, though memory would hold 7 at once vmapped
     one, _, _, _ = model
     lines = []
     each = blocks.product_bytes(one)
@@ -124,7 +125,7 @@ def test_products_made_one_at_a_time_take_blocks_that_memory_does_not_limit(mode
     monkeypatch.setattr(blocks, "LONG_SECONDS", 0.0)
     mapped = landscape.trace(one, 60, method="hutchinson", progress=lines.append)
     assert [line.split(" |")[0] for line in lines] == [
-        f"trace: {n} of 60 products" for n in (25, 50)
+        f"trace: {n} of 60 products" for n in (24, 48)
     ]
     monkeypatch.setattr(hvp, "ROWS_MAPPED_FROM", np.inf)
     vmapped = landscape.trace(one, 60, method="hutchinson", progress=None)

@@ -88,7 +88,8 @@ def itemsize(point: Point) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
-    """`count` products as `blocks` equal blocks of `size` (the last padded)."""
+    """`count` products as `blocks` equal blocks of `size`, one of `bucket`'s sizes (the last
+    padded)."""
 
     count: int
     size: int

@@ -132,18 +132,20 @@ def trace_block(
     indices: jax.Array,
     batched: bool,
     layout: Layout | None = None,
-    rank: jax.Array | int = 0,
+    rank: jax.Array | int | None = None,
 ) -> TraceState:
     """One block of `trace`, every stage of either method in one program with one product
     site: SKETCH puts H g of the probes `indices` in the range rows, EXACT adds q^T H q of the
     range rows `indices` (orthonormalised at its first block), REST keeps g^T H g of the probes
     `indices` projected off the range. Probe i is drawn from fold_in(key, i) at every stage
     (the sketch's from a key of its own), so the blocks never change the answer. `rank`, the
-    sketch's rows in use (of the state's R), is an argument: a new count compiles nothing."""
+    sketch's rows in use (of the state's R; None: all), is an argument: a new count compiles
+    nothing."""
 
     def body(params: PyTree, inputs: PyTree, state: TraceState) -> TraceState:
         op = operator.hessian_operator(objective, params, inputs, layout)
         rows_held = state.range_.shape[0]
+        sketched = rows_held if rank is None else rank
         kind = ("rademacher", params, layout)
         if not rows_held:  # Hutchinson: each probe drawn, multiplied and its form taken in turn
             form = lambda i: jnp.sum((v := _probe(key, i, *kind)) * op.matvec(v))  # noqa: E731
@@ -151,7 +153,7 @@ def trace_block(
             return state._replace(samples=state.samples.at[indices].set(forms, mode="drop"))
         sketch_key, probe_key = jax.random.split(key)
         first_exact = (stage == EXACT) & (indices[0] == 0)
-        orthonormal = functools.partial(_orthonormal_range, layout=layout, rank=rank)
+        orthonormal = functools.partial(_orthonormal_range, layout=layout, rank=sketched)
         if layout is None or not layout.cpu_mesh:  # there the host calls `orthonormalised`
             state = jax.lax.cond(first_exact, orthonormal, lambda s: s, state)
         rows = state.range_[jnp.minimum(indices, rows_held - 1)]
@@ -159,7 +161,7 @@ def trace_block(
             stage,
             [
                 lambda: _probes(sketch_key, indices, *kind),
-                lambda: jnp.where((indices < rank)[:, None], rows, 0),
+                lambda: jnp.where((indices < sketched)[:, None], rows, 0),
                 lambda: hutchpp.projected(state.range_, _probes(probe_key, indices, *kind)),
             ],
         )
@@ -169,7 +171,7 @@ def trace_block(
             stage,
             [
                 lambda: state._replace(
-                    range_=state.range_.at[jnp.where(indices < rank, indices, rows_held)].set(
+                    range_=state.range_.at[jnp.where(indices < sketched, indices, rows_held)].set(
                         products, mode="drop"
                     )
                 ),
@@ -195,12 +197,14 @@ def orthonormalised(
 
 
 def _orthonormal_range(
-    state: TraceState, layout: Layout | None = None, rank: jax.Array | int = 0
+    state: TraceState, layout: Layout | None = None, rank: jax.Array | int | None = None
 ) -> TraceState:
     """The sketch's rows made orthonormal (`hutchpp.range_basis`, TSQR over a mesh), the rows
     past `rank` (zero, padding) kept zero: Householder's first r rows are those of the sketch's
     first r rows alone."""
     basis = hutchpp.range_basis(state.range_, _mesh(layout))
+    if rank is None:
+        return state._replace(range_=basis)
     used = (jnp.arange(basis.shape[0]) < rank)[:, None]
     return state._replace(range_=jnp.where(used, basis, jnp.zeros((), basis.dtype)))
 
