@@ -1,9 +1,7 @@
 """Times the hot paths and writes JSON: `python -m experiments.benchmark [--only=GROUP]
 [--out=f]`. The groups, their flags and rows live in experiments/bench/ (benchmark.py)."""
 
-from absl import app
+if __name__ == "__main__":  # the Ctrl-C hook first, then the imports (jax): experiments/launch.py
+    from experiments import launch
 
-from experiments.bench.benchmark import main
-
-if __name__ == "__main__":
-    app.run(main)
+    launch.absl_main("experiments.bench.benchmark")

@@ -1,9 +1,7 @@
 """The device check, every accelerator row in one call within a budget: `python -m
 experiments.device_check [--budget=480] [--trap]` (experiments/bench/device_check.py)."""
 
-from absl import app
+if __name__ == "__main__":  # the Ctrl-C hook first, then the imports (jax): experiments/launch.py
+    from experiments import launch
 
-from experiments.bench.device_check import main
-
-if __name__ == "__main__":
-    app.run(main)
+    launch.absl_main("experiments.bench.device_check")

@@ -4,8 +4,7 @@ python -m experiments.markov --config=configs/markov.py
 python -m experiments.markov --config=configs/markov.py:landscape
 """
 
-from experiments import cli
-from landscape.markov import experiment
+if __name__ == "__main__":  # the Ctrl-C hook first, then the imports (jax): experiments/launch.py
+    from experiments import launch
 
-if __name__ == "__main__":
-    cli.run(experiment)
+    launch.paper("landscape.markov.experiment")

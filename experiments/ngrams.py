@@ -4,8 +4,7 @@ python -m experiments.ngrams --config=configs/ngrams.py
 python -m experiments.ngrams --config=configs/ngrams.py:stationarity
 """
 
-from experiments import cli
-from landscape.ngrams import experiment
+if __name__ == "__main__":  # the Ctrl-C hook first, then the imports (jax): experiments/launch.py
+    from experiments import launch
 
-if __name__ == "__main__":
-    cli.run(experiment)
+    launch.paper("landscape.ngrams.experiment")

@@ -4,8 +4,7 @@ python -m experiments.recall --config=configs/recall.py
 python -m experiments.recall --config=configs/recall.py:stages --workdir=runs/stages
 """
 
-from experiments import cli
-from landscape.recall import experiment
+if __name__ == "__main__":  # the Ctrl-C hook first, then the imports (jax): experiments/launch.py
+    from experiments import launch
 
-if __name__ == "__main__":
-    cli.run(experiment)
+    launch.paper("landscape.recall.experiment")

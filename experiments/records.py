@@ -40,5 +40,7 @@ def main(argv: list[str]) -> int:
     return 1 if bad else 0
 
 
-if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+if __name__ == "__main__":  # the Ctrl-C hook first, then this module's imports (jax) again
+    from experiments import launch
+
+    launch.main("experiments.records")

@@ -57,5 +57,7 @@ def _fail(message: str) -> int:
     return cli.EXIT_USAGE
 
 
-if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+if __name__ == "__main__":  # the Ctrl-C hook first, then this module's imports (jax) again
+    from experiments import launch
+
+    launch.main("experiments.run")

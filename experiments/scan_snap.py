@@ -5,8 +5,7 @@ python -m experiments.scan_snap --config=configs/syn_medium.py --workdir=runs/fi
 python -m experiments.scan_snap --config=configs/syn_small.py --config.optim.lr_z=0.5
 """
 
-from experiments import cli
-from landscape.scan_snap import experiment
+if __name__ == "__main__":  # the Ctrl-C hook first, then the imports (jax): experiments/launch.py
+    from experiments import launch
 
-if __name__ == "__main__":
-    cli.run(experiment)
+    launch.paper("landscape.scan_snap.experiment")

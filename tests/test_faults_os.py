@@ -215,12 +215,19 @@ def test_a_ctrl_c_a_library_swallows_is_not_lost(reference, tmp_path, capsys):
 
 
 def test_ctrl_c_during_the_imports_is_one_line():
-    """A KeyboardInterrupt while the CLI still imports (jax takes seconds): one line, no
+    """A KeyboardInterrupt while the CLI program still imports (jax takes seconds): one line, no
     traceback, the interrupted exit status."""
     code = (  # SIGINT as from a terminal: a suite run as a background job ignores it, and its
         "import signal\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n"  # children
-        "import experiments, os, time\nos.kill(os.getpid(), signal.SIGINT)\ntime.sleep(30)"
-    )  # would inherit that (no preexec_fn: it can deadlock a child of a process with threads)
+        "import os, runpy, sys\n"  # would inherit that (no preexec_fn: it can deadlock a child)
+        "class Interrupt:  # SIGINT as the program starts to import jax\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'jax':\n"
+        "            os.kill(os.getpid(), signal.SIGINT)\n"
+        "sys.meta_path.insert(0, Interrupt())\n"
+        "sys.argv = ['experiments/scan_snap.py', '--config=configs/syn_small.py']\n"
+        "runpy.run_module('experiments.scan_snap', run_name='__main__', alter_sys=True)"
+    )
     done = subprocess.run(
         [sys.executable, "-c", code],
         cwd=ROOT,
@@ -233,6 +240,25 @@ def test_ctrl_c_during_the_imports_is_one_line():
     assert done.stderr.strip() == "Interrupted before the run started: nothing was written.", (
         done.stderr
     )
+
+
+def test_importing_the_clis_leaves_the_excepthook_alone():
+    """Only a CLI program installs its Ctrl-C hook: importing the package, its CLI or a paper's
+    program (a test, a notebook) changes nothing process-wide."""
+    code = (
+        "import sys\nhook = sys.excepthook\n"
+        "import experiments, experiments.cli, experiments.scan_snap, experiments.run\n"
+        "assert sys.excepthook is hook, sys.excepthook"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
 
 
 def test_resume_with_another_papers_cli_names_the_right_one(tmp_path, capsys):

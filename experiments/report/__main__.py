@@ -212,5 +212,8 @@ def report(
     return 1 if any(j.status == "failed" for j in todo) else 0
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # a Ctrl-C before the first run starts: one line (experiments/launch.py)
+    from experiments import launch
+
+    launch.install()
     sys.exit(main(sys.argv))
