@@ -177,13 +177,15 @@ def ordered(settings: Settings, state: State) -> tuple[np.ndarray, np.ndarray, n
 def plan(settings: Settings, state: State, dtype: np.dtype) -> Plan:
     """The next call's plan (numpy arrays of `dtype`: a jitted call takes them as they are): a
     run (EXTEND) of the steps the basis has room for, or the Ritz pairs cursor..stop (CHECK at
-    rtol · scale, FILL accepting any)."""
+    rtol · scale, up to the first that could not be kept: `_useful`; FILL accepting any)."""
     rows, k = settings.rows, settings.k
     coeffs, theta, slots = np.zeros((rows, k)), np.zeros(k), np.full(k, k, np.int32)
     steps, tol = rows - 1 - state.size, 0.0
     steps = min(steps, settings.dim - len(state.values) - state.size)
     if state.mode in (Mode.CHECK, Mode.FILL):
         chosen = np.arange(state.cursor, state.stop)
+        if state.mode == Mode.CHECK:  # not the candidates no more wanted than every locked pair
+            chosen = chosen[: _useful(settings, state, chosen)]
         coeffs[:, : chosen.size] = state.coeffs[:, chosen]
         theta[: chosen.size] = state.theta[chosen]
         slots[: chosen.size] = _slots(settings, state, chosen)
@@ -273,7 +275,8 @@ def _after_run(settings: Settings, state: State) -> State:
     """After a run: done, in a phase begun after the last lock, when its most wanted Ritz
     value has converged (estimate within the tolerance) and, moved by its estimate toward
     the wanted end, is no more wanted than the least wanted locked one by more than the
-    tolerance; else check the candidates the estimates accept."""
+    tolerance; else check the candidates the estimates accept (none when not even the first
+    could be kept: they leave the restart as accepted ones do)."""
     which = settings.which
     state = state._replace(
         low=min(state.low, float(state.theta.min())),
@@ -289,16 +292,27 @@ def _after_run(settings: Settings, state: State) -> State:
             return state._replace(mode=Mode.DONE, converged=True)
     accepted = state.estimates <= margin
     candidates = min(int(np.argmin(accepted)) if not accepted.all() else accepted.size, settings.k)
-    if candidates:
+    if candidates and _useful(settings, state, np.arange(candidates)):
         return state._replace(mode=Mode.CHECK, cursor=0, stop=candidates)
-    return _decide(settings, state, 0)
+    return _decide(settings, state, candidates)  # none, or none that could be kept
+
+
+def _useful(settings: Settings, state: State, chosen: np.ndarray) -> int:
+    """How many of the `chosen` candidates (most wanted first) come before the first that
+    could not be kept if accepted (no more wanted than every locked pair, once those before it
+    are: the later ones neither): its product could change no answer, so it is not made."""
+    slots = _slots(settings, state, chosen)
+    return int(np.argmax(slots >= settings.k)) if np.any(slots >= settings.k) else chosen.size
 
 
 def _checked(settings: Settings, state: State, outcome: Outcome, plan: Plan) -> State:
     """The candidates' exact residuals: the accepted prefix (the device stopped at the first
-    refused one) merged into the locked pairs at their slots, then `_decide`."""
+    refused one) merged into the locked pairs at their slots, then `_decide`; when every
+    checked one was accepted, the unchecked ones after them (no more wanted than every locked
+    pair, `_useful`) leave the restart as accepted ones do."""
     accepted = np.asarray(outcome.accepted)[: int(outcome.taken)]
     count = int(np.argmin(accepted)) if not accepted.all() else accepted.size
+    past = state.stop if count == int(plan.steps) else state.cursor + count
     slots, residuals = np.asarray(plan.slots), np.asarray(outcome.residual, np.float64)
     values, exact, unchanged = list(state.values), list(state.residuals), state.unchanged
     for j in range(count):
@@ -312,7 +326,7 @@ def _checked(settings: Settings, state: State, outcome: Outcome, plan: Plan) -> 
             values[slot], exact[slot] = theta, float(residuals[j])
         unchanged = False
     state = state._replace(values=tuple(values), residuals=tuple(exact), unchanged=unchanged)
-    return _decide(settings, state, state.cursor + count)
+    return _decide(settings, state, past)
 
 
 def _filled(state: State, outcome: Outcome, steps: int) -> State:

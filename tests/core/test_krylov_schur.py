@@ -177,3 +177,30 @@ def test_plan_and_receive_are_pure():
     assert after.runs == again.runs == 1 and np.array_equal(after.proj, again.proj)
     assert after.rotation is None or after.mode == ks.Mode.EXTEND
     assert after.products == int(outcome.taken) == settings.rows - 1
+
+
+def test_a_candidate_that_could_not_be_kept_is_not_checked():
+    """With k = 2 pairs locked (5 and 4), converged Ritz pairs at 6 and 3: 6 is checked (it
+    would replace 4), 3 is not (no more wanted than either): one product, not two, and the
+    restart past both."""
+    settings = ks.Settings(2, 6, 40, "largest", 1e-8, 10)
+    rows = settings.rows
+    state = ks.init(settings)._replace(
+        mode=ks.Mode.EXTEND, values=(5.0, 4.0), residuals=(0.0, 0.0), unchanged=False,
+        theta=np.array([6.0, 3.0, 2.0]), coeffs=np.eye(rows)[:, :3],
+        estimates=np.array([0.0, 0.0, 1.0]), proj=np.diag([6.0, 3.0, 2.0, 0, 0, 0]), size=3,
+        low=2.0, high=6.0, rotation=None, fresh=False,
+    )  # fmt: skip
+    state = ks._after_run(settings, state._replace(runs=0))
+    assert state.mode == ks.Mode.CHECK and (state.cursor, state.stop) == (0, 2)
+    plan = ks.plan(settings, state, np.dtype(np.float64))
+    assert int(plan.steps) == 1 and float(plan.theta[0]) == 6.0
+    outcome = ks.Outcome(
+        np.int32(1), np.zeros(rows), np.zeros((rows, rows)), np.zeros(rows), np.zeros(rows),
+        np.zeros(rows), np.zeros(rows, bool), np.array([1e-9, 0.0]), np.array([True, False]),
+        np.float64(0.0), np.zeros(40),
+    )  # fmt: skip
+    after = ks.receive(settings, state, plan, outcome)
+    assert sorted(after.values) == [5.0, 6.0] and after.products == 1
+    assert after.mode == ks.Mode.EXTEND and after.fresh  # k locked, one changed: a fresh phase
+    np.testing.assert_allclose(after.rotation[:, 0], np.eye(rows)[:, 2])  # seeded past 6 and 3
