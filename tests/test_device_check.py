@@ -142,3 +142,19 @@ def test_rows_and_compile_settings_are_chosen_by_name():
     assert compile_settings.xla_flags({"xla_gpu_autotune_level": 0, "xla_a": False}) == (
         "--xla_gpu_autotune_level=0 --xla_a=false"
     )
+
+
+def test_the_compile_group_measures_the_programs_train_would_compile():
+    """compile_timing times each program `training.train` hands to its hook, through the
+    engine's public `watching_programs`, and the run ends there (the hook gone after)."""
+    from configs import syn_small
+    from experiments.bench import compile_timing
+    from landscape.engine import training
+    from landscape.scan_snap import experiment
+
+    cfg = syn_small.get_config()
+    rows = compile_timing.programs_of(lambda: experiment.train_group(cfg, {}, progress=None))
+    assert sorted(rows) == ["chunk", "first_snapshot", "init"]
+    for row in rows.values():
+        assert row["compile_seconds"] > 0 and row["optimized_instructions"] > 0
+    assert compile_timing.total(rows)["seconds"] > 0 and not training._programs_hooks

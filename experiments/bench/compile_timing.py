@@ -1,22 +1,20 @@
 """Where compilation goes: the programs of a training run, each traced, lowered and compiled by
 XLA on its own with the persistent cache off (`python -m experiments.benchmark --only=compile`).
 
-A run's programs are those `training.train` builds (`training._compile`): the vmapped init, the
-first snapshot and the chunk. `programs_of(start)` runs an experiment's own entry point up to the
-point where it would compile them, and times `jax.jit(f).trace(...)`, `.lower()` and
-`.compile()` of each (with XLA's cost analysis and its instruction counts before and after
-optimisation) instead of training.
+A run's programs are those `training.train` hands to the hook of `training.watching_programs`
+before it compiles them: the vmapped init, the first records (the snapshot) and the chunk.
+`programs_of(start)` runs an experiment's own entry point up to that point and times
+`jax.jit(f).trace(...)`, `.lower()` and `.compile()` of each (with XLA's cost analysis and its
+instruction counts before and after optimisation) instead of training.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -57,40 +55,24 @@ def stage_seconds(jitted: Any, *args: Any) -> dict[str, float]:
     )
 
 
-def _measure(spec: training.StepSpec, runs: Any) -> dict[str, dict[str, float]]:
-    """The three programs of `training._compile`, built as it builds them, each measured."""
-    sharding = runs.sharding
-    pinned: dict[str, Any] = {} if sharding is None else dict(out_shardings=sharding)
-    init = jax.jit(jax.vmap(functools.partial(training.init_state, spec)), **pinned)
-    rows = {"init": stage_seconds(init, runs.seeds_dev, runs.hparams)}
-    state = init(runs.seeds_dev, runs.hparams)
-    snapshot = jax.jit(jax.vmap(functools.partial(training.snapshot_at, spec)), **pinned)
-    rows["first_snapshot"] = stage_seconds(snapshot, state, runs.hparams)
-    chunk = training._chunk_program(spec, runs)
-    rows["chunk"] = stage_seconds(chunk, state, jnp.int32(0), runs.hparams)
+def _measure(programs: training.Programs) -> dict[str, dict[str, float]]:
+    """The three programs `training.train` would compile, each measured."""
+    rows = {"init": stage_seconds(programs.init, *programs.init_args)}
+    state = programs.init(*programs.init_args)
+    rows["first_snapshot"] = stage_seconds(programs.first_records, state, programs.hparams)
+    rows["chunk"] = stage_seconds(programs.chunk, state, jnp.int32(0), programs.hparams)
     return rows
-
-
-@contextlib.contextmanager
-def _capturing(found: list[dict[str, dict[str, float]]]) -> Iterator[None]:
-    """While inside, `training.train` measures its programs into `found` and stops."""
-    original = training._compile
-
-    def measured(spec: training.StepSpec, runs: Any) -> Any:
-        found.append(_measure(spec, runs))
-        raise _Measured
-
-    training._compile = measured  # restored on exit
-    try:
-        yield
-    finally:
-        training._compile = original
 
 
 def programs_of(start: Callable[[], object]) -> dict[str, dict[str, float]]:
     """The programs `start()` (one training program's entry point) would compile, measured."""
     found: list[dict[str, dict[str, float]]] = []
-    with _capturing(found), contextlib.suppress(_Measured):
+
+    def measured(programs: training.Programs) -> None:
+        found.append(_measure(programs))
+        raise _Measured  # the run ends here, before it compiles
+
+    with training.watching_programs(measured), contextlib.suppress(_Measured):
         start()
     if not found:
         raise RuntimeError("the entry point compiled no training program")

@@ -8,11 +8,12 @@ See docs/design/training.md.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 import jax
@@ -286,6 +287,33 @@ def _batch_sharding(
     return NamedSharding(Mesh(np.asarray(batch_over), (BATCH_AXIS,)), P())
 
 
+class Programs(NamedTuple):
+    """The programs `train` is about to compile, jitted, with the arguments it calls them at:
+    `init(*init_args)` gives the runs' states, `first_records(state, hparams)` their records at
+    step 0, `chunk(state, jnp.int32(first_step), hparams)` a chunk of steps (the state donated)."""
+
+    init: Any
+    init_args: tuple[Any, ...]
+    first_records: Any
+    chunk: Any
+    hparams: HParams
+
+
+_programs_hooks: list[Callable[[Programs], object]] = []
+
+
+@contextlib.contextmanager
+def watching_programs(hook: Callable[[Programs], object]) -> Iterator[None]:
+    """While inside, `train` calls `hook(programs)` before it compiles its `Programs` (a timing
+    tool measures them there: experiments/bench/compile_timing.py); an exception the hook
+    raises ends the run before anything is compiled."""
+    _programs_hooks.append(hook)
+    try:
+        yield
+    finally:
+        _programs_hooks.remove(hook)
+
+
 def _compile(spec: StepSpec, runs: _Runs) -> tuple[TrainState, tuple[dict, dict], Any]:
     """The runs' initial states, their first snapshots and tracked metrics (step 0), and the
     compiled chunk. Every input and
@@ -297,17 +325,19 @@ def _compile(spec: StepSpec, runs: _Runs) -> tuple[TrainState, tuple[dict, dict]
     pinned: dict[str, Any] = {} if sharding is None else dict(out_shardings=sharding)
     options = backend.compiler_options()  # XLA's defaults unless measured otherwise
     init = jax.jit(jax.vmap(functools.partial(init_state, spec)), **pinned)
+    first = jax.vmap(functools.partial(first_records, spec))
+    first_jitted = jax.jit(first, **pinned, compiler_options=options)
+    chunk = _chunk_program(spec, runs)
+    for hook in list(_programs_hooks):
+        hook(Programs(init, (runs.seeds_dev, runs.hparams), first_jitted, chunk, runs.hparams))
     init_lowered = init.lower(runs.seeds_dev, runs.hparams)
-    chunk_lowered = _chunk_program(spec, runs).lower(
-        init_lowered.out_info, jnp.int32(0), runs.hparams
-    )
+    chunk_lowered = chunk.lower(init_lowered.out_info, jnp.int32(0), runs.hparams)
     keeping.check_metric_names(spec.track, chunk_lowered.out_info.metrics)
     # One program after the other: compiling the chunk on a second thread while this one
     # compiled init saved 0.1-0.2 s, and once crashed XLA (a segfault while the persistent
     # cache wrote one executable and the other thread compiled).
     state = init_lowered.compile(options)(runs.seeds_dev, runs.hparams)
-    first = jax.vmap(functools.partial(first_records, spec))
-    records = jax.jit(first, **pinned, compiler_options=options)(state, runs.hparams)
+    records = first_jitted(state, runs.hparams)
     return state, records, chunk_lowered.compile(options)
 
 
