@@ -158,3 +158,21 @@ def test_the_compile_group_measures_the_programs_train_would_compile():
     for row in rows.values():
         assert row["compile_seconds"] > 0 and row["optimized_instructions"] > 0
     assert compile_timing.total(rows)["seconds"] > 0 and not training._programs_hooks
+
+
+def test_the_device_group_runs_alone_and_names_are_checked_first():
+    """`--only=device` with another group, or a group that does not exist, is a usage error
+    before any backend starts (the device check takes the accelerator in fresh processes)."""
+    for only, said in [
+        ("device,compile", "--only=device runs alone"),
+        ("devices", "--only=devices: must be one of scan_snap,"),
+    ]:
+        done = subprocess.run(
+            [sys.executable, "-m", "experiments.benchmark", f"--only={only}"],
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 1 and said in done.stderr, done.stderr

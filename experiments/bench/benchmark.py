@@ -43,7 +43,9 @@ from landscape.typing import PyTree
 
 _OUT = flags.DEFINE_string("out", None, "JSON output (default runs/benchmark/<time>.json).")
 _ONLY = flags.DEFINE_list(
-    "only", ["scan_snap", "wikitext", "recall", "markov", "ngrams"], "Which benchmarks to run."
+    "only",
+    ["scan_snap", "wikitext", "recall", "markov", "ngrams"],
+    "Which benchmarks to run (device: the device check, alone).",
 )
 _ALLOCATOR = flags.DEFINE_bool("tune_allocator", True, "Apply experiments.host.tune_allocator().")
 _ONE_BY_ONE = flags.DEFINE_integer("one_by_one", 4, "Single runs per K timed for the comparison.")
@@ -521,7 +523,15 @@ BENCHMARKS = {
 
 def main(argv: list[str]) -> None:
     del argv
-    if _ONLY.value == ["device"]:  # before this process takes the accelerator
+    for name in _ONLY.value:
+        if name not in (*BENCHMARKS, "device"):
+            raise app.UsageError(f"--only={name}: must be one of {', '.join(BENCHMARKS)}, device.")
+    if "device" in _ONLY.value:  # before this process takes the accelerator
+        if len(_ONLY.value) > 1:
+            raise app.UsageError(
+                "--only=device runs alone (the device check starts each row in a fresh "
+                "process): run the other groups in a call of their own."
+            )
         return device_check.run_from_flags()
     host.use_host_devices(host.HOST_DEVICES.value)  # before anything initialises the backends
     tuned = host.tune_allocator() if _ALLOCATOR.value else False
@@ -535,9 +545,6 @@ def main(argv: list[str]) -> None:
         "jax": jax.__version__,
         "python": platform.python_version(),
     }
-    for name in _ONLY.value:
-        if name not in BENCHMARKS:
-            raise app.UsageError(f"--only={name}: must be one of {', '.join(BENCHMARKS)}.")
     out = pathlib.Path(_OUT.value or f"runs/benchmark/{time.strftime('%Y%m%d-%H%M%S')}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     for name in _ONLY.value:  # rows print as measured; the file is rewritten after each

@@ -1,9 +1,10 @@
 """Seconds of the interactive probes in a fresh process, as a user at a prompt meets them.
 
-python -m experiments.bench.probe_timing [--grid=10] [--seq_len=10]: theta_pi (tied, d = 4), x64,
-the first call, the same point again and a new (p, q), for each probe; then a grid x grid of
-theta_pi Hessians in one call. Prints one JSON object per row (`experiments.benchmark
---only=curvature` runs it in a subprocess, so every "first" is a cold start).
+The child process of `python -m experiments.benchmark --only=curvature` (and of the device
+check's probe rows), started as `python -m experiments.bench.probe_timing [--grid=10]
+[--seq_len=10]` so that every "first" is a cold start; not a benchmark command of its own.
+theta_pi (tied, d = 4), x64, the first call, the same point again and a new (p, q), for each
+probe; then a grid x grid of theta_pi Hessians in one call. Prints one JSON object per row.
 """
 
 from __future__ import annotations
