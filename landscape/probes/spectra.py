@@ -187,7 +187,7 @@ def trace_block(
 
 @functools.partial(jax.jit, static_argnames=("batched", "layout"), donate_argnames=("state",))
 def orthonormalised(
-    state: TraceState, batched: bool, layout: Layout, rank: jax.Array | int = 0
+    state: TraceState, batched: bool, layout: Layout, rank: jax.Array | int | None = None
 ) -> TraceState:
     """The sketch's rows made orthonormal in a program of their own, before the exact stage's
     first block, over a mesh of CPU devices (`Layout.cpu_mesh`: there no conditional holds a
