@@ -6,8 +6,8 @@ import pathlib
 
 import pytest
 
-from landscape.core import memory
-from landscape.probes import capacity, eigen, spectra
+from landscape.core import memory, three_term
+from landscape.probes import capacity, eigen
 
 PAGE = pathlib.Path(__file__).resolve().parents[1] / "docs" / "guide" / "foundation_scale.md"
 
@@ -15,7 +15,7 @@ PAGE = pathlib.Path(__file__).resolve().parents[1] / "docs" / "guide" / "foundat
 def test_the_largest_dim_solves_the_memory_policy_for_the_probes_vectors():
     top5, three = capacity.PROBES[0], capacity.PROBES[-1]
     assert top5.kept_bytes(4) == eigen.lanczos_search_bytes(1, 20, 4) == (20 + 2.5 + 3) * 4
-    assert three.kept_bytes(4) == spectra.slq_vector_bytes(1, 4, "three", 30, None) == 12
+    assert three.kept_bytes(4) == three_term.vector_bytes(1, 4, "three", 30, None) == 12
     assert three.kept_bytes(4, "bfloat16") == 6
     room = memory.MEMORY_FRACTION * capacity.H200_BYTES * 8
     assert capacity.largest_dim(top5, 8) == int(room // (4 * 4 + 102))

@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import DTypeLike
 
+from landscape import _checks
 from landscape.core.lanczos import Tridiagonal, varying_like
 
 VECTORS = 3  # of D: the last two Lanczos vectors (kept) and the product (made by each step)
@@ -106,3 +107,30 @@ def spurious(alphas: np.ndarray, betas: np.ndarray, tol: float | None = None) ->
 
 def _tridiagonal(alphas: np.ndarray, betas: np.ndarray) -> np.ndarray:
     return np.diag(alphas) + np.diag(betas, 1) + np.diag(betas, -1)
+
+
+BASES = ("auto", "full", "three")
+
+
+def check_basis(basis: str, storage: str | None) -> None:
+    """One sentence for a basis that is not one of BASES, or a storage without three vectors."""
+    _checks.check_choice("basis", basis, BASES)
+    if storage is not None:
+        _checks.check_choice("storage", storage, ("bfloat16",))
+        if basis != "three":
+            raise ValueError(
+                f"spectral_density: storage={storage!r} stores the three vectors of "
+                "basis='three'; a full basis stays in the point's dtype (its "
+                "reorthogonalisation needs it): give basis='three' too."
+            )
+
+
+def vector_bytes(
+    dim: int, itemsize: int, basis: str, num_iters: int, storage: str | None = None
+) -> float:
+    """Bytes of D-vectors one probe's run keeps beside its product: num_iters of `itemsize` (a
+    full basis), or three_term.VECTORS of `storage` (three vectors; None: of `itemsize`)."""
+    if basis == "three":
+        size = np.dtype(storage).itemsize if storage else itemsize
+        return float(VECTORS * dim * size)
+    return float(num_iters * dim * itemsize)

@@ -1,6 +1,6 @@
 """The largest model a probe serves on a set of devices, from the estimates the probes plan
 with: each product's four vectors of D (`blocks.product_bytes`) and what the probe keeps beside
-them (`eigen.lanczos_search_bytes`, `spectra.slq_vector_bytes`), split over the devices, against
+them (`eigen.lanczos_search_bytes`, `three_term.vector_bytes`), split over the devices, against
 the memory policy's share of each device (`core.memory.MEMORY_FRACTION`). The model's own
 parameters are resident before a call and outside the share; its activations for one product
 are given per device. docs/guide/foundation_scale.md.
@@ -12,8 +12,8 @@ import dataclasses
 
 import numpy as np
 
-from landscape.core import memory
-from landscape.probes import eigen, spectra
+from landscape.core import memory, three_term
+from landscape.probes import eigen
 
 GIB = 2**30
 H200_BYTES = 139 * GIB  # what an H200 reports free to JAX, about
@@ -34,7 +34,7 @@ class Probe:
         if self.k:
             return eigen.lanczos_search_bytes(1, eigen.default_ncv(self.k), itemsize)
         if self.basis:
-            return spectra.slq_vector_bytes(1, itemsize, self.basis, SLQ_STEPS, storage)
+            return three_term.vector_bytes(1, itemsize, self.basis, SLQ_STEPS, storage)
         return 0.0  # a Hutchinson trace keeps its samples, numbers not vectors
 
 

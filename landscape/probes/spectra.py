@@ -40,7 +40,6 @@ if TYPE_CHECKING:  # matplotlib loads only when a figure is drawn
 
 ProbeKind = Literal["rademacher", "gaussian"]
 TraceMethod = Literal["hutchinson", "hutch++"]
-Names = list[tuple[str, slice, tuple[int, ...]]]
 
 
 # ---------------------------------------------------------------- compiled programs
@@ -48,14 +47,11 @@ Names = list[tuple[str, slice, tuple[int, ...]]]
 # probe of index i is drawn from fold_in(key, i), so the answer does not depend on the blocks.
 
 
-_probe = layout_lib.probe
-
-
 def _probes(
     key: jax.Array, indices: jax.Array, kind: str, params: PyTree, layout: Layout | None
 ) -> jax.Array:
     """The probes of `indices` (K, D)."""
-    return jax.vmap(lambda i: _probe(key, i, kind, params, layout))(indices)
+    return jax.vmap(lambda i: layout_lib.probe(key, i, kind, params, layout))(indices)
 
 
 def _over_points(body: Callable, batched: bool, params: PyTree, inputs: PyTree, *rest: Any) -> Any:
@@ -148,7 +144,7 @@ def trace_block(
         sketched = rows_held if rank is None else rank
         kind = ("rademacher", params, layout)
         if not rows_held:  # Hutchinson: each probe drawn, multiplied and its form taken in turn
-            form = lambda i: jnp.sum((v := _probe(key, i, *kind)) * op.matvec(v))  # noqa: E731
+            form = lambda i: jnp.sum((v := layout_lib.probe(key, i, *kind)) * op.matvec(v))  # noqa: E731
             forms = hvp.each_row(form, op.flat.size)(indices)
             return state._replace(samples=state.samples.at[indices].set(forms, mode="drop"))
         sketch_key, probe_key = jax.random.split(key)
@@ -241,9 +237,6 @@ def diagonal_program(
     pytree); the indices are an argument, so a new number of probes compiles nothing."""
     body = functools.partial(_diagonal_one, objective, indices, key, layout)
     return compiled.maybe_batched(body, batched, params, inputs)
-
-
-# ---------------------------------------------------------------- results
 
 
 # ---------------------------------------------------------------- public functions
@@ -360,7 +353,7 @@ def spectral_density(
         "num_iters", num_iters, 1, f"Lanczos steps, at most D = {dim}", high=dim
     )
     _checks.check_choice("probe", probe, ("rademacher", "gaussian"))
-    _check_basis(basis, storage)
+    three_term.check_basis(basis, storage)
     if _split_list(points, listed):  # a mesh's points one at a time, each in its layout
         return [spectral_density(p, num_probes, num_iters, key, probe, progress, matrix, basis,
                                  storage) for p in points]  # fmt: skip
@@ -377,10 +370,10 @@ def spectral_density(
     spread = _spread(points[0], listed)
     key, axis = _key(key), int(listed)
     basis = _slq_basis(points[0], basis, num_iters, len(points), _mesh(spread))
+    kept = three_term.vector_bytes(dim, blocks.itemsize(points[0]), basis, num_iters, storage)
     plan = blocks.plan(
-        points[0], num_probes, "spectral_density",
-        slq_vector_bytes(dim, blocks.itemsize(points[0]), basis, num_iters, storage), len(points),
-        progress, hint="ask for fewer Lanczos steps (num_iters)", mesh=_mesh(spread),
+        points[0], num_probes, "spectral_density", kept, len(points), progress,
+        hint="ask for fewer Lanczos steps (num_iters)", mesh=_mesh(spread),
     )  # fmt: skip
 
     def block(indices: np.ndarray) -> tuple[jax.Array, jax.Array]:
@@ -396,41 +389,13 @@ def spectral_density(
     return densities if listed else densities[0]
 
 
-BASES = ("auto", "full", "three")
-
-
-def _check_basis(basis: str, storage: str | None) -> None:
-    """One sentence for a basis that is not one of BASES, or a storage without three vectors."""
-    _checks.check_choice("basis", basis, BASES)
-    if storage is not None:
-        _checks.check_choice("storage", storage, ("bfloat16",))
-        if basis != "three":
-            raise ValueError(
-                f"spectral_density: storage={storage!r} stores the three vectors of "
-                "basis='three'; a full basis stays in the point's dtype (its "
-                "reorthogonalisation needs it): give basis='three' too."
-            )
-
-
-def slq_vector_bytes(
-    dim: int, itemsize: int, basis: str, num_iters: int, storage: str | None
-) -> float:
-    """Bytes of D-vectors one probe's run keeps beside its product: num_iters of `itemsize` (a
-    full basis), or three_term.VECTORS of `storage` (three vectors; None: of `itemsize`)."""
-    if basis == "three":
-        size = np.dtype(storage).itemsize if storage else itemsize
-        return float(three_term.VECTORS * dim * size)
-    return float(num_iters * dim * itemsize)
-
-
 def _slq_basis(point: Point, basis: str, num_iters: int, points: int, mesh: Mesh | None) -> str:
     """`basis` itself, or for "auto": "full" where one probe's full basis and its product fit
     the memory policy (a device's share over a mesh), else "three"."""
     if basis != "auto":
         return basis
-    devices = 1 if mesh is None else mesh.size
-    full = slq_vector_bytes(point.num_params, blocks.itemsize(point), "full", num_iters, None)
-    each = points * blocks.product_bytes(point, full, devices)
+    full = three_term.vector_bytes(point.num_params, blocks.itemsize(point), "full", num_iters)
+    each = points * blocks.product_bytes(point, full, 1 if mesh is None else mesh.size)
     return "full" if each <= memory.budget(memory.device_free_bytes()) else "three"
 
 
