@@ -5,8 +5,10 @@ markov, ngrams, curvature (bench/probe_timing.py in a fresh process), cache (a w
 cache), compile (each program's trace, lower and XLA compile seconds, cold), track (curvature
 tracked inside the n-gram Fig. 3 run), tracker (the functional tracker in a plain optax loop),
 peers (our probes against PyHessian and curvlinops), sharded (a model split over 8 emulated
-devices against one) and device (the device check, --budget); the larger groups live in
-bench/<group>_timing.py. Every row and its target: docs/design/experiments.md."""
+devices against one), paper_sizes (the probes at the papers' sizes), finite_differences (exact
+products against central differences) and device (the device check, --budget); the larger
+groups live in bench/<group>_timing.py, paper_size_probes.py and finite_differences.py. Every
+row and its target: docs/design/experiments.md."""
 
 import functools
 import json
@@ -372,15 +374,35 @@ def bench_curvature(repeats: int, one_by_one: int) -> dict[str, Any]:
     """The probes' first call, the same point again and a new (p, q) at theta_pi (D = 237), and a
     10 x 10 grid of Hessians in one call: `experiments.bench.probe_timing` in a fresh process."""
     del repeats, one_by_one
-    out = subprocess.run(
-        [sys.executable, "-m", "experiments.bench.probe_timing"],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=ROOT,
-    ).stdout
+    return _child_rows("probe_timing")
+
+
+def bench_paper_sizes(repeats: int, one_by_one: int) -> dict[str, Any]:
+    """The probes at the papers' sizes (dense Hessian of n-gram Fig. 3, the GGNs, eigenpairs):
+    every row of `experiments/bench/paper_size_probes.py`, in a fresh process."""
+    del repeats, one_by_one
+    return _child_rows("paper_size_probes")
+
+
+def bench_finite_differences(repeats: int, one_by_one: int) -> dict[str, Any]:
+    """Exact products against central differences on the peers MLP, float32 and bfloat16: the
+    markdown table of `experiments/bench/finite_differences.py`, in a fresh process."""
+    del repeats, one_by_one
+    table = _child("finite_differences")
+    print(table, flush=True)
+    return {"markdown": table.strip()}
+
+
+def _child(module: str) -> str:
+    """What `python -m experiments.bench.<module>` prints, run in a fresh process."""
+    command = [sys.executable, "-m", f"experiments.bench.{module}"]
+    return subprocess.run(command, capture_output=True, text=True, check=True, cwd=ROOT).stdout
+
+
+def _child_rows(module: str) -> dict[str, Any]:
+    """The JSON rows a child benchmark prints (one object a line, its name under "row")."""
     rows = Rows()
-    for line in out.splitlines():
+    for line in _child(module).splitlines():
         if line.startswith("{"):
             row = json.loads(line)
             rows[row.pop("row")] = row
@@ -518,6 +540,8 @@ BENCHMARKS = {
     "tracker": tracker_timing.bench_tracker,
     "peers": peers_timing.bench_peers,
     "sharded": sharded_timing.bench_sharded,
+    "paper_sizes": bench_paper_sizes,
+    "finite_differences": bench_finite_differences,
 }
 
 
