@@ -4,11 +4,10 @@ Groups: scan_snap (the 2-core targets against the authors' PyTorch code), wikite
 markov, ngrams, curvature (bench/probe_timing.py in a fresh process), cache (a warm compilation
 cache), compile (each program's trace, lower and XLA compile seconds, cold), track (curvature
 tracked inside the n-gram Fig. 3 run), tracker (the functional tracker in a plain optax loop),
-peers (our probes against PyHessian and curvlinops), sharded (a model split over 8 emulated
-devices against one), paper_sizes (the probes at the papers' sizes), finite_differences (exact
-products against central differences) and device (the device check, --budget); the larger
-groups live in bench/<group>_timing.py, paper_size_probes.py and finite_differences.py. Every
-row and its target: docs/design/experiments.md."""
+peers (our probes against PyHessian and curvlinops), sharded (8 emulated devices against one),
+paper_sizes (the probes at the papers' sizes), finite_differences (exact products against
+central differences), device (the device check, --budget). Rows and targets:
+docs/design/experiments.md."""
 
 import functools
 import json
