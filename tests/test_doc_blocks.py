@@ -25,6 +25,8 @@ from pathlib import Path
 
 import pytest
 
+import landscape
+
 ROOT = Path(__file__).resolve().parents[1]
 FENCE = re.compile(
     r"(?P<marks>(?:^<!-- docs-test: .*? -->\n)*)^```(?P<lang>python|bash)\n(?P<code>.*?)^```$",
@@ -62,11 +64,12 @@ def blocks(page: Path) -> list[tuple[str, str, dict]]:
 def run_command(words: list[str]) -> int:
     """`python -m experiments.<cli> args...` in this process; its exit status."""
     name, argv = words[2], [words[2].replace(".", "/") + ".py", *words[3:]]
-    module = importlib.import_module(name)
-    if hasattr(module, "experiment"):  # a paper's CLI: cli.run(experiment) under __main__
+    paper = name.removeprefix("experiments.")
+    if paper in landscape.PAPERS:  # a paper's CLI: launch.paper runs its experiment module
         from experiments import cli
 
-        return cli.main(module.experiment, argv)
+        return cli.main(importlib.import_module(f"landscape.{paper}.experiment"), argv)
+    module = importlib.import_module(name)
     if not hasattr(module, "main"):
         module = importlib.import_module(f"{name}.__main__")
     return module.main(argv)
