@@ -93,3 +93,10 @@ def loss_operator(
         lambda x, batch: loss(unravel(x), batch), flat, batches
     )
     return value, grad, matvec
+
+
+def preconditioned(linear: LinearMap, inverse_sqrt: jax.Array) -> LinearMap:
+    """v -> P^{-1/2} H P^{-1/2} v for a diagonal preconditioner P, given as the flat vector
+    P^{-1/2} (for Adam, 1 / sqrt(sqrt(v̂) + ε)): its eigenvalues are the preconditioned
+    sharpness's (Cohen et al., 2022, §3)."""
+    return lambda v: inverse_sqrt * linear(inverse_sqrt * v)
