@@ -5,7 +5,7 @@
 
 Each table lists the page's `:::` objects with the first sentence of their docstrings, between
 `<!-- api-summary: start -->` and `<!-- api-summary: end -->` below the page's title and note;
-tests/test_api_tables.py fails while one differs from the docstrings."""
+tests/docs/test_api_tables.py fails while one differs from the docstrings."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@
 A page's generated tables sit between `<!-- table NAME: start -->` and `<!-- table NAME: end -->`.
 From a run's workdir, a page's `extract` keeps the numbers its tables show in
 docs/studies/data/<page>.json (a few KB, committed); its `tables` writes the Markdown from that
-data alone (WikiText's: experiments/wikitext_page.py). tests/test_pages.py checks the pages.
+data alone (WikiText's: experiments/wikitext_page.py); tests/experiments/test_pages.py checks it.
 """
 
 from __future__ import annotations

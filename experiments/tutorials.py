@@ -7,7 +7,7 @@ docs/tutorials/<name>.py (jupytext's percent format) is the source; each runs in
 kernel from the repository root, and docs/tutorials/<name>.ipynb is written with its outputs,
 PNG outputs recompressed (a palette of 256 colours) so that a notebook stays a few hundred KB.
 An output that shows a path of this machine stops the command: tutorials print relative paths.
-tests/test_docs.py checks that each stored notebook's cells are the .py's.
+tests/docs/test_docs.py checks that each stored notebook's cells are the .py's.
 """
 
 from __future__ import annotations

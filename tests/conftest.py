@@ -5,7 +5,7 @@ change what a float32 training run computes.
 
 One persistent compilation cache serves the whole session: the CLI subprocesses some tests start
 (they inherit the environment) write it, and they and pytest-xdist's workers read it; they
-compile many identical programs. From an empty cache, tests/test_resume.py, test_cli.py and
+compile many identical programs. From an empty cache, tests/engine/test_resume.py, test_cli.py and
 markov/test_points.py took 2:57 instead of 4:05 on 2 cores. A cache hit is the same executable
 (the key covers the program, the compile options and the JAX version), so no number changes.
 """
@@ -58,10 +58,10 @@ def _restore_matmul_precision():
 # end (files run in name order). With -m slow, the full quick report (~6 min, its own two worker
 # processes) leads.
 LONGEST_FIRST = (
-    "tests/test_report.py::test_quick_report_evaluates_every_claim_and_draws_every_figure",
+    "tests/experiments/test_report.py::test_quick_report_evaluates_every_claim_and_draws_every_figure",
     "tests/ngrams/test_experiment.py::test_smoke_fig3_first_transition",
     "tests/markov/test_experiment.py::test_fig3_theory_model_tied_trap_and_untied_bigram",
-    "tests/test_report.py::test_quick_report_of_one_paper_runs_its_configs_and_writes_the_pages",
+    "tests/experiments/test_report.py::test_quick_report_of_one_paper_runs_its_configs_and_writes_the_pages",
 )
 
 

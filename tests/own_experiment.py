@@ -1,5 +1,5 @@
 """A user's own experiment module, as docs/guide/own_task.md describes it: least squares on
-Gaussian inputs, seeds x learning rates through the engine. tests/test_own_task.py runs it
+Gaussian inputs, seeds x learning rates through the engine. tests/engine/test_own_task.py runs it
 through `python -m experiments.run tests.own_experiment` (in-process)."""
 
 import jax

@@ -47,13 +47,13 @@ _COMPILE_SETTINGS = flags.DEFINE_list(
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PROBE_TESTS = (
-    "tests/test_curvature.py",
-    "tests/test_compiled.py",
-    "tests/test_spectra.py",
-    "tests/test_eigen.py",
-    "tests/test_geometry.py",
-    "tests/test_gauss_newton.py",
-    "tests/test_restrict.py",
+    "tests/probes/test_curvature.py",
+    "tests/probes/test_compiled.py",
+    "tests/probes/test_spectra.py",
+    "tests/probes/test_eigen.py",
+    "tests/probes/test_geometry.py",
+    "tests/probes/test_gauss_newton.py",
+    "tests/probes/test_restrict.py",
 )
 
 

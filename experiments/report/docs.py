@@ -7,7 +7,7 @@ README.md on the home page, each row linked to its paper's page.
 A figure comes from the CPU-scale records (<runs>/cpu/<config name>/figures/<stem>.png) or, where
 those are missing, from the --quick records, and is then named <config name>.<stem>.quick.png, so
 that a page showing it says so in its caption and a page still showing a replaced quick figure
-fails tests/test_docs.py.
+fails tests/docs/test_docs.py.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """Every public probe's answer at small float64 points, as arrays keyed `point/probe/field`.
 
-`python -m tests.golden.answers` writes them to `tests/golden/answers.npz`; `tests/test_golden.py`
-computes them again and holds the code to them: values to 1e-12, vectors up to sign, product
-counts that may only fall. A refactor of the probes moves code, never these answers.
+`python -m tests.golden.answers` writes them to `tests/golden/answers.npz`;
+`tests/probes/test_golden.py` computes them again and holds the code to them: values to 1e-12,
+vectors up to sign, product counts that may only fall. A refactor of the probes moves code,
+never these answers.
 """
 
 import sys

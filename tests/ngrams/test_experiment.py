@@ -41,7 +41,7 @@ def test_smoke_fig3_first_transition(tmp_path):
     assert (tmp_path / "figures" / "test_loss.png").exists()
 
 
-@pytest.mark.slow  # the engine's vmapped-vs-alone equality: tests/test_sweeps.py, every run
+@pytest.mark.slow  # the engine's vmapped-vs-alone equality: tests/engine/test_sweeps.py, every run
 def test_five_seeds_vmapped_equal_single_seed(tmp_path):
     cfg = ngrams.get_config("fig5")
     cfg.train.update(num_steps=64, log_every=32, test_sequences=256)

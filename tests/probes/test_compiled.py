@@ -108,7 +108,7 @@ _TWO_DEVICES = textwrap.dedent("""
 def test_a_large_hessian_shares_its_chunks_among_the_devices():
     """With a CPU device per core (landscape.setup()), each device computes its own chunk of
     columns at once (compiled.hessian_columns_on_devices): the same matrix, half the rounds."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = dict(os.environ, PYTHONPATH=root, XLA_FLAGS="--xla_force_host_platform_device_count=2")
     proc = subprocess.run(
         [sys.executable, "-c", _TWO_DEVICES], cwd=root, env=env, capture_output=True, text=True

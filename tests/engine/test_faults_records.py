@@ -4,8 +4,8 @@ like steps, a folder where a record goes, the lock file deleted or replaced. Eac
 records bit-identical to an uninterrupted run's, or in one sentence (exit 2, no traceback) that
 leaves the workdir as it was.
 
-In-process through `cli.main`, on copies of the stopped run of tests/test_faults.py (scan & snap,
-400 steps, stopped at step 200) and of a two-program run stopped in its second program.
+In-process through `cli.main`, on copies of the stopped run of tests/engine/test_faults.py (scan &
+snap, 400 steps, stopped at step 200) and of a two-program run stopped in its second program.
 """
 
 import json
@@ -20,7 +20,15 @@ import pytest
 from experiments import cli
 from experiments import records as records_cli
 from landscape.engine import records, training
-from tests.test_faults import ARGS, ROOT, _files, _main, _one_sentence, _same_records, make_runs
+from tests.engine.test_faults import (
+    ARGS,
+    ROOT,
+    _files,
+    _main,
+    _one_sentence,
+    _same_records,
+    make_runs,
+)
 
 
 @pytest.fixture(scope="module")

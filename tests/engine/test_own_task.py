@@ -22,7 +22,7 @@ from landscape.engine import records, sweeps, training
 from tests import own_experiment
 from tests.arrays import load_npz
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def _least_squares(steps=12):

@@ -17,7 +17,7 @@ import pytest
 import landscape
 from landscape.probes import operator
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RNG = np.random.default_rng(0)
 A = RNG.standard_normal((5, 5))
 A = A + A.T  # indefinite, so the step crosses no special region

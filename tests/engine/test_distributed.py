@@ -18,7 +18,7 @@ import pytest
 from landscape.engine import records
 from tests.arrays import load_npz
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def _free_port(low: int = 0) -> int:

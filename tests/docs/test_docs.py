@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 TUTORIALS = sorted((DOCS / "tutorials").glob("*.py"))
 MAX_IMAGE_KB = 300

@@ -27,7 +27,7 @@ import pytest
 
 import landscape
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FENCE = re.compile(
     r"(?P<marks>(?:^<!-- docs-test: .*? -->\n)*)^```(?P<lang>python|bash)\n(?P<code>.*?)^```$",
     re.MULTILINE | re.DOTALL,

@@ -23,7 +23,7 @@ from landscape.recall import experiment as recall
 from landscape.scan_snap import experiment as scan_snap
 from tests.arrays import load_npz
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 PAPERS = {"scan_snap": scan_snap, "markov": markov, "ngrams": ngrams, "recall": recall}
 DEFAULT = {
     "scan_snap": "configs/syn_small.py",

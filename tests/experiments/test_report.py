@@ -16,7 +16,7 @@ import pytest
 from experiments.report import catalog, run, write
 from landscape.engine import records
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 report_cli = importlib.import_module("experiments.report.__main__")
 
 

@@ -30,7 +30,7 @@ from landscape.engine.checkpoints import Checkpoint
 from landscape.scan_snap import experiment as scan_snap
 from tests.arrays import load_npz
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 ARGS = [
     f"--config={ROOT / 'configs/syn_small.py'}",
     "--config.train.num_steps=400",

@@ -33,7 +33,7 @@ SWEEP = textwrap.dedent("""
 def _on_devices(script, device_counts, tmp_path, *args) -> dict[int, np.ndarray]:
     """Runs `script OUT *args` once per count of forced CPU devices (XLA_FLAGS); the script saves
     an array to OUT and prints, last, the count of devices it used (checked)."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     outputs = {}
     for devices in device_counts:
         env = dict(

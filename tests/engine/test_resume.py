@@ -15,7 +15,7 @@ from landscape.engine import records
 from landscape.scan_snap import experiment
 from tests.arrays import load_npz
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def _same_records(a: pathlib.Path, b: pathlib.Path) -> None:

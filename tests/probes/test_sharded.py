@@ -17,7 +17,7 @@ import pytest
 
 from tests import hlo_collectives
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 _EIGHT_DEVICES = r"""
 import json, re
@@ -397,7 +397,7 @@ def test_two_processes_of_four_devices_take_the_same_decisions_and_give_one_devi
     """jax.distributed on this machine (CPU collectives over gloo): the model split over a
     (2, 4) mesh of both processes' devices; each process takes the search's decisions on the
     same numbers, so both print the same answer, one device's."""
-    from tests.test_distributed import _free_port
+    from tests.engine.test_distributed import _free_port
 
     flags = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"
     env = dict(os.environ, PYTHONPATH=ROOT, XLA_FLAGS=flags)

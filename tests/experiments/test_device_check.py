@@ -14,7 +14,7 @@ import pytest
 from experiments.bench import device_check
 from landscape.scan_snap import text
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def test_a_tiny_budget_skips_every_row_with_a_note(tmp_path, capsys):

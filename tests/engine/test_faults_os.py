@@ -5,7 +5,7 @@ swallows, Ctrl-C during the imports. Each ends in one sentence and an honest sum
 status, and `--resume` continues to records bit-identical to an uninterrupted run's.
 
 In-process through `cli.main` (the faults injected where the run writes), beside the runs of
-tests/test_faults.py (scan & snap, 400 steps in chunks of 100, a checkpoint at every chunk).
+tests/engine/test_faults.py (scan & snap, 400 steps in chunks of 100, a checkpoint at every chunk).
 """
 
 import errno
@@ -23,7 +23,7 @@ import pytest
 
 from experiments import cli
 from landscape.engine import checkpoints, records, training, writes
-from tests.test_faults import ARGS, ROOT, _main, _same_records, make_runs
+from tests.engine.test_faults import ARGS, ROOT, _main, _same_records, make_runs
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ import pytest
 from landscape.core import memory, three_term
 from landscape.probes import capacity, eigen
 
-PAGE = pathlib.Path(__file__).resolve().parents[1] / "docs" / "guide" / "foundation_scale.md"
+PAGE = pathlib.Path(__file__).resolve().parents[2] / "docs" / "guide" / "foundation_scale.md"
 
 
 def test_the_largest_dim_solves_the_memory_policy_for_the_probes_vectors():

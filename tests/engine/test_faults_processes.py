@@ -12,9 +12,9 @@ import time
 
 import pytest
 
-from tests.test_distributed import _free_port, _start
+from tests.engine.test_distributed import _free_port, _start
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 POOL = """\
 import concurrent.futures, signal, time

@@ -11,7 +11,7 @@ import pytest
 
 from experiments.bench import peers, peers_data, peers_timing
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def test_widths_give_the_sizes():

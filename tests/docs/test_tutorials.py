@@ -2,7 +2,7 @@
 and compute the numbers their text promises: the closed forms of notes/markov.md §6.2-6.5 for
 the probing tutorial, one row per run and logged step (the CLI's rows, number for number) for
 the sweep tutorial, the kept parameters and the second-order check of the escape directions for
-the training-run tutorial. own_task.py has its test in tests/test_own_task.py."""
+the training-run tutorial. own_task.py has its test in tests/engine/test_own_task.py."""
 
 import json
 import math
@@ -18,7 +18,7 @@ from experiments import cli
 from landscape.scan_snap import experiment as scan_snap
 from tests.arrays import load_npz
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 TUTORIALS = ROOT / "docs" / "tutorials"
 
 
