@@ -15,7 +15,7 @@ import numpy as np
 from landscape.engine import memory
 from landscape.engine.config import ConfigError
 from landscape.engine.step import StepSpec, kept_steps
-from landscape.engine.track import TRACKED, Track
+from landscape.engine.track import PRECONDITIONED, TRACKED, Track
 
 Params = Any
 
@@ -42,7 +42,8 @@ def check_arguments(params_every: int, track: Any, num_steps: int, log_every: in
 
 def check_metric_names(track: Track | None, metrics: Any) -> None:
     """A problem metric may not take a tracked metric's name."""
-    clash = sorted(set(metrics) & set(TRACKED + ("negative_mass",))) if track else []
+    names = TRACKED + ("negative_mass",) + PRECONDITIONED
+    clash = sorted(set(metrics) & set(names)) if track else []
     if clash:
         raise ValueError(
             f"the problem's metrics {clash} take the names of tracked metrics: rename them."

@@ -13,9 +13,9 @@ import numpy as np
 
 from landscape import _checks
 from landscape import point as point_lib
-from landscape.engine.track import TRACKED
+from landscape.engine.track import PRECONDITIONED, TRACKED
 
-TRACKED_NAMES = (*TRACKED, "negative_mass")
+TRACKED_NAMES = (*TRACKED, "negative_mass", *PRECONDITIONED)
 
 Params = Any
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+import functools
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, NamedTuple
 
@@ -164,6 +165,12 @@ class StepSpec:
     batch_shares: int = 1  # devices a single run's batch is split over (`batch_share`)
     params_every: int = 0  # keep the parameters every this many steps (0: never)
     track: track_lib.Track | None = None  # curvature tracked along training
+    # opt_state -> the flat P^{-1/2} of Adam (track.preconditioned; `track.adam_inverse_sqrt`)
+    preconditioner: Callable[[optax.OptState], jax.Array] | None = None
+
+    def inverse_sqrt(self, state: TrainState) -> jax.Array | None:
+        """The tracked preconditioner's P^{-1/2} at `state` (None unless track.preconditioned)."""
+        return None if self.preconditioner is None else self.preconditioner(state.opt_state)
 
     @property
     def chunk_len(self) -> int:
@@ -201,6 +208,16 @@ def step_spec(
     the schedule) are computed, so that x64 on or off leaves a float32 run's arithmetic alone;
     None: from Python floats (in float64 with x64 on)."""
     sched = schedule(optim, num_steps)
+    preconditioner = None
+    if track is not None and track.preconditioned:
+        if optim.name not in ("adam", "adamw"):
+            raise ValueError(
+                f"track.preconditioned needs optim.name 'adam' or 'adamw' (Adam's own diagonal "
+                f"is the preconditioner), not {optim.name!r}."
+            )
+        preconditioner = functools.partial(
+            track_lib.adam_inverse_sqrt, b2=float(optim.b2), eps=float(optim.eps)
+        )
     return StepSpec(
         problem,
         direction(optim, problem.weight_decay_mask, dtype),
@@ -211,6 +228,7 @@ def step_spec(
         ema_decay,
         params_every=params_every,
         track=track,
+        preconditioner=preconditioner,
     )
 
 
@@ -247,7 +265,7 @@ def first_records(
 ) -> tuple[dict[str, jax.Array], dict[str, jax.Array]]:
     """(snapshot, tracked metrics) at step 0, before any update."""
     return snapshot_at(spec, state, hp), track_lib.measure_at(
-        spec.track, state.params, hp, jnp.int32(0)
+        spec.track, state.params, hp, jnp.int32(0), spec.inverse_sqrt(state)
     )
 
 
@@ -339,7 +357,7 @@ def train_chunk(spec: StepSpec, state: TrainState, first_step: jax.Array, hp: HP
             lambda s, t: train_step(spec, s, t, hp), state, start + jnp.arange(spec.log_every)
         )
         end = start + spec.log_every
-        tracked = track_lib.measure_at(spec.track, state.params, hp, end)
+        tracked = track_lib.measure_at(spec.track, state.params, hp, end, spec.inverse_sqrt(state))
         kept = _keep(spec, kept, state.params, first_step, end)
         return (state, kept), (loss, metrics, snapshot_at(spec, state, hp), tracked)
 

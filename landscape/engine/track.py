@@ -1,7 +1,8 @@
 """Curvature tracked inside a compiled training run (`landscape.Track`): every `every` steps, the
 extreme Hessian eigenvalues of a deterministic loss by a fixed number of Lanczos steps, its
 gradient norm and loss, and optionally the SLQ negative mass; vmapped over runs with the rest of
-the chunk. docs/guide/tracking.md; notes/landscape_geometry.md §8 for the quadrature."""
+the chunk; with `preconditioned`, Adam's preconditioned sharpness too (docs/notes/
+edge_of_stability.md). docs/guide/tracking.md; notes/landscape_geometry.md §8 for the quadrature."""
 
 from __future__ import annotations
 
@@ -12,10 +13,12 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 from jax.flatten_util import ravel_pytree
 
 from landscape import _checks
 from landscape import point as point_lib
+from landscape.core import batches as batches_lib
 from landscape.core import hvp, lanczos, ritz
 from landscape.engine import config as config_lib
 
@@ -24,6 +27,8 @@ HParams = dict[str, jax.Array]
 
 # the per-step metrics a Track adds to a run (negative_mass only with negative_mass=True)
 TRACKED = ("lambda_min", "lambda_max", "track_grad_norm", "track_loss")
+# with preconditioned=True: the extreme eigenvalues of P^{-1/2} H P^{-1/2}, P Adam's diagonal
+PRECONDITIONED = ("preconditioned_lambda_min", "preconditioned_lambda_max")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,10 +47,15 @@ class Track:
     negative_mass: also the SLQ estimate of the fraction of eigenvalues below
         -negative_below * max |Ritz value| (the mean over probes of their Gauss weights there).
     seed: the start vectors' key is fold_in(key(seed), step): the same for every run.
-    batches: an evaluation set in batches (leaves with one leading axis of B batches, as
-        `landscape.batches` makes): the loss is then loss(params, hparams, batch) (or
-        loss(params, batch), as a `Point`'s objective), its mean over the batches tracked with
-        memory for one batch (`core.hvp.batched_gradient`).
+    preconditioned: also the extreme eigenvalues of P^{-1/2} H P^{-1/2}, P = diag(sqrt(v̂) + ε)
+        from the run's own Adam state at that step (Cohen et al., 2022, §3; its λ_max is the
+        preconditioned sharpness, docs/notes/edge_of_stability.md): the run's optimizer must be
+        adam or adamw; NaN at step 0, before Adam has a second moment.
+    batches: an evaluation set in batches (leaves with one leading axis of B batches, or those
+        and a short last batch, as `landscape.batches` makes): the loss is then loss(params,
+        hparams, batch) (or loss(params, batch), as a `Point`'s objective), its mean over the
+        batches, each weighed by its examples, tracked with memory for one batch
+        (`core.hvp.batched_gradient`).
     """
 
     loss: Callable[..., jax.Array]
@@ -55,6 +65,7 @@ class Track:
     negative_mass: bool = False
     negative_below: float = 1e-4
     seed: int = 0
+    preconditioned: bool = False
     batches: Any = dataclasses.field(default=None, compare=False, repr=False)
     # whether the loss takes the hyperparameters (set from its signature)
     _takes_hparams: bool = dataclasses.field(default=True, init=False, compare=False, repr=False)
@@ -79,9 +90,11 @@ class Track:
             "negative_below", self.negative_below, low=0, meaning="relative to max |λ|"
         )
         _checks.check_int("seed", self.seed, 0, "the key of the Lanczos start vectors")
+        _checks.check_bool("preconditioned", self.preconditioned)
         if self.batches is not None:
             point_lib.check_not_listed("batches", self.batches)
-            sizes = {np.shape(leaf)[:1] for leaf in jax.tree.leaves(self.batches)}
+            stack = batches_lib.split(self.batches)[0]  # a short last batch apart
+            sizes = {np.shape(leaf)[:1] for leaf in jax.tree.leaves(stack)}
             if len(sizes) != 1 or sizes == {()}:
                 raise ValueError(
                     "batches: every leaf must have the same leading axis of B batches, e.g. "
@@ -91,7 +104,11 @@ class Track:
     @property
     def names(self) -> tuple[str, ...]:
         """The metrics this track records."""
-        return TRACKED + (("negative_mass",) if self.negative_mass else ())
+        return (
+            TRACKED
+            + (("negative_mass",) if self.negative_mass else ())
+            + (PRECONDITIONED if self.preconditioned else ())
+        )
 
     def check_cadence(self, log_every: int, num_steps: int) -> None:
         """ValueError unless `every` is a multiple of the run's snapshot cadence and at most its
@@ -112,10 +129,14 @@ class Track:
         return self.loss(params, hp, *batch) if self._takes_hparams else self.loss(params, *batch)
 
 
-def measure(track: Track, params: Params, hp: HParams, step: jax.Array) -> dict[str, jax.Array]:
+def measure(
+    track: Track, params: Params, hp: HParams, step: jax.Array, inverse_sqrt: Any = None
+) -> dict[str, jax.Array]:
     """The tracked metrics at `params` (one run; vmapped by the chunk): the functional tracker's
     core (`landscape.core`: one linearisation of the loss's gradient, then a Lanczos run and its
-    Ritz values) from `probes` cold starts, `num_lanczos` Hessian-vector products each."""
+    Ritz values) from `probes` cold starts, `num_lanczos` Hessian-vector products each; with
+    `inverse_sqrt` (the flat P^{-1/2}, `adam_inverse_sqrt`) the same starts on P^{-1/2} H P^{-1/2}
+    too (`core.hvp.preconditioned`), NaN where P^{-1/2} is not finite."""
     flat, unravel = ravel_pytree(params)
     inputs = () if track.batches is None else (track.batches,)
     value, grad, matvec = hvp.loss_operator(
@@ -124,13 +145,16 @@ def measure(track: Track, params: Params, hp: HParams, step: jax.Array) -> dict[
     num_iters = min(track.num_lanczos, flat.size)
     keys = jax.random.split(jax.random.fold_in(jax.random.key(track.seed), step), track.probes)
 
-    def measured(key: jax.Array) -> tuple[jax.Array, jax.Array]:
-        start_key, restart_key = jax.random.split(key)  # as lanczos.lanczos draws its start
-        start = lanczos.varying_like(jax.random.normal(start_key, flat.shape, flat.dtype), flat)
-        found = ritz.ritz(lanczos.extract(lanczos.run(matvec, start, num_iters, restart_key)))
-        return found.values, found.weights
+    def extremes(linear: Callable[[jax.Array], jax.Array]) -> tuple[jax.Array, jax.Array]:
+        def measured(key: jax.Array) -> tuple[jax.Array, jax.Array]:
+            start_key, restart_key = jax.random.split(key)  # as lanczos.lanczos draws its start
+            start = lanczos.varying_like(jax.random.normal(start_key, flat.shape, flat.dtype), flat)
+            found = ritz.ritz(lanczos.extract(lanczos.run(linear, start, num_iters, restart_key)))
+            return found.values, found.weights
 
-    nodes, weights = jax.vmap(measured)(keys)  # (probes, num_iters)
+        return jax.vmap(measured)(keys)  # (probes, num_iters) each
+
+    nodes, weights = extremes(matvec)
     out = {
         "lambda_min": jnp.min(nodes[:, 0]),
         "lambda_max": jnp.max(nodes[:, -1]),
@@ -140,11 +164,37 @@ def measure(track: Track, params: Params, hp: HParams, step: jax.Array) -> dict[
     if track.negative_mass:
         below = nodes < -track.negative_below * jnp.max(jnp.abs(nodes))
         out["negative_mass"] = jnp.mean(jnp.sum(jnp.where(below, weights, 0), axis=1))
+    if track.preconditioned:
+        defined = jnp.all(jnp.isfinite(inverse_sqrt))
+        scale = jnp.where(defined, inverse_sqrt, jnp.ones_like(inverse_sqrt)).astype(flat.dtype)
+        pre, _ = extremes(hvp.preconditioned(matvec, scale))
+        nan = jnp.full((), jnp.nan, pre.dtype)
+        out["preconditioned_lambda_min"] = jnp.where(defined, jnp.min(pre[:, 0]), nan)
+        out["preconditioned_lambda_max"] = jnp.where(defined, jnp.max(pre[:, -1]), nan)
     return out
 
 
+def adam_inverse_sqrt(opt_state: Any, b2: float, eps: float) -> jax.Array:
+    """The flat P^{-1/2} = 1 / sqrt(sqrt(v̂) + ε) of the Adam state in `opt_state` (an optax
+    ScaleByAdamState anywhere in a chain's state), v̂ = ν / (1 - b2^t) the bias-corrected second
+    moment Adam divides by at its last update t (Kingma & Ba, Alg. 1); NaN before the first."""
+    states = [
+        s
+        for s in jax.tree.leaves(opt_state, is_leaf=lambda s: isinstance(s, optax.ScaleByAdamState))
+        if isinstance(s, optax.ScaleByAdamState)
+    ]
+    if len(states) != 1:
+        raise ValueError(
+            "track.preconditioned needs the run's optimizer to be adam or adamw (one Adam state "
+            f"in its optimizer state; found {len(states)})."
+        )
+    nu, _ = ravel_pytree(states[0].nu)
+    correction = 1 - jnp.asarray(b2, nu.dtype) ** states[0].count.astype(nu.dtype)
+    return 1 / jnp.sqrt(jnp.sqrt(nu / correction) + jnp.asarray(eps, nu.dtype))
+
+
 def measure_at(
-    track: Track | None, params: Params, hp: HParams, step: jax.Array
+    track: Track | None, params: Params, hp: HParams, step: jax.Array, inverse_sqrt: Any = None
 ) -> dict[str, jax.Array]:
     """`measure` at a step that is a multiple of `track.every`, NaN at any other (a real branch:
     the step is the same for every run, so vmap keeps the `lax.cond` and other snapshots cost
@@ -152,7 +202,7 @@ def measure_at(
     if track is None:
         return {}
     check_output(track, params, hp)
-    shapes = jax.eval_shape(lambda: measure(track, params, hp, step))
+    shapes = jax.eval_shape(lambda: measure(track, params, hp, step, inverse_sqrt))
     like = jax.tree.leaves(params)[0]
 
     def skipped() -> dict[str, jax.Array]:
@@ -161,13 +211,15 @@ def measure_at(
             for k, s in shapes.items()
         }
 
-    return jax.lax.cond(step % track.every == 0, lambda: measure(track, params, hp, step), skipped)
+    return jax.lax.cond(
+        step % track.every == 0, lambda: measure(track, params, hp, step, inverse_sqrt), skipped
+    )
 
 
 def check_output(track: Track, params: Params, hp: HParams) -> None:
     """One sentence, while the chunk is traced, for a tracked loss that reads a hyperparameter
     the run does not have or does not return one floating-point scalar."""
-    batch = () if track.batches is None else (jax.tree.map(lambda x: x[0], track.batches),)
+    batch = () if track.batches is None else (batches_lib.first_batch(track.batches),)
     try:
         out = jax.eval_shape(lambda: track.value(params, hp, *batch))
     except KeyError as error:
