@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from landscape import _checks
+from landscape.core import batches as batches_lib
 from landscape.core.batches import MeanOverBatches, mean_over_batches
 from landscape.typing import PyTree
 
@@ -39,8 +40,9 @@ class Point:
     the loss returns one floating scalar, checked at a probe's first call.
 
     A dataset too large for one evaluation is given as `batches` instead of `inputs`: a pytree
-    whose leaves share a leading axis of B equal batches (`landscape.batches(data, size)`). The
-    loss is then the mean over the batches of `objective(params, batch)`; the loss, gradient and
+    whose leaves share a leading axis of B equal batches, or those and a short last batch
+    (`landscape.batches(data, size)`). The loss is then the mean over the batches of
+    `objective(params, batch)`, each weighed by its examples; the loss, gradient and
     Hessian-vector products accumulate over the batches inside one compiled program, so memory is
     bounded by one batch (docs/guide/own_model.md).
 
@@ -203,7 +205,7 @@ def _check_batches(point: Point) -> None:
     if getattr(point.batches, "is_stream", False):  # landscape.stream: checked as it streams
         return
     check_not_listed("batches", point.batches)
-    leaves = jax.tree_util.tree_leaves(point.batches)
+    leaves = jax.tree_util.tree_leaves(batches_lib.split(point.batches)[0])  # a last one apart
     sizes = {int(np.shape(leaf)[0]) if np.ndim(leaf) else -1 for leaf in leaves}
     if not leaves or len(sizes) != 1 or min(sizes) < 1:
         shapes = [np.shape(leaf) for leaf in leaves]
@@ -460,7 +462,7 @@ def check_loss_output(point: Point, caller: str) -> None:
     if key in _CHECKED:
         return
     if isinstance(objective, MeanOverBatches):  # the objective itself, on one batch
-        first = jax.tree.map(lambda x: x[0], inputs)
+        first = batches_lib.first_batch(inputs)
         out = jax.eval_shape(objective.per_batch, point.params, first)
     else:
         out = jax.eval_shape(objective, point.params, inputs)

@@ -21,6 +21,7 @@ from jax.flatten_util import ravel_pytree
 
 from landscape import _checks
 from landscape import point as point_lib
+from landscape.core import batches as batches_lib
 from landscape.core import hvp, lanczos, ritz
 from landscape.core import layout as layout_lib
 from landscape.core.layout import Layout
@@ -100,8 +101,9 @@ def tracker(
             noise of about this norm; 0 with a seed: a pure warm start (new directions then
             enter only through the kept vectors' products).
         in_batches: the inputs are a dataset in batches (leaves with a leading axis of B,
-            `landscape.batches`): the loss is the mean of loss(params, batch) over them, with
-            memory for one batch.
+            or those and a short last batch, `landscape.batches`): the loss is the mean of
+            loss(params, batch) over them, each weighed by its examples, with memory for one
+            batch.
         like: parameters split over a mesh as the tracked ones will be (jax arrays with
             NamedShardings): the kept vectors and the Lanczos basis then lie split like them
             (docs/guide/split_model.md); None: flat in `ravel_pytree` order.
@@ -303,7 +305,7 @@ def _check_inputs(settings: Settings, inputs: tuple) -> None:
             f"(landscape.batches((x, y), size)), not {len(inputs)}: pass them as one pytree."
         )
     point_lib.check_not_listed("tracker.update: inputs[0]", inputs[0])
-    leaves = jax.tree.leaves(inputs[0])
+    leaves = jax.tree.leaves(batches_lib.split(inputs[0])[0])  # a short last batch apart
     sizes = {int(np.shape(leaf)[0]) if np.ndim(leaf) else -1 for leaf in leaves}
     if not leaves or len(sizes) != 1 or min(sizes) < 1:
         raise ValueError(
@@ -335,7 +337,7 @@ def _check_loss_output(
 ) -> None:
     """One sentence unless the loss returns one floating scalar (traced once, no compute)."""
     if settings.in_batches and len(inputs) == 1:
-        inputs = (jax.tree.map(lambda x: x[0], inputs[0]),)
+        inputs = (batches_lib.first_batch(inputs[0]),)
     problem = point_lib.not_a_scalar_loss(jax.eval_shape(loss, params, *inputs))
     if problem is not None:
         what, hint = problem

@@ -1,11 +1,13 @@
-"""A dataset held in memory in equal batches: `batches(data, batch_size)` stacks it, and
-`mean_over_batches(objective)` is its loss, the mean of the per-batch losses, which the probes'
-operator reads batch by batch (`landscape.probes.operator`). docs/guide/own_model.md."""
+"""A dataset held in memory in batches: `batches(data, batch_size)` stacks it (a `Ragged` pair
+when a short last batch is left), and `mean_over_batches(objective)` is its loss, the mean of
+the per-batch losses weighted by their examples (`mean_over`), which the probes' operator reads
+batch by batch (`landscape.probes.operator`). docs/guide/own_model.md, docs/design/batches.md."""
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -15,11 +17,62 @@ from landscape import _checks
 from landscape.typing import PyTree
 
 
+@jax.tree_util.register_pytree_node_class
+class Ragged:
+    """n examples as B equal batches of b (`stack`, leaves (B, b, ...)) and the r = n mod b left
+    (`last`, leaves (r, ...)): the short last batch kept apart, so that the loss sees only real
+    examples and `mean_over` weighs its mean by r / b (docs/design/batches.md)."""
+
+    def __init__(self, stack: PyTree, last: PyTree) -> None:
+        self.stack, self.last = stack, last
+
+    def tree_flatten(self) -> tuple[tuple[PyTree, PyTree], None]:
+        return (self.stack, self.last), None
+
+    @classmethod
+    def tree_unflatten(cls, _: None, children: tuple[PyTree, PyTree]) -> Ragged:
+        return cls(*children)
+
+    def __repr__(self) -> str:
+        shapes = [np.shape(leaf) for leaf in jax.tree.leaves(self)]
+        return f"Ragged(leaves of shapes {shapes})"
+
+
+def split(batches: PyTree) -> tuple[PyTree, PyTree | None]:
+    """(the equal batches, stacked; the short last batch or None)."""
+    if isinstance(batches, Ragged):
+        return batches.stack, batches.last
+    return batches, None
+
+
+def first_batch(batches: PyTree) -> PyTree:
+    """The first batch of a dataset in batches, what a loss is traced on."""
+    return jax.tree.map(lambda x: x[0], split(batches)[0])
+
+
+def mean_over(term: Callable[[PyTree], Any], batches: PyTree, zeros: Any) -> Any:
+    """The mean over a dataset in batches of term(batch) (a pytree of arrays, each a mean over
+    the batch's examples): summed over the B equal batches in a lax.scan and divided by B; with
+    a short last batch of r examples, Σ_k w_k term_k / Σ_k w_k for w_k = n_k / b (w = 1 for a
+    full batch, r / b for the last), the mean over all n examples (docs/design/batches.md)."""
+    stack, last = split(batches)
+
+    def add(total: Any, batch: PyTree) -> tuple[Any, None]:
+        return jax.tree.map(jnp.add, total, term(batch)), None
+
+    total, _ = jax.lax.scan(add, zeros, stack)
+    count, size = jax.tree.leaves(stack)[0].shape[:2]
+    if last is None:
+        return jax.tree.map(lambda t: t / count, total)
+    weight = jax.tree.leaves(last)[0].shape[0] / size
+    return jax.tree.map(lambda t, x: (t + weight * x) / (count + weight), total, term(last))
+
+
 class MeanOverBatches:
-    """objective(params, batch) as the mean over the leading axis of `batches`: the loss of a
-    dataset in batches (a lax.scan; each batch rematerialised, so a gradient holds one batch's
-    activations). The probes read `per_batch` to accumulate gradients and Hessian-vector
-    products batch by batch (`landscape.probes.operator`)."""
+    """objective(params, batch) as the mean over a dataset in batches (`mean_over`: a lax.scan,
+    each batch rematerialised, so a gradient holds one batch's activations). The probes read
+    `per_batch` to accumulate gradients and Hessian-vector products batch by batch
+    (`landscape.probes.operator`)."""
 
     def __init__(self, per_batch: Callable[[PyTree, PyTree], jax.Array]) -> None:
         self.per_batch = per_batch
@@ -27,14 +80,8 @@ class MeanOverBatches:
 
     def __call__(self, params: PyTree, batches: PyTree) -> jax.Array:
         body = jax.checkpoint(lambda batch: self.per_batch(params, batch))
-
-        def add(total: jax.Array, batch: PyTree) -> tuple[jax.Array, None]:
-            return total + body(batch), None
-
-        count = jax.tree_util.tree_leaves(batches)[0].shape[0]
-        first = jax.eval_shape(self.per_batch, params, jax.tree.map(lambda x: x[0], batches))
-        total, _ = jax.lax.scan(add, jnp.zeros((), first.dtype), batches)
-        return total / count
+        first = jax.eval_shape(self.per_batch, params, first_batch(batches))
+        return mean_over(body, batches, jnp.zeros((), first.dtype))
 
 
 @functools.lru_cache(maxsize=256)
@@ -44,13 +91,15 @@ def mean_over_batches(objective: Callable) -> MeanOverBatches:
 
 
 def batches(data: PyTree, batch_size: int, drop_remainder: bool = False) -> PyTree:
-    """`data` (leaves with one leading axis of n examples) as B = n / batch_size equal batches:
-    leaves of shape (B, batch_size, ...), for `Point(params, objective=..., batches=...)`.
-
-    n must be a multiple of batch_size (each batch's mean loss then weighs every example
-    equally), or `drop_remainder=True` leaves the last n mod batch_size examples out.
+    """`data` (leaves with one leading axis of n examples) in batches of `batch_size`, for
+    `Point(params, objective=..., batches=...)`: leaves of shape (B, batch_size, ...) when
+    batch_size divides n; otherwise a `Ragged` pair of those B full batches and a last batch of
+    the r = n mod batch_size examples left, whose mean loss weighs r / batch_size of a full
+    batch's, so the loss is the mean over all n examples (`mean_over`). `drop_remainder=True`
+    leaves those r examples out instead.
     """
     _checks.check_int("batch_size", batch_size, 1, "examples per batch")
+    _checks.check_bool("drop_remainder", drop_remainder)
     leaves = jax.tree_util.tree_leaves(data)
     sizes = {int(np.shape(leaf)[0]) if np.ndim(leaf) else -1 for leaf in leaves}
     if not leaves or len(sizes) != 1 or min(sizes) < 1:
@@ -62,12 +111,10 @@ def batches(data: PyTree, batch_size: int, drop_remainder: bool = False) -> PyTr
     count, rest = divmod(n, batch_size)
     if count == 0:
         raise ValueError(f"batch_size = {batch_size} is larger than the n = {n} examples.")
-    if rest and not drop_remainder:
-        raise ValueError(
-            f"batch_size = {batch_size} does not divide n = {n} examples: give a batch size "
-            f"that divides n, or drop_remainder=True to leave the last {rest} out."
-        )
-    return jax.tree.map(
+    stack = jax.tree.map(
         lambda x: jnp.reshape(x[: count * batch_size], (count, batch_size) + np.shape(x)[1:]),
         data,
     )
+    if not rest or drop_remainder:
+        return stack
+    return Ragged(stack, jax.tree.map(lambda x: jnp.asarray(x[count * batch_size :]), data))

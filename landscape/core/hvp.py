@@ -11,6 +11,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from landscape.core import batches as batches_lib
+
 LinearMap = Callable[[jax.Array], jax.Array]
 
 
@@ -48,20 +50,16 @@ def batched_gradient(
 ]:
     """(L(x), ∇L(x), v -> H v, V -> H V row by row) for L(x) the mean over the leading axis of
     `batches` of loss(x, batch): each accumulated batch by batch in a lax.scan, so memory holds
-    one batch (a product linearises each batch in turn; a block of rows shares that)."""
-    count = jax.tree_util.tree_leaves(batches)[0].shape[0]
+    one batch (a product linearises each batch in turn; a block of rows shares that); a short
+    last batch weighed by its examples (`batches.mean_over`)."""
 
     def grad_on(batch: Any) -> Callable[[jax.Array], jax.Array]:
         return jax.grad(lambda x: loss(x, batch))
 
     def mean_of(term: Callable[[Any], Any], zeros: Any) -> Any:
-        def add(total: Any, batch: Any) -> tuple[Any, None]:
-            return jax.tree.map(jnp.add, total, term(batch)), None
+        return batches_lib.mean_over(term, batches, zeros)
 
-        total, _ = jax.lax.scan(add, zeros, batches)
-        return jax.tree.map(lambda t: t / count, total)
-
-    first = jax.tree.map(lambda leaf: leaf[0], batches)
+    first = batches_lib.first_batch(batches)
     value_dtype = jax.eval_shape(loss, flat, first).dtype  # the loss's, not the params'
     value, grad = mean_of(
         lambda b: jax.value_and_grad(lambda x: loss(x, b))(flat),

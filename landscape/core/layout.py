@@ -24,6 +24,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from landscape.core import orthonormal
+from landscape.core.batches import Ragged
 from landscape.typing import PyTree
 
 
@@ -243,7 +244,10 @@ def spread(params: PyTree, batches: PyTree = None) -> Layout | None:
 
 def data_axes(mesh: Mesh, batches: PyTree) -> tuple[str, ...]:
     """The mesh axes over which every leaf of `batches` (B, examples, ...) splits its examples
-    alike, the batch axis whole; empty otherwise (XLA then partitions the scan as it will)."""
+    alike, the batch axis whole; empty otherwise (XLA then partitions the scan as it will), and
+    for a dataset with a short last batch (`batches.Ragged`), whose shares would be unequal."""
+    if isinstance(batches, Ragged):
+        return ()
     found = set()
     for leaf in jax.tree.leaves(batches):
         sharding = getattr(leaf, "sharding", None)

@@ -1,9 +1,10 @@
 """Datasets that stream: `Point(params, objective=f, batches=landscape.stream(loader))` is the
-mean of f over an iterable of equal batches (a list, a loader, a function returning an iterator)
-that never sits in memory at once. The host stacks `chunk` batches at a time and one compiled
-program adds their loss, gradient and products to running sums (`chunk_sums`): one pass over the
-data per product (or block of products), as PyHessian's data-loader mode. The probes of TAKES
-take such a point (their loops over it: `stream.py`); docs/guide/own_model.md."""
+mean of f over an iterable of batches (a list, a loader, a function returning an iterator) that
+never sits in memory at once, each batch's mean weighed by its examples (a loader's short last
+batch too). The host stacks `chunk` batches of one shape at a time and one compiled program adds
+their loss, gradient and products to running sums (`chunk_sums`): one pass over the data per
+product (or block of products), as PyHessian's data-loader mode (docs/design/batches.md). The
+probes of TAKES take such a point (their loops over it: `stream.py`); docs/guide/own_model.md."""
 
 from __future__ import annotations
 
@@ -43,12 +44,12 @@ TAKES = (
 
 
 class Stream:
-    """An iterable of equal batches, read `chunk` batches at a time (`stream`)."""
+    """An iterable of batches, read `chunk` batches of one shape at a time (`stream`)."""
 
     is_stream = True  # what point.py reads (it imports no probe)
 
     def __init__(self, source: Any, chunk: int) -> None:
-        self.source, self.chunk, self.count = source, chunk, 0
+        self.source, self.chunk, self.count, self.total = source, chunk, 0, 0.0
         self._pending: Iterator[PyTree] | None = self._opened()  # the first pass's
         first = next(self._pending, None)
         if first is None:
@@ -84,28 +85,39 @@ class Stream:
         return (jax.tree.map(np.asarray, batch) for batch in source)
 
     def chunks(self) -> Iterator[tuple[PyTree, np.ndarray]]:
-        """(`chunk` batches stacked, their weights): the last chunk padded with copies of its
-        last batch of weight 0, so every chunk is one program's shapes; a dataset of fewer
-        batches than `chunk` is one chunk of its own size, unpadded, from its first pass on."""
-        count, group = 0, []
+        """(up to `chunk` consecutive batches of one shape stacked, their weights n_k / n_0, a
+        batch's examples over the first's): a chunk of the first batch's shape padded with
+        copies of its last batch of weight 0, so all are one program's shapes; one of another
+        shape (a short last batch) as it is; a dataset of fewer batches than `chunk`, all of one
+        shape, is one chunk of its own size, unpadded, from its first pass on."""
+        count, total = 0, 0.0
+        group: list[PyTree] = []
+        weights: list[float] = []
         for batch in self.batches():
-            _check_equal(batch, self.spec, count)
+            found = _spec(batch)
+            if group and (found != _spec(group[0]) or len(group) == self.chunk):
+                yield self._stacked(group, weights)
+                group, weights = [], []
+            weights.append(_weight(found, self.spec, count))
             group.append(batch)
-            count += 1
-            if len(group) == self.chunk:
-                yield _stacked(group, len(group))
-                group = []
+            count, total = count + 1, total + weights[-1]
         if group:
-            if not self.count and count < self.chunk:
+            if not self.count and count == len(group) < self.chunk:
                 self.chunk = count
-            yield _stacked(group + group[-1:] * (self.chunk - len(group)), len(group))
+            yield self._stacked(group, weights)
         if self.count and count != self.count:
             raise ValueError(
                 f"landscape.stream: a pass gave {count} batches where the first gave "
                 f"{self.count}: the dataset must be the same at every pass (every product reads "
                 "it once)."
             )
-        self.count = count
+        self.count, self.total = count, total
+
+    def _stacked(self, group: list[PyTree], weights: list[float]) -> tuple[PyTree, np.ndarray]:
+        """The group stacked with its weights, padded to `chunk` if of the first batch's shape."""
+        pad = self.chunk - len(group) if _spec(group[0]) == self.spec else 0
+        stacked = jax.tree.map(lambda *leaves: np.stack(leaves), *group, *group[-1:] * pad)
+        return stacked, np.asarray(weights + [0.0] * pad, np.float64)
 
     def refuse_unless(self, caller: str) -> None:
         """One sentence for a probe that does not take a streamed dataset."""
@@ -120,12 +132,12 @@ class Stream:
         self, objective: operator.Objective, params: PyTree, vectors: np.ndarray
     ) -> tuple[Any, ...]:
         """One pass: (mean loss, mean flat gradient, mean H V for the rows of `vectors`), each
-        summed chunk by chunk on the device, divided on the host."""
+        summed chunk by chunk on the device, divided on the host by the sum of the weights."""
         dim, dtype = vectors.shape[1], vectors.dtype
         totals = jax.device_put(tuple(np.zeros(s, dtype) for s in ((), (dim,), vectors.shape)))
         for chunk, weights in self.chunks():
             totals = chunk_sums(objective, params, chunk, weights.astype(dtype), vectors, totals)
-        return tuple(np.asarray(t) / self.count for t in totals)
+        return tuple(np.asarray(t) / self.total for t in totals)
 
     def loss(self, objective: Any, params: PyTree) -> float:
         """The mean loss over one pass (`Point.loss`)."""
@@ -153,17 +165,19 @@ _WHAT = (
 
 
 def stream(batches: Iterable[PyTree] | Callable[[], Iterable[PyTree]], chunk: int = 8) -> Stream:
-    """A dataset of equal batches that streams, for `Point(..., objective=f, batches=...)`.
+    """A dataset in batches that streams, for `Point(..., objective=f, batches=...)`.
 
     Args:
-        batches: a list of batches (pytrees of numeric arrays of one shape and dtype), a loader
-            that can be iterated again (a torch DataLoader, a grain or tf.data pipeline as
-            numpy), or a function returning a fresh iterator (a generator function).
+        batches: a list of batches (pytrees of numeric arrays of one structure and dtypes,
+            which may differ in their number of examples, the leading axis every leaf of a batch
+            shares), a loader that can be iterated again (a torch DataLoader, a grain or tf.data
+            pipeline as numpy), or a function returning a fresh iterator (a generator function).
         chunk: batches stacked into each call of the compiled program (memory: one chunk; at
             most the dataset's batches).
 
     Returns:
-        A `Stream`; the point's loss is the mean over its batches of f(params, batch).
+        A `Stream`; the point's loss is the mean over its batches of f(params, batch), each
+        weighed by its examples: the mean over all examples for an f that is a mean over them.
     """
     _checks.check_int("chunk", chunk, 1, "batches per compiled call")
     if isinstance(batches, Iterator):  # a generator: one pass only
@@ -207,33 +221,35 @@ def _check_numeric(batch: PyTree) -> None:
             )
 
 
-def _check_equal(batch: PyTree, spec: tuple, index: int) -> None:
-    """One sentence for a batch unlike the first (ragged: a last partial batch; or of other
-    dtypes, or another structure)."""
-    found = _spec(batch)
+def _weight(found: tuple, spec: tuple, index: int) -> float:
+    """n_k / n_0, batch `index`'s examples over the first batch's (1 for a batch of its shape):
+    one sentence for a batch that differs from the first in more than the leading axis its
+    leaves share (another structure, dtypes, or an example's shape)."""
     if found == spec:
-        return
-    equal = "a streamed dataset's batches are equal (its loss is their mean)"
+        return 1.0
+    weighed = "a streamed dataset's batches may differ only in their number of examples"
     if found[0] != spec[0]:
         raise ValueError(
-            f"landscape.stream: batch {index} is {found[0]} where batch 0 is {spec[0]}: {equal}."
+            f"landscape.stream: batch {index} is {found[0]} where batch 0 is {spec[0]}: {weighed}."
         )
     shapes = [s for s, _ in found[1]], [s for s, _ in spec[1]]
-    if shapes[0] != shapes[1]:
+    sizes = [{s[0] if s else -1 for s in leaves} for leaves in shapes]
+    if [s[1:] for s in shapes[0]] != [s[1:] for s in shapes[1]] or any(
+        len(one) != 1 or -1 in one for one in sizes
+    ):
         raise ValueError(
             f"landscape.stream: batch {index} has leaves {shapes[0]} where batch 0 has "
-            f"{shapes[1]}: {equal}; drop the last partial batch (drop_last=True in a loader)."
+            f"{shapes[1]}: {weighed}, the leading axis every leaf of a batch shares (each "
+            "batch's mean is weighed by it)."
         )
-    raise ValueError(
-        f"landscape.stream: batch {index} has leaves of dtypes {[str(d) for _, d in found[1]]} "
-        f"where batch 0 has {[str(d) for _, d in spec[1]]}: {equal} and of one dtype (one "
-        "compiled program adds them); cast them in the source."
-    )
-
-
-def _stacked(group: list[PyTree], real: int) -> tuple[PyTree, np.ndarray]:
-    weights = (np.arange(len(group)) < real).astype(np.float64)
-    return jax.tree.map(lambda *leaves: np.stack(leaves), *group), weights
+    if found[1] != tuple(zip(shapes[0], (d for _, d in spec[1]), strict=True)):
+        raise ValueError(
+            f"landscape.stream: batch {index} has leaves of dtypes "
+            f"{[str(d) for _, d in found[1]]} where batch 0 has {[str(d) for _, d in spec[1]]}: "
+            f"{weighed}, each leaf of one dtype (one compiled program adds them); cast them in "
+            "the source."
+        )
+    return sizes[0].pop() / sizes[1].pop()
 
 
 def _size(params: PyTree) -> int:

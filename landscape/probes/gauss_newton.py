@@ -22,12 +22,16 @@ from jax.flatten_util import ravel_pytree
 
 from landscape import _checks
 from landscape import point as point_lib
+from landscape.core import batches as batches_lib
 from landscape.point import Point
 from landscape.probes import blocks, compiled, curvature, operator, results, stream
 from landscape.typing import PyTree
 
 Outputs = Callable[[PyTree, PyTree], jax.Array]
 OutputLoss = Callable[[jax.Array, PyTree], jax.Array]
+
+
+BATCHES = (0, True)  # parts for a dataset in batches (`Point(..., batches=...)`)
 
 
 def _ggn_columns(
@@ -44,8 +48,13 @@ def _ggn_columns(
     model with hand-written backward passes (`jax.custom_vjp`, which has no forward mode: the
     Markov attention and LayerNorm) works too; then the output loss's HVP and the VJP.
     `batching`: (columns per vmapped batch, (slices of the population, mean)), as the Hessian's
-    (`curvature.population_parts`)."""
+    (`curvature.population_parts`), or BATCHES: `inputs` a dataset in batches, their mean."""
     columns_per_batch, (number, mean) = batching
+    if (number, mean) == BATCHES:
+        one = functools.partial(_ggn_columns, outputs, output_loss, (columns_per_batch, (1, True)))
+        flat = ravel_pytree(params)[0]
+        zeros = (jnp.zeros((), flat.dtype), jnp.zeros((count, flat.size), flat.dtype))
+        return batches_lib.mean_over(lambda b: one(params, b, first, count), inputs, zeros)
     if number > 1:
         slices = jax.tree.map(lambda x: x.reshape((number, -1) + x.shape[1:]), inputs)
         one = functools.partial(_ggn_columns, outputs, output_loss, (columns_per_batch, (1, True)))
@@ -100,9 +109,8 @@ def _ggn_in_chunks(
     parameters, else in about ten chunks with a progress line and the time left after each;
     columns batched and the population sliced as for the Hessian."""
     dim, inputs, parts = point.num_params, point.inputs, curvature.population_parts(point)
-    if point.batches is not None:  # the batches' mean: slices of their examples, in a scan
-        parts = (int(jax.tree.leaves(point.batches)[0].shape[0]), True)
-        inputs = jax.tree.map(lambda x: np.reshape(x, (-1,) + np.shape(x)[2:]), point.batches)
+    if point.batches is not None:  # the batches' mean, weighed by their examples
+        parts, inputs = BATCHES, point.batches
     batching = (curvature.default_columns_per_batch(point), parts)
     if dim <= curvature.CHUNKED_ABOVE:
         loss, ggn = ggn_matrix(

@@ -20,6 +20,7 @@ from jax.flatten_util import ravel_pytree
 from jax.sharding import PartitionSpec as P
 
 from landscape import _checks
+from landscape.core import batches as batches_lib
 from landscape.core import hvp
 from landscape.core.batches import MeanOverBatches, mean_over_batches
 from landscape.core.layout import Layout
@@ -166,18 +167,17 @@ def _over_batches(
 
 def _ggn_over_batches(split: GaussNewtonSplit, params: PyTree, batches: PyTree) -> Operator:
     """G of the mean over the leading axis of `batches`: the mean of each batch's G, its loss
-    and gradient, accumulated batch by batch in a lax.scan (each batch linearised in turn)."""
-    count = jax.tree.leaves(batches)[0].shape[0]
+    and gradient, accumulated batch by batch in a lax.scan (each batch linearised in turn),
+    weighed by their examples (`batches.mean_over`)."""
 
     def mean_of(term: Callable[[Operator], PyTree], zeros: PyTree) -> PyTree:
-        def add(total: PyTree, batch: PyTree) -> tuple[PyTree, None]:
-            one = ggn_operator(split.outputs, split.output_loss, params, batch)
-            return jax.tree.map(jnp.add, total, term(one)), None
+        def one(batch: PyTree) -> PyTree:
+            return term(ggn_operator(split.outputs, split.output_loss, params, batch))
 
-        return jax.tree.map(lambda t: t / count, jax.lax.scan(add, zeros, batches)[0])
+        return batches_lib.mean_over(one, batches, zeros)
 
     flat = ravel_pytree(params)[0]
-    first = jax.tree.map(lambda leaf: leaf[0], batches)
+    first = batches_lib.first_batch(batches)
     value = jnp.zeros((), jax.eval_shape(split, params, first).dtype)
     value, gradient = mean_of(lambda op: (op.value, op.gradient), (value, jnp.zeros_like(flat)))
     return Operator(
@@ -195,8 +195,8 @@ def _split_over_batches(
     batches' examples it holds along `layout.data` (a share of a batch counts as a batch of
     its own: the mean of the shares is the batch's for a mean over examples) and the devices
     average once after the scan, one all-reduce of the params a product, where a scan of
-    replicated sums reduces once a batch. The vectors are flat in `layout`."""
-    count = jax.tree.leaves(batches)[0].shape[0]
+    replicated sums reduces once a batch. The vectors are flat in `layout`; a short last
+    batch weighed by its examples (`batches.mean_over`; its examples are not split)."""
     product = (
         _ggn_tangent(per_batch)
         if isinstance(per_batch, GaussNewtonSplit)
@@ -207,13 +207,9 @@ def _split_over_batches(
         """term(batch, *args) averaged over the batches and the shares of each batch."""
 
         def local(batches: PyTree, *args: PyTree) -> PyTree:
-            def add(total: PyTree, batch: PyTree) -> tuple[PyTree, None]:
-                return jax.tree.map(jnp.add, total, term(batch, *args)), None
-
-            first = jax.tree.map(lambda leaf: leaf[0], batches)
+            first = batches_lib.first_batch(batches)
             zeros = jax.tree.map(jnp.zeros_like, jax.eval_shape(term, first, *args))
-            total = jax.lax.scan(add, zeros, batches)[0]
-            mean = jax.tree.map(lambda t: t / count, total)
+            mean = batches_lib.mean_over(lambda batch: term(batch, *args), batches, zeros)
             return jax.lax.pmean(mean, layout.data) if layout.data else mean
 
         if not layout.data:

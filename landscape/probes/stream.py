@@ -359,7 +359,7 @@ def mean_of(point: Any, fn: Callable, args: tuple, static: tuple = ()) -> np.nda
     for chunk, weights in point.batches.chunks():
         weights = weights.astype(shape.dtype)
         total = _chunk_total(objective, fn, static, chunk, weights, args, total)
-    return np.asarray(total) / point.batches.count
+    return np.asarray(total) / point.batches.total  # the weights, n_k / n_0, summed
 
 
 @functools.partial(

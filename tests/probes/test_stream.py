@@ -1,8 +1,9 @@
 """Datasets that stream (`landscape.stream`): a point over an iterable of equal batches equals
 the stacked form on the same data through every probe that takes it, reads the data once per
 product (or block of products), never reads a batch it does not use, and says one sentence for a
-ragged batch (or one of other dtypes), a spent or shared generator, a source that is none (a
-path) and a probe that does not take it; a non-finite product ends eigenpairs' search at once."""
+batch that differs from the first in more than its examples (or in dtypes), a spent or shared
+generator, a source that is none (a path) and a probe that does not take it; a non-finite product
+ends eigenpairs' search at once."""
 
 import re
 
@@ -179,12 +180,12 @@ def test_losses_at_other_parameters_over_a_stream_are_the_stacked_forms():
 
 def test_each_mistake_is_one_sentence():
     ragged = landscape.Point(
-        PARAMS, objective=mse, batches=landscape.stream(BATCHES + [(X[:5], Y[:5])])
+        PARAMS, objective=mse, batches=landscape.stream(BATCHES + [(X[:5], Y[:5, :1])])
     )
     sentence = (
-        r"batch 6 has leaves \[\(5, 4\), \(5, 2\)\] where batch 0 has \[\(8, 4\), \(8, 2\)\]: "
-        r"a streamed dataset's batches are equal \(its loss is their mean\); drop the last "
-        r"partial batch"
+        r"batch 6 has leaves \[\(5, 4\), \(5, 1\)\] where batch 0 has \[\(8, 4\), \(8, 2\)\]: "
+        r"a streamed dataset's batches may differ only in their number of examples, the leading "
+        r"axis every leaf of a batch shares \(each batch's mean is weighed by it\)"
     )
     with pytest.raises(ValueError, match=sentence):
         ragged.loss()
@@ -321,15 +322,16 @@ def _not_iterable():
             BATCHES[:3] + [(X[24:32].astype(np.float32), Y[24:32].astype(np.float32))],
             ValueError,
             r"landscape.stream: batch 3 has leaves of dtypes \['float32', 'float32'\] where "
-            r"batch 0 has \['float64', 'float64'\]: a streamed dataset's batches are equal \(its "
-            r"loss is their mean\) and of one dtype \(one compiled program adds them\); cast "
-            r"them in the source\.",
+            r"batch 0 has \['float64', 'float64'\]: a streamed dataset's batches may differ only "
+            r"in their number of examples, each leaf of one dtype \(one compiled program adds "
+            r"them\); cast them in the source\.",
         ),
         (
             BATCHES[:3] + [{"x": X[24:32], "y": Y[24:32]}],
             ValueError,
             r"landscape.stream: batch 3 is PyTreeDef\(\{'x': \*, 'y': \*\}\) where batch 0 is "
-            r"PyTreeDef\(\(\*, \*\)\): a streamed dataset's batches are equal",
+            r"PyTreeDef\(\(\*, \*\)\): a streamed dataset's batches may differ only in their "
+            r"number of examples",
         ),
         (
             "data/train.npy",
