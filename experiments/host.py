@@ -1,11 +1,10 @@
 """The command-line flags of the process-wide settings every entry point applies first (host
 devices, the compilation cache, formulations, several processes); the settings themselves are
-`landscape.engine.host.setup()`, which scripts call too."""
+`landscape.engine.host.setup()`, which scripts call too; whether the multi-process flags go
+together and how they start the processes: experiments/processes.py."""
 
-import jax
 from absl import flags
 
-from experiments import processes
 from landscape.engine import host as landscape_host
 
 HOST_DEVICES = flags.DEFINE_integer(
@@ -69,43 +68,3 @@ PROCESS_TIMEOUT = flags.DEFINE_float(
     "that stopped answering (killed, crashed, hung) before it ends with a sentence naming it.",
     lower_bound=1.0,
 )
-
-
-def distributed_flags_error() -> str | None:
-    """One sentence if the multi-process flags do not go together, else None."""
-    given = [
-        COORDINATOR.value is not None,
-        NUM_PROCESSES.value is not None,
-        PROCESS_ID.value is not None,
-    ]
-    if any(given) and not all(given):
-        return (
-            "--coordinator_address, --num_processes and --process_id go together (or "
-            "--distributed alone, to let jax.distributed detect them)."
-        )
-    process_id, num_processes = PROCESS_ID.value, NUM_PROCESSES.value
-    if all(given) and process_id is not None and num_processes is not None:
-        if process_id >= num_processes:
-            return f"--process_id={process_id}: must be below --num_processes={num_processes}."
-    if all(given) and DISTRIBUTED.value:
-        return "--distributed detects the processes itself: leave out --coordinator_address."
-    return None
-
-
-def start_distributed() -> bool:
-    """jax.distributed.initialize() as the flags ask (before the backends start), with CPU
-    collectives over gloo so that CPU processes can run one program; False when not asked."""
-    if not (DISTRIBUTED.value or COORDINATOR.value):
-        return False
-    jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    processes.initialize(  # None, None, None: detected (--distributed)
-        COORDINATOR.value, NUM_PROCESSES.value, PROCESS_ID.value, PROCESS_TIMEOUT.value
-    )
-    return True
-
-
-# the settings themselves live in the library, so that a script's `landscape.setup()` and the
-# CLIs apply the same ones
-use_compilation_cache = landscape_host.use_compilation_cache
-use_host_devices = landscape_host.use_host_devices
-tune_allocator = landscape_host.use_tuned_allocator

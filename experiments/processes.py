@@ -19,6 +19,8 @@ from typing import Any
 
 import jax
 
+from experiments import host
+
 EXIT_FAILED = 1
 BEAT_SECONDS = 1.0  # how often each process says it is alive
 AFTER_A_FAILED_COLLECTIVE = 5.0  # seconds of silence that then name the lost process
@@ -52,6 +54,42 @@ def initialize(
     )
     joined.set()
     watch(timeout)
+
+
+def flags_error() -> str | None:
+    """One sentence if the multi-process flags do not go together, else None."""
+    given = [
+        host.COORDINATOR.value is not None,
+        host.NUM_PROCESSES.value is not None,
+        host.PROCESS_ID.value is not None,
+    ]
+    if any(given) and not all(given):
+        return (
+            "--coordinator_address, --num_processes and --process_id go together (or "
+            "--distributed alone, to let jax.distributed detect them)."
+        )
+    process_id, num_processes = host.PROCESS_ID.value, host.NUM_PROCESSES.value
+    if all(given) and process_id is not None and num_processes is not None:
+        if process_id >= num_processes:
+            return f"--process_id={process_id}: must be below --num_processes={num_processes}."
+    if all(given) and host.DISTRIBUTED.value:
+        return "--distributed detects the processes itself: leave out --coordinator_address."
+    return None
+
+
+def start() -> bool:
+    """jax.distributed.initialize() as the flags ask (before the backends start), with CPU
+    collectives over gloo so that CPU processes can run one program; False when not asked."""
+    if not (host.DISTRIBUTED.value or host.COORDINATOR.value):
+        return False
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    initialize(  # None, None, None: detected (--distributed)
+        host.COORDINATOR.value,
+        host.NUM_PROCESSES.value,
+        host.PROCESS_ID.value,
+        host.PROCESS_TIMEOUT.value,
+    )
+    return True
 
 
 def _join_deadline(

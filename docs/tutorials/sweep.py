@@ -21,9 +21,9 @@ import numpy as np
 import pandas as pd
 
 import landscape
-from experiments import cli
 from landscape import config as config_lib
 from landscape import plotting, records, sweeps
+from landscape.engine.overrides import apply_overrides, load_config, nested
 from landscape.scan_snap import experiment
 
 landscape.setup()  # as the CLIs do: a CPU device per core, the compilation cache, float32 dots
@@ -45,15 +45,15 @@ def show(fig, name):
 # ## A config and its overrides
 #
 # `configs/syn_small.py` builds a `ConfigDict` from the package's `default_config()`, which is
-# also the schema. `cli.load_config` reads a config file as the command line's `--config`
-# does, and `cli.apply_overrides` applies `--config.a.b=value` pairs, parsed as each field's
+# also the schema. `load_config` reads a config file as the command line's `--config` does,
+# and `apply_overrides` applies `--config.a.b=value` pairs, parsed as each field's
 # type and checked against the schema: an unknown field or a value out of range is one sentence
 # before anything compiles. Here: 4 seeds, batches of 8 instead of 128 (so that the seeds'
 # batches, and their curves, differ visibly), a learning-rate axis `optim.lr_z`, and the ratio
 # η_Y/η_Z fixed at 1, which drops the config's own sweep over it (and says so).
 
 # %%
-data = cli.load_config("configs/syn_small.py")
+data = load_config("configs/syn_small.py")
 overrides = [
     ("num_seeds", "4"),
     ("train.batch_size", "8"),
@@ -63,9 +63,9 @@ overrides = [
 if TINY:
     overrides += [("train.num_steps", "20")]
 schema = config_lib.flatten(experiment.default_config())
-for note in cli.apply_overrides(data, overrides, schema):
+for note in apply_overrides(data, overrides, schema):
     print(note)
-cfg = ml_collections.ConfigDict(cli.nested(data))
+cfg = ml_collections.ConfigDict(nested(data))
 experiment.validate(cfg)
 print(f"{cfg.name}: sweep {cfg.sweep.to_dict()}, seeds {cfg.seed}..{cfg.seed + cfg.num_seeds - 1}")
 

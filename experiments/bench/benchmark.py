@@ -39,6 +39,7 @@ from experiments.bench import (
 from experiments.bench.timing import Rows, best_run_seconds
 from landscape.engine import backend, training
 from landscape.engine import config as config_lib
+from landscape.engine import host as landscape_host
 from landscape.scan_snap import experiment
 from landscape.typing import PyTree
 
@@ -48,7 +49,7 @@ _ONLY = flags.DEFINE_list(
     ["scan_snap", "wikitext", "recall", "markov", "ngrams"],
     "Which benchmarks to run (device: the device check, alone).",
 )
-_ALLOCATOR = flags.DEFINE_bool("tune_allocator", True, "Apply experiments.host.tune_allocator().")
+_ALLOCATOR = flags.DEFINE_bool("tune_allocator", True, "Apply landscape.setup's tuned allocator.")
 _ONE_BY_ONE = flags.DEFINE_integer("one_by_one", 4, "Single runs per K timed for the comparison.")
 _REPEATS = flags.DEFINE_integer("repeats", 3, "Timed repeats (the best is reported).")
 
@@ -556,8 +557,9 @@ def main(argv: list[str]) -> None:
                 "process): run the other groups in a call of their own."
             )
         return device_check.run_from_flags()
-    host.use_host_devices(host.HOST_DEVICES.value)  # before anything initialises the backends
-    tuned = host.tune_allocator() if _ALLOCATOR.value else False
+    # before anything initialises the backends
+    landscape_host.use_host_devices(host.HOST_DEVICES.value)
+    tuned = landscape_host.use_tuned_allocator() if _ALLOCATOR.value else False
     backend.use_float32_matmuls()
     report = {
         "allocator_tuned": tuned,

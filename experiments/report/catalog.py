@@ -213,8 +213,8 @@ FIGURES = (
         ),
         reason="at the authors' recipe the trap is a float16 effect (their code trains under "
         "float16 autocast without a gradient scaler): in float32 and bfloat16 no depth is "
-        "trapped, and 10 seeds per depth do not separate depth 1 from depth 8 (issue 13; "
-        "notes/markov.md §13)",
+        "trapped, and 10 seeds per depth do not separate depth 1 from depth 8 "
+        "(notes/markov.md §13)",
     ),
     Figure("markov", "Fig. 2", "the model and the two-state chain", not_attempted="a diagram"),
     Figure(

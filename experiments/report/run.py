@@ -27,7 +27,8 @@ from experiments import cli
 from experiments import workers as worker_pool
 from experiments.report import catalog
 from landscape.engine import config as config_lib
-from landscape.engine import records
+from landscape.engine import overrides as overrides_lib
+from landscape.engine import provenance, records
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CODE_DIRS = ("landscape",)  # what computes the numbers (configs are in the config hash)
@@ -76,7 +77,7 @@ def code_version() -> dict[str, Any]:
         for path in sorted((ROOT / folder).rglob("*.py")):
             digest.update(str(path.relative_to(ROOT)).encode())
             digest.update(path.read_bytes())
-    git = cli._git(ROOT) or {}
+    git = provenance.git_commit(ROOT) or {}
     import jax
 
     return {
@@ -137,13 +138,11 @@ def resolve(run: catalog.Run, overrides: list[str], folder: pathlib.Path) -> Job
     schema = config_lib.flatten(experiment.default_config())
     kept = [o for o in overrides if o.partition("=")[0] in schema or o.startswith("sweep.")]
     try:
-        data = cli.load_config(run.spec)
+        data = overrides_lib.load_config(run.spec)
         # an override without "=" is a 1-tuple: apply_overrides' unpacking raises ValueError
         pairs = cast(list[tuple[str, str]], [tuple(o.split("=", 1)) for o in kept])
-        cli.apply_overrides(data, pairs, schema)
-        cfg = ml_collections.ConfigDict(data)
-        experiment.validate(cfg)
-    except (cli.UsageError, config_lib.ConfigError, ValueError) as error:
+        cfg, _ = overrides_lib.configured(experiment, data, pairs)
+    except (config_lib.ConfigError, ValueError) as error:  # UsageError among them
         name = run.spec.split("/")[-1].replace(".py", "").replace(":", "_")
         return Job(run.spec, run.paper, kept, folder / name, error=" ".join(str(error).split()))
     return Job(run.spec, run.paper, kept, folder / cfg.name, cfg=cfg, config_hash=config_hash(cfg))

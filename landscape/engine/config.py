@@ -77,14 +77,28 @@ def require_number(
 ) -> None:
     """Check that config field `field` (dotted path) is a finite number in the given range."""
     value = get(cfg, field)
-    is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    ok = is_number and math.isfinite(value) and (not integer or float(value).is_integer())
-    if ok and low is not None:
-        ok = value > low if low_open else value >= low
-    if ok and high is not None:
-        ok = value < high if high_open else value <= high
-    if not ok:
-        require(ok, field, value, _describe_interval(low, high, low_open, high_open, integer))
+    if not isinstance(value, (int, float)) or not _within(
+        value, low, high, low_open, high_open, integer
+    ):
+        require(False, field, value, _describe_interval(low, high, low_open, high_open, integer))
+
+
+def _within(
+    value: Any,
+    low: float | None,
+    high: float | None,
+    low_open: bool,
+    high_open: bool,
+    integer: bool,
+) -> bool:
+    """Whether `value` is a finite number (not a bool) in the interval, an integer if asked."""
+    if isinstance(value, bool) or not math.isfinite(value):
+        return False
+    if integer and not float(value).is_integer():
+        return False
+    if low is not None and not (value > low if low_open else value >= low):
+        return False
+    return high is None or (value < high if high_open else value <= high)
 
 
 def require_choice(cfg: Any, field: str, choices: Sequence[Any]) -> None:
@@ -206,19 +220,11 @@ def require_numbers(
         allowed = ("a non-empty list of " if nonempty else "a list of ") + plural
     ok = isinstance(values, (list, tuple)) and (len(values) > 0 or not nonempty)
     ok = ok and (length is None or len(values) == length)
-    for v in values if ok else ():
-        ok = (
-            isinstance(v, (int, float, np.integer, np.floating))
-            and not isinstance(v, bool)
-            and math.isfinite(v)
-            and (not integer or float(v).is_integer())
-        )
-        if ok and low is not None:
-            ok = v > low if low_open else v >= low
-        if ok and high is not None:
-            ok = v < high if high_open else v <= high
-        if not ok:
-            break
+    ok = ok and all(
+        isinstance(v, (int, float, np.integer, np.floating))
+        and _within(v, low, high, low_open, high_open, integer)
+        for v in values
+    )
     require(ok, field, values, allowed)
 
 

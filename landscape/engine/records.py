@@ -80,7 +80,7 @@ class Workdir:
         self.provenance: dict[str, Any] | None = None  # what ran it (command, versions, git, ...)
         # Where the training state is saved. A process other than 0 of a multi-process run keeps
         # its records in a throw-away folder but reads process 0's checkpoints (on --resume) and
-        # writes none (experiments/cli.py: `read_checkpoints_of`).
+        # writes none (experiments/running.py: `read_checkpoints_of`).
         self.checkpoints = self.path / "checkpoints"
         self.writes_checkpoints = True
         self.resuming = resume

@@ -394,7 +394,7 @@ class _Host:
                 self.workdir, runs.given_hparams, runs.seeds, log_every, runs.num_runs, tags
             )
             # several processes (jax.distributed): process 0 writes the checkpoints and the
-            # records (experiments/cli.py); every process reads the same checkpoint on --resume
+            # records (experiments/running.py); every process reads the same checkpoint on --resume
             self.checkpoint = self.workdir.next_checkpoint()
 
     def resume(self, state: TrainState) -> tuple[int, TrainState]:

@@ -26,6 +26,7 @@ from landscape import trees
 from landscape.core import memory
 from landscape.point import Point
 from landscape.probes import budget
+from landscape.typing import Progress
 
 LONG_SECONDS = 10.0  # a call prints a line per block once it has taken this long
 LARGE_SHARE = 0.1  # a call taking more of the free memory at once says so first
@@ -39,7 +40,6 @@ CPU_BLOCK_BYTES = 2.5e8
 # one linearisation and a progress line (at D = 10^7 a block of one relinearised per product);
 # one of `bucket`'s sizes
 MAPPED_BLOCK = 24
-Progress = Callable[[str], None] | None
 
 
 def bucket(count: int) -> int:

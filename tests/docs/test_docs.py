@@ -33,13 +33,11 @@ def cells_of(source: Path) -> list[tuple[str, str]]:
 @pytest.mark.parametrize("source", TUTORIALS, ids=lambda p: p.stem)
 def test_stored_notebook_is_its_source_executed(source):
     stored = source.with_suffix(".ipynb")
-    assert stored.is_file(), (
-        f"{stored.name} is missing: python -m experiments.tutorials {source.stem}"
-    )
+    assert stored.is_file(), f"{stored.name} is missing: python -m tools.tutorials {source.stem}"
     notebook = json.loads(stored.read_text())
     cells = [(c["cell_type"], "".join(c["source"]).strip()) for c in notebook["cells"]]
     assert cells == cells_of(source), (
-        f"{stored.name} is not {source.name}: python -m experiments.tutorials {source.stem}"
+        f"{stored.name} is not {source.name}: python -m tools.tutorials {source.stem}"
     )
     code = [c for c in notebook["cells"] if c["cell_type"] == "code"]
     assert all(c["execution_count"] for c in code), f"{stored.name} has cells never run"

@@ -214,9 +214,16 @@ def test_a_ctrl_c_a_library_swallows_is_not_lost(reference, tmp_path, capsys):
     _same_records(workdir, reference)
 
 
-def test_ctrl_c_during_the_imports_is_one_line():
-    """A KeyboardInterrupt while the CLI program still imports (jax takes seconds): one line, no
-    traceback, the interrupted exit status."""
+@pytest.mark.parametrize(
+    "program, argv",
+    [
+        ("experiments.scan_snap", "['experiments/scan_snap.py', '--config=configs/syn_small.py']"),
+        ("experiments.report", "['experiments/report', '--list']"),
+    ],
+)
+def test_ctrl_c_during_the_imports_is_one_line(program, argv):
+    """A KeyboardInterrupt while a CLI program or the report still imports (jax takes seconds):
+    one line, no traceback, the interrupted exit status."""
     code = (  # SIGINT as from a terminal: a suite run as a background job ignores it, and its
         "import signal\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n"  # children
         "import os, runpy, sys\n"  # would inherit that (no preexec_fn: it can deadlock a child)
@@ -225,8 +232,8 @@ def test_ctrl_c_during_the_imports_is_one_line():
         "        if name == 'jax':\n"
         "            os.kill(os.getpid(), signal.SIGINT)\n"
         "sys.meta_path.insert(0, Interrupt())\n"
-        "sys.argv = ['experiments/scan_snap.py', '--config=configs/syn_small.py']\n"
-        "runpy.run_module('experiments.scan_snap', run_name='__main__', alter_sys=True)"
+        f"sys.argv = {argv}\n"
+        f"runpy.run_module('{program}', run_name='__main__', alter_sys=True)"
     )
     done = subprocess.run(
         [sys.executable, "-c", code],

@@ -16,7 +16,7 @@ import pytest
 
 from experiments import cli
 from landscape.engine import config as config_lib
-from landscape.engine import records
+from landscape.engine import overrides, records
 from landscape.markov import experiment as markov
 from landscape.ngrams import experiment as ngrams
 from landscape.recall import experiment as recall
@@ -266,7 +266,7 @@ def test_the_main_job_fills_its_compilation_cache_and_reads_it_back(tmp_path):
 def test_overrides_parse_as_the_fields_type():
     data = {"a": {"flag": False, "n": 3, "x": 0.5, "name": "sgd", "xs": [1, 2]}, "sweep": {}}
     schema = config_lib.flatten(data)
-    cli.apply_overrides(
+    overrides.apply_overrides(
         data,
         [
             ("a.flag", "true"),
@@ -280,7 +280,7 @@ def test_overrides_parse_as_the_fields_type():
     )
     assert data["a"] == {"flag": True, "n": 4, "x": 1.0, "name": "adam", "xs": [3, 4, 5]}
     assert isinstance(data["a"]["x"], float) and data["sweep"] == {"a": {"x": [0.1, 0.2]}}
-    notes = cli.apply_overrides(data, [("a.x", "0.3")], schema)  # fixes the swept field
+    notes = overrides.apply_overrides(data, [("a.x", "0.3")], schema)  # fixes the swept field
     assert data["sweep"] == {} and data["a"]["x"] == 0.3 and "replaces the sweep" in notes[0]
 
 
@@ -347,8 +347,8 @@ def test_start_up_checks_are_fast(monkeypatch):
         best = float("inf")
         for _ in range(3):
             start = time.perf_counter()
-            data = cli.load_config(f"{file}:{variant}")
-            cli.apply_overrides(data, [("seed", "1")], schema)
+            data = overrides.load_config(f"{file}:{variant}")
+            overrides.apply_overrides(data, [("seed", "1")], schema)
             experiment.validate(ml_collections.ConfigDict(data))
             best = min(best, time.perf_counter() - start)
         slowest = max(slowest, best)

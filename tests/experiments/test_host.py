@@ -13,7 +13,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = """
 import sys, jax
-from experiments import host
+from landscape.engine import host
 count = None if sys.argv[1] == "None" else int(sys.argv[1])
 print(host.use_host_devices(count), jax.device_count())
 try:

@@ -1,4 +1,4 @@
-"""The study pages' generated tables (`python -m experiments.pages`): every committed page holds
+"""The study pages' generated tables (`python -m tools.pages`): every committed page holds
 exactly the tables its stored data gives, so a table edited by hand or a generator changed
 without writing the pages again fails here. The generator against real records:
 tests/markov/test_curvature_study.py."""
@@ -8,55 +8,57 @@ import re
 import pytest
 
 from configs import wikitext
-from experiments import pages
+from tools import page_parts, pages, study_pages
 
 
-@pytest.mark.parametrize("name", sorted(pages.PAGES))
+@pytest.mark.parametrize("name", sorted(study_pages.PAGES))
 def test_each_page_is_what_its_stored_data_gives(name):
-    page = pages.PAGES[name].path(name)
+    page = study_pages.PAGES[name].path(name)
     text = page.read_text()
     assert page_command(name) in text, "the page states its run's command"
-    tables = pages.PAGES[name].tables(pages.stored(name))
+    tables = study_pages.PAGES[name].tables(page_parts.stored(name))
     for table, markdown in tables.items():
-        assert pages.between(text, table) == markdown.strip("\n"), (
+        assert page_parts.between(text, table) == markdown.strip("\n"), (
             f"{page.name}'s table {table!r} is not what docs/studies/data/{name}.json gives: "
-            f"python -m experiments.pages (or, after a new run, "
-            f"python -m experiments.pages {name} WORKDIR)"
+            f"python -m tools.pages (or, after a new run, "
+            f"python -m tools.pages {name} WORKDIR)"
         )
     found = set(re.findall(r"<!-- table (.+?): start -->", text))
     assert found == set(tables), "every table marker on the page is one the generator writes"
 
 
 def page_command(name: str) -> str:
-    return pages.PAGES[name].command
+    return study_pages.PAGES[name].command
 
 
 def test_a_table_edited_by_hand_is_told_from_the_data(tmp_path, monkeypatch):
     """A changed digit, in the page or in the data, makes the page stale; writing the tables
     again restores exactly the committed page."""
     name = "markov_curvature"
-    original = pages.PAGES[name].path(name).read_text()
-    data = pages.stored(name)
-    assert pages.page_text(name, data, original) == original
-    edited = original.replace(pages.between(original, "markov seeds"), "| seed |\n|---|\n| 0 |")
-    assert edited != original and pages.page_text(name, data, edited) == original
+    original = study_pages.PAGES[name].path(name).read_text()
+    data = page_parts.stored(name)
+    assert study_pages.page_text(name, data, original) == original
+    edited = original.replace(
+        page_parts.between(original, "markov seeds"), "| seed |\n|---|\n| 0 |"
+    )
+    assert edited != original and study_pages.page_text(name, data, edited) == original
     row = data["seeds"][0]
     row["lambda_min"] = row["lambda_min"] * 2 - 0.5
-    assert pages.page_text(name, data, original) != original
+    assert study_pages.page_text(name, data, original) != original
     (tmp_path / "data").mkdir()
-    for other in pages.PAGES:  # the committed pages and data, this page's table edited
-        page = pages.PAGES[other].path(other)
+    for other in study_pages.PAGES:  # the committed pages and data, this page's table edited
+        page = study_pages.PAGES[other].path(other)
         (tmp_path / page.name).write_text(edited if other == name else page.read_text())
-        (tmp_path / "data" / f"{other}.json").write_text(pages.data_path(other).read_text())
-    monkeypatch.setattr(pages, "STUDIES", tmp_path)
-    assert pages.stale() == [name]
+        (tmp_path / "data" / f"{other}.json").write_text(page_parts.data_path(other).read_text())
+    monkeypatch.setattr(page_parts, "STUDIES", tmp_path)
+    assert study_pages.stale() == [name]
     assert pages.main(["pages"]) == 0 and (tmp_path / f"{name}.md").read_text() == original
-    assert pages.stale() == []
+    assert study_pages.stale() == []
 
 
 def test_a_page_without_its_markers_and_a_wrong_command_are_one_sentence(capsys):
     with pytest.raises(ValueError, match="no <!-- table markov seeds: start -->"):
-        pages.replace("no markers here", "markov seeds", "| a |")
+        page_parts.replace("no markers here", "markov seeds", "| a |")
     assert pages.main(["pages", "nowhere", "runs/x"]) == 2
     assert "the pages: markov_curvature" in capsys.readouterr().err
     assert pages.main(["pages", "markov_curvature", "/nonexistent/run"]) == 2
@@ -67,16 +69,16 @@ def test_the_caption_names_the_records_and_the_devices_they_ran_on():
     """A float16 run rounds differently on another number of devices: the caption says where."""
     for count, said in ((1, " (1 cpu device)"), (2, " (2 cpu devices)"), (None, "")):
         data = {"ran_on": {"backend": "cpu", "device_count": count}}
-        assert pages.caption(data, "x.csv") == f"\n\n*From the run's `x.csv`{said}.*"
-    stored = pages.stored("markov_curvature")["ran_on"]
-    page = pages.PAGES["markov_curvature"].path("markov_curvature").read_text()
+        assert page_parts.caption(data, "x.csv") == f"\n\n*From the run's `x.csv`{said}.*"
+    stored = page_parts.stored("markov_curvature")["ran_on"]
+    page = study_pages.PAGES["markov_curvature"].path("markov_curvature").read_text()
     assert f"({stored['device_count']} {stored['backend']} devices)" in page
 
 
 def test_the_wikitext_page_tells_a_reader_without_the_data_how_to_get_it():
     """Its run reads a folder outside the repository: the page names the config's default
     folder, where to download the splits, and the override for a folder elsewhere."""
-    text = pages.PAGES["wikitext_curvature"].path("wikitext_curvature").read_text()
+    text = study_pages.PAGES["wikitext_curvature"].path("wikitext_curvature").read_text()
     assert f"`{wikitext.get_config('curvature').text.path}`" in text
     assert "github.com/pytorch/examples/tree/main/word_language_model/data/wikitext-2" in text
     assert "`valid.txt`" in text and "`test.txt`" in text and "--config.text.path=" in text

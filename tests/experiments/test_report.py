@@ -2,7 +2,6 @@
 end (every claim evaluated, every figure drawn; not that the claims hold at toy size)."""
 
 import dataclasses
-import importlib
 import json
 import pathlib
 import re
@@ -14,10 +13,10 @@ import numpy as np
 import pytest
 
 from experiments.report import catalog, run, write
+from experiments.report import command as report_cli
 from landscape.engine import records
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-report_cli = importlib.import_module("experiments.report.__main__")
 
 
 def tiny_text(folder: pathlib.Path, size: int = 6000) -> pathlib.Path:

@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTES_DIR = ROOT / "docs" / "notes"
-SCANNED = ("landscape", "experiments", "configs", "tests")
+SCANNED = ("landscape", "experiments", "tools", "configs", "tests")
 PACKAGE_NOTES = {
     "markov": "markov",
     "ngrams": "ngrams",

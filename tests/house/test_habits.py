@@ -27,7 +27,7 @@ def _unannotated(node):
     return missing + (["return"] if node.returns is None else [])
 
 
-@pytest.mark.parametrize("folder", ["landscape", "experiments"])
+@pytest.mark.parametrize("folder", ["landscape", "experiments", "tools"])
 def test_public_functions_carry_annotations(folder):
     bare = [
         f"{path}:{node.lineno} {node.name} ({', '.join(_unannotated(node))})"

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from configs import markov
-from experiments import pages
 from landscape.engine import config as config_lib
 from landscape.engine import records
 from landscape.markov import curvature_study, experiment
+from tools import markov_page
 
 
 def _tiny():
@@ -67,12 +67,12 @@ def _cells(line):
 
 @pytest.mark.slow
 def test_the_page_tables_are_the_records_numbers(tiny_run):
-    """experiments.pages from the tiny run's records: each row of the page's tables, read back
+    """tools.pages from the tiny run's records: each row of the page's tables, read back
     from the Markdown, is a seed of curvature_seeds.csv to the digits the table prints."""
     _, path = tiny_run
     with open(path / "curvature_seeds.csv") as f:
         seeds = {(row["cell"], int(row["seed"])): row for row in csv.DictReader(f)}
-    tables = pages.markov_tables(pages.markov_extract(path))
+    tables = markov_page.markov_tables(markov_page.markov_extract(path))
     for name, cell in (
         ("markov seeds", "GPT-2 tied, float16 autocast"),
         ("markov theory", "theory tied, float32"),

@@ -13,12 +13,12 @@ import pytest
 from jax.flatten_util import ravel_pytree
 
 from configs import ngrams
-from experiments import pages
 from landscape.engine import config as config_lib
 from landscape.engine import records
 from landscape.ngrams import curvature_study as study
 from landscape.ngrams import experiment, points
 from landscape.ngrams import model as model_lib
+from tools import ngrams_page
 
 
 def test_overlap_closed_forms():
@@ -193,10 +193,10 @@ def test_the_study_end_to_end_at_a_tiny_size(tmp_path):
 
 
 def _page_tables_are_the_records(path, summary):
-    """experiments.pages from the tiny run: the overlaps table's projections and the claims
+    """tools.pages from the tiny run: the overlaps table's projections and the claims
     table's λ_min and verdicts, read back from the Markdown, are the records' to the digits
     printed."""
-    tables = pages.ngrams_tables(pages.ngrams_extract(path))
+    tables = ngrams_page.ngrams_tables(ngrams_page.ngrams_extract(path))
     with open(path / "overlaps.csv") as f:
         found = {(r["target"], r["basis"]): float(r["span"]) for r in csv.DictReader(f)}
     lines = _rows(tables["ngrams overlaps"])

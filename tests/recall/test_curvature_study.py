@@ -15,11 +15,11 @@ from jax.flatten_util import ravel_pytree
 
 import landscape
 from configs import recall
-from experiments import pages
 from landscape.engine import config as config_lib
 from landscape.engine import records
 from landscape.recall import curvature_study, experiment, theory
 from landscape.recall import model as model_lib
+from tools import recall_page
 
 K = 4
 MODEL = model_lib.RecallModel(k=K, num_responses=4, param_dtype=jnp.float64)
@@ -118,12 +118,12 @@ def test_the_study_reproduces_the_index_sequence(study):
 
 @pytest.mark.slow
 def test_the_page_table_is_the_records_numbers(study):
-    """experiments.pages from the study's records: each row of the page's table, read back from
+    """tools.pages from the study's records: each row of the page's table, read back from
     the Markdown, is the gradient flow's row of recall_plateaus.csv to the digits it prints."""
     _, path = study
     with open(path / "recall_plateaus.csv") as f:
         flow = [r for r in csv.DictReader(f) if r["trajectory"] == "gradient flow"]
-    lines = _rows(pages.recall_tables(pages.recall_extract(path))["recall plateaus"])
+    lines = _rows(recall_page.recall_tables(recall_page.recall_extract(path))["recall plateaus"])
     assert len(lines) == len(flow) == 4
     for line, row in zip(lines, flow, strict=True):
         cells = [c.strip() for c in re.split(r"(?<!\\max)(?<!\\lambda)\|", line.strip()[1:-1])]

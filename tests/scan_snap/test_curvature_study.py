@@ -13,12 +13,12 @@ import pytest
 
 import landscape
 from configs import wikitext as wikitext_configs
-from experiments import wikitext_page
 from landscape.engine import config as config_lib
 from landscape.engine import records
 from landscape.scan_snap import curvature_study, experiment, wikitext
 from landscape.scan_snap import model as model_lib
 from tests.scan_snap.test_wikitext import zipf_corpus
+from tools import wikitext_page
 
 WIDTH = 16
 
@@ -237,7 +237,7 @@ def _number(cell):
 
 @pytest.mark.slow
 def test_the_page_tables_are_the_records_numbers(study):
-    """experiments.pages from the study's records: the phase table's eigenvalues are
+    """tools.pages from the study's records: the phase table's eigenvalues are
     curvature_phases.csv's, every tracked step's λ is arrays.npz's, each phase's shares are the
     CSV's, and the claims are summary.json's with their verdicts, to the digits printed."""
     _, summary, path = study

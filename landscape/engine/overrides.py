@@ -1,14 +1,59 @@
-"""`--config.a.b=value` onto a config's nested dict: each value parsed as the field's type, an
-unknown field or a group named in one sentence (with the closest field), a swept field replaced by
-the single value given (with a note), dotted keys nested for `ConfigDict`."""
+"""A config from a command line's words: a config file (`configs/<file>.py[:variant]`, or a
+workdir's config.json to run it again), `--config.a.b=value` overrides read as each field's type
+(an unknown field or a group named in one sentence, with the closest field; a swept field replaced
+by the single value given, with a note), dotted keys nested for `ConfigDict`, and the result
+validated by its experiment: docs/design/experiments.md, "Overrides"."""
 
 from __future__ import annotations
 
 import ast
 import difflib
+import importlib.util
+import pathlib
+import traceback
+import types
 from typing import Any
 
+import ml_collections
+
 from landscape.engine import config as config_lib
+from landscape.engine import records
+from landscape.engine.protocols import Experiment
+
+
+class UsageError(config_lib.ConfigError):
+    """A mistake in the command (a flag, a config file): one sentence, exit status 2."""
+
+
+def configured(
+    experiment: Experiment, data: dict[str, Any], overrides: list[tuple[str, str]]
+) -> tuple[ml_collections.ConfigDict, list[str]]:
+    """`data` (a config as a nested dict, changed in place) with `overrides` set, as a validated
+    ConfigDict, and the notes for the user (a sweep axis replaced by a single value)."""
+    notes = apply_overrides(data, overrides, config_lib.flatten(experiment.default_config()))
+    cfg = ml_collections.ConfigDict(nested(data))  # sweep axes may be dotted: "optim.lr"
+    experiment.validate(cfg)
+    return cfg, notes
+
+
+def split_overrides(args: list[str]) -> tuple[list[tuple[str, str]], list[str]]:
+    """(--config.a.b=value pairs as ("a.b", "value"), the other arguments)."""
+    overrides, rest, i = [], [], 0
+    while i < len(args):
+        arg = args[i]
+        if arg.startswith("--config."):
+            name, eq, value = arg[len("--config.") :].partition("=")
+            if not eq:
+                if i + 1 >= len(args) or args[i + 1].startswith("--"):
+                    raise UsageError(f"--config.{name} needs a value: --config.{name}=VALUE.")
+                value, i = args[i + 1], i + 1
+            if not name:
+                raise UsageError(f"{arg}: name a field, e.g. --config.train.num_steps=200.")
+            overrides.append((name, value))
+        else:
+            rest.append(arg)
+        i += 1
+    return overrides, rest
 
 
 def apply_overrides(
@@ -134,3 +179,65 @@ def nested(data: Any) -> Any:
         else:
             target[name] = value
     return out
+
+
+# ----------------------------------------------------------------------------- config files
+
+
+def load_config(spec: str) -> dict[str, Any]:
+    """A config as a plain dict from `configs/<file>.py[:variant]` or a workdir's config.json."""
+    path, _, variant = spec.partition(":")
+    file = pathlib.Path(path)
+    if file.suffix not in (".py", ".json"):
+        raise UsageError(
+            f"--config={spec}: a config is a .py file (configs/<file>.py[:variant]) "
+            "or a workdir's config.json."
+        )
+    if not file.is_file():
+        raise UsageError(f"--config={spec}: no config file {path}.")
+    if file.suffix == ".json":
+        if variant:
+            raise UsageError(f"--config={spec}: a config.json has no variants.")
+        try:
+            return records.load_config_json(file)
+        except (ValueError, OSError) as error:
+            raise UsageError(f"--config={spec}: cannot read it as a config ({error}).") from None
+    module = _import_file(file)
+    get_config = getattr(module, "get_config", None)
+    if not callable(get_config):
+        raise UsageError(f"{path} has no get_config() function.")
+    try:
+        cfg = get_config(variant) if variant else get_config()
+    except TypeError as error:
+        if variant and "positional argument" in str(error):
+            raise UsageError(f"--config={spec}: {path} has no variants.") from None
+        raise UsageError(_where(error, file)) from None
+    except Exception as error:
+        raise UsageError(_where(error, file, spec)) from None
+    return cfg.to_dict() if hasattr(cfg, "to_dict") else dict(cfg)
+
+
+def _import_file(file: pathlib.Path) -> types.ModuleType:
+    name = f"_config_{abs(hash(str(file.resolve())))}"
+    spec = importlib.util.spec_from_file_location(name, file)
+    assert spec is not None and spec.loader is not None  # a .py file always has both
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except SyntaxError as error:
+        raise UsageError(f"{file}:{error.lineno}: SyntaxError: {error.msg}.") from None
+    except Exception as error:
+        raise UsageError(_where(error, file)) from None
+    return module
+
+
+def _where(error: Exception, file: pathlib.Path, spec: str | None = None) -> str:
+    """`<file>:<line>: <Error>: <message>` at the innermost frame inside `file`."""
+    line = None
+    for frame in traceback.extract_tb(error.__traceback__):
+        if pathlib.Path(frame.filename).resolve() == file.resolve():
+            line = frame.lineno
+    if isinstance(error, ValueError) and spec and ":" in spec:  # e.g. an unknown variant
+        return f"--config={spec}: {error}"
+    where = f"{file}:{line}" if line else str(file)
+    return f"{where}: {type(error).__name__}: {error}"

@@ -1,7 +1,7 @@
 """The API reference's summary tables, readable on GitHub where the `:::` lines render nothing:
 
-    python -m experiments.api_tables           # write each docs/api page's table again
-    python -m experiments.api_tables --check   # exit 1 where a page's table is stale
+    python -m tools.api_tables           # write each docs/api page's table again
+    python -m tools.api_tables --check   # exit 1 where a page's table is stale
 
 Each table lists the page's `:::` objects with the first sentence of their docstrings, between
 `<!-- api-summary: start -->` and `<!-- api-summary: end -->` below the page's title and note;
@@ -9,43 +9,16 @@ tests/docs/test_api_tables.py fails while one differs from the docstrings."""
 
 from __future__ import annotations
 
-import importlib
-import inspect
 import pathlib
 import re
 import sys
-from typing import Any
+
+from tools.docstrings import first_sentence, resolve
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 API = ROOT / "docs" / "api"
 START, END = "<!-- api-summary: start -->", "<!-- api-summary: end -->"
 OBJECT = re.compile(r"^::: (\S+)$", re.MULTILINE)
-
-
-def resolve(dotted: str) -> Any:
-    """The object a `:::` line names: the longest importable module, then attributes."""
-    parts = dotted.split(".")
-    for cut in range(len(parts), 0, -1):
-        try:
-            found: Any = importlib.import_module(".".join(parts[:cut]))
-        except ImportError:
-            continue
-        for name in parts[cut:]:
-            found = getattr(found, name)
-        return found
-    raise ImportError(f"{dotted}: no module of it can be imported.")
-
-
-def first_sentence(obj: Any) -> str:
-    """The first sentence of the docstring's first paragraph, on one line."""
-    paragraph = (inspect.getdoc(obj) or "").split("\n\n")[0]
-    text = " ".join(paragraph.split())
-    ends = [m.start() for m in re.finditer(r"\.(\s|$)", text)]
-    ends = [i for i in ends if not text[:i].endswith(ABBREVIATIONS)] or [len(text) - 1]
-    return text[: ends[0] + 1].replace("|", "\\|")
-
-
-ABBREVIATIONS = ("e.g", "i.e", "et al", "cf", "vs")  # a period that ends no sentence
 
 
 def table(page: pathlib.Path) -> str:
@@ -76,7 +49,7 @@ def main(argv: list[str]) -> int:
     stale = [p for p in pages() if written(p) != p.read_text()]
     if "--check" in argv:
         for page in stale:
-            print(f"{page.relative_to(ROOT)}: stale; python -m experiments.api_tables")
+            print(f"{page.relative_to(ROOT)}: stale; python -m tools.api_tables")
         return int(bool(stale))
     for page in stale:
         page.write_text(written(page))

@@ -1,5 +1,5 @@
 """The WikiText curvature page's tables (docs/studies/wikitext_curvature.md), written by
-`python -m experiments.pages wikitext_curvature WORKDIR` from the records of
+`python -m tools.pages wikitext_curvature WORKDIR` from the records of
 `python -m experiments.scan_snap --config=configs/wikitext.py:curvature`."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import json
 import pathlib
 from typing import Any
 
-from experiments.page_parts import Data, caption, ran_on, read_csv, tex
+from tools.page_parts import Data, caption, ran_on, read_csv, tex
 
 _WIKITEXT_BLOCKS = {  # curvature_study.BLOCKS, each with the parameters it holds
     "embedding": "the token embedding",

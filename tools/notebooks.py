@@ -1,31 +1,17 @@
-"""Execute the tutorials and store them with their outputs, for the site to render unexecuted:
-
-    python -m experiments.tutorials                    # every tutorial (5-10 min on 2 busy cores)
-    python -m experiments.tutorials sweep own_task     # some of them
-
-docs/tutorials/<name>.py (jupytext's percent format) is the source; each runs in a fresh
-kernel from the repository root, and docs/tutorials/<name>.ipynb is written with its outputs,
-PNG outputs recompressed (a palette of 256 colours) so that a notebook stays a few hundred KB.
-An output that shows a path of this machine stops the command: tutorials print relative paths.
-tests/docs/test_docs.py checks that each stored notebook's cells are the .py's.
-"""
+"""A tutorial run as a notebook in a fresh kernel and stored with its outputs (tools/tutorials.py
+is the command): PNG outputs recompressed, and an output that shows a path of this machine
+refused."""
 
 from __future__ import annotations
 
 import base64
 import io
 import pathlib
-import sys
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 TUTORIALS = ROOT / "docs" / "tutorials"
 MACHINE_PATHS = (str(ROOT), "/home/", "/tmp/", "/work/")
-
-
-def names() -> list[str]:
-    """Every tutorial: the .py files of docs/tutorials/."""
-    return sorted(p.stem for p in TUTORIALS.glob("*.py"))
 
 
 def compress_png(data: str) -> str:
@@ -70,20 +56,3 @@ def execute(name: str, timeout: int = 1800) -> tuple[pathlib.Path, float]:
     path = TUTORIALS / f"{name}.ipynb"
     jupytext.write(notebook, path, fmt="ipynb")
     return path, seconds
-
-
-def main(argv: list[str]) -> int:
-    chosen = argv[1:] or names()
-    unknown = sorted(set(chosen) - set(names()))
-    if unknown:
-        print(f"no tutorial {', '.join(unknown)}: the tutorials are {', '.join(names())}.")
-        return 2
-    for name in chosen:
-        path, seconds = execute(name)
-        size = path.stat().st_size / 1024
-        print(f"{path.relative_to(ROOT)}: {seconds:.0f} s, {size:.0f} KB")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv))
