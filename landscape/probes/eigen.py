@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import jax
@@ -41,11 +41,10 @@ from landscape.probes.pairs import Eigenpairs as Eigenpairs
 from landscape.probes.pairs import lanczos_rtol as lanczos_rtol
 from landscape.probes.pairs import multiplicity_rtol as multiplicity_rtol
 from landscape.probes.pairs import negative_rtol as negative_rtol
-from landscape.typing import PyTree
+from landscape.typing import Progress, PyTree
 
 WHICH = ("largest", "smallest")
 FALLBACK_BELOW = 6000  # hessian_at's max_dense_dim: the largest D a failed search solves densely
-Progress = Callable[[str], None] | None
 
 
 def _wanted_order(values: np.ndarray, which: str) -> np.ndarray:

@@ -154,7 +154,7 @@ def test_the_second_order_check_holds_off_a_critical_point():
 def _clustered_point(size=600, seed=0):
     """½ xᵀAx with the 4 smallest eigenvalues inside a cluster of 150 tiny negative ones
     (|λ| ~ 1e-6) beside 300 zeros, the spectrum 0.2 wide: Krylov methods cannot separate them
-    in a few hundred steps (the trained points' case, issue 39)."""
+    in a few hundred steps (the trained points' case)."""
     rng = np.random.default_rng(seed)
     values = np.concatenate(
         [-np.abs(rng.normal(size=150)) * 1e-6, np.zeros(300), rng.uniform(1e-3, 0.2, size - 450)]

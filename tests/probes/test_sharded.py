@@ -458,7 +458,7 @@ print(json.dumps(dict(top=top.values.tolist(), converged=bool(top.converged), tr
 
 @pytest.mark.slow
 def test_a_top_5_and_hutchpp_at_two_million_parameters_on_a_1d_mesh_of_8_devices():
-    """The case that aborted in XLA:CPU's rendezvous (issue 62): the peers MLP at h = 1400 split
+    """A case that strains XLA:CPU's rendezvous: the peers MLP at h = 1400 split
     over all 8 emulated devices, its top-5 and a 100-probe Hutch++ trace (about 5 minutes)."""
     flags = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
     env = dict(os.environ, PYTHONPATH=ROOT, XLA_FLAGS=flags)
