@@ -8,7 +8,7 @@ import json
 import pathlib
 import shlex
 import sys
-from typing import cast
+from typing import Any, cast
 
 import ml_collections
 from absl import flags
@@ -23,10 +23,24 @@ def help_text(experiment: Experiment, usage: str) -> str:
     """--help: the program's docstring, the `usage` of every run's command line, the flags."""
     paper = paper_of(experiment)
     module = sys.modules.get(f"experiments.{paper}") if paper else experiment
-    ours = [options.CONFIG, options.WORKDIR, options.OVERWRITE, options.KEEP_OTHERS]
-    ours += [options.FORCE, options.RESUME, options.OTHER_CODE, options.CHECKPOINT_SECONDS]
-    ours += [host.HOST_DEVICES, host.COMPILATION_CACHE, host.FORMULATIONS, host.COORDINATOR]
-    ours += [host.NUM_PROCESSES, host.PROCESS_ID, host.DISTRIBUTED, host.PROCESS_TIMEOUT]
+    ours: list[flags.FlagHolder[Any]] = [
+        options.CONFIG,
+        options.WORKDIR,
+        options.OVERWRITE,
+        options.KEEP_OTHERS,
+        options.FORCE,
+        options.RESUME,
+        options.OTHER_CODE,
+        options.CHECKPOINT_SECONDS,
+        host.HOST_DEVICES,
+        host.COMPILATION_CACHE,
+        host.FORMULATIONS,
+        host.COORDINATOR,
+        host.NUM_PROCESSES,
+        host.PROCESS_ID,
+        host.DISTRIBUTED,
+        host.PROCESS_TIMEOUT,
+    ]
     lines = [(module.__doc__ or "").strip(), "", usage.strip(), "", "flags:"]
     lines += [f"  --{f.name}: {flags.FLAGS[f.name].help}" for f in ours]
     return "\n".join(lines)

@@ -86,20 +86,6 @@ def _saddle(p: dict[str, Any]) -> str:
     )
 
 
-def _ggn(p: dict[str, Any]) -> str:
-    return (
-        f"step {p['step']}: $\\min \\mathrm{{eig}}\\, G = {tex(p['ggn_min'], 1)}$, "
-        f"$\\min\\mathrm{{eig}}\\, R = {p['remainder_min']:.3f}$"
-    )
-
-
-def _loss(p: dict[str, Any]) -> str:
-    return (
-        f"step {p['step']}: {p['loss']:.3f} on the population against "
-        f"{p['plateau_level']:.3f} on the test set"
-    )
-
-
 def _lanczos(p: dict[str, Any]) -> str | None:
     if p["lanczos_lambda_min"] is None:
         return None
@@ -124,10 +110,21 @@ _CLAIMS = (
         "$G \\succeq 0$, so all the negative curvature is in $R = H - G$ "
         "(notes/landscape_geometry.md §7; a check)",
         "ggn",
-        _ggn,
+        lambda p: (
+            f"step {p['step']}: $\\min \\mathrm{{eig}}\\, G = {tex(p['ggn_min'], 1)}$, "
+            f"$\\min\\mathrm{{eig}}\\, R = {p['remainder_min']:.3f}$"
+        ),
         ("holds", "fails"),
     ),
-    ("The trained point's loss is the plateau's (a check)", "loss", _loss, ("holds", "fails")),
+    (
+        "The trained point's loss is the plateau's (a check)",
+        "loss",
+        lambda p: (
+            f"step {p['step']}: {p['loss']:.3f} on the population against "
+            f"{p['plateau_level']:.3f} on the test set"
+        ),
+        ("holds", "fails"),
+    ),
     (
         "Lanczos finds the dense $\\lambda_\\text{min}$ (a check)",
         "lanczos",
