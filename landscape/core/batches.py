@@ -92,11 +92,12 @@ def mean_over_batches(objective: Callable) -> MeanOverBatches:
 
 def batches(data: PyTree, batch_size: int, drop_remainder: bool = False) -> PyTree:
     """`data` (leaves with one leading axis of n examples) in batches of `batch_size`, for
-    `Point(params, objective=..., batches=...)`: leaves of shape (B, batch_size, ...) when
-    batch_size divides n; otherwise a `Ragged` pair of those B full batches and a last batch of
-    the r = n mod batch_size examples left, whose mean loss weighs r / batch_size of a full
-    batch's, so the loss is the mean over all n examples (`mean_over`). `drop_remainder=True`
-    leaves those r examples out instead.
+    `Point(params, objective=..., batches=...)`, the loss their mean over all n examples.
+
+    Leaves of shape (B, batch_size, ...) when batch_size divides n; otherwise a `Ragged` pair of
+    those B full batches and a last batch of the r = n mod batch_size examples left, whose mean
+    loss weighs r / batch_size of a full batch's (`mean_over`, docs/design/batches.md).
+    `drop_remainder=True` leaves those r examples out instead.
     """
     _checks.check_int("batch_size", batch_size, 1, "examples per batch")
     _checks.check_bool("drop_remainder", drop_remainder)
