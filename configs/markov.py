@@ -53,6 +53,13 @@ Hessian and near-stationary verdict, escape directions against its real escape, 
   curvature_paper   Fig. 1's N = 512, 500 iterations, 10 seeds each (D ~ 4800: dense Hessians of
                     ~4800 columns on 32 sequences of 512 tokens per seed; prepared for a GPU, not
                     run on the CPU)
+
+The edge of stability on Fig. 1's model (landscape/markov/eos.py; docs/studies/
+edge_of_stability.md): the GPT-2 block (d = 8, tied, 1 layer, float32) trained by full-batch
+gradient descent on one fixed batch at three step sizes and by Adam, 3 seeds, λ_max (Adam: its
+preconditioned sharpness) tracked every 10 steps by 16 Lanczos steps:
+  eos               N = 64, 32 sequences, 400 steps
+  eos_paper         N = 512, the paper's batch of 16 sequences, 500 steps (prepared, not run)
 """
 
 import ml_collections
@@ -77,6 +84,8 @@ VARIANTS = (
     "trap_gpu",
     "curvature",
     "curvature_paper",
+    "eos",
+    "eos_paper",
 )
 PRECISIONS = ["float32", "float16", "bfloat16"]  # model.dtype: float16 = torch autocast
 TIED_UNTIED = [{"model": {"tied": True}}, {"model": {"tied": False}}]
@@ -93,6 +102,8 @@ def get_config(variant: str = "fig3") -> ml_collections.ConfigDict:
         return _trap_study(c, variant)
     if variant.startswith("curvature"):
         return _curvature(c, variant)
+    if variant.startswith("eos"):
+        return _eos(c, variant)
     if variant.endswith("_gpt"):
         c.model.update(GPT2)
     if variant.startswith("fig3"):
@@ -170,4 +181,20 @@ def _curvature(c: ml_collections.ConfigDict, variant: str) -> ml_collections.Con
         c.model.seq_len = 128
         c.curvature.random_directions = 6
         c.variants[1]["curvature"] = {"probed_seeds": 2}
+    return c
+
+
+def _eos(c: ml_collections.ConfigDict, variant: str) -> ml_collections.ConfigDict:
+    """The edge of stability on Fig. 1's model (landscape/markov/eos.py): the trap's GPT-2 block
+    (d = 8, tied, 1 layer, float32) on one fixed batch of the (0.5, 0.8) chain."""
+    c.update(experiment="eos", claims="eos", num_seeds=3)
+    c.chain.update(p=0.5, q=0.8)
+    c.model.update(GPT2, d=8, tied=True, num_layers=1)
+    c.train.update(batch_size=32, eval_sequences=32, track_sequences=32, num_steps=400)
+    c.train.update(log_every=10, track_every=10, track_lanczos=16)
+    c.eos.update(step_sizes=[0.1, 0.3, 1.0], adam_step_sizes=[0.003, 0.03])
+    c.model.seq_len = 64
+    if variant == "eos_paper":  # Fig. 1's N = 512 and 500 iterations; the paper's batch 16
+        c.model.seq_len = 512
+        c.train.update(batch_size=16, num_steps=500)
     return c

@@ -36,6 +36,11 @@ settings (notes §5 and the settings the notes recover by matching the figures' 
                       5-7 min on 2 cores)
   curvature_paper     the same for seeds 0-2 over 2^14 steps, at four kept steps per plateau,
                       on 8192 sequences (about 1.5-2 h on 2 cores)
+  eos                 the edge of stability on Fig. 3's model (landscape/ngrams/eos.py;
+                      docs/studies/edge_of_stability.md): full-batch gradient descent on one
+                      fixed batch of 128 sequences at three step sizes, and Adam at the paper's
+                      1e-2 and 1e-3, 3 seeds, 1000 steps, λ_max tracked every 20 steps
+  eos_paper           the same over the paper's 2^14 steps (prepared, not run)
 """
 
 import ml_collections
@@ -45,7 +50,7 @@ from landscape.ngrams.experiment import default_config
 FIGURES = ("fig1", "fig1_t128", "fig3", "fig4", "fig5", "fig6", "fig7")
 FIG3_PAPER_LEVELS = dict(paper_plateau=1.6355, paper_final=1.6068)  # authors' notebook, notes §5
 VARIANTS = FIGURES + tuple(f + "_paper" for f in FIGURES) + ("stationarity", "smoke")
-VARIANTS += ("curvature", "curvature_paper")
+VARIANTS += ("curvature", "curvature_paper", "eos", "eos_paper")
 
 
 def get_config(variant: str = "fig3") -> ml_collections.ConfigDict:
@@ -132,4 +137,9 @@ def get_config(variant: str = "fig3") -> ml_collections.ConfigDict:
                 random_directions=5000,
                 lanczos_sizes=[128, 512, 2048, 8192, 32768],
             )
+    elif figure == "eos":  # Fig. 3's model on one fixed batch of train.batch_size sequences
+        c.experiment, c.claims, c.num_seeds = "eos", "", 3
+        c.train.update(num_steps=16384 if paper else 1000, log_every=20 if not paper else 128)
+        c.train.update(test_sequences=1024, track_every=c.train.log_every, track_lanczos=16)
+        c.eos.update(step_sizes=[0.1, 0.3, 1.0], adam_step_sizes=[1e-3, 1e-2])
     return c

@@ -19,6 +19,11 @@ Variants (`--config=configs/recall.py:<variant>`), with the CPU time on 2 cores:
                gradient flow from Fig. 1's init (3001 saves) and Fig. 1's SGD (5 seeds), the
                Hessian at every save and kept step against the theory (~10 s; 1-2 min cold)
   curvature_small_eps  the same at eps = 1e-3 (60,000 SGD steps; ~20x longer plateaus)
+  eos          the edge of stability on Fig. 1's model (landscape/recall/eos.py; docs/studies/
+               edge_of_stability.md): gradient descent on the exact population loss (the full
+               batch) at three step sizes and Adam at two, 3 seeds (w(0) = 0.01 N(0, 1)),
+               3000 steps, λ_max tracked every 10 steps
+  eos_paper    the same at Fig. 1's lr 1 among the step sizes, 10,000 steps (prepared, not run)
 """
 
 import ml_collections
@@ -35,6 +40,8 @@ VARIANTS = (
     "ablations",
     "curvature",
     "curvature_small_eps",
+    "eos",
+    "eos_paper",
 )
 
 
@@ -46,6 +53,8 @@ def get_config(variant: str = "fig1") -> ml_collections.ConfigDict:
     c.claims = variant
     if variant.startswith("curvature"):
         return _curvature(c, variant)
+    if variant.startswith("eos"):
+        return _eos(c, variant)
     if variant in ("fig1", "dp_vs_ce"):
         c.experiment = "sgd"
         c.num_seeds = 5 if variant == "fig1" else 3
@@ -116,4 +125,16 @@ def _curvature(c: ml_collections.ConfigDict, variant: str) -> ml_collections.Con
     if variant == "curvature_small_eps":  # nearer the vanishing-init limit (notes §4.8)
         c.init.eps = 1e-3
         c.train.update(num_steps=60_000, log_every=100, params_every=100, track_every=100)
+    return c
+
+
+def _eos(c: ml_collections.ConfigDict, variant: str) -> ml_collections.ConfigDict:
+    """Fig. 1's model and init on its exact population loss (landscape/recall/eos.py)."""
+    c.update(experiment="eos", claims="none", num_seeds=3)
+    c.init.update(kind="shape", eps=0.02, beta_shape=[1.0, 0.5, 0.25, 0.1], w_noise=0.5)
+    c.train.update(sampler="population", num_steps=3000, log_every=10)
+    c.train.update(track_every=10, track_lanczos=16)
+    c.eos.update(step_sizes=[0.3, 1.0, 3.0], adam_step_sizes=[1e-3, 1e-2])
+    if variant == "eos_paper":
+        c.train.num_steps = 10000
     return c

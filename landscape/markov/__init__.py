@@ -17,6 +17,7 @@ trained.py     trained_point: a run's parameters at a step on its chain's popula
 curvature_study.py    the trap's curvature along training: trapped vs escaping seeds (§14)
 curvature_figures.py  [curvature_study] its figure
 basin.py       [curvature_study] a basin's radius along a line; a subspace's chance overlap
+eos.py         [curvature_study] experiment = "eos": the edge of stability's phase (the escape)
 """
 
 from landscape.engine import lazy

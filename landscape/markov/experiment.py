@@ -21,14 +21,14 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from landscape.engine import backend, memory, precision, records, training
+from landscape.engine import backend, edge_of_stability, memory, precision, records, training
 from landscape.engine import config as config_lib
 from landscape.engine import experiment as engine_experiment
 from landscape.engine import track as track_lib
 from landscape.engine.experiment import BASELINE_BYTES
 from landscape.engine.memory import format_bytes
 from landscape.engine.plotting import draw_tracked
-from landscape.markov import atlas, attention, curvature_study, figures, points, task
+from landscape.markov import atlas, attention, curvature_study, eos, figures, points, task
 from landscape.markov import model as model_lib
 from landscape.markov.claims import CLAIMS, run_table
 from landscape.markov.schema import ANALYSES, CLAIM_SETS, TRACED, default_config
@@ -40,8 +40,8 @@ def _validate_run(cfg: ml_collections.ConfigDict) -> None:
     """The fields of the whole run (not per program): name, experiment, seeds, claims, sweep_zip."""
     choice = config_lib.require_choice
     config_lib.require_text(cfg, "name")
-    choice(cfg, "experiment", ("train", "curvature", *ANALYSES))
-    choice(cfg, "claims", (*CLAIM_SETS, "curvature"))
+    choice(cfg, "experiment", ("train", "curvature", "eos", *ANALYSES))
+    choice(cfg, "claims", (*CLAIM_SETS, "curvature", "eos"))
     config_lib.require_seeds(cfg)
     if cfg.experiment in ANALYSES:
         config_lib.require_empty_sweep(cfg, f"experiment = {cfg.experiment!r}")
@@ -154,6 +154,7 @@ def _validate_cell(cfg: ml_collections.ConfigDict) -> None:
     _validate_landscape(cfg)
     _validate_atlas(cfg)
     curvature_study.validate(cfg)
+    edge_of_stability.validate(cfg)
 
 
 def _validate_atlas(cfg: ml_collections.ConfigDict) -> None:
@@ -538,6 +539,8 @@ def run(
     if cfg.experiment == "atlas":
         return atlas.run_atlas(cfg, workdir, progress, train=functools.partial(_atlas_train, cfg))
     groups, cells = [], config_lib.structural_cells(cfg, TRACED)
+    if cfg.experiment == "eos":
+        return eos.run(cfg, workdir, progress, make_problem=make_problem, traced=TRACED)
     if cfg.experiment == "curvature":
         study = curvature_study.run
         return study(cfg, workdir, progress, cells=cells, train=train_group, batch=tracked_inputs)

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import ml_collections
 
+from landscape.engine import edge_of_stability, training
 from landscape.engine import track as track_lib
-from landscape.engine import training
 from landscape.markov import curvature_study
 
 TRACED = ("chain.p", "chain.q", "optim.lr")
@@ -23,7 +23,7 @@ def default_config() -> ml_collections.ConfigDict:
     """Every field a Markov config may set; defaults are the notes' CPU-sized Fig. 3 setting."""
     c = ml_collections.ConfigDict()
     c.name = "markov"
-    c.experiment = "train"  # train | landscape | atlas | curvature (curvature_study.py)
+    c.experiment = "train"  # train | landscape | atlas | curvature | eos (eos.py)
     c.seed = 0
     c.num_seeds = 1
     c.chain = dict(num_states=2, p=0.5, q=0.8, initial="stationary")  # q unused when S > 2
@@ -91,5 +91,6 @@ def default_config() -> ml_collections.ConfigDict:
         train_steps=1000,
     )
     c.curvature = curvature_study.default_study()
+    c.eos = edge_of_stability.default_study()  # experiment = "eos"
     c.claims = "none"
     return c

@@ -16,6 +16,7 @@ claims.py        the estimator lines, the plateau analysis, the claims of a run
 figures.py       test loss with the estimator lines, attention maps, heads by seed, gradient norms
 trained.py       trained_point: a run's parameters at a step on the constructions' population
 curvature_study.py  a plateau's kind, Gauss-Newton split, escape directions against chance
+eos.py           [curvature_study] experiment = "eos": the edge of stability's phases (the lines)
 """
 
 from landscape.engine import lazy

@@ -21,17 +21,18 @@ import ml_collections
 import optax
 
 from landscape.engine import config as config_lib
-from landscape.engine import experiment as engine_experiment
 from landscape.engine import (
+    edge_of_stability,
     plotting,
     precision,
     records,
     training,
     validation,
 )
+from landscape.engine import experiment as engine_experiment
 from landscape.engine import track as track_lib
 from landscape.ngrams import claims as claims_lib
-from landscape.ngrams import curvature_study, estimators, figures, points, task
+from landscape.ngrams import curvature_study, eos, estimators, figures, points, task
 from landscape.ngrams import model as model_lib
 from landscape.ngrams.footprint import memory_estimate, snapshot_chunk
 from landscape.ngrams.schema import TRACED, default_config, model_of
@@ -50,6 +51,7 @@ ONE_PER_RUN = validation.UNSWEEPABLE + (
     "lines",
     "stationarity",
     "curvature",
+    "eos",
     "analysis",
     "figure",
 )
@@ -60,7 +62,7 @@ def _validate_run(cfg: ml_collections.ConfigDict) -> None:
     estimator lines, the stationarity study, the analysis and the figures."""
     r = config_lib.require_number
     config_lib.require_text(cfg, "name")
-    config_lib.require_choice(cfg, "experiment", ("train", "stationarity", "curvature"))
+    config_lib.require_choice(cfg, "experiment", ("train", "stationarity", "curvature", "eos"))
     config_lib.require_seeds(cfg)
     names = cfg.claims.split(",") if cfg.claims else []
     config_lib.require(
@@ -79,6 +81,7 @@ def _validate_run(cfg: ml_collections.ConfigDict) -> None:
         )
     if cfg.experiment == "curvature":
         curvature_study.validate(cfg)
+    edge_of_stability.validate(cfg)
     _validate_task(cfg, "task")
     r(cfg, "lines.num_sequences", low=1, integer=True)
     r(cfg, "lines.seed", low=0, high=2**31 - 1, integer=True)
@@ -408,6 +411,8 @@ def run(
     workdir.write_config(cfg)
     if cfg.experiment == "stationarity":
         return run_stationarity(cfg, workdir, progress)
+    if cfg.experiment == "eos":
+        return eos.run(cfg, workdir, progress, make_problem=make_problem, traced=TRACED)
     lines = claims_lib.Lines(cfg)
     if cfg.experiment == "curvature":  # one program, probed at its plateau
         group = train_group(cfg, {}, workdir, progress)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from landscape.engine import precision, training
+from landscape.engine import edge_of_stability, precision, training
 from landscape.engine import track as track_lib
 from landscape.ngrams import model as model_lib
 
@@ -16,7 +16,7 @@ def default_config() -> ml_collections.ConfigDict:
     """Every field an n-gram config may set; defaults are Fig. 3's setting (notes §5)."""
     c = ml_collections.ConfigDict()
     c.name = "ngrams"
-    c.experiment = "train"  # train | stationarity | curvature
+    c.experiment = "train"  # train | stationarity | curvature | eos
     c.seed = 0  # runs use seeds seed, ..., seed + num_seeds - 1
     c.num_seeds = 1
     c.task = dict(num_states=5, order_n=3, seq_len=32, alpha=0.5, init="uniform")
@@ -86,6 +86,7 @@ def default_config() -> ml_collections.ConfigDict:
     c.figure = dict(highlight_steps=[])  # [] picks: start, mid-plateau, end
     c.sweep = ml_collections.ConfigDict()
     c.variants = []
+    c.eos = edge_of_stability.default_study()  # experiment = "eos" (eos.py)
     c.claims = "staircase,heads,grad_norm"
     return c
 

@@ -12,6 +12,7 @@ figures.py     gradient-flow losses and stage plots (E1-E4), SGD curves and atte
 trained.py     trained_point: an SGD run's parameters at a step on its evaluation loss
 curvature_study.py    the saddles' index along the saddle-to-saddle path (notes §4.10)
 curvature_figures.py  [curvature_study] its figure
+eos.py                [curvature_study] experiment = "eos": the edge of stability's phases (jumps)
 """
 
 from landscape.engine import lazy

@@ -21,14 +21,14 @@ import numpy as np
 from ml_collections import ConfigDict
 
 from landscape.engine import config as config_lib
+from landscape.engine import edge_of_stability, gradient_flow, memory, precision, records, training
 from landscape.engine import experiment as engine_experiment
-from landscape.engine import gradient_flow, memory, precision, records, training
 from landscape.engine import track as track_lib
 from landscape.engine.experiment import BASELINE_BYTES
 from landscape.engine.memory import format_bytes
 from landscape.engine.plotting import draw_tracked
 from landscape.point import params_table
-from landscape.recall import curvature_study, flow, theory
+from landscape.recall import curvature_study, eos, flow, theory
 from landscape.recall import model as model_lib
 from landscape.recall.claims import CLAIMS
 from landscape.recall.figures import FIGURES
@@ -53,7 +53,7 @@ def default_config() -> ml_collections.ConfigDict:
     """Every field a recall config may set (defaults: the notes' Fig. 1 setting, §5)."""
     c = ml_collections.ConfigDict()
     c.name = "recall"
-    c.experiment = "sgd"  # flow | sgd | curvature (both, curvature_study.py)
+    c.experiment = "sgd"  # flow | sgd | curvature (both, curvature_study.py) | eos (eos.py)
     c.seed = 0
     c.num_seeds = 1
     c.task = dict(k=4, num_responses=4)
@@ -106,6 +106,7 @@ def default_config() -> ml_collections.ConfigDict:
     c.sweep = ml_collections.ConfigDict()
     c.variants = []
     c.curvature = curvature_study.default_study()
+    c.eos = edge_of_stability.default_study()  # experiment = "eos" (eos.py)
     c.claims = "none"
     return c
 
@@ -119,11 +120,12 @@ def _validate_run(cfg: ConfigDict) -> None:
     groups a sweep or variant may change (flow runs read no optim / train, SGD runs no flow)."""
     choice = config_lib.require_choice
     config_lib.require_text(cfg, "name")
-    choice(cfg, "experiment", ("flow", "sgd", "curvature"))
+    choice(cfg, "experiment", ("flow", "sgd", "curvature", "eos"))
     choice(cfg, "claims", CLAIM_SETS)
     config_lib.require_seeds(cfg)
     curvature_study.validate(cfg)
-    if cfg.experiment == "curvature":
+    edge_of_stability.validate(cfg)
+    if cfg.experiment in ("curvature", "eos"):
         return
     flow_run = cfg.experiment == "flow"
     config_lib.require(
@@ -356,6 +358,8 @@ def run(cfg: ConfigDict, workdir: records.Workdir, progress: Progress = print) -
     if cfg.experiment == "curvature":
         study = curvature_study.run
         return study(cfg, workdir, progress, flow_run=run_flow, sgd_run=run_sgd)
+    if cfg.experiment == "eos":
+        return eos.run(cfg, workdir, progress, make_problem=sgd_problem_of, traced=SGD_TRACED)
     groups, cells = [], _cells(cfg)
     if progress:
         model = model_lib.from_config(cells[0][1])
@@ -504,15 +508,7 @@ def run_sgd(
 ) -> dict[str, Any]:
     """SGD (or full-batch GD) on sampled batches via the training engine; seeds x traced grid."""
     model = model_lib.from_config(cfg)
-    shape = jnp.asarray(cfg.init.beta_shape, cfg.train.dtype)
-    w_noise = cfg.init.w_noise
-
-    def init(key: jax.Array, hp: training.HParams) -> PyTree:
-        return flow.init_shape(model, hp["init.eps"], shape, key if w_noise else None, w_noise)
-
-    problem = flow.sgd_problem(
-        model, batch_size=cfg.train.batch_size, sampler=cfg.train.sampler, init_fn=init
-    )
+    problem = sgd_problem_of(cfg)
     evaluation = flow.evaluation_loss(model)
     grid, result = engine_experiment.train_cell(
         cfg,
@@ -529,4 +525,18 @@ def run_sgd(
         arrays=result.arrays(complete=True),
         cfg=cfg,
         seconds={"compile": result.compile_seconds, "run": result.run_seconds},
+    )
+
+
+def sgd_problem_of(cfg: ConfigDict) -> training.Problem:
+    """The training problem of an SGD config (`flow.sgd_problem`, init.beta_shape at init.eps)."""
+    model = model_lib.from_config(cfg)
+    shape = jnp.asarray(cfg.init.beta_shape, cfg.train.dtype)
+    w_noise = cfg.init.w_noise
+
+    def init(key: jax.Array, hp: training.HParams) -> PyTree:
+        return flow.init_shape(model, hp["init.eps"], shape, key if w_noise else None, w_noise)
+
+    return flow.sgd_problem(
+        model, batch_size=cfg.train.batch_size, sampler=cfg.train.sampler, init_fn=init
     )

@@ -9,6 +9,7 @@ wikitext.py    [experiment] experiment = "wikitext": the text transformer on Wik
 wikitext_claims.py  [claims] its claims, per-run table and figures
 curvature_study.py  experiment = "curvature": the WikiText model's Hessian along training
 curvature_figures.py  [curvature_study] its figure
+eos.py         [curvature_study] experiment = "eos": the edge of stability's phases (scan, snap)
 theory.py      closed forms: h*, h, omega1, t0, gamma, Gamma, B_n, chi bounds, the attention ODE
 experiment.py  configs -> compiled sweeps -> records, figures and checked claims
 padded.py      [experiment] off the CPU, Fig. 6's four K as one program, padded to the largest

@@ -21,14 +21,14 @@ import ml_collections
 import numpy as np
 
 from landscape.engine import config as config_lib
+from landscape.engine import edge_of_stability, memory, precision, records, sweeps, training
 from landscape.engine import experiment as engine_experiment
-from landscape.engine import memory, precision, records, sweeps, training
 from landscape.engine import track as track_lib
 from landscape.engine.experiment import BASELINE_BYTES
 from landscape.engine.plotting import draw_tracked
 from landscape.point import params_table
 from landscape.scan_snap import claims as claims_lib
-from landscape.scan_snap import curvature_study, figures, padded, wikitext
+from landscape.scan_snap import curvature_study, eos, figures, padded, wikitext
 from landscape.scan_snap import model as model_lib
 from landscape.scan_snap import task as task_lib
 from landscape.scan_snap.claims import CLAIMS, Group
@@ -36,7 +36,7 @@ from landscape.typing import Progress, PyTree
 
 TRACED = ("optim.lr_z", "optim.lr_y_over_lr_z")
 CLAIM_SETS = ("fig4", "fig5", "fig6") + wikitext.CLAIM_SETS + ("curvature", "none")
-EXPERIMENTS = ("train", "theory", "wikitext", "curvature")
+EXPERIMENTS = ("train", "theory", "wikitext", "curvature", "eos")
 TEXT = ("wikitext", "curvature")  # the experiments on real text (wikitext.py)
 
 
@@ -45,7 +45,7 @@ def default_config() -> ml_collections.ConfigDict:
     §7.4)."""
     c = ml_collections.ConfigDict()
     c.name = "scan_snap"
-    c.experiment = "train"  # train (Y/Z model) | theory | wikitext | curvature (on WikiText)
+    c.experiment = "train"  # train (Y/Z model) | theory | wikitext | curvature (on WikiText) | eos
     c.seed = 0  # runs use seeds seed, seed+1, ..., seed+num_seeds-1
     c.num_seeds = 1
     c.data = dict(task_lib.SYN_SMALL)
@@ -88,6 +88,7 @@ def default_config() -> ml_collections.ConfigDict:
     )
     c.update(wikitext.default_fields())  # experiment = "wikitext": text, transformer
     c.curvature = curvature_study.default_study()  # experiment = "curvature"
+    c.eos = edge_of_stability.default_study()  # experiment = "eos" (eos.py)
     return c
 
 
@@ -109,6 +110,7 @@ def _validate_run(cfg: ml_collections.ConfigDict) -> None:
     config_lib.require_seeds(cfg)
     if cfg.experiment == "curvature":
         curvature_study.validate(cfg)
+    edge_of_stability.validate(cfg)
     if cfg.experiment in TEXT:
         return wikitext.validate_run(cfg)
     config_lib.require(
@@ -177,7 +179,7 @@ def _validate_cell(cfg: ml_collections.ConfigDict) -> None:
     training.validate_averaging(cfg)
     track_lib.validate_tracking(cfg)
     config_lib.require(
-        cfg.experiment in ("train", "curvature") or not cfg.train.track_every,
+        cfg.experiment in ("train", "curvature", "eos") or not cfg.train.track_every,
         "train.track_every",
         cfg.train.track_every,
         "0 for experiment = 'wikitext' (experiment = 'curvature' tracks the text model)",
@@ -417,6 +419,9 @@ def run(
         return wikitext.run(cfg, workdir, progress)
     if cfg.experiment == "curvature":
         return curvature_study.run(cfg, workdir, progress)
+    if cfg.experiment == "eos":
+        problem = lambda cell: make_problem(cell, make_task(cell))  # noqa: E731
+        return eos.run(cfg, workdir, progress, make_problem=problem, traced=TRACED)
     groups: list[Group] = []
     cells = structural_cells(cfg)
     if progress:
