@@ -54,14 +54,19 @@ def _restore_matmul_precision():
     jax.config.update("jax_default_matmul_precision", before)
 
 
-# The longest tests first, so that neither pytest-xdist worker is left with a long one at the
-# end (files run in name order). With -m slow, the full quick report (~6 min, its own two worker
-# processes) leads.
+# The longest tests first, in this order, so that neither pytest-xdist worker is left with a
+# long one at the end (the rest run in name order). With -m slow, the full quick report (~6 min,
+# its own two worker processes) leads; by default the 8-device subprocess (~110 s, the setup of
+# the first sharded test) and the golden answers (~60 s, both tests, so that their module's
+# fixture is computed once).
 LONGEST_FIRST = (
     "tests/experiments/test_report.py::test_quick_report_evaluates_every_claim_and_draws_every_figure",
     "tests/ngrams/test_experiment.py::test_smoke_fig3_first_transition",
     "tests/markov/test_experiment.py::test_fig3_theory_model_tied_trap_and_untied_bigram",
     "tests/experiments/test_report.py::test_quick_report_of_one_paper_runs_its_configs_and_writes_the_pages",
+    "tests/probes/test_sharded.py::test_the_probes_on_a_split_model_give_one_devices_numbers",
+    "tests/probes/test_golden.py::test_the_same_answers_are_computed",
+    "tests/probes/test_golden.py::test_every_answer_equals_the_golden_file",
 )
 
 
@@ -120,7 +125,8 @@ def pytest_terminal_summary(terminalreporter):
 
 
 def pytest_collection_modifyitems(config, items):
-    items.sort(key=lambda item: item.nodeid not in LONGEST_FIRST)  # a stable sort
+    rank = {nodeid: i for i, nodeid in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid, len(rank)))  # a stable sort
 
 
 @pytest.fixture(autouse=True)

@@ -28,6 +28,7 @@ from experiments import records as records_cli
 from landscape.engine import integrity, records, training
 from landscape.engine.checkpoints import Checkpoint
 from landscape.scan_snap import experiment as scan_snap
+from tests import once
 from tests.arrays import load_npz
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -45,9 +46,22 @@ def _main(*args):
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
+def runs(tmp_path_factory, request):
     """(an uninterrupted run's workdir, a workdir of the same run stopped at step 200)."""
-    return make_runs(tmp_path_factory.mktemp("faults"))
+    return session_runs(tmp_path_factory, request)
+
+
+def session_runs(tmp_path_factory, request):
+    """`make_runs` once a test session, for every fault module and pytest-xdist worker: the
+    cases copy the stopped run before they touch it and only read the uninterrupted one."""
+    folder = once.session_folder(tmp_path_factory, request)
+
+    def compute():
+        (folder / "faults").mkdir(exist_ok=True)
+        return {"runs": [str(path) for path in make_runs(folder / "faults")]}
+
+    found = once.once(folder / "faults_runs.json", compute)
+    return tuple(pathlib.Path(path) for path in found["runs"])
 
 
 def make_runs(root):

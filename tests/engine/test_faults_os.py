@@ -23,13 +23,13 @@ import pytest
 
 from experiments import cli
 from landscape.engine import checkpoints, records, training, writes
-from tests.engine.test_faults import ARGS, ROOT, _main, _same_records, make_runs
+from tests.engine.test_faults import ARGS, ROOT, _main, _same_records, session_runs
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory):
+def reference(tmp_path_factory, request):
     """An uninterrupted run's workdir."""
-    return make_runs(tmp_path_factory.mktemp("os_faults"))[0]
+    return session_runs(tmp_path_factory, request)[0]
 
 
 def _sentence(status, capsys, expected_status=cli.EXIT_FAILED):

@@ -27,14 +27,14 @@ from tests.engine.test_faults import (
     _main,
     _one_sentence,
     _same_records,
-    make_runs,
+    session_runs,
 )
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
+def runs(tmp_path_factory, request):
     """(an uninterrupted run's workdir, a workdir of the same run stopped at step 200)."""
-    return make_runs(tmp_path_factory.mktemp("faults"))
+    return session_runs(tmp_path_factory, request)
 
 
 @pytest.fixture

@@ -6,16 +6,14 @@ sharded, and the programs gather nothing of the size of the parameters."""
 
 import json
 import os
-import pathlib
 import re
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
 
-from tests import hlo_collectives
+from tests import hlo_collectives, once
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -182,9 +180,8 @@ def eight_devices(tmp_path_factory, request):
     """The subprocess's numbers, computed once a session: pytest-xdist may run this module's
     tests on both workers, or one worker may come back to the module after others (a module
     fixture is then set up again), so the first to arrive computes and the others read."""
-    base = tmp_path_factory.getbasetemp()
-    shared = base if not hasattr(request.config, "workerinput") else base.parent  # the session's
-    return _once(shared / "eight_devices.json", _eight_devices)
+    shared = once.session_folder(tmp_path_factory, request)
+    return once.once(shared / "eight_devices.json", _eight_devices)
 
 
 def _eight_devices() -> dict:
@@ -197,30 +194,6 @@ def _eight_devices() -> dict:
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-def _once(path: pathlib.Path, compute) -> dict:
-    """compute() by the first caller of the session (an exclusive lock file), its JSON read by
-    the others; a failure is written too, so nobody waits for a result that will not come."""
-    try:
-        os.close(os.open(path.with_suffix(".lock"), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-    except FileExistsError:
-        deadline = time.monotonic() + 900
-        while not path.exists():
-            assert time.monotonic() < deadline, f"no {path.name} after 900 s"
-            time.sleep(1)
-        found = json.loads(path.read_text())
-        assert "failed" not in found, found.get("failed")
-        return found
-    try:
-        found = compute()
-    except BaseException as error:
-        found = {"failed": repr(error)[-3000:]}
-        raise
-    finally:
-        path.with_suffix(".part").write_text(json.dumps(found))
-        path.with_suffix(".part").rename(path)
-    return found
 
 
 def test_the_probes_on_a_split_model_give_one_devices_numbers(eight_devices):
