@@ -14,7 +14,13 @@ from __future__ import annotations
 import pathlib
 import sys
 
+from tools import page_parts
 from tools.study_pages import PAGES, stale, write
+
+
+def _shown(name: str) -> str:
+    """A page's path as a reader names it (docs/...)."""
+    return str(PAGES[name].path(name).relative_to(page_parts.STUDIES.parent.parent))
 
 
 def main(argv: list[str]) -> int:
@@ -22,7 +28,7 @@ def main(argv: list[str]) -> int:
     if args == ["--check"]:
         names = stale()
         for name in names:
-            print(f"docs/studies/{name}.md: its tables differ from docs/studies/data/{name}.json")
+            print(f"{_shown(name)}: its tables differ from docs/studies/data/{name}.json")
         return 1 if names else 0
     if len(args) not in (0, 2) or (args and args[0] not in PAGES):
         print(
@@ -36,11 +42,11 @@ def main(argv: list[str]) -> int:
     names = [args[0]] if args else list(PAGES)
     for name in names:
         try:
-            path = write(name, pathlib.Path(args[1]) if args else None)
+            write(name, pathlib.Path(args[1]) if args else None)
         except ValueError as error:
-            print(f"docs/studies/{name}.md: {error}", file=sys.stderr)
+            print(f"{_shown(name)}: {error}", file=sys.stderr)
             return 1
-        print(f"docs/studies/{path.name}: tables written")
+        print(f"{_shown(name)}: tables written")
     return 0
 
 

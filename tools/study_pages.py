@@ -14,6 +14,7 @@ from tools.markov_page import markov_extract, markov_tables
 from tools.ngrams_page import ngrams_extract, ngrams_tables
 from tools.page_parts import Data, data_path, replace, stored
 from tools.recall_page import recall_extract, recall_tables
+from tools.trap_page import trap_extract, trap_tables
 from tools.wikitext_page import wikitext_extract, wikitext_tables
 
 
@@ -25,8 +26,10 @@ class Page:
     extract: Callable[[pathlib.Path], Data]  # workdir -> the numbers the tables show
     tables: Callable[[Data], dict[str, str]]  # data -> {marker name: Markdown table}
 
+    document: str = ""  # the page under docs/ (default: studies/<name>.md)
+
     def path(self, name: str) -> pathlib.Path:
-        return page_parts.STUDIES / f"{name}.md"
+        return page_parts.STUDIES.parent / (self.document or f"studies/{name}.md")
 
 
 def page_text(name: str, data: Data, text: str) -> str:
@@ -51,6 +54,12 @@ PAGES: dict[str, Page] = {
         "python -m experiments.recall --config=configs/recall.py:curvature",
         recall_extract,
         recall_tables,
+    ),
+    "markov_trap": Page(
+        "python -m experiments.markov --config=configs/markov.py:trap_gpu",
+        trap_extract,
+        trap_tables,
+        document="papers/markov.md",
     ),
     "wikitext_curvature": Page(
         "python -m experiments.scan_snap --config=configs/wikitext.py:curvature",

@@ -3,6 +3,7 @@ exactly the tables its stored data gives, so a table edited by hand or a generat
 without writing the pages again fails here. The generator against real records:
 tests/markov/test_curvature_study.py."""
 
+import json
 import re
 
 import pytest
@@ -45,14 +46,19 @@ def test_a_table_edited_by_hand_is_told_from_the_data(tmp_path, monkeypatch):
     row = data["seeds"][0]
     row["lambda_min"] = row["lambda_min"] * 2 - 0.5
     assert study_pages.page_text(name, data, original) != original
-    (tmp_path / "data").mkdir()
+    docs = page_parts.STUDIES.parent
+    (tmp_path / "studies" / "data").mkdir(parents=True)
     for other in study_pages.PAGES:  # the committed pages and data, this page's table edited
         page = study_pages.PAGES[other].path(other)
-        (tmp_path / page.name).write_text(edited if other == name else page.read_text())
-        (tmp_path / "data" / f"{other}.json").write_text(page_parts.data_path(other).read_text())
-    monkeypatch.setattr(page_parts, "STUDIES", tmp_path)
+        copy = tmp_path / page.relative_to(docs)
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        copy.write_text(edited if other == name else page.read_text())
+        data = tmp_path / "studies" / "data" / f"{other}.json"
+        data.write_text(page_parts.data_path(other).read_text())
+    monkeypatch.setattr(page_parts, "STUDIES", tmp_path / "studies")
     assert study_pages.stale() == [name]
-    assert pages.main(["pages"]) == 0 and (tmp_path / f"{name}.md").read_text() == original
+    written = tmp_path / "studies" / f"{name}.md"
+    assert pages.main(["pages"]) == 0 and written.read_text() == original
     assert study_pages.stale() == []
 
 
@@ -82,3 +88,32 @@ def test_the_wikitext_page_tells_a_reader_without_the_data_how_to_get_it():
     assert f"`{wikitext.get_config('curvature').text.path}`" in text
     assert "github.com/pytorch/examples/tree/main/word_language_model/data/wikitext-2" in text
     assert "`valid.txt`" in text and "`test.txt`" in text and "--config.text.path=" in text
+
+
+def test_the_trap_table_counts_and_orders_the_records(tmp_path):
+    """Four runs of one cell (escape steps 100, 200, 300 and one trapped run): the cell says 1/4
+    trapped with the cell's interval, and the median, quartiles and range of the three escapes;
+    a depth against another is Fisher's exact test of their trapped counts."""
+    from tools import trap_page
+
+    header = "layers,precision,seed,trapped,escape_step\n"
+    runs = "".join(
+        f"{layers},float16 autocast,{seed},{step == ''},{step}\n"
+        for layers in (1, 2)
+        for seed, step in enumerate(("100", "200", "", "300"))
+    )
+    (tmp_path / "trap_runs.csv").write_text(header + runs)
+    cells = "layers,precision,runs,trapped,wilson_low,wilson_high\n"
+    cells += "1,float16 autocast,4,1,0.05,0.7\n2,float16 autocast,4,1,0.05,0.7\n"
+    (tmp_path / "trap_cells.csv").write_text(cells)
+    claim = {"claim": "1 layer: trapped", "expected": "interval > 1/2", "verdict": "reproduced"}
+    (tmp_path / "summary.json").write_text(json.dumps({"claims": [claim]}))
+    (tmp_path / "config.json").write_text(json.dumps({"provenance": {}}))
+    tables = trap_page.trap_tables(trap_page.trap_extract(tmp_path))
+    assert (
+        "| 1 layer | 1/4 trapped [0.05, 0.70]; 3 escape, step 200 (quartiles 150-250, "
+        in (tables["trap_cells"])
+    )
+    assert "range 100-300) |" in tables["trap_cells"]
+    assert "| 1 against 2 layers: Fisher's exact test, two-sided | p = 1 |" in tables["trap_cells"]
+    assert "| 1 layer: trapped | interval > 1/2 | **reproduced** |" in tables["trap_claims"]
