@@ -18,6 +18,7 @@ from jax.extend import core as jax_core
 
 from landscape.core import memory
 from landscape.point import Point
+from landscape.probes import data
 
 # On the CPU a larger batch of rows is no faster: a 61 x 61 Markov slice (D = 237, 2.8 MB a row)
 # took 11.7-14.6 s in batches of 89 rows (250 MB) against 12.8-13.1 s in batches of 700 (loaded
@@ -31,10 +32,7 @@ _PROGRAM_BYTES: dict[Any, float] = {}
 def one_evaluation(point: Point) -> tuple[Callable[..., Any], Any]:
     """(objective, inputs) of one loss evaluation, what memory and cost estimates trace: the
     point's `shared`, or over a streamed dataset its objective on one (the first) batch."""
-    objective, inputs = point.shared
-    if getattr(inputs, "is_stream", False):
-        return getattr(objective, "per_batch", objective), inputs.first
-    return objective, inputs
+    return data.of([point]).one_evaluation()
 
 
 def loss_bytes(point: Point) -> float:

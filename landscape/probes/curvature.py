@@ -7,6 +7,7 @@ docs/design/curvature.md.
 
 from __future__ import annotations
 
+import functools
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -24,7 +25,7 @@ from landscape.point import (
     as_points,
     param_names,
 )
-from landscape.probes import compiled, stream
+from landscape.probes import compiled, data
 from landscape.probes.budget import one_evaluation
 from landscape.probes.gradient import Gradient, _program_arguments
 from landscape.probes.hessian import Hessian
@@ -130,19 +131,26 @@ def hessian_at(
         spectra = [lanczos_spectrum(p, num_iters, key) for p in points]
         return spectra if listed else spectra[0]
     _check_dense_size(points, max_dense_dim, columns_per_batch)
-    if stream.streamed(points, listed, "hessian_at"):  # columns a pass over the data
-        found = stream.dense(
-            points[0], points[0].shared[0], columns_per_batch, progress, "hessian_at"
-        )
-        return _hessian(points[0], *found)
+    source = data.of(points, listed, "hessian_at")
+    whole = functools.partial(_in_memory, points, listed, columns_per_batch, progress)
+    found = source.formed(points[0].shared[0], columns_per_batch, progress, "hessian_at", whole)
+    hessians = [_hessian(p, *parts) for p, parts in zip(points, found, strict=True)]
+    return hessians if listed else hessians[0]
+
+
+def _in_memory(
+    points: list[Point], listed: bool, columns_per_batch: int, progress: Any
+) -> list[tuple[Any, Any, Any]]:
+    """(loss, flat gradient, H) of each point: one program (a list's vmapped), or above
+    CHUNKED_ABOVE chunk by chunk."""
     if not listed and points[0].num_params > CHUNKED_ABOVE:
-        return _hessian_in_chunks(points[0], columns_per_batch, progress)
+        return [_hessian_in_chunks(points[0], columns_per_batch, progress)]
     arguments = _program_arguments(points, listed)
     batching = (columns_per_batch, population_parts(points[0]))
     loss, grad, matrix = (np.asarray(x) for x in _dense_hessian(*arguments, batching, listed))
     if not listed:
-        return _hessian(points[0], loss, grad, matrix)
-    return [_hessian(p, loss[i], grad[i], matrix[i]) for i, p in enumerate(points)]
+        return [(loss, grad, matrix)]
+    return [(loss[i], grad[i], matrix[i]) for i in range(len(points))]
 
 
 def _dense_hessian(
@@ -219,7 +227,7 @@ CHUNKED_ABOVE = 1024  # a dense Hessian of more parameters is formed in chunks, 
 
 def _hessian_in_chunks(
     point: Point, columns_per_batch: int, progress: Callable[[str], None] | None
-) -> Hessian:
+) -> tuple[float, np.ndarray, np.ndarray]:
     """A large dense Hessian chunk by chunk (one compiled program for every chunk, each device of
     the process computing its own chunk at once), with an estimate of memory at the start and a
     progress line with the time left after each round of chunks."""
@@ -243,7 +251,7 @@ def _hessian_in_chunks(
             left = seconds / done * (dim - done)
             progress(f"  columns {done}/{dim} | {seconds:.1f} s | about {left:.0f} s left")
     assert first_chunk is not None  # D >= 1: at least one chunk
-    return _hessian(point, *first_chunk, np.concatenate(chunks)[:dim])
+    return (*first_chunk, np.concatenate(chunks)[:dim])
 
 
 def _chunks_from(

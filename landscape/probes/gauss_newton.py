@@ -24,7 +24,7 @@ from landscape import _checks
 from landscape import point as point_lib
 from landscape.core import batches as batches_lib
 from landscape.point import Point
-from landscape.probes import blocks, compiled, curvature, operator, results, stream
+from landscape.probes import blocks, compiled, curvature, data, operator, results
 from landscape.typing import PyTree
 
 Outputs = Callable[[PyTree, PyTree], jax.Array]
@@ -277,23 +277,33 @@ def ggn_at(
         )
     if listed and first.batches is not None:
         raise ValueError("ggn_at: give the points of a dataset in batches one at a time.")
-    if stream.streamed(points, listed, "ggn_at"):  # H, then G: columns a pass over the data
-        hessian = curvature.hessian_at(first, progress=progress, max_dense_dim=max_dense_dim)
-        split = operator.for_matrix(points, first.shared[0], "ggn", "ggn_at")
-        columns = curvature.default_columns_per_batch(first)
-        found = stream.dense(first, split, columns, progress, "ggn_at")
-        return _result(hessian, found[0], found[2])
-    if not listed:
-        hessian = curvature.hessian_at(first, progress=progress, max_dense_dim=max_dense_dim)
-        loss, ggn = _ggn_in_chunks(first, progress)
-        return _result(hessian, float(loss), ggn)
-    hessians = curvature.hessian_at(points, progress=None, max_dense_dim=max_dense_dim)
-    _, params, inputs = compiled.stack(points)
-    dim = first.num_params
-    losses, ggns = ggn_matrix(
-        first.outputs, first.output_loss, params, inputs, np.int32(0), dim, True
+    source = data.of(points, listed, "ggn_at")
+    hessians = (
+        curvature.hessian_at(points, progress=None, max_dense_dim=max_dense_dim)
+        if listed
+        else [curvature.hessian_at(first, progress=progress, max_dense_dim=max_dense_dim)]
     )
-    return [_result(h, float(losses[i]), np.asarray(ggns[i])) for i, h in enumerate(hessians)]
+    split = operator.for_matrix(points, first.shared[0], "ggn", "ggn_at")
+    columns = curvature.default_columns_per_batch(first)
+    whole = functools.partial(_in_memory, points, listed, progress)
+    found = source.formed(split, columns, progress, "ggn_at", whole)
+    out = [_result(h, float(loss), ggn) for h, (loss, _, ggn) in zip(hessians, found, strict=True)]
+    return out if listed else out[0]
+
+
+def _in_memory(
+    points: list[Point], listed: bool, progress: Callable[[str], None] | None
+) -> list[tuple[Any, None, np.ndarray]]:
+    """(loss, None, G) of each point: `_ggn_in_chunks`, or a list's in one vmapped program."""
+    if not listed:
+        loss, ggn = _ggn_in_chunks(points[0], progress)
+        return [(loss, None, ggn)]
+    first = points[0]
+    _, params, inputs = compiled.stack(points)
+    losses, ggns = ggn_matrix(
+        first.outputs, first.output_loss, params, inputs, np.int32(0), first.num_params, True
+    )
+    return [(losses[i], None, np.asarray(ggns[i])) for i in range(len(points))]
 
 
 def _result(hessian: curvature.Hessian, loss: float, ggn: np.ndarray) -> GaussNewton:
@@ -327,7 +337,10 @@ def of_point(found: Any, point: Point, matrix: str) -> Any:
 def dense_spectrum(point: Point) -> tuple[np.ndarray, np.ndarray]:
     """(eigenvalues ascending, eigenvectors as columns) of G formed densely; NaN when it is not
     finite."""
-    _, ggn = _ggn_in_chunks(point, None)
+    source = data.of([point], False, "eigenpairs")
+    columns = curvature.default_columns_per_batch(point)
+    whole = functools.partial(_in_memory, [point], False, None)
+    ((_, _, ggn),) = source.formed(point.shared[0], columns, None, "eigenpairs", whole)
     if not np.all(np.isfinite(ggn)):
         return np.full(len(ggn), np.nan, ggn.dtype), np.full(ggn.shape, np.nan, ggn.dtype)
     return np.linalg.eigh(0.5 * (ggn + ggn.T))

@@ -21,7 +21,7 @@ import numpy as np
 from landscape import _checks
 from landscape.engine import training
 from landscape.point import Point, as_points, param_names
-from landscape.probes import budget, compiled, stream
+from landscape.probes import budget, compiled, data
 from landscape.trees import ravel_numpy
 from landscape.typing import PyTree
 
@@ -71,22 +71,21 @@ def evaluate(
     """The losses of `point`'s model at the combinations weights_TK of `controls`; batch_size
     None: all rows at once if they fit in memory, else as many as fit (`budget.rows_per_batch`,
     a MemoryError in one sentence when not one does)."""
-    objective, inputs = budget.one_evaluation(point)  # over a stream: one batch's
+    source = data.of([point], False, caller)
+    objective, inputs = source.one_evaluation()  # over a stream: one batch's
     weights = np.asarray(weights_TK, np.float64)
     stacked = compiled.stack_trees(*controls)
     if batch_size is None:
         each = _row_bytes(objective, stacked, inputs, weights)
         batch_size = budget.rows_per_batch(point, len(weights_TK), caller, row_bytes=each)
-    if getattr(point.batches, "is_stream", False):  # every row's loss in one pass
-        return stream.mean_of(point, _batch_losses, (stacked, weights), (batch_size,))
-    return np.asarray(_losses_at(objective, stacked, inputs, weights, batch_size))
+    return source.mean_of(_batch_losses, (stacked, weights), (batch_size,))
 
 
 def _batch_losses(
     objective: Objective, batch: PyTree, controls: PyTree, weights_TK: jax.Array, size: Any
 ) -> jax.Array:
-    """`_losses` on one batch of a streamed dataset (`stream.mean_of`'s argument order)."""
-    return _losses(objective, controls, batch, weights_TK, size)
+    """`_losses_at` on the inputs or one batch of them (`data`'s `mean_of` argument order)."""
+    return _losses_at(objective, controls, batch, weights_TK, size)
 
 
 def _row_bytes(

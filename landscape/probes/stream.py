@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from landscape.core import hutchpp, krylov_schur_device, lanczos, memory
+from landscape.core import drive, hutchpp, krylov_schur_device, lanczos, memory
 from landscape.core import layout as layout_lib
 from landscape.core.krylov_schur import Outcome, Plan
 from landscape.core.krylov_schur_device import Carry
@@ -61,57 +61,30 @@ def _passes(caller: str, progress: Any, total: int | None) -> Callable[[], None]
     return done
 
 
-def _advanced(
-    state: lanczos.Lanczos,
-    product: jax.Array,
-    i: jax.Array,
-    start: Callable[[], jax.Array],
-    restart_key: jax.Array,
-) -> tuple[lanczos.Lanczos, jax.Array]:
-    """The core's Lanczos step given the product of its current row, or for i = 0 its init from
-    `start()`; and the row to multiply next."""
-    num_iters = state.basis.shape[0]
-    state = jax.lax.cond(
-        i == 0,
-        lambda: lanczos.init(start(), num_iters),
-        lambda: lanczos.step(state, product, restart_key),
-    )
-    return state, lanczos.current(state)
-
-
-def _zero_runs(lead: tuple[int, ...], num_iters: int, dim: int, dtype: Any) -> lanczos.Lanczos:
-    """Lanczos states of no step yet, on the device, to be donated to the first advance."""
-    zeros = np.zeros(lead + (num_iters,), dtype)
-    basis = np.zeros(lead + (num_iters, dim), dtype)
-    return lanczos.Lanczos(*jax.device_put((basis, zeros, zeros, np.zeros(lead, np.int32))))
-
-
-@functools.partial(jax.jit, donate_argnames=("state",))
-def _lanczos_advance(
-    state: lanczos.Lanczos, product: jax.Array, i: jax.Array, key: jax.Array, params: PyTree
-) -> tuple[lanczos.Lanczos, jax.Array]:
-    """`_advanced` from the start drawn as `lanczos_spectrum` draws it (`layout.draw`)."""
+@jax.jit
+def _start(key: jax.Array, params: PyTree) -> tuple[jax.Array, jax.Array]:
+    """(start, restart key) of `lanczos_spectrum`'s run from `key` (`layout.draw`)."""
     start_key, restart_key = jax.random.split(key)
-    start = lambda: layout_lib.draw("normal", start_key, params, None)  # noqa: E731
-    return _advanced(state, product, i, start, restart_key)
+    return layout_lib.draw("normal", start_key, params, None), restart_key
 
 
 def tridiagonal(
     point: Any, objective: Any, key: jax.Array, num_iters: int, progress: Any
 ) -> tuple[np.ndarray, ...]:
-    """(alphas, betas, loss, flat gradient) of Lanczos from `key`'s start, a pass a product."""
-    dim, dtype = point.num_params, dtype_of(point.params)
-    state = _zero_runs((), num_iters, dim, dtype)
-    product, done = np.zeros(dim, dtype), _passes("lanczos_spectrum", progress, num_iters)
-    for i in range(num_iters + 1):
-        state, row = _lanczos_advance(state, product, np.int32(i), key, point.params)
-        if i < num_iters:
-            rows = np.asarray(row)[None]
-            loss, grad, products = point.batches.sums(per_batch(objective), point.params, rows)
-            product = products[0]
-            done()
+    """(alphas, betas, loss, flat gradient) of Lanczos from `key`'s start, the core's steps
+    host-driven (`drive.host_lanczos`), a pass over the data a product."""
+    done = _passes("lanczos_spectrum", progress, num_iters)
+    passes: list[Any] = []
+
+    def multiply(row: np.ndarray) -> np.ndarray:
+        passes[:] = point.batches.sums(per_batch(objective), point.params, row[None])
+        done()
+        return passes[2][0]
+
+    start, restart_key = _start(key, point.params)
+    state = drive.host_lanczos(multiply, start, restart_key, num_iters)
     found = lanczos.extract(jax.device_get(state))  # numpy: sliced on the host, no program
-    return np.asarray(found.alphas), np.asarray(found.betas), np.asarray(loss), grad
+    return np.asarray(found.alphas), np.asarray(found.betas), np.asarray(passes[0]), passes[1]
 
 
 def slq(
@@ -140,36 +113,22 @@ def slq(
     found = []
     for low in range(0, num_probes, group):
         indices = np.arange(low, low + group, dtype=np.int32)  # past num_probes: cut below
-        state = _zero_runs((group,), num_iters, dim, dtype)
-        products = np.zeros((group, dim), dtype)
-        for i in range(num_iters + 1):
-            step = np.int32(i)
-            state, rows = _slq_advance(state, products, step, key, indices, point.params, kind)
-            if i < num_iters:
-                products = _products(point, objective, np.asarray(rows), done)
+        starts, keys = _slq_starts(key, indices, point.params, kind)
+        multiply = functools.partial(_products, point, objective, done=done)
+        state = drive.host_lanczos(multiply, starts, keys, num_iters)
         found.append([np.asarray(state.alphas), np.asarray(state.betas)[:, :-1]])
     alphas, betas = (np.concatenate(parts)[:num_probes] for parts in zip(*found, strict=True))
     return alphas, betas
 
 
-@functools.partial(jax.jit, static_argnames=("kind",), donate_argnames=("state",))
-def _slq_advance(
-    state: lanczos.Lanczos,
-    products: jax.Array,
-    i: jax.Array,
-    key: jax.Array,
-    indices: jax.Array,
-    params: PyTree,
-    kind: str,
-) -> tuple[lanczos.Lanczos, jax.Array]:
-    """`_advanced` for each probe's run, from the probes drawn as `spectral_density` draws them."""
+@functools.partial(jax.jit, static_argnames=("kind",))
+def _slq_starts(
+    key: jax.Array, indices: jax.Array, params: PyTree, kind: str
+) -> tuple[jax.Array, jax.Array]:
+    """(the probes `indices`, drawn as `spectral_density` draws them, their runs' restart keys)."""
     probe_key, restart_key = jax.random.split(key)
-
-    def one(state: lanczos.Lanczos, product: jax.Array, index: jax.Array) -> tuple:
-        start = lambda: layout_lib.probe(probe_key, index, kind, params, None)  # noqa: E731
-        return _advanced(state, product, i, start, jax.random.fold_in(restart_key, index))
-
-    return jax.vmap(one)(state, products, indices)
+    starts = jax.vmap(lambda i: layout_lib.probe(probe_key, i, kind, params, None))(indices)
+    return starts, jax.vmap(lambda i: jax.random.fold_in(restart_key, i))(indices)
 
 
 BLOCK = 16  # products of one pass at most (trace, spectral_density)
