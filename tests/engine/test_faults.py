@@ -506,12 +506,19 @@ def _full_disk_run(workdir, size):
 
 
 @pytest.mark.parametrize(
-    "case", [(80_000, "checkpoints/cell0/host-300.npz", True), (1_000, "config.json", False)]
+    "case",
+    [
+        pytest.param((80_000, "checkpoints/cell0/host-300.npz", True), marks=pytest.mark.slow),
+        (1_000, "config.json", False),
+    ],
 )
 def test_a_full_disk_ends_in_one_sentence_and_the_run_continues(runs, tmp_path, capsys, case):
     """Files may not grow past `size` bytes: the run stops where a record does not fit with one
     sentence naming it; once the limit is lifted, `--resume` (or, when the config itself did
-    not fit and nothing was kept, the same command) gives the uninterrupted run's records."""
+    not fit and nothing was kept, the same command) gives the uninterrupted run's records.
+    The disk full mid-run (-m slow) has fast siblings: the config.json case (the same limit),
+    test_a_stop_whose_status_does_not_fit_still_ends_in_one_sentence (a full disk, then a
+    resume to the same records) and test_metrics_rows_that_do_not_fit_name_the_file."""
     size, file, kept = case
     workdir = tmp_path / "run"
     done = _full_disk_run(workdir, size)

@@ -272,9 +272,12 @@ def _cli(args, **env_changes):
     )
 
 
+@pytest.mark.slow  # two CLI runs that compile everything (~15 s)
 def test_the_cli_runs_on_without_a_cache_it_cannot_make(tmp_path):
     """HOME where no folder can be made (the default cache under it), and a file given as
-    --compilation_cache: the run says so in one line, goes on without a cache and records why."""
+    --compilation_cache: the run says so in one line, goes on without a cache and records why.
+    Fast sibling: test_a_folder_that_cannot_hold_the_cache_turns_it_off_in_one_line (setup's
+    sentence, no cache, the note a run records)."""
     afile = tmp_path / "afile"
     afile.write_text("mine")
     args = [
