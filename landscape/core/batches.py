@@ -50,6 +50,12 @@ def first_batch(batches: PyTree) -> PyTree:
     return jax.tree.map(lambda x: x[0], split(batches)[0])
 
 
+def count(batches: PyTree) -> int:
+    """The number of batches of a dataset in batches, a short last one included."""
+    stack, last = split(batches)
+    return int(jax.tree.leaves(stack)[0].shape[0]) + (last is not None)
+
+
 def mean_over(term: Callable[[PyTree], Any], batches: PyTree, zeros: Any) -> Any:
     """The mean over a dataset in batches of term(batch) (a pytree of arrays, each a mean over
     the batch's examples): summed over the B equal batches in a lax.scan and divided by B; with

@@ -23,6 +23,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from landscape import _checks
+from landscape.core import batches as batches_lib
 from landscape.engine import config as config_lib
 from landscape.engine import provenance as provenance_lib
 from landscape.engine import records, training
@@ -444,8 +445,8 @@ def describe_run(
     track = train_kwargs.get("track")
     if track is not None:  # what it measures, without its loss (a function)
         options["track"] = {k: v for k, v in vars(track).items() if k not in ("loss", "batches")}
-        if track.batches is not None:  # the evaluation set's size, not its arrays
-            options["track"]["batches"] = int(jax.tree.leaves(track.batches)[0].shape[0])
+        if track.batches is not None:  # the evaluation set's batches, counted, not its arrays
+            options["track"]["batches"] = batches_lib.count(track.batches)
     return dict(
         optim=optim.to_dict(),
         hparams=dict(base_hparams),

@@ -88,6 +88,7 @@ def test_in_memory_a_short_last_batch_is_weighed_by_its_examples():
     stack, last = batches_lib.split(data)
     assert [np.shape(x) for x in jax.tree.leaves(stack)] == [(4, B, 4), (4, B, 2)]
     assert [np.shape(x) for x in jax.tree.leaves(last)] == [(41, 4), (41, 2)]
+    assert batches_lib.count(data) == 5
     point = landscape.Point(PARAMS, batches=data, **SPLIT)
     # the plain mean of the five batch means is another number: the weights matter
     means = [float(mse(PARAMS, b)) for b in _cut([B] * 4 + [41])]
