@@ -11,16 +11,11 @@ method, its stopping rule and its tolerances: docs/design/curvature.md.
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import jax
-import jax.numpy as jnp
 import numpy as np
-from jax.flatten_util import ravel_pytree
-from jax.sharding import NamedSharding
-from jax.sharding import PartitionSpec as P
 
 from landscape import _checks, trees
 from landscape import point as point_lib
@@ -29,19 +24,18 @@ from landscape.core import memory, orthonormal
 from landscape.point import Point
 from landscape.probes import (
     blocks,
-    compiled,
     curvature,
+    data,
     gauss_newton,
     gradient,
     krylov,
     operator,
-    stream,
 )
 from landscape.probes.pairs import Eigenpairs as Eigenpairs
 from landscape.probes.pairs import lanczos_rtol as lanczos_rtol
 from landscape.probes.pairs import multiplicity_rtol as multiplicity_rtol
 from landscape.probes.pairs import negative_rtol as negative_rtol
-from landscape.typing import Progress, PyTree
+from landscape.typing import Progress
 
 WHICH = ("largest", "smallest")
 FALLBACK_BELOW = 6000  # hessian_at's max_dense_dim: the largest D a failed search solves densely
@@ -60,68 +54,7 @@ def _wanted_order(values: np.ndarray, which: str) -> np.ndarray:
 hvps = operator.products  # H v for each row of (K, D) vectors, one linearisation
 
 
-@functools.partial(jax.jit, static_argnames=("objective",))
-def certify(
-    objective: compiled.Objective,
-    params: PyTree,
-    inputs: PyTree,
-    vectors: jax.Array,
-    epsilons: jax.Array,
-) -> tuple[jax.Array, jax.Array]:
-    """(H v for each row v of `vectors` (K, D), `losses_along` the rows at `epsilons`): the
-    dense path's fresh products and `escape_directions`' second-order check in one program."""
-    products = operator.hessian_operator(objective, params, inputs).rows(vectors)
-    directions = jax.vmap(ravel_pytree(params)[1])(vectors)
-    return products, losses_along(objective, params, inputs, directions, epsilons)
-
-
-@functools.partial(jax.jit, static_argnames=("objective",))
-def losses_along(
-    objective: compiled.Objective,
-    params: PyTree,
-    inputs: PyTree,
-    directions: PyTree,
-    epsilons: jax.Array,
-) -> jax.Array:
-    """L(θ + ε v) for each direction v (a pytree like the params, its leaves stacked on a
-    leading axis of N: `rows_like`) and each ε of (E,), as (N, E + 1): column 0 is ε = 0,
-    evaluated in the same batched program so that differences cancel rounding (pass ε and -ε
-    for symmetric differences). In params form: over a mesh nothing of size D is gathered."""
-    dtype = jnp.result_type(*jax.tree.leaves(params))
-    steps = jnp.concatenate([jnp.zeros(1, dtype), epsilons.astype(dtype)])
-
-    def loss_at(direction: PyTree, step: jax.Array) -> jax.Array:
-        moved = jax.tree.map(lambda p, d: p + step * d, params, direction)
-        return objective(moved, inputs)
-
-    return jax.vmap(lambda d: jax.vmap(lambda s: loss_at(d, s))(steps))(directions)
-
-
-def _batch_losses_along(
-    objective: compiled.Objective,
-    batch: PyTree,
-    params: PyTree,
-    directions: PyTree,
-    epsilons: jax.Array,
-) -> jax.Array:
-    """`losses_along` on one batch of a streamed dataset (`stream.mean_of`'s argument order)."""
-    return losses_along(objective, params, batch, directions, epsilons)
-
-
-def rows_like(params: PyTree, rows: np.ndarray) -> PyTree:
-    """rows (N, D) in `ravel_pytree`'s order as a pytree like the params with leaves (N, ...),
-    each put as its parameter lies over a mesh (the leading axis whole; split on the host)."""
-    leaves, treedef = jax.tree.flatten(params)
-    out, offset = [], 0
-    for leaf in leaves:
-        size = int(np.prod(np.shape(leaf)))
-        part = rows[:, offset : offset + size].reshape((rows.shape[0], *np.shape(leaf)))
-        offset += size
-        sharding = getattr(leaf, "sharding", None)
-        if isinstance(sharding, NamedSharding) and sharding.mesh.size > 1:
-            part = jax.device_put(part, NamedSharding(sharding.mesh, P(None, *sharding.spec)))
-        out.append(part)
-    return jax.tree.unflatten(treedef, out)
+losses_along, rows_like = data.losses_along, data.rows_like  # the losses along directions
 
 
 # --------------------------------------------------------------------------------------------------
@@ -181,14 +114,9 @@ def _certified(
 ) -> tuple[Eigenpairs, np.ndarray]:
     """The dense path's Eigenpairs, its residuals from fresh exact HVPs (one batched call with
     the losses along its vectors at `epsilons`, which it returns beside)."""
-    objective, inputs = point.shared
     steps = np.zeros(0, flat_vectors.dtype) if epsilons is None else epsilons
-    if getattr(inputs, "is_stream", False):  # a pass for the products, one for the losses
-        products = stream.products(point, objective, flat_vectors)
-        directions = rows_like(point.params, flat_vectors)
-        losses = stream.mean_of(point, _batch_losses_along, (point.params, directions, steps))
-    else:
-        products, losses = certify(objective, point.params, inputs, flat_vectors, steps)
+    source = data.of([point], False, "eigenpairs")
+    products, losses = source.certify(point.shared[0], flat_vectors, steps)
     residuals = np.linalg.norm(np.asarray(products) - values[:, None] * flat_vectors, axis=1)
     pairs = _pairs(point, which, values, flat_vectors, residuals, "dense", extremes, gradient)
     return pairs, np.asarray(losses)
@@ -227,8 +155,7 @@ def _dense(
     size = max(points[0].num_params, 1)  # dense_below decides; hessian_at still checks memory
     spectra: list[tuple[np.ndarray, np.ndarray, gradient.Gradient | None]]
     if operator.is_ggn(points[0].shared[0]):  # G, formed densely (`eigenpairs(matrix="ggn")`)
-        dense = _streamed_spectrum if stream.streamed(points, listed, "eigenpairs") else None
-        spectra = [(*(dense or gauss_newton.dense_spectrum)(p), None) for p in points]
+        spectra = [(*gauss_newton.dense_spectrum(p), None) for p in points]
     else:  # H by hessian_at (over a stream too)
         hessians = (
             curvature.hessian_at(points, max_dense_dim=size, progress=progress)
@@ -247,16 +174,6 @@ def _dense(
         )
         out.append((dataclasses.replace(pairs, reason=reason), losses))
     return out
-
-
-def _streamed_spectrum(point: Point) -> tuple[np.ndarray, np.ndarray]:
-    """(eigenvalues ascending, eigenvectors) of G formed over a stream (`stream.dense`), as
-    `gauss_newton.dense_spectrum` forms it in memory; NaN when it is not finite."""
-    columns = curvature.default_columns_per_batch(point)
-    _, _, matrix = stream.dense(point, point.shared[0], columns, None, "eigenpairs")
-    if not np.all(np.isfinite(matrix)):
-        return np.full(len(matrix), np.nan), np.full(matrix.shape, np.nan)
-    return np.linalg.eigh(0.5 * (matrix + matrix.T))
 
 
 def _lanczos_one(
@@ -449,14 +366,9 @@ def solve(
         found = _fallback(found, reason, how.fallback_below, progress)
         losses = None
         if epsilons is not None and found.finite:  # the second program of escape_directions
-            objective, inputs = point.shared
             directions = rows_like(point.params, found.flat_vectors)
-            if getattr(inputs, "is_stream", False):  # one pass over the data
-                arguments = (point.params, directions, epsilons)
-                losses = stream.mean_of(point, _batch_losses_along, arguments)
-            else:
-                along = losses_along(objective, point.params, inputs, directions, epsilons)
-                losses = np.asarray(along)
+            arguments = (point.params, directions, epsilons)
+            losses = data.of([point]).mean_of(data.batch_losses_along, arguments)
         out.append((found, losses))
     return out
 

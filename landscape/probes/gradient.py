@@ -12,9 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from landscape import _checks, trees
-from landscape.core import layout as layout_lib
-from landscape.core.layout import Layout
+from landscape import _checks
 from landscape.point import (
     BlockName,
     Names,
@@ -25,7 +23,7 @@ from landscape.point import (
     check_point,
     param_names,
 )
-from landscape.probes import compiled, operator, stream
+from landscape.probes import compiled, data, operator
 from landscape.probes.results import (
     NON_FINITE,
     STATIONARITY_RULE,
@@ -39,7 +37,7 @@ from landscape.probes.results import (
     point_row,
     verdict_lines,
 )
-from landscape.trees import ravel_numpy, unravel_numpy
+from landscape.trees import ravel_numpy
 from landscape.typing import PyTree
 
 
@@ -190,12 +188,7 @@ def gradient_at(point: PointOrPoints) -> Gradient | list[Gradient]:
         loss, `kind()` (stationary or not) and `summary()`.
     """
     points, listed = as_points(point, "gradient_at")
-    if stream.streamed(points, listed, "gradient_at"):  # one pass over the data
-        value, vector = stream.value_and_gradient(points[0], points[0].shared[0])
-        return _gradient(points[0], unravel_numpy(points[0].params, vector), value)
-    objective, params, inputs = _program_arguments(points, listed)
-    loss, tree = compiled.value_and_grad(objective, params, inputs, batched=listed)
-    loss, tree = np.asarray(loss), jax.tree.map(np.asarray, tree)
+    loss, tree = data.of(points, listed, "gradient_at").value_and_gradient()
     if not listed:
         return _gradient(points[0], tree, loss)
     return [_gradient(p, _row(tree, i), loss[i]) for i, p in enumerate(points)]
@@ -227,35 +220,19 @@ def hvp(
     """
     check_point(point, "hvp")
     eps = _finite_difference_step(point, matrix, finite_difference, "hvp")
-    objective, inputs = point.shared
+    objective = point.shared[0]
     objective = operator.for_matrix([point], objective, matrix, "hvp")
     params = point.params
     structure = jax.tree.structure(params)
     dim, dtype = point.num_params, jnp.result_type(*jax.tree.leaves(params))
-    spread = layout_lib.spread(params, point.batches)
+    source = data.of([point], False, "hvp")
 
     def product(v: Any) -> Any:
         if jax.tree.structure(v) == structure:  # type: ignore[operator]  # PyTreeDef has ==
             _check_tangent_leaves(v, params)
-            if stream.streamed([point], False, "hvp"):  # one pass over the data
-                flat = stream.product(point, objective, ravel_numpy(v))
-                return unravel_numpy(params, flat)
-            if eps is not None:
-                return operator.finite_difference_product(
-                    objective, params, inputs, v, eps, flat=False, layout=spread
-                )
-            return compiled.hvp(objective, params, inputs, v, batched=False, layout=spread)
+            return source.product_tree(objective, v, eps)
         if np.ndim(v) == 1 and not isinstance(v, list | tuple | dict):
-            if stream.streamed([point], False, "hvp"):
-                return stream.product(point, objective, _flat_vector(v, dim, dtype))
-            if spread is not None:
-                vector = _flat_vector(v, dim, dtype)
-                return _split_flat_product(point, objective, spread, vector, eps)
-            if eps is not None:
-                return operator.finite_difference_product(
-                    objective, params, inputs, _flat_vector(v, dim, dtype), eps, flat=True
-                )
-            return compiled.hvp_of_flat(objective, params, inputs, _flat_vector(v, dim, dtype))
+            return source.product_flat(objective, _flat_vector(v, dim, dtype), eps)
         raise TypeError(
             f"hvp: v has tree structure {jax.tree.structure(v)}: must be a pytree shaped like "
             f"the params ({structure}) or a flat vector of D = {dim} entries (ravel_pytree order)."
@@ -284,11 +261,10 @@ def hvp_flat(
     """
     check_point(point, "hvp_flat")
     eps = _finite_difference_step(point, matrix, finite_difference, "hvp_flat")
-    objective, inputs = point.shared
+    objective = point.shared[0]
     objective = operator.for_matrix([point], objective, matrix, "hvp_flat")
-    params = point.params
-    x0 = ravel_numpy(params)
-    spread = layout_lib.spread(params, point.batches)
+    x0 = ravel_numpy(point.params)
+    source = data.of([point], False, "hvp_flat")
 
     def matvec(v: Any) -> jax.Array:
         shape = np.shape(v)
@@ -303,38 +279,9 @@ def hvp_flat(
                 f"v has dtype {v_dtype}: must be real numbers (cast to the params' dtype, "
                 f"{x0.dtype})."
             )
-        if stream.streamed([point], False, "hvp_flat"):  # one pass over the data
-            return stream.product(point, objective, _as_params_dtype(v, x0.dtype)).reshape(shape)
-        if spread is not None:
-            vector = np.asarray(v, x0.dtype).reshape(-1)
-            return _split_flat_product(point, objective, spread, vector, eps).reshape(shape)
-        if eps is not None:
-            vector = _as_params_dtype(v, x0.dtype)
-            return operator.finite_difference_product(
-                objective, params, inputs, vector, eps, flat=True
-            )
-        return compiled.hvp_of_flat(objective, params, inputs, _as_params_dtype(v, x0.dtype))
+        return source.product_flat(objective, _as_params_dtype(v, x0.dtype), eps)
 
     return x0, matvec
-
-
-def _split_flat_product(
-    point: Point, objective: Any, spread: Layout, v: Any, eps: float | None = None
-) -> np.ndarray:
-    """H v of a flat v (D,) in `ravel_pytree`'s order at a point over a mesh: v split into the
-    params' leaves on the host and put as they lie, multiplied in the mesh's layout (nothing of
-    size D gathered on a device), H v raveled on the host; by central differences at `eps`."""
-    tree = jax.tree.map(
-        lambda x, p: jax.device_put(x, p.sharding), unravel_numpy(point.params, v), point.params
-    )
-    inputs = point.shared[1]
-    if eps is not None:
-        product = operator.finite_difference_product(
-            objective, point.params, inputs, tree, eps, flat=False, layout=spread
-        )
-    else:
-        product = compiled.hvp(objective, point.params, inputs, tree, False, spread)
-    return np.concatenate([trees.host(x).ravel() for x in jax.tree.leaves(product)])
 
 
 def _finite_difference_step(
@@ -357,12 +304,7 @@ def _finite_difference_step(
         low_open=True,
         meaning="the norm of the step along v in parameter space",
     )
-    if getattr(point.batches, "is_stream", False):
-        raise ValueError(
-            f"{caller}: finite_difference= needs the data in memory (one batch or "
-            "Point(..., batches=...)); over a streamed dataset use the exact product "
-            "(finite_difference=None)."
-        )
+    data.of([point], False, caller).check_finite_difference(caller)
     return float(finite_difference)
 
 

@@ -1,8 +1,8 @@
 """`eigenpairs`' Krylov-Schur search on a point (the search itself, its decisions and a call's
 vector work, is the core's: `landscape.core.krylov_schur`): `advance`, a call's products of the
 exact Hessian in one compiled program per model; `search`, which drives the core's search over it
-(over a streamed dataset over `stream.searcher`), prints a line per run once the search takes
-long, and returns what it found in `ravel_pytree`'s order.
+(over a streamed dataset its steps host-driven, `data.Streamed.searcher`), prints a line per run
+once the search takes long, and returns what it found in `ravel_pytree`'s order.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -18,11 +18,10 @@ import numpy as np
 
 from landscape import trees
 from landscape.core import krylov_schur, krylov_schur_device
-from landscape.core import layout as layout_lib
 from landscape.core.krylov_schur import Outcome, Plan, State
 from landscape.core.layout import Layout
 from landscape.point import Point
-from landscape.probes import compiled, operator, stream
+from landscape.probes import compiled, data, operator
 from landscape.typing import PyTree
 
 
@@ -87,10 +86,7 @@ def search(
     program: `advance` (over a streamed dataset, `stream.searcher`'s two, a pass over the data
     a product)."""
     objective, inputs = point.shared
-    call: Callable[..., Any] = advance
-    spread = layout_lib.spread(point.params, point.batches)
-    if getattr(inputs, "is_stream", False):  # its vectors ravel_pytree's, on any model
-        call, spread = stream.searcher(point, progress), None
+    call, spread = data.of([point], False, "eigenpairs").searcher(advance, progress)
     dim, dtype = point.num_params, np.dtype(jax.tree.leaves(point.params)[0].dtype)
     settings = krylov_schur.Settings(k, min(ncv - k, dim + 1), dim, which, rtol, max_runs)
     padded = dim if spread is None else spread.padded

@@ -13,11 +13,10 @@ import jax
 import numpy as np
 
 from landscape import _checks
-from landscape.core import lanczos, ritz
 from landscape.core import layout as layout_lib
-from landscape.core.layout import Layout
+from landscape.core import ritz
 from landscape.point import Point, check_point, param_names
-from landscape.probes import blocks, compiled, operator, stream
+from landscape.probes import blocks, data, operator
 from landscape.probes.gradient import Gradient
 from landscape.probes.results import (
     NON_FINITE,
@@ -31,8 +30,7 @@ from landscape.probes.results import (
     spectrum_lines,
     verdict_lines,
 )
-from landscape.trees import ravel_numpy, unravel_numpy
-from landscape.typing import PyTree
+from landscape.trees import ravel_numpy
 
 
 @dataclasses.dataclass(frozen=True, eq=False, repr=False)
@@ -162,31 +160,6 @@ class Spectrum:
         )
 
 
-@functools.partial(jax.jit, static_argnames=("objective", "num_iters", "layout"))
-def _tridiagonal(
-    objective: compiled.Objective,
-    params: PyTree,
-    inputs: PyTree,
-    key: jax.Array,
-    num_iters: int,
-    layout: Layout | None = None,
-) -> tuple[jax.Array, ...]:
-    """(alphas, betas, loss, gradient pytree): Lanczos and the point's gradient, one program;
-    over a mesh the vectors in `layout` (each device its own shards)."""
-    op = operator.hessian_operator(objective, params, inputs, layout)
-    start_key, restart_key = jax.random.split(key)
-    start = layout_lib.draw("normal", start_key, params, layout)  # alike in any layout
-    if layout is None:
-        gradient = jax.flatten_util.ravel_pytree(params)[1](op.gradient)
-        run = lanczos.run(op.matvec, start, num_iters, restart_key)
-    else:
-        gradient = layout.from_flat(op.gradient)
-        place = lambda x: layout.clean(layout.place(x))  # noqa: E731  # one draw's projection
-        run = lanczos.run(op.matvec, start, num_iters, restart_key, project=place)
-    found = lanczos.extract(run)
-    return found.alphas, found.betas, op.value, gradient
-
-
 def lanczos_spectrum(
     point: Point,
     num_iters: int = 100,
@@ -215,21 +188,13 @@ def lanczos_spectrum(
     key = _checks.key_or_default("key", key)
     num_iters = min(num_iters, point.num_params)
     basis_bytes = num_iters * point.num_params * blocks.itemsize(point)
-    streamed = stream.streamed([point], False, "lanczos_spectrum")
-    if not streamed:  # a stream's loss holds one chunk's memory
-        blocks.plan(
-            point, 1, "lanczos_spectrum", basis_bytes, progress=progress,
-            hint="ask for fewer Lanczos steps (num_iters)", mesh=layout_lib.of(point.params).mesh,
-        )  # fmt: skip
-    if streamed:  # a pass over the data a step
-        alphas, betas, loss, grad = stream.tridiagonal(point, objective, key, num_iters, progress)
-        tree = unravel_numpy(point.params, grad)
-    else:
-        spread = layout_lib.spread(point.params, point.batches)
-        found = _tridiagonal(objective, point.params, point.shared[1], key, num_iters, spread)
-        alphas, betas, loss = (np.asarray(x) for x in found[:3])
-        tree = jax.tree.map(np.asarray, found[3])
-        grad = ravel_numpy(tree)
+    check = functools.partial(
+        blocks.plan, point, 1, "lanczos_spectrum", basis_bytes, progress=progress,
+        hint="ask for fewer Lanczos steps (num_iters)", mesh=layout_lib.of(point.params).mesh,
+    )  # fmt: skip
+    source = data.of([point], False, "lanczos_spectrum")
+    alphas, betas, loss, tree = source.tridiagonal(objective, key, num_iters, progress, check)
+    grad = ravel_numpy(tree)
     gradient = Gradient(point, tree, grad, param_names(point.params), float(loss))
     nodes, weights = ritz.quadrature(alphas[None], betas[None])  # NaN where T is not finite
     return Spectrum(point, nodes[0], weights[0], gradient, matrix)
