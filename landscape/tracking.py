@@ -2,7 +2,8 @@
 (optax's style), jittable inside a user's own step or `lax.scan`; each update is one Lanczos run
 of `num_iters` Hessian-vector products started warm from the last measurement's Ritz vectors,
 which the state carries with its key. The engine's `Track` measures with the same core
-(`landscape.core`: `hvp.loss_operator`, `lanczos.run`, `ritz.ritz`). docs/guide/own_loop.md;
+(`landscape.core`: `hvp.loss_operator`, `lanczos.run`, `ritz.ritz`); over a streamed dataset
+the same steps run host-driven (`drive.host_lanczos`). docs/guide/own_loop.md;
 docs/design/curvature.md for the Lanczos run."""
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from jax.flatten_util import ravel_pytree
 from landscape import _checks
 from landscape import point as point_lib
 from landscape.core import batches as batches_lib
-from landscape.core import hvp, lanczos, ritz
+from landscape.core import drive, hvp, lanczos, ritz
 from landscape.core import layout as layout_lib
 from landscape.core.layout import Layout
 from landscape.typing import PyTree
@@ -94,7 +95,8 @@ def tracker(
 
     Args:
         loss: loss(params, *inputs) -> scalar; `update` passes it the inputs it is given (a
-            batch, an evaluation set), so a new batch costs no compile.
+            batch, an evaluation set), so a new batch costs no compile; or, called from Python
+            with a `landscape.stream` alone, each of its batches (a pass over it a product).
         num_iters: Lanczos steps (Hessian-vector products) per measurement, at most D.
         k: the largest Ritz values reported (and their vectors kept), fewer than num_iters.
         noise: the next start is the sum of the kept Ritz vectors (unit norm) plus Gaussian
@@ -220,16 +222,38 @@ def update(
     layout = settings.layout
     flat, unravel = (layout.to_flat(params), layout.from_flat) if layout else ravel_pytree(params)
     value, grad, matvec = hvp.loss_operator(loss, flat, unravel, inputs, settings.in_batches)
+    start, key, restart_key = _started(settings, state, params, flat.dtype)
+    project = None if layout is None else layout.clean
+    run = lanczos.run(matvec, start, settings.num_iters, restart_key, project=project)
+    return _measured(settings, run, value, grad, state, key, flat.dtype)
+
+
+def _started(
+    settings: Settings, state: TrackerState, params: PyTree, dtype: Any
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """(the run's warm start, the next state's key, the run's restart key) (`warm_start`)."""
     key, start_key, restart_key = jax.random.split(state.key, 3)
 
     def draw(key: jax.Array) -> jax.Array:  # the same vector in every layout
-        return layout_lib.draw("normal", key, params, layout)
+        return layout_lib.draw("normal", key, params, settings.layout)
 
-    start = warm_start(finite_or_zeros(state.vectors, flat.dtype), start_key, settings.noise, draw)
+    start = warm_start(finite_or_zeros(state.vectors, dtype), start_key, settings.noise, draw)
+    return start, key, restart_key
+
+
+def _measured(
+    settings: Settings,
+    run: lanczos.Lanczos,
+    value: jax.Array,
+    grad: jax.Array,
+    state: TrackerState,
+    key: jax.Array,
+    dtype: Any,
+) -> tuple[Measurement, TrackerState]:
+    """The Measurement of a finished run (its top k and bottom Ritz pairs, `ritz.ritz`) and the
+    state that keeps their vectors."""
     k, m = settings.k, settings.num_iters
     kept = tuple(range(m - 1, m - 1 - k, -1)) + (0,)  # the top k, descending, then the bottom
-    project = None if layout is None else layout.clean
-    run = lanczos.run(matvec, start, m, restart_key, project=project)
     found = ritz.ritz(lanczos.extract(run), kept)
     top = found.values[np.asarray(kept[:-1])]
     floor = rounding_floor(found.values, m)
@@ -238,7 +262,7 @@ def update(
         top[0], found.values[0], top, residuals[np.asarray(kept[:-1])],
         residuals[0], value, jnp.linalg.norm(grad),
     )  # fmt: skip
-    vectors = finite_or_zeros(found.vectors, flat.dtype)
+    vectors = finite_or_zeros(found.vectors, dtype)
     return measurement, TrackerState(vectors, key, state.measured + 1)
 
 
@@ -269,10 +293,61 @@ def checked_update(
     """`Tracker.update`: its arguments checked (one sentence each), then the compiled `update`;
     called from Python, a RecompileWarning once inputs of a third shape compile it again."""
     state = _check_state_type(state)
+    if _streamed(settings, inputs):  # a pass over the data a product
+        return _streamed_update(loss, settings, state, params, inputs[0])
     _check_inputs(settings, inputs)
     measured = _update_program(loss, settings, state, params, *inputs)
     _note_shapes(loss, settings, (state, params, inputs))  # shapes that compiled
     return measured
+
+
+_started_program = jax.jit(_started, static_argnames=("settings", "dtype"))
+_measured_program = jax.jit(_measured, static_argnames=("settings", "dtype"))
+
+
+def _streamed_update(
+    loss: Callable[..., jax.Array],
+    settings: Settings,
+    state: TrackerState,
+    params: PyTree,
+    data: Any,
+) -> tuple[Measurement, TrackerState]:
+    """`update` over a streamed dataset (`landscape.stream`, the mean of loss(params, batch)
+    over its batches): the same warm start, Lanczos steps and Ritz pairs, the steps host-driven
+    (`drive.host_lanczos`), each product one pass over the data (`Stream.sums`)."""
+    dim, dtype = flat_shape(params, settings.num_iters)
+    _check_state_fits(settings, state, dim)
+    _check_loss_output(loss, dataclasses.replace(settings, in_batches=False), params, (data.first,))
+    start, key, restart_key = _started_program(settings, state, params, dtype)
+    passes: list[Any] = []
+
+    def multiply(row: np.ndarray) -> np.ndarray:
+        passes[:] = data.sums(loss, params, row[None].astype(dtype))
+        return passes[2][0]
+
+    run = drive.host_lanczos(multiply, start, restart_key, settings.num_iters)
+    return _measured_program(settings, run, passes[0], passes[1], state, key, dtype)
+
+
+def _streamed(settings: Settings, inputs: tuple) -> bool:
+    """Whether the inputs are one streamed dataset; one sentence for a stream among other
+    inputs or over a mesh (`like=`)."""
+    where = [i for i, given in enumerate(inputs) if getattr(given, "is_stream", False)]
+    if not where:
+        return False
+    if len(inputs) > 1:
+        raise TypeError(
+            f"tracker.update: inputs[{where[0]}] is a streamed dataset (landscape.stream), which "
+            "the loss takes alone: give it as the only input, loss(params, batch) then the "
+            "loss of one of its batches."
+        )
+    if settings.layout is not None:
+        raise TypeError(
+            "tracker.update: a streamed dataset's vectors are ravel_pytree's on one device: give "
+            "a dataset in batches (landscape.batches(data, size)) with tracker(..., "
+            "in_batches=True) for like=."
+        )
+    return True
 
 
 def _check_state_type(state: object) -> TrackerState:
@@ -288,15 +363,8 @@ def _check_state_type(state: object) -> TrackerState:
 
 
 def _check_inputs(settings: Settings, inputs: tuple) -> None:
-    """One sentence for inputs `update` cannot pass to the loss: a stream, or with in_batches
-    anything but one dataset whose leaves share a leading axis of batches."""
-    for i, given in enumerate(inputs):
-        if getattr(given, "is_stream", False):
-            raise TypeError(
-                f"tracker.update: inputs[{i}] is a streamed dataset (landscape.stream), which "
-                "one compiled update cannot read: give a batch, or a dataset in batches "
-                "(landscape.batches(data, size)) with tracker(..., in_batches=True)."
-            )
+    """One sentence for inputs `update` cannot pass to the loss: with in_batches anything but
+    one dataset whose leaves share a leading axis of batches."""
     if not settings.in_batches:
         return
     if len(inputs) != 1:

@@ -188,6 +188,31 @@ def test_a_dataset_in_batches_is_its_mean():
         np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-13)
 
 
+def test_a_streamed_dataset_is_its_batches_mean_and_compiles_once():
+    """update over landscape.stream: the same measurements and kept vectors as in_batches=True
+    over the same 4 batches, along two warm-started updates, each product a pass over the
+    data; the second update compiles nothing."""
+    params, (x, y) = _params(), _data(0)
+    batches = [(x[i : i + 12], y[i : i + 12]) for i in range(0, 48, 12)]
+    split = landscape.tracker(mse, num_iters=10, k=2, in_batches=True)
+    streamed = landscape.tracker(mse, num_iters=10, k=2)
+    key, data = jax.random.key(4), landscape.stream(batches, chunk=3)
+    states = split.init(params, key), streamed.init(params, key)
+    for step in range(2):
+        moved = jax.tree.map(lambda p: p * (1 + 0.1 * step), params)
+        before = _COMPILES[0]
+        batched, first = split.update(states[0], moved, landscape.batches((x, y), batch_size=12))
+        found, second = streamed.update(states[1], moved, data)
+        if step:
+            assert _COMPILES[0] == before  # a new point: no new program
+        for a, b in zip(batched, found, strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-11, atol=1e-13)
+        np.testing.assert_allclose(first.vectors, second.vectors, rtol=1e-9, atol=1e-11)
+        states = first, second
+    top = _dense(moved, (x, y))[-1]  # the dense reference, eigvalsh's largest
+    assert abs(float(found.lambda_max) - top) <= float(found.lambda_max_residual) + 1e-12
+
+
 def test_vmapped_over_runs_each_run_is_its_own():
     """A sweep: vmap over three runs' parameters equals three separate updates."""
     tracker = landscape.tracker(mse, num_iters=8, k=2)
@@ -291,8 +316,8 @@ def test_each_mistake_of_update_is_one_sentence():
     with pytest.raises(ValueError, match="leading axis of B >= 1 batches"):
         batched.update(state, params, (batch[0][0], batch[1]))
     for which in (tracker, batched):
-        with pytest.raises(TypeError, match=r"inputs\[0\] is a streamed dataset"):
-            which.update(state, params, landscape.stream([batch, batch]))
+        with pytest.raises(TypeError, match=r"inputs\[0\] is a streamed dataset .* alone"):
+            which.update(state, params, landscape.stream([batch, batch]), batch)
 
 
 def test_inputs_of_a_third_shape_warn_that_update_compiles_again():
