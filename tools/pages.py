@@ -36,7 +36,7 @@ def main(argv: list[str]) -> int:
             file=sys.stderr,
         )
         return 2
-    if args and not (pathlib.Path(args[1]) / "summary.json").is_file():
+    if args and not PAGES[args[0]].finished(pathlib.Path(args[1])):
         print(f"{args[1]} holds no finished run (no summary.json).", file=sys.stderr)
         return 2
     names = [args[0]] if args else list(PAGES)

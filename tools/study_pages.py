@@ -10,6 +10,7 @@ import pathlib
 from collections.abc import Callable
 
 from tools import page_parts
+from tools.eos_page import eos_extract, eos_finished, eos_tables
 from tools.markov_page import markov_extract, markov_tables
 from tools.ngrams_page import ngrams_extract, ngrams_tables
 from tools.page_parts import Data, data_path, replace, stored
@@ -25,6 +26,8 @@ class Page:
     command: str
     extract: Callable[[pathlib.Path], Data]  # workdir -> the numbers the tables show
     tables: Callable[[Data], dict[str, str]]  # data -> {marker name: Markdown table}
+    # workdir -> whether it holds what `extract` reads (default: a finished run, summary.json)
+    finished: Callable[[pathlib.Path], bool] = lambda workdir: (workdir / "summary.json").is_file()
 
     document: str = ""  # the page under docs/ (default: studies/<name>.md)
 
@@ -65,6 +68,12 @@ PAGES: dict[str, Page] = {
         "python -m experiments.scan_snap --config=configs/wikitext.py:curvature",
         wikitext_extract,
         wikitext_tables,
+    ),
+    "edge_of_stability": Page(
+        "python -m experiments.markov --config=configs/markov.py:eos --workdir=runs/eos/markov",
+        eos_extract,
+        eos_tables,
+        eos_finished,
     ),
 }
 
