@@ -64,12 +64,27 @@ def bucket_below(limit: int) -> int:
 def product_bytes(point: Point, vector_bytes: float = 0.0, devices: int = 1) -> float:
     """Bytes one Hessian-vector product of `point` holds at once, estimated: four times one
     loss evaluation (the tangents of the forward and backward passes beside their saved
-    residuals) and four flat vectors (v, H v and their ravel copies), plus `vector_bytes` that
-    the probe keeps per vector (a Lanczos basis). Over a mesh of `devices`, a device's: its
-    slice of the vectors, the loss's activations counted whole (how XLA splits them is the
-    model's: a row-parallel layer's output lies whole on every device)."""
+    residuals), v and H v flat and as pytrees like the parameters, plus `vector_bytes` that the
+    probe keeps per vector (a Lanczos basis). Over a mesh of `devices`, a device's: its slice
+    of the flat vectors, of the pytrees what it holds of the parameters (a block replicated
+    over the data axis gathered whole: `device_param_bytes`), the loss's activations counted
+    whole (how XLA splits them is the model's: a row-parallel layer's output lies whole on
+    every device). docs/guide/foundation_scale.md has it against XLA's own count."""
     flat_bytes = point.num_params * itemsize(point)
-    return 4.0 * budget.loss_bytes(point) + (4.0 * flat_bytes + vector_bytes) / devices
+    pytrees = flat_bytes if devices == 1 else device_param_bytes(point)
+    flat = (2.0 * flat_bytes + vector_bytes) / devices
+    return 4.0 * budget.loss_bytes(point) + flat + 2.0 * pytrees
+
+
+def device_param_bytes(point: Point) -> float:
+    """The most bytes of the parameters one device holds, each leaf's shard as it lies (a
+    replicated leaf whole): a product's v and H v as pytrees take as much on each device."""
+    total = 0.0
+    for leaf in jax.tree_util.tree_leaves(point.params):
+        sharding = getattr(leaf, "sharding", None)
+        shape = sharding.shard_shape(leaf.shape) if sharding is not None else np.shape(leaf)
+        total += math.prod(shape) * np.dtype(leaf.dtype).itemsize
+    return total
 
 
 def _on_each(mesh: Mesh | None) -> str:
