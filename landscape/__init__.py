@@ -11,6 +11,7 @@ import importlib.metadata
 from typing import TYPE_CHECKING, Any
 
 from landscape.core.batches import batches
+from landscape.core.preconditioner import adam_preconditioner
 from landscape.engine.host import setup
 from landscape.engine.track import Track
 from landscape.point import Point, param_names, params_table, restrict
@@ -101,6 +102,7 @@ __all__ = [
     "setup",
     "Track",
     "tracker",
+    "adam_preconditioner",
     "Tracker",
     "TrackerState",
     "Measurement",

@@ -25,6 +25,7 @@ from landscape import point as point_lib
 from landscape.core import batches as batches_lib
 from landscape.core import drive, hvp, lanczos, ritz
 from landscape.core import layout as layout_lib
+from landscape.core import preconditioner as preconditioner_lib
 from landscape.core.layout import Layout
 from landscape.typing import PyTree
 
@@ -74,9 +75,12 @@ class Settings:
 
 
 class Tracker(NamedTuple):
-    """`init(params, key) -> state` and `update(state, params, *inputs) -> (Measurement,
-    state)`: pure functions; `update` is one compiled program per loss, settings and shapes
-    (from Python, a RecompileWarning when inputs of a third shape compile it again)."""
+    """`init(params, key) -> state` and `update(state, params, *inputs, preconditioner=None)
+    -> (Measurement, state)`: pure functions; `update` is one compiled program per loss,
+    settings and shapes (from Python, a RecompileWarning when inputs of a third shape compile
+    it again). With a diagonal `preconditioner` P (a pytree like the params, or optax Adam's
+    state at this step: `landscape.adam_preconditioner`), it measures P^{-1/2} H P^{-1/2}, whose
+    λ_max is the preconditioned sharpness (docs/notes/edge_of_stability.md)."""
 
     init: Callable[[PyTree, jax.Array], TrackerState]
     update: Callable[..., tuple[Measurement, TrackerState]]
@@ -213,15 +217,21 @@ def update(
     state: TrackerState,
     params: PyTree,
     *inputs: PyTree,
+    inverse_sqrt: PyTree = None,
 ) -> tuple[Measurement, TrackerState]:
     """One measurement at `params` (module docstring) and the state for the next: a state
-    holding non-finite vectors (a measurement at NaN parameters) starts the next one afresh."""
+    holding non-finite vectors (a measurement at NaN parameters) starts the next one afresh.
+    With `inverse_sqrt` = P^{-1/2} (a pytree like the params), of P^{-1/2} H P^{-1/2}
+    (`hvp.preconditioned`; Cohen et al., 2022), the loss and gradient norm still the loss's."""
     dim, _ = flat_shape(params, settings.num_iters)
     _check_state_fits(settings, state, dim)
     _check_loss_output(loss, settings, params, inputs)
     layout = settings.layout
     flat, unravel = (layout.to_flat(params), layout.from_flat) if layout else ravel_pytree(params)
     value, grad, matvec = hvp.loss_operator(loss, flat, unravel, inputs, settings.in_batches)
+    if inverse_sqrt is not None:
+        scale = layout.to_flat(inverse_sqrt) if layout else ravel_pytree(inverse_sqrt)[0]
+        matvec = hvp.preconditioned(matvec, scale.astype(flat.dtype))
     start, key, restart_key = _started(settings, state, params, flat.dtype)
     project = None if layout is None else layout.clean
     run = lanczos.run(matvec, start, settings.num_iters, restart_key, project=project)
@@ -289,14 +299,20 @@ def checked_update(
     state: TrackerState,
     params: PyTree,
     *inputs: PyTree,
+    preconditioner: object = None,
 ) -> tuple[Measurement, TrackerState]:
     """`Tracker.update`: its arguments checked (one sentence each), then the compiled `update`;
-    called from Python, a RecompileWarning once inputs of a third shape compile it again."""
+    called from Python, a RecompileWarning once inputs of a third shape compile it again. A
+    `preconditioner` (`Tracker`) is taken as P^{-1/2} (`core.preconditioner`)."""
     state = _check_state_type(state)
-    if _streamed(settings, inputs):  # a pass over the data a product
+    if _streamed(settings, inputs, preconditioner):  # a pass over the data a product
         return _streamed_update(loss, settings, state, params, inputs[0])
     _check_inputs(settings, inputs)
-    measured = _update_program(loss, settings, state, params, *inputs)
+    scale = None
+    if preconditioner is not None:
+        diagonal = preconditioner_lib.diagonal(preconditioner, params, "tracker.update")
+        scale = preconditioner_lib.inverse_sqrt(diagonal)
+    measured = _update_program(loss, settings, state, params, *inputs, inverse_sqrt=scale)
     _note_shapes(loss, settings, (state, params, inputs))  # shapes that compiled
     return measured
 
@@ -329,9 +345,9 @@ def _streamed_update(
     return _measured_program(settings, run, passes[0], passes[1], state, key, dtype)
 
 
-def _streamed(settings: Settings, inputs: tuple) -> bool:
+def _streamed(settings: Settings, inputs: tuple, preconditioner: object) -> bool:
     """Whether the inputs are one streamed dataset; one sentence for a stream among other
-    inputs or over a mesh (`like=`)."""
+    inputs, over a mesh (`like=`) or with a preconditioner."""
     where = [i for i, given in enumerate(inputs) if getattr(given, "is_stream", False)]
     if not where:
         return False
@@ -341,11 +357,11 @@ def _streamed(settings: Settings, inputs: tuple) -> bool:
             "the loss takes alone: give it as the only input, loss(params, batch) then the "
             "loss of one of its batches."
         )
-    if settings.layout is not None:
+    if settings.layout is not None or preconditioner is not None:
         raise TypeError(
-            "tracker.update: a streamed dataset's vectors are ravel_pytree's on one device: give "
-            "a dataset in batches (landscape.batches(data, size)) with tracker(..., "
-            "in_batches=True) for like=."
+            "tracker.update: a streamed dataset's vectors are ravel_pytree's on one device and "
+            "take no preconditioner: give a dataset in batches (landscape.batches(data, size)) "
+            "with tracker(..., in_batches=True) for like= or preconditioner=."
         )
     return True
 

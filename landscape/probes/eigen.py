@@ -30,6 +30,7 @@ from landscape.probes import (
     gradient,
     krylov,
     operator,
+    preconditioning,
 )
 from landscape.probes.pairs import Eigenpairs as Eigenpairs
 from landscape.probes.pairs import lanczos_rtol as lanczos_rtol
@@ -259,6 +260,7 @@ def eigenpairs(
     progress: Progress = print,
     rtol: float | None = None,
     matrix: operator.Matrix = "hessian",
+    preconditioner: object = None,
 ) -> Any:
     """The k smallest (by default, k = 6) or largest eigenpairs of the Hessian at `point`, each
     certified by its residual ||H v - λ v|| (a fresh exact HVP); repeated eigenvalues come with
@@ -288,6 +290,9 @@ def eigenpairs(
             Every result reports its residuals whatever rtol.
         matrix: "hessian", or "ggn" for the Gauss-Newton matrix G = Jᵀ H_z J of a point that
             carries `outputs` and `output_loss` (dense: G formed as `ggn_at` does).
+        preconditioner: None, or P's diagonal (a pytree like the params, or optax Adam's
+            state): the eigenpairs of P^{-1/2} H P^{-1/2}, its top value the preconditioned
+            sharpness (`landscape.adam_preconditioner`), its vectors in P's coordinates.
 
     Returns:
         An `Eigenpairs` (a list for a list of points), whose `method` and `reason` say how
@@ -296,11 +301,12 @@ def eigenpairs(
     points, listed = point_lib.as_points(point, "eigenpairs")
     how = settings(points, k, which, dense_below, ncv, num_iters, key, tol, rtol, max_restarts,
                    fallback_below)  # fmt: skip
-    views = gauss_newton.matrix_points(points, matrix, "eigenpairs")
+    seen = preconditioning.views(points, preconditioner, "eigenpairs", matrix)
+    views = gauss_newton.matrix_points(seen, matrix, "eigenpairs")
     found = [pairs for pairs, _ in solve(views, listed, k, which, how, progress)]
-    return _listed(
-        [gauss_newton.of_point(f, p, matrix) for f, p in zip(found, points, strict=True)], listed
-    )
+    pairs_of = zip(found, points, strict=True)
+    found = [preconditioning.original(gauss_newton.of_point(f, p, matrix), p) for f, p in pairs_of]
+    return _listed(found, listed)
 
 
 class Settings(NamedTuple):

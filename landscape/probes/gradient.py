@@ -23,7 +23,7 @@ from landscape.point import (
     check_point,
     param_names,
 )
-from landscape.probes import compiled, data, operator
+from landscape.probes import compiled, data, operator, preconditioning
 from landscape.probes.results import (
     NON_FINITE,
     STATIONARITY_RULE,
@@ -200,7 +200,10 @@ def _gradient(point: Point, tree: PyTree, loss: Any) -> Gradient:
 
 
 def hvp(
-    point: Point, matrix: operator.Matrix = "hessian", finite_difference: float | None = None
+    point: Point,
+    matrix: operator.Matrix = "hessian",
+    finite_difference: float | None = None,
+    preconditioner: object = None,
 ) -> Callable[[Any], Any]:
     """v -> H v at the point (forward-over-reverse, compiled once per model), or G v.
 
@@ -212,6 +215,8 @@ def hvp(
             (∇L(θ + h v) - ∇L(θ - h v)) / (2h), h = ε / |v|, the product PyTorch's FSDP tools
             use, to measure its bias (`operator.finite_difference_operator`; the Hessian only,
             data in memory).
+        preconditioner: None, or P's diagonal (a pytree like the params, or optax Adam's
+            state): v -> P^{-1/2} H P^{-1/2} v (`landscape.adam_preconditioner`).
 
     Returns:
         A function of v: a pytree shaped like the params (H v is then one too) or a flat
@@ -219,6 +224,9 @@ def hvp(
         then flat), in the params' dtype; a wrong shape or dtype is named in one sentence.
     """
     check_point(point, "hvp")
+    if preconditioner is not None:  # the point in P's coordinates (`preconditioning`)
+        view = preconditioning.views([point], preconditioner, "hvp", matrix)[0]
+        return hvp(view, finite_difference=finite_difference)
     eps = _finite_difference_step(point, matrix, finite_difference, "hvp")
     objective = point.shared[0]
     objective = operator.for_matrix([point], objective, matrix, "hvp")
@@ -242,7 +250,10 @@ def hvp(
 
 
 def hvp_flat(
-    point: Point, matrix: operator.Matrix = "hessian", finite_difference: float | None = None
+    point: Point,
+    matrix: operator.Matrix = "hessian",
+    finite_difference: float | None = None,
+    preconditioner: object = None,
 ) -> tuple[np.ndarray, Callable[[Any], jax.Array]]:
     """The Hessian (or G) as a flat operator, for solvers that work on vectors (scipy, CG).
 
@@ -252,6 +263,7 @@ def hvp_flat(
             carries `outputs` and `output_loss`.
         finite_difference: None for the exact product; a step ε > 0 for the central difference
             of the gradient over a step of norm ε along v (as `hvp`).
+        preconditioner: None, or P's diagonal: P^{-1/2} H P^{-1/2} in place of H (as `hvp`).
 
     Returns:
         (x0, matvec): the flat params (D,) in `ravel_pytree` order and v (D,) or (D, 1) -> H v
@@ -260,6 +272,9 @@ def hvp_flat(
         `LinearOperator((D, D), matvec, dtype=x0.dtype)` serves `scipy.sparse.linalg.eigsh`.
     """
     check_point(point, "hvp_flat")
+    if preconditioner is not None:  # the point in P's coordinates (`preconditioning`)
+        view = preconditioning.views([point], preconditioner, "hvp_flat", matrix)[0]
+        return ravel_numpy(point.params), hvp_flat(view, finite_difference=finite_difference)[1]
     eps = _finite_difference_step(point, matrix, finite_difference, "hvp_flat")
     objective = point.shared[0]
     objective = operator.for_matrix([point], objective, matrix, "hvp_flat")

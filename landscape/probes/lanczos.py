@@ -16,7 +16,7 @@ from landscape import _checks
 from landscape.core import layout as layout_lib
 from landscape.core import ritz
 from landscape.point import Point, check_point, param_names
-from landscape.probes import blocks, data, operator
+from landscape.probes import blocks, data, operator, preconditioning
 from landscape.probes.gradient import Gradient
 from landscape.probes.results import (
     NON_FINITE,
@@ -166,6 +166,7 @@ def lanczos_spectrum(
     key: jax.Array | None = None,
     progress: blocks.Progress = print,
     matrix: operator.Matrix = "hessian",
+    preconditioner: object = None,
 ) -> Spectrum:
     """Ritz values of the Hessian (or of the Gauss-Newton matrix) at `point` from Lanczos on
     exact products; no D x D matrix is formed.
@@ -178,11 +179,18 @@ def lanczos_spectrum(
             reorthogonalisation) when it is a large share of the free memory (None: silent).
         matrix: "hessian", or "ggn" for the Gauss-Newton matrix G = Jᵀ H_z J of a point that
             carries `outputs` and `output_loss` (its Spectrum then gives no verdict).
+        preconditioner: None, or a diagonal P (a pytree like the params, or optax Adam's
+            state): the Ritz values of P^{-1/2} H P^{-1/2} (`landscape.adam_preconditioner`).
 
     Returns:
         A `Spectrum`: Ritz values and weights; `kind()` proves a saddle or says inconclusive.
     """
     check_point(point, "lanczos_spectrum")
+    if preconditioner is not None:  # the point in P's coordinates (`preconditioning`)
+        return preconditioning.through_views(
+            "lanczos_spectrum", point, preconditioner,
+            lambda view: lanczos_spectrum(view, num_iters, key, progress), matrix,
+        )  # fmt: skip
     objective = operator.for_matrix([point], point.shared[0], matrix, "lanczos_spectrum")
     _checks.check_int("num_iters", num_iters, 1, "the number of Lanczos steps")
     key = _checks.key_or_default("key", key)

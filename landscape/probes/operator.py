@@ -25,6 +25,7 @@ from landscape.core import hvp
 from landscape.core.batches import MeanOverBatches, mean_over_batches
 from landscape.core.layout import Layout
 from landscape.point import Point
+from landscape.probes import preconditioning
 from landscape.typing import PyTree
 
 Objective = Callable[[PyTree, PyTree], jax.Array]
@@ -49,7 +50,10 @@ def hessian_operator(
     """The Hessian of objective(., inputs) at params, for use inside a traced program; the
     Gauss-Newton matrix instead when the objective is a `GaussNewtonSplit` (`gauss_newton`).
     Its vectors are flat in `layout` (None: `ravel_pytree`'s order; over a mesh, each device's
-    slice its own shards, `landscape.core.layout`)."""
+    slice its own shards, `landscape.core.layout`). A `preconditioning.Preconditioned`
+    objective multiplies by P^{-1/2} H P^{-1/2} (`_preconditioned`)."""
+    if isinstance(objective, preconditioning.Preconditioned):
+        return _preconditioned(objective, params, inputs, layout)
     if isinstance(objective, GaussNewtonSplit):
         return ggn_operator(objective.outputs, objective.output_loss, params, inputs, layout)
     if isinstance(objective, MeanOverBatches) and layout is not None and layout.mesh is not None:
@@ -61,6 +65,20 @@ def hessian_operator(
         return _over_batches(objective.per_batch, flat, unravel, inputs)
     value, gradient, linear = hvp.linearized_gradient(lambda x: objective(unravel(x), inputs), flat)
     return Operator(flat, value, gradient, linear, hvp.each_row(linear, flat.size))
+
+
+def _preconditioned(
+    wrapped: preconditioning.Preconditioned, params: PyTree, inputs: PyTree, layout: Layout | None
+) -> Operator:
+    """The Hessian and gradient at u = 0 of the view's loss L(θ0 + d ⊙ u), d = P^{-1/2}: the
+    operator at θ0 congruent by d, d ⊙ H (d ⊙ v) (`hvp.preconditioned`), and d ⊙ ∇L."""
+    inner_inputs, origin, inverse_sqrt = inputs
+    op = hessian_operator(wrapped.inner, origin, inner_inputs, layout)
+    d = flattened(inverse_sqrt, layout)[0]
+    return Operator(
+        flattened(params, layout)[0], op.value, d * op.gradient,
+        hvp.preconditioned(op.matvec, d), lambda vectors: d * op.rows(d * vectors),
+    )  # fmt: skip
 
 
 class GaussNewtonSplit:
