@@ -98,6 +98,9 @@ class Memory:
     def check_finite_difference(self, caller: str) -> None:
         """Central differences take the data in memory: nothing to refuse."""
 
+    def needs_memory(self, caller: str, what: str, instead: str) -> None:
+        """What takes the data in memory (an option of the products) takes this: no sentence."""
+
     def formed(
         self, objective: Objective, columns: int, progress: Any, caller: str, whole: Callable
     ) -> list[tuple[Any, Any, Any]]:
@@ -182,10 +185,16 @@ class Streamed:
 
     def check_finite_difference(self, caller: str) -> None:
         """One sentence: central differences are built for data in memory."""
+        self.needs_memory(
+            caller, "finite_difference=", "over a streamed dataset use the exact product "
+            "(finite_difference=None)",
+        )  # fmt: skip
+
+    def needs_memory(self, caller: str, what: str, instead: str) -> None:
+        """One sentence for `what` (an option of the products), built for data in memory."""
         raise ValueError(
-            f"{caller}: finite_difference= needs the data in memory (one batch or "
-            "Point(..., batches=...)); over a streamed dataset use the exact product "
-            "(finite_difference=None)."
+            f"{caller}: {what} needs the data in memory (one batch or Point(..., "
+            f"batches=...)); {instead}."
         )
 
     def formed(

@@ -16,6 +16,7 @@ import numpy as np
 
 from landscape.core import preconditioner as preconditioner_lib
 from landscape.point import Point, as_points
+from landscape.probes import data
 from landscape.typing import PyTree
 
 
@@ -53,10 +54,9 @@ def views(
             f"{caller}: preconditioner= preconditions the loss's Hessian: give "
             "matrix='hessian' (the Gauss-Newton matrix takes no preconditioner)."
         )
-    if any(getattr(p.batches, "is_stream", False) for p in points):
-        raise ValueError(
-            f"{caller}: preconditioner= needs the data in memory (one batch or Point(..., "
-            "batches=...)); a streamed dataset takes no preconditioner."
+    for point in points:
+        data.of([point]).needs_memory(
+            caller, "preconditioner=", "a streamed dataset takes no preconditioner"
         )
     return [_view(p, preconditioner, caller) for p in points]
 
