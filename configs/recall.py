@@ -23,7 +23,7 @@ Variants (`--config=configs/recall.py:<variant>`), with the CPU time on 2 cores:
                edge_of_stability.md): gradient descent on the exact population loss (the full
                batch) at three step sizes and Adam at two, 3 seeds (w(0) = 0.01 N(0, 1)),
                3000 steps, λ_max tracked every 10 steps
-  eos_paper    the same at Fig. 1's lr 1 among the step sizes, 10,000 steps (prepared, not run)
+  eos_paper    the same over 10,000 steps (prepared, not run)
 """
 
 import ml_collections
@@ -134,7 +134,7 @@ def _eos(c: ml_collections.ConfigDict, variant: str) -> ml_collections.ConfigDic
     c.init.update(kind="shape", eps=0.02, beta_shape=[1.0, 0.5, 0.25, 0.1], w_noise=0.5)
     c.train.update(sampler="population", num_steps=3000, log_every=10)
     c.train.update(track_every=10, track_lanczos=16)
-    c.eos.update(step_sizes=[0.3, 1.0, 3.0], adam_step_sizes=[1e-3, 1e-2])
+    c.eos.update(step_sizes=[3.0, 10.0, 30.0], adam_step_sizes=[0.1, 1.0])
     if variant == "eos_paper":
         c.train.num_steps = 10000
     return c

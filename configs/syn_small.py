@@ -15,7 +15,7 @@ Variants (`--config=configs/syn_small.py:<variant>`):
   fig5_adam   Fig. 5: Adam with eta_Y = eta_Z in {0.1, 0.5, 1}
   eos         the edge of stability (landscape/scan_snap/eos.py; docs/studies/
               edge_of_stability.md): full-batch gradient descent on one fixed batch of 128
-              sequences at eta_Y = eta_Z in {0.3, 1, 3}, Adam at {0.01, 0.1}, 3 seeds from the
+              sequences at eta_Y = eta_Z in {3, 10, 30}, Adam at {0.1, 1}, 3 seeds from the
               uniform init, 300 steps, λ_max tracked every 5 steps
   eos_paper   the same over 1000 steps (prepared, not run)
 """
@@ -54,7 +54,7 @@ def get_config(variant: str = "fig4") -> ml_collections.ConfigDict:
         c.eval.snapshot_attention = False
         c.train.update(num_steps=300 if variant == "eos" else 1000, log_every=5)
         c.train.update(track_every=5, track_lanczos=16)
-        c.eos.update(step_sizes=[0.3, 1.0, 3.0], adam_step_sizes=[0.01, 0.1])
+        c.eos.update(step_sizes=[3.0, 10.0, 30.0], adam_step_sizes=[0.1, 1.0])
     else:
         raise ValueError(
             f"unknown variant {variant!r}: fig4, fig4_left, fig4_right, fig5_adam, eos or eos_paper"
