@@ -8,6 +8,7 @@ once the search takes long, and returns what it found in `ravel_pytree`'s order.
 from __future__ import annotations
 
 import functools
+import math
 import time
 from collections.abc import Callable
 from typing import NamedTuple
@@ -140,12 +141,15 @@ def _in_ravel_order(
     vectors: jax.Array, gradient: jax.Array, k: int, layout: Layout | None
 ) -> tuple[np.ndarray, np.ndarray]:
     """The locked rows (k, D) and the gradient (D,) on the host in `ravel_pytree`'s order: as
-    they are on one device; over a mesh unflattened on the devices first (`_unflattened`)."""
+    they are on one device; over a mesh unflattened on the devices first (`_unflattened`),
+    then copied to the host a leaf at a time into one array (the rows held once, not twice)."""
     if layout is None:
         return np.asarray(vectors)[:k], np.asarray(gradient)
-    stacked = _unflattened(vectors, gradient, k, layout)
-    rows = [trees.host(leaf).reshape(k + 1, -1) for leaf in jax.tree.leaves(stacked)]
-    flat = np.concatenate(rows, axis=1)
+    stacked = jax.tree.leaves(_unflattened(vectors, gradient, k, layout))
+    sizes = [math.prod(leaf.shape[1:]) for leaf in stacked]
+    flat = np.empty((k + 1, sum(sizes)), np.result_type(*(leaf.dtype for leaf in stacked)))
+    for leaf, start, size in zip(stacked, np.cumsum([0, *sizes]), sizes, strict=False):
+        flat[:, start : start + size] = trees.host(leaf).reshape(k + 1, size)
     return flat[:k], flat[k]
 
 
