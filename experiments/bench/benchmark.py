@@ -6,8 +6,8 @@ cache), compile (each program's trace, lower and XLA compile seconds, cold), tra
 tracked inside the n-gram Fig. 3 run), tracker (the functional tracker in a plain optax loop),
 peers (our probes against PyHessian and curvlinops), sharded (8 emulated devices against one),
 paper_sizes (the probes at the papers' sizes), finite_differences (exact products against
-central differences), device (the device check, --budget). Rows and targets:
-docs/design/experiments.md."""
+central differences), bfloat16_storage (bfloat16 vectors against float32), device (the device
+check, --budget). Rows and targets: docs/design/experiments.md."""
 
 import functools
 import json
@@ -393,6 +393,15 @@ def bench_finite_differences(repeats: int, one_by_one: int) -> dict[str, Any]:
     return {"markdown": table.strip()}
 
 
+def bench_bfloat16_storage(repeats: int, one_by_one: int) -> dict[str, Any]:
+    """What bfloat16 vectors cost against float32 on the peers MLP at D = 1e5: the markdown
+    table of `experiments/bench/bfloat16_storage.py`, in a fresh process."""
+    del repeats, one_by_one
+    table = _child("bfloat16_storage")
+    print(table, flush=True)
+    return {"markdown": table.strip()}
+
+
 def _child(module: str) -> str:
     """What `python -m experiments.bench.<module>` prints, run in a fresh process."""
     command = [sys.executable, "-m", f"experiments.bench.{module}"]
@@ -542,6 +551,7 @@ BENCHMARKS = {
     "sharded": sharded_timing.bench_sharded,
     "paper_sizes": bench_paper_sizes,
     "finite_differences": bench_finite_differences,
+    "bfloat16_storage": bench_bfloat16_storage,
 }
 
 

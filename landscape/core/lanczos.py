@@ -39,11 +39,13 @@ class Tridiagonal(NamedTuple):
     basis: jax.Array
 
 
-def init(start: jax.Array, num_iters: int) -> Lanczos:
-    """The state before the first step: row 0 is start / |start| (any non-zero vector); inside a
-    shard_map the carry varies over the axes `start` varies over."""
+def init(start: jax.Array, num_iters: int, storage: DTypeLike | None = None) -> Lanczos:
+    """The state before the first step: row 0 is start / |start| (any non-zero vector), the
+    basis in `storage` (default: start's dtype; T in start's); inside a shard_map the carry
+    varies over the axes `start` varies over."""
     dim, dtype = start.shape[0], start.dtype
-    basis = jnp.zeros((num_iters, dim), dtype).at[0].set(start / jnp.linalg.norm(start))
+    unit = (start / jnp.linalg.norm(start)).astype(storage or dtype)
+    basis = jnp.zeros((num_iters, dim), storage or dtype).at[0].set(unit)
     zeros = varying_like(jnp.zeros(num_iters, dtype), start)
     return Lanczos(varying_like(basis, start), zeros, zeros, jnp.zeros((), jnp.int32))
 
@@ -62,10 +64,13 @@ def step(
 ) -> Lanczos:
     """One step given A v for v = `current(state)`: alpha, beta and the next row (a fresh
     direction from fold_in(key, taken) where the Krylov space is exhausted, mapped by `project`;
-    under vmap with `axis_name`, drawn only at a step where some lane needs one)."""
+    under vmap with `axis_name`, drawn only at a step where some lane needs one). A basis
+    stored in a narrower dtype is read in the product's: only the stored rows are rounded."""
     basis, alphas, betas, i = state
-    eps = jnp.finfo(basis.dtype).eps
-    v, previous = basis[i], basis[jnp.maximum(i - 1, 0)]
+    eps = jnp.finfo(product.dtype).eps
+    v, previous = (basis[j].astype(product.dtype) for j in (i, jnp.maximum(i - 1, 0)))
+    if basis.dtype != product.dtype:  # stored narrower: read back at unit norm
+        (v, previous), product = unit_read((v, previous), product)
     alpha = jnp.matmul(v, product, precision=jax.lax.Precision.HIGHEST)
     coupling = jnp.where(i > 0, betas[jnp.maximum(i - 1, 0)], 0)
     # the three-term recurrence, then one Gram-Schmidt pass against every earlier vector: what
@@ -83,17 +88,30 @@ def step(
         lambda: w / beta,
     )
     return Lanczos(
-        basis.at[i + 1].set(next_v, mode="drop"),
+        basis.at[i + 1].set(next_v.astype(basis.dtype), mode="drop"),
         alphas.at[i].set(alpha),
         betas.at[i].set(jnp.where(exhausted, 0, beta)),
         i + 1,
     )
 
 
+def unit_read(
+    rows: tuple[jax.Array, jax.Array], product: jax.Array
+) -> tuple[tuple[jax.Array, jax.Array], jax.Array]:
+    """(v, v_prev) read back from a narrower storage at unit norm, and A v scaled alike: the
+    rounding moves a stored vector's norm by up to u (all alike for a Rademacher probe, whose
+    entries share one magnitude, so T's moments would move by (1 + δ)² otherwise)."""
+    v, previous = rows
+    norm = jnp.linalg.norm(v)
+    norm_prev = jnp.linalg.norm(previous)
+    scale = jnp.where(norm > 0, norm, 1)
+    return (v / scale, previous / jnp.where(norm_prev > 0, norm_prev, 1)), product / scale
+
+
 def _fresh(basis: jax.Array, key: jax.Array, project: Project) -> jax.Array:
     """A random unit vector orthogonal to the basis rows (twice: a random draw lies mostly in
     their span), mapped into the operator's space by `project`."""
-    w = jax.random.normal(key, basis.shape[1:], basis.dtype)
+    w = jax.random.normal(key, basis.shape[1:], jnp.promote_types(basis.dtype, jnp.float32))
     w = w if project is None else project(w)
     w = orthonormal.orthogonalised(basis, orthonormal.orthogonalised(basis, w))
     return w / jnp.linalg.norm(w)
@@ -111,15 +129,18 @@ def run(
     key: jax.Array,
     axis_name: str | None = None,
     project: Project = None,
+    storage: DTypeLike | None = None,
 ) -> Lanczos:
     """`num_iters` steps from `start` in a fori_loop: T's eigenvalues stay eigenvalues of A and
     Gauss weights stay exact past an exhausted space (beta 0, a fresh direction). Jittable and
-    vmappable with `num_iters` static; keeps V in memory (num_iters x D numbers)."""
+    vmappable with `num_iters` static; keeps V in memory (num_iters x D numbers of `storage`,
+    default start's dtype)."""
 
     def body(_: jax.Array, state: Lanczos) -> Lanczos:
-        return step(state, matvec(current(state)), key, axis_name, project)
+        product = matvec(current(state).astype(start.dtype))
+        return step(state, product, key, axis_name, project)
 
-    return jax.lax.fori_loop(0, num_iters, body, init(start, num_iters))
+    return jax.lax.fori_loop(0, num_iters, body, init(start, num_iters, storage))
 
 
 def lanczos(

@@ -20,7 +20,7 @@ import numpy as np
 from jax.typing import DTypeLike
 
 from landscape import _checks
-from landscape.core.lanczos import Tridiagonal, varying_like
+from landscape.core.lanczos import Tridiagonal, unit_read, varying_like
 
 VECTORS = 3  # of D: the last two Lanczos vectors (kept) and the product (made by each step)
 
@@ -54,6 +54,8 @@ def step(state: ThreeTerm, product: jax.Array) -> ThreeTerm:
     previous, current, alphas, betas, i = state
     dtype = product.dtype
     v, v_prev = current.astype(dtype), previous.astype(dtype)
+    if current.dtype != dtype:  # stored narrower: read back at unit norm (`lanczos.unit_read`)
+        (v, v_prev), product = unit_read((v, v_prev), product)
     alpha = jnp.vdot(v, product)
     coupling = jnp.where(i > 0, betas[jnp.maximum(i - 1, 0)], 0)
     w = product - alpha * v - coupling * v_prev
@@ -112,25 +114,15 @@ def _tridiagonal(alphas: np.ndarray, betas: np.ndarray) -> np.ndarray:
 BASES = ("auto", "full", "three")
 
 
-def check_basis(basis: str, storage: str | None) -> None:
-    """One sentence for a basis that is not one of BASES, or a storage without three vectors."""
+def check_basis(basis: str) -> None:
+    """One sentence for a basis that is not one of BASES."""
     _checks.check_choice("basis", basis, BASES)
-    if storage is not None:
-        _checks.check_choice("storage", storage, ("bfloat16",))
-        if basis != "three":
-            raise ValueError(
-                f"spectral_density: storage={storage!r} stores the three vectors of "
-                "basis='three'; a full basis stays in the point's dtype (its "
-                "reorthogonalisation needs it): give basis='three' too."
-            )
 
 
 def vector_bytes(
     dim: int, itemsize: int, basis: str, num_iters: int, storage: str | None = None
 ) -> float:
-    """Bytes of D-vectors one probe's run keeps beside its product: num_iters of `itemsize` (a
-    full basis), or three_term.VECTORS of `storage` (three vectors; None: of `itemsize`)."""
-    if basis == "three":
-        size = np.dtype(storage).itemsize if storage else itemsize
-        return float(VECTORS * dim * size)
-    return float(num_iters * dim * itemsize)
+    """Bytes of D-vectors one probe's run keeps beside its product: num_iters (a full basis)
+    or three_term.VECTORS (three vectors), each of `storage`'s itemsize (None: `itemsize`)."""
+    size = np.dtype(storage).itemsize if storage else itemsize
+    return float((VECTORS if basis == "three" else num_iters) * dim * size)

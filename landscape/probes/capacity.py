@@ -65,14 +65,15 @@ def largest_dim(
 
 def table(devices: tuple[int, ...] = (8, 32)) -> str:
     """The guide's table: per probe, the largest D on `devices` H200s at the memory policy's
-    share and at the whole memory (activations not counted), float32, and for SLQ in three
-    vectors those vectors in bfloat16 too."""
+    share and at the whole memory (activations not counted), float32, and for SLQ its kept
+    vectors in bfloat16 too (`storage="bfloat16"`; the search multiplies its vectors so
+    rounded but holds them in float32, so its rows stay float32's)."""
     precisions = (("float32", 4, None), ("float32, bfloat16 vectors", 4, "bfloat16"))
     head = " | ".join(f"{n} H200s, {s}" for n in devices for s in ("half", "whole"))
     lines = [f"| probe | vectors | {head} |", "|---" * (2 + 2 * len(devices)) + "|"]
     for probe in PROBES:
         for label, itemsize, storage in precisions:
-            if storage and probe.basis != "three":
+            if storage and not probe.basis:
                 continue
             cells = [
                 _scientific(largest_dim(probe, n, itemsize, storage, fraction=f))

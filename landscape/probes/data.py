@@ -277,13 +277,14 @@ def _tridiagonal(
     op = operator.hessian_operator(objective, params, inputs, layout)
     start_key, restart_key = jax.random.split(key)
     start = layout_lib.draw("normal", start_key, params, layout)  # alike in any layout
+    storage = operator.options_of(objective).storage  # the basis's dtype (None: start's)
     if layout is None:
         gradient = ravel_pytree(params)[1](op.gradient)
-        run = lanczos.run(op.matvec, start, num_iters, restart_key)
+        run = lanczos.run(op.matvec, start, num_iters, restart_key, storage=storage)
     else:
         gradient = layout.from_flat(op.gradient)
         place = lambda x: layout.clean(layout.place(x))  # noqa: E731  # one draw's projection
-        run = lanczos.run(op.matvec, start, num_iters, restart_key, project=place)
+        run = lanczos.run(op.matvec, start, num_iters, restart_key, project=place, storage=storage)
     found = lanczos.extract(run)
     return found.alphas, found.betas, op.value, gradient
 

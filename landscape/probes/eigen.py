@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from landscape import _checks, trees
@@ -186,12 +187,17 @@ def _lanczos_one(
     tol: float,
     runs: int,
     progress: Progress = None,
+    products: operator.ProductOptions | None = None,
 ) -> Eigenpairs:
-    """`krylov.search` on one point: its pairs come with the residuals of fresh products."""
-    found = krylov.search(point, k, which, ncv, key, tol, runs, progress)
+    """`krylov.search` on one point: its pairs come with the residuals of fresh products (under
+    `products`' options, the larger of those and of fresh exact products: `_exact_residuals`)."""
+    found = krylov.search(point, k, which, ncv, key, tol, runs, progress, products)
     if not np.all(np.isfinite(found.values)):  # a product was not finite
         nan = _nan_result(point, which, k, found.runs, found.num_hvps, tol)
         return dataclasses.replace(nan, num_hvps_check=found.num_hvps_check)
+    if operator.with_options(point.shared[0], products) is not point.shared[0]:
+        exact = _exact_residuals(point, found.values, found.vectors)
+        found = found._replace(residuals=np.maximum(found.residuals, exact))
     tree = trees.unravel_numpy(point.params, found.gradient)
     grad = gradient.Gradient(point, tree, found.gradient, point_lib.param_names(point), found.loss)
     pairs = _pairs(
@@ -199,6 +205,13 @@ def _lanczos_one(
         (found.low, found.high), grad, (found.converged, found.num_hvps, found.runs, tol),
     )  # fmt: skip
     return dataclasses.replace(pairs, num_hvps_check=found.num_hvps_check)
+
+
+def _exact_residuals(point: Point, values: np.ndarray, vectors: np.ndarray) -> np.ndarray:
+    """||H v - λ v|| of each found pair by a fresh exact product (`hvps`), in the pair's dtype."""
+    objective, inputs = point.shared
+    exact = np.asarray(hvps(objective, point.params, inputs, jnp.asarray(vectors)))
+    return np.linalg.norm(exact - values[:, None] * vectors, axis=1).astype(values.dtype)
 
 
 def _nan_result(
@@ -216,12 +229,14 @@ def _nan_result(
 def _fitted_ncv(point: Point, k: int, ncv: int, given: bool, progress: Progress) -> int:
     """ncv, lowered to what fits in the memory free for this call on each device (down to k + 4,
     said through `progress`; a given ncv is never raised); a MemoryError in one sentence when
-    not even that fits. Over a mesh a device holds its slice of each vector (`layout`)."""
+    not even that fits. Over a mesh a device holds its slice of each vector (`layout`) and the
+    gradient each call's linearisation gives as the parameters lie (`device_param_bytes`)."""
     dim, itemsize = point.num_params, blocks.itemsize(point)
     spread = layout_lib.of(point.params)
     share = spread.padded / spread.devices  # a vector's entries on one device
     free = memory.budget()
-    room = free - blocks.product_bytes(point, devices=spread.devices)
+    gradient = blocks.device_param_bytes(point) if spread.devices > 1 else 0.0
+    room = free - blocks.product_bytes(point, devices=spread.devices) - gradient
     fits = int((room / (share * itemsize) - 3) / (1 + 1 / orthonormal.ROTATION_CHUNKS))
     smallest = min(k + 4, dim + k)
     if fits < smallest:
@@ -260,6 +275,8 @@ def eigenpairs(
     progress: Progress = print,
     rtol: float | None = None,
     matrix: operator.Matrix = "hessian",
+    storage: str | None = None,
+    finite_difference: float | None = None,
     preconditioner: object = None,
 ) -> Any:
     """The k smallest (by default, k = 6) or largest eigenpairs of the Hessian at `point`, each
@@ -290,6 +307,12 @@ def eigenpairs(
             Every result reports its residuals whatever rtol.
         matrix: "hessian", or "ggn" for the Gauss-Newton matrix G = Jᵀ H_z J of a point that
             carries `outputs` and `output_loss` (dense: G formed as `ggn_at` does).
+        storage: "bfloat16": the search multiplies its vectors as bfloat16 keeps them, the
+            products and sums in the point's dtype (`operator.ProductOptions`); rtol's default
+            becomes twice bfloat16's eps. The dense path (D <= dense_below) ignores it.
+        finite_difference: a step ε > 0 for central differences of the gradient in place of
+            the exact products (None: exact); the dense path ignores it. Either option's pairs
+            report the larger of the search's residual and a fresh exact product's.
         preconditioner: None, or P's diagonal (a pytree like the params, or optax Adam's
             state): the eigenpairs of P^{-1/2} H P^{-1/2}, its top value the preconditioned
             sharpness (`landscape.adam_preconditioner`), its vectors in P's coordinates.
@@ -301,6 +324,8 @@ def eigenpairs(
     points, listed = point_lib.as_points(point, "eigenpairs")
     how = settings(points, k, which, dense_below, ncv, num_iters, key, tol, rtol, max_restarts,
                    fallback_below)  # fmt: skip
+    products = operator.product_options("eigenpairs", points, matrix, storage, finite_difference)
+    how = how._replace(products=products)
     seen = preconditioning.views(points, preconditioner, "eigenpairs", matrix)
     views = gauss_newton.matrix_points(seen, matrix, "eigenpairs")
     found = [pairs for pairs, _ in solve(views, listed, k, which, how, progress)]
@@ -318,6 +343,7 @@ class Settings(NamedTuple):
     rtol: float | None
     max_restarts: int | None
     fallback_below: int
+    products: operator.ProductOptions = operator.ProductOptions()
 
 
 def settings(
@@ -364,11 +390,13 @@ def solve(
     given = how.ncv is not None
     ncv = _fitted_ncv(points[0], k, how.ncv or default_ncv(k), given, progress)
     rtol = lanczos_rtol(dtype) if how.rtol is None else how.rtol
+    if how.rtol is None and how.products.storage:  # the floor of vectors kept so
+        rtol = max(rtol, 2 * float(jnp.finfo(how.products.storage).eps))
     runs = 5 * (2 * k + 10) if how.max_restarts is None else how.max_restarts
     reason = f"Lanczos: D = {dim} > dense_below = {how.dense_below}"
     out: list[tuple[Eigenpairs, np.ndarray | None]] = []
     for point in points:
-        found = _lanczos_one(point, k, which, ncv, how.key, rtol, runs, progress)
+        found = _lanczos_one(point, k, which, ncv, how.key, rtol, runs, progress, how.products)
         found = _fallback(found, reason, how.fallback_below, progress)
         losses = None
         if epsilons is not None and found.finite:  # the second program of escape_directions

@@ -12,7 +12,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from landscape import _checks
 from landscape.point import (
     BlockName,
     Names,
@@ -302,25 +301,12 @@ def hvp_flat(
 def _finite_difference_step(
     point: Point, matrix: str, finite_difference: Any, caller: str
 ) -> float | None:
-    """`finite_difference` as a float step, or None; one sentence for G, a streamed dataset,
-    or a step that is not a finite number > 0."""
-    if finite_difference is None:
-        return None
-    if matrix == "ggn":
-        raise ValueError(
-            f"{caller}: finite_difference= differences the loss's gradient, and the "
-            "Gauss-Newton matrix G has no gradient to difference; use matrix='hessian' or "
-            "finite_difference=None."
-        )
-    _checks.check_real(
-        f"{caller}: finite_difference",
-        finite_difference,
-        low=0.0,
-        low_open=True,
-        meaning="the norm of the step along v in parameter space",
-    )
-    data.of([point], False, caller).check_finite_difference(caller)
-    return float(finite_difference)
+    """`finite_difference` as a float step, or None, checked as every probe checks it
+    (`operator.product_options`: one sentence for G, a streamed dataset, or a step that is
+    not a finite number > 0)."""
+    return operator.product_options(
+        caller, [point], matrix, None, finite_difference
+    ).finite_difference
 
 
 def _as_params_dtype(v: Any, dtype: Any) -> Any:

@@ -81,12 +81,14 @@ def search(
     rtol: float,
     max_runs: int,
     progress: Callable[[str], None] | None = None,
+    products: operator.ProductOptions | None = None,
 ) -> Found:
     """Krylov-Schur (`krylov_schur`) on one point, at most `max_runs` runs, holding `ncv`
     vectors of D; NaN pairs when a product was not finite (the search ends at it). One
     program: `advance` (over a streamed dataset, `stream.searcher`'s two, a pass over the data
-    a product)."""
+    a product); its products as `products` say (`operator.ProductOptions`)."""
     objective, inputs = point.shared
+    objective = operator.with_options(objective, products)
     call, spread = data.of([point], False, "eigenpairs").searcher(advance, progress)
     dim, dtype = point.num_params, np.dtype(jax.tree.leaves(point.params)[0].dtype)
     settings = krylov_schur.Settings(k, min(ncv - k, dim + 1), dim, which, rtol, max_runs)

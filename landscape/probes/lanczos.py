@@ -167,6 +167,8 @@ def lanczos_spectrum(
     progress: blocks.Progress = print,
     matrix: operator.Matrix = "hessian",
     preconditioner: object = None,
+    storage: str | None = None,
+    finite_difference: float | None = None,
 ) -> Spectrum:
     """Ritz values of the Hessian (or of the Gauss-Newton matrix) at `point` from Lanczos on
     exact products; no D x D matrix is formed.
@@ -181,6 +183,10 @@ def lanczos_spectrum(
             carries `outputs` and `output_loss` (its Spectrum then gives no verdict).
         preconditioner: None, or a diagonal P (a pytree like the params, or optax Adam's
             state): the Ritz values of P^{-1/2} H P^{-1/2} (`landscape.adam_preconditioner`).
+        storage: "bfloat16" keeps the Lanczos basis in bfloat16, the products and sums in the
+            point's dtype (`operator.ProductOptions`; None: the point's dtype).
+        finite_difference: a step ε > 0 for central differences of the gradient in place of
+            the exact products (`operator.finite_difference_operator`; None: exact).
 
     Returns:
         A `Spectrum`: Ritz values and weights; `kind()` proves a saddle or says inconclusive.
@@ -189,13 +195,20 @@ def lanczos_spectrum(
     if preconditioner is not None:  # the point in P's coordinates (`preconditioning`)
         return preconditioning.through_views(
             "lanczos_spectrum", point, preconditioner,
-            lambda view: lanczos_spectrum(view, num_iters, key, progress), matrix,
+            lambda view: lanczos_spectrum(
+                view, num_iters, key, progress, storage=storage,
+                finite_difference=finite_difference,
+            ), matrix,
         )  # fmt: skip
-    objective = operator.for_matrix([point], point.shared[0], matrix, "lanczos_spectrum")
+    options = operator.product_options(
+        "lanczos_spectrum", [point], matrix, storage, finite_difference
+    )
+    objective = operator.for_matrix([point], point.shared[0], matrix, "lanczos_spectrum", options)
     _checks.check_int("num_iters", num_iters, 1, "the number of Lanczos steps")
     key = _checks.key_or_default("key", key)
     num_iters = min(num_iters, point.num_params)
-    basis_bytes = num_iters * point.num_params * blocks.itemsize(point)
+    size = np.dtype(storage).itemsize if storage else blocks.itemsize(point)
+    basis_bytes = num_iters * point.num_params * size
     check = functools.partial(
         blocks.plan, point, 1, "lanczos_spectrum", basis_bytes, progress=progress,
         hint="ask for fewer Lanczos steps (num_iters)", mesh=layout_lib.of(point.params).mesh,

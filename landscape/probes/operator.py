@@ -50,8 +50,10 @@ def hessian_operator(
     """The Hessian of objective(., inputs) at params, for use inside a traced program; the
     Gauss-Newton matrix instead when the objective is a `GaussNewtonSplit` (`gauss_newton`).
     Its vectors are flat in `layout` (None: `ravel_pytree`'s order; over a mesh, each device's
-    slice its own shards, `landscape.core.layout`). A `preconditioning.Preconditioned`
-    objective multiplies by P^{-1/2} H P^{-1/2} (`_preconditioned`)."""
+    slice its own shards, `landscape.core.layout`). An objective `with_options` takes its
+    products as its `ProductOptions` say."""
+    if isinstance(objective, WithOptions):
+        return _optioned(objective, params, inputs, layout)
     if isinstance(objective, preconditioning.Preconditioned):
         return _preconditioned(objective, params, inputs, layout)
     if isinstance(objective, GaussNewtonSplit):
@@ -79,6 +81,118 @@ def _preconditioned(
         flattened(params, layout)[0], op.value, d * op.gradient,
         hvp.preconditioned(op.matvec, d), lambda vectors: d * op.rows(d * vectors),
     )  # fmt: skip
+
+
+STORAGES = ("bfloat16",)  # what a probe's kept vectors of D may be rounded to
+
+
+class ProductOptions(NamedTuple):
+    """How a matrix-free probe takes its products and keeps its vectors of D, one meaning for
+    every probe: `finite_difference` ε > 0 takes H v by central differences of the gradient
+    over a step of norm ε (`finite_difference_operator`; None: the exact product); `storage`
+    ("bfloat16") rounds every vector of D the probe keeps (its basis, sketch or probes) to
+    that dtype, the products and sums staying in the loss's dtype, at least float32 (None:
+    the point's dtype). docs/guide/foundation_scale.md, "Vectors in bfloat16"."""
+
+    finite_difference: float | None = None
+    storage: str | None = None
+
+
+def product_options(
+    caller: str,
+    points: Sequence[Point],
+    matrix: str = "hessian",
+    storage: object = None,
+    finite_difference: object = None,
+) -> ProductOptions:
+    """`storage` and `finite_difference` checked once for every probe, one sentence each: a
+    storage not in STORAGES, a step that is not a finite number > 0, a difference of G (no
+    loss's Hessian), either over a streamed dataset (its probes keep their own vectors)."""
+    if storage is not None:
+        _checks.check_choice(f"{caller}: storage", storage, STORAGES)
+    given = [f"{n}=" for n, v in (("storage", storage), ("finite_difference", finite_difference))
+             if v is not None]  # fmt: skip
+    if given and any(getattr(p.batches, "is_stream", False) for p in points):
+        raise ValueError(
+            f"{caller}: {' and '.join(given)} {'needs' if len(given) == 1 else 'need'} the data "
+            "in memory (one batch or Point(..., batches=...)); over a streamed dataset leave "
+            f"{'it' if len(given) == 1 else 'them'} None."
+        )
+    if finite_difference is None:
+        return ProductOptions(None, storage)  # type: ignore[arg-type]  # checked: a STORAGES name
+    if matrix == "ggn":
+        raise ValueError(
+            f"{caller}: finite_difference= differences the loss's gradient, a number > 0; the "
+            "Gauss-Newton matrix G has no gradient to difference (matrix='hessian')."
+        )
+    _checks.check_real(
+        f"{caller}: finite_difference", finite_difference, low=0.0, low_open=True,
+        meaning="the norm of the step along v in parameter space",
+    )  # fmt: skip
+    return ProductOptions(float(finite_difference), storage)  # type: ignore[arg-type]  # checked
+
+
+class WithOptions:
+    """An objective whose products follow `options` (`ProductOptions`): the probes' compiled
+    programs take it where they take an objective (static), as they take a GaussNewtonSplit,
+    so an option chooses the operator without a program of its own."""
+
+    def __init__(self, objective: Objective, options: ProductOptions) -> None:
+        self.objective, self.options = objective, options
+        self.loss_fn = getattr(objective, "loss_fn", objective)  # names it in error messages
+
+    def __call__(self, params: PyTree, inputs: PyTree) -> jax.Array:
+        return self.objective(params, inputs)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, WithOptions) and (self.objective, self.options) == (
+            other.objective, other.options,
+        )  # fmt: skip
+
+    def __hash__(self) -> int:
+        return hash((WithOptions, self.objective, self.options))
+
+
+def with_options(objective: Objective, options: ProductOptions | None) -> Objective:
+    """`objective` itself under the default options, else a `WithOptions` of it."""
+    if options is None or options == ProductOptions():
+        return objective
+    return WithOptions(getattr(objective, "objective", objective), options)
+
+
+def options_of(objective: Objective) -> ProductOptions:
+    """The `ProductOptions` an objective carries (the defaults for a plain one)."""
+    return objective.options if isinstance(objective, WithOptions) else ProductOptions()
+
+
+def stored(v: jax.Array, options: ProductOptions) -> jax.Array:
+    """v as a probe keeps it under `options.storage` (its own dtype when None)."""
+    return v if options.storage is None else v.astype(options.storage)
+
+
+def _optioned(
+    wrapped: WithOptions, params: PyTree, inputs: PyTree, layout: Layout | None
+) -> Operator:
+    """`hessian_operator` under `wrapped.options`: central differences at ε, or the exact
+    products; with a storage, each vector is rounded to it before it is multiplied (H sees
+    the vector as the probe keeps it), the product in the loss's dtype."""
+    objective, options = wrapped.objective, wrapped.options
+    if options.finite_difference is not None:
+        op = finite_difference_operator(
+            objective, params, inputs, options.finite_difference, layout
+        )
+    else:
+        op = hessian_operator(objective, params, inputs, layout)
+    if options.storage is None:
+        return op
+
+    def matvec(v: jax.Array) -> jax.Array:
+        return op.matvec(stored(v, options).astype(v.dtype))
+
+    def rows(vectors: jax.Array) -> jax.Array:
+        return op.rows(stored(vectors, options).astype(vectors.dtype))
+
+    return op._replace(matvec=matvec, rows=rows)
 
 
 class GaussNewtonSplit:
@@ -141,16 +255,21 @@ def check_split(points: Sequence[Point], caller: str, carriers: str = "") -> Poi
 
 
 def for_matrix(
-    points: Sequence[Point], objective: Objective, matrix: str, caller: str
+    points: Sequence[Point],
+    objective: Objective,
+    matrix: str,
+    caller: str,
+    options: ProductOptions | None = None,
 ) -> Objective:
     """The objective a probe's programs take for `matrix`: the points' own ("hessian", the
-    Hessian's operator) or their Gauss-Newton split ("ggn", `ggn_operator`)."""
+    Hessian's operator) or their Gauss-Newton split ("ggn", `ggn_operator`), `with_options`."""
     _checks.check_choice("matrix", matrix, ("hessian", "ggn"))
     if matrix == "hessian":
-        return objective
+        return with_options(objective, options)
     first = check_split(points, f"{caller}(matrix='ggn')")
     split = gauss_newton(first.outputs, first.output_loss)
-    return mean_over_batches(split) if isinstance(objective, MeanOverBatches) else split
+    mean = mean_over_batches(split) if isinstance(objective, MeanOverBatches) else split
+    return with_options(mean, options)
 
 
 def is_ggn(objective: Objective) -> bool:
@@ -292,7 +411,7 @@ def finite_difference_operator(
     mean over the leading axis of batches (`Point(..., batches=...)`); θ ± h v rounded to the
     params' dtype, the rest in at least float32. Its bias against the exact `hessian_operator`
     is O(eps²) plus rounding O(u |∇L| / eps) (docs/performance.md, "Exact products against
-    finite differences"). Only `hvp` and `hvp_flat` take it now (`finite_difference=`)."""
+    finite differences"). Every matrix-free probe takes it (`ProductOptions`)."""
     if is_ggn(objective):
         raise ValueError(
             "finite differences difference the loss's gradient, and the Gauss-Newton matrix "

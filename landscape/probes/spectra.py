@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple, overload
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh
 
@@ -22,13 +21,15 @@ from landscape.core import layout as layout_lib
 from landscape.core.hutchpp import EXACT, REST, SKETCH
 from landscape.core.layout import Layout
 from landscape.point import Point, as_points, param_names
-from landscape.probes import blocks, compiled, operator, stream
+from landscape.probes import blocks, compiled, data, operator, preconditioning
 from landscape.probes.estimates import (
     DiagonalEstimate,
     SpectralDensity,
     TraceEstimate,
     point_dtype,
 )
+from landscape.probes.traces import TraceState, orthonormalised, trace_block
+from landscape.probes.traces import probes as _probes
 from landscape.probes.uncertainty import (
     mean_and_stderr,
     rounding,
@@ -45,13 +46,6 @@ TraceMethod = Literal["hutchinson", "hutch++"]
 # ---------------------------------------------------------------- compiled programs
 # One program per block of probes (blocks.py sizes the blocks), the same for every block: the
 # probe of index i is drawn from fold_in(key, i), so the answer does not depend on the blocks.
-
-
-def _probes(
-    key: jax.Array, indices: jax.Array, kind: str, params: PyTree, layout: Layout | None
-) -> jax.Array:
-    """The probes of `indices` (K, D)."""
-    return jax.vmap(lambda i: layout_lib.probe(key, i, kind, params, layout))(indices)
 
 
 def _over_points(body: Callable, batched: bool, params: PyTree, inputs: PyTree, *rest: Any) -> Any:
@@ -80,8 +74,8 @@ def slq_block(
     storage: str | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     """(alphas (K, m), betas (K, m - 1)): Lanczos from each probe of `indices` (K,); over a mesh
-    the vectors in `layout`. `basis="three"`: each run in three vectors of D (`three_term`, its
-    vectors stored as `storage`), with no reorthogonalisation."""
+    the vectors in `layout`, each run's kept vectors stored as `storage`. `basis="three"`: each
+    run in three vectors of D (`three_term`), with no reorthogonalisation."""
 
     def body(params: PyTree, inputs: PyTree) -> tuple[jax.Array, jax.Array]:
         op = operator.hessian_operator(objective, params, inputs, layout)
@@ -94,115 +88,14 @@ def slq_block(
         restarts = jax.vmap(lambda i: jax.random.fold_in(restart_key, i))(indices)
         project = None if layout is None else layout.clean
         one = functools.partial(
-            lanczos.run, op.matvec, num_iters=num_iters, axis_name="probes", project=project
-        )
+            lanczos.run, op.matvec, num_iters=num_iters, axis_name="probes", project=project,
+            storage=storage,
+        )  # fmt: skip
         runs = jax.vmap(lambda v, k: lanczos.extract(one(v, key=k)), axis_name="probes")
         found = runs(starts, restarts)
         return found.alphas, found.betas
 
     return _over_points(body, batched, params, inputs)
-
-
-class TraceState(NamedTuple):
-    """`trace` between blocks: `range_` (R, D) the sketch H g, orthonormal rows Q once the exact
-    stage begins (rows from the sketch's rank r on zero); `exact` () tr(Q^T H Q) so far;
-    `samples` (M,) the Hutchinson forms of the probes projected off the range (all of a point's,
-    R = 0, for plain Hutchinson). R and M are the rank and the rest padded to whole blocks, so
-    the count is no shape of the program; the forms past the rest are cut on the host."""
-
-    range_: jax.Array
-    exact: jax.Array
-    samples: jax.Array
-
-
-@functools.partial(
-    jax.jit, static_argnames=("objective", "batched", "layout"), donate_argnames=("state",)
-)
-def trace_block(
-    objective: compiled.Objective,
-    params: PyTree,
-    inputs: PyTree,
-    key: jax.Array,
-    state: TraceState,
-    stage: jax.Array,
-    indices: jax.Array,
-    batched: bool,
-    layout: Layout | None = None,
-    rank: jax.Array | int | None = None,
-) -> TraceState:
-    """One block of `trace`, every stage of either method in one program with one product
-    site: SKETCH puts H g of the probes `indices` in the range rows, EXACT adds q^T H q of the
-    range rows `indices` (orthonormalised at its first block), REST keeps g^T H g of the probes
-    `indices` projected off the range. Probe i is drawn from fold_in(key, i) at every stage
-    (the sketch's from a key of its own), so the blocks never change the answer. `rank`, the
-    sketch's rows in use (of the state's R; None: all), is an argument: a new count compiles
-    nothing."""
-
-    def body(params: PyTree, inputs: PyTree, state: TraceState) -> TraceState:
-        op = operator.hessian_operator(objective, params, inputs, layout)
-        rows_held = state.range_.shape[0]
-        sketched = rows_held if rank is None else rank
-        kind = ("rademacher", params, layout)
-        if not rows_held:  # Hutchinson: each probe drawn, multiplied and its form taken in turn
-            form = lambda i: jnp.sum((v := layout_lib.probe(key, i, *kind)) * op.matvec(v))  # noqa: E731
-            forms = hvp.each_row(form, op.flat.size)(indices)
-            return state._replace(samples=state.samples.at[indices].set(forms, mode="drop"))
-        sketch_key, probe_key = jax.random.split(key)
-        first_exact = (stage == EXACT) & (indices[0] == 0)
-        orthonormal = functools.partial(_orthonormal_range, layout=layout, rank=sketched)
-        if layout is None or not layout.cpu_mesh:  # there the host calls `orthonormalised`
-            state = jax.lax.cond(first_exact, orthonormal, lambda s: s, state)
-        rows = state.range_[jnp.minimum(indices, rows_held - 1)]
-        vectors = jax.lax.switch(
-            stage,
-            [
-                lambda: _probes(sketch_key, indices, *kind),
-                lambda: jnp.where((indices < sketched)[:, None], rows, 0),
-                lambda: hutchpp.projected(state.range_, _probes(probe_key, indices, *kind)),
-            ],
-        )
-        products = op.rows(vectors)
-        forms = jnp.sum(vectors * products, axis=1)
-        return jax.lax.switch(
-            stage,
-            [
-                lambda: state._replace(
-                    range_=state.range_.at[jnp.where(indices < sketched, indices, rows_held)].set(
-                        products, mode="drop"
-                    )
-                ),
-                lambda: state._replace(exact=state.exact + jnp.sum(forms)),
-                lambda: state._replace(samples=state.samples.at[indices].set(forms, mode="drop")),
-            ],
-        )
-
-    if not batched:
-        return body(params, inputs, state)
-    return jax.vmap(body)(params, inputs, state)
-
-
-@functools.partial(jax.jit, static_argnames=("batched", "layout"), donate_argnames=("state",))
-def orthonormalised(
-    state: TraceState, batched: bool, layout: Layout, rank: jax.Array | int | None = None
-) -> TraceState:
-    """The sketch's rows made orthonormal in a program of their own, before the exact stage's
-    first block, over a mesh of CPU devices (`Layout.cpu_mesh`: there no conditional holds a
-    collective beside another); elsewhere `trace_block` does it in that block."""
-    orthonormal = functools.partial(_orthonormal_range, layout=layout, rank=rank)
-    return jax.vmap(orthonormal)(state) if batched else orthonormal(state)
-
-
-def _orthonormal_range(
-    state: TraceState, layout: Layout | None = None, rank: jax.Array | int | None = None
-) -> TraceState:
-    """The sketch's rows made orthonormal (`hutchpp.range_basis`, TSQR over a mesh), the rows
-    past `rank` (zero, padding) kept zero: Householder's first r rows are those of the sketch's
-    first r rows alone."""
-    basis = hutchpp.range_basis(state.range_, _mesh(layout))
-    if rank is None:
-        return state._replace(range_=basis)
-    used = (jnp.arange(basis.shape[0]) < rank)[:, None]
-    return state._replace(range_=jnp.where(used, basis, jnp.zeros((), basis.dtype)))
 
 
 def _diagonal_one(
@@ -291,6 +184,8 @@ def spectral_density(
     matrix: operator.Matrix = "hessian",
     basis: str = "auto",
     storage: str | None = None,
+    finite_difference: float | None = None,
+    preconditioner: object = None,
 ) -> SpectralDensity: ...
 
 
@@ -305,6 +200,8 @@ def spectral_density(
     matrix: operator.Matrix = "hessian",
     basis: str = "auto",
     storage: str | None = None,
+    finite_difference: float | None = None,
+    preconditioner: object = None,
 ) -> list[SpectralDensity]: ...
 
 
@@ -318,6 +215,8 @@ def spectral_density(
     matrix: operator.Matrix = "hessian",
     basis: str = "auto",
     storage: str | None = None,
+    finite_difference: float | None = None,
+    preconditioner: object = None,
 ) -> SpectralDensity | list[SpectralDensity]:
     """The Hessian's eigenvalue density by stochastic Lanczos quadrature: the probes' Lanczos
     runs in memory-bounded blocks, one compiled program per model.
@@ -338,8 +237,12 @@ def spectral_density(
             reorthogonalised); "three" keeps three vectors of D and lets ghosts of converged
             values share their weight (`landscape.core.three_term`); "auto": full where one
             probe's basis fits the memory policy, else three.
-        storage: "bfloat16" stores the three vectors in bfloat16, the arithmetic in the
-            point's dtype (basis="three" only; None: the point's dtype).
+        storage: "bfloat16" stores each run's vectors (its basis, or its three vectors) in
+            bfloat16, the products and sums in the point's dtype (`operator.ProductOptions`).
+        finite_difference: a step ε > 0 for central differences of the gradient in place of
+            the exact products (`operator.finite_difference_operator`; None: exact).
+        preconditioner: None, or P's diagonal (a pytree like the params, or optax Adam's
+            state): the density of P^{-1/2} H P^{-1/2} (`landscape.adam_preconditioner`).
 
     Returns:
         A `SpectralDensity` (a list for a list of points): `mass(lo, hi)` with its standard
@@ -347,29 +250,57 @@ def spectral_density(
         its `basis` says which was used.
     """
     points, listed = as_points(point, "spectral_density")
+    if preconditioner is not None:  # the points in P's coordinates (`preconditioning`)
+        return preconditioning.through_views(
+            "spectral_density", point, preconditioner,
+            lambda seen: spectral_density(seen, num_probes, num_iters, key, probe, progress,
+                                          "hessian", basis, storage, finite_difference),
+            matrix,
+        )  # fmt: skip
     num_probes = _check_probes(num_probes, 2, "SLQ probes; two or more for a standard error")
     dim = points[0].num_params
     num_iters = _checks.check_int(
         "num_iters", num_iters, 1, f"Lanczos steps, at most D = {dim}", high=dim
     )
     _checks.check_choice("probe", probe, ("rademacher", "gaussian"))
-    three_term.check_basis(basis, storage)
+    three_term.check_basis(basis)
+    options = operator.product_options("spectral_density", points, matrix, storage,
+                                       finite_difference)  # fmt: skip
     if _split_list(points, listed):  # a mesh's points one at a time, each in its layout
         return [spectral_density(p, num_probes, num_iters, key, probe, progress, matrix, basis,
-                                 storage) for p in points]  # fmt: skip
+                                 storage, finite_difference) for p in points]  # fmt: skip
     objective, params, inputs = _arguments(points, listed)
-    objective = operator.for_matrix(points, objective, matrix, "spectral_density")
-    if stream.streamed(points, listed, "spectral_density"):  # a pass over the data a step
-        if basis == "three":
-            raise ValueError(
-                "spectral_density: basis='three' is not built for a streamed dataset: give "
-                "basis='full' or 'auto' (a stream's runs keep their bases)."
-            )
-        found = stream.slq(points[0], objective, _key(key), num_probes, num_iters, probe, progress)
-        return SpectralDensity(points[0], *_quadrature(*found), dim, probe, matrix)
-    spread = _spread(points[0], listed)
-    key, axis = _key(key), int(listed)
-    basis = _slq_basis(points[0], basis, num_iters, len(points), _mesh(spread))
+    objective = operator.for_matrix(points, objective, matrix, "spectral_density", options)
+    source, key = data.of(points, listed, "spectral_density"), _key(key)
+    whole = functools.partial(
+        _slq_in_memory, points, listed, (objective, params, inputs), key, num_probes, num_iters,
+        probe, basis, storage, progress,
+    )  # fmt: skip
+    runs, basis = source.slq(objective, key, num_probes, num_iters, probe, basis, progress, whole)
+    densities = [
+        SpectralDensity(p, *_quadrature(a, b), dim, probe, matrix, basis)
+        for p, (a, b) in zip(points, runs, strict=True)
+    ]
+    return densities if listed else densities[0]
+
+
+def _slq_in_memory(
+    points: list[Point],
+    listed: bool,
+    arguments: tuple[Any, PyTree, PyTree],
+    key: jax.Array,
+    num_probes: int,
+    num_iters: int,
+    probe: str,
+    basis: str,
+    storage: str | None,
+    progress: blocks.Progress,
+) -> tuple[list[tuple[np.ndarray, np.ndarray]], str]:
+    """(each point's (alphas, betas), the basis used): the probes' runs in blocks that fit the
+    memory policy, each block one program (`slq_block`)."""
+    objective, params, inputs = arguments
+    spread, axis, dim = _spread(points[0], listed), int(listed), points[0].num_params
+    basis = _slq_basis(points[0], basis, num_iters, len(points), _mesh(spread), storage)
     kept = three_term.vector_bytes(dim, blocks.itemsize(points[0]), basis, num_iters, storage)
     plan = blocks.plan(
         points[0], num_probes, "spectral_density", kept, len(points), progress,
@@ -381,20 +312,18 @@ def spectral_density(
                          spread, basis, storage)  # fmt: skip
 
     alphas, betas = blocks.run(plan, block, "spectral_density", progress, axis, "probes")
-    runs = list(zip(alphas, betas, strict=True)) if listed else [(alphas, betas)]
-    densities = [
-        SpectralDensity(p, *_quadrature(a, b), dim, probe, matrix, basis)
-        for p, (a, b) in zip(points, runs, strict=True)
-    ]
-    return densities if listed else densities[0]
+    return (list(zip(alphas, betas, strict=True)) if listed else [(alphas, betas)]), basis
 
 
-def _slq_basis(point: Point, basis: str, num_iters: int, points: int, mesh: Mesh | None) -> str:
-    """`basis` itself, or for "auto": "full" where one probe's full basis and its product fit
-    the memory policy (a device's share over a mesh), else "three"."""
+def _slq_basis(
+    point: Point, basis: str, num_iters: int, points: int, mesh: Mesh | None, storage: Any
+) -> str:
+    """`basis` itself, or for "auto": "full" where one probe's full basis (of `storage`) and
+    its product fit the memory policy (a device's share over a mesh), else "three"."""
     if basis != "auto":
         return basis
-    full = three_term.vector_bytes(point.num_params, blocks.itemsize(point), "full", num_iters)
+    size = blocks.itemsize(point)
+    full = three_term.vector_bytes(point.num_params, size, "full", num_iters, storage)
     each = points * blocks.product_bytes(point, full, 1 if mesh is None else mesh.size)
     return "full" if each <= memory.budget(memory.device_free_bytes()) else "three"
 
@@ -407,6 +336,9 @@ def trace(
     method: str = "hutch++",
     progress: blocks.Progress = print,
     matrix: operator.Matrix = "hessian",
+    storage: str | None = None,
+    finite_difference: float | None = None,
+    preconditioner: object = None,
 ) -> TraceEstimate: ...
 
 
@@ -418,6 +350,9 @@ def trace(
     method: str = "hutch++",
     progress: blocks.Progress = print,
     matrix: operator.Matrix = "hessian",
+    storage: str | None = None,
+    finite_difference: float | None = None,
+    preconditioner: object = None,
 ) -> list[TraceEstimate]: ...
 
 
@@ -428,6 +363,9 @@ def trace(
     method: str = "hutch++",
     progress: blocks.Progress = print,
     matrix: operator.Matrix = "hessian",
+    storage: str | None = None,
+    finite_difference: float | None = None,
+    preconditioner: object = None,
 ) -> TraceEstimate | list[TraceEstimate]:
     """tr(H) (or tr(G), `matrix="ggn"`) from `num_probes` HVPs, in memory-bounded blocks of one
     compiled program.
@@ -446,27 +384,41 @@ def trace(
             once the call has taken 10 s (None: silent).
         matrix: "hessian", or "ggn" for the trace of the Gauss-Newton matrix of a point that
             carries `outputs` and `output_loss`.
+        storage: "bfloat16" keeps Hutch++'s sketch and probes in bfloat16, the products and
+            sums in the point's dtype (`operator.ProductOptions`; None: the point's dtype).
+        finite_difference: a step ε > 0 for central differences of the gradient in place of
+            the exact products (None: exact).
+        preconditioner: None, or P's diagonal (a pytree like the params, or optax Adam's
+            state): the trace of P^{-1/2} H P^{-1/2} (`landscape.adam_preconditioner`).
 
     Returns:
         A `TraceEstimate` (a list for a list of points): the value and its standard error.
     """
     points, listed = as_points(point, "trace")
+    if preconditioner is not None:  # the points in P's coordinates (`preconditioning`)
+        return preconditioning.through_views(
+            "trace", point, preconditioner,
+            lambda seen: trace(seen, num_probes, key, method, progress, "hessian", storage,
+                               finite_difference),
+            matrix,
+        )  # fmt: skip
     _checks.check_choice("method", method, ("hutchinson", "hutch++"))
     low = 2 if method == "hutchinson" else 4
     num_probes = _check_probes(
         num_probes, low, f"HVPs; {method} needs {low} or more for a standard error"
     )
+    options = operator.product_options("trace", points, matrix, storage, finite_difference)
     if _split_list(points, listed):  # a mesh's points one at a time, each in its layout
-        return [trace(p, num_probes, key, method, progress, matrix) for p in points]
+        return [trace(p, num_probes, key, method, progress, matrix, storage, finite_difference)
+                for p in points]  # fmt: skip
     objective, params, inputs = _arguments(points, listed)
-    objective = operator.for_matrix(points, objective, matrix, "trace")
-    if stream.streamed(points, listed, "trace"):  # a pass over the data a block of products
-        parts = stream.trace_parts(points[0], objective, _key(key), num_probes, method, progress)
-    else:
-        parts = _trace_parts(
-            points, listed, (objective, params, inputs), _key(key), num_probes, method, progress
-        )
-    exact, samples = parts
+    objective = operator.for_matrix(points, objective, matrix, "trace", options)
+    key = _key(key)
+    whole = functools.partial(
+        _trace_parts, points, listed, (objective, params, inputs), key, num_probes, method, progress
+    )
+    source = data.of(points, listed, "trace")
+    exact, samples = source.trace_parts(objective, key, num_probes, method, progress, whole)
     exact, samples = np.asarray(exact, np.float64), np.asarray(samples, np.float64)
     dim = points[0].num_params
 
@@ -512,7 +464,9 @@ def _trace_parts(
     lead = (len(points),) if listed else ()
     padded = dim if spread is None else spread.padded
     whole = lambda count: -(-count // plan.size) * plan.size  # noqa: E731 (whole blocks)
-    zeros = [np.zeros(lead + shape, dtype) for shape in ((whole(rank), padded), (), (whole(rest),))]
+    kept = operator.options_of(objective).storage or dtype  # the sketch's rows, as stored
+    shapes = (((whole(rank), padded), kept), ((), dtype), ((whole(rest),), dtype))
+    zeros = [np.zeros(lead + shape, np.dtype(d)) for shape, d in shapes]
     where = [None if spread is None else spread.sharding(1), None, None]
     state = TraceState(*(jax.device_put(x, w) for x, w in zip(zeros, where, strict=True)))
     stages = [(SKETCH, rank), (EXACT, rank), (REST, rest)]
@@ -549,18 +503,33 @@ def _diagonal_estimate(point: Point, samples: np.ndarray) -> DiagonalEstimate:
 
 @overload
 def diagonal(
-    point: Point, num_probes: int = 32, key: jax.Array | None = None
+    point: Point,
+    num_probes: int = 32,
+    key: jax.Array | None = None,
+    storage: str | None = None,
+    finite_difference: float | None = None,
+    preconditioner: object = None,
 ) -> DiagonalEstimate: ...
 
 
 @overload
 def diagonal(
-    point: Sequence[Point], num_probes: int = 32, key: jax.Array | None = None
+    point: Sequence[Point],
+    num_probes: int = 32,
+    key: jax.Array | None = None,
+    storage: str | None = None,
+    finite_difference: float | None = None,
+    preconditioner: object = None,
 ) -> list[DiagonalEstimate]: ...
 
 
 def diagonal(
-    point: Point | Sequence[Point], num_probes: int = 32, key: jax.Array | None = None
+    point: Point | Sequence[Point],
+    num_probes: int = 32,
+    key: jax.Array | None = None,
+    storage: str | None = None,
+    finite_difference: float | None = None,
+    preconditioner: object = None,
 ) -> DiagonalEstimate | list[DiagonalEstimate]:
     """diag(H) by Hutchinson's estimator, the mean of v * Hv over Rademacher probes, in
     memory-bounded blocks of one compiled program (a new `num_probes` of the same block size
@@ -570,20 +539,50 @@ def diagonal(
         point: a `Point`, or a list of points of one model.
         num_probes: probes, at least 2.
         key: the probes' key (default `jax.random.key(0)`).
+        storage: "bfloat16" keeps the probes in bfloat16 (Rademacher signs: exact, so the
+            answer is float32's; `operator.ProductOptions`).
+        finite_difference: a step ε > 0 for central differences of the gradient (None: exact).
+        preconditioner: None, or P's diagonal (a pytree like the params, or optax Adam's
+            state): the diagonal of P^{-1/2} H P^{-1/2} (`landscape.adam_preconditioner`).
 
     Returns:
         A `DiagonalEstimate` (a list for a list of points): per-entry values and standard
         errors with named blocks, and each block's trace.
     """
     points, listed = as_points(point, "diagonal")
+    if preconditioner is not None:  # the points in P's coordinates (`preconditioning`)
+        return preconditioning.through_views(
+            "diagonal", point, preconditioner,
+            lambda seen: diagonal(seen, num_probes, key, storage, finite_difference),
+        )  # fmt: skip
     num_probes = _check_probes(num_probes, 2, "Rademacher probes; two or more for a stderr")
+    options = operator.product_options("diagonal", points, "hessian", storage, finite_difference)
     if _split_list(points, listed):  # a mesh's points one at a time, each in its layout
-        return [diagonal(p, num_probes, key) for p in points]
+        return [diagonal(p, num_probes, key, storage, finite_difference) for p in points]
     objective, params, inputs = _arguments(points, listed)
-    if stream.streamed(points, listed, "diagonal"):  # a pass over the data a block of probes
-        samples = stream.diagonal_samples(points[0], objective, _key(key), num_probes, print)
-        return _diagonal_estimate(points[0], samples.astype(np.float64))
-    spread, key = _spread(points[0], listed), _key(key)
+    objective = operator.with_options(objective, options)
+    key = _key(key)
+    whole = functools.partial(
+        _diagonal_samples, points, listed, (objective, params, inputs), key, num_probes
+    )
+    source = data.of(points, listed, "diagonal")
+    samples = source.diagonal_samples(objective, key, num_probes, whole)
+    if not listed:
+        return _diagonal_estimate(points[0], samples)
+    return [_diagonal_estimate(p, samples[i]) for i, p in enumerate(points)]
+
+
+def _diagonal_samples(
+    points: list[Point],
+    listed: bool,
+    arguments: tuple[Any, PyTree, PyTree],
+    key: jax.Array,
+    num_probes: int,
+) -> np.ndarray:
+    """v * Hv (num_probes, D) for each probe (a leading axis for a list of points), in blocks of
+    probes a program each (`diagonal_program`)."""
+    objective, params, inputs = arguments
+    spread = _spread(points[0], listed)
     plan = blocks.plan(points[0], num_probes, "diagonal", 0.0, len(points), mesh=_mesh(spread))
 
     def block(indices: np.ndarray) -> tuple[jax.Array, ...]:
@@ -593,7 +592,4 @@ def diagonal(
     found = blocks.run(plan, block, "diagonal", None, int(listed))
     if spread is not None:  # the stacked leaves, raveled row by row in ravel_pytree's order
         found = (np.concatenate([leaf.reshape(num_probes, -1) for leaf in found], axis=1),)
-    samples = found[0].astype(np.float64)
-    if not listed:
-        return _diagonal_estimate(points[0], samples)
-    return [_diagonal_estimate(p, samples[i]) for i, p in enumerate(points)]
+    return found[0].astype(np.float64)

@@ -390,5 +390,5 @@ def test_a_basis_mistake_is_one_sentence():
         spectra.spectral_density(point, basis="two")
     with pytest.raises(ValueError, match="storage = 'float16': must be one of"):
         spectra.spectral_density(point, basis="three", storage="float16")
-    with pytest.raises(ValueError, match="storage='bfloat16' stores the three vectors"):
-        spectra.spectral_density(point, storage="bfloat16")
+    with pytest.raises(ValueError, match="spectral_density: storage = 'fp8': must be one of"):
+        spectra.spectral_density(point, basis="full", storage="fp8")
