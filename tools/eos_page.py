@@ -19,18 +19,25 @@ _KEEP = (
 )
 
 
+def _complete(run: pathlib.Path) -> bool:
+    """Whether `run` holds a complete run (its summary.json says so; a run still going says
+    "running")."""
+    summary = run / "summary.json"
+    return summary.is_file() and json.loads(summary.read_text()).get("status") == "complete"
+
+
 def eos_finished(workdir: pathlib.Path) -> bool:
-    """Whether `workdir` holds at least one paper's finished run (PAPER/summary.json)."""
-    return any((workdir / paper / "summary.json").is_file() for paper in PAPERS)
+    """Whether `workdir` holds at least one paper's complete run (PAPER/summary.json)."""
+    return any(_complete(workdir / paper) for paper in PAPERS)
 
 
 def eos_extract(workdir: pathlib.Path) -> Data:
-    """Per paper with a finished run: eos_runs.csv's rows (the columns the tables show, and the
+    """Per paper with a complete run: eos_runs.csv's rows (the columns the tables show, and the
     phases), the claims with their verdicts, the run's seconds and where it ran."""
     out: Data = {}
     for paper in PAPERS:
         run = workdir / paper
-        if not (run / "summary.json").is_file():
+        if not _complete(run):
             continue
         summary = json.loads((run / "summary.json").read_text())
         rows = read_csv(run / "eos_runs.csv")
@@ -47,9 +54,13 @@ def eos_extract(workdir: pathlib.Path) -> Data:
     return out
 
 
-def _median(values: list[Any]) -> str:
+def _median(values: list[Any], step: bool = False) -> str:
+    """The median of the values given (None left out), a step as a whole number; — if none."""
     present = [v for v in values if v is not None]
-    return f"{statistics.median(present):.3g}" if present else "—"
+    if not present:
+        return "—"
+    middle = statistics.median(present)
+    return f"{middle:.0f}" if step else f"{middle:.3g}"
 
 
 def _runs_table(data: Data) -> str:
@@ -58,7 +69,7 @@ def _runs_table(data: Data) -> str:
         "| max λ/thr. | λ/thr. after | loss rises before / after | phases (median step) |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for paper, part in data.items():
+    for paper, part in _ordered(data):
         groups: dict[tuple[str, float], list[dict[str, Any]]] = {}
         for r in part["rows"]:
             groups.setdefault((r["optimizer"], r["lr"]), []).append(r)
@@ -72,7 +83,7 @@ def _runs_table(data: Data) -> str:
             )
             lines.append(
                 f"| {TITLES[paper]} | {'GD' if optimizer == 'gd' else 'Adam'} | {lr:g} | "
-                f"{len(reached)}/{len(rs)} | {_median([r['reach_step'] for r in rs])} | "
+                f"{len(reached)}/{len(rs)} | {_median([r['reach_step'] for r in rs], step=True)} | "
                 f"{_median([r['initial_ratio'] for r in rs])} | "
                 f"{_median([r['max_ratio'] for r in rs])} | "
                 f"{_median([r['hover_ratio'] for r in rs])} | {rises} | {shown or '—'} |"
@@ -82,16 +93,21 @@ def _runs_table(data: Data) -> str:
 
 def _claims_table(data: Data) -> str:
     lines = ["| paper | claim | measured | verdict |", "|---|---|---|---|"]
-    for paper, part in data.items():
+    for paper, part in _ordered(data):
         for c in part["claims"]:
             measured = json.dumps(c["measured"], ensure_ascii=False).replace("|", "/")
             lines.append(f"| {TITLES[paper]} | {c['claim']} | `{measured}` | {c['verdict']} |")
     return "\n".join(lines) + _caption(data, "summary.json")
 
 
+def _ordered(data: Data) -> list[tuple[str, Data]]:
+    """The papers' data in the order of PAPERS."""
+    return [(paper, data[paper]) for paper in PAPERS if paper in data]
+
+
 def _caption(data: Data, table: str) -> str:
     where = []
-    for paper, part in data.items():
+    for paper, part in _ordered(data):
         count, backend = part["ran_on"]["device_count"], part["ran_on"]["backend"]
         seconds = sum(part["seconds"].values()) if part["seconds"] else 0
         devices = f", {count} {backend} device{'s' * (count != 1)}" if count else ""
