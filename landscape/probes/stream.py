@@ -24,15 +24,6 @@ from landscape.typing import PyTree
 LONG_SECONDS = 10.0  # a streamed probe prints a line per pass once it has taken this long
 
 
-def streamed(points: list[Any], listed: bool, caller: str) -> bool:
-    """Whether the points' data stream (one sentence for a list of such points)."""
-    if not getattr(points[0].batches, "is_stream", False):
-        return False
-    if listed:
-        raise TypeError(f"{caller}: give points over a streamed dataset one at a time.")
-    return True
-
-
 def value_and_gradient(point: Any, objective: Any) -> tuple[float, np.ndarray]:
     """The point's mean loss and flat gradient, one pass."""
     vectors = np.zeros((0, point.num_params), dtype_of(point.params))
