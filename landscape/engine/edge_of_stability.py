@@ -18,7 +18,7 @@ import numpy as np
 
 from landscape.engine import claims as claims_lib
 from landscape.engine import config as config_lib
-from landscape.engine import plotting, records, sweeps, training
+from landscape.engine import experiment, plotting, records, study, sweeps, training
 from landscape.engine import track as track_lib
 from landscape.typing import Progress, Row
 
@@ -61,12 +61,7 @@ def validate(cfg: ml_collections.ConfigDict) -> None:
     config_lib.require_numbers(cfg, "eos.adam_step_sizes", low=0, low_open=True)
     config_lib.require_number(cfg, "eos.data_seed", low=0, integer=True)
     config_lib.require_number(cfg, "eos.reach_rtol", low=0, high=1, high_open=True)
-    config_lib.require(
-        cfg.train.track_every > 0,
-        "train.track_every",
-        cfg.train.track_every,
-        "> 0 for experiment = 'eos' (λ_max is tracked along training)",
-    )
+    study.require_every(cfg, "eos", "λ_max is tracked along training", ("track_every",))
 
 
 def threshold(optimizer: str, lr: float, b1: float = 0.9) -> float:
@@ -414,11 +409,14 @@ def run(
     """The study: both optimizers' programs, eos_runs.csv (one row per run), the claims, the
     figure (figures/edge_of_stability.png) and summary.json."""
     groups, rows = [], []
-    for i, optimizer in enumerate(OPTIMIZERS):
-        if progress:
-            progress(f"program optimizer={optimizer}")
-        cell, result = train(cfg, part, optimizer, workdir, progress)
-        workdir.save_arrays(**result.arrays(f"cell{i}_", complete=True))
+    for i, (cell, result) in study.programs(
+        [{"optimizer": optimizer} for optimizer in OPTIMIZERS],
+        lambda fields: train(cfg, part, fields["optimizer"], workdir, progress),
+        workdir,
+        progress,
+        result=lambda trained: trained[1],
+    ):
+        optimizer = OPTIMIZERS[i]
         phases = part.phases(cell, result)
         groups.append((optimizer, result, phases))
         rows += rows_of(cfg, optimizer, result, phases, part.lr_field)
@@ -428,8 +426,5 @@ def run(
         "edge of stability", lambda: claims(rows, cfg.eos.reach_rtol, names)
     )
     path = figure(groups, rows, workdir.figure_path("edge_of_stability"), title)
-    seconds = {
-        "compile": sum(g[1].compile_seconds for g in groups),
-        "run": sum(g[1].run_seconds for g in groups),
-    }
+    seconds = experiment.seconds_of([g[1] for g in groups])
     return workdir.finish(found, progress, figures=[str(path)], seconds=seconds)

@@ -20,6 +20,7 @@ from jax.flatten_util import ravel_pytree
 from landscape.engine import config as config_lib
 from landscape.engine import experiment as engine_experiment
 from landscape.engine import records
+from landscape.engine import study as study_lib
 from landscape.markov import basin, curvature_figures, points, theory, trap_study
 from landscape.markov import model as model_lib
 from landscape.point import Point, param_names
@@ -61,15 +62,10 @@ def validate(cfg: ml_collections.ConfigDict) -> None:
     r(cfg, "curvature.probed_seeds", low=0, integer=True)
     r(cfg, "curvature.radius_max", low=0, low_open=True)
     config_lib.require_numbers(cfg, "curvature.margins", low=0, low_open=True)
-    require(cfg.claims in ("curvature", "none"), "claims", cfg.claims, "'curvature' or 'none'")
+    study_lib.require_own_claims(cfg, "curvature")
     require(cfg.chain.num_states == 2, "chain.num_states", cfg.chain.num_states, "2 (binary)")
-    t = cfg.train
-    require(
-        t.params_every > 0 and t.track_every > 0,
-        "train.params_every",
-        t.params_every,
-        "> 0, with train.track_every > 0, for experiment = 'curvature' (the plateau points "
-        "are kept parameters; λ_min is tracked)",
+    study_lib.require_every(
+        cfg, "curvature", "the plateau points are kept parameters; λ_min is tracked"
     )
 
 
@@ -525,20 +521,15 @@ def run(
     figures/curvature_study.png (curvature_figures.py), the claims and the findings."""
     groups, seeds, radii, found = [], [], [], {}
     start = time.perf_counter()
-    for i, fields in enumerate(cells):
-        if progress and fields:
-            progress(engine_experiment.program_line(fields))
-        group = train(cfg, fields, workdir, progress)
+    for i, group in study_lib.programs(
+        cells, lambda fields: train(cfg, fields, workdir, progress), workdir, progress
+    ):
         groups.append(group)
-        workdir.save_arrays(
-            **group["result"].arrays(engine_experiment.cell_prefix(i, len(cells)), complete=True)
-        )
         rows, radius, by_name = probe_group(group, batch, group["cfg"].curvature, progress)
         seeds += rows
         radii += radius
         found.update({(i, *key): value for key, value in by_name.items()})
-    workdir.save_table("curvature_seeds", seeds)
-    workdir.save_table("curvature_radii", radii)
+    study_lib.write(workdir, {"curvature_seeds": seeds, "curvature_radii": radii})
     by_group = [[s for s in seeds if s["cell"] == cell_label(g["cfg"])] for g in groups]
     figure = curvature_figures.draw(groups, by_group, found, list(cfg.curvature.margins))
     claims = [

@@ -19,6 +19,7 @@ from ml_collections import ConfigDict
 from landscape import _checks
 from landscape.engine import config as config_lib
 from landscape.engine import records
+from landscape.engine import study as study_lib
 from landscape.engine.result import RunResult
 from landscape.ngrams import claims as claims_lib
 from landscape.ngrams import figures, points, trained
@@ -503,15 +504,12 @@ def claims_of(
 
 def validate(cfg: ConfigDict) -> None:
     """The fields of experiment = 'curvature' (one ConfigError for the first mistake)."""
-    r, t = config_lib.require_number, cfg.train
+    r = config_lib.require_number
     config_lib.require_empty_sweep(cfg, "experiment = 'curvature'")
     config_lib.require(
         cfg.claims == "", "claims", cfg.claims, "'' for experiment = 'curvature' (always checked)"
     )
-    for field in ("params_every", "track_every"):
-        config_lib.require(
-            t[field] > 0, f"train.{field}", t[field], "> 0: the study probes kept and tracked steps"
-        )
+    study_lib.require_every(cfg, "curvature", "the study probes kept and tracked steps")
     config_lib.require_numbers(cfg, "curvature.fractions", low=0, high=1)
     r(cfg, "curvature.num_sequences", low=2, integer=True)
     r(cfg, "curvature.population_seed", low=0, high=2**31 - 1, integer=True)
@@ -553,11 +551,12 @@ def run(
     view = claims_lib.measured_view(group, *claims_lib.measures(group["cfg"])[0])
     rows = claims_lib.run_analysis(view, lines)
     chosen, notes = _where(cfg, group["result"], rows)
-    probed = []
-    for where in chosen:
-        if progress:
-            progress(f"probing run {where['run']} at step {where['step']}")
-        probed.append(probe(cfg, workdir, group["result"], where, progress))
+    probed = study_lib.probe_each(
+        chosen,
+        lambda where: probe(cfg, workdir, group["result"], where, progress),
+        progress,
+        lambda where: f"probing run {where['run']} at step {where['step']}",
+    )
     tables = {
         name: [r for p in probed for r in (p[key] if key != "row" else [p["row"]])]
         for name, key in (
@@ -567,10 +566,11 @@ def run(
             ("lambda_vs_population", "lanczos"),
         )
     }
-    for name, table in tables.items():
-        if table:
-            workdir.save_table(name, table)
-    workdir.write_text("curvature.txt", "\n\n".join([p["text"] for p in probed] + notes))
+    study_lib.write(
+        workdir,
+        {name: table for name, table in tables.items() if table},
+        [p["text"] for p in probed] + notes,
+    )
     claims: list[records.Claim] = []
     for p in probed:
         check = functools.partial(

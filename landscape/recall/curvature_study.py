@@ -21,6 +21,7 @@ from jax.flatten_util import ravel_pytree
 
 from landscape.engine import config as config_lib
 from landscape.engine import records
+from landscape.engine import study as study_lib
 from landscape.point import Point
 from landscape.probes import curvature, results
 from landscape.recall import curvature_figures, flow, theory
@@ -55,20 +56,15 @@ def validate(cfg: Any) -> None:
     if cfg.experiment != "curvature":
         require(cfg.claims != "curvature", "claims", cfg.claims, "not 'curvature' here")
         return
-    require(cfg.claims in ("curvature", "none"), "claims", cfg.claims, "'curvature' or 'none'")
+    study_lib.require_own_claims(cfg, "curvature")
     config_lib.require_empty_sweep(cfg, "experiment = 'curvature'")
     require(not cfg.get("variants"), "variants", cfg.get("variants"), "empty (one program)")
     r = config_lib.require_number
     r(cfg, "curvature.plateau_tol", low=0, high=0.5, low_open=True)
     r(cfg, "curvature.active_beta", low=0, low_open=True)
     r(cfg, "curvature.loose_rtol", low=0, low_open=True)
-    t = cfg.train
-    require(
-        t.params_every > 0 and t.track_every > 0,
-        "train.params_every",
-        t.params_every,
-        "> 0, with train.track_every > 0, for experiment = 'curvature' (the SGD runs' Hessians "
-        "are taken at kept parameters; λ_min is tracked)",
+    study_lib.require_every(
+        cfg, "curvature", "the SGD runs' Hessians are taken at kept parameters; λ_min is tracked"
     )
 
 
@@ -427,8 +423,13 @@ def run(
     trained = sgd_run(cfg, {}, workdir, progress)
     workdir.save_arrays(**trained["arrays"])
     sgd, sgd_rows = _sgd_trajectories(cfg, trained["result"], loss)
-    workdir.save_table("recall_plateaus", list(flow_rows) + list(sgd_rows))
-    workdir.save_table("recall_index", _index_rows([along, *sgd]))
+    study_lib.write(
+        workdir,
+        {
+            "recall_plateaus": list(flow_rows) + list(sgd_rows),
+            "recall_index": _index_rows([along, *sgd]),
+        },
+    )
     for a in [along, *sgd]:
         a.update(index=index_of(a["values"]), resolved=index_of(a["values"], resolved=True))
         a["tol"] = np.array([results.default_tol(v, v.dtype) for v in a["values"]])

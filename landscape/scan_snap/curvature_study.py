@@ -20,6 +20,7 @@ from jax.flatten_util import ravel_pytree
 
 from landscape.engine import config as config_lib
 from landscape.engine import records, sweeps
+from landscape.engine import study as study_lib
 from landscape.engine import track as track_lib
 from landscape.engine.result import RunResult
 from landscape.point import Point
@@ -55,16 +56,10 @@ def validate(cfg: ml_collections.ConfigDict) -> None:
     """experiment = 'curvature': one run (no sweep, one seed), kept parameters and tracked
     curvature, its own claims, and the study's fields in range."""
     require, r, t = config_lib.require, config_lib.require_number, cfg.train
-    require(cfg.claims in ("curvature", "none"), "claims", cfg.claims, "'curvature' or 'none'")
+    study_lib.require_own_claims(cfg, "curvature")
     config_lib.require_empty_sweep(cfg, "experiment = 'curvature'")
     require(cfg.num_seeds == 1, "num_seeds", cfg.num_seeds, "1 (the study probes one run)")
-    for field in ("params_every", "track_every"):
-        require(
-            t[field] > 0,
-            f"train.{field}",
-            t[field],
-            "> 0 for experiment = 'curvature' (it probes kept steps and tracks λ)",
-        )
+    study_lib.require_every(cfg, "curvature", "it probes kept steps and tracks λ")
     s = cfg.curvature
     r(cfg, "curvature.eval_chunks", low=1, integer=True)
     r(cfg, "curvature.top_k", low=1, integer=True)
@@ -323,6 +318,37 @@ def probe_phase(
     return row, top.describe() + "\n\n" + bottom.describe()
 
 
+def probe_phases(
+    result: RunResult,
+    loss: tuple[Callable, Any],
+    labels: np.ndarray,
+    along: Sequence[Row],
+    phases: Mapping[str, int | None],
+    s: ml_collections.ConfigDict,
+    progress: Progress,
+) -> tuple[list[Row], list[str]]:
+    """Each phase step once (its phases joined by '+'): probe_phase's eigenpairs beside its row
+    along training (without the Ritz values); (rows, texts)."""
+    by_step = {r["step"]: r for r in along}
+    named = {
+        step: "+".join(p for p, v in phases.items() if v == step)
+        for step in dict.fromkeys(v for v in phases.values() if v is not None)
+    }
+
+    def probe(step: int) -> tuple[Row, str]:
+        row, described = probe_phase(point_at(result, loss, step), labels, s, progress)
+        base = {k: v for k, v in by_step[step].items() if not k.startswith("ritz")}
+        return dict(phase=named[step], **base, **row), f"{named[step]} (step {step})\n{described}"
+
+    found = study_lib.probe_each(
+        list(named),
+        probe,
+        progress,
+        lambda step: f"{named[step]} (step {step}): the top and bottom eigenpairs",
+    )
+    return [row for row, _ in found], [text for _, text in found]
+
+
 # ----------------------------------------------------------------------------- claims, findings
 
 
@@ -437,34 +463,29 @@ def run(
             "one chunk a batch"
         )
     problem = wikitext.make_problem(cfg, corpus)
-    result = sweeps.run_cell(
-        problem, cfg, wikitext.TRACED, grid, fields={}, workdir=workdir, progress=progress,
-        track=track,
+    ((_, result),) = study_lib.programs(
+        [{}],
+        lambda fields: sweeps.run_cell(
+            problem, cfg, wikitext.TRACED, grid, fields=fields, workdir=workdir,
+            progress=progress, track=track,
+        ),
+        workdir,
+        progress,
+        result=lambda result: result,
     )  # fmt: skip
     trained = time.perf_counter()
-    workdir.save_arrays(**result.arrays(complete=True))
     loss = (objective, batches)
     labels = block_labels(result.params("final", 0))
     if progress:
         progress("along training, at the kept steps:")
     along = along_rows(result, loss, labels, cfg, progress)
-    workdir.save_table("curvature_along", along)
+    study_lib.write(workdir, {"curvature_along": along})
     snaps = result.snapshots["entropy_layer0"][0]
     s = cfg.curvature
     steps = result.snapshot_steps.tolist()
     phases = phase_steps(steps, snaps, _kept(result), s.scan_share, s.snap_share)
-    by_step = {r["step"]: r for r in along}
-    probed, texts = [], []
-    for step in dict.fromkeys(v for v in phases.values() if v is not None):
-        names = "+".join(p for p, v in phases.items() if v == step)
-        if progress:
-            progress(f"{names} (step {step}): the top and bottom eigenpairs")
-        row, described = probe_phase(point_at(result, loss, step), labels, s, progress)
-        base = {k: v for k, v in by_step[step].items() if not k.startswith("ritz")}
-        probed.append(dict(phase=names, **base, **row))
-        texts.append(f"{names} (step {step})\n{described}")
-    workdir.save_table("curvature_phases", probed)
-    workdir.write_text("curvature.txt", "\n\n".join(texts))
+    probed, texts = probe_phases(result, loss, labels, along, phases, s, progress)
+    study_lib.write(workdir, {"curvature_phases": probed}, texts)
     unigram = text.unigram_cross_entropy(corpus)
     claims = records.evaluated(
         "fig7", lambda: wikitext_claims.claims_fig7(cfg, [({}, result)], unigram)
