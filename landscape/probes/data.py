@@ -46,8 +46,6 @@ class Memory:
     """Data in memory: each quantity one compiled program over the point's inputs (a list of
     points: vmapped over their stack; over a mesh: in the params' layout)."""
 
-    streams = False
-
     def __init__(self, points: list[Point], listed: bool) -> None:
         self.points, self.listed, self.point = points, listed, points[0]
         self.layout = layout_lib.spread(self.point.params, self.point.batches)
@@ -94,9 +92,6 @@ class Memory:
         if eps is not None:
             return operator.finite_difference_product(objective, params, inputs, v, eps, flat=True)
         return compiled.hvp_of_flat(objective, params, inputs, v)
-
-    def check_finite_difference(self, caller: str) -> None:
-        """Central differences take the data in memory: nothing to refuse."""
 
     def needs_memory(self, caller: str, what: str, instead: str) -> None:
         """What takes the data in memory (an option of the products) takes this: no sentence."""
@@ -162,9 +157,6 @@ class Streamed:
     """A `landscape.stream`: each quantity a pass over the source (`stream.py`), its vectors in
     `ravel_pytree`'s order on one device."""
 
-    streams = True
-    layout = None
-
     def __init__(self, point: Point) -> None:
         self.point, self.points, self.listed = point, [point], False
 
@@ -182,13 +174,6 @@ class Streamed:
 
     def product_flat(self, objective: Objective, v: Any, eps: float | None) -> Any:
         return stream.product(self.point, objective, np.asarray(v).reshape(-1)).reshape(np.shape(v))
-
-    def check_finite_difference(self, caller: str) -> None:
-        """One sentence: central differences are built for data in memory."""
-        self.needs_memory(
-            caller, "finite_difference=", "over a streamed dataset use the exact product "
-            "(finite_difference=None)",
-        )  # fmt: skip
 
     def needs_memory(self, caller: str, what: str, instead: str) -> None:
         """One sentence for `what` (an option of the products), built for data in memory."""
