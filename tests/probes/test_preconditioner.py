@@ -62,6 +62,38 @@ def test_lanczos_reaches_the_dense_extremes():
     assert spectrum.point is POINT
 
 
+def test_the_density_has_the_dense_eigenvalues_as_nodes():
+    density = landscape.spectral_density(
+        POINT, num_probes=2, num_iters=D, preconditioner=P, progress=None
+    )
+    for nodes in density.nodes:  # a full run's Ritz values are M's eigenvalues
+        np.testing.assert_allclose(nodes, EIGENVALUES, rtol=0, atol=1e-10 * SCALE)
+
+
+def test_the_trace_is_exact_when_hutchpp_sketches_all_of_d():
+    found = landscape.trace(POINT, num_probes=3 * D, preconditioner=P, progress=None)
+    assert abs(found.value - np.trace(M)) < 1e-10 * SCALE
+    listed = landscape.trace([POINT, POINT], num_probes=3 * D, preconditioner=P, progress=None)
+    assert [f.point for f in listed] == [POINT, POINT]
+    np.testing.assert_allclose([f.value for f in listed], np.trace(M), atol=1e-10 * SCALE)
+
+
+def test_the_diagonal_is_exact_where_the_congruence_is_diagonal():
+    curvatures = {"a": np.array([2.0, -1.0, 0.5]), "b": np.array([3.0])}
+    diagonal = {"a": np.array([0.5, 4.0, 2.0]), "b": np.array([0.25])}
+
+    def quadratic(params, inputs):
+        return 0.5 * sum(jnp.sum(inputs[k] * params[k] ** 2) for k in params)
+
+    point = landscape.Point(
+        {"a": np.ones(3), "b": np.ones(1)}, objective=quadratic, inputs=curvatures
+    )
+    found = landscape.diagonal(point, num_probes=4, preconditioner=diagonal)
+    expected = np.concatenate([curvatures[k] / diagonal[k] for k in ("a", "b")])
+    np.testing.assert_allclose(found.values, expected, rtol=1e-14)
+    assert found.point is point
+
+
 def test_products_are_the_dense_congruence():
     x0, matvec = landscape.hvp_flat(POINT, preconditioner=P)
     np.testing.assert_array_equal(x0, ravel_pytree(PARAMS)[0])
@@ -95,6 +127,18 @@ def test_an_identity_preconditioner_gives_the_plain_pairs_and_ritz_values():
     v = RNG.standard_normal(D)
     np.testing.assert_allclose(landscape.hvp_flat(POINT, preconditioner=ONES)[1](v), matvec(v),
                                **CLOSE)  # fmt: skip
+
+
+def test_an_identity_preconditioner_gives_the_plain_estimates():
+    close = CLOSE
+    for probe, attribute in [(landscape.trace, "value"), (landscape.diagonal, "values")]:
+        plain, seen = probe(POINT, num_probes=8), probe(POINT, num_probes=8, preconditioner=ONES)
+        np.testing.assert_allclose(getattr(seen, attribute), getattr(plain, attribute), **close)
+    plain = landscape.spectral_density(POINT, num_probes=2, num_iters=6, progress=None)
+    seen = landscape.spectral_density(
+        POINT, num_probes=2, num_iters=6, progress=None, preconditioner=ONES
+    )
+    np.testing.assert_allclose(seen.nodes, plain.nodes, **close)
 
 
 def _adam_steps(optimizer, steps=3):
