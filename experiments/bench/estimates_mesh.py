@@ -80,7 +80,8 @@ def row(width: int, name: str, search: bool) -> str:
         found = _analysis(program)
         unaliased = found.output_size_in_bytes - found.alias_size_in_bytes
         held = NCV * lay.local * 4 + found.temp_size_in_bytes + unaliased
-        kept = eigen.lanczos_search_bytes(lay.local, NCV, 4) + estimate
+        gradient = blocks.device_param_bytes(point)  # each call's, as the parameters lie
+        kept = eigen.lanczos_search_bytes(lay.local, NCV, 4) + estimate + gradient
         cells += [f"{kept / MB:.0f}", f"{held / MB:.0f}", f"{kept / held:.2f}"]
     return "| " + " | ".join(cells) + " |"
 
