@@ -317,8 +317,20 @@ def checked_update(
     return measured
 
 
-_started_program = jax.jit(_started, static_argnames=("settings", "dtype"))
-_measured_program = jax.jit(_measured, static_argnames=("settings", "dtype"))
+def _stream_start(
+    state: TrackerState, params: PyTree, settings: Settings, dtype: Any
+) -> tuple[Callable[[], jax.Array], jax.Array]:
+    """(the warm start as a function, the restart key): `drive.host_lanczos`'s draw."""
+    return lambda: _started(settings, state, params, dtype)[0], jax.random.split(state.key, 3)[2]
+
+
+@functools.partial(jax.jit, static_argnames=("settings", "dtype"))
+def _stream_measured(
+    settings: Settings, run: lanczos.Lanczos, value: Any, grad: Any, state: Any, dtype: Any
+) -> tuple[Measurement, TrackerState]:
+    """`_measured` of a streamed run, the next state's key split as `_started` splits it."""
+    key = jax.random.split(state.key, 3)[0]
+    return _measured(settings, run, value, grad, state, key, dtype)
 
 
 def _streamed_update(
@@ -334,15 +346,16 @@ def _streamed_update(
     dim, dtype = flat_shape(params, settings.num_iters)
     _check_state_fits(settings, state, dim)
     _check_loss_output(loss, dataclasses.replace(settings, in_batches=False), params, (data.first,))
-    start, key, restart_key = _started_program(settings, state, params, dtype)
     passes: list[Any] = []
 
     def multiply(row: np.ndarray) -> np.ndarray:
         passes[:] = data.sums(loss, params, row[None].astype(dtype))
         return passes[2][0]
 
-    run = drive.host_lanczos(multiply, start, restart_key, settings.num_iters)
-    return _measured_program(settings, run, passes[0], passes[1], state, key, dtype)
+    run = drive.host_lanczos(
+        multiply, _stream_start, (state, params), settings.num_iters, (settings, dtype)
+    )
+    return _stream_measured(settings, run, passes[0], passes[1], state, dtype)
 
 
 def _streamed(settings: Settings, inputs: tuple, preconditioner: object) -> bool:

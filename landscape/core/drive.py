@@ -2,56 +2,65 @@
 shape) a step a call of one small compiled program, the product brought by the host (a pass
 over a streamed dataset), where `lanczos.run` takes the same steps under one fori_loop. The
 operator's loop over the data (curvlinops' shape) then stays outside the algorithm: the
-tracker's and `lanczos_spectrum`'s streamed runs. docs/design/curvature.md, "One path"."""
+streamed `lanczos_spectrum`, SLQ and tracker. docs/design/curvature.md, "One path"."""
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from typing import Any
 
 import jax
 import numpy as np
 
 from landscape.core import lanczos
 
-
-def _begin_one(start: jax.Array, num_iters: int) -> tuple[lanczos.Lanczos, jax.Array]:
-    state = lanczos.init(start, num_iters)
-    return state, lanczos.current(state)
-
-
-def _advance_one(
-    state: lanczos.Lanczos, product: jax.Array, key: jax.Array
-) -> tuple[lanczos.Lanczos, jax.Array]:
-    state = lanczos.step(state, product, key)
-    return state, lanczos.current(state)
-
-
-@functools.partial(jax.jit, static_argnames=("num_iters",))
-def _begin(start: jax.Array, num_iters: int) -> tuple[lanczos.Lanczos, jax.Array]:
-    """The state before the first step and its current row (each run's for a (K, D) start)."""
-    if start.ndim == 2:
-        return jax.vmap(_begin_one, in_axes=(0, None))(start, num_iters)
-    return _begin_one(start, num_iters)
-
-
-@functools.partial(jax.jit, donate_argnames=("state",))
-def _advance(
-    state: lanczos.Lanczos, product: jax.Array, key: jax.Array
-) -> tuple[lanczos.Lanczos, jax.Array]:
-    """The state after one step and its current row (each run's for K runs)."""
-    if product.ndim == 2:
-        return jax.vmap(_advance_one)(state, product, key)
-    return _advance_one(state, product, key)
+Draw = Callable[..., tuple[Callable[[], jax.Array], jax.Array]]
 
 
 def host_lanczos(
-    multiply: Callable[[np.ndarray], np.ndarray], start: jax.Array, key: jax.Array, num_iters: int
+    multiply: Callable[[np.ndarray], np.ndarray],
+    draw: Draw,
+    args: tuple,
+    num_iters: int,
+    static: tuple = (),
 ) -> lanczos.Lanczos:
-    """`lanczos.run(matvec, start, num_iters, key)` with `multiply` (a row (D,) on the host ->
-    its product) in place of matvec: the same steps, each one call of `_advance`; for a start
-    (K, D) and K keys, K runs advanced together, `multiply` taking their rows (K, D)."""
-    state, row = _begin(start, num_iters)
-    for _ in range(num_iters):
-        state, row = _advance(state, multiply(np.asarray(row)), key)
+    """`lanczos.run` with `multiply` (a row (D,) on the host -> its product) in place of matvec,
+    from draw(*args, *static) = (the start as a function, the restart key): the same steps, each
+    one call of `_advance` (the first draws the start and `init`s the state), so a run is one
+    program; a start (K, D) with K keys runs K runs together, `multiply` taking (K, D)."""
+    start = jax.eval_shape(lambda *a: draw(*a, *static)[0](), *args)
+    lead, dtype = start.shape[:-1], start.dtype
+    zeros = np.zeros(lead + (num_iters,), dtype)
+    basis = np.zeros(lead + (num_iters, start.shape[-1]), dtype)
+    state = lanczos.Lanczos(*jax.device_put((basis, zeros, zeros, np.zeros(lead, np.int32))))
+    product = np.zeros(start.shape, dtype)
+    for i in range(num_iters + 1):
+        state, row = _advance(state, product, np.int32(i), draw, args, static)
+        if i < num_iters:
+            product = multiply(np.asarray(row))
     return state
+
+
+@functools.partial(jax.jit, static_argnames=("draw", "static"), donate_argnames=("state",))
+def _advance(
+    state: lanczos.Lanczos, product: jax.Array, i: jax.Array, draw: Draw, args: tuple, static: Any
+) -> tuple[lanczos.Lanczos, jax.Array]:
+    """The state after the product of its current row (for i = 0: `init` from the drawn start)
+    and the row to multiply next, each run's for K runs."""
+    start, key = draw(*args, *static)
+    num_iters, many = state.basis.shape[-2], product.ndim == 2
+    init = functools.partial(lanczos.init, num_iters=num_iters)
+
+    def begun() -> lanczos.Lanczos:
+        return jax.vmap(init)(start()) if many else init(start())
+
+    def stepped() -> lanczos.Lanczos:
+        return (
+            jax.vmap(lanczos.step)(state, product, key)
+            if many
+            else lanczos.step(state, product, key)
+        )
+
+    state = jax.lax.cond(i == 0, begun, stepped)
+    return state, (jax.vmap(lanczos.current) if many else lanczos.current)(state)

@@ -52,11 +52,10 @@ def _passes(caller: str, progress: Any, total: int | None) -> Callable[[], None]
     return done
 
 
-@jax.jit
-def _start(key: jax.Array, params: PyTree) -> tuple[jax.Array, jax.Array]:
+def _normal_start(key: jax.Array, params: PyTree) -> tuple[Callable[[], jax.Array], jax.Array]:
     """(start, restart key) of `lanczos_spectrum`'s run from `key` (`layout.draw`)."""
     start_key, restart_key = jax.random.split(key)
-    return layout_lib.draw("normal", start_key, params, None), restart_key
+    return lambda: layout_lib.draw("normal", start_key, params, None), restart_key
 
 
 def tridiagonal(
@@ -72,8 +71,7 @@ def tridiagonal(
         done()
         return passes[2][0]
 
-    start, restart_key = _start(key, point.params)
-    state = drive.host_lanczos(multiply, start, restart_key, num_iters)
+    state = drive.host_lanczos(multiply, _normal_start, (key, point.params), num_iters)
     found = lanczos.extract(jax.device_get(state))  # numpy: sliced on the host, no program
     return np.asarray(found.alphas), np.asarray(found.betas), np.asarray(passes[0]), passes[1]
 
@@ -104,21 +102,22 @@ def slq(
     found = []
     for low in range(0, num_probes, group):
         indices = np.arange(low, low + group, dtype=np.int32)  # past num_probes: cut below
-        starts, keys = _slq_starts(key, indices, point.params, kind)
         multiply = functools.partial(_products, point, objective, done=done)
-        state = drive.host_lanczos(multiply, starts, keys, num_iters)
+        arguments = (key, indices, point.params)
+        state = drive.host_lanczos(multiply, _probe_starts, arguments, num_iters, (kind,))
         found.append([np.asarray(state.alphas), np.asarray(state.betas)[:, :-1]])
     alphas, betas = (np.concatenate(parts)[:num_probes] for parts in zip(*found, strict=True))
     return alphas, betas
 
 
-@functools.partial(jax.jit, static_argnames=("kind",))
-def _slq_starts(
+def _probe_starts(
     key: jax.Array, indices: jax.Array, params: PyTree, kind: str
-) -> tuple[jax.Array, jax.Array]:
+) -> tuple[Callable[[], jax.Array], jax.Array]:
     """(the probes `indices`, drawn as `spectral_density` draws them, their runs' restart keys)."""
     probe_key, restart_key = jax.random.split(key)
-    starts = jax.vmap(lambda i: layout_lib.probe(probe_key, i, kind, params, None))(indices)
+    starts = lambda: jax.vmap(  # noqa: E731
+        lambda i: layout_lib.probe(probe_key, i, kind, params, None)
+    )(indices)
     return starts, jax.vmap(lambda i: jax.random.fold_in(restart_key, i))(indices)
 
 
