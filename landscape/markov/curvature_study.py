@@ -335,14 +335,20 @@ def probe_group(
     points_ = [study_point(group, r, steps[r], batch) for r in runs]  # type: ignore[arg-type]
     if progress:
         progress(f"curvature study: {cell_label(group['cfg'])}: {len(runs)} plateau points")
-    seeds, radii, found = [], [], {}
-    for run, point in zip(runs, points_, strict=True):
+
+    def probe(at: tuple[int, Point]) -> tuple[Row, list[Row], dict[str, basin.Radius]]:
+        run, point = at
         # one point at a time: a single point's columns go to every device (a list is vmapped
         # on one; docs/performance.md)
         hessian = curvature.hessian_at(point, progress=progress)
         step = steps[run]
         assert step is not None  # runs holds the seeds with a plateau point
-        seed, rows_, by_name = seed_probe(group, rows[run], run, step, point, hessian, study)
+        return seed_probe(group, rows[run], run, step, point, hessian, study)
+
+    seeds, radii, found = [], [], {}
+    for seed, rows_, by_name in study_lib.probe_each(
+        list(zip(runs, points_, strict=True)), probe, progress
+    ):
         seeds.append(seed)
         radii += rows_
         found.update({(seed["seed"], name): r for name, r in by_name.items()})
