@@ -1,10 +1,12 @@
 """The diagonal preconditioner P of the preconditioned sharpness λ_max(P^{-1/2} H P^{-1/2}) =
 λ_max(P^{-1} H), the curvature an adaptive method's step meets (Cohen et al., 2022;
 docs/notes/edge_of_stability.md): P's diagonal as a pytree shaped like the parameters, or
-optax Adam's state, whose P is sqrt(v̂) + ε with v̂ the bias-corrected second moment."""
+optax Adam's state, whose P is sqrt(v̂) + ε with v̂ the bias-corrected second moment; and the
+objective of a point seen in the coordinates u of θ = θ0 + P^{-1/2} u (`Preconditioned`)."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import jax
@@ -120,3 +122,25 @@ def inverse_sqrt(diagonal: PyTree) -> PyTree:
 def _host_or_traced(leaf: object) -> Any:
     """numpy for a concrete leaf, jax.numpy for a traced one."""
     return jnp if _checks.is_traced(leaf) else np
+
+
+class Preconditioned:
+    """inner(θ0 + d ⊙ u, inputs) as a function of u, its inputs (inputs, θ0, d) with d = P^{-1/2}
+    (traced: one program for every P and θ0): the objective of the probes' view of a point
+    (`probes.preconditioning`), whose Hessian at u = 0 `probes.operator.hessian_operator`
+    multiplies by as d ⊙ H (d ⊙ v), with no pass through the shift."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.loss_fn = getattr(inner, "loss_fn", inner)  # names it in error messages
+
+    def __call__(self, params: PyTree, inputs: PyTree) -> jax.Array:
+        inner_inputs, origin, inverse_sqrt = inputs
+        moved = jax.tree.map(lambda o, d, u: o + d * u, origin, inverse_sqrt, params)
+        return self.inner(moved, inner_inputs)
+
+
+@functools.lru_cache(maxsize=256)
+def preconditioned(inner: Any) -> Preconditioned:
+    """One Preconditioned per objective, so the views of one model share programs."""
+    return Preconditioned(inner)

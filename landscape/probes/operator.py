@@ -22,10 +22,10 @@ from jax.sharding import PartitionSpec as P
 from landscape import _checks
 from landscape.core import batches as batches_lib
 from landscape.core import hvp
+from landscape.core import preconditioner as preconditioner_lib
 from landscape.core.batches import MeanOverBatches, mean_over_batches
 from landscape.core.layout import Layout
 from landscape.point import Point
-from landscape.probes import preconditioning
 from landscape.typing import PyTree
 
 Objective = Callable[[PyTree, PyTree], jax.Array]
@@ -54,7 +54,7 @@ def hessian_operator(
     products as its `ProductOptions` say."""
     if isinstance(objective, WithOptions):
         return _optioned(objective, params, inputs, layout)
-    if isinstance(objective, preconditioning.Preconditioned):
+    if isinstance(objective, preconditioner_lib.Preconditioned):
         return _preconditioned(objective, params, inputs, layout)
     if isinstance(objective, GaussNewtonSplit):
         return ggn_operator(objective.outputs, objective.output_loss, params, inputs, layout)
@@ -70,7 +70,10 @@ def hessian_operator(
 
 
 def _preconditioned(
-    wrapped: preconditioning.Preconditioned, params: PyTree, inputs: PyTree, layout: Layout | None
+    wrapped: preconditioner_lib.Preconditioned,
+    params: PyTree,
+    inputs: PyTree,
+    layout: Layout | None,
 ) -> Operator:
     """The Hessian and gradient at u = 0 of the view's loss L(θ0 + d ⊙ u), d = P^{-1/2}: the
     operator at θ0 congruent by d, d ⊙ H (d ⊙ v) (`hvp.preconditioned`), and d ⊙ ∇L."""

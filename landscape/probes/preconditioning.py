@@ -7,7 +7,6 @@ as it takes any point: the matrix-free ones multiply by `operator.hessian_operat
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -15,30 +14,10 @@ import jax
 import numpy as np
 
 from landscape.core import preconditioner as preconditioner_lib
+from landscape.core.preconditioner import Preconditioned as Preconditioned
+from landscape.core.preconditioner import preconditioned
 from landscape.point import Point, as_points
 from landscape.probes import data
-from landscape.typing import PyTree
-
-
-class Preconditioned:
-    """inner(θ0 + d ⊙ u, inputs) as a function of u, its inputs (inputs, θ0, d) with d = P^{-1/2}
-    (traced: one program for every P and θ0); `hessian_operator` multiplies by its Hessian at
-    u = 0 as d ⊙ H (d ⊙ v), with no pass through the shift."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-        self.loss_fn = getattr(inner, "loss_fn", inner)  # names it in error messages
-
-    def __call__(self, params: PyTree, inputs: PyTree) -> jax.Array:
-        inner_inputs, origin, inverse_sqrt = inputs
-        moved = jax.tree.map(lambda o, d, u: o + d * u, origin, inverse_sqrt, params)
-        return self.inner(moved, inner_inputs)
-
-
-@functools.lru_cache(maxsize=256)
-def preconditioned(inner: Any) -> Preconditioned:
-    """One Preconditioned per objective, so the views of one model share programs."""
-    return Preconditioned(inner)
 
 
 def views(
