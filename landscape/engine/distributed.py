@@ -3,8 +3,14 @@ the host, and the one decision every process takes at a chunk boundary (jax.dist
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import hashlib
 import json
+import os
+import re
+import sys
+from collections.abc import Iterator
 from typing import Any
 
 import jax
@@ -12,6 +18,65 @@ import jax.numpy as jnp
 import numpy as np
 
 from landscape.engine import config as config_lib
+
+EXIT_LOST = 1  # the CLIs' exit status for a run that failed (docs/guide/many_machines.md)
+# what a collective or the coordination service says when a peer process is gone
+_GONE = re.compile(
+    r"closed by peer|reset by peer|broken pipe|heartbeat|unhealthy|socket closed|"
+    r"connection refused|failed to connect",
+    re.IGNORECASE,
+)
+_TASK = (  # how the coordination service names the lost task, most specific first
+    re.compile(r"\btask (\d+) heartbeat timeout", re.IGNORECASE),
+    re.compile(r"stopped sending heartbeats\):\s*(\d+)"),
+    re.compile(r"/task:(\d+)"),
+)
+_PEER = re.compile(r"\[([^\]/]+)\]:\d+")  # gloo's "[host]:port" of the peer
+
+
+class ProcessLost(RuntimeError):
+    """Another process of this jax.distributed run was lost (killed or crashed): one sentence
+    naming it. This process then exits with EXIT_LOST, skipping jax's shutdown barrier."""
+
+
+def lost_sentence(text: str, me: int, count: int) -> str | None:
+    """The sentence naming the process lost in a distributed runtime's error `text` (its id
+    as the coordination service names it, the other one of two, else "a peer process"; its
+    host from gloo's "[host]:port"), or None when the text is no lost peer's."""
+    if count < 2 or not _GONE.search(text):
+        return None
+    lost = next((int(m.group(1)) for p in _TASK if (m := p.search(text))), None)
+    if lost is None and count == 2:
+        lost = 1 - me
+    who = "a peer process" if lost is None or lost == me else f"process {lost}"
+    peer = _PEER.search(text)
+    at = f" (host {peer.group(1)})" if peer else ""
+    return (
+        f"{who}{at} of this jax.distributed run was lost (killed or crashed), so this process "
+        f"({me} of {count}) stops too: start every process again."
+    )
+
+
+@contextlib.contextmanager
+def lost_processes_named() -> Iterator[None]:
+    """Within it, a collective's error whose peer process is gone is raised as ProcessLost,
+    one sentence naming that process; this process then exits with EXIT_LOST without jax's
+    shutdown barrier (which would wait for the lost process, then abort with a C++ stack)."""
+    try:
+        yield
+    except Exception as error:
+        count = jax.process_count()
+        sentence = lost_sentence(str(error), jax.process_index(), count)
+        if sentence is None:
+            raise
+        atexit.register(_exit_lost)  # after jax's own: atexit runs this one first
+        raise ProcessLost(sentence) from None
+
+
+def _exit_lost() -> None:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(EXIT_LOST)
 
 
 def agree(save: bool, stop: bool) -> tuple[bool, bool]:
