@@ -13,13 +13,12 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 from jax.flatten_util import ravel_pytree
 
 from landscape import _checks
 from landscape import point as point_lib
 from landscape.core import batches as batches_lib
-from landscape.core import hvp, lanczos, ritz
+from landscape.core import hvp, lanczos, preconditioner, ritz
 from landscape.engine import config as config_lib
 
 Params = Any
@@ -175,22 +174,16 @@ def measure(
 
 
 def adam_inverse_sqrt(opt_state: Any, b2: float, eps: float) -> jax.Array:
-    """The flat P^{-1/2} = 1 / sqrt(sqrt(v̂) + ε) of the Adam state in `opt_state` (an optax
-    ScaleByAdamState anywhere in a chain's state), v̂ = ν / (1 - b2^t) the bias-corrected second
-    moment Adam divides by at its last update t (Kingma & Ba, Alg. 1); NaN before the first."""
-    states = [
-        s
-        for s in jax.tree.leaves(opt_state, is_leaf=lambda s: isinstance(s, optax.ScaleByAdamState))
-        if isinstance(s, optax.ScaleByAdamState)
-    ]
-    if len(states) != 1:
+    """The flat P^{-1/2} = 1 / sqrt(sqrt(v̂) + ε) of the Adam state in `opt_state`
+    (`core.preconditioner.adam_preconditioner`, v̂ the second moment bias-corrected at Adam's
+    last update t, Kingma & Ba, Alg. 1); NaN before the first update."""
+    if preconditioner.adam_state(opt_state) is None:
         raise ValueError(
-            "track.preconditioned needs the run's optimizer to be adam or adamw (one Adam state "
-            f"in its optimizer state; found {len(states)})."
+            "track.preconditioned needs the run's optimizer to be adam or adamw (an Adam state "
+            "in its optimizer state; found none)."
         )
-    nu, _ = ravel_pytree(states[0].nu)
-    correction = 1 - jnp.asarray(b2, nu.dtype) ** states[0].count.astype(nu.dtype)
-    return 1 / jnp.sqrt(jnp.sqrt(nu / correction) + jnp.asarray(eps, nu.dtype))
+    diagonal, _ = ravel_pytree(preconditioner.adam_preconditioner(opt_state, eps=eps, b2=b2))
+    return 1 / jnp.sqrt(diagonal)
 
 
 def measure_at(
