@@ -72,6 +72,7 @@ class Settings:
     noise: float
     in_batches: bool
     layout: Layout | None = None
+    storage: str | None = None
 
 
 class Tracker(NamedTuple):
@@ -93,6 +94,7 @@ def tracker(
     noise: float = 0.1,
     in_batches: bool = False,
     like: PyTree = None,
+    storage: str | None = None,
 ) -> Tracker:
     """A curvature tracker for any training loop: λ_max, λ_min and the top-k Ritz values of the
     Hessian of `loss` at the parameters, each with its residual, from `num_iters` products.
@@ -113,6 +115,8 @@ def tracker(
         like: parameters split over a mesh as the tracked ones will be (jax arrays with
             NamedShardings): the kept vectors and the Lanczos basis then lie split like them
             (docs/guide/split_model.md); None: flat in `ravel_pytree` order.
+        storage: "bfloat16" stores the Lanczos basis in bfloat16, the products and sums in
+            the params' dtype; the residuals' floor is then bfloat16's (`rounding_floor`).
 
     Returns:
         A `Tracker`: `init(params, key)` and `update(state, params, *inputs)`, pure and
@@ -126,8 +130,10 @@ def tracker(
         raise ValueError(f"k = {k}: must be fewer than num_iters = {num_iters} Lanczos steps.")
     _checks.check_real("noise", noise, low=0, meaning="the start's noise against its unit seed")
     _checks.check_bool("in_batches", in_batches)
+    if storage is not None:
+        _checks.check_choice("tracker: storage", storage, lanczos.STORAGES)
     layout = _layout_like(like)
-    settings = Settings(num_iters, k, float(noise), in_batches, layout)
+    settings = Settings(num_iters, k, float(noise), in_batches, layout, storage)
     return Tracker(
         functools.partial(init, settings), functools.partial(checked_update, loss, settings)
     )
@@ -234,7 +240,9 @@ def update(
         matvec = hvp.preconditioned(matvec, scale.astype(flat.dtype))
     start, key, restart_key = _started(settings, state, params, flat.dtype)
     project = None if layout is None else layout.clean
-    run = lanczos.run(matvec, start, settings.num_iters, restart_key, project=project)
+    run = lanczos.run(
+        matvec, start, settings.num_iters, restart_key, project=project, storage=settings.storage
+    )
     return _measured(settings, run, value, grad, state, key, flat.dtype)
 
 
@@ -266,7 +274,7 @@ def _measured(
     kept = tuple(range(m - 1, m - 1 - k, -1)) + (0,)  # the top k, descending, then the bottom
     found = ritz.ritz(lanczos.extract(run), kept)
     top = found.values[np.asarray(kept[:-1])]
-    floor = rounding_floor(found.values, m)
+    floor = rounding_floor(found.values, m, settings.storage)
     residuals = jnp.maximum(found.residuals, floor)
     measurement = Measurement(
         top[0], found.values[0], top, residuals[np.asarray(kept[:-1])],
@@ -276,11 +284,11 @@ def _measured(
     return measurement, TrackerState(vectors, key, state.measured + 1)
 
 
-def rounding_floor(values: jax.Array, num_iters: int) -> jax.Array:
+def rounding_floor(values: jax.Array, num_iters: int, storage: str | None = None) -> jax.Array:
     """The rounding level of a Ritz residual after `num_iters` Lanczos steps: eps num_iters
     max|θ| in the values' dtype (|β s_last| falls to 1e-9 or 0 in float32 where ||H y - θ y||
     of the rounded vector stays near 4 eps max|θ|)."""
-    eps = float(np.finfo(values.dtype).eps)
+    eps = float(jnp.finfo(storage or values.dtype).eps)  # a basis stored narrower: its eps
     return eps * num_iters * jnp.max(jnp.abs(values))
 
 
@@ -369,6 +377,12 @@ def _streamed(settings: Settings, inputs: tuple, preconditioner: object) -> bool
             f"tracker.update: inputs[{where[0]}] is a streamed dataset (landscape.stream), which "
             "the loss takes alone: give it as the only input, loss(params, batch) then the "
             "loss of one of its batches."
+        )
+    if settings.storage is not None:
+        raise TypeError(
+            "tracker.update: storage= stores an in-memory run's basis, and a streamed "
+            "dataset's run keeps its own in the params' dtype: give a dataset in batches "
+            "(landscape.batches(data, size)) with tracker(..., in_batches=True)."
         )
     if settings.layout is not None or preconditioner is not None:
         raise TypeError(

@@ -15,6 +15,7 @@ from jax.typing import DTypeLike
 from landscape.core import orthonormal
 
 Project = Callable[[jax.Array], jax.Array] | None
+STORAGES = ("bfloat16",)  # the narrower dtypes a basis may be stored in (`run(storage=)`)
 
 
 class Lanczos(NamedTuple):

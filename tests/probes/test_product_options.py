@@ -170,6 +170,24 @@ def test_bfloat16_lanczos_spectrum_extremes():
     assert abs(low[0] - f32[0]) <= 4 * U_BF16 * norm
 
 
+def test_the_tracker_stores_its_basis_in_bfloat16_and_says_so():
+    """D steps: float32's λ_max is H's; with the basis in bfloat16 it lies within 4 u ||H|| of it,
+    and the reported residual (floored at bfloat16's eps D max|θ|) covers the difference."""
+    point, hessian = _float32()
+    norm = np.max(np.abs(np.linalg.eigvalsh(hessian)))
+    found = {}
+    for storage in (None, "bfloat16"):
+        tracker = landscape.tracker(_quartic, num_iters=D, k=1, storage=storage)
+        state = tracker.init(point.params, jax.random.key(0))
+        found[storage] = tracker.update(state, point.params, point.inputs)[0]
+    exact = np.linalg.eigvalsh(hessian)[-1]
+    low = found["bfloat16"]
+    assert abs(float(low.lambda_max) - float(found[None].lambda_max)) <= 4 * U_BF16 * norm
+    assert abs(float(low.lambda_max) - exact) <= float(low.residuals[0])
+    with pytest.raises(ValueError, match=r"tracker: storage = 'fp8': must be one of"):
+        landscape.tracker(_quartic, storage="fp8")
+
+
 def test_the_memory_estimates_know_the_storage():
     assert three_term.vector_bytes(10, 4, "full", 30, "bfloat16") == 30 * 10 * 2
     assert three_term.vector_bytes(10, 4, "three", 30, "bfloat16") == 3 * 10 * 2
