@@ -13,77 +13,8 @@ docs/guide/foundation_scale.md, "The estimate against XLA", has its table at D =
 from __future__ import annotations
 
 import argparse
-import functools
-from typing import Any
 
-import jax
-import jax.numpy as jnp
-import numpy as np
-from jax.sharding import Mesh, NamedSharding
-from jax.sharding import PartitionSpec as P
-
-from experiments.bench import peers, peers_data
-from landscape.core import krylov_schur
-from landscape.core import layout as layout_lib
-from landscape.probes import blocks, eigen, krylov, operator
-
-MB = 2**20
-NCV, K = 20, 5
-
-
-@functools.partial(jax.jit, static_argnames=("objective", "layout"))
-def _product(objective: Any, params: Any, inputs: Any, v: jax.Array, layout: Any) -> jax.Array:
-    return operator.hessian_operator(objective, params, inputs, layout).matvec(v)
-
-
-def _meshes() -> dict[str, tuple[Mesh, dict[str, P]]]:
-    """The two meshes of 8 devices and the leaves' specs on them (the others replicated)."""
-    devices = np.array(jax.devices())
-    megatron = {"w1": P(None, "model"), "b1": P("model"), "w2": P("model", None)}
-    return {
-        "data 2 x model 4": (Mesh(devices.reshape(2, 4), ("data", "model")), megatron),
-        "data 8": (Mesh(devices, ("data",)), {}),
-    }
-
-
-def _analysis(program: Any) -> Any:
-    """XLA's memory analysis of a lowered program (XLA:CPU gives one)."""
-    analysis = program.compile().memory_analysis()
-    assert analysis is not None, "this backend gives no memory analysis"
-    return analysis
-
-
-def row(width: int, name: str, search: bool) -> str:
-    """One table row: the product's estimate and XLA's count (temporaries and output), and the
-    search's (its vectors, temporaries and what it does not write in place), in MB a device."""
-    one = peers.mlp_point(peers_data.mlp_arrays(width))
-    mesh, specs = _meshes()[name]
-    params = {
-        k: jax.device_put(v, NamedSharding(mesh, specs.get(k, P()))) for k, v in one.params.items()
-    }
-    point = one.with_params(params)
-    lay = layout_lib.spread(point.params, point.batches)
-    assert lay is not None
-    objective, inputs = point.shared
-    v = jax.ShapeDtypeStruct((lay.padded,), jnp.float32, sharding=lay.sharding())
-    made = _analysis(_product.lower(objective, params, inputs, v, lay))
-    xla = made.temp_size_in_bytes + made.output_size_in_bytes
-    estimate = blocks.product_bytes(point, devices=lay.devices)
-    cells = [name, f"{point.num_params:.3g}", f"{estimate / MB:.0f}", f"{xla / MB:.0f}"]
-    cells.append(f"{estimate / xla:.2f}")
-    if search:
-        settings = krylov_schur.Settings(K, NCV - K, point.num_params, "largest", 1e-5, 10)
-        plan = krylov_schur.plan(settings, krylov_schur.init(settings), np.dtype(np.float32))
-        rows = jax.ShapeDtypeStruct((NCV, lay.padded), jnp.float32, sharding=lay.sharding(1))
-        key = jax.random.key(0)
-        program = krylov.advance.lower(objective, params, inputs, rows, plan, key, "largest", lay)
-        found = _analysis(program)
-        unaliased = found.output_size_in_bytes - found.alias_size_in_bytes
-        held = NCV * lay.local * 4 + found.temp_size_in_bytes + unaliased
-        gradient = blocks.device_param_bytes(point)  # each call's, as the parameters lie
-        kept = eigen.lanczos_search_bytes(lay.local, NCV, 4) + estimate + gradient
-        cells += [f"{kept / MB:.0f}", f"{held / MB:.0f}", f"{kept / held:.2f}"]
-    return "| " + " | ".join(cells) + " |"
+from experiments.bench.estimates_mesh_rows import meshes, row
 
 
 def main() -> None:
@@ -96,7 +27,7 @@ def main() -> None:
         "| mesh | D | product: estimate | XLA | ratio | search: estimate | XLA | ratio |\n"
         "|---|---|---|---|---|---|---|---|"
     )
-    for name in _meshes():
+    for name in meshes():
         print(row(args.width, name, not args.no_search), flush=True)
 
 

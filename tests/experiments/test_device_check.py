@@ -1,6 +1,6 @@
-"""experiments/bench/device_check.py: the device check runs its rows fastest first within a budget,
-skips with a note what does not fit, stops what overruns, and writes its rows as JSON and as a
-markdown table (run in-process, at a budget of seconds)."""
+"""experiments/bench/device_check_rows.py: the device check runs its rows fastest first within a
+budget, skips with a note what does not fit, stops what overruns, and writes its rows as JSON
+and as a markdown table (run in-process, at a budget of seconds)."""
 
 import json
 import os
@@ -11,17 +11,17 @@ import time
 
 import pytest
 
-from experiments.bench import device_check
+from experiments.bench import device_check_rows
 from landscape.scan_snap import text
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def test_a_tiny_budget_skips_every_row_with_a_note(tmp_path, capsys):
-    rows = device_check.check(0.5, tmp_path, trap=True)
+    rows = device_check_rows.check(0.5, tmp_path, trap=True)
     printed = capsys.readouterr().out.splitlines()
     assert printed[0].startswith("device check on cpu (cpu,") and "budget 0 s" in printed[0]
-    names = [r.name for r in device_check.rows(trap=True)]
+    names = [r.name for r in device_check_rows.rows(trap=True)]
     assert [r["row"] for r in rows][-1] == "markov_trap_gpu"  # the optional study last
     assert sorted(r["row"] for r in rows) == sorted(names)
     for row in rows:  # nothing fits in half a second: each says what it needs
@@ -38,15 +38,15 @@ def test_rows_run_fastest_first_and_the_budget_stops_an_overrun(tmp_path):
         check.add("quick", wall_seconds=0.01)
 
     def overrun(check):  # a process that would take a minute, stopped at the deadline
-        device_check._run(check, ["-c", "import time; time.sleep(60)"])
+        device_check_rows._run(check, ["-c", "import time; time.sleep(60)"])
 
     chosen = [
-        device_check.Row("huge", "a day", {"cpu": 86400, "gpu": 86400}, quick),
-        device_check.Row("slow", "a minute", {"cpu": 0.2, "gpu": 0.2}, overrun),
-        device_check.Row("quick", "a moment", {"cpu": 0.1, "gpu": 0.1}, quick),
+        device_check_rows.Row("huge", "a day", {"cpu": 86400, "gpu": 86400}, quick),
+        device_check_rows.Row("slow", "a minute", {"cpu": 0.2, "gpu": 0.2}, overrun),
+        device_check_rows.Row("quick", "a moment", {"cpu": 0.1, "gpu": 0.1}, quick),
     ]
     start = time.perf_counter()
-    rows = device_check.check(2.0, tmp_path, chosen=chosen)
+    rows = device_check_rows.check(2.0, tmp_path, chosen=chosen)
     assert time.perf_counter() - start < 10  # the sleeping process was stopped at ~2 s
     assert [r["row"] for r in rows] == ["quick", "slow", "huge"]
     assert rows[0] == {"row": "quick", "wall_seconds": 0.01}
@@ -56,7 +56,7 @@ def test_rows_run_fastest_first_and_the_budget_stops_an_overrun(tmp_path):
 
 
 def test_the_synthetic_corpus_has_wikitext2s_size(tmp_path):
-    folder = device_check.synthetic_corpus(tmp_path / "wt")
+    folder = device_check_rows.synthetic_corpus(tmp_path / "wt")
     assert text.missing_splits_message(folder, ("valid", "test")) is None
     words = (folder / "valid.txt").read_text().split()
     assert len(words) == 217_000 and 5000 < len(set(words)) <= 12000
@@ -95,8 +95,8 @@ def test_the_compile_settings_row_at_a_tiny_size(tmp_path):
         compile_settings.measure(check, 1000, ("hvp",))
         compile_settings.measure(check, 1000, ("top5",), compile_settings.SETTINGS[:1])
 
-    chosen = [device_check.Row("compile_settings", "tiny", {"cpu": 1, "gpu": 1}, tiny)]
-    rows = {r["row"]: r for r in device_check.check(300.0, tmp_path, chosen=chosen)}
+    chosen = [device_check_rows.Row("compile_settings", "tiny", {"cpu": 1, "gpu": 1}, tiny)]
+    rows = {r["row"]: r for r in device_check_rows.check(300.0, tmp_path, chosen=chosen)}
     gpu_only = [s.name for s in compile_settings.SETTINGS if s.gpu_only]
     for name in gpu_only:
         assert rows[f"compile_settings:{name}"]["skipped"].startswith("an XLA:GPU setting")
@@ -130,10 +130,12 @@ def test_rows_and_compile_settings_are_chosen_by_name():
 
     from experiments.bench import compile_settings
 
-    assert device_check.chosen_rows(None) is None
-    assert [r.name for r in device_check.chosen_rows(["compile_settings"])] == ["compile_settings"]
+    assert device_check_rows.chosen_rows(None) is None
+    assert [r.name for r in device_check_rows.chosen_rows(["compile_settings"])] == [
+        "compile_settings"
+    ]
     with pytest.raises(app.UsageError, match=r"--device_rows=nope: must be among main_job, "):
-        device_check.chosen_rows(["nope", "main_job"])
+        device_check_rows.chosen_rows(["nope", "main_job"])
     assert compile_settings.chosen(None) == compile_settings.SETTINGS
     picked = compile_settings.chosen(["compilation_cache", "default"])
     assert [s.name for s in picked] == ["default", "compilation_cache"]

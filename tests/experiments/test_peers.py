@@ -1,4 +1,4 @@
-"""The peers benchmark's models and rows (experiments/bench/peers.py, peers_timing.py) at
+"""The peers benchmark's models and rows (experiments/bench/peers.py, peers_timing_rows.py) at
 D ~ 1e3; the torch parts only where torch (and PyHessian) are installed."""
 
 import math
@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from experiments.bench import peers, peers_data, peers_timing
+from experiments.bench import peers, peers_data, peers_timing_rows
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -41,7 +41,7 @@ def test_the_torch_layout_round_trips():
 
 
 def test_a_row_of_ours_at_1e3():
-    row = peers_timing.measure("ours", "1e3", "trace", "all", "cpu", warm_below=60.0)
+    row = peers_timing_rows.measure("ours", "1e3", "trace", "all", "cpu", warm_below=60.0)
     assert row["D"] == 967
     assert row["first_s"] > row["warm_s"] > 0
     assert row["compile_seconds"] > 0
@@ -69,11 +69,11 @@ def test_the_comparison_and_the_table():
         "1e3:trace:ours": {"first_s": 1.0, "trace": 11.0},
         "1e3:trace:pyhessian_1t": {"error": "pyhessian not installed"},
     }
-    found = peers_timing.compare(rows, "1e3")
+    found = peers_timing_rows.compare(rows, "1e3")
     assert found["1e3:top5:pyhessian_1t"] == pytest.approx({"vs_ours": 0.1, "vs_dense": 0.1})
     assert found["1e3:trace:ours"] == pytest.approx({"trace_vs_dense": 0.1})
     assert "1e3:trace:pyhessian_1t" not in found
-    text = peers_timing.table({**rows, "1e3:agreement": found})
+    text = peers_timing_rows.table({**rows, "1e3:agreement": found})
     line = next(x for x in text.splitlines() if x.startswith("1e3:top5:pyhessian_1t"))
     assert line.split()[1:7] == ["1", "0.5", "400", "4.00", "2.00", "0.75"]
     assert "pyhessian not installed" in text
@@ -82,14 +82,14 @@ def test_the_comparison_and_the_table():
 
 
 def test_the_plan_leaves_the_peers_out_where_they_have_no_probe():
-    specs = peers_timing.plan("1e3", ["top5_rtol", "slq"], ["ours", "curvlinops"], ["1"])
+    specs = peers_timing_rows.plan("1e3", ["top5_rtol", "slq"], ["ours", "curvlinops"], ["1"])
     assert specs == [
         "check:1e3:-:all",
         "dense:1e3:-:all",
         "ours:1e3:top5_rtol:all",
         "ours:1e3:slq:all",
     ]
-    assert peers_timing.plan("wikitext", ["hvp", "top5"], ["ours", "pyhessian"], ["1"]) == [
+    assert peers_timing_rows.plan("wikitext", ["hvp", "top5"], ["ours", "pyhessian"], ["1"]) == [
         "ours:wikitext:top5:all"
     ]
 
@@ -105,14 +105,14 @@ def test_jax_and_torch_agree():
 def test_a_row_of_pyhessian_at_1e3():
     pytest.importorskip("torch")
     pytest.importorskip("pyhessian")
-    row = peers_timing.measure("pyhessian", "1e3", "hvp", "1", "cpu", warm_below=60.0)
-    ours = peers_timing.measure("ours", "1e3", "hvp", "all", "cpu", warm_below=60.0)
+    row = peers_timing_rows.measure("pyhessian", "1e3", "hvp", "1", "cpu", warm_below=60.0)
+    ours = peers_timing_rows.measure("ours", "1e3", "hvp", "all", "cpu", warm_below=60.0)
     assert row["vHv"] == pytest.approx(ours["vHv"], rel=1e-5)
 
 
 def test_a_missing_peer_is_a_row_saying_so(monkeypatch, capsys):
-    monkeypatch.setattr(peers_timing, "_installed", lambda module: module != "pyhessian")
-    peers_timing.child("pyhessian:1e3:top5:1:cpu")
+    monkeypatch.setattr(peers_timing_rows, "_installed", lambda module: module != "pyhessian")
+    peers_timing_rows.child("pyhessian:1e3:top5:1:cpu")
     line = capsys.readouterr().out.strip()
     assert line == 'ROW {"error": "pyhessian not installed (pip install -e \'.[peers]\')"}'
 
@@ -122,8 +122,8 @@ def test_a_peer_s_process_imports_no_jax():
     the data they read import nothing of JAX (their peak memory is theirs)."""
     code = (
         "import sys\n"
-        "from experiments.bench import peers_data, peers_timing, peers_torch\n"
-        "assert peers_timing.STACKS['pyhessian'] == ('torch', 'pyhessian')\n"
+        "from experiments.bench import peers_data, peers_timing, peers_timing_rows, peers_torch\n"
+        "assert peers_timing_rows.STACKS['pyhessian'] == ('torch', 'pyhessian')\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('jax', 'jaxlib', 'landscape')))"
     )
     done = subprocess.run(
@@ -143,13 +143,13 @@ def test_every_process_reads_the_same_saved_arrays(tmp_path):
 def test_the_eigsh_row_is_arpack_over_our_products():
     """ARPACK's top-5 at D = 967 over hvp_flat: its products counted, its residuals measured by
     fresh products, the same values as our certified search's."""
-    row = peers_timing.measure("eigsh", "1e3", "top5", "all", "cpu", warm_below=0.0)
-    ours = peers_timing.measure("ours", "1e3", "top5", "all", "cpu", warm_below=0.0)
+    row = peers_timing_rows.measure("eigsh", "1e3", "top5", "all", "cpu", warm_below=0.0)
+    ours = peers_timing_rows.measure("ours", "1e3", "top5", "all", "cpu", warm_below=0.0)
     assert row["D"] == ours["D"] == 967
     assert 20 <= row["num_hvps"] < 400
     assert row["max_rel_residual"] < 1e-4  # tol=1e-5 on each value's relative accuracy
     np.testing.assert_allclose(row["values"], ours["values"], rtol=1e-4)
-    assert peers_timing.plan("1e3", ["top5", "trace"], ["ours", "eigsh"], ["1"]) == [
+    assert peers_timing_rows.plan("1e3", ["top5", "trace"], ["ours", "eigsh"], ["1"]) == [
         "dense:1e3:-:all",
         "ours:1e3:top5:all",
         "eigsh:1e3:top5:all",

@@ -6,8 +6,8 @@ import pathlib
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 MAX_COMMAND_LINES = 80
-# experiments/bench/ is not held to it yet: each benchmark group defines its flags beside its code
-FOLDERS = ("experiments", "experiments/report", "tools")
+# experiments/bench/: a group's flags and main in its command module, its rows in <name>_rows.py
+FOLDERS = ("experiments", "experiments/report", "experiments/bench", "tools")
 
 
 def _is_command(text: str) -> bool:
