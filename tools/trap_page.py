@@ -10,7 +10,7 @@ import pathlib
 from typing import Any
 
 import numpy as np
-import scipy.stats
+import scipy.stats  # type: ignore[import-untyped]  # no stubs installed
 
 from tools.page_parts import Data, caption, ran_on, read_csv
 
