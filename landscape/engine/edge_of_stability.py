@@ -428,3 +428,22 @@ def run(
     path = figure(groups, rows, workdir.figure_path("edge_of_stability"), title)
     seconds = experiment.seconds_of([g[1] for g in groups])
     return workdir.finish(found, progress, figures=[str(path)], seconds=seconds)
+
+
+def paper_run(
+    lr_field: str, phases: Callable[..., dict[str, np.ndarray]], title: str
+) -> Callable[..., dict[str, Any]]:
+    """A paper's study, `run(cfg, workdir, progress, *, make_problem, traced)`: `run` on the
+    `Part` of its problem, learning-rate field and phases, its figure titled `title`."""
+
+    def run_paper(
+        cfg: ml_collections.ConfigDict,
+        workdir: records.Workdir,
+        progress: Progress,
+        *,
+        make_problem: Callable[[ml_collections.ConfigDict], training.Problem],
+        traced: Any,
+    ) -> dict[str, Any]:
+        return run(cfg, workdir, progress, Part(make_problem, lr_field, traced, phases), title)
+
+    return run_paper

@@ -6,15 +6,11 @@ unigram plateau H(π) (trap_study.run_rows's rule: the test loss below (H(π) + 
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 import ml_collections
 import numpy as np
 
-from landscape.engine import edge_of_stability, records, training
+from landscape.engine import edge_of_stability, training
 from landscape.markov import theory
-from landscape.typing import Progress
 
 LR_FIELD = "optim.lr"
 
@@ -32,14 +28,4 @@ def phases(cfg: ml_collections.ConfigDict, result: training.RunResult) -> dict[s
     return {"escape from the unigram plateau": out}
 
 
-def run(
-    cfg: ml_collections.ConfigDict,
-    workdir: records.Workdir,
-    progress: Progress,
-    *,
-    make_problem: Callable[[ml_collections.ConfigDict], training.Problem],
-    traced: Any,
-) -> dict[str, Any]:
-    """The study on the Markov model (`edge_of_stability.run`)."""
-    part = edge_of_stability.Part(make_problem, LR_FIELD, traced, phases)
-    return edge_of_stability.run(cfg, workdir, progress, part, "Markov")
+run = edge_of_stability.paper_run(LR_FIELD, phases, "Markov")  # the study on this model

@@ -6,15 +6,11 @@ falling below each sub-n-gram estimator's line (the plateaus of Fig. 3, claims.L
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 import ml_collections
 import numpy as np
 
-from landscape.engine import edge_of_stability, records, training
+from landscape.engine import edge_of_stability, training
 from landscape.ngrams import claims as claims_lib
-from landscape.typing import Progress
 
 LR_FIELD = "optim.lr"
 
@@ -35,14 +31,4 @@ def phases(cfg: ml_collections.ConfigDict, result: training.RunResult) -> dict[s
     return out
 
 
-def run(
-    cfg: ml_collections.ConfigDict,
-    workdir: records.Workdir,
-    progress: Progress,
-    *,
-    make_problem: Callable[[ml_collections.ConfigDict], training.Problem],
-    traced: Any,
-) -> dict[str, Any]:
-    """The study on the n-gram model (`edge_of_stability.run`)."""
-    part = edge_of_stability.Part(make_problem, LR_FIELD, traced, phases)
-    return edge_of_stability.run(cfg, workdir, progress, part, "n-grams")
+run = edge_of_stability.paper_run(LR_FIELD, phases, "n-grams")  # the study on this model

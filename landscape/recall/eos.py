@@ -6,15 +6,11 @@ stages, each jump the first crossing of the midpoint between two plateau levels 
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 import ml_collections
 import numpy as np
 
-from landscape.engine import edge_of_stability, records, training
+from landscape.engine import edge_of_stability, training
 from landscape.recall import flow, theory
-from landscape.typing import Progress
 
 LR_FIELD = "optim.lr"
 
@@ -31,14 +27,4 @@ def phases(cfg: ml_collections.ConfigDict, result: training.RunResult) -> dict[s
     }
 
 
-def run(
-    cfg: ml_collections.ConfigDict,
-    workdir: records.Workdir,
-    progress: Progress,
-    *,
-    make_problem: Callable[[ml_collections.ConfigDict], training.Problem],
-    traced: Any,
-) -> dict[str, Any]:
-    """The study on the recall model (`edge_of_stability.run`)."""
-    part = edge_of_stability.Part(make_problem, LR_FIELD, traced, phases)
-    return edge_of_stability.run(cfg, workdir, progress, part, "recall")
+run = edge_of_stability.paper_run(LR_FIELD, phases, "recall")  # the study on this model

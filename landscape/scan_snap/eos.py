@@ -6,13 +6,10 @@ scan (the entropy of the attention on distinct tokens halfway down) and the snap
 
 from __future__ import annotations
 
-from typing import Any
-
 import ml_collections
 import numpy as np
 
-from landscape.engine import edge_of_stability, records, training
-from landscape.typing import Progress
+from landscape.engine import edge_of_stability, training
 
 LR_FIELD = "optim.lr_z"
 FROZEN = 0.01  # the snap: the entropy stays within this fraction of its whole drop of its end
@@ -38,14 +35,4 @@ def phases(cfg: ml_collections.ConfigDict, result: training.RunResult) -> dict[s
     return entropy_phases(result.snapshot_steps, result.snapshots["distinct_entropy"])
 
 
-def run(
-    cfg: ml_collections.ConfigDict,
-    workdir: records.Workdir,
-    progress: Progress,
-    *,
-    make_problem: Any,
-    traced: Any,
-) -> dict[str, Any]:
-    """The study on the Y/Z model (`edge_of_stability.run`)."""
-    part = edge_of_stability.Part(make_problem, LR_FIELD, traced, phases)
-    return edge_of_stability.run(cfg, workdir, progress, part, "Scan & Snap")
+run = edge_of_stability.paper_run(LR_FIELD, phases, "Scan & Snap")  # the study on this model
