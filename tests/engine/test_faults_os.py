@@ -214,6 +214,18 @@ def test_a_ctrl_c_a_library_swallows_is_not_lost(reference, tmp_path, capsys):
     _same_records(workdir, reference)
 
 
+def _python(args, timeout):
+    """`python ARGS` in a subprocess from the repository root (its output captured)."""
+    return subprocess.run(
+        [sys.executable, *args],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
 @pytest.mark.parametrize(
     "program, argv",
     [
@@ -235,14 +247,7 @@ def test_ctrl_c_during_the_imports_is_one_line(program, argv):
         f"sys.argv = {argv}\n"
         f"runpy.run_module('{program}', run_name='__main__', alter_sys=True)"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = _python(["-c", code], timeout=60)
     assert done.returncode in (cli.EXIT_INTERRUPTED, -signal.SIGINT), done
     assert done.stderr.strip() == "Interrupted before the run started: nothing was written.", (
         done.stderr
@@ -257,14 +262,7 @@ def test_importing_the_clis_leaves_the_excepthook_alone():
         "import experiments, experiments.cli, experiments.scan_snap, experiments.run\n"
         "assert sys.excepthook is hook, sys.excepthook"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = _python(["-c", code], timeout=120)
     assert done.returncode == 0, done.stderr
 
 
@@ -314,14 +312,7 @@ runpy.run_module("experiments.scan_snap", run_name="__main__", alter_sys=True)
 def _cli(args, devices, stop=False):
     """The scan & snap CLI in a subprocess on `devices` host devices (stopped at step 200)."""
     program = ["-c", STOP_AT_200] if stop else ["-m", "experiments.scan_snap"]
-    return subprocess.run(
-        [sys.executable, *program, *args, f"--host_devices={devices}"],
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    return _python([*program, *args, f"--host_devices={devices}"], timeout=600)
 
 
 @pytest.fixture(scope="module")

@@ -249,29 +249,18 @@ def test_a_failing_problem_leaves_its_workdir_failed_not_running(tmp_path):
         init=lambda key, hp: jnp.zeros(2), loss=loss, learning_rates=lambda hp: hp["lr"]
     )
     grid = sweeps.Grid.make({}, seeds=[0])
+
+    def run():
+        sweeps.run(problem, {"name": "sgd"}, {"lr": 0.1}, grid, num_steps=4, log_every=2,
+                   workdir=tmp_path / "w")  # fmt: skip
+
     with pytest.raises(ValueError, match="the user's bug"):
-        sweeps.run(
-            problem,
-            {"name": "sgd"},
-            {"lr": 0.1},
-            grid,
-            num_steps=4,
-            log_every=2,
-            workdir=tmp_path / "w",
-        )
+        run()
     summary = json.loads((tmp_path / "w" / "summary.json").read_text())
     assert summary == {"status": "failed", "message": "ValueError: the user's bug"}
     # a next run into the folder needs overwrite=True (or resume), as after any run
     with pytest.raises(records.WorkdirError, match="already holds the records"):
-        sweeps.run(
-            problem,
-            {"name": "sgd"},
-            {"lr": 0.1},
-            grid,
-            num_steps=4,
-            log_every=2,
-            workdir=tmp_path / "w",
-        )
+        run()
 
 
 @pytest.mark.slow

@@ -50,6 +50,23 @@ def _quick(tmp_path_factory, *only: str):
     )
 
 
+def _context(**changes):
+    """The context a report states (a full CPU run, one run made), with `changes`."""
+    return (
+        dict(
+            scale="cpu",
+            command="python -m experiments.report",
+            time=write.now(),
+            seconds=3.0,
+            version=dict(commit="0" * 40, dirty=False, code_hash="h", jax="x"),
+            ran=1,
+            reused=0,
+            backend="cpu",
+        )
+        | changes
+    )
+
+
 def html_of(report) -> str:
     return (report["out"] / "index.html").read_text()
 
@@ -274,17 +291,7 @@ def test_a_quick_report_judges_no_claim_and_a_full_one_does(outcomes, tmp_path):
     summary = write.summary_markdown([quick], "", quick=True)
     assert "| scan_snap | Fig. 4 | x | not judged | 2 evaluated |" in summary
     assert "2 paper claims evaluated, none judged." in summary
-    context = dict(
-        scale="quick",
-        command="python -m experiments.report --quick",
-        time=write.now(),
-        seconds=3.0,
-        version=dict(commit="0" * 40, dirty=False, code_hash="h", jax="x"),
-        ran=1,
-        reused=0,
-        backend="cpu",
-        quick=True,
-    )
+    context = _context(scale="quick", command="python -m experiments.report --quick", quick=True)
     markdown = write.report_markdown([quick], context, {})
     assert "### Fig. 4: not judged, 2 claims evaluated" in markdown and "**NO**" not in markdown
     assert markdown.count("- evaluated (check ") == 2
@@ -337,16 +344,7 @@ def test_match_selects_a_figures_claims_and_pictures_and_failures_count(tmp_path
         False,
     )
     assert r.verdict == "not run"
-    context = dict(
-        scale="cpu",
-        command="python -m experiments.report",
-        time=write.now(),
-        seconds=3.0,
-        version=dict(commit="0" * 40, dirty=False, code_hash="h", jax="x"),
-        ran=2,
-        reused=0,
-        backend="cpu",
-    )
+    context = _context(ran=2)
     markdown = write.report_markdown([fig3, both, r], context, {})
     assert (
         markdown.index("### Fig. 4: partly")
@@ -494,16 +492,7 @@ def test_the_report_never_replaces_or_removes_a_file_it_did_not_write(tmp_path, 
     (out / "REPORT.md").rename(tmp_path / "draft.md")
     job = fake_job(tmp_path, "a", [("claim", True)])
     figure = catalog.Figure("scan_snap", "Fig. 3", "x", (catalog.Run("configs/a.py"),))
-    context = dict(
-        scale="cpu",
-        command="python -m experiments.report",
-        time=write.now(),
-        seconds=1.0,
-        version=dict(commit="0" * 40, dirty=False, code_hash="h", jax="x"),
-        ran=1,
-        reused=0,
-        backend="cpu",
-    )
+    context = _context(seconds=1.0)
     table = [write.row(figure, {"configs/a.py": job}, "cpu", False)]
     (out / "figures" / "a").mkdir()
     (out / "figures" / "a" / "fig3_a.png").write_bytes(b"mine too")  # where a copy goes
