@@ -199,7 +199,7 @@ def test_a_streamed_dataset_is_its_batches_mean_and_compiles_once():
     key, data = jax.random.key(4), landscape.stream(batches, chunk=3)
     states = split.init(params, key), streamed.init(params, key)
     for step in range(2):
-        moved = jax.tree.map(lambda p: p * (1 + 0.1 * step), params)
+        moved = jax.tree.map(lambda p, scale=1 + 0.1 * step: p * scale, params)
         before = _COMPILES[0]
         batched, first = split.update(states[0], moved, landscape.batches((x, y), batch_size=12))
         found, second = streamed.update(states[1], moved, data)
