@@ -9,7 +9,10 @@ import hashlib
 import json
 import os
 import re
+import socket
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -48,9 +51,13 @@ def lost_sentence(text: str, me: int, count: int) -> str | None:
     lost = next((int(m.group(1)) for p in _TASK if (m := p.search(text))), None)
     if lost is None and count == 2:
         lost = 1 - me
-    who = "a peer process" if lost is None or lost == me else f"process {lost}"
     peer = _PEER.search(text)
-    at = f" (host {peer.group(1)})" if peer else ""
+    return _said(None if lost == me else lost, peer.group(1) if peer else None, me, count)
+
+
+def _said(lost: int | None, host: str | None, me: int, count: int) -> str:
+    who = "a peer process" if lost is None else f"process {lost}"
+    at = f" (host {host})" if host else ""
     return (
         f"{who}{at} of this jax.distributed run was lost (killed or crashed), so this process "
         f"({me} of {count}) stops too: start every process again."
@@ -58,10 +65,15 @@ def lost_sentence(text: str, me: int, count: int) -> str | None:
 
 
 @contextlib.contextmanager
-def lost_processes_named() -> Iterator[None]:
+def lost_processes_named(patience: float = 20.0) -> Iterator[None]:
     """Within it, a collective's error whose peer process is gone is raised as ProcessLost,
-    one sentence naming that process; this process then exits with EXIT_LOST without jax's
-    shutdown barrier (which would wait for the lost process, then abort with a C++ stack)."""
+    one sentence naming that process, and a process silent for `patience` seconds (beats in
+    jax's key-value store, as the CLIs' experiments/processes.py) ends this one with that
+    sentence; either way this process exits with EXIT_LOST without jax's shutdown barrier
+    (which would wait for the lost process, then abort with a C++ stack)."""
+    if not patience > 0:
+        raise ValueError(f"patience={patience!r}: must be a number of seconds above 0.")
+    judging = _watch(patience) if jax.process_count() > 1 else None
     try:
         yield
     except Exception as error:
@@ -71,12 +83,60 @@ def lost_processes_named() -> Iterator[None]:
             raise
         atexit.register(_exit_lost)  # after jax's own: atexit runs this one first
         raise ProcessLost(sentence) from None
+    finally:
+        if judging is not None:
+            judging.clear()  # the beats go on: a process that left is not lost
 
 
 def _exit_lost() -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(EXIT_LOST)
+
+
+def _watch(patience: float) -> threading.Event | None:
+    """Start (once) a daemon thread beating in jax's key-value store every second, with this
+    host's name; it ends this process, naming the silent process, while the event is set."""
+    try:  # the client has no public handle: without it (another jax), no beats
+        from jax._src import distributed as jax_distributed
+
+        client = jax_distributed.global_state.client
+    except (ImportError, AttributeError):
+        return None
+    if client is None:
+        return None
+    if _judging.get(client) is None:
+        _judging[client] = threading.Event()
+        args = (client, jax.process_index(), jax.process_count(), _judging[client])
+        threading.Thread(target=_beat, args=args, daemon=True, name="lost-processes").start()
+    _patience[0] = patience
+    _judging[client].set()
+    return _judging[client]
+
+
+_judging: dict[Any, threading.Event] = {}
+_patience = [20.0]
+_KEY = "landscape/probing/"
+
+
+def _beat(client: Any, me: int, count: int, judging: threading.Event) -> None:
+    beats, host = 0, socket.gethostname()
+    changed, seen = dict.fromkeys(range(count), time.monotonic()), dict[int, str]()
+    while True:
+        beats += 1
+        with contextlib.suppress(Exception):  # the store's process is gone: its beats stop
+            client.key_value_set(f"{_KEY}{me}", f"{beats} {host}", allow_overwrite=True)
+            for key, value in client.key_value_dir_get(_KEY):
+                other = int(key.rpartition("/")[2])
+                if value != seen.get(other):
+                    seen[other], changed[other] = value, time.monotonic()
+        silent = [p for p in range(count) if time.monotonic() - changed[p] > _patience[0]]
+        silent = [p for p in silent if p != me]
+        if silent and judging.is_set():
+            lost_host = seen.get(silent[0], "? ?").partition(" ")[2] or None
+            print(_said(silent[0], lost_host, me, count), file=sys.stderr, flush=True)
+            _exit_lost()
+        time.sleep(1.0)
 
 
 def agree(save: bool, stop: bool) -> tuple[bool, bool]:
