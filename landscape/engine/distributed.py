@@ -1,5 +1,6 @@
 """Runs over several devices and processes: arrays laid out by a sharding and gathered back to
-the host, and the one decision every process takes at a chunk boundary (jax.distributed)."""
+the host, the one decision every process takes at a chunk boundary (jax.distributed), and the
+sentence naming a process lost during a probe (docs/guide/split_model.md, "Many hosts")."""
 
 from __future__ import annotations
 
