@@ -125,8 +125,9 @@ def product_options(
         return ProductOptions(None, storage)  # type: ignore[arg-type]  # checked: a STORAGES name
     if matrix == "ggn":
         raise ValueError(
-            f"{caller}: finite_difference= differences the loss's gradient, a number > 0; the "
-            "Gauss-Newton matrix G has no gradient to difference (matrix='hessian')."
+            f"{caller}: finite_difference= differences the loss's gradient, and the "
+            "Gauss-Newton matrix G has no gradient to difference; use matrix='hessian' or "
+            "finite_difference=None."
         )
     _checks.check_real(
         f"{caller}: finite_difference", finite_difference, low=0.0, low_open=True,
