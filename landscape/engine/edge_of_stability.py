@@ -251,29 +251,38 @@ def claims(rows: Sequence[Row], rtol: float, phase_names: Sequence[str]) -> list
             continue
         label, level = _name(optimizer)
         source = "Cohen et al. (2021), §3" if optimizer == "gd" else "Cohen et al. (2022), §3"
-        reached = {lr: sum(r["reach_step"] is not None for r in rs) for lr, rs in by_lr.items()}
+        reached, every = _runs_where(by_lr, lambda r: r["reach_step"] is not None)
         out.append(
             claims_lib.claim(
                 f"{label}: sharpening reaches {level} (λ_max ≥ {1 - rtol:g} x it) in every run",
-                {lr: f"{reached[lr]}/{len(rs)}" for lr, rs in by_lr.items()},
+                reached,
                 "every run at every step size",
-                all(reached[lr] == len(rs) for lr, rs in by_lr.items()),
+                every,
                 source,
             )
         )
         out.append(_hover_claim(label, level, by_lr, rtol, source))
         out.append(_monotone_claim(label, level, by_lr, source))
         out += [_phase_claim(label, level, by_lr, name) for name in phase_names]
-        finite = {lr: sum(r["nonfinite_step"] is None for r in rs) for lr, rs in by_lr.items()}
+        finite, every = _runs_where(by_lr, lambda r: r["nonfinite_step"] is None)
         out.append(
             claims_lib.sanity(
                 f"{label}: runs whose loss stays finite",
-                {lr: f"{finite[lr]}/{len(rs)}" for lr, rs in by_lr.items()},
+                finite,
                 "all (a diverged run's loss is kept to its first non-finite step)",
-                all(finite[lr] == len(rs) for lr, rs in by_lr.items()),
+                every,
             )
         )
     return out
+
+
+def _runs_where(
+    by_lr: dict[float, list[Row]], holds: Callable[[Row], bool]
+) -> tuple[dict[float, str], bool]:
+    """{lr: "held/runs"} of the runs where `holds` does, and whether it holds in every run."""
+    held = {lr: sum(holds(r) for r in rs) for lr, rs in by_lr.items()}
+    every = all(held[lr] == len(rs) for lr, rs in by_lr.items())
+    return {lr: f"{held[lr]}/{len(rs)}" for lr, rs in by_lr.items()}, every
 
 
 def _hover_claim(

@@ -62,29 +62,32 @@ def _color(status: Mapping[tuple[int, int], str], cell: int, seed: int) -> str:
     return COLORS.get(status.get((cell, seed), ""), "0.5") if cell == 0 else "0.6"
 
 
+def _runs(ax: Axes, status: Mapping, cell: int, res: Any, steps: Any, values_RS: Any) -> None:
+    """One line a run: cell 0 solid and coloured by its status, the other cells grey dashed."""
+    for run in range(res.num_runs):
+        ax.plot(
+            steps,
+            values_RS[run],
+            color=_color(status, cell, int(res.seeds[run])),
+            linewidth=0.9 if cell == 0 else 0.6,
+            linestyle="-" if cell == 0 else "--",
+        )
+
+
 def _loss_panel(ax: Axes, groups: Sequence[Mapping[str, Any]], status: Mapping) -> None:
     for i, group in enumerate(groups):
         res = group["result"]
-        for run in range(res.num_runs):
-            color = _color(status, i, int(res.seeds[run]))
-            ax.plot(
-                res.snapshot_steps,
-                res.snapshots["test_loss"][run],
-                color=color,
-                linewidth=0.9 if i == 0 else 0.6,
-                linestyle="-" if i == 0 else "--",
-            )
+        _runs(ax, status, i, res, res.snapshot_steps, res.snapshots["test_loss"])
     unigram, rate = _levels(groups[0])
     ax.axhline(unigram, color="k", linestyle=":", linewidth=0.8)
     ax.axhline(rate, color="k", linestyle="--", linewidth=0.8)
     ax.set_ylim(rate - 0.01, unigram + 0.03)
-    ax.set(
-        xlabel="step",
-        ylabel="test loss (nats)",
-        title=f"(a) loss: H(pi) dotted, entropy rate dashed\n{_label(groups[0])} in colour, "
+    ax.set(xlabel="step", ylabel="test loss (nats)")
+    _title(
+        ax,
+        f"(a) loss: H(pi) dotted, entropy rate dashed\n{_label(groups[0])} in colour, "
         "grey dashed: theory",
     )
-    ax.title.set_fontsize(8)
     present = set(status.values())
     for name, color in COLORS.items():
         if name in present:
@@ -97,26 +100,13 @@ def _lambda_panel(
 ) -> None:
     for i, group in enumerate(groups):
         res = group["result"]
-        if res.tracked_steps is None:
-            continue
-        for run in range(res.num_runs):
-            color = _color(status, i, int(res.seeds[run]))
-            ax.plot(
-                res.tracked_steps,
-                res.metrics["lambda_min"][run],
-                color=color,
-                linewidth=0.9 if i == 0 else 0.6,
-                linestyle="-" if i == 0 else "--",
-            )
+        if res.tracked_steps is not None:
+            _runs(ax, status, i, res, res.tracked_steps, res.metrics["lambda_min"])
     for s in seeds:
         ax.plot(s["plateau_step"], s["lambda_min"], "o", markersize=3, color="k")
     ax.set_yscale("symlog", linthresh=1e-3)
-    ax.set(
-        xlabel="step",
-        ylabel="λ_min (tracked)",
-        title="(b) tracked λ_min; dots: eigh at the plateau points",
-    )
-    ax.title.set_fontsize(8)
+    ax.set(xlabel="step", ylabel="λ_min (tracked)")
+    _title(ax, "(b) tracked λ_min; dots: eigh at the plateau points")
 
 
 def _relative_panel(ax: Axes, groups: Sequence[Mapping[str, Any]], rows: Sequence[Row]) -> None:
@@ -142,12 +132,8 @@ def _relative_panel(ax: Axes, groups: Sequence[Mapping[str, Any]], rows: Sequenc
         )
         _legend(ax, fontsize=7)
     ax.set_yscale("symlog", linthresh=1e-3)
-    ax.set(
-        xlabel="step - escape step",
-        ylabel="λ_min (tracked)",
-        title="(c) escaped seeds: λ_min before the escape",
-    )
-    ax.title.set_fontsize(8)
+    ax.set(xlabel="step - escape step", ylabel="λ_min (tracked)")
+    _title(ax, "(c) escaped seeds: λ_min before the escape")
 
 
 def _overlap_panel(ax: Axes, rows: Sequence[Row]) -> None:
@@ -168,11 +154,8 @@ def _overlap_panel(ax: Axes, rows: Sequence[Row]) -> None:
     )
     ax.plot(x, [s["overlap_gradient"] for s in escaped], "x", color="C2", label="|g . u| / |g|")
     ax.set_xticks(x, [f"seed {s['seed']}" for s in escaped], fontsize=7)
-    ax.set(
-        ylabel="overlap with the real escape u",
-        title=f"(d) the {escaped[0]['directions_found']} most negative directions vs chance",
-    )
-    ax.title.set_fontsize(8)
+    ax.set(ylabel="overlap with the real escape u")
+    _title(ax, f"(d) the {escaped[0]['directions_found']} most negative directions vs chance")
     _legend(ax, fontsize=6, loc="upper right", framealpha=0.9)
     ax.set_ylim(0, 1.35 * max(s["overlap"] for s in escaped))
 
