@@ -81,19 +81,16 @@ def _check_arguments(
     k: int,
     which: str,
     dense_below: int,
-    num_iters: int | None,
-    tol: float | None,
+    rtol: float | None,
     max_restarts: int | None,
 ) -> None:
     _checks.check_int("k", k, 1, "the number of eigenpairs")
     _checks.check_choice("which", which, WHICH)
     _checks.check_int("dense_below", dense_below, 0, "the largest D solved densely")
-    if num_iters is not None:
-        _checks.check_int("num_iters", num_iters, 1, "Lanczos steps per run")
-    if tol is not None:
+    if rtol is not None:
         meaning = "relative Ritz residual; at 1 any vector's residual passes"
         _checks.check_real(
-            "rtol", tol, low=0, high=1, low_open=True, high_open=True, meaning=meaning
+            "rtol", rtol, low=0, high=1, low_open=True, high_open=True, meaning=meaning
         )
     if max_restarts is not None:
         _checks.check_int("max_restarts", max_restarts, 1, "the most Lanczos runs")
@@ -267,9 +264,7 @@ def eigenpairs(
     *,
     dense_below: int = 3000,
     ncv: int | None = None,
-    num_iters: int | None = None,
     key: jax.Array | None = None,
-    tol: float | None = None,
     max_restarts: int | None = None,
     fallback_below: int = FALLBACK_BELOW,
     progress: Progress = print,
@@ -292,9 +287,7 @@ def eigenpairs(
         ncv: the vectors of D the search holds, the k found included (default
             `default_ncv(k)`, max(2k + 1, 20), lowered to what fits in memory): more vectors,
             fewer runs.
-        num_iters: the older knob: Lanczos vectors past the k found (ncv = k + num_iters).
         key: the Lanczos start's key (default `jax.random.key(0)`).
-        tol: the older name of `rtol`.
         max_restarts: Lanczos runs at most (default 5 (2k + 10)); a run adds about half the
             search's vectors.
         fallback_below: a search that did not certify the k values is replaced by the dense
@@ -322,8 +315,7 @@ def eigenpairs(
         the values were found.
     """
     points, listed = point_lib.as_points(point, "eigenpairs")
-    how = settings(points, k, which, dense_below, ncv, num_iters, key, tol, rtol, max_restarts,
-                   fallback_below)  # fmt: skip
+    how = settings(points, k, which, dense_below, ncv, key, rtol, max_restarts, fallback_below)
     products = operator.product_options("eigenpairs", points, matrix, storage, finite_difference)
     how = how._replace(products=products)
     seen = preconditioning.views(points, preconditioner, "eigenpairs", matrix)
@@ -352,21 +344,18 @@ def settings(
     which: str,
     dense_below: int,
     ncv: int | None,
-    num_iters: int | None,
     key: jax.Array | None,
-    tol: float | None,
     rtol: float | None,
     max_restarts: int | None,
     fallback_below: int,
 ) -> Settings:
-    """`eigenpairs`' arguments checked, one sentence per mistake; num_iters as ncv."""
-    if tol is not None and rtol is not None:
-        raise TypeError("eigenpairs: give rtol or its older name tol, not both.")
-    rtol = rtol if rtol is not None else tol
-    _check_arguments(points, k, which, dense_below, num_iters, rtol, max_restarts)
-    _check_ncv(ncv, num_iters, k)
+    """`eigenpairs`' arguments checked, one sentence per mistake."""
+    _check_arguments(points, k, which, dense_below, rtol, max_restarts)
+    if ncv is not None:  # the k found, a Krylov vector and the next Lanczos vector
+        _checks.check_int(
+            "ncv", ncv, k + 2, f"the vectors the search holds, at least k + 2 = {k + 2}"
+        )
     _checks.check_int("fallback_below", fallback_below, 0, "the largest D solved densely")
-    ncv = ncv if ncv is not None else None if num_iters is None else k + num_iters
     key = _checks.key_or_default("key", key)
     return Settings(dense_below, ncv, key, rtol, max_restarts, fallback_below)
 
@@ -409,16 +398,6 @@ def solve(
 
 def _listed(results: list[Eigenpairs], listed: bool) -> Any:
     return results if listed else results[0]
-
-
-def _check_ncv(ncv: object, num_iters: int | None, k: int) -> None:
-    """ncv: an integer >= k + 2 (the k found, a Krylov vector and the next Lanczos vector),
-    given alone."""
-    if ncv is None:
-        return
-    if num_iters is not None:
-        raise TypeError("eigenpairs: give ncv or the older num_iters, not both.")
-    _checks.check_int("ncv", ncv, k + 2, f"the vectors the search holds, at least k + 2 = {k + 2}")
 
 
 def _fallback(

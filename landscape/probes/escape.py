@@ -208,7 +208,7 @@ def escape_directions(
     epsilons: Sequence[float] = _DEFAULT_EPSILONS,
     k: int | None = None,
     dense_below: int = 3000,
-    num_iters: int | None = None,
+    ncv: int | None = None,
     key: jax.Array | None = None,
     progress: Progress = print,
     rtol: float | None = None,
@@ -225,7 +225,7 @@ def escape_directions(
         epsilons: the step sizes of the second-order check.
         k: how many of the smallest eigenvalues to examine (default min(6, D)).
         dense_below: as in `eigenpairs`.
-        num_iters: as in `eigenpairs`.
+        ncv: as in `eigenpairs`.
         key: as in `eigenpairs`.
         progress: as in `eigenpairs`.
         rtol: as in `eigenpairs`: the Lanczos accuracy (default the certified one).
@@ -240,9 +240,8 @@ def escape_directions(
     steps = _check_epsilons(epsilons)
     k = min(6, points[0].num_params) if k is None else k
     how = eigen_lib.settings(
-        points, k, "smallest", dense_below, None, num_iters, key, None, rtol, None,
-        eigen_lib.FALLBACK_BELOW,
-    )  # fmt: skip
+        points, k, "smallest", dense_below, ncv, key, rtol, None, eigen_lib.FALLBACK_BELOW
+    )
     both = np.concatenate([steps, -steps])
     found = eigen_lib.solve(points, listed, k, "smallest", how, progress, both)
     results = [

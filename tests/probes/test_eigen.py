@@ -227,7 +227,7 @@ def test_bad_arguments_are_refused_in_one_sentence():
         ),
         (TypeError, "expects a landscape.Point", lambda: eigen.eigenpairs({"b": 1.0})),
         (TypeError, "expects a landscape.Point", lambda: escape_lib.escape_directions("theta_pi")),
-        (ValueError, "num_iters = 0", lambda: eigen.eigenpairs(point, 2, num_iters=0)),
+        (ValueError, "ncv = 3", lambda: eigen.eigenpairs(point, 2, ncv=3)),
         (ValueError, "epsilons", lambda: escape_lib.escape_directions(point, epsilons=(1e-3, 0.0))),
     ]
     for error, message, call in cases:
