@@ -313,22 +313,28 @@ def bigram_all_heads_params(c: ArrayLike, model: model_lib.NgramModel, dtype: An
     }
 
 
-def _population_point(
-    params,
-    model,
-    name,
-    meta,
-    *,
-    num_states,
-    order_n,
-    seq_len,
-    alpha,
-    num_sequences,
-    seed,
-    init,
-    floor,
-):
-    x_BT, target_BS = population_set(num_states, order_n, seq_len, alpha, num_sequences, seed, init)
+def _simplified_model(num_states: int, seq_len: int, num_heads: int) -> model_lib.NgramModel:
+    """The simplified model of the constructions (§3.2): learned V1, the session's dtype."""
+    return model_lib.NgramModel(
+        kind="simplified",
+        num_states=num_states,
+        seq_len=seq_len,
+        num_heads=num_heads,
+        learn_value=True,
+        param_dtype=_dtype(),
+    )
+
+
+_TASK_ARGS = ("num_states", "order_n", "seq_len", "alpha", "num_sequences", "seed", "init")
+
+
+def _task(*args: Any) -> dict[str, Any]:
+    """population_set's arguments (in its order), as a point's meta["task"] records them."""
+    return dict(zip(_TASK_ARGS, args, strict=True))
+
+
+def _population_point(params, model, name, meta, floor, task):
+    x_BT, target_BS = population_set(**task)
     meta = dict(
         meta,
         population="mean",  # the loss is the mean over sequences: probes may slice it
@@ -336,15 +342,7 @@ def _population_point(
         x_BT=x_BT,
         target_BS=target_BS,
         floor=floor,
-        task=dict(
-            num_states=num_states,
-            order_n=order_n,
-            seq_len=seq_len,
-            alpha=alpha,
-            num_sequences=num_sequences,
-            seed=seed,
-            init=init,
-        ),
+        task=task,
     )
     population_loss(model, x_BT, target_BS, floor)  # validates floor
     return Point(
@@ -407,14 +405,7 @@ def theta_star(
     which differs from Def. 2.1 by O(1/T). Theorem 4.2: near-stationary as T, c -> inf together.
     """
     num_heads = _validate(num_states, order_n, seq_len, alpha, num_heads, k, c)
-    model = model_lib.NgramModel(
-        kind="simplified",
-        num_states=num_states,
-        seq_len=seq_len,
-        num_heads=num_heads,
-        learn_value=True,
-        param_dtype=_dtype(),
-    )
+    model = _simplified_model(num_states, seq_len, num_heads)
     params = construction_params(k, c, model)
     meta = {
         "k": k,
@@ -447,14 +438,8 @@ def theta_star(
         model,
         name,
         meta,
-        num_states=num_states,
-        order_n=order_n,
-        seq_len=seq_len,
-        alpha=alpha,
-        num_sequences=num_sequences,
-        seed=seed,
-        init=init,
-        floor=floor,
+        floor,
+        _task(num_states, order_n, seq_len, alpha, num_sequences, seed, init),
     )
     if k == 1:
         point.meta["focus_prediction"] = saddle_spectrum(point)
@@ -512,14 +497,7 @@ def bigram_point_all_heads(
     estimator, like theta_*^2 (notes §4.4).
     """
     num_heads = _validate(num_states, order_n, seq_len, alpha, num_heads, c=c)
-    model = model_lib.NgramModel(
-        kind="simplified",
-        num_states=num_states,
-        seq_len=seq_len,
-        num_heads=num_heads,
-        learn_value=True,
-        param_dtype=_dtype(),
-    )
+    model = _simplified_model(num_states, seq_len, num_heads)
     meta = {
         "k": 2,
         "c": float(c),
@@ -536,14 +514,8 @@ def bigram_point_all_heads(
         model,
         name,
         meta,
-        num_states=num_states,
-        order_n=order_n,
-        seq_len=seq_len,
-        alpha=alpha,
-        num_sequences=num_sequences,
-        seed=seed,
-        init=init,
-        floor=floor,
+        floor,
+        _task(num_states, order_n, seq_len, alpha, num_sequences, seed, init),
     )
 
 
@@ -563,14 +535,7 @@ def random_point(
     """The authors' initialisation (model.init with jax.random.PRNGKey(seed)): A1 = 0,
     V1 ~ N(0, 1/S), Q2, K2 ~ N(0, 1/((m+1) S)); the set is population_set(..., data_seed)."""
     num_heads = _validate(num_states, order_n, seq_len, alpha, num_heads)
-    model = model_lib.NgramModel(
-        kind="simplified",
-        num_states=num_states,
-        seq_len=seq_len,
-        num_heads=num_heads,
-        learn_value=True,
-        param_dtype=_dtype(),
-    )
+    model = _simplified_model(num_states, seq_len, num_heads)
     params = model.init(jax.random.PRNGKey(seed), model_lib.dummy_tokens(model))["params"]
     meta = {
         "prediction": "random initialisation: not a critical point (reference gradient norm "
@@ -583,12 +548,6 @@ def random_point(
         model,
         name,
         meta,
-        num_states=num_states,
-        order_n=order_n,
-        seq_len=seq_len,
-        alpha=alpha,
-        num_sequences=num_sequences,
-        seed=data_seed,
-        init=init,
-        floor=floor,
+        floor,
+        _task(num_states, order_n, seq_len, alpha, num_sequences, data_seed, init),
     )
