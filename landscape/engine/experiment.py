@@ -9,6 +9,7 @@ curvature is tracked on; this module calls them in the same order for every pape
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -19,6 +20,7 @@ import numpy as np
 from landscape.engine import config as config_lib
 from landscape.engine import memory, records, sweeps, training, validation
 from landscape.engine import track as track_lib
+from landscape.point import Point
 from landscape.typing import Progress, PyTree
 
 BASELINE_BYTES = 6e8  # the interpreter, JAX and XLA's compiled programs, in every estimate
@@ -164,3 +166,21 @@ def trained_config(
     if x64 and jax.config.read("jax_enable_x64"):
         cfg.train.dtype = "float64"
     return cfg
+
+
+def trained_point(
+    result: training.RunResult,
+    run: Any,
+    loss: Any,
+    step: int | None,
+    dtype: Any,
+    meta: Mapping[str, Any],
+    split: tuple[Any, Any] | None = None,
+) -> Point:
+    """Run `run` of `result` at `step` (None: the end) as a Point on `loss` (RunResult.point)
+    with `meta`, and `split` = (outputs, output_loss), its Gauss-Newton split, where given."""
+    point = result.point(run, loss, dtype=dtype, step=result.num_steps if step is None else step)
+    point = point.renamed(point.name, meta=meta)
+    if split is None:
+        return point
+    return dataclasses.replace(point, outputs=split[0], output_loss=split[1])

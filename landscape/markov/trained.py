@@ -5,7 +5,6 @@ tracking.md."""
 
 from __future__ import annotations
 
-import dataclasses
 import pathlib
 
 import jax
@@ -48,15 +47,10 @@ def trained_point(
         num_sequences=num_sequences,
         key=key,
     )
-    point = result.point(
-        index,
-        (points.population_objective(model), inputs),
-        dtype=model.param_dtype,
-        step=result.num_steps if step is None else step,
-    )
-    return dataclasses.replace(  # the Gauss-Newton split, as theta_pi carries it
-        point,
-        meta={"model": model, "kernel": kernel},
-        outputs=points.population_outputs(model),
-        output_loss=points.population_output_loss(model),
+    loss = (points.population_objective(model), inputs)
+    # the Gauss-Newton split, as theta_pi carries it
+    split = (points.population_outputs(model), points.population_output_loss(model))
+    meta = {"model": model, "kernel": kernel}
+    return engine_experiment.trained_point(
+        result, index, loss, step, model.param_dtype, meta, split
     )

@@ -4,7 +4,6 @@ notes/ngrams.md §2.1), so θ_*^k and a trained run compare on one set. docs/gui
 
 from __future__ import annotations
 
-import dataclasses
 import pathlib
 
 from landscape.engine import experiment as engine_experiment
@@ -33,12 +32,6 @@ def trained_point(
     )
     model, floor = schema.model_of(cfg), float(cfg.train.floor)
     result = records.load(workdir, cell)
-    point = result.point(
-        run,
-        (points.population_objective(model, floor), (x_BT, target_BS)),
-        dtype=model.param_dtype,
-        step=result.num_steps if step is None else step,
-    )
     meta = dict(
         population="mean",  # the loss is the mean over sequences: probes may slice it
         model=model,
@@ -47,9 +40,7 @@ def trained_point(
         floor=floor,
         task=t.to_dict(),
     )
-    return dataclasses.replace(  # the Gauss-Newton split, as the constructions carry it
-        point,
-        meta=meta,
-        outputs=points._probabilities(model),
-        output_loss=points._output_loss(floor),
-    )
+    loss = (points.population_objective(model, floor), (x_BT, target_BS))
+    # the Gauss-Newton split, as the constructions carry it
+    split = (points._probabilities(model), points._output_loss(floor))
+    return engine_experiment.trained_point(result, run, loss, step, model.param_dtype, meta, split)

@@ -40,10 +40,6 @@ def trained_point(
     )
     model = model_lib.from_config(cfg)
     result = records.load(workdir, cell)
-    point = result.point(
-        run,
-        flow.evaluation_loss(model, eval_size),
-        dtype=model.param_dtype if jax.config.read("jax_enable_x64") else None,
-        step=result.num_steps if step is None else step,
-    )
-    return point.renamed(point.name, meta={"model": model})
+    loss = flow.evaluation_loss(model, eval_size)
+    dtype = model.param_dtype if jax.config.read("jax_enable_x64") else None
+    return engine_experiment.trained_point(result, run, loss, step, dtype, {"model": model})

@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import pathlib
 
 from landscape.engine import experiment as engine_experiment
@@ -33,15 +32,8 @@ def trained_point(
     task = experiment.make_task(cfg)
     model = experiment.model_of(cfg, task)
     result = records.load(workdir, cell)
-    point = result.point(
-        run,
-        (model_lib.population_objective(model), task_lib.Population.of(task, model.param_dtype)),
-        dtype=model.param_dtype,
-        step=result.num_steps if step is None else step,
-    )
-    return dataclasses.replace(  # the Gauss-Newton split, as population_point carries it
-        point,
-        meta={"task": task, "model": model},
-        outputs=model_lib.population_outputs(model),
-        output_loss=model_lib.population_output_loss,
-    )
+    loss = (model_lib.population_objective(model), task_lib.Population.of(task, model.param_dtype))
+    # the Gauss-Newton split, as population_point carries it
+    split = (model_lib.population_outputs(model), model_lib.population_output_loss)
+    meta = {"task": task, "model": model}
+    return engine_experiment.trained_point(result, run, loss, step, model.param_dtype, meta, split)
