@@ -464,18 +464,7 @@ def run_stationarity(
 ) -> dict[str, Any]:
     from landscape.ngrams import stationarity, stationarity_claims
 
-    s = cfg.stationarity
-    rows = stationarity.study(
-        list(s.ks),
-        list(s.cs),
-        list(s.seq_lens),
-        num_states=s.num_states,
-        order_n=s.order_n,
-        alpha=s.alpha,
-        num_sequences=s.num_sequences,
-        seed=s.seed,
-        log_c0=s.log_c0,
-    )
+    rows = stationarity.study(**cfg.stationarity.to_dict())  # the group: study's arguments
     text = stationarity.table(rows)
     workdir.write_text("stationarity.txt", text)
     workdir.save_table("stationarity", rows)

@@ -51,7 +51,7 @@ def default_config() -> ml_collections.ConfigDict:
         **track_lib.default_tracking(),
     )
     c.lines = dict(num_sequences=16384, seed=2**21)
-    c.stationarity = dict(
+    c.stationarity = dict(  # stationarity.study's arguments (experiment = "stationarity")
         ks=[1, 2, 3],
         cs=[2.0, 4.0, 8.0, 16.0],
         seq_lens=[32, 64, 128, 256, 512],
