@@ -191,6 +191,10 @@ def _flat(params: PyTree, dtype: Any) -> np.ndarray:
     return np.asarray(ravel_pytree(jax.tree.map(lambda x: np.asarray(x, dtype), params))[0])
 
 
+# the near-stationary rule's verdict and numbers a point's row keeps, as near_<name>
+_NEAR_FIELDS = "trusted reason cut curvature_change flat_gradient measured predicted".split()
+
+
 def _curvature_row(
     split: GaussNewton, escape: EscapeDirections, tracked: dict[str, float]
 ) -> dict[str, Any]:
@@ -212,15 +216,7 @@ def _curvature_row(
         **tracked,
     )
     if near is not None:
-        row.update(
-            near_trusted=near.trusted,
-            near_reason=near.reason,
-            near_cut=near.cut,
-            near_curvature_change=near.curvature_change,
-            near_flat_gradient=near.flat_gradient,
-            near_measured=near.measured,
-            near_predicted=near.predicted,
-        )
+        row.update({f"near_{name}": getattr(near, name) for name in _NEAR_FIELDS})
     return row
 
 

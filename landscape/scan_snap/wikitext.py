@@ -188,15 +188,9 @@ MEMORY_FIELDS = ("train.batch_size", "num_seeds", "text.bptt", "transformer.widt
 
 def model_of(cfg: ml_collections.ConfigDict, vocab_size: int) -> model_lib.TextTransformer:
     prec = precision.of(cfg.train.dtype, cfg.model.dtype)
-    m = cfg.transformer
+    sizes = cfg.transformer.to_dict()  # width, hidden, num_layers, dropout
     return model_lib.TextTransformer(
-        vocab_size,
-        width=m.width,
-        hidden=m.hidden,
-        num_layers=m.num_layers,
-        dropout=m.dropout,
-        dtype=prec.dtype,
-        param_dtype=prec.param_dtype,
+        vocab_size, **sizes, dtype=prec.dtype, param_dtype=prec.param_dtype
     )
 
 
