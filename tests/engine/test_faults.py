@@ -287,8 +287,12 @@ def test_a_second_writer_is_refused_naming_the_first(runs, stopped, capsys):
     _same_records(stopped, runs[0])
 
 
+@pytest.mark.slow  # a drill; fast siblings below
 def test_a_killed_writer_leaves_the_workdir_free(runs, stopped, capsys):
-    """Another process holds the lock (as a run does); killed, the OS releases it."""
+    """Another process holds the lock (as a run does); killed, the OS releases it. Its fast
+    siblings: test_faults_processes.py's test_a_forked_child_never_keeps_the_lock_of_a_killed_run
+    (a holder named, then killed: the workdir free) and, above, the second writer refused in
+    one sentence naming it, then the resume to the same records."""
     holder = subprocess.Popen(
         [
             sys.executable,

@@ -244,36 +244,37 @@ def test_two_programs_resume_bit_identical(two_programs, c_stopped, capsys):
 # ------------------------------------------------------------------ only what the library wrote
 
 
-def test_a_users_numeric_folder_in_a_checkpoint_folder_is_never_removed(runs, stopped, capsys):
+def test_a_users_numeric_folder_and_a_link_named_like_a_step_are_never_removed_or_followed(
+    runs, stopped, capsys, tmp_path
+):
+    """A user's folder named like a step (2024/) and a link named like one (999 -> elsewhere)
+    in a checkpoint folder: a resume completes the same records around them and leaves no lock
+    file; --overwrite refuses in one sentence naming both; --keep_others overwrites the run's
+    files only, the folder kept and the link neither followed nor removed. (One stopped run for
+    both entries: each resume and overwrite costs a 200- or 400-step run.)"""
     notes = stopped / "checkpoints" / "cell0" / "2024" / "notes.txt"
     notes.parent.mkdir()
     notes.write_text("mine")
-    assert _main(f"--workdir={stopped}", "--resume") == 0
-    capsys.readouterr()
-    _same_records(stopped, runs[0])
-    assert notes.read_text() == "mine"
-    before = _files(stopped)
-    _one_sentence(_main(*ARGS, f"--workdir={stopped}", "--overwrite"), capsys, "2024/notes.txt")
-    assert _files(stopped) == before
-    assert _main(*ARGS, f"--workdir={stopped}", "--overwrite", "--keep_others") == 0
-    capsys.readouterr()
-    assert notes.read_text() == "mine"
-    _same_records(stopped, runs[0])
-
-
-def test_a_link_named_like_a_step_is_never_followed_or_removed(runs, stopped, capsys, tmp_path):
     target = tmp_path / "elsewhere"
     target.mkdir()
     (target / "data.txt").write_text("not yours")
     link = stopped / "checkpoints" / "cell0" / "999"
     link.symlink_to(target)
+    assert not (runs[0] / records.LOCK).exists() and not (runs[1] / records.LOCK).exists()
     assert _main(f"--workdir={stopped}", "--resume") == 0
     capsys.readouterr()
+    assert not (stopped / records.LOCK).exists()  # the lock file goes when the run ends
     _same_records(stopped, runs[0])
-    _one_sentence(_main(*ARGS, f"--workdir={stopped}", "--overwrite"), capsys, "cell0/999")
+    assert notes.read_text() == "mine"
+    before = _files(stopped)
+    status = _main(*ARGS, f"--workdir={stopped}", "--overwrite")
+    _one_sentence(status, capsys, "2024/notes.txt", "cell0/999")
+    assert _files(stopped) == before
     assert _main(*ARGS, f"--workdir={stopped}", "--overwrite", "--keep_others") == 0
     capsys.readouterr()
+    assert notes.read_text() == "mine"
     assert link.is_symlink() and (target / "data.txt").read_text() == "not yours"
+    _same_records(stopped, runs[0])
 
 
 @pytest.mark.parametrize("mode", ["--resume", "--overwrite"])
@@ -341,13 +342,6 @@ def test_deleting_the_lock_file_admits_no_second_writer(stopped, capsys):
     finally:
         holder.kill()
         holder.communicate(timeout=60)
-
-
-def test_the_lock_file_goes_when_the_run_ends(runs, stopped, capsys):
-    assert not (runs[0] / records.LOCK).exists() and not (runs[1] / records.LOCK).exists()
-    assert _main(f"--workdir={stopped}", "--resume") == 0
-    capsys.readouterr()
-    assert not (stopped / records.LOCK).exists()
 
 
 def test_a_lock_that_is_not_a_file_is_one_sentence(stopped, capsys):
