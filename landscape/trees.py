@@ -1,9 +1,12 @@
 """Pytrees as flat numpy vectors on the host, in `jax.flatten_util.ravel_pytree`'s order: what
-the probes' results hold, made without an eager jax operation (each would compile a program)."""
+the probes' results hold, made without an eager jax operation (each would compile a program);
+and the inner products of pytrees as vectors of D that a recurrence on them takes (`tree_vdot`,
+`tree_norm`), a lone array being a pytree of one leaf."""
 
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from landscape.typing import PyTree
@@ -39,3 +42,21 @@ def host(x: object) -> np.ndarray:
 
         return np.asarray(multihost_utils.process_allgather(x, tiled=True))
     return np.asarray(x)
+
+
+def tree_vdot(a: PyTree, b: PyTree) -> jax.Array:
+    """The inner product of two pytrees of one structure as vectors of D: the leaves' vdots
+    summed (one leaf: its vdot alone)."""
+    dots = [jnp.vdot(x, y) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True)]
+    return dots[0] if len(dots) == 1 else sum(dots[1:], dots[0])
+
+
+def tree_norm(a: PyTree) -> jax.Array:
+    """The 2-norm of a pytree as a vector of D (one leaf: `jnp.linalg.norm` of it)."""
+    norms = [jnp.linalg.norm(x) for x in jax.tree.leaves(a)]
+    return norms[0] if len(norms) == 1 else jnp.linalg.norm(jnp.stack(norms))
+
+
+def tree_astype(a: PyTree, dtype: object) -> PyTree:
+    """Every leaf of `a` as `dtype` (a leaf already of it unchanged)."""
+    return jax.tree.map(lambda x: x.astype(dtype), a)

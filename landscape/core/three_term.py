@@ -19,57 +19,76 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import DTypeLike
 
-from landscape import _checks
+from landscape import _checks, trees
 from landscape.core.lanczos import Tridiagonal, unit_read, varying_like
+from landscape.typing import PyTree
 
 VECTORS = 3  # of D: the last two Lanczos vectors (kept) and the product (made by each step)
+KEPT = 2  # of them beside the product: `previous` and `current`, as stored
 
 
 class ThreeTerm(NamedTuple):
-    """A run in progress: the last two Lanczos vectors `previous` and `current` (D,), stored in
-    their own dtype (bfloat16 halves them; the arithmetic is the product's), T's diagonal
-    `alphas` (m,) and couplings `betas` (m,) so far, and `taken`, the steps taken."""
+    """A run in progress: the last two Lanczos vectors `previous` and `current` (arrays (D,), or
+    pytrees laid out as the parameters), stored in their own dtype (bfloat16 halves them; the
+    arithmetic is the product's), T's diagonal `alphas` (m,) and couplings `betas` (m,) so far,
+    and `taken`, the steps taken."""
 
-    previous: jax.Array
-    current: jax.Array
+    previous: PyTree
+    current: PyTree
     alphas: jax.Array
     betas: jax.Array
     taken: jax.Array
 
 
-def init(start: jax.Array, num_iters: int, storage: DTypeLike | None = None) -> ThreeTerm:
+def init(start: PyTree, num_iters: int, storage: DTypeLike | None = None) -> ThreeTerm:
     """The state before the first step: `current` = start / |start| in `storage` (default:
-    start's dtype), no previous vector."""
-    storage = start.dtype if storage is None else storage
-    unit = (start / jnp.linalg.norm(start)).astype(storage)
-    zeros = varying_like(jnp.zeros(num_iters, start.dtype), start)
+    start's dtype), no previous vector; `start` an array (D,) or a pytree of such leaves."""
+    first = jax.tree.leaves(start)[0]
+    storage = first.dtype if storage is None else storage
+    norm = trees.tree_norm(start)
+    unit = jax.tree.map(lambda x: varying_like((x / norm).astype(storage), x), start)
+    zeros = varying_like(jnp.zeros(num_iters, first.dtype), first)
     taken = jnp.zeros((), jnp.int32)
-    return ThreeTerm(jnp.zeros_like(unit), varying_like(unit, start), zeros, zeros, taken)
+    return ThreeTerm(jax.tree.map(jnp.zeros_like, unit), unit, zeros, zeros, taken)
 
 
-def step(state: ThreeTerm, product: jax.Array) -> ThreeTerm:
-    """One step given A v for v = `state.current`: alpha = v.Av, w = Av - alpha v - beta v_prev,
-    the next vector w / |w|; where |w| falls to rounding the space is exhausted and the run
-    stops (T's later rows decouple with zero weight: the quadrature stays exact)."""
+def step(state: ThreeTerm, product: PyTree) -> ThreeTerm:
+    """One step given A v for v = `state.current` (of its structure): alpha = v.Av, w = Av -
+    alpha v - beta v_prev, the next vector w / |w|; where |w| falls to rounding the space is
+    exhausted and the run stops: T's later rows are zero (they decouple with zero weight, so
+    the quadrature stays exact), whatever the vectors past it hold."""
     previous, current, alphas, betas, i = state
-    dtype = product.dtype
-    v, v_prev = current.astype(dtype), previous.astype(dtype)
-    if current.dtype != dtype:  # stored narrower: read back at unit norm (`lanczos.unit_read`)
-        (v, v_prev), product = unit_read((v, v_prev), product)
-    alpha = jnp.vdot(v, product)
+    dtype = jax.tree.leaves(product)[0].dtype
+    v, v_prev = trees.tree_astype(current, dtype), trees.tree_astype(previous, dtype)
+    if jax.tree.leaves(current)[0].dtype != dtype:  # stored narrower: read back at unit norm
+        (v, v_prev), product = _unit_read((v, v_prev), product)
+    alpha = trees.tree_vdot(v, product)
     coupling = jnp.where(i > 0, betas[jnp.maximum(i - 1, 0)], 0)
-    w = product - alpha * v - coupling * v_prev
-    beta = jnp.linalg.norm(w)
-    scale = jnp.maximum(jnp.linalg.norm(product), jnp.max(jnp.abs(alphas)))
-    exhausted = beta <= 100 * jnp.finfo(dtype).eps * scale  # then v stays 0: alpha, beta 0
-    next_v = jnp.where(exhausted, 0, w / jnp.where(exhausted, 1, beta))
-    return ThreeTerm(
-        current,
-        next_v.astype(current.dtype),
-        alphas.at[i].set(alpha),
-        betas.at[i].set(jnp.where(exhausted, 0, beta)),
-        i + 1,
-    )
+    past = (i > 0) & (coupling == 0)  # an earlier step exhausted the space
+    w = jax.tree.map(lambda p, x, y: p - alpha * x - coupling * y, product, v, v_prev)
+    beta = trees.tree_norm(w)
+    scale = jnp.maximum(trees.tree_norm(product), jnp.max(jnp.abs(alphas)))
+    exhausted = past | (beta <= 100 * jnp.finfo(dtype).eps * scale)
+    # the next vector does not wait on `exhausted` (a select on it kept a sixth vector of D in
+    # XLA's count): past exhaustion the rows are zeroed, not the vectors
+    divisor = jnp.where(beta > 0, beta, 1)
+    next_v = jax.tree.map(lambda x, c: (x / divisor).astype(c.dtype), w, current)
+    alphas = alphas.at[i].set(jnp.where(past, 0, alpha))
+    betas = betas.at[i].set(jnp.where(exhausted, 0, beta))
+    return ThreeTerm(current, next_v, alphas, betas, i + 1)
+
+
+def _unit_read(
+    rows: tuple[PyTree, PyTree], product: PyTree
+) -> tuple[tuple[PyTree, PyTree], PyTree]:
+    """`lanczos.unit_read` on arrays or pytrees: (v, v_prev) at unit norm, A v scaled as v."""
+    if not isinstance(product, jax.Array) or not isinstance(rows[0], jax.Array):
+        v, previous = rows
+        norm, norm_prev = trees.tree_norm(v), trees.tree_norm(previous)
+        scale, scale_prev = jnp.where(norm > 0, norm, 1), jnp.where(norm_prev > 0, norm_prev, 1)
+        divided = lambda t, by: jax.tree.map(lambda x: x / by, t)  # noqa: E731
+        return (divided(v, scale), divided(previous, scale_prev)), divided(product, scale)
+    return unit_read(rows, product)
 
 
 def extract(state: ThreeTerm) -> Tridiagonal:
@@ -78,17 +97,28 @@ def extract(state: ThreeTerm) -> Tridiagonal:
 
 
 def run(
-    matvec: Callable[[jax.Array], jax.Array],
-    start: jax.Array,
+    matvec: Callable[[PyTree], PyTree],
+    start: PyTree,
     num_iters: int,
     storage: DTypeLike | None = None,
 ) -> ThreeTerm:
-    """`num_iters` steps from `start` in a fori_loop, holding three vectors of D."""
+    """`num_iters` steps from `start` (an array (D,) or a pytree: `matvec` takes and gives its
+    structure) in a fori_loop of two steps each, an odd last one after it, holding three
+    vectors of D. Two steps bring each vector back to the slot of the loop's state it came
+    from (the newest written where the oldest was), so XLA keeps the slots in place; a step
+    each shifts `current` into `previous`, a copy of D each step (docs/design/curvature.md,
+    "Densities in three vectors")."""
 
-    def body(_: jax.Array, state: ThreeTerm) -> ThreeTerm:
-        return step(state, matvec(state.current.astype(start.dtype)))
+    def advanced(state: ThreeTerm) -> ThreeTerm:
+        return step(
+            state, matvec(jax.tree.map(lambda x, s: x.astype(s.dtype), state.current, start))
+        )
 
-    return jax.lax.fori_loop(0, num_iters, body, init(start, num_iters, storage))
+    def pair(_: jax.Array, state: ThreeTerm) -> ThreeTerm:
+        return advanced(advanced(state))
+
+    state = jax.lax.fori_loop(0, num_iters // 2, pair, init(start, num_iters, storage))
+    return advanced(state) if num_iters % 2 else state
 
 
 def spurious(alphas: np.ndarray, betas: np.ndarray, tol: float | None = None) -> np.ndarray:
@@ -120,9 +150,20 @@ def check_basis(basis: str) -> None:
 
 
 def vector_bytes(
-    dim: int, itemsize: int, basis: str, num_iters: int, storage: str | None = None
+    dim: int,
+    itemsize: int,
+    basis: str,
+    num_iters: int,
+    storage: str | None = None,
+    pytrees: bool = False,
 ) -> float:
-    """Bytes of D-vectors one probe's run keeps beside its product: num_iters (a full basis)
-    or three_term.VECTORS (three vectors), each of `storage`'s itemsize (None: `itemsize`)."""
+    """Bytes of D-vectors one probe's run keeps beside its product (`blocks.product_bytes`,
+    which counts v and A v), each of `storage`'s itemsize (None: `itemsize`): num_iters (a
+    full basis); in three vectors, `previous` and `current` (KEPT), or on `pytrees` (products
+    that take the vectors as the parameters lie) `previous` alone where `current` is itself
+    the product's v (stored no narrower): what XLA holds, docs/guide/foundation_scale.md."""
     size = np.dtype(storage).itemsize if storage else itemsize
-    return float((VECTORS if basis == "three" else num_iters) * dim * size)
+    if basis != "three":
+        return float(num_iters * dim * size)
+    kept = KEPT - 1 if pytrees and size >= itemsize else KEPT
+    return float(kept * dim * size)

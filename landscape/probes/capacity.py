@@ -87,4 +87,6 @@ def table(devices: tuple[int, ...] = (8, 32)) -> str:
 def _scientific(dim: int) -> str:
     """2.1e10 as '2.1 x 10^10'."""
     exponent = int(np.floor(np.log10(dim)))
+    if round(dim / 10**exponent, 1) >= 10:  # 9.97e10 rounds to 1.0 x 10^11, not 10.0 x 10^10
+        exponent += 1
     return f"{dim / 10**exponent:.1f} x 10^{exponent}"

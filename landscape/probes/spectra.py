@@ -28,6 +28,7 @@ from landscape.probes.estimates import (
     TraceEstimate,
     point_dtype,
 )
+from landscape.probes.three_vectors import on_pytrees, runs_in_three_vectors
 from landscape.probes.traces import TraceState, orthonormalised, trace_block
 from landscape.probes.traces import probes as _probes
 from landscape.probes.uncertainty import (
@@ -82,8 +83,9 @@ def slq_block(
         probe_key, restart_key = jax.random.split(key)
         starts = _probes(probe_key, indices, probe, params, layout)
         if basis == "three":
-            short = functools.partial(three_term.run, op.matvec, num_iters=num_iters)
-            found = jax.vmap(lambda v: three_term.extract(short(v, storage=storage)))(starts)
+            found = runs_in_three_vectors(
+                objective, params, inputs, layout, starts, num_iters, storage, op.matvec
+            )
             return found.alphas, found.betas
         restarts = jax.vmap(lambda i: jax.random.fold_in(restart_key, i))(indices)
         project = None if layout is None else layout.clean
@@ -301,7 +303,8 @@ def _slq_in_memory(
     objective, params, inputs = arguments
     spread, axis, dim = _spread(points[0], listed), int(listed), points[0].num_params
     basis = _slq_basis(points[0], basis, num_iters, len(points), _mesh(spread), storage)
-    kept = three_term.vector_bytes(dim, blocks.itemsize(points[0]), basis, num_iters, storage)
+    kept = three_term.vector_bytes(dim, blocks.itemsize(points[0]), basis, num_iters, storage,
+                                   on_pytrees(objective, spread, storage))  # fmt: skip
     plan = blocks.plan(
         points[0], num_probes, "spectral_density", kept, len(points), progress,
         hint="ask for fewer Lanczos steps (num_iters)", mesh=_mesh(spread),

@@ -101,3 +101,36 @@ def test_bfloat16_vectors_with_float32_arithmetic():
     moments = _moments(found.alphas.astype(np.float64), found.betas.astype(np.float64), (1, 2, 3))
     scale = np.max(np.abs(np.linalg.eigvalsh(a)))
     assert np.all(np.abs(moments - exact) <= 5e-2 * scale ** np.arange(1, 4))
+
+
+def test_a_pytree_run_is_the_flat_run_on_its_raveled_vectors():
+    """The same recurrence on pytrees laid out as parameters (a matvec that takes and gives
+    them, no flat copies): T as the flat run's, in float64 and with bfloat16 vectors."""
+    from jax.flatten_util import ravel_pytree
+
+    a = _matrix(60)
+    rng = np.random.default_rng(3)
+    tree = {"w": jnp.asarray(rng.normal(size=(7, 6))), "b": jnp.asarray(rng.normal(size=18))}
+    flat, unravel = ravel_pytree(tree)
+    matvec = lambda v: jnp.asarray(a) @ v  # noqa: E731
+    on_tree = lambda t: unravel(matvec(ravel_pytree(t)[0]))  # noqa: E731
+    for num_iters, storage in ((13, None), (12, jnp.bfloat16)):
+        start = flat if storage is None else flat.astype(jnp.float32)
+        dense = matvec if storage is None else lambda v: jnp.asarray(a, jnp.float32) @ v  # noqa: E731
+        short = three_term.extract(three_term.run(dense, start, num_iters, storage))
+        pytree = (
+            unravel(start)
+            if storage is None
+            else jax.tree.map(lambda x: x.astype(jnp.float32), tree)
+        )
+        mapped = (
+            on_tree
+            if storage is None
+            else lambda t: jax.tree.map(lambda x: x.astype(jnp.float32), on_tree(t))
+        )  # noqa: E731
+        found = three_term.run(mapped, pytree, num_iters, storage)
+        assert jax.tree.structure(found.current) == jax.tree.structure(tree)
+        got = three_term.extract(found)
+        tol = 1e-12 if storage is None else 1e-5
+        np.testing.assert_allclose(got.alphas, short.alphas, rtol=tol, atol=tol)
+        np.testing.assert_allclose(got.betas, short.betas, rtol=tol, atol=tol)

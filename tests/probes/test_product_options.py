@@ -190,7 +190,7 @@ def test_the_tracker_stores_its_basis_in_bfloat16_and_says_so():
 
 def test_the_memory_estimates_know_the_storage():
     assert three_term.vector_bytes(10, 4, "full", 30, "bfloat16") == 30 * 10 * 2
-    assert three_term.vector_bytes(10, 4, "three", 30, "bfloat16") == 3 * 10 * 2
+    assert three_term.vector_bytes(10, 4, "three", 30, "bfloat16") == 2 * 10 * 2
     full = capacity.Probe("full", basis="full")
     assert full.kept_bytes(4, "bfloat16") == 60 and full.kept_bytes(4) == 120
 

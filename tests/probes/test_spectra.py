@@ -377,8 +377,8 @@ def test_auto_keeps_three_vectors_where_a_basis_does_not_fit(monkeypatch):
     point, _ = _point(np.linspace(-1, 1, D), seed=7)
     assert spectra.spectral_density(point, *SLQ_SHAPE, progress=None).basis == "full"
     full = three_term.vector_bytes(D, 8, "full", 30, None)
-    assert full == 30 * D * 8 and three_term.vector_bytes(D, 8, "three", 30, None) == 3 * D * 8
-    assert three_term.vector_bytes(D, 8, "three", 30, "bfloat16") == 3 * D * 2
+    assert full == 30 * D * 8 and three_term.vector_bytes(D, 8, "three", 30, None) == 2 * D * 8
+    assert three_term.vector_bytes(D, 8, "three", 30, "bfloat16") == 2 * D * 2
     tight = 2 * blocks.product_bytes(point, three_term.vector_bytes(D, 8, "three", 30, None))
     monkeypatch.setattr(memory, "device_free_bytes", lambda device=None: tight)
     assert spectra.spectral_density(point, 4, 30, progress=None).basis == "three"
