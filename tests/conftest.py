@@ -58,8 +58,9 @@ def _restore_matmul_precision():
 # long one at the end (the rest run in name order). With -m slow, the full quick report (~6 min,
 # its own two worker processes) leads; by default the 8-device subprocess (~110 s, the setup of
 # the first sharded test) and the golden answers (~60 s, both tests, so that their module's
-# fixture is computed once). The streamed list's every probe follows the golden answers in their
-# worker: the same model, data, chunk and sizes, so it compiles none of its programs again.
+# fixture is computed once). The streamed list's every probe and the stream's eigenpairs follow
+# the golden answers in their worker: the same model, data, chunk and sizes, so most of their
+# programs are compiled already.
 LONGEST_FIRST = (
     "tests/experiments/test_report.py::test_quick_report_evaluates_every_claim_and_draws_every_figure",
     "tests/ngrams/test_experiment.py::test_smoke_fig3_first_transition",
@@ -69,6 +70,8 @@ LONGEST_FIRST = (
     "tests/probes/test_golden.py::test_the_same_answers_are_computed",
     "tests/probes/test_golden.py::test_every_answer_equals_the_golden_file",
     "tests/probes/test_stream.py::test_a_stream_is_its_stacked_form[a list, the last chunk padded]",
+    "tests/probes/test_stream.py::test_eigenpairs_and_the_dense_probes_over_a_stream_are_the_stacked_forms[hessian]",
+    "tests/probes/test_stream.py::test_eigenpairs_and_the_dense_probes_over_a_stream_are_the_stacked_forms[ggn]",
 )
 
 
