@@ -1,8 +1,8 @@
 """The probes' memory estimates against XLA's own count (`compiled.memory_analysis()`) per
-device, on a model split over 8 emulated CPU devices, compiled only (nothing runs):
-`blocks.product_bytes` for one product and, with it, `eigen.lanczos_search_bytes` for the
-search's program (ncv = 20), on the peers MLP (64 -> h -> h -> 10, 512 examples) over a data 2 x
-model 4 mesh (hidden weights split over model) and a data 8 mesh (every block replicated).
+device over 8 emulated CPU devices, compiled only: `blocks.product_bytes` for a product, with
+`eigen.lanczos_search_bytes` for the search's program (ncv = 20) and `three_term.vector_bytes`
+for the three-vector SLQ's (`--slq`), on the peers MLP (64 -> h -> h -> 10, 512 examples) over
+data 2 x model 4 (hidden weights split over model) and data 8 (every block replicated).
 
     XLA_FLAGS=--xla_force_host_platform_device_count=8 \\
         python -m experiments.bench.estimates_mesh --width=4472
@@ -14,15 +14,25 @@ from __future__ import annotations
 
 import argparse
 
-from experiments.bench.estimates_mesh_rows import meshes, row
+from experiments.bench.estimates_mesh_rows import meshes, row, slq_row
 
 
 def main() -> None:
-    """Print the table for the width asked (`--width`; `--no-search` for the product alone)."""
+    """Print the table for the width asked (`--width`; `--no-search` for the product alone,
+    `--slq` for the three-vector SLQ's rows)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--width", type=int, default=4472, help="h (4472: D = 2.03e7)")
     parser.add_argument("--no-search", action="store_true", help="the product alone")
+    parser.add_argument("--slq", action="store_true", help="the three-vector SLQ's rows alone")
     args = parser.parse_args()
+    if args.slq:
+        print(
+            "| mesh | D | vectors | SLQ three: estimate | XLA | ratio |\n|---|---|---|---|---|---|"
+        )
+        for name in meshes():
+            for storage in (None, "bfloat16"):
+                print(slq_row(args.width, name, storage), flush=True)
+        return
     print(
         "| mesh | D | product: estimate | XLA | ratio | search: estimate | XLA | ratio |\n"
         "|---|---|---|---|---|---|---|---|"

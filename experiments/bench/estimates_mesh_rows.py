@@ -1,6 +1,6 @@
-"""The estimates-against-XLA table's rows: the peers MLP's product and search programs on two
-meshes of 8 emulated devices, compiled only, and each estimate beside XLA's memory analysis;
-the command line: experiments/bench/estimates_mesh.py."""
+"""The estimates-against-XLA table's rows: the peers MLP's product, search and three-vector SLQ
+programs on two meshes of 8 emulated devices, compiled only, and each estimate beside XLA's
+memory analysis; the command line: experiments/bench/estimates_mesh.py."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from experiments.bench import peers, peers_data
-from landscape.core import krylov_schur
+from landscape.core import krylov_schur, three_term
 from landscape.core import layout as layout_lib
-from landscape.probes import blocks, eigen, krylov, operator
+from landscape.probes import blocks, eigen, krylov, operator, spectra
 
 MB = 2**20
 NCV, K = 20, 5
@@ -75,3 +75,28 @@ def row(width: int, name: str, search: bool) -> str:
         kept = eigen.lanczos_search_bytes(lay.local, NCV, 4) + estimate + gradient
         cells += [f"{kept / MB:.0f}", f"{held / MB:.0f}", f"{kept / held:.2f}"]
     return "| " + " | ".join(cells) + " |"
+
+
+def slq_row(width: int, name: str, storage: str | None) -> str:
+    """One row for the three-vector SLQ's program (`spectra.slq_block`, one probe of 30 steps,
+    the flat vectors of a mesh): its estimate and XLA's temporaries and output, MB a device."""
+    one = peers.mlp_point(peers_data.mlp_arrays(width))
+    mesh, specs = meshes()[name]
+    params = {
+        k: jax.device_put(v, NamedSharding(mesh, specs.get(k, P()))) for k, v in one.params.items()
+    }
+    point = one.with_params(params)
+    lay = layout_lib.spread(point.params, point.batches)
+    assert lay is not None
+    objective, inputs = point.shared
+    indices = np.zeros(1, np.int32)
+    program = spectra.slq_block.lower(
+        objective, params, inputs, jax.random.key(0), indices, 30, "rademacher", False, lay,
+        "three", storage,
+    )  # fmt: skip
+    made = _analysis(program)
+    xla = made.temp_size_in_bytes + made.output_size_in_bytes
+    kept = three_term.vector_bytes(point.num_params, 4, "three", 30, storage)
+    estimate = blocks.product_bytes(point, kept, lay.devices)
+    cells = [name, f"{point.num_params:.3g}", storage or "float32", f"{estimate / MB:.0f}"]
+    return "| " + " | ".join([*cells, f"{xla / MB:.0f}", f"{estimate / xla:.2f}"]) + " |"

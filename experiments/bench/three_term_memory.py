@@ -1,8 +1,7 @@
-"""What one probe's three-vector SLQ (30 steps) holds by XLA's own count
-(`compiled.memory_analysis()`: temporaries, arguments and output less the parameters and the
-data), against `blocks.product_bytes` with `three_term.vector_bytes`, on pytrees (the path on
-one device) and on flat vectors (the path over a mesh), float32 and bfloat16 vectors, on the
-peers MLP (64 -> h -> h -> 10) with 64 examples on one device, compiled only:
+"""One probe's three-vector SLQ (30 steps) by XLA's count (`memory_analysis()`: temporaries,
+arguments and output less the parameters and data) against `blocks.product_bytes` with
+`three_term.vector_bytes`, on pytrees (one device's path) and flat vectors (a mesh's), float32
+and bfloat16, on the peers MLP (64 -> h -> h -> 10, 64 examples), one device, compiled only:
 
     python -m experiments.bench.three_term_memory --width=1380
 
@@ -16,6 +15,7 @@ import functools
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from experiments.bench import peers, peers_data
@@ -27,7 +27,7 @@ from landscape.probes import blocks, operator, spectra
 def _flat_run(objective: Any, params: Any, inputs: Any, key: jax.Array, storage: Any) -> Any:
     """The flat branch of `three_vectors.runs_in_three_vectors`, one probe."""
     op = operator.hessian_operator(objective, params, inputs)
-    start = layout.probe(key, 0, "rademacher", params, None)
+    start = layout.probe(key, jnp.zeros((), jnp.int32), "rademacher", params, None)
     return three_term.extract(three_term.run(op.matvec, start, 30, storage)).alphas
 
 
@@ -50,6 +50,7 @@ def rows(width: int, examples: int) -> list[str]:
             else:
                 lowered = _flat_run.lower(objective, point.params, inputs, key, storage)
             made = lowered.compile().memory_analysis()
+            assert made is not None, "this backend gives no memory analysis"
             held = (
                 made.temp_size_in_bytes + made.argument_size_in_bytes
                 + made.output_size_in_bytes - resident
@@ -68,10 +69,8 @@ def main() -> None:
     parser.add_argument("--width", type=int, default=1380, help="h (1380: D = 2.01e6)")
     parser.add_argument("--examples", type=int, default=64)
     args = parser.parse_args()
-    print(
-        "| D | vectors | path | XLA, bytes a parameter | estimate | estimate / XLA |\n"
-        "|---|---|---|---|---|---|"
-    )
+    print("| D | vectors | path | XLA, bytes a parameter | estimate | estimate / XLA |")
+    print("|---|---|---|---|---|---|")
     for line in rows(args.width, args.examples):
         print(line, flush=True)
 
