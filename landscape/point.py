@@ -11,7 +11,7 @@ import collections
 import dataclasses
 import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar, cast, overload
 
 import jax
 import jax.numpy as jnp
@@ -138,9 +138,7 @@ class Point:
     def loss(self) -> float:
         objective, inputs = self.shared
         check_loss_output(self, "Point.loss")
-        if getattr(inputs, "is_stream", False):  # one pass over a streamed dataset
-            return inputs.loss(objective, self.params)
-        return float(_jitted(objective)(self.params, inputs))
+        return batches_lib.mean_loss(objective, self.params, inputs, _jitted(objective))
 
     def with_params(
         self, params: PyTree, name: str | None = None, meta: Mapping[str, Any] | None = None
@@ -202,7 +200,7 @@ def _check_batches(point: Point) -> None:
         raise TypeError(
             "give a Point either inputs (one batch) or batches (a dataset in batches), not both."
         )
-    if getattr(point.batches, "is_stream", False):  # landscape.stream: checked as it streams
+    if batches_lib.streams(point.batches):  # landscape.stream: checked as it streams
         return
     check_not_listed("batches", point.batches)
     leaves = jax.tree_util.tree_leaves(batches_lib.split(point.batches)[0])  # a last one apart
@@ -441,8 +439,7 @@ def check_point(point: object, caller: str) -> Point:
             f"{caller}: {point.name or 'the point'} has no parameters (its params "
             "hold no array entries), so there is nothing to differentiate."
         )
-    if getattr(point.batches, "is_stream", False):
-        point.batches.refuse_unless(caller)
+    batches_lib.refuse_unless(point.batches, caller)
     check_loss_output(point, caller)
     if point.objective is None:  # a closure made afresh per point compiles every probe again
         _checks.note_fresh_loss(point.loss_fn, point._own_objective, caller)
@@ -456,8 +453,7 @@ def check_loss_output(point: Point, caller: str) -> None:
     """TypeError unless the point's loss returns one floating scalar: checked by tracing it once
     per objective and shapes (`jax.eval_shape`: nothing is compiled or computed)."""
     objective, inputs = point.shared
-    if getattr(inputs, "is_stream", False):  # its first batch, as one batch of a stack
-        inputs = jax.tree.map(lambda x: x[None], inputs.first)
+    inputs = batches_lib.traced_form(inputs)  # a stream's first batch
     key = (_loss_of(objective), _signature(point.params), _signature(inputs))
     if key in _CHECKED:
         return
@@ -493,6 +489,34 @@ def not_a_scalar_loss(out: Any) -> tuple[str, str] | None:
 
 
 PointOrPoints = Point | Sequence[Point]
+Arguments = ParamSpec("Arguments")
+Result = TypeVar("Result")
+
+
+class EachPoint(Protocol[Arguments, Result]):
+    """A probe of a Point, or of a list of points (one call): its result, or a list of them."""
+
+    @overload
+    def __call__(
+        self, point: Point, /, *args: Arguments.args, **kwargs: Arguments.kwargs
+    ) -> Result: ...
+
+    @overload
+    def __call__(
+        self, point: Sequence[Point], /, *args: Arguments.args, **kwargs: Arguments.kwargs
+    ) -> list[Result]: ...
+
+
+def each_point(
+    result: type[Result],
+) -> Callable[[Callable[Concatenate[Any, Arguments], Any]], EachPoint[Arguments, Result]]:
+    """The probe itself, typed as an `EachPoint` of `result`: a Point gives a `result`, a list
+    of points a list of them (the two overloads every such probe has, written once)."""
+
+    def typed(probe: Callable[Concatenate[Any, Arguments], Any]) -> EachPoint[Arguments, Result]:
+        return cast(EachPoint[Arguments, Result], probe)
+
+    return typed
 
 
 def as_points(points: object, caller: str) -> tuple[list[Point], bool]:

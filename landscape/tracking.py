@@ -369,7 +369,7 @@ def _streamed_update(
 def _streamed(settings: Settings, inputs: tuple, preconditioner: object) -> bool:
     """Whether the inputs are one streamed dataset; one sentence for a stream among other
     inputs, over a mesh (`like=`) or with a preconditioner."""
-    where = [i for i, given in enumerate(inputs) if getattr(given, "is_stream", False)]
+    where = [i for i, given in enumerate(inputs) if batches_lib.streams(given)]
     if not where:
         return False
     if len(inputs) > 1:

@@ -56,14 +56,14 @@ def hvp_loop(point):
 def trace_program(point):
     # the Hutchinson trace's block program as `trace` calls it (its probes one at a time)
     from landscape.core import layout
-    from landscape.probes import blocks, spectra
+    from landscape.probes import blocks, spectra, traces
     lay = layout.spread(point.params)
     zeros = (np.zeros((0, lay.padded if lay else one.num_params), np.float32),
              np.zeros((), np.float32), np.zeros((100,), np.float32))
     objective, inputs = point.shared
     indices = np.arange(blocks.MAPPED_BLOCK, dtype=np.int32)
-    return spectra.trace_block.lower(objective, point.params, inputs, jax.random.key(0),
-                                     spectra.TraceState(*zeros), np.int32(2), indices, False, lay)
+    return traces.trace_block.lower(objective, point.params, inputs, jax.random.key(0),
+                                     traces.TraceState(*zeros), np.int32(2), indices, False, lay)
 
 
 ready = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

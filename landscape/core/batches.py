@@ -45,6 +45,33 @@ def split(batches: PyTree) -> tuple[PyTree, PyTree | None]:
     return batches, None
 
 
+def streams(data: object) -> bool:
+    """Whether `data` is a dataset read a pass at a time (`landscape.stream`: its loops are
+    `landscape.probes.data.Streamed`'s), not arrays: where the data lives, asked here alone."""
+    return bool(getattr(data, "is_stream", False))
+
+
+def mean_loss(objective: Callable, params: PyTree, data: PyTree, program: Callable) -> float:
+    """The loss at params: a pass over a stream (its mean over the batches), else
+    `program(params, data)`, the objective compiled."""
+    if streams(data):
+        return float(data.loss(objective, params))
+    return float(program(params, data))
+
+
+def traced_form(data: PyTree) -> PyTree:
+    """`data` as a trace of the loss sees it: a stream's first batch as a stack of one."""
+    if streams(data):
+        return jax.tree.map(lambda x: x[None], data.first)
+    return data
+
+
+def refuse_unless(data: object, caller: str) -> None:
+    """One sentence where `data` streams and `caller` does not take a stream; else nothing."""
+    if streams(data):
+        data.refuse_unless(caller)  # type: ignore[attr-defined]
+
+
 def first_batch(batches: PyTree) -> PyTree:
     """The first batch of a dataset in batches, what a loss is traced on."""
     return jax.tree.map(lambda x: x[0], split(batches)[0])

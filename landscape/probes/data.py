@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -20,12 +20,13 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from landscape import trees
+from landscape.core import batches as batches_lib
 from landscape.core import lanczos
 from landscape.core import layout as layout_lib
 from landscape.core.layout import Layout
 from landscape.point import Point
 from landscape.probes import compiled, operator, stream
-from landscape.probes.datasets import per_batch
+from landscape.probes.datasets import dtype_of, per_batch
 from landscape.trees import ravel_numpy, unravel_numpy
 from landscape.typing import PyTree
 
@@ -35,7 +36,7 @@ Objective = Callable[[PyTree, PyTree], jax.Array]
 def of(points: Sequence[Point], listed: bool = False, caller: str = "") -> Memory | Streamed:
     """The points' data: `Streamed` over a `landscape.stream` (one point at a time: one sentence
     for a list), `Memory` otherwise."""
-    if not getattr(points[0].batches, "is_stream", False):
+    if not batches_lib.streams(points[0].batches):
         return Memory(list(points), listed)
     if listed:
         raise TypeError(f"{caller}: give points over a streamed dataset one at a time.")
@@ -48,7 +49,13 @@ class Memory:
 
     def __init__(self, points: list[Point], listed: bool) -> None:
         self.points, self.listed, self.point = points, listed, points[0]
-        self.layout = layout_lib.spread(self.point.params, self.point.batches)
+        self.block_size: int | None = None  # the memory policy sizes the blocks
+        self.layout = None if listed else layout_lib.spread(self.point.params, self.point.batches)
+
+    @functools.cached_property
+    def stacked(self) -> tuple[Objective, PyTree, PyTree]:
+        """`arguments()`, made once for every block of a call."""
+        return self.arguments()
 
     def arguments(self) -> tuple[Objective, PyTree, PyTree]:
         """(objective, params, inputs) of the compiled programs (a list's stacked)."""
@@ -120,18 +127,25 @@ class Memory:
         compiled program each (`spectra.slq_block`)."""
         return whole()
 
-    def trace_parts(
-        self, objective: Objective, key: jax.Array, num_probes: int, method: str,
-        progress: Any, whole: Callable,
-    ) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
-        """(exact part, Hutchinson samples) of `trace`: `whole()`, its blocks a program each."""
-        return whole()
+    def start(self, state: Any) -> Any:
+        """What `block` carries: the state itself."""
+        return state
 
-    def diagonal_samples(
-        self, objective: Objective, key: jax.Array, num_probes: int, whole: Callable
-    ) -> np.ndarray:
-        """v * Hv for `diagonal`'s probes: `whole()`, its blocks a program each."""
-        return whole()
+    def block(self, objective: Objective, step: Any, carry: Any, fixed: tuple, args: tuple) -> Any:
+        """One block of a probe (`traces.Step`) in one program, `step.fused`."""
+        _, params, inputs = self.stacked
+        return step.fused(objective, params, inputs, carry, fixed, args, self.listed, self.layout)
+
+    def finish(self, step: Any, carry: Any, fixed: tuple) -> Any:
+        """The state after the last block: the carry itself."""
+        return carry
+
+    def outputs(
+        self, objective: Objective, step: Any, fixed: tuple, indices: np.ndarray
+    ) -> tuple[Any, ...]:
+        """A block's outputs (`step.fused`), one program."""
+        _, params, inputs = self.stacked
+        return step.fused(objective, params, inputs, fixed, indices, self.listed, self.layout)
 
     def searcher(self, advance: Callable, progress: Any) -> tuple[Callable, Layout | None]:
         """The search's call (`krylov.advance`, one program) and the layout of its vectors."""
@@ -158,7 +172,8 @@ class Streamed:
     `ravel_pytree`'s order on one device."""
 
     def __init__(self, point: Point) -> None:
-        self.point, self.points, self.listed = point, [point], False
+        self.point, self.points, self.listed, self.layout = point, [point], False, None
+        self.block_size: int | None = stream.BLOCK  # the products of one pass
 
     def one_evaluation(self) -> tuple[Objective, PyTree]:
         """The objective of one batch and the first batch."""
@@ -213,19 +228,36 @@ class Streamed:
         runs = stream.slq(self.point, objective, key, num_probes, num_iters, probe, progress)
         return [runs], "full"
 
-    def trace_parts(
-        self, objective: Objective, key: jax.Array, num_probes: int, method: str,
-        progress: Any, whole: Callable,
-    ) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
-        """The same probes and stages, each block of products a pass (`stream.trace_parts`)."""
-        return stream.trace_parts(self.point, objective, key, num_probes, method, progress)
+    def start(self, state: Any) -> Between:
+        """What `block` carries: the state, no block yet."""
+        return Between(state, None, None, None)
 
-    def diagonal_samples(
-        self, objective: Objective, key: jax.Array, num_probes: int, whole: Callable
-    ) -> np.ndarray:
-        """The same probes, a block of them a pass (`stream.diagonal_samples`)."""
-        samples = stream.diagonal_samples(self.point, objective, key, num_probes, print)
-        return samples.astype(np.float64)
+    def block(
+        self, objective: Objective, step: Any, carry: Between, fixed: tuple, args: tuple
+    ) -> Between:
+        """One block of a probe (`traces.Step`): one program keeps the last block's products
+        (`step.kept`) and gives this block's vectors (`step.vectors`), multiplied in a pass
+        over the data (`stream.rows`)."""
+        if carry.last is None:  # the first block: zero vectors and products keep nothing
+            zeros = np.zeros((len(args[1]), self.point.num_params), dtype_of(self.point.params))
+            carry = Between(carry.state, args, zeros, zeros)
+        state, vectors = _split(step, self.point.params, *carry, fixed, args)
+        return Between(
+            state, args, vectors, stream.rows(self.point, objective, np.asarray(vectors))
+        )
+
+    def finish(self, step: Any, carry: Between, fixed: tuple) -> Any:
+        """The state after the last block's products (`step.kept`)."""
+        return _split(step, self.point.params, *carry, fixed, carry.last)[0]
+
+    def outputs(
+        self, objective: Objective, step: Any, fixed: tuple, indices: np.ndarray
+    ) -> tuple[Any, ...]:
+        """A block's vectors (`step.vectors`, one program), their products in a pass over the
+        data, and `step.kept` of both on the host."""
+        vectors = np.asarray(_vectors_of(step, self.point.params, fixed, indices))
+        products = stream.rows(self.point, objective, vectors)
+        return (step.kept(None, fixed, indices, vectors, products),)
 
     def searcher(self, advance: Callable, progress: Any) -> tuple[Callable, Layout | None]:
         """`advance`'s steps host-driven, a pass over the data a product (`stream.searcher`)."""
@@ -235,7 +267,7 @@ class Streamed:
         self, objective: Objective, vectors: np.ndarray, epsilons: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
         """A pass for the products, one for the losses."""
-        products = stream.products(self.point, objective, vectors)
+        products = stream.rows(self.point, objective, vectors)
         directions = rows_like(self.point.params, vectors)
         return products, self.mean_of(batch_losses_along, (self.point.params, directions, epsilons))
 
@@ -246,6 +278,33 @@ class Streamed:
 
 def _host(x: jax.Array) -> np.ndarray:
     return trees.host(x)
+
+
+class Between(NamedTuple):
+    """What a stream carries between blocks: the probe's state, the last block's arguments,
+    vectors and products (kept by the next block's program)."""
+
+    state: Any
+    last: Any
+    vectors: Any
+    products: Any
+
+
+@functools.partial(jax.jit, static_argnames=("step",), donate_argnames=("state",))
+def _split(
+    step: Any, params: PyTree, state: Any, last: tuple, vectors: jax.Array, products: jax.Array,
+    fixed: tuple, block: tuple,
+) -> tuple[Any, jax.Array]:  # fmt: skip
+    """The state after the last block's products (`step.kept`) and the next block's vectors
+    (`step.vectors`), one program between two passes over the data."""
+    state = step.kept(state, fixed, last, vectors, products.astype(vectors.dtype))
+    return step.vectors(params, state, fixed, block, None)
+
+
+@functools.partial(jax.jit, static_argnames=("step",))
+def _vectors_of(step: Any, params: PyTree, fixed: tuple, indices: jax.Array) -> jax.Array:
+    """A block's vectors (`step.vectors`), one program."""
+    return step.vectors(params, None, fixed, indices, None)[1]
 
 
 @functools.partial(jax.jit, static_argnames=("objective", "num_iters", "layout"))

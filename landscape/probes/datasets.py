@@ -46,7 +46,7 @@ TAKES = (
 class Stream:
     """An iterable of batches, read `chunk` batches of one shape at a time (`stream`)."""
 
-    is_stream = True  # what point.py reads (it imports no probe)
+    is_stream = True  # what `core.batches.streams` reads (the core imports no probe)
 
     def __init__(self, source: Any, chunk: int) -> None:
         self.source, self.chunk, self.count, self.total = source, chunk, 0, 0.0

@@ -115,7 +115,7 @@ def product_options(
         _checks.check_choice(f"{caller}: storage", storage, STORAGES)
     given = [f"{n}=" for n, v in (("storage", storage), ("finite_difference", finite_difference))
              if v is not None]  # fmt: skip
-    if given and any(getattr(p.batches, "is_stream", False) for p in points):
+    if given and any(batches_lib.streams(p.batches) for p in points):
         raise ValueError(
             f"{caller}: {' and '.join(given)} {'needs' if len(given) == 1 else 'need'} the data "
             "in memory (one batch or Point(..., batches=...)); over a streamed dataset leave "

@@ -9,19 +9,18 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Literal, overload
+from typing import TYPE_CHECKING, Any, Literal
 
 import jax
 import numpy as np
 from jax.sharding import Mesh
 
-from landscape import _checks, trees
-from landscape.core import hutchpp, hvp, lanczos, memory, ritz, three_term
+from landscape import _checks
+from landscape.core import lanczos, memory, ritz, three_term
 from landscape.core import layout as layout_lib
-from landscape.core.hutchpp import EXACT, REST, SKETCH
 from landscape.core.layout import Layout
-from landscape.point import Point, as_points, param_names
-from landscape.probes import blocks, compiled, data, operator, preconditioning
+from landscape.point import Point, as_points, each_point, param_names
+from landscape.probes import blocks, compiled, data, operator, preconditioning, traces
 from landscape.probes.estimates import (
     DiagonalEstimate,
     SpectralDensity,
@@ -29,7 +28,6 @@ from landscape.probes.estimates import (
     point_dtype,
 )
 from landscape.probes.three_vectors import on_pytrees, runs_in_three_vectors
-from landscape.probes.traces import TraceState, orthonormalised, trace_block
 from landscape.probes.traces import probes as _probes
 from landscape.probes.uncertainty import (
     mean_and_stderr,
@@ -100,40 +98,6 @@ def slq_block(
     return _over_points(body, batched, params, inputs)
 
 
-def _diagonal_one(
-    objective: compiled.Objective,
-    indices: jax.Array,
-    key: jax.Array,
-    layout: Layout | None,
-    params: PyTree,
-    inputs: PyTree,
-) -> PyTree:
-    """Samples v * Hv (K, D) of the probes `indices`; over a mesh as a pytree of the params'
-    leaves stacked (K, ...), each sharded as its parameter (the flat samples lie in `layout`'s
-    order)."""
-    op = operator.hessian_operator(objective, params, inputs, layout)
-    probes = _probes(key, indices, "rademacher", params, layout)
-    samples = probes * op.rows(probes)
-    return samples if layout is None else jax.vmap(layout.from_flat)(samples)
-
-
-@functools.partial(jax.jit, static_argnames=("objective", "batched", "layout"))
-def diagonal_program(
-    objective: compiled.Objective,
-    params: PyTree,
-    inputs: PyTree,
-    key: jax.Array,
-    indices: jax.Array,
-    batched: bool,
-    layout: Layout | None = None,
-) -> PyTree:
-    """Samples v * Hv (K, D) of Hutchinson's diagonal estimator for the probes `indices` (K,),
-    one vmapped program per block of `blocks.plan` (over a mesh, `_diagonal_one`'s stacked
-    pytree); the indices are an argument, so a new number of probes compiles nothing."""
-    body = functools.partial(_diagonal_one, objective, indices, key, layout)
-    return compiled.maybe_batched(body, batched, params, inputs)
-
-
 # ---------------------------------------------------------------- public functions
 
 
@@ -175,38 +139,7 @@ def _quadrature(alphas: np.ndarray, betas: np.ndarray) -> tuple[np.ndarray, np.n
     return ritz.quadrature(alphas.astype(np.float64), betas.astype(np.float64))
 
 
-@overload
-def spectral_density(
-    point: Point,
-    num_probes: int = 16,
-    num_iters: int = 30,
-    key: jax.Array | None = None,
-    probe: ProbeKind = "rademacher",
-    progress: blocks.Progress = print,
-    matrix: operator.Matrix = "hessian",
-    basis: str = "auto",
-    storage: str | None = None,
-    finite_difference: float | None = None,
-    preconditioner: object = None,
-) -> SpectralDensity: ...
-
-
-@overload
-def spectral_density(
-    point: Sequence[Point],
-    num_probes: int = 16,
-    num_iters: int = 30,
-    key: jax.Array | None = None,
-    probe: ProbeKind = "rademacher",
-    progress: blocks.Progress = print,
-    matrix: operator.Matrix = "hessian",
-    basis: str = "auto",
-    storage: str | None = None,
-    finite_difference: float | None = None,
-    preconditioner: object = None,
-) -> list[SpectralDensity]: ...
-
-
+@each_point(SpectralDensity)
 def spectral_density(
     point: Point | Sequence[Point],
     num_probes: int = 16,
@@ -331,34 +264,7 @@ def _slq_basis(
     return "full" if each <= memory.budget(memory.device_free_bytes()) else "three"
 
 
-@overload
-def trace(
-    point: Point,
-    num_probes: int = 32,
-    key: jax.Array | None = None,
-    method: str = "hutch++",
-    progress: blocks.Progress = print,
-    matrix: operator.Matrix = "hessian",
-    storage: str | None = None,
-    finite_difference: float | None = None,
-    preconditioner: object = None,
-) -> TraceEstimate: ...
-
-
-@overload
-def trace(
-    point: Sequence[Point],
-    num_probes: int = 32,
-    key: jax.Array | None = None,
-    method: str = "hutch++",
-    progress: blocks.Progress = print,
-    matrix: operator.Matrix = "hessian",
-    storage: str | None = None,
-    finite_difference: float | None = None,
-    preconditioner: object = None,
-) -> list[TraceEstimate]: ...
-
-
+@each_point(TraceEstimate)
 def trace(
     point: Point | Sequence[Point],
     num_probes: int = 32,
@@ -414,14 +320,9 @@ def trace(
     if _split_list(points, listed):  # a mesh's points one at a time, each in its layout
         return [trace(p, num_probes, key, method, progress, matrix, storage, finite_difference)
                 for p in points]  # fmt: skip
-    objective, params, inputs = _arguments(points, listed)
-    objective = operator.for_matrix(points, objective, matrix, "trace", options)
-    key = _key(key)
-    whole = functools.partial(
-        _trace_parts, points, listed, (objective, params, inputs), key, num_probes, method, progress
-    )
+    objective = operator.for_matrix(points, points[0].shared[0], matrix, "trace", options)
     source = data.of(points, listed, "trace")
-    exact, samples = source.trace_parts(objective, key, num_probes, method, progress, whole)
+    exact, samples = traces.trace_parts(source, objective, _key(key), num_probes, method, progress)
     exact, samples = np.asarray(exact, np.float64), np.asarray(samples, np.float64)
     dim = points[0].num_params
 
@@ -438,60 +339,6 @@ def trace(
     return [estimate(p, exact[i], samples[i]) for i, p in enumerate(points)]
 
 
-def _trace_parts(
-    points: list[Point],
-    listed: bool,
-    arguments: tuple[Any, PyTree, PyTree],
-    key: jax.Array,
-    num_probes: int,
-    method: str,
-    progress: blocks.Progress,
-) -> tuple[np.ndarray, np.ndarray]:
-    """(exact part, Hutchinson samples) with the probe axis last: the trace estimate is exact +
-    mean(samples). Hutch++ sketches the range with a third of the products, takes tr(Q^T H Q)
-    exactly with a third, and Hutchinson on the complement with the rest; every block is one
-    call of `trace_block`, the state staying on the device."""
-    objective, params, inputs = arguments
-    dim, dtype = points[0].num_params, np.dtype(jax.tree.leaves(points[0].params)[0].dtype)
-    rank, rest = hutchpp.split(num_probes, method)
-    spread = _spread(points[0], listed)
-    if not rank and not listed and hvp.rows_mapped(dim):  # a block holds one product
-        blocks.plan(points[0], 1, "trace", 0.0, 1, progress, mesh=_mesh(spread))
-        size = min(blocks.bucket(num_probes), blocks.MAPPED_BLOCK)
-        plan = blocks.Plan(num_probes, size, -(-num_probes // size))
-    else:
-        plan = blocks.plan(
-            points[0], max(rank, rest), "trace", 0.0, len(points), progress,
-            mesh=_mesh(spread),
-        )  # fmt: skip
-    lead = (len(points),) if listed else ()
-    padded = dim if spread is None else spread.padded
-    whole = lambda count: -(-count // plan.size) * plan.size  # noqa: E731 (whole blocks)
-    kept = operator.options_of(objective).storage or dtype  # the sketch's rows, as stored
-    shapes = (((whole(rank), padded), kept), ((), dtype), ((whole(rest),), dtype))
-    zeros = [np.zeros(lead + shape, np.dtype(d)) for shape, d in shapes]
-    where = [None if spread is None else spread.sharding(1), None, None]
-    state = TraceState(*(jax.device_put(x, w) for x, w in zip(zeros, where, strict=True)))
-    stages = [(SKETCH, rank), (EXACT, rank), (REST, rest)]
-    schedule = [
-        (stage, i, min(plan.size, count - i * plan.size))
-        for stage, count in stages
-        for i in range(-(-count // plan.size))
-    ]
-
-    def step(state: TraceState, stage: int, block: int) -> TraceState:
-        indices = plan.indices(block)
-        if stage == EXACT and indices[0] == 0 and spread is not None and spread.cpu_mesh:
-            state = orthonormalised(state, listed, spread, np.int32(rank))
-        return trace_block(
-            objective, params, inputs, key, state, np.int32(stage), indices, listed, spread,
-            np.int32(rank),
-        )  # fmt: skip
-
-    state = blocks.carried(schedule, state, step, "trace", progress)
-    return trees.host(state.exact), trees.host(state.samples)[..., :rest]
-
-
 def _diagonal_estimate(point: Point, samples: np.ndarray) -> DiagonalEstimate:
     dtype, dim = point_dtype(point), samples.shape[1]  # each sample sums D products
     values, stderr = mean_and_stderr(samples, rounding(dtype, dim, np.abs(samples).mean(0)))
@@ -504,28 +351,7 @@ def _diagonal_estimate(point: Point, samples: np.ndarray) -> DiagonalEstimate:
     return DiagonalEstimate(point, values, stderr, names, samples.shape[0], traces)
 
 
-@overload
-def diagonal(
-    point: Point,
-    num_probes: int = 32,
-    key: jax.Array | None = None,
-    storage: str | None = None,
-    finite_difference: float | None = None,
-    preconditioner: object = None,
-) -> DiagonalEstimate: ...
-
-
-@overload
-def diagonal(
-    point: Sequence[Point],
-    num_probes: int = 32,
-    key: jax.Array | None = None,
-    storage: str | None = None,
-    finite_difference: float | None = None,
-    preconditioner: object = None,
-) -> list[DiagonalEstimate]: ...
-
-
+@each_point(DiagonalEstimate)
 def diagonal(
     point: Point | Sequence[Point],
     num_probes: int = 32,
@@ -562,37 +388,9 @@ def diagonal(
     options = operator.product_options("diagonal", points, "hessian", storage, finite_difference)
     if _split_list(points, listed):  # a mesh's points one at a time, each in its layout
         return [diagonal(p, num_probes, key, storage, finite_difference) for p in points]
-    objective, params, inputs = _arguments(points, listed)
-    objective = operator.with_options(objective, options)
-    key = _key(key)
-    whole = functools.partial(
-        _diagonal_samples, points, listed, (objective, params, inputs), key, num_probes
-    )
+    objective = operator.with_options(points[0].shared[0], options)
     source = data.of(points, listed, "diagonal")
-    samples = source.diagonal_samples(objective, key, num_probes, whole)
+    samples = traces.diagonal_samples(source, objective, _key(key), num_probes)
     if not listed:
         return _diagonal_estimate(points[0], samples)
     return [_diagonal_estimate(p, samples[i]) for i, p in enumerate(points)]
-
-
-def _diagonal_samples(
-    points: list[Point],
-    listed: bool,
-    arguments: tuple[Any, PyTree, PyTree],
-    key: jax.Array,
-    num_probes: int,
-) -> np.ndarray:
-    """v * Hv (num_probes, D) for each probe (a leading axis for a list of points), in blocks of
-    probes a program each (`diagonal_program`)."""
-    objective, params, inputs = arguments
-    spread = _spread(points[0], listed)
-    plan = blocks.plan(points[0], num_probes, "diagonal", 0.0, len(points), mesh=_mesh(spread))
-
-    def block(indices: np.ndarray) -> tuple[jax.Array, ...]:
-        found = diagonal_program(objective, params, inputs, key, indices, listed, spread)
-        return tuple(jax.tree.leaves(found))
-
-    found = blocks.run(plan, block, "diagonal", None, int(listed))
-    if spread is not None:  # the stacked leaves, raveled row by row in ravel_pytree's order
-        found = (np.concatenate([leaf.reshape(num_probes, -1) for leaf in found], axis=1),)
-    return found[0].astype(np.float64)

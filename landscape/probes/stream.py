@@ -1,6 +1,7 @@
-"""The probes' loops over a streamed dataset (`datasets.Stream`): each product, Lanczos step,
-block of Hutchinson probes or Krylov-Schur call a pass over the data, summed by one compiled
-program per chunk; each equal to the stacked form on the same data to rounding."""
+"""The products over a streamed dataset (`datasets.Stream`): each product, Lanczos step, block of
+probes (`rows`, what `data.Streamed` runs Hutch++'s and the diagonal's blocks with) or
+Krylov-Schur call a pass over the data, summed by one compiled program per chunk; each equal to
+the stacked form on the same data to rounding."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from landscape.core import drive, hutchpp, krylov_schur_device, lanczos, memory
+from landscape.core import drive, krylov_schur_device, lanczos, memory
 from landscape.core import layout as layout_lib
 from landscape.core.krylov_schur import Outcome, Plan
 from landscape.core.krylov_schur_device import Carry
@@ -37,7 +38,7 @@ def product(point: Any, objective: Any, vector: np.ndarray) -> np.ndarray:
     return point.batches.sums(per_batch(objective), point.params, vectors)[2][0]
 
 
-def _passes(caller: str, progress: Any, total: int | None) -> Callable[[], None]:
+def on_each_pass(caller: str, progress: Any, total: int | None) -> Callable[[], None]:
     """Call after each pass: a progress line per pass once the call has taken LONG_SECONDS
     (`total` None: a search, whose passes are not known ahead)."""
     began, count = time.perf_counter(), [0]
@@ -63,7 +64,7 @@ def tridiagonal(
 ) -> tuple[np.ndarray, ...]:
     """(alphas, betas, loss, flat gradient) of Lanczos from `key`'s start, the core's steps
     host-driven (`drive.host_lanczos`), a pass over the data a product."""
-    done = _passes("lanczos_spectrum", progress, num_iters)
+    done = on_each_pass("lanczos_spectrum", progress, num_iters)
     passes: list[Any] = []
 
     def multiply(row: np.ndarray) -> np.ndarray:
@@ -98,11 +99,11 @@ def slq(
         )
     groups = math.ceil(num_probes / min(BLOCK, num_probes, fit))
     group = math.ceil(num_probes / groups)  # equal groups (one program), the last padded
-    done = _passes("spectral_density", progress, num_iters * math.ceil(num_probes / group))
+    done = on_each_pass("spectral_density", progress, num_iters * math.ceil(num_probes / group))
     found = []
     for low in range(0, num_probes, group):
         indices = np.arange(low, low + group, dtype=np.int32)  # past num_probes: cut below
-        multiply = functools.partial(_products, point, objective, done=done)
+        multiply = functools.partial(rows, point, objective, done=done)
         arguments = (key, indices, point.params)
         state = drive.host_lanczos(multiply, _probe_starts, arguments, num_iters, (kind,))
         found.append([np.asarray(state.alphas), np.asarray(state.betas)[:, :-1]])
@@ -121,83 +122,22 @@ def _probe_starts(
     return starts, jax.vmap(lambda i: jax.random.fold_in(restart_key, i))(indices)
 
 
-BLOCK = 16  # products of one pass at most (trace, spectral_density)
+BLOCK = 16  # products of one pass at most (trace, diagonal, spectral_density)
 
 
-@functools.partial(jax.jit, static_argnames=("size",))
-def _probe_rows(
-    key: jax.Array, stage: jax.Array, first: jax.Array, params: PyTree, size: int
-) -> jax.Array:
-    """Rademacher probes first, ..., first + size - 1 as `trace` draws them
-    (`layout.draw`): from the key (stage 0, Hutchinson), or from its split's first (1, Hutch++'s
-    sketch) or second (2)."""
-    keys = jnp.stack([jax.random.key_data(k) for k in (key, *jax.random.split(key))])
-    chosen = jax.random.wrap_key_data(keys[stage], impl=jax.random.key_impl(key))
-    indices = first + jnp.arange(size)
-    return jax.vmap(
-        lambda i: layout_lib.draw("rademacher", jax.random.fold_in(chosen, i), params, None)
-    )(indices)
-
-
-def _products(point: Any, objective: Any, vectors: np.ndarray, done: Callable) -> np.ndarray:
-    """H v for each row of `vectors`, in passes of BLOCK rows (the last padded with zeros)."""
+def rows(
+    point: Any, objective: Any, vectors: np.ndarray, done: Callable = lambda: None
+) -> np.ndarray:
+    """H v (or G v) for each row of `vectors`, in passes of BLOCK rows (the last padded with
+    zeros), `done()` after each."""
     size = min(BLOCK, len(vectors))
     padded = np.concatenate([vectors, np.zeros((-len(vectors) % size, vectors.shape[1]))])
     out = []
     for low in range(0, len(padded), size):
-        rows = padded[low : low + size].astype(vectors.dtype)
-        out.append(point.batches.sums(per_batch(objective), point.params, rows)[2])
+        block = padded[low : low + size].astype(vectors.dtype)
+        out.append(point.batches.sums(per_batch(objective), point.params, block)[2])
         done()
     return np.concatenate(out)[: len(vectors)]
-
-
-def _probes(key: jax.Array, stage: int, count: int, params: PyTree) -> np.ndarray:
-    size = min(BLOCK, count)
-    blocks = [
-        np.asarray(_probe_rows(key, np.int32(stage), np.int32(low), params, size))
-        for low in range(0, count, size)
-    ]
-    return np.concatenate(blocks)[:count]
-
-
-def trace_parts(
-    point: Any, objective: Any, key: jax.Array, num_probes: int, method: str, progress: Any
-) -> tuple[np.ndarray, np.ndarray]:
-    """(exact part, Hutchinson samples) of `trace` over a stream: its probes, stages and
-    arithmetic, each block of products one pass over the data."""
-    rank, rest = hutchpp.split(num_probes, method)
-    total = sum(math.ceil(n / min(BLOCK, max(n, 1))) for n in (rank, rank, rest) if n)
-    done = _passes("trace", progress, total)
-    if not rank:
-        return np.zeros(()), _forms(point, objective, key, 0, rest, None, done)
-    sketch = _products(point, objective, _probes(key, 1, rank, point.params), done)
-    range_ = hutchpp.range_basis(sketch)  # as `trace` makes its sketch's (on the host)
-    exact = np.sum(range_ * _products(point, objective, range_, done))
-    return exact, _forms(point, objective, key, 2, rest, range_, done)
-
-
-def _forms(
-    point: Any,
-    objective: Any,
-    key: jax.Array,
-    stage: int,
-    count: int,
-    range_: np.ndarray | None,
-    done: Callable,
-) -> np.ndarray:
-    """g^T H g for the `count` probes of `stage` (projected off the rows of `range_`), a block of
-    BLOCK at a time: drawn, multiplied in one pass and reduced to its forms, so the host holds
-    one block's vectors (all the probes at once held 5 arrays of count x D: 2.6 GB at D = 10^6)."""
-    size = min(BLOCK, count)
-    forms = []
-    for low in range(0, count, size):
-        rows = _probe_rows(key, np.int32(stage), np.int32(low), point.params, size)
-        probes = np.asarray(rows) * (np.arange(size) < count - low)[:, None]  # past count: 0
-        if range_ is not None:
-            probes = hutchpp.projected(range_, probes)
-        products = _products(point, objective, probes, done)  # one shape: one program
-        forms.append(np.sum(probes * products, axis=1)[: count - low])
-    return np.concatenate(forms)
 
 
 # ---------------------------------------------------------------- eigenpairs, dense, diagonal
@@ -208,7 +148,7 @@ def searcher(point: Any, progress: Any) -> Callable[..., tuple[jax.Array, Outcom
     time, each one pass over the data, between two small programs that do the call's vector
     work on the device as `advance` does (`krylov_schur_device.begin`, then its `step` while
     the carry says the call goes on)."""
-    done = _passes("eigenpairs", progress, None)
+    done = on_each_pass("eigenpairs", progress, None)
 
     def advance(
         objective: Any, params: PyTree, _: Any, vectors: jax.Array, plan: Plan,
@@ -257,7 +197,7 @@ def dense(
     columns a pass, as products of unit vectors."""
     dim, dtype = point.num_params, dtype_of(point.params)
     columns = min(columns, dim)
-    done = _passes(caller, progress, math.ceil(dim / columns))
+    done = on_each_pass(caller, progress, math.ceil(dim / columns))
     matrix = np.zeros((dim, dim), dtype)
     for low in range(0, dim, columns):
         units = np.eye(columns, dim, low, dtype)  # rows past D are zero: one program's shapes
@@ -265,32 +205,6 @@ def dense(
         matrix[low : low + columns] = products[: dim - low]
         done()
     return float(loss), gradient, matrix
-
-
-def products(point: Any, objective: Any, vectors: np.ndarray) -> np.ndarray:
-    """H v (or G v) for each row of `vectors`, BLOCK rows a pass (the certificates of a dense
-    solve over a stream)."""
-    return _products(point, objective, vectors, lambda: None)
-
-
-def diagonal_samples(
-    point: Any, objective: Any, key: jax.Array, count: int, progress: Any
-) -> np.ndarray:
-    """v * Hv (count, D) for `diagonal`'s Rademacher probes (drawn as the stacked form draws
-    them), BLOCK probes a pass."""
-    size = min(BLOCK, count)
-    done = _passes("diagonal", progress, math.ceil(count / size))
-    samples = []
-    for low in range(0, count, size):
-        indices = np.arange(low, low + size, dtype=np.int32)
-        probes = np.asarray(_diagonal_probes(key, indices, point.params))
-        samples.append(probes * _products(point, objective, probes, done))
-    return np.concatenate(samples)[:count]
-
-
-@jax.jit
-def _diagonal_probes(key: jax.Array, indices: jax.Array, params: PyTree) -> jax.Array:
-    return jax.vmap(lambda i: layout_lib.probe(key, i, "rademacher", params, None))(indices)
 
 
 # ---------------------------------------------------------------- losses at other parameters

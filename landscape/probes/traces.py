@@ -1,23 +1,27 @@
-"""Hutch++ and Hutchinson's trace at a point, one block of products a call: `trace_block`, every
-stage of either method in one compiled program with one product site, the state between blocks
-a `TraceState` on the device (Meyer, Musco, Musco and Woodruff 2021; `landscape.core.hutchpp`).
-`spectra.trace` drives them; docs/design/curvature.md, "Stochastic spectra, traces and
-diagonals"."""
+"""Hutch++ and Hutchinson's trace, and Hutchinson's diagonal, at a point: one loop over blocks of
+probes whatever the data, each block split at its one product site into the vectors to multiply
+(`_vectors`) and what the products leave in the state (`_kept`). The data object runs a block
+(`data.Memory.carried`: the two halves and the products in one compiled program, `trace_block`;
+`data.Streamed.carried`: the halves in a program between passes over the data). Meyer, Musco,
+Musco and Woodruff 2021; `landscape.core.hutchpp`; docs/design/curvature.md, "Stochastic
+spectra, traces and diagonals"."""
 
 from __future__ import annotations
 
 import functools
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.sharding import Mesh
 
+from landscape import trees
 from landscape.core import hutchpp, hvp
 from landscape.core import layout as layout_lib
-from landscape.core.hutchpp import EXACT
+from landscape.core.hutchpp import EXACT, REST, SKETCH
 from landscape.core.layout import Layout
-from landscape.probes import compiled, operator
+from landscape.probes import blocks, compiled, operator
 from landscape.typing import PyTree
 
 
@@ -40,6 +44,70 @@ class TraceState(NamedTuple):
     samples: jax.Array
 
 
+class Step(NamedTuple):
+    """A block of a probe split at its product site, for the data object to run: `fused` the
+    whole block in one program over data in memory, `vectors` (params, state, fixed, block,
+    layout) -> (state, the block's vectors) and `kept` (state, fixed, block, vectors, products)
+    -> state the halves around a product made elsewhere (zero vectors and products keep
+    nothing)."""
+
+    fused: Any
+    vectors: Any
+    kept: Any
+
+
+def _vectors(
+    params: PyTree, state: TraceState, fixed: tuple, block: tuple, layout: Layout | None
+) -> tuple[TraceState, jax.Array]:
+    """The vectors of a block of `trace` (K, D): SKETCH the probes `indices`, EXACT the range
+    rows `indices` (orthonormalised at its first block, unless the host does it: over a mesh of
+    CPU devices), REST the probes projected off the range (plain Hutchinson: the probes)."""
+    (key, rank), (stage, indices) = fixed, block
+    kind = ("rademacher", params, layout)
+    rows_held = state.range_.shape[0]
+    if not rows_held:
+        return state, probes(key, indices, *kind)
+    sketch_key, probe_key = jax.random.split(key)
+    first_exact = (stage == EXACT) & (indices[0] == 0)
+    orthonormal = functools.partial(_orthonormal_range, layout=layout, rank=rank)
+    if layout is None or not layout.cpu_mesh:  # there the host calls `orthonormalised`
+        state = jax.lax.cond(first_exact, orthonormal, lambda s: s, state)
+    rows = state.range_[jnp.minimum(indices, rows_held - 1)]
+    rows = rows.astype(jnp.result_type(*jax.tree.leaves(params)))
+    vectors = jax.lax.switch(
+        stage,
+        [
+            lambda: probes(sketch_key, indices, *kind),
+            lambda: jnp.where((indices < rank)[:, None], rows, 0),
+            lambda: hutchpp.projected(state.range_, probes(probe_key, indices, *kind)),
+        ],
+    )
+    return state, vectors
+
+
+def _kept(
+    state: TraceState, fixed: tuple, block: tuple, vectors: jax.Array, products: jax.Array
+) -> TraceState:
+    """The state after a block's products: SKETCH puts H g in the range rows, EXACT adds
+    q^T H q, REST keeps g^T H g of each probe (mode "drop": padding past the counts)."""
+    (_, rank), (stage, indices) = fixed, block
+    forms = jnp.sum(vectors * products, axis=1)
+    rows_held = state.range_.shape[0]
+    samples = lambda: state._replace(samples=state.samples.at[indices].set(forms, mode="drop"))  # noqa: E731
+    if not rows_held:
+        return samples()
+    rows = jnp.where(indices < rank, indices, rows_held)
+    sketch = products.astype(state.range_.dtype)
+    return jax.lax.switch(
+        stage,
+        [
+            lambda: state._replace(range_=state.range_.at[rows].set(sketch, mode="drop")),
+            lambda: state._replace(exact=state.exact + jnp.sum(forms)),
+            samples,
+        ],
+    )
+
+
 @functools.partial(
     jax.jit, static_argnames=("objective", "batched", "layout"), donate_argnames=("state",)
 )
@@ -55,55 +123,164 @@ def trace_block(
     layout: Layout | None = None,
     rank: jax.Array | int | None = None,
 ) -> TraceState:
-    """One block of `trace`, every stage of either method in one program with one product
-    site: SKETCH puts H g of the probes `indices` in the range rows, EXACT adds q^T H q of the
-    range rows `indices` (orthonormalised at its first block), REST keeps g^T H g of the probes
-    `indices` projected off the range. Probe i is drawn from fold_in(key, i) at every stage
-    (the sketch's from a key of its own), so the blocks never change the answer. `rank`, the
-    sketch's rows in use (of the state's R; None: all), is an argument: a new count compiles
-    nothing."""
+    """One block of `trace` in one program with one product site (`_vectors`, the products,
+    `_kept`). Probe i is drawn from fold_in(key, i) at every stage (the sketch's from a key of
+    its own), so the blocks never change the answer. `rank`, the sketch's rows in use (of the
+    state's R; None: all), is an argument: a new count compiles nothing."""
+    fixed, block = (key, state.range_.shape[0] if rank is None else rank), (stage, indices)
 
     def body(params: PyTree, inputs: PyTree, state: TraceState) -> TraceState:
         op = operator.hessian_operator(objective, params, inputs, layout)
-        rows_held = state.range_.shape[0]
-        sketched = rows_held if rank is None else rank
-        kind = ("rademacher", params, layout)
-        if not rows_held:  # Hutchinson: each probe drawn, multiplied and its form taken in turn
-            form = lambda i: jnp.sum((v := layout_lib.probe(key, i, *kind)) * op.matvec(v))  # noqa: E731
+        if not state.range_.shape[0]:  # Hutchinson: each probe multiplied and its form taken
+            probe = functools.partial(layout_lib.probe, key, kind="rademacher", params=params,
+                                      layout=layout)  # fmt: skip
+            form = lambda i: jnp.sum((v := probe(i)) * op.matvec(v))  # noqa: E731
             forms = hvp.each_row(form, op.flat.size)(indices)
             return state._replace(samples=state.samples.at[indices].set(forms, mode="drop"))
-        sketch_key, probe_key = jax.random.split(key)
-        first_exact = (stage == EXACT) & (indices[0] == 0)
-        orthonormal = functools.partial(_orthonormal_range, layout=layout, rank=sketched)
-        if layout is None or not layout.cpu_mesh:  # there the host calls `orthonormalised`
-            state = jax.lax.cond(first_exact, orthonormal, lambda s: s, state)
-        rows = state.range_[jnp.minimum(indices, rows_held - 1)].astype(op.flat.dtype)
-        vectors = jax.lax.switch(
-            stage,
-            [
-                lambda: probes(sketch_key, indices, *kind),
-                lambda: jnp.where((indices < sketched)[:, None], rows, 0),
-                lambda: hutchpp.projected(state.range_, probes(probe_key, indices, *kind)),
-            ],
-        )
-        products = op.rows(vectors)
-        forms = jnp.sum(vectors * products, axis=1)
-        return jax.lax.switch(
-            stage,
-            [
-                lambda: state._replace(
-                    range_=state.range_.at[jnp.where(indices < sketched, indices, rows_held)].set(
-                        products.astype(state.range_.dtype), mode="drop"
-                    )
-                ),
-                lambda: state._replace(exact=state.exact + jnp.sum(forms)),
-                lambda: state._replace(samples=state.samples.at[indices].set(forms, mode="drop")),
-            ],
-        )
+        state, vectors = _vectors(params, state, fixed, block, layout)
+        return _kept(state, fixed, block, vectors, op.rows(vectors))
 
     if not batched:
         return body(params, inputs, state)
     return jax.vmap(body)(params, inputs, state)
+
+
+def _trace_fused(
+    objective: compiled.Objective, params: PyTree, inputs: PyTree, state: TraceState,
+    fixed: tuple, block: tuple, batched: bool, layout: Layout | None,
+) -> TraceState:  # fmt: skip
+    """`trace_block`, the sketch made orthonormal first by the host over a mesh of CPU devices."""
+    (key, rank), (stage, indices) = fixed, block
+    if stage == EXACT and indices[0] == 0 and layout is not None and layout.cpu_mesh:
+        state = orthonormalised(state, batched, layout, rank)
+    return trace_block(objective, params, inputs, key, state, stage, indices, batched, layout, rank)
+
+
+TRACE = Step(_trace_fused, _vectors, _kept)
+
+
+def trace_parts(
+    source: Any, objective: compiled.Objective, key: jax.Array, num_probes: int, method: str,
+    progress: blocks.Progress,
+) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """(exact part, Hutchinson samples) with the probe axis last: the trace estimate is exact +
+    mean(samples). Hutch++ sketches the range with a third of the products, takes tr(Q^T H Q)
+    exactly with a third, and Hutchinson on the complement with the rest; each block run by the
+    data object (`source`, `data.of`), the state staying on the device."""
+    points, spread = source.points, source.layout
+    dim, dtype = points[0].num_params, np.dtype(jax.tree.leaves(points[0].params)[0].dtype)
+    rank, rest = hutchpp.split(num_probes, method)
+    one_at_a_time = not rank and not source.listed and hvp.rows_mapped(dim)
+    plan = _plan(source, max(rank, rest), "trace", progress, one_at_a_time)
+    lead = (len(points),) if source.listed else ()
+    padded = dim if spread is None else spread.padded
+    whole = lambda count: -(-count // plan.size) * plan.size  # noqa: E731 (whole blocks)
+    kept = operator.options_of(objective).storage or dtype  # the sketch's rows, as stored
+    shapes = (((whole(rank), padded), kept), ((), dtype), ((whole(rest),), dtype))
+    zeros = [np.zeros(lead + shape, np.dtype(d)) for shape, d in shapes]
+    where = [None if spread is None else spread.sharding(1), None, None]
+    state = TraceState(*(jax.device_put(x, w) for x, w in zip(zeros, where, strict=True)))
+    schedule = [
+        (stage, i, min(plan.size, count - i * plan.size))
+        for stage, count in ((SKETCH, rank), (EXACT, rank), (REST, rest))
+        for i in range(-(-count // plan.size))
+    ]
+    fixed = (key, np.int32(rank))
+
+    def step(carry: Any, stage: int, block: int) -> Any:
+        args = (np.int32(stage), plan.indices(block))
+        return source.block(objective, TRACE, carry, fixed, args)
+
+    carry = blocks.carried(schedule, source.start(state), step, "trace", progress)
+    state = source.finish(TRACE, carry, fixed)
+    return trees.host(state.exact), trees.host(state.samples)[..., :rest]
+
+
+def _probe_vectors(
+    params: PyTree, state: Any, fixed: tuple, indices: jax.Array, layout: Layout | None
+) -> tuple[Any, jax.Array]:
+    """`diagonal`'s Rademacher probes of `indices` (K, D)."""
+    return state, probes(fixed[0], indices, "rademacher", params, layout)
+
+
+def _diagonal_fused(
+    objective: compiled.Objective, params: PyTree, inputs: PyTree, fixed: tuple,
+    indices: jax.Array, batched: bool, layout: Layout | None,
+) -> tuple[jax.Array, ...]:  # fmt: skip
+    """A block of `diagonal` in one program (`diagonal_program`), as its leaves."""
+    found = diagonal_program(objective, params, inputs, fixed[0], indices, batched, layout)
+    return tuple(jax.tree.leaves(found))
+
+
+DIAGONAL = Step(_diagonal_fused, _probe_vectors, lambda _, __, ___, v, hv: v * hv)
+
+
+def _diagonal_one(
+    objective: compiled.Objective,
+    indices: jax.Array,
+    key: jax.Array,
+    layout: Layout | None,
+    params: PyTree,
+    inputs: PyTree,
+) -> PyTree:
+    """Samples v * Hv (K, D) of the probes `indices`; over a mesh as a pytree of the params'
+    leaves stacked (K, ...), each sharded as its parameter (the flat samples lie in `layout`'s
+    order)."""
+    op = operator.hessian_operator(objective, params, inputs, layout)
+    vectors = _probe_vectors(params, None, (key,), indices, layout)[1]
+    samples = vectors * op.rows(vectors)
+    return samples if layout is None else jax.vmap(layout.from_flat)(samples)
+
+
+@functools.partial(jax.jit, static_argnames=("objective", "batched", "layout"))
+def diagonal_program(
+    objective: compiled.Objective,
+    params: PyTree,
+    inputs: PyTree,
+    key: jax.Array,
+    indices: jax.Array,
+    batched: bool,
+    layout: Layout | None = None,
+) -> PyTree:
+    """Samples v * Hv (K, D) of Hutchinson's diagonal estimator for the probes `indices` (K,),
+    one vmapped program per block of `blocks.plan` (over a mesh, `_diagonal_one`'s stacked
+    pytree); the indices are an argument, so a new number of probes compiles nothing."""
+    body = functools.partial(_diagonal_one, objective, indices, key, layout)
+    return compiled.maybe_batched(body, batched, params, inputs)
+
+
+def diagonal_samples(
+    source: Any, objective: compiled.Objective, key: jax.Array, num_probes: int
+) -> np.ndarray:
+    """v * Hv (num_probes, D) for each probe (a leading axis for a list of points), a block of
+    probes at a time run by the data object (`source`, `data.of`)."""
+    plan = _plan(source, num_probes, "diagonal")
+
+    def block(indices: np.ndarray) -> tuple[Any, ...]:
+        return source.outputs(objective, DIAGONAL, (key,), indices)
+
+    found = blocks.run(plan, block, "diagonal", None, int(source.listed))
+    if source.layout is not None:  # the stacked leaves, raveled row by row as ravel_pytree's
+        found = (np.concatenate([leaf.reshape(num_probes, -1) for leaf in found], axis=1),)
+    return found[0].astype(np.float64)
+
+
+def _plan(
+    source: Any, count: int, caller: str, progress: blocks.Progress = None,
+    one_at_a_time: bool = False,
+) -> blocks.Plan:  # fmt: skip
+    """Blocks of `count` products: of the data's own size where it sets one (a stream's pass,
+    `source.block_size`), else what fits the memory policy (`blocks.plan`; products made one
+    at a time in a block, `hvp.each_row` on the CPU, hold one product's memory)."""
+    size = source.block_size and min(source.block_size, count)
+    if not size and not one_at_a_time:
+        mesh = _mesh(source.layout)
+        return blocks.plan(source.point, count, caller, 0.0, len(source.points), progress,
+                           mesh=mesh)  # fmt: skip
+    if not size:
+        blocks.plan(source.point, 1, caller, 0.0, 1, progress, mesh=_mesh(source.layout))
+        size = min(blocks.bucket(count), blocks.MAPPED_BLOCK)
+    return blocks.Plan(count, size, -(-count // size))
 
 
 @functools.partial(jax.jit, static_argnames=("batched", "layout"), donate_argnames=("state",))

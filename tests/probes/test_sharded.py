@@ -24,7 +24,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 import landscape
 from experiments.bench import peers, peers_data
 from landscape.core import krylov_schur, layout
-from landscape.probes import blocks, compiled, krylov, spectra
+from landscape.probes import blocks, compiled, krylov, spectra, traces
 from tests import hlo_collectives
 
 one = peers.mlp_point(peers_data.mlp_arrays(96))
@@ -55,9 +55,9 @@ for name, point in (("one", one), ("split", split)):
 scaled = one.with_params({k: v * 1.1 for k, v in one.params.items()})
 scaled_split = scaled.with_params(
     {k: jax.device_put(v, NamedSharding(mesh, specs[k])) for k, v in scaled.params.items()})
-programs = spectra.trace_block._cache_size()
+programs = traces.trace_block._cache_size()
 out["listed_split"] = [t.value for t in landscape.trace([split, scaled_split], 12, progress=None)]
-out["listed_new_programs"] = spectra.trace_block._cache_size() - programs
+out["listed_new_programs"] = traces.trace_block._cache_size() - programs
 out["listed_one"] = [t.value for t in landscape.trace([one, scaled], 12, progress=None)]
 x, y = (np.asarray(a) for a in one.inputs)  # a stream of 4 batches: its vectors ravel_pytree's
 streamed = landscape.stream([(x[i : i + 128], y[i : i + 128]) for i in range(0, 512, 128)])
@@ -81,9 +81,9 @@ plan = krylov_schur.plan(settings, krylov_schur.init(settings), np.dtype(np.floa
 vectors = jax.device_put(np.zeros((15, lay.padded), np.float32), lay.sharding(1))
 search = krylov.advance.lower(objective, params, inputs, vectors, plan, jax.random.key(0),
                               "largest", lay)
-state = spectra.TraceState(*(jax.device_put(np.zeros(s, np.float32), w) for s, w in (
+state = traces.TraceState(*(jax.device_put(np.zeros(s, np.float32), w) for s, w in (
     ((4, lay.padded), lay.sharding(1)), ((), None), ((4,), None))))
-trace = spectra.trace_block.lower(objective, params, inputs, jax.random.key(0), state,
+trace = traces.trace_block.lower(objective, params, inputs, jax.random.key(0), state,
                                   np.int32(0), np.arange(4, dtype=np.int32), False, lay)
 product = compiled.hvp.lower(objective, params, inputs, params, False, lay)
 largest, overlaps = 0, []

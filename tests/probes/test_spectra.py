@@ -16,7 +16,7 @@ from matplotlib.figure import Figure
 
 import landscape
 from landscape.core import memory, three_term
-from landscape.probes import blocks, spectra, uncertainty
+from landscape.probes import blocks, spectra, traces, uncertainty
 from landscape.probes import figures as probe_figures
 
 D = 40  # every random matrix has this size, and SLQ this shape: the tests share compiled programs
@@ -271,12 +271,12 @@ def test_trace_at_theta_pi_matches_the_closed_form_and_compiles_once():
     estimate = spectra.trace(point, num_probes=32, method="hutchinson")
     assert estimate.dim == point.num_params and estimate.stderr > 0
     assert abs(estimate.value - 0.5 * 0.8 / 1.3**2) < 4 * estimate.stderr
-    programs = spectra.trace_block._cache_size()
+    programs = traces.trace_block._cache_size()
     other = landscape.markov.theta_pi(p=0.3, q=0.9, seq_len=6, tied=False)
     for key in range(5):
         again = spectra.trace(other, 32, jax.random.key(key), method="hutchinson")
         assert again.stderr > 0 and abs(again.value - 0.3 * 0.9 / 1.2**2) < 4 * again.stderr
-    assert spectra.trace_block._cache_size() == programs  # a new (p, q) reuses the program
+    assert traces.trace_block._cache_size() == programs  # a new (p, q) reuses the program
 
 
 def test_nonfinite_hvps_give_nan_nodes_and_say_so():
