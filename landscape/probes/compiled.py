@@ -77,24 +77,22 @@ def _hessian(
     return loss_of_flat(flat), grad, matrix
 
 
-def _hessian_by_parts(
-    objective: Objective, columns_per_batch: int, parts: Parts, params: PyTree, inputs: PyTree
-) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """`_hessian`, summed (or averaged) over `parts[0]` equal slices of the population, as
-    `_columns_by_parts`."""
+def over_parts(one: Callable[[PyTree], tuple], inputs: PyTree, parts: Parts) -> Any:
+    """one(inputs), each output summed (or averaged, where `parts[1]`) over `parts[0]` equal
+    slices of the leading axis of every input leaf, a lax.scan: a slice's activations stay in
+    cache, where the whole population's tangents would stream through memory once per column
+    (`Point.meta["population"]`)."""
     number, mean = parts
     if number == 1:
-        return _hessian(objective, columns_per_batch, params, inputs)
-    slices = jax.tree.map(lambda x: x.reshape((number, x.shape[0] // number) + x.shape[1:]), inputs)
+        return one(inputs)
+    slices = jax.tree.map(lambda x: x.reshape((number, -1) + x.shape[1:]), inputs)
+    shapes = jax.eval_shape(one, jax.tree.map(lambda x: x[0], slices))
 
     def add(total: tuple, piece: PyTree) -> tuple[tuple, None]:
-        one = _hessian(objective, columns_per_batch, params, piece)
-        return tuple(a + b for a, b in zip(total, one, strict=True)), None
+        return tuple(a + b for a, b in zip(total, one(piece), strict=True)), None
 
-    flat = ravel_pytree(params)[0]
-    zeros = tuple(jnp.zeros(shape, flat.dtype) for shape in ((), flat.shape, 2 * flat.shape))
-    total, _ = jax.lax.scan(add, zeros, slices)
-    return tuple(t / number for t in total) if mean else total  # type: ignore[return-value]
+    total, _ = jax.lax.scan(add, tuple(jnp.zeros(x.shape, x.dtype) for x in shapes), slices)
+    return tuple(t / number for t in total) if mean else total
 
 
 @functools.partial(jax.jit, static_argnames=("objective", "columns_per_batch", "batched", "parts"))
@@ -108,8 +106,12 @@ def hessian(
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """(loss, flat gradient (D,), Hessian (D, D)): the linearised gradient map applied to the
     unit vectors (forward-over-reverse, the primal pass once), `columns_per_batch` at a time;
-    `parts`: over slices of each point's population (`_columns_by_parts`)."""
-    body = functools.partial(_hessian_by_parts, objective, columns_per_batch, parts)
+    `parts`: over slices of each point's population (`over_parts`)."""
+
+    def body(params: PyTree, inputs: PyTree) -> tuple[jax.Array, jax.Array, jax.Array]:
+        one = functools.partial(_hessian, objective, columns_per_batch, params)
+        return over_parts(one, inputs, parts)
+
     if not batched:
         return body(params, inputs)
     # points one after another (several at once when their columns fit in one batch): a
@@ -196,23 +198,12 @@ def _columns_by_parts(
     inputs: PyTree,
     first: jax.Array,
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """(loss, flat gradient, `_columns`), each summed (or averaged) over `parts[0]` equal slices
-    of the leading axis of every input leaf, a lax.scan: a slice's activations stay in cache,
-    where the whole population's tangents would stream through memory once per column
-    (`Point.meta["population"]`)."""
-    number, mean = parts
-    if number == 1:
-        return _columns(objective, columns_per_batch, count, params, inputs, first)
-    slices = jax.tree.map(lambda x: x.reshape((number, x.shape[0] // number) + x.shape[1:]), inputs)
+    """(loss, flat gradient, `_columns`) over slices of the population (`over_parts`)."""
 
-    def add(total: tuple, piece: PyTree) -> tuple[tuple, None]:
-        one = _columns(objective, columns_per_batch, count, params, piece, first)
-        return tuple(a + b for a, b in zip(total, one, strict=True)), None
+    def one(piece: PyTree) -> tuple[jax.Array, jax.Array, jax.Array]:
+        return _columns(objective, columns_per_batch, count, params, piece, first)
 
-    flat = ravel_pytree(params)[0]
-    shapes = ((), flat.shape, (count, flat.size))
-    total, _ = jax.lax.scan(add, tuple(jnp.zeros(x, flat.dtype) for x in shapes), slices)
-    return tuple(t / number for t in total) if mean else total  # type: ignore[return-value]
+    return over_parts(one, inputs, parts)
 
 
 @functools.partial(jax.jit, static_argnames=("objective", "columns_per_batch", "count", "parts"))
@@ -227,7 +218,7 @@ def hessian_columns(
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """(loss, flat gradient, columns first, ..., first + count - 1 of the Hessian (count, D)):
     one program for every chunk of a large Hessian, so the host can report progress between
-    chunks; `parts`: over slices of the population (`_columns_by_parts`)."""
+    chunks; `parts`: over slices of the population (`over_parts`)."""
     return _columns_by_parts(objective, columns_per_batch, count, parts, params, inputs, first)
 
 

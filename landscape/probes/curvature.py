@@ -31,7 +31,7 @@ from landscape.probes.gradient import Gradient, _program_arguments
 from landscape.probes.hessian import Hessian
 from landscape.probes.lanczos import Spectrum, lanczos_spectrum
 from landscape.trees import unravel_numpy
-from landscape.typing import PyTree
+from landscape.typing import Progress, PyTree
 
 
 @overload
@@ -39,25 +39,10 @@ def hessian_at(
     point: Point,
     method: Literal["dense"] = "dense",
     *,
-    num_iters: int = 100,
-    key: jax.Array | None = None,
     max_dense_dim: int = 6000,
     columns_per_batch: int | None = None,
-    progress: Callable[[str], None] | None = print,
+    progress: Progress = print,
 ) -> Hessian: ...
-
-
-@overload
-def hessian_at(
-    point: Point,
-    method: Literal["lanczos"],
-    *,
-    num_iters: int = 100,
-    key: jax.Array | None = None,
-    max_dense_dim: int = 6000,
-    columns_per_batch: int | None = None,
-    progress: Callable[[str], None] | None = print,
-) -> Spectrum: ...
 
 
 @overload
@@ -65,25 +50,26 @@ def hessian_at(
     point: Sequence[Point],
     method: Literal["dense"] = "dense",
     *,
-    num_iters: int = 100,
-    key: jax.Array | None = None,
     max_dense_dim: int = 6000,
     columns_per_batch: int | None = None,
-    progress: Callable[[str], None] | None = print,
+    progress: Progress = print,
 ) -> list[Hessian]: ...
 
 
 @overload
 def hessian_at(
-    point: PointOrPoints,
-    method: str,
+    point: Point, method: Literal["lanczos"], *, num_iters: int = 100, key: jax.Array | None = None
+) -> Spectrum: ...
+
+
+@overload
+def hessian_at(
+    point: Sequence[Point],
+    method: Literal["lanczos"],
     *,
     num_iters: int = 100,
     key: jax.Array | None = None,
-    max_dense_dim: int = 6000,
-    columns_per_batch: int | None = None,
-    progress: Callable[[str], None] | None = print,
-) -> Any: ...
+) -> list[Spectrum]: ...
 
 
 def hessian_at(
@@ -94,7 +80,7 @@ def hessian_at(
     key: jax.Array | None = None,
     max_dense_dim: int = 6000,
     columns_per_batch: int | None = None,
-    progress: Callable[[str], None] | None = print,
+    progress: Progress = print,
 ) -> Hessian | Spectrum | list[Hessian] | list[Spectrum]:
     """The exact Hessian of the population loss at `point`, compiled once per model.
 
@@ -194,9 +180,8 @@ COLUMN_BYTES = 16 * 2**20  # memory traffic of one batch of Hessian columns, abo
 
 def default_columns_per_batch(point: Point) -> int:
     """Hessian columns per vmapped batch: as many as keep a batch's memory traffic (XLA's cost
-    estimate of one loss evaluation, a column's share) under COLUMN_BYTES, at least 1 and at most
-    256. A population loss over many sequences gets 1 (theta_pi at N = 10 moves ~50 MB a loss:
-    one column at a time ran 237 columns in 1.5 s, 256 at once in 5.0 s); a small loss gets more."""
+    estimate of one loss evaluation, a column's share) under COLUMN_BYTES, from 1 (a population
+    loss over many sequences) to 256 (docs/performance.md)."""
     return int(min(256, max(1, COLUMN_BYTES // max(_bytes_moved(point), 1.0))))
 
 
@@ -212,8 +197,8 @@ def population_parts(point: Point) -> compiled.Parts:
     """(slices, mean): where `point.meta["population"]` says the loss is the "mean" (or "sum")
     of its values on equal slices of the leading axis of every input leaf, the fewest such
     slices whose loss moves at most COLUMN_BYTES, so that a large Hessian's columns are formed
-    slice by slice in cache ((1, True): the whole population at once). On the n-gram Fig. 3
-    point (4096 sequences, 200 MB a loss) 16 slices took a column from 38 ms to 1.2 ms x 16."""
+    slice by slice in cache ((1, True): the whole population at once; docs/design/curvature.md,
+    "Large Hessians")."""
     rule, leaves = point.meta.get("population"), jax.tree.leaves(point.shared[1])
     sizes = {np.shape(x)[0] if np.ndim(x) else 0 for x in leaves}
     if rule not in ("mean", "sum") or len(sizes) != 1 or 0 in sizes:
@@ -226,32 +211,46 @@ CHUNKED_ABOVE = 1024  # a dense Hessian of more parameters is formed in chunks, 
 
 
 def _hessian_in_chunks(
-    point: Point, columns_per_batch: int, progress: Callable[[str], None] | None
+    point: Point, columns_per_batch: int, progress: Progress
 ) -> tuple[float, np.ndarray, np.ndarray]:
     """A large dense Hessian chunk by chunk (one compiled program for every chunk, each device of
-    the process computing its own chunk at once), with an estimate of memory at the start and a
-    progress line with the time left after each round of chunks."""
+    the process computing its own chunk at once), its memory said first (`in_chunks`)."""
     dim, devices, parts = point.num_params, jax.local_devices(), population_parts(point)
     count = max(columns_per_batch, -(-dim // 10))  # about ten chunks
     itemsize = np.dtype(jax.tree.leaves(point.params)[0].dtype).itemsize
+    sliced = f", over {parts[0]} slices of the population" if parts[0] > 1 else ""
+    header = (
+        f"dense Hessian of {point.name or 'the point'}: D = {dim}, "
+        f"{memory.format_bytes(dim * dim * itemsize)} for the matrix, {dim} "
+        f"Hessian-vector products in chunks of {count} on {len(devices)} device(s){sliced}"
+    )
+    batching = (columns_per_batch, parts)
+    found = in_chunks(
+        dim,
+        count * len(devices),
+        lambda first: _chunks_from(point, first, count, batching, devices),
+        progress,
+        header,
+    )
+    loss, grad, _ = found[0]
+    return loss, grad, np.concatenate([columns for _, _, columns in found])[:dim]
+
+
+def in_chunks(
+    dim: int, step: int, chunk: Callable[[int], Any], progress: Progress, header: str
+) -> list[Any]:
+    """chunk(first) for first = 0, step, 2 step, ... below dim: `header` first, then a line with
+    the columns done and the time left after each (through `progress`)."""
     if progress:
-        sliced = f", over {parts[0]} slices of the population" if parts[0] > 1 else ""
-        progress(
-            f"dense Hessian of {point.name or 'the point'}: D = {dim}, "
-            f"{memory.format_bytes(dim * dim * itemsize)} for the matrix, {dim} "
-            f"Hessian-vector products in chunks of {count} on {len(devices)} device(s){sliced}"
-        )
-    start, chunks, first_chunk = time.perf_counter(), [], None
-    for first in range(0, dim, count * len(devices)):
-        loss, grad, columns = _chunks_from(point, first, count, (columns_per_batch, parts), devices)
-        first_chunk = (loss, grad) if first_chunk is None else first_chunk
-        chunks.append(columns)
-        done, seconds = min(first + count * len(devices), dim), time.perf_counter() - start
+        progress(header)
+    start, found = time.perf_counter(), []
+    for first in range(0, dim, step):
+        found.append(chunk(first))
+        done, seconds = min(first + step, dim), time.perf_counter() - start
         if progress:
             left = seconds / done * (dim - done)
             progress(f"  columns {done}/{dim} | {seconds:.1f} s | about {left:.0f} s left")
-    assert first_chunk is not None  # D >= 1: at least one chunk
-    return (*first_chunk, np.concatenate(chunks)[:dim])
+    return found
 
 
 def _chunks_from(

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import time
 from collections.abc import Callable, Sequence
 from typing import Any, overload
 
@@ -49,24 +48,18 @@ def _ggn_columns(
     Markov attention and LayerNorm) works too; then the output loss's HVP and the VJP.
     `batching`: (columns per vmapped batch, (slices of the population, mean)), as the Hessian's
     (`curvature.population_parts`), or BATCHES: `inputs` a dataset in batches, their mean."""
-    columns_per_batch, (number, mean) = batching
-    if (number, mean) == BATCHES:
-        one = functools.partial(_ggn_columns, outputs, output_loss, (columns_per_batch, (1, True)))
+    columns_per_batch, parts = batching
+    if parts[0] != 1:  # slices of the population, or BATCHES
+
+        def one(piece: PyTree) -> tuple[jax.Array, jax.Array]:
+            whole = (columns_per_batch, (1, True))
+            return _ggn_columns(outputs, output_loss, whole, params, piece, first, count)
+
+        if parts != BATCHES:
+            return compiled.over_parts(one, inputs, parts)
         flat = ravel_pytree(params)[0]
         zeros = (jnp.zeros((), flat.dtype), jnp.zeros((count, flat.size), flat.dtype))
-        return batches_lib.mean_over(lambda b: one(params, b, first, count), inputs, zeros)
-    if number > 1:
-        slices = jax.tree.map(lambda x: x.reshape((number, -1) + x.shape[1:]), inputs)
-        one = functools.partial(_ggn_columns, outputs, output_loss, (columns_per_batch, (1, True)))
-
-        def add(total: tuple, piece: PyTree) -> tuple[tuple, None]:
-            loss, columns = one(params, piece, first, count)
-            return (total[0] + loss, total[1] + columns), None
-
-        flat = ravel_pytree(params)[0]
-        zeros = (jnp.zeros((), flat.dtype), jnp.zeros((count, flat.size), flat.dtype))
-        (loss, columns), _ = jax.lax.scan(add, zeros, slices)
-        return (loss / number, columns / number) if mean else (loss, columns)
+        return batches_lib.mean_over(one, inputs, zeros)
     flat, unravel = ravel_pytree(params)
     z, vjp = jax.vjp(lambda x: outputs(unravel(x), inputs), flat)
     jvp = jax.linear_transpose(vjp, z)
@@ -112,27 +105,21 @@ def _ggn_in_chunks(
     if point.batches is not None:  # the batches' mean, weighed by their examples
         parts, inputs = BATCHES, point.batches
     batching = (curvature.default_columns_per_batch(point), parts)
-    if dim <= curvature.CHUNKED_ABOVE:
-        loss, ggn = ggn_matrix(
-            point.outputs, point.output_loss, point.params, inputs, np.int32(0), dim,
-            False, batching,
-        )  # fmt: skip
-        return loss, np.asarray(ggn)
-    count, start, chunks, loss = -(-dim // 10), time.perf_counter(), [], None
-    if progress:
-        progress(f"Gauss-Newton matrix of {point.name or 'the point'}: D = {dim}, in chunks of "
-                 f"{count} columns")  # fmt: skip
-    for first in range(0, dim, count):
+    count = dim if dim <= curvature.CHUNKED_ABOVE else -(-dim // 10)
+
+    def chunk(first: int) -> tuple[jax.Array, np.ndarray]:
         loss, ggn = ggn_matrix(
             point.outputs, point.output_loss, point.params, inputs, np.int32(first),
             count, False, batching,
         )  # fmt: skip
-        chunks.append(np.asarray(ggn))
-        done, seconds = min(first + count, dim), time.perf_counter() - start
-        if progress:
-            left = seconds / done * (dim - done)
-            progress(f"  columns {done}/{dim} | {seconds:.1f} s | about {left:.0f} s left")
-    return loss, np.concatenate(chunks)[:dim]
+        return loss, np.asarray(ggn)
+
+    if count == dim:
+        return chunk(0)
+    name = point.name or "the point"
+    header = f"Gauss-Newton matrix of {name}: D = {dim}, in chunks of {count} columns"
+    found = curvature.in_chunks(dim, count, chunk, progress, header)
+    return found[-1][0], np.concatenate([ggn for _, ggn in found])[:dim]
 
 
 @dataclasses.dataclass(frozen=True, eq=False, repr=False)
