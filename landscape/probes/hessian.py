@@ -21,10 +21,12 @@ from landscape.probes.results import (
     NO_SPECTRUM,
     NON_FINITE,
     Curvature,
+    Ends,
     check_tol,
     counts,
     curvature_kind,
     default_tol,
+    fields,
     format_numbers,
     header_lines,
     name_width,
@@ -44,7 +46,41 @@ from landscape.probes.stationarity import (
 
 
 @dataclasses.dataclass(frozen=True, eq=False, repr=False)
-class Hessian:
+class FocusReport(Ends):
+    """The spectrum of a Hessian's focus block (`meta["focus_blocks"]`, e.g. the alpha block of
+    Thm 2) and the largest |entry| in its other rows and columns. `eigenvalues` are NaN when the
+    block holds a non-finite entry (`finite` False); `outside` is NaN when a row outside it does."""
+
+    point: Point
+    names: list[str]
+    eigenvalues: np.ndarray
+    outside: float
+    finite: bool
+
+    def _ascending(self) -> np.ndarray:
+        return self.eigenvalues
+
+    def describe(self) -> str:
+        return (
+            f"focus block ({', '.join(self.names)}) at {self.point.name or '<unnamed point>'}: "
+            f"eigenvalues {format_numbers(self.eigenvalues)}; max |H| outside {self.outside:.3g}"
+        )
+
+    def summary(self) -> dict[str, Any]:
+        return point_row(
+            self.point,
+            self.eigenvalues.size,
+            self.eigenvalues.dtype,
+            focus="+".join(self.names),
+            **fields(self, "lambda_min lambda_max outside finite"),
+        )
+
+    def __repr__(self) -> str:
+        return f"FocusReport({'+'.join(self.names)}, λ_min={self.lambda_min:.4g})"
+
+
+@dataclasses.dataclass(frozen=True, eq=False, repr=False)
+class Hessian(Ends):
     """The dense Hessian at a point (symmetrised), with named blocks and a cached spectrum."""
 
     matrix: np.ndarray
@@ -124,15 +160,8 @@ class Hessian:
         self._require_finite("num_positive")
         return int(np.sum(self.eigenvalues > self.tolerance(tol)))
 
-    @property
-    def lambda_min(self) -> float:
-        """The smallest eigenvalue (NaN for a non-finite matrix)."""
-        return float(self.eigenvalues[0])
-
-    @property
-    def lambda_max(self) -> float:
-        """The largest eigenvalue (NaN for a non-finite matrix)."""
-        return float(self.eigenvalues[-1])
+    def _ascending(self) -> np.ndarray:
+        return self.eigenvalues
 
     def kind(self, tol: float | None = None, grad_tol: float | None = None) -> Curvature:
         """What the Hessian shows (`Curvature`): NON_FINITE; where |g| > grad_tol (default
@@ -337,55 +366,13 @@ class Hessian:
         )
 
 
-@dataclasses.dataclass(frozen=True, eq=False, repr=False)
-class FocusReport:
-    """The spectrum of a Hessian's focus block (`meta["focus_blocks"]`, e.g. the alpha block of
-    Thm 2) and the largest |entry| in its other rows and columns. `eigenvalues` are NaN when the
-    block holds a non-finite entry (`finite` False); `outside` is NaN when a row outside it does."""
-
-    point: Point
-    names: list[str]
-    eigenvalues: np.ndarray
-    outside: float
-    finite: bool
-
-    @property
-    def lambda_min(self) -> float:
-        return float(self.eigenvalues[0])
-
-    @property
-    def lambda_max(self) -> float:
-        return float(self.eigenvalues[-1])
-
-    def describe(self) -> str:
-        return (
-            f"focus block ({', '.join(self.names)}) at {self.point.name or '<unnamed point>'}: "
-            f"eigenvalues {format_numbers(self.eigenvalues)}; max |H| outside {self.outside:.3g}"
-        )
-
-    def summary(self) -> dict[str, Any]:
-        return point_row(
-            self.point,
-            self.eigenvalues.size,
-            self.eigenvalues.dtype,
-            focus="+".join(self.names),
-            lambda_min=self.lambda_min,
-            lambda_max=self.lambda_max,
-            outside=self.outside,
-            finite=self.finite,
-        )
-
-    def __repr__(self) -> str:
-        return f"FocusReport({'+'.join(self.names)}, λ_min={self.lambda_min:.4g})"
-
-
 LANCZOS_BLOCKS_ABOVE = 512  # a larger diagonal block's extremes come from ARPACK, not eigvalsh
 
 
 def block_extremes(block: np.ndarray) -> tuple[float, float]:
     """(λ_min, λ_max) of a symmetric block: eigvalsh up to LANCZOS_BLOCKS_ABOVE rows; above,
-    ARPACK's Lanczos to machine precision (tol=0), about 5x faster than eigvalsh at 2048 rows
-    (the n-gram Fig. 3 model's A1), eigvalsh again should ARPACK not converge."""
+    ARPACK's Lanczos to machine precision (tol=0, faster: docs/performance.md), eigvalsh again
+    should ARPACK not converge."""
     if block.shape[0] <= LANCZOS_BLOCKS_ABOVE:
         values = np.linalg.eigvalsh(block)
         return float(values[0]), float(values[-1])

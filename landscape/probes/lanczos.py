@@ -21,6 +21,7 @@ from landscape.probes.gradient import Gradient
 from landscape.probes.results import (
     NON_FINITE,
     Curvature,
+    Ends,
     check_tol,
     default_tol,
     header_lines,
@@ -34,7 +35,7 @@ from landscape.trees import ravel_numpy
 
 
 @dataclasses.dataclass(frozen=True, eq=False, repr=False)
-class Spectrum:
+class Spectrum(Ends):
     """Lanczos estimate of the Hessian spectrum at a point (of the Gauss-Newton matrix G where
     `matrix` is "ggn": then it judges nothing, G not being the point's curvature).
 
@@ -49,15 +50,8 @@ class Spectrum:
     gradient: Gradient
     matrix: str = "hessian"
 
-    @property
-    def lambda_min(self) -> float:
-        """The smallest Ritz value: an upper bound of the smallest eigenvalue."""
-        return float(self.ritz_values[0])
-
-    @property
-    def lambda_max(self) -> float:
-        """The largest Ritz value: a lower bound of the largest eigenvalue."""
-        return float(self.ritz_values[-1])
+    def _ascending(self) -> np.ndarray:
+        return self.ritz_values
 
     @property
     def finite(self) -> bool:

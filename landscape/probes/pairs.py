@@ -107,12 +107,9 @@ class Eigenpairs:
             first=float(self.values[0]) if finite else np.nan,
             last=float(self.values[-1]) if finite else np.nan,
             max_residual=float(np.max(self.residuals, initial=0.0)),
-            lambda_min=self.lambda_min,
-            lambda_max=self.lambda_max,
-            converged=self.converged,
-            num_hvps=self.num_hvps,
-            num_hvps_check=self.num_hvps_check,
-            finite=self.finite,
+            **results.fields(
+                self, "lambda_min lambda_max converged num_hvps num_hvps_check finite"
+            ),
         )
 
     @property
@@ -166,7 +163,7 @@ class Eigenpairs:
                 f"  converged: every value accepted at residual <= {self.tol:.2g} * scale"
                 if self.converged
                 else "  NOT converged: max_restarts reached before the k values were certified "
-                "(raise num_iters or max_restarts)"
+                "(raise ncv or max_restarts)"
             )
         return "\n".join(lines)
 
@@ -175,6 +172,3 @@ class Eigenpairs:
             f"Eigenpairs({self.point.name!r}, {self.which}, k={self.values.size}, "
             f"method={self.method!r})"
         )
-
-
-# --------------------------------------------------------------------------------------------------

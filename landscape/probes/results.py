@@ -52,6 +52,24 @@ class Result(Protocol):
     def summary(self) -> dict[str, Any]: ...
 
 
+class Ends:
+    """`lambda_min` and `lambda_max` of a result whose values `_ascending()` are sorted: its
+    eigenvalues (NaN where not computed), or Ritz values, which lie inside the spectrum."""
+
+    def _ascending(self) -> np.ndarray:
+        raise NotImplementedError
+
+    @property
+    def lambda_min(self) -> float:
+        """The smallest value (a Ritz value: an upper bound of the smallest eigenvalue)."""
+        return float(self._ascending()[0])
+
+    @property
+    def lambda_max(self) -> float:
+        """The largest value (a Ritz value: a lower bound of the largest eigenvalue)."""
+        return float(self._ascending()[-1])
+
+
 NON_FINITE = Curvature.NON_FINITE.value
 
 
@@ -227,3 +245,9 @@ def point_row(point: Point, dim: int, dtype: DTypeLike, **fields: Any) -> dict[s
     row.update(dim=int(dim), dtype=str(np.dtype(dtype)))
     row.update({key: plain(value) for key, value in fields.items()})
     return row
+
+
+def fields(result: object, names: str) -> dict[str, Any]:
+    """{name: result.name} for each of the space-separated `names`: the summary columns a result
+    holds under their own names."""
+    return {name: getattr(result, name) for name in names.split()}

@@ -18,6 +18,7 @@ from landscape.probes.gradient import Gradient
 from landscape.probes.results import (
     Curvature,
     curvature_kind,
+    fields,
     not_stationary,
     point_row,
     verdict_sentence,
@@ -96,15 +97,10 @@ class NearStationary:
             self.step.size,
             self.step.dtype,
             kind=self.kind().value,
-            trusted=self.trusted,
+            **fields(
+                self, "trusted distance measured predicted curvature_change cut num_negative reason"
+            ),
             grad_norm=self.gradient_norm,
-            distance=self.distance,
-            measured=self.measured,
-            predicted=self.predicted,
-            curvature_change=self.curvature_change,
-            cut=self.cut,
-            num_negative=self.num_negative,
-            reason=self.reason,
         )
 
     def verdict(self) -> str:
