@@ -1,13 +1,10 @@
 """Many Hessian-vector products in memory-bounded blocks, with progress: the host side of the
 matrix-free probes (trace, spectral_density, diagonal).
 
-A probe asks for `count` products; `plan` sizes one block by a memory estimate (what one product
-holds at once against the memory free for this call) and a few fixed sizes (`bucket`), never by
-the count itself, so a new count of the same size class compiles nothing; `run` calls one compiled
-block program per block, the same program for each (equal blocks, the last padded, its extra
-products dropped), printing a line per block
-once the call has taken LONG_SECONDS, and a memory line first when the blocks are limited by
-memory (docs/design/curvature.md, "At the size of real models").
+`plan` sizes one block by what one product holds against the memory free for this call, rounded
+to one of a few sizes (`bucket`), so a new count of the same size class compiles nothing; `run`
+calls the one block program per block (the last padded), with progress lines
+(docs/design/curvature.md, "At the size of real models").
 """
 
 from __future__ import annotations
@@ -30,15 +27,10 @@ from landscape.typing import Progress
 
 LONG_SECONDS = 10.0  # a call prints a line per block once it has taken this long
 LARGE_SHARE = 0.1  # a call taking more of the free memory at once says so first
-# On the CPU a larger block is no faster: D = 10^6, 100 products of a tanh MLP took 26.7 s warm
-# in one block against 14.9 s in blocks of 25 (load ~10); at 250 MB against 500 MB a block, trace
-# 3.7-3.9 s against 3.9 s and SLQ 13.0-14.0 s against 13.6-15.9 s, in 0.65 GB against 0.89 GB and
-# 0.75 GB against 1.3 GB of peak memory (idle, alternated)
-CPU_BLOCK_BYTES = 2.5e8
-# Products made one at a time inside a block (`hvp.each_row` on the CPU) hold one product's
-# memory whatever the block: a Hutchinson trace takes them in blocks of this many, each block
-# one linearisation and a progress line (at D = 10^7 a block of one relinearised per product);
-# one of `bucket`'s sizes
+CPU_BLOCK_BYTES = 2.5e8  # on the CPU a larger block is no faster (docs/performance.md)
+# products made one at a time inside a block (`hvp.each_row` on the CPU) hold one product's
+# memory whatever the block: a Hutchinson trace takes this many a block (one of `bucket`'s
+# sizes), each block one linearisation and a progress line
 MAPPED_BLOCK = 24
 
 

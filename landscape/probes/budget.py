@@ -20,10 +20,8 @@ from landscape.core import memory
 from landscape.point import Point
 from landscape.probes import data
 
-# On the CPU a larger batch of rows is no faster: a 61 x 61 Markov slice (D = 237, 2.8 MB a row)
-# took 11.7-14.6 s in batches of 89 rows (250 MB) against 12.8-13.1 s in batches of 700 (loaded
-# machine, alternated); one call asking for half the memory at once is what other processes on
-# the machine, or a limit below the one read, leave no room for
+# on the CPU a larger batch of rows is no faster (docs/performance.md), and half the memory at
+# once is what other processes, or a limit below the one read, leave no room for
 CPU_BATCH_BYTES = 2.5e8
 _LOSS_BYTES: dict[Any, float] = {}
 _PROGRAM_BYTES: dict[Any, float] = {}

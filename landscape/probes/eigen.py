@@ -1,7 +1,5 @@
-"""Certified extreme eigenpairs of the Hessian at a Point, and the escape directions of a saddle.
-
-    eigenpairs(point, k, which)   the k largest or smallest eigenpairs, each with its residual
-    escape_directions(point)      eigenvectors of negative eigenvalues, checked at second order
+"""Certified extreme eigenpairs of the Hessian at a Point: `eigenpairs(point, k, which)`, the k
+largest or smallest, each with its residual (`escape.py` checks the negative ones at second order).
 
 Dense `eigh` for small D, Krylov-Schur (restarted Lanczos with locking) on exact HVPs above
 (`krylov.py`), falling back to the dense solve when Lanczos does not certify the k values. The
@@ -48,20 +46,8 @@ def _wanted_order(values: np.ndarray, which: str) -> np.ndarray:
     return np.argsort(-values if which == "largest" else values, kind="stable")
 
 
-# --------------------------------------------------------------------------------------------------
-# compiled programs (objective static: one compile per model)
-# --------------------------------------------------------------------------------------------------
-
-
 hvps = operator.products  # H v for each row of (K, D) vectors, one linearisation
-
-
 losses_along, rows_like = data.losses_along, data.rows_like  # the losses along directions
-
-
-# --------------------------------------------------------------------------------------------------
-# eigenpairs
-# --------------------------------------------------------------------------------------------------
 
 
 def default_ncv(k: int) -> int:
@@ -74,32 +60,6 @@ def lanczos_search_bytes(dim: int, ncv: int, itemsize: int) -> int:
     """What a search holds beside one Hessian-vector product (`blocks.product_bytes`): its ncv
     vectors, a restart's block of the basis (an eighth) and three vectors of a step's work."""
     return int((ncv + ncv / orthonormal.ROTATION_CHUNKS + 3) * dim * itemsize)
-
-
-def _check_arguments(
-    points: list[Point],
-    k: int,
-    which: str,
-    dense_below: int,
-    rtol: float | None,
-    max_restarts: int | None,
-) -> None:
-    _checks.check_int("k", k, 1, "the number of eigenpairs")
-    _checks.check_choice("which", which, WHICH)
-    _checks.check_int("dense_below", dense_below, 0, "the largest D solved densely")
-    if rtol is not None:
-        meaning = "relative Ritz residual; at 1 any vector's residual passes"
-        _checks.check_real(
-            "rtol", rtol, low=0, high=1, low_open=True, high_open=True, meaning=meaning
-        )
-    if max_restarts is not None:
-        _checks.check_int("max_restarts", max_restarts, 1, "the most Lanczos runs")
-    dim = points[0].num_params
-    if k > dim:
-        raise ValueError(
-            f"k = {k}: must be at most D = {dim}, the number of parameters of "
-            f"{points[0].name or 'the point'}."
-        )
 
 
 def _certified(
@@ -323,7 +283,7 @@ def eigenpairs(
     found = [pairs for pairs, _ in solve(views, listed, k, which, how, progress)]
     pairs_of = zip(found, points, strict=True)
     found = [preconditioning.original(gauss_newton.of_point(f, p, matrix), p) for f, p in pairs_of]
-    return _listed(found, listed)
+    return found if listed else found[0]
 
 
 class Settings(NamedTuple):
@@ -350,7 +310,21 @@ def settings(
     fallback_below: int,
 ) -> Settings:
     """`eigenpairs`' arguments checked, one sentence per mistake."""
-    _check_arguments(points, k, which, dense_below, rtol, max_restarts)
+    _checks.check_int("k", k, 1, "the number of eigenpairs")
+    _checks.check_choice("which", which, WHICH)
+    _checks.check_int("dense_below", dense_below, 0, "the largest D solved densely")
+    if rtol is not None:
+        meaning = "relative Ritz residual; at 1 any vector's residual passes"
+        _checks.check_real(
+            "rtol", rtol, low=0, high=1, low_open=True, high_open=True, meaning=meaning
+        )
+    if max_restarts is not None:
+        _checks.check_int("max_restarts", max_restarts, 1, "the most Lanczos runs")
+    if k > points[0].num_params:
+        raise ValueError(
+            f"k = {k}: must be at most D = {points[0].num_params}, the number of parameters of "
+            f"{points[0].name or 'the point'}."
+        )
     if ncv is not None:  # the k found, a Krylov vector and the next Lanczos vector
         _checks.check_int(
             "ncv", ncv, k + 2, f"the vectors the search holds, at least k + 2 = {k + 2}"
@@ -396,10 +370,6 @@ def solve(
     return out
 
 
-def _listed(results: list[Eigenpairs], listed: bool) -> Any:
-    return results if listed else results[0]
-
-
 def _fallback(
     found: Eigenpairs, reason: str, fallback_below: int, progress: Progress
 ) -> Eigenpairs:
@@ -436,8 +406,3 @@ def _fallback(
     if progress:
         progress(f"eigenpairs: {why}")
     return _dense([found.point], False, found.values.size, found.which, why, progress)[0][0]
-
-
-# --------------------------------------------------------------------------------------------------
-# escape directions
-# --------------------------------------------------------------------------------------------------

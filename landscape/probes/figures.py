@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 from matplotlib.axes import Axes
@@ -18,10 +18,10 @@ from landscape.probes.geometry import PathResult
 from landscape.probes.slices import SliceResult
 
 
-def _axes(ax: Axes | None) -> tuple[Axes, bool]:
-    """(the axes to draw on, whether this module made its figure)."""
+def _axes(ax: Axes | None, width: float = 4.2, height: float = 3.2) -> tuple[Axes, bool]:
+    """(the axes to draw on, whether this module made its figure of `width` x `height` inches)."""
     if ax is None:
-        _, axes = plotting_lib.subplots(1, 1, width=4.2, height=3.2)
+        _, axes = plotting_lib.subplots(1, 1, width=width, height=height)
         return axes[0, 0], True
     if not isinstance(ax, Axes):
         raise TypeError(f"ax = {ax!r}: must be a matplotlib Axes or None, not {type(ax).__name__}.")
@@ -29,7 +29,7 @@ def _axes(ax: Axes | None) -> tuple[Axes, bool]:
 
 
 def _finished(ax: Axes, made: bool) -> Figure:
-    figure = ax.get_figure()
+    figure = ax.get_figure(root=True)
     assert isinstance(figure, Figure)  # an Axes drawn on by pyplot lies in a Figure
     if made:
         figure.tight_layout()
@@ -107,8 +107,6 @@ def density_figure(
     """A plot of the smoothed SLQ density (Gaussian kernel of width `sigma`, default 1% of the
     Ritz values' range) on a new figure or on `ax`; a log density axis by default. Returns the
     figure (save it with landscape.engine.plotting.save)."""
-    from landscape.engine import plotting
-
     if not isinstance(density, SpectralDensity):
         raise TypeError(
             f"density_figure expects a SpectralDensity (from spectral_density); got "
@@ -123,11 +121,7 @@ def density_figure(
     _checks.check_real("sigma", sigma, low=0, low_open=True, meaning="the kernel width")
     grid = np.linspace(low - 4 * sigma, high + 4 * sigma, num_grid)
     values = density.density(grid, sigma)
-    if ax is None:
-        fig, axes = plotting.subplots(1, 1, width=4.5, height=3.0)
-        ax = axes[0, 0]
-    else:
-        fig = cast("Figure", ax.get_figure(root=True))
+    ax, made = _axes(ax, width=4.5, height=3.0)
     ax.plot(grid, values, linewidth=1.2)
     if log_scale:
         ax.set_yscale("log")
@@ -139,5 +133,4 @@ def density_figure(
         f"{density.point.name or 'Hessian'} (SLQ, {density.num_probes}x{density.num_iters})",
         fontsize=8,
     )
-    fig.tight_layout()
-    return fig
+    return _finished(ax, made)

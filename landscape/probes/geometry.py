@@ -465,9 +465,3 @@ def direction_to(point: Point, other: Point | PyTree) -> PyTree:
     (point,), _ = as_points(point, "direction_to")
     target = check_direction("other", other, point)
     return jax.tree.map(lambda y, x: y - np.asarray(x, y.dtype), target, point.params)
-
-
-# ----------------------------------------------------------------------------- slices
-
-
-# ----------------------------------------------------------------------------- figures

@@ -227,8 +227,7 @@ def hvp(
         view = preconditioning.views([point], preconditioner, "hvp", matrix)[0]
         return hvp(view, finite_difference=finite_difference)
     eps = _finite_difference_step(point, matrix, finite_difference, "hvp")
-    objective = point.shared[0]
-    objective = operator.for_matrix([point], objective, matrix, "hvp")
+    objective = operator.for_matrix([point], point.shared[0], matrix, "hvp")
     params = point.params
     structure = jax.tree.structure(params)
     dim, dtype = point.num_params, jnp.result_type(*jax.tree.leaves(params))
@@ -275,8 +274,7 @@ def hvp_flat(
         view = preconditioning.views([point], preconditioner, "hvp_flat", matrix)[0]
         return ravel_numpy(point.params), hvp_flat(view, finite_difference=finite_difference)[1]
     eps = _finite_difference_step(point, matrix, finite_difference, "hvp_flat")
-    objective = point.shared[0]
-    objective = operator.for_matrix([point], objective, matrix, "hvp_flat")
+    objective = operator.for_matrix([point], point.shared[0], matrix, "hvp_flat")
     x0 = ravel_numpy(point.params)
     source = data.of([point], False, "hvp_flat")
 
