@@ -60,7 +60,7 @@ def _restore_matmul_precision():
 # the first sharded test) and the golden answers (~60 s, both tests, so that their module's
 # fixture is computed once). The streamed list's every probe and the stream's eigenpairs follow
 # the golden answers in their worker: the same model, data, chunk and sizes, so most of their
-# programs are compiled already.
+# programs are compiled already; so does the README's tour (the same Markov points' escape).
 LONGEST_FIRST = (
     "tests/experiments/test_report.py::test_quick_report_evaluates_every_claim_and_draws_every_figure",
     "tests/ngrams/test_experiment.py::test_smoke_fig3_first_transition",
@@ -72,6 +72,7 @@ LONGEST_FIRST = (
     "tests/probes/test_stream.py::test_a_stream_is_its_stacked_form[a list, the last chunk padded]",
     "tests/probes/test_stream.py::test_eigenpairs_and_the_dense_probes_over_a_stream_are_the_stacked_forms[hessian]",
     "tests/probes/test_stream.py::test_eigenpairs_and_the_dense_probes_over_a_stream_are_the_stacked_forms[ggn]",
+    "tests/docs/test_doc_blocks.py::test_the_blocks_of_a_page_run[README.md]",
 )
 
 
