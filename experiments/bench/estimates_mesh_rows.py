@@ -44,9 +44,9 @@ def _analysis(program: Any) -> Any:
     return analysis
 
 
-def row(width: int, name: str, search: bool) -> str:
-    """One table row: the product's estimate and XLA's count (temporaries and output), and the
-    search's (its vectors, temporaries and what it does not write in place), in MB a device."""
+def _placed(width: int, name: str) -> tuple[Any, dict[str, jax.Array], Any]:
+    """The peers MLP of hidden width `width` with its leaves placed on mesh `name`: the point,
+    its placed parameters and the flat vectors' layout over that mesh."""
     one = peers.mlp_point(peers_data.mlp_arrays(width))
     mesh, specs = meshes()[name]
     params = {
@@ -55,6 +55,13 @@ def row(width: int, name: str, search: bool) -> str:
     point = one.with_params(params)
     lay = layout_lib.spread(point.params, point.batches)
     assert lay is not None
+    return point, params, lay
+
+
+def row(width: int, name: str, search: bool) -> str:
+    """One table row: the product's estimate and XLA's count (temporaries and output), and the
+    search's (its vectors, temporaries and what it does not write in place), in MB a device."""
+    point, params, lay = _placed(width, name)
     objective, inputs = point.shared
     v = jax.ShapeDtypeStruct((lay.padded,), jnp.float32, sharding=lay.sharding())
     made = _analysis(_product.lower(objective, params, inputs, v, lay))
@@ -80,14 +87,7 @@ def row(width: int, name: str, search: bool) -> str:
 def slq_row(width: int, name: str, storage: str | None) -> str:
     """One row for the three-vector SLQ's program (`spectra.slq_block`, one probe of 30 steps,
     the flat vectors of a mesh): its estimate and XLA's temporaries and output, MB a device."""
-    one = peers.mlp_point(peers_data.mlp_arrays(width))
-    mesh, specs = meshes()[name]
-    params = {
-        k: jax.device_put(v, NamedSharding(mesh, specs.get(k, P()))) for k, v in one.params.items()
-    }
-    point = one.with_params(params)
-    lay = layout_lib.spread(point.params, point.batches)
-    assert lay is not None
+    point, params, lay = _placed(width, name)
     objective, inputs = point.shared
     indices = np.zeros(1, np.int32)
     program = spectra.slq_block.lower(
