@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Callable, Sequence
-from typing import Any, overload
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -215,21 +215,7 @@ class GaussNewton:
         return "\n".join(lines)
 
 
-@overload
-def ggn_at(
-    point: Point, *, progress: Callable[[str], None] | None = print, max_dense_dim: int = 6000
-) -> GaussNewton: ...
-
-
-@overload
-def ggn_at(
-    point: Sequence[Point],
-    *,
-    progress: Callable[[str], None] | None = print,
-    max_dense_dim: int = 6000,
-) -> list[GaussNewton]: ...
-
-
+@point_lib.each_point(GaussNewton)
 def ggn_at(
     point: Point | Sequence[Point],
     *,

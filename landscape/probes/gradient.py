@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable, Sequence
-from typing import Any, overload
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -20,6 +20,7 @@ from landscape.point import (
     as_points,
     block_indices,
     check_point,
+    each_point,
     param_names,
 )
 from landscape.probes import compiled, data, operator, preconditioning
@@ -168,14 +169,7 @@ def _row(tree: PyTree, i: int) -> PyTree:
     return jax.tree.map(lambda x: x[i], tree)
 
 
-@overload
-def gradient_at(point: Point) -> Gradient: ...
-
-
-@overload
-def gradient_at(point: Sequence[Point]) -> list[Gradient]: ...
-
-
+@each_point(Gradient)
 def gradient_at(point: PointOrPoints) -> Gradient | list[Gradient]:
     """The exact gradient of the point's loss at its params.
 
