@@ -200,17 +200,8 @@ def _check_batches(point: Point) -> None:
         raise TypeError(
             "give a Point either inputs (one batch) or batches (a dataset in batches), not both."
         )
-    if batches_lib.streams(point.batches):  # landscape.stream: checked as it streams
-        return
     check_not_listed("batches", point.batches)
-    leaves = jax.tree_util.tree_leaves(batches_lib.split(point.batches)[0])  # a last one apart
-    sizes = {int(np.shape(leaf)[0]) if np.ndim(leaf) else -1 for leaf in leaves}
-    if not leaves or len(sizes) != 1 or min(sizes) < 1:
-        shapes = [np.shape(leaf) for leaf in leaves]
-        raise ValueError(
-            f"batches have leading shapes {shapes}: every leaf must have the same leading axis "
-            "of B >= 1 batches, e.g. landscape.batches((x, y), batch_size=256)."
-        )
+    batches_lib.check_stacked(point.batches, "batches have")
 
 
 def check_not_listed(name: str, batches: PyTree) -> None:

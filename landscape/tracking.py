@@ -416,14 +416,8 @@ def _check_inputs(settings: Settings, inputs: tuple) -> None:
             f"(landscape.batches((x, y), size)), not {len(inputs)}: pass them as one pytree."
         )
     point_lib.check_not_listed("tracker.update: inputs[0]", inputs[0])
-    leaves = jax.tree.leaves(batches_lib.split(inputs[0])[0])  # a short last batch apart
-    sizes = {int(np.shape(leaf)[0]) if np.ndim(leaf) else -1 for leaf in leaves}
-    if not leaves or len(sizes) != 1 or min(sizes) < 1:
-        raise ValueError(
-            f"tracker.update: with in_batches=True the dataset's leaves have leading shapes "
-            f"{[np.shape(leaf) for leaf in leaves]}: every leaf must have the same leading axis "
-            "of B >= 1 batches, e.g. landscape.batches((x, y), batch_size=256)."
-        )
+    holder = "tracker.update: with in_batches=True the dataset's leaves have"
+    batches_lib.check_stacked(inputs[0], holder)
 
 
 def _check_state_fits(settings: Settings, state: TrackerState, dim: int) -> None:

@@ -72,6 +72,21 @@ def refuse_unless(data: object, caller: str) -> None:
         data.refuse_unless(caller)  # type: ignore[attr-defined]
 
 
+def check_stacked(batches: PyTree, holder: str) -> None:
+    """One sentence unless `batches` stream (checked as they stream) or are leaves sharing a
+    leading axis of B >= 1 batches, a short last batch apart; `holder` begins the sentence."""
+    if streams(batches):
+        return
+    leaves = jax.tree_util.tree_leaves(split(batches)[0])
+    sizes = {int(np.shape(leaf)[0]) if np.ndim(leaf) else -1 for leaf in leaves}
+    if not leaves or len(sizes) != 1 or min(sizes) < 1:
+        raise ValueError(
+            f"{holder} leading shapes {[np.shape(leaf) for leaf in leaves]}: every leaf must have "
+            "the same leading axis of B >= 1 batches, e.g. landscape.batches((x, y), "
+            "batch_size=256)."
+        )
+
+
 def first_batch(batches: PyTree) -> PyTree:
     """The first batch of a dataset in batches, what a loss is traced on."""
     return jax.tree.map(lambda x: x[0], split(batches)[0])
