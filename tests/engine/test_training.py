@@ -434,7 +434,7 @@ def test_snapshots_at_averaged_parameters_equal_an_ema_computed_outside():
     np.testing.assert_allclose(ema_only.snapshots["u"], both.snapshots["u"][:, ::3], rtol=1e-12)
 
 
-def test_averaged_snapshots_resume_bit_identical(tmp_path):
+def test_averaged_snapshots_resume_bit_identical(tmp_path, stop_at_first_chunk):
     """The EMA is part of the checkpointed state: a run stopped after a chunk and resumed gives
     the uninterrupted run's snapshots."""
     problem, _ = quadratic_problem()
@@ -442,18 +442,11 @@ def test_averaged_snapshots_resume_bit_identical(tmp_path):
     kw = dict(num_steps=12, log_every=2, chunk_steps=4, metrics_at="both", ema_decay=0.8)
     reference = training.train(problem, optim(), hp, [3], progress=None, **kw)
     workdir = records.Workdir(tmp_path / "run", checkpoint_seconds=0)
-
-    def stop_after_first_chunk(line):
-        if line.startswith("step"):
-            training.request_stop()
-
-    try:
-        with pytest.raises(training.Interrupted):
-            training.train(
-                problem, optim(), hp, [3], progress=stop_after_first_chunk, workdir=workdir, **kw
-            )
-    finally:
-        training.clear_stop()
+    stop_at_first_chunk(
+        lambda progress: training.train(
+            problem, optim(), hp, [3], progress=progress, workdir=workdir, **kw
+        )
+    )
     resumed = training.train(
         problem,
         optim(),
