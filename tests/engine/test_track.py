@@ -192,19 +192,12 @@ def test_tracking_and_keeping_change_no_number_of_the_run():
 
 
 @pytest.mark.slow
-def test_stop_and_resume_keeps_parameters_and_curvature_bit_identical(tmp_path):
+def test_stop_and_resume_keeps_parameters_and_curvature_bit_identical(
+    tmp_path, stop_at_first_chunk
+):
     reference = run()
     workdir = records.Workdir(tmp_path / "run", checkpoint_seconds=0)
-
-    def stop_after_first_chunk(line):
-        if line.startswith("step"):
-            training.request_stop()
-
-    try:
-        with pytest.raises(training.Interrupted):
-            run(workdir=workdir, progress=stop_after_first_chunk)
-    finally:
-        training.clear_stop()
+    stop_at_first_chunk(lambda progress: run(workdir=workdir, progress=progress))
     opened = records.Workdir.open(tmp_path / "run", resume=True, checkpoint_seconds=0)
     lines = []
     resumed = run(workdir=opened, progress=lines.append)
