@@ -14,6 +14,9 @@ import time
 import numpy as np
 import pytest
 
+import configs.markov
+import configs.ngrams
+import configs.recall
 from experiments import cli
 from landscape.engine import config as config_lib
 from landscape.engine import overrides, records
@@ -289,47 +292,9 @@ SHIPPED = [
     for paper, file, variants in [
         ("scan_snap", "syn_small", ["fig4", "fig4_left", "fig4_right", "fig5_adam"]),
         ("scan_snap", "syn_medium", ["paper", "quick"]),
-        (
-            "markov",
-            "markov",
-            [
-                "fig3",
-                "fig3_gpt",
-                "fig4",
-                "fig4_gpt",
-                "fig4_paper",
-                "fig1",
-                "fig1_gpt",
-                "fig5",
-                "appendix_d",
-                "landscape",
-            ],
-        ),
-        (
-            "ngrams",
-            "ngrams",
-            [
-                "fig1",
-                "fig3",
-                "fig4",
-                "fig5",
-                "fig6",
-                "fig7",
-                "fig1_paper",
-                "fig3_paper",
-                "fig4_paper",
-                "fig5_paper",
-                "fig6_paper",
-                "fig7_paper",
-                "stationarity",
-                "smoke",
-            ],
-        ),
-        (
-            "recall",
-            "recall",
-            ["fig1", "first_jump", "ei_tail", "later_jumps", "stages", "dp_vs_ce", "ablations"],
-        ),
+        ("markov", "markov", configs.markov.VARIANTS),
+        ("ngrams", "ngrams", configs.ngrams.VARIANTS),
+        ("recall", "recall", configs.recall.VARIANTS),
     ]
     for variant in variants
 ]

@@ -9,9 +9,9 @@ import sys
 import pytest
 
 from configs import markov
-from landscape.engine import config as config_lib
 from landscape.engine import records
 from landscape.markov import experiment
+from tests.refusals import assert_refused
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -66,18 +66,13 @@ def test_landscape_experiment(tmp_path):
     ],
 )
 def test_bad_configs(field, value, message):
-    cfg = markov.get_config("fig3")
-    group, name = field.split(".")
-    cfg[group][name] = value
-    with pytest.raises(config_lib.ConfigError, match=message):
-        experiment.validate(cfg)
+    assert_refused(experiment.validate, markov.get_config("fig3"), {field: value}, message)
 
 
 def test_sweep_values_are_checked():
-    cfg = markov.get_config("fig4")
-    cfg.sweep = {"chain": {"p": [0.2, 1.5]}}
-    with pytest.raises(config_lib.ConfigError, match=r"sweep.chain.p = 1.5: must be a number in"):
-        experiment.validate(cfg)
+    sweep = {"sweep": {"chain": {"p": [0.2, 1.5]}}}
+    message = r"sweep.chain.p = 1.5: must be a number in"
+    assert_refused(experiment.validate, markov.get_config("fig4"), sweep, message)
 
 
 def test_cli_rejects_bad_p(tmp_path):

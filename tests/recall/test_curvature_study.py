@@ -15,10 +15,10 @@ from jax.flatten_util import ravel_pytree
 
 import landscape
 from configs import recall
-from landscape.engine import config as config_lib
 from landscape.engine import records
 from landscape.recall import curvature_study, experiment, theory
 from landscape.recall import model as model_lib
+from tests.refusals import assert_refused
 from tools import recall_page
 
 K = 4
@@ -149,17 +149,10 @@ def test_the_page_table_is_the_records_numbers(study):
 
 def test_the_study_is_one_program_with_kept_and_tracked_parameters():
     cfg = recall.get_config("curvature")
-    cfg.train.track_every = 0
-    with pytest.raises(config_lib.ConfigError, match="train.params_every"):
-        experiment.validate(cfg)
-    cfg = recall.get_config("curvature")
-    cfg.sweep = {"init": {"eps": [0.01, 0.02]}}
-    with pytest.raises(config_lib.ConfigError, match="sweep"):
-        experiment.validate(cfg)
-    cfg = recall.get_config("fig1")
-    cfg.claims = "curvature"
-    with pytest.raises(config_lib.ConfigError, match="claims"):
-        experiment.validate(cfg)
+    assert_refused(experiment.validate, cfg, {"train.track_every": 0}, "train.params_every")
+    assert_refused(experiment.validate, cfg, {"sweep": {"init": {"eps": [0.01, 0.02]}}}, "sweep")
+    fig1 = recall.get_config("fig1")
+    assert_refused(experiment.validate, fig1, {"claims": "curvature"}, "claims")
 
 
 def test_spectra_along_equals_hessian_at():

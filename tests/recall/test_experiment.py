@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from configs import recall
-from landscape.engine import config as config_lib
 from landscape.engine import records
 from landscape.recall import experiment
 from tests.arrays import load_npz
+from tests.refusals import assert_refused
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -79,26 +79,20 @@ def test_fig1_records_and_numbers(tmp_path):
     ],
 )
 def test_bad_input_gets_one_clear_sentence(field, value, message):
-    cfg = recall.get_config("fig1")
-    group, name = field.split(".")
-    cfg[group][name] = value
-    with pytest.raises(config_lib.ConfigError, match=message):
-        experiment.validate(cfg)
+    assert_refused(experiment.validate, recall.get_config("fig1"), {field: value}, message)
 
 
 def test_bad_sweeps_and_model_choices():
-    cfg = recall.get_config("stages")
-    cfg.sweep = {"init": {"beta_shape": [[1.0, 0.5]]}}
-    with pytest.raises(config_lib.ConfigError, match=r"must be a list of 4 numbers"):
-        experiment.validate(cfg)
-    cfg = recall.get_config("first_jump")
-    cfg.model.window = False
-    with pytest.raises(config_lib.ConfigError, match=r"gradient flow runs on the closed-form"):
-        experiment.validate(cfg)
-    cfg = recall.get_config("fig1")
-    cfg.variants = [{"model": {"num_heads": 5}}]
-    with pytest.raises(config_lib.ConfigError, match=r"model.num_heads = 5"):
-        experiment.validate(cfg)
+    for variant, changes, message in [
+        (
+            "stages",
+            {"sweep": {"init": {"beta_shape": [[1.0, 0.5]]}}},
+            "must be a list of 4 numbers",
+        ),
+        ("first_jump", {"model.window": False}, "gradient flow runs on the closed-form"),
+        ("fig1", {"variants": [{"model": {"num_heads": 5}}]}, "model.num_heads = 5"),
+    ]:
+        assert_refused(experiment.validate, recall.get_config(variant), changes, message)
 
 
 @pytest.mark.slow

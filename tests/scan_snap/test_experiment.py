@@ -13,6 +13,7 @@ from landscape.engine import config as config_lib
 from landscape.engine import records
 from landscape.scan_snap import experiment
 from tests.arrays import load_npz
+from tests.refusals import assert_refused
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -120,11 +121,7 @@ def test_theory_figures(tmp_path):
     ],
 )
 def test_bad_configs_get_one_clear_sentence(field, value, message):
-    cfg = syn_small.get_config()
-    group, name = field.split(".")
-    cfg[group][name] = value
-    with pytest.raises(config_lib.ConfigError, match=message):
-        experiment.validate(cfg)
+    assert_refused(experiment.validate, syn_small.get_config(), {field: value}, message)
 
 
 def test_unknown_fields_and_bad_sweeps():
@@ -136,18 +133,12 @@ def test_unknown_fields_and_bad_sweeps():
         r"Did you mean config.optim.lr_z\?",
     ):
         experiment.validate(cfg)
-    cfg = syn_small.get_config()
-    cfg.sweep = {"optim": {"lr_z": [1.0, -2.0]}}
-    with pytest.raises(
-        config_lib.ConfigError, match=r"sweep.optim.lr_z = -2.0: must be a number > 0"
-    ):
-        experiment.validate(cfg)
-    cfg.sweep = {"optim": {"momentum": [0.0, 0.9]}}
-    with pytest.raises(config_lib.ConfigError, match=r"must be a sweepable field: one of"):
-        experiment.validate(cfg)
-    cfg.sweep = {"optim": {"lr_z": []}}
-    with pytest.raises(config_lib.ConfigError, match=r"must be a non-empty list"):
-        experiment.validate(cfg)
+    for sweep, message in [
+        ({"optim": {"lr_z": [1.0, -2.0]}}, r"sweep.optim.lr_z = -2.0: must be a number > 0"),
+        ({"optim": {"momentum": [0.0, 0.9]}}, r"must be a sweepable field: one of"),
+        ({"optim": {"lr_z": []}}, r"must be a non-empty list"),
+    ]:
+        assert_refused(experiment.validate, syn_small.get_config(), {"sweep": sweep}, message)
 
 
 def test_cli_runs_and_rejects_bad_overrides(tmp_path):
