@@ -3,12 +3,11 @@ figures."""
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
 from configs import scan_snap_theory, syn_medium, syn_small
+from experiments import cli
 from landscape.engine import config as config_lib
 from landscape.engine import records
 from landscape.scan_snap import experiment
@@ -141,17 +140,15 @@ def test_unknown_fields_and_bad_sweeps():
         assert_refused(experiment.validate, syn_small.get_config(), {"sweep": sweep}, message)
 
 
-def test_cli_runs_and_rejects_bad_overrides(tmp_path):
-    cli = [sys.executable, "-m", "experiments.scan_snap", "--config=configs/syn_small.py:fig4_left"]
-    ok = subprocess.run(cli + [f"--workdir={tmp_path}"], cwd=ROOT, capture_output=True, text=True)
-    assert ok.returncode == 0, ok.stderr
-    assert "claims reproduced" in ok.stdout and (tmp_path / "summary.json").exists()
-    assert "model: YZModel, float32" in ok.stdout and "2,312" in ok.stdout  # the params table
-    bad = subprocess.run(
-        cli + ["--config.optim.lr_z=-0.5", f"--workdir={tmp_path}/bad"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    )
-    assert bad.returncode != 0 and "config.optim.lr_z = -0.5: must be a number > 0" in bad.stderr
+def test_cli_runs_and_rejects_bad_overrides(tmp_path, capsys, monkeypatch):
+    """In-process through `cli.main`, as `python -m experiments.scan_snap` runs it."""
+    monkeypatch.chdir(ROOT)
+    argv = ["experiments/scan_snap.py", "--config=configs/syn_small.py:fig4_left"]
+    assert cli.main(experiment, argv + [f"--workdir={tmp_path}"]) == 0
+    out = capsys.readouterr().out
+    assert "claims reproduced" in out and (tmp_path / "summary.json").exists()
+    assert "model: YZModel, float32" in out and "2,312" in out  # the params table
+    bad = cli.main(experiment, argv + ["--config.optim.lr_z=-0.5", f"--workdir={tmp_path}/bad"])
+    assert bad == cli.EXIT_USAGE
+    assert "config.optim.lr_z = -0.5: must be a number > 0" in capsys.readouterr().err
     assert not (tmp_path / "bad").exists()
