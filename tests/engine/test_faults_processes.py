@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from tests import children
 from tests.engine.test_distributed import _free_port, _start
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -180,13 +181,7 @@ def test_a_forked_child_never_keeps_the_lock_of_a_killed_run(tmp_path):
     lock ends with the run that took it (kill -9) while the child lives on."""
     from landscape.engine import records
 
-    holder = subprocess.Popen(
-        [sys.executable, "-c", FORKS, str(tmp_path)],
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    holder = children.start(FORKS, str(tmp_path))
     child = int(holder.stdout.readline())
     try:
         with pytest.raises(records.WorkdirError, match=f"in use by process {holder.pid}"):

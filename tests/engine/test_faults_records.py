@@ -12,14 +12,13 @@ import json
 import os
 import pathlib
 import shutil
-import subprocess
-import sys
 
 import pytest
 
 from experiments import cli
 from experiments import records as records_cli
 from landscape.engine import records, training
+from tests import children
 from tests.engine.test_faults import (
     ARGS,
     ROOT,
@@ -322,13 +321,7 @@ time.sleep(600)
 
 
 def test_deleting_the_lock_file_admits_no_second_writer(stopped, capsys):
-    holder = subprocess.Popen(
-        [sys.executable, "-c", HOLD, str(stopped)],
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    holder = children.start(HOLD, str(stopped))
     try:
         assert holder.stdout.readline().strip() == "locked"
         (stopped / records.LOCK).unlink()

@@ -3,14 +3,9 @@ emulated in a subprocess: `blocks.product_bytes` counts the pytrees a product ga
 block lies replicated over the data axis (docs/guide/foundation_scale.md, "The estimate against
 XLA"). Compiled only: nothing runs."""
 
-import json
-import os
-import subprocess
-import sys
-
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests import children
 
 _MEMORY = r"""
 import functools, json, re
@@ -59,15 +54,7 @@ print(json.dumps(out))
 
 @pytest.fixture(scope="module")
 def measured() -> dict:
-    flags = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
-    env = dict(os.environ, PYTHONPATH=ROOT, XLA_FLAGS=flags)
-    env.pop("JAX_ENABLE_X64", None)
-    proc = subprocess.run(
-        [sys.executable, "-c", _MEMORY], cwd=ROOT, env=env, capture_output=True, text=True,
-        timeout=600,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return children.last_json_line(_MEMORY, devices=8, timeout=600)
 
 
 def test_a_products_estimate_is_within_a_quarter_of_xlas_count_in_data_parallel(measured):
