@@ -47,7 +47,7 @@ def split(batches: PyTree) -> tuple[PyTree, PyTree | None]:
 
 def streams(data: object) -> bool:
     """Whether `data` is a dataset read a pass at a time (`landscape.stream`: its loops are
-    `landscape.probes.data.Streamed`'s), not arrays: where the data lives, asked here alone."""
+    `landscape.probes.stream.Streamed`'s), not arrays: where the data lives, asked here alone."""
     return bool(getattr(data, "is_stream", False))
 
 

@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
-from jax.sharding import Mesh, PartitionSpec
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from landscape.core.layout import Layout
 from landscape.point import Point
@@ -33,6 +33,14 @@ def stack(points: Sequence[Point]) -> tuple[Objective, PyTree, PyTree]:
     params = stack_trees(*[p.params for p in points])
     inputs = stack_trees(*[p.shared[1] for p in points])
     return objective, params, inputs
+
+
+def arguments(points: Sequence[Point], listed: bool) -> tuple[Objective, PyTree, PyTree]:
+    """(objective, params, inputs) of the compiled programs: a list's stacked (`stack`)."""
+    if listed:
+        return stack(points)
+    objective, inputs = points[0].shared
+    return objective, points[0].params, inputs
 
 
 def stack_trees(*trees: PyTree) -> PyTree:
@@ -257,3 +265,53 @@ def hessian_columns_on_devices(
         out_specs=(spec, spec, spec),
         check_vma=False,
     )(params, inputs, firsts)
+
+
+@functools.partial(jax.jit, static_argnames=("objective",))
+def losses_along(
+    objective: Objective,
+    params: PyTree,
+    inputs: PyTree,
+    directions: PyTree,
+    epsilons: jax.Array,
+) -> jax.Array:
+    """L(θ + ε v) for each direction v (a pytree like the params, its leaves stacked on a
+    leading axis of N: `rows_like`) and each ε of (E,), as (N, E + 1): column 0 is ε = 0,
+    evaluated in the same batched program so that differences cancel rounding (pass ε and -ε
+    for symmetric differences). In params form: over a mesh nothing of size D is gathered."""
+    dtype = jnp.result_type(*jax.tree.leaves(params))
+    steps = jnp.concatenate([jnp.zeros(1, dtype), epsilons.astype(dtype)])
+
+    def loss_at(direction: PyTree, step: jax.Array) -> jax.Array:
+        moved = jax.tree.map(lambda p, d: p + step * d, params, direction)
+        return objective(moved, inputs)
+
+    return jax.vmap(lambda d: jax.vmap(lambda s: loss_at(d, s))(steps))(directions)
+
+
+def batch_losses_along(
+    objective: Objective,
+    batch: PyTree,
+    params: PyTree,
+    directions: PyTree,
+    epsilons: jax.Array,
+) -> jax.Array:
+    """`losses_along` on one batch (`mean_of`'s argument order)."""
+    return losses_along(objective, params, batch, directions, epsilons)
+
+
+def rows_like(params: PyTree, rows: np.ndarray) -> PyTree:
+    """rows (N, D) in `ravel_pytree`'s order as a pytree like the params with leaves (N, ...),
+    each put as its parameter lies over a mesh (the leading axis whole; split on the host)."""
+    leaves, treedef = jax.tree.flatten(params)
+    out, offset = [], 0
+    for leaf in leaves:
+        size = int(np.prod(np.shape(leaf)))
+        part = rows[:, offset : offset + size].reshape((rows.shape[0], *np.shape(leaf)))
+        offset += size
+        sharding = getattr(leaf, "sharding", None)
+        if isinstance(sharding, NamedSharding) and sharding.mesh.size > 1:
+            spec = PartitionSpec(None, *sharding.spec)
+            part = jax.device_put(part, NamedSharding(sharding.mesh, spec))
+        out.append(part)
+    return jax.tree.unflatten(treedef, out)

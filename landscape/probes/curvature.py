@@ -27,7 +27,7 @@ from landscape.point import (
 )
 from landscape.probes import compiled, data
 from landscape.probes.budget import one_evaluation
-from landscape.probes.gradient import Gradient, _program_arguments
+from landscape.probes.gradient import Gradient
 from landscape.probes.hessian import Hessian
 from landscape.probes.lanczos import Spectrum, lanczos_spectrum
 from landscape.trees import unravel_numpy
@@ -131,7 +131,7 @@ def _in_memory(
     CHUNKED_ABOVE chunk by chunk."""
     if not listed and points[0].num_params > CHUNKED_ABOVE:
         return [_hessian_in_chunks(points[0], columns_per_batch, progress)]
-    arguments = _program_arguments(points, listed)
+    arguments = compiled.arguments(points, listed)
     batching = (columns_per_batch, population_parts(points[0]))
     loss, grad, matrix = (np.asarray(x) for x in _dense_hessian(*arguments, batching, listed))
     if not listed:

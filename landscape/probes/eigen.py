@@ -23,6 +23,7 @@ from landscape.core import memory, orthonormal
 from landscape.point import Point
 from landscape.probes import (
     blocks,
+    compiled,
     curvature,
     data,
     gauss_newton,
@@ -47,7 +48,7 @@ def _wanted_order(values: np.ndarray, which: str) -> np.ndarray:
 
 
 hvps = operator.products  # H v for each row of (K, D) vectors, one linearisation
-losses_along, rows_like = data.losses_along, data.rows_like  # the losses along directions
+losses_along, rows_like = compiled.losses_along, compiled.rows_like  # the losses along directions
 
 
 def default_ncv(k: int) -> int:
@@ -365,7 +366,7 @@ def solve(
         if epsilons is not None and found.finite:  # the second program of escape_directions
             directions = rows_like(point.params, found.flat_vectors)
             arguments = (point.params, directions, epsilons)
-            losses = data.of([point]).mean_of(data.batch_losses_along, arguments)
+            losses = data.of([point]).mean_of(compiled.batch_losses_along, arguments)
         out.append((found, losses))
     return out
 

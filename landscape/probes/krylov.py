@@ -1,7 +1,7 @@
 """`eigenpairs`' Krylov-Schur search on a point (the search itself, its decisions and a call's
 vector work, is the core's: `landscape.core.krylov_schur`): `advance`, a call's products of the
 exact Hessian in one compiled program per model; `search`, which drives the core's search over it
-(over a streamed dataset its steps host-driven, `data.Streamed.searcher`), prints a line per run
+(over a streamed dataset its steps host-driven, `stream.Streamed.searcher`), prints a line per run
 once the search takes long, and returns what it found in `ravel_pytree`'s order.
 """
 
@@ -85,8 +85,8 @@ def search(
 ) -> Found:
     """Krylov-Schur (`krylov_schur`) on one point, at most `max_runs` runs, holding `ncv`
     vectors of D; NaN pairs when a product was not finite (the search ends at it). One
-    program: `advance` (over a streamed dataset, `stream.searcher`'s two, a pass over the data
-    a product); its products as `products` say (`operator.ProductOptions`)."""
+    program: `advance` (over a streamed dataset, `stream.Streamed.searcher`'s two, a pass over
+    the data a product); its products as `products` say (`operator.ProductOptions`)."""
     objective, inputs = point.shared
     objective = operator.with_options(objective, products)
     call, spread = data.of([point], False, "eigenpairs").searcher(advance, progress)

@@ -1,7 +1,8 @@
-"""The products over a streamed dataset (`datasets.Stream`): each product, Lanczos step, block of
-probes (`rows`, what `data.Streamed` runs Hutch++'s and the diagonal's blocks with) or
-Krylov-Schur call a pass over the data, summed by one compiled program per chunk; each equal to
-the stacked form on the same data to rounding."""
+"""A point over a streamed dataset (`datasets.Stream`): `Streamed`, the data object `data.of`
+gives for it, answers what `data.Memory` answers with each product, Lanczos step, block of
+probes or Krylov-Schur call a pass over the data, summed by one compiled program per chunk;
+each equal to the stacked form on the same data to rounding. Its vectors lie in
+`ravel_pytree`'s order on one device."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import functools
 import math
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -19,23 +20,213 @@ from landscape.core import drive, krylov_schur_device, lanczos, memory
 from landscape.core import layout as layout_lib
 from landscape.core.krylov_schur import Outcome, Plan
 from landscape.core.krylov_schur_device import Carry
+from landscape.core.layout import Layout
+from landscape.point import Point
+from landscape.probes.compiled import Objective, batch_losses_along, rows_like
 from landscape.probes.datasets import dtype_of, per_batch
+from landscape.trees import ravel_numpy, unravel_numpy
 from landscape.typing import PyTree
 
 LONG_SECONDS = 10.0  # a streamed probe prints a line per pass once it has taken this long
+BLOCK = 16  # products of one pass at most (trace, diagonal, spectral_density)
 
 
-def value_and_gradient(point: Any, objective: Any) -> tuple[float, np.ndarray]:
-    """The point's mean loss and flat gradient, one pass."""
-    vectors = np.zeros((0, point.num_params), dtype_of(point.params))
-    value, grad, _ = point.batches.sums(per_batch(objective), point.params, vectors)
-    return float(value), grad
+class Streamed:
+    """A `landscape.stream`: each quantity a pass over the source, its vectors in
+    `ravel_pytree`'s order on one device."""
 
+    def __init__(self, point: Point) -> None:
+        self.point, self.points, self.listed, self.layout = point, [point], False, None
+        self.block_size: int | None = BLOCK  # the products of one pass
 
-def product(point: Any, objective: Any, vector: np.ndarray) -> np.ndarray:
-    """H v (or G v) for a flat v, one pass."""
-    vectors = np.asarray(vector, dtype_of(point.params)).reshape(1, -1)
-    return point.batches.sums(per_batch(objective), point.params, vectors)[2][0]
+    def sums(self, objective: Objective, vectors: np.ndarray) -> tuple[Any, Any, Any]:
+        """(mean loss, flat gradient, H v for each row of `vectors`), one pass."""
+        return self.point.batches.sums(per_batch(objective), self.point.params, vectors)
+
+    def one_evaluation(self) -> tuple[Objective, PyTree]:
+        """The objective of one batch and the first batch."""
+        objective, inputs = self.point.shared
+        return per_batch(objective), inputs.first
+
+    def _loss_and_flat_gradient(self, objective: Objective) -> tuple[float, np.ndarray]:
+        """The point's mean loss and flat gradient, one pass."""
+        vectors = np.zeros((0, self.point.num_params), dtype_of(self.point.params))
+        value, grad, _ = self.sums(objective, vectors)
+        return float(value), grad
+
+    def value_and_gradient(self) -> tuple[np.ndarray, PyTree]:
+        value, vector = self._loss_and_flat_gradient(self.point.shared[0])
+        return np.asarray(value), unravel_numpy(self.point.params, vector)
+
+    def product_tree(self, objective: Objective, v: PyTree, eps: float | None) -> PyTree:
+        return unravel_numpy(self.point.params, self.product_flat(objective, ravel_numpy(v), eps))
+
+    def product_flat(self, objective: Objective, v: Any, eps: float | None) -> Any:
+        """H v (or G v) for a flat v, one pass."""
+        row = np.asarray(np.asarray(v).reshape(-1), dtype_of(self.point.params)).reshape(1, -1)
+        return self.sums(objective, row)[2][0].reshape(np.shape(v))
+
+    def needs_memory(self, caller: str, what: str, instead: str) -> None:
+        """One sentence for `what` (an option of the products), built for data in memory."""
+        raise ValueError(
+            f"{caller}: {what} needs the data in memory (one batch or Point(..., "
+            f"batches=...)); {instead}."
+        )
+
+    def formed(
+        self, objective: Objective, columns: int, progress: Any, caller: str, whole: Callable
+    ) -> list[tuple[Any, Any, Any]]:
+        """(mean loss, flat gradient, the D x D matrix) of H (or G): `columns` of its columns a
+        pass, as products of unit vectors (`whole`, the in-memory programs, unused)."""
+        dim, dtype = self.point.num_params, dtype_of(self.point.params)
+        columns = min(columns, dim)
+        done = on_each_pass(caller, progress, math.ceil(dim / columns))
+        matrix = np.zeros((dim, dim), dtype)
+        for low in range(0, dim, columns):
+            units = np.eye(columns, dim, low, dtype)  # rows past D are zero: one program's shapes
+            loss, gradient, products = self.sums(objective, units)
+            matrix[low : low + columns] = products[: dim - low]
+            done()
+        return [(float(loss), gradient, matrix)]
+
+    def tridiagonal(
+        self, objective: Objective, key: jax.Array, num_iters: int, progress: Any, check: Callable
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, PyTree]:
+        """(alphas, betas, loss, gradient pytree) of Lanczos from `key`'s start, the core's steps
+        host-driven (`drive.host_lanczos`), a pass over the data a product; its memory one
+        chunk's (`check`, the in-memory program's plan, unused)."""
+        done = on_each_pass("lanczos_spectrum", progress, num_iters)
+        passes: list[Any] = []
+
+        def multiply(row: np.ndarray) -> np.ndarray:
+            passes[:] = self.sums(objective, row[None])
+            done()
+            return passes[2][0]
+
+        state = drive.host_lanczos(multiply, _normal_start, (key, self.point.params), num_iters)
+        found = lanczos.extract(jax.device_get(state))  # numpy: sliced on the host, no program
+        gradient = unravel_numpy(self.point.params, passes[1])
+        return np.asarray(found.alphas), np.asarray(found.betas), np.asarray(passes[0]), gradient
+
+    def slq(
+        self, objective: Objective, key: jax.Array, num_probes: int, num_iters: int,
+        probe: str, basis: str, progress: Any, whole: Callable,
+    ) -> tuple[list[tuple[np.ndarray, np.ndarray]], str]:  # fmt: skip
+        """SLQ's probes and Lanczos runs (the stacked form's), a group of runs advanced together
+        a step a pass over the data, each run's basis kept (`whole`, the in-memory blocks,
+        unused); a group's bases (group x m x D) fit half the free memory."""
+        if basis == "three":
+            raise ValueError(
+                "spectral_density: basis='three' is not built for a streamed dataset: give "
+                "basis='full' or 'auto' (a stream's runs keep their bases)."
+            )
+        dim, dtype = self.point.num_params, dtype_of(self.point.params)
+        each = num_iters * dim * np.dtype(dtype).itemsize  # a run's basis
+        fit = int(memory.budget() // each)
+        if fit < 1:
+            raise MemoryError(
+                f"spectral_density: one probe's Lanczos basis ({memory.format_bytes(each)}) does "
+                "not fit in half the free memory; ask for fewer Lanczos steps (num_iters)."
+            )
+        groups = math.ceil(num_probes / min(BLOCK, num_probes, fit))
+        group = math.ceil(num_probes / groups)  # equal groups (one program), the last padded
+        done = on_each_pass("spectral_density", progress, num_iters * math.ceil(num_probes / group))
+        found = []
+        for low in range(0, num_probes, group):
+            indices = np.arange(low, low + group, dtype=np.int32)  # past num_probes: cut below
+            multiply = functools.partial(self.rows, objective, done=done)
+            arguments = (key, indices, self.point.params)
+            state = drive.host_lanczos(multiply, _probe_starts, arguments, num_iters, (probe,))
+            found.append([np.asarray(state.alphas), np.asarray(state.betas)[:, :-1]])
+        alphas, betas = (np.concatenate(parts)[:num_probes] for parts in zip(*found, strict=True))
+        return [(alphas, betas)], "full"
+
+    def rows(
+        self, objective: Objective, vectors: np.ndarray, done: Callable = lambda: None
+    ) -> np.ndarray:
+        """H v (or G v) for each row of `vectors`, in passes of BLOCK rows (the last padded with
+        zeros), `done()` after each."""
+        size = min(BLOCK, len(vectors))
+        padded = np.concatenate([vectors, np.zeros((-len(vectors) % size, vectors.shape[1]))])
+        out = []
+        for low in range(0, len(padded), size):
+            out.append(self.sums(objective, padded[low : low + size].astype(vectors.dtype))[2])
+            done()
+        return np.concatenate(out)[: len(vectors)]
+
+    def start(self, state: Any) -> Between:
+        """What `block` carries: the state, no block yet."""
+        return Between(state, None, None, None)
+
+    def block(
+        self, objective: Objective, step: Any, carry: Between, fixed: tuple, args: tuple
+    ) -> Between:
+        """One block of a probe (`traces.Step`): one program keeps the last block's products
+        (`step.kept`) and gives this block's vectors (`step.vectors`), multiplied in a pass
+        over the data (`rows`)."""
+        if carry.last is None:  # the first block: zero vectors and products keep nothing
+            zeros = np.zeros((len(args[1]), self.point.num_params), dtype_of(self.point.params))
+            carry = Between(carry.state, args, zeros, zeros)
+        state, vectors = _split(step, self.point.params, *carry, fixed, args)
+        return Between(state, args, vectors, self.rows(objective, np.asarray(vectors)))
+
+    def finish(self, step: Any, carry: Between, fixed: tuple) -> Any:
+        """The state after the last block's products (`step.kept`)."""
+        return _split(step, self.point.params, *carry, fixed, carry.last)[0]
+
+    def outputs(
+        self, objective: Objective, step: Any, fixed: tuple, indices: np.ndarray
+    ) -> tuple[Any, ...]:
+        """A block's vectors (`step.vectors`, one program), their products in a pass over the
+        data, and `step.kept` of both on the host."""
+        vectors = np.asarray(_vectors_of(step, self.point.params, fixed, indices))
+        products = self.rows(objective, vectors)
+        return (step.kept(None, fixed, indices, vectors, products),)
+
+    def searcher(self, advance: Callable, progress: Any) -> tuple[Callable, Layout | None]:
+        """`krylov.advance` over a stream (its arguments and results): the call's products one
+        at a time, each one pass over the data, between two small programs that do the call's
+        vector work on the device as `advance` does (`krylov_schur_device.begin`, then its
+        `step` while the carry says the call goes on)."""
+        done = on_each_pass("eigenpairs", progress, None)
+
+        def streamed_advance(
+            objective: Any, params: PyTree, _: Any, vectors: jax.Array, plan: Plan,
+            key: jax.Array, which: str, __: Any,
+        ) -> tuple[jax.Array, Outcome]:  # fmt: skip
+            zero = np.zeros((), vectors.dtype)
+            carry, v = _krylov_begin(vectors, plan, key, zero)
+            passes = None
+            while bool(carry.going):
+                passes = self.sums(objective, np.asarray(v)[None])
+                carry, v = _krylov_step(carry, plan, key, v, passes[2][0], which)
+                done()
+            loss, gradient = passes[:2] if passes else self._loss_and_flat_gradient(objective)
+            return carry.vectors, carry.outcome._replace(loss=np.asarray(loss), gradient=gradient)
+
+        return streamed_advance, None
+
+    def certify(
+        self, objective: Objective, vectors: np.ndarray, epsilons: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """A pass for the products, one for the losses."""
+        products = self.rows(objective, vectors)
+        directions = rows_like(self.point.params, vectors)
+        return products, self.mean_of(batch_losses_along, (self.point.params, directions, epsilons))
+
+    def mean_of(self, fn: Callable, args: tuple, static: tuple = ()) -> np.ndarray:
+        """The mean over the stream's batches of fn(objective, batch, *args, *static) (an array:
+        losses at other parameters, `geometry.evaluate`, `eigen.losses_along`), in one pass;
+        `fn` a module-level function and `static` hashable, so one program serves every call."""
+        objective, batches = per_batch(self.point.shared[0]), self.point.batches
+        shape = jax.eval_shape(
+            lambda batch, *args: fn(objective, batch, *args, *static), batches.first, *args
+        )
+        total = jnp.zeros(shape.shape, shape.dtype)
+        for chunk, weights in batches.chunks():
+            weights = weights.astype(shape.dtype)
+            total = _chunk_total(objective, fn, static, chunk, weights, args, total)
+        return np.asarray(total) / batches.total  # the weights, n_k / n_0, summed
 
 
 def on_each_pass(caller: str, progress: Any, total: int | None) -> Callable[[], None]:
@@ -59,58 +250,6 @@ def _normal_start(key: jax.Array, params: PyTree) -> tuple[Callable[[], jax.Arra
     return lambda: layout_lib.draw("normal", start_key, params, None), restart_key
 
 
-def tridiagonal(
-    point: Any, objective: Any, key: jax.Array, num_iters: int, progress: Any
-) -> tuple[np.ndarray, ...]:
-    """(alphas, betas, loss, flat gradient) of Lanczos from `key`'s start, the core's steps
-    host-driven (`drive.host_lanczos`), a pass over the data a product."""
-    done = on_each_pass("lanczos_spectrum", progress, num_iters)
-    passes: list[Any] = []
-
-    def multiply(row: np.ndarray) -> np.ndarray:
-        passes[:] = point.batches.sums(per_batch(objective), point.params, row[None])
-        done()
-        return passes[2][0]
-
-    state = drive.host_lanczos(multiply, _normal_start, (key, point.params), num_iters)
-    found = lanczos.extract(jax.device_get(state))  # numpy: sliced on the host, no program
-    return np.asarray(found.alphas), np.asarray(found.betas), np.asarray(passes[0]), passes[1]
-
-
-def slq(
-    point: Any,
-    objective: Any,
-    key: jax.Array,
-    num_probes: int,
-    num_iters: int,
-    kind: str,
-    progress: Any,
-) -> tuple[np.ndarray, np.ndarray]:
-    """(alphas (K, m), betas (K, m - 1)) of `spectral_density` over a stream: its probes and
-    Lanczos runs (the stacked form's), a group of runs advanced together, a pass over the data
-    a step; a group's bases (group x m x D) fit half the free memory."""
-    dim, dtype = point.num_params, dtype_of(point.params)
-    each = num_iters * dim * np.dtype(dtype).itemsize  # a run's basis
-    fit = int(memory.budget() // each)
-    if fit < 1:
-        raise MemoryError(
-            f"spectral_density: one probe's Lanczos basis ({memory.format_bytes(each)}) does not "
-            "fit in half the free memory; ask for fewer Lanczos steps (num_iters)."
-        )
-    groups = math.ceil(num_probes / min(BLOCK, num_probes, fit))
-    group = math.ceil(num_probes / groups)  # equal groups (one program), the last padded
-    done = on_each_pass("spectral_density", progress, num_iters * math.ceil(num_probes / group))
-    found = []
-    for low in range(0, num_probes, group):
-        indices = np.arange(low, low + group, dtype=np.int32)  # past num_probes: cut below
-        multiply = functools.partial(rows, point, objective, done=done)
-        arguments = (key, indices, point.params)
-        state = drive.host_lanczos(multiply, _probe_starts, arguments, num_iters, (kind,))
-        found.append([np.asarray(state.alphas), np.asarray(state.betas)[:, :-1]])
-    alphas, betas = (np.concatenate(parts)[:num_probes] for parts in zip(*found, strict=True))
-    return alphas, betas
-
-
 def _probe_starts(
     key: jax.Array, indices: jax.Array, params: PyTree, kind: str
 ) -> tuple[Callable[[], jax.Array], jax.Array]:
@@ -122,49 +261,31 @@ def _probe_starts(
     return starts, jax.vmap(lambda i: jax.random.fold_in(restart_key, i))(indices)
 
 
-BLOCK = 16  # products of one pass at most (trace, diagonal, spectral_density)
+class Between(NamedTuple):
+    """What a stream carries between blocks: the probe's state, the last block's arguments,
+    vectors and products (kept by the next block's program)."""
+
+    state: Any
+    last: Any
+    vectors: Any
+    products: Any
 
 
-def rows(
-    point: Any, objective: Any, vectors: np.ndarray, done: Callable = lambda: None
-) -> np.ndarray:
-    """H v (or G v) for each row of `vectors`, in passes of BLOCK rows (the last padded with
-    zeros), `done()` after each."""
-    size = min(BLOCK, len(vectors))
-    padded = np.concatenate([vectors, np.zeros((-len(vectors) % size, vectors.shape[1]))])
-    out = []
-    for low in range(0, len(padded), size):
-        block = padded[low : low + size].astype(vectors.dtype)
-        out.append(point.batches.sums(per_batch(objective), point.params, block)[2])
-        done()
-    return np.concatenate(out)[: len(vectors)]
+@functools.partial(jax.jit, static_argnames=("step",), donate_argnames=("state",))
+def _split(
+    step: Any, params: PyTree, state: Any, last: tuple, vectors: jax.Array, products: jax.Array,
+    fixed: tuple, block: tuple,
+) -> tuple[Any, jax.Array]:  # fmt: skip
+    """The state after the last block's products (`step.kept`) and the next block's vectors
+    (`step.vectors`), one program between two passes over the data."""
+    state = step.kept(state, fixed, last, vectors, products.astype(vectors.dtype))
+    return step.vectors(params, state, fixed, block, None)
 
 
-# ---------------------------------------------------------------- eigenpairs, dense, diagonal
-
-
-def searcher(point: Any, progress: Any) -> Callable[..., tuple[jax.Array, Outcome]]:
-    """`krylov.advance` over a stream (its arguments and results): the call's products one at a
-    time, each one pass over the data, between two small programs that do the call's vector
-    work on the device as `advance` does (`krylov_schur_device.begin`, then its `step` while
-    the carry says the call goes on)."""
-    done = on_each_pass("eigenpairs", progress, None)
-
-    def advance(
-        objective: Any, params: PyTree, _: Any, vectors: jax.Array, plan: Plan,
-        key: jax.Array, which: str, __: Any,
-    ) -> tuple[jax.Array, Outcome]:  # fmt: skip
-        zero = np.zeros((), vectors.dtype)
-        carry, v = _krylov_begin(vectors, plan, key, zero)
-        passes = None
-        while bool(carry.going):
-            passes = point.batches.sums(per_batch(objective), params, np.asarray(v)[None])
-            carry, v = _krylov_step(carry, plan, key, v, passes[2][0], which)
-            done()
-        loss, gradient = passes[:2] if passes else value_and_gradient(point, objective)
-        return carry.vectors, carry.outcome._replace(loss=np.asarray(loss), gradient=gradient)
-
-    return advance
+@functools.partial(jax.jit, static_argnames=("step",))
+def _vectors_of(step: Any, params: PyTree, fixed: tuple, indices: jax.Array) -> jax.Array:
+    """A block's vectors (`step.vectors`), one program."""
+    return step.vectors(params, None, fixed, indices, None)[1]
 
 
 _ONE = layout_lib.Layout(None, (), "")  # one device (a stream's vectors are ravel_pytree's)
@@ -188,41 +309,6 @@ def _krylov_step(
     after it."""
     carry = krylov_schur_device.step(plan, key, which, _ONE, carry, v, product)
     return carry, krylov_schur_device.next_vector(plan, carry)
-
-
-def dense(
-    point: Any, objective: Any, columns: int, progress: Any, caller: str
-) -> tuple[float, np.ndarray, np.ndarray]:
-    """(mean loss, flat gradient, the D x D matrix) of H (or G) over a stream: `columns` of its
-    columns a pass, as products of unit vectors."""
-    dim, dtype = point.num_params, dtype_of(point.params)
-    columns = min(columns, dim)
-    done = on_each_pass(caller, progress, math.ceil(dim / columns))
-    matrix = np.zeros((dim, dim), dtype)
-    for low in range(0, dim, columns):
-        units = np.eye(columns, dim, low, dtype)  # rows past D are zero: one program's shapes
-        loss, gradient, products = point.batches.sums(per_batch(objective), point.params, units)
-        matrix[low : low + columns] = products[: dim - low]
-        done()
-    return float(loss), gradient, matrix
-
-
-# ---------------------------------------------------------------- losses at other parameters
-
-
-def mean_of(point: Any, fn: Callable, args: tuple, static: tuple = ()) -> np.ndarray:
-    """The mean over the stream's batches of fn(objective, batch, *args, *static) (an array:
-    losses at other parameters, `geometry.evaluate`, `eigen.losses_along`), in one pass; `fn`
-    a module-level function and `static` hashable, so one program serves every call."""
-    objective = per_batch(point.shared[0])
-    shape = jax.eval_shape(
-        lambda batch, *args: fn(objective, batch, *args, *static), point.batches.first, *args
-    )
-    total = jnp.zeros(shape.shape, shape.dtype)
-    for chunk, weights in point.batches.chunks():
-        weights = weights.astype(shape.dtype)
-        total = _chunk_total(objective, fn, static, chunk, weights, args, total)
-    return np.asarray(total) / point.batches.total  # the weights, n_k / n_0, summed
 
 
 @functools.partial(

@@ -147,7 +147,7 @@ def test_eigenpairs_and_the_dense_probes_over_a_stream_are_the_stacked_forms(mat
 
 def test_losses_at_other_parameters_over_a_stream_are_the_stacked_forms():
     """path, slice_2d and escape_directions' second-order check take every loss they need in one
-    pass over the data (`stream.mean_of`), equal to the stacked form's."""
+    pass over the data (`stream.Streamed.mean_of`), equal to the stacked form's."""
     loader = Loader()
     stacked, streamed = _points(loader)
     assert streamed.loss() == pytest.approx(stacked.loss(), rel=1e-14)  # the first pass
