@@ -318,6 +318,15 @@ def require_empty_sweep(cfg: Any, why: str) -> None:
         )
 
 
+def require_one_checked_study(cfg: Any, claims: str) -> None:
+    """For an experiment whose claims are always checked: no sweep, no variants and
+    config.claims = `claims` (one ConfigError sentence for the first that is not)."""
+    experiment = f"experiment = {cfg.experiment!r}"
+    require_empty_sweep(cfg, experiment)
+    allowed = f"{claims!r} for {experiment} (its claims are always checked)"
+    require(cfg.claims == claims, "claims", cfg.claims, allowed)
+
+
 def _is_mapping(value: Any) -> bool:
     return isinstance(value, (dict, ml_collections.ConfigDict)) or (
         not isinstance(value, (int, float, str, list, tuple)) and isinstance(value, Mapping)

@@ -1,6 +1,7 @@
 """What every paper's experiment module shares: the validation chain (the whole run, then each
-program, then the memory estimate), the memory baseline, a program's line of progress and the
-training of one program (a structural cell: every traced value x seed as one sharded run).
+program, then the memory estimate), the run (the study `experiment` names, else the training
+runs), the memory baseline, a program's line of progress and the training of one program (a
+structural cell: every traced value x seed as one sharded run).
 
 A paper's `experiment.py` supplies its schema (`default_config`, the traced fields), its checks
 (`validate_run`, `validate_cell`), its `memory_estimate`, its training problem and the loss its
@@ -57,6 +58,28 @@ def validator(
 
     validate_config.__name__ = validate_config.__qualname__ = "validate"
     return validate_config
+
+
+Study = Callable[[ml_collections.ConfigDict, records.Workdir, Progress], dict[str, Any]]
+
+
+def runner(
+    validate: Callable[[ml_collections.ConfigDict], None], train: Study, **studies: Study
+) -> Callable[..., dict[str, Any]]:
+    """A paper's `run(cfg, workdir, progress=print)`: validate `cfg`, write it to the workdir,
+    then run the study that cfg.experiment names in `studies` (`train`, the paper's training
+    runs, for any other experiment)."""
+
+    def run(
+        cfg: ml_collections.ConfigDict, workdir: records.Workdir, progress: Progress = print
+    ) -> dict[str, Any]:
+        """Run the experiment of `cfg`, write its records, figures and summary; return the
+        summary."""
+        validate(cfg)
+        workdir.write_config(cfg)
+        return studies.get(cfg.experiment, train)(cfg, workdir, progress)
+
+    return run
 
 
 def program_line(fields: Mapping[str, Any]) -> str:

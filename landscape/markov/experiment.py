@@ -529,21 +529,25 @@ train_group = functools.partial(
 )
 
 
-def run(
-    cfg: ml_collections.ConfigDict, workdir: records.Workdir, progress: Progress = print
+def _run_atlas(
+    cfg: ml_collections.ConfigDict, workdir: records.Workdir, progress: Progress
 ) -> dict[str, Any]:
-    validate(cfg)
-    workdir.write_config(cfg)
-    if cfg.experiment == "landscape":
-        return atlas.run_landscape(cfg, workdir, progress)
-    if cfg.experiment == "atlas":
-        return atlas.run_atlas(cfg, workdir, progress, train=functools.partial(_atlas_train, cfg))
+    return atlas.run_atlas(cfg, workdir, progress, train=functools.partial(_atlas_train, cfg))
+
+
+def _run_curvature(
+    cfg: ml_collections.ConfigDict, workdir: records.Workdir, progress: Progress
+) -> dict[str, Any]:
+    cells = config_lib.structural_cells(cfg, TRACED)
+    study = curvature_study.run
+    return study(cfg, workdir, progress, cells=cells, train=train_group, batch=tracked_inputs)
+
+
+def _run_train(
+    cfg: ml_collections.ConfigDict, workdir: records.Workdir, progress: Progress
+) -> dict[str, Any]:
+    """The training runs: one program per structural cell, then the claims and figures."""
     groups, cells = [], config_lib.structural_cells(cfg, TRACED)
-    if cfg.experiment == "eos":
-        return eos.run(cfg, workdir, progress, make_problem=make_problem, traced=TRACED)
-    if cfg.experiment == "curvature":
-        study = curvature_study.run
-        return study(cfg, workdir, progress, cells=cells, train=train_group, batch=tracked_inputs)
     for i, fields in enumerate(cells):
         if fields and progress:
             progress(engine_experiment.program_line(fields))
@@ -564,3 +568,13 @@ def run(
         runs=run_table(groups),
         seconds=engine_experiment.seconds_of([g["result"] for g in groups]),
     )
+
+
+run = engine_experiment.runner(
+    validate,
+    _run_train,
+    landscape=atlas.run_landscape,
+    atlas=_run_atlas,
+    eos=functools.partial(eos.run, make_problem=make_problem, traced=TRACED),
+    curvature=_run_curvature,
+)

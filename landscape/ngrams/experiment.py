@@ -72,13 +72,7 @@ def _validate_run(cfg: ml_collections.ConfigDict) -> None:
         f"a comma-separated list drawn from {', '.join(CLAIM_SETS)} (or '')",
     )
     if cfg.experiment == "stationarity":
-        config_lib.require_empty_sweep(cfg, "experiment = 'stationarity'")
-        config_lib.require(
-            cfg.claims == "",
-            "claims",
-            cfg.claims,
-            "'' for experiment = 'stationarity' (its claims are always checked)",
-        )
+        config_lib.require_one_checked_study(cfg, "")
     if cfg.experiment == "curvature":
         curvature_study.validate(cfg)
     edge_of_stability.validate(cfg)
@@ -404,20 +398,20 @@ def _analyse(
     return views, claims, table
 
 
-def run(
-    cfg: ml_collections.ConfigDict, workdir: records.Workdir, progress: Progress = print
+def _run_curvature(
+    cfg: ml_collections.ConfigDict, workdir: records.Workdir, progress: Progress
 ) -> dict[str, Any]:
-    validate(cfg)
-    workdir.write_config(cfg)
-    if cfg.experiment == "stationarity":
-        return run_stationarity(cfg, workdir, progress)
-    if cfg.experiment == "eos":
-        return eos.run(cfg, workdir, progress, make_problem=make_problem, traced=TRACED)
+    """One program, probed at its plateau."""
+    group = train_group(cfg, {}, workdir, progress)
+    _save_arrays(workdir, group["result"], "")
+    return curvature_study.run(cfg, group, claims_lib.Lines(cfg), workdir, progress)
+
+
+def _run_train(
+    cfg: ml_collections.ConfigDict, workdir: records.Workdir, progress: Progress
+) -> dict[str, Any]:
+    """The training runs: the estimator lines, one program per structural cell, the claims."""
     lines = claims_lib.Lines(cfg)
-    if cfg.experiment == "curvature":  # one program, probed at its plateau
-        group = train_group(cfg, {}, workdir, progress)
-        _save_arrays(workdir, group["result"], "")
-        return curvature_study.run(cfg, group, lines, workdir, progress)
     if progress:
         progress("estimator lines: " + ", ".join(f"{k} {v:.4f}" for k, v in lines.base.items()))
     groups: list[dict] = []
@@ -476,3 +470,12 @@ def run_stationarity(
     if progress:
         progress(text)
     return workdir.finish(claims, progress, figures=figures, rows=rows)
+
+
+run = engine_experiment.runner(
+    validate,
+    _run_train,
+    stationarity=run_stationarity,
+    eos=functools.partial(eos.run, make_problem=make_problem, traced=TRACED),
+    curvature=_run_curvature,
+)

@@ -8,6 +8,7 @@ programs and the run; `claims.py` the claims, `figures.py` the figures. See docs
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import time
@@ -351,15 +352,8 @@ validate = engine_experiment.validator(
 # ----------------------------------------------------------------------------- running
 
 
-def run(cfg: ConfigDict, workdir: records.Workdir, progress: Progress = print) -> dict[str, Any]:
-    """Run `cfg`, write records, figures and claims; return the summary."""
-    validate(cfg)
-    workdir.write_config(cfg)
-    if cfg.experiment == "curvature":
-        study = curvature_study.run
-        return study(cfg, workdir, progress, flow_run=run_flow, sgd_run=run_sgd)
-    if cfg.experiment == "eos":
-        return eos.run(cfg, workdir, progress, make_problem=sgd_problem_of, traced=SGD_TRACED)
+def _run_train(cfg: ConfigDict, workdir: records.Workdir, progress: Progress) -> dict[str, Any]:
+    """The gradient flow (experiment = "flow") or the SGD runs: one per structural cell."""
     groups, cells = [], _cells(cfg)
     if progress:
         model = model_lib.from_config(cells[0][1])
@@ -540,3 +534,11 @@ def sgd_problem_of(cfg: ConfigDict) -> training.Problem:
     return flow.sgd_problem(
         model, batch_size=cfg.train.batch_size, sampler=cfg.train.sampler, init_fn=init
     )
+
+
+run = engine_experiment.runner(
+    validate,
+    _run_train,
+    curvature=functools.partial(curvature_study.run, flow_run=run_flow, sgd_run=run_sgd),
+    eos=functools.partial(eos.run, make_problem=sgd_problem_of, traced=SGD_TRACED),
+)

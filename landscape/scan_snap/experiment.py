@@ -12,6 +12,7 @@ and the theory figures' curves, `figures.py` the figures (`wikitext.py` the Wiki
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -128,13 +129,7 @@ def _validate_run(cfg: ml_collections.ConfigDict) -> None:
         "(curvature is experiment = 'curvature')",
     )
     if cfg.experiment == "theory":
-        config_lib.require_empty_sweep(cfg, "experiment = 'theory'")
-        config_lib.require(
-            cfg.claims == "none",
-            "claims",
-            cfg.claims,
-            "'none' for experiment = 'theory' (its claims are always checked)",
-        )
+        config_lib.require_one_checked_study(cfg, "none")
         return
     axes = config_lib.flatten(cfg.sweep)
     structural = [a for a in axes if a not in TRACED]
@@ -407,21 +402,14 @@ def tracking_loss(
     return lambda params, hp: objective(params, population)
 
 
-def run(
-    cfg: ml_collections.ConfigDict, workdir: records.Workdir, progress: Progress = print
+def _eos_problem(cfg: ml_collections.ConfigDict) -> training.Problem:
+    return make_problem(cfg, make_task(cfg))
+
+
+def _run_train(
+    cfg: ml_collections.ConfigDict, workdir: records.Workdir, progress: Progress
 ) -> dict[str, Any]:
-    """Run the experiment of `cfg`, write its records, figures and summary; return the summary."""
-    validate(cfg)
-    workdir.write_config(cfg)
-    if cfg.experiment == "theory":
-        return run_theory(cfg, workdir, progress)
-    if cfg.experiment == "wikitext":
-        return wikitext.run(cfg, workdir, progress)
-    if cfg.experiment == "curvature":
-        return curvature_study.run(cfg, workdir, progress)
-    if cfg.experiment == "eos":
-        problem = lambda cell: make_problem(cell, make_task(cell))  # noqa: E731
-        return eos.run(cfg, workdir, progress, make_problem=problem, traced=TRACED)
+    """The training runs: one program per structural cell, then the figures and claims."""
     groups: list[Group] = []
     cells = structural_cells(cfg)
     if progress:
@@ -485,3 +473,13 @@ def run_theory(
 
 def needs_x64(cfg: ml_collections.ConfigDict) -> bool:
     return cfg.experiment == "theory" or cfg.train.dtype == "float64"
+
+
+run = engine_experiment.runner(
+    validate,
+    _run_train,
+    theory=run_theory,
+    wikitext=wikitext.run,
+    curvature=curvature_study.run,
+    eos=functools.partial(eos.run, make_problem=_eos_problem, traced=TRACED),
+)
