@@ -33,18 +33,11 @@ _FLAT_ARGUMENT = (
 
 
 def population_loss_fn(
-    model: model_lib.MarkovModel,
-    kernel: ArrayLike,
-    init: ArrayLike | None,
-    *,
-    population: str = "auto",
-    num_sequences: int = 256,
-    key: jax.Array | None = None,
+    model: model_lib.MarkovModel, kernel: ArrayLike, init: ArrayLike | None, **population: Any
 ) -> Callable[[PyTree], jax.Array]:
-    """params -> population cross-entropy with soft targets (notes §4), exact or Monte Carlo."""
-    inputs = population_inputs(
-        model, kernel, init, population=population, num_sequences=num_sequences, key=key
-    )
+    """params -> population cross-entropy with soft targets (notes §4), exact or Monte Carlo:
+    on `population_inputs(model, kernel, init, **population)`."""
+    inputs = population_inputs(model, kernel, init, **population)
     objective = population_objective(model)
     return lambda params: objective(params, inputs)
 

@@ -339,14 +339,15 @@ def longest_run(mask: NDArray) -> tuple[int, int]:
     return best_start, best
 
 
-def _stagewise(loss_RS: NDArray, levels: NDArray, tol: float) -> NDArray:
-    """(R, k-1) dwell fractions on the intermediate plateaus L_0..L_{k-2}."""
-    return np.array(
-        [
-            [longest_run(np.abs(curve - level) < tol)[1] / len(curve) for level in levels[:-1]]
-            for curve in loss_RS
-        ]
-    )
+def _stagewise(group: Group, tol: float) -> tuple[NDArray, NDArray, NDArray]:
+    """A group's levels L, its runs' population loss (R, S) and their (R, k-1) dwell fractions
+    on the intermediate plateaus L_0..L_{k-2} (within `tol`)."""
+    L, loss_RS = levels(group["cfg"]), group["result"].snapshots["eval_loss"]
+    dwell = [
+        [longest_run(np.abs(curve - level) < tol)[1] / len(curve) for level in L[:-1]]
+        for curve in loss_RS
+    ]
+    return L, loss_RS, np.array(dwell)
 
 
 def _label(group: Group, default: str) -> str:
@@ -358,11 +359,8 @@ def claims_fig1(cfg: ConfigDict, groups: Sequence[Group]) -> list[records.Claim]
     """E4 (Fig. 1, notes §5): SGD with momentum shows the plateaus, the order and the time map."""
     out = []
     for g in groups:
-        c, res = g["cfg"], g["result"]
-        label = _label(g, "SGD")
-        L = levels(c)
-        loss = res.snapshots["eval_loss"]  # (R, S) exact population loss
-        dwell = _stagewise(loss, L, 0.01)
+        c, res, label = g["cfg"], g["result"], _label(g, "SGD")
+        L, loss, dwell = _stagewise(g, 0.01)  # loss (R, S): the exact population loss
         out.append(
             records.claim(
                 f"{label}: the population loss rests on L_0..L_{c.task.k - 2} "
@@ -471,25 +469,21 @@ def claims_ablations(cfg: ConfigDict, groups: Sequence[Group]) -> list[records.C
     """E6 (notes §2.4 table): which simplifications the stage-wise picture needs."""
     out = []
     for g in groups:
-        c, res = g["cfg"], g["result"]
-        label = _label(g, "simplified model")
-        L = levels(c)
-        dwell = _stagewise(res.snapshots["eval_loss"], L, 0.03)
+        c, label = g["cfg"], _label(g, "simplified model")
+        L, loss, dwell = _stagewise(g, 0.03)
         # k = 2 has no plateau after L_0: the stage-wise picture cannot be seen either way
         stagewise = bool((dwell[:, 1:] >= 0.03).all()) if L.size > 2 else None
         naive_v = not c.model.response_only
         expected = "not stage-wise" if naive_v else "stage-wise"
         ok = stagewise is not None and (
-            (not stagewise)
-            if naive_v
-            else stagewise and res.snapshots["eval_loss"][:, -1].max() < 0.05
+            (not stagewise) if naive_v else stagewise and loss[:, -1].max() < 0.05
         )
         out.append(
             records.claim(
                 f"{label}: {expected}",
                 {
                     "dwell on L_1..": dwell[:, 1:].round(3).tolist(),
-                    "final loss": float(res.snapshots["eval_loss"][:, -1].max()),
+                    "final loss": float(loss[:, -1].max()),
                 },
                 expected,
                 ok,
