@@ -33,7 +33,7 @@ POINT = landscape.Point(PARAMS, objective=mlp, inputs=(X, Y), name="mlp")
 def dense(params=PARAMS, diagonal=P, inputs=(X, Y)):
     """P^{-1/2} H P^{-1/2} from jax.hessian of the flat loss."""
     flat, unravel = ravel_pytree(params)
-    hessian = np.asarray(jax.hessian(lambda f: mlp(unravel(f), inputs))(flat))
+    hessian = np.asarray(jax.jit(jax.hessian(lambda f: mlp(unravel(f), inputs)))(flat))
     d = 1 / np.sqrt(np.asarray(ravel_pytree(diagonal)[0]))
     return d[:, None] * hessian * d[None, :]
 
