@@ -11,12 +11,6 @@ import pytest
 from landscape.core import lanczos, ritz, three_term
 
 
-@pytest.fixture(autouse=True)
-def _x64():
-    with jax.enable_x64(True):
-        yield
-
-
 def _matrix(dim: int, seed: int = 0, spread: float = 1.0) -> np.ndarray:
     """A symmetric matrix with eigenvalues spread over [-1, 1] and a few outliers up to 3 *
     `spread` (outliers converge first, so a long run makes their ghosts)."""

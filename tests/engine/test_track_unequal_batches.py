@@ -3,7 +3,6 @@ in batches of 64, a short last batch of 41 kept apart): its loss, gradient norm 
 values are those of one batch of all 297, to 1e-12 (each batch's mean weighed by its examples,
 docs/design/batches.md)."""
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -14,12 +13,6 @@ from landscape.engine import track as track_lib
 RNG = np.random.default_rng(3)
 X, Y = RNG.standard_normal((297, 4)), RNG.standard_normal((297, 2))
 PARAMS = {"w1": RNG.standard_normal((4, 6)) / 2, "w2": RNG.standard_normal((6, 2)) / 2}
-
-
-@pytest.fixture(autouse=True)
-def _x64():
-    with jax.enable_x64(True):
-        yield
 
 
 def mse(params, batch):

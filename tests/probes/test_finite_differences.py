@@ -9,7 +9,6 @@ import os
 import subprocess
 import sys
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -23,12 +22,6 @@ A = RNG.standard_normal((5, 5))
 A = A + A.T  # indefinite, so the step crosses no special region
 X, Y = RNG.standard_normal((48, 4)), RNG.standard_normal((48, 2))
 MLP = {"w1": RNG.standard_normal((4, 7)) / 2, "w2": RNG.standard_normal((7, 2)) / 2}
-
-
-@pytest.fixture(autouse=True)
-def _x64():
-    with jax.enable_x64(True):
-        yield
 
 
 def quadratic(params, inputs):
