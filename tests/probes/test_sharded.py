@@ -13,7 +13,7 @@ import sys
 import numpy as np
 import pytest
 
-from tests import hlo_collectives, once
+from tests import children, hlo_collectives, once
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -185,15 +185,7 @@ def eight_devices(tmp_path_factory, request):
 
 
 def _eight_devices() -> dict:
-    flags = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
-    env = dict(os.environ, PYTHONPATH=ROOT, XLA_FLAGS=flags)  # conftest's -O0 kept
-    env.pop("JAX_ENABLE_X64", None)
-    proc = subprocess.run(
-        [sys.executable, "-c", _EIGHT_DEVICES], cwd=ROOT, env=env, capture_output=True,
-        text=True, timeout=600,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return children.last_json_line(_EIGHT_DEVICES, devices=8, timeout=600)
 
 
 def test_the_probes_on_a_split_model_give_one_devices_numbers(eight_devices):
@@ -372,9 +364,7 @@ def test_two_processes_of_four_devices_take_the_same_decisions_and_give_one_devi
     same numbers, so both print the same answer, one device's."""
     from tests.engine.test_distributed import _free_port
 
-    flags = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"
-    env = dict(os.environ, PYTHONPATH=ROOT, XLA_FLAGS=flags)
-    env.pop("JAX_ENABLE_X64", None)
+    env = children.environment(devices=4)
     env.pop("JAX_COMPILATION_CACHE_DIR", None)  # each process compiles its own programs
     address = f"127.0.0.1:{_free_port()}"
     logs = [tmp_path / f"process{i}.log" for i in range(2)]  # files: gloo's many lines would
@@ -433,14 +423,6 @@ print(json.dumps(dict(top=top.values.tolist(), converged=bool(top.converged), tr
 def test_a_top_5_and_hutchpp_at_two_million_parameters_on_a_1d_mesh_of_8_devices():
     """A case that strains XLA:CPU's rendezvous: the peers MLP at h = 1400 split
     over all 8 emulated devices, its top-5 and a 100-probe Hutch++ trace (about 5 minutes)."""
-    flags = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
-    env = dict(os.environ, PYTHONPATH=ROOT, XLA_FLAGS=flags)
-    env.pop("JAX_ENABLE_X64", None)
-    proc = subprocess.run(
-        [sys.executable, "-c", _LINE_AT_2E6], cwd=ROOT, env=env, capture_output=True,
-        text=True, timeout=1800,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    found = json.loads(proc.stdout.strip().splitlines()[-1])
+    found = children.last_json_line(_LINE_AT_2E6, devices=8, timeout=1800)
     assert found["converged"] and 0.6 < min(found["top"]) <= max(found["top"]) < 0.8
     assert 100 < found["trace"] < 250
