@@ -43,11 +43,10 @@ def _ggn_columns(
     count: int,
 ) -> tuple[jax.Array, jax.Array]:
     """(the loss through the split, columns first .. first + count - 1 of G (count, D)): column j
-    is Jᵀ H_z J e_j. J e_j is the transpose of the model's VJP (linear in its cotangent), so a
-    model with hand-written backward passes (`jax.custom_vjp`, which has no forward mode: the
-    Markov attention and LayerNorm) works too; then the output loss's HVP and the VJP.
-    `batching`: (columns per vmapped batch, (slices of the population, mean)), as the Hessian's
-    (`curvature.population_parts`), or BATCHES: `inputs` a dataset in batches, their mean."""
+    is G e_j, `operator.ggn_operator`'s product (no forward mode through the model, so a model
+    with hand-written backward passes works too). `batching`: (columns per vmapped batch,
+    (slices of the population, mean)), as the Hessian's (`curvature.population_parts`), or
+    BATCHES: `inputs` a dataset in batches, their mean."""
     columns_per_batch, parts = batching
     if parts[0] != 1:  # slices of the population, or BATCHES
 
@@ -60,20 +59,10 @@ def _ggn_columns(
         flat = ravel_pytree(params)[0]
         zeros = (jnp.zeros((), flat.dtype), jnp.zeros((count, flat.size), flat.dtype))
         return batches_lib.mean_over(one, inputs, zeros)
-    flat, unravel = ravel_pytree(params)
-    z, vjp = jax.vjp(lambda x: outputs(unravel(x), inputs), flat)
-    jvp = jax.linear_transpose(vjp, z)
-    grad_z = jax.grad(output_loss)
-
-    def column(e: jax.Array) -> jax.Array:
-        hz = jax.jvp(lambda u: grad_z(u, inputs), (z,), jvp((e,)))[1]
-        return vjp(hz)[0]
-
+    op = operator.ggn_operator(outputs, output_loss, params, inputs)
     rows = first + jnp.arange(count)  # rows past D are zero vectors: zero columns, dropped
-    basis = jax.nn.one_hot(rows, flat.size, dtype=flat.dtype)
-    return output_loss(z, inputs), jax.lax.map(
-        column, basis, batch_size=min(count, columns_per_batch)
-    )
+    basis = jax.nn.one_hot(rows, op.flat.size, dtype=op.flat.dtype)
+    return op.value, jax.lax.map(op.matvec, basis, batch_size=min(count, columns_per_batch))
 
 
 @functools.partial(

@@ -23,7 +23,7 @@ from landscape.point import (
     each_point,
     param_names,
 )
-from landscape.probes import compiled, data, operator, preconditioning
+from landscape.probes import data, operator, preconditioning
 from landscape.probes.results import (
     NON_FINITE,
     STATIONARITY_RULE,
@@ -158,13 +158,6 @@ def nonfinite_parameters(params: PyTree) -> dict[str, str]:
     return found
 
 
-def _program_arguments(points: list[Point], listed: bool) -> tuple[Any, PyTree, PyTree]:
-    if listed:
-        return compiled.stack(points)
-    objective, inputs = points[0].shared
-    return objective, points[0].params, inputs
-
-
 def _row(tree: PyTree, i: int) -> PyTree:
     return jax.tree.map(lambda x: x[i], tree)
 
@@ -216,16 +209,12 @@ def hvp(
         vector of all D parameters in `ravel_pytree` order (as `param_names` lists them; H v is
         then flat), in the params' dtype; a wrong shape or dtype is named in one sentence.
     """
-    check_point(point, "hvp")
-    if preconditioner is not None:  # the point in P's coordinates (`preconditioning`)
-        view = preconditioning.views([point], preconditioner, "hvp", matrix)[0]
-        return hvp(view, finite_difference=finite_difference)
-    eps = _finite_difference_step(point, matrix, finite_difference, "hvp")
-    objective = operator.for_matrix([point], point.shared[0], matrix, "hvp")
+    point, source, objective, eps = _product_site(
+        point, matrix, finite_difference, preconditioner, "hvp"
+    )
     params = point.params
     structure = jax.tree.structure(params)
     dim, dtype = point.num_params, jnp.result_type(*jax.tree.leaves(params))
-    source = data.of([point], False, "hvp")
 
     def product(v: Any) -> Any:
         if jax.tree.structure(v) == structure:  # type: ignore[operator]  # PyTreeDef has ==
@@ -263,14 +252,10 @@ def hvp_flat(
         params' (scipy's `LinearOperator` probes its operator with an int8 vector), so
         `LinearOperator((D, D), matvec, dtype=x0.dtype)` serves `scipy.sparse.linalg.eigsh`.
     """
-    check_point(point, "hvp_flat")
-    if preconditioner is not None:  # the point in P's coordinates (`preconditioning`)
-        view = preconditioning.views([point], preconditioner, "hvp_flat", matrix)[0]
-        return ravel_numpy(point.params), hvp_flat(view, finite_difference=finite_difference)[1]
-    eps = _finite_difference_step(point, matrix, finite_difference, "hvp_flat")
-    objective = operator.for_matrix([point], point.shared[0], matrix, "hvp_flat")
-    x0 = ravel_numpy(point.params)
-    source = data.of([point], False, "hvp_flat")
+    _, source, objective, eps = _product_site(
+        point, matrix, finite_difference, preconditioner, "hvp_flat"
+    )
+    x0 = ravel_numpy(point.params)  # the point's own params, with a preconditioner too
 
     def matvec(v: Any) -> jax.Array:
         shape = np.shape(v)
@@ -290,15 +275,20 @@ def hvp_flat(
     return x0, matvec
 
 
-def _finite_difference_step(
-    point: Point, matrix: str, finite_difference: Any, caller: str
-) -> float | None:
-    """`finite_difference` as a float step, or None, checked as every probe checks it
-    (`operator.product_options`: one sentence for G, a streamed dataset, or a step that is
-    not a finite number > 0)."""
-    return operator.product_options(
-        caller, [point], matrix, None, finite_difference
-    ).finite_difference
+def _product_site(
+    point: Point, matrix: str, finite_difference: Any, preconditioner: object, caller: str
+) -> tuple[Point, Any, Any, float | None]:
+    """(the point, its data object, the objective for `matrix`, the finite-difference step or
+    None) of `hvp` and `hvp_flat`, checked as every probe checks them
+    (`operator.product_options`); with a preconditioner, the point in P's coordinates
+    (`preconditioning`), where the matrix is the Hessian."""
+    check_point(point, caller)
+    if preconditioner is not None:
+        point = preconditioning.views([point], preconditioner, caller, matrix)[0]
+        matrix = "hessian"
+    options = operator.product_options(caller, [point], matrix, None, finite_difference)
+    objective = operator.for_matrix([point], point.shared[0], matrix, caller)
+    return point, data.of([point], False, caller), objective, options.finite_difference
 
 
 def _as_params_dtype(v: Any, dtype: Any) -> Any:

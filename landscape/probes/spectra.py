@@ -8,8 +8,8 @@ shared by every point of one model. Details: docs/design/curvature.md.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from collections.abc import Sequence
+from typing import Any, Literal
 
 import jax
 import numpy as np
@@ -35,9 +35,6 @@ from landscape.probes.uncertainty import (
 )
 from landscape.typing import PyTree
 
-if TYPE_CHECKING:  # matplotlib loads only when a figure is drawn
-    pass
-
 ProbeKind = Literal["rademacher", "gaussian"]
 TraceMethod = Literal["hutchinson", "hutch++"]
 
@@ -45,14 +42,6 @@ TraceMethod = Literal["hutchinson", "hutch++"]
 # ---------------------------------------------------------------- compiled programs
 # One program per block of probes (blocks.py sizes the blocks), the same for every block: the
 # probe of index i is drawn from fold_in(key, i), so the answer does not depend on the blocks.
-
-
-def _over_points(body: Callable, batched: bool, params: PyTree, inputs: PyTree, *rest: Any) -> Any:
-    """body(params, inputs, *rest), vmapped over a list's points (params, inputs and each of
-    `rest` that is a per-point array, marked by a leading axis; keys and indices are shared)."""
-    if not batched:
-        return body(params, inputs, *rest)
-    return jax.vmap(body, in_axes=(0, 0) + (None,) * len(rest))(params, inputs, *rest)
 
 
 @functools.partial(
@@ -95,21 +84,10 @@ def slq_block(
         found = runs(starts, restarts)
         return found.alphas, found.betas
 
-    return _over_points(body, batched, params, inputs)
+    return compiled.maybe_batched(body, batched, params, inputs)
 
 
 # ---------------------------------------------------------------- public functions
-
-
-def _arguments(points: list[Point], listed: bool) -> tuple[Any, PyTree, PyTree]:
-    if listed:
-        return compiled.stack(points)
-    objective, inputs = points[0].shared
-    return objective, points[0].params, inputs
-
-
-def _check_probes(num_probes: object, low: int, what: str) -> int:
-    return _checks.check_int("num_probes", num_probes, low, what)
 
 
 def _spread(point: Point, listed: bool) -> Layout | None:
@@ -118,19 +96,11 @@ def _spread(point: Point, listed: bool) -> Layout | None:
     return None if listed else layout_lib.spread(point.params, point.batches)
 
 
-def _mesh(spread: Layout | None) -> Mesh | None:
-    return None if spread is None else spread.mesh
-
-
 def _split_list(points: list[Point], listed: bool) -> bool:
     """Whether a list's points lie split over a mesh: probed one at a time, each point's
     vectors in its layout (stacked, they would be `ravel_pytree`'s, whole on every device),
     one program serving them all."""
     return listed and layout_lib.spread(points[0].params) is not None
-
-
-def _key(key: jax.Array | None) -> jax.Array:
-    return _checks.key_or_default("key", key)
 
 
 def _quadrature(alphas: np.ndarray, betas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -192,7 +162,9 @@ def spectral_density(
                                           "hessian", basis, storage, finite_difference),
             matrix,
         )  # fmt: skip
-    num_probes = _check_probes(num_probes, 2, "SLQ probes; two or more for a standard error")
+    num_probes = _checks.check_int(
+        "num_probes", num_probes, 2, "SLQ probes; two or more for a standard error"
+    )
     dim = points[0].num_params
     num_iters = _checks.check_int(
         "num_iters", num_iters, 1, f"Lanczos steps, at most D = {dim}", high=dim
@@ -204,9 +176,10 @@ def spectral_density(
     if _split_list(points, listed):  # a mesh's points one at a time, each in its layout
         return [spectral_density(p, num_probes, num_iters, key, probe, progress, matrix, basis,
                                  storage, finite_difference) for p in points]  # fmt: skip
-    objective, params, inputs = _arguments(points, listed)
+    objective, params, inputs = compiled.arguments(points, listed)
     objective = operator.for_matrix(points, objective, matrix, "spectral_density", options)
-    source, key = data.of(points, listed, "spectral_density"), _key(key)
+    source = data.of(points, listed, "spectral_density")
+    key = _checks.key_or_default("key", key)
     whole = functools.partial(
         _slq_in_memory, points, listed, (objective, params, inputs), key, num_probes, num_iters,
         probe, basis, storage, progress,
@@ -235,12 +208,12 @@ def _slq_in_memory(
     memory policy, each block one program (`slq_block`)."""
     objective, params, inputs = arguments
     spread, axis, dim = _spread(points[0], listed), int(listed), points[0].num_params
-    basis = _slq_basis(points[0], basis, num_iters, len(points), _mesh(spread), storage)
+    basis = _slq_basis(points[0], basis, num_iters, len(points), traces.mesh_of(spread), storage)
     kept = three_term.vector_bytes(dim, blocks.itemsize(points[0]), basis, num_iters, storage,
                                    on_pytrees(objective, spread, storage))  # fmt: skip
     plan = blocks.plan(
         points[0], num_probes, "spectral_density", kept, len(points), progress,
-        hint="ask for fewer Lanczos steps (num_iters)", mesh=_mesh(spread),
+        hint="ask for fewer Lanczos steps (num_iters)", mesh=traces.mesh_of(spread),
     )  # fmt: skip
 
     def block(indices: np.ndarray) -> tuple[jax.Array, jax.Array]:
@@ -313,16 +286,16 @@ def trace(
         )  # fmt: skip
     _checks.check_choice("method", method, ("hutchinson", "hutch++"))
     low = 2 if method == "hutchinson" else 4
-    num_probes = _check_probes(
-        num_probes, low, f"HVPs; {method} needs {low} or more for a standard error"
-    )
+    meaning = f"HVPs; {method} needs {low} or more for a standard error"
+    num_probes = _checks.check_int("num_probes", num_probes, low, meaning)
     options = operator.product_options("trace", points, matrix, storage, finite_difference)
     if _split_list(points, listed):  # a mesh's points one at a time, each in its layout
         return [trace(p, num_probes, key, method, progress, matrix, storage, finite_difference)
                 for p in points]  # fmt: skip
     objective = operator.for_matrix(points, points[0].shared[0], matrix, "trace", options)
     source = data.of(points, listed, "trace")
-    exact, samples = traces.trace_parts(source, objective, _key(key), num_probes, method, progress)
+    key = _checks.key_or_default("key", key)
+    exact, samples = traces.trace_parts(source, objective, key, num_probes, method, progress)
     exact, samples = np.asarray(exact, np.float64), np.asarray(samples, np.float64)
     dim = points[0].num_params
 
@@ -384,13 +357,16 @@ def diagonal(
             "diagonal", point, preconditioner,
             lambda seen: diagonal(seen, num_probes, key, storage, finite_difference),
         )  # fmt: skip
-    num_probes = _check_probes(num_probes, 2, "Rademacher probes; two or more for a stderr")
+    num_probes = _checks.check_int(
+        "num_probes", num_probes, 2, "Rademacher probes; two or more for a stderr"
+    )
     options = operator.product_options("diagonal", points, "hessian", storage, finite_difference)
     if _split_list(points, listed):  # a mesh's points one at a time, each in its layout
         return [diagonal(p, num_probes, key, storage, finite_difference) for p in points]
     objective = operator.with_options(points[0].shared[0], options)
     source = data.of(points, listed, "diagonal")
-    samples = traces.diagonal_samples(source, objective, _key(key), num_probes)
+    key = _checks.key_or_default("key", key)
+    samples = traces.diagonal_samples(source, objective, key, num_probes)
     if not listed:
         return _diagonal_estimate(points[0], samples)
     return [_diagonal_estimate(p, samples[i]) for i, p in enumerate(points)]

@@ -1,8 +1,8 @@
 """Hutch++ and Hutchinson's trace, and Hutchinson's diagonal, at a point: one loop over blocks of
 probes whatever the data, each block split at its one product site into the vectors to multiply
 (`_vectors`) and what the products leave in the state (`_kept`). The data object runs a block
-(`data.Memory.carried`: the two halves and the products in one compiled program, `trace_block`;
-`data.Streamed.carried`: the halves in a program between passes over the data). Meyer, Musco,
+(`data.Memory.block`: the two halves and the products in one compiled program, `trace_block`;
+`stream.Streamed.block`: the halves in a program between passes over the data). Meyer, Musco,
 Musco and Woodruff 2021; `landscape.core.hutchpp`; docs/design/curvature.md, "Stochastic
 spectra, traces and diagonals"."""
 
@@ -140,9 +140,7 @@ def trace_block(
         state, vectors = _vectors(params, state, fixed, block, layout)
         return _kept(state, fixed, block, vectors, op.rows(vectors))
 
-    if not batched:
-        return body(params, inputs, state)
-    return jax.vmap(body)(params, inputs, state)
+    return compiled.maybe_batched(body, batched, params, inputs, state)
 
 
 def _trace_fused(
@@ -274,11 +272,11 @@ def _plan(
     at a time in a block, `hvp.each_row` on the CPU, hold one product's memory)."""
     size = source.block_size and min(source.block_size, count)
     if not size and not one_at_a_time:
-        mesh = _mesh(source.layout)
+        mesh = mesh_of(source.layout)
         return blocks.plan(source.point, count, caller, 0.0, len(source.points), progress,
                            mesh=mesh)  # fmt: skip
     if not size:
-        blocks.plan(source.point, 1, caller, 0.0, 1, progress, mesh=_mesh(source.layout))
+        blocks.plan(source.point, 1, caller, 0.0, 1, progress, mesh=mesh_of(source.layout))
         size = min(blocks.bucket(count), blocks.MAPPED_BLOCK)
     return blocks.Plan(count, size, -(-count // size))
 
@@ -301,12 +299,15 @@ def _orthonormal_range(
     past `rank` (zero, padding) kept zero: Householder's first r rows are those of the sketch's
     first r rows alone."""
     wide = jnp.promote_types(state.range_.dtype, jnp.float32)  # a stored sketch's QR in float32
-    basis = hutchpp.range_basis(state.range_.astype(wide), _mesh(layout)).astype(state.range_.dtype)
+    basis = hutchpp.range_basis(state.range_.astype(wide), mesh_of(layout)).astype(
+        state.range_.dtype
+    )
     if rank is None:
         return state._replace(range_=basis)
     used = (jnp.arange(basis.shape[0]) < rank)[:, None]
     return state._replace(range_=jnp.where(used, basis, jnp.zeros((), basis.dtype)))
 
 
-def _mesh(spread: Layout | None) -> Mesh | None:
+def mesh_of(spread: Layout | None) -> Mesh | None:
+    """The mesh a layout spreads over (None: one device)."""
     return None if spread is None else spread.mesh
