@@ -281,37 +281,19 @@ def stationarity_rows(seq_lens=(32, 128, 512), cs=(4.0, 8.0), n=3, grad=None):
             0.0 if k == 1 else (0.1 + 10.0 / T if c < 8 and rule == "fixed" else 10.0 / T)
         )
     )
+
+    def row(point, rule, k, c, T, value):
+        return dict(point=point, rule=rule, k=k, c=c, T=T, n=n, grad_plain=value,
+                    grad_unbiased=value, grad_noise=1e-4)  # fmt: skip
+
     rows = []
     for T in seq_lens:
         for k in (1, 2):
             for rule, c in [("fixed", c) for c in cs] + [("log", 4.0 + math.log(T))]:
-                value = grad(k, c, T, rule)
-                r = dict(
-                    point="theta_star",
-                    rule=rule,
-                    k=k,
-                    c=c,
-                    T=T,
-                    n=n,
-                    grad_plain=value,
-                    grad_unbiased=value,
-                    grad_noise=1e-4,
-                )
+                r = row("theta_star", rule, k, c, T, grad(k, c, T, rule))
                 r.update({f"grad_plain/{b}/head{h}": 0.0 for b in ("A1", "V1") for h in range(n)})
                 rows.append(r)
-        rows.append(
-            dict(
-                point="random",
-                rule="init",
-                k=None,
-                c=math.nan,
-                T=T,
-                n=n,
-                grad_plain=1.0,
-                grad_unbiased=1.0,
-                grad_noise=1e-4,
-            )
-        )
+        rows.append(row("random", "init", None, math.nan, T, 1.0))
     return rows
 
 
