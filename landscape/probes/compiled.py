@@ -62,14 +62,11 @@ def _flat(objective: Objective, params: PyTree, inputs: PyTree) -> tuple[jax.Arr
     return flat, lambda x: objective(unravel(x), inputs)
 
 
-def _value_and_grad(objective: Objective, params: PyTree, inputs: PyTree) -> Any:
-    return operator.value_and_grad(objective, params, inputs)
-
-
 @functools.partial(jax.jit, static_argnames=("objective", "batched"))
 def value_and_grad(objective: Objective, params: PyTree, inputs: PyTree, batched: bool) -> Any:
     """(loss, gradient pytree) at params."""
-    return maybe_batched(functools.partial(_value_and_grad, objective), batched, params, inputs)
+    body = functools.partial(operator.value_and_grad, objective)
+    return maybe_batched(body, batched, params, inputs)
 
 
 def _hessian(
@@ -164,21 +161,15 @@ def hvp_of_flat(objective: Objective, params: PyTree, inputs: PyTree, vector: ja
     return product.reshape(vector.shape)
 
 
-def _value_grad_hvp(
-    objective: Objective, params: PyTree, inputs: PyTree, tangent: PyTree
-) -> tuple[jax.Array, PyTree, PyTree]:
-    (loss, grad), (_, product) = jax.jvp(
-        lambda p: jax.value_and_grad(objective)(p, inputs), (params,), (tangent,)
-    )
-    return loss, grad, product
-
-
 @functools.partial(jax.jit, static_argnames=("objective",))
 def value_grad_hvp(
     objective: Objective, params: PyTree, inputs: PyTree, tangent: PyTree
 ) -> tuple[jax.Array, PyTree, PyTree]:
     """(loss, gradient, H v) at params in one pass (the near-stationary check's program)."""
-    return _value_grad_hvp(objective, params, inputs, tangent)
+    (loss, grad), (_, product) = jax.jvp(
+        lambda p: jax.value_and_grad(objective)(p, inputs), (params,), (tangent,)
+    )
+    return loss, grad, product
 
 
 def _columns(

@@ -27,7 +27,7 @@ from landscape.point import (
 )
 from landscape.probes import compiled, data
 from landscape.probes.budget import one_evaluation
-from landscape.probes.gradient import Gradient
+from landscape.probes.gradient import labelled
 from landscape.probes.hessian import Hessian
 from landscape.probes.lanczos import Spectrum, lanczos_spectrum
 from landscape.trees import unravel_numpy
@@ -302,8 +302,6 @@ def _check_dense_size(points: list[Point], max_dense_dim: int, columns_per_batch
 
 
 def _hessian(point: Point, loss: Any, grad: Any, matrix: Any) -> Hessian:
-    vector = np.asarray(grad)
-    tree = unravel_numpy(point.params, vector)
-    gradient = Gradient(point, tree, vector, param_names(point.params), float(loss))
+    gradient = labelled(point, unravel_numpy(point.params, np.asarray(grad)), loss)
     dense = np.asarray(matrix)
     return Hessian(0.5 * (dense + dense.T), param_names(point.params), point, gradient)

@@ -141,7 +141,8 @@ class Stream:
 
     def loss(self, objective: Any, params: PyTree) -> float:
         """The mean loss over one pass (`Point.loss`)."""
-        vectors = np.zeros((0, _size(params)), dtype_of(params))
+        dim = sum(int(np.size(leaf)) for leaf in jax.tree.leaves(params))
+        vectors = np.zeros((0, dim), dtype_of(params))
         return float(self.sums(per_batch(objective), params, vectors)[0])
 
     @property
@@ -250,10 +251,6 @@ def _weight(found: tuple, spec: tuple, index: int) -> float:
             "the source."
         )
     return sizes[0].pop() / sizes[1].pop()
-
-
-def _size(params: PyTree) -> int:
-    return sum(int(np.size(leaf)) for leaf in jax.tree.leaves(params))
 
 
 def dtype_of(params: PyTree) -> np.dtype:

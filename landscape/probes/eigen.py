@@ -42,11 +42,6 @@ WHICH = ("largest", "smallest")
 FALLBACK_BELOW = 6000  # hessian_at's max_dense_dim: the largest D a failed search solves densely
 
 
-def _wanted_order(values: np.ndarray, which: str) -> np.ndarray:
-    """Indices of `values`, most wanted first (stable)."""
-    return np.argsort(-values if which == "largest" else values, kind="stable")
-
-
 hvps = operator.products  # H v for each row of (K, D) vectors, one linearisation
 losses_along, rows_like = compiled.losses_along, compiled.rows_like  # the losses along directions
 
@@ -126,7 +121,8 @@ def _dense(
     out = []
     for point, (values, vectors, grad) in zip(points, spectra, strict=True):
         finite = bool(np.all(np.isfinite(values)))  # NaN when non-finite
-        chosen = _wanted_order(values, which)[:k] if finite else np.arange(k)
+        wanted_first = np.argsort(-values if which == "largest" else values, kind="stable")
+        chosen = wanted_first[:k] if finite else np.arange(k)
         extremes = (float(values[0]), float(values[-1]))  # eigh: ascending
         flat_vectors = vectors[:, chosen].T.copy()
         pairs, losses = _certified(
@@ -156,8 +152,7 @@ def _lanczos_one(
     if operator.with_options(point.shared[0], products) is not point.shared[0]:
         exact = _exact_residuals(point, found.values, found.vectors)
         found = found._replace(residuals=np.maximum(found.residuals, exact))
-    tree = trees.unravel_numpy(point.params, found.gradient)
-    grad = gradient.Gradient(point, tree, found.gradient, point_lib.param_names(point), found.loss)
+    grad = gradient.labelled(point, trees.unravel_numpy(point.params, found.gradient), found.loss)
     pairs = _pairs(
         point, which, found.values, found.vectors, found.residuals, "lanczos",
         (found.low, found.high), grad, (found.converged, found.num_hvps, found.runs, tol),

@@ -176,13 +176,13 @@ def gradient_at(point: PointOrPoints) -> Gradient | list[Gradient]:
     points, listed = as_points(point, "gradient_at")
     loss, tree = data.of(points, listed, "gradient_at").value_and_gradient()
     if not listed:
-        return _gradient(points[0], tree, loss)
-    return [_gradient(p, _row(tree, i), loss[i]) for i, p in enumerate(points)]
+        return labelled(points[0], tree, loss)
+    return [labelled(p, _row(tree, i), loss[i]) for i, p in enumerate(points)]
 
 
-def _gradient(point: Point, tree: PyTree, loss: Any) -> Gradient:
-    vector = ravel_numpy(tree)
-    return Gradient(point, tree, vector, param_names(point.params), float(loss))
+def labelled(point: Point, tree: PyTree, loss: Any) -> Gradient:
+    """The `Gradient` of a loss and gradient pytree found at `point`, labelled by its names."""
+    return Gradient(point, tree, ravel_numpy(tree), param_names(point.params), float(loss))
 
 
 def hvp(

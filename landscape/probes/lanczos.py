@@ -15,9 +15,9 @@ import numpy as np
 from landscape import _checks
 from landscape.core import layout as layout_lib
 from landscape.core import ritz
-from landscape.point import Point, check_point, param_names
+from landscape.point import Point, check_point
 from landscape.probes import blocks, data, operator, preconditioning
-from landscape.probes.gradient import Gradient
+from landscape.probes.gradient import Gradient, labelled
 from landscape.probes.results import (
     NON_FINITE,
     Curvature,
@@ -31,7 +31,6 @@ from landscape.probes.results import (
     spectrum_lines,
     verdict_lines,
 )
-from landscape.trees import ravel_numpy
 
 
 @dataclasses.dataclass(frozen=True, eq=False, repr=False)
@@ -209,7 +208,6 @@ def lanczos_spectrum(
     )  # fmt: skip
     source = data.of([point], False, "lanczos_spectrum")
     alphas, betas, loss, tree = source.tridiagonal(objective, key, num_iters, progress, check)
-    grad = ravel_numpy(tree)
-    gradient = Gradient(point, tree, grad, param_names(point.params), float(loss))
+    gradient = labelled(point, tree, loss)
     nodes, weights = ritz.quadrature(alphas[None], betas[None])  # NaN where T is not finite
     return Spectrum(point, nodes[0], weights[0], gradient, matrix)

@@ -90,12 +90,6 @@ def slq_block(
 # ---------------------------------------------------------------- public functions
 
 
-def _spread(point: Point, listed: bool) -> Layout | None:
-    """`layout.spread` of a point's params; None for a list of points (stacked on the host,
-    unless split over a mesh: `_split_list`)."""
-    return None if listed else layout_lib.spread(point.params, point.batches)
-
-
 def _split_list(points: list[Point], listed: bool) -> bool:
     """Whether a list's points lie split over a mesh: probed one at a time, each point's
     vectors in its layout (stacked, they would be `ravel_pytree`'s, whole on every device),
@@ -207,7 +201,9 @@ def _slq_in_memory(
     """(each point's (alphas, betas), the basis used): the probes' runs in blocks that fit the
     memory policy, each block one program (`slq_block`)."""
     objective, params, inputs = arguments
-    spread, axis, dim = _spread(points[0], listed), int(listed), points[0].num_params
+    # a list's points are stacked on the host (unless split over a mesh: `_split_list`)
+    spread = None if listed else layout_lib.spread(points[0].params, points[0].batches)
+    axis, dim = int(listed), points[0].num_params
     basis = _slq_basis(points[0], basis, num_iters, len(points), traces.mesh_of(spread), storage)
     kept = three_term.vector_bytes(dim, blocks.itemsize(points[0]), basis, num_iters, storage,
                                    on_pytrees(objective, spread, storage))  # fmt: skip
