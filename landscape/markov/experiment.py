@@ -362,7 +362,8 @@ def kernel_of(cfg: ml_collections.ConfigDict, hp: Mapping[str, jax.Array]) -> ja
     return task.symmetric_kernel(cfg.chain.num_states, hp["chain.p"])
 
 
-def _init_law(cfg: ml_collections.ConfigDict, kernel: jax.Array) -> jax.Array:
+def init_law(cfg: ml_collections.ConfigDict, kernel: jax.Array) -> jax.Array:
+    """The law of x_1: the chain's stationary law, or uniform (`chain.initial`)."""
     S = cfg.chain.num_states
     return task.stationary(kernel) if cfg.chain.initial == "stationary" else jnp.ones(S) / S
 
@@ -387,7 +388,7 @@ def make_problem(cfg: ml_collections.ConfigDict) -> training.Problem:
         params: PyTree, key: jax.Array, hp: training.HParams
     ) -> tuple[jax.Array, dict[str, jax.Array]]:
         kernel = kernel_of(cfg, hp)
-        x = _sampler()(key, kernel, _init_law(cfg, kernel), B, N + 1)
+        x = _sampler()(key, kernel, init_law(cfg, kernel), B, N + 1)
         x = training.batch_share(x)  # this device's sequences when a run splits its batch
         log_probs = cast(jax.Array, model.apply({"params": params}, x[:, :N]))
         if cfg.train.targets == "hard":
@@ -399,7 +400,7 @@ def make_problem(cfg: ml_collections.ConfigDict) -> training.Problem:
 
     def snapshot(params: PyTree, hp: training.HParams) -> dict[str, jax.Array]:
         kernel = kernel_of(cfg, hp)
-        x = _sampler()(eval_key, kernel, _init_law(cfg, kernel), E, N)
+        x = _sampler()(eval_key, kernel, init_law(cfg, kernel), E, N)
         log_probs = cast(jax.Array, model.apply({"params": params}, x))
         out = {
             "test_loss": task.population_cross_entropy(
@@ -500,7 +501,7 @@ def tracked_inputs(cfg: ml_collections.ConfigDict, hp: training.HParams) -> tupl
     kernel, n = kernel_of(cfg, hp), cfg.train.track_sequences
     eval_key = jax.random.key(10_000 + cfg.seed)  # make_problem's: the test_loss sequences
     E, N = cfg.train.eval_sequences, cfg.model.seq_len
-    x = task.sample_sequential(eval_key, kernel, _init_law(cfg, kernel), E, N)[:n]
+    x = task.sample_sequential(eval_key, kernel, init_law(cfg, kernel), E, N)[:n]
     return x, jnp.full(n, 1.0 / n, kernel.dtype), task.soft_targets(x, kernel)
 
 

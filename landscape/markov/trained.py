@@ -42,7 +42,7 @@ def trained_point(
     inputs = points.population_inputs(
         model,
         kernel,
-        experiment._init_law(cfg, kernel),
+        experiment.init_law(cfg, kernel),
         population=population,
         num_sequences=num_sequences,
         key=key,

@@ -47,8 +47,9 @@ __all__ = [
 # --------------------------------------------------------------------------------------------------
 
 
-def _dtype():
-    return jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
+def float_dtype() -> Any:
+    """The points' float dtype: float64 where JAX runs in 64 bits, else float32."""
+    return jnp.float64 if jax.config.read("jax_enable_x64") else jnp.float32
 
 
 def _is_int(value: object) -> bool:
@@ -101,7 +102,7 @@ def population_set(
         int(num_sequences),
         int(seed),
         init,
-        _dtype(),
+        float_dtype(),
     )
 
 
@@ -127,7 +128,14 @@ def _population_set(num_states, order_n, seq_len, alpha, num_sequences, seed, in
     return x_BT, target_BS
 
 
-def _mean_ce(params, x_BT, target_BS, model, floor):
+def mean_ce(
+    params: PyTree,
+    x_BT: jax.Array,
+    target_BS: jax.Array,
+    model: model_lib.NgramModel,
+    floor: float,
+) -> jax.Array:
+    """The mean over the set of the floored cross-entropy of the model's next-token law."""
     probs_BS = model.apply({"params": params}, x_BT)
     return jnp.mean(estimators.cross_entropy(probs_BS, target_BS, floor))
 
@@ -141,13 +149,13 @@ def population_objective(
 
     def objective(params: PyTree, inputs: Any) -> jax.Array:
         x_BT, target_BS = inputs
-        return _mean_ce(params, x_BT, target_BS, model, floor)
+        return mean_ce(params, x_BT, target_BS, model, floor)
 
     return objective
 
 
 @functools.cache
-def _probabilities(model: model_lib.NgramModel) -> Callable[[PyTree, Any], jax.Array]:
+def population_outputs(model: model_lib.NgramModel) -> Callable[[PyTree, Any], jax.Array]:
     """(params, inputs) -> the next-token probabilities (B, S): the Gauss-Newton outputs."""
 
     def outputs(params: PyTree, inputs: Any) -> jax.Array:
@@ -157,7 +165,7 @@ def _probabilities(model: model_lib.NgramModel) -> Callable[[PyTree, Any], jax.A
 
 
 @functools.cache
-def _output_loss(floor: float) -> Callable[[jax.Array, Any], jax.Array]:
+def population_output_loss(floor: float) -> Callable[[jax.Array, Any], jax.Array]:
     """(probs, inputs) -> the mean cross-entropy, convex in the probabilities (floor >= 0)."""
 
     def output_loss(probs_BS: jax.Array, inputs: Any) -> jax.Array:
@@ -179,7 +187,7 @@ def population_loss(
         raise ValueError(f"floor = {floor!r}: must be >= 0 (added to p inside the log).")
     x_BT = jnp.asarray(x_BT)
     target_BS = jnp.asarray(target_BS)
-    return functools.partial(_mean_ce, x_BT=x_BT, target_BS=target_BS, model=model, floor=floor)
+    return functools.partial(mean_ce, x_BT=x_BT, target_BS=target_BS, model=model, floor=floor)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -187,10 +195,20 @@ def population_loss(
 # --------------------------------------------------------------------------------------------------
 
 
-_UNSET = object()  # _validate's default: no k / c to check
+_UNSET = object()  # check_construction's default: no k / c to check
 
 
-def _validate(num_states, order_n, seq_len, alpha, num_heads, k=_UNSET, c=_UNSET):
+def check_construction(
+    num_states: int,
+    order_n: int,
+    seq_len: int | None,
+    alpha: Any,
+    num_heads: int | None,
+    k: Any = _UNSET,
+    c: Any = _UNSET,
+) -> int:
+    """One sentence for the first bad argument of a construction (the task's, num_heads, and k
+    and c where given); returns num_heads (order_n - 1 where None)."""
     if alpha is None:
         raise _checks.ArgumentTypeError(
             "alpha = None: the task needs the Dirichlet concentration alpha > 0."
@@ -244,7 +262,7 @@ def construction_params(
     entries 0 (so Q2^T K2 = c sum_j sum_h s_j^(h-1) s_j^(h)^T, Eqs. 6, 8c). k = 1: every head off
     and Q2 = K2 = 0, the unigram point.
     """
-    dtype = _dtype() if dtype is None else dtype
+    dtype = float_dtype() if dtype is None else dtype
     S, T, m = model.num_states, model.seq_len, model.num_heads
     head_dim = cast(int, model.head_dim)  # None only for the disentangled kind
     if not model.learn_value:
@@ -287,7 +305,7 @@ def bigram_all_heads_params(c: ArrayLike, model: model_lib.NgramModel, dtype: An
     Score <K2 r1[i], Q2 r1[T]> = c sum_h <e_{x_T}, block h of r1[i]> -> m c^(3/2) 1{x_{i-1} = x_T}
     (position 0's previous token is itself).
     """
-    dtype = _dtype() if dtype is None else dtype
+    dtype = float_dtype() if dtype is None else dtype
     S, T, m = model.num_states, model.seq_len, model.num_heads
     head_dim = cast(int, model.head_dim)  # None only for the disentangled kind
     if head_dim < model.width:
@@ -321,7 +339,7 @@ def _simplified_model(num_states: int, seq_len: int, num_heads: int) -> model_li
         seq_len=seq_len,
         num_heads=num_heads,
         learn_value=True,
-        param_dtype=_dtype(),
+        param_dtype=float_dtype(),
     )
 
 
@@ -351,8 +369,8 @@ def _population_point(params, model, name, meta, floor, task):
         meta=meta,
         objective=population_objective(model, float(floor)),
         inputs=(jnp.asarray(x_BT), jnp.asarray(target_BS)),
-        outputs=_probabilities(model),
-        output_loss=_output_loss(float(floor)),
+        outputs=population_outputs(model),
+        output_loss=population_output_loss(float(floor)),
     )
 
 
@@ -404,7 +422,7 @@ def theta_star(
     outputs the *padded* k-gram estimator (estimators.padded_kgram_estimate, notes §4.4 [ours]),
     which differs from Def. 2.1 by O(1/T). Theorem 4.2: near-stationary as T, c -> inf together.
     """
-    num_heads = _validate(num_states, order_n, seq_len, alpha, num_heads, k, c)
+    num_heads = check_construction(num_states, order_n, seq_len, alpha, num_heads, k, c)
     model = _simplified_model(num_states, seq_len, num_heads)
     params = construction_params(k, c, model)
     meta = {
@@ -496,7 +514,7 @@ def bigram_point_all_heads(
     Parameters in `bigram_all_heads_params`; as c -> inf the model outputs the padded bigram
     estimator, like theta_*^2 (notes §4.4).
     """
-    num_heads = _validate(num_states, order_n, seq_len, alpha, num_heads, c=c)
+    num_heads = check_construction(num_states, order_n, seq_len, alpha, num_heads, c=c)
     model = _simplified_model(num_states, seq_len, num_heads)
     meta = {
         "k": 2,
@@ -534,7 +552,7 @@ def random_point(
 ) -> Point:
     """The authors' initialisation (model.init with jax.random.PRNGKey(seed)): A1 = 0,
     V1 ~ N(0, 1/S), Q2, K2 ~ N(0, 1/((m+1) S)); the set is population_set(..., data_seed)."""
-    num_heads = _validate(num_states, order_n, seq_len, alpha, num_heads)
+    num_heads = check_construction(num_states, order_n, seq_len, alpha, num_heads)
     model = _simplified_model(num_states, seq_len, num_heads)
     params = model.init(jax.random.PRNGKey(seed), model_lib.dummy_tokens(model))["params"]
     meta = {

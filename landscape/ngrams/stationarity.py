@@ -58,18 +58,18 @@ def _checked_grid(
     alpha: float,
     log_c0: float | None,
 ) -> tuple[list[int], list[float], list[int]]:
-    """(ks, cs, seq_lens) as lists, each value checked as points._validate checks it."""
+    """(ks, cs, seq_lens) as lists, each value checked as points.check_construction checks it."""
     ks = [int(k) for k in ks]
     cs = [float(c) for c in cs]
     for k in ks:
-        points._validate(num_states, order_n, None, alpha, None, k=k)
+        points.check_construction(num_states, order_n, None, alpha, None, k=k)
     for c in cs:
-        points._validate(num_states, order_n, None, alpha, None, c=c)
+        points.check_construction(num_states, order_n, None, alpha, None, c=c)
     seq_lens = list(seq_lens)
     if not seq_lens:
         raise ValueError("seq_lens = []: give at least one sequence length T.")
     for T in seq_lens:
-        points._validate(num_states, order_n, T, alpha, None)
+        points.check_construction(num_states, order_n, T, alpha, None)
         if log_c0 is not None and not float(log_c0) + math.log(T) > 0:
             raise ValueError(
                 f"log_c0 = {log_c0!r}: c = log_c0 + log T = "
@@ -97,7 +97,7 @@ def _statistics(
             chunk_size=chunk_size,
         )
     loss_at = jax.jit(
-        functools.partial(points._mean_ce, x_BT=x_BT, target_BS=target_BS, model=model, floor=floor)
+        functools.partial(points.mean_ce, x_BT=x_BT, target_BS=target_BS, model=model, floor=floor)
     )
 
     def loss_only(params: PyTree) -> dict:
@@ -203,7 +203,7 @@ def study(
         rows += _construction_rows(
             grads, model, x_BT, target_BS, T, ks, cs, log_c0, alpha, common, verbose
         )
-        params = model_lib.init_params(jax.random.PRNGKey(random_seed), model, points._dtype())
+        params = model_lib.init_params(jax.random.PRNGKey(random_seed), model, points.float_dtype())
         rows.append(
             _row(
                 grads(params),

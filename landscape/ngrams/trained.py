@@ -42,5 +42,5 @@ def trained_point(
     )
     loss = (points.population_objective(model, floor), (x_BT, target_BS))
     # the Gauss-Newton split, as the constructions carry it
-    split = (points._probabilities(model), points._output_loss(floor))
+    split = (points.population_outputs(model), points.population_output_loss(floor))
     return engine_experiment.trained_point(result, run, loss, step, model.param_dtype, meta, split)

@@ -33,7 +33,8 @@ from landscape.typing import PyTree
 INITS = ("zeros", "uniform")
 
 
-def _uniform_bound(num_tokens: int) -> jax.Array:
+def uniform_bound(num_tokens: int) -> jax.Array:
+    """The half-width 1/sqrt(M) of the "uniform" initialisation's entries, M the vocabulary."""
     return 1.0 / jnp.sqrt(num_tokens)
 
 
@@ -51,7 +52,7 @@ def init_params(
     if init == "zeros":
         return {"Y": jnp.zeros(shape, dtype), "Z": jnp.zeros(shape, dtype)}
     if init == "uniform":
-        bound = _uniform_bound(num_tokens)
+        bound = uniform_bound(num_tokens)
         y_key, z_key = jax.random.split(key)
         return {
             "Y": jax.random.uniform(y_key, shape, dtype, -bound, bound),
@@ -95,7 +96,7 @@ class YZModel(nn.Module):
         if self.initializer == "zeros":
             init = nn.initializers.zeros
         else:
-            init = _uniform(_uniform_bound(self.num_tokens))
+            init = _uniform(uniform_bound(self.num_tokens))
         self.Y = self.param("Y", init, shape, self.param_dtype)
         self.Z = self.param("Z", init, shape, self.param_dtype)
 

@@ -116,7 +116,7 @@ def init_params(
     if cfg.model.init == "zeros":
         return {"Y": jnp.zeros((M, M), dtype), "Z": jnp.zeros((M, M), dtype)}
     sizes = jnp.asarray([t.num_tokens for t in padded.tasks])[cell]
-    bound = jnp.stack([model_lib._uniform_bound(t.num_tokens) for t in padded.tasks])[cell]
+    bound = jnp.stack([model_lib.uniform_bound(t.num_tokens) for t in padded.tasks])[cell]
     rows, cols = np.arange(M)[:, None], np.arange(M)[None, :]
     inside = (rows < sizes) & (cols < sizes)
     flat = jnp.where(inside, rows * sizes + cols, 0)
