@@ -1,6 +1,6 @@
 """A Krylov-Schur call's vector work on the device (`krylov_schur` has the search and its legend):
 `begin` restarts the vectors, then each product of `next_vector` makes a `step`, while
-`Carry.going`. `run_call` is that loop inside one program (`lax.while_loop`); a host loop (a
+`Carry.product_due`. `run_call` is that loop inside one program (`lax.while_loop`); a host loop (a
 stream's passes over its data) drives the same steps, one small program each.
 """
 
@@ -29,7 +29,7 @@ class Carry(NamedTuple):
     vectors: jax.Array
     outcome: Outcome
     failed: jax.Array
-    going: jax.Array
+    product_due: jax.Array
     proj: jax.Array
 
 
@@ -50,7 +50,7 @@ def run_call(
         return step(plan, key, which, layout, carry, v, product(v))
 
     carry = begin(vectors, plan, key, point, layout)
-    carry = jax.lax.while_loop(lambda carry: carry.going, body, carry)
+    carry = jax.lax.while_loop(lambda carry: carry.product_due, body, carry)
     return carry.vectors, carry.outcome
 
 
@@ -62,7 +62,7 @@ def begin(
     layout: Layout,
 ) -> Carry:
     """A call's carry before its first product: the vectors restarted (`_restarted`), an empty
-    Outcome holding the point's (value, gradient), going when the plan asks for a product."""
+    Outcome holding the point's (value, gradient), product_due when the plan asks for a product."""
     k = plan.slots.size
     vectors = _restarted(vectors, k, plan, key, layout)
     rows, dtype = vectors.shape[0] - k, vectors.dtype
@@ -73,8 +73,8 @@ def begin(
         jnp.zeros(rows, bool), jnp.zeros(k, dtype), jnp.zeros(k, bool),
         value.astype(dtype), gradient,
     )  # fmt: skip
-    going = outcome.taken < plan.steps
-    return Carry(vectors, outcome, jnp.asarray(False), going, plan.proj)
+    product_due = outcome.taken < plan.steps
+    return Carry(vectors, outcome, jnp.asarray(False), product_due, plan.proj)
 
 
 def next_vector(plan: Plan, carry: Carry) -> jax.Array:
@@ -161,8 +161,8 @@ def step(
         extending, outcome._replace(theta=ritz[0], vectors=ritz[1], estimates=ritz[2]), outcome
     )
     ends = (extending & finite & done) | ~finite
-    going = (outcome.taken < plan.steps) & ~ends
-    return Carry(vectors, outcome, failed | (~extending & ~ok), going, proj)
+    product_due = (outcome.taken < plan.steps) & ~ends
+    return Carry(vectors, outcome, failed | (~extending & ~ok), product_due, proj)
 
 
 def _where(pred: jax.Array, a: Outcome, b: Outcome) -> Outcome:

@@ -129,13 +129,13 @@ class Layout:
         """x (padded,) with its padding zero (a random draw's; no-op on one device)."""
         return x if self.mesh is None else self.to_flat(self.from_flat(x))
 
-    def rotate(self, rows: jax.Array, q: jax.Array, **how: Any) -> jax.Array:
+    def rotate(self, rows: jax.Array, q: jax.Array, **options: Any) -> jax.Array:
         """`orthonormal.rotate_rows` of rows (n, padded), each device on its own columns."""
         if self.mesh is None:
-            return orthonormal.rotate_rows(rows, q, **how)
-        active = how.pop("active", True)
+            return orthonormal.rotate_rows(rows, q, **options)
+        active = options.pop("active", True)
         return jax.shard_map(
-            lambda local, q, active: orthonormal.rotate_rows(local, q, active=active, **how),
+            lambda local, q, active: orthonormal.rotate_rows(local, q, active=active, **options),
             mesh=self.mesh,
             in_specs=(P(None, self.mesh.axis_names), P(), P()),
             out_specs=P(None, self.mesh.axis_names),

@@ -144,7 +144,7 @@ def _lanczos_one(
     products: operator.ProductOptions | None = None,
 ) -> Eigenpairs:
     """`krylov.search` on one point: its pairs come with the residuals of fresh products (under
-    `products`' options, the larger of those and of fresh exact products: `_exact_residuals`)."""
+    `products`' search, the larger of those and of fresh exact products: `_exact_residuals`)."""
     found = krylov.search(point, k, which, ncv, key, tol, runs, progress, products)
     if not np.all(np.isfinite(found.values)):  # a product was not finite
         nan = _nan_result(point, which, k, found.runs, found.num_hvps, tol)
@@ -271,12 +271,12 @@ def eigenpairs(
         the values were found.
     """
     points, listed = point_lib.as_points(point, "eigenpairs")
-    how = settings(points, k, which, dense_below, ncv, key, rtol, max_restarts, fallback_below)
+    search = settings(points, k, which, dense_below, ncv, key, rtol, max_restarts, fallback_below)
     products = operator.product_options("eigenpairs", points, matrix, storage, finite_difference)
-    how = how._replace(products=products)
+    search = search._replace(products=products)
     seen = preconditioning.views(points, preconditioner, "eigenpairs", matrix)
     views = gauss_newton.matrix_points(seen, matrix, "eigenpairs")
-    found = [pairs for pairs, _ in solve(views, listed, k, which, how, progress)]
+    found = [pairs for pairs, _ in solve(views, listed, k, which, search, progress)]
     pairs_of = zip(found, points, strict=True)
     found = [preconditioning.original(gauss_newton.of_point(f, p, matrix), p) for f, p in pairs_of]
     return found if listed else found[0]
@@ -335,28 +335,32 @@ def solve(
     listed: bool,
     k: int,
     which: str,
-    how: Settings,
+    search: Settings,
     progress: Progress,
     epsilons: np.ndarray | None = None,
 ) -> list[tuple[Eigenpairs, np.ndarray | None]]:
     """Each point's Eigenpairs, and where `epsilons` are given, `losses_along` its vectors
     (`escape_directions`' check): dense, or Krylov-Schur with the dense fallback."""
     dim = points[0].num_params
-    if dim <= how.dense_below:
-        reason = f"dense: D = {dim} <= dense_below = {how.dense_below} (dense_below=0 for Lanczos)"
+    if dim <= search.dense_below:
+        reason = (
+            f"dense: D = {dim} <= dense_below = {search.dense_below} (dense_below=0 for Lanczos)"
+        )
         return list(_dense(points, listed, k, which, reason, progress, epsilons))
     dtype = jax.tree.leaves(points[0].params)[0].dtype
-    given = how.ncv is not None
-    ncv = _fitted_ncv(points[0], k, how.ncv or default_ncv(k), given, progress)
-    rtol = lanczos_rtol(dtype) if how.rtol is None else how.rtol
-    if how.rtol is None and how.products.storage:  # the floor of vectors kept so
-        rtol = max(rtol, 2 * float(jnp.finfo(how.products.storage).eps))
-    runs = 5 * (2 * k + 10) if how.max_restarts is None else how.max_restarts
-    reason = f"Lanczos: D = {dim} > dense_below = {how.dense_below}"
+    given = search.ncv is not None
+    ncv = _fitted_ncv(points[0], k, search.ncv or default_ncv(k), given, progress)
+    rtol = lanczos_rtol(dtype) if search.rtol is None else search.rtol
+    if search.rtol is None and search.products.storage:  # the floor of vectors kept so
+        rtol = max(rtol, 2 * float(jnp.finfo(search.products.storage).eps))
+    runs = 5 * (2 * k + 10) if search.max_restarts is None else search.max_restarts
+    reason = f"Lanczos: D = {dim} > dense_below = {search.dense_below}"
     out: list[tuple[Eigenpairs, np.ndarray | None]] = []
     for point in points:
-        found = _lanczos_one(point, k, which, ncv, how.key, rtol, runs, progress, how.products)
-        found = _fallback(found, reason, how.fallback_below, progress)
+        found = _lanczos_one(
+            point, k, which, ncv, search.key, rtol, runs, progress, search.products
+        )
+        found = _fallback(found, reason, search.fallback_below, progress)
         losses = None
         if epsilons is not None and found.finite:  # the second program of escape_directions
             directions = rows_like(point.params, found.flat_vectors)

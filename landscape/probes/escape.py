@@ -239,11 +239,11 @@ def escape_directions(
         _checks.check_real("tol", tol, low=0, meaning="an absolute eigenvalue threshold")
     steps = _check_epsilons(epsilons)
     k = min(6, points[0].num_params) if k is None else k
-    how = eigen_lib.settings(
+    search = eigen_lib.settings(
         points, k, "smallest", dense_below, ncv, key, rtol, None, eigen_lib.FALLBACK_BELOW
     )
     both = np.concatenate([steps, -steps])
-    found = eigen_lib.solve(points, listed, k, "smallest", how, progress, both)
+    found = eigen_lib.solve(points, listed, k, "smallest", search, progress, both)
     results = [
         _escape_one(pairs, pairs.gradient or gradient.gradient_at(pairs.point), tol, steps, losses)
         for pairs, losses in found

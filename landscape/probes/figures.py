@@ -89,9 +89,9 @@ def plot_slice(
         ax.plot([alpha], [beta], "o", color="red", markeredgecolor="k", markersize=6)
         label = _short(other.name, "point") + (f" (off plane {off:.2g})" if off > 1e-9 else "")
         ax.annotate(label, (alpha, beta), fontsize=7, color="white")
-    how = "" if result.normalize is None else f", {result.normalize}-normalised"
-    ax.set_xlabel(f"α (u{how})")
-    ax.set_ylabel(f"β (v{how})")
+    normalised = "" if result.normalize is None else f", {result.normalize}-normalised"
+    ax.set_xlabel(f"α (u{normalised})")
+    ax.set_ylabel(f"β (v{normalised})")
     ax.set_title(result.point.name, fontsize=8)
     return _finished(ax, made)
 

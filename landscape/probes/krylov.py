@@ -89,15 +89,15 @@ def search(
     the data a product); its products as `products` say (`operator.ProductOptions`)."""
     objective, inputs = point.shared
     objective = operator.with_options(objective, products)
-    call, spread = data.of([point], False, "eigenpairs").searcher(advance, progress)
+    call, lay = data.of([point], False, "eigenpairs").searcher(advance, progress)
     dim, dtype = point.num_params, np.dtype(jax.tree.leaves(point.params)[0].dtype)
     settings = krylov_schur.Settings(k, min(ncv - k, dim + 1), dim, which, rtol, max_runs)
-    padded = dim if spread is None else spread.padded
-    where = None if spread is None else spread.sharding(1)
+    padded = dim if lay is None else lay.padded
+    where = None if lay is None else lay.sharding(1)
     held = [jax.device_put(np.zeros((k + settings.rows, padded), dtype), where)]
 
     def on_device(plan: Plan) -> Outcome:
-        held[0], outcome = call(objective, point.params, inputs, held[0], plan, key, which, spread)
+        held[0], outcome = call(objective, point.params, inputs, held[0], plan, key, which, lay)
         return outcome._replace(  # the decisions' numbers, alike in every process
             **{f: trees.host(x) for f, x in outcome._asdict().items() if f != "gradient"}
         )
@@ -111,7 +111,7 @@ def search(
             state.products, np.nan, np.full(dim, np.nan, dtype), state.check_products,
         )  # fmt: skip
     values, residuals, order = krylov_schur.ordered(settings, state)
-    found, gradient = _in_ravel_order(held[0], outcome.gradient, k, spread)
+    found, gradient = _in_ravel_order(held[0], outcome.gradient, k, lay)
     return Found(
         values.astype(dtype), found[order], residuals.astype(dtype), state.low, state.high,
         state.converged, state.runs, state.products, float(outcome.loss), gradient,

@@ -134,7 +134,7 @@ class Eigenpairs:
     def describe(self, rtol: float | None = None) -> str:
         """Method, scale, each value with its residual, the multiplicities and convergence."""
         dim = self.flat_vectors.shape[1]
-        how = (
+        method_text = (
             "dense (numpy eigh of the exact Hessian)"
             if self.method == "dense"
             else f"thick-restarted Lanczos with deflation on exact HVPs ({self.runs} runs, "
@@ -143,7 +143,7 @@ class Eigenpairs:
         lines = [
             f"Eigenpairs{' of the Gauss-Newton matrix' * (self.matrix == 'ggn')} at "
             f"{self.point.name or '<unnamed point>'}  (D = {dim}, "
-            f"{self.values.dtype}): the {self.values.size} {self.which}, {how}",
+            f"{self.values.dtype}): the {self.values.size} {self.which}, {method_text}",
         ] + [f"  method: {self.reason}"] * bool(self.reason)
         if not self.finite:
             return "\n".join(lines + ["  non-finite Hessian-vector products: no eigenpairs."])

@@ -152,12 +152,12 @@ class SliceResult:
         cosine = flat_u @ flat_v / (np.linalg.norm(flat_u) * np.linalg.norm(flat_v))
         low = np.unravel_index(np.argmin(self.losses), self.losses.shape)
         high = np.unravel_index(np.argmax(self.losses), self.losses.shape)
-        how = "unnormalised" if self.normalize is None else f"{self.normalize}-normalised"
+        directions = "unnormalised" if self.normalize is None else f"{self.normalize}-normalised"
         lines = [
             f"2-D slice at {self.point.name or '<unnamed point>'}: loss at point + α u + β v",
             f"  α in [{self.alphas.min():.4g}, {self.alphas.max():.4g}] ({self.alphas.size}), "
             f"β in [{self.betas.min():.4g}, {self.betas.max():.4g}] ({self.betas.size})",
-            f"  directions {how}: |u| = {np.linalg.norm(flat_u):.4g}, "
+            f"  directions {directions}: |u| = {np.linalg.norm(flat_u):.4g}, "
             f"|v| = {np.linalg.norm(flat_v):.4g}, cos(u, v) = {cosine:.3g}",
             f"  loss at the point {self.center_loss:.10g}",
             f"  grid min {self.losses[low]:.6g} at (α, β) = ({self.alphas[low[0]]:.4g}, "

@@ -197,7 +197,7 @@ class Streamed:
             zero = np.zeros((), vectors.dtype)
             carry, v = _krylov_begin(vectors, plan, key, zero)
             passes = None
-            while bool(carry.going):
+            while bool(carry.product_due):
                 passes = self.sums(objective, np.asarray(v)[None])
                 carry, v = _krylov_step(carry, plan, key, v, passes[2][0], which)
                 done()

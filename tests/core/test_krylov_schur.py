@@ -59,7 +59,7 @@ class Search:
         self.plans.append(plan)
         point = (jnp.zeros(()), jnp.zeros(self.settings.dim))
         carry = _begin(self.vectors, plan, KEY, point, ONE)
-        while bool(carry.going):
+        while bool(carry.product_due):
             v = _next_vector(plan, carry)
             product = self.matrix @ np.asarray(v)
             self.products += 1
