@@ -18,6 +18,7 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from landscape import trees
 from landscape.core.layout import Layout
 from landscape.point import Point
 from landscape.probes import operator
@@ -294,15 +295,25 @@ def batch_losses_along(
 def rows_like(params: PyTree, rows: np.ndarray) -> PyTree:
     """rows (N, D) in `ravel_pytree`'s order as a pytree like the params with leaves (N, ...),
     each put as its parameter lies over a mesh (the leading axis whole; split on the host)."""
-    leaves, treedef = jax.tree.flatten(params)
-    out, offset = [], 0
-    for leaf in leaves:
-        size = int(np.prod(np.shape(leaf)))
-        part = rows[:, offset : offset + size].reshape((rows.shape[0], *np.shape(leaf)))
-        offset += size
+    return _placed_as(params, trees.unravel_rows(params, rows))
+
+
+def stacked_like(params: PyTree, vectors: list[PyTree]) -> PyTree:
+    """Pytrees like the params stacked on a leading axis, each leaf put as its parameter lies
+    over a mesh (a leaf already there stacked on its devices)."""
+
+    def stack(*leaves: Any) -> Any:
+        return jnp.stack(leaves) if trees.spread(leaves[0]) else np.stack(leaves)
+
+    return _placed_as(params, jax.tree.map(stack, *vectors))
+
+
+def _placed_as(params: PyTree, stacked: PyTree) -> PyTree:
+    def place(part: Any, leaf: Any) -> Any:
         sharding = getattr(leaf, "sharding", None)
         if isinstance(sharding, NamedSharding) and sharding.mesh.size > 1:
             spec = PartitionSpec(None, *sharding.spec)
-            part = jax.device_put(part, NamedSharding(sharding.mesh, spec))
-        out.append(part)
-    return jax.tree.unflatten(treedef, out)
+            return jax.device_put(part, NamedSharding(sharding.mesh, spec))
+        return part
+
+    return jax.tree.map(place, stacked, params)

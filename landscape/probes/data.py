@@ -58,10 +58,11 @@ class Memory:
         return self.point.shared
 
     def value_and_gradient(self) -> tuple[np.ndarray, PyTree]:
-        """(loss, gradient pytree) as numpy, a leading axis for a list of points."""
+        """(loss, gradient pytree), a leading axis for a list of points: numpy, a leaf over
+        several devices kept there (`trees.kept`)."""
         arguments = compiled.arguments(self.points, self.listed)
         loss, tree = compiled.value_and_grad(*arguments, batched=self.listed)
-        return np.asarray(loss), jax.tree.map(np.asarray, tree)
+        return np.asarray(loss), trees.kept(tree)
 
     def product_tree(self, objective: Objective, v: PyTree, eps: float | None) -> PyTree:
         """H v for v shaped like the params (by central differences at `eps`)."""
@@ -107,7 +108,7 @@ class Memory:
         check()
         inputs = self.point.shared[1]
         found = _tridiagonal(objective, self.point.params, inputs, key, num_iters, self.layout)
-        return (*(np.asarray(x) for x in found[:3]), jax.tree.map(np.asarray, found[3]))
+        return (*(np.asarray(x) for x in found[:3]), trees.kept(found[3]))
 
     def slq(
         self, objective: Objective, key: jax.Array, num_probes: int, num_iters: int,

@@ -36,7 +36,7 @@ from landscape.probes.pairs import Eigenpairs as Eigenpairs
 from landscape.probes.pairs import lanczos_rtol as lanczos_rtol
 from landscape.probes.pairs import multiplicity_rtol as multiplicity_rtol
 from landscape.probes.pairs import negative_rtol as negative_rtol
-from landscape.typing import Progress
+from landscape.typing import Progress, PyTree
 
 WHICH = ("largest", "smallest")
 FALLBACK_BELOW = 6000  # hessian_at's max_dense_dim: the largest D a failed search solves densely
@@ -73,7 +73,8 @@ def _certified(
     source = data.of([point], False, "eigenpairs")
     products, losses = source.certify(point.shared[0], flat_vectors, steps)
     residuals = np.linalg.norm(np.asarray(products) - values[:, None] * flat_vectors, axis=1)
-    pairs = _pairs(point, which, values, flat_vectors, residuals, "dense", extremes, gradient)
+    vectors = trees.rows(trees.unravel_rows(point.params, flat_vectors))
+    pairs = _pairs(point, which, values, vectors, residuals, "dense", extremes, gradient)
     return pairs, np.asarray(losses)
 
 
@@ -81,7 +82,7 @@ def _pairs(
     point: Point,
     which: str,
     values: np.ndarray,
-    flat_vectors: np.ndarray,
+    vectors: list[PyTree],
     residuals: np.ndarray,
     method: str,
     extremes: tuple[float, float],
@@ -89,11 +90,10 @@ def _pairs(
     lanczos: tuple[bool, int, int, float] | None = None,
 ) -> Eigenpairs:
     """An Eigenpairs; `lanczos` is (converged, HVPs, runs, tol) for the Lanczos path."""
-    vectors = [trees.unravel_numpy(point.params, v) for v in flat_vectors]
-    converged, num_hvps, runs, tol = lanczos or (True, flat_vectors.shape[1], 0, 0.0)
+    converged, num_hvps, runs, tol = lanczos or (True, point.num_params, 0, 0.0)
     return Eigenpairs(
-        point=point, which=which, values=values, vectors=vectors, flat_vectors=flat_vectors,
-        residuals=residuals, method=method, spectrum_min=extremes[0], spectrum_max=extremes[1],
+        point=point, which=which, values=values, vectors=vectors, residuals=residuals,
+        method=method, spectrum_min=extremes[0], spectrum_max=extremes[1],
         converged=converged, num_hvps=num_hvps, runs=runs, tol=tol, gradient=gradient,
     )  # fmt: skip
 
@@ -149,20 +149,22 @@ def _lanczos_one(
     if not np.all(np.isfinite(found.values)):  # a product was not finite
         nan = _nan_result(point, which, k, found.runs, found.num_hvps, tol)
         return dataclasses.replace(nan, num_hvps_check=found.num_hvps_check)
+    vectors = trees.rows(found.vectors)
     if operator.with_options(point.shared[0], products) is not point.shared[0]:
-        exact = _exact_residuals(point, found.values, found.vectors)
+        exact = _exact_residuals(point, found.values, vectors)
         found = found._replace(residuals=np.maximum(found.residuals, exact))
-    grad = gradient.labelled(point, trees.unravel_numpy(point.params, found.gradient), found.loss)
+    grad = gradient.labelled(point, found.gradient, found.loss)
     pairs = _pairs(
-        point, which, found.values, found.vectors, found.residuals, "lanczos",
+        point, which, found.values, vectors, found.residuals, "lanczos",
         (found.low, found.high), grad, (found.converged, found.num_hvps, found.runs, tol),
     )  # fmt: skip
     return dataclasses.replace(pairs, num_hvps_check=found.num_hvps_check)
 
 
-def _exact_residuals(point: Point, values: np.ndarray, vectors: np.ndarray) -> np.ndarray:
+def _exact_residuals(point: Point, values: np.ndarray, found: list[PyTree]) -> np.ndarray:
     """||H v - λ v|| of each found pair by a fresh exact product (`hvps`), in the pair's dtype."""
     objective, inputs = point.shared
+    vectors = trees.host_rows(found, point.num_params, values.dtype)
     exact = np.asarray(hvps(objective, point.params, inputs, jnp.asarray(vectors)))
     return np.linalg.norm(exact - values[:, None] * vectors, axis=1).astype(values.dtype)
 
@@ -172,10 +174,9 @@ def _nan_result(
 ) -> Eigenpairs:
     dtype = jax.tree.leaves(point.params)[0].dtype
     nan = np.full(k, np.nan, dtype)
-    vectors = np.full((k, point.num_params), np.nan, dtype)
     return Eigenpairs(
-        point, which, nan, [], vectors, nan.copy(), "lanczos", float("nan"), float("nan"),
-        False, num_hvps, runs, tol,
+        point, which, nan, [], nan.copy(), "lanczos", float("nan"), float("nan"), False,
+        num_hvps, runs, tol,
     )  # fmt: skip
 
 
@@ -363,7 +364,7 @@ def solve(
         found = _fallback(found, reason, search.fallback_below, progress)
         losses = None
         if epsilons is not None and found.finite:  # the second program of escape_directions
-            directions = rows_like(point.params, found.flat_vectors)
+            directions = compiled.stacked_like(point.params, found.vectors)
             arguments = (point.params, directions, epsilons)
             losses = data.of([point]).mean_of(compiled.batch_losses_along, arguments)
         out.append((found, losses))
@@ -376,7 +377,7 @@ def _fallback(
     """`found` with its reason, or, when Lanczos did not certify the k values and D <=
     fallback_below, the dense solve in its place, saying why (a cluster of eigenvalues much
     closer together than the spectrum is wide can need more runs than max_restarts allows)."""
-    dim = found.flat_vectors.shape[1]
+    dim = found.point.num_params
     if not found.finite:
         why = (
             f"{reason}; product {found.num_hvps} (of H or G with a vector) was not finite "

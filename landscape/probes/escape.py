@@ -4,13 +4,14 @@ with symmetric differences, which hold off a critical point (notes/landscape_geo
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Sequence
 from typing import Any
 
 import jax
 import numpy as np
 
-from landscape import _checks
+from landscape import _checks, trees
 from landscape import point as point_lib
 from landscape.point import Point
 from landscape.probes import eigen as eigen_lib
@@ -36,12 +37,16 @@ class EscapeDirections:
     tol: float
     tol_rule: str
     values: np.ndarray
-    flat_vectors: np.ndarray
     vectors: list[PyTree]
     residuals: np.ndarray
     epsilons: np.ndarray
     measured: np.ndarray
     predicted: np.ndarray
+
+    @functools.cached_property
+    def flat_vectors(self) -> np.ndarray:
+        """The vectors as rows on the host in `ravel_pytree`'s order (copied when asked)."""
+        return trees.host_rows(self.vectors, self.point.num_params, self.values.dtype)
 
     @property
     def ratios(self) -> np.ndarray:
@@ -87,8 +92,8 @@ class EscapeDirections:
         found = self.values.size > 0
         return results.point_row(
             self.point,
-            self.gradient.vector.size,
-            self.gradient.vector.dtype,
+            self.point.num_params,
+            self.gradient.dtype,
             kind=self.kind().value,
             loss=self.gradient.loss,
             grad_norm=self.gradient.norm,
@@ -117,7 +122,7 @@ class EscapeDirections:
                 f"no negative eigenvalue below -tol = -{self.tol:.3g} among the {shown} "
                 "smallest: no escape direction"
             )
-        at_least = "at least " if n == shown and shown < self.flat_vectors.shape[1] else ""
+        at_least = "at least " if n == shown and shown < self.point.num_params else ""
         count = f"{at_least}{n} negative eigenvalue{'s' * (n != 1)} below -tol = -{self.tol:.3g}"
         if self.eigen.spectrum_max > self.tol:  # a positive eigenvalue exists too
             return f"saddle ({count})"
@@ -129,7 +134,7 @@ class EscapeDirections:
         g, eigen = self.gradient, self.eigen
         lines = [
             f"Escape directions at {eigen.point.name or '<unnamed point>'}  "
-            f"(D = {g.vector.size}, {eigen.method}, {g.vector.dtype})",
+            f"(D = {eigen.point.num_params}, {eigen.method}, {g.dtype})",
             f"  gradient norm  |g| = {g.norm:.3e}  (stationary iff |g| <= "
             f"{results.STATIONARITY_RULE} = {g.stationarity_tol():.3g}); loss {g.loss:.12g}",
             f"  verdict: {self.verdict()}",
@@ -179,7 +184,7 @@ def _escape_one(
     rule = f"max(1e-9, 1000 eps) * spectral scale {eigen.scale:.4g}" if tol is None else "given"
     tol = negative_rtol(dtype) * eigen.scale if tol is None else tol
     negative = np.flatnonzero(eigen.values < -tol) if eigen.finite else np.zeros(0, int)
-    values, flat_vectors = eigen.values[negative], eigen.flat_vectors[negative]
+    values = eigen.values[negative]
     measured = np.zeros((negative.size, epsilons.size), dtype)
     if negative.size and losses is not None:
         chosen = losses[negative]
@@ -192,7 +197,6 @@ def _escape_one(
         tol=float(tol),
         tol_rule=rule,
         values=values,
-        flat_vectors=flat_vectors,
         vectors=[eigen.vectors[i] for i in negative],
         residuals=eigen.residuals[negative],
         epsilons=epsilons,

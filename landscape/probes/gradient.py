@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from landscape import trees
 from landscape.point import (
     BlockName,
     Names,
@@ -37,7 +38,6 @@ from landscape.probes.results import (
     point_row,
     verdict_lines,
 )
-from landscape.trees import ravel_numpy
 from landscape.typing import PyTree
 
 
@@ -47,22 +47,29 @@ class Gradient:
 
     point: Point
     tree: PyTree
-    vector: np.ndarray
     names: Names
     loss: float
 
+    @functools.cached_property
+    def vector(self) -> np.ndarray:
+        """The gradient (D,) on the host in `ravel_pytree`'s order (over a mesh the tree stays
+        on the devices, split as the parameters; this copies it once, when asked)."""
+        return trees.host_rows([self.tree], self.point.num_params, self.dtype)[0]
+
     @property
+    def dtype(self) -> np.dtype:
+        return trees.dtype(self.tree)
+
+    @functools.cached_property
     def norm(self) -> float:
-        return float(np.linalg.norm(self.vector))
+        return trees.norm(self.tree)
 
     @property
     def finite(self) -> bool:
         """The parameters, the loss and every gradient entry are finite numbers (no NaN, no
         inf): a point whose parameters are not is flagged, never judged."""
         return bool(
-            np.isfinite(self.loss)
-            and np.all(np.isfinite(self.vector))
-            and not self.nonfinite_params
+            np.isfinite(self.loss) and trees.all_finite(self.tree) and not self.nonfinite_params
         )
 
     def nonfinite_blocks(self) -> dict[str, str]:
@@ -89,7 +96,7 @@ class Gradient:
     def stationarity_tol(self) -> float:
         """The default bound on |g| for a stationary point: sqrt(eps) * max(1, |L|) in the
         gradient's dtype (1.5e-8 for float64, 3.5e-4 for float32, for a loss of order 1)."""
-        eps = float(np.finfo(self.vector.dtype).eps)
+        eps = float(np.finfo(self.dtype).eps)
         return float(np.sqrt(eps) * max(1.0, abs(self.loss)))
 
     @property
@@ -110,8 +117,8 @@ class Gradient:
         """One row: the point, D, dtype, loss, gradient norm, the stationarity bound, kind."""
         return point_row(
             self.point,
-            self.vector.size,
-            self.vector.dtype,
+            self.point.num_params,
+            self.dtype,
             kind=self.kind().value,
             loss=self.loss,
             grad_norm=self.norm,
@@ -127,7 +134,7 @@ class Gradient:
 
     def describe(self) -> str:
         width = name_width(self.names)
-        lines = header_lines("Gradient", self, self.vector.dtype)
+        lines = header_lines("Gradient", self, self.dtype)
         lines += ["", f"  {'name':<{width}}{'shape':<14}{'norm':>12}"]
         for leaf, s, shape in self.names:
             norm = float(np.linalg.norm(self.vector[s]))
@@ -138,7 +145,7 @@ class Gradient:
         return "\n".join(lines)
 
     def __repr__(self) -> str:
-        return f"Gradient({self.point.name!r}, D={self.vector.size}, norm={self.norm:.3e})"
+        return f"Gradient({self.point.name!r}, D={self.point.num_params}, norm={self.norm:.3e})"
 
 
 def nonfinite_parameters(params: PyTree) -> dict[str, str]:
@@ -181,8 +188,9 @@ def gradient_at(point: PointOrPoints) -> Gradient | list[Gradient]:
 
 
 def labelled(point: Point, tree: PyTree, loss: Any) -> Gradient:
-    """The `Gradient` of a loss and gradient pytree found at `point`, labelled by its names."""
-    return Gradient(point, tree, ravel_numpy(tree), param_names(point.params), float(loss))
+    """The `Gradient` of a loss and gradient pytree found at `point`, labelled by its names:
+    its leaves kept where they lie (`trees.kept`)."""
+    return Gradient(point, trees.kept(tree), param_names(point.params), float(loss))
 
 
 def hvp(
@@ -255,7 +263,7 @@ def hvp_flat(
     _, source, objective, eps = _product_site(
         point, matrix, finite_difference, preconditioner, "hvp_flat"
     )
-    x0 = ravel_numpy(point.params)  # the point's own params, with a preconditioner too
+    x0 = trees.ravel_numpy(point.params)  # the point's own params, with a preconditioner too
 
     def matvec(v: Any) -> jax.Array:
         shape = np.shape(v)

@@ -8,13 +8,11 @@ once the search takes long, and returns what it found in `ravel_pytree`'s order.
 from __future__ import annotations
 
 import functools
-import math
 import time
 from collections.abc import Callable
 from typing import NamedTuple
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from landscape import trees
@@ -56,11 +54,13 @@ LONG_SECONDS = 10.0  # a search prints a line per run once it has taken this lon
 class Found(NamedTuple):
     """What a search found: the k pairs, most wanted first, each with its exact residual
     (certified when `converged`), the extreme Ritz values seen, the runs and products, the
-    point's loss and flat gradient; `num_hvps_check` of the products (in `num_hvps` too) went
-    to the multiplicity check, the fresh phases begun with the k pairs locked."""
+    point's loss and gradient; `num_hvps_check` of the products (in `num_hvps` too) went
+    to the multiplicity check, the fresh phases begun with the k pairs locked. The vectors
+    (stacked on a leading axis) and the gradient are pytrees like the parameters: numpy on one
+    device, over a mesh left on the devices as the parameters lie (`trees.kept`)."""
 
     values: np.ndarray
-    vectors: np.ndarray
+    vectors: PyTree
     residuals: np.ndarray
     low: float
     high: float
@@ -68,7 +68,7 @@ class Found(NamedTuple):
     runs: int
     num_hvps: int
     loss: float
-    gradient: np.ndarray
+    gradient: PyTree
     num_hvps_check: int = 0
 
 
@@ -106,16 +106,17 @@ def search(
     state, outcome = krylov_schur.drive(settings, on_device, dtype, report)
     if not state.finite:  # NaN pairs, with the runs and products made
         nan = np.full(k, np.nan, dtype)
+        nans = trees.unravel_rows(point.params, np.full((k, dim), np.nan, dtype))
         return Found(
-            nan, np.full((k, dim), np.nan, dtype), nan, np.nan, np.nan, False, state.runs,
-            state.products, np.nan, np.full(dim, np.nan, dtype), state.check_products,
+            nan, nans, nan, np.nan, np.nan, False, state.runs, state.products, np.nan,
+            trees.unravel_numpy(point.params, np.full(dim, np.nan, dtype)), state.check_products,
         )  # fmt: skip
     values, residuals, order = krylov_schur.ordered(settings, state)
-    found, gradient = _in_ravel_order(held[0], outcome.gradient, k, lay)
+    found, gradient = _as_parameters(held[0], outcome.gradient, k, lay, point.params)
     return Found(
-        values.astype(dtype), found[order], residuals.astype(dtype), state.low, state.high,
-        state.converged, state.runs, state.products, float(outcome.loss), gradient,
-        state.check_products,
+        values.astype(dtype), jax.tree.map(lambda x: x[order], found), residuals.astype(dtype),
+        state.low, state.high, state.converged, state.runs, state.products,
+        float(outcome.loss), gradient, state.check_products,
     )  # fmt: skip
 
 
@@ -139,24 +140,23 @@ def _reporter(
     return after
 
 
-def _in_ravel_order(
-    vectors: jax.Array, gradient: jax.Array, k: int, layout: Layout | None
-) -> tuple[np.ndarray, np.ndarray]:
-    """The locked rows (k, D) and the gradient (D,) on the host in `ravel_pytree`'s order: as
-    they are on one device; over a mesh unflattened on the devices first (`_unflattened`),
-    then copied to the host a leaf at a time into one array (the rows held once, not twice)."""
+def _as_parameters(
+    vectors: jax.Array, gradient: jax.Array, k: int, layout: Layout | None, params: PyTree
+) -> tuple[PyTree, PyTree]:
+    """The locked rows as a pytree stacked on a leading axis (k, ...) and the gradient as a
+    pytree, both like the parameters: on one device unravelled on the host; over a mesh
+    unflattened on the devices (`_unflattened`) and left there, split as the parameters."""
     if layout is None:
-        return np.asarray(vectors)[:k], np.asarray(gradient)
-    stacked = jax.tree.leaves(_unflattened(vectors, gradient, k, layout))
-    sizes = [math.prod(leaf.shape[1:]) for leaf in stacked]
-    flat = np.empty((k + 1, sum(sizes)), np.result_type(*(leaf.dtype for leaf in stacked)))
-    for leaf, start, size in zip(stacked, np.cumsum([0, *sizes]), sizes, strict=False):
-        flat[:, start : start + size] = trees.host(leaf).reshape(k + 1, size)
-    return flat[:k], flat[k]
+        return trees.unravel_rows(params, np.asarray(vectors)[:k]), trees.unravel_numpy(
+            params, np.asarray(gradient)
+        )
+    rows, grad = _unflattened(vectors, gradient, k, layout)
+    return trees.kept(rows), trees.kept(grad)
 
 
 @functools.partial(jax.jit, static_argnames=("k", "layout"))
-def _unflattened(vectors: jax.Array, gradient: jax.Array, k: int, layout: Layout) -> PyTree:
-    """The locked rows and the gradient as pytrees stacked on a leading axis (k + 1, ...)."""
-    rows = jnp.concatenate([vectors[:k], gradient[None]])
-    return jax.vmap(layout.from_flat)(rows)
+def _unflattened(
+    vectors: jax.Array, gradient: jax.Array, k: int, layout: Layout
+) -> tuple[PyTree, PyTree]:
+    """The locked rows as a pytree stacked on a leading axis (k, ...), and the gradient."""
+    return jax.vmap(layout.from_flat)(vectors[:k]), layout.from_flat(gradient)

@@ -106,7 +106,7 @@ class Spectrum(Ends):
         tol = self.tolerance(tol)
         return point_row(
             self.point,
-            self.gradient.vector.size,
+            self.point.num_params,
             self.ritz_values.dtype,
             kind=kind.value,
             matrix=self.matrix,
@@ -147,7 +147,7 @@ class Spectrum(Ends):
 
     def __repr__(self) -> str:
         return (
-            f"Spectrum({self.point.name!r}, D={self.gradient.vector.size}, "
+            f"Spectrum({self.point.name!r}, D={self.point.num_params}, "
             f"iterations={self.ritz_values.size}, "
             f"λ in [{self.lambda_min:.4g}, {self.lambda_max:.4g}])"
         )

@@ -5,11 +5,12 @@ by (docs/design/curvature.md, "Tolerances")."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 import numpy as np
 
-from landscape import _checks
+from landscape import _checks, trees
 from landscape.point import Point
 from landscape.probes import gradient, results
 from landscape.typing import PyTree
@@ -56,13 +57,14 @@ class Eigenpairs:
     `converged` is False when Lanczos stopped at max_restarts before certifying the k values.
     `num_hvps_check` of the `num_hvps` products went to the multiplicity check (Lanczos: the
     fresh start, once the k pairs are locked, that looks for a missed copy of a locked value).
+    `vectors` are pytrees like the parameters (over a mesh, split as they are); `flat_vectors`
+    their host copy.
     """
 
     point: Point
     which: str
     values: np.ndarray
     vectors: list[PyTree]
-    flat_vectors: np.ndarray
     residuals: np.ndarray
     method: str
     spectrum_min: float
@@ -75,6 +77,13 @@ class Eigenpairs:
     reason: str = ""  # why this method: D against dense_below, or the dense fallback's cause
     matrix: str = "hessian"  # or "ggn": the Gauss-Newton matrix's eigenpairs
     num_hvps_check: int = 0  # of num_hvps, the multiplicity check's (Lanczos)
+
+    @functools.cached_property
+    def flat_vectors(self) -> np.ndarray:
+        """The vectors as rows (k, D) on the host in `ravel_pytree`'s order. Over a mesh
+        `vectors` stay on the devices, split as the parameters; this copies them once, when
+        asked."""
+        return trees.host_rows(self.vectors, self.point.num_params, self.values.dtype)
 
     @property
     def scale(self) -> float:
@@ -98,7 +107,7 @@ class Eigenpairs:
         finite = self.finite and self.values.size > 0
         return results.point_row(
             self.point,
-            self.flat_vectors.shape[1],
+            self.point.num_params,
             self.values.dtype,
             which=self.which,
             k=self.values.size,
@@ -133,7 +142,7 @@ class Eigenpairs:
 
     def describe(self, rtol: float | None = None) -> str:
         """Method, scale, each value with its residual, the multiplicities and convergence."""
-        dim = self.flat_vectors.shape[1]
+        dim = self.point.num_params
         method_text = (
             "dense (numpy eigh of the exact Hessian)"
             if self.method == "dense"

@@ -197,7 +197,7 @@ def header_lines(kind: str, gradient: Any, dtype: DTypeLike) -> list[str]:
     if expected is not None:
         loss_line += f"   (expected {expected:.12g}, difference {gradient.loss - expected:.2e})"
     return [
-        f"{kind} at {point.name or '<unnamed point>'}  (D = {gradient.vector.size}, {dtype})",
+        f"{kind} at {point.name or '<unnamed point>'}  (D = {point.num_params}, {dtype})",
         loss_line,
         f"  gradient norm  {gradient.norm:.3e}",
         "",

@@ -51,6 +51,21 @@ for name, point in (("one", one), ("split", split)):
         hvp=[np.asarray(x).ravel()[:8].tolist() for x in jax.tree.leaves(
             landscape.hvp(point)(landscape.trees.unravel_numpy(point.params, w)))],
     )
+# the results stay where the parameters lie: each eigenvector's and gradient's leaf split as
+# its parameter (a copy on the host only when flat_vectors or vector is read)
+top = landscape.eigenpairs(split, 3, "largest", dense_below=0, progress=None)
+def laid_as_params(tree):
+    return [isinstance(x, jax.Array) and x.sharding.is_equivalent_to(params[k].sharding, x.ndim)
+            for k, x in tree.items()]
+out["kept"] = dict(
+    vectors=[laid_as_params(v) for v in top.vectors],
+    gradient=laid_as_params(top.gradient.tree),
+    gradient_at=laid_as_params(landscape.gradient_at(split).tree),
+    escape=[laid_as_params(v) for v in landscape.escape_directions(
+        split, k=2, dense_below=0, progress=None).eigen.vectors],
+    copied="flat_vectors" in vars(top), norm=top.gradient.norm,
+    host_norm=float(np.linalg.norm(top.gradient.vector)),
+)
 # a list of split points: one at a time in their layout, the split point's program serving all
 scaled = one.with_params({k: v * 1.1 for k, v in one.params.items()})
 scaled_split = scaled.with_params(
@@ -214,6 +229,17 @@ def test_the_probes_on_a_split_model_give_one_devices_numbers(eight_devices):
         assert max(abs(a - b) for a, b in zip(flat, other, strict=True)) <= 1e-4 * max(
             map(abs, flat)
         )
+
+
+def test_a_split_models_vectors_and_gradients_stay_on_its_devices(eight_devices):
+    """Eigenvectors and gradients come back as pytrees split as the parameters lie, nothing of
+    size D copied to the host until `flat_vectors` or `vector` is read."""
+    kept = eight_devices["kept"]
+    assert kept["vectors"] == [[True] * 6] * 3
+    assert kept["gradient"] == kept["gradient_at"] == [True] * 6
+    assert kept["escape"] == [[True] * 6] * 2
+    assert not kept["copied"]
+    assert abs(kept["norm"] - kept["host_norm"]) <= 1e-6 * kept["host_norm"]
 
 
 def test_a_list_of_split_points_is_probed_in_their_layout(eight_devices):
