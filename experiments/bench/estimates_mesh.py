@@ -2,7 +2,8 @@
 device over 8 emulated CPU devices, compiled only: `blocks.product_bytes` for a product, with
 `eigen.lanczos_search_bytes` for the search's program (ncv = 20) and `three_term.vector_bytes`
 for the three-vector SLQ's (`--slq`), on the peers MLP (64 -> h -> h -> 10, 512 examples) over
-data 2 x model 4 (hidden weights split over model) and data 8 (every block replicated).
+data 2 x model 4 (hidden weights split over model) and data 8 (every block replicated), the
+blocks replicated over the data axis held whole by each replica or split among them.
 
     XLA_FLAGS=--xla_force_host_platform_device_count=8 \\
         python -m experiments.bench.estimates_mesh --width=4472
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import argparse
 
-from experiments.bench.estimates_mesh_rows import meshes, row, slq_row
+from experiments.bench.estimates_mesh_rows import LAYOUTS, meshes, row, slq_row
 
 
 def main() -> None:
@@ -27,18 +28,21 @@ def main() -> None:
     args = parser.parse_args()
     if args.slq:
         print(
-            "| mesh | D | vectors | SLQ three: estimate | XLA | ratio |\n|---|---|---|---|---|---|"
+            "| mesh | layout | D | vectors | SLQ three: estimate | XLA | ratio |\n"
+            "|---|---|---|---|---|---|---|"
         )
         for name in meshes():
-            for storage in (None, "bfloat16"):
-                print(slq_row(args.width, name, storage), flush=True)
+            for mode in LAYOUTS:
+                for storage in (None, "bfloat16"):
+                    print(slq_row(args.width, name, mode, storage), flush=True)
         return
     print(
-        "| mesh | D | product: estimate | XLA | ratio | search: estimate | XLA | ratio |\n"
-        "|---|---|---|---|---|---|---|---|"
+        "| mesh | layout | D | product: estimate | XLA | ratio | search: estimate | XLA | ratio |\n"
+        "|---|---|---|---|---|---|---|---|---|"
     )
     for name in meshes():
-        print(row(args.width, name, not args.no_search), flush=True)
+        for mode in LAYOUTS:
+            print(row(args.width, name, mode, not args.no_search), flush=True)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from landscape.probes import blocks, eigen, krylov, operator, spectra
 
 MB = 2**20
 NCV, K = 20, 5
+DEFAULT_HOLD = layout_lib.HOLD_VECTORS
 
 
 @functools.partial(jax.jit, static_argnames=("objective", "layout"))
@@ -44,9 +45,15 @@ def _analysis(program: Any) -> Any:
     return analysis
 
 
-def _placed(width: int, name: str) -> tuple[Any, dict[str, jax.Array], Any]:
+LAYOUTS = ("held", "split")  # blocks replicated over the data axis held whole, or split
+
+
+def _placed(width: int, name: str, mode: str) -> tuple[Any, dict[str, jax.Array], Any]:
     """The peers MLP of hidden width `width` with its leaves placed on mesh `name`: the point,
-    its placed parameters and the flat vectors' layout over that mesh."""
+    its placed parameters and the flat vectors' layout over that mesh, its blocks replicated
+    over the data axis held or split (`mode`; `layout.holding` decides it by the numbers)."""
+    layout_lib._HOLDING.clear()
+    layout_lib.HOLD_VECTORS = DEFAULT_HOLD if mode == "held" else 10**15
     one = peers.mlp_point(peers_data.mlp_arrays(width))
     mesh, specs = meshes()[name]
     params = {
@@ -58,16 +65,16 @@ def _placed(width: int, name: str) -> tuple[Any, dict[str, jax.Array], Any]:
     return point, params, lay
 
 
-def row(width: int, name: str, search: bool) -> str:
+def row(width: int, name: str, mode: str, search: bool) -> str:
     """One table row: the product's estimate and XLA's count (temporaries and output), and the
     search's (its vectors, temporaries and what it does not write in place), in MB a device."""
-    point, params, lay = _placed(width, name)
+    point, params, lay = _placed(width, name, mode)
     objective, inputs = point.shared
     v = jax.ShapeDtypeStruct((lay.padded,), jnp.float32, sharding=lay.sharding())
     made = _analysis(_product.lower(objective, params, inputs, v, lay))
     xla = made.temp_size_in_bytes + made.output_size_in_bytes
     estimate = blocks.product_bytes(point, devices=lay.devices)
-    cells = [name, f"{point.num_params:.3g}", f"{estimate / MB:.0f}", f"{xla / MB:.0f}"]
+    cells = [name, mode, f"{point.num_params:.3g}", f"{estimate / MB:.0f}", f"{xla / MB:.0f}"]
     cells.append(f"{estimate / xla:.2f}")
     if search:
         settings = krylov_schur.Settings(K, NCV - K, point.num_params, "largest", 1e-5, 10)
@@ -84,10 +91,10 @@ def row(width: int, name: str, search: bool) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
-def slq_row(width: int, name: str, storage: str | None) -> str:
+def slq_row(width: int, name: str, mode: str, storage: str | None) -> str:
     """One row for the three-vector SLQ's program (`spectra.slq_block`, one probe of 30 steps,
     the flat vectors of a mesh): its estimate and XLA's temporaries and output, MB a device."""
-    point, params, lay = _placed(width, name)
+    point, params, lay = _placed(width, name, mode)
     objective, inputs = point.shared
     indices = np.zeros(1, np.int32)
     program = spectra.slq_block.lower(
@@ -98,5 +105,5 @@ def slq_row(width: int, name: str, storage: str | None) -> str:
     xla = made.temp_size_in_bytes + made.output_size_in_bytes
     kept = three_term.vector_bytes(point.num_params, 4, "three", 30, storage)
     estimate = blocks.product_bytes(point, kept, lay.devices)
-    cells = [name, f"{point.num_params:.3g}", storage or "float32", f"{estimate / MB:.0f}"]
+    cells = [name, mode, f"{point.num_params:.3g}", storage or "float32", f"{estimate / MB:.0f}"]
     return "| " + " | ".join([*cells, f"{xla / MB:.0f}", f"{estimate / xla:.2f}"]) + " |"

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from jax.sharding import Mesh
-
 from landscape.core import orthonormal
+from landscape.core.layout import Layout
 
 SKETCH, EXACT, REST = 0, 1, 2  # the stages: sketch the range, its exact part, the rest
 
@@ -24,15 +23,15 @@ def split(num_probes: int, method: str) -> tuple[int, int]:
     return rank, num_probes - 2 * rank
 
 
-def range_basis(sketch: Array, mesh: Mesh | None = None) -> Array:
+def range_basis(sketch: Array, layout: Layout | None = None) -> Array:
     """Orthonormal rows Q spanning the sketch's rows H g by Householder QR (a range of lower
-    rank than the sketch gets orthonormal rows all the same); over a `mesh` whose devices hold
-    the rows' columns, by TSQR, unless the model is so small that a device holds fewer columns
-    than there are rows."""
+    rank than the sketch gets orthonormal rows all the same); over a mesh whose devices hold
+    the rows' columns (`layout`), by TSQR, unless the model is so small that a device holds
+    fewer columns than there are rows."""
     rank, length = sketch.shape
-    if mesh is None or rank > length // mesh.size:
+    if layout is None or layout.mesh is None or not layout.axes or rank > length // layout.slices:
         return orthonormal.qr_rows(sketch)
-    return orthonormal.tsqr_rows(sketch, mesh)
+    return orthonormal.tsqr_rows(sketch, layout.mesh, layout.axes)
 
 
 def projected(range_: Array, probes: Array) -> Array:

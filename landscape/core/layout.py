@@ -23,7 +23,7 @@ from jax.flatten_util import ravel_pytree
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from landscape.core import orthonormal
+from landscape.core import memory, orthonormal
 from landscape.core.batches import Ragged
 from landscape.typing import PyTree
 
@@ -35,7 +35,9 @@ class Layout:
 
     mesh: None on one device. specs: each leaf's PartitionSpec over the mesh. shapes, dtypes:
     the leaves'. treedef: the params' structure. data: the mesh axes over which a dataset's
-    batches split their examples (`data_axes`; empty: none, or `inputs=`)."""
+    batches split their examples (`data_axes`; empty: none, or `inputs=`). held: mesh axes
+    over which every leaf is replicated and the flat vector too, each of their devices holding
+    its blocks whole, so a product gathers nothing over them (`holding`)."""
 
     treedef: Any
     shapes: tuple[tuple[int, ...], ...]
@@ -43,6 +45,7 @@ class Layout:
     mesh: Mesh | None = None
     specs: tuple[P, ...] = ()
     data: tuple[str, ...] = ()
+    held: tuple[str, ...] = ()
 
     # ------------------------------------------------------------------------- sizes
 
@@ -55,6 +58,17 @@ class Layout:
     def devices(self) -> int:
         return 1 if self.mesh is None else self.mesh.size
 
+    @property
+    def axes(self) -> tuple[str, ...]:
+        """The mesh axes the flat vector is split over (all but the `held` ones)."""
+        assert self.mesh is not None
+        return tuple(name for name in self.mesh.axis_names if name not in self.held)
+
+    @property
+    def slices(self) -> int:
+        """The distinct slices of the flat vector: the devices over its `axes` (1: one device)."""
+        return 1 if self.mesh is None else _copies(self.mesh, self.axes)
+
     def _local_shape(self, shape: tuple[int, ...], spec: P) -> tuple[int, ...]:
         """A leaf's block on one device."""
         assert self.mesh is not None
@@ -65,10 +79,10 @@ class Layout:
         return tuple(local)
 
     def _shared_by(self, spec: P) -> tuple[str, ...]:
-        """The mesh axes over which a leaf's block is replicated (the ones its spec leaves out)."""
-        assert self.mesh is not None
+        """The flat vector's axes over which a leaf's block is replicated (the ones its spec
+        leaves out): its devices split the block among them."""
         used = {name for names in spec for name in _names(names)}
-        return tuple(name for name in self.mesh.axis_names if name not in used)
+        return tuple(name for name in self.axes if name not in used)
 
     def _part(self, shape: tuple[int, ...], spec: P) -> int:
         """The length of a device's part of a leaf's block: the block split among the devices
@@ -83,17 +97,35 @@ class Layout:
         return sum(self._part(s, p) for s, p in zip(self.shapes, self.specs, strict=True))
 
     @property
+    def gathered(self) -> int:
+        """The entries of a vector a device gathers to unflatten it: each block its flat slice
+        splits among devices (replicated over a flat axis), whole."""
+        return sum(
+            math.prod(self._local_shape(shape, spec))
+            for shape, spec in zip(self.shapes, self.specs, strict=True)
+            if self._shared_by(spec)
+        )
+
+    @property
+    def largest_whole(self) -> int:
+        """The entries of the largest leaf every device holds whole (its spec splits it over
+        no mesh axis); 0 if none."""
+        whole = [math.prod(s) for s, p in zip(self.shapes, self.specs, strict=True) if not any(p)]
+        return max(whole, default=0)
+
+    @property
     def padded(self) -> int:
-        """The flat vector's length: D on one device, devices x `local` over a mesh (the parts'
-        padding zero)."""
-        return self.dim if self.mesh is None else self.devices * self.local
+        """The flat vector's length: D on one device, `slices` x `local` over a mesh (the
+        parts' padding zero)."""
+        return self.dim if self.mesh is None else self.slices * self.local
 
     def sharding(self, leading: int = 0) -> NamedSharding | None:
         """The sharding of a (..., padded) array of flat vectors with `leading` axes before
-        the flat one: the flat axis split over every mesh axis; None on one device."""
+        the flat one: the flat axis split over `axes` (replicated over the held ones); None on
+        one device."""
         if self.mesh is None:
             return None
-        return NamedSharding(self.mesh, P(*([None] * leading), self.mesh.axis_names))
+        return NamedSharding(self.mesh, P(*([None] * leading), self.axes or None))
 
     def divides(self) -> bool:
         """Whether every leaf splits evenly over the mesh axes its spec names."""
@@ -134,12 +166,10 @@ class Layout:
         if self.mesh is None:
             return orthonormal.rotate_rows(rows, q, **options)
         active = options.pop("active", True)
-        return jax.shard_map(
+        return self._mapped(
             lambda local, q, active: orthonormal.rotate_rows(local, q, active=active, **options),
-            mesh=self.mesh,
-            in_specs=(P(None, self.mesh.axis_names), P(), P()),
-            out_specs=P(None, self.mesh.axis_names),
-            check_vma=False,
+            (P(None, self.axes), P(), P()),
+            P(None, self.axes),
         )(rows, q, jnp.asarray(active))
 
     # ------------------------------------------------------------------------- the maps
@@ -149,27 +179,26 @@ class Layout:
         if self.mesh is None:
             return ravel_pytree(tree)[0]
         leaves = jax.tree.leaves(tree)
-        return jax.shard_map(
-            self._local_to_flat,
-            mesh=self.mesh,
-            in_specs=(list(self.specs),),
-            out_specs=P(self.mesh.axis_names),
-            check_vma=False,
-        )(leaves)
+        return self._mapped(self._local_to_flat, (list(self.specs),), P(self.axes))(leaves)
 
     def from_flat(self, flat: jax.Array) -> PyTree:
         """The pytree of a flat vector (traceable), each leaf sharded as its parameter."""
         if self.mesh is None:
             shapes = [jax.ShapeDtypeStruct(s, self.dtype) for s in self.shapes]
             return ravel_pytree(jax.tree.unflatten(self.treedef, shapes))[1](flat)
-        leaves = jax.shard_map(
-            self._local_from_flat,
-            mesh=self.mesh,
-            in_specs=(P(self.mesh.axis_names),),
-            out_specs=list(self.specs),
-            check_vma=False,
-        )(flat)
+        leaves = self._mapped(self._local_from_flat, (P(self.axes),), list(self.specs))(flat)
         return jax.tree.unflatten(self.treedef, leaves)
+
+    def _mapped(self, f: Any, in_specs: Any, out_specs: Any) -> Any:
+        """`f` on each device's blocks: a shard_map manual over the flat vector's `axes` (the
+        held ones left to XLA, which keeps them alike, so no transpose sums over them), or
+        `f` itself where every axis is held (the flat vector whole on each device)."""
+        if not self.axes:
+            return f
+        return jax.shard_map(
+            f, mesh=self.mesh, in_specs=in_specs, out_specs=out_specs,
+            axis_names=set(self.axes), check_vma=False,
+        )  # fmt: skip
 
     def _local_to_flat(self, blocks: list[jax.Array]) -> jax.Array:
         parts = []
@@ -229,7 +258,30 @@ def of(params: PyTree) -> Layout:
     layout = Layout(treedef, shapes, dtype, mesh, tuple(s.spec for s in named))
     if not layout.divides():  # uneven shards: the flat vector of ravel_pytree, gathered
         return Layout(treedef, shapes, dtype)
-    return layout
+    return holding(layout)
+
+
+HOLD_VECTORS = 32  # a default search's basis (20), its restart's block and a step's work, with room
+_HOLDING: dict[Layout, Layout] = {}
+
+
+def holding(layout: Layout) -> Layout:
+    """`layout`, holding whole the blocks over the mesh axes every leaf is replicated over (a
+    data-parallel axis) when HOLD_VECTORS flat vectors so held fit the memory policy's budget,
+    else splitting them among their devices (docs/guide/split_model.md, "Held or split"). A
+    split block is all-gathered inside every product: (c - 1) / c of it received by each of
+    its c devices, and held whole for the product's length; held, each vector of D costs those
+    bytes for as long as the probe keeps it, and a product gathers nothing. Decided once per
+    layout in a process, so a probe's programs and its memory plan see one layout."""
+    assert layout.mesh is not None
+    if layout not in _HOLDING:
+        used = {name for spec in layout.specs for names in spec for name in _names(names)}
+        replicated = tuple(name for name in layout.mesh.axis_names if name not in used)
+        held = dataclasses.replace(layout, held=replicated)
+        need = HOLD_VECTORS * held.local * np.dtype(layout.dtype).itemsize
+        fits = bool(replicated) and need <= memory.budget()
+        _HOLDING[layout] = held if fits else layout
+    return _HOLDING[layout]
 
 
 def spread(params: PyTree, batches: PyTree = None) -> Layout | None:

@@ -34,11 +34,12 @@ def qr_rows(rows: jax.Array | np.ndarray) -> jax.Array | np.ndarray:
     return xp.concatenate([q.T, xp.zeros((count - length, length), rows.dtype)])
 
 
-def tsqr_rows(rows: jax.Array, mesh: Mesh) -> jax.Array:
-    """`qr_rows` of rows (r, n) whose columns lie split over all of `mesh`'s axes, by TSQR: each
-    device's columns by Householder QR on it, the stacked r x r factors by one more, so only
-    the factors (devices x r x r numbers) are gathered."""
-    axes = mesh.axis_names
+def tsqr_rows(rows: jax.Array, mesh: Mesh, axes: tuple[str, ...] | None = None) -> jax.Array:
+    """`qr_rows` of rows (r, n) whose columns lie split over `mesh`'s `axes` (default all; the
+    others hold them alike), by TSQR: each device's columns by Householder QR on it, the
+    stacked r x r factors by one more, so only the factors (devices x r x r numbers) are
+    gathered."""
+    axes = tuple(mesh.axis_names) if axes is None else axes
 
     def local(block: jax.Array) -> jax.Array:
         q, r = jnp.linalg.qr(block.T)  # (local, r), (r, r)
@@ -51,8 +52,9 @@ def tsqr_rows(rows: jax.Array, mesh: Mesh) -> jax.Array:
         return (q @ mine).T
 
     return jax.shard_map(
-        local, mesh=mesh, in_specs=P(None, axes), out_specs=P(None, axes), check_vma=False
-    )(rows)
+        local, mesh=mesh, in_specs=P(None, axes), out_specs=P(None, axes),
+        axis_names=set(axes), check_vma=False,
+    )(rows)  # fmt: skip
 
 
 def rotate_rows(

@@ -20,6 +20,7 @@ import numpy as np
 from jax.sharding import Mesh
 
 from landscape import trees
+from landscape.core import layout as layout_lib
 from landscape.core import memory
 from landscape.point import Point
 from landscape.probes import budget
@@ -58,14 +59,20 @@ def product_bytes(point: Point, vector_bytes: float = 0.0, devices: int = 1) -> 
     loss evaluation (the tangents of the forward and backward passes beside their saved
     residuals), v and H v flat and as pytrees like the parameters, plus `vector_bytes` that the
     probe keeps per vector (a Lanczos basis). Over a mesh of `devices`, a device's: its slice
-    of the flat vectors, of the pytrees what it holds of the parameters (a block replicated
-    over the data axis gathered whole: `device_param_bytes`), the loss's activations counted
-    whole (how XLA splits them is the model's: a row-parallel layer's output lies whole on
-    every device). docs/guide/foundation_scale.md has it against XLA's own count."""
-    flat_bytes = point.num_params * itemsize(point)
-    pytrees = flat_bytes if devices == 1 else device_param_bytes(point)
-    flat = (2.0 * flat_bytes + vector_bytes) / devices
-    return 4.0 * budget.loss_bytes(point) + flat + 2.0 * pytrees
+    of H v flat and of the kept vectors (`Layout.slices`: held axes hold them alike), H v as
+    the parameters lie (`device_param_bytes`), the blocks of v it gathers whole
+    (`Layout.gathered`), once more the largest block it holds whole (its H v is the sum of two
+    products, both alive; a split block's XLA forms in place), and the loss's activations
+    counted whole (how XLA splits them is the model's: a row-parallel layer's output lies
+    whole on every device). docs/guide/foundation_scale.md has it against XLA's own count."""
+    size = itemsize(point)
+    flat_bytes = point.num_params * size
+    if devices == 1:
+        return 4.0 * budget.loss_bytes(point) + 4.0 * flat_bytes + vector_bytes
+    lay = layout_lib.of(point.params)
+    flat = (flat_bytes + vector_bytes) / lay.slices + lay.gathered * size
+    pytrees = device_param_bytes(point) + lay.largest_whole * size
+    return 4.0 * budget.loss_bytes(point) + flat + pytrees
 
 
 def device_param_bytes(point: Point) -> float:

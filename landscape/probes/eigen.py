@@ -187,7 +187,7 @@ def _fitted_ncv(point: Point, k: int, ncv: int, given: bool, progress: Progress)
     gradient each call's linearisation gives as the parameters lie (`device_param_bytes`)."""
     dim, itemsize = point.num_params, blocks.itemsize(point)
     spread = layout_lib.of(point.params)
-    share = spread.padded / spread.devices  # a vector's entries on one device
+    share = spread.padded / spread.slices  # a vector's entries on one device
     free = memory.budget()
     gradient = blocks.device_param_bytes(point) if spread.devices > 1 else 0.0
     room = free - blocks.product_bytes(point, devices=spread.devices) - gradient

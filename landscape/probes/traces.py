@@ -299,9 +299,7 @@ def _orthonormal_range(
     past `rank` (zero, padding) kept zero: Householder's first r rows are those of the sketch's
     first r rows alone."""
     wide = jnp.promote_types(state.range_.dtype, jnp.float32)  # a stored sketch's QR in float32
-    basis = hutchpp.range_basis(state.range_.astype(wide), mesh_of(layout)).astype(
-        state.range_.dtype
-    )
+    basis = hutchpp.range_basis(state.range_.astype(wide), layout).astype(state.range_.dtype)
     if rank is None:
         return state._replace(range_=basis)
     used = (jnp.arange(basis.shape[0]) < rank)[:, None]

@@ -119,6 +119,17 @@ overlaps += hlo_collectives.overlaps(krylov.advance.lower(
     objective, lined, inputs, rows, plan, jax.random.key(0), "largest", flat).compile().as_text())
 out["overlaps"] = overlaps
 out["vectors_per_device"] = vectors.addressable_shards[0].data.shape[1]
+out["held"] = list(layout.of(params).held)
+# the same probes with the blocks split among the data pairs (as when held vectors do not fit)
+layout._HOLDING.clear()
+layout.HOLD_VECTORS, hold = 10**15, layout.HOLD_VECTORS
+apart = one.with_params({k: v + 0 for k, v in params.items()})
+top = landscape.eigenpairs(apart, 3, "largest", dense_below=0, progress=None)
+out["split_apart"] = dict(held=list(layout.of(params).held), top=top.values.tolist(),
+                          trace=landscape.trace(apart, 12, progress=None).value,
+                          vector=np.abs(top.flat_vectors[0]).tolist()[:50])
+layout._HOLDING.clear()
+layout.HOLD_VECTORS = hold
 
 # data parallel: the dataset in 4 batches whose examples split over "data", the model as above
 x, y = one.inputs
@@ -231,6 +242,18 @@ def test_the_probes_on_a_split_model_give_one_devices_numbers(eight_devices):
         )
 
 
+def test_blocks_split_among_the_data_pairs_give_the_same_numbers(eight_devices):
+    """When held vectors would not fit (`layout.holding`), each block replicated over the data
+    axis is split between its two devices and gathered in a product: one device's numbers."""
+    one, apart = eight_devices["one"], eight_devices["split_apart"]
+    assert apart["held"] == []
+    for a, b in zip(one["top"], apart["top"], strict=True):
+        assert abs(a - b) <= 1e-4 * abs(a)
+    assert abs(one["trace"] - apart["trace"]) <= 1e-5 * abs(one["trace"])
+    for a, b in zip(one["vector"], apart["vector"], strict=True):
+        assert abs(a - b) <= 1e-3
+
+
 def test_a_split_models_vectors_and_gradients_stay_on_its_devices(eight_devices):
     """Eigenvectors and gradients come back as pytrees split as the parameters lie, nothing of
     size D copied to the host until `flat_vectors` or `vector` is read."""
@@ -252,9 +275,9 @@ def test_a_list_of_split_points_is_probed_in_their_layout(eight_devices):
     for a, b in zip(found["listed_one"], found["listed_split"], strict=True):
         assert abs(a - b) <= 1e-5 * abs(a)
     assert "tracker.init: params lie split as [None" in found["tracker_mismatch"]
-    assert re.fullmatch(  # 1e12 bytes of vectors, an eighth a device, beside the product's
+    assert re.fullmatch(  # 1e12 bytes of vectors, a quarter a device (the data pairs hold theirs
         r"eigenpairs: one Hessian-vector product of mlp h=96 and its Lanczos vectors needs about "
-        r"125 GB on each of the mesh's 8 devices \(data 2 x model 4\) but 1 MB is free: "
+        r"250 GB on each of the mesh's 8 devices \(data 2 x model 4\) but 1 MB is free: "
         r"ask for a smaller k\.",
         found["refusal"],
     )
@@ -265,7 +288,8 @@ def test_a_list_of_split_points_is_probed_in_their_layout(eight_devices):
 def test_a_split_models_vectors_lie_sharded_and_nothing_of_size_d_is_gathered(eight_devices):
     found = eight_devices
     assert found["devices"] == 8 and found["round_trip"] == 0.0
-    assert found["vectors_per_device"] == found["padded"] // 8  # each device an eighth
+    # the data axis holds its blocks alike (`layout.holding`): each device a quarter, over model
+    assert found["held"] == ["data"] and found["vectors_per_device"] == found["padded"] // 4
     assert found["padded"] - found["D"] < 8 * 64  # the parts' padding is small
     # the search's, the trace's and hvp's programs: no gather of a whole flat vector (D), only of a
     # device's block of a weight over the data axis (it is replicated there, its part split)
@@ -322,10 +346,11 @@ ENTRY %main (x: f32[8], y: f32[16], c: pred[]) -> (f32[8], f32[8], f32[8]) {
 
 def test_the_tracker_keeps_its_vectors_split_and_gives_one_devices_numbers(eight_devices):
     """`tracker(like=params)` inside a jitted step: the same start in every layout, so the same
-    Ritz values (two measurements, the second warm), its kept vectors an eighth a device."""
+    Ritz values (two measurements, the second warm), its kept vectors a quarter a device (the
+    data pairs hold theirs alike)."""
     one, split = np.asarray(eight_devices["tracker_one"]), eight_devices["tracker_split"]
     assert np.max(np.abs(one - split)) <= 1e-4 * np.max(np.abs(one))
-    assert eight_devices["tracker_per_device"] == eight_devices["padded"] // 8
+    assert eight_devices["tracker_per_device"] == eight_devices["padded"] // 4
 
 
 def test_a_dataset_split_over_a_data_axis_gives_one_devices_numbers(eight_devices):
