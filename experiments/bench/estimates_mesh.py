@@ -1,9 +1,8 @@
 """The probes' memory estimates against XLA's own count (`compiled.memory_analysis()`) per
-device over 8 emulated CPU devices, compiled only: `blocks.product_bytes` for a product, with
-`eigen.lanczos_search_bytes` for the search's program (ncv = 20) and `three_term.vector_bytes`
-for the three-vector SLQ's (`--slq`), on the peers MLP (64 -> h -> h -> 10, 512 examples) over
-data 2 x model 4 (hidden weights split over model) and data 8 (every block replicated), the
-blocks replicated over the data axis held whole by each replica or split among them.
+device over 8 emulated CPU devices, compiled only: `blocks.product_bytes`, with the search's
+(`eigen.lanczos_search_bytes`, ncv = 20) or the three-vector SLQ's vectors (`--slq`), on the
+peers MLP (64 -> h -> h -> 10, 512 examples) over data 2 x model 4 (hidden weights split over
+model) and data 8, the blocks replicated over the data axis held whole or split.
 
     XLA_FLAGS=--xla_force_host_platform_device_count=8 \\
         python -m experiments.bench.estimates_mesh --width=4472

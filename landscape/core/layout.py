@@ -1,12 +1,13 @@
 """How a point's parameters lie as one flat vector, the vector every matrix-free probe works on
-(docs/design/curvature.md, "Models over many devices").
+(docs/guide/split_model.md, "What lies where" and "Held or split").
 
 On one device the flat vector is `ravel_pytree`'s. Over a mesh of devices it is laid out so that
 each device's slice holds its own shards: the leaves' local blocks in leaf order, a block that
-several devices hold alike (replicated over some mesh axes) split among them, each device's part
-padded to one length. A probe's vectors then carry the parameters' sharding: a product unflattens
-its vector locally, multiplies (XLA partitions the model as the parameters are partitioned),
-flattens locally; a dot product is local sums and one all-reduce; nothing of size D is gathered.
+several devices hold alike (replicated over some mesh axes) split among them, or, over an axis
+every leaf is replicated over, held whole by each (`holding`), each device's part padded to one
+length. A probe's vectors then carry the parameters' sharding: a product unflattens its vector
+locally, multiplies (XLA partitions the model as the parameters are partitioned), flattens
+locally; a dot product is local sums and one all-reduce; nothing of size D is gathered.
 """
 
 from __future__ import annotations
