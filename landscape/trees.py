@@ -22,14 +22,7 @@ def ravel_numpy(tree: PyTree) -> np.ndarray:
 
 def unravel_numpy(like: PyTree, flat: np.ndarray) -> PyTree:
     """`flat` (D,) in `ravel_pytree` order as a pytree shaped like `like`, with numpy leaves."""
-    leaves, treedef = jax.tree.flatten(like)
-    flat, parts, offset = np.asarray(flat), [], 0
-    for leaf in leaves:
-        shape = np.shape(leaf)
-        size = int(np.prod(shape, dtype=np.int64))
-        parts.append(flat[offset : offset + size].reshape(shape))
-        offset += size
-    return jax.tree.unflatten(treedef, parts)
+    return jax.tree.map(lambda x: x[0, ...], unravel_rows(like, np.asarray(flat)[None]))
 
 
 def spread(x: object) -> bool:

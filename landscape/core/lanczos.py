@@ -131,17 +131,20 @@ def run(
     axis_name: str | None = None,
     project: Project = None,
     storage: DTypeLike | None = None,
+    steps: jax.Array | int | None = None,
 ) -> Lanczos:
-    """`num_iters` steps from `start` in a fori_loop: T's eigenvalues stay eigenvalues of A and
-    Gauss weights stay exact past an exhausted space (beta 0, a fresh direction). Jittable and
-    vmappable with `num_iters` static; keeps V in memory (num_iters x D numbers of `storage`,
-    default start's dtype)."""
+    """`steps` steps (default `num_iters`; traced, at most `num_iters`) from `start` in a
+    fori_loop: T's eigenvalues stay eigenvalues of A and Gauss weights stay exact past an
+    exhausted space (beta 0, a fresh direction). Jittable and vmappable with `num_iters`, the
+    rows kept, static; keeps V in memory (num_iters x D numbers of `storage`, default start's
+    dtype; rows past `steps` stay zero, and so do their alphas and betas)."""
 
     def body(_: jax.Array, state: Lanczos) -> Lanczos:
         product = matvec(current(state).astype(start.dtype))
         return step(state, product, key, axis_name, project)
 
-    return jax.lax.fori_loop(0, num_iters, body, init(start, num_iters, storage))
+    count = num_iters if steps is None else steps
+    return jax.lax.fori_loop(0, count, body, init(start, num_iters, storage))
 
 
 def lanczos(

@@ -46,6 +46,13 @@ def bucket(count: int) -> int:
     return size
 
 
+def basis_rows(num_iters: int, dim: int) -> int:
+    """The rows of a Lanczos basis a program keeps for `num_iters` steps: `bucket`'s size
+    class (a new num_iters of the class compiles nothing; the steps are an argument), at most D
+    and at least num_iters."""
+    return max(num_iters, min(bucket(num_iters), dim))
+
+
 def bucket_below(limit: int) -> int:
     """The largest block size of `bucket`'s sizes that is at most `limit` (>= 1)."""
     size = 1

@@ -104,11 +104,12 @@ class Memory:
         self, objective: Objective, key: jax.Array, num_iters: int, progress: Any, check: Callable
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, PyTree]:
         """(alphas, betas, loss, gradient pytree) of Lanczos from `key`'s start: `lanczos.run`
-        and the gradient in one program, once `check()` (the memory policy's plan) passes."""
-        check()
-        inputs = self.point.shared[1]
-        found = _tridiagonal(objective, self.point.params, inputs, key, num_iters, self.layout)
-        return (*(np.asarray(x) for x in found[:3]), trees.kept(found[3]))
+        and the gradient in one program, once `check()` (the memory policy's plan) passes and
+        gives the basis's rows (num_iters steps an argument)."""
+        rows, inputs, steps = check(), self.point.shared[1], np.int32(num_iters)
+        found = _tridiagonal(objective, self.point.params, inputs, key, steps, rows, self.layout)
+        alphas, betas, loss = (np.asarray(x) for x in found[:3])
+        return alphas[:num_iters], betas[: num_iters - 1], loss, trees.kept(found[3])
 
     def slq(
         self, objective: Objective, key: jax.Array, num_probes: int, num_iters: int,
@@ -164,22 +165,26 @@ def _tridiagonal(
     params: PyTree,
     inputs: PyTree,
     key: jax.Array,
+    steps: jax.Array,
     num_iters: int,
     layout: Layout | None = None,
 ) -> tuple[jax.Array, ...]:
-    """(alphas, betas, loss, gradient pytree): Lanczos and the point's gradient, one program;
-    over a mesh the vectors in `layout` (each device its own shards)."""
+    """(alphas, betas, loss, gradient pytree): `steps` Lanczos steps in a basis of `num_iters`
+    rows (the rest zero) and the point's gradient, one program; over a mesh the vectors in
+    `layout` (each device its own shards)."""
     op = operator.hessian_operator(objective, params, inputs, layout)
     start_key, restart_key = jax.random.split(key)
     start = layout_lib.draw("normal", start_key, params, layout)  # alike in any layout
     storage = operator.options_of(objective).storage  # the basis's dtype (None: start's)
     if layout is None:
         gradient = ravel_pytree(params)[1](op.gradient)
-        run = lanczos.run(op.matvec, start, num_iters, restart_key, storage=storage)
+        run = lanczos.run(op.matvec, start, num_iters, restart_key, storage=storage, steps=steps)
     else:
         gradient = layout.from_flat(op.gradient)
         place = lambda x: layout.clean(layout.place(x))  # noqa: E731  # one draw's projection
-        run = lanczos.run(op.matvec, start, num_iters, restart_key, project=place, storage=storage)
+        run = lanczos.run(
+            op.matvec, start, num_iters, restart_key, project=place, storage=storage, steps=steps
+        )
     found = lanczos.extract(run)
     return found.alphas, found.betas, op.value, gradient
 

@@ -6,7 +6,6 @@ engine's Track share."""
 from __future__ import annotations
 
 import dataclasses
-import functools
 from typing import Any
 
 import jax
@@ -168,7 +167,9 @@ def lanczos_spectrum(
 
     Args:
         point: a `Point`.
-        num_iters: Lanczos steps, capped at D.
+        num_iters: Lanczos steps, capped at D; an argument of the program, whose basis holds
+            num_iters rounded up to a size class (`blocks.basis_rows`: 100 -> 128), so a new
+            num_iters of the class compiles nothing.
         key: the start vector's key (default `jax.random.key(0)`, so repeated calls agree).
         progress: a line with the memory the Lanczos basis takes (num_iters x D numbers, full
             reorthogonalisation) when it is a large share of the free memory (None: silent).
@@ -201,11 +202,16 @@ def lanczos_spectrum(
     key = _checks.key_or_default("key", key)
     num_iters = min(num_iters, point.num_params)
     size = np.dtype(storage).itemsize if storage else blocks.itemsize(point)
-    basis_bytes = num_iters * point.num_params * size
-    check = functools.partial(
-        blocks.plan, point, 1, "lanczos_spectrum", basis_bytes, progress=progress,
-        hint="ask for fewer Lanczos steps (num_iters)", mesh=layout_lib.of(point.params).mesh,
-    )  # fmt: skip
+    rows = blocks.basis_rows(num_iters, point.num_params)
+
+    def check() -> int:
+        """The memory policy's plan for the basis, then its rows."""
+        blocks.plan(
+            point, 1, "lanczos_spectrum", rows * point.num_params * size, progress=progress,
+            hint="ask for fewer Lanczos steps (num_iters)", mesh=layout_lib.of(point.params).mesh,
+        )  # fmt: skip
+        return rows
+
     source = data.of([point], False, "lanczos_spectrum")
     alphas, betas, loss, tree = source.tridiagonal(objective, key, num_iters, progress, check)
     gradient = labelled(point, tree, loss)

@@ -60,10 +60,13 @@ def slq_block(
     layout: Layout | None = None,
     basis: str = "full",
     storage: str | None = None,
+    steps: jax.Array | None = None,
 ) -> tuple[jax.Array, jax.Array]:
-    """(alphas (K, m), betas (K, m - 1)): Lanczos from each probe of `indices` (K,); over a mesh
-    the vectors in `layout`, each run's kept vectors stored as `storage`. `basis="three"`: each
-    run in three vectors of D (`three_term`), with no reorthogonalisation."""
+    """(alphas (K, m), betas (K, m - 1)): Lanczos from each probe of `indices` (K,), `steps`
+    of them (default m = num_iters; with the full basis an argument, its rows past `steps`
+    zero); over a mesh the vectors in `layout`, each run's kept vectors stored as `storage`.
+    `basis="three"`: each run in three vectors of D (`three_term`), num_iters steps, with no
+    reorthogonalisation."""
 
     def body(params: PyTree, inputs: PyTree) -> tuple[jax.Array, jax.Array]:
         op = operator.hessian_operator(objective, params, inputs, layout)
@@ -78,7 +81,7 @@ def slq_block(
         project = None if layout is None else layout.clean
         one = functools.partial(
             lanczos.run, op.matvec, num_iters=num_iters, axis_name="probes", project=project,
-            storage=storage,
+            storage=storage, steps=steps,
         )  # fmt: skip
         runs = jax.vmap(lambda v, k: lanczos.extract(one(v, key=k)), axis_name="probes")
         found = runs(starts, restarts)
@@ -124,8 +127,8 @@ def spectral_density(
         point: a `Point`, or a list of points of one model (one call).
         num_probes: probe vectors, at least 2; not a shape of the compiled program (blocks of
             `blocks.bucket`'s sizes), so a new count of the same block size compiles nothing.
-        num_iters: Lanczos steps per probe, 1 <= num_iters <= D; a shape of the program (a
-            full basis holds num_iters vectors), so a new num_iters compiles a new one.
+        num_iters: Lanczos steps per probe, 1 <= num_iters <= D (full basis: an argument of
+            the program, its rows `blocks.basis_rows`; three vectors: a shape of it).
         key: the probes' key (default `jax.random.key(0)`).
         probe: "rademacher" or "gaussian" (normalised).
         progress: a memory line when the probes must run in blocks, and a line per block once
@@ -205,7 +208,10 @@ def _slq_in_memory(
     spread = None if listed else layout_lib.spread(points[0].params, points[0].batches)
     axis, dim = int(listed), points[0].num_params
     basis = _slq_basis(points[0], basis, num_iters, len(points), traces.mesh_of(spread), storage)
-    kept = three_term.vector_bytes(dim, blocks.itemsize(points[0]), basis, num_iters, storage,
+    # the full basis keeps `basis_rows` rows, its steps an argument; three vectors, num_iters
+    rows = blocks.basis_rows(num_iters, dim) if basis == "full" else num_iters
+    steps = np.int32(num_iters) if basis == "full" else None
+    kept = three_term.vector_bytes(dim, blocks.itemsize(points[0]), basis, rows, storage,
                                    on_pytrees(objective, spread, storage))  # fmt: skip
     plan = blocks.plan(
         points[0], num_probes, "spectral_density", kept, len(points), progress,
@@ -213,10 +219,11 @@ def _slq_in_memory(
     )  # fmt: skip
 
     def block(indices: np.ndarray) -> tuple[jax.Array, jax.Array]:
-        return slq_block(objective, params, inputs, key, indices, num_iters, probe, listed,
-                         spread, basis, storage)  # fmt: skip
+        return slq_block(objective, params, inputs, key, indices, rows, probe, listed,
+                         spread, basis, storage, steps)  # fmt: skip
 
     alphas, betas = blocks.run(plan, block, "spectral_density", progress, axis, "probes")
+    alphas, betas = alphas[..., :num_iters], betas[..., : num_iters - 1]
     return (list(zip(alphas, betas, strict=True)) if listed else [(alphas, betas)]), basis
 
 
@@ -228,7 +235,8 @@ def _slq_basis(
     if basis != "auto":
         return basis
     size = blocks.itemsize(point)
-    full = three_term.vector_bytes(point.num_params, size, "full", num_iters, storage)
+    rows = blocks.basis_rows(num_iters, point.num_params)
+    full = three_term.vector_bytes(point.num_params, size, "full", rows, storage)
     each = points * blocks.product_bytes(point, full, 1 if mesh is None else mesh.size)
     return "full" if each <= memory.budget(memory.device_free_bytes()) else "three"
 

@@ -179,6 +179,17 @@ COUNTS = {
     ),
     "spectral_density": (lambda p, n: landscape.spectral_density(p, n, 10, progress=None), 12, 10),
     "diagonal": (lambda p, n: landscape.diagonal(p, n), 12, 10),
+    # Lanczos steps: a basis of `blocks.basis_rows` rows (20 and 17 steps: 24), steps an argument
+    "lanczos_spectrum, new steps": (
+        lambda p, n: landscape.lanczos_spectrum(p, n, progress=None),
+        20,
+        17,
+    ),
+    "spectral_density, new steps": (
+        lambda p, n: landscape.spectral_density(p, 4, n, progress=None, basis="full"),
+        20,
+        17,
+    ),
     "eigenpairs, a new rtol": (
         lambda p, r: landscape.eigenpairs(p, 3, "largest", dense_below=0, progress=None, rtol=r),
         1e-4,
@@ -190,8 +201,8 @@ COUNTS = {
 @pytest.mark.parametrize("name", list(COUNTS))
 def test_a_new_count_of_probes_compiles_nothing(name):
     """trace(point, 25) after trace(point, 30) is the same program (it compiled again, 45 s on
-    8 emulated devices); so is a new number of SLQ or diagonal probes within one block, and
-    a new tolerance of the search."""
+    8 emulated devices); so is a new number of SLQ or diagonal probes within one block, a new
+    number of Lanczos steps within one basis size, and a new tolerance of the search."""
     (probe, count, other), point = COUNTS[name], _point(0)
     jax.clear_caches()
     probe(point, count)
