@@ -25,7 +25,7 @@ def unravel_numpy(like: PyTree, flat: np.ndarray) -> PyTree:
     return jax.tree.map(lambda x: x[0, ...], unravel_rows(like, np.asarray(flat)[None]))
 
 
-def spread(x: object) -> bool:
+def on_several_devices(x: object) -> bool:
     """Whether `x` is a jax.Array over several devices (a result keeps it where it lies)."""
     return isinstance(x, jax.Array) and len(x.sharding.device_set) > 1
 
@@ -33,7 +33,7 @@ def spread(x: object) -> bool:
 def kept(tree: PyTree) -> PyTree:
     """`tree` as a probe's result holds it: each leaf on one device as numpy, a leaf over
     several devices left there as it lies (copied to the host only when asked: `host`)."""
-    return jax.tree.map(lambda x: x if spread(x) else np.asarray(x), tree)
+    return jax.tree.map(lambda x: x if on_several_devices(x) else np.asarray(x), tree)
 
 
 def rows(stacked: PyTree) -> list[PyTree]:
@@ -61,16 +61,16 @@ def norm(tree: PyTree) -> float:
     """The 2-norm of a pytree as a vector of D: on the host for numpy leaves (numpy's norm of
     the raveled vector); a leaf over several devices summed there."""
     leaves = jax.tree.leaves(tree)
-    if not any(spread(x) for x in leaves):
+    if not any(on_several_devices(x) for x in leaves):
         return float(np.linalg.norm(ravel_numpy(tree)))
-    squares = [jnp.vdot(x, x).real if spread(x) else np.vdot(x, x).real for x in leaves]
+    squares = [jnp.vdot(x, x).real if on_several_devices(x) else np.vdot(x, x).real for x in leaves]
     return float(np.sqrt(sum(float(s) for s in squares)))
 
 
 def all_finite(tree: PyTree) -> bool:
     """Whether every entry of the pytree is finite, each leaf checked where it lies."""
     return all(
-        bool(jnp.isfinite(x).all() if spread(x) else np.isfinite(np.asarray(x)).all())
+        bool(jnp.isfinite(x).all() if on_several_devices(x) else np.isfinite(np.asarray(x)).all())
         for x in jax.tree.leaves(tree)
     )
 

@@ -303,7 +303,7 @@ def stacked_like(params: PyTree, vectors: list[PyTree]) -> PyTree:
     over a mesh (a leaf already there stacked on its devices)."""
 
     def stack(*leaves: Any) -> Any:
-        return jnp.stack(leaves) if trees.spread(leaves[0]) else np.stack(leaves)
+        return jnp.stack(leaves) if trees.on_several_devices(leaves[0]) else np.stack(leaves)
 
     return _placed_as(params, jax.tree.map(stack, *vectors))
 
