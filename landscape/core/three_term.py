@@ -101,8 +101,10 @@ def run(
     start: PyTree,
     num_iters: int,
     storage: DTypeLike | None = None,
+    steps: jax.Array | int | None = None,
 ) -> ThreeTerm:
-    """`num_iters` steps from `start` (an array (D,) or a pytree: `matvec` takes and gives its
+    """`steps` steps (default `num_iters`, the rows of T kept; traced, at most num_iters, the
+    rows past it zero) from `start` (an array (D,) or a pytree: `matvec` takes and gives its
     structure) in a fori_loop of two steps each, an odd last one after it, holding three
     vectors of D. Two steps bring each vector back to the slot of the loop's state it came
     from (the newest written where the oldest was), so XLA keeps the slots in place; a step
@@ -117,8 +119,11 @@ def run(
     def pair(_: jax.Array, state: ThreeTerm) -> ThreeTerm:
         return advanced(advanced(state))
 
-    state = jax.lax.fori_loop(0, num_iters // 2, pair, init(start, num_iters, storage))
-    return advanced(state) if num_iters % 2 else state
+    count = num_iters if steps is None else steps
+    state = jax.lax.fori_loop(0, count // 2, pair, init(start, num_iters, storage))
+    if isinstance(count, int):
+        return advanced(state) if count % 2 else state
+    return jax.lax.cond(count % 2 == 1, advanced, lambda state: state, state)
 
 
 def spurious(alphas: np.ndarray, betas: np.ndarray, tol: float | None = None) -> np.ndarray:

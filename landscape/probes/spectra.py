@@ -63,10 +63,9 @@ def slq_block(
     steps: jax.Array | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     """(alphas (K, m), betas (K, m - 1)): Lanczos from each probe of `indices` (K,), `steps`
-    of them (default m = num_iters; with the full basis an argument, its rows past `steps`
-    zero); over a mesh the vectors in `layout`, each run's kept vectors stored as `storage`.
-    `basis="three"`: each run in three vectors of D (`three_term`), num_iters steps, with no
-    reorthogonalisation."""
+    of them (default m = num_iters; an argument, T's rows past `steps` zero); over a mesh the
+    vectors in `layout`, each run's kept vectors stored as `storage`. `basis="three"`: each run
+    in three vectors of D (`three_term`), with no reorthogonalisation."""
 
     def body(params: PyTree, inputs: PyTree) -> tuple[jax.Array, jax.Array]:
         op = operator.hessian_operator(objective, params, inputs, layout)
@@ -74,7 +73,7 @@ def slq_block(
         starts = _probes(probe_key, indices, probe, params, layout)
         if basis == "three":
             found = runs_in_three_vectors(
-                objective, params, inputs, layout, starts, num_iters, storage, op.matvec
+                objective, params, inputs, layout, starts, num_iters, storage, op.matvec, steps
             )
             return found.alphas, found.betas
         restarts = jax.vmap(lambda i: jax.random.fold_in(restart_key, i))(indices)
@@ -127,8 +126,8 @@ def spectral_density(
         point: a `Point`, or a list of points of one model (one call).
         num_probes: probe vectors, at least 2; not a shape of the compiled program (blocks of
             `blocks.bucket`'s sizes), so a new count of the same block size compiles nothing.
-        num_iters: Lanczos steps per probe, 1 <= num_iters <= D (full basis: an argument of
-            the program, its rows `blocks.basis_rows`; three vectors: a shape of it).
+        num_iters: Lanczos steps per probe, 1 <= num_iters <= D: an argument of the program,
+            which keeps `blocks.basis_rows` rows of T (and of a full basis).
         key: the probes' key (default `jax.random.key(0)`).
         probe: "rademacher" or "gaussian" (normalised).
         progress: a memory line when the probes must run in blocks, and a line per block once
@@ -208,9 +207,8 @@ def _slq_in_memory(
     spread = None if listed else layout_lib.spread(points[0].params, points[0].batches)
     axis, dim = int(listed), points[0].num_params
     basis = _slq_basis(points[0], basis, num_iters, len(points), traces.mesh_of(spread), storage)
-    # the full basis keeps `basis_rows` rows, its steps an argument; three vectors, num_iters
-    rows = blocks.basis_rows(num_iters, dim) if basis == "full" else num_iters
-    steps = np.int32(num_iters) if basis == "full" else None
+    # T (and the full basis) keeps `basis_rows` rows, the steps an argument
+    rows, steps = blocks.basis_rows(num_iters, dim), np.int32(num_iters)
     kept = three_term.vector_bytes(dim, blocks.itemsize(points[0]), basis, rows, storage,
                                    on_pytrees(objective, spread, storage))  # fmt: skip
     plan = blocks.plan(

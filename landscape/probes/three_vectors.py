@@ -50,15 +50,18 @@ def runs_in_three_vectors(
     num_iters: int,
     storage: str | None,
     flat_matvec: Callable[[jax.Array], jax.Array],
+    steps: jax.Array | None = None,
 ) -> Tridiagonal:
-    """Each start's run (K, D) of `num_iters` steps in three vectors: on pytrees where
-    `on_pytrees`, else on the flat vectors through `flat_matvec`."""
+    """Each start's run (K, D) of `steps` steps (default num_iters, T's rows) in three vectors:
+    on pytrees where `on_pytrees`, else on the flat vectors through `flat_matvec`."""
     if not on_pytrees(objective, layout, storage):
-        short = functools.partial(three_term.run, flat_matvec, num_iters=num_iters)
+        short = functools.partial(three_term.run, flat_matvec, num_iters=num_iters, steps=steps)
         return jax.vmap(lambda v: three_term.extract(short(v, storage=storage)))(starts)
     unravel = ravel_pytree(params)[1]
     product = pytree_product(objective, params, inputs)
-    short = functools.partial(three_term.run, product, num_iters=num_iters, storage=storage)
+    short = functools.partial(
+        three_term.run, product, num_iters=num_iters, storage=storage, steps=steps
+    )
     if starts.shape[0] == 1:  # a block of one probe unbatched: vmapped, XLA held 4 bytes more
         return jax.tree.map(lambda x: x[None], three_term.extract(short(unravel(starts[0]))))
     return jax.vmap(lambda v: three_term.extract(short(unravel(v))))(starts)

@@ -190,6 +190,11 @@ COUNTS = {
         20,
         17,
     ),
+    "spectral_density in three vectors, new steps": (
+        lambda p, n: landscape.spectral_density(p, 4, n, progress=None, basis="three"),
+        20,
+        17,
+    ),
     "eigenpairs, a new rtol": (
         lambda p, r: landscape.eigenpairs(p, 3, "largest", dense_below=0, progress=None, rtol=r),
         1e-4,
