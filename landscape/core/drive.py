@@ -24,15 +24,18 @@ def host_lanczos(
     args: tuple,
     num_iters: int,
     static: tuple = (),
+    rows: int | None = None,
 ) -> lanczos.Lanczos:
     """`lanczos.run` with `multiply` (a row (D,) on the host -> its product) in place of matvec,
     from draw(*args, *static) = (the start as a function, the restart key): the same steps, each
     one call of `_advance` (the first draws the start and `init`s the state), so a run is one
-    program; a start (K, D) with K keys runs K runs together, `multiply` taking (K, D)."""
+    program whatever `num_iters` (the basis has `rows` rows, default num_iters; the rows past
+    the steps stay zero); a start (K, D) with K keys runs K runs together, `multiply` taking
+    (K, D)."""
     start = jax.eval_shape(lambda *a: draw(*a, *static)[0](), *args)
-    lead, dtype = start.shape[:-1], start.dtype
-    zeros = np.zeros(lead + (num_iters,), dtype)
-    basis = np.zeros(lead + (num_iters, start.shape[-1]), dtype)
+    lead, dtype, rows = start.shape[:-1], start.dtype, rows or num_iters
+    zeros = np.zeros(lead + (rows,), dtype)
+    basis = np.zeros(lead + (rows, start.shape[-1]), dtype)
     state = lanczos.Lanczos(*jax.device_put((basis, zeros, zeros, np.zeros(lead, np.int32))))
     product = np.zeros(start.shape, dtype)
     for i in range(num_iters + 1):

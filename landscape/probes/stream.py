@@ -16,12 +16,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from landscape.core import drive, krylov_schur_device, lanczos, memory
+from landscape.core import drive, krylov_schur_device, memory
 from landscape.core import layout as layout_lib
 from landscape.core.krylov_schur import Outcome, Plan
 from landscape.core.krylov_schur_device import Carry
 from landscape.core.layout import Layout
 from landscape.point import Point
+from landscape.probes import blocks
 from landscape.probes.compiled import Objective, batch_losses_along, rows_like
 from landscape.probes.datasets import dtype_of, per_batch
 from landscape.trees import ravel_numpy, unravel_numpy
@@ -103,10 +104,13 @@ class Streamed:
             done()
             return passes[2][0]
 
-        state = drive.host_lanczos(multiply, _normal_start, (key, self.point.params), num_iters)
-        found = lanczos.extract(jax.device_get(state))  # numpy: sliced on the host, no program
+        rows = blocks.basis_rows(num_iters, self.point.num_params)
+        arguments = (key, self.point.params)
+        state = drive.host_lanczos(multiply, _normal_start, arguments, num_iters, rows=rows)
+        alphas, betas = (np.asarray(x) for x in jax.device_get((state.alphas, state.betas)))
         gradient = unravel_numpy(self.point.params, passes[1])
-        return np.asarray(found.alphas), np.asarray(found.betas), np.asarray(passes[0]), gradient
+        loss = np.asarray(passes[0])
+        return alphas[:num_iters], betas[: num_iters - 1], loss, gradient
 
     def slq(
         self, objective: Objective, key: jax.Array, num_probes: int, num_iters: int,
@@ -121,7 +125,8 @@ class Streamed:
                 "basis='full' or 'auto' (a stream's runs keep their bases)."
             )
         dim, dtype = self.point.num_params, dtype_of(self.point.params)
-        each = num_iters * dim * np.dtype(dtype).itemsize  # a run's basis
+        rows = blocks.basis_rows(num_iters, dim)
+        each = rows * dim * np.dtype(dtype).itemsize  # a run's basis
         fit = int(memory.budget() // each)
         if fit < 1:
             raise MemoryError(
@@ -129,17 +134,21 @@ class Streamed:
                 "not fit in half the free memory; ask for fewer Lanczos steps (num_iters)."
             )
         groups = math.ceil(num_probes / min(BLOCK, num_probes, fit))
-        group = math.ceil(num_probes / groups)  # equal groups (one program), the last padded
+        # equal groups of a `blocks.bucket` size (one program for the counts of its class),
+        # the last padded
+        group = min(blocks.bucket(math.ceil(num_probes / groups)), BLOCK, fit)
         done = on_each_pass("spectral_density", progress, num_iters * math.ceil(num_probes / group))
         found = []
         for low in range(0, num_probes, group):
             indices = np.arange(low, low + group, dtype=np.int32)  # past num_probes: cut below
             multiply = functools.partial(self.rows, objective, done=done)
             arguments = (key, indices, self.point.params)
-            state = drive.host_lanczos(multiply, _probe_starts, arguments, num_iters, (probe,))
-            found.append([np.asarray(state.alphas), np.asarray(state.betas)[:, :-1]])
+            state = drive.host_lanczos(
+                multiply, _probe_starts, arguments, num_iters, (probe,), rows
+            )
+            found.append([np.asarray(state.alphas), np.asarray(state.betas)])
         alphas, betas = (np.concatenate(parts)[:num_probes] for parts in zip(*found, strict=True))
-        return [(alphas, betas)], "full"
+        return [(alphas[:, :num_iters], betas[:, : num_iters - 1])], "full"
 
     def rows(
         self, objective: Objective, vectors: np.ndarray, done: Callable = lambda: None

@@ -268,9 +268,10 @@ def _plan(
     one_at_a_time: bool = False,
 ) -> blocks.Plan:  # fmt: skip
     """Blocks of `count` products: of the data's own size where it sets one (a stream's pass,
-    `source.block_size`), else what fits the memory policy (`blocks.plan`; products made one
-    at a time in a block, `hvp.each_row` on the CPU, hold one product's memory)."""
-    size = source.block_size and min(source.block_size, count)
+    `source.block_size`, or `blocks.bucket`'s size class of a smaller count), else what fits
+    the memory policy (`blocks.plan`; products made one at a time in a block, `hvp.each_row`
+    on the CPU, hold one product's memory)."""
+    size = source.block_size and min(source.block_size, blocks.bucket(count))
     if not size and not one_at_a_time:
         mesh = mesh_of(source.layout)
         return blocks.plan(source.point, count, caller, 0.0, len(source.points), progress,

@@ -203,12 +203,29 @@ COUNTS = {
 }
 
 
-@pytest.mark.parametrize("name", list(COUNTS))
+# over a stream: a pass's block of products, SLQ's group of runs and a basis of a size class
+STREAMED_COUNTS = {
+    "trace, hutch++, streamed": COUNTS["trace, hutch++"],
+    "trace, hutchinson, streamed": COUNTS["trace, hutchinson"],
+    "lanczos_spectrum, new steps, streamed": COUNTS["lanczos_spectrum, new steps"],
+    "spectral_density, streamed": COUNTS["spectral_density"],
+    "spectral_density, new steps, streamed": (
+        lambda p, n: landscape.spectral_density(p, 4, n, progress=None),
+        20,
+        17,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(COUNTS) + list(STREAMED_COUNTS))
 def test_a_new_count_of_probes_compiles_nothing(name):
     """trace(point, 25) after trace(point, 30) is the same program (it compiled again, 45 s on
     8 emulated devices); so is a new number of SLQ or diagonal probes within one block, a new
-    number of Lanczos steps within one basis size, and a new tolerance of the search."""
-    (probe, count, other), point = COUNTS[name], _point(0)
+    number of Lanczos steps within one basis size, and a new tolerance of the search, on data
+    in memory as over a stream."""
+    streamed = name in STREAMED_COUNTS
+    probe, count, other = (STREAMED_COUNTS if streamed else COUNTS)[name]
+    point = _point(0, streamed=streamed)
     jax.clear_caches()
     probe(point, count)
     with _counted() as at_new_count:
