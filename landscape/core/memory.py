@@ -1,17 +1,36 @@
 """One memory policy for every probe, the tracker and the engine: the memory free for XLA's
-buffers (a device's allocator, or what this process may still take on the CPU) and the share of
-it one call may plan for (`MEMORY_FRACTION`). docs/design/curvature.md, "At the size of real
-models"."""
+buffers (a device's allocator, or what this process may still take on the CPU), the share of
+it one call may plan for (`MEMORY_FRACTION`), and the compiler's memory given back after a long
+compile (`give_back_after_compile`). docs/design/curvature.md, "At the size of real models"."""
 
 from __future__ import annotations
 
+import ctypes
 import math
 import pathlib
 import resource
+from typing import Any
 
 import jax
 
 MEMORY_FRACTION = 0.5  # of the free memory, for the blocks, vectors and evaluations of one call
+# a backend compile at least this long leaves a compiler's worth of freed memory in the C heap
+TRIM_AFTER_SECONDS = 0.5
+COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
+_TRIM = getattr(ctypes.CDLL(None), "malloc_trim", None)  # glibc's; absent elsewhere
+
+
+def give_back_after_compile(event: str, duration: float, **_: Any) -> None:
+    """After a backend compile of TRIM_AFTER_SECONDS or more, the C heap's free pages back to
+    the system (glibc's malloc_trim): XLA frees the 100-250 MB it compiled a search with, but
+    glibc keeps them resident, and vectors of D above its mmap threshold (32 MB) never reuse
+    them, so they added to every large probe's peak (docs/performance.md, "The search's working
+    set"). A JAX monitoring listener, run before the program's first run allocates its buffers."""
+    if event == COMPILE_EVENT and duration >= TRIM_AFTER_SECONDS and _TRIM is not None:
+        _TRIM(0)
+
+
+jax.monitoring.register_event_duration_secs_listener(give_back_after_compile)
 
 
 def budget(free: float | None = None) -> float:

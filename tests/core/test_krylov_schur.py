@@ -141,6 +141,21 @@ def test_an_exhausted_space_gives_every_eigenvalue():
     np.testing.assert_allclose(vectors @ vectors.T, np.eye(6), atol=1e-10)
 
 
+def test_an_exhausted_spaces_direction_is_a_standard_normal_draw_of_its_key():
+    """`hashed_normal`: the first four moments of N(0, 1) to their sampling error at 10^6
+    entries, the same vector for the same key, uncorrelated for another key or a shifted index."""
+    like = jnp.zeros(10**6, jnp.float32)
+    x = np.asarray(device.hashed_normal(KEY, like), np.float64)
+    y = np.asarray(device.hashed_normal(jax.random.fold_in(KEY, 1), like), np.float64)
+    assert x.shape == like.shape
+    np.testing.assert_array_equal(x, np.asarray(device.hashed_normal(KEY, like)))
+    moments = [np.mean(x), np.mean(x**2), np.mean(x**3), np.mean(x**4)]
+    errors = np.abs(np.array(moments) - [0.0, 1.0, 0.0, 3.0]) / np.array([1, 1.4, 3.9, 9.8])
+    assert np.all(errors < 5e-3), errors  # within 5 standard errors (1e-3 x these) each
+    for other in (y, np.roll(x, 1)):
+        assert abs(np.corrcoef(x, other)[0, 1]) < 5e-3
+
+
 def test_a_search_out_of_runs_fills_its_slots_uncertified():
     """max_runs = 1 on a slowly converging spectrum: FILL takes the best Ritz pairs, each with
     its exact residual, and the search is not converged."""
