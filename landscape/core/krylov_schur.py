@@ -378,12 +378,21 @@ def _restart(settings: Settings, state: State, accepted: int) -> State:
             unchanged=True,
             checking=state.checking or complete,
         )
-    kept = min((rows - 1) // 2, rest.shape[1])
+    kept = min(kept_rows(rows), rest.shape[1])
     rotation[:, :kept], rotation[size, kept] = rest[:, :kept], 1.0
     arrow = beta * rest[size - 1, :kept]
     proj[np.arange(kept), np.arange(kept)] = state.theta[accepted : accepted + kept]
     proj[kept, :kept] = proj[:kept, kept] = arrow
     return state._replace(mode=Mode.EXTEND, rotation=rotation, fresh=False, proj=proj, size=kept)
+
+
+KEEP = 0.5  # of a full basis's rows, the Ritz vectors a thick restart keeps
+
+
+def kept_rows(rows: int) -> int:
+    """The Ritz vectors a thick restart of a basis of `rows` rows keeps (the row after them
+    holds the next Lanczos vector): KEEP of the rows before the last."""
+    return int(KEEP * (rows - 1))
 
 
 def rayleigh_ritz(

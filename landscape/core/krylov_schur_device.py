@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from landscape.core import orthonormal
-from landscape.core.krylov_schur import Mode, Outcome, Plan
+from landscape.core.krylov_schur import Mode, Outcome, Plan, kept_rows
 from landscape.core.layout import Layout
 
 _DOT = functools.partial(jnp.matmul, precision=jax.lax.Precision.HIGHEST)
@@ -96,7 +96,7 @@ def _restarted(vectors: jax.Array, k: int, plan: Plan, key: jax.Array, layout: L
     products before it): the seed lies in the earlier phases' Krylov space, and a further copy
     of a locked eigenvalue lies outside it."""
     total, dim = vectors.shape
-    keep = (total - k - 1) // 2 + 1  # a thick restart keeps at most half the basis and its next
+    keep = kept_rows(total - k) + 1  # a thick restart's kept Ritz vectors and the next vector
     vectors = layout.rotate(vectors, plan.q, first=k, keep=keep, active=plan.rotate)
     noise_key = jax.random.fold_in(jax.random.split(key)[1], plan.products)
 
