@@ -65,9 +65,15 @@ def _mb(kilobytes: float) -> float:
     return round(kilobytes / 1024, 1)
 
 
-def _rss_mb() -> float:
-    """The process's peak resident memory so far (Linux: ru_maxrss in kB)."""
-    return _mb(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+def _rss_mb(field: str = "VmHWM") -> float:
+    """The process's peak resident memory so far ("VmHWM"), or its resident memory now
+    ("VmRSS"), from /proc/self/status in kB: ru_maxrss (elsewhere) carries the parent's
+    resident memory at the fork over an exec into the child, so a child lighter than the
+    benchmark's parent would read the parent's."""
+    status = pathlib.Path("/proc/self/status")
+    lines = status.read_text().splitlines() if status.exists() else []
+    found = [line.split()[1] for line in lines if line.startswith(field + ":")]
+    return _mb(float(found[0]) if found else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 
 
 class Ours:
@@ -252,13 +258,13 @@ def measure(
         torch.set_num_threads(int(threads))
     for module in STACKS[framework]:
         importlib.import_module(module)
-    rss_imports_mb = _rss_mb()
+    rss_imports_mb = _rss_mb("VmRSS")
     spent = _compile_listener() if framework in ("ours", "eigsh") else None
     runner = FRAMEWORKS[framework](size, device, _data_folder())
     row: dict[str, Any] = {
         "D": runner.dim,
         "rss_imports_mb": rss_imports_mb,
-        "rss_ready_mb": _rss_mb(),
+        "rss_ready_mb": _rss_mb("VmRSS"),
     }
     t0 = time.perf_counter()
     runner.setup()

@@ -9,7 +9,6 @@ import ctypes
 import math
 import pathlib
 import resource
-from typing import Any
 
 import jax
 
@@ -20,13 +19,13 @@ COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 _TRIM = getattr(ctypes.CDLL(None), "malloc_trim", None)  # glibc's; absent elsewhere
 
 
-def give_back_after_compile(event: str, duration: float, **_: Any) -> None:
+def give_back_after_compile(event: str, duration_secs: float, **_: str | int) -> None:
     """After a backend compile of TRIM_AFTER_SECONDS or more, the C heap's free pages back to
     the system (glibc's malloc_trim): XLA frees the 100-250 MB it compiled a search with, but
     glibc keeps them resident, and vectors of D above its mmap threshold (32 MB) never reuse
     them, so they added to every large probe's peak (docs/performance.md, "The search's working
     set"). A JAX monitoring listener, run before the program's first run allocates its buffers."""
-    if event == COMPILE_EVENT and duration >= TRIM_AFTER_SECONDS and _TRIM is not None:
+    if event == COMPILE_EVENT and duration_secs >= TRIM_AFTER_SECONDS and _TRIM is not None:
         _TRIM(0)
 
 
