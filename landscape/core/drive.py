@@ -1,8 +1,9 @@
 """An algorithm run host-driven: the core's Lanczos (`lanczos.init`, `step`, `extract`, matfree's
-shape) a step a call of one small compiled program, the product brought by the host (a pass
-over a streamed dataset), where `lanczos.run` takes the same steps under one fori_loop. The
-operator's loop over the data (curvlinops' shape) then stays outside the algorithm: the
-streamed `lanczos_spectrum`, SLQ and tracker. docs/design/curvature.md, "One path"."""
+shape), with a full basis or in three vectors (`three_term`), a step a call of one small
+compiled program, the product brought by the host (a pass over a streamed dataset), where
+`lanczos.run` and `three_term.run` take the same steps under one fori_loop. The operator's loop
+over the data (curvlinops' shape) then stays outside the algorithm: the streamed
+`lanczos_spectrum`, SLQ and tracker. docs/design/curvature.md, "One path"."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from landscape.core import lanczos
+from landscape.core import lanczos, three_term
 
 Draw = Callable[..., tuple[Callable[[], jax.Array], jax.Array]]
 
@@ -67,3 +68,33 @@ def _advance(
 
     state = jax.lax.cond(i == 0, begun, stepped)
     return state, (jax.vmap(lanczos.current) if many else lanczos.current)(state)
+
+
+def host_three_term(
+    multiply: Callable[[np.ndarray], np.ndarray],
+    draw: Draw,
+    args: tuple,
+    num_iters: int,
+    static: tuple = (),
+    rows: int | None = None,
+) -> three_term.ThreeTerm:
+    """`three_term.run` with `multiply` in place of matvec, K runs together from draw(*args,
+    *static)'s starts (K, D): `num_iters` steps of one program (`_three_step`) after the one
+    that draws the starts (`_three_begin`), T's rows `rows` (default num_iters), each run
+    holding its last two vectors."""
+    state = _three_begin(draw, args, static, rows or num_iters)
+    for _ in range(num_iters):
+        state = _three_step(state, multiply(np.asarray(state.current)))
+    return state
+
+
+@functools.partial(jax.jit, static_argnames=("draw", "static", "rows"))
+def _three_begin(draw: Draw, args: tuple, static: Any, rows: int) -> three_term.ThreeTerm:
+    """Each run's state before its first step, from the drawn starts (K, D)."""
+    return jax.vmap(lambda v: three_term.init(v, rows))(draw(*args, *static)[0]())
+
+
+@functools.partial(jax.jit, donate_argnames=("state",))
+def _three_step(state: three_term.ThreeTerm, product: jax.Array) -> three_term.ThreeTerm:
+    """Each run's state after the product (K, D) of its current vector."""
+    return jax.vmap(three_term.step)(state, product.astype(state.current.dtype))

@@ -22,6 +22,7 @@ from jax.sharding import Mesh
 from landscape import trees
 from landscape.core import layout as layout_lib
 from landscape.core import memory
+from landscape.core.sizes import bucket, bucket_below
 from landscape.point import Point
 from landscape.probes import budget
 from landscape.typing import Progress
@@ -33,32 +34,6 @@ CPU_BLOCK_BYTES = 2.5e8  # on the CPU a larger block is no faster (docs/performa
 # memory whatever the block: a Hutchinson trace takes this many a block (one of `bucket`'s
 # sizes), each block one linearisation and a progress line
 MAPPED_BLOCK = 24
-
-
-def bucket(count: int) -> int:
-    """The block size for `count` products: the smallest of 1, 2, 3, 4, 6, 8, 12, 16, 24, ...
-    (powers of two and one and a half times them) that holds them, so a block program serves
-    every count of its size class and pads at most a third of its products (25 -> 32)."""
-    size = 1
-    while size < count:
-        power = 1 << (size.bit_length() - 1)  # the largest power of two <= size
-        size = power * 3 // 2 if size == power > 1 else 2 * power
-    return size
-
-
-def basis_rows(num_iters: int, dim: int) -> int:
-    """The rows of a Lanczos basis a program keeps for `num_iters` steps: `bucket`'s size
-    class (a new num_iters of the class compiles nothing; the steps are an argument), at most D
-    and at least num_iters."""
-    return max(num_iters, min(bucket(num_iters), dim))
-
-
-def bucket_below(limit: int) -> int:
-    """The largest block size of `bucket`'s sizes that is at most `limit` (>= 1)."""
-    size = 1
-    while bucket(size + 1) <= limit:
-        size = bucket(size + 1)
-    return size
 
 
 def product_bytes(point: Point, vector_bytes: float = 0.0, devices: int = 1) -> float:

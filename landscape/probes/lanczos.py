@@ -13,7 +13,7 @@ import numpy as np
 
 from landscape import _checks
 from landscape.core import layout as layout_lib
-from landscape.core import ritz
+from landscape.core import ritz, sizes
 from landscape.point import Point, check_point
 from landscape.probes import blocks, data, operator, preconditioning
 from landscape.probes.gradient import Gradient, labelled
@@ -168,7 +168,7 @@ def lanczos_spectrum(
     Args:
         point: a `Point`.
         num_iters: Lanczos steps, capped at D; an argument of the program, whose basis holds
-            num_iters rounded up to a size class (`blocks.basis_rows`: 100 -> 128), so a new
+            num_iters rounded up to a size class (`core.sizes.basis_rows`: 100 -> 128), so a new
             num_iters of the class compiles nothing.
         key: the start vector's key (default `jax.random.key(0)`, so repeated calls agree).
         progress: a line with the memory the Lanczos basis takes (num_iters x D numbers, full
@@ -202,7 +202,7 @@ def lanczos_spectrum(
     key = _checks.key_or_default("key", key)
     num_iters = min(num_iters, point.num_params)
     size = np.dtype(storage).itemsize if storage else blocks.itemsize(point)
-    rows = blocks.basis_rows(num_iters, point.num_params)
+    rows = sizes.basis_rows(num_iters, point.num_params)
 
     def check() -> int:
         """The memory policy's plan for the basis, then its rows."""

@@ -16,7 +16,7 @@ import numpy as np
 from jax.sharding import Mesh
 
 from landscape import _checks
-from landscape.core import lanczos, memory, ritz, three_term
+from landscape.core import lanczos, memory, ritz, sizes, three_term
 from landscape.core import layout as layout_lib
 from landscape.core.layout import Layout
 from landscape.point import Point, as_points, each_point, param_names
@@ -125,9 +125,9 @@ def spectral_density(
     Args:
         point: a `Point`, or a list of points of one model (one call).
         num_probes: probe vectors, at least 2; not a shape of the compiled program (blocks of
-            `blocks.bucket`'s sizes), so a new count of the same block size compiles nothing.
+            `core.sizes.bucket`'s sizes), so a new count of the same block size compiles nothing.
         num_iters: Lanczos steps per probe, 1 <= num_iters <= D: an argument of the program,
-            which keeps `blocks.basis_rows` rows of T (and of a full basis).
+            which keeps `core.sizes.basis_rows` rows of T (and of a full basis).
         key: the probes' key (default `jax.random.key(0)`).
         probe: "rademacher" or "gaussian" (normalised).
         progress: a memory line when the probes must run in blocks, and a line per block once
@@ -208,7 +208,7 @@ def _slq_in_memory(
     axis, dim = int(listed), points[0].num_params
     basis = _slq_basis(points[0], basis, num_iters, len(points), traces.mesh_of(spread), storage)
     # T (and the full basis) keeps `basis_rows` rows, the steps an argument
-    rows, steps = blocks.basis_rows(num_iters, dim), np.int32(num_iters)
+    rows, steps = sizes.basis_rows(num_iters, dim), np.int32(num_iters)
     kept = three_term.vector_bytes(dim, blocks.itemsize(points[0]), basis, rows, storage,
                                    on_pytrees(objective, spread, storage))  # fmt: skip
     plan = blocks.plan(
@@ -233,7 +233,7 @@ def _slq_basis(
     if basis != "auto":
         return basis
     size = blocks.itemsize(point)
-    rows = blocks.basis_rows(num_iters, point.num_params)
+    rows = sizes.basis_rows(num_iters, point.num_params)
     full = three_term.vector_bytes(point.num_params, size, "full", rows, storage)
     each = points * blocks.product_bytes(point, full, 1 if mesh is None else mesh.size)
     return "full" if each <= memory.budget(memory.device_free_bytes()) else "three"
@@ -337,7 +337,7 @@ def diagonal(
 ) -> DiagonalEstimate | list[DiagonalEstimate]:
     """diag(H) by Hutchinson's estimator, the mean of v * Hv over Rademacher probes, in
     memory-bounded blocks of one compiled program (a new `num_probes` of the same block size
-    compiles nothing: `blocks.bucket`).
+    compiles nothing: `core.sizes.bucket`).
 
     Args:
         point: a `Point`, or a list of points of one model.

@@ -16,13 +16,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from landscape.core import drive, krylov_schur_device, memory
+from landscape.core import drive, krylov_schur_device, memory, sizes
 from landscape.core import layout as layout_lib
 from landscape.core.krylov_schur import Outcome, Plan
 from landscape.core.krylov_schur_device import Carry
 from landscape.core.layout import Layout
 from landscape.point import Point
-from landscape.probes import blocks
 from landscape.probes.compiled import Objective, batch_losses_along, rows_like
 from landscape.probes.datasets import dtype_of, per_batch
 from landscape.trees import ravel_numpy, unravel_numpy
@@ -104,7 +103,7 @@ class Streamed:
             done()
             return passes[2][0]
 
-        rows = blocks.basis_rows(num_iters, self.point.num_params)
+        rows = sizes.basis_rows(num_iters, self.point.num_params)
         arguments = (key, self.point.params)
         state = drive.host_lanczos(multiply, _normal_start, arguments, num_iters, rows=rows)
         alphas, betas = (np.asarray(x) for x in jax.device_get((state.alphas, state.betas)))
@@ -117,38 +116,38 @@ class Streamed:
         probe: str, basis: str, progress: Any, whole: Callable,
     ) -> tuple[list[tuple[np.ndarray, np.ndarray]], str]:  # fmt: skip
         """SLQ's probes and Lanczos runs (the stacked form's), a group of runs advanced together
-        a step a pass over the data, each run's basis kept (`whole`, the in-memory blocks,
-        unused); a group's bases (group x m x D) fit half the free memory."""
-        if basis == "three":
-            raise ValueError(
-                "spectral_density: basis='three' is not built for a streamed dataset: give "
-                "basis='full' or 'auto' (a stream's runs keep their bases)."
-            )
+        a step a pass over the data (`whole`, the in-memory blocks, unused): each run's basis
+        kept (basis "full", or "auto" where a group's bases, group x m x D, fit the memory
+        policy), or its last two vectors (`three_term`: "three", or "auto" where not even one
+        basis fits)."""
         dim, dtype = self.point.num_params, dtype_of(self.point.params)
-        rows = blocks.basis_rows(num_iters, dim)
+        rows = sizes.basis_rows(num_iters, dim)
         each = rows * dim * np.dtype(dtype).itemsize  # a run's basis
         fit = int(memory.budget() // each)
-        if fit < 1:
+        if basis == "auto":
+            basis = "full" if fit >= 1 else "three"
+        if basis == "full" and fit < 1:
             raise MemoryError(
                 f"spectral_density: one probe's Lanczos basis ({memory.format_bytes(each)}) does "
-                "not fit in half the free memory; ask for fewer Lanczos steps (num_iters)."
+                "not fit in half the free memory; ask for fewer Lanczos steps (num_iters), or "
+                "basis='three'."
             )
+        fit = fit if basis == "full" else BLOCK
         groups = math.ceil(num_probes / min(BLOCK, num_probes, fit))
-        # equal groups of a `blocks.bucket` size (one program for the counts of its class),
+        # equal groups of a `sizes.bucket` size (one program for the counts of its class),
         # the last padded
-        group = min(blocks.bucket(math.ceil(num_probes / groups)), BLOCK, fit)
+        group = min(sizes.bucket(math.ceil(num_probes / groups)), BLOCK, fit)
         done = on_each_pass("spectral_density", progress, num_iters * math.ceil(num_probes / group))
+        run = drive.host_lanczos if basis == "full" else drive.host_three_term
         found = []
         for low in range(0, num_probes, group):
             indices = np.arange(low, low + group, dtype=np.int32)  # past num_probes: cut below
             multiply = functools.partial(self.rows, objective, done=done)
             arguments = (key, indices, self.point.params)
-            state = drive.host_lanczos(
-                multiply, _probe_starts, arguments, num_iters, (probe,), rows
-            )
+            state = run(multiply, _probe_starts, arguments, num_iters, (probe,), rows)
             found.append([np.asarray(state.alphas), np.asarray(state.betas)])
         alphas, betas = (np.concatenate(parts)[:num_probes] for parts in zip(*found, strict=True))
-        return [(alphas[:, :num_iters], betas[:, : num_iters - 1])], "full"
+        return [(alphas[:, :num_iters], betas[:, : num_iters - 1])], basis
 
     def rows(
         self, objective: Objective, vectors: np.ndarray, done: Callable = lambda: None

@@ -17,7 +17,7 @@ import numpy as np
 from jax.sharding import Mesh
 
 from landscape import trees
-from landscape.core import hutchpp, hvp
+from landscape.core import hutchpp, hvp, sizes
 from landscape.core import layout as layout_lib
 from landscape.core.hutchpp import EXACT, REST, SKETCH
 from landscape.core.layout import Layout
@@ -268,17 +268,17 @@ def _plan(
     one_at_a_time: bool = False,
 ) -> blocks.Plan:  # fmt: skip
     """Blocks of `count` products: of the data's own size where it sets one (a stream's pass,
-    `source.block_size`, or `blocks.bucket`'s size class of a smaller count), else what fits
+    `source.block_size`, or `sizes.bucket`'s size class of a smaller count), else what fits
     the memory policy (`blocks.plan`; products made one at a time in a block, `hvp.each_row`
     on the CPU, hold one product's memory)."""
-    size = source.block_size and min(source.block_size, blocks.bucket(count))
+    size = source.block_size and min(source.block_size, sizes.bucket(count))
     if not size and not one_at_a_time:
         mesh = mesh_of(source.layout)
         return blocks.plan(source.point, count, caller, 0.0, len(source.points), progress,
                            mesh=mesh)  # fmt: skip
     if not size:
         blocks.plan(source.point, 1, caller, 0.0, 1, progress, mesh=mesh_of(source.layout))
-        size = min(blocks.bucket(count), blocks.MAPPED_BLOCK)
+        size = min(sizes.bucket(count), blocks.MAPPED_BLOCK)
     return blocks.Plan(count, size, -(-count // size))
 
 

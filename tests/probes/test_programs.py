@@ -161,7 +161,7 @@ def test_a_probe_compiles_at_most_two_programs_and_none_at_a_new_point(name):
     assert at_new_point[0] == 0, f"{name}: {at_new_point[0]} programs at a new point"
 
 
-# (probe, a count, another count of its block size): `blocks.bucket` makes 25 and 30 products
+# (probe, a count, another count of its block size): `core.sizes.bucket` makes 25 and 30 products
 # blocks of 32 (Hutch++'s stages of 8-10 products blocks of 12), 10 and 12 probes blocks of 12;
 # the search's tolerance is an argument of its program (`krylov_schur.Plan.tol`)
 COUNTS = {
@@ -179,7 +179,7 @@ COUNTS = {
     ),
     "spectral_density": (lambda p, n: landscape.spectral_density(p, n, 10, progress=None), 12, 10),
     "diagonal": (lambda p, n: landscape.diagonal(p, n), 12, 10),
-    # Lanczos steps: a basis of `blocks.basis_rows` rows (20 and 17 steps: 24), steps an argument
+    # Lanczos steps: a basis of `sizes.basis_rows` rows (20 and 17 steps: 24), steps an argument
     "lanczos_spectrum, new steps": (
         lambda p, n: landscape.lanczos_spectrum(p, n, progress=None),
         20,

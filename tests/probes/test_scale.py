@@ -108,7 +108,7 @@ def test_products_run_in_blocks_by_memory_with_progress(model, monkeypatch):
     together = landscape.trace(one, 20, method="hutchinson", progress=None)
     apart = landscape.trace(one, 20, method="hutchinson", progress=lines.append)
     assert lines[0].startswith("trace: 20 products need about")
-    # memory holds 7 at once: blocks of 6, the size class below (`blocks.bucket`), the last padded
+    # memory holds 7 at once: blocks of 6, the size class below (`sizes.bucket`), the last padded
     assert "4 blocks of 6" in lines[0] and "of 20 products" in lines[1]
     assert apart.value == pytest.approx(together.value, rel=1e-6)  # probes by index, not block
 

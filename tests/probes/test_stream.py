@@ -97,6 +97,22 @@ def test_a_stream_is_its_stacked_form(source, chunk, every_probe):
     np.testing.assert_allclose(tree["w2"], np.asarray(expected["w2"]), atol=1e-13)
 
 
+@pytest.mark.parametrize("matrix", ["hessian", "ggn"])
+def test_slq_in_three_vectors_over_a_stream_is_its_stacked_form(matrix):
+    """basis="three" over a stream: the same probes and the same three-term steps as on the
+    stacked batches (four runs advanced together, a pass each step), 12 steps of a D = 42
+    model, so ghosts of converged values are in both; "auto" keeps the bases where they fit."""
+    stacked, streamed = _points(BATCHES)
+    densities = [
+        landscape.spectral_density(p, 4, 12, progress=None, matrix=matrix, basis="three")
+        for p in (stacked, streamed)
+    ]
+    assert [d.basis for d in densities] == ["three", "three"]
+    np.testing.assert_allclose(densities[1].nodes, densities[0].nodes, atol=1e-12)
+    np.testing.assert_allclose(densities[1].weights, densities[0].weights, atol=1e-12)
+    assert landscape.spectral_density(streamed, 4, 12, progress=None).basis == "full"
+
+
 def test_each_product_is_one_pass_over_the_data():
     """Lanczos of 5 steps reads the loader's 6 batches 5 times, the first pass going on from the
     batch read to learn their shapes; a Hutchinson trace of 40 probes in blocks of 16 reads it 3
