@@ -26,18 +26,21 @@ def host_lanczos(
     num_iters: int,
     static: tuple = (),
     rows: int | None = None,
-) -> lanczos.Lanczos:
+    basis: str = "full",
+) -> lanczos.Lanczos | three_term.ThreeTerm:
     """`lanczos.run` with `multiply` (a row (D,) on the host -> its product) in place of matvec,
     from draw(*args, *static) = (the start as a function, the restart key): the same steps, each
     one call of `_advance` (the first draws the start and `init`s the state), so a run is one
     program whatever `num_iters` (the basis has `rows` rows, default num_iters; the rows past
     the steps stay zero); a start (K, D) with K keys runs K runs together, `multiply` taking
-    (K, D)."""
+    (K, D). basis="three": `three_term.run`'s steps (`_three_term`), each run in three vectors."""
+    if basis == "three":
+        return _three_term(multiply, draw, args, num_iters, static, rows or num_iters)
     start = jax.eval_shape(lambda *a: draw(*a, *static)[0](), *args)
     lead, dtype, rows = start.shape[:-1], start.dtype, rows or num_iters
     zeros = np.zeros(lead + (rows,), dtype)
-    basis = np.zeros(lead + (rows, start.shape[-1]), dtype)
-    state = lanczos.Lanczos(*jax.device_put((basis, zeros, zeros, np.zeros(lead, np.int32))))
+    rows_of_d = np.zeros(lead + (rows, start.shape[-1]), dtype)
+    state = lanczos.Lanczos(*jax.device_put((rows_of_d, zeros, zeros, np.zeros(lead, np.int32))))
     product = np.zeros(start.shape, dtype)
     for i in range(num_iters + 1):
         state, row = _advance(state, product, np.int32(i), draw, args, static)
@@ -70,19 +73,12 @@ def _advance(
     return state, (jax.vmap(lanczos.current) if many else lanczos.current)(state)
 
 
-def host_three_term(
-    multiply: Callable[[np.ndarray], np.ndarray],
-    draw: Draw,
-    args: tuple,
-    num_iters: int,
-    static: tuple = (),
-    rows: int | None = None,
+def _three_term(
+    multiply: Callable, draw: Draw, args: tuple, num_iters: int, static: tuple, rows: int
 ) -> three_term.ThreeTerm:
-    """`three_term.run` with `multiply` in place of matvec, K runs together from draw(*args,
-    *static)'s starts (K, D): `num_iters` steps of one program (`_three_step`) after the one
-    that draws the starts (`_three_begin`), T's rows `rows` (default num_iters), each run
-    holding its last two vectors."""
-    state = _three_begin(draw, args, static, rows or num_iters)
+    """K runs in three vectors from the drawn starts (K, D): `num_iters` steps of one program
+    (`_three_step`) after the one that draws the starts (`_three_begin`), T's rows `rows`."""
+    state = _three_begin(draw, args, static, rows)
     for _ in range(num_iters):
         state = _three_step(state, multiply(np.asarray(state.current)))
     return state

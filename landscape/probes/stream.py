@@ -138,13 +138,14 @@ class Streamed:
         # the last padded
         group = min(sizes.bucket(math.ceil(num_probes / groups)), BLOCK, fit)
         done = on_each_pass("spectral_density", progress, num_iters * math.ceil(num_probes / group))
-        run = drive.host_lanczos if basis == "full" else drive.host_three_term
         found = []
         for low in range(0, num_probes, group):
             indices = np.arange(low, low + group, dtype=np.int32)  # past num_probes: cut below
             multiply = functools.partial(self.rows, objective, done=done)
             arguments = (key, indices, self.point.params)
-            state = run(multiply, _probe_starts, arguments, num_iters, (probe,), rows)
+            state = drive.host_lanczos(
+                multiply, _probe_starts, arguments, num_iters, (probe,), rows, basis
+            )
             found.append([np.asarray(state.alphas), np.asarray(state.betas)])
         alphas, betas = (np.concatenate(parts)[:num_probes] for parts in zip(*found, strict=True))
         return [(alphas[:, :num_iters], betas[:, : num_iters - 1])], basis
