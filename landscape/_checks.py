@@ -211,13 +211,6 @@ def refuse_half_precision(caller: str, dtype: Any) -> None:
         )
 
 
-def finite_number(value: Any) -> bool:
-    try:
-        return math.isfinite(float(value))
-    except (TypeError, ValueError):
-        return False
-
-
 def floating_dtype(name: str, value: Any, meaning: str = "") -> np.dtype:
     """`value` as a floating dtype; one sentence naming `name` otherwise (`meaning` says what the
     dtype is for)."""
