@@ -8,7 +8,6 @@ traced by jit/vmap) is always accepted as it is, so sweeps that vmap over a valu
 from __future__ import annotations
 
 import inspect
-import math
 import numbers
 import warnings
 from collections.abc import Collection
