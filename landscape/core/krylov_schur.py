@@ -386,7 +386,9 @@ def _restart(settings: Settings, state: State, accepted: int) -> State:
     return state._replace(mode=Mode.EXTEND, rotation=rotation, fresh=False, proj=proj, size=kept)
 
 
-KEEP = 0.5  # of a full basis's rows, the Ritz vectors a thick restart keeps
+# of a full basis's rows, the Ritz vectors a thick restart keeps (read when a search's program
+# is traced: a new value takes effect in programs traced after it, e.g. after jax.clear_caches)
+KEEP = 0.5
 
 
 def kept_rows(rows: int) -> int:
