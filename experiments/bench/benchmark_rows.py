@@ -379,6 +379,15 @@ def bench_bfloat16_storage(repeats: int, one_by_one: int) -> dict[str, Any]:
     return {"markdown": table.strip()}
 
 
+def bench_product_cost(repeats: int, one_by_one: int) -> dict[str, Any]:
+    """A Hessian-vector product against an Adam training step of the peers MLP at D = 1e4-1e6:
+    the markdown table of `experiments/bench/product_cost.py`, in a fresh process."""
+    del repeats, one_by_one
+    table = _child("product_cost")
+    print(table, flush=True)
+    return {"markdown": table.strip()}
+
+
 def _child(module: str) -> str:
     """What `python -m experiments.bench.<module>` prints, run in a fresh process."""
     command = [sys.executable, "-m", f"experiments.bench.{module}"]
@@ -529,4 +538,5 @@ BENCHMARKS = {
     "paper_sizes": bench_paper_sizes,
     "finite_differences": bench_finite_differences,
     "bfloat16_storage": bench_bfloat16_storage,
+    "product_cost": bench_product_cost,
 }
