@@ -207,8 +207,11 @@ def _slq_in_memory(
     spread = None if listed else layout_lib.spread(points[0].params, points[0].batches)
     axis, dim = int(listed), points[0].num_params
     basis = _slq_basis(points[0], basis, num_iters, len(points), traces.mesh_of(spread), storage)
-    # T (and the full basis) keeps `basis_rows` rows, the steps an argument
-    rows, steps = sizes.basis_rows(num_iters, dim), np.int32(num_iters)
+    # T (and the full basis) keeps `basis_rows` rows, the steps an argument; in three vectors
+    # over CPU devices num_iters of each, its odd last step no conditional (`Layout.cpu_mesh`)
+    static = basis == "three" and spread is not None and spread.cpu_mesh
+    rows = num_iters if static else sizes.basis_rows(num_iters, dim)
+    steps = None if static else np.int32(num_iters)
     kept = three_term.vector_bytes(dim, blocks.itemsize(points[0]), basis, rows, storage,
                                    on_pytrees(objective, spread, storage))  # fmt: skip
     plan = blocks.plan(

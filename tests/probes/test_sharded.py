@@ -43,6 +43,8 @@ for name, point in (("one", one), ("split", split)):
         vector=np.abs(top.flat_vectors[0]).tolist()[:50], grad=top.gradient.vector[:50].tolist(),
         trace=landscape.trace(point, 12, progress=None).value,
         nodes=landscape.spectral_density(point, 2, 8, progress=None).nodes.tolist(),
+        three=landscape.spectral_density(
+            point, 2, 7, progress=None, basis="three").nodes.tolist(),
         lanczos=landscape.lanczos_spectrum(point, 8, progress=None).ritz_values.tolist(),
         diagonal=landscape.diagonal(point, 4).values.tolist(),
         hvp_flat=np.asarray(landscape.hvp_flat(point)[1](w)).tolist()[:50],
@@ -234,7 +236,7 @@ def test_the_probes_on_a_split_model_give_one_devices_numbers(eight_devices):
         assert np.max(np.abs(np.subtract(a, b))) <= 1e-5 * np.max(np.abs(hv))
     diagonal = np.asarray(one["diagonal"])  # the same probes, in ravel_pytree's order
     assert np.max(np.abs(diagonal - split["diagonal"])) <= 1e-5 * np.max(np.abs(diagonal))
-    for name in ("nodes", "lanczos"):
+    for name in ("nodes", "three", "lanczos"):  # "three": SLQ in three vectors, 7 steps
         flat = [x for row in one[name] for x in (row if isinstance(row, list) else [row])]
         other = [x for row in split[name] for x in (row if isinstance(row, list) else [row])]
         assert max(abs(a - b) for a, b in zip(flat, other, strict=True)) <= 1e-4 * max(
