@@ -104,6 +104,6 @@ def slq_row(width: int, name: str, mode: str, storage: str | None) -> str:
     made = _analysis(program)
     xla = made.temp_size_in_bytes + made.output_size_in_bytes
     kept = three_term.vector_bytes(point.num_params, 4, "three", 30, storage)
-    estimate = blocks.product_bytes(point, kept, lay.devices)
+    estimate = blocks.product_bytes(point, kept, lay.devices, three_term.AS_PARAMETERS)
     cells = [name, mode, f"{point.num_params:.3g}", storage or "float32", f"{estimate / MB:.0f}"]
     return "| " + " | ".join([*cells, f"{xla / MB:.0f}", f"{estimate / xla:.2f}"]) + " |"

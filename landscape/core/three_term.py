@@ -25,6 +25,9 @@ from landscape.typing import PyTree
 
 VECTORS = 3  # of D: the last two Lanczos vectors (kept) and the product (made by each step)
 KEPT = 2  # of them beside the product: `previous` and `current`, as stored
+# on flat vectors over a mesh, `current` cut into the leaves for each product: a copy as the
+# parameters lie that XLA keeps through the loop (docs/guide/foundation_scale.md)
+AS_PARAMETERS = 1
 
 
 class ThreeTerm(NamedTuple):

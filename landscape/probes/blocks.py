@@ -36,7 +36,9 @@ CPU_BLOCK_BYTES = 2.5e8  # on the CPU a larger block is no faster (docs/performa
 MAPPED_BLOCK = 24
 
 
-def product_bytes(point: Point, vector_bytes: float = 0.0, devices: int = 1) -> float:
+def product_bytes(
+    point: Point, vector_bytes: float = 0.0, devices: int = 1, as_parameters: int = 0
+) -> float:
     """Bytes one Hessian-vector product of `point` holds at once, estimated: four times one
     loss evaluation (the tangents of the forward and backward passes beside their saved
     residuals), v and H v flat and as pytrees like the parameters, plus `vector_bytes` that the
@@ -46,14 +48,16 @@ def product_bytes(point: Point, vector_bytes: float = 0.0, devices: int = 1) -> 
     (`Layout.gathered`), once more the largest block it holds whole (its H v is the sum of two
     products, both alive; a split block's XLA forms in place), and the loss's activations
     counted whole (how XLA splits them is the model's: a row-parallel layer's output lies
-    whole on every device). docs/guide/foundation_scale.md has it against XLA's own count."""
+    whole on every device), and `as_parameters` more vectors as the parameters lie (a run that
+    cuts its flat vector into the leaves for each product, which XLA keeps through its loop).
+    docs/guide/foundation_scale.md has it against XLA's own count."""
     size = itemsize(point)
     flat_bytes = point.num_params * size
     if devices == 1:
         return 4.0 * budget.loss_bytes(point) + 4.0 * flat_bytes + vector_bytes
     lay = layout_lib.of(point.params)
     flat = (flat_bytes + vector_bytes) / lay.slices + lay.gathered * size
-    pytrees = device_param_bytes(point) + lay.largest_whole * size
+    pytrees = (1 + as_parameters) * device_param_bytes(point) + lay.largest_whole * size
     return 4.0 * budget.loss_bytes(point) + flat + pytrees
 
 
@@ -107,20 +111,22 @@ def plan(
     hint: str = "give the point its data in smaller batches (Point(..., "
     "batches=landscape.batches(data, n)))",
     mesh: Mesh | None = None,
+    as_parameters: int = 0,
 ) -> Plan:
     """Blocks for `count` products of `points` points at once that fit the call's share of the
     free memory (`memory.budget`, and CPU_BLOCK_BYTES on the CPU), each of one of `bucket`'s
     sizes (the last padded): `count` is no shape of the block program; a line through `progress`
     when they must be split by memory or take more than LARGE_SHARE of it, a MemoryError in one
     sentence when not even one product fits. Over a `mesh` the bytes are a device's
-    (`product_bytes`), and the sentence names the mesh."""
+    (`product_bytes`, `as_parameters` its vectors held as the parameters lie), and the
+    sentence names the mesh."""
     if progress is not None and not callable(progress):
         raise TypeError(
             f"{caller}: progress = {progress!r}: must be a function of one line (print) or None."
         )
     free = memory.device_free_bytes() if free is None else free
     devices = 1 if mesh is None else mesh.size
-    each = points * product_bytes(point, vector_bytes, devices)
+    each = points * product_bytes(point, vector_bytes, devices, as_parameters)
     fit = int(memory.budget(free) // max(each, 1.0))
     on_cpu = jax.default_backend() == "cpu"
     fit_cache = max(1, int(CPU_BLOCK_BYTES // max(each, 1.0))) if on_cpu else count
