@@ -33,11 +33,9 @@ class Probe:
     def kept_bytes(self, itemsize: int, storage: str | None = None) -> float:
         if self.k:
             return eigen.lanczos_search_bytes(1, eigen.default_ncv(self.k), itemsize)
-        if self.basis == "three":  # on a node's mesh its flat vectors, the current one cut
-            kept = three_term.vector_bytes(1, itemsize, "three", SLQ_STEPS, storage)
-            return kept + three_term.AS_PARAMETERS * itemsize  # into the leaves as well
-        if self.basis:
-            return three_term.vector_bytes(1, itemsize, self.basis, SLQ_STEPS, storage)
+        if self.basis:  # three vectors on a node's mesh: the current one as the parameters too
+            kept = three_term.vector_bytes(1, itemsize, self.basis, SLQ_STEPS, storage)
+            return kept + (three_term.AS_PARAMETERS * itemsize if self.basis == "three" else 0)
         return 0.0  # a Hutchinson trace keeps its samples, numbers not vectors
 
 
