@@ -7,6 +7,7 @@ stream's passes over its data) drives the same steps, one small program each.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -245,7 +246,8 @@ def hashed_normal(key: jax.Array, like: jax.Array) -> jax.Array:
     bits = _lowbias32(_lowbias32(index + words[0]) ^ words[-1])
     wide = jnp.promote_types(like.dtype, jnp.float32)
     uniform = ((bits >> 8).astype(wide) + 0.5) / float(1 << 24)  # in (0, 1)
-    return (np.sqrt(2.0) * jax.lax.erf_inv(2 * uniform - 1)).astype(like.dtype)
+    # a Python float (weakly typed): the float32 draw is the same with x64 on
+    return (math.sqrt(2.0) * jax.lax.erf_inv(2 * uniform - 1)).astype(like.dtype)
 
 
 def _lowbias32(x: jax.Array) -> jax.Array:

@@ -176,6 +176,8 @@ def test_an_exhausted_spaces_direction_is_a_standard_normal_draw_of_its_key():
     y = np.asarray(device.hashed_normal(jax.random.fold_in(KEY, 1), like), np.float64)
     assert x.shape == like.shape
     np.testing.assert_array_equal(x, np.asarray(device.hashed_normal(KEY, like)))
+    with jax.enable_x64(not jax.config.jax_enable_x64):  # the same draw with x64 on or off
+        np.testing.assert_array_equal(x, np.asarray(device.hashed_normal(KEY, like)))
     moments = [np.mean(x), np.mean(x**2), np.mean(x**3), np.mean(x**4)]
     errors = np.abs(np.array(moments) - [0.0, 1.0, 0.0, 3.0]) / np.array([1, 1.4, 3.9, 9.8])
     assert np.all(errors < 5e-3), errors  # within 5 standard errors (1e-3 x these) each
