@@ -23,7 +23,7 @@ from landscape.probes.results import Curvature, Result
 from landscape.tracking import Measurement, Tracker, TrackerState, tracker
 
 if TYPE_CHECKING:
-    from landscape.probes.datasets import stream
+    from landscape.core.datasets import stream
     from landscape.probes.eigen import Eigenpairs, eigenpairs
     from landscape.probes.escape import EscapeDirections, escape_directions
     from landscape.probes.estimates import DiagonalEstimate, SpectralDensity, TraceEstimate
@@ -59,28 +59,28 @@ ENGINE = (
     "sweeps",
     "training",
 )
-PROBES = {  # name: module of landscape/probes/; loaded on first use, like the papers
-    "spectral_density": "spectra",
-    "trace": "spectra",
-    "diagonal": "spectra",
-    "eigenpairs": "eigen",
-    "escape_directions": "escape",
-    "ggn_at": "gauss_newton",
-    "path": "geometry",
-    "bezier_path": "geometry",
-    "slice_2d": "slices",
-    "random_direction": "geometry",
-    "direction_to": "geometry",
-    "stream": "datasets",
+PROBES = {  # name: its module under landscape/; loaded on first use, like the papers
+    "spectral_density": "probes.spectra",
+    "trace": "probes.spectra",
+    "diagonal": "probes.spectra",
+    "eigenpairs": "probes.eigen",
+    "escape_directions": "probes.escape",
+    "ggn_at": "probes.gauss_newton",
+    "path": "probes.geometry",
+    "bezier_path": "probes.geometry",
+    "slice_2d": "probes.slices",
+    "random_direction": "probes.geometry",
+    "direction_to": "probes.geometry",
+    "stream": "core.datasets",
     # their results
-    "SpectralDensity": "estimates",
-    "TraceEstimate": "estimates",
-    "DiagonalEstimate": "estimates",
-    "Eigenpairs": "eigen",
-    "EscapeDirections": "escape",
-    "GaussNewton": "gauss_newton",
-    "PathResult": "geometry",
-    "SliceResult": "slices",
+    "SpectralDensity": "probes.estimates",
+    "TraceEstimate": "probes.estimates",
+    "DiagonalEstimate": "probes.estimates",
+    "Eigenpairs": "probes.eigen",
+    "EscapeDirections": "probes.escape",
+    "GaussNewton": "probes.gauss_newton",
+    "PathResult": "probes.geometry",
+    "SliceResult": "probes.slices",
 }
 
 
@@ -93,7 +93,7 @@ def __getattr__(name: str) -> Any:
     if name in ENGINE:
         return importlib.import_module(f"landscape.engine.{name}")
     if name in PROBES:
-        return getattr(importlib.import_module(f"landscape.probes.{PROBES[name]}"), name)
+        return getattr(importlib.import_module(f"landscape.{PROBES[name]}"), name)
     raise AttributeError(f"module 'landscape' has no attribute {name!r}")
 
 

@@ -69,9 +69,9 @@ LONGEST_FIRST = (
     "tests/probes/test_sharded.py::test_the_probes_on_a_split_model_give_one_devices_numbers",
     "tests/probes/test_golden.py::test_the_same_answers_are_computed",
     "tests/probes/test_golden.py::test_every_answer_equals_the_golden_file",
-    "tests/probes/test_stream.py::test_a_stream_is_its_stacked_form[a list, the last chunk padded]",
-    "tests/probes/test_stream.py::test_eigenpairs_and_the_dense_probes_over_a_stream_are_the_stacked_forms[hessian]",
-    "tests/probes/test_stream.py::test_eigenpairs_and_the_dense_probes_over_a_stream_are_the_stacked_forms[ggn]",
+    "tests/core/test_stream.py::test_a_stream_is_its_stacked_form[a list, the last chunk padded]",
+    "tests/core/test_stream.py::test_eigenpairs_and_the_dense_probes_over_a_stream_are_the_stacked_forms[hessian]",
+    "tests/core/test_stream.py::test_eigenpairs_and_the_dense_probes_over_a_stream_are_the_stacked_forms[ggn]",
     "tests/docs/test_doc_blocks.py::test_the_blocks_of_a_page_run[README.md]",
 )
 

@@ -30,7 +30,7 @@ from landscape.scan_snap import text
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PROBE_TESTS = (
     "tests/probes/test_curvature.py",
-    "tests/probes/test_compiled.py",
+    "tests/core/test_compiled.py",
     "tests/probes/test_spectra.py",
     "tests/probes/test_eigen.py",
     "tests/probes/test_geometry.py",

@@ -14,9 +14,9 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from experiments.bench import peers, peers_data
-from landscape.core import krylov_schur, three_term
+from landscape.core import blocks, eigen_search, krylov_schur, operator, three_term
 from landscape.core import layout as layout_lib
-from landscape.probes import blocks, eigen, krylov, operator, spectra
+from landscape.probes import eigen, spectra
 
 MB = 2**20
 NCV, K = 20, 5
@@ -81,7 +81,9 @@ def row(width: int, name: str, mode: str, search: bool) -> str:
         plan = krylov_schur.plan(settings, krylov_schur.init(settings), np.dtype(np.float32))
         rows = jax.ShapeDtypeStruct((NCV, lay.padded), jnp.float32, sharding=lay.sharding(1))
         key = jax.random.key(0)
-        program = krylov.advance.lower(objective, params, inputs, rows, plan, key, "largest", lay)
+        program = eigen_search.advance.lower(
+            objective, params, inputs, rows, plan, key, "largest", lay
+        )
         found = _analysis(program)
         unaliased = found.output_size_in_bytes - found.alias_size_in_bytes
         held = NCV * lay.local * 4 + found.temp_size_in_bytes + unaliased

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from experiments.bench import peers, peers_data
-from landscape.probes import operator
+from landscape.core import operator
 
 EPSILONS = tuple(float(f"{10 ** (-k / 2):.0e}") for k in range(15))  # 1, 3e-1, ..., 1e-7
 DIRECTIONS = 3

@@ -47,8 +47,8 @@ def table(dtype: str, directions: int = 3) -> dict:
     from jax.sharding import PartitionSpec as P
 
     from experiments.bench.finite_differences_rows import EPSILONS, relative_error
+    from landscape.core import compiled, operator
     from landscape.core import layout as layout_lib
-    from landscape.probes import compiled, operator
 
     net = model()
     tokens = jax.random.randint(jax.random.key(1), (BATCH, LENGTH + 1), 0, VOCAB)

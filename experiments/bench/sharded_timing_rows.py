@@ -56,7 +56,8 @@ def hvp_loop(point):
 def trace_program(point):
     # the Hutchinson trace's block program as `trace` calls it (its probes one at a time)
     from landscape.core import layout
-    from landscape.probes import blocks, spectra, traces
+    from landscape.core import blocks
+    from landscape.probes import spectra, traces
     lay = layout.spread(point.params)
     zeros = (np.zeros((0, lay.padded if lay else one.num_params), np.float32),
              np.zeros((), np.float32), np.zeros((100,), np.float32))

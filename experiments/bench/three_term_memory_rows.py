@@ -12,8 +12,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from experiments.bench import peers, peers_data
-from landscape.core import layout, three_term
-from landscape.probes import blocks, operator, spectra
+from landscape.core import blocks, layout, operator, three_term
+from landscape.probes import spectra
 
 
 @functools.partial(jax.jit, static_argnames=("objective", "storage"))

@@ -1,7 +1,7 @@
 """A dataset held in memory in batches: `batches(data, batch_size)` stacks it (a `Ragged` pair
 when a short last batch is left), and `mean_over_batches(objective)` is its loss, the mean of
 the per-batch losses weighted by their examples (`mean_over`), which the probes' operator reads
-batch by batch (`landscape.probes.operator`). docs/guide/own_model.md, docs/design/batches.md."""
+batch by batch (`landscape.core.operator`). docs/guide/own_model.md, docs/design/batches.md."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def split(batches: PyTree) -> tuple[PyTree, PyTree | None]:
 
 def streams(data: object) -> bool:
     """Whether `data` is a dataset read a pass at a time (`landscape.stream`: its loops are
-    `landscape.probes.stream.Streamed`'s), not arrays: where the data lives, asked here alone."""
+    `landscape.core.stream.Streamed`'s), not arrays: where the data lives, asked here alone."""
     return bool(getattr(data, "is_stream", False))
 
 
@@ -120,7 +120,7 @@ class MeanOverBatches:
     """objective(params, batch) as the mean over a dataset in batches (`mean_over`: a lax.scan,
     each batch rematerialised, so a gradient holds one batch's activations). The probes read
     `per_batch` to accumulate gradients and Hessian-vector products batch by batch
-    (`landscape.probes.operator`)."""
+    (`landscape.core.operator`)."""
 
     def __init__(self, per_batch: Callable[[PyTree, PyTree], jax.Array]) -> None:
         self.per_batch = per_batch

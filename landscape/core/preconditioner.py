@@ -127,7 +127,7 @@ def _host_or_traced(leaf: object) -> Any:
 class Preconditioned:
     """inner(θ0 + d ⊙ u, inputs) as a function of u, its inputs (inputs, θ0, d) with d = P^{-1/2}
     (traced: one program for every P and θ0): the objective of the probes' view of a point
-    (`probes.preconditioning`), whose Hessian at u = 0 `probes.operator.hessian_operator`
+    (`probes.preconditioning`), whose Hessian at u = 0 `core.operator.hessian_operator`
     multiplies by as d ⊙ H (d ⊙ v), with no pass through the shift."""
 
     def __init__(self, inner: Any) -> None:

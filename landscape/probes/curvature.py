@@ -18,15 +18,14 @@ import numpy as np
 from jax.sharding import Mesh
 
 from landscape import _checks
-from landscape.core import memory
+from landscape.core import compiled, data, memory
+from landscape.core.budget import one_evaluation
 from landscape.point import (
     Point,
     PointOrPoints,
     as_points,
     param_names,
 )
-from landscape.probes import compiled, data
-from landscape.probes.budget import one_evaluation
 from landscape.probes.gradient import labelled
 from landscape.probes.hessian import Hessian
 from landscape.probes.lanczos import Spectrum, lanczos_spectrum

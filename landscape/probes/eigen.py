@@ -2,7 +2,7 @@
 largest or smallest, each with its residual (`escape.py` checks the negative ones at second order).
 
 Dense `eigh` for small D, Krylov-Schur (restarted Lanczos with locking) on exact HVPs above
-(`krylov.py`), falling back to the dense solve when Lanczos does not certify the k values. The
+(`eigen_search.py`), falling back to the dense solve when Lanczos does not certify the k values. The
 method, its stopping rule and its tolerances: docs/design/curvature.md.
 """
 
@@ -18,20 +18,10 @@ import numpy as np
 
 from landscape import _checks, trees
 from landscape import point as point_lib
+from landscape.core import blocks, compiled, data, eigen_search, memory, operator, orthonormal
 from landscape.core import layout as layout_lib
-from landscape.core import memory, orthonormal
 from landscape.point import Point
-from landscape.probes import (
-    blocks,
-    compiled,
-    curvature,
-    data,
-    gauss_newton,
-    gradient,
-    krylov,
-    operator,
-    preconditioning,
-)
+from landscape.probes import curvature, gauss_newton, gradient, preconditioning
 from landscape.probes.pairs import Eigenpairs as Eigenpairs
 from landscape.probes.pairs import lanczos_rtol as lanczos_rtol
 from landscape.probes.pairs import multiplicity_rtol as multiplicity_rtol
@@ -143,9 +133,10 @@ def _lanczos_one(
     progress: Progress = None,
     products: operator.ProductOptions | None = None,
 ) -> Eigenpairs:
-    """`krylov.search` on one point: its pairs come with the residuals of fresh products (under
-    `products`' search, the larger of those and of fresh exact products: `_exact_residuals`)."""
-    found = krylov.search(point, k, which, ncv, key, tol, runs, progress, products)
+    """`eigen_search.search` on one point: its pairs come with the residuals of fresh products
+    (under `products`' search, the larger of those and of fresh exact products:
+    `_exact_residuals`)."""
+    found = eigen_search.search(point, k, which, ncv, key, tol, runs, progress, products)
     if not np.all(np.isfinite(found.values)):  # a product was not finite
         nan = _nan_result(point, which, k, found.runs, found.num_hvps, tol)
         return dataclasses.replace(nan, num_hvps_check=found.num_hvps_check)

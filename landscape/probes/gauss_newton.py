@@ -22,8 +22,9 @@ from jax.flatten_util import ravel_pytree
 from landscape import _checks
 from landscape import point as point_lib
 from landscape.core import batches as batches_lib
+from landscape.core import blocks, compiled, data, operator
 from landscape.point import Point
-from landscape.probes import blocks, compiled, curvature, data, operator, results
+from landscape.probes import curvature, results
 from landscape.typing import PyTree
 
 Outputs = Callable[[PyTree, PyTree], jax.Array]

@@ -19,9 +19,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from landscape import _checks
+from landscape.core import budget, compiled, data
 from landscape.engine import training
 from landscape.point import Point, as_points, param_names
-from landscape.probes import budget, compiled, data
 from landscape.trees import ravel_numpy
 from landscape.typing import PyTree
 

@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from landscape import trees
+from landscape.core import data, operator
 from landscape.point import (
     BlockName,
     Names,
@@ -24,7 +25,7 @@ from landscape.point import (
     each_point,
     param_names,
 )
-from landscape.probes import data, operator, preconditioning
+from landscape.probes import preconditioning
 from landscape.probes.results import (
     NON_FINITE,
     STATIONARITY_RULE,

@@ -12,10 +12,10 @@ import jax
 import numpy as np
 
 from landscape import _checks
+from landscape.core import blocks, data, operator, ritz, sizes
 from landscape.core import layout as layout_lib
-from landscape.core import ritz, sizes
 from landscape.point import Point, check_point
-from landscape.probes import blocks, data, operator, preconditioning
+from landscape.probes import preconditioning
 from landscape.probes.gradient import Gradient, labelled
 from landscape.probes.results import (
     NON_FINITE,

@@ -13,11 +13,11 @@ from typing import Any
 import jax
 import numpy as np
 
+from landscape.core import data
 from landscape.core import preconditioner as preconditioner_lib
 from landscape.core.preconditioner import Preconditioned as Preconditioned
 from landscape.core.preconditioner import preconditioned
 from landscape.point import Point, as_points
-from landscape.probes import data
 
 
 def views(

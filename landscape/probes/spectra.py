@@ -16,18 +16,28 @@ import numpy as np
 from jax.sharding import Mesh
 
 from landscape import _checks
-from landscape.core import lanczos, memory, ritz, sizes, three_term
+from landscape.core import (
+    blocks,
+    compiled,
+    data,
+    lanczos,
+    memory,
+    operator,
+    ritz,
+    sizes,
+    three_term,
+)
 from landscape.core import layout as layout_lib
 from landscape.core.layout import Layout
+from landscape.core.three_vectors import on_pytrees, runs_in_three_vectors
 from landscape.point import Point, as_points, each_point, param_names
-from landscape.probes import blocks, compiled, data, operator, preconditioning, traces
+from landscape.probes import preconditioning, traces
 from landscape.probes.estimates import (
     DiagonalEstimate,
     SpectralDensity,
     TraceEstimate,
     point_dtype,
 )
-from landscape.probes.three_vectors import on_pytrees, runs_in_three_vectors
 from landscape.probes.traces import probes as _probes
 from landscape.probes.uncertainty import (
     mean_and_stderr,

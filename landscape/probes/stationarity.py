@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 
 from landscape import _checks
+from landscape.core import compiled
 from landscape.point import Point
-from landscape.probes import compiled
 from landscape.probes.gradient import Gradient
 from landscape.probes.results import (
     Curvature,

@@ -17,11 +17,10 @@ import numpy as np
 from jax.sharding import Mesh
 
 from landscape import trees
-from landscape.core import hutchpp, hvp, sizes
+from landscape.core import blocks, compiled, hutchpp, hvp, operator, sizes
 from landscape.core import layout as layout_lib
 from landscape.core.hutchpp import EXACT, REST, SKETCH
 from landscape.core.layout import Layout
-from landscape.probes import blocks, compiled, operator
 from landscape.typing import PyTree
 
 

@@ -194,8 +194,8 @@ def test_a_float32_density_reports_float32_and_its_tolerance_and_counts_probes()
     assert "tol = " + f"{row['tol']:.3g}" in density.describe()
     lines = []
     with pytest.MonkeyPatch.context() as patch:  # a block a probe, each past LONG_SECONDS
-        patch.setattr(landscape.probes.blocks, "CPU_BLOCK_BYTES", 1.0)
-        patch.setattr(landscape.probes.blocks, "LONG_SECONDS", -1.0)
+        patch.setattr(landscape.core.blocks, "CPU_BLOCK_BYTES", 1.0)
+        patch.setattr(landscape.core.blocks, "LONG_SECONDS", -1.0)
         again = landscape.spectral_density(point, 4, 5, progress=lines.append)
     assert lines[0].startswith("spectral_density: 1 of 4 probes |") and len(lines) == 3
     np.testing.assert_allclose(again.nodes, density.nodes, atol=1e-6 * scale)  # to rounding

@@ -324,7 +324,7 @@ def _cubic(params, inputs):
 
 
 def test_a_bad_executable_is_replaced_by_a_fresh_compile_and_said(monkeypatch):
-    from landscape.probes import compiled
+    from landscape.core import compiled
 
     point = Point({"x": jnp.array([1.0, -2.0])}, objective=_cubic, inputs=jnp.array([0.5, 1.5]))
     fake = _BadOnce(compiled.hessian)
@@ -336,7 +336,7 @@ def test_a_bad_executable_is_replaced_by_a_fresh_compile_and_said(monkeypatch):
 
 
 def test_a_nonfinite_loss_is_not_recompiled(monkeypatch):
-    from landscape.probes import compiled
+    from landscape.core import compiled
 
     point = Point({"x": jnp.array([jnp.nan, 1.0])}, objective=_cubic, inputs=jnp.array([0.5, 1.5]))
     fake = _BadOnce(compiled.hessian)

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 import landscape
-from landscape.core import krylov_schur
+from landscape.core import eigen_search, krylov_schur
 from landscape.core import lanczos as core_lanczos
 from landscape.markov import theory
-from landscape.probes import eigen, krylov
+from landscape.probes import eigen
 from landscape.probes import escape as escape_lib
 from landscape.probes.results import Curvature
 
@@ -86,10 +86,10 @@ def test_lanczos_recovers_repeated_eigenvalues_and_compiles_once_per_model():
     np.testing.assert_allclose(smallest.values, np.sort(spectrum)[:4], atol=1e-9)
     assert smallest.multiplicities()[0] == (pytest.approx(-1.5, abs=1e-9), 3)
     # a list: one result per point, and a new matrix of the same model reuses the program
-    programs = krylov.advance._cache_size()
+    programs = eigen_search.advance._cache_size()
     other = _quadratic_point(_spectrum(1), seed=1)
     both = eigen.eigenpairs([point, other], k=6, which="largest", dense_below=0)
-    assert krylov.advance._cache_size() == programs
+    assert eigen_search.advance._cache_size() == programs
     np.testing.assert_allclose(both[1].values, np.sort(_spectrum(1))[::-1][:6], atol=1e-9)
     dense = eigen.eigenpairs([point, other], k=6, which="largest")
     assert [d.method for d in dense] == ["dense", "dense"]
@@ -172,7 +172,7 @@ def _clustered_point(size=600, seed=0):
 
 def test_a_search_that_does_not_converge_falls_back_to_dense_and_says_so(monkeypatch):
     point, values = _clustered_point()
-    monkeypatch.setattr(krylov, "LONG_SECONDS", 0.0)  # a line per run, however fast
+    monkeypatch.setattr(eigen_search, "LONG_SECONDS", 0.0)  # a line per run, however fast
     lines = []
     found = eigen.eigenpairs(point, k=4, dense_below=0, max_restarts=30, progress=lines.append)
     assert found.method == "dense"
@@ -258,7 +258,7 @@ def test_one_gram_schmidt_pass_after_the_recurrence_keeps_the_basis_orthonormal(
     settings = krylov_schur.Settings(k, 151, dim, "largest", -1.0, 1)
     plan = krylov_schur.plan(settings, krylov_schur.init(settings), np.dtype(np.float32))
     vectors = jax.device_put(np.zeros((k + 151, dim), np.float32))
-    vectors, outcome = krylov.advance(
+    vectors, outcome = eigen_search.advance(
         _quadratic, point.params, matrix, vectors, plan, jax.random.key(0), "largest"
     )
     steps = int(np.argmin(np.asarray(outcome.more))) + 1 if not np.all(outcome.more) else 150

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import landscape
-from landscape.probes import operator
+from landscape.core import operator
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RNG = np.random.default_rng(0)

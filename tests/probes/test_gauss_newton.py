@@ -6,13 +6,14 @@ import numpy as np
 import pytest
 
 import landscape
+from landscape.core import operator
 from landscape.engine import backend
 from landscape.markov import attention as markov_attention
 from landscape.markov import model as markov_model
 from landscape.markov import points as markov_points
 from landscape.markov import task as markov_task
 from landscape.point import Point
-from landscape.probes import curvature, operator
+from landscape.probes import curvature
 
 P, Q = 0.5, 0.8
 PI0PI1 = P * Q / (P + Q) ** 2

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 import landscape
-from landscape.core import memory
+from landscape.core import budget, memory
 from landscape.markov import theory
-from landscape.probes import budget, geometry, slices
 from landscape.probes import figures as probe_figures
+from landscape.probes import geometry, slices
 
 TOL = 1e-10  # float64 closed forms against the model code: observed differences ~1e-15
 

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import landscape
-from landscape.core import three_term
-from landscape.probes import capacity, eigen, lanczos, operator, spectra
+from landscape.core import operator, three_term
+from landscape.probes import capacity, eigen, lanczos, spectra
 
 D = 48
 U_BF16 = 2.0**-8  # bfloat16's unit roundoff: |round(x) - x| <= u |x|

@@ -3,7 +3,7 @@
 import numpy as np
 
 import landscape
-from landscape.probes import compiled
+from landscape.core import compiled
 
 
 def _theta_pi(p, tied=False):

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import landscape
-from landscape.core import hvp, krylov_schur
-from landscape.probes import blocks, eigen, krylov, operator, spectra, traces
+from landscape.core import blocks, eigen_search, hvp, krylov_schur, operator
+from landscape.probes import eigen, spectra, traces
 
 N, D = 48, 100_000  # examples, parameters: H = X^T X / N has rank N
 
@@ -158,7 +158,7 @@ def _search_bytes(point, k, ncv):
     settings = krylov_schur.Settings(k, ncv - k, D, "largest", 1e-5, 10)
     plan = krylov_schur.plan(settings, krylov_schur.init(settings), np.dtype(np.float32))
     vectors = jax.device_put(np.zeros((ncv, D), np.float32))
-    program = krylov.advance.lower(
+    program = eigen_search.advance.lower(
         objective, point.params, inputs, vectors, plan, jax.random.key(0), "largest"
     )
     analysis = program.compile().memory_analysis()

@@ -24,7 +24,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 import landscape
 from experiments.bench import peers, peers_data
 from landscape.core import krylov_schur, layout
-from landscape.probes import blocks, compiled, krylov, spectra, traces
+from landscape.core import blocks, compiled, eigen_search
+from landscape.probes import spectra, traces
 from tests import hlo_collectives
 
 one = peers.mlp_point(peers_data.mlp_arrays(96))
@@ -96,7 +97,7 @@ objective, inputs = one.shared
 settings = krylov_schur.Settings(3, 12, lay.dim, "largest", 1e-5, 10)
 plan = krylov_schur.plan(settings, krylov_schur.init(settings), np.dtype(np.float32))
 vectors = jax.device_put(np.zeros((15, lay.padded), np.float32), lay.sharding(1))
-search = krylov.advance.lower(objective, params, inputs, vectors, plan, jax.random.key(0),
+search = eigen_search.advance.lower(objective, params, inputs, vectors, plan, jax.random.key(0),
                               "largest", lay)
 state = traces.TraceState(*(jax.device_put(np.zeros(s, np.float32), w) for s, w in (
     ((4, lay.padded), lay.sharding(1)), ((), None), ((4,), None))))
@@ -117,7 +118,7 @@ line = Mesh(np.array(jax.devices()), ("model",))
 lined = {k: jax.device_put(v, NamedSharding(line, specs[k])) for k, v in one.params.items()}
 flat = layout.of(lined)
 rows = jax.device_put(np.zeros((15, flat.padded), np.float32), flat.sharding(1))
-overlaps += hlo_collectives.overlaps(krylov.advance.lower(
+overlaps += hlo_collectives.overlaps(eigen_search.advance.lower(
     objective, lined, inputs, rows, plan, jax.random.key(0), "largest", flat).compile().as_text())
 out["overlaps"] = overlaps
 out["vectors_per_device"] = vectors.addressable_shards[0].data.shape[1]
@@ -164,7 +165,7 @@ out["tracker_per_device"] = kept.addressable_shards[0].data.shape[-1]
 lay = layout.spread(params, dp.batches)
 out["data_axes"] = list(lay.data)
 objective, inputs = dp.shared
-text = krylov.advance.lower(objective, params, inputs, vectors, plan, jax.random.key(0),
+text = eigen_search.advance.lower(objective, params, inputs, vectors, plan, jax.random.key(0),
                             "largest", lay).compile().as_text()
 # each all-reduce over the data axis, by the number of while loops around it (the search's
 # loop is one; a scan over the batches inside it would be two)

@@ -14,7 +14,7 @@ import jax, jax.numpy as jnp, numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from experiments.bench import peers, peers_data
 from landscape.core import layout
-from landscape.probes import blocks, operator
+from landscape.core import blocks, operator
 
 arrays = peers_data.mlp_arrays(1380)  # D = 2.0e6
 arrays["x"], arrays["y"] = arrays["x"][:32], arrays["y"][:32]  # vectors, not activations, weigh

@@ -15,9 +15,9 @@ import pytest
 from matplotlib.figure import Figure
 
 import landscape
-from landscape.core import memory, three_term
-from landscape.probes import blocks, spectra, traces, uncertainty
+from landscape.core import blocks, memory, three_term
 from landscape.probes import figures as probe_figures
+from landscape.probes import spectra, traces, uncertainty
 
 D = 40  # every random matrix has this size, and SLQ this shape: the tests share compiled programs
 SLQ_SHAPE = (64, 12)  # (num_probes, num_iters)
@@ -266,7 +266,7 @@ def test_trace_at_theta_pi_matches_the_closed_form_and_compiles_once():
     # and +-pi0 pi1 |p + q - 1| four times each (a saddle), so tr H = pi0 pi1 (the dense
     # Hessian's trace, to 1e-15, at both chains). The block is not diagonal, so Rademacher
     # probes have a spread and the stderr is a real one. (The dense Hessian is left out: its
-    # compile costs ~10 s; tests/probes/test_compiled.py checks it against the same closed forms.)
+    # compile costs ~10 s; tests/core/test_compiled.py checks it against the same closed forms.)
     point = landscape.markov.theta_pi(p=0.5, q=0.8, seq_len=6, tied=False)
     estimate = spectra.trace(point, num_probes=32, method="hutchinson")
     assert estimate.dim == point.num_params and estimate.stderr > 0

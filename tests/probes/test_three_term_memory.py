@@ -8,7 +8,7 @@ import pytest
 
 from experiments.bench import peers, peers_data
 from experiments.bench.three_term_memory_rows import measured
-from landscape.probes import three_vectors
+from landscape.core import three_vectors
 
 
 @pytest.mark.parametrize("pytrees", [True, False], ids=["pytrees", "flat"])

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import landscape
+from landscape.core import compiled
 from landscape.markov import theory
-from landscape.probes import compiled
 
 
 def _theta_pi(p, q, **kw):

@@ -16,11 +16,10 @@ import jax
 import numpy as np
 
 from landscape import trees
-from landscape.core import krylov_schur, krylov_schur_device
+from landscape.core import compiled, data, krylov_schur, krylov_schur_device, operator
 from landscape.core.krylov_schur import Outcome, Plan, State
 from landscape.core.layout import Layout
 from landscape.point import Point
-from landscape.probes import compiled, data, operator
 from landscape.typing import PyTree
 
 

@@ -18,12 +18,12 @@ import numpy as np
 
 from landscape.core import drive, krylov_schur_device, memory, sizes
 from landscape.core import layout as layout_lib
+from landscape.core.compiled import Objective, batch_losses_along, rows_like
+from landscape.core.datasets import dtype_of, per_batch
 from landscape.core.krylov_schur import Outcome, Plan
 from landscape.core.krylov_schur_device import Carry
 from landscape.core.layout import Layout
 from landscape.point import Point
-from landscape.probes.compiled import Objective, batch_losses_along, rows_like
-from landscape.probes.datasets import dtype_of, per_batch
 from landscape.trees import ravel_numpy, unravel_numpy
 from landscape.typing import PyTree
 
@@ -193,7 +193,7 @@ class Streamed:
         return (step.kept(None, fixed, indices, vectors, products),)
 
     def searcher(self, advance: Callable, progress: Any) -> tuple[Callable, Layout | None]:
-        """`krylov.advance` over a stream (its arguments and results): the call's products one
+        """`eigen_search.advance` over a stream (its arguments and results): the call's products one
         at a time, each one pass over the data, between two small programs that do the call's
         vector work on the device as `advance` does (`krylov_schur_device.begin`, then its
         `step` while the carry says the call goes on)."""

@@ -18,13 +18,12 @@ from jax.flatten_util import ravel_pytree
 
 from landscape import trees
 from landscape.core import batches as batches_lib
-from landscape.core import lanczos
+from landscape.core import compiled, lanczos, operator
 from landscape.core import layout as layout_lib
+from landscape.core.compiled import Objective
 from landscape.core.layout import Layout
+from landscape.core.stream import Streamed
 from landscape.point import Point
-from landscape.probes import compiled, operator
-from landscape.probes.compiled import Objective
-from landscape.probes.stream import Streamed
 from landscape.trees import unravel_numpy
 from landscape.typing import PyTree
 
@@ -140,7 +139,7 @@ class Memory:
         return step.fused(objective, params, inputs, fixed, indices, self.listed, self.layout)
 
     def searcher(self, advance: Callable, progress: Any) -> tuple[Callable, Layout | None]:
-        """The search's call (`krylov.advance`, one program) and the layout of its vectors."""
+        """The search's call (`eigen_search.advance`, one program) and the layout of its vectors."""
         return advance, self.layout
 
     def certify(

@@ -19,9 +19,9 @@ from jax.flatten_util import ravel_pytree
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from landscape import trees
+from landscape.core import operator
 from landscape.core.layout import Layout
 from landscape.point import Point
-from landscape.probes import operator
 from landscape.typing import PyTree
 
 Objective = Callable[[PyTree, PyTree], jax.Array]

@@ -20,11 +20,10 @@ import numpy as np
 from jax.sharding import Mesh
 
 from landscape import trees
+from landscape.core import budget, memory
 from landscape.core import layout as layout_lib
-from landscape.core import memory
 from landscape.core.sizes import bucket, bucket_below
 from landscape.point import Point
-from landscape.probes import budget
 from landscape.typing import Progress
 
 LONG_SECONDS = 10.0  # a call prints a line per block once it has taken this long

@@ -20,7 +20,7 @@ import jax
 import numpy as np
 
 from landscape import _checks
-from landscape.probes import operator
+from landscape.core import operator
 from landscape.typing import PyTree
 
 TAKES = (

@@ -12,11 +12,10 @@ from collections.abc import Callable
 import jax
 from jax.flatten_util import ravel_pytree
 
-from landscape.core import preconditioner, three_term
+from landscape.core import operator, preconditioner, three_term
 from landscape.core.batches import MeanOverBatches
 from landscape.core.lanczos import Tridiagonal
 from landscape.core.layout import Layout
-from landscape.probes import operator
 from landscape.typing import PyTree
 
 

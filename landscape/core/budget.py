@@ -16,9 +16,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.extend import core as jax_core
 
-from landscape.core import memory
+from landscape.core import data, memory
 from landscape.point import Point
-from landscape.probes import data
 
 # on the CPU a larger batch of rows is no faster (docs/performance.md), and half the memory at
 # once is what other processes, or a limit below the one read, leave no room for
