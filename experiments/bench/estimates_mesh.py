@@ -1,6 +1,6 @@
 """The probes' memory estimates against XLA's own count (`compiled.memory_analysis()`) per
 device over 8 emulated CPU devices, compiled only: `blocks.product_bytes`, with the search's
-(`eigen.lanczos_search_bytes`, ncv = 20) or the three-vector SLQ's vectors (`--slq`), on the
+(`eigen_search.lanczos_search_bytes`, ncv = 20) or the three-vector SLQ's vectors (`--slq`), on the
 peers MLP (64 -> h -> h -> 10, 512 examples) over data 2 x model 4 (hidden weights split over
 model) and data 8, the blocks replicated over the data axis held whole or split.
 

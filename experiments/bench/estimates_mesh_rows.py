@@ -16,7 +16,7 @@ from jax.sharding import PartitionSpec as P
 from experiments.bench import peers, peers_data
 from landscape.core import blocks, eigen_search, krylov_schur, operator, three_term
 from landscape.core import layout as layout_lib
-from landscape.probes import eigen, spectra
+from landscape.probes import spectra
 
 MB = 2**20
 NCV, K = 20, 5
@@ -88,7 +88,7 @@ def row(width: int, name: str, mode: str, search: bool) -> str:
         unaliased = found.output_size_in_bytes - found.alias_size_in_bytes
         held = NCV * lay.local * 4 + found.temp_size_in_bytes + unaliased
         gradient = blocks.device_param_bytes(point)  # each call's, as the parameters lie
-        kept = eigen.lanczos_search_bytes(lay.local, NCV, 4) + estimate + gradient
+        kept = eigen_search.lanczos_search_bytes(lay.local, NCV, 4) + estimate + gradient
         cells += [f"{kept / MB:.0f}", f"{held / MB:.0f}", f"{kept / held:.2f}"]
     return "| " + " | ".join(cells) + " |"
 

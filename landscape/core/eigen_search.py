@@ -16,11 +16,67 @@ import jax
 import numpy as np
 
 from landscape import trees
-from landscape.core import compiled, data, krylov_schur, krylov_schur_device, operator
+from landscape.core import (
+    blocks,
+    compiled,
+    data,
+    krylov_schur,
+    krylov_schur_device,
+    memory,
+    operator,
+    orthonormal,
+)
+from landscape.core import layout as layout_lib
 from landscape.core.krylov_schur import Outcome, Plan, State
 from landscape.core.layout import Layout
 from landscape.point import Point
-from landscape.typing import PyTree
+from landscape.typing import Progress, PyTree
+
+
+def default_ncv(k: int) -> int:
+    """The vectors of D a search holds by default, the k locked ones included: ARPACK's
+    max(2k + 1, 20), and at least k + 8 (a basis of 8 rows past the locked pairs)."""
+    return max(2 * k + 1, 20, k + 8)
+
+
+def lanczos_search_bytes(dim: int, ncv: int, itemsize: int) -> int:
+    """What a search holds beside one Hessian-vector product (`blocks.product_bytes`): its ncv
+    vectors, a restart's block of the basis (an eighth) and three vectors of a step's work."""
+    return int((ncv + ncv / orthonormal.ROTATION_CHUNKS + 3) * dim * itemsize)
+
+
+def fitted_ncv(point: Point, k: int, ncv: int, given: bool, progress: Progress) -> int:
+    """ncv, lowered to what fits in the memory free for this call on each device (down to k + 4,
+    said through `progress`; a given ncv is never raised); a MemoryError in one sentence when
+    not even that fits. Over a mesh a device holds its slice of each vector (`layout`) and the
+    gradient each call's linearisation gives as the parameters lie (`device_param_bytes`)."""
+    dim, itemsize = point.num_params, blocks.itemsize(point)
+    spread = layout_lib.of(point.params)
+    share = spread.padded / spread.slices  # a vector's entries on one device
+    free = memory.budget()
+    gradient = blocks.device_param_bytes(point) if spread.devices > 1 else 0.0
+    room = free - blocks.product_bytes(point, devices=spread.devices) - gradient
+    fits = int((room / (share * itemsize) - 3) / (1 + 1 / orthonormal.ROTATION_CHUNKS))
+    smallest = min(k + 4, dim + k)
+    if fits < smallest:
+        blocks.plan(
+            point,
+            1,
+            "eigenpairs",
+            lanczos_search_bytes(dim, smallest, itemsize),
+            progress=progress,
+            hint="ask for a smaller k",
+            mesh=spread.mesh,
+        )  # fmt: skip (raises: not one search fits)
+    if fits < ncv and progress:
+        why = "asked for" if given else "by default"
+        progress(
+            f"eigenpairs: {ncv} Lanczos vectors ({why}) need about "
+            f"{memory.format_bytes(lanczos_search_bytes(round(share), ncv, itemsize))}"
+            f"{f' on each of {spread.devices} devices' if spread.devices > 1 else ''}; "
+            f"the search holds {fits} (ncv={fits}), in more runs"
+        )
+    return max(min(ncv, fits), smallest)
 
 
 @functools.partial(

@@ -1,9 +1,9 @@
 """The largest model a probe serves on a set of devices, from the estimates the probes plan
-with: each product's four vectors of D (`blocks.product_bytes`) and what the probe keeps beside
-them (`eigen.lanczos_search_bytes`, `three_term.vector_bytes`), split over the devices, against
-the memory policy's share of each device (`core.memory.MEMORY_FRACTION`). The model's own
-parameters are resident before a call and outside the share; its activations for one product
-are given per device. docs/guide/foundation_scale.md.
+with: each product's four vectors of D (`blocks.product_bytes`) and what the probe keeps
+beside them (`eigen_search.lanczos_search_bytes`, `three_term.vector_bytes`), split over the
+devices, against the memory policy's share of each device (`core.memory.MEMORY_FRACTION`).
+The model's own parameters are resident before a call and outside the share; its activations
+for one product are given per device. docs/guide/foundation_scale.md.
 """
 
 from __future__ import annotations
@@ -12,8 +12,7 @@ import dataclasses
 
 import numpy as np
 
-from landscape.core import memory, three_term
-from landscape.probes import eigen
+from landscape.core import eigen_search, memory, three_term
 
 GIB = 2**30
 H200_BYTES = 139 * GIB  # what an H200 reports free to JAX, about
@@ -32,7 +31,7 @@ class Probe:
 
     def kept_bytes(self, itemsize: int, storage: str | None = None) -> float:
         if self.k:
-            return eigen.lanczos_search_bytes(1, eigen.default_ncv(self.k), itemsize)
+            return eigen_search.lanczos_search_bytes(1, eigen_search.default_ncv(self.k), itemsize)
         if self.basis:  # three vectors on a node's mesh: the current one as the parameters too
             kept = three_term.vector_bytes(1, itemsize, self.basis, SLQ_STEPS, storage)
             return kept + (three_term.AS_PARAMETERS * itemsize if self.basis == "three" else 0)

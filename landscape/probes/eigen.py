@@ -18,8 +18,7 @@ import numpy as np
 
 from landscape import _checks, trees
 from landscape import point as point_lib
-from landscape.core import blocks, compiled, data, eigen_search, memory, operator, orthonormal
-from landscape.core import layout as layout_lib
+from landscape.core import compiled, data, eigen_search, operator
 from landscape.point import Point
 from landscape.probes import curvature, gauss_newton, gradient, preconditioning
 from landscape.probes.pairs import Eigenpairs as Eigenpairs
@@ -34,18 +33,6 @@ FALLBACK_BELOW = 6000  # hessian_at's max_dense_dim: the largest D a failed sear
 
 hvps = operator.products  # H v for each row of (K, D) vectors, one linearisation
 losses_along, rows_like = compiled.losses_along, compiled.rows_like  # the losses along directions
-
-
-def default_ncv(k: int) -> int:
-    """The vectors of D a search holds by default, the k locked ones included: ARPACK's
-    max(2k + 1, 20), and at least k + 8 (a basis of 8 rows past the locked pairs)."""
-    return max(2 * k + 1, 20, k + 8)
-
-
-def lanczos_search_bytes(dim: int, ncv: int, itemsize: int) -> int:
-    """What a search holds beside one Hessian-vector product (`blocks.product_bytes`): its ncv
-    vectors, a restart's block of the basis (an eighth) and three vectors of a step's work."""
-    return int((ncv + ncv / orthonormal.ROTATION_CHUNKS + 3) * dim * itemsize)
 
 
 def _certified(
@@ -171,40 +158,6 @@ def _nan_result(
     )  # fmt: skip
 
 
-def _fitted_ncv(point: Point, k: int, ncv: int, given: bool, progress: Progress) -> int:
-    """ncv, lowered to what fits in the memory free for this call on each device (down to k + 4,
-    said through `progress`; a given ncv is never raised); a MemoryError in one sentence when
-    not even that fits. Over a mesh a device holds its slice of each vector (`layout`) and the
-    gradient each call's linearisation gives as the parameters lie (`device_param_bytes`)."""
-    dim, itemsize = point.num_params, blocks.itemsize(point)
-    spread = layout_lib.of(point.params)
-    share = spread.padded / spread.slices  # a vector's entries on one device
-    free = memory.budget()
-    gradient = blocks.device_param_bytes(point) if spread.devices > 1 else 0.0
-    room = free - blocks.product_bytes(point, devices=spread.devices) - gradient
-    fits = int((room / (share * itemsize) - 3) / (1 + 1 / orthonormal.ROTATION_CHUNKS))
-    smallest = min(k + 4, dim + k)
-    if fits < smallest:
-        blocks.plan(
-            point,
-            1,
-            "eigenpairs",
-            lanczos_search_bytes(dim, smallest, itemsize),
-            progress=progress,
-            hint="ask for a smaller k",
-            mesh=spread.mesh,
-        )  # fmt: skip (raises: not one search fits)
-    if fits < ncv and progress:
-        why = "asked for" if given else "by default"
-        progress(
-            f"eigenpairs: {ncv} Lanczos vectors ({why}) need about "
-            f"{memory.format_bytes(lanczos_search_bytes(round(share), ncv, itemsize))}"
-            f"{f' on each of {spread.devices} devices' if spread.devices > 1 else ''}; "
-            f"the search holds {fits} (ncv={fits}), in more runs"
-        )
-    return max(min(ncv, fits), smallest)
-
-
 def eigenpairs(
     point: Point | Sequence[Point],
     k: int = 6,
@@ -233,8 +186,8 @@ def eigenpairs(
         dense_below: at D <= dense_below, numpy's eigh of the exact Hessian; above it,
             Krylov-Schur (restarted Lanczos with locking) on exact HVPs.
         ncv: the vectors of D the search holds, the k found included (default
-            `default_ncv(k)`, max(2k + 1, 20), lowered to what fits in memory): more vectors,
-            fewer runs.
+            `eigen_search.default_ncv(k)`, max(2k + 1, 20), lowered to what fits in memory):
+            more vectors, fewer runs.
         key: the Lanczos start's key (default `jax.random.key(0)`).
         max_restarts: Lanczos runs at most (default 5 (2k + 10)); a run adds about half the
             search's vectors.
@@ -341,7 +294,9 @@ def solve(
         return list(_dense(points, listed, k, which, reason, progress, epsilons))
     dtype = jax.tree.leaves(points[0].params)[0].dtype
     given = search.ncv is not None
-    ncv = _fitted_ncv(points[0], k, search.ncv or default_ncv(k), given, progress)
+    ncv = eigen_search.fitted_ncv(
+        points[0], k, search.ncv or eigen_search.default_ncv(k), given, progress
+    )
     rtol = lanczos_rtol(dtype) if search.rtol is None else search.rtol
     if search.rtol is None and search.products.storage:  # the floor of vectors kept so
         rtol = max(rtol, 2 * float(jnp.finfo(search.products.storage).eps))

@@ -6,15 +6,15 @@ import pathlib
 
 import pytest
 
-from landscape.core import memory, three_term
-from landscape.probes import capacity, eigen
+from landscape.core import eigen_search, memory, three_term
+from landscape.probes import capacity
 
 PAGE = pathlib.Path(__file__).resolve().parents[2] / "docs" / "guide" / "foundation_scale.md"
 
 
 def test_the_largest_dim_solves_the_memory_policy_for_the_probes_vectors():
     top5, three = capacity.PROBES[0], capacity.PROBES[-1]
-    assert top5.kept_bytes(4) == eigen.lanczos_search_bytes(1, 20, 4) == (20 + 2.5 + 3) * 4
+    assert top5.kept_bytes(4) == eigen_search.lanczos_search_bytes(1, 20, 4) == (20 + 2.5 + 3) * 4
     # three vectors on a node's mesh: its two (flat) and the current one as the parameters lie
     assert three_term.vector_bytes(1, 4, "three", 30, None) == 8
     assert three.kept_bytes(4) == 8 + three_term.AS_PARAMETERS * 4 == 12

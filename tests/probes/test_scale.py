@@ -171,12 +171,12 @@ def _search_bytes(point, k, ncv):
 def test_the_lanczos_search_estimate_is_within_2x_of_xla(model):
     one, _, _, _ = model
     measured = _search_bytes(one, 5, 20)
-    estimate = eigen.lanczos_search_bytes(D, 20, 4) + blocks.product_bytes(one)
+    estimate = eigen_search.lanczos_search_bytes(D, 20, 4) + blocks.product_bytes(one)
     assert 0.5 <= estimate / measured <= 2.0
     # the search holds its ncv vectors and a fixed few: 20 more cost 20 vectors, and at most
     # what the estimate adds for them (a restart's block of the rotation grows with them)
     grown = _search_bytes(one, 5, 40) - measured
-    step = eigen.lanczos_search_bytes(D, 40, 4) - eigen.lanczos_search_bytes(D, 20, 4)
+    step = eigen_search.lanczos_search_bytes(D, 40, 4) - eigen_search.lanczos_search_bytes(D, 20, 4)
     assert 20 * D * 4 <= grown <= step
 
 
