@@ -225,7 +225,7 @@ class Streamed:
 
     def mean_of(self, fn: Callable, args: tuple, static: tuple = ()) -> np.ndarray:
         """The mean over the stream's batches of fn(objective, batch, *args, *static) (an array:
-        losses at other parameters, `geometry.evaluate`, `eigen.losses_along`), in one pass;
+        losses at other parameters, `geometry.evaluate`, `compiled.losses_along`), in one pass;
         `fn` a module-level function and `static` hashable, so one program serves every call."""
         objective, batches = per_batch(self.point.shared[0]), self.point.batches
         shape = jax.eval_shape(

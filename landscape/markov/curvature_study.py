@@ -17,6 +17,7 @@ import ml_collections
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
+from landscape.core import compiled
 from landscape.engine import config as config_lib
 from landscape.engine import experiment as engine_experiment
 from landscape.engine import records
@@ -24,7 +25,7 @@ from landscape.engine import study as study_lib
 from landscape.markov import basin, curvature_figures, points, theory, trap_study
 from landscape.markov import model as model_lib
 from landscape.point import Point, param_names
-from landscape.probes import curvature, eigen
+from landscape.probes import curvature
 from landscape.typing import Progress, PyTree, Row
 
 Group = dict[str, Any]  # experiment.train_group's: fields, cfg, grid, result
@@ -151,8 +152,8 @@ def _second_order(point: Point, vector: np.ndarray, value: float) -> float:
     objective, inputs = point.shared
     eps = jnp.asarray([EPSILON, -EPSILON])
     losses = np.asarray(
-        eigen.losses_along(
-            objective, point.params, inputs, eigen.rows_like(point.params, vector[None]), eps
+        compiled.losses_along(
+            objective, point.params, inputs, compiled.rows_like(point.params, vector[None]), eps
         )
     )[0]
     return float((losses[1] + losses[2] - 2 * losses[0]) / (EPSILON**2 * value))

@@ -31,10 +31,6 @@ WHICH = ("largest", "smallest")
 FALLBACK_BELOW = 6000  # hessian_at's max_dense_dim: the largest D a failed search solves densely
 
 
-hvps = operator.products  # H v for each row of (K, D) vectors, one linearisation
-losses_along, rows_like = compiled.losses_along, compiled.rows_like  # the losses along directions
-
-
 def _certified(
     point: Point,
     which: str,
@@ -140,10 +136,11 @@ def _lanczos_one(
 
 
 def _exact_residuals(point: Point, values: np.ndarray, found: list[PyTree]) -> np.ndarray:
-    """||H v - λ v|| of each found pair by a fresh exact product (`hvps`), in the pair's dtype."""
+    """||H v - λ v|| of each found pair by a fresh exact product (`operator.products`), in the
+    pair's dtype."""
     objective, inputs = point.shared
     vectors = trees.host_rows(found, point.num_params, values.dtype)
-    exact = np.asarray(hvps(objective, point.params, inputs, jnp.asarray(vectors)))
+    exact = np.asarray(operator.products(objective, point.params, inputs, jnp.asarray(vectors)))
     return np.linalg.norm(exact - values[:, None] * vectors, axis=1).astype(values.dtype)
 
 

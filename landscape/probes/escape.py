@@ -179,7 +179,7 @@ def _escape_one(
     losses: np.ndarray | None,
 ) -> EscapeDirections:
     """The negative pairs of `eigen` and their second-order check from `losses`, the loss
-    along every pair's vector at ε = 0, +epsilons and -epsilons (`eigen.losses_along`)."""
+    along every pair's vector at ε = 0, +epsilons and -epsilons (`compiled.losses_along`)."""
     dtype = eigen.values.dtype
     rule = f"max(1e-9, 1000 eps) * spectral scale {eigen.scale:.4g}" if tol is None else "given"
     tol = negative_rtol(dtype) * eigen.scale if tol is None else tol
