@@ -8,6 +8,7 @@ against ARPACK".
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 import jax
@@ -18,11 +19,22 @@ from experiments.bench import peers, peers_data
 from landscape.engine import backend
 
 
-def main(argv: list[str]) -> None:
+def _arguments(argv: list[str]) -> tuple[str, int]:
+    """(size, seeds) from the command line; one sentence for a size or count it cannot take."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("size", nargs="?", default="1e5", choices=sorted(peers_data.SIZES))
+    parser.add_argument("seeds", nargs="?", default=5, type=int, help="seeds 0..seeds-1")
+    args = parser.parse_args(argv)
+    if args.seeds < 1:
+        parser.error(f"seeds = {args.seeds}: must be at least 1.")
+    return args.size, args.seeds
+
+
+def main(argv: list[str] | None = None) -> None:
     from scipy.sparse.linalg import LinearOperator, eigsh  # type: ignore[import-untyped]  # no stubs
 
     backend.use_float32_matmuls()
-    size, seeds = (argv[1:] + ["1e5", "5"][len(argv) - 1 :])[:2]
+    size, seeds = _arguments(argv if argv is not None else [])
     point = peers.mlp_point(peers_data.load(size, None))
     _, matvec = landscape.hvp_flat(point)
     dim, count = point.num_params, [0]
@@ -33,7 +45,7 @@ def main(argv: list[str]) -> None:
 
     print("| seed | ours: search (check) | max residual | ARPACK | max residual |")
     print("|---|---|---|---|---|")
-    for seed in range(int(seeds)):
+    for seed in range(seeds):
         found = landscape.eigenpairs(
             point, 5, "largest", dense_below=0, progress=None, key=jax.random.key(seed)
         )
@@ -54,4 +66,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv)
+    main(sys.argv[1:])
