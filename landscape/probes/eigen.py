@@ -321,17 +321,14 @@ def _fallback(
     fallback_below, the dense solve in its place, saying why (a cluster of eigenvalues much
     closer together than the spectrum is wide can need more runs than max_restarts allows)."""
     dim = found.point.num_params
+    if found.converged and found.finite:
+        return dataclasses.replace(found, reason=reason)
     if not found.finite:
         why = (
             f"{reason}; product {found.num_hvps} (of H or G with a vector) was not finite "
             "(NaN or inf): the search ended there"
         )
-        if progress:
-            progress(f"eigenpairs: {why}")
-        return dataclasses.replace(found, reason=why)
-    if found.converged:
-        return dataclasses.replace(found, reason=reason)
-    if dim > fallback_below:
+    elif dim > fallback_below:
         reached = float(np.max(found.residuals)) / max(found.scale, np.finfo(np.float64).tiny)
         why = (
             f"{reason}; not converged at rtol = {found.tol:.2g}, and D > fallback_below = "
@@ -339,14 +336,14 @@ def _fallback(
         )
         if reached < 1e-2:  # stalled near rounding, not far off: say what would accept them
             why += f" (rtol={10 ** np.ceil(np.log10(reached)):.0e} accepts values this accurate)"
-        if progress:
-            progress(f"eigenpairs: {why}")
-        return dataclasses.replace(found, reason=why)
-    why = (
-        f"dense fallback: Lanczos did not certify the {found.values.size} {found.which} in "
-        f"{found.runs} runs ({found.num_hvps} HVPs), and D = {dim} <= fallback_below = "
-        f"{fallback_below}"
-    )
+    else:
+        why = (
+            f"dense fallback: Lanczos did not certify the {found.values.size} {found.which} in "
+            f"{found.runs} runs ({found.num_hvps} HVPs), and D = {dim} <= fallback_below = "
+            f"{fallback_below}"
+        )
     if progress:
         progress(f"eigenpairs: {why}")
+    if not found.finite or dim > fallback_below:
+        return dataclasses.replace(found, reason=why)
     return _dense([found.point], False, found.values.size, found.which, why, progress)[0][0]
