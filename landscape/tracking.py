@@ -234,7 +234,8 @@ def update(
     _check_loss_output(loss, settings, params, inputs)
     layout = settings.layout
     flat, unravel = (layout.to_flat(params), layout.from_flat) if layout else ravel_pytree(params)
-    value, grad, matvec = hvp.loss_operator(loss, flat, unravel, inputs, settings.in_batches)
+    ravel = layout.to_flat if layout else None
+    value, grad, matvec = hvp.loss_operator(loss, flat, unravel, inputs, settings.in_batches, ravel)
     if inverse_sqrt is not None:
         scale = layout.to_flat(inverse_sqrt) if layout else ravel_pytree(inverse_sqrt)[0]
         matvec = hvp.preconditioned(matvec, scale.astype(flat.dtype))

@@ -44,20 +44,25 @@ def product_bytes(
     probe keeps per vector (a Lanczos basis). Over a mesh of `devices`, a device's: its slice
     of H v flat and of the kept vectors (`Layout.slices`: held axes hold them alike), H v as
     the parameters lie (`device_param_bytes`), the blocks of v it gathers whole
-    (`Layout.gathered`), once more the largest block it holds whole (its H v is the sum of two
-    products, both alive; a split block's XLA forms in place), and the loss's activations
-    counted whole (how XLA splits them is the model's: a row-parallel layer's output lies
-    whole on every device), and `as_parameters` more vectors as the parameters lie (a run that
-    cuts its flat vector into the leaves for each product, which XLA keeps through its loop).
-    docs/guide/foundation_scale.md has it against XLA's own count."""
+    (`Layout.gathered`) and the largest block it holds whole once more (a split block's sum
+    XLA forms in place), for a lone product only the larger of the two (XLA reuses the
+    gathered blocks for that sum), the loss's activations counted whole (how XLA splits them
+    is the model's), and `as_parameters` more vectors as the parameters lie (a run that cuts
+    its flat vector into the leaves for each product, which XLA keeps through its loop).
+    docs/guide/foundation_scale.md has it against XLA's own count, over tanh MLPs of 2 to 16
+    layers and over meshes."""
     size = itemsize(point)
     flat_bytes = point.num_params * size
     if devices == 1:
         return 4.0 * budget.loss_bytes(point) + 4.0 * flat_bytes + vector_bytes
     lay = layout_lib.of(point.params)
-    flat = (flat_bytes + vector_bytes) / lay.slices + lay.gathered * size
-    pytrees = (1 + as_parameters) * device_param_bytes(point) + lay.largest_whole * size
-    return 4.0 * budget.loss_bytes(point) + flat + pytrees
+    flat = (flat_bytes + vector_bytes) / lay.slices
+    pytrees = (1 + as_parameters) * device_param_bytes(point)
+    whole = (
+        lay.gathered + lay.largest_whole if as_parameters else max(lay.gathered, lay.largest_whole)
+    )
+    whole *= size
+    return 4.0 * budget.loss_bytes(point) + flat + pytrees + whole
 
 
 def device_param_bytes(point: Point) -> float:

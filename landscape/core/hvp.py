@@ -22,8 +22,31 @@ def linearized_gradient(
     """(L(x), ∇L(x), v -> H v) at the flat parameters x: the gradient linearised once
     (forward-over-reverse, `jax.linearize`), so each Hessian-vector product after it is one
     tangent pass, with no second pass of the primal computation."""
-    (value, grad), linear = jax.linearize(jax.value_and_grad(loss), flat)
+    return linearized(jax.value_and_grad(loss), flat)
+
+
+def linearized(
+    value_and_grad: Callable[[jax.Array], tuple[jax.Array, jax.Array]], flat: jax.Array
+) -> tuple[jax.Array, jax.Array, Callable[[jax.Array], jax.Array]]:
+    """`linearized_gradient` for any x -> (L(x), ∇L(x)) (`laid_flat`'s)."""
+    (value, grad), linear = jax.linearize(value_and_grad, flat)
     return value, grad, lambda v: linear(v)[1]
+
+
+def laid_flat(
+    loss: Callable[[Any], jax.Array], unravel: Callable[[jax.Array], Any], ravel: Callable
+) -> Callable[[jax.Array], tuple[jax.Array, jax.Array]]:
+    """x -> (L, ∇L) for a loss of the parameters as they lie (`unravel(x)`), the gradient taken
+    as they lie and then laid flat by `ravel` (over a mesh, `Layout.to_flat`'s one
+    concatenation: differentiated through `unravel`, each leaf's cotangent came back as a
+    slice padded to the whole flat vector, summed, and on deep models XLA held a padded slice
+    per leaf; docs/guide/foundation_scale.md)."""
+
+    def value_and_grad(x: jax.Array) -> tuple[jax.Array, jax.Array]:
+        value, tree = jax.value_and_grad(loss)(unravel(x))
+        return value, ravel(tree)
+
+    return value_and_grad
 
 
 ROWS_MAPPED_FROM = 10_000  # on the CPU, products of vectors this long are made one at a time
@@ -44,25 +67,34 @@ def rows_mapped(dim: int) -> bool:
 
 
 def batched_gradient(
-    loss: Callable[[jax.Array, Any], jax.Array], flat: jax.Array, batches: Any
+    loss: Callable[[jax.Array, Any], jax.Array],
+    flat: jax.Array,
+    batches: Any,
+    layout: tuple[Callable, Callable] | None = None,
 ) -> tuple[
     jax.Array, jax.Array, Callable[[jax.Array], jax.Array], Callable[[jax.Array], jax.Array]
 ]:
     """(L(x), ∇L(x), v -> H v, V -> H V row by row) for L(x) the mean over the leading axis of
     `batches` of loss(x, batch): each accumulated batch by batch in a lax.scan, so memory holds
     one batch (a product linearises each batch in turn; a block of rows shares that); a short
-    last batch weighed by its examples (`batches.mean_over`)."""
+    last batch weighed by its examples (`batches.mean_over`). With `layout` = (unravel, ravel),
+    `loss` takes the parameters as they lie and each gradient is laid flat (`laid_flat`)."""
+
+    def value_and_grad_on(batch: Any) -> Callable[[jax.Array], tuple[jax.Array, jax.Array]]:
+        if layout is None:
+            return jax.value_and_grad(lambda x: loss(x, batch))
+        return laid_flat(lambda p: loss(p, batch), *layout)
 
     def grad_on(batch: Any) -> Callable[[jax.Array], jax.Array]:
-        return jax.grad(lambda x: loss(x, batch))
+        return lambda x: value_and_grad_on(batch)(x)[1]
 
     def mean_of(term: Callable[[Any], Any], zeros: Any) -> Any:
         return batches_lib.mean_over(term, batches, zeros)
 
     first = batches_lib.first_batch(batches)
-    value_dtype = jax.eval_shape(loss, flat, first).dtype  # the loss's, not the params'
+    value_dtype = jax.eval_shape(value_and_grad_on(first), flat)[0].dtype  # not the params'
     value, grad = mean_of(
-        lambda b: jax.value_and_grad(lambda x: loss(x, b))(flat),
+        lambda b: value_and_grad_on(b)(flat),
         (jnp.zeros((), value_dtype), jnp.zeros_like(flat)),
     )
 
@@ -79,18 +111,27 @@ def batched_gradient(
 
 
 def loss_operator(
-    loss: Callable[..., jax.Array], flat: jax.Array, unravel: Callable, inputs: tuple, batched: bool
+    loss: Callable[..., jax.Array],
+    flat: jax.Array,
+    unravel: Callable,
+    inputs: tuple,
+    batched: bool,
+    ravel: Callable | None = None,
 ) -> tuple[jax.Array, jax.Array, LinearMap]:
     """(L, ∇L, v -> H v) of loss(unravel(x), *inputs) at the flat parameters x: the gradient
     linearised once, or with `batched` the mean over the leading axis of inputs[0] accumulated
-    batch by batch (the tracker's and the engine's Track's operator)."""
+    batch by batch (the tracker's and the engine's Track's operator); with `ravel`, each
+    gradient taken as the parameters lie and laid flat by it (`laid_flat`: over a mesh)."""
     if not batched:
-        return linearized_gradient(lambda x: loss(unravel(x), *inputs), flat)
+        if ravel is None:
+            return linearized_gradient(lambda x: loss(unravel(x), *inputs), flat)
+        return linearized(laid_flat(lambda p: loss(p, *inputs), unravel, ravel), flat)
     (batches,) = inputs
-    value, grad, matvec, _ = batched_gradient(
-        lambda x, batch: loss(unravel(x), batch), flat, batches
-    )
-    return value, grad, matvec
+    if ravel is None:
+        found = batched_gradient(lambda x, batch: loss(unravel(x), batch), flat, batches)
+    else:
+        found = batched_gradient(lambda p, batch: loss(p, batch), flat, batches, (unravel, ravel))
+    return found[:3]
 
 
 def preconditioned(linear: LinearMap, inverse_sqrt: jax.Array) -> LinearMap:

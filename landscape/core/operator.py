@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
-from typing import Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -65,7 +65,12 @@ def hessian_operator(
         return _ggn_over_batches(objective.per_batch, params, inputs)  # type: ignore[arg-type]  # is_ggn
     if isinstance(objective, MeanOverBatches):
         return _over_batches(objective.per_batch, flat, unravel, inputs)
-    value, gradient, linear = hvp.linearized_gradient(lambda x: objective(unravel(x), inputs), flat)
+    loss = lambda p: objective(p, inputs)  # noqa: E731
+    if layout is not None and layout.mesh is not None:  # the gradient laid flat (`hvp.laid_flat`)
+        found = hvp.linearized(hvp.laid_flat(loss, unravel, layout.to_flat), flat)
+    else:
+        found = hvp.linearized_gradient(lambda x: loss(unravel(x)), flat)
+    value, gradient, linear = found
     return Operator(flat, value, gradient, linear, hvp.each_row(linear, flat.size))
 
 
@@ -230,15 +235,24 @@ def ggn_operator(
     mode, so `jax.custom_vjp` models work, as in `ggn_at`), H_z u by the output loss's gradient
     linearised once at z, then Jᵀ by the VJP. `value` and `gradient` are the loss's."""
     flat, unravel = flattened(params, layout)
-    z, vjp = jax.vjp(lambda x: outputs(unravel(x), inputs), flat)
+    lay: Callable[[Any], Any]
+    if layout is None or layout.mesh is None:
+        at, model, lay, cut = flat, (lambda x: outputs(unravel(x), inputs)), _same, _same
+    else:  # as the parameters lie, laid flat after (`hvp.laid_flat`)
+        at, model, lay, cut = params, (lambda p: outputs(p, inputs)), layout.to_flat, unravel
+    z, vjp = jax.vjp(model, at)
     jvp = jax.linear_transpose(vjp, z)
     value, grad_z, output_hvp = hvp.linearized_gradient(lambda u: output_loss(u, inputs), z)
 
     def matvec(v: jax.Array) -> jax.Array:
-        (jv,) = jvp((v,))
-        return vjp(output_hvp(jv))[0]
+        (jv,) = jvp((cut(v),))
+        return lay(vjp(output_hvp(jv))[0])
 
-    return Operator(flat, value, vjp(grad_z)[0], matvec, hvp.each_row(matvec, flat.size))
+    return Operator(flat, value, lay(vjp(grad_z)[0]), matvec, hvp.each_row(matvec, flat.size))
+
+
+def _same(x: Any) -> Any:
+    return x
 
 
 def check_split(points: Sequence[Point], caller: str, carriers: str = "") -> Point:
