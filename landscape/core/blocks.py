@@ -40,7 +40,8 @@ def product_bytes(
 ) -> float:
     """Bytes one Hessian-vector product of `point` holds at once, estimated: four times one
     loss evaluation (the tangents of the forward and backward passes beside their saved
-    residuals), v and H v flat and as pytrees like the parameters, plus `vector_bytes` that the
+    residuals), v and H v flat, one of them as the parameters lie, and the largest leaf once
+    more (its H v is the sum of two matrix products, both alive), plus `vector_bytes` that the
     probe keeps per vector (a Lanczos basis). Over a mesh of `devices`, a device's: its slice
     of H v flat and of the kept vectors (`Layout.slices`: held axes hold them alike), H v as
     the parameters lie (`device_param_bytes`), the blocks of v it gathers whole
@@ -54,7 +55,8 @@ def product_bytes(
     size = itemsize(point)
     flat_bytes = point.num_params * size
     if devices == 1:
-        return 4.0 * budget.loss_bytes(point) + 4.0 * flat_bytes + vector_bytes
+        largest = max((math.prod(np.shape(x)) for x in jax.tree.leaves(point.params)), default=0)
+        return 4.0 * budget.loss_bytes(point) + 3.0 * flat_bytes + largest * size + vector_bytes
     lay = layout_lib.of(point.params)
     flat = (flat_bytes + vector_bytes) / lay.slices
     pytrees = (1 + as_parameters) * device_param_bytes(point)
