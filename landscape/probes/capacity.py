@@ -1,5 +1,6 @@
 """The largest model a probe serves on a set of devices, from the estimates the probes plan
-with: each product's four vectors of D (`blocks.product_bytes`) and what the probe keeps
+with: each product's three vectors of D and its largest leaf (`blocks.product_bytes`) and what
+the probe keeps
 beside them (`eigen_search.lanczos_search_bytes`, `three_term.vector_bytes`), split over the
 devices, against the memory policy's share of each device (`core.memory.MEMORY_FRACTION`).
 The model's own parameters are resident before a call and outside the share; its activations
@@ -16,7 +17,10 @@ from landscape.core import eigen_search, memory, three_term
 
 GIB = 2**30
 H200_BYTES = 139 * GIB  # what an H200 reports free to JAX, about
-PRODUCT_VECTORS = 4  # v, H v and their copies in a product (`blocks.product_bytes`)
+PRODUCT_VECTORS = 3  # v and H v flat, one as the parameters lie (`blocks.product_bytes`)
+# the largest leaf's share of D, held once more by a product: a 10^10-10^11-parameter
+# transformer's embedding (Llama 3 70B's is 1.5%)
+LARGEST_LEAF = 0.02
 SLQ_STEPS = 30  # spectral_density's default num_iters
 
 
@@ -55,11 +59,14 @@ def largest_dim(
     device_bytes: float = H200_BYTES,
     activations: float = 0.0,
     fraction: float = memory.MEMORY_FRACTION,
+    largest_leaf: float = LARGEST_LEAF,
 ) -> int:
     """The largest D whose vectors, split over `devices`, fit `fraction` of `device_bytes` on
-    each beside `activations` bytes of the model's activations for one product."""
+    each beside `activations` bytes of the model's activations for one product, the model's
+    largest leaf `largest_leaf` of D."""
     room = fraction * device_bytes - activations
-    per_parameter = PRODUCT_VECTORS * itemsize + probe.kept_bytes(itemsize, storage)
+    product = (PRODUCT_VECTORS + largest_leaf) * itemsize
+    per_parameter = product + probe.kept_bytes(itemsize, storage)
     return max(0, int(room * devices // per_parameter))
 
 
