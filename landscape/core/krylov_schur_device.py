@@ -7,7 +7,6 @@ stream's passes over its data) drives the same steps, one small program each.
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -18,6 +17,7 @@ import numpy as np
 from landscape.core import orthonormal
 from landscape.core.krylov_schur import Mode, Outcome, Plan, kept_rows
 from landscape.core.layout import Layout
+from landscape.core.orthonormal import hashed_normal
 
 _DOT = functools.partial(jnp.matmul, precision=jax.lax.Precision.HIGHEST)
 
@@ -233,28 +233,6 @@ def _lanczos_step(
         lambda: w / jnp.where(exhausted, 1, beta),
     )
     return alpha, jnp.where(exhausted, 0, beta), following
-
-
-def hashed_normal(key: jax.Array, like: jax.Array) -> jax.Array:
-    """A direction of `like`'s shape and dtype with entries about N(0, 1), from a counter hash
-    of `key`: each entry a function of its index alone (lowbias32 twice, then the normal's
-    inverse CDF), which XLA fuses into one loop. An exhausted Krylov space needs only a
-    direction outside its span; `jax.random.normal` there held three vectors of D of threefry's
-    state beside the step's (docs/performance.md, "The search's working set")."""
-    words = jnp.ravel(jax.random.key_data(key)).astype(jnp.uint32)
-    index = jax.lax.iota(jnp.uint32, like.size).reshape(like.shape)
-    bits = _lowbias32(_lowbias32(index + words[0]) ^ words[-1])
-    wide = jnp.promote_types(like.dtype, jnp.float32)
-    uniform = ((bits >> 8).astype(wide) + 0.5) / float(1 << 24)  # in (0, 1)
-    # a Python float (weakly typed): the float32 draw is the same with x64 on
-    return (math.sqrt(2.0) * jax.lax.erf_inv(2 * uniform - 1)).astype(like.dtype)
-
-
-def _lowbias32(x: jax.Array) -> jax.Array:
-    """Wellons' 32-bit integer hash (xor-shift-multiply; full avalanche)."""
-    x = (x ^ (x >> 16)) * np.uint32(0x7FEB352D)
-    x = (x ^ (x >> 15)) * np.uint32(0x846CA68B)
-    return x ^ (x >> 16)
 
 
 def _orthogonalised(rows: jax.Array, w: jax.Array, only: jax.Array | None) -> jax.Array:

@@ -112,7 +112,8 @@ def unit_read(
 def _fresh(basis: jax.Array, key: jax.Array, project: Project) -> jax.Array:
     """A random unit vector orthogonal to the basis rows (twice: a random draw lies mostly in
     their span), mapped into the operator's space by `project`."""
-    w = jax.random.normal(key, basis.shape[1:], jnp.promote_types(basis.dtype, jnp.float32))
+    like = jnp.zeros(basis.shape[1:], jnp.promote_types(basis.dtype, jnp.float32))
+    w = orthonormal.hashed_normal(key, like)  # fused: jax.random.normal held 2 vectors of D
     w = w if project is None else project(w)
     w = orthonormal.orthogonalised(basis, orthonormal.orthogonalised(basis, w))
     return w / jnp.linalg.norm(w)

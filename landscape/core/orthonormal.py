@@ -1,9 +1,12 @@
 """One orthonormalisation for every Krylov basis: Gram-Schmidt of a vector against orthonormal
-rows, Householder QR of a block of rows (TSQR over a mesh), and the in-place rotation a restart
-applies. numpy rows are handled on the host (nothing compiled), jax arrays in the caller's
-program. docs/design/curvature.md, "Certified extreme eigenpairs"."""
+rows, Householder QR of a block of rows (TSQR over a mesh), the in-place rotation a restart
+applies, and the random direction an exhausted Krylov space continues from (`hashed_normal`).
+numpy rows are handled on the host (nothing compiled), jax arrays in the caller's program.
+docs/design/curvature.md, "Certified extreme eigenpairs"."""
 
 from __future__ import annotations
+
+import math
 
 import jax
 import jax.numpy as jnp
@@ -90,3 +93,26 @@ def rotate_rows(
             0, jnp.where(active, 1, 0), lambda _, rows: rotated(rows, blocks * width, rest), rows
         )
     return rows
+
+
+def hashed_normal(key: jax.Array, like: jax.Array) -> jax.Array:
+    """A direction of `like`'s shape and dtype with entries about N(0, 1), from a counter hash
+    of `key`: each entry a function of its index alone (lowbias32 twice, then the normal's
+    inverse CDF), which XLA fuses into one loop. An exhausted Krylov space needs only a
+    direction outside its span; `jax.random.normal` there held three vectors of D of threefry's
+    state beside the step's (docs/performance.md, "The search's working set"): the search's and
+    Lanczos's fresh directions."""
+    words = jnp.ravel(jax.random.key_data(key)).astype(jnp.uint32)
+    index = jax.lax.iota(jnp.uint32, like.size).reshape(like.shape)
+    bits = _lowbias32(_lowbias32(index + words[0]) ^ words[-1])
+    wide = jnp.promote_types(like.dtype, jnp.float32)
+    uniform = ((bits >> 8).astype(wide) + 0.5) / float(1 << 24)  # in (0, 1)
+    # a Python float (weakly typed): the float32 draw is the same with x64 on
+    return (math.sqrt(2.0) * jax.lax.erf_inv(2 * uniform - 1)).astype(like.dtype)
+
+
+def _lowbias32(x: jax.Array) -> jax.Array:
+    """Wellons' 32-bit integer hash (xor-shift-multiply; full avalanche)."""
+    x = (x ^ (x >> 16)) * np.uint32(0x7FEB352D)
+    x = (x ^ (x >> 15)) * np.uint32(0x846CA68B)
+    return x ^ (x >> 16)

@@ -11,6 +11,7 @@ import pytest
 
 from landscape.core import krylov_schur as ks
 from landscape.core import krylov_schur_device as device
+from landscape.core import orthonormal
 from landscape.core.layout import Layout
 
 ONE = Layout(None, (), "")  # one device
@@ -172,12 +173,12 @@ def test_an_exhausted_spaces_direction_is_a_standard_normal_draw_of_its_key():
     """`hashed_normal`: the first four moments of N(0, 1) to their sampling error at 10^6
     entries, the same vector for the same key, uncorrelated for another key or a shifted index."""
     like = jnp.zeros(10**6, jnp.float32)
-    x = np.asarray(device.hashed_normal(KEY, like), np.float64)
-    y = np.asarray(device.hashed_normal(jax.random.fold_in(KEY, 1), like), np.float64)
+    x = np.asarray(orthonormal.hashed_normal(KEY, like), np.float64)
+    y = np.asarray(orthonormal.hashed_normal(jax.random.fold_in(KEY, 1), like), np.float64)
     assert x.shape == like.shape
-    np.testing.assert_array_equal(x, np.asarray(device.hashed_normal(KEY, like)))
+    np.testing.assert_array_equal(x, np.asarray(orthonormal.hashed_normal(KEY, like)))
     with jax.enable_x64(not jax.config.jax_enable_x64):  # the same draw with x64 on or off
-        np.testing.assert_array_equal(x, np.asarray(device.hashed_normal(KEY, like)))
+        np.testing.assert_array_equal(x, np.asarray(orthonormal.hashed_normal(KEY, like)))
     moments = [np.mean(x), np.mean(x**2), np.mean(x**3), np.mean(x**4)]
     errors = np.abs(np.array(moments) - [0.0, 1.0, 0.0, 3.0]) / np.array([1, 1.4, 3.9, 9.8])
     assert np.all(errors < 5e-3), errors  # within 5 standard errors (1e-3 x these) each
