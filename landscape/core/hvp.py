@@ -22,25 +22,27 @@ def linearized_gradient(
     """(L(x), ∇L(x), v -> H v) at the flat parameters x: the gradient linearised once
     (forward-over-reverse, `jax.linearize`), so each Hessian-vector product after it is one
     tangent pass, with no second pass of the primal computation."""
-    return linearized(jax.value_and_grad(loss), flat)
-
-
-def linearized(
-    value_and_grad: Callable[[jax.Array], tuple[jax.Array, jax.Array]], flat: jax.Array
-) -> tuple[jax.Array, jax.Array, Callable[[jax.Array], jax.Array]]:
-    """`linearized_gradient` for any x -> (L(x), ∇L(x)) (`laid_flat`'s)."""
-    (value, grad), linear = jax.linearize(value_and_grad, flat)
+    (value, grad), linear = jax.linearize(jax.value_and_grad(loss), flat)
     return value, grad, lambda v: linear(v)[1]
+
+
+def linearized_on_tree(
+    loss: Callable[[Any], jax.Array], flat: jax.Array, unravel: Callable, ravel: Callable
+) -> tuple[jax.Array, jax.Array, Callable[[jax.Array], jax.Array]]:
+    """`linearized_gradient` for a loss of the parameters as they lie (`unravel(x)`), the
+    gradient and each product taken as they lie and laid flat by `ravel` after (over a mesh,
+    `Layout.to_flat`'s one concatenation: differentiated through `unravel`, each leaf's
+    cotangent came back as a slice padded to the whole flat vector, and on deep models XLA held
+    one per leaf; docs/guide/foundation_scale.md)."""
+    (value, tree), linear = jax.linearize(lambda x: jax.value_and_grad(loss)(unravel(x)), flat)
+    return value, ravel(tree), lambda v: ravel(linear(v)[1])
 
 
 def laid_flat(
     loss: Callable[[Any], jax.Array], unravel: Callable[[jax.Array], Any], ravel: Callable
 ) -> Callable[[jax.Array], tuple[jax.Array, jax.Array]]:
     """x -> (L, ∇L) for a loss of the parameters as they lie (`unravel(x)`), the gradient taken
-    as they lie and then laid flat by `ravel` (over a mesh, `Layout.to_flat`'s one
-    concatenation: differentiated through `unravel`, each leaf's cotangent came back as a
-    slice padded to the whole flat vector, summed, and on deep models XLA held a padded slice
-    per leaf; docs/guide/foundation_scale.md)."""
+    as they lie and then laid flat by `ravel` (`linearized_on_tree`'s reason)."""
 
     def value_and_grad(x: jax.Array) -> tuple[jax.Array, jax.Array]:
         value, tree = jax.value_and_grad(loss)(unravel(x))
@@ -121,11 +123,11 @@ def loss_operator(
     """(L, ∇L, v -> H v) of loss(unravel(x), *inputs) at the flat parameters x: the gradient
     linearised once, or with `batched` the mean over the leading axis of inputs[0] accumulated
     batch by batch (the tracker's and the engine's Track's operator); with `ravel`, each
-    gradient taken as the parameters lie and laid flat by it (`laid_flat`: over a mesh)."""
+    gradient taken as the parameters lie and laid flat by it (`linearized_on_tree`)."""
     if not batched:
         if ravel is None:
             return linearized_gradient(lambda x: loss(unravel(x), *inputs), flat)
-        return linearized(laid_flat(lambda p: loss(p, *inputs), unravel, ravel), flat)
+        return linearized_on_tree(lambda p: loss(p, *inputs), flat, unravel, ravel)
     (batches,) = inputs
     if ravel is None:
         found = batched_gradient(lambda x, batch: loss(unravel(x), batch), flat, batches)

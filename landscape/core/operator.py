@@ -66,8 +66,8 @@ def hessian_operator(
     if isinstance(objective, MeanOverBatches):
         return _over_batches(objective.per_batch, flat, unravel, inputs)
     loss = lambda p: objective(p, inputs)  # noqa: E731
-    if layout is not None and layout.mesh is not None:  # the gradient laid flat (`hvp.laid_flat`)
-        found = hvp.linearized(hvp.laid_flat(loss, unravel, layout.to_flat), flat)
+    if layout is not None and layout.mesh is not None:  # as the params lie, laid flat after
+        found = hvp.linearized_on_tree(loss, flat, unravel, layout.to_flat)
     else:
         found = hvp.linearized_gradient(lambda x: loss(unravel(x)), flat)
     value, gradient, linear = found
@@ -238,7 +238,7 @@ def ggn_operator(
     lay: Callable[[Any], Any]
     if layout is None or layout.mesh is None:
         at, model, lay, cut = flat, (lambda x: outputs(unravel(x), inputs)), _same, _same
-    else:  # as the parameters lie, laid flat after (`hvp.laid_flat`)
+    else:  # as the parameters lie, laid flat after (`hvp.linearized_on_tree`)
         at, model, lay, cut = params, (lambda p: outputs(p, inputs)), layout.to_flat, unravel
     z, vjp = jax.vjp(model, at)
     jvp = jax.linear_transpose(vjp, z)
