@@ -10,7 +10,7 @@ from __future__ import annotations
 import inspect
 import numbers
 import warnings
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import Any, NoReturn
 
 import jax
@@ -255,32 +255,42 @@ class RecompileWarning(UserWarning):
     """A loss given afresh for each point: every probe compiles again."""
 
 
-FRESH_LOSSES = 3  # distinct loss_fn points of one code location before the warning
-_FRESH: dict[Any, set[int]] = {}  # code location -> the ids of the points' own objectives seen
+FRESH_LOSSES = 3  # distinct things met under one key before the warning
+_FRESH: dict[Any, set[Any]] = {}  # key -> the distinct things seen under it
 _WARNED: set[Any] = set()
 
 
-def note_fresh_loss(loss_fn: Any, own_objective: Any, caller: str) -> None:
-    """Once per code location, a RecompileWarning when probes have met FRESH_LOSSES points made
-    with a loss_fn from there (each Point made with loss_fn compiles its programs afresh)."""
-    code = getattr(getattr(loss_fn, "func", loss_fn), "__code__", None)
-    if code is None or code in _WARNED:
+def note_fresh(key: Any, thing: Any, message: Callable[[int], str]) -> None:
+    """Once per key, a RecompileWarning (`message(count)`) when `FRESH_LOSSES` distinct things
+    have been met under it, each of which compiled a program afresh."""
+    if key in _WARNED:
         return
-    if len(_FRESH) > 256:  # many code locations, each seen once or twice: start again
+    if len(_FRESH) > 256:  # many keys, each seen once or twice: start again
         _FRESH.clear()
-    seen = _FRESH.setdefault(code, set())
-    seen.add(id(own_objective))
+    seen = _FRESH.setdefault(key, set())
+    seen.add(thing)
     if len(seen) < FRESH_LOSSES:
         return
-    _WARNED.add(code)
-    _FRESH.pop(code, None)
-    warnings.warn(
-        f"{caller}: {len(seen)} points made with a loss_fn from {code.co_filename}:"
-        f"{code.co_firstlineno}, each compiled afresh (a Point made with loss_fn traces it anew): "
-        "give the loss as objective=f(params, inputs) with inputs= (the batch), and points of "
-        "one model share their compiled programs.",
-        RecompileWarning,
-        stacklevel=outside_the_library(),
+    _WARNED.add(key)
+    _FRESH.pop(key, None)
+    warnings.warn(message(len(seen)), RecompileWarning, stacklevel=outside_the_library())
+
+
+def note_fresh_loss(loss_fn: Any, own_objective: Any, caller: str) -> None:
+    """`note_fresh` per code location of `loss_fn`: each Point made with a loss_fn from there
+    compiles its programs afresh."""
+    code = getattr(getattr(loss_fn, "func", loss_fn), "__code__", None)
+    if code is None:
+        return
+    note_fresh(
+        code,
+        id(own_objective),
+        lambda count: (
+            f"{caller}: {count} points made with a loss_fn from {code.co_filename}:"
+            f"{code.co_firstlineno}, each compiled afresh (a Point made with loss_fn traces it "
+            "anew): give the loss as objective=f(params, inputs) with inputs= (the batch), and "
+            "points of one model share their compiled programs."
+        ),
     )
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import warnings
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -453,34 +452,18 @@ def _check_loss_output(
         )
 
 
-_SHAPES: dict[tuple, list] = {}  # (loss, settings) -> the argument shapes update compiled for
-_WARNED: set[tuple] = set()
-
-
 def _note_shapes(loss: Callable[..., jax.Array], settings: Settings, arguments: tuple) -> None:
     """From Python: a RecompileWarning, once per loss and settings, when `update` meets
     arguments of a `_checks.FRESH_LOSSES`-th shape (each compiles it again)."""
     if any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves(arguments)):
         return  # inside the user's own jit or vmap: their program is compiled once
-    key = (loss, settings)
-    if key in _WARNED:
-        return
-    signature = point_lib._signature(arguments)
-    seen = _SHAPES.setdefault(key, [])
-    if signature in seen:
-        return
-    if len(_SHAPES) > 256:
-        _SHAPES.clear()
-        _SHAPES[key] = seen
-    seen.append(signature)
-    if len(seen) < _checks.FRESH_LOSSES:
-        return
-    _WARNED.add(key)
-    shapes = [[np.shape(x) for x in jax.tree.leaves(arguments[2])]]
-    warnings.warn(
-        f"tracker.update: {len(seen)} shapes of its arguments so far (now inputs of shapes "
-        f"{shapes[0]}), each compiling update afresh: give update inputs of one shape "
-        "(batches of one size: drop or pad the last one).",
-        _checks.RecompileWarning,
-        stacklevel=_checks.outside_the_library(),
+    shapes = [np.shape(x) for x in jax.tree.leaves(arguments[2])]
+    _checks.note_fresh(
+        (loss, settings),
+        point_lib._signature(arguments),
+        lambda count: (
+            f"tracker.update: {count} shapes of its arguments so far (now inputs of "
+            f"shapes {shapes}), each compiling update afresh: give update inputs of one shape "
+            "(batches of one size: drop or pad the last one)."
+        ),
     )
