@@ -31,6 +31,9 @@ class Claim:
         return "reproduced" if self.passed else "NOT reproduced"
 
 
+ClaimFn = Callable[[Any, Any], list[Claim]]  # a paper's claims: (config, its run groups)
+
+
 def claim(
     statement: str,
     measured: Any,

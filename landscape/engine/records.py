@@ -32,6 +32,7 @@ from landscape.engine import lock as lock_lib
 from landscape.engine.checkpoints import Checkpoint, remove_step
 from landscape.engine.claims import CLAIM_KINDS as CLAIM_KINDS  # re-exported: records.claim, ...
 from landscape.engine.claims import Claim as Claim
+from landscape.engine.claims import ClaimFn as ClaimFn
 from landscape.engine.claims import claim as claim
 from landscape.engine.claims import evaluated as evaluated
 from landscape.engine.claims import format_claims as format_claims

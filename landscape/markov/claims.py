@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -365,9 +365,7 @@ def claims_trap(cfg: ConfigDict, groups: Sequence[Group]) -> list[records.Claim]
     return trap_study.claims(cfg, groups)
 
 
-ClaimFn = Callable[[ConfigDict, Sequence[Group]], list[records.Claim]]
-
-CLAIMS: dict[str, ClaimFn] = {
+CLAIMS: dict[str, records.ClaimFn] = {
     "fig1": claims_fig1,
     "fig3": claims_fig3,
     "fig4": claims_fig4,

@@ -6,7 +6,7 @@ run's groups (a flow or SGD program's results) and returning `records.Claim`s.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -493,9 +493,7 @@ def claims_ablations(cfg: ConfigDict, groups: Sequence[Group]) -> list[records.C
     return out
 
 
-ClaimFn = Callable[[ConfigDict, Sequence[Group]], list[records.Claim]]
-
-CLAIMS: dict[str, ClaimFn] = {
+CLAIMS: dict[str, records.ClaimFn] = {
     "first_jump": claims_first_jump,
     "ei_tail": claims_ei_tail,
     "later_jumps": claims_later_jumps,

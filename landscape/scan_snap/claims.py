@@ -6,7 +6,6 @@ figures' curves (Figs. 3, 8, 9) with their claims (notes §5.3, §5.8, §5.9).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import Any
 
 import ml_collections
@@ -19,7 +18,6 @@ from landscape.scan_snap.wikitext import TRACED
 
 # One structural cell of a run: (its structural fields, task, traced grid, result).
 Group = tuple[dict[str, Any], task_lib.SequenceClasses, sweeps.Grid, training.RunResult]
-ClaimsFn = Callable[[ml_collections.ConfigDict, list[Group]], list[records.Claim]]
 
 
 def traced_cells(
@@ -372,7 +370,7 @@ def _no_claims(cfg: ml_collections.ConfigDict, groups: list[Group]) -> list[reco
     return []
 
 
-CLAIMS: dict[str, ClaimsFn] = {
+CLAIMS: dict[str, records.ClaimFn] = {
     "fig4": claims_fig4,
     "fig5": claims_fig5,
     "fig6": claims_fig6,
