@@ -171,6 +171,11 @@ class Point:
     def num_params(self) -> int:
         return sum(int(np.size(leaf)) for leaf in jax.tree_util.tree_leaves(self.params))
 
+    @property
+    def dtype(self) -> np.dtype:
+        """The parameters' dtype, one for every leaf (`_check_one_dtype`)."""
+        return np.dtype(jax.tree_util.tree_leaves(self.params)[0].dtype)
+
 
 def _check_split(point: Point) -> None:
     """outputs and output_loss come together, with an objective they compose to."""

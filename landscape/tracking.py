@@ -17,12 +17,11 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.flatten_util import ravel_pytree
 
 from landscape import _checks
 from landscape import point as point_lib
 from landscape.core import batches as batches_lib
-from landscape.core import drive, hvp, lanczos, ritz
+from landscape.core import drive, hvp, lanczos, operator, ritz
 from landscape.core import layout as layout_lib
 from landscape.core import preconditioner as preconditioner_lib
 from landscape.core.layout import Layout
@@ -232,11 +231,11 @@ def update(
     _check_state_fits(settings, state, dim)
     _check_loss_output(loss, settings, params, inputs)
     layout = settings.layout
-    flat, unravel = (layout.to_flat(params), layout.from_flat) if layout else ravel_pytree(params)
+    flat, unravel = operator.flattened(params, layout)
     ravel = layout.to_flat if layout else None
     value, grad, matvec = hvp.loss_operator(loss, flat, unravel, inputs, settings.in_batches, ravel)
     if inverse_sqrt is not None:
-        scale = layout.to_flat(inverse_sqrt) if layout else ravel_pytree(inverse_sqrt)[0]
+        scale = operator.flattened(inverse_sqrt, layout)[0]
         matvec = hvp.preconditioned(matvec, scale.astype(flat.dtype))
     start, key, restart_key = _started(settings, state, params, flat.dtype)
     project = None if layout is None else layout.clean

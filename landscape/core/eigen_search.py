@@ -145,7 +145,7 @@ def search(
     objective, inputs = point.shared
     objective = operator.with_options(objective, products)
     call, lay = data.of([point], False, "eigenpairs").searcher(advance, progress)
-    dim, dtype = point.num_params, np.dtype(jax.tree.leaves(point.params)[0].dtype)
+    dim, dtype = point.num_params, point.dtype
     settings = krylov_schur.Settings(k, min(ncv - k, dim + 1), dim, which, rtol, max_runs)
     padded = dim if lay is None else lay.padded
     where = None if lay is None else lay.sharding(1)

@@ -18,7 +18,7 @@ import numpy as np
 from jax.sharding import Mesh
 
 from landscape import _checks
-from landscape.core import compiled, data, memory
+from landscape.core import blocks, compiled, data, memory
 from landscape.core.budget import one_evaluation
 from landscape.point import (
     Point,
@@ -29,7 +29,7 @@ from landscape.point import (
 from landscape.probes.gradient import labelled
 from landscape.probes.hessian import Hessian
 from landscape.probes.lanczos import Spectrum, lanczos_spectrum
-from landscape.trees import unravel_numpy
+from landscape.trees import all_finite, unravel_numpy
 from landscape.typing import Progress, PyTree
 
 
@@ -149,17 +149,13 @@ def _dense_hessian(
     non-finite: on XLA:CPU about 1 compile in 100 of a batched-column Hessian program gave an
     executable that returns NaN on every call while a fresh one of the same HLO is finite
     (docs/design/curvature.md, "A rare bad executable"). Says so in a warning."""
-    columns_per_batch, parts = batching
-    loss, grad, matrix = compiled.hessian(
-        objective, params, inputs, columns_per_batch, listed, parts
-    )
-    if not (_all_finite(loss, grad) and not _all_finite(matrix)):
+    arguments = (objective, params, inputs, batching[0], listed, batching[1])
+    loss, grad, matrix = compiled.hessian(*arguments)
+    if not (all_finite((loss, grad)) and not all_finite(matrix)):
         return loss, grad, matrix
     compiled.hessian.clear_cache()  # type: ignore[attr-defined]  # jitted functions have it
-    loss, grad, matrix = compiled.hessian(
-        objective, params, inputs, columns_per_batch, listed, parts
-    )
-    again = "finite" if _all_finite(matrix) else "non-finite"
+    loss, grad, matrix = compiled.hessian(*arguments)
+    again = "finite" if all_finite(matrix) else "non-finite"
     warnings.warn(
         "hessian_at: the compiled Hessian program returned non-finite entries at a finite loss "
         f"and gradient; a fresh compile of it gave {again} ones (a rare XLA:CPU fault, "
@@ -168,10 +164,6 @@ def _dense_hessian(
         stacklevel=3,
     )
     return loss, grad, matrix
-
-
-def _all_finite(*arrays: jax.Array) -> bool:
-    return all(bool(np.all(np.isfinite(np.asarray(a)))) for a in arrays)
 
 
 COLUMN_BYTES = 16 * 2**20  # memory traffic of one batch of Hessian columns, about a cache's
@@ -216,21 +208,15 @@ def _hessian_in_chunks(
     the process computing its own chunk at once), its memory said first (`in_chunks`)."""
     dim, devices, parts = point.num_params, jax.local_devices(), population_parts(point)
     count = max(columns_per_batch, -(-dim // 10))  # about ten chunks
-    itemsize = np.dtype(jax.tree.leaves(point.params)[0].dtype).itemsize
     sliced = f", over {parts[0]} slices of the population" if parts[0] > 1 else ""
     header = (
         f"dense Hessian of {point.name or 'the point'}: D = {dim}, "
-        f"{memory.format_bytes(dim * dim * itemsize)} for the matrix, {dim} "
+        f"{memory.format_bytes(dim * dim * blocks.itemsize(point))} for the matrix, {dim} "
         f"Hessian-vector products in chunks of {count} on {len(devices)} device(s){sliced}"
     )
     batching = (columns_per_batch, parts)
-    found = in_chunks(
-        dim,
-        count * len(devices),
-        lambda first: _chunks_from(point, first, count, batching, devices),
-        progress,
-        header,
-    )
+    chunk = functools.partial(_chunks_from, point, count=count, batching=batching, devices=devices)
+    found = in_chunks(dim, count * len(devices), chunk, progress, header)
     loss, grad, _ = found[0]
     return loss, grad, np.concatenate([columns for _, _, columns in found])[:dim]
 
@@ -289,8 +275,7 @@ def _check_dense_size(points: list[Point], max_dense_dim: int, columns_per_batch
             f"method='lanczos') for its spectrum (or hvp(point) for products), or raise "
             f"max_dense_dim."
         )
-    itemsize = np.dtype(jax.tree.leaves(point.params)[0].dtype).itemsize
-    needed = 3 * len(points) * dim * dim * itemsize  # the matrix, its copy to host, H + H^T
+    needed = 3 * len(points) * dim * dim * blocks.itemsize(point)  # matrix, host copy, H + H^T
     available = memory.available_memory_bytes()
     if needed > available:
         raise MemoryError(

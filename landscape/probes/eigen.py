@@ -120,9 +120,11 @@ def _lanczos_one(
     (under `products`' search, the larger of those and of fresh exact products:
     `_exact_residuals`)."""
     found = eigen_search.search(point, k, which, ncv, key, tol, runs, progress, products)
-    if not np.all(np.isfinite(found.values)):  # a product was not finite
-        nan = _nan_result(point, which, k, found.runs, found.num_hvps, tol)
-        return dataclasses.replace(nan, num_hvps_check=found.num_hvps_check)
+    if not np.all(np.isfinite(found.values)):  # a product was not finite: NaN pairs
+        nan = np.full(k, np.nan, point.dtype)
+        searched = (False, found.num_hvps, found.runs, tol)
+        pairs = _pairs(point, which, nan, [], nan.copy(), "lanczos", (np.nan,) * 2, None, searched)
+        return dataclasses.replace(pairs, num_hvps_check=found.num_hvps_check)
     vectors = trees.rows(found.vectors)
     if operator.with_options(point.shared[0], products) is not point.shared[0]:
         exact = _exact_residuals(point, found.values, vectors)
@@ -142,17 +144,6 @@ def _exact_residuals(point: Point, values: np.ndarray, found: list[PyTree]) -> n
     vectors = trees.host_rows(found, point.num_params, values.dtype)
     exact = np.asarray(operator.products(objective, point.params, inputs, jnp.asarray(vectors)))
     return np.linalg.norm(exact - values[:, None] * vectors, axis=1).astype(values.dtype)
-
-
-def _nan_result(
-    point: Point, which: str, k: int, runs: int, num_hvps: int, tol: float
-) -> Eigenpairs:
-    dtype = jax.tree.leaves(point.params)[0].dtype
-    nan = np.full(k, np.nan, dtype)
-    return Eigenpairs(
-        point, which, nan, [], nan.copy(), "lanczos", float("nan"), float("nan"), False,
-        num_hvps, runs, tol,
-    )  # fmt: skip
 
 
 def eigenpairs(

@@ -9,7 +9,6 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
-import jax
 import numpy as np
 
 from landscape import _checks
@@ -70,7 +69,7 @@ class SpectralDensity:
 
     @property
     def dtype(self) -> np.dtype:
-        return point_dtype(self.point)
+        return self.point.dtype
 
     def density(self, grid: np.ndarray, sigma: float) -> np.ndarray:
         """The density smoothed by a Gaussian kernel of width `sigma`, on `grid` (it integrates
@@ -228,7 +227,7 @@ class TraceEstimate:
             )
         scale = np.mean(np.abs(self.samples)) + np.mean(np.abs(other.samples))
         mean, stderr = mean_and_stderr(
-            self.samples - other.samples, rounding(point_dtype(self.point), self.dim, scale)
+            self.samples - other.samples, rounding(self.point.dtype, self.dim, scale)
         )
         return float(mean), float(stderr)
 
@@ -252,7 +251,7 @@ class TraceEstimate:
         return results.point_row(
             self.point,
             self.dim,
-            point_dtype(self.point),
+            self.point.dtype,
             trace=self.value,
             trace_stderr=self.stderr,
             **results.fields(self, "exact_part method matrix"),
@@ -306,7 +305,7 @@ class DiagonalEstimate:
         return results.point_row(
             self.point,
             self.values.size,
-            point_dtype(self.point),
+            self.point.dtype,
             probes=self.num_probes,
             max_abs_diagonal=float(np.max(np.abs(self.values), initial=0.0)),
             max_stderr=float(np.max(self.stderr, initial=0.0)),
@@ -322,8 +321,3 @@ def _check_interval(lo: float, hi: float) -> None:
     _checks.check_real("hi", hi, finite=False, meaning="the interval's upper end")
     if hi < lo:
         raise ValueError(f"hi = {hi:g} is below lo = {lo:g}: give an interval lo <= hi.")
-
-
-def point_dtype(point: Point) -> np.dtype:
-    """The dtype the point's HVPs are computed in (the rounding of every sample)."""
-    return np.dtype(jax.tree.leaves(point.params)[0].dtype)

@@ -107,11 +107,8 @@ class Hessian(Ends):
     @functools.cached_property
     def _eigh(self) -> tuple[np.ndarray, np.ndarray]:
         if not np.all(np.isfinite(self.matrix)):  # eigh on NaN/inf raises or returns garbage
-            dim = self.matrix.shape[0]
-            return (
-                np.full(dim, np.nan, self.matrix.dtype),
-                np.full((dim, dim), np.nan, self.matrix.dtype),
-            )
+            nan = np.full(self.matrix.shape, np.nan, self.matrix.dtype)
+            return nan[0].copy(), nan
         return np.linalg.eigh(self.matrix)
 
     @functools.cached_property
@@ -307,17 +304,10 @@ class Hessian(Ends):
             f"  {'name':<{width}}{'shape':<14}{'λ_min':>13}{'λ_max':>13}{'‖·‖_F':>13}",
         ]
         for leaf, s, shape in self.names:
-            block, extremes = self.matrix[s, s], self._block_extremes[leaf]
-            if extremes is None:
-                lines.append(
-                    f"  {leaf:<{width}}{str(shape):<14}{'non-finite':>13}{'':>13}"
-                    f"{np.linalg.norm(block):>13.5g}"
-                )
-                continue
-            lines.append(
-                f"  {leaf:<{width}}{str(shape):<14}{extremes[0]:>13.5g}"
-                f"{extremes[1]:>13.5g}{np.linalg.norm(block):>13.5g}"
-            )
+            extremes = self._block_extremes[leaf]
+            ends = ("non-finite", "") if extremes is None else [f"{e:.5g}" for e in extremes]
+            row = f"  {leaf:<{width}}{str(shape):<14}{ends[0]:>13}{ends[1]:>13}"
+            lines.append(f"{row}{np.linalg.norm(self.matrix[s, s]):>13.5g}")
         if not self.finite:
             lines += [""] + nonfinite_lines(self.gradient, self.nonfinite_blocks())
             lines += [

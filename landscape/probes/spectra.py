@@ -36,7 +36,6 @@ from landscape.probes.estimates import (
     DiagonalEstimate,
     SpectralDensity,
     TraceEstimate,
-    point_dtype,
 )
 from landscape.probes.traces import probes as _probes
 from landscape.probes.uncertainty import (
@@ -318,7 +317,7 @@ def trace(
 
     def estimate(p: Point, exact_part: np.ndarray, row: np.ndarray) -> TraceEstimate:
         scale = abs(exact_part) + np.mean(np.abs(row))  # sums of D products each
-        mean, stderr = mean_and_stderr(row, rounding(point_dtype(p), dim, scale))
+        mean, stderr = mean_and_stderr(row, rounding(p.dtype, dim, scale))
         value = float(exact_part + mean)
         return TraceEstimate(
             p, value, float(stderr), method, num_probes, dim, float(exact_part), matrix, row
@@ -330,7 +329,7 @@ def trace(
 
 
 def _diagonal_estimate(point: Point, samples: np.ndarray) -> DiagonalEstimate:
-    dtype, dim = point_dtype(point), samples.shape[1]  # each sample sums D products
+    dtype, dim = point.dtype, samples.shape[1]  # each sample sums D products
     values, stderr = mean_and_stderr(samples, rounding(dtype, dim, np.abs(samples).mean(0)))
     names = param_names(point.params)
     traces = {}
