@@ -107,9 +107,11 @@ def host(x: object) -> np.ndarray:
 
 
 def tree_vdot(a: PyTree, b: PyTree) -> jax.Array:
-    """The inner product of two pytrees of one structure as vectors of D: the leaves' vdots
-    summed (one leaf: its vdot alone)."""
-    dots = [jnp.vdot(x, y) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True)]
+    """The inner product of two pytrees of one structure as vectors of D: each leaf's products
+    summed over all its axes (not `jnp.vdot`, whose flattening gathers a leaf split by columns
+    whole), then the leaves' sums (one leaf: its sum alone)."""
+    leaves = zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True)
+    dots = [jnp.sum(x * y) for x, y in leaves]
     return dots[0] if len(dots) == 1 else sum(dots[1:], dots[0])
 
 

@@ -172,7 +172,7 @@ def mesh_rows(layers: int, width: int) -> list[str]:
                 objective, params, inputs, jax.random.key(0), np.zeros(1, np.int32), 30,
                 "rademacher", False, lay, "three", storage,
             )  # fmt: skip
-            kept = three_term.vector_bytes(dim, 4, "three", 30, storage)
+            kept = three_term.vector_bytes(dim, 4, "three", 30, storage, pytrees=True)
             estimate = blocks.product_bytes(point, kept, lay.devices, three_term.AS_PARAMETERS)
             label = f"SLQ three, {storage or 'float32'}"
             programs.append((label, mesh_lib._analysis(lowered), estimate))

@@ -95,7 +95,8 @@ def row(width: int, name: str, mode: str, search: bool) -> str:
 
 def slq_row(width: int, name: str, mode: str, storage: str | None) -> str:
     """One row for the three-vector SLQ's program (`spectra.slq_block`, one probe of 30 steps,
-    the flat vectors of a mesh): its estimate and XLA's temporaries and output, MB a device."""
+    its products on pytrees split as the parameters): its estimate and XLA's temporaries and
+    output, MB a device."""
     point, params, lay = _placed(width, name, mode)
     objective, inputs = point.shared
     indices = np.zeros(1, np.int32)
@@ -105,7 +106,7 @@ def slq_row(width: int, name: str, mode: str, storage: str | None) -> str:
     )  # fmt: skip
     made = _analysis(program)
     xla = made.temp_size_in_bytes + made.output_size_in_bytes
-    kept = three_term.vector_bytes(point.num_params, 4, "three", 30, storage)
+    kept = three_term.vector_bytes(point.num_params, 4, "three", 30, storage, pytrees=True)
     estimate = blocks.product_bytes(point, kept, lay.devices, three_term.AS_PARAMETERS)
     cells = [name, mode, f"{point.num_params:.3g}", storage or "float32", f"{estimate / MB:.0f}"]
     return "| " + " | ".join([*cells, f"{xla / MB:.0f}", f"{estimate / xla:.2f}"]) + " |"

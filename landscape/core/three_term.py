@@ -25,8 +25,9 @@ from landscape.typing import PyTree
 
 VECTORS = 3  # of D: the last two Lanczos vectors (kept) and the product (made by each step)
 KEPT = 2  # of them beside the product: `previous` and `current`, as stored
-# on flat vectors over a mesh, `current` cut into the leaves for each product: a copy as the
-# parameters lie that XLA keeps through the loop (docs/guide/foundation_scale.md)
+# over a mesh, one vector more as the parameters lie that XLA keeps through the loop: on flat
+# vectors `current` cut into the leaves, on pytrees the product's third vector (each product
+# holds three, `blocks.product_bytes`, where the mesh's count has two) (foundation_scale.md)
 AS_PARAMETERS = 1
 
 

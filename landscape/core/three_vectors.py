@@ -19,17 +19,16 @@ from landscape.core.layout import Layout
 from landscape.typing import PyTree
 
 
-def on_pytrees(objective: operator.Objective, layout: Layout | None, storage: str | None) -> bool:
+def on_pytrees(objective: operator.Objective, storage: str | None) -> bool:
     """Whether the runs take their products on pytrees (`pytree_product`): the Hessian of a
-    plain objective on one device, under no option but the run's own storage; the flat
-    operator's vectors elsewhere (a mesh's layout, batches, the Gauss-Newton matrix, a
-    preconditioner, finite differences)."""
+    plain objective, on one device or split over a mesh as the parameters are, under no option
+    but the run's own storage; the flat operator's vectors elsewhere (batches, the Gauss-Newton
+    matrix, a preconditioner, finite differences)."""
     options = operator.options_of(objective)
     plain = getattr(objective, "objective", objective)
     special = (MeanOverBatches, operator.GaussNewtonSplit, preconditioner.Preconditioned)
-    on_mesh = layout is not None and layout.mesh is not None
     own = options.finite_difference is None and options.storage in (None, storage)
-    return own and not on_mesh and not isinstance(plain, special)
+    return own and not isinstance(plain, special)
 
 
 def pytree_product(objective: operator.Objective, params: PyTree, inputs: PyTree) -> Callable:
@@ -53,10 +52,10 @@ def runs_in_three_vectors(
 ) -> Tridiagonal:
     """Each start's run (K, D) of `steps` steps (default num_iters, T's rows) in three vectors:
     on pytrees where `on_pytrees`, else on the flat vectors through `flat_matvec`."""
-    if not on_pytrees(objective, layout, storage):
+    if not on_pytrees(objective, storage):
         short = functools.partial(three_term.run, flat_matvec, num_iters=num_iters, steps=steps)
         return jax.vmap(lambda v: three_term.extract(short(v, storage=storage)))(starts)
-    unravel = ravel_pytree(params)[1]
+    unravel = ravel_pytree(params)[1] if layout is None or layout.mesh is None else layout.from_flat
     product = pytree_product(objective, params, inputs)
     short = functools.partial(
         three_term.run, product, num_iters=num_iters, storage=storage, steps=steps

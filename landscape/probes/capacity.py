@@ -36,9 +36,8 @@ class Probe:
     def kept_bytes(self, itemsize: int, storage: str | None = None) -> float:
         if self.k:
             return eigen_search.lanczos_search_bytes(1, eigen_search.default_ncv(self.k), itemsize)
-        if self.basis:  # three vectors on a node's mesh: the current one as the parameters too
-            kept = three_term.vector_bytes(1, itemsize, self.basis, SLQ_STEPS, storage)
-            return kept + (three_term.AS_PARAMETERS * itemsize if self.basis == "three" else 0)
+        if self.basis:  # three vectors on a node's mesh: products on pytrees split as the params
+            return three_term.vector_bytes(1, itemsize, self.basis, SLQ_STEPS, storage, True)
         return 0.0  # a Hutchinson trace keeps its samples, numbers not vectors
 
 

@@ -221,9 +221,9 @@ def _slq_in_memory(
     static = basis == "three" and spread is not None and spread.cpu_mesh
     rows = num_iters if static else sizes.basis_rows(num_iters, dim)
     steps = None if static else np.int32(num_iters)
-    pytrees = on_pytrees(objective, spread, storage)
+    pytrees = on_pytrees(objective, storage)
     kept = three_term.vector_bytes(dim, blocks.itemsize(points[0]), basis, rows, storage, pytrees)
-    as_parameters = three_term.AS_PARAMETERS if basis == "three" and not pytrees else 0
+    as_parameters = three_term.AS_PARAMETERS if basis == "three" else 0
     plan = blocks.plan(
         points[0], num_probes, "spectral_density", kept, len(points), progress,
         hint="ask for fewer Lanczos steps (num_iters)", mesh=traces.mesh_of(spread),

@@ -2,7 +2,8 @@
 emulated in a subprocess, with its blocks replicated over the data axis held whole by each
 replica or split among them (`layout.holding`): `blocks.product_bytes` counts what each keeps
 and gathers (docs/guide/foundation_scale.md, "The estimate against XLA"), and a 16-layer MLP's
-three-vector SLQ holds what its estimate says. Compiled only: nothing runs."""
+three-vector SLQ, on pytrees split as its parameters, holds what its estimate says. Compiled
+only: nothing runs."""
 
 import pytest
 
@@ -52,28 +53,37 @@ for name, mesh, specs in (
             held=list(lay.held), param_bytes=blocks.device_param_bytes(point),
             gathered=max(gathered, default=0), D=point.num_params, local=lay.local,
         )
-# a deep model: the three-vector SLQ of a 16-layer MLP with bfloat16 vectors, its hidden weights
-# split by rows over a 1-D mesh (the gradient laid flat after it is taken as the params lie)
+# a deep model: the three-vector SLQ of a 16-layer MLP with bfloat16 vectors over a 1-D mesh, its
+# hidden weights split by rows (FSDP-like) or by columns then rows (Megatron), the products on
+# pytrees split as the parameters; and with inner products by jnp.vdot, whose flattening of a
+# leaf split by columns gathers it whole
 from experiments.bench.depth_memory_rows import _deep_specs, deep_mlp_point
+from landscape import trees
 from landscape.core import three_term
 from landscape.probes import spectra
 deep = deep_mlp_point(16, 256)
 line = Mesh(devices, ("model",))
-specs = _deep_specs(deep, "rows")
-layout._HOLDING.clear()
 layout.HOLD_VECTORS = default
-params = {k: jax.device_put(v, NamedSharding(line, specs[k])) for k, v in deep.params.items()}
-point = deep.with_params(params)
-lay = layout.spread(point.params, point.batches)
-objective, inputs = point.shared
-analysis = spectra.slq_block.lower(
-    objective, params, inputs, jax.random.key(0), np.zeros(1, np.int32), 30, "rademacher",
-    False, lay, "three", "bfloat16").compile().memory_analysis()
-kept = three_term.vector_bytes(point.num_params, 4, "three", 30, "bfloat16")
-out["deep"] = dict(
-    estimate=blocks.product_bytes(point, kept, lay.devices, three_term.AS_PARAMETERS),
-    xla=analysis.temp_size_in_bytes + analysis.output_size_in_bytes, D=point.num_params,
-)
+by_sum = trees.tree_vdot
+by_vdot = lambda a, b: sum(jnp.vdot(x, y) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
+for name, dot in (("rows", by_sum), ("megatron", by_sum), ("megatron, vdot", by_vdot)):
+    layout._HOLDING.clear()
+    jax.clear_caches()  # the block traced afresh with this inner product
+    trees.tree_vdot = dot
+    specs = _deep_specs(deep, name.split(",")[0])
+    params = {k: jax.device_put(v, NamedSharding(line, specs[k])) for k, v in deep.params.items()}
+    point = deep.with_params(params)
+    lay = layout.spread(point.params, point.batches)
+    objective, inputs = point.shared
+    analysis = spectra.slq_block.lower(
+        objective, params, inputs, jax.random.key(0), np.zeros(1, np.int32), 30, "rademacher",
+        False, lay, "three", "bfloat16").compile().memory_analysis()
+    kept = three_term.vector_bytes(point.num_params, 4, "three", 30, "bfloat16", pytrees=True)
+    out[f"deep, {name}"] = dict(
+        estimate=blocks.product_bytes(point, kept, lay.devices, three_term.AS_PARAMETERS),
+        xla=analysis.temp_size_in_bytes + analysis.output_size_in_bytes, D=point.num_params,
+    )
+trees.tree_vdot = by_sum
 print(json.dumps(out))
 """
 
@@ -107,9 +117,17 @@ def test_the_layout_holds_blocks_replicated_over_the_data_axis_when_they_fit(mea
     assert model["gathered"] >= 1380 * 1380 // 4 and model["param_bytes"] < 0.3 * 4 * model["D"]
 
 
-def test_a_deep_models_three_vector_run_holds_no_padded_slice_per_leaf(measured):
-    # differentiated through the cut of the flat vector into its 34 leaves, each leaf's
-    # cotangent came back padded to a whole slice and XLA held them apart: 0.11 of the estimate
-    row = measured["deep"]
+def test_a_deep_models_three_vector_run_holds_what_its_estimate_says(measured):
+    # products on pytrees split as the parameters: no flat vector cut into 34 leaves (differentiated
+    # through that cut, each leaf's cotangent came back a padded slice: 0.11 of the estimate)
+    row = measured["deep, rows"]
     assert 0.7 <= row["estimate"] / row["xla"] <= 1.25, row
-    assert row["xla"] * 8 / row["D"] < 30  # bytes a parameter of the model (was 149 at 1.9e7)
+    assert row["xla"] * 8 / row["D"] < 20  # bytes a parameter of the model (149 at 1.9e7 once)
+
+
+def test_inner_products_never_gather_a_leaf_split_by_columns(measured):
+    # jnp.vdot flattens each leaf, and a leaf split by columns flattens only whole: 57 bytes a
+    # parameter against 23 with the Megatron split
+    by_vdot, by_sum = measured["deep, megatron, vdot"], measured["deep, megatron"]
+    assert by_vdot["xla"] > 1.5 * by_sum["xla"], (by_vdot, by_sum)
+    assert 0.7 <= by_sum["estimate"] / by_sum["xla"] <= 1.25, by_sum

@@ -19,6 +19,6 @@ def test_a_three_vector_runs_estimate_is_within_a_quarter_of_xlas_count(storage,
     point = peers.mlp_point(arrays)
     objective, _ = point.shared
     dim = point.num_params
-    assert three_vectors.on_pytrees(objective, None, storage)
+    assert three_vectors.on_pytrees(objective, storage)
     held, estimate = measured(point, storage, pytrees)
     assert 0.75 <= estimate / held <= 1.25, (estimate / dim, held / dim)
