@@ -170,7 +170,7 @@ def mesh_rows(layers: int, width: int) -> list[str]:
         for storage in (None, "bfloat16"):
             lowered = spectra.slq_block.lower(
                 objective, params, inputs, jax.random.key(0), np.zeros(1, np.int32), 30,
-                "rademacher", False, lay, "three", storage,
+                "rademacher", False, lay, "three", storage, None, True,
             )  # fmt: skip
             kept = three_term.vector_bytes(dim, 4, "three", 30, storage, pytrees=True)
             estimate = blocks.product_bytes(point, kept, lay.devices, three_term.AS_PARAMETERS)

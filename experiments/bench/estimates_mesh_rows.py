@@ -102,7 +102,7 @@ def slq_row(width: int, name: str, mode: str, storage: str | None) -> str:
     indices = np.zeros(1, np.int32)
     program = spectra.slq_block.lower(
         objective, params, inputs, jax.random.key(0), indices, 30, "rademacher", False, lay,
-        "three", storage,
+        "three", storage, None, True,
     )  # fmt: skip
     made = _analysis(program)
     xla = made.temp_size_in_bytes + made.output_size_in_bytes

@@ -49,13 +49,18 @@ def runs_in_three_vectors(
     storage: str | None,
     flat_matvec: Callable[[jax.Array], jax.Array],
     steps: jax.Array | None = None,
+    pytrees: bool | None = None,
 ) -> Tridiagonal:
     """Each start's run (K, D) of `steps` steps (default num_iters, T's rows) in three vectors:
-    on pytrees where `on_pytrees`, else on the flat vectors through `flat_matvec`."""
-    if not on_pytrees(objective, storage):
+    on pytrees (split as the parameters over a mesh) where `pytrees` (None: where `on_pytrees`
+    on one device), else on the flat vectors through `flat_matvec`."""
+    mesh_layout = layout if layout is not None and layout.mesh is not None else None
+    if pytrees is None:
+        pytrees = on_pytrees(objective, storage) and mesh_layout is None
+    if not pytrees:
         short = functools.partial(three_term.run, flat_matvec, num_iters=num_iters, steps=steps)
         return jax.vmap(lambda v: three_term.extract(short(v, storage=storage)))(starts)
-    unravel = ravel_pytree(params)[1] if layout is None or layout.mesh is None else layout.from_flat
+    unravel = ravel_pytree(params)[1] if mesh_layout is None else mesh_layout.from_flat
     product = pytree_product(objective, params, inputs)
     short = functools.partial(
         three_term.run, product, num_iters=num_iters, storage=storage, steps=steps

@@ -55,7 +55,16 @@ TraceMethod = Literal["hutchinson", "hutch++"]
 
 @functools.partial(
     jax.jit,
-    static_argnames=("objective", "num_iters", "probe", "batched", "layout", "basis", "storage"),
+    static_argnames=(
+        "objective",
+        "num_iters",
+        "probe",
+        "batched",
+        "layout",
+        "basis",
+        "storage",
+        "pytrees",
+    ),
 )
 def slq_block(
     objective: compiled.Objective,
@@ -70,11 +79,13 @@ def slq_block(
     basis: str = "full",
     storage: str | None = None,
     steps: jax.Array | None = None,
+    pytrees: bool | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     """(alphas (K, m), betas (K, m - 1)): Lanczos from each probe of `indices` (K,), `steps`
     of them (default m = num_iters; an argument, T's rows past `steps` zero); over a mesh the
     vectors in `layout`, each run's kept vectors stored as `storage`. `basis="three"`: each run
-    in three vectors of D (`three_term`), with no reorthogonalisation."""
+    in three vectors of D (`three_term`), with no reorthogonalisation, its products on pytrees
+    where `pytrees` (`three_vectors.runs_in_three_vectors`)."""
 
     def body(params: PyTree, inputs: PyTree) -> tuple[jax.Array, jax.Array]:
         op = operator.hessian_operator(objective, params, inputs, layout)
@@ -82,8 +93,9 @@ def slq_block(
         starts = _probes(probe_key, indices, probe, params, layout)
         if basis == "three":
             found = runs_in_three_vectors(
-                objective, params, inputs, layout, starts, num_iters, storage, op.matvec, steps
-            )
+                objective, params, inputs, layout, starts, num_iters, storage, op.matvec, steps,
+                pytrees,
+            )  # fmt: skip
             return found.alphas, found.betas
         restarts = jax.vmap(lambda i: jax.random.fold_in(restart_key, i))(indices)
         project = None if layout is None else layout.clean
@@ -221,7 +233,7 @@ def _slq_in_memory(
     static = basis == "three" and spread is not None and spread.cpu_mesh
     rows = num_iters if static else sizes.basis_rows(num_iters, dim)
     steps = None if static else np.int32(num_iters)
-    pytrees = on_pytrees(objective, storage)
+    pytrees = basis == "three" and _on_pytrees(points[0], objective, spread, storage, rows)
     kept = three_term.vector_bytes(dim, blocks.itemsize(points[0]), basis, rows, storage, pytrees)
     as_parameters = three_term.AS_PARAMETERS if basis == "three" else 0
     plan = blocks.plan(
@@ -232,11 +244,25 @@ def _slq_in_memory(
 
     def block(indices: np.ndarray) -> tuple[jax.Array, jax.Array]:
         return slq_block(objective, params, inputs, key, indices, rows, probe, listed,
-                         spread, basis, storage, steps)  # fmt: skip
+                         spread, basis, storage, steps, pytrees)  # fmt: skip
 
     alphas, betas = blocks.run(plan, block, "spectral_density", progress, axis, "probes")
     alphas, betas = alphas[..., :num_iters], betas[..., : num_iters - 1]
     return (list(zip(alphas, betas, strict=True)) if listed else [(alphas, betas)]), basis
+
+
+def _on_pytrees(
+    point: Point, objective: Any, spread: Layout | None, storage: str | None, rows: int
+) -> bool:
+    """Whether the three-vector runs take their products on pytrees: on one device wherever
+    they may (`on_pytrees`); over a mesh only where one run on flat vectors would not fit the
+    memory policy, since pytrees hold less there but take longer a step on the CPU
+    (docs/guide/foundation_scale.md, "The estimate against XLA")."""
+    if not on_pytrees(objective, storage) or spread is None:
+        return on_pytrees(objective, storage)
+    flat = three_term.vector_bytes(point.num_params, blocks.itemsize(point), "three", rows, storage)
+    each = blocks.product_bytes(point, flat, spread.devices, three_term.AS_PARAMETERS)
+    return each > memory.budget(memory.device_free_bytes())
 
 
 def _slq_basis(

@@ -54,6 +54,11 @@ for name, point in (("one", one), ("split", split)):
         hvp=[np.asarray(x).ravel()[:8].tolist() for x in jax.tree.leaves(
             landscape.hvp(point)(landscape.trees.unravel_numpy(point.params, w)))],
     )
+# SLQ in three vectors on pytrees split as the parameters, as where flat vectors do not fit
+chosen, spectra._on_pytrees = spectra._on_pytrees, lambda *arguments: True
+out["split"]["three, pytrees"] = landscape.spectral_density(
+    split, 2, 7, progress=None, basis="three").nodes.tolist()
+spectra._on_pytrees = chosen
 # the results stay where the parameters lie: each eigenvector's and gradient's leaf split as
 # its parameter (a copy on the host only when flat_vectors or vector is read)
 top = landscape.eigenpairs(split, 3, "largest", dense_below=0, progress=None)
@@ -237,9 +242,14 @@ def test_the_probes_on_a_split_model_give_one_devices_numbers(eight_devices):
         assert np.max(np.abs(np.subtract(a, b))) <= 1e-5 * np.max(np.abs(hv))
     diagonal = np.asarray(one["diagonal"])  # the same probes, in ravel_pytree's order
     assert np.max(np.abs(diagonal - split["diagonal"])) <= 1e-5 * np.max(np.abs(diagonal))
-    for name in ("nodes", "three", "lanczos"):  # "three": SLQ in three vectors, 7 steps
+    for name, other in (
+        ("nodes", "nodes"),
+        ("three", "three"),
+        ("three", "three, pytrees"),
+        ("lanczos", "lanczos"),
+    ):  # "three": SLQ in three vectors, 7 steps
         flat = [x for row in one[name] for x in (row if isinstance(row, list) else [row])]
-        other = [x for row in split[name] for x in (row if isinstance(row, list) else [row])]
+        other = [x for row in split[other] for x in (row if isinstance(row, list) else [row])]
         assert max(abs(a - b) for a, b in zip(flat, other, strict=True)) <= 1e-4 * max(
             map(abs, flat)
         )

@@ -77,7 +77,7 @@ for name, dot in (("rows", by_sum), ("megatron", by_sum), ("megatron, vdot", by_
     objective, inputs = point.shared
     analysis = spectra.slq_block.lower(
         objective, params, inputs, jax.random.key(0), np.zeros(1, np.int32), 30, "rademacher",
-        False, lay, "three", "bfloat16").compile().memory_analysis()
+        False, lay, "three", "bfloat16", None, True).compile().memory_analysis()
     kept = three_term.vector_bytes(point.num_params, 4, "three", 30, "bfloat16", pytrees=True)
     out[f"deep, {name}"] = dict(
         estimate=blocks.product_bytes(point, kept, lay.devices, three_term.AS_PARAMETERS),
