@@ -20,12 +20,7 @@ from jax.sharding import Mesh
 from landscape import _checks
 from landscape.core import blocks, compiled, data, memory
 from landscape.core.budget import one_evaluation
-from landscape.point import (
-    Point,
-    PointOrPoints,
-    as_points,
-    param_names,
-)
+from landscape.point import Point, PointOrPoints, as_points, param_names
 from landscape.probes.gradient import labelled
 from landscape.probes.hessian import Hessian
 from landscape.probes.lanczos import Spectrum, lanczos_spectrum

@@ -24,7 +24,7 @@ from landscape import point as point_lib
 from landscape.core import batches as batches_lib
 from landscape.core import blocks, compiled, data, operator
 from landscape.point import Point
-from landscape.probes import curvature, results
+from landscape.probes import curvature, preconditioning, results
 from landscape.typing import PyTree
 
 Outputs = Callable[[PyTree, PyTree], jax.Array]
@@ -293,8 +293,7 @@ def of_point(found: Any, point: Point, matrix: str) -> Any:
     """A result found on `matrix_points`' view, given back its point and saying its matrix."""
     if matrix == "hessian":
         return found
-    grad = found.gradient and dataclasses.replace(found.gradient, point=point)
-    return dataclasses.replace(found, point=point, gradient=grad, matrix=matrix)
+    return dataclasses.replace(preconditioning.original(found, point), matrix=matrix)
 
 
 def dense_spectrum(point: Point) -> tuple[np.ndarray, np.ndarray]:

@@ -10,12 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from landscape.point import (
-    BlockName,
-    Names,
-    Point,
-    block_indices,
-)
+from landscape.point import BlockName, Names, Point, block_indices
 from landscape.probes.gradient import Gradient
 from landscape.probes.results import (
     NO_SPECTRUM,

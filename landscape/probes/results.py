@@ -206,11 +206,10 @@ def header_lines(kind: str, gradient: Any, dtype: DTypeLike) -> list[str]:
 
 
 def spectrum_lines(values: np.ndarray, tol: float, label: str) -> list[str]:
-    negative = int(np.sum(values < -tol))
-    positive = int(np.sum(values > tol))
+    negative, zero, positive = counts(values, tol)
     lines = [
         f"{label}: min {values[0]:.6g}, max {values[-1]:.6g}; negative {negative}, "
-        f"zero {values.size - negative - positive}, positive {positive}  "
+        f"zero {zero}, positive {positive}  "
         f"(|λ| <= tol = {tol:.3g} counts as zero)"
     ]
     if values.size <= 10:

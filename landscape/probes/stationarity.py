@@ -212,8 +212,7 @@ def near_stationary(
     done, cut, rounds, settled = _settle(
         lambda keep: _step(point, matrix, eigen, grad, keep), values, tol
     )
-    loss = grad[1]
-    floor = 1e3 * float(np.finfo(matrix.dtype).eps) * max(1.0, abs(loss))
+    floor = 1e3 * float(np.finfo(matrix.dtype).eps) * max(1.0, abs(gradient.loss))
     bound = gradient.stationarity_tol() if grad_tol is None else grad_tol
     reason = _distrust(done, settled, cut, rtol, floor, max(bound, rtol * gradient.norm))
     done = done or _Round(np.zeros_like(grad[0]), gradient.norm, 0.0, 0.0, 0.0, gradient.norm)
