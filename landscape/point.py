@@ -173,8 +173,11 @@ class Point:
 
     @property
     def dtype(self) -> np.dtype:
-        """The parameters' dtype, one for every leaf (`_check_one_dtype`)."""
-        return np.dtype(jax.tree_util.tree_leaves(self.params)[0].dtype)
+        """The parameters' floating dtype, one for every floating leaf (`_check_one_dtype`);
+        float64 for parameters with no floating leaf."""
+        dtypes = [np.dtype(x.dtype) for x in jax.tree_util.tree_leaves(self.params)]
+        floating = [d for d in dtypes if np.issubdtype(d, np.floating)]
+        return floating[0] if floating else np.dtype(np.float64)
 
 
 def _check_split(point: Point) -> None:

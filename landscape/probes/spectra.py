@@ -258,8 +258,9 @@ def _on_pytrees(
     they may (`on_pytrees`); over a mesh only where one run on flat vectors would not fit the
     memory policy, since pytrees hold less there but take longer a step on the CPU
     (docs/guide/foundation_scale.md, "The estimate against XLA")."""
-    if not on_pytrees(objective, storage) or spread is None:
-        return on_pytrees(objective, storage)
+    may = on_pytrees(objective, storage)
+    if not may or spread is None:
+        return may
     flat = three_term.vector_bytes(point.num_params, blocks.itemsize(point), "three", rows, storage)
     each = blocks.product_bytes(point, flat, spread.devices, three_term.AS_PARAMETERS)
     return each > memory.budget(memory.device_free_bytes())

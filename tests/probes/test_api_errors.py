@@ -585,3 +585,13 @@ def test_another_papers_workdir_given_to_trained_point_is_one_sentence(paper, tm
     landscape.records.Workdir(sweep).write_config({"num_steps": 4, "grid": {"lr": [0.1]}})
     with pytest.raises(landscape.records.WorkdirError, match=r"holds no paper's run \("):
         importlib.import_module(f"landscape.{paper}").trained_point(sweep)
+
+
+def test_a_points_dtype_is_its_floating_leaves_whatever_their_order():
+    # an integer leaf (a step counter) may come first; parameters with no leaf are float64's
+    def loss(p):
+        return jnp.sum(p["w"])
+
+    counted = landscape.Point({"a_step": jnp.int32(3), "w": jnp.ones(2, jnp.float32)}, loss)
+    assert counted.dtype == np.float32
+    assert landscape.Point({}, lambda p: jnp.float32(0.0)).dtype == np.float64
