@@ -11,7 +11,7 @@ import difflib
 import itertools
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import ml_collections
 import numpy as np
@@ -65,40 +65,46 @@ def shown(value: Any, limit: int = 80) -> str:
     return text if len(text) <= limit else f"{text[: limit - 3]}... ({len(text)} characters)"
 
 
-def require_number(
-    cfg: Any,
-    field: str,
-    *,
-    low: float | None = None,
-    high: float | None = None,
-    low_open: bool = False,
-    high_open: bool = False,
-    integer: bool = False,
-) -> None:
-    """Check that config field `field` (dotted path) is a finite number in the given range."""
-    value = get(cfg, field)
-    if not isinstance(value, (int, float)) or not _within(
-        value, low, high, low_open, high_open, integer
-    ):
-        require(False, field, value, _describe_interval(low, high, low_open, high_open, integer))
+class Interval(NamedTuple):
+    """Where a config number may lie: finite (not a bool), within low..high (each end closed
+    unless open, absent when None), an integer if asked."""
+
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+    integer: bool = False
+
+    def holds(self, value: Any) -> bool:
+        if isinstance(value, bool) or not math.isfinite(value):
+            return False
+        if self.integer and not float(value).is_integer():
+            return False
+        low, high = self.low, self.high
+        if low is not None and not (value > low if self.low_open else value >= low):
+            return False
+        return high is None or (value < high if self.high_open else value <= high)
+
+    def described(self) -> str:
+        """e.g. "a number in (0, 1]", "an integer >= 1", "a finite number"."""
+        kind = "an integer" if self.integer else "a number"
+        low, high = self.low, self.high
+        if low is not None and high is not None:
+            left, right = "(" if self.low_open else "[", ")" if self.high_open else "]"
+            return f"{kind} in {left}{low}, {high}{right}"
+        if low is not None:
+            return f"{kind} {'>' if self.low_open else '>='} {low}"
+        if high is not None:
+            return f"{kind} {'<' if self.high_open else '<='} {high}"
+        return f"a finite {kind[2:] if self.integer else 'number'}"
 
 
-def _within(
-    value: Any,
-    low: float | None,
-    high: float | None,
-    low_open: bool,
-    high_open: bool,
-    integer: bool,
-) -> bool:
-    """Whether `value` is a finite number (not a bool) in the interval, an integer if asked."""
-    if isinstance(value, bool) or not math.isfinite(value):
-        return False
-    if integer and not float(value).is_integer():
-        return False
-    if low is not None and not (value > low if low_open else value >= low):
-        return False
-    return high is None or (value < high if high_open else value <= high)
+def require_number(cfg: Any, field: str, **interval: Any) -> None:
+    """Check that config field `field` (dotted path) is a finite number in the `Interval` of the
+    keywords (low, high, low_open, high_open, integer)."""
+    value, within = get(cfg, field), Interval(**interval)
+    if not isinstance(value, (int, float)) or not within.holds(value):
+        require(False, field, value, within.described())
 
 
 def require_choice(cfg: Any, field: str, choices: Sequence[Any]) -> None:
@@ -112,20 +118,6 @@ def get(cfg: Any, field: str) -> Any:
     for part in field.split("."):
         value = value[part]
     return value
-
-
-def _describe_interval(
-    low: float | None, high: float | None, low_open: bool, high_open: bool, integer: bool
-) -> str:
-    kind = "an integer" if integer else "a number"
-    if low is not None and high is not None:
-        left, right = "(" if low_open else "[", ")" if high_open else "]"
-        return f"{kind} in {left}{low}, {high}{right}"
-    if low is not None:
-        return f"{kind} {'>' if low_open else '>='} {low}"
-    if high is not None:
-        return f"{kind} {'<' if high_open else '<='} {high}"
-    return f"a finite {kind[2:] if integer else 'number'}"
 
 
 def with_fields(
@@ -191,29 +183,21 @@ def require_numbers(
     cfg: Any,
     field: str,
     *,
-    low: float | None = None,
-    high: float | None = None,
-    low_open: bool = False,
-    high_open: bool = False,
-    integer: bool = False,
     nonempty: bool = True,
     length: int | None = None,
     length_of: str = "",
+    **interval: Any,
 ) -> None:
-    """Check that list field `field` holds (finite) numbers in a range: one sentence naming the
-    whole list, e.g. `config.theory.fig3_eta_y = [0.1, -1.0]: must be a non-empty list of
-    numbers > 0.`; `length` (described by `length_of`) fixes its length."""
-    values = get(cfg, field)
-    noun = "integers" if integer else "numbers"
-    if low is None and high is None:
+    """Check that list field `field` holds (finite) numbers in the `Interval` of the keywords, as
+    `require_number`: one sentence naming the whole list, e.g. `config.theory.fig3_eta_y = [0.1,
+    -1.0]: must be a non-empty list of numbers > 0.`; `length` (described by `length_of`) fixes
+    its length."""
+    values, within = get(cfg, field), Interval(**interval)
+    noun = "integers" if within.integer else "numbers"
+    if within.low is None and within.high is None:
         plural = noun if length is not None else f"finite {noun}"
     else:
-        plural = (
-            noun
-            + _describe_interval(low, high, low_open, high_open, integer).split(
-                "number" if not integer else "integer", 1
-            )[1]
-        )
+        plural = noun + within.described().split("integer" if within.integer else "number", 1)[1]
     if length is not None:
         allowed = f"a list of {length} {plural}" + (f" ({length_of})" if length_of else "")
     else:
@@ -221,9 +205,7 @@ def require_numbers(
     ok = isinstance(values, (list, tuple)) and (len(values) > 0 or not nonempty)
     ok = ok and (length is None or len(values) == length)
     ok = ok and all(
-        isinstance(v, (int, float, np.integer, np.floating))
-        and _within(v, low, high, low_open, high_open, integer)
-        for v in values
+        isinstance(v, (int, float, np.integer, np.floating)) and within.holds(v) for v in values
     )
     require(ok, field, values, allowed)
 

@@ -433,7 +433,7 @@ def make_problem(cfg: ml_collections.ConfigDict) -> training.Problem:
 def _sampler() -> Callable[..., jax.Array]:
     """The sequential sampler on the CPU (faster than the associative scan there, notes on
     task.sample); elsewhere the scan: the same sequences (landscape/engine/backend.py)."""
-    return task.sample_sequential if backend.cpu_tuned() else task.sample
+    return functools.partial(task.sample, sequential=backend.cpu_tuned())
 
 
 # Runs vmapped together hold at most about this many attention scores (~2 MiB), so that a step
@@ -501,7 +501,7 @@ def tracked_inputs(cfg: ml_collections.ConfigDict, hp: training.HParams) -> tupl
     kernel, n = kernel_of(cfg, hp), cfg.train.track_sequences
     eval_key = jax.random.key(10_000 + cfg.seed)  # make_problem's: the test_loss sequences
     E, N = cfg.train.eval_sequences, cfg.model.seq_len
-    x = task.sample_sequential(eval_key, kernel, init_law(cfg, kernel), E, N)[:n]
+    x = task.sample(eval_key, kernel, init_law(cfg, kernel), E, N, sequential=True)[:n]
     return x, jnp.full(n, 1.0 / n, kernel.dtype), task.soft_targets(x, kernel)
 
 

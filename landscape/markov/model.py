@@ -468,7 +468,6 @@ def _activation(h: jax.Array, activation: str) -> jax.Array:
 # model.apply on a params dict, jitted with the model static: what the experiments and tests call.
 
 _jit = functools.partial(jax.jit, static_argnames="model")
-_jit_layer = functools.partial(jax.jit, static_argnames=("model", "layer"))
 
 
 @_jit
@@ -483,26 +482,26 @@ def logit_binary(params: PyTree, x_BN: jax.Array, model: MarkovModel) -> jax.Arr
     return cast(jax.Array, model.apply({"params": params}, x_BN, method=MarkovModel.logit_binary))
 
 
-@_jit_layer
+@functools.partial(jax.jit, static_argnames=("model", "layer", "method"))
+def _of_block(
+    params: PyTree, x_BN: jax.Array, model: MarkovModel, layer: int, method: Any
+) -> jax.Array:
+    """`method`, a MarkovModel method of one block, at block `layer` (the model static)."""
+    return cast(jax.Array, model.apply({"params": params}, x_BN, layer, method=method))
+
+
 def attention_weights(
     params: PyTree, x_BN: jax.Array, model: MarkovModel, layer: int = 0
 ) -> jax.Array:
     """(B, H, N, N) att_{n,i} of block `layer` (MarkovModel.attention_weights)."""
-    return cast(
-        jax.Array,
-        model.apply({"params": params}, x_BN, layer, method=MarkovModel.attention_weights),
-    )
+    return _of_block(params, x_BN, model, layer, MarkovModel.attention_weights)
 
 
-@_jit_layer
 def attention_ratio(
     params: PyTree, x_BN: jax.Array, model: MarkovModel, layer: int = 0
 ) -> jax.Array:
     """(B, N) attention-output / residual norm ratio (MarkovModel.attention_ratio)."""
-    return cast(
-        jax.Array,
-        model.apply({"params": params}, x_BN, layer, method=MarkovModel.attention_ratio),
-    )
+    return _of_block(params, x_BN, model, layer, MarkovModel.attention_ratio)
 
 
 def from_config(cfg: ConfigDict) -> MarkovModel:

@@ -127,22 +127,26 @@ def _draws(
     return u_BN, x1_B, cuts_SC
 
 
-@functools.partial(jax.jit, static_argnames=("batch_size", "length"))
+@functools.partial(jax.jit, static_argnames=("batch_size", "length", "sequential"))
 def sample(
     key: jax.Array,
     kernel: ArrayLike,
     init: ArrayLike | None = None,
     batch_size: int = 16,
     length: int = 1024,
+    sequential: bool = False,
 ) -> jax.Array:
     """x (B, length) int32: x_1 ~ init (None: the stationary law), x_{n+1} ~ P[x_n] (notes §2.1).
 
     Position n >= 2 applies the map f_n: s -> #{cuts of row s <= u_n} (inverse CDF of the uniform
     u_n against row s). Maps S -> S (int arrays of length S) compose associatively, and x_1 is the
     constant map, so a prefix scan of compositions holds x_n in every entry: O(log N) depth.
-    Identical sequences to `sample_sequential` for the same key.
+    `sequential` draws the same chain (the same uniforms and comparisons) by a length-N lax.scan
+    instead, the faster on a CPU (docs/design/cpu_formulations.md).
     """
     u_BN, x1_B, cuts_SC = _draws(key, kernel, init, batch_size, length)
+    if sequential:
+        return _sequential(u_BN, x1_B, cuts_SC)
     num_states = cuts_SC.shape[0]
     maps_BNS = jnp.sum(u_BN[:, :, None, None] >= cuts_SC, axis=-1).astype(jnp.int32)
     first_BS = jnp.broadcast_to(x1_B[:, None], (batch_size, num_states))
@@ -154,16 +158,8 @@ def sample(
     return jax.lax.associative_scan(then, maps_BNS, axis=1)[:, :, 0]
 
 
-@functools.partial(jax.jit, static_argnames=("batch_size", "length"))
-def sample_sequential(
-    key: jax.Array,
-    kernel: ArrayLike,
-    init: ArrayLike | None = None,
-    batch_size: int = 16,
-    length: int = 1024,
-) -> jax.Array:
-    """The same chain (same uniforms, same comparisons) as `sample`, by a length-N lax.scan."""
-    u_BN, x1_B, cuts_SC = _draws(key, kernel, init, batch_size, length)
+def _sequential(u_BN: jax.Array, x1_B: jax.Array, cuts_SC: jax.Array) -> jax.Array:
+    """`sample`'s chain, one position a step of a lax.scan."""
 
     def step(x_B: jax.Array, u_B: jax.Array) -> tuple[jax.Array, jax.Array]:
         x_B = jnp.sum(u_B[:, None] >= cuts_SC[x_B], axis=-1).astype(jnp.int32)

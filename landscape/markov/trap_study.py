@@ -103,9 +103,8 @@ _probe_grad = jax.jit(jax.grad(_probe_loss, argnums=1), static_argnums=0)
 
 def probe_batch(p: float, q: float, seq_len: int, batch: int = PROBE_BATCH) -> jax.Array:
     kernel = task.binary_kernel(p, q)
-    return task.sample_sequential(
-        jax.random.key(PROBE_KEY), kernel, task.stationary(kernel), batch, seq_len + 1
-    )
+    key = jax.random.key(PROBE_KEY)
+    return task.sample(key, kernel, task.stationary(kernel), batch, seq_len + 1, sequential=True)
 
 
 def half_vs_float32(

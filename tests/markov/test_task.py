@@ -100,8 +100,8 @@ def test_c1_empirical_kernel_and_marginals(chain):
     for n in (0, C1_LENGTH - 1):
         freq_S = np.bincount(x[:, n], minlength=num_states) / C1_BATCH
         assert np.all(np.abs(freq_S - pi) < 4 * np.sqrt(pi * (1 - pi) / C1_BATCH)), (n, freq_S)
-    slow = task.sample_sequential(
-        jax.random.key(1), kernel, pi, batch_size=C1_BATCH, length=C1_LENGTH
+    slow = task.sample(
+        jax.random.key(1), kernel, pi, batch_size=C1_BATCH, length=C1_LENGTH, sequential=True
     )
     np.testing.assert_array_equal(x, slow)
 
@@ -125,7 +125,7 @@ def test_samplers_identical():
     ]:
         key = jax.random.key(seed)
         fast = task.sample(key, kernel, init, batch_size=16, length=1024)
-        slow = task.sample_sequential(key, kernel, init, batch_size=16, length=1024)
+        slow = task.sample(key, kernel, init, batch_size=16, length=1024, sequential=True)
         assert fast.dtype == slow.dtype == jnp.int32 and fast.shape == (16, 1024)
         np.testing.assert_array_equal(fast, slow)
         assert 0.3 < fast.mean() < 0.47  # pi_1 = 0.3846
