@@ -373,6 +373,32 @@ def test_three_vectors_in_bfloat16_keep_the_moments_within_their_standard_errors
     assert np.all(np.abs(_moments(low).mean(0) - mean) <= 2 * spread)
 
 
+@pytest.mark.parametrize(  # the papers' point compiles for 17 s: the MLP is its fast sibling
+    "where", [pytest.param("theta_pi, untied (x64)", marks=pytest.mark.slow), "peers MLP (float32)"]
+)
+def test_three_vectors_give_the_full_basis_density_at_a_papers_point_and_the_peers_mlp(where):
+    """Thm 3's saddle of Attention with Markov in float64 and the peers benchmark's MLP in float32
+    (64 -> 32 -> 32 -> 10, D = 3,498): each probe's moments v^T H^p v in three vectors are the
+    full basis's to rounding (2e-14 and 4e-7 measured), their means within a hundredth of a
+    standard error over the probes (where the probes' moments differ beyond rounding), and the
+    extreme nodes agree."""
+    from experiments.bench import peers, peers_data
+
+    if where.startswith("theta_pi"):
+        point, rtol = landscape.markov.theta_pi(p=0.5, q=0.8, tied=False, seq_len=4), 1e-11
+    else:
+        point, rtol = peers.mlp_point(peers_data.mlp_arrays(32)), 1e-4
+    full = spectra.spectral_density(point, 4, 20, basis="full", progress=None)
+    three = spectra.spectral_density(point, 4, 20, basis="three", progress=None)
+    moments_full, moments_three = _moments(full), _moments(three)
+    np.testing.assert_allclose(moments_three, moments_full, rtol=rtol)
+    mean = moments_full.mean(0)  # within a hundredth of a standard error, or of rounding
+    allowed = np.maximum(0.01 * moments_full.std(0, ddof=1) / 2, rtol * np.abs(mean))
+    assert np.all(np.abs(moments_three.mean(0) - mean) <= allowed)
+    for end in (0, -1):
+        np.testing.assert_allclose(three.nodes[:, end], full.nodes[:, end], rtol=10 * rtol)
+
+
 def test_auto_keeps_three_vectors_where_a_basis_does_not_fit(monkeypatch):
     point, _ = _point(np.linspace(-1, 1, D), seed=7)
     assert spectra.spectral_density(point, *SLQ_SHAPE, progress=None).basis == "full"
