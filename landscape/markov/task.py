@@ -116,7 +116,10 @@ def stationary(kernel: ArrayLike) -> jax.Array:
 def _draws(
     key: jax.Array, kernel: ArrayLike, init: ArrayLike | None, batch_size: int, length: int
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """Shared by both samplers: (uniforms_BN, x1_B, thresholds_S(S-1)) (inverse-CDF cut points)."""
+    """Shared by both formulations: (uniforms_BN, x1_B, thresholds_S(S-1)) (inverse-CDF cut
+    points); the sizes checked when the sampler is traced (they are static)."""
+    _checks.check_int("batch_size", batch_size, 1, "sequences drawn")
+    _checks.check_int("length", length, 1, "tokens a sequence")
     kernel = jnp.asarray(kernel)
     init = stationary(kernel) if init is None else jnp.asarray(init, kernel.dtype)
     num_states = kernel.shape[-1]
@@ -145,7 +148,7 @@ def sample(
     instead, the faster on a CPU (docs/design/cpu_formulations.md).
     """
     u_BN, x1_B, cuts_SC = _draws(key, kernel, init, batch_size, length)
-    if sequential:
+    if _checks.check_bool("sequential", sequential, "a length-N scan"):
         return _sequential(u_BN, x1_B, cuts_SC)
     num_states = cuts_SC.shape[0]
     maps_BNS = jnp.sum(u_BN[:, :, None, None] >= cuts_SC, axis=-1).astype(jnp.int32)

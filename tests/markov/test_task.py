@@ -289,3 +289,18 @@ def test_bad_inputs_name_the_field(call, message):
     with pytest.raises(ValueError) as err:
         call()
     assert str(err.value) == message
+
+
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (dict(batch_size=0), "batch_size = 0: must be an integer >= 1"),
+        (dict(length=2.0), "length = 2.0: must be an integer"),
+        (dict(sequential="yes"), "sequential = 'yes': must be True or False"),
+    ],
+)
+def test_a_sampler_mistake_is_one_sentence(bad, message):
+    kernel = task.binary_kernel(0.5, 0.8)
+    arguments = dict(batch_size=4, length=8, sequential=False) | bad
+    with pytest.raises((TypeError, ValueError), match=message):
+        task.sample(jax.random.key(0), kernel, None, **arguments)
