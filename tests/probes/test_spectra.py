@@ -378,7 +378,7 @@ def test_three_vectors_in_bfloat16_keep_the_moments_within_their_standard_errors
 )
 def test_three_vectors_give_the_full_basis_density_at_a_papers_point_and_the_peers_mlp(where):
     """Thm 3's saddle of Attention with Markov in float64 and the peers benchmark's MLP in float32
-    (64 -> 32 -> 32 -> 10, D = 3,498): each probe's moments v^T H^p v in three vectors are the
+    (64 -> 32 -> 32 -> 10, D = 3,466): each probe's moments v^T H^p v in three vectors are the
     full basis's to rounding (2e-14 and 4e-7 measured), their means within a hundredth of a
     standard error over the probes (where the probes' moments differ beyond rounding), and the
     extreme nodes agree."""
