@@ -99,10 +99,19 @@ class Interval(NamedTuple):
         return f"a finite {kind[2:] if self.integer else 'number'}"
 
 
-def require_number(cfg: Any, field: str, **interval: Any) -> None:
+def require_number(
+    cfg: Any,
+    field: str,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    low_open: bool = False,
+    high_open: bool = False,
+    integer: bool = False,
+) -> None:
     """Check that config field `field` (dotted path) is a finite number in the `Interval` of the
-    keywords (low, high, low_open, high_open, integer)."""
-    value, within = get(cfg, field), Interval(**interval)
+    bounds."""
+    value, within = get(cfg, field), Interval(low, high, low_open, high_open, integer)
     if not isinstance(value, (int, float)) or not within.holds(value):
         require(False, field, value, within.described())
 
