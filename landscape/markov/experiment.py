@@ -388,7 +388,11 @@ def make_problem(cfg: ml_collections.ConfigDict) -> training.Problem:
         params: PyTree, key: jax.Array, hp: training.HParams
     ) -> tuple[jax.Array, dict[str, jax.Array]]:
         kernel = kernel_of(cfg, hp)
-        x = _sampler()(key, kernel, init_law(cfg, kernel), B, N + 1)
+        # the length-N scan where tuned for the CPU (faster there), else the associative scan:
+        # the same sequences (task.sample; decided when traced, landscape/engine/backend.py)
+        x = task.sample(
+            key, kernel, init_law(cfg, kernel), B, N + 1, sequential=backend.cpu_tuned()
+        )
         x = training.batch_share(x)  # this device's sequences when a run splits its batch
         log_probs = cast(jax.Array, model.apply({"params": params}, x[:, :N]))
         if cfg.train.targets == "hard":
@@ -400,7 +404,9 @@ def make_problem(cfg: ml_collections.ConfigDict) -> training.Problem:
 
     def snapshot(params: PyTree, hp: training.HParams) -> dict[str, jax.Array]:
         kernel = kernel_of(cfg, hp)
-        x = _sampler()(eval_key, kernel, init_law(cfg, kernel), E, N)
+        x = task.sample(
+            eval_key, kernel, init_law(cfg, kernel), E, N, sequential=backend.cpu_tuned()
+        )
         log_probs = cast(jax.Array, model.apply({"params": params}, x))
         out = {
             "test_loss": task.population_cross_entropy(
@@ -428,12 +434,6 @@ def make_problem(cfg: ml_collections.ConfigDict) -> training.Problem:
         # off the CPU a single run splits its batch over several devices at any size
         batch_size=B if B * N * N >= _SCORES_TO_SPLIT or not backend.cpu_tuned() else None,
     )
-
-
-def _sampler() -> Callable[..., jax.Array]:
-    """The sequential sampler on the CPU (faster than the associative scan there, notes on
-    task.sample); elsewhere the scan: the same sequences (landscape/engine/backend.py)."""
-    return functools.partial(task.sample, sequential=backend.cpu_tuned())
 
 
 # Runs vmapped together hold at most about this many attention scores (~2 MiB), so that a step
