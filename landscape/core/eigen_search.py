@@ -41,8 +41,9 @@ def default_ncv(k: int) -> int:
 
 def lanczos_search_bytes(dim: int, ncv: int, itemsize: int) -> int:
     """What a search holds beside one Hessian-vector product (`blocks.product_bytes`): its ncv
-    vectors, a restart's block of the basis (an eighth) and three vectors of a step's work."""
-    return int((ncv + ncv / orthonormal.ROTATION_CHUNKS + 3) * dim * itemsize)
+    vectors, a restart's block of them and its rotation (an eighth together) and three vectors
+    of a step's work."""
+    return int((ncv + 2 * ncv / orthonormal.ROTATION_CHUNKS + 3) * dim * itemsize)
 
 
 def fitted_ncv(point: Point, k: int, ncv: int, given: bool, progress: Progress) -> int:
@@ -56,7 +57,7 @@ def fitted_ncv(point: Point, k: int, ncv: int, given: bool, progress: Progress) 
     free = memory.budget()
     gradient = blocks.device_param_bytes(point) if spread.devices > 1 else 0.0
     room = free - blocks.product_bytes(point, devices=spread.devices) - gradient
-    fits = int((room / (share * itemsize) - 3) / (1 + 1 / orthonormal.ROTATION_CHUNKS))
+    fits = int((room / (share * itemsize) - 3) / (1 + 2 / orthonormal.ROTATION_CHUNKS))
     smallest = min(k + 4, dim + k)
     if fits < smallest:
         blocks.plan(

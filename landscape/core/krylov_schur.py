@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import numpy as np
@@ -32,17 +32,20 @@ class Mode(enum.IntEnum):
 
 
 class Plan(NamedTuple):
-    """What one call is asked (legend in the module docstring). The basis first becomes
-    qᵀ basis (n, n) when `rotate`, its first row a fresh start seeded by it when `fresh`; then
-    up to `steps` products in `mode`: EXTEND Lanczos steps from basis row `start` (`column`
-    (ncv,) the first step's coupling known before it, the kept Ritz vectors' arrowhead), CHECK
-    or FILL the Ritz vectors coeffs[:, i] · vectors (coeffs (ncv, k), zero on the locked rows)
-    with their residuals against theta[i], each accepted at residual <= `tol` (until one is
-    not) and written into locked row slots[i] (k: nowhere). `products` numbers the products
-    before this call (the seed of a fresh direction where the Krylov space is exhausted). A run
-    ends early once the `need` most wanted Ritz pairs of `proj` (n, n: the projected matrix,
-    grown by its steps) have Lanczos estimates within rtol · max(scale, their values)."""
+    """What one call is asked (legend in the module docstring), every array ncv long (k is
+    `locked`, a number: a new k is the same program). The vectors first become qᵀ vectors
+    (ncv, ncv: the identity on the k locked rows, the basis rotated) when `rotate`, the first
+    basis row a fresh start seeded by it when `fresh`; then up to `steps` products in `mode`:
+    EXTEND Lanczos steps from basis row `start` (`column` the first step's coupling known
+    before it, the kept Ritz vectors' arrowhead), CHECK or FILL the Ritz vectors
+    coeffs[:, i] · vectors (zero on the locked rows) with their residuals against theta[i],
+    each accepted at residual <= `tol` (until one is not) and written into locked row slots[i]
+    (k or more: nowhere). `products` numbers the products before this call (the seed of a fresh
+    direction where the Krylov space is exhausted). A run ends early once the `need` most
+    wanted Ritz pairs of `proj` (the projected matrix of the basis rows, grown by its steps)
+    have Lanczos estimates within rtol · max(scale, their values)."""
 
+    locked: jax.Array
     mode: jax.Array
     q: jax.Array
     rotate: jax.Array
@@ -62,12 +65,12 @@ class Plan(NamedTuple):
 
 
 class Outcome(NamedTuple):
-    """What a call gives back: the products it made, the Rayleigh-Ritz of the run's last step
-    (theta (n,) ascending, its eigenvectors (n, n) and their Lanczos estimates, the absent rows'
-    values beyond the wanted end: the early stop decided on these, so the host does too), each
-    Lanczos step's alpha, beta and whether it left a next vector (n,), each Ritz pair's residual
-    and acceptance (k,), and the operator's value and gradient at its point (D,; a Hessian's
-    linearisation gives them for free)."""
+    """What a call gives back, ncv long like its plan (`receive` cuts it to n and k): the
+    products it made, the Rayleigh-Ritz of the run's last step (theta ascending, its
+    eigenvectors and their Lanczos estimates, the absent rows' values beyond the wanted end:
+    the early stop decided on these, so the host does too), each Lanczos step's alpha, beta and
+    whether it left a next vector, each Ritz pair's residual and acceptance, and the operator's
+    value and gradient at its point (D,; a Hessian's linearisation gives them for free)."""
 
     taken: jax.Array
     theta: jax.Array
@@ -193,17 +196,46 @@ def plan(settings: Settings, state: State, dtype: np.dtype) -> Plan:
         tol = np.inf if state.mode == Mode.FILL else settings.rtol * scale(state)
     extending = state.mode == Mode.EXTEND
     rotate = extending and state.rotation is not None
-    q = state.rotation if state.rotation is not None and rotate else np.eye(rows)
+    total = rows + k  # the locked rows come first
+    q = np.eye(total)
+    q[k:, k:] = state.rotation if state.rotation is not None and rotate else np.eye(rows)
     column = np.concatenate([np.zeros(k), state.proj[:, min(state.size, rows - 1)]])
-    coeffs = np.concatenate([np.zeros((k, k)), coeffs])  # the locked rows come first
     need = k - len(state.values) if len(state.values) < k else 1
     return Plan._make([  # numpy arrays: a jitted call takes them as they are
-        np.int32(state.mode), q.astype(dtype), np.bool_(rotate),
+        np.int32(k), np.int32(state.mode), q.astype(dtype), np.bool_(rotate),
         np.bool_(extending and state.fresh), np.int32(state.size), np.int32(max(steps, 0)),
-        column.astype(dtype), coeffs.astype(dtype), theta.astype(dtype), slots,
-        np.asarray(tol, dtype), np.int32(state.products), state.proj.astype(dtype), np.int32(need),
+        column.astype(dtype), _square(coeffs, total, k).astype(dtype),
+        _padded(theta, total).astype(dtype), _padded(slots, total, k).astype(np.int32),
+        np.asarray(tol, dtype), np.int32(state.products),
+        _square(state.proj, total).astype(dtype), np.int32(need),
         np.asarray(scale(state), dtype), np.asarray(settings.rtol, dtype),
     ])  # fmt: skip
+
+
+def _padded(x: np.ndarray, total: int, fill: float = 0.0) -> np.ndarray:
+    """x (m,) padded to (total,) with `fill`."""
+    return np.concatenate([x, np.full(total - x.size, fill, x.dtype)])
+
+
+def _square(x: np.ndarray, total: int, below: int = 0) -> np.ndarray:
+    """x (m, n) in a (total, total) zero matrix, from row `below`."""
+    out = np.zeros((total, total))
+    out[below : below + x.shape[0], : x.shape[1]] = x
+    return out
+
+
+def _cut(outcome: Outcome, rows: int, k: int) -> Outcome:
+    """A call's outcome (ncv long) cut to the n basis rows' and the k pairs' entries."""
+    sizes = {
+        "vectors": rows,
+        "alpha": rows,
+        "beta": rows,
+        "more": rows,
+        "residual": k,
+        "accepted": k,
+    }
+    cut: dict[str, Any] = {f: np.asarray(getattr(outcome, f))[:n] for f, n in sizes.items()}
+    return outcome._replace(**cut)
 
 
 def _more_wanted(which: str, a: float, b: float) -> bool:
@@ -233,6 +265,7 @@ def receive(settings: Settings, state: State, plan: Plan, outcome: Outcome) -> S
     fill; a product that was not finite ends the search."""
     if state.mode == Mode.EXTEND:  # the restart is applied: the next is ours to ask
         state = state._replace(rotation=None, fresh=False)
+    outcome = _cut(outcome, settings.rows, settings.k)
     steps = int(outcome.taken)
     state = state._replace(
         products=state.products + steps,
@@ -386,8 +419,8 @@ def _restart(settings: Settings, state: State, accepted: int) -> State:
     return state._replace(mode=Mode.EXTEND, rotation=rotation, fresh=False, proj=proj, size=kept)
 
 
-# of a full basis's rows, the Ritz vectors a thick restart keeps (read when a search's program
-# is traced: a new value takes effect in programs traced after it, e.g. after jax.clear_caches)
+# of a full basis's rows, the Ritz vectors a thick restart keeps (the host's: the device rotates
+# by the q it is given, whose zero columns drop the rest)
 KEEP = 0.5
 
 

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from landscape.core import orthonormal
-from landscape.core.krylov_schur import Mode, Outcome, Plan, kept_rows
+from landscape.core.krylov_schur import Mode, Outcome, Plan
 from landscape.core.layout import Layout
 from landscape.core.orthonormal import hashed_normal
 
@@ -63,15 +63,15 @@ def begin(
     layout: Layout,
 ) -> Carry:
     """A call's carry before its first product: the vectors restarted (`_restarted`), an empty
-    Outcome holding the point's (value, gradient), product_due when the plan asks for a product."""
-    k = plan.slots.size
-    vectors = _restarted(vectors, k, plan, key, layout)
-    rows, dtype = vectors.shape[0] - k, vectors.dtype
+    Outcome (ncv long) holding the point's (value, gradient), product_due when the plan asks
+    for a product."""
+    vectors = _restarted(vectors, plan, key, layout)
+    total, dtype = vectors.shape[0], vectors.dtype
     value, gradient = point
     outcome = Outcome(
-        jnp.asarray(0, jnp.int32), jnp.zeros(rows, dtype), jnp.zeros((rows, rows), dtype),
-        jnp.zeros(rows, dtype), jnp.zeros(rows, dtype), jnp.zeros(rows, dtype),
-        jnp.zeros(rows, bool), jnp.zeros(k, dtype), jnp.zeros(k, bool),
+        jnp.asarray(0, jnp.int32), jnp.zeros(total, dtype), jnp.zeros((total, total), dtype),
+        jnp.zeros(total, dtype), jnp.zeros(total, dtype), jnp.zeros(total, dtype),
+        jnp.zeros(total, bool), jnp.zeros(total, dtype), jnp.zeros(total, bool),
         value.astype(dtype), gradient,
     )  # fmt: skip
     product_due = outcome.taken < plan.steps
@@ -81,7 +81,7 @@ def begin(
 def next_vector(plan: Plan, carry: Carry) -> jax.Array:
     """The vector the call multiplies next: the basis row a Lanczos step extends from, or the
     candidate Ritz vector whose residual it checks."""
-    k, i = plan.slots.size, carry.outcome.taken
+    k, i = plan.locked, carry.outcome.taken
     rows = carry.vectors.shape[0] - k
     return jax.lax.cond(
         plan.mode == Mode.EXTEND,
@@ -90,15 +90,16 @@ def next_vector(plan: Plan, carry: Carry) -> jax.Array:
     )
 
 
-def _restarted(vectors: jax.Array, k: int, plan: Plan, key: jax.Array, layout: Layout) -> jax.Array:
-    """The basis rows rotated in place to qᵀ basis (the locked rows kept); for a fresh phase the
-    first basis row (q's seed) plus N(0, I/D), orthogonal to the locked rows and of unit norm
-    (the first call's start: the noise alone). Each phase draws its own noise (numbered by the
-    products before it): the seed lies in the earlier phases' Krylov space, and a further copy
-    of a locked eigenvalue lies outside it."""
+def _restarted(vectors: jax.Array, plan: Plan, key: jax.Array, layout: Layout) -> jax.Array:
+    """The vectors rotated in place to qᵀ vectors (q the identity on the locked rows, its zero
+    columns the basis rows a restart drops); for a fresh phase the first basis row (q's seed)
+    plus N(0, I/D), orthogonal to the locked rows and of unit norm (the first call's start: the
+    noise alone). Each phase draws its own noise (numbered by the products before it): the seed
+    lies in the earlier phases' Krylov space, and a further copy of a locked eigenvalue lies
+    outside it."""
     total, dim = vectors.shape
-    keep = kept_rows(total - k) + 1  # a thick restart's kept Ritz vectors and the next vector
-    vectors = layout.rotate(vectors, plan.q, first=k, keep=keep, active=plan.rotate)
+    k = plan.locked
+    vectors = layout.rotate(vectors, plan.q, active=plan.rotate)
     noise_key = jax.random.fold_in(jax.random.split(key)[1], plan.products)
 
     def start(seed: jax.Array) -> jax.Array:
@@ -125,7 +126,7 @@ def step(
     while it has products left, the run has not converged and every product is finite (the
     host ends the search at one that is not)."""
     vectors, outcome, failed, _, proj = carry
-    k, i = plan.slots.size, outcome.taken
+    k, i = plan.locked, outcome.taken
     at = jnp.minimum(i, k - 1)
     row = plan.start + i  # of the basis: vectors[k + row]
     extending = plan.mode == Mode.EXTEND
@@ -193,7 +194,7 @@ def _converged(
 
 def _lanczos_step(
     vectors: jax.Array,
-    k: int,
+    k: jax.Array,
     row: jax.Array,
     coupling: tuple[jax.Array, jax.Array, jax.Array],
     v: jax.Array,

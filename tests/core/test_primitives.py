@@ -24,15 +24,17 @@ def test_orthogonalised_removes_the_components_along_the_rows():
     np.testing.assert_allclose(rest + (q @ w) @ q, w, atol=1e-14)
 
 
-def test_rotate_rows_applies_q_transposed_in_place_and_zeroes_the_rest():
+def test_rotate_rows_applies_q_transposed_in_place():
+    """A search's restart: q the identity on the locked row, its zero columns rows dropped."""
     rng = np.random.default_rng(4)
-    rows, q = rng.normal(size=(5, 19)), np.linalg.qr(rng.normal(size=(4, 4)))[0]
-    rotated = np.asarray(orthonormal.rotate_rows(jnp.asarray(rows), jnp.asarray(q), 1, keep=2))
-    np.testing.assert_allclose(rotated[0], rows[0])
-    np.testing.assert_allclose(rotated[1:3], q[:, :2].T @ rows[1:], atol=1e-14)
-    np.testing.assert_allclose(rotated[3:], 0)
-    idle = orthonormal.rotate_rows(jnp.asarray(rows), jnp.asarray(q), 1, active=False)
-    np.testing.assert_allclose(idle, rows)
+    rows, q = rng.normal(size=(5, 19)), np.zeros((5, 5))
+    q[0, 0], q[1:, 1:3] = 1.0, np.linalg.qr(rng.normal(size=(4, 4)))[0][:, :2]
+    rotated = np.asarray(orthonormal.rotate_rows(jnp.asarray(rows), jnp.asarray(q)))
+    np.testing.assert_array_equal(rotated[0], rows[0])
+    np.testing.assert_allclose(rotated[1:3], q[1:, 1:3].T @ rows[1:], atol=1e-14)
+    np.testing.assert_array_equal(rotated[3:], 0)
+    idle = orthonormal.rotate_rows(jnp.asarray(rows), jnp.asarray(q), active=False)
+    np.testing.assert_array_equal(idle, rows)
 
 
 def test_hutchpp_is_exact_on_a_matrix_of_rank_below_its_sketch():

@@ -200,6 +200,12 @@ COUNTS = {
         1e-4,
         1e-6,
     ),
+    # k locked rows of the same ncv = 20 vectors (`krylov_schur.Plan.locked`)
+    "eigenpairs, a new k": (
+        lambda p, k: landscape.eigenpairs(p, k, "largest", dense_below=0, progress=None),
+        3,
+        5,
+    ),
 }
 
 
@@ -209,6 +215,7 @@ STREAMED_COUNTS = {
     "trace, hutchinson, streamed": COUNTS["trace, hutchinson"],
     "lanczos_spectrum, new steps, streamed": COUNTS["lanczos_spectrum, new steps"],
     "spectral_density, streamed": COUNTS["spectral_density"],
+    "eigenpairs, a new k, streamed": COUNTS["eigenpairs, a new k"],
     "spectral_density, new steps, streamed": (
         lambda p, n: landscape.spectral_density(p, 4, n, progress=None),
         20,
@@ -221,8 +228,8 @@ STREAMED_COUNTS = {
 def test_a_new_count_of_probes_compiles_nothing(name):
     """trace(point, 25) after trace(point, 30) is the same program (it compiled again, 45 s on
     8 emulated devices); so is a new number of SLQ or diagonal probes within one block, a new
-    number of Lanczos steps within one basis size, and a new tolerance of the search, on data
-    in memory as over a stream."""
+    number of Lanczos steps within one basis size, and a new tolerance or k of the search, on
+    data in memory as over a stream."""
     streamed = name in STREAMED_COUNTS
     probe, count, other = (STREAMED_COUNTS if streamed else COUNTS)[name]
     point = _point(0, streamed=streamed)
