@@ -111,12 +111,12 @@ class Found(NamedTuple):
     """What a search found: the k pairs, most wanted first, each with its exact residual
     (certified when `converged`), the extreme Ritz values seen, the runs and products, the
     point's loss and gradient; `num_hvps_check` of the products (in `num_hvps` too) went
-    to the multiplicity check, the fresh phases begun with the k pairs locked. The vectors
-    (stacked on a leading axis) and the gradient are pytrees like the parameters: numpy on one
-    device, over a mesh left on the devices as the parameters lie (`trees.kept`)."""
+    to the multiplicity check, the fresh phases begun with the k pairs locked. The vectors (a
+    list) and the gradient are pytrees like the parameters: numpy on one device, over a mesh
+    left on the devices as the parameters lie (`trees.kept`)."""
 
     values: np.ndarray
-    vectors: PyTree
+    vectors: list[PyTree]
     residuals: np.ndarray
     low: float
     high: float
@@ -162,15 +162,15 @@ def search(
     state, outcome = krylov_schur.drive(settings, on_device, dtype, report)
     if not state.finite:  # NaN pairs, with the runs and products made
         nan = np.full(k, np.nan, dtype)
-        nans = trees.unravel_rows(point.params, np.full((k, dim), np.nan, dtype))
+        nans = trees.rows(trees.unravel_rows(point.params, np.full((k, dim), np.nan, dtype)))
         return Found(
             nan, nans, nan, np.nan, np.nan, False, state.runs, state.products, np.nan,
             trees.unravel_numpy(point.params, np.full(dim, np.nan, dtype)), state.check_products,
         )  # fmt: skip
     values, residuals, order = krylov_schur.ordered(settings, state)
-    found, gradient = _as_parameters(held[0], outcome.gradient, k, lay, point.params)
+    found, gradient = _as_parameters(held[0], outcome.gradient, order, lay, point.params)
     return Found(
-        values.astype(dtype), jax.tree.map(lambda x: x[order], found), residuals.astype(dtype),
+        values.astype(dtype), found, residuals.astype(dtype),
         state.low, state.high, state.converged, state.runs, state.products,
         float(outcome.loss), gradient, state.check_products,
     )  # fmt: skip
@@ -197,22 +197,29 @@ def _reporter(
 
 
 def _as_parameters(
-    vectors: jax.Array, gradient: jax.Array, k: int, layout: Layout | None, params: PyTree
-) -> tuple[PyTree, PyTree]:
-    """The locked rows as a pytree stacked on a leading axis (k, ...) and the gradient as a
-    pytree, both like the parameters: on one device unravelled on the host; over a mesh
-    unflattened on the devices (`_unflattened`) and left there, split as the parameters."""
+    vectors: jax.Array,
+    gradient: jax.Array,
+    order: np.ndarray,
+    layout: Layout | None,
+    params: PyTree,
+) -> tuple[list[PyTree], PyTree]:
+    """The locked rows in `order` as pytrees and the gradient as a pytree, both like the
+    parameters: on one device unravelled on the host; over a mesh unflattened on the devices
+    a row at a time (`_row`, one program whatever k) and left there, split as the parameters."""
     if layout is None:
-        return trees.unravel_rows(params, np.asarray(vectors)[:k]), trees.unravel_numpy(
-            params, np.asarray(gradient)
-        )
-    rows, grad = _unflattened(vectors, gradient, k, layout)
-    return trees.kept(rows), trees.kept(grad)
+        rows = trees.unravel_rows(params, np.asarray(vectors)[order])
+        return trees.rows(rows), trees.unravel_numpy(params, np.asarray(gradient))
+    rows = [trees.kept(_row(vectors, np.int32(i), layout)) for i in order]
+    return rows, trees.kept(_tree(gradient, layout))
 
 
-@functools.partial(jax.jit, static_argnames=("k", "layout"))
-def _unflattened(
-    vectors: jax.Array, gradient: jax.Array, k: int, layout: Layout
-) -> tuple[PyTree, PyTree]:
-    """The locked rows as a pytree stacked on a leading axis (k, ...), and the gradient."""
-    return jax.vmap(layout.from_flat)(vectors[:k]), layout.from_flat(gradient)
+@functools.partial(jax.jit, static_argnames=("layout",))
+def _row(vectors: jax.Array, index: jax.Array, layout: Layout) -> PyTree:
+    """Row `index` of `vectors` as a pytree laid out as the parameters."""
+    return layout.from_flat(vectors[index])
+
+
+@functools.partial(jax.jit, static_argnames=("layout",))
+def _tree(flat: jax.Array, layout: Layout) -> PyTree:
+    """A flat vector as a pytree laid out as the parameters."""
+    return layout.from_flat(flat)

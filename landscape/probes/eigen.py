@@ -125,7 +125,7 @@ def _lanczos_one(
         searched = (False, found.num_hvps, found.runs, tol)
         pairs = _pairs(point, which, nan, [], nan.copy(), "lanczos", (np.nan,) * 2, None, searched)
         return dataclasses.replace(pairs, num_hvps_check=found.num_hvps_check)
-    vectors = trees.rows(found.vectors)
+    vectors = found.vectors
     if operator.with_options(point.shared[0], products) is not point.shared[0]:
         exact = _exact_residuals(point, found.values, vectors)
         found = found._replace(residuals=np.maximum(found.residuals, exact))

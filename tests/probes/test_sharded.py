@@ -61,7 +61,15 @@ out["split"]["three, pytrees"] = landscape.spectral_density(
 spectra._on_pytrees = chosen
 # the results stay where the parameters lie: each eigenvector's and gradient's leaf split as
 # its parameter (a copy on the host only when flat_vectors or vector is read)
+compiles = [0]
+def count_compiles(event, _, **__):
+    compiles[0] += event.endswith("backend_compile_duration")
+jax.monitoring.register_event_duration_secs_listener(count_compiles)
 top = landscape.eigenpairs(split, 3, "largest", dense_below=0, progress=None)
+before = compiles[0]
+out["new_k"] = dict(values=landscape.eigenpairs(
+    split, 2, "largest", dense_below=0, progress=None).values.tolist(), top=top.values.tolist())
+out["new_k"]["programs"] = compiles[0] - before
 def laid_as_params(tree):
     return [isinstance(x, jax.Array) and x.sharding.is_equivalent_to(params[k].sharding, x.ndim)
             for k, x in tree.items()]
@@ -276,6 +284,15 @@ def test_a_split_models_vectors_and_gradients_stay_on_its_devices(eight_devices)
     assert kept["escape"] == [[True] * 6] * 2
     assert not kept["copied"]
     assert abs(kept["norm"] - kept["host_norm"]) <= 1e-6 * kept["host_norm"]
+
+
+def test_a_new_k_of_a_split_models_search_compiles_nothing(eight_devices):
+    """eigenpairs(split, 2) after eigenpairs(split, 3): the same search program and the same
+    programs that lay its rows out as the parameters (a row at a time), where an eager gather
+    of each leaf compiled 23 programs; the same top pairs."""
+    new_k = eight_devices["new_k"]
+    assert new_k["programs"] == 0
+    np.testing.assert_allclose(new_k["values"], new_k["top"][:2], rtol=1e-4)
 
 
 def test_a_list_of_split_points_is_probed_in_their_layout(eight_devices):
