@@ -111,7 +111,8 @@ class Found(NamedTuple):
     """What a search found: the k pairs, most wanted first, each with its exact residual
     (certified when `converged`), the extreme Ritz values seen, the runs and products, the
     point's loss and gradient; `num_hvps_check` of the products (in `num_hvps` too) went
-    to the multiplicity check, the fresh phases begun with the k pairs locked. The vectors (a
+    to the multiplicity check, the fresh phases begun with the k pairs locked, and
+    `num_hvps_residuals` to the candidates' exact residuals outside it. The vectors (a
     list) and the gradient are pytrees like the parameters: numpy on one device, over a mesh
     left on the devices as the parameters lie (`trees.kept`)."""
 
@@ -126,6 +127,7 @@ class Found(NamedTuple):
     loss: float
     gradient: PyTree
     num_hvps_check: int = 0
+    num_hvps_residuals: int = 0
 
 
 def search(
@@ -166,13 +168,14 @@ def search(
         return Found(
             nan, nans, nan, np.nan, np.nan, False, state.runs, state.products, np.nan,
             trees.unravel_numpy(point.params, np.full(dim, np.nan, dtype)), state.check_products,
+            state.residual_products,
         )  # fmt: skip
     values, residuals, order = krylov_schur.ordered(settings, state)
     found, gradient = _as_parameters(held[0], outcome.gradient, order, lay, point.params)
     return Found(
         values.astype(dtype), found, residuals.astype(dtype),
         state.low, state.high, state.converged, state.runs, state.products,
-        float(outcome.loss), gradient, state.check_products,
+        float(outcome.loss), gradient, state.check_products, state.residual_products,
     )  # fmt: skip
 
 

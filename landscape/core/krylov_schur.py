@@ -109,7 +109,8 @@ class State(NamedTuple):
     far; the restart the next call applies (`rotation` q, None for none, and `fresh`); whether
     the search is in its multiplicity check (the fresh phases begun with k pairs locked, which
     look for a missed copy of a locked value) and the products of that check (in `products`
-    too)."""
+    too); the products outside that check that were candidates' exact residuals (CHECK and
+    FILL: a certified pair's one, and a refused candidate's)."""
 
     mode: Mode
     cursor: int
@@ -132,6 +133,7 @@ class State(NamedTuple):
     fresh: bool
     checking: bool = False
     check_products: int = 0
+    residual_products: int = 0
 
 
 def init(settings: Settings) -> State:
@@ -270,6 +272,8 @@ def receive(settings: Settings, state: State, plan: Plan, outcome: Outcome) -> S
     state = state._replace(
         products=state.products + steps,
         check_products=state.check_products + (steps if state.checking else 0),
+        residual_products=state.residual_products
+        + (steps if state.mode != Mode.EXTEND and not state.checking else 0),
     )
     numbers = np.concatenate([np.asarray(outcome.alpha), np.asarray(outcome.beta),
                               np.asarray(outcome.residual)])  # fmt: skip

@@ -134,7 +134,11 @@ def _lanczos_one(
         point, which, found.values, vectors, found.residuals, "lanczos",
         (found.low, found.high), grad, (found.converged, found.num_hvps, found.runs, tol),
     )  # fmt: skip
-    return dataclasses.replace(pairs, num_hvps_check=found.num_hvps_check)
+    return dataclasses.replace(
+        pairs,
+        num_hvps_check=found.num_hvps_check,
+        num_hvps_residuals=found.num_hvps_residuals,
+    )
 
 
 def _exact_residuals(point: Point, values: np.ndarray, found: list[PyTree]) -> np.ndarray:

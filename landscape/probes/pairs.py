@@ -56,7 +56,9 @@ class Eigenpairs:
     extreme Ritz values seen, which lie inside [λ_min, λ_max]), `scale` the larger in magnitude.
     `converged` is False when Lanczos stopped at max_restarts before certifying the k values.
     `num_hvps_check` of the `num_hvps` products went to the multiplicity check (Lanczos: the
-    fresh start, once the k pairs are locked, that looks for a missed copy of a locked value).
+    fresh start, once the k pairs are locked, that looks for a missed copy of a locked value)
+    and `num_hvps_residuals` to the candidates' exact residuals outside it (one a certified
+    pair, and one a refused candidate); the rest are Lanczos steps.
     `vectors` are pytrees like the parameters (over a mesh, split as they are); `flat_vectors`
     their host copy.
     """
@@ -77,6 +79,7 @@ class Eigenpairs:
     reason: str = ""  # why this method: D against dense_below, or the dense fallback's cause
     matrix: str = "hessian"  # or "ggn": the Gauss-Newton matrix's eigenpairs
     num_hvps_check: int = 0  # of num_hvps, the multiplicity check's (Lanczos)
+    num_hvps_residuals: int = 0  # of num_hvps, the candidates' exact residuals (Lanczos)
 
     @functools.cached_property
     def flat_vectors(self) -> np.ndarray:
@@ -103,7 +106,7 @@ class Eigenpairs:
     def summary(self) -> dict[str, Any]:
         """One row: the point, D, dtype, which and how many, the method, the most and least
         wanted values found, the largest residual, the spectrum's ends, convergence, the
-        products and those of the multiplicity check."""
+        products, those of the multiplicity check and those of the exact residuals."""
         finite = self.finite and self.values.size > 0
         return results.point_row(
             self.point,
@@ -117,7 +120,8 @@ class Eigenpairs:
             last=float(self.values[-1]) if finite else np.nan,
             max_residual=float(np.max(self.residuals, initial=0.0)),
             **results.fields(
-                self, "lambda_min lambda_max converged num_hvps num_hvps_check finite"
+                self,
+                "lambda_min lambda_max converged num_hvps num_hvps_check num_hvps_residuals finite",
             ),
         )
 
@@ -147,7 +151,8 @@ class Eigenpairs:
             "dense (numpy eigh of the exact Hessian)"
             if self.method == "dense"
             else f"thick-restarted Lanczos with deflation on exact HVPs ({self.runs} runs, "
-            f"{self.num_hvps} HVPs, {self.num_hvps_check} of them the multiplicity check)"
+            f"{self.num_hvps} HVPs, {self.num_hvps_check} of them the multiplicity check and "
+            f"{self.num_hvps_residuals} exact residuals)"
         )
         lines = [
             f"Eigenpairs{' of the Gauss-Newton matrix' * (self.matrix == 'ggn')} at "

@@ -86,6 +86,7 @@ def test_the_wanted_pairs_are_eighs_certified_by_exact_residuals(which):
     exact = np.linalg.norm(vectors @ matrix - found[:, None] * vectors, axis=1)
     np.testing.assert_allclose(residuals, exact, rtol=1e-6, atol=1e-13)
     assert np.all(residuals <= 1e-8 * ks.scale(state))  # the certificate: rtol * scale
+    assert state.residual_products == 4  # a product each, none refused on this spectrum
     np.testing.assert_allclose(vectors @ vectors.T, np.eye(4), atol=1e-10)
     assert values.min() - 1e-9 <= state.low <= state.high <= values.max() + 1e-9  # Ritz values
 

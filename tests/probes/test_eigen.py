@@ -82,6 +82,9 @@ def test_lanczos_recovers_repeated_eigenvalues_and_compiles_once_per_model():
     # the multiplicity check's products (the fresh phase once six are locked) counted apart
     assert 0 < largest.num_hvps_check < largest.num_hvps
     assert largest.summary()["num_hvps_check"] == largest.num_hvps_check
+    # and the exact residuals outside it: at least one for each of the six certified pairs
+    assert 6 <= largest.num_hvps_residuals < largest.num_hvps - largest.num_hvps_check
+    assert largest.summary()["num_hvps_residuals"] == largest.num_hvps_residuals
     smallest = eigen.eigenpairs(point, k=4, which="smallest", dense_below=0)
     np.testing.assert_allclose(smallest.values, np.sort(spectrum)[:4], atol=1e-9)
     assert smallest.multiplicities()[0] == (pytest.approx(-1.5, abs=1e-9), 3)
