@@ -110,7 +110,7 @@ class State(NamedTuple):
     the search is in its multiplicity check (the fresh phases begun with k pairs locked, which
     look for a missed copy of a locked value) and the products of that check (in `products`
     too); the products outside that check that were candidates' exact residuals (CHECK and
-    FILL: a certified pair's one, and a refused candidate's)."""
+    FILL: one for each certified pair and one for each refused candidate)."""
 
     mode: Mode
     cursor: int

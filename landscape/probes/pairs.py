@@ -57,8 +57,8 @@ class Eigenpairs:
     `converged` is False when Lanczos stopped at max_restarts before certifying the k values.
     `num_hvps_check` of the `num_hvps` products went to the multiplicity check (Lanczos: the
     fresh start, once the k pairs are locked, that looks for a missed copy of a locked value)
-    and `num_hvps_residuals` to the candidates' exact residuals outside it (one a certified
-    pair, and one a refused candidate); the rest are Lanczos steps.
+    and `num_hvps_residuals` to the candidates' exact residuals outside it (one for each
+    certified pair and one for each refused candidate); the rest are Lanczos steps.
     `vectors` are pytrees like the parameters (over a mesh, split as they are); `flat_vectors`
     their host copy.
     """
