@@ -48,6 +48,7 @@ def main(argv: list[str] | None = None) -> None:
         "| ARPACK | max residual |"
     )
     print("|---|---|---|---|---|")
+    counts = []
     for seed in range(seeds):
         found = landscape.eigenpairs(
             point, 5, "largest", dense_below=0, progress=None, key=jax.random.key(seed)
@@ -66,6 +67,27 @@ def main(argv: list[str] | None = None) -> None:
             f"| {max(found.residuals):.2g} | {taken} | {residual:.2g} |",
             flush=True,
         )
+        search = found.num_hvps - found.num_hvps_check
+        counts.append((search, search - found.num_hvps_residuals, taken))
+    print(_summary(np.asarray(counts, np.float64)))
+
+
+def _summary(counts: np.ndarray) -> str:
+    """Medians and means of the search, its Lanczos steps and ARPACK's (columns of `counts`,
+    a row a seed), and each of ours paired with ARPACK's by seed: the mean difference with its
+    standard error, and at how many seeds ours took no more."""
+    lines = []
+    for name, column in (("search", 0), ("Lanczos steps", 1), ("ARPACK", 2)):
+        x = counts[:, column]
+        lines.append(f"{name}: median {np.median(x):g}, mean {x.mean():.4g}")
+    for name, column in (("search", 0), ("Lanczos steps", 1)):
+        d = counts[:, column] - counts[:, 2]
+        error = d.std(ddof=1) / np.sqrt(d.size) if d.size > 1 else np.nan
+        lines.append(
+            f"{name} - ARPACK, paired: {d.mean():+.3g} ± {error:.2g}, "
+            f"no more at {int(np.sum(d <= 0))} of {d.size} seeds"
+        )
+    return "\n".join(lines)
 
 
 def _split(found: landscape.Eigenpairs) -> str:
