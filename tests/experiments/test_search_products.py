@@ -1,17 +1,17 @@
-"""The search-against-ARPACK benchmark (experiments/bench/search_products.py): its summary of
-hand-counted rows, and a run at D = 967 whose rows split the search into Lanczos steps and
-exact residuals."""
+"""The search-against-ARPACK benchmark (experiments/bench/search_products.py, its rows in
+search_products_rows.py): its summary of hand-counted rows, and a run at D = 967 whose rows
+split the search into Lanczos steps and exact residuals."""
 
 import re
 
 import numpy as np
 
-from experiments.bench import search_products
+from experiments.bench import search_products, search_products_rows
 
 
 def test_the_summary_pairs_each_count_with_arpacks_by_seed():
     counts = np.array([[95, 90, 91], [94, 89, 92], [90, 85, 92]], np.float64)
-    lines = search_products._summary(counts).splitlines()
+    lines = search_products_rows.summary(counts).splitlines()
     assert lines[:3] == [
         "search: median 94, mean 93",
         "Lanczos steps: median 89, mean 88",
