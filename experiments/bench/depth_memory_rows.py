@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from experiments.bench import three_term_memory_rows
-from landscape.core import blocks, eigen_search, krylov_schur, operator
+from landscape.core import blocks, eigen_search, krylov_schur, operator, orthonormal
 from landscape.point import Point
 from landscape.probes import traces
 
@@ -68,18 +68,22 @@ def product_held(point: Point) -> tuple[float, float]:
     return _held(made, point), blocks.product_bytes(point)
 
 
-def search_held(point: Point) -> tuple[float, float]:
-    """The search's program (k = 5, ncv = 20): (XLA's count, the estimate)."""
+def search_held(point: Point, storage: str | None = None) -> tuple[float, float]:
+    """The search's program (k = 5, ncv = 20, its vectors kept in `storage`): (XLA's count,
+    the estimate)."""
     objective, inputs = point.shared
+    objective = operator.with_options(objective, operator.ProductOptions(None, storage))
     settings = krylov_schur.Settings(5, 15, point.num_params, "largest", 1e-5, 10)
     plan = krylov_schur.plan(settings, krylov_schur.init(settings), np.dtype(np.float32))
-    vectors = jnp.zeros((20, point.num_params), jnp.float32)
+    held = orthonormal.held_dtype(jnp.float32, storage)
+    vectors = jnp.zeros((20, point.num_params), held)
     key = jax.random.key(0)
     lowered = eigen_search.advance.lower(
         objective, point.params, inputs, vectors, plan, key, "largest"
     )
     made = lowered.compile().memory_analysis()
-    kept = eigen_search.lanczos_search_bytes(point.num_params, 20, 4)
+    stored = None if storage is None else jnp.dtype(storage).itemsize
+    kept = eigen_search.lanczos_search_bytes(point.num_params, 20, 4, stored)
     return _held(made, point, output=False), kept + blocks.product_bytes(point)
 
 
@@ -108,7 +112,8 @@ def rows(depths: tuple[tuple[int, int], ...]) -> list[str]:
         dim = point.num_params
         share = max(math.prod(np.shape(x)) for x in jax.tree.leaves(point.params)) / dim
         programs = [("a product", product_held(point)), ("Hutchinson block", trace_held(point)),
-                    ("search, ncv 20", search_held(point))]  # fmt: skip
+                    ("search, ncv 20", search_held(point)),
+                    ("search, ncv 20, bfloat16", search_held(point, "bfloat16"))]  # fmt: skip
         for storage in (None, "bfloat16"):
             for pytrees in (True, False):
                 name = f"SLQ three, {storage or 'float32'}, {'pytrees' if pytrees else 'flat'}"

@@ -1,6 +1,7 @@
 """The probes' memory estimates against XLA's own count (`compiled.memory_analysis()`) per
 device over 8 emulated CPU devices, compiled only: `blocks.product_bytes`, with the search's
-(`eigen_search.lanczos_search_bytes`, ncv = 20) or the three-vector SLQ's vectors (`--slq`), on the
+(`eigen_search.lanczos_search_bytes`, ncv = 20; `--storage=bfloat16` for its vectors in bfloat16)
+or the three-vector SLQ's vectors (`--slq`), on the
 peers MLP (64 -> h -> h -> 10, 512 examples) over data 2 x model 4 (hidden weights split over
 model) and data 8, the blocks replicated over the data axis held whole or split.
 
@@ -24,6 +25,7 @@ def main() -> None:
     parser.add_argument("--width", type=int, default=4472, help="h (4472: D = 2.03e7)")
     parser.add_argument("--no-search", action="store_true", help="the product alone")
     parser.add_argument("--slq", action="store_true", help="the three-vector SLQ's rows alone")
+    parser.add_argument("--storage", choices=["bfloat16"], help="the search's vectors' storage")
     args = parser.parse_args()
     if args.slq:
         print(
@@ -41,7 +43,7 @@ def main() -> None:
     )
     for name in meshes():
         for mode in LAYOUTS:
-            print(row(args.width, name, mode, not args.no_search), flush=True)
+            print(row(args.width, name, mode, not args.no_search, args.storage), flush=True)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from experiments.bench import peers, peers_data
-from landscape.core import blocks, eigen_search, krylov_schur, operator, three_term
+from landscape.core import blocks, eigen_search, krylov_schur, operator, orthonormal, three_term
 from landscape.core import layout as layout_lib
 from landscape.probes import spectra
 
@@ -65,9 +65,10 @@ def _placed(width: int, name: str, mode: str) -> tuple[Any, dict[str, jax.Array]
     return point, params, lay
 
 
-def row(width: int, name: str, mode: str, search: bool) -> str:
+def row(width: int, name: str, mode: str, search: bool, storage: str | None = None) -> str:
     """One table row: the product's estimate and XLA's count (temporaries and output), and the
-    search's (its vectors, temporaries and what it does not write in place), in MB a device."""
+    search's (its vectors, kept in `storage`, temporaries and what it does not write in place),
+    in MB a device."""
     point, params, lay = _placed(width, name, mode)
     objective, inputs = point.shared
     v = jax.ShapeDtypeStruct((lay.padded,), jnp.float32, sharding=lay.sharding())
@@ -79,16 +80,19 @@ def row(width: int, name: str, mode: str, search: bool) -> str:
     if search:
         settings = krylov_schur.Settings(K, NCV - K, point.num_params, "largest", 1e-5, 10)
         plan = krylov_schur.plan(settings, krylov_schur.init(settings), np.dtype(np.float32))
-        rows = jax.ShapeDtypeStruct((NCV, lay.padded), jnp.float32, sharding=lay.sharding(1))
+        dtype = orthonormal.held_dtype(jnp.float32, storage)
+        rows = jax.ShapeDtypeStruct((NCV, lay.padded), dtype, sharding=lay.sharding(1))
         key = jax.random.key(0)
+        optioned = operator.with_options(objective, operator.ProductOptions(None, storage))
         program = eigen_search.advance.lower(
-            objective, params, inputs, rows, plan, key, "largest", lay
+            optioned, params, inputs, rows, plan, key, "largest", lay
         )
         found = _analysis(program)
         unaliased = found.output_size_in_bytes - found.alias_size_in_bytes
-        held = NCV * lay.local * 4 + found.temp_size_in_bytes + unaliased
+        stored = np.dtype(dtype).itemsize
+        held = NCV * lay.local * stored + found.temp_size_in_bytes + unaliased
         gradient = blocks.device_param_bytes(point)  # each call's, as the parameters lie
-        kept = eigen_search.lanczos_search_bytes(lay.local, NCV, 4) + estimate + gradient
+        kept = eigen_search.lanczos_search_bytes(lay.local, NCV, 4, stored) + estimate + gradient
         cells += [f"{kept / MB:.0f}", f"{held / MB:.0f}", f"{kept / held:.2f}"]
     return "| " + " | ".join(cells) + " |"
 

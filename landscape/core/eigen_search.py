@@ -10,9 +10,10 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from landscape import trees
@@ -39,32 +40,44 @@ def default_ncv(k: int) -> int:
     return max(2 * k + 1, 20, k + 8)
 
 
-def lanczos_search_bytes(dim: int, ncv: int, itemsize: int) -> int:
+def lanczos_search_bytes(dim: int, ncv: int, itemsize: int, stored: int | None = None) -> float:
     """What a search holds beside one Hessian-vector product (`blocks.product_bytes`): its ncv
-    vectors, a restart's block of them and its rotation (an eighth together) and three vectors
-    of a step's work."""
-    return int((ncv + 2 * ncv / orthonormal.ROTATION_CHUNKS + 3) * dim * itemsize)
+    vectors (`stored` bytes an entry, default `itemsize`), a restart's block of them and its
+    rotation (an eighth together, in `itemsize`; stored narrower, the block read back too) and
+    three vectors of a step's work."""
+    return (ncv * _vector_bytes(itemsize, stored) + 3 * itemsize) * dim
 
 
-def fitted_ncv(point: Point, k: int, ncv: int, given: bool, progress: Progress) -> int:
+def _vector_bytes(itemsize: int, stored: int | None) -> float:
+    """A search's bytes an entry per vector it holds: the vector, and its share of a restart's
+    block (read back from a narrower storage, then rotated, in `itemsize`)."""
+    stored = itemsize if stored is None else stored
+    block = 2 * itemsize + (stored if stored < itemsize else 0)
+    return stored + block / orthonormal.ROTATION_CHUNKS
+
+
+def fitted_ncv(
+    point: Point, k: int, ncv: int, given: bool, progress: Progress, stored: int | None = None
+) -> int:
     """ncv, lowered to what fits in the memory free for this call on each device (down to k + 4,
     said through `progress`; a given ncv is never raised); a MemoryError in one sentence when
-    not even that fits. Over a mesh a device holds its slice of each vector (`layout`) and the
-    gradient each call's linearisation gives as the parameters lie (`device_param_bytes`)."""
+    not even that fits; `stored` bytes an entry of the vectors (default the point's). Over a
+    mesh a device holds its slice of each vector (`layout`) and the gradient each call's
+    linearisation gives as the parameters lie (`device_param_bytes`)."""
     dim, itemsize = point.num_params, blocks.itemsize(point)
     spread = layout_lib.of(point.params)
     share = spread.padded / spread.slices  # a vector's entries on one device
     free = memory.budget()
     gradient = blocks.device_param_bytes(point) if spread.devices > 1 else 0.0
     room = free - blocks.product_bytes(point, devices=spread.devices) - gradient
-    fits = int((room / (share * itemsize) - 3) / (1 + 2 / orthonormal.ROTATION_CHUNKS))
+    fits = int((room / share - 3 * itemsize) / _vector_bytes(itemsize, stored))
     smallest = min(k + 4, dim + k)
     if fits < smallest:
         blocks.plan(
             point,
             1,
             "eigenpairs",
-            lanczos_search_bytes(dim, smallest, itemsize),
+            lanczos_search_bytes(dim, smallest, itemsize, stored),
             progress=progress,
             hint="ask for a smaller k",
             mesh=spread.mesh,
@@ -73,7 +86,7 @@ def fitted_ncv(point: Point, k: int, ncv: int, given: bool, progress: Progress) 
         why = "asked for" if given else "by default"
         progress(
             f"eigenpairs: {ncv} Lanczos vectors ({why}) need about "
-            f"{memory.format_bytes(lanczos_search_bytes(round(share), ncv, itemsize))}"
+            f"{memory.format_bytes(lanczos_search_bytes(round(share), ncv, itemsize, stored))}"
             f"{f' on each of {spread.devices} devices' if spread.devices > 1 else ''}; "
             f"the search holds {fits} (ncv={fits}), in more runs"
         )
@@ -152,7 +165,8 @@ def search(
     settings = krylov_schur.Settings(k, min(ncv - k, dim + 1), dim, which, rtol, max_runs)
     padded = dim if lay is None else lay.padded
     where = None if lay is None else lay.sharding(1)
-    held = [jax.device_put(np.zeros((k + settings.rows, padded), dtype), where)]
+    storage = orthonormal.held_dtype(dtype, products.storage if products else None)
+    held = [jax.device_put(np.zeros((k + settings.rows, padded), storage), where)]
 
     def on_device(plan: Plan) -> Outcome:
         held[0], outcome = call(objective, point.params, inputs, held[0], plan, key, which, lay)
@@ -208,18 +222,21 @@ def _as_parameters(
 ) -> tuple[list[PyTree], PyTree]:
     """The locked rows in `order` as pytrees and the gradient as a pytree, both like the
     parameters: on one device unravelled on the host; over a mesh unflattened on the devices
-    a row at a time (`_row`, one program whatever k) and left there, split as the parameters."""
+    a row at a time (`_row`, one program whatever k) and left there, split as the parameters.
+    Rows stored narrower come back in the gradient's dtype."""
     if layout is None:
-        rows = trees.unravel_rows(params, np.asarray(vectors)[order])
+        rows = np.asarray(vectors)[order]
+        rows = rows.view(jnp.bfloat16) if rows.dtype == np.uint16 else rows  # `held_dtype`
+        rows = trees.unravel_rows(params, rows.astype(gradient.dtype))
         return trees.rows(rows), trees.unravel_numpy(params, np.asarray(gradient))
-    rows = [trees.kept(_row(vectors, np.int32(i), layout)) for i in order]
+    rows = [trees.kept(_row(vectors, np.int32(i), gradient.dtype, layout)) for i in order]
     return rows, trees.kept(_tree(gradient, layout))
 
 
-@functools.partial(jax.jit, static_argnames=("layout",))
-def _row(vectors: jax.Array, index: jax.Array, layout: Layout) -> PyTree:
-    """Row `index` of `vectors` as a pytree laid out as the parameters."""
-    return layout.from_flat(vectors[index])
+@functools.partial(jax.jit, static_argnames=("dtype", "layout"))
+def _row(vectors: jax.Array, index: jax.Array, dtype: Any, layout: Layout) -> PyTree:
+    """Row `index` of `vectors` in `dtype` as a pytree laid out as the parameters."""
+    return layout.from_flat(orthonormal.widened(vectors[index], dtype))
 
 
 @functools.partial(jax.jit, static_argnames=("layout",))

@@ -24,8 +24,10 @@ _DOT = functools.partial(jnp.matmul, precision=jax.lax.Precision.HIGHEST)
 
 class Carry(NamedTuple):
     """A call's state between its products: the vectors (ncv, D; the k locked rows, then the
-    basis), the outcome so far, whether a Ritz pair was refused (the later ones are not
-    accepted), whether the call goes on to another product, the run's projected matrix."""
+    basis; held in the plan's dtype or as bfloat16's bits, `orthonormal.held_dtype`, and read
+    in the plan's), the outcome so far, whether a Ritz pair was refused (the later ones are
+    not accepted), whether the call goes on to another product, the run's projected
+    matrix."""
 
     vectors: jax.Array
     outcome: Outcome
@@ -66,7 +68,7 @@ def begin(
     Outcome (ncv long) holding the point's (value, gradient), product_due when the plan asks
     for a product."""
     vectors = _restarted(vectors, plan, key, layout)
-    total, dtype = vectors.shape[0], vectors.dtype
+    total, dtype = vectors.shape[0], plan.proj.dtype
     value, gradient = point
     outcome = Outcome(
         jnp.asarray(0, jnp.int32), jnp.zeros(total, dtype), jnp.zeros((total, total), dtype),
@@ -82,11 +84,13 @@ def next_vector(plan: Plan, carry: Carry) -> jax.Array:
     """The vector the call multiplies next: the basis row a Lanczos step extends from, or the
     candidate Ritz vector whose residual it checks."""
     k, i = plan.locked, carry.outcome.taken
-    rows = carry.vectors.shape[0] - k
+    last = carry.vectors.shape[0] - 1
     return jax.lax.cond(
         plan.mode == Mode.EXTEND,
-        lambda: carry.vectors[k + jnp.minimum(plan.start + i, rows - 1)],
-        lambda: _DOT(plan.coeffs[:, jnp.minimum(i, k - 1)], carry.vectors),
+        lambda: orthonormal.widened(
+            carry.vectors[jnp.minimum(k + plan.start + i, last)], plan.proj.dtype
+        ),
+        lambda: orthonormal.combination(plan.coeffs[:, jnp.minimum(i, k - 1)], carry.vectors),
     )
 
 
@@ -98,18 +102,21 @@ def _restarted(vectors: jax.Array, plan: Plan, key: jax.Array, layout: Layout) -
     lies in the earlier phases' Krylov space, and a further copy of a locked eigenvalue lies
     outside it."""
     total, dim = vectors.shape
-    k = plan.locked
+    k, dtype = plan.locked, plan.proj.dtype
     vectors = layout.rotate(vectors, plan.q, active=plan.rotate)
     noise_key = jax.random.fold_in(jax.random.split(key)[1], plan.products)
+    seed = orthonormal.widened(vectors[k], dtype)
 
     def start(seed: jax.Array) -> jax.Array:
-        noise = layout.clean(layout.place(jax.random.normal(noise_key, (dim,), vectors.dtype)))
+        noise = layout.clean(layout.place(jax.random.normal(noise_key, (dim,), dtype)))
         raw = seed + noise / float(np.sqrt(dim))
         return _unit_remainder(vectors, raw, jnp.arange(total) < k)
 
     if layout.cpu_mesh:  # its collectives outside any conditional
-        return vectors.at[k].set(jnp.where(plan.fresh, start(vectors[k]), vectors[k]))
-    return vectors.at[k].set(jax.lax.cond(plan.fresh, start, lambda seed: seed, vectors[k]))
+        first = jnp.where(plan.fresh, start(seed), seed)
+    else:
+        first = jax.lax.cond(plan.fresh, start, lambda seed: seed, seed)
+    return _set_row(vectors, k, first)
 
 
 def step(
@@ -147,7 +154,7 @@ def step(
     ok = ~extending & ~failed & (residual <= plan.tol) & finite
     kept = ok & (plan.slots[at] < k)  # accepted and among the k most wanted
     write = jnp.where(extending, k + row + 1, jnp.where(kept, plan.slots[at], vectors.shape[0]))
-    vectors = vectors.at[write].set(following, mode="drop")  # following is v for a Ritz pair
+    vectors = _set_row(vectors, write, following)  # following is v for a Ritz pair
     outcome = outcome._replace(
         taken=i + 1,
         alpha=outcome.alpha.at[i].set(alpha, mode="drop"),
@@ -165,6 +172,12 @@ def step(
     ends = (extending & finite & done) | ~finite
     product_due = (outcome.taken < plan.steps) & ~ends
     return Carry(vectors, outcome, failed | (~extending & ~ok), product_due, proj)
+
+
+def _set_row(vectors: jax.Array, index: jax.Array, row: jax.Array) -> jax.Array:
+    """vectors with row `index` set to `row` as they hold it (`orthonormal.narrowed`), in
+    place; nothing past the last row."""
+    return vectors.at[index].set(orthonormal.narrowed(row, vectors.dtype), mode="drop")
 
 
 def _where(pred: jax.Array, a: Outcome, b: Outcome) -> Outcome:
@@ -214,8 +227,8 @@ def _lanczos_step(
     below = k + jnp.maximum(row - 1, 0)
     known = jax.lax.cond(
         first,
-        lambda: _DOT(column, vectors),
-        lambda: jnp.where(row > 0, previous, 0) * vectors[below],
+        lambda: orthonormal.combination(column, vectors),
+        lambda: jnp.where(row > 0, previous, 0) * orthonormal.widened(vectors[below], v.dtype),
     )
     w = av - alpha * v - known
     once = orthonormal.orthogonalised(vectors, w)
@@ -241,7 +254,8 @@ def _orthogonalised(rows: jax.Array, w: jax.Array, only: jax.Array | None) -> ja
     would copy the rows: a fresh start's, beside the basis rows a restart left as they were)."""
     if only is None:
         return orthonormal.orthogonalised(rows, w)
-    return w - _DOT(jnp.where(only, _DOT(rows, w), 0), rows)
+    found = orthonormal.coefficients(rows, w)
+    return w - orthonormal.combination(jnp.where(only, found, 0), rows)
 
 
 def _unit_remainder(rows: jax.Array, raw: jax.Array, only: jax.Array | None = None) -> jax.Array:

@@ -7,6 +7,7 @@ docs/design/curvature.md, "Certified extreme eigenpairs"."""
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -21,9 +22,50 @@ def _dot(a: jax.Array, b: jax.Array) -> jax.Array:
     return jnp.matmul(a, b, precision=jax.lax.Precision.HIGHEST)
 
 
+def held_dtype(dtype: Any, storage: str | None) -> Any:
+    """The dtype rows are held in: `dtype`, or for bfloat16 storage (`lanczos.STORAGES`) its
+    bits as uint16, since XLA:CPU writes a row of a bfloat16 array through a float32 copy of the
+    whole array, and a row of an integer array in place."""
+    return dtype if storage is None else jnp.dtype(jnp.uint16)
+
+
+def widened(rows: jax.Array, dtype: Any) -> jax.Array:
+    """Rows as `dtype`, from bfloat16's bits held as uint16 (`held_dtype`) or a float dtype."""
+    if rows.dtype == jnp.uint16:  # bfloat16: float32's upper half
+        rows = jax.lax.bitcast_convert_type(rows.astype(jnp.uint32) << 16, jnp.float32)
+    return rows.astype(dtype)
+
+
+def narrowed(x: jax.Array, held: Any) -> jax.Array:
+    """x rounded to what rows held as `held` keep (`held_dtype`)."""
+    if held == jnp.uint16:
+        return jax.lax.bitcast_convert_type(x.astype(jnp.bfloat16), jnp.uint16)
+    return x.astype(held)
+
+
+def coefficients(rows: jax.Array, w: jax.Array) -> jax.Array:
+    """rows (r, D) times w (D,), in w's dtype; rows held as bits (`held_dtype`) read a row at a
+    time, so no wide copy of them is held."""
+    if rows.dtype != jnp.uint16:
+        return _dot(rows, w)
+    return jax.lax.map(lambda row: _dot(widened(row, w.dtype), w), rows)
+
+
+def combination(c: jax.Array, rows: jax.Array) -> jax.Array:
+    """c (r,) times rows (r, D), in c's dtype (`coefficients`' reading of rows held as bits)."""
+    if rows.dtype != jnp.uint16:
+        return _dot(c, rows)
+
+    def add(j: jax.Array, total: jax.Array) -> jax.Array:
+        return total + c[j] * widened(rows[j], c.dtype)
+
+    return jax.lax.fori_loop(0, rows.shape[0], add, jnp.zeros(rows.shape[1:], c.dtype))
+
+
 def orthogonalised(rows: jax.Array, w: jax.Array) -> jax.Array:
-    """w less its components along the orthonormal `rows` (r, D) (zero rows remove nothing)."""
-    return w - _dot(_dot(rows, w), rows)
+    """w less its components along the orthonormal `rows` (r, D) (zero rows remove nothing;
+    rows held as bits, `held_dtype`, are read in w's dtype)."""
+    return w - combination(coefficients(rows, w), rows)
 
 
 def qr_rows(rows: jax.Array | np.ndarray) -> jax.Array | np.ndarray:
@@ -62,7 +104,8 @@ def tsqr_rows(rows: jax.Array, mesh: Mesh, axes: tuple[str, ...] | None = None) 
 
 def rotate_rows(rows: jax.Array, q: jax.Array, active: jax.Array | bool = True) -> jax.Array:
     """rows <- qᵀ rows (q (n, n) for n rows), in ROTATION_CHUNKS column blocks written in
-    place: a restart holds a block of the rows and its rotation, not a second copy. With
+    place: a restart holds a block of the rows and its rotation, not a second copy (rows held
+    as bits, `held_dtype`: each block rotated in q's dtype, then rounded back). With
     `active` False (traced) nothing is done at no cost: the loops run no block, where a
     conditional would copy the rows."""
     count, dim = rows.shape
@@ -71,7 +114,8 @@ def rotate_rows(rows: jax.Array, q: jax.Array, active: jax.Array | bool = True) 
 
     def rotated(rows: jax.Array, start: jax.Array | int, size: int) -> jax.Array:
         part = jax.lax.dynamic_slice(rows, (0, start), (count, size))
-        return jax.lax.dynamic_update_slice(rows, _dot(q.T, part), (0, start))
+        turned = narrowed(_dot(q.T, widened(part, q.dtype)), rows.dtype)
+        return jax.lax.dynamic_update_slice(rows, turned, (0, start))
 
     rows = jax.lax.fori_loop(
         0, jnp.where(active, blocks, 0), lambda b, rows: rotated(rows, b * width, width), rows

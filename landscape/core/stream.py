@@ -203,7 +203,7 @@ class Streamed:
             objective: Any, params: PyTree, _: Any, vectors: jax.Array, plan: Plan,
             key: jax.Array, which: str, __: Any,
         ) -> tuple[jax.Array, Outcome]:  # fmt: skip
-            zero = np.zeros((), vectors.dtype)
+            zero = np.zeros((), plan.proj.dtype)  # the vectors may be held as bits
             carry, v = _krylov_begin(vectors, plan, key, zero)
             passes = None
             while bool(carry.product_due):
@@ -305,7 +305,7 @@ def _krylov_begin(
     vectors: jax.Array, plan: Plan, key: jax.Array, zero: jax.Array
 ) -> tuple[Carry, jax.Array]:
     """A search call's carry (its loss and gradient come from the passes) and its first vector."""
-    gradient = jnp.zeros(vectors.shape[1], vectors.dtype)
+    gradient = jnp.zeros(vectors.shape[1], zero.dtype)
     carry = krylov_schur_device.begin(vectors, plan, key, (zero, gradient), _ONE)
     return carry, krylov_schur_device.next_vector(plan, carry)
 

@@ -35,7 +35,8 @@ class Probe:
 
     def kept_bytes(self, itemsize: int, storage: str | None = None) -> float:
         if self.k:
-            return eigen_search.lanczos_search_bytes(1, eigen_search.default_ncv(self.k), itemsize)
+            ncv, stored = eigen_search.default_ncv(self.k), _itemsize(storage)
+            return eigen_search.lanczos_search_bytes(1, ncv, itemsize, stored)
         if self.basis:  # three vectors on a node's mesh: products on pytrees split as the params
             return three_term.vector_bytes(1, itemsize, self.basis, SLQ_STEPS, storage, True)
         return 0.0  # a Hutchinson trace keeps its samples, numbers not vectors
@@ -71,15 +72,14 @@ def largest_dim(
 
 def table(devices: tuple[int, ...] = (8, 32)) -> str:
     """The guide's table: per probe, the largest D on `devices` H200s at the memory policy's
-    share and at the whole memory (activations not counted), float32, and for SLQ its kept
-    vectors in bfloat16 too (`storage="bfloat16"`; the search multiplies its vectors so
-    rounded but holds them in float32, so its rows stay float32's)."""
+    share and at the whole memory (activations not counted), float32, and for the probes that
+    keep vectors (the search, SLQ) those vectors in bfloat16 too (`storage="bfloat16"`)."""
     precisions = (("float32", 4, None), ("float32, bfloat16 vectors", 4, "bfloat16"))
     head = " | ".join(f"{n} H200s, {s}" for n in devices for s in ("half", "whole"))
     lines = [f"| probe | vectors | {head} |", "|---" * (2 + 2 * len(devices)) + "|"]
     for probe in PROBES:
         for label, itemsize, storage in precisions:
-            if storage and not probe.basis:
+            if storage and not (probe.basis or probe.k):
                 continue
             cells = [
                 _scientific(largest_dim(probe, n, itemsize, storage, fraction=f))
@@ -88,6 +88,10 @@ def table(devices: tuple[int, ...] = (8, 32)) -> str:
             ]
             lines.append(f"| {probe.name} | {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _itemsize(storage: str | None) -> int | None:
+    return None if storage is None else np.dtype(storage).itemsize
 
 
 def _scientific(dim: int) -> str:

@@ -193,9 +193,10 @@ def eigenpairs(
             Every result reports its residuals whatever rtol.
         matrix: "hessian", or "ggn" for the Gauss-Newton matrix G = Jᵀ H_z J of a point that
             carries `outputs` and `output_loss` (dense: G formed as `ggn_at` does).
-        storage: "bfloat16": the search multiplies its vectors as bfloat16 keeps them, the
-            products and sums in the point's dtype (`operator.ProductOptions`); rtol's default
-            becomes twice bfloat16's eps. The dense path (D <= dense_below) ignores it.
+        storage: "bfloat16": the search holds its ncv vectors in bfloat16 (half their memory
+            in float32) and multiplies them as kept, the products and sums in the point's
+            dtype (`operator.ProductOptions`); rtol's default becomes twice bfloat16's eps.
+            The dense path (D <= dense_below) ignores it.
         finite_difference: a step ε > 0 for central differences of the gradient in place of
             the exact products (None: exact); the dense path ignores it. Either option's pairs
             report the larger of the search's residual and a fresh exact product's.
@@ -286,12 +287,14 @@ def solve(
         return list(_dense(points, listed, k, which, reason, progress, epsilons))
     dtype = jax.tree.leaves(points[0].params)[0].dtype
     given = search.ncv is not None
+    storage = search.products.storage
+    stored = None if storage is None else jnp.dtype(storage).itemsize
     ncv = eigen_search.fitted_ncv(
-        points[0], k, search.ncv or eigen_search.default_ncv(k), given, progress
+        points[0], k, search.ncv or eigen_search.default_ncv(k), given, progress, stored
     )
     rtol = lanczos_rtol(dtype) if search.rtol is None else search.rtol
-    if search.rtol is None and search.products.storage:  # the floor of vectors kept so
-        rtol = max(rtol, 2 * float(jnp.finfo(search.products.storage).eps))
+    if search.rtol is None and storage:  # the floor of vectors kept so
+        rtol = max(rtol, 2 * float(jnp.finfo(storage).eps))
     runs = 5 * (2 * k + 10) if search.max_restarts is None else search.max_restarts
     reason = f"Lanczos: D = {dim} > dense_below = {search.dense_below}"
     out: list[tuple[Eigenpairs, np.ndarray | None]] = []

@@ -18,6 +18,9 @@ def test_the_largest_dim_solves_the_memory_policy_for_the_probes_vectors():
     assert three_term.vector_bytes(1, 4, "three", 30, None) == 8  # flat vectors: both kept
     assert three.kept_bytes(4) == three_term.vector_bytes(1, 4, "three", 30, None, True) == 4
     assert three.kept_bytes(4, "bfloat16") == 2 + 2
+    # the search's 20 vectors in bfloat16: 2 bytes each, a restart's block read back and
+    # rotated in float32 (20 / 16 x (2 + 4 + 4)), a step's three vectors in float32
+    assert top5.kept_bytes(4, "bfloat16") == 20 * 2 + 20 / 16 * 10 + 3 * 4
     room = memory.MEMORY_FRACTION * capacity.H200_BYTES * 8
     product = 3.02 * 4  # v and H v, one as the parameters lie, and a largest leaf of 2% of D
     assert capacity.largest_dim(top5, 8) == int(room // (product + 102))
@@ -42,6 +45,10 @@ def test_a_node_holds_a_top5_at_1e10_only_with_its_whole_memory():
     top5 = capacity.PROBES[0]
     assert capacity.largest_dim(top5, 8) < 1e10 <= capacity.largest_dim(top5, 8, fraction=1.0)
     assert 1e10 <= capacity.largest_dim(top5, 32)
+    # bfloat16 vectors: 1.6e10 with the whole memory, 7.8e9 at the half
+    half = capacity.largest_dim(top5, 8, storage="bfloat16")
+    assert 7e9 <= half < 1e10 < 1.5e10 <= capacity.largest_dim(top5, 8, storage="bfloat16",
+                                                                fraction=1.0)  # fmt: skip
 
 
 def test_the_page_shows_the_table():

@@ -70,6 +70,10 @@ before = compiles[0]
 out["new_k"] = dict(values=landscape.eigenpairs(
     split, 2, "largest", dense_below=0, progress=None).values.tolist(), top=top.values.tolist())
 out["new_k"]["programs"] = compiles[0] - before
+out["bfloat16"] = {name: dict(zip(("values", "residuals", "converged"), (lambda t: (
+    t.values.tolist(), t.residuals.tolist(), t.converged))(landscape.eigenpairs(
+    point, 3, "largest", dense_below=0, progress=None, storage="bfloat16"))))
+    for name, point in (("one", one), ("split", split))}
 def laid_as_params(tree):
     return [isinstance(x, jax.Array) and x.sharding.is_equivalent_to(params[k].sharding, x.ndim)
             for k, x in tree.items()]
@@ -293,6 +297,23 @@ def test_a_new_k_of_a_split_models_search_compiles_nothing(eight_devices):
     new_k = eight_devices["new_k"]
     assert new_k["programs"] == 0
     np.testing.assert_allclose(new_k["values"], new_k["top"][:2], rtol=1e-4)
+
+
+def test_a_split_models_search_in_bfloat16_gives_one_devices_pairs(eight_devices):
+    """The search's vectors held in bfloat16 over the mesh (each device its columns' bits):
+    certified at bfloat16's floor (rtol twice its eps), each value within the two runs'
+    residuals of one device's, and within 2 u λ_max of float32's top (a Rayleigh quotient's
+    first-order change, `test_product_options`)."""
+    runs, top = eight_devices["bfloat16"], eight_devices["one"]["top"]
+    scale = max(map(abs, top))
+    for run in runs.values():
+        assert run["converged"]
+        assert max(run["residuals"]) <= 2 * 2**-7 * scale * 1.01
+    one, split = runs["one"], runs["split"]
+    for a, b, ra, rb in zip(one["values"], split["values"], one["residuals"],
+                            split["residuals"], strict=True):  # fmt: skip
+        assert abs(a - b) <= ra + rb
+    assert np.max(np.abs(np.subtract(split["values"], top))) <= 2 * 2**-8 * scale
 
 
 def test_a_list_of_split_points_is_probed_in_their_layout(eight_devices):
