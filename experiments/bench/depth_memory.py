@@ -1,6 +1,7 @@
 """The probes' memory against depth, XLA's count against the estimates, on one device,
 compiled only: one product, a Hutchinson block, the search (ncv = 20) and the three-vector SLQ
-on tanh MLPs of 2, 4, 8 and 16 hidden layers (16 examples), at D of 2-4 x 10^6; `--mesh`, a
+on tanh MLPs of 2, 4, 8 and 16 hidden layers (16 examples; `--examples=512`, where the
+activations weigh), at D of 2-4 x 10^6; `--mesh`, a
 product and the three-vector SLQ of the 16-layer MLP at D = 1.9e7 over 8 emulated devices:
 
     python -m experiments.bench.depth_memory
@@ -24,6 +25,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--small", action="store_true", help="widths a fifth: D about 1e5")
     parser.add_argument("--mesh", action="store_true", help="16 layers over 8 devices")
+    parser.add_argument("--examples", type=int, default=16, help="the inputs' batch")
     args = parser.parse_args()
     if args.mesh:
         print("| layout | D | program | estimate, MB a device | XLA | estimate / XLA | XLA, bytes "
@@ -34,7 +36,7 @@ def main() -> None:
     depths = tuple((layers, width // 5) for layers, width in DEPTHS) if args.small else DEPTHS
     print("| hidden layers | D | largest leaf / D | program | XLA, bytes a parameter | estimate "
           "| estimate / XLA | four vectors / XLA |\n|---|---|---|---|---|---|---|---|")  # fmt: skip
-    for line in rows(depths):
+    for line in rows(depths, args.examples):
         print(line, flush=True)
 
 

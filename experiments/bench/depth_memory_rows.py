@@ -65,7 +65,7 @@ def product_held(point: Point) -> tuple[float, float]:
 
     v = jnp.zeros(point.num_params, jnp.float32)
     made = jax.jit(product).lower(point.params, inputs, v).compile().memory_analysis()
-    return _held(made, point), blocks.product_bytes(point)
+    return _held(made, point), blocks.product_bytes(point, linearised=False)
 
 
 def search_held(point: Point, storage: str | None = None) -> tuple[float, float]:
@@ -102,13 +102,13 @@ def trace_held(point: Point) -> tuple[float, float]:
     return float(made.temp_size_in_bytes), blocks.product_bytes(point)
 
 
-def rows(depths: tuple[tuple[int, int], ...]) -> list[str]:
+def rows(depths: tuple[tuple[int, int], ...], examples: int = EXAMPLES) -> list[str]:
     """A row per (layers, width) and program: D, the largest leaf's share, bytes a parameter
     by XLA and by the estimate, their ratio, and the ratio had the product counted four
     vectors of D (v and H v flat and as the parameters lie)."""
     found = []
     for layers, width in depths:
-        point = deep_mlp_point(layers, width)
+        point = deep_mlp_point(layers, width, examples)
         dim = point.num_params
         share = max(math.prod(np.shape(x)) for x in jax.tree.leaves(point.params)) / dim
         programs = [("a product", product_held(point)), ("Hutchinson block", trace_held(point)),
@@ -171,7 +171,8 @@ def mesh_rows(layers: int, width: int) -> list[str]:
         objective, inputs = point.shared
         v = jax.ShapeDtypeStruct((lay.padded,), jnp.float32, sharding=lay.sharding())
         made = mesh_lib._analysis(mesh_lib._product.lower(objective, params, inputs, v, lay))
-        programs = [("a product", made, blocks.product_bytes(point, devices=lay.devices))]
+        lone = blocks.product_bytes(point, devices=lay.devices, linearised=False)
+        programs = [("a product", made, lone)]
         for storage in (None, "bfloat16"):
             lowered = spectra.slq_block.lower(
                 objective, params, inputs, jax.random.key(0), np.zeros(1, np.int32), 30,

@@ -74,7 +74,7 @@ def row(width: int, name: str, mode: str, search: bool, storage: str | None = No
     v = jax.ShapeDtypeStruct((lay.padded,), jnp.float32, sharding=lay.sharding())
     made = _analysis(_product.lower(objective, params, inputs, v, lay))
     xla = made.temp_size_in_bytes + made.output_size_in_bytes
-    estimate = blocks.product_bytes(point, devices=lay.devices)
+    estimate = blocks.product_bytes(point, devices=lay.devices, linearised=False)
     cells = [name, mode, f"{point.num_params:.3g}", f"{estimate / MB:.0f}", f"{xla / MB:.0f}"]
     cells.append(f"{estimate / xla:.2f}")
     if search:
@@ -92,7 +92,8 @@ def row(width: int, name: str, mode: str, search: bool, storage: str | None = No
         stored = np.dtype(dtype).itemsize
         held = NCV * lay.local * stored + found.temp_size_in_bytes + unaliased
         gradient = blocks.device_param_bytes(point)  # each call's, as the parameters lie
-        kept = eigen_search.lanczos_search_bytes(lay.local, NCV, 4, stored) + estimate + gradient
+        product = blocks.product_bytes(point, devices=lay.devices)
+        kept = eigen_search.lanczos_search_bytes(lay.local, NCV, 4, stored) + product + gradient
         cells += [f"{kept / MB:.0f}", f"{held / MB:.0f}", f"{kept / held:.2f}"]
     return "| " + " | ".join(cells) + " |"
 

@@ -36,27 +36,32 @@ MAPPED_BLOCK = 24
 
 
 def product_bytes(
-    point: Point, vector_bytes: float = 0.0, devices: int = 1, as_parameters: int = 0
+    point: Point,
+    vector_bytes: float = 0.0,
+    devices: int = 1,
+    as_parameters: int = 0,
+    linearised: bool = True,
 ) -> float:
-    """Bytes one Hessian-vector product of `point` holds at once, estimated: four times one
-    loss evaluation (the tangents of the forward and backward passes beside their saved
-    residuals), v and H v flat, one of them as the parameters lie, and the largest leaf once
-    more (its H v is the sum of two matrix products, both alive), plus `vector_bytes` that the
-    probe keeps per vector (a Lanczos basis). Over a mesh of `devices`, a device's: its slice
-    of H v flat and of the kept vectors (`Layout.slices`: held axes hold them alike), H v as
-    the parameters lie (`device_param_bytes`), the blocks of v it gathers whole
+    """Bytes one Hessian-vector product of `point` holds at once, estimated: the model's
+    activations (`activation_bytes`: of a probe's product, or not `linearised`, of `hvp`'s),
+    v and H v flat, one of them as the parameters lie, and the largest leaf once more (its
+    H v is the sum of two matrix products, both alive), plus `vector_bytes` that the probe
+    keeps per vector (a Lanczos basis). Over a mesh of `devices`, a device's: its slice of
+    H v flat and of the kept vectors (`Layout.slices`: held axes hold them alike), H v as the
+    parameters lie (`device_param_bytes`), the blocks of v it gathers whole
     (`Layout.gathered`) and the largest block it holds whole once more (a split block's sum
-    XLA forms in place), for a lone product only the larger of the two (XLA reuses the
-    gathered blocks for that sum), the loss's activations counted whole (how XLA splits them
-    is the model's), and `as_parameters` more vectors as the parameters lie (a run that cuts
-    its flat vector into the leaves for each product, which XLA keeps through its loop).
+    XLA forms in place), without `as_parameters` only the larger of the two (XLA reuses the
+    gathered blocks for that sum), the activations counted whole (how XLA splits them is the
+    model's), and `as_parameters` more vectors as the parameters lie (a run that cuts its
+    flat vector into the leaves for each product, which XLA keeps through its loop).
     docs/guide/foundation_scale.md has it against XLA's own count, over tanh MLPs of 2 to 16
-    layers and over meshes."""
+    layers, transformers and meshes."""
     size = itemsize(point)
     flat_bytes = point.num_params * size
     if devices == 1:
         largest = max((math.prod(np.shape(x)) for x in jax.tree.leaves(point.params)), default=0)
-        return 4.0 * budget.loss_bytes(point) + 3.0 * flat_bytes + largest * size + vector_bytes
+        activations = activation_bytes(point, linearised)
+        return activations + 3.0 * flat_bytes + largest * size + vector_bytes
     lay = layout_lib.of(point.params)
     flat = (flat_bytes + vector_bytes) / lay.slices
     pytrees = (1 + as_parameters) * device_param_bytes(point)
@@ -64,7 +69,16 @@ def product_bytes(
         lay.gathered + lay.largest_whole if as_parameters else max(lay.gathered, lay.largest_whole)
     )
     whole *= size
-    return 4.0 * budget.loss_bytes(point) + flat + pytrees + whole
+    return activation_bytes(point, linearised) + flat + pytrees + whole
+
+
+def activation_bytes(point: Point, linearised: bool = True) -> float:
+    """A product's share of the model's activations: what the loss keeps for its derivatives
+    (`budget.residual_bytes`: the residuals of the gradient linearised once for a probe's
+    products, or not `linearised`, of one backward pass, `hvp`'s) and one evaluation's peak
+    (`budget.loss_bytes`), the tangents' working set. docs/guide/foundation_scale.md has it
+    against XLA's count on MLPs and transformers."""
+    return budget.residual_bytes(point, linearised) + budget.loss_bytes(point)
 
 
 def device_param_bytes(point: Point) -> float:

@@ -24,6 +24,7 @@ from landscape.point import Point
 CPU_BATCH_BYTES = 2.5e8
 _LOSS_BYTES: dict[Any, float] = {}
 _PROGRAM_BYTES: dict[Any, float] = {}
+_RESIDUAL_BYTES: dict[Any, float] = {}
 
 
 def one_evaluation(point: Point) -> tuple[Callable[..., Any], Any]:
@@ -32,15 +33,66 @@ def one_evaluation(point: Point) -> tuple[Callable[..., Any], Any]:
     return data.of([point]).one_evaluation()
 
 
-def loss_bytes(point: Point) -> float:
-    """Bytes one loss evaluation of `point` holds at once (`peak_bytes` of its jaxpr), once per
-    model and shapes (over a streamed dataset, of one batch: the chunk's scan holds one)."""
+def _evaluation_key(point: Point) -> tuple[Callable[..., Any], Any, Any]:
+    """(objective, inputs) of one evaluation and a key of the model and its shapes."""
     objective, inputs = one_evaluation(point)
     leaves, treedef = jax.tree.flatten((point.params, inputs))
     key = (objective, treedef, tuple((np.shape(x), str(jnp.result_type(x))) for x in leaves))
+    return objective, inputs, key
+
+
+def loss_bytes(point: Point) -> float:
+    """Bytes one loss evaluation of `point` holds at once (`peak_bytes` of its jaxpr), once per
+    model and shapes (over a streamed dataset, of one batch: the chunk's scan holds one)."""
+    objective, inputs, key = _evaluation_key(point)
     if key not in _LOSS_BYTES:
         _LOSS_BYTES[key] = float(peak_bytes(jax.make_jaxpr(objective)(point.params, inputs).jaxpr))
     return _LOSS_BYTES[key]
+
+
+def residual_bytes(point: Point, linearised: bool = True) -> float:
+    """Bytes of what `point`'s loss keeps for its derivatives, less the parameters and data
+    they include, once per model, shapes and layout: with `linearised`, the residuals of its
+    gradient linearised at the point (`jax.linearize`, what a probe's products share: `hvp`),
+    else of one evaluation's backward pass (`jax.vjp`, what a lone product keeps). Over
+    several devices, a device's share of each as XLA lays it out (compiled, not run): a
+    model split over an axis splits some of its activations. `blocks.activation_bytes` adds
+    one evaluation's peak."""
+    objective, inputs, key = _evaluation_key(point)
+    spread = _spread(point.params)
+    key = (key, linearised, tuple(str(x.sharding) for x in spread))
+    if key not in _RESIDUAL_BYTES:
+
+        def kept(params: Any, inputs: Any) -> Any:
+            def loss(p: Any) -> Any:
+                return objective(p, inputs)
+
+            if linearised:
+                return jax.linearize(jax.value_and_grad(loss), params)[1]
+            return jax.vjp(loss, params)[1]
+
+        jaxpr = jax.make_jaxpr(kept)(point.params, inputs).jaxpr
+        sizes = [_nbytes(v) for v in jaxpr.outvars]
+        if spread:  # each residual's bytes on one device, as XLA lays it out
+            laid = jax.jit(kept).lower(point.params, inputs).compile().output_shardings
+            sizes = [
+                math.prod(sharding.shard_shape(v.aval.shape)) * np.dtype(v.aval.dtype).itemsize
+                for sharding, v in zip(jax.tree.leaves(laid), jaxpr.outvars, strict=True)
+            ]
+        seen, total = {*jaxpr.invars, *jaxpr.constvars}, 0.0
+        for v, size in zip(jaxpr.outvars, sizes, strict=True):
+            if _is_var(v) and v not in seen:
+                seen.add(v)
+                total += size
+        _RESIDUAL_BYTES[key] = total
+    return _RESIDUAL_BYTES[key]
+
+
+def _spread(params: Any) -> list[jax.Array]:
+    """The parameters' leaves when some lie over several devices (none on one device)."""
+    leaves = jax.tree.leaves(params)
+    sharded = [len(getattr(getattr(x, "sharding", None), "device_set", ())) > 1 for x in leaves]
+    return leaves if any(sharded) else []
 
 
 def program_bytes(function: Callable[..., Any], args: tuple, key: Any) -> float:

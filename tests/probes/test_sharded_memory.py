@@ -48,7 +48,7 @@ for name, mesh, specs in (
         gathered = [int(np.prod([int(d) for d in dims.split(",") if d] or [1])) for dims in
                     re.findall(r"= \w+\[([\d,]*)\]\S* all-gather", compiled.as_text())]
         out[f"{name}, {mode}"] = dict(
-            estimate=blocks.product_bytes(point, devices=lay.devices),
+            estimate=blocks.product_bytes(point, devices=lay.devices, linearised=False),
             xla=analysis.temp_size_in_bytes + analysis.output_size_in_bytes,
             held=list(lay.held), param_bytes=blocks.device_param_bytes(point),
             gathered=max(gathered, default=0), D=point.num_params, local=lay.local,
@@ -66,7 +66,9 @@ line = Mesh(devices, ("model",))
 layout.HOLD_VECTORS = default
 by_sum = trees.tree_vdot
 by_vdot = lambda a, b: sum(jnp.vdot(x, y) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
-for name, dot in (("rows", by_sum), ("megatron", by_sum), ("megatron, vdot", by_vdot)):
+runs = (("rows", by_sum, "bfloat16"), ("rows, float32", by_sum, None),
+        ("megatron", by_sum, "bfloat16"), ("megatron, vdot", by_vdot, "bfloat16"))
+for name, dot, storage in runs:
     layout._HOLDING.clear()
     jax.clear_caches()  # the block traced afresh with this inner product
     trees.tree_vdot = dot
@@ -77,8 +79,8 @@ for name, dot in (("rows", by_sum), ("megatron", by_sum), ("megatron, vdot", by_
     objective, inputs = point.shared
     analysis = spectra.slq_block.lower(
         objective, params, inputs, jax.random.key(0), np.zeros(1, np.int32), 30, "rademacher",
-        False, lay, "three", "bfloat16", None, True).compile().memory_analysis()
-    kept = three_term.vector_bytes(point.num_params, 4, "three", 30, "bfloat16", pytrees=True)
+        False, lay, "three", storage, None, True).compile().memory_analysis()
+    kept = three_term.vector_bytes(point.num_params, 4, "three", 30, storage, pytrees=True)
     out[f"deep, {name}"] = dict(
         estimate=blocks.product_bytes(point, kept, lay.devices, three_term.AS_PARAMETERS),
         xla=analysis.temp_size_in_bytes + analysis.output_size_in_bytes, D=point.num_params,
@@ -120,8 +122,13 @@ def test_the_layout_holds_blocks_replicated_over_the_data_axis_when_they_fit(mea
 def test_a_deep_models_three_vector_run_holds_what_its_estimate_says(measured):
     # products on pytrees split as the parameters: no flat vector cut into 34 leaves (differentiated
     # through that cut, each leaf's cotangent came back a padded slice: 0.11 of the estimate)
+    wide = measured["deep, rows, float32"]
+    assert 0.75 <= wide["estimate"] / wide["xla"] <= 1.25, wide
+    # in bfloat16 the estimate counts the product's v as a float32 copy of the stored vector,
+    # which XLA:CPU fuses into the product on this layout (1.26 at D = 10^6; 1.29 at 1.9 x 10^7,
+    # docs/guide/foundation_scale.md): from above, never under
     row = measured["deep, rows"]
-    assert 0.7 <= row["estimate"] / row["xla"] <= 1.25, row
+    assert 1.0 <= row["estimate"] / row["xla"], row
     assert row["xla"] * 8 / row["D"] < 20  # bytes a parameter of the model (149 at 1.9e7 once)
 
 
