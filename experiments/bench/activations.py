@@ -21,7 +21,10 @@ def main() -> None:
     args = parser.parse_args()
     names = list(MODELS)
     if args.models:
-        names = [names[int(i)] for i in args.models.split(",")]
+        chosen = args.models.split(",")
+        if not all(i.isdigit() and int(i) < len(names) for i in chosen):
+            parser.error(f"--models={args.models}: indices 0-{len(names) - 1}, comma-separated")
+        names = [names[int(i)] for i in chosen]
     print("| model | D | program | XLA, MB | estimate | estimate / XLA | four peaks / XLA |\n"
           "|---|---|---|---|---|---|---|")  # fmt: skip
     for line in rows(names):

@@ -1,12 +1,11 @@
 """The probes' memory against depth, XLA's count against the estimates, on one device,
 compiled only: one product, a Hutchinson block, the search (ncv = 20) and the three-vector SLQ
 on tanh MLPs of 2, 4, 8 and 16 hidden layers (16 examples; `--examples=512`, where the
-activations weigh), at D of 2-4 x 10^6; `--mesh`, a
-product and the three-vector SLQ of the 16-layer MLP at D = 1.9e7 over 8 emulated devices:
+activations weigh), at D of 2-4 x 10^6; `--mesh`, a product and the three-vector SLQ of the
+16-layer MLP at D = 1.9e7 over 8 emulated devices:
 
-    python -m experiments.bench.depth_memory
-    XLA_FLAGS=--xla_force_host_platform_device_count=8 \\
-        python -m experiments.bench.depth_memory --mesh
+    python -m experiments.bench.depth_memory [--examples=512]
+    XLA_FLAGS=--xla_force_host_platform_device_count=8 python -m ...depth_memory --mesh
 
 docs/guide/foundation_scale.md, "The estimate against XLA", has its rows.
 """
@@ -27,6 +26,8 @@ def main() -> None:
     parser.add_argument("--mesh", action="store_true", help="16 layers over 8 devices")
     parser.add_argument("--examples", type=int, default=16, help="the inputs' batch")
     args = parser.parse_args()
+    if args.examples < 1:
+        parser.error(f"--examples={args.examples}: must be an integer >= 1")
     if args.mesh:
         print("| layout | D | program | estimate, MB a device | XLA | estimate / XLA | XLA, bytes "
               "a parameter |\n|---|---|---|---|---|---|---|")  # fmt: skip

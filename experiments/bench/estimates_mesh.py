@@ -1,12 +1,11 @@
 """The probes' memory estimates against XLA's own count (`compiled.memory_analysis()`) per
 device over 8 emulated CPU devices, compiled only: `blocks.product_bytes`, with the search's
 (`eigen_search.lanczos_search_bytes`, ncv = 20; `--storage=bfloat16` for its vectors in bfloat16)
-or the three-vector SLQ's vectors (`--slq`), on the
-peers MLP (64 -> h -> h -> 10, 512 examples) over data 2 x model 4 (hidden weights split over
-model) and data 8, the blocks replicated over the data axis held whole or split.
+or the three-vector SLQ's vectors (`--slq`), on the peers MLP (64 -> h -> h -> 10, 512
+examples) over data 2 x model 4 (hidden weights split over model) and data 8, the blocks
+replicated over the data axis held whole or split.
 
-    XLA_FLAGS=--xla_force_host_platform_device_count=8 \\
-        python -m experiments.bench.estimates_mesh --width=4472
+    XLA_FLAGS=--xla_force_host_platform_device_count=8 python -m experiments.bench.estimates_mesh
 
 docs/guide/foundation_scale.md, "The estimate against XLA", has its table at D = 2e7.
 """
