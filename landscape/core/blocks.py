@@ -51,9 +51,9 @@ def product_bytes(
     parameters lie (`device_param_bytes`), the blocks of v it gathers whole
     (`Layout.gathered`) and the largest block it holds whole once more (a split block's sum
     XLA forms in place), without `as_parameters` only the larger of the two (XLA reuses the
-    gathered blocks for that sum), the activations counted whole (how XLA splits them is the
-    model's), and `as_parameters` more vectors as the parameters lie (a run that cuts its
-    flat vector into the leaves for each product, which XLA keeps through its loop).
+    gathered blocks for that sum), a device's share of the activations as XLA lays them out
+    (`activation_bytes`), and `as_parameters` more vectors as the parameters lie (a run that
+    cuts its flat vector into the leaves for each product, which XLA keeps through its loop).
     docs/guide/foundation_scale.md has it against XLA's own count, over tanh MLPs of 2 to 16
     layers, transformers and meshes."""
     size = itemsize(point)
