@@ -190,7 +190,8 @@ def population_parts(point: Point) -> compiled.Parts:
     if rule not in ("mean", "sum") or len(sizes) != 1 or 0 in sizes:
         return 1, True
     size, wanted = sizes.pop(), int(np.ceil(_bytes_moved(point) / COLUMN_BYTES))
-    return next(d for d in range(max(1, wanted), size + 1) if size % d == 0), rule == "mean"
+    wanted = min(max(1, wanted), size)  # past one example a slice: one example each
+    return next(d for d in range(wanted, size + 1) if size % d == 0), rule == "mean"
 
 
 CHUNKED_ABOVE = 1024  # a dense Hessian of more parameters is formed in chunks, with progress

@@ -159,6 +159,11 @@ def test_a_large_hessian_over_slices_of_its_population(rule, monkeypatch):
     moved = landscape.probes.curvature._bytes_moved(small)
     monkeypatch.setattr(landscape.probes.curvature, "COLUMN_BYTES", moved / 2.5)
     assert landscape.probes.curvature.population_parts(small) == (3, rule == "mean")
+    # past one example a slice (the traffic over COLUMN_BYTES 200 times, 96 examples): one
+    # example each, where no divisor of 96 in 200..96 was found (StopIteration)
+    monkeypatch.setattr(landscape.probes.curvature, "COLUMN_BYTES", moved / 200)
+    assert landscape.probes.curvature.population_parts(small) == (96, rule == "mean")
+    monkeypatch.setattr(landscape.probes.curvature, "COLUMN_BYTES", moved / 2.5)
     sliced = landscape.hessian_at(small)
     z = rows[:, :200] @ np.full(200, 0.3)
     exact = -(rows[:, :200].T * (weights * np.cos(z))) @ rows[:, :200]
